@@ -1,0 +1,39 @@
+"""Journals for the actor runtime: the `Journal` interface, the msgpack codec,
+the embedded LMDB journal (the default) and an in-memory one.
+
+`storage` never imports `actors`; the runtime builds on it.
+"""
+
+from ._codec import decode as decode, digest as digest, encode as encode
+from ._codec import serializable as serializable
+from ._journal import (
+    LIVE_STATUSES as LIVE_STATUSES,
+    STATUSES as STATUSES,
+    TERMINAL_STATUSES as TERMINAL_STATUSES,
+    InstanceRow as InstanceRow,
+    Journal as Journal,
+    Reader as Reader,
+    Ticket as Ticket,
+    TimerRow as TimerRow,
+    Txn as Txn,
+    instance_id as instance_id,
+)
+from ._lmdb import LMDBJournal as LMDBJournal
+from ._memory import MemoryJournal as MemoryJournal
+from .errors import (
+    ActorError as ActorError,
+    Conflict as Conflict,
+    EncodeError as EncodeError,
+    JournalClosed as JournalClosed,
+    JournalCorrupt as JournalCorrupt,
+    JournalFull as JournalFull,
+    JournalLocked as JournalLocked,
+)
+
+
+def __getattr__(name: str):  # PostgresJournal needs the optional 'postgres' extra
+    if name == "PostgresJournal":
+        from ._postgres import PostgresJournal
+
+        return PostgresJournal
+    raise AttributeError(f"module 'storage' has no attribute {name!r}")

@@ -1,0 +1,392 @@
+"""The `Journal` interface: the one boundary between the runtime and a store.
+
+A journal keeps, per instance (a 16-byte id, see `instance_id`):
+
+- a record (address, process template, status, and the runtime's snapshot);
+- an effect log per run, keyed by effect number, dropped as a whole when a run
+  ends with continue-as-new;
+- a mailbox of unread messages in arrival order (appended by anyone, taken by
+  the owner);
+- durable timers, indexed by due time for the whole journal;
+- an emitted-value stream and named consumer cursors into it;
+- a status index for queries.
+
+Writes go through a `Txn`: a list of operations applied atomically (all or
+nothing) after its preconditions hold. Values are encoded when the operation
+is added, so an `EncodeError` happens at the call, before anything is
+written. Journals group many concurrent transactions into one commit.
+
+Reads go through a `Reader` (``with journal.reader() as r:``), a consistent
+snapshot that must not be held across an ``await``. ``await journal.read(fn)``
+runs ``fn(reader)`` without blocking the event loop for a backend whose reads
+are remote.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+import attrs
+
+from ._codec import decode, encode
+from .errors import JournalCorrupt
+
+__all__ = [
+    "Journal",
+    "Reader",
+    "Txn",
+    "Ticket",
+    "InstanceRow",
+    "TimerRow",
+    "STATUSES",
+    "LIVE_STATUSES",
+    "TERMINAL_STATUSES",
+    "instance_id",
+]
+
+# Invariant: a status's code never changes (codes are stored in journals).
+STATUSES: tuple[str, ...] = (
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "cancelled",
+    "compensation_stuck",
+    "corrupt",
+)
+STATUS_CODE: dict[str, int] = {name: i + 1 for i, name in enumerate(STATUSES)}
+STATUS_NAME: dict[int, str] = {i + 1: name for i, name in enumerate(STATUSES)}
+LIVE_STATUSES: frozenset[str] = frozenset({"running", "suspended"})
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+T = TypeVar("T")
+
+
+def instance_id(address: str) -> bytes:
+    """The fixed-size key of the instance at ``address``.
+
+    A 128-bit BLAKE2b hash, so keys stay short however deep an address
+    nests (LMDB keys are at most 511 bytes), every node computes the same id
+    without coordination, and a collision is as likely as a random UUID's.
+    """
+    return hashlib.blake2b(address.encode(), digest_size=16).digest()
+
+
+@attrs.frozen(slots=True)
+class InstanceRow:
+    """An instance's record as stored: identity, status and the runtime's snapshot."""
+
+    iid: bytes
+    address: str
+    process: str
+    status: str
+    record: dict[str, Any]
+
+
+@attrs.frozen(slots=True)
+class TimerRow:
+    """A durable timer: effect ``seq`` of run ``run`` of instance ``iid``, due at ``due``."""
+
+    due: float
+    iid: bytes
+    run: int
+    seq: int
+
+
+# Operation codes of a Txn. Each op is a tuple whose first item is the code.
+PUT_INSTANCE = 1  # (op, iid, status_code, process, address, record_bytes)
+DELETE_INSTANCE = 2  # (op, iid)  -- the instance and every record it owns
+PUT_LOG = 3  # (op, iid, run, seq, entry_bytes)
+DROP_LOG = 4  # (op, iid, run)
+APPEND_MESSAGE = 5  # (op, iid, message_bytes) -> result: the message's seq
+TAKE_MESSAGE = 6  # (op, iid, seq)
+ADD_TIMER = 7  # (op, iid, run, seq, due_us)
+CANCEL_TIMER = 8  # (op, iid, run, seq)
+APPEND_STREAM = 9  # (op, iid, value_bytes) -> result: the value's index
+SET_CURSOR = 10  # (op, iid, consumer, position)
+SET_STATUS = 11  # (op, iid, status_code)  -- status only, record kept
+
+
+def due_us(due: float) -> int:
+    """Epoch seconds as the integer microseconds journals store timers under."""
+    return max(0, round(due * 1_000_000))
+
+
+@attrs.define(slots=True)
+class Txn:
+    """A write transaction: preconditions, then operations, applied atomically.
+
+    Every method encodes its values at once, so a bad value raises
+    `EncodeError` here and the journal never sees the transaction.
+    """
+
+    ops: list[tuple[Any, ...]] = attrs.field(factory=list)
+    # (iid, allowed status codes or None for "any existing", message)
+    requires: list[tuple[bytes, frozenset[int] | None, str]] = attrs.field(factory=list)
+    results: int = 0  # how many ops give a result (appends)
+
+    def __bool__(self) -> bool:
+        return bool(self.ops)
+
+    def require(self, iid: bytes, statuses: frozenset[str] | None = None) -> None:
+        """Fail the whole transaction with `Conflict` unless the instance
+        exists (and, if given, has one of ``statuses``) when it is applied."""
+        codes = None if statuses is None else frozenset(STATUS_CODE[s] for s in statuses)
+        self.requires.append((iid, codes, ""))
+
+    def put_instance(
+        self, iid: bytes, *, address: str, process: str, status: str, record: Any
+    ) -> None:
+        """Create or replace the instance's record and index it under ``status``."""
+        self.ops.append(
+            (PUT_INSTANCE, iid, STATUS_CODE[status], process, address, encode(record, what="record"))
+        )
+
+    def put_instance_encoded(
+        self, iid: bytes, *, address: str, process: str, status: str, record: bytes
+    ) -> None:
+        """`put_instance` with a record already encoded by `storage.encode`."""
+        self.ops.append((PUT_INSTANCE, iid, STATUS_CODE[status], process, address, record))
+
+    def set_status(self, iid: bytes, status: str) -> None:
+        """Change only the status (and its index entry) of an existing instance."""
+        self.ops.append((SET_STATUS, iid, STATUS_CODE[status]))
+
+    def delete_instance(self, iid: bytes) -> None:
+        """Remove the instance and everything it owns: log, mailbox, timers,
+        stream, cursors and index entries."""
+        self.ops.append((DELETE_INSTANCE, iid))
+
+    def put_log(self, iid: bytes, run: int, seq: int, entry: Any) -> None:
+        """Write (or overwrite) effect ``seq`` of run ``run``."""
+        self.ops.append((PUT_LOG, iid, run, seq, encode(entry, what="log entry")))
+
+    def put_log_encoded(self, iid: bytes, run: int, seq: int, entry: bytes) -> None:
+        """`put_log` with an entry already encoded."""
+        self.ops.append((PUT_LOG, iid, run, seq, entry))
+
+    def drop_log(self, iid: bytes, run: int) -> None:
+        """Delete every log entry of run ``run``."""
+        self.ops.append((DROP_LOG, iid, run))
+
+    def append_message(self, iid: bytes, message: Any) -> int:
+        """Append to the mailbox; the commit's results hold the new message's
+        sequence number at the index returned here."""
+        self.ops.append((APPEND_MESSAGE, iid, encode(message, what="payload")))
+        return self._result_slot()
+
+    def take_message(self, iid: bytes, seq: int) -> None:
+        """Remove message ``seq`` from the mailbox (a missing one is ignored)."""
+        self.ops.append((TAKE_MESSAGE, iid, seq))
+
+    def add_timer(self, iid: bytes, run: int, seq: int, due: float) -> None:
+        """Add the timer of effect ``seq`` of run ``run``, due at epoch ``due``."""
+        self.ops.append((ADD_TIMER, iid, run, seq, due_us(due)))
+
+    def cancel_timer(self, iid: bytes, run: int, seq: int) -> None:
+        """Remove that timer (a missing one is ignored)."""
+        self.ops.append((CANCEL_TIMER, iid, run, seq))
+
+    def append_stream(self, iid: bytes, value: Any) -> int:
+        """Append to the stream; results hold the value's index (from 0)."""
+        self.ops.append((APPEND_STREAM, iid, encode(value, what="emitted value")))
+        return self._result_slot()
+
+    def set_cursor(self, iid: bytes, consumer: str, position: int) -> None:
+        """Record that ``consumer`` has consumed every value before ``position``."""
+        self.ops.append((SET_CURSOR, iid, consumer, position))
+
+    def _result_slot(self) -> int:
+        self.results += 1
+        return self.results - 1
+
+
+class Ticket(abc.ABC):
+    """A submitted transaction; ``await ticket.wait()`` for its outcome."""
+
+    @abc.abstractmethod
+    async def wait(self) -> list[int]:
+        """Wait until the transaction is durable (or, for an "async" journal,
+        applied), then return its results (sequence numbers from
+        `Txn.append_message` / `Txn.append_stream`, in order).
+
+        Raises:
+            Conflict: a precondition did not hold; nothing was written.
+            JournalFull: there was no room; nothing was written.
+        """
+
+    @property
+    @abc.abstractmethod
+    def done(self) -> bool:
+        """Whether the outcome is known."""
+
+
+class Reader(abc.ABC):
+    """A consistent read view of a journal. Never hold one across an ``await``."""
+
+    @abc.abstractmethod
+    def instance(self, iid: bytes) -> InstanceRow | None:
+        """The instance's row, or None."""
+
+    @abc.abstractmethod
+    def instances(
+        self, status: str | None = None, process: str | None = None
+    ) -> Iterator[InstanceRow]:
+        """Rows matching the filters (None means any), by status then id."""
+
+    @abc.abstractmethod
+    def count_by_status(self) -> dict[str, int]:
+        """How many instances each status has (statuses with none are left out)."""
+
+    @abc.abstractmethod
+    def log(self, iid: bytes, run: int) -> dict[int, Any]:
+        """The effect log of one run: ``{seq: entry}``."""
+
+    @abc.abstractmethod
+    def log_runs(self, iid: bytes) -> list[int]:
+        """The runs that have log entries, ascending."""
+
+    @abc.abstractmethod
+    def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
+        """Unread messages as ``(seq, message)``, oldest first."""
+
+    @abc.abstractmethod
+    def instances_with_mail(self) -> Iterator[bytes]:
+        """Ids of instances that have unread messages."""
+
+    @abc.abstractmethod
+    def timers(self, iid: bytes) -> list[TimerRow]:
+        """That instance's timers, by due time."""
+
+    @abc.abstractmethod
+    def due_timers(self, now: float, limit: int = 1000) -> list[TimerRow]:
+        """Timers due at or before epoch ``now``, earliest first."""
+
+    @abc.abstractmethod
+    def next_due(self) -> float | None:
+        """The earliest timer's due time, or None."""
+
+    @abc.abstractmethod
+    def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
+        """Emitted values from index ``start``: ``[(index, value), ...]``."""
+
+    @abc.abstractmethod
+    def stream_length(self, iid: bytes) -> int:
+        """How many values the instance has emitted."""
+
+    @abc.abstractmethod
+    def cursors(self, iid: bytes) -> dict[str, int]:
+        """Each consumer's position (index of its next value)."""
+
+    @abc.abstractmethod
+    def has_records(self, iid: bytes) -> bool:
+        """Whether anything at all is stored for that id (record, log, mail,
+        timers, stream or cursors); for checking cleanup."""
+
+
+class Journal(abc.ABC):
+    """A durable (or in-memory) store behind the runtime. See the module doc.
+
+    Use it as ``async with journal:`` or let `actors.open_system` open and
+    close it. ``durability`` is ``"sync"`` (an awaited commit returns once
+    the data is durable) or ``"async"`` (once it is queued).
+    """
+
+    durability: str = "sync"
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Open the store and take ownership of it.
+
+        Raises:
+            JournalLocked: another system owns it.
+        """
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Drain pending writes, then release the store. Idempotent."""
+
+    @abc.abstractmethod
+    def submit(self, txn: Txn) -> Ticket:
+        """Queue ``txn`` for the next commit without waiting.
+
+        Transactions are applied in the order they were submitted.
+        """
+
+    async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
+        """Submit ``txn`` and wait for it, as the journal's durability says
+        (or always until durable, with ``durable=True``).
+
+        Returns:
+            The results of `Txn.append_message` / `Txn.append_stream`.
+
+        Raises:
+            Conflict, JournalFull: see `Ticket.wait`; nothing was written.
+        """
+        ticket = self.submit(txn)
+        if durable or self.durability == "sync" or txn.requires:
+            return await ticket.wait()
+        return []
+
+    async def flush(self) -> None:
+        """Wait until everything submitted so far is durable."""
+        await self.submit(Txn()).wait()
+
+    @abc.abstractmethod
+    def reader(self) -> AbstractContextManager[Reader]:
+        """A read view: ``with journal.reader() as r: ...``."""
+
+    async def read(self, fn: Callable[[Reader], T]) -> T:
+        """Run ``fn(reader)`` and return its result, without blocking the
+        event loop for long (remote backends run it in a worker thread)."""
+        with self.reader() as r:
+            return fn(r)
+
+    def describe(self) -> str:
+        """A short human description for messages and the CLI."""
+        return type(self).__name__
+
+    def size_bytes(self) -> int | None:
+        """Bytes the store occupies, when the backend can tell."""
+        return None
+
+    async def __aenter__(self) -> Journal:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def decode_record(data: bytes, database: str, key: bytes) -> Any:
+    """Decode a stored value, turning any failure into `JournalCorrupt`."""
+    try:
+        return decode(data)
+    except Exception as exc:
+        raise JournalCorrupt(
+            f"record {key.hex()} in database {database!r} does not decode ({exc}); "
+            "the instance it belongs to is marked corrupt and every other instance "
+            "keeps working; restore the journal from a backup or clean the instance up",
+            database=database,
+            key=key,
+        ) from exc
+
+
+def check_requires(
+    requires: Sequence[tuple[bytes, frozenset[int] | None, str]],
+    status_of: Callable[[bytes], int | None],
+) -> None:
+    """Raise `Conflict` for the first precondition that does not hold."""
+    from .errors import Conflict
+
+    for iid, codes, _ in requires:
+        code = status_of(iid)
+        if code is None:
+            raise Conflict(f"no instance with id {iid.hex()}", reason="missing")
+        if codes is not None and code not in codes:
+            name = STATUS_NAME.get(code, "unknown")
+            raise Conflict(f"instance {iid.hex()} is {name}", reason="status", status=name)

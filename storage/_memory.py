@@ -1,0 +1,253 @@
+"""`MemoryJournal`: the journal's semantics in memory, for tests and for
+users who want no persistence."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import trio
+
+from . import _journal as j
+from ._journal import InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
+from .errors import JournalClosed, JournalLocked
+
+__all__ = ["MemoryJournal"]
+
+
+class _Done(Ticket):
+    __slots__ = ("_results", "_error")
+
+    def __init__(self, results: list[int], error: BaseException | None) -> None:
+        self._results = results
+        self._error = error
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    async def wait(self) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        if self._error is not None:
+            raise self._error
+        return self._results
+
+
+class MemoryJournal(Journal):
+    """A journal held in this process's memory.
+
+    Same semantics as `LMDBJournal` (values go through the codec, so what
+    reads back is a fresh copy), nothing survives the process. The object
+    keeps its data across ``close``/``open``, so a test can close a system
+    and open a new one on the same journal to exercise recovery.
+    """
+
+    def __init__(self) -> None:
+        self.durability = "sync"
+        self._open = False
+        # iid -> (status code, process, address, record bytes)
+        self._instances: dict[bytes, tuple[int, str, str, bytes]] = {}
+        self._logs: dict[bytes, dict[int, dict[int, bytes]]] = {}
+        self._mail: dict[bytes, dict[int, bytes]] = {}
+        self._mail_next: dict[bytes, int] = {}
+        self._timers: dict[tuple[bytes, int, int], int] = {}
+        # Invariant: every live timer has an entry here; entries whose due no
+        # longer matches self._timers are stale and skipped.
+        self._timer_heap: list[tuple[int, bytes, int, int]] = []
+        self._streams: dict[bytes, list[bytes]] = {}
+        self._cursors: dict[bytes, dict[str, int]] = {}
+
+    async def open(self) -> None:
+        if self._open:
+            raise JournalLocked(
+                "this MemoryJournal is already owned by an open system; close that "
+                "system first, or give each system its own MemoryJournal()"
+            )
+        self._open = True
+
+    async def close(self) -> None:
+        self._open = False
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise JournalClosed(
+                "the journal is not open; use it inside 'async with actors.open_system(...)' "
+                "or 'async with journal:'"
+            )
+
+    def submit(self, txn: Txn) -> Ticket:
+        self._check_open()
+        try:
+            j.check_requires(txn.requires, self._status_code)
+        except Exception as exc:
+            return _Done([], exc)
+        results: list[int] = []
+        for op in txn.ops:
+            self._apply(op, results)
+        return _Done(results, None)
+
+    def _status_code(self, iid: bytes) -> int | None:
+        row = self._instances.get(iid)
+        return None if row is None else row[0]
+
+    def _apply(self, op: tuple[Any, ...], results: list[int]) -> None:
+        code = op[0]
+        if code == j.PUT_LOG:
+            _, iid, run, seq, entry = op
+            self._logs.setdefault(iid, {}).setdefault(run, {})[seq] = entry
+        elif code == j.TAKE_MESSAGE:
+            box = self._mail.get(op[1])
+            if box is not None:
+                box.pop(op[2], None)
+        elif code == j.APPEND_MESSAGE:
+            _, iid, message = op
+            seq = self._mail_next.get(iid, 1)
+            self._mail_next[iid] = seq + 1
+            self._mail.setdefault(iid, {})[seq] = message
+            results.append(seq)
+        elif code == j.PUT_INSTANCE:
+            _, iid, status, process, address, record = op
+            self._instances[iid] = (status, process, address, record)
+        elif code == j.SET_STATUS:
+            _, iid, status = op
+            row = self._instances.get(iid)
+            if row is not None:
+                self._instances[iid] = (status, *row[1:])
+        elif code == j.ADD_TIMER:
+            _, iid, run, seq, due = op
+            self._timers[(iid, run, seq)] = due
+            heapq.heappush(self._timer_heap, (due, iid, run, seq))
+        elif code == j.CANCEL_TIMER:
+            self._timers.pop((op[1], op[2], op[3]), None)
+        elif code == j.DROP_LOG:
+            runs = self._logs.get(op[1])
+            if runs is not None:
+                runs.pop(op[2], None)
+        elif code == j.APPEND_STREAM:
+            values = self._streams.setdefault(op[1], [])
+            values.append(op[2])
+            results.append(len(values) - 1)
+        elif code == j.SET_CURSOR:
+            self._cursors.setdefault(op[1], {})[op[2]] = op[3]
+        elif code == j.DELETE_INSTANCE:
+            iid = op[1]
+            self._instances.pop(iid, None)
+            self._logs.pop(iid, None)
+            self._mail.pop(iid, None)
+            self._mail_next.pop(iid, None)
+            self._streams.pop(iid, None)
+            self._cursors.pop(iid, None)
+            for key in [k for k in self._timers if k[0] == iid]:
+                del self._timers[key]
+        else:  # pragma: no cover - a programming error in the runtime
+            raise ValueError(f"unknown journal op {code}")
+
+    @contextmanager
+    def reader(self) -> Iterator[Reader]:
+        self._check_open()
+        yield _MemoryReader(self)
+
+    def describe(self) -> str:
+        return "MemoryJournal()"
+
+
+class _MemoryReader(Reader):
+    __slots__ = ("_j",)
+
+    def __init__(self, journal: MemoryJournal) -> None:
+        self._j = journal
+
+    def _row(self, iid: bytes, row: tuple[int, str, str, bytes]) -> InstanceRow:
+        status, process, address, record = row
+        return InstanceRow(
+            iid, address, process, j.STATUS_NAME[status], j.decode_record(record, "instances", iid)
+        )
+
+    def instance(self, iid: bytes) -> InstanceRow | None:
+        row = self._j._instances.get(iid)
+        return None if row is None else self._row(iid, row)
+
+    def instances(
+        self, status: str | None = None, process: str | None = None
+    ) -> Iterator[InstanceRow]:
+        code = None if status is None else j.STATUS_CODE[status]
+        rows = sorted(self._j._instances.items(), key=lambda kv: (kv[1][0], kv[0]))
+        for iid, row in rows:
+            if (code is None or row[0] == code) and (process is None or row[1] == process):
+                yield self._row(iid, row)
+
+    def count_by_status(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for row in self._j._instances.values():
+            name = j.STATUS_NAME[row[0]]
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def log(self, iid: bytes, run: int) -> dict[int, Any]:
+        entries = self._j._logs.get(iid, {}).get(run, {})
+        return {seq: j.decode_record(v, "log", iid) for seq, v in sorted(entries.items())}
+
+    def log_runs(self, iid: bytes) -> list[int]:
+        return sorted(run for run, entries in self._j._logs.get(iid, {}).items() if entries)
+
+    def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
+        box = self._j._mail.get(iid, {})
+        return [(seq, j.decode_record(v, "mail", iid)) for seq, v in sorted(box.items())]
+
+    def instances_with_mail(self) -> Iterator[bytes]:
+        return iter([iid for iid, box in self._j._mail.items() if box])
+
+    def timers(self, iid: bytes) -> list[TimerRow]:
+        rows = [
+            TimerRow(due / 1e6, i, run, seq)
+            for (i, run, seq), due in self._j._timers.items()
+            if i == iid
+        ]
+        return sorted(rows, key=lambda t: (t.due, t.run, t.seq))
+
+    def _live_heap(self) -> list[tuple[int, bytes, int, int]]:
+        heap = self._j._timer_heap
+        timers = self._j._timers
+        while heap and timers.get(heap[0][1:]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap
+
+    def due_timers(self, now: float, limit: int = 1000) -> list[TimerRow]:
+        bound = j.due_us(now)
+        rows = [
+            TimerRow(due / 1e6, iid, run, seq)
+            for (iid, run, seq), due in self._j._timers.items()
+            if due <= bound
+        ]
+        rows.sort(key=lambda t: (t.due, t.iid, t.run, t.seq))
+        return rows[:limit]
+
+    def next_due(self) -> float | None:
+        heap = self._live_heap()
+        return heap[0][0] / 1e6 if heap else None
+
+    def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
+        values = self._j._streams.get(iid, [])
+        return [
+            (i, j.decode_record(values[i], "stream", iid))
+            for i in range(max(0, start), min(len(values), start + limit))
+        ]
+
+    def stream_length(self, iid: bytes) -> int:
+        return len(self._j._streams.get(iid, []))
+
+    def cursors(self, iid: bytes) -> dict[str, int]:
+        return dict(self._j._cursors.get(iid, {}))
+
+    def has_records(self, iid: bytes) -> bool:
+        jr = self._j
+        return (
+            iid in jr._instances
+            or any(jr._logs.get(iid, {}).values())
+            or bool(jr._mail.get(iid))
+            or bool(jr._streams.get(iid))
+            or bool(jr._cursors.get(iid))
+            or any(k[0] == iid for k in jr._timers)
+        )

@@ -1,0 +1,59 @@
+"""Errors raised by journals and the codec.
+
+The common root, `ActorError`, lives here rather than in `actors` so that
+`storage` never imports `actors`; `actors.errors` re-exports every name below
+and adds the runtime's own errors under the same root.
+"""
+
+from __future__ import annotations
+
+
+class ActorError(Exception):
+    """The root of every error the runtime and its journals raise on purpose."""
+
+
+class EncodeError(ActorError, TypeError):
+    """A value the codec cannot carry; raised before anything is written.
+
+    ``path`` names where the value sits inside what was being encoded, for
+    example ``payload["items"][3]``.
+    """
+
+    def __init__(self, message: str, *, path: str = "", value_type: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.value_type = value_type
+
+
+class JournalCorrupt(ActorError):
+    """A stored record failed to decode; ``database`` and ``key`` say which one."""
+
+    def __init__(self, message: str, *, database: str = "", key: bytes | str = b"") -> None:
+        super().__init__(message)
+        self.database = database
+        self.key = key
+
+
+class JournalFull(ActorError):
+    """The journal has no room left for a transaction; it names the setting to raise."""
+
+
+class JournalLocked(ActorError, RuntimeError):
+    """Another system (in this or another OS process) already owns the journal."""
+
+
+class JournalClosed(ActorError, RuntimeError):
+    """The journal was used before ``open`` or after ``close``."""
+
+
+class Conflict(ActorError):
+    """A transaction's precondition did not hold; nothing of it was written.
+
+    Journals raise it for `Txn.require` checks. ``reason`` is machine-readable
+    (``"missing"``, ``"status"``, ``"epoch"``), ``status`` the status found.
+    """
+
+    def __init__(self, message: str, *, reason: str, status: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
