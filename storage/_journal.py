@@ -263,12 +263,15 @@ class Reader(abc.ABC):
         """That instance's timers, by due time."""
 
     @abc.abstractmethod
-    def due_timers(self, now: float, limit: int = 1000) -> list[TimerRow]:
-        """Timers due at or before epoch ``now``, earliest first."""
+    def due_timers(
+        self, now: float, limit: int = 1000, after: float | None = None
+    ) -> list[TimerRow]:
+        """Timers due at or before epoch ``now`` (and strictly after
+        ``after``, if given), earliest first."""
 
     @abc.abstractmethod
-    def next_due(self) -> float | None:
-        """The earliest timer's due time, or None."""
+    def next_due(self, after: float | None = None) -> float | None:
+        """The earliest due time (strictly after ``after``, if given), or None."""
 
     @abc.abstractmethod
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:

@@ -624,20 +624,27 @@ class _LMDBReader(Reader):
         rows.sort(key=lambda t: (t.due, t.run, t.seq))
         return rows
 
-    def due_timers(self, now: float, limit: int = 1000) -> list[TimerRow]:
+    def due_timers(
+        self, now: float, limit: int = 1000, after: float | None = None
+    ) -> list[TimerRow]:
         bound = j.due_us(now)
         rows: list[TimerRow] = []
-        for key, _ in self._scan("timers", b""):
-            due = _Q.unpack_from(key)[0]
-            if due > bound or len(rows) >= limit:
-                break
-            run, seq = _RUN_SEQ.unpack_from(key, 24)
-            rows.append(TimerRow(due / 1e6, key[8:24], run, seq))
+        with self._txn.cursor(db=self._dbs["timers"]) as cur:
+            start = b"" if after is None else _Q.pack(j.due_us(after) + 1)
+            if not cur.set_range(start):
+                return rows
+            for key in cur.iternext(values=False):
+                due = _Q.unpack_from(key)[0]
+                if due > bound or len(rows) >= limit:
+                    break
+                run, seq = _RUN_SEQ.unpack_from(key, 24)
+                rows.append(TimerRow(due / 1e6, key[8:24], run, seq))
         return rows
 
-    def next_due(self) -> float | None:
+    def next_due(self, after: float | None = None) -> float | None:
         with self._txn.cursor(db=self._dbs["timers"]) as cur:
-            if not cur.first():
+            start = b"" if after is None else _Q.pack(j.due_us(after) + 1)
+            if not cur.set_range(start):
                 return None
             return _Q.unpack_from(cur.key())[0] / 1e6
 

@@ -214,19 +214,26 @@ class _MemoryReader(Reader):
             heapq.heappop(heap)
         return heap
 
-    def due_timers(self, now: float, limit: int = 1000) -> list[TimerRow]:
+    def due_timers(
+        self, now: float, limit: int = 1000, after: float | None = None
+    ) -> list[TimerRow]:
         bound = j.due_us(now)
+        low = -1 if after is None else j.due_us(after)
         rows = [
             TimerRow(due / 1e6, iid, run, seq)
             for (iid, run, seq), due in self._j._timers.items()
-            if due <= bound
+            if low < due <= bound
         ]
         rows.sort(key=lambda t: (t.due, t.iid, t.run, t.seq))
         return rows[:limit]
 
-    def next_due(self) -> float | None:
+    def next_due(self, after: float | None = None) -> float | None:
         heap = self._live_heap()
-        return heap[0][0] / 1e6 if heap else None
+        if after is None:
+            return heap[0][0] / 1e6 if heap else None
+        low = j.due_us(after)
+        later = [due for due in self._j._timers.values() if due > low]
+        return min(later) / 1e6 if later else None
 
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
         values = self._j._streams.get(iid, [])

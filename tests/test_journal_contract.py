@@ -183,6 +183,10 @@ async def test_timers_ordered_by_due_time_and_cancel(make_journal):
             assert abs(r.next_due() - (now - 10)) < 1e-5
             assert [(t.run, t.seq) for t in r.timers(A)] == [(0, 2), (0, 5), (1, 1)]
             assert len(r.due_timers(now + 2000, limit=2)) == 2
+            later = r.due_timers(now + 2000, after=now - 5)
+            assert [(t.iid, t.run, t.seq) for t in later] == [(A, 0, 5), (A, 1, 1)]
+            assert abs(r.next_due(after=now - 5) - (now + 30)) < 1e-5
+            assert r.next_due(after=now + 1000) is None
         # Re-adding moves a timer; cancelling removes it; unknown cancels are fine.
         await commit(
             j, lambda t: (t.add_timer(A, 0, 2, now + 50), t.cancel_timer(B, 0, 1), t.cancel_timer(B, 9, 9))
