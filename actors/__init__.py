@@ -1,1 +1,51 @@
-"""A durable actor runtime for trio (the core lands on top of `storage`)."""
+"""A durable actor runtime for trio.
+
+Processes are plain ``async def`` functions; each instance is an actor with
+its own mailbox, addressed by identity (``orders/o-17`` from the template
+``orders/:order_id``), journaled so that it survives crashes and restarts
+with nothing lost and no recorded side effect repeated.
+
+    async with actors.open_system(LMDBJournal("./state"), processes=[order]) as system:
+        handle = await system.start(order, "o-17", amount=100)
+        await system.send("orders/o-17", approved, {"by": "ann"})
+        print(await handle.result())
+"""
+
+from storage import serializable as serializable
+
+from ._context import Context as Context
+from ._handles import Handle as Handle
+from ._process import (
+    OneForAll as OneForAll,
+    OneForOne as OneForOne,
+    ProcessDef as ProcessDef,
+    RestForOne as RestForOne,
+    process as process,
+)
+from ._records import (
+    InstanceInfo as InstanceInfo,
+    Outcome as Outcome,
+    Retry as Retry,
+    Signal as Signal,
+)
+from ._steps import StepInfo as StepInfo, current_step as current_step
+from ._system import ActorSystem as ActorSystem, open_system as open_system
+from .errors import (
+    ActorError as ActorError,
+    ChildFailed as ChildFailed,
+    ContextError as ContextError,
+    EncodeError as EncodeError,
+    InvalidArguments as InvalidArguments,
+    JournalClosed as JournalClosed,
+    JournalCorrupt as JournalCorrupt,
+    JournalFull as JournalFull,
+    JournalLocked as JournalLocked,
+    LimitExceeded as LimitExceeded,
+    NonDeterminismError as NonDeterminismError,
+    NotDelivered as NotDelivered,
+    ProcessCancelled as ProcessCancelled,
+    ProcessFailed as ProcessFailed,
+    StepFailed as StepFailed,
+    StepTimeout as StepTimeout,
+    UnknownProcess as UnknownProcess,
+)

@@ -1,0 +1,236 @@
+"""`Context`: what a process uses to touch the world. Every method is an effect."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import uuid as _uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from storage import digest
+
+from . import _effects as fx
+from ._effects import VALUE
+from ._records import Retry, Signal
+from .errors import ContextError, InvalidArguments
+
+if TYPE_CHECKING:
+    from ._instance import Actor
+
+__all__ = ["Context"]
+
+
+class Context:
+    """The handle a process gets as its first argument.
+
+    Effects (`wait`, `sleep`, `step`, `call`, ...) are numbered when created
+    and run when awaited (alone) or passed to `first` / `all` / `settled`
+    (together). Replay gives every logged effect its recorded outcome without
+    running it, so a process must create effects deterministically: read time
+    and randomness through ``ctx``, and make concurrency through
+    ``first``/``all``/``settled`` or children, not trio tasks.
+    """
+
+    __slots__ = ("_actor",)
+
+    def __init__(self, actor: Actor) -> None:
+        self._actor = actor
+
+    # -- identity ----------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """This instance's address, e.g. ``"orders/o-17"``."""
+        return self._actor.address
+
+    @property
+    def params(self) -> dict[str, str]:
+        """The path params by name, e.g. ``{"order_id": "o-17"}``."""
+        actor = self._actor
+        return dict(zip(actor.proc.params, actor.record.get("params", ())))
+
+    @property
+    def run(self) -> int:
+        """How many times this instance continued as new (or was restarted)."""
+        return self._actor.run
+
+    def _live(self) -> Actor:
+        actor = self._actor
+        if actor.done:
+            raise ContextError(
+                f"the ctx of {actor.address!r} was used after its process ended; "
+                "use ctx only inside the process function"
+            )
+        return actor
+
+    # -- replay-stable values ------------------------------------------------------
+
+    def _recorded(self, kind: str, make: Callable[[], Any]) -> Any:
+        actor = self._live()
+        effect = fx.Recorded(actor.next_seq(), kind)
+        entry = actor.logged(effect)
+        if entry is not None:
+            return entry[VALUE]
+        value = make()
+        entry = effect.describe()
+        entry[VALUE] = value
+        actor.txn.put_log(actor.iid, actor.run, effect.seq, entry)
+        return value
+
+    def now(self) -> _dt.datetime:
+        """The current time (UTC, timezone-aware), recorded: replay gives the same."""
+        system = self._actor.system
+        return _dt.datetime.fromtimestamp(
+            self._recorded("now", system.epoch_now), tz=_dt.timezone.utc
+        )
+
+    def random(self) -> float:
+        """A float in [0, 1) from the system's random source, recorded."""
+        system = self._actor.system
+        return self._recorded("random", system.random.random)
+
+    def uuid(self) -> _uuid.UUID:
+        """A random UUID (version 4) from the system's random source, recorded."""
+        system = self._actor.system
+        return self._recorded(
+            "uuid", lambda: _uuid.UUID(int=system.random.getrandbits(128), version=4)
+        )
+
+    # -- waiting ------------------------------------------------------------------
+
+    def wait(self, signal: Signal) -> fx.Wait:
+        """An effect that gives the payload of the oldest message of ``signal``.
+
+        Messages that arrived earlier and match are taken first; others stay
+        in the mailbox."""
+        _check_signals((signal,))
+        return fx.Wait(self._live().next_seq(), (signal,), pair=False)
+
+    async def receive(self, *signals: Signal) -> tuple[Signal, Any]:
+        """Wait for the oldest message of any of ``signals``: ``(signal, payload)``."""
+        if not signals:
+            raise InvalidArguments("ctx.receive needs at least one Signal")
+        _check_signals(signals)
+        return await fx.Wait(self._live().next_seq(), signals, pair=True)
+
+    def sleep(self, seconds: float) -> fx.Timer:
+        """A durable timer effect, done ``seconds`` from when it starts."""
+        if not isinstance(seconds, (int, float)) or seconds < 0:
+            raise InvalidArguments(f"ctx.sleep needs seconds >= 0, not {seconds!r}")
+        return fx.Timer(self._live().next_seq(), digest(float(seconds)), float(seconds), None)
+
+    def sleep_until(self, when: _dt.datetime) -> fx.Timer:
+        """A durable timer effect, done at ``when`` (an aware datetime)."""
+        if not isinstance(when, _dt.datetime) or when.tzinfo is None:
+            raise InvalidArguments(
+                f"ctx.sleep_until needs a timezone-aware datetime, not {when!r} "
+                "(use datetime.now(timezone.utc) + timedelta(...))"
+            )
+        until = when.timestamp()
+        return fx.Timer(self._live().next_seq(), digest(until), None, until)
+
+    # -- steps --------------------------------------------------------------------
+
+    def step(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        name: str | None = None,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        compensate: Callable[..., Any] | None = None,
+        validate_input: Callable[[Any], Any] | None = None,
+        validate_output: Callable[[Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> fx.Step:
+        """A step effect: run ``fn(*args, **kwargs)`` (sync in a worker thread,
+        or async) at least once and record its result exactly once.
+
+        Args:
+            name: the step's name in the log and its idempotency key
+                (default: ``fn``'s qualified name).
+            retry: a `Retry`; without one the step runs once.
+            timeout: seconds per attempt; the last attempt timing out raises
+                `StepTimeout`.
+            compensate: called with the step's own arguments to undo it when
+                the process fails (see the saga docs).
+            validate_input / validate_output: callables whose *returned*
+                value is used, so coercions apply; a validation error fails
+                the step at once (`StepFailed`), without retries.
+
+        Raises (when awaited):
+            StepFailed: the last attempt failed; its message names the cause.
+            EncodeError: (at the call) an argument the codec cannot store.
+        """
+        actor = self._live()
+        if not callable(fn):
+            raise InvalidArguments(f"ctx.step needs a callable, not {fn!r}")
+        if retry is not None and not isinstance(retry, Retry):
+            raise InvalidArguments(f"retry= takes actors.Retry(...), not {retry!r}")
+        if timeout is not None and timeout <= 0:
+            raise InvalidArguments(f"timeout= must be > 0 seconds, not {timeout!r}")
+        step_name = name or getattr(fn, "__qualname__", None) or repr(fn)
+        arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
+        occurrence = actor.occurrences.get(step_name, 0) + 1
+        actor.occurrences[step_name] = occurrence
+        key = f"{actor.address}/{actor.run}/{step_name}/{occurrence}"
+        return fx.Step(
+            actor.next_seq(), step_name, arg_hash, fn, args, kwargs,
+            retry=retry, timeout=timeout, compensate=compensate,
+            validate_input=validate_input, validate_output=validate_output, key=key,
+        )  # fmt: skip
+
+    # -- races and joins ----------------------------------------------------------
+
+    def first(self, **effects: fx.Effect) -> fx.First:
+        """Run the effects together; done when the first one is: ``(name, value)``.
+
+        The winner is logged with the input it consumed; losing timers are
+        deleted, losing waits take nothing, losing steps are cancelled."""
+        if not effects:
+            raise InvalidArguments("ctx.first needs at least one effect, by name")
+        _check_effects(effects.values())
+        return fx.First(list(effects.values()), list(effects))
+
+    def all(self, *effects: fx.Effect) -> fx.All:
+        """Run the effects together; their values in argument order. The
+        failure of the lowest-numbered failing effect is raised (the rest are
+        cancelled)."""
+        _check_effects(effects)
+        return fx.All(list(effects), settled=False)
+
+    def settled(self, *effects: fx.Effect) -> fx.All:
+        """Run the effects together; an `Outcome` for each, never raising."""
+        _check_effects(effects)
+        return fx.All(list(effects), settled=True)
+
+    # -- the run --------------------------------------------------------------------
+
+    async def continue_as_new(self, **input: Any) -> NoReturn:
+        """End this run and start a fresh one under the same id with ``input``.
+
+        The log is dropped (replay cost stays bounded); unread messages, the
+        stream, cursors and exports carry over; the run's timers are deleted.
+        Never returns."""
+        from storage import encode
+
+        actor = self._live()
+        actor.proc.check_input(tuple(actor.record.get("params", ())), input)
+        encode(input, what="input")
+        await fx.ContinueAsNew(actor.next_seq(), input)
+        raise AssertionError("unreachable: continue_as_new never returns")  # pragma: no cover
+
+
+def _check_signals(signals: tuple[Signal, ...]) -> None:
+    for signal in signals:
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"expected an actors.Signal, got {signal!r}")
+
+
+def _check_effects(effects: Any) -> None:
+    for effect in effects:
+        if not isinstance(effect, fx.Effect):
+            raise InvalidArguments(
+                f"ctx.first/all/settled take effects (ctx.wait(...), ctx.sleep(...), "
+                f"ctx.step(...), ...), got {effect!r}"
+            )

@@ -1,0 +1,233 @@
+"""Effects: the lazily-run, numbered operations a process awaits.
+
+An effect takes its sequence number when the process *creates* it, and its
+outcome is logged under that number, so ``ctx.all(a, b)`` replays the same
+whichever of ``a`` and ``b`` finished first. Awaiting an effect yields it to
+the instance's driver (see `_instance`), which answers from the log or runs
+it live. Composites (`First`, `All`) have no number of their own: their
+outcome follows from their children's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from ._records import Outcome, Retry, Signal
+
+if TYPE_CHECKING:
+    from ._instance import Actor
+
+# Log entry keys. An entry holding "v" (value) or "e" (error record) is an
+# outcome; one without is a "started" record (a step attempt, a timer's due
+# time) that lets a resumed run continue where the last one stopped.
+KIND, NAME, HASH, VALUE, ERROR = "k", "n", "h", "v", "e"
+
+
+class Effect:
+    """Something a process awaits. Created by `Context` methods only."""
+
+    __slots__ = ("seq", "name", "hash", "done", "value", "error", "parent")
+    kind = "effect"
+
+    def __init__(self, seq: int, name: str = "", hash: bytes = b"") -> None:
+        self.seq = seq
+        self.name = name
+        self.hash = hash
+        self.done = False
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.parent: Composite | None = None
+
+    def __await__(self) -> Generator[Effect, Any, Any]:
+        if not self.done:
+            # The driver answers with the value (send) or the error (throw).
+            return (yield self)
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def leaves(self) -> list[Effect]:
+        return [self]
+
+    def describe(self) -> dict[str, Any]:
+        """Kind, name and argument hash: what the replay check compares."""
+        return {KIND: self.kind, NAME: self.name, HASH: self.hash}
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} effect #{self.seq} {self.name!r}>"
+
+
+class Wait(Effect):
+    """Take the oldest mailbox message whose signal is one of ``signals``."""
+
+    __slots__ = ("signals", "pair")
+    kind = "wait"
+
+    def __init__(self, seq: int, signals: tuple[Signal, ...], pair: bool) -> None:
+        super().__init__(seq, ",".join(s.name for s in signals))
+        self.signals = signals
+        self.pair = pair  # receive() gives (signal, payload); wait() the payload
+
+    def matches(self, name: str) -> Signal | None:
+        for signal in self.signals:
+            if signal.name == name:
+                return signal
+        return None
+
+
+class Timer(Effect):
+    """A durable timer: done when its due time (epoch seconds) passes."""
+
+    __slots__ = ("delay", "until", "due")
+    kind = "sleep"
+
+    def __init__(self, seq: int, hash: bytes, delay: float | None, until: float | None) -> None:
+        super().__init__(seq, "", hash)
+        self.delay = delay
+        self.until = until
+        self.due: float | None = None
+
+
+class Step(Effect):
+    """Run ``fn`` at least once and record its result exactly once."""
+
+    __slots__ = ("fn", "args", "kwargs", "retry", "timeout", "compensate",
+                 "validate_input", "validate_output", "key", "scope")  # fmt: skip
+    kind = "step"
+
+    def __init__(
+        self,
+        seq: int,
+        name: str,
+        hash: bytes,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        retry: Retry | None,
+        timeout: float | None,
+        compensate: Callable[..., Any] | None,
+        validate_input: Callable[[Any], Any] | None,
+        validate_output: Callable[[Any], Any] | None,
+        key: str,
+    ) -> None:
+        super().__init__(seq, name, hash)
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.retry = retry
+        self.timeout = timeout
+        self.compensate = compensate
+        self.validate_input = validate_input
+        self.validate_output = validate_output
+        self.key = key
+        self.scope: Any = None  # the trio.CancelScope of a live run
+
+
+class Recorded(Effect):
+    """A value computed once and replayed: ``ctx.now()``, ``random()``, ``uuid()``."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, seq: int, kind: str) -> None:
+        super().__init__(seq, kind)
+        self.kind = kind
+
+
+class ContinueAsNew(Effect):
+    """End this run and start a fresh one under the same id with new input."""
+
+    __slots__ = ("input",)
+    kind = "continue_as_new"
+
+    def __init__(self, seq: int, input: dict[str, Any]) -> None:
+        super().__init__(seq)
+        self.input = input
+
+
+class Composite(Effect):
+    """A race or join over child effects; unnumbered."""
+
+    __slots__ = ("children", "names")
+
+    def __init__(self, children: list[Effect], names: list[str] | None) -> None:
+        super().__init__(-1)
+        self.children = children
+        self.names = names
+        for child in children:
+            if child.parent is not None or child.done:
+                raise _reused(child)
+            child.parent = self
+
+    def leaves(self) -> list[Effect]:
+        return [leaf for child in self.children for leaf in child.leaves()]
+
+    def child_done(self, child: Effect, actor: Actor) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def settle_from_children(self) -> bool:
+        """Decide the outcome from children already done; True if decided."""
+        raise NotImplementedError  # pragma: no cover
+
+
+def _first_seq(effect: Effect) -> int:
+    return min(leaf.seq for leaf in effect.leaves())
+
+
+def _reused(effect: Effect) -> Exception:
+    from .errors import ContextError
+
+    return ContextError(
+        f"{effect!r} was already awaited or passed to another first/all/settled; "
+        "create a new effect for each use"
+    )
+
+
+class First(Composite):
+    """Done when its first child is: ``(name, value)``, or that child's error."""
+
+    __slots__ = ()
+    kind = "first"
+
+    def settle_from_children(self) -> bool:
+        for name, child in zip(self.names or (), self.children):
+            if child.done:
+                self.done = True
+                if child.error is not None:
+                    self.error = child.error
+                else:
+                    self.value = (name, child.value)
+                return True
+        return False
+
+
+class All(Composite):
+    """``all``: a list of values, or the error of the lowest-numbered failure.
+    ``settled``: a list of `Outcome`, never an error."""
+
+    __slots__ = ("settled",)
+    kind = "all"
+
+    def __init__(self, children: list[Effect], settled: bool) -> None:
+        super().__init__(children, None)
+        self.settled = settled
+
+    def settle_from_children(self) -> bool:
+        if not self.settled:
+            for child in sorted(self.children, key=_first_seq):
+                if child.done and child.error is not None:
+                    self.done = True
+                    self.error = child.error
+                    return True
+        if all(child.done for child in self.children):
+            self.done = True
+            if self.settled:
+                self.value = [
+                    Outcome(ok=c.error is None, value=c.value, error=c.error)
+                    for c in self.children
+                ]
+            else:
+                self.value = [c.value for c in self.children]
+            return True
+        return False

@@ -1,0 +1,116 @@
+"""`Handle`: an address and the incarnation it was obtained for."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from storage.errors import JournalCorrupt
+
+from ._records import error_summary
+from .errors import ProcessCancelled, ProcessFailed
+
+if TYPE_CHECKING:
+    from ._system import ActorSystem
+
+__all__ = ["Handle"]
+
+_TERMINAL = ("completed", "failed", "cancelled")
+
+
+class Handle:
+    """A reference to a process instance, valid across restarts of the system.
+
+    A handle is an address plus the incarnation it was obtained for: after a
+    cancel and a fresh start at the same address, an old handle's `result`
+    raises `ProcessCancelled`. `status` and `id` are plain reads; `result`
+    and `status_changes` wait.
+    """
+
+    __slots__ = ("_system", "_iid", "_address", "_incarnation")
+
+    def __init__(self, system: ActorSystem, iid: bytes, address: str, incarnation: int) -> None:
+        self._system = system
+        self._iid = iid
+        self._address = address
+        self._incarnation = incarnation
+
+    @property
+    def id(self) -> str:
+        """The instance's address, e.g. ``"orders/o-17"``."""
+        return self._address
+
+    @property
+    def status(self) -> str:
+        """``"running"``, ``"suspended"``, ``"completed"``, ``"failed"``,
+        ``"cancelled"``, ``"compensation_stuck"`` or ``"corrupt"``."""
+        status, record = self._system._snapshot(self._iid)
+        if status != "corrupt" and record.get("inc", 0) != self._incarnation:
+            return "cancelled"  # this handle's incarnation was cancelled and replaced
+        return status
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the instance is stuck (e.g. a `NonDeterminismError`), or None."""
+        return self._system._snapshot(self._iid)[1].get("last_error")
+
+    async def result(self) -> Any:
+        """Wait for the instance to finish and return its result.
+
+        Follows continue-as-new runs and restarts.
+
+        Raises:
+            ProcessFailed: it failed; the message carries the original
+                error's type and message.
+            ProcessCancelled: it was cancelled (or this handle's incarnation was).
+            JournalCorrupt: its records do not decode.
+        """
+        async for status in self.status_changes():
+            if status in _TERMINAL or status == "corrupt":
+                break
+        status, record = self._system._snapshot(self._iid)
+        if status == "corrupt":
+            raise JournalCorrupt(
+                f"the records of {self._address!r} do not decode; restore the journal "
+                "or clean the instance up", database="instances", key=self._iid,
+            )  # fmt: skip
+        if record.get("inc", 0) != self._incarnation or status == "cancelled":
+            reason = record.get("reason") or "cancelled"
+            if record.get("inc", 0) != self._incarnation:
+                reason = "this incarnation was cancelled and the address started afresh"
+            raise ProcessCancelled(f"{self._address!r} was cancelled: {reason}", reason=reason)
+        if status == "failed":
+            error = record.get("error") or {}
+            raise ProcessFailed(
+                f"{self._address!r} failed: {error_summary(error)}", error=error
+            )
+        return record.get("result")
+
+    async def cancel(self) -> bool:
+        """Cancel the instance; see `ActorSystem.cancel`."""
+        return await self._system.cancel(self._address)
+
+    async def status_changes(self) -> AsyncIterator[str]:
+        """Yield the current status, then each new one, ending after a
+        terminal status. A slow reader sees the latest status, not a backlog."""
+        last = None
+        while True:
+            event = self._system._status_event(self._iid)
+            status = self.status
+            if status != last:
+                last = status
+                yield status
+            if status in _TERMINAL or status == "corrupt":
+                return
+            await event.wait()
+
+    def __repr__(self) -> str:
+        return f"<Handle {self._address!r}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Handle) and (self._address, self._incarnation) == (
+            other._address, other._incarnation,
+        )  # fmt: skip
+
+    def __hash__(self) -> int:
+        return hash((self._address, self._incarnation))

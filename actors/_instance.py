@@ -1,0 +1,581 @@
+"""The actor: one live instance, its mailbox, and the driver that replays it.
+
+The driver runs the process coroutine by hand (``coro.send``/``coro.throw``):
+every ``await`` on an effect yields the effect up to the driver, which
+answers it from the log (replay: no trio checkpoint at all, so replaying a
+long log is a tight loop) or runs it live. Process code therefore never
+awaits trio directly; if it does, the driver throws `ContextError` into it.
+
+Durability barrier: writes that are not visible outside the instance
+(taking a message, logging a timer's start, status changes) collect in
+``self.txn`` and ride on the next commit; they are submitted when the
+instance suspends, and awaited only at a barrier (before a step's side
+effect, before completing). Replay is deterministic, so losing a ridden
+write in a crash only makes replay take the same message again.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from storage import Ticket, Txn
+from storage.errors import EncodeError, JournalCorrupt
+
+from . import _effects as fx
+from ._effects import ERROR, HASH, KIND, NAME, VALUE, Effect
+from ._records import describe_error, error_summary
+from .errors import ContextError, NonDeterminismError, StepFailed, StepTimeout
+
+if TYPE_CHECKING:
+    from ._context import Context
+    from ._process import ProcessDef
+    from ._system import ActorSystem
+
+
+class _Passivated(Exception):
+    """The driver dropped the instance from memory; nothing more to do."""
+
+
+class _Cancelled(Exception):
+    """The instance was cancelled from outside."""
+
+
+def error_from_entry(entry: dict[str, Any]) -> BaseException:
+    """Rebuild the exception a logged step failure raised in the process."""
+    error = entry[ERROR]
+    cls = StepTimeout if error.get("timeout") else StepFailed
+    return cls(error.get("summary") or error_summary(error), error=error)
+
+
+class Actor:
+    """A live instance. Created and owned by `ActorSystem`."""
+
+    def __init__(
+        self,
+        system: ActorSystem,
+        iid: bytes,
+        address: str,
+        proc: ProcessDef,
+        record: dict[str, Any] | None,
+    ) -> None:
+        self.system = system
+        self.journal = system.journal
+        self.iid = iid
+        self.address = address
+        self.proc = proc
+        self.record: dict[str, Any] = record or {}
+        self.run = self.record.get("run", 0)
+        self.ctx: Context = system._make_context(self)
+        self.log: dict[int, dict[str, Any]] = {}
+        self.seq = 0
+        self.occurrences: dict[str, int] = {}
+        # Unread messages: seq -> (signal name, payload); mail_order is sorted.
+        self.mail: dict[int, tuple[str, Any]] = {}
+        self.mail_order: list[int] = []
+        self.waits: list[fx.Wait] = []  # live waits, by seq
+        self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
+        self.live: set[Effect] = set()  # live leaves
+        self.steps_running = 0
+        self.txn = Txn()
+        self.ticket: Ticket | None = None
+        self.status = "running"
+        self.persisted_status = "running" if record is None else None
+        self.wake = trio.Event()
+        self.root: Effect | None = None
+        self.loaded = False
+        self.cancel_reason: str | None = None
+        self.done = False
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def main(self) -> None:
+        """The actor's task: load, replay, run until terminal or passivated."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self.nursery = nursery
+                if await self._load():
+                    await self._drive()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.done = True
+            self.system._forget(self)
+
+    async def _load(self) -> bool:
+        iid, run = self.iid, self.run
+        try:
+
+            def read(r: Any) -> tuple[Any, ...]:
+                row = r.instance(iid)
+                if row is None:
+                    return None, {}, [], []
+                run_now = row.record.get("run", 0)
+                return row, r.log(iid, run_now), r.mailbox(iid), r.timers(iid)
+
+            row, log, mail, timers = await self.journal.read(read)
+        except JournalCorrupt as exc:
+            await self.system._mark_corrupt(self, exc)
+            return False
+        if row is None or row.status not in ("running", "suspended"):
+            return False
+        self.record = row.record
+        self.run = run = row.record.get("run", 0)
+        self.persisted_status = row.status
+        self.log = log
+        for seq, message in mail:
+            if seq not in self.mail:
+                self.mail[seq] = (message[0], message[1])
+        self.mail_order = sorted(self.mail)
+        for timer in timers:
+            if timer.run != run:  # left behind by an earlier run
+                self.txn.cancel_timer(iid, timer.run, timer.seq)
+        self.loaded = True
+        return True
+
+    def deliver(self, seq: int, name: str, payload: Any) -> None:
+        """A message was committed to this instance's mailbox."""
+        if seq in self.mail or self.done:
+            return
+        self.mail[seq] = (name, payload)
+        if not self.mail_order or seq > self.mail_order[-1]:
+            self.mail_order.append(seq)
+        else:
+            bisect.insort(self.mail_order, seq)
+        if self.loaded:
+            self._match_mail()
+        self.wake.set()
+
+    def cancel(self, reason: str) -> None:
+        """Ask the driver to cancel the instance at its next suspension."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.wake.set()
+
+    # -- the driver ------------------------------------------------------------
+
+    def _new_coroutine(self) -> Coroutine[Any, Any, Any]:
+        input = self.record.get("input") or {}
+        return self.proc.fn(self.ctx, *self.record.get("params", ()), **input)
+
+    async def _drive(self) -> None:
+        coro = self._new_coroutine()
+        send: Any = None
+        throw: BaseException | None = None
+        replayed = 0
+        try:
+            while True:
+                if self.cancel_reason is not None:
+                    raise _Cancelled()
+                try:
+                    if throw is not None:
+                        effect = coro.throw(throw)
+                    else:
+                        effect = coro.send(send)
+                except StopIteration as stop:
+                    await self._complete(stop.value)
+                    return
+                except (_Cancelled, _Passivated):
+                    raise
+                except NonDeterminismError as exc:
+                    await self._suspend_with_error(exc)
+                    return
+                except Exception as exc:
+                    await self._fail(exc)
+                    return
+                send = throw = None
+                if type(effect) is fx.ContinueAsNew:
+                    coro.close()
+                    await self._continue_as_new(effect)
+                    coro = self._new_coroutine()
+                    continue
+                if not isinstance(effect, Effect):
+                    throw = ContextError(
+                        f"process {self.address!r} awaited {effect!r}, which is not a ctx "
+                        "effect; process code may only await ctx effects (use ctx.step for "
+                        "I/O, ctx.sleep for time, ctx.first/all/settled for concurrency)"
+                    )
+                    continue
+                if effect.done or effect.parent is not None:
+                    throw = fx._reused(effect)
+                    continue
+                try:
+                    self._begin(effect)
+                except NonDeterminismError as exc:
+                    await self._suspend_with_error(exc)
+                    return
+                if not effect.done:
+                    await self._wait_for(effect)
+                else:
+                    replayed += 1
+                    if replayed % 2000 == 0:  # a long replay still lets others run
+                        await trio.sleep(0)
+                if effect.error is not None:
+                    throw = effect.error
+                else:
+                    send = effect.value
+        except _Passivated:
+            pass
+        except _Cancelled:
+            await self._record_cancel()
+        finally:
+            coro.close()
+
+    async def _wait_for(self, effect: Effect) -> None:
+        """Wait until ``effect`` is done; passivate if idle long enough."""
+        self.root = effect
+        system = self.system
+        while not effect.done:
+            if self.cancel_reason is not None:
+                raise _Cancelled()
+            if self.steps_running:
+                self.status = "running"
+                await self.wake.wait()
+            else:
+                self._set_status("suspended")
+                self._flush()
+                with trio.move_on_after(system.passivate_after):
+                    await self.wake.wait()
+                if not self.wake.is_set() and not effect.done and self.cancel_reason is None:
+                    await self._passivate()
+            self.wake = trio.Event()
+        self.root = None
+        self._set_status("running")
+
+    async def _passivate(self) -> None:
+        # Invariant: an instance leaves memory only once everything it wrote
+        # is durable, so whoever activates it next reads its latest state.
+        await self._barrier(durable=True)
+        if self.wake.is_set() or self.steps_running or self.cancel_reason is not None:
+            return  # something arrived meanwhile: stay
+        self.system._forget(self)
+        raise _Passivated()
+
+    def _set_status(self, status: str) -> None:
+        if self.status != status:
+            self.status = status
+            self.system._status_changed(self.iid)
+
+    # -- journal writes ------------------------------------------------------
+
+    def _sync_status(self) -> None:
+        if self.status != self.persisted_status and not self.done:
+            self.txn.set_status(self.iid, self.status)
+            self.persisted_status = self.status
+
+    def _flush(self) -> None:
+        """Submit the ridden writes without waiting."""
+        self._sync_status()
+        if self.txn.ops:
+            self.ticket = self.journal.submit(self.txn)
+            self.txn = Txn()
+
+    async def _barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> None:
+        """Commit the ridden writes (plus ``txn``'s) and wait for them."""
+        self._sync_status()
+        pending = self.txn
+        self.txn = Txn()
+        if txn is not None:
+            pending.ops.extend(txn.ops)
+        prior = self.ticket
+        self.ticket = None
+        await self.journal.commit(pending, durable=durable)
+        if prior is not None:
+            await prior.wait()  # already done (submitted earlier); raises its error
+
+    def put_record(self, txn: Txn, status: str, **changes: Any) -> None:
+        self.record.update(changes)
+        self.record["updated"] = self.system.epoch_now()
+        txn.put_instance(
+            self.iid, address=self.address, process=self.proc.template, status=status,
+            record=self.record,
+        )  # fmt: skip
+        self.persisted_status = status
+
+    # -- beginning effects ------------------------------------------------------
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def logged(self, effect: Effect) -> dict[str, Any] | None:
+        """The log entry at the effect's position, checked against it."""
+        entry = self.log.get(effect.seq)
+        if entry is None:
+            return None
+        if entry.get(KIND) != effect.kind or entry.get(NAME) != effect.name or (
+            entry.get(HASH) != effect.hash
+        ):
+            found = {KIND: entry.get(KIND), NAME: entry.get(NAME)}
+            raise NonDeterminismError(
+                f"instance {self.address!r} replayed a different effect at position "
+                f"{effect.seq}: the log holds {_show(entry)}, the code asked for "
+                f"{_show(effect.describe())}. The code changed in a way that does not "
+                "match this instance's history: deploy code that makes the same effects "
+                "in the same order (add new effects after the existing ones), or cancel "
+                "the instance. It stays suspended until then.",
+                address=self.address,
+                position=effect.seq,
+                expected=found,
+                found={KIND: effect.kind, NAME: effect.name},
+            )
+        return entry
+
+    def _begin(self, effect: Effect) -> None:
+        leaves = effect.leaves()
+        started: dict[Effect, dict[str, Any]] = {}
+        for leaf in leaves:
+            entry = self.logged(leaf)
+            if entry is None:
+                continue
+            if VALUE in entry:
+                leaf.done = True
+                leaf.value = self._replayed_value(leaf, entry)
+            elif ERROR in entry:
+                leaf.done = True
+                leaf.error = error_from_entry(entry)
+            else:
+                started[leaf] = entry
+        if isinstance(effect, fx.Composite):
+            _settle_tree(effect)
+        if effect.done:
+            return
+        for leaf in leaves:
+            if effect.done:
+                break
+            if not leaf.done and not _under_done(leaf):
+                self._start_live(leaf, started.get(leaf))
+
+    def _replayed_value(self, leaf: Effect, entry: dict[str, Any]) -> Any:
+        value = entry[VALUE]
+        if type(leaf) is fx.Wait and leaf.pair:
+            return (leaf.matches(entry["s"]), value)
+        return value
+
+    def _start_live(self, leaf: Effect, entry: dict[str, Any] | None) -> None:
+        self.live.add(leaf)
+        kind = type(leaf)
+        if kind is fx.Wait:
+            bisect.insort(self.waits, leaf, key=_seq)
+            self._match_mail()
+        elif kind is fx.Timer:
+            self._start_timer(leaf, entry)
+        elif kind is fx.Step:
+            from ._steps import run_step
+
+            self.steps_running += 1
+            self.nursery.start_soon(run_step, self, leaf, entry)
+        else:
+            self.system._start_effect(self, leaf, entry)
+
+    def finish(
+        self,
+        leaf: Effect,
+        value: Any = None,
+        error: BaseException | None = None,
+        entry: dict[str, Any] | None = None,
+    ) -> None:
+        """Complete a live leaf, log ``entry`` (ridden), and settle parents."""
+        if leaf not in self.live:
+            return  # it lost a race and was abandoned
+        self.live.discard(leaf)
+        leaf.done = True
+        leaf.value = value
+        leaf.error = error
+        if entry is not None:
+            self.txn.put_log(self.iid, self.run, leaf.seq, entry)
+        node: Effect = leaf
+        parent = node.parent
+        while parent is not None and not parent.done:
+            if not parent.settle_from_children():
+                break
+            for other in parent.leaves():
+                if other in self.live:
+                    self._abandon(other)
+            node = parent
+            parent = node.parent
+        root = self.root
+        if root is not None and root.done:
+            self.wake.set()
+
+    def _abandon(self, leaf: Effect) -> None:
+        """Stop a live leaf that lost a race (or whose join failed)."""
+        self.live.discard(leaf)
+        kind = type(leaf)
+        if kind is fx.Wait:
+            self.waits.remove(leaf)  # it takes nothing
+        elif kind is fx.Timer:
+            self.timers.pop(leaf.seq, None)
+            self.txn.cancel_timer(self.iid, self.run, leaf.seq)
+        elif kind is fx.Step:
+            if leaf.scope is not None:
+                leaf.scope.cancel()
+        else:
+            self.system._abandon_effect(self, leaf)
+
+    # -- mail and timers -----------------------------------------------------------
+
+    def _match_mail(self) -> None:
+        # Invariant: a message is in self.mail or in the log (taken), never
+        # both; the oldest matching message goes to the lowest-numbered wait.
+        if not self.waits or not self.mail:
+            return
+        for wait in list(self.waits):
+            if wait not in self.live:
+                continue
+            for i, mseq in enumerate(self.mail_order):
+                name, payload = self.mail[mseq]
+                signal = wait.matches(name)
+                if signal is None:
+                    continue
+                del self.mail[mseq]
+                del self.mail_order[i]
+                self.waits.remove(wait)
+                self.txn.take_message(self.iid, mseq)
+                entry = wait.describe()
+                entry[VALUE] = payload
+                entry["m"] = mseq
+                if wait.pair:
+                    entry["s"] = name
+                self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
+                break
+            if not self.mail:
+                return
+
+    def _start_timer(self, timer: fx.Timer, entry: dict[str, Any] | None) -> None:
+        if entry is not None:
+            due = entry["due"]
+        else:
+            due = timer.until if timer.until is not None else self.system.epoch_now() + (
+                timer.delay or 0.0
+            )
+            started = timer.describe()
+            started["due"] = due
+            self.txn.put_log(self.iid, self.run, timer.seq, started)
+            self.txn.add_timer(self.iid, self.run, timer.seq, due)
+        timer.due = due
+        self.timers[timer.seq] = timer
+        if due <= self.system.epoch_now():
+            self._fire(timer)
+        else:
+            self.system.timers.schedule(due, self.iid)
+
+    def timers_due(self, now: float) -> None:
+        """Fire every live timer due at epoch ``now`` (called by the timer service)."""
+        for timer in [t for t in self.timers.values() if t.due is not None and t.due <= now]:
+            self._fire(timer)
+
+    def _fire(self, timer: fx.Timer) -> None:
+        self.timers.pop(timer.seq, None)
+        self.txn.cancel_timer(self.iid, self.run, timer.seq)
+        entry = timer.describe()
+        entry[VALUE] = None
+        entry["due"] = timer.due
+        self.finish(timer, None, None, entry)
+
+    # -- ends -------------------------------------------------------------------
+
+    def _check_log_consumed(self) -> None:
+        extra = [seq for seq in self.log if seq > self.seq]
+        if extra:
+            entry = self.log[min(extra)]
+            raise NonDeterminismError(
+                f"instance {self.address!r} finished replaying at position {self.seq}, but "
+                f"its log goes on with {_show(entry)} at position {min(extra)}: the code "
+                "now skips effects its history made; deploy code that matches the "
+                "history, or cancel the instance. It stays suspended until then.",
+                address=self.address,
+                position=min(extra),
+                expected={KIND: entry.get(KIND), NAME: entry.get(NAME)},
+                found=None,
+            )
+
+    async def _complete(self, value: Any) -> None:
+        try:
+            self._check_log_consumed()
+        except NonDeterminismError as exc:
+            await self._suspend_with_error(exc)
+            return
+        txn = Txn()
+        try:
+            self.put_record(txn, "completed", result=value, last_error=None)
+        except EncodeError as exc:
+            self.record.pop("result", None)
+            await self._fail(exc)
+            return
+        await self._end("completed", txn)
+
+    async def _fail(self, exc: BaseException) -> None:
+        error = describe_error(exc)
+        txn = Txn()
+        self.put_record(txn, "failed", error=error, last_error=None)
+        await self._end("failed", txn)
+
+    async def _record_cancel(self) -> None:
+        txn = Txn()
+        self.put_record(txn, "cancelled", reason=self.cancel_reason, last_error=None)
+        await self._end("cancelled", txn)
+
+    async def _end(self, status: str, txn: Txn) -> None:
+        for timer in list(self.timers.values()):
+            txn.cancel_timer(self.iid, self.run, timer.seq)
+        self.timers.clear()
+        await self._barrier(txn)
+        self.status = status
+        self.done = True
+        self.system._status_changed(self.iid)
+        self.system._ended(self, status)
+
+    async def _suspend_with_error(self, exc: BaseException) -> None:
+        """Keep the instance suspended with ``last_error`` (never failed or lost)."""
+        txn = Txn()
+        self.put_record(txn, "suspended", last_error=f"{type(exc).__name__}: {exc}")
+        self.status = "suspended"
+        await self._barrier(txn, durable=True)
+        self.system._status_changed(self.iid)
+        self.system._forget(self)
+
+    async def _continue_as_new(self, effect: fx.ContinueAsNew) -> None:
+        txn = Txn()
+        txn.drop_log(self.iid, self.run)
+        for timer in list(self.timers.values()):
+            txn.cancel_timer(self.iid, self.run, timer.seq)
+        self.timers.clear()
+        for leaf in list(self.live):
+            self._abandon(leaf)
+        self.run += 1
+        self.put_record(txn, "running", run=self.run, input=effect.input, last_error=None)
+        self.txn.ops.extend(txn.ops)
+        self._flush()
+        self.log = {}
+        self.seq = 0
+        self.occurrences = {}
+
+
+def _seq(effect: Effect) -> int:
+    return effect.seq
+
+
+def _show(entry: dict[str, Any]) -> str:
+    name = entry.get(NAME)
+    return f"{entry.get(KIND)} {name!r}" if name else str(entry.get(KIND))
+
+
+def _settle_tree(effect: fx.Composite) -> bool:
+    for child in effect.children:
+        if isinstance(child, fx.Composite) and not child.done:
+            _settle_tree(child)
+    return effect.settle_from_children()
+
+
+def _under_done(leaf: Effect) -> bool:
+    parent = leaf.parent
+    while parent is not None:
+        if parent.done:
+            return True
+        parent = parent.parent
+    return False
+
+

@@ -1,0 +1,182 @@
+"""The ``@process`` definition: a path template, a function, its supervision."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+
+from .errors import InvalidArguments
+
+__all__ = ["process", "ProcessDef", "OneForOne", "OneForAll", "RestForOne", "RESTART_TYPES"]
+
+RESTART_TYPES = ("permanent", "transient", "temporary")
+
+# Keywords the runtime's own calls take, so process input may not use them.
+RESERVED = {
+    "start": {"signal", "payload"},  # signal_with_start
+    "spawn": {"restart"},
+    "step": {"name", "retry", "timeout", "compensate", "validate_input", "validate_output"},
+}
+_ALL_RESERVED = set().union(*RESERVED.values())
+
+
+@attrs.frozen(slots=True)
+class _Strategy:
+    max_restarts: int = 3
+    within: float = 5.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_restarts < 0 or self.within <= 0:
+            raise ValueError("supervision needs max_restarts >= 0 and within > 0")
+
+
+@attrs.frozen(slots=True)
+class OneForOne(_Strategy):
+    """Restart only the child that crashed (the default: 3 restarts within 5 s)."""
+
+
+@attrs.frozen(slots=True)
+class OneForAll(_Strategy):
+    """When a child crashes, restart it and all its siblings."""
+
+
+@attrs.frozen(slots=True)
+class RestForOne(_Strategy):
+    """When a child crashes, restart it and the siblings started after it."""
+
+
+@attrs.frozen(slots=True, eq=False)
+class ProcessDef:
+    """A process definition made by `process`. Call ``resolve(*params)`` for an
+    address; pass the definition itself to ``open_system(processes=[...])``."""
+
+    template: str
+    fn: Callable[..., Awaitable[Any]]
+    params: tuple[str, ...]
+    restart: str
+    supervision: _Strategy
+    signature: inspect.Signature
+
+    def resolve(self, *params: Any) -> str:
+        """The address of the instance with these path params.
+
+        Raises:
+            InvalidArguments: wrong number of params, or one that is not a
+                non-empty str without "/".
+        """
+        if len(params) != len(self.params):
+            names = ", ".join(self.params) or "none"
+            raise InvalidArguments(
+                f"process {self.template!r} takes {len(self.params)} path param(s) "
+                f"({names}), got {len(params)}: {params!r}"
+            )
+        parts = self.template.split("/")
+        values = iter(params)
+        out = []
+        for part in parts:
+            if part.startswith(":"):
+                value = next(values)
+                if not isinstance(value, str) or not value or "/" in value:
+                    raise InvalidArguments(
+                        f"path param {part[1:]!r} of {self.template!r} must be a non-empty "
+                        f"str without '/', got {value!r}"
+                    )
+                out.append(value)
+            else:
+                out.append(part)
+        return "/".join(out)
+
+    def check_input(self, params: tuple[Any, ...], input: dict[str, Any]) -> None:
+        """Raise `InvalidArguments` unless ``fn(ctx, *params, **input)`` binds."""
+        try:
+            self.signature.bind(None, *params, **input)
+        except TypeError as exc:
+            raise InvalidArguments(
+                f"input {sorted(input)} does not fit process {self.template!r} "
+                f"({self.fn.__qualname__}{self.signature}): {exc}"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"<process {self.template!r} {self.fn.__qualname__}>"
+
+
+def process(
+    path: str,
+    *,
+    restart: str = "temporary",
+    supervision: _Strategy | None = None,
+) -> Callable[[Callable[..., Awaitable[Any]]], ProcessDef]:
+    """Define a process: ``@process("orders/:order_id")`` over
+    ``async def order(ctx, order_id, *, amount)``.
+
+    The template is the definition's identity in the journal: keep it when
+    the code changes. Path params (``:name``) become the function's
+    positional parameters after ``ctx``; everything else is keyword input.
+    Nothing is registered globally: pass the definition to `open_system`.
+
+    Args:
+        path: the template, segments separated by "/"; ``:name`` segments are params.
+        restart: what the system does when a top-level instance crashes:
+            ``"temporary"`` (default, never restarted), ``"transient"``,
+            ``"permanent"``.
+        supervision: the strategy for this process's children (default
+            ``OneForOne(max_restarts=3, within=5)``).
+
+    Raises:
+        InvalidArguments: a bad template, a function that is not ``async def``,
+            params that do not match the template, or input parameters that
+            use a reserved keyword name.
+    """
+    if not isinstance(path, str) or not path or path.startswith("/") or path.endswith("/"):
+        raise InvalidArguments(f"process path {path!r} must be like 'orders/:order_id'")
+    segments = path.split("/")
+    if any(not s or s == ":" for s in segments):
+        raise InvalidArguments(f"process path {path!r} has an empty segment or param name")
+    names = tuple(s[1:] for s in segments if s.startswith(":"))
+    if len(set(names)) != len(names):
+        raise InvalidArguments(f"process path {path!r} repeats a param name")
+    if restart not in RESTART_TYPES:
+        raise InvalidArguments(f"restart must be one of {RESTART_TYPES}, not {restart!r}")
+
+    def define(fn: Callable[..., Awaitable[Any]]) -> ProcessDef:
+        if not inspect.iscoroutinefunction(fn):
+            raise InvalidArguments(
+                f"@process({path!r}) needs an 'async def' function, got {fn!r}"
+            )
+        signature = inspect.signature(fn)
+        positional = [
+            p for p in signature.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]  # fmt: skip
+        if not positional:
+            raise InvalidArguments(f"{fn.__qualname__} must take ctx as its first parameter")
+        fn_params = tuple(p.name for p in positional[1 : 1 + len(names)])
+        if len(fn_params) != len(names):
+            raise InvalidArguments(
+                f"{fn.__qualname__} must take the path params {names} after ctx"
+            )
+        clashes = sorted(
+            name for name in list(signature.parameters)[1 + len(names) :] if name in _ALL_RESERVED
+        )
+        if clashes:
+            raise InvalidArguments(
+                f"{fn.__qualname__} uses reserved keyword name(s) {clashes} for input "
+                f"(the runtime's own calls take them: {_describe_reserved()}); rename them"
+            )
+        return ProcessDef(
+            template=path,
+            fn=fn,
+            params=names,
+            restart=restart,
+            supervision=supervision if supervision is not None else OneForOne(),
+            signature=signature,
+        )
+
+    return define
+
+
+def _describe_reserved() -> str:
+    return "; ".join(f"{call}: {', '.join(sorted(names))}" for call, names in RESERVED.items())

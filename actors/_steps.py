@@ -1,0 +1,217 @@
+"""Running steps: attempts, retries with backoff, timeouts, idempotency keys.
+
+A step runs its function at least once and records its result exactly once.
+Before each attempt its start (attempt number, idempotency key) is made
+durable, so after a crash the step continues with the next attempt, and the
+external system can deduplicate on the key. Sync functions run in a worker
+thread (never blocking the trio loop), at most ``max_sync_steps`` at once;
+a queued step's timeout starts only when it runs.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from storage import encode
+from storage._clock import AutojumpHold
+from storage.errors import EncodeError
+
+from ._effects import ERROR, VALUE
+from ._records import describe_error, error_summary
+from .errors import ContextError, StepFailed, StepTimeout
+
+if TYPE_CHECKING:
+    from ._effects import Step
+    from ._instance import Actor
+
+__all__ = ["StepInfo", "current_step", "run_step"]
+
+
+@attrs.frozen(slots=True)
+class StepInfo:
+    """What a step's function can learn about the attempt running it.
+
+    ``key`` is the idempotency key, ``<id>/<run>/<step name>/<occurrence>``
+    (``.../compensate`` for a compensation): stable across retries and
+    restarts, so the external system can deduplicate on it. ``attempt``
+    counts from 1 and keeps counting across restarts. ``forward_result`` is,
+    in a compensation, the recorded result of the step it undoes.
+    """
+
+    key: str
+    name: str
+    attempt: int
+    instance: str
+    forward_result: Any = None
+
+
+_current: contextvars.ContextVar[StepInfo] = contextvars.ContextVar("actors_step")
+
+
+def current_step() -> StepInfo:
+    """The `StepInfo` of the step whose function is running.
+
+    Raises:
+        ContextError: called outside a step's function.
+    """
+    try:
+        return _current.get()
+    except LookupError:
+        raise ContextError(
+            "actors.current_step() is only available inside a function run by ctx.step"
+        ) from None
+
+
+async def call_once(
+    actor: Actor, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+    timeout: float | None, info: StepInfo,
+) -> Any:  # fmt: skip
+    """Run one attempt of ``fn`` with ``info`` as `current_step`, under ``timeout``."""
+    token = _current.set(info)
+    try:
+        if inspect.iscoroutinefunction(fn):
+            with trio.fail_after(timeout if timeout is not None else float("inf")):
+                return await fn(*args, **kwargs)
+        limiter = actor.system.step_limiter
+        async with limiter:
+            hold = AutojumpHold.current()
+            if hold is not None:
+                hold.acquire()
+            try:
+                with trio.fail_after(timeout if timeout is not None else float("inf")):
+                    return await trio.to_thread.run_sync(
+                        _call_sync, fn, args, kwargs, abandon_on_cancel=True,
+                        limiter=actor.system.thread_limiter,
+                    )  # fmt: skip
+            finally:
+                if hold is not None:
+                    hold.release()
+    finally:
+        _current.reset(token)
+
+
+def _call_sync(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+        raise ContextError(
+            f"step function {fn!r} returned an awaitable from a sync call; make it "
+            "'async def' so the runtime awaits it"
+        )
+    return result
+
+
+async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> None:
+    """Run a live step to its recorded outcome (a task in the actor's nursery)."""
+    system = actor.system
+    retry = step.retry
+    attempt = started.get("a", 0) if started else 0
+    failures = started.get("f", 0) if started else 0
+    limit = retry.attempts if retry is not None else 1
+    entry_base = step.describe()
+    try:
+        with trio.CancelScope() as scope:
+            step.scope = scope
+            args, kwargs = step.args, step.kwargs
+            if step.validate_input is not None:
+                try:
+                    args, kwargs = _validated_input(step, args, kwargs)
+                except Exception as exc:
+                    _finish_failed(actor, step, entry_base, exc, attempt, "input validation")
+                    return
+            while True:
+                attempt += 1
+                record = dict(entry_base, a=attempt, f=failures, key=step.key)
+                await actor._barrier(_log_txn(actor, step.seq, record))
+                info = StepInfo(step.key, step.name, attempt, actor.address)
+                timed_out = False
+                try:
+                    value = await call_once(actor, step.fn, args, kwargs, step.timeout, info)
+                except trio.TooSlowError as exc:
+                    timed_out = True
+                    cause: BaseException = exc
+                except Exception as exc:
+                    cause = exc
+                else:
+                    if step.validate_output is not None:
+                        try:
+                            value = step.validate_output(value)
+                        except Exception as exc:
+                            _finish_failed(actor, step, entry_base, exc, attempt, "output validation")
+                            return
+                    try:
+                        encode(value, what=f"result of step {step.name!r}")
+                    except EncodeError as exc:
+                        _finish_failed(actor, step, entry_base, exc, attempt, "result encoding")
+                        return
+                    entry = dict(entry_base)
+                    entry[VALUE] = value
+                    actor.finish(step, value, None, entry)
+                    actor._flush()
+                    return
+                failures += 1
+                retryable = retry is not None and not isinstance(cause, retry.non_retryable)
+                if not retryable or failures >= limit:
+                    _finish_failed(actor, step, entry_base, cause, attempt, None, timed_out)
+                    return
+                await trio.sleep(retry.delay(failures, system.random.random()))
+    finally:
+        step.scope = None
+        actor.steps_running -= 1
+        actor.wake.set()
+
+
+def _log_txn(actor: Actor, seq: int, entry: dict[str, Any]) -> Any:
+    from storage import Txn
+
+    txn = Txn()
+    txn.put_log(actor.iid, actor.run, seq, entry)
+    return txn
+
+
+def _validated_input(
+    step: Step, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    assert step.validate_input is not None
+    if kwargs or len(args) != 1:
+        checked = step.validate_input({"args": list(args), "kwargs": kwargs})
+        return tuple(checked.get("args", args)), dict(checked.get("kwargs", kwargs))
+    return (step.validate_input(args[0]),), kwargs
+
+
+def _finish_failed(
+    actor: Actor,
+    step: Step,
+    entry_base: dict[str, Any],
+    cause: BaseException,
+    attempt: int,
+    stage: str | None,
+    timed_out: bool = False,
+) -> None:
+    error = describe_error(cause)
+    if timed_out:
+        error["timeout"] = True
+        summary = (
+            f"step {step.name!r} timed out after {step.timeout} s on attempt {attempt} "
+            f"(of {actor.address!r})"
+        )
+        exc: StepFailed = StepTimeout(summary, error=error)
+    else:
+        what = f"{stage} failed" if stage else f"failed on attempt {attempt}"
+        summary = f"step {step.name!r} {what} (of {actor.address!r}): {error_summary(error)}"
+        exc = StepFailed(summary, error=error)
+    error["summary"] = summary
+    if stage:
+        error["stage"] = stage
+    entry = dict(entry_base)
+    entry[ERROR] = error
+    exc.__cause__ = cause
+    actor.finish(step, None, exc, entry)
+    actor._flush()

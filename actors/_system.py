@@ -1,0 +1,541 @@
+"""`ActorSystem` and `open_system`: routing, activation, recovery, shutdown."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random as _random
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from storage import LIVE_STATUSES, Journal, Txn, encode, instance_id
+from storage.errors import Conflict, JournalCorrupt
+
+from ._context import Context
+from ._handles import Handle
+from ._instance import Actor
+from ._process import ProcessDef
+from ._records import InstanceInfo, Signal
+from ._timers import TimerService
+from .errors import InvalidArguments, NotDelivered, UnknownProcess
+
+__all__ = ["ActorSystem", "open_system"]
+
+log = logging.getLogger("actors")
+
+_FINISHED_WORDS = {
+    "completed": "it completed",
+    "failed": "it failed",
+    "cancelled": "it was cancelled",
+    "compensation_stuck": "it is parked in compensation_stuck",
+    "corrupt": "its records are corrupt",
+}
+
+
+class ActorSystem:
+    """The runtime: owns a journal, routes messages, runs live instances.
+
+    Get one from `open_system`; every method is safe to call from any task
+    of the trio run that opened it.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        processes: Iterable[ProcessDef],
+        random: _random.Random | None,
+        *,
+        passivate_after: float,
+        max_sync_steps: int,
+        max_payload: int,
+        now: Callable[[], float],
+    ) -> None:
+        self.journal = journal
+        self.random = random if random is not None else _random.Random()
+        self.passivate_after = passivate_after
+        self.max_payload = max_payload
+        self.step_limiter = trio.CapacityLimiter(max_sync_steps)
+        # Steps acquire step_limiter themselves (so a queued step's timeout
+        # starts only when it runs); abandoned threads still hold this one.
+        self.thread_limiter = trio.CapacityLimiter(math.inf)
+        self._procs: dict[str, ProcessDef] = {}
+        for proc in processes:
+            if not isinstance(proc, ProcessDef):
+                raise InvalidArguments(
+                    f"processes=[...] takes definitions made with @actors.process, got {proc!r}"
+                )
+            if proc.template in self._procs and self._procs[proc.template] is not proc:
+                raise InvalidArguments(
+                    f"two process definitions share the template {proc.template!r}; "
+                    "a template names one definition (keep it when the code changes)"
+                )
+            self._procs[proc.template] = proc
+        self._wall = now
+        self._offset = 0.0
+        self._live: dict[bytes, Actor] = {}
+        self._activating: set[bytes] = set()
+        self._creating: dict[bytes, trio.Event] = {}
+        self._status_events: dict[bytes, trio.Event] = {}
+        self.timers = TimerService(self)
+        self._nursery: trio.Nursery | None = None
+        self._closing = False
+
+    # -- time ------------------------------------------------------------------
+
+    def epoch_now(self) -> float:
+        """Wall-clock epoch seconds, advancing with trio's clock (so with a MockClock too)."""
+        return trio.current_time() + self._offset
+
+    def trio_time(self, epoch: float) -> float:
+        """The trio clock reading at which epoch time ``epoch`` arrives."""
+        return epoch - self._offset
+
+    # -- lookups ---------------------------------------------------------------
+
+    def _proc(self, proc: ProcessDef | str) -> ProcessDef:
+        template = proc.template if isinstance(proc, ProcessDef) else proc
+        found = self._procs.get(template)
+        if found is None:
+            known = ", ".join(sorted(self._procs)) or "none"
+            raise UnknownProcess(
+                f"process {template!r} is not registered with this system (registered: "
+                f"{known}); pass it in open_system(journal, processes=[...])"
+            )
+        return found
+
+    def _make_context(self, actor: Actor) -> Context:
+        return Context(actor)
+
+    def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]:
+        actor = self._live.get(iid)
+        if actor is not None and actor.loaded:
+            return actor.status, actor.record
+        try:
+            with self.journal.reader() as r:
+                row = r.instance(iid)
+        except JournalCorrupt:
+            return "corrupt", {}
+        if row is None:
+            return "unknown", {}
+        return row.status, row.record
+
+    # -- public API ------------------------------------------------------------
+
+    async def start(self, proc: ProcessDef | str, *params: str, **input: Any) -> Handle:
+        """Start an instance of ``proc`` at the address its params give.
+
+        Idempotent: an existing live or finished instance at that address is
+        returned as it is; a cancelled one starts afresh. Returns once the
+        instance is durably recorded.
+
+        Args:
+            proc: a registered definition, or its path template.
+            *params: fill the template's path params, in order.
+            **input: the process's keyword input.
+
+        Raises:
+            UnknownProcess: ``proc`` is not registered with this system.
+            InvalidArguments: wrong params or input for the process.
+            EncodeError: input the codec cannot store (nothing is written).
+        """
+        handle, _ = await self._start(self._proc(proc), params, input, None)
+        return handle
+
+    async def signal_with_start(
+        self,
+        proc: ProcessDef | str,
+        *params: str,
+        signal: Signal,
+        payload: Any = None,
+        **input: Any,
+    ) -> Handle:
+        """Send ``signal`` to the instance, creating it first if it is absent
+        or cancelled, in one transaction.
+
+        Raises:
+            NotDelivered: the instance exists and is finished; nothing stored.
+            UnknownProcess, InvalidArguments, EncodeError: as for `start`.
+        """
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"signal= takes an actors.Signal, not {signal!r}")
+        handle, created = await self._start(self._proc(proc), params, input, (signal, payload))
+        return handle
+
+    async def _start(
+        self,
+        proc: ProcessDef,
+        params: tuple[Any, ...],
+        input: dict[str, Any],
+        message: tuple[Signal, Any] | None,
+        *,
+        parent: str | None = None,
+        address: str | None = None,
+    ) -> tuple[Handle, bool]:
+        own_address = proc.resolve(*params)
+        address = address or own_address
+        proc.check_input(params, input)
+        encode(input, what="input")
+        iid = instance_id(address)
+        while True:
+            actor = self._live.get(iid)
+            if actor is not None and actor.loaded and not actor.done:
+                if message is not None:
+                    await self._send_iid(iid, address, *message)
+                return Handle(self, iid, address, actor.record.get("inc", 1)), False
+            waiting = self._creating.get(iid)
+            if waiting is None:
+                break
+            await waiting.wait()
+        self._creating[iid] = done = trio.Event()
+        try:
+            row = await self.journal.read(lambda r: r.instance(iid))
+            if row is not None and row.address != address:
+                raise InvalidArguments(
+                    f"address {address!r} collides with {row.address!r} in the journal"
+                )
+            if row is not None and row.status != "cancelled":
+                if message is not None:
+                    await self._send_iid(iid, address, *message)
+                return Handle(self, iid, address, row.record.get("inc", 1)), False
+            now = self.epoch_now()
+            record = {
+                "params": list(params), "input": input, "run": 0,
+                "inc": (row.record.get("inc", 0) + 1) if row is not None else 1,
+                "created": now, "updated": now, "parent": parent,
+            }  # fmt: skip
+            txn = Txn()
+            if row is not None:
+                txn.delete_instance(iid)  # a cancelled one starts afresh
+            txn.put_instance(
+                iid, address=address, process=proc.template, status="running", record=record
+            )
+            if message is not None:
+                self._append(txn, iid, message[0], message[1])
+            results = await self.journal.commit(txn)
+            actor = Actor(self, iid, address, proc, record)
+            actor.loaded = True
+            if message is not None and results:
+                actor.deliver(results[0], message[0].name, message[1])
+            self._run_actor(actor)
+            self._status_changed(iid)
+            return Handle(self, iid, address, record["inc"]), True
+        finally:
+            del self._creating[iid]
+            done.set()
+
+    def _append(self, txn: Txn, iid: bytes, signal: Signal, payload: Any) -> None:
+        txn.append_message(iid, [signal.name, payload, self.epoch_now()])
+        size = len(txn.ops[-1][2])
+        if size > self.max_payload:
+            from .errors import LimitExceeded
+
+            raise LimitExceeded(
+                f"the {signal.name!r} payload encodes to {size} bytes, over the "
+                f"max_payload={self.max_payload} limit; send a reference (an id or a "
+                "path) instead, or raise open_system(max_payload=...)"
+            )
+
+    async def send(self, address: str, signal: Signal, payload: Any = None) -> None:
+        """Persist a message in the mailbox of the instance at ``address``.
+
+        Returns once the message is durable (not once it is processed). A
+        passivated instance is live: the message wakes it.
+
+        Raises:
+            NotDelivered: no live instance has that address (unknown, or
+                finished, cancelled, parked); ``reason`` says which. Nothing
+                is stored.
+            EncodeError: a payload the codec cannot store; nothing is stored.
+        """
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
+        if not isinstance(address, str):
+            raise InvalidArguments(f"send takes a str address, not {address!r}")
+        await self._send_iid(instance_id(address), address, signal, payload)
+
+    async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
+        txn = Txn()
+        txn.require(iid, LIVE_STATUSES)
+        self._append(txn, iid, signal, payload)
+        try:
+            (seq,) = await self.journal.commit(txn)
+        except Conflict as exc:
+            raise self._not_delivered(address, exc) from None
+        actor = self._live.get(iid)
+        if actor is not None and not actor.done:
+            actor.deliver(seq, signal.name, payload)
+        else:
+            self._activate(iid)
+
+    def _not_delivered(self, address: str, exc: Conflict) -> NotDelivered:
+        if exc.reason == "missing":
+            return NotDelivered(
+                f"no instance at {address!r}; start one first (system.start or "
+                "signal_with_start) or check the address",
+                address=address,
+                reason="unknown",
+            )
+        status = exc.status or "finished"
+        words = _FINISHED_WORDS.get(status, f"it is {status}")
+        return NotDelivered(
+            f"no live instance at {address!r} ({words}); start a new one or check the address",
+            address=address,
+            reason=status,
+        )
+
+    def get(self, address: str) -> Handle | None:
+        """The handle of the instance at ``address``, live, passivated or
+        finished; None if there is none."""
+        iid = instance_id(address)
+        actor = self._live.get(iid)
+        if actor is not None and actor.loaded:
+            return Handle(self, iid, address, actor.record.get("inc", 1))
+        try:
+            with self.journal.reader() as r:
+                row = r.instance(iid)
+        except JournalCorrupt:
+            return Handle(self, iid, address, 0)
+        if row is None:
+            return None
+        return Handle(self, iid, address, row.record.get("inc", 1))
+
+    async def query(
+        self, status: str | None = None, process: ProcessDef | str | None = None
+    ) -> AsyncIterator[InstanceInfo]:
+        """Iterate instances (live and on disk) with that status and process.
+
+        Args:
+            status: one of the statuses, or None for any.
+            process: a definition or its template, or None for any.
+        """
+        template = None
+        if process is not None:
+            template = process.template if isinstance(process, ProcessDef) else process
+        if status is not None and status not in _STATUSES:
+            raise InvalidArguments(f"status must be one of {_STATUSES}, not {status!r}")
+        rows = await self.journal.read(lambda r: list(r.instances(None, template)))
+        for row in rows:
+            actor = self._live.get(row.iid)
+            current = actor.status if actor is not None and actor.loaded else row.status
+            record = actor.record if actor is not None and actor.loaded else row.record
+            if status is not None and current != status:
+                continue
+            yield InstanceInfo(
+                id=row.address,
+                process=row.process,
+                status=current,
+                created=record.get("created"),
+                updated=record.get("updated"),
+                last_error=record.get("last_error"),
+            )
+
+    async def cancel(self, address: str) -> bool:
+        """Cancel the instance at ``address``.
+
+        Returns True once it is recorded as cancelled, False if there was
+        nothing live to cancel. A cancelled address can be started afresh.
+        """
+        iid = instance_id(address)
+        return await self._cancel_iid(iid, address, "cancelled by system.cancel")
+
+    async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool:
+        actor = self._live.get(iid)
+        if actor is not None and not actor.done:
+            actor.cancel(reason)
+            while not actor.done:
+                await self._status_event(iid).wait()
+            return actor.status == "cancelled"
+        row, timers = await self.journal.read(lambda r: (r.instance(iid), r.timers(iid)))
+        if row is None or row.status not in ("running", "suspended", "compensation_stuck"):
+            return False
+        record = dict(row.record, reason=reason, updated=self.epoch_now(), last_error=None)
+        txn = Txn()
+        txn.require(iid, frozenset({"running", "suspended", "compensation_stuck"}))
+        txn.put_instance(
+            iid, address=row.address, process=row.process, status="cancelled", record=record
+        )
+        for timer in timers:
+            txn.cancel_timer(iid, timer.run, timer.seq)
+        try:
+            await self.journal.commit(txn)
+        except Conflict:
+            return False
+        self._status_changed(iid)
+        return True
+
+    # -- status notifications ------------------------------------------------------
+
+    def _status_event(self, iid: bytes) -> trio.Event:
+        event = self._status_events.get(iid)
+        if event is None:
+            event = self._status_events[iid] = trio.Event()
+        return event
+
+    def _status_changed(self, iid: bytes) -> None:
+        event = self._status_events.pop(iid, None)
+        if event is not None:
+            event.set()
+
+    # -- activation ------------------------------------------------------------
+
+    def _run_actor(self, actor: Actor) -> None:
+        self._live[actor.iid] = actor
+        assert self._nursery is not None
+        self._nursery.start_soon(actor.main, name=f"actor {actor.address}")
+
+    def _activate(self, iid: bytes) -> None:
+        """Bring the instance into memory if it is on disk (replaying it)."""
+        if iid in self._live or iid in self._activating or self._closing:
+            return
+        self._activating.add(iid)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._activate_task, iid)
+
+    async def _activate_task(self, iid: bytes) -> None:
+        try:
+            try:
+                row = await self.journal.read(lambda r: r.instance(iid))
+            except JournalCorrupt as exc:
+                log.error("instance %s is corrupt: %s", iid.hex(), exc)
+                await self._set_corrupt(iid)
+                return
+            if row is None or row.status not in LIVE_STATUSES:
+                return
+            proc = self._procs.get(row.process)
+            if proc is None:
+                log.warning(
+                    "instance %r belongs to process %r, which this system does not register; "
+                    "it stays on disk until a system that registers it opens the journal",
+                    row.address,
+                    row.process,
+                )
+                return
+            actor = Actor(self, iid, row.address, proc, None)
+            self._live[iid] = actor
+        finally:
+            self._activating.discard(iid)
+        await actor.main()
+
+    def _forget(self, actor: Actor) -> None:
+        if self._live.get(actor.iid) is actor:
+            del self._live[actor.iid]
+
+    def _ended(self, actor: Actor, status: str) -> None:
+        self._forget(actor)
+
+    def _timer_due(self, iid: bytes, now: float) -> None:
+        actor = self._live.get(iid)
+        if actor is None:
+            self._activate(iid)
+        elif actor.loaded and not actor.done:
+            actor.timers_due(now)
+
+    async def _mark_corrupt(self, actor: Actor, exc: JournalCorrupt) -> None:
+        log.error("instance %r is corrupt: %s", actor.address, exc)
+        actor.status = "corrupt"
+        await self._set_corrupt(actor.iid)
+        self._status_changed(actor.iid)
+
+    async def _set_corrupt(self, iid: bytes) -> None:
+        txn = Txn()
+        txn.set_status(iid, "corrupt")
+        try:
+            await self.journal.commit(txn)
+        except Exception:  # noqa: BLE001 - the header itself may be unreadable
+            log.exception("could not mark %s corrupt", iid.hex())
+
+    def _start_effect(self, actor: Actor, leaf: Any, entry: Any) -> None:
+        raise NotImplementedError(f"{leaf!r} is not supported yet")
+
+    def _abandon_effect(self, actor: Actor, leaf: Any) -> None:
+        raise NotImplementedError(f"{leaf!r} is not supported yet")
+
+    # -- recovery and shutdown ---------------------------------------------------
+
+    async def _recover(self) -> None:
+        def scan(r: Any) -> list[bytes]:
+            wanted = [row.iid for row in r.instances("running")]
+            for row in r.instances("suspended"):
+                if row.record.get("last_error"):
+                    wanted.append(row.iid)
+            wanted.extend(r.instances_with_mail())
+            return wanted
+
+        for iid in await self.journal.read(scan):
+            self._activate(iid)
+
+    async def _shutdown(self) -> None:
+        # Closing is not a cancel: instances stay as they are in the journal
+        # and resume on the next open. Submit what they have ridden so far.
+        self._closing = True
+        for actor in list(self._live.values()):
+            if actor.loaded and not actor.done:
+                try:
+                    actor._flush()
+                except Exception:  # noqa: BLE001
+                    log.exception("could not flush %r on close", actor.address)
+
+
+_STATUSES = (
+    "running", "suspended", "completed", "failed", "cancelled", "compensation_stuck", "corrupt",
+)  # fmt: skip
+
+
+@asynccontextmanager
+async def open_system(
+    journal: Journal,
+    processes: Iterable[ProcessDef] = (),
+    random: _random.Random | None = None,
+    *,
+    passivate_after: float = 60.0,
+    max_sync_steps: int = 64,
+    max_payload: int = 1 << 20,
+    now: Callable[[], float] = time.time,
+) -> AsyncIterator[ActorSystem]:
+    """Open the journal, recover every unfinished instance, and run the system.
+
+    Use as ``async with actors.open_system(LMDBJournal("./state"), processes=[...]) as system:``.
+    Leaving the block stops the live instances without cancelling them
+    (they resume on the next open), drains pending writes and closes the
+    journal, so the same path can be opened again at once.
+
+    Args:
+        journal: where instances live (`storage.LMDBJournal`, `MemoryJournal`, ...).
+        processes: the definitions this system runs (nothing is global).
+        random: the random source for ``ctx.random()``, ``ctx.uuid()`` and
+            retry jitter (seed it for reproducible tests).
+        passivate_after: seconds an instance with nothing to do stays in
+            memory before it is dropped (it is replayed when a message or
+            timer arrives); 0 passivates at every suspension.
+        max_sync_steps: how many sync steps run in worker threads at once.
+        max_payload: the largest encoded message payload, in bytes.
+        now: the wall clock read once at open to map trio's clock onto epoch
+            time (tests pass a fixed one so virtual time carries across reopens).
+
+    Raises:
+        JournalLocked: another system has the journal open.
+    """
+    system = ActorSystem(
+        journal, processes, random,
+        passivate_after=passivate_after, max_sync_steps=max_sync_steps,
+        max_payload=max_payload, now=now,
+    )  # fmt: skip
+    await journal.open()
+    try:
+        system._offset = now() - trio.current_time()
+        async with trio.open_nursery() as nursery:
+            system._nursery = nursery
+            await system._recover()
+            nursery.start_soon(system.timers.run, name="actors timer service")
+            try:
+                yield system
+            finally:
+                await system._shutdown()
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await journal.close()

@@ -1,0 +1,113 @@
+"""Every error the runtime raises on purpose, under one root, `ActorError`.
+
+The journal errors are defined once in `storage.errors` and re-exported here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storage.errors import (
+    ActorError as ActorError,
+    Conflict as Conflict,
+    EncodeError as EncodeError,
+    JournalClosed as JournalClosed,
+    JournalCorrupt as JournalCorrupt,
+    JournalFull as JournalFull,
+    JournalLocked as JournalLocked,
+)
+
+__all__ = [
+    "ActorError", "NotDelivered", "ProcessFailed", "ProcessCancelled", "StepFailed",
+    "StepTimeout", "NonDeterminismError", "ChildFailed", "EncodeError", "JournalCorrupt",
+    "JournalFull", "JournalLocked", "JournalClosed", "UnknownProcess", "InvalidArguments",
+    "ContextError", "Conflict", "LimitExceeded",
+]  # fmt: skip
+
+
+class NotDelivered(ActorError, LookupError):
+    """No live instance has the address; nothing was stored. ``reason`` says why
+    (``"unknown"``, ``"completed"``, ``"failed"``, ``"cancelled"``, ...)."""
+
+    def __init__(self, message: str, *, address: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+        self.reason = reason
+
+
+class _Failure(ActorError):
+    """Carries the recorded error of something that failed elsewhere."""
+
+    def __init__(self, message: str, *, error: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        error = error or {}
+        #: The original error's qualified type name, message and traceback text.
+        self.error_type: str = error.get("type", "")
+        self.error_message: str = error.get("message", "")
+        self.error_traceback: str = error.get("traceback", "")
+
+
+class ProcessFailed(_Failure):
+    """The process ended with an exception; the message carries its type and text."""
+
+
+class ProcessCancelled(ActorError):
+    """The process was cancelled (``reason`` says by whom), or the handle belongs
+    to an earlier instance at that address that was cancelled."""
+
+    def __init__(self, message: str, *, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class StepFailed(_Failure):
+    """A step failed on its last attempt (or its validation failed); the message
+    carries the step name, the attempt count and the last cause."""
+
+
+class StepTimeout(StepFailed):
+    """A step's last attempt ran past its timeout."""
+
+
+class ChildFailed(_Failure):
+    """An awaited child (``ctx.call``/``ctx.scope``) or a supervised child past
+    its restart limit failed; carries the child's address and error."""
+
+    def __init__(self, message: str, *, address: str = "", error: dict[str, Any] | None = None):
+        super().__init__(message, error=error)
+        self.address = address
+
+
+class NonDeterminismError(ActorError):
+    """Replayed code asked for a different effect than the log holds at that
+    position. The instance is kept suspended (never failed) until code that
+    matches its history resumes it."""
+
+    def __init__(
+        self, message: str, *, address: str = "", position: int = 0,
+        expected: Any = None, found: Any = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message)
+        self.address = address
+        self.position = position
+        self.expected = expected
+        self.found = found
+
+
+class UnknownProcess(ActorError, LookupError):
+    """The process definition (or template) is not registered with this system."""
+
+
+class InvalidArguments(ActorError, TypeError):
+    """Arguments do not fit: wrong number of path params, an empty or '/'-holding
+    param, input the process function does not accept, or a reserved keyword."""
+
+
+class ContextError(ActorError, RuntimeError):
+    """Process code did something only effects may do (awaited a trio primitive,
+    started a task, used a ``ctx`` outside its process)."""
+
+
+class LimitExceeded(ActorError, ValueError):
+    """A configured limit was hit (payload size, scope size, ...); the message
+    names the limit and the setting that raises it."""
