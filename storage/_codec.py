@@ -47,6 +47,9 @@ _ATTRS = 11
 _registry: dict[str, type] = {}
 _names: dict[type, str] = {}
 _fields: dict[type, tuple[str, ...]] = {}
+# Field name (as stored) -> its __init__ parameter: attrs passes a private ``_x``
+# as ``x``, and ``alias=`` renames any field.
+_aliases: dict[type, dict[str, str]] = {}
 
 T = TypeVar("T", bound=type)
 
@@ -83,6 +86,7 @@ def serializable(cls: T | None = None, *, name: str | None = None) -> Any:
         _registry[key] = klass
         _names[klass] = key
         _fields[klass] = tuple(f.name for f in attrs.fields(klass) if f.init)
+        _aliases[klass] = {f.name: f.alias for f in attrs.fields(klass) if f.init}
         return klass
 
     if cls is None:
@@ -195,7 +199,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
                 f"no class is registered under codec name {name!r}; import the module "
                 "that defines it (decorated with @actors.serializable) before opening the journal"
             )
-        return cls(**fields)
+        aliases = _aliases[cls]
+        return cls(**{aliases.get(key, key): item for key, item in fields.items()})
     raise ValueError(f"unknown ext type {code}")
 
 

@@ -1,0 +1,161 @@
+"""Hypothesis strategies for the values the codec carries, and the attrs
+records the tests use.
+
+`values()` draws any supported value, nested to any depth; `hashables()` draws
+the subset that can be a dict key or a set element. NaN (float and Decimal)
+is left out of both because ``NaN != NaN``; tests check it on its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import attrs
+from hypothesis import strategies as st
+
+from storage import serializable
+
+# -- attrs records registered with the codec -------------------------------------
+
+
+@serializable
+@attrs.frozen
+class Point:
+    """A hashable record of two ints (usable as a dict key or set element)."""
+
+    x: int
+    y: int
+
+
+@serializable
+@attrs.frozen
+class Segment:
+    """A hashable record nesting two `Point` records, with a defaulted field."""
+
+    start: Point
+    end: Point
+    label: str = ""
+
+
+@serializable(name="tests.Envelope")
+@attrs.define
+class Envelope:
+    """A mutable (so unhashable) record whose ``body`` holds any value."""
+
+    body: Any
+    tags: frozenset[str] = frozenset()
+
+
+@serializable
+@attrs.frozen
+class Sealed:
+    """A record with a private field, whose ``__init__`` parameter is ``secret``."""
+
+    _secret: int
+
+
+# -- scalars -----------------------------------------------------------------------
+
+# msgpack's native ints stop at [-2**63, 2**64); the codec carries the rest as
+# an extension type, so draw both sides of both edges.
+INT64_EDGES = [-(2**63) - 1, -(2**63), 2**63 - 1, 2**63, 2**64 - 1, 2**64]
+
+
+
+def _shifted(n: int, bits: int) -> int:
+    return n << bits
+
+
+# ``_shifted`` rather than bounds like 2**200 keeps hypothesis' repr of the
+# strategies short (it spells out every bound at every level of nesting).
+ints = st.one_of(
+    st.integers(),
+    st.builds(_shifted, st.integers(), st.integers(0, 200)),
+    st.sampled_from(INT64_EDGES),
+)
+
+floats = st.floats(allow_nan=False)  # includes inf, -inf and -0.0
+
+_MAX_OFFSET_US = 24 * 3600 * 10**6 - 1  # datetime.timezone needs |offset| < 1 day
+
+fixed_offsets = st.one_of(
+    st.just(dt.timezone.utc),
+    st.integers(-_MAX_OFFSET_US, _MAX_OFFSET_US).map(
+        lambda us: dt.timezone(dt.timedelta(microseconds=us))
+    ),
+    st.integers(-23 * 60, 23 * 60).map(lambda m: dt.timezone(dt.timedelta(minutes=m))),
+)
+
+tzinfos = st.one_of(st.none(), fixed_offsets, st.timezones())
+
+
+@st.composite
+def datetimes(draw: st.DrawFn) -> dt.datetime:
+    """Naive, fixed-offset and zoneinfo datetimes, with either ``fold``."""
+    value = draw(st.datetimes(timezones=tzinfos))
+    return value.replace(fold=draw(st.sampled_from([0, 1])))
+
+
+@st.composite
+def times(draw: st.DrawFn) -> dt.time:
+    """Naive, fixed-offset and zoneinfo times, with either ``fold``."""
+    value = draw(st.times(timezones=tzinfos))
+    return value.replace(fold=draw(st.sampled_from([0, 1])))
+
+
+decimals = st.decimals(allow_nan=False, allow_infinity=False)
+
+points = st.builds(Point, ints, ints)
+segments = st.builds(Segment, points, points) | st.builds(Segment, points, points, st.text())
+sealed = st.builds(Sealed, ints)
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    ints,
+    floats,
+    st.text(),
+    st.binary(),
+    datetimes(),
+    st.dates(),
+    times(),
+    st.timedeltas(),
+    decimals,
+    st.uuids(),
+    points,
+    segments,
+    sealed,
+)
+
+
+# -- containers ----------------------------------------------------------------------
+
+
+def hashables() -> st.SearchStrategy[Any]:
+    """Values that can be dict keys and set elements: scalars, tuples, frozensets."""
+    return st.recursive(
+        scalars,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4).map(tuple),
+            st.frozensets(inner, max_size=4),
+        ),
+        max_leaves=8,
+    )
+
+
+def values() -> st.SearchStrategy[Any]:
+    """Any value the codec carries, nested recursively."""
+    keys = hashables()
+    return st.recursive(
+        st.one_of(scalars, keys),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=5),
+            st.lists(inner, max_size=5).map(tuple),
+            st.dictionaries(keys, inner, max_size=5),
+            st.sets(keys, max_size=5),
+            st.frozensets(keys, max_size=5),
+            st.builds(Envelope, inner, st.frozensets(st.text(), max_size=3)),
+        ),
+        max_leaves=12,
+    )
