@@ -340,13 +340,16 @@ class Actor:
                 started[leaf] = entry
         if isinstance(effect, fx.Composite):
             _settle_tree(effect)
-        if effect.done:
-            return
         for leaf in leaves:
             if effect.done:
                 break
             if not leaf.done and not _under_done(leaf):
-                self._start_live(leaf, started.get(leaf))
+                self._start_live(leaf, started.pop(leaf, None))
+        for leaf in started:
+            # Started in an earlier activation, and now never run because the
+            # race was decided without it: drop what it left behind.
+            if type(leaf) is fx.Timer:
+                self.txn.cancel_timer(self.iid, self.run, leaf.seq)
 
     def _replayed_value(self, leaf: Effect, entry: dict[str, Any]) -> Any:
         value = entry[VALUE]

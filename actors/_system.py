@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from storage import LIVE_STATUSES, Journal, Txn, encode, instance_id
-from storage.errors import Conflict, JournalCorrupt
+from storage.errors import Conflict, EncodeError, JournalCorrupt
 
 from ._context import Context
 from ._handles import Handle
@@ -228,7 +228,11 @@ class ActorSystem:
             done.set()
 
     def _append(self, txn: Txn, iid: bytes, signal: Signal, payload: Any) -> None:
-        txn.append_message(iid, [signal.name, payload, self.epoch_now()])
+        try:
+            txn.append_message(iid, [signal.name, payload, self.epoch_now()])
+        except EncodeError:
+            encode(payload, what="payload")  # raises with the path inside the payload
+            raise
         size = len(txn.ops[-1][2])
         if size > self.max_payload:
             from .errors import LimitExceeded
@@ -525,6 +529,7 @@ async def open_system(
         max_payload=max_payload, now=now,
     )  # fmt: skip
     await journal.open()
+    body_error: BaseException | None = None
     try:
         system._offset = now() - trio.current_time()
         async with trio.open_nursery() as nursery:
@@ -533,9 +538,15 @@ async def open_system(
             nursery.start_soon(system.timers.run, name="actors timer service")
             try:
                 yield system
+            except BaseException as exc:
+                # Re-raised below as itself, not wrapped in the nursery's
+                # ExceptionGroup: the caller's own error stays catchable.
+                body_error = exc
             finally:
                 await system._shutdown()
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await journal.close()
+    if body_error is not None:
+        raise body_error

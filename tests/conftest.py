@@ -39,3 +39,19 @@ def make_journal(request, tmp_path):
 def make_lmdb(tmp_path):
     """A factory of LMDB journals on one directory."""
     return lambda **kw: LMDBJournal(tmp_path / "journal", **kw)
+
+
+@pytest.fixture
+def opener(tmp_path):
+    """Open systems on one LMDB journal: ``async with opener(proc1, proc2) as system``."""
+    from tests.runtime_helpers import Opener
+
+    return Opener(tmp_path)
+
+
+@pytest.fixture(params=["lmdb", "memory"])
+def any_opener(request, tmp_path):
+    """Like ``opener``, on each of the LMDB and in-memory journals."""
+    from tests.runtime_helpers import Opener
+
+    return Opener(tmp_path, request.param)

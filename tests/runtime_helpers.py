@@ -1,0 +1,46 @@
+"""Helpers for runtime tests: systems on LMDB that can be closed and reopened."""
+
+from __future__ import annotations
+
+import trio
+
+import actors
+from storage import LMDBJournal, MemoryJournal
+
+EPOCH = 1_800_000_000.0
+
+
+def virtual_wall() -> float:
+    """A wall clock that moves with trio's (Mock)Clock, so virtual time carries across reopens."""
+    return EPOCH + trio.current_time()
+
+
+class Opener:
+    """Opens systems on one journal store, as restarts of one program would."""
+
+    def __init__(self, tmp_path, backend: str = "lmdb") -> None:
+        self.path = tmp_path / "journal"
+        self.backend = backend
+        self._memory = MemoryJournal()
+
+    def journal(self):
+        return LMDBJournal(self.path) if self.backend == "lmdb" else self._memory
+
+    def __call__(self, *processes, **kw):
+        kw.setdefault("now", virtual_wall)
+        return actors.open_system(self.journal(), processes=list(processes), **kw)
+
+
+async def wait_status(handle, *statuses: str) -> str:
+    async for status in handle.status_changes():
+        if status in statuses:
+            return status
+    return handle.status
+
+
+async def until_passivated(system, timeout: float = 10.0) -> None:
+    """Wait until no instance is in memory (with ``passivate_after=0``): every
+    write they made is then durable, so the journal can be read directly."""
+    with trio.fail_after(timeout):
+        while system._live or system._activating:
+            await trio.sleep(0.001)
