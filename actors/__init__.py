@@ -14,7 +14,7 @@ with nothing lost and no recorded side effect repeated.
 from storage import serializable as serializable
 
 from ._context import Context as Context
-from ._handles import Handle as Handle
+from ._handles import ChildHandle as ChildHandle, Handle as Handle
 from ._process import (
     OneForAll as OneForAll,
     OneForOne as OneForOne,

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Context"]
 
+MAX_SCOPE = 1000
+
 
 class Context:
     """The handle a process gets as its first argument.
@@ -179,6 +181,90 @@ class Context:
             retry=retry, timeout=timeout, compensate=compensate,
             validate_input=validate_input, validate_output=validate_output, key=key,
         )  # fmt: skip
+
+    # -- children -------------------------------------------------------------------
+
+    def _child(self, proc: Any, params: tuple[Any, ...], input: dict[str, Any]) -> tuple[Any, str, bytes]:
+        actor = self._live()
+        definition = actor.system._proc(proc)
+        own = definition.resolve(*params)
+        definition.check_input(params, input)
+        address = f"{actor.address}/{own}"
+        return definition, address, digest([definition.template, list(params), input], what="input")
+
+    def call(self, proc: Any, *params: str, **input: Any) -> fx.Call:
+        """An awaited child: start ``proc`` at ``<this id>/<its path>`` and
+        give its result.
+
+        The child is a full instance (its own mailbox; signals reach it by
+        its address). It ends with this process at the latest.
+
+        Raises (when awaited):
+            ChildFailed: the child failed or was cancelled; carries its error.
+        """
+        definition, address, arg_hash = self._child(proc, params, input)
+        return fx.Call(self._actor.next_seq(), arg_hash, definition, params, input, address)
+
+    def spawn(self, proc: Any, *params: str, restart: str = "transient", **input: Any) -> fx.Spawn:
+        """A detached, supervised child; awaiting it gives a `ChildHandle` once
+        the child exists. Spawning at an existing child's address gives that
+        child.
+
+        Args:
+            restart: ``"transient"`` (restarted after a crash, the default),
+                ``"permanent"`` (restarted whenever it ends) or
+                ``"temporary"`` (never restarted), within this process's
+                supervision limits (see `process`).
+        """
+        from ._process import RESTART_TYPES
+
+        if restart not in RESTART_TYPES:
+            raise InvalidArguments(f"restart must be one of {RESTART_TYPES}, not {restart!r}")
+        definition, address, arg_hash = self._child(proc, params, input)
+        return fx.Spawn(
+            self._actor.next_seq(), arg_hash, definition, params, input, address, restart
+        )
+
+    async def scope(
+        self,
+        items: Any,
+        proc: Any,
+        key: Callable[[Any], Any] | None = None,
+        input: Callable[[Any], dict[str, Any]] | None = None,
+    ) -> dict[Any, Any]:
+        """One awaited child per item, run concurrently: ``{key(item): result}``.
+
+        A tuple item fills the child's path params; anything else fills its
+        single path param. ``input(item)`` (optional) gives the child's
+        keyword input; ``key`` defaults to the item itself.
+
+        Raises:
+            InvalidArguments: duplicate keys (before anything starts).
+            LimitExceeded: more than 1000 items (before anything starts).
+            ChildFailed: (when awaited) the first child failure; its
+                siblings are cancelled.
+        """
+        from .errors import LimitExceeded
+
+        items = list(items)
+        if len(items) > MAX_SCOPE:
+            raise LimitExceeded(
+                f"ctx.scope takes at most {MAX_SCOPE} items, got {len(items)}; split the "
+                "work into batches (e.g. a scope per 1000 items) or spawn children"
+            )
+        keys = [key(item) if key is not None else item for item in items]
+        seen: set[Any] = set()
+        for k in keys:
+            if k in seen:
+                raise InvalidArguments(f"ctx.scope keys must be unique; {k!r} repeats")
+            seen.add(k)
+        calls = [
+            self.call(proc, *(item if isinstance(item, tuple) else (item,)),
+                      **(input(item) if input is not None else {}))
+            for item in items
+        ]  # fmt: skip
+        values = await fx.All(list(calls), settled=False)
+        return dict(zip(keys, values))
 
     # -- races and joins ----------------------------------------------------------
 

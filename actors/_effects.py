@@ -76,6 +76,51 @@ class Wait(Effect):
         return None
 
 
+class Call(Wait):
+    """An awaited child: done when the child's end message arrives."""
+
+    __slots__ = ("proc", "params", "input", "address")
+    kind = "call"
+
+    def __init__(
+        self, seq: int, hash: bytes, proc: Any, params: tuple[str, ...],
+        input: dict[str, Any], address: str,
+    ) -> None:  # fmt: skip
+        super().__init__(seq, (end_signal(address),), pair=False)
+        self.name = address
+        self.hash = hash
+        self.proc = proc
+        self.params = params
+        self.input = input
+        self.address = address
+
+
+class Spawn(Effect):
+    """A detached, supervised child: done once the child exists."""
+
+    __slots__ = ("proc", "params", "input", "address", "restart")
+    kind = "spawn"
+
+    def __init__(
+        self, seq: int, hash: bytes, proc: Any, params: tuple[str, ...],
+        input: dict[str, Any], address: str, restart: str,
+    ) -> None:  # fmt: skip
+        super().__init__(seq, address, hash)
+        self.proc = proc
+        self.params = params
+        self.input = input
+        self.address = address
+        self.restart = restart
+
+
+END_PREFIX = "\x00end "
+
+
+def end_signal(address: str) -> Signal:
+    """The system signal carrying the end of the awaited child at ``address``."""
+    return Signal._system(END_PREFIX + address)
+
+
 class Timer(Effect):
     """A durable timer: done when its due time (epoch seconds) passes."""
 

@@ -50,6 +50,16 @@ class Handle:
         return status
 
     @property
+    def reason(self) -> str | None:
+        """Why it was cancelled ("parent orders/o-17 completed", ...), or None."""
+        return self._system._snapshot(self._iid)[1].get("reason")
+
+    @property
+    def restarts(self) -> list[dict[str, Any]]:
+        """Each restart so far: ``{"at": epoch, "reason": "restart 1 after ...", "count": 1}``."""
+        return list(self._system._snapshot(self._iid)[1].get("restarts", []))
+
+    @property
     def last_error(self) -> str | None:
         """Why the instance is stuck (e.g. a `NonDeterminismError`), or None."""
         return self._system._snapshot(self._iid)[1].get("last_error")
@@ -114,3 +124,19 @@ class Handle:
 
     def __hash__(self) -> int:
         return hash((self._address, self._incarnation))
+
+
+class ChildHandle(Handle):
+    """The handle of a child started with ``ctx.spawn``.
+
+    Inside the parent process use only its `id` (e.g. to send it signals):
+    waiting on it there would not be an effect. Outside, it is a full `Handle`.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, system: ActorSystem, address: str) -> None:
+        from storage import instance_id
+
+        iid = instance_id(address)
+        super().__init__(system, iid, address, system._snapshot(iid)[1].get("inc", 1))

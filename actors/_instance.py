@@ -26,9 +26,18 @@ from storage import Ticket, Txn
 from storage.errors import EncodeError, JournalCorrupt
 
 from . import _effects as fx
+from . import _supervision as _sup
+from ._supervision import ESCALATE
 from ._effects import ERROR, HASH, KIND, NAME, VALUE, Effect
 from ._records import describe_error, error_summary
-from .errors import ContextError, NonDeterminismError, StepFailed, StepTimeout
+from .errors import (
+    ChildFailed,
+    ContextError,
+    NonDeterminismError,
+    ProcessCancelled,
+    StepFailed,
+    StepTimeout,
+)
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -40,15 +49,21 @@ class _Passivated(Exception):
     """The driver dropped the instance from memory; nothing more to do."""
 
 
-class _Cancelled(Exception):
-    """The instance was cancelled from outside."""
+class _Interrupted(Exception):
+    """The instance was cancelled, restarted or escalated to from outside."""
 
 
 def error_from_entry(entry: dict[str, Any]) -> BaseException:
-    """Rebuild the exception a logged step failure raised in the process."""
+    """Rebuild the exception a logged failure raised in the process."""
     error = entry[ERROR]
+    summary = error.get("summary") or error_summary(error)
+    raised = error.get("raise")
+    if raised == "ChildFailed":
+        return ChildFailed(summary, address=error.get("child", ""), error=error.get("cause"))
+    if raised == "ProcessCancelled":
+        return ProcessCancelled(summary, reason=error.get("reason", ""))
     cls = StepTimeout if error.get("timeout") else StepFailed
-    return cls(error.get("summary") or error_summary(error), error=error)
+    return cls(summary, error=error)
 
 
 class Actor:
@@ -79,7 +94,7 @@ class Actor:
         self.waits: list[fx.Wait] = []  # live waits, by seq
         self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
         self.live: set[Effect] = set()  # live leaves
-        self.steps_running = 0
+        self.busy = 0
         self.txn = Txn()
         self.ticket: Ticket | None = None
         self.status = "running"
@@ -87,7 +102,10 @@ class Actor:
         self.wake = trio.Event()
         self.root: Effect | None = None
         self.loaded = False
-        self.cancel_reason: str | None = None
+        # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
+        self.interrupt: tuple[Any, ...] | None = None
+        self.children: dict[str, int] = {}  # this run's children: address -> seq
+        self.escalate_to: tuple[Any, ...] | None = None
         self.done = False
 
     # -- lifecycle -----------------------------------------------------------
@@ -127,6 +145,7 @@ class Actor:
         self.log = log
         for seq, message in mail:
             if seq not in self.mail:
+                self._receive_system(seq, message[0], message[1])
                 self.mail[seq] = (message[0], message[1])
         self.mail_order = sorted(self.mail)
         for timer in timers:
@@ -139,6 +158,7 @@ class Actor:
         """A message was committed to this instance's mailbox."""
         if seq in self.mail or self.done:
             return
+        self._receive_system(seq, name, payload)
         self.mail[seq] = (name, payload)
         if not self.mail_order or seq > self.mail_order[-1]:
             self.mail_order.append(seq)
@@ -148,10 +168,21 @@ class Actor:
             self._match_mail()
         self.wake.set()
 
+    def _receive_system(self, seq: int, name: str, payload: Any) -> None:
+        if name == ESCALATE.name and self.interrupt is None:
+            self.interrupt = ("escalate", payload, seq)
+            self.wake.set()
+
     def cancel(self, reason: str) -> None:
         """Ask the driver to cancel the instance at its next suspension."""
-        if self.cancel_reason is None:
-            self.cancel_reason = reason
+        if self.interrupt is None or self.interrupt[0] != "cancel":
+            self.interrupt = ("cancel", reason)
+        self.wake.set()
+
+    def restart(self, reason: str) -> None:
+        """Ask the driver to restart the instance afresh (a sibling crashed)."""
+        if self.interrupt is None:
+            self.interrupt = ("restart", reason)
         self.wake.set()
 
     # -- the driver ------------------------------------------------------------
@@ -167,8 +198,8 @@ class Actor:
         replayed = 0
         try:
             while True:
-                if self.cancel_reason is not None:
-                    raise _Cancelled()
+                if self.interrupt is not None:
+                    raise _Interrupted()
                 try:
                     if throw is not None:
                         effect = coro.throw(throw)
@@ -177,7 +208,7 @@ class Actor:
                 except StopIteration as stop:
                     await self._complete(stop.value)
                     return
-                except (_Cancelled, _Passivated):
+                except (_Interrupted, _Passivated):
                     raise
                 except NonDeterminismError as exc:
                     await self._suspend_with_error(exc)
@@ -218,8 +249,9 @@ class Actor:
                     send = effect.value
         except _Passivated:
             pass
-        except _Cancelled:
-            await self._record_cancel()
+        except _Interrupted:
+            coro.close()
+            await self._interrupted()
         finally:
             coro.close()
 
@@ -228,9 +260,9 @@ class Actor:
         self.root = effect
         system = self.system
         while not effect.done:
-            if self.cancel_reason is not None:
-                raise _Cancelled()
-            if self.steps_running:
+            if self.interrupt is not None:
+                raise _Interrupted()
+            if self.busy:
                 self.status = "running"
                 await self.wake.wait()
             else:
@@ -238,7 +270,7 @@ class Actor:
                 self._flush()
                 with trio.move_on_after(system.passivate_after):
                     await self.wake.wait()
-                if not self.wake.is_set() and not effect.done and self.cancel_reason is None:
+                if not self.wake.is_set() and not effect.done and self.interrupt is None:
                     await self._passivate()
             self.wake = trio.Event()
         self.root = None
@@ -248,7 +280,7 @@ class Actor:
         # Invariant: an instance leaves memory only once everything it wrote
         # is durable, so whoever activates it next reads its latest state.
         await self._barrier(durable=True)
-        if self.wake.is_set() or self.steps_running or self.cancel_reason is not None:
+        if self.wake.is_set() or self.busy or self.interrupt is not None:
             return  # something arrived meanwhile: stay
         self.system._forget(self)
         raise _Passivated()
@@ -272,7 +304,7 @@ class Actor:
             self.ticket = self.journal.submit(self.txn)
             self.txn = Txn()
 
-    async def _barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> None:
+    async def _barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]:
         """Commit the ridden writes (plus ``txn``'s) and wait for them."""
         self._sync_status()
         pending = self.txn
@@ -281,9 +313,10 @@ class Actor:
             pending.ops.extend(txn.ops)
         prior = self.ticket
         self.ticket = None
-        await self.journal.commit(pending, durable=durable)
+        results = await self.journal.commit(pending, durable=durable)
         if prior is not None:
             await prior.wait()  # already done (submitted earlier); raises its error
+        return results
 
     def put_record(self, txn: Txn, status: str, **changes: Any) -> None:
         self.record.update(changes)
@@ -330,6 +363,8 @@ class Actor:
             entry = self.logged(leaf)
             if entry is None:
                 continue
+            if leaf.kind in ("call", "spawn"):
+                self.children.setdefault(leaf.name, leaf.seq)
             if VALUE in entry:
                 leaf.done = True
                 leaf.value = self._replayed_value(leaf, entry)
@@ -355,6 +390,10 @@ class Actor:
         value = entry[VALUE]
         if type(leaf) is fx.Wait and leaf.pair:
             return (leaf.matches(entry["s"]), value)
+        if type(leaf) is fx.Spawn:
+            from ._handles import ChildHandle
+
+            return ChildHandle(self.system, value)
         return value
 
     def _start_live(self, leaf: Effect, entry: dict[str, Any] | None) -> None:
@@ -368,8 +407,10 @@ class Actor:
         elif kind is fx.Step:
             from ._steps import run_step
 
-            self.steps_running += 1
+            self.busy += 1
             self.nursery.start_soon(run_step, self, leaf, entry)
+        elif kind is fx.Call or kind is fx.Spawn:
+            _sup.start_child_effect(self, leaf, entry)
         else:
             self.system._start_effect(self, leaf, entry)
 
@@ -415,6 +456,8 @@ class Actor:
         elif kind is fx.Step:
             if leaf.scope is not None:
                 leaf.scope.cancel()
+        elif kind is fx.Call or kind is fx.Spawn:
+            _sup.abandon_child_effect(self, leaf)
         else:
             self.system._abandon_effect(self, leaf)
 
@@ -437,6 +480,11 @@ class Actor:
                 del self.mail_order[i]
                 self.waits.remove(wait)
                 self.txn.take_message(self.iid, mseq)
+                if type(wait) is fx.Call:
+                    value, error, entry = _sup.end_outcome(wait, payload)
+                    entry["m"] = mseq
+                    self.finish(wait, value, error, entry)
+                    break
                 entry = wait.describe()
                 entry[VALUE] = payload
                 entry["m"] = mseq
@@ -501,6 +549,8 @@ class Actor:
         except NonDeterminismError as exc:
             await self._suspend_with_error(exc)
             return
+        if await _sup.supervise_end(self, None):
+            return  # a permanent instance: restarted
         txn = Txn()
         try:
             self.put_record(txn, "completed", result=value, last_error=None)
@@ -510,26 +560,50 @@ class Actor:
             return
         await self._end("completed", txn)
 
-    async def _fail(self, exc: BaseException) -> None:
+    async def _fail(self, exc: BaseException, txn: Txn | None = None) -> None:
+        if await _sup.supervise_end(self, exc):
+            return  # restarted instead
         error = describe_error(exc)
-        txn = Txn()
+        txn = txn or Txn()
         self.put_record(txn, "failed", error=error, last_error=None)
         await self._end("failed", txn)
+        await _sup.escalate(self)
 
-    async def _record_cancel(self) -> None:
+    async def _interrupted(self) -> None:
+        assert self.interrupt is not None
+        kind, detail = self.interrupt[0], self.interrupt[1]
+        for leaf in list(self.live):
+            self._abandon(leaf)
+        if kind == "restart":
+            await _sup.restart_actor(self, detail, 0.0)
+            return
+        if kind == "escalate":
+            txn = Txn()
+            txn.take_message(self.iid, self.interrupt[2])
+            await self._fail(_sup.escalation_error(detail), txn)
+            return
+        # Depth first: the children go before the parent records its own end.
+        reason = f"parent {self.address} cancelled"
+        await _sup.cancel_children(self.system, dict(self.children), reason)
         txn = Txn()
-        self.put_record(txn, "cancelled", reason=self.cancel_reason, last_error=None)
+        self.put_record(txn, "cancelled", reason=detail, last_error=None)
         await self._end("cancelled", txn)
 
     async def _end(self, status: str, txn: Txn) -> None:
         for timer in list(self.timers.values()):
             txn.cancel_timer(self.iid, self.run, timer.seq)
         self.timers.clear()
-        await self._barrier(txn)
+        parent_iid = _sup.notify_parent(self, txn, status)
+        results = await self._barrier(txn)
         self.status = status
         self.done = True
         self.system._status_changed(self.iid)
         self.system._ended(self, status)
+        if parent_iid is not None and results:
+            self.system._route(parent_iid, results[-1], fx.end_signal(self.address).name,
+                               _sup.end_payload(status, self.record))  # fmt: skip
+        reason = f"parent {self.address} {status}"
+        await _sup.cancel_children(self.system, dict(self.children), reason)
 
     async def _suspend_with_error(self, exc: BaseException) -> None:
         """Keep the instance suspended with ``last_error`` (never failed or lost)."""
@@ -541,6 +615,8 @@ class Actor:
         self.system._forget(self)
 
     async def _continue_as_new(self, effect: fx.ContinueAsNew) -> None:
+        children, self.children = self.children, {}
+        await _sup.cancel_children(self.system, children, "continued as new")
         txn = Txn()
         txn.drop_log(self.iid, self.run)
         for timer in list(self.timers.values()):

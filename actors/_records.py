@@ -17,8 +17,17 @@ class Signal:
 
     @name.validator
     def _check(self, _: Any, value: str) -> None:
-        if not isinstance(value, str) or not value:
-            raise TypeError(f"a Signal needs a non-empty str name, not {value!r}")
+        if not isinstance(value, str) or not value or value.startswith("\x00"):
+            raise TypeError(
+                f"a Signal needs a non-empty str name not starting with NUL, not {value!r}"
+            )
+
+    @classmethod
+    def _system(cls, name: str) -> Signal:
+        """A signal of the runtime's own (names starting with NUL)."""
+        signal = object.__new__(cls)
+        object.__setattr__(signal, "name", name)
+        return signal
 
 
 @attrs.frozen(slots=True)

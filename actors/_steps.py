@@ -164,7 +164,7 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                 await trio.sleep(retry.delay(failures, system.random.random()))
     finally:
         step.scope = None
-        actor.steps_running -= 1
+        actor.busy -= 1
         actor.wake.set()
 
 

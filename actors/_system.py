@@ -15,6 +15,8 @@ import trio
 from storage import LIVE_STATUSES, Journal, Txn, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
+from . import _effects as _fx
+from . import _supervision as _sup
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
@@ -269,11 +271,22 @@ class ActorSystem:
             (seq,) = await self.journal.commit(txn)
         except Conflict as exc:
             raise self._not_delivered(address, exc) from None
+        self._route(iid, seq, signal.name, payload)
+
+    def _route(self, iid: bytes, seq: int, name: str, payload: Any) -> None:
+        """A message was committed to ``iid``'s mailbox: hand it over, or wake it."""
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
-            actor.deliver(seq, signal.name, payload)
+            actor.deliver(seq, name, payload)
         else:
             self._activate(iid)
+
+    async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
+        """Send a runtime message (no liveness check: the receiver decides)."""
+        txn = Txn()
+        txn.append_message(iid, [signal.name, payload, self.epoch_now()])
+        (seq,) = await self.journal.commit(txn)
+        self._route(iid, seq, signal.name, payload)
 
     def _not_delivered(self, address: str, exc: Conflict) -> NotDelivered:
         if exc.reason == "missing":
@@ -353,9 +366,12 @@ class ActorSystem:
             while not actor.done:
                 await self._status_event(iid).wait()
             return actor.status == "cancelled"
-        row, timers = await self.journal.read(lambda r: (r.instance(iid), r.timers(iid)))
+        row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in ("running", "suspended", "compensation_stuck"):
             return False
+        # Depth first: its children go before it records its own end.
+        children = _sup.children_in_log(log)
+        await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         record = dict(row.record, reason=reason, updated=self.epoch_now(), last_error=None)
         txn = Txn()
         txn.require(iid, frozenset({"running", "suspended", "compensation_stuck"}))
@@ -364,12 +380,57 @@ class ActorSystem:
         )
         for timer in timers:
             txn.cancel_timer(iid, timer.run, timer.seq)
+        if row.record.get("awaited") and row.record.get("parent"):
+            parent = row.record["parent"]
+            end = _fx.end_signal(row.address)
+            txn.append_message(
+                instance_id(parent), [end.name, _sup.end_payload("cancelled", record), self.epoch_now()]
+            )
         try:
-            await self.journal.commit(txn)
+            results = await self.journal.commit(txn)
         except Conflict:
             return False
         self._status_changed(iid)
+        if results:
+            parent = row.record["parent"]
+            self._route(instance_id(parent), results[-1], end.name,
+                        _sup.end_payload("cancelled", record))  # fmt: skip
         return True
+
+    async def _restart_iid(self, iid: bytes, address: str, reason: str) -> None:
+        """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
+        actor = self._live.get(iid)
+        if actor is not None and not actor.done:
+            actor.restart(reason)
+            return
+        row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
+        if row is None or row.status not in LIVE_STATUSES:
+            return
+        await _sup.cancel_children(self, _sup.children_in_log(log), f"{address} is restarting")
+        run = row.record.get("run", 0)
+        restarts = list(row.record.get("restarts", []))
+        restarts.append({"at": self.epoch_now(), "reason": reason, "count": len(restarts) + 1})
+        record = dict(row.record, run=run + 1, restarts=restarts, updated=self.epoch_now())
+        txn = Txn()
+        txn.require(iid, LIVE_STATUSES)
+        txn.drop_log(iid, run)
+        for timer in timers:
+            txn.cancel_timer(iid, timer.run, timer.seq)
+        txn.put_instance(iid, address=address, process=row.process, status="running", record=record)
+        try:
+            await self.journal.commit(txn)
+        except Conflict:
+            return
+        self._status_changed(iid)
+        self._activate(iid)
+
+    def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._nursery is not None and not self._closing:
+            self._nursery.start_soon(fn, *args)
+
+    async def _activate_later(self, iid: bytes, delay: float) -> None:
+        await trio.sleep(delay)
+        self._activate(iid)
 
     # -- status notifications ------------------------------------------------------
 
@@ -461,15 +522,28 @@ class ActorSystem:
     # -- recovery and shutdown ---------------------------------------------------
 
     async def _recover(self) -> None:
-        def scan(r: Any) -> list[bytes]:
-            wanted = [row.iid for row in r.instances("running")]
-            for row in r.instances("suspended"):
-                if row.record.get("last_error"):
-                    wanted.append(row.iid)
+        def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]]]:
+            wanted = []
+            orphans = []
+            for status in ("running", "suspended"):
+                for row in r.instances(status):
+                    parent = row.record.get("parent")
+                    if parent:
+                        found = r.instance(instance_id(parent))
+                        if found is None or found.status not in LIVE_STATUSES:
+                            gone = "is gone" if found is None else found.status
+                            orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
+                            continue
+                    if status == "running" or row.record.get("last_error"):
+                        wanted.append(row.iid)
             wanted.extend(r.instances_with_mail())
-            return wanted
+            return wanted, orphans
 
-        for iid in await self.journal.read(scan):
+        wanted, orphans = await self.journal.read(scan)
+        # A child whose parent ended while the system was down is not stranded.
+        for iid, address, reason in orphans:
+            await self._cancel_iid(iid, address, reason)
+        for iid in wanted:
             self._activate(iid)
 
     async def _shutdown(self) -> None:
@@ -550,3 +624,10 @@ async def open_system(
             await journal.close()
     if body_error is not None:
         raise body_error
+
+
+def _row_timers_log(r: Any, iid: bytes) -> tuple[Any, Any, Any]:
+    row = r.instance(iid)
+    if row is None:
+        return None, [], {}
+    return row, r.timers(iid), r.log(iid, row.record.get("run", 0))

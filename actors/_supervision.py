@@ -1,0 +1,337 @@
+"""The supervisor tree: children, cascade cancellation, restarts, escalation.
+
+Model (after trio's cancel scopes): the public objects are handles; the
+private tree is implied by the journal. A child's record names its parent,
+and a parent's current run knows its children from its log (each
+``call``/``spawn`` effect names the child's address), so the tree needs no
+extra index and survives restarts. Every cancellation and restart carries a
+readable reason ("parent orders/o-17 completed", "restart 2 after
+RuntimeError('boom')").
+
+- An awaited child (``ctx.call``) reports its end to the parent with a system
+  message written in the same transaction as the child's terminal record,
+  so a parent that was passivated, or a system that was down, misses nothing.
+- When an instance ends (completes, fails, is cancelled, continues as new
+  or restarts), its live children are cancelled, depth first.
+- A child that crashes is restarted per its restart type within its parent's
+  intensity limit (restarts of all the parent's children within ``within``
+  seconds); past it the child is failed and the parent crashes with
+  `ChildFailed`, handled by its own supervisor in turn. Top-level instances
+  are supervised by the system with the same rules.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from storage import LIVE_STATUSES, Txn, instance_id
+
+from . import _effects as fx
+from ._effects import ERROR, VALUE
+from ._process import OneForAll, OneForOne, RestForOne
+from ._records import Signal, describe_error, error_summary
+from .errors import ChildFailed
+
+if TYPE_CHECKING:
+    from ._instance import Actor
+    from ._system import ActorSystem
+
+ESCALATE = Signal._system("\x00escalate")
+_DEFAULT = OneForOne()
+RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
+
+
+def children_in_log(log: dict[int, dict[str, Any]]) -> dict[str, int]:
+    """Child addresses a run's log names, with the seq that made each."""
+    return {
+        entry["n"]: seq
+        for seq, entry in sorted(log.items())
+        if entry.get("k") in ("call", "spawn")
+    }
+
+
+# -- creating children -----------------------------------------------------------
+
+
+def start_child_effect(actor: Actor, effect: fx.Effect, started: dict[str, Any] | None) -> None:
+    """Begin a live call/spawn effect (called by the actor's driver)."""
+    if type(effect) is fx.Call and started is not None:
+        _await_end(actor, effect)  # created in an earlier activation of this run
+        return
+    actor.busy += 1
+    actor.nursery.start_soon(_create, actor, effect)
+
+
+def _await_end(actor: Actor, call: fx.Call) -> None:
+    actor.children.setdefault(call.address, call.seq)
+    actor.waits.append(call)
+    actor.waits.sort(key=lambda w: w.seq)
+    actor._match_mail()
+
+
+async def _create(actor: Actor, effect: Any) -> None:
+    system = actor.system
+    try:
+        try:
+            ended = await create_child(system, actor, effect)
+        except Exception as exc:  # a bad definition or input: raise it in the parent
+            actor.finish(effect, None, exc, None)
+            return
+        if effect not in actor.live:
+            return  # lost a race while being created: _abandon cancels the child
+        if type(effect) is fx.Spawn:
+            from ._handles import ChildHandle
+
+            actor.finish(effect, ChildHandle(system, effect.address), None, None)
+        elif ended is not None:
+            value, error, entry = end_outcome(effect, ended)
+            actor.finish(effect, value, error, entry)
+        else:
+            _await_end(actor, effect)
+    finally:
+        actor.busy -= 1
+        actor.wake.set()
+
+
+async def create_child(system: ActorSystem, parent: Actor, effect: Any) -> dict[str, Any] | None:
+    """Create the child of a call/spawn effect, or find the one already there,
+    logging the parent's effect in the same transaction.
+
+    Returns the end payload of an awaited child that had already finished
+    (a call to an existing, finished address), else None.
+    """
+    proc = system._proc(effect.proc)
+    address = effect.address
+    iid = instance_id(address)
+    row = await system.journal.read(lambda r: r.instance(iid))
+    entry = effect.describe()
+    if type(effect) is fx.Spawn:
+        entry[VALUE] = address
+    else:
+        entry["child"] = address
+    txn = Txn()
+    fresh = row is None or row.status == "cancelled"
+    ended = None
+    if fresh:
+        now = system.epoch_now()
+        record = {
+            "params": list(effect.params), "input": effect.input, "run": 0,
+            "inc": (row.record.get("inc", 0) + 1) if row is not None else 1,
+            "created": now, "updated": now, "parent": parent.address,
+            "restart": getattr(effect, "restart", "temporary"),
+            "awaited": type(effect) is fx.Call, "restarts": [],
+        }  # fmt: skip
+        if row is not None:
+            txn.delete_instance(iid)
+        txn.put_instance(iid, address=address, process=proc.template, status="running", record=record)
+    elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:
+        ended = end_payload(row.status, row.record)
+    parent.children.setdefault(address, effect.seq)
+    txn.put_log(parent.iid, parent.run, effect.seq, entry)
+    await parent._barrier(txn)
+    if fresh:
+        from ._instance import Actor
+
+        child = Actor(system, iid, address, proc, record)
+        child.loaded = True
+        system._run_actor(child)
+        system._status_changed(iid)
+    return ended
+
+
+def end_payload(status: str, record: dict[str, Any]) -> dict[str, Any]:
+    """What an awaited child's end message carries."""
+    payload: dict[str, Any] = {"status": status}
+    if status == "completed":
+        payload["result"] = record.get("result")
+    elif status == "failed":
+        payload["error"] = record.get("error")
+    else:
+        payload["reason"] = record.get("reason")
+    return payload
+
+
+def end_outcome(call: fx.Call, payload: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """(value, error, log entry) of a call effect from its child's end payload."""
+    entry = call.describe()
+    if payload.get("status") == "completed":
+        entry[VALUE] = payload.get("result")
+        return payload.get("result"), None, entry
+    cause = payload.get("error") or {
+        "type": "actors.errors.ProcessCancelled", "message": payload.get("reason") or "cancelled",
+    }  # fmt: skip
+    summary = f"child {call.address!r} {payload.get('status')}: {error_summary(cause)}"
+    entry[ERROR] = {"raise": "ChildFailed", "child": call.address, "cause": cause, "summary": summary}
+    return None, ChildFailed(summary, address=call.address, error=cause), entry
+
+
+def abandon_child_effect(actor: Actor, effect: Any) -> None:
+    """A call/spawn lost a race (or its join failed): cancel that child."""
+    if effect in actor.waits:
+        actor.waits.remove(effect)
+    system = actor.system
+    address = effect.address
+    system._spawn_system_task(
+        system._cancel_iid, instance_id(address), address, f"lost race in {actor.address}"
+    )
+
+
+def notify_parent(actor: Actor, txn: Txn, status: str) -> bytes | None:
+    """Add the end message of an awaited child to ``txn``; the parent's id."""
+    parent = actor.record.get("parent")
+    if not parent or not actor.record.get("awaited"):
+        return None
+    parent_iid = instance_id(parent)
+    signal = fx.end_signal(actor.address)
+    txn.append_message(
+        parent_iid, [signal.name, end_payload(status, actor.record), actor.system.epoch_now()]
+    )
+    return parent_iid
+
+
+# -- cascade -----------------------------------------------------------------------
+
+
+async def cancel_children(system: ActorSystem, children: dict[str, int], reason: str) -> None:
+    """Cancel every live child (and, through them, their descendants)."""
+    if not children:
+        return
+    async with trio.open_nursery() as nursery:
+        for address in children:
+            nursery.start_soon(system._cancel_iid, instance_id(address), address, reason)
+
+
+# -- crashes and restarts --------------------------------------------------------------
+
+
+async def supervise_end(actor: Actor, exc: BaseException | None) -> bool:
+    """Decide what an instance's end means to its supervisor.
+
+    Returns True if the instance is restarted instead of ending (the caller
+    then stops), False if it ends as it is. Past the intensity limit the
+    instance ends failed and its parent (if any) is told to crash.
+    """
+    record = actor.record
+    kind = record.get("restart", actor.proc.restart if not record.get("parent") else "temporary")
+    if kind == "temporary" or (kind == "transient" and exc is None):
+        return False
+    system = actor.system
+    parent = record.get("parent")
+    strategy = _DEFAULT
+    siblings: dict[str, int] = {actor.address: 0}
+    if parent:
+        parent_def, siblings = await _parent_view(system, parent)
+        if parent_def is not None:
+            strategy = parent_def.supervision
+        siblings.setdefault(actor.address, 0)
+    now = system.epoch_now()
+    recent = await _recent_restarts(system, actor, siblings, now - strategy.within)
+    why = "exit" if exc is None else f"{type(exc).__name__}({_short(exc)})"
+    if len(recent) >= strategy.max_restarts:
+        if parent and exc is not None:
+            actor.escalate_to = (parent, why, strategy)
+        return False
+    count = len(record.get("restarts", [])) + 1
+    reason = f"restart {count} after {why}"
+    delay = min(RESTART_DELAY_MAX, RESTART_DELAY * 2 ** len(recent))
+    await restart_actor(actor, reason, delay)
+    if parent and not isinstance(strategy, OneForOne):
+        order = sorted(siblings, key=siblings.__getitem__)
+        mine = order.index(actor.address) if actor.address in order else -1
+        others = [a for a in order if a != actor.address]
+        if isinstance(strategy, RestForOne):
+            others = order[mine + 1 :]
+        if isinstance(strategy, (OneForAll, RestForOne)):
+            sibling_reason = f"restart: sibling {actor.address} crashed ({why})"
+            for address in others:
+                await system._restart_iid(instance_id(address), address, sibling_reason)
+    return True
+
+
+async def restart_actor(actor: Actor, reason: str, delay: float) -> None:
+    """End the actor's current run and start it afresh after ``delay`` seconds."""
+    system = actor.system
+    await cancel_children(system, dict(actor.children), f"{actor.address} is restarting")
+    txn = Txn()
+    txn.drop_log(actor.iid, actor.run)
+    for timer in list(actor.timers.values()):
+        txn.cancel_timer(actor.iid, actor.run, timer.seq)
+    actor.timers.clear()
+    restarts = list(actor.record.get("restarts", []))
+    restarts.append({"at": system.epoch_now(), "reason": reason, "count": len(restarts) + 1})
+    actor.run += 1
+    actor.put_record(txn, "running", run=actor.run, restarts=restarts, last_error=None)
+    await actor._barrier(txn)
+    actor.status = "running"
+    system._forget(actor)
+    system._status_changed(actor.iid)
+    system._spawn_system_task(system._activate_later, actor.iid, delay)
+
+
+async def _parent_view(system: ActorSystem, parent: str) -> tuple[Any, dict[str, int]]:
+    iid = instance_id(parent)
+    live = system._live.get(iid)
+    if live is not None and live.loaded:
+        return live.proc, dict(live.children)
+
+    def read(r: Any) -> tuple[Any, dict[int, Any]]:
+        row = r.instance(iid)
+        if row is None:
+            return None, {}
+        return row, r.log(iid, row.record.get("run", 0))
+
+    row, log = await system.journal.read(read)
+    if row is None:
+        return None, {}
+    return system._procs.get(row.process), children_in_log(log)
+
+
+async def _recent_restarts(
+    system: ActorSystem, actor: Actor, siblings: dict[str, int], since: float
+) -> list[float]:
+    times = [r["at"] for r in actor.record.get("restarts", []) if r["at"] > since]
+    others = [instance_id(a) for a in siblings if a != actor.address]
+
+    def read(r: Any) -> list[float]:
+        found = []
+        for iid in others:
+            live = system._live.get(iid)
+            record = live.record if live is not None and live.loaded else None
+            if record is None:
+                row = r.instance(iid)
+                record = row.record if row is not None else {}
+            found += [x["at"] for x in record.get("restarts", []) if x["at"] > since]
+        return found
+
+    if others:
+        times += await system.journal.read(read)
+    return times
+
+
+async def escalate(actor: Actor) -> None:
+    """Tell the parent of a child that failed past its restart limit to crash."""
+    if actor.escalate_to is None:
+        return
+    parent, why, strategy = actor.escalate_to
+    system = actor.system
+    error = dict(describe_error(ChildFailed(f"child {actor.address} failed: {why}")))
+    payload = {
+        "child": actor.address,
+        "summary": (
+            f"child {actor.address!r} crashed past its restart limit "
+            f"({strategy.max_restarts} within {strategy.within} s): {why}"
+        ),
+        "error": actor.record.get("error") or error,
+    }
+    await system._send_system(instance_id(parent), parent, ESCALATE, payload)
+
+
+def escalation_error(payload: dict[str, Any]) -> ChildFailed:
+    return ChildFailed(payload["summary"], address=payload["child"], error=payload.get("error"))
+
+
+def _short(exc: BaseException) -> str:
+    text = error_summary(describe_error(exc)).split(": ", 1)[-1]
+    return repr(text if len(text) <= 80 else text[:77] + "...")
