@@ -26,6 +26,8 @@ from storage import Ticket, Txn
 from storage.errors import EncodeError, JournalCorrupt
 
 from . import _effects as fx
+from . import _saga
+from . import _streams
 from . import _supervision as _sup
 from ._supervision import ESCALATE
 from ._effects import ERROR, HASH, KIND, NAME, VALUE, Effect
@@ -102,6 +104,7 @@ class Actor:
         self.wake = trio.Event()
         self.root: Effect | None = None
         self.loaded = False
+        self.mail_floor = 0  # see _load
         # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: tuple[Any, ...] | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
@@ -129,11 +132,14 @@ class Actor:
             def read(r: Any) -> tuple[Any, ...]:
                 row = r.instance(iid)
                 if row is None:
-                    return None, {}, [], []
+                    return None, {}, [], [], 0
                 run_now = row.record.get("run", 0)
-                return row, r.log(iid, run_now), r.mailbox(iid), r.timers(iid)
+                return (
+                    row, r.log(iid, run_now), r.mailbox(iid), r.timers(iid),
+                    r.last_message_seq(iid),
+                )  # fmt: skip
 
-            row, log, mail, timers = await self.journal.read(read)
+            row, log, mail, timers, floor = await self.journal.read(read)
         except JournalCorrupt as exc:
             await self.system._mark_corrupt(self, exc)
             return False
@@ -143,6 +149,12 @@ class Actor:
         self.run = run = row.record.get("run", 0)
         self.persisted_status = row.status
         self.log = log
+        # Invariant: a message at or below the floor that is not unread now
+        # was taken already, so a late hand-over from its sender is dropped.
+        self.mail_floor = floor
+        unread = {seq for seq, _ in mail}
+        for seq in [s for s in self.mail if s <= floor and s not in unread]:
+            del self.mail[seq]
         for seq, message in mail:
             if seq not in self.mail:
                 self._receive_system(seq, message[0], message[1])
@@ -156,7 +168,7 @@ class Actor:
 
     def deliver(self, seq: int, name: str, payload: Any) -> None:
         """A message was committed to this instance's mailbox."""
-        if seq in self.mail or self.done:
+        if seq in self.mail or self.done or seq <= self.mail_floor:
             return
         self._receive_system(seq, name, payload)
         self.mail[seq] = (name, payload)
@@ -192,6 +204,10 @@ class Actor:
         return self.proc.fn(self.ctx, *self.record.get("params", ()), **input)
 
     async def _drive(self) -> None:
+        failure = self.record.get("failure")
+        if failure is not None:  # resuming a compensation after a crash or resume
+            await self._finish_compensation(failure, self.record.get("failure_end", "failed"))
+            return
         coro = self._new_coroutine()
         send: Any = None
         throw: BaseException | None = None
@@ -213,7 +229,9 @@ class Actor:
                 except NonDeterminismError as exc:
                     await self._suspend_with_error(exc)
                     return
-                except Exception as exc:
+                except (trio.Cancelled, GeneratorExit, KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - any process error is recorded
                     await self._fail(exc)
                     return
                 send = throw = None
@@ -411,6 +429,8 @@ class Actor:
             self.nursery.start_soon(run_step, self, leaf, entry)
         elif kind is fx.Call or kind is fx.Spawn:
             _sup.start_child_effect(self, leaf, entry)
+        elif kind is fx.Emit or kind is fx.Publish:
+            _streams.start(self, leaf)
         else:
             self.system._start_effect(self, leaf, entry)
 
@@ -564,15 +584,41 @@ class Actor:
         if await _sup.supervise_end(self, exc):
             return  # restarted instead
         error = describe_error(exc)
+        if _saga.pending(self.record):
+            if txn is not None:
+                self.txn.ops.extend(txn.ops)
+            await self._finish_compensation(error, "failed")
+            return
         txn = txn or Txn()
         self.put_record(txn, "failed", error=error, last_error=None)
         await self._end("failed", txn)
         await _sup.escalate(self)
 
+    async def _finish_compensation(self, failure: dict[str, Any], end: str) -> None:
+        for leaf in list(self.live):
+            self._abandon(leaf)
+        outcome = await _saga.compensate(self, failure, end)
+        if outcome == "compensation_stuck":
+            self.done = True
+            self.system._status_changed(self.iid)
+            self.system._forget(self)
+            return
+        txn = Txn()
+        if end == "failed":
+            self.put_record(txn, "failed", error=failure, last_error=None, failure=None)
+        else:
+            self.put_record(txn, end, last_error=None, failure=None)
+        await self._end(end, txn)
+        if end == "failed":
+            await _sup.escalate(self)
+
     async def _interrupted(self) -> None:
         assert self.interrupt is not None
         kind, detail = self.interrupt[0], self.interrupt[1]
         for leaf in list(self.live):
+            if type(leaf) is fx.Step and leaf.compensate is not None and kind == "cancel":
+                # Cancelled mid-step: it may have applied, so it is compensated too.
+                _saga.register(self, leaf, None, possibly_applied=True)
             self._abandon(leaf)
         if kind == "restart":
             await _sup.restart_actor(self, detail, 0.0)
@@ -585,6 +631,12 @@ class Actor:
         # Depth first: the children go before the parent records its own end.
         reason = f"parent {self.address} cancelled"
         await _sup.cancel_children(self.system, dict(self.children), reason)
+        if self.proc.compensate_on_cancel and _saga.pending(self.record):
+            self.record["reason"] = detail
+            await self._finish_compensation(
+                {"type": "actors.errors.ProcessCancelled", "message": detail}, "cancelled"
+            )
+            return
         txn = Txn()
         self.put_record(txn, "cancelled", reason=detail, last_error=None)
         await self._end("cancelled", txn)

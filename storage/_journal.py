@@ -255,6 +255,12 @@ class Reader(abc.ABC):
         """Unread messages as ``(seq, message)``, oldest first."""
 
     @abc.abstractmethod
+    def last_message_seq(self, iid: bytes) -> int:
+        """The highest sequence number ever given to a message for that
+        instance (0 if none): messages at or below it that are not unread
+        were taken."""
+
+    @abc.abstractmethod
     def instances_with_mail(self) -> Iterator[bytes]:
         """Ids of instances that have unread messages."""
 

@@ -41,6 +41,7 @@ from typing import Any
 import lmdb
 import msgpack
 import trio
+from outcome import Error, Value
 
 from . import _journal as j
 from ._clock import AutojumpHold
@@ -74,14 +75,24 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 class _Batch:
-    """Transactions that commit together, and the one event that wakes them."""
+    """Transactions that commit together: one LMDB transaction, one fsync.
 
-    __slots__ = ("txns", "outcomes", "event")
+    The trio thread appends to ``txns`` and ``waiters`` (under the journal's
+    lock) until the writer thread takes the batch; from then on only the
+    writer touches it, until it hands the batch back through the trio token
+    with ``outcomes`` filled in, and the trio thread wakes the waiters.
+    """
+
+    __slots__ = ("txns", "waiters", "outcomes", "finished", "event")
 
     def __init__(self) -> None:
         self.txns: list[Txn] = []
-        self.outcomes: list[Any] = []  # per txn: list of results, or an exception
-        self.event = trio.Event()
+        # Parallel to txns: the task parked in `LMDBJournal.commit` for that
+        # txn, or None (submitted without waiting, or its waiter was cancelled).
+        self.waiters: list[trio.lowlevel.Task | None] = []
+        self.outcomes: list[Any] = []  # per txn: its results, or the exception it failed with
+        self.finished = False  # set in the trio thread once outcomes are final
+        self.event: trio.Event | None = None  # made only when a `_Ticket` waits
 
 
 class _Ticket(Ticket):
@@ -93,14 +104,23 @@ class _Ticket(Ticket):
 
     @property
     def done(self) -> bool:
-        return self._batch.event.is_set()
+        return self._batch.finished
 
     async def wait(self) -> list[int]:
-        await self._batch.event.wait()
-        outcome = self._batch.outcomes[self._index]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+        batch = self._batch
+        if batch.finished:
+            await trio.lowlevel.checkpoint()
+        else:
+            if batch.event is None:
+                batch.event = trio.Event()
+            await batch.event.wait()
+        return _unwrap(batch.outcomes[self._index])
+
+
+def _unwrap(outcome: Any) -> list[int]:
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
 
 
 def _prefix_end(prefix: bytes) -> bytes | None:
@@ -146,9 +166,13 @@ class LMDBJournal(Journal):
         self._dbs: dict[str, Any] = {}
         self._lock_fd: int | None = None
         self._forked = False
-        self._cond = threading.Condition()
-        self._pending: _Batch | None = None  # guarded by _cond
-        self._closing = False  # guarded by _cond
+        # The lock guards the two fields below; the condition (on the same
+        # lock) wakes the writer thread when a batch starts or on close. The
+        # hot path takes only the plain lock, whose `with` costs no Python frame.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._pending: _Batch | None = None  # guarded by _lock
+        self._closing = False  # guarded by _lock
         self._writer: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         # Readers hold this while a read transaction is open; the writer takes
@@ -276,36 +300,51 @@ class LMDBJournal(Journal):
         return self._env
 
     # -- writing -----------------------------------------------------------
+    #
+    # Where the time goes (see bench/journal.py): with many writers, trio's own
+    # cost of parking and waking a task dominates, then LMDB's copy-on-write of
+    # every leaf page a batch touches; the Python here is kept to one frame per
+    # caller, one lock round per submission and one wake-up per caller.
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
-        # Fast path for an uncontended writer: with no batch in flight, no
-        # other task runnable, and a caller that waits anyway, commit right
-        # here. A round trip to the writer thread costs about half an fsync,
-        # which would make a lone writer ~0.6x raw LMDB; with any other task
-        # runnable we take the batched path, so group commit still forms.
-        if (
-            self._inflight == 0
-            and (durable or self.durability == "sync" or txn.requires)
-            and trio.lowlevel.current_statistics().tasks_runnable == 0
-        ):
+        if not (durable or self.durability == "sync" or txn.requires):
+            self.submit(txn)  # "async" durability: queued is enough
+            return []
+        # Fast path for an uncontended writer: with no batch in flight and no
+        # other task runnable, commit right here in the trio thread. A round
+        # trip to the writer thread costs two thread wake-ups, a good part of
+        # an fsync; with any other task runnable we take the batched path, so
+        # group commit still forms.
+        if self._inflight == 0 and trio.lowlevel.current_statistics().tasks_runnable == 0:
             env = self._check_open()
-            batch = _Batch()
-            batch.txns.append(txn)
-            try:
-                self._apply_batch(env, batch, nested=False)
-            except lmdb.MapFullError:
-                pass  # the writer thread grows the map and retries
-            else:
-                await trio.lowlevel.checkpoint()
-                outcome = batch.outcomes[0]
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                return outcome
-        return await super().commit(txn, durable=durable)
+            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
+            outcomes = self._write_inline(env, txn)
+            if outcomes is not None:
+                # Committed: a schedule point that cannot raise Cancelled, so
+                # the caller never mistakes a durable write for a failed one.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return _unwrap(outcomes[0])
+            # The map is full: the writer thread grows it and retries.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        batch, index = self._enqueue(txn, trio.lowlevel.current_task())
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            # The transaction still commits; only its caller stops waiting.
+            batch.waiters[index] = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        # Parked without a Ticket or an Event: `_finish` reschedules this task
+        # with its own outcome, which saves an allocation and a frame per call.
+        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
 
     def submit(self, txn: Txn) -> Ticket:
-        self._check_open()
-        with self._cond:
+        batch, index = self._enqueue(txn, None)
+        return _Ticket(batch, index)
+
+    def _enqueue(self, txn: Txn, waiter: trio.lowlevel.Task | None) -> tuple[_Batch, int]:
+        if self._env is None or self._closing or self._forked:
+            self._check_open()  # raises, saying why
+        with self._lock:
             batch = self._pending
             if batch is None:
                 batch = self._pending = _Batch()
@@ -314,16 +353,26 @@ class LMDBJournal(Journal):
                     self._hold.acquire()
                 self._cond.notify()
             batch.txns.append(txn)
-            return _Ticket(batch, len(batch.txns) - 1)
+            batch.waiters.append(waiter)
+            return batch, len(batch.txns) - 1
 
     def _finish(self, batch: _Batch) -> None:
-        # Runs in the trio thread (via the token), once per batch.
+        # Runs in the trio thread (via the token), once per batch: one
+        # wake-up of the trio loop serves every caller in the batch.
         self._inflight -= 1
         if self._inflight == 0 and self._hold is not None:
             self._hold.release()
-        batch.event.set()
+        batch.finished = True
+        reschedule = trio.lowlevel.reschedule
+        for task, result in zip(batch.waiters, batch.outcomes):
+            if task is not None:
+                reschedule(task, Error(result) if isinstance(result, BaseException) else Value(result))
+        if batch.event is not None:
+            batch.event.set()
 
     def _write_loop(self) -> None:
+        token = self._token
+        assert token is not None
         while True:
             with self._cond:
                 while self._pending is None and not self._closing:
@@ -332,32 +381,45 @@ class LMDBJournal(Journal):
                 self._pending = None
                 if batch is None:
                     return
-            self._write(batch)
-            assert self._token is not None
+            batch.outcomes = self._write(batch.txns)
             try:
-                self._token.run_sync_soon(self._finish, batch)
+                token.run_sync_soon(self._finish, batch)
             except trio.RunFinishedError:  # pragma: no cover - loop already gone
                 return
 
-    def _write(self, batch: _Batch) -> None:
+    def _write_inline(self, env: lmdb.Environment, txn: Txn) -> list[Any] | None:
+        """Commit one transaction in the calling thread; None if the map is full."""
+        try:
+            return self._apply(env, [txn], isolate=False)
+        except lmdb.MapFullError:
+            return None
+        except lmdb.Error:
+            # Let the writer thread's careful path sort out whose fault it is.
+            return None
+
+    def _write(self, txns: list[Txn]) -> list[Any]:
+        """Apply ``txns`` in one LMDB transaction; return their outcomes."""
         env = self._env
         assert env is not None
-        while True:
-            try:
-                self._apply_batch(env, batch, nested=False)
-                return
-            except lmdb.MapFullError:
-                if not self._grow(env):
-                    break
-            except Exception as exc:  # LMDB failure: every caller learns of it
-                failure = JournalCorrupt(
-                    f"commit to {self.describe()} failed: {exc!r}", database="", key=b""
-                )
-                failure.__cause__ = exc
-                batch.outcomes = [failure] * len(batch.txns)
-                return
-        # The map cannot grow: commit each transaction that fits on its own.
-        self._apply_batch(env, batch, nested=True)
+        try:
+            while True:
+                try:
+                    return self._apply(env, txns, isolate=False)
+                except lmdb.MapFullError:
+                    if not self._grow(env):
+                        break
+                except lmdb.Error:
+                    break  # maybe one transaction is at fault (say, a key too long)
+            # Apply each transaction on its own, so the one that does not fit
+            # (or is otherwise refused) fails alone.
+            return self._apply(env, txns, isolate=True)
+        except Exception as exc:  # LMDB itself failed: every caller learns of it
+            return [self._commit_failed(exc) for _ in txns]
+
+    def _commit_failed(self, exc: Exception) -> JournalCorrupt:
+        failure = JournalCorrupt(f"commit to {self.describe()} failed: {exc!r}", database="", key=b"")
+        failure.__cause__ = exc
+        return failure
 
     def _grow(self, env: lmdb.Environment) -> bool:
         current = env.info()["map_size"]
@@ -367,31 +429,43 @@ class LMDBJournal(Journal):
             env.set_mapsize(min(current * 2, self.max_map_size))
         return True
 
-    def _apply_batch(self, env: lmdb.Environment, batch: _Batch, *, nested: bool) -> None:
-        outcomes: list[Any] = [None] * len(batch.txns)
+    def _apply(self, env: lmdb.Environment, txns: list[Txn], *, isolate: bool) -> list[Any]:
+        """Apply ``txns`` in order in one LMDB transaction and commit it.
+
+        Each gets its results, or `Conflict` when a precondition fails (its
+        operations are skipped). With ``isolate``, each runs in a nested
+        transaction so that one that does not fit fails alone (`JournalFull`).
+        """
+        outcomes: list[Any] = []
         with env.begin(write=True) as wtxn:
             apply = _Applier(wtxn, self._dbs)
-            for i, txn in enumerate(batch.txns):
-                try:
-                    j.check_requires(txn.requires, apply.status_of)
-                except Conflict as exc:
-                    outcomes[i] = exc
-                    continue
-                if not nested:
-                    outcomes[i] = apply.run(txn.ops)
+            for txn in txns:
+                if txn.requires:
+                    try:
+                        j.check_requires(txn.requires, apply.status_of)
+                    except Conflict as exc:
+                        outcomes.append(exc)
+                        continue
+                if not isolate:
+                    outcomes.append(apply.run(txn.ops))
                     continue
                 child = env.begin(write=True, parent=wtxn)
                 try:
-                    outcomes[i] = _Applier(child, self._dbs).run(txn.ops)
+                    outcomes.append(_Applier(child, self._dbs).run(txn.ops))
                     child.commit()
                 except lmdb.MapFullError:
                     child.abort()
-                    outcomes[i] = JournalFull(
-                        f"{self.describe()} is full at max_map_size={self.max_map_size} "
-                        "bytes; open it with a larger LMDBJournal(max_map_size=...) or "
-                        "clean up old instances (system.cleanup)"
+                    outcomes.append(
+                        JournalFull(
+                            f"{self.describe()} is full at max_map_size={self.max_map_size} "
+                            "bytes; open it with a larger LMDBJournal(max_map_size=...) or "
+                            "clean up old instances (system.cleanup)"
+                        )
                     )
-        batch.outcomes = outcomes
+                except lmdb.Error as exc:
+                    child.abort()
+                    outcomes.append(self._commit_failed(exc))
+        return outcomes
 
     # -- reading -----------------------------------------------------------
 
@@ -604,6 +678,10 @@ class _LMDBReader(Reader):
             (_Q.unpack_from(key, 16)[0], j.decode_record(value, "mail", key))
             for key, value in self._scan("mail", iid)
         ]
+
+    def last_message_seq(self, iid: bytes) -> int:
+        found = self._txn.get(iid + _MAIL_COUNTER, db=self._dbs["counters"])
+        return 0 if found is None else _Q.unpack(found)[0]
 
     def instances_with_mail(self) -> Iterator[bytes]:
         with self._txn.cursor(db=self._dbs["mail"]) as cur:

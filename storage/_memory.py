@@ -196,6 +196,9 @@ class _MemoryReader(Reader):
         box = self._j._mail.get(iid, {})
         return [(seq, j.decode_record(v, "mail", iid)) for seq, v in sorted(box.items())]
 
+    def last_message_seq(self, iid: bytes) -> int:
+        return self._j._mail_next.get(iid, 1) - 1
+
     def instances_with_mail(self) -> Iterator[bytes]:
         return iter([iid for iid, box in self._j._mail.items() if box])
 

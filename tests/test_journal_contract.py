@@ -130,6 +130,8 @@ async def test_mailbox_order_take_and_sequence_never_reused(make_journal):
         (later,) = await commit(j, lambda t: t.append_message(A, "again"))
         assert later > seqs[2]
         with j.reader() as r:
+            assert r.last_message_seq(A) == later and r.last_message_seq(B) == 0
+        with j.reader() as r:
             assert r.mailbox(A) == [(later, "again")]
 
 

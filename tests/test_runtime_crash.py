@@ -127,16 +127,6 @@ def _run_child(tmp: Path, round_no: int, rng: random.Random) -> tuple[int, float
     return len(_acked(acks)) - before, extra
 
 
-DOUBLE_TAKE = (
-    "runtime bug: a message committed while the receiver loads its mailbox is taken "
-    "twice. Actor._load() reads the journal's mailbox, which already holds messages "
-    "whose senders have not yet been woken from their commit; the process takes one; "
-    "then that sender's _send_iid() calls actor.deliver(seq), which dedupes only "
-    "against unread mail (self.mail), so the taken message is queued and taken again "
-    "(under new step keys: its side effects repeat). Deterministic repro: "
-    "test_message_whose_sender_wakes_late_is_taken_once; also, on LMDB, start an "
-    "instance that loops on ctx.receive and at once send it 8 messages from 8 tasks."
-)
 
 
 def _handling(key: str) -> tuple[int, int]:
@@ -253,8 +243,7 @@ async def test_sigkill_under_load_loses_nothing_and_repeats_no_recorded_step(tmp
     regress = {k: a for k, a in attempts.items() if any(x >= y for x, y in itertools.pairwise(a))}
     assert not regress, f"attempt numbers that do not increase: {list(regress.items())[:5]}"
     # 2. None taken twice: one A key and one B key per message.
-    if twice:
-        pytest.xfail(f"{DOUBLE_TAKE} Seen here: {list(twice.items())[:5]}")
+    assert not twice, f"messages taken twice: {list(twice.items())[:5]}"
     assert not {k: v for k, v in keys.items() if len(v) > 1}
 
 
@@ -288,7 +277,6 @@ async def _late_sink(ctx: actors.Context, id: str) -> None:
         await ctx.step(_record, payload)
 
 
-@pytest.mark.xfail(strict=True, reason=DOUBLE_TAKE)
 async def test_message_whose_sender_wakes_late_is_taken_once():
     _taken.clear()
     async with actors.open_system(
