@@ -290,6 +290,25 @@ class Context:
         _check_effects(effects)
         return fx.All(list(effects), settled=True)
 
+    # -- output -------------------------------------------------------------------------
+
+    def emit(self, value: Any) -> fx.Emit:
+        """Append ``value`` to this instance's stream (see `ActorSystem.stream`).
+
+        Durable before any consumer sees it; replay never emits twice.
+
+        Raises:
+            EncodeError: (at the call) a value the codec cannot store.
+        """
+        return fx.Emit(self._live().next_seq(), digest(value, what="emitted value"), value)
+
+    def publish(self, exports: Any) -> fx.Publish:
+        """Replace this instance's exports (`Handle.exports`, `Handle.watch`).
+
+        Durable before watchers see it; kept across restarts and continue-as-new.
+        """
+        return fx.Publish(self._live().next_seq(), digest(exports, what="exports"), exports)
+
     # -- the run --------------------------------------------------------------------
 
     async def continue_as_new(self, **input: Any) -> NoReturn:

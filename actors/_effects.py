@@ -113,6 +113,28 @@ class Spawn(Effect):
         self.restart = restart
 
 
+class Emit(Effect):
+    """Append a value to the instance's stream (durable before it is visible)."""
+
+    __slots__ = ("payload",)
+    kind = "emit"
+
+    def __init__(self, seq: int, hash: bytes, payload: Any) -> None:
+        super().__init__(seq, "", hash)
+        self.payload = payload
+
+
+class Publish(Effect):
+    """Replace the instance's exports (durable before watchers see them)."""
+
+    __slots__ = ("payload",)
+    kind = "publish"
+
+    def __init__(self, seq: int, hash: bytes, payload: Any) -> None:
+        super().__init__(seq, "", hash)
+        self.payload = payload
+
+
 END_PREFIX = "\x00end "
 
 

@@ -96,6 +96,27 @@ class Handle:
             )
         return record.get("result")
 
+    @property
+    def exports(self) -> Any:
+        """The latest value published with ``ctx.publish`` (None before any)."""
+        return self._system._snapshot(self._iid)[1].get("exports")
+
+    async def watch(self) -> AsyncIterator[Any]:
+        """Yield the current exports, then each newly published value; a slow
+        watcher gets the latest, not a backlog. Waits for the first publish;
+        ends once the instance is finished."""
+        seen = None
+        while True:
+            event = self._system._status_event(self._iid)
+            status, record = self._system._snapshot(self._iid)
+            version = record.get("exports_version")
+            if version is not None and version != seen:
+                seen = version
+                yield record.get("exports")
+            if status in _TERMINAL or status == "corrupt":
+                return
+            await event.wait()
+
     async def cancel(self) -> bool:
         """Cancel the instance; see `ActorSystem.cancel`."""
         return await self._system.cancel(self._address)

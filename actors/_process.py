@@ -59,6 +59,7 @@ class ProcessDef:
     restart: str
     supervision: _Strategy
     signature: inspect.Signature
+    compensate_on_cancel: bool = False
 
     def resolve(self, *params: Any) -> str:
         """The address of the instance with these path params.
@@ -108,6 +109,7 @@ def process(
     *,
     restart: str = "temporary",
     supervision: _Strategy | None = None,
+    compensate_on_cancel: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], ProcessDef]:
     """Define a process: ``@process("orders/:order_id")`` over
     ``async def order(ctx, order_id, *, amount)``.
@@ -124,6 +126,8 @@ def process(
             ``"permanent"``.
         supervision: the strategy for this process's children (default
             ``OneForOne(max_restarts=3, within=5)``).
+        compensate_on_cancel: also run the saga compensations of completed
+            steps when the instance is cancelled (they always run when it fails).
 
     Raises:
         InvalidArguments: a bad template, a function that is not ``async def``,
@@ -173,6 +177,7 @@ def process(
             restart=restart,
             supervision=supervision if supervision is not None else OneForOne(),
             signature=signature,
+            compensate_on_cancel=compensate_on_cancel,
         )
 
     return define

@@ -151,8 +151,12 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                     except EncodeError as exc:
                         _finish_failed(actor, step, entry_base, exc, attempt, "result encoding")
                         return
-                    entry = dict(entry_base)
+                    entry = dict(record)
                     entry[VALUE] = value
+                    if step.compensate is not None and step in actor.live:
+                        from . import _saga
+
+                        _saga.register(actor, step, value)
                     actor.finish(step, value, None, entry)
                     actor._flush()
                     return

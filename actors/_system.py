@@ -22,6 +22,7 @@ from ._handles import Handle
 from ._instance import Actor
 from ._process import ProcessDef
 from ._records import InstanceInfo, Signal
+from ._streams import Stream
 from ._timers import TimerService
 from .errors import InvalidArguments, NotDelivered, UnknownProcess
 
@@ -82,6 +83,7 @@ class ActorSystem:
         self._activating: set[bytes] = set()
         self._creating: dict[bytes, trio.Event] = {}
         self._status_events: dict[bytes, trio.Event] = {}
+        self._cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
         self.timers = TimerService(self)
         self._nursery: trio.Nursery | None = None
         self._closing = False
@@ -431,6 +433,109 @@ class ActorSystem:
     async def _activate_later(self, iid: bytes, delay: float) -> None:
         await trio.sleep(delay)
         self._activate(iid)
+
+    def stream(self, address: str, consumer: str, from_: str = "start") -> Stream:
+        """The values the instance at ``address`` emitted, from ``consumer``'s
+        durable cursor: ``async with system.stream(a, consumer="c") as s: async for v in s:``.
+
+        A value counts as consumed once the consumer asks for the next one or
+        leaves the block without an exception (``break`` included); leaving
+        with an exception leaves the value it was handling unconsumed.
+        Reconnecting continues right after the last consumed value. A new
+        consumer starts at the beginning, or with ``from_="latest"`` after
+        the values emitted so far. Iteration ends once the instance is
+        finished and every value is read.
+
+        Raises:
+            NotDelivered: (on entering) no instance at that address.
+        """
+        return Stream(self, address, consumer, from_)
+
+    async def resume_compensation(self, address: str) -> bool:
+        """Retry the compensation of a ``compensation_stuck`` instance from
+        where it stopped. Returns False if it is not stuck."""
+        iid = instance_id(address)
+        row = await self.journal.read(lambda r: r.instance(iid))
+        if row is None or row.status != "compensation_stuck":
+            return False
+        record = dict(row.record, last_error=None, stuck=None, updated=self.epoch_now())
+        txn = Txn()
+        txn.require(iid, frozenset({"compensation_stuck"}))
+        txn.put_instance(iid, address=row.address, process=row.process, status="running", record=record)
+        await self.journal.commit(txn, durable=True)
+        self._status_changed(iid)
+        self._activate(iid)
+        return True
+
+    async def abandon_compensation(self, address: str) -> bool:
+        """End a ``compensation_stuck`` instance as failed, keeping its record
+        (which compensations ran, which did not, and why). Returns False if
+        it is not stuck."""
+        iid = instance_id(address)
+        row = await self.journal.read(lambda r: r.instance(iid))
+        if row is None or row.status != "compensation_stuck":
+            return False
+        record = dict(
+            row.record, error=row.record.get("failure"), abandoned=True, updated=self.epoch_now()
+        )
+        txn = Txn()
+        txn.require(iid, frozenset({"compensation_stuck"}))
+        txn.put_instance(iid, address=row.address, process=row.process, status="failed", record=record)
+        await self.journal.commit(txn, durable=True)
+        self._status_changed(iid)
+        return True
+
+    async def cleanup(
+        self,
+        older_than: float,
+        statuses: Iterable[str] = ("completed", "failed", "cancelled"),
+    ) -> int:
+        """Remove finished instances last updated more than ``older_than``
+        seconds ago, with every record they own (log, mailbox, stream,
+        cursors, timers, index entries). Returns how many were removed.
+
+        Raises:
+            InvalidArguments: a status that is not finished (running,
+                suspended and parked instances are never cleaned up).
+        """
+        wanted = tuple(statuses)
+        for status in wanted:
+            if status not in ("completed", "failed", "cancelled"):
+                raise InvalidArguments(
+                    f"cleanup removes finished instances only; {status!r} is not one of "
+                    "'completed', 'failed', 'cancelled'"
+                )
+        cutoff = self.epoch_now() - older_than
+
+        def scan(r: Any) -> list[bytes]:
+            return [
+                row.iid
+                for status in wanted
+                for row in r.instances(status)
+                if (row.record.get("updated") or 0) <= cutoff
+            ]
+
+        removed = 0
+        victims = await self.journal.read(scan)
+        for start in range(0, len(victims), 500):
+            txn = Txn()
+            for iid in victims[start : start + 500]:
+                txn.require(iid, frozenset(wanted))
+                txn.delete_instance(iid)
+            try:
+                await self.journal.commit(txn, durable=True)
+                removed += len(victims[start : start + 500])
+            except Conflict:  # one changed meanwhile: go one by one
+                for iid in victims[start : start + 500]:
+                    one = Txn()
+                    one.require(iid, frozenset(wanted))
+                    one.delete_instance(iid)
+                    try:
+                        await self.journal.commit(one, durable=True)
+                        removed += 1
+                    except Conflict:
+                        pass
+        return removed
 
     # -- status notifications ------------------------------------------------------
 

@@ -1,0 +1,149 @@
+"""Emitted streams with durable consumer cursors, and published exports.
+
+``ctx.emit`` appends to the instance's stream in the same transaction that
+logs the effect, and is durable before any consumer sees it, so replay never
+emits twice. A consumer reads from its own cursor, kept in the journal:
+
+- a value counts as consumed once the consumer asks for the next one, or
+  leaves the ``async with`` block without an exception (``break`` included);
+- leaving with an exception leaves the value it was handling unconsumed;
+- reconnecting (in this run or after a restart) continues right after the
+  last consumed value.
+
+Cursor moves ride on the next commit while the consumer iterates, and are
+made durable when it leaves the block: a crash mid-iteration can repeat
+values consumed since the last durable cursor (at-least-once), never skip one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from storage import Txn, instance_id
+
+from . import _effects as fx
+from ._effects import VALUE
+from .errors import InvalidArguments, NotDelivered
+
+if TYPE_CHECKING:
+    from ._instance import Actor
+    from ._system import ActorSystem
+
+_TERMINAL = ("completed", "failed", "cancelled")
+_BATCH = 256
+
+
+def start(actor: Actor, effect: fx.Emit | fx.Publish) -> None:
+    """Begin a live emit/publish (called by the driver)."""
+    actor.busy += 1
+    actor.nursery.start_soon(_write, actor, effect)
+
+
+async def _write(actor: Actor, effect: fx.Emit | fx.Publish) -> None:
+    try:
+        entry = effect.describe()
+        entry[VALUE] = None
+        txn = Txn()
+        if type(effect) is fx.Emit:
+            txn.append_stream(actor.iid, effect.payload)
+        else:
+            version = actor.record.get("exports_version", 0) + 1
+            actor.put_record(
+                txn, actor.status, exports=effect.payload, exports_version=version
+            )
+        txn.put_log(actor.iid, actor.run, effect.seq, entry)
+        await actor._barrier(txn)
+        actor.finish(effect, None, None, None)
+        actor.system._status_changed(actor.iid)  # wakes consumers and watchers
+    finally:
+        actor.busy -= 1
+        actor.wake.set()
+
+
+class Stream:
+    """A consumer's view of an instance's stream; use with ``async with``
+    and ``async for``. Made by `ActorSystem.stream`."""
+
+    def __init__(self, system: ActorSystem, address: str, consumer: str, from_: str) -> None:
+        if from_ not in ("start", "latest"):
+            raise InvalidArguments(f"from_ must be 'start' or 'latest', not {from_!r}")
+        if not isinstance(consumer, str) or not consumer or len(consumer.encode()) > 200:
+            raise InvalidArguments(
+                f"consumer must be a non-empty name of at most 200 bytes, not {consumer!r}"
+            )
+        self._system = system
+        self.address = address
+        self.consumer = consumer
+        self._from = from_
+        self._iid = instance_id(address)
+        self._buffer: deque[tuple[int, Any]] = deque()
+        self._next = 0  # index of the next value to read from the journal
+        self._current: int | None = None  # index of the value being handled
+        self._consumed = 0  # every value before this index is consumed
+
+    async def __aenter__(self) -> Stream:
+        iid, consumer = self._iid, self.consumer
+
+        def read(r: Any) -> tuple[Any, int | None, int]:
+            return r.instance(iid), r.cursors(iid).get(consumer), r.stream_length(iid)
+
+        row, cursor, length = await self._system.journal.read(read)
+        if row is None:
+            raise NotDelivered(
+                f"no instance at {self.address!r} to stream from; check the address",
+                address=self.address,
+                reason="unknown",
+            )
+        cached = self._system._cursors.get((iid, consumer))
+        if cursor is None and cached is None:
+            cursor = 0 if self._from == "start" else length
+        self._consumed = self._next = max(cursor or 0, cached or 0)
+        return self
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._current is not None:
+            self._move(self._current + 1)
+            self._current = None
+        system = self._system
+        while True:
+            if self._buffer:
+                index, value = self._buffer.popleft()
+                self._current = index
+                return value
+            event = system._status_event(self._iid)
+            start, iid = self._next, self._iid
+            rows, length = await system.journal.read(
+                lambda r: (r.stream(iid, start, _BATCH), r.stream_length(iid))
+            )
+            if rows:
+                self._buffer.extend(rows)
+                self._next = rows[-1][0] + 1
+                continue
+            if system._snapshot(iid)[0] in _TERMINAL and self._next >= length:
+                raise StopAsyncIteration
+            await event.wait()
+
+    def _move(self, position: int) -> None:
+        if position <= self._consumed:
+            return
+        self._consumed = position
+        self._system._cursors[(self._iid, self.consumer)] = position
+        txn = Txn()
+        txn.set_cursor(self._iid, self.consumer, position)
+        self._system.journal.submit(txn)
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None and self._current is not None:
+            self._move(self._current + 1)
+        self._current = None
+        txn = Txn()
+        txn.set_cursor(self._iid, self.consumer, self._consumed)
+        with trio.CancelScope(shield=True):
+            await self._system.journal.commit(txn, durable=True)
