@@ -374,10 +374,14 @@ class Actor:
             )
         return entry
 
-    def _begin(self, effect: Effect) -> None:
-        leaves = effect.leaves()
+    def replay(self, effect: Effect) -> dict[Effect, dict[str, Any]]:
+        """Give every leaf of ``effect`` its logged outcome, if it has one.
+
+        Returns the leaves that have only a "started" record. Raises
+        `NonDeterminismError` for a leaf that does not match its log entry.
+        """
         started: dict[Effect, dict[str, Any]] = {}
-        for leaf in leaves:
+        for leaf in effect.leaves():
             entry = self.logged(leaf)
             if entry is None:
                 continue
@@ -393,7 +397,11 @@ class Actor:
                 started[leaf] = entry
         if isinstance(effect, fx.Composite):
             _settle_tree(effect)
-        for leaf in leaves:
+        return started
+
+    def _begin(self, effect: Effect) -> None:
+        started = self.replay(effect)
+        for leaf in effect.leaves():
             if effect.done:
                 break
             if not leaf.done and not _under_done(leaf):
