@@ -1,0 +1,82 @@
+"""The public namespace: every contract name exists, and every public name is documented."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import actors
+import actors.testing
+import storage
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CONTRACT = {
+    actors: "open_system process Signal Retry Context Outcome current_step serializable OneForOne "
+    "OneForAll RestForOne ActorError NotDelivered ProcessFailed ProcessCancelled StepFailed "
+    "StepTimeout NonDeterminismError ChildFailed EncodeError JournalCorrupt JournalFull "
+    "UnknownProcess ActorSystem Handle ChildHandle InstanceInfo",
+    storage: "LMDBJournal MemoryJournal Journal Txn Reader encode decode serializable",
+}
+
+
+def _public(module: types.ModuleType) -> list[tuple[str, object]]:
+    if hasattr(module, "__all__"):
+        return [(name, getattr(module, name)) for name in module.__all__]
+    return [
+        (name, value)
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        and getattr(value, "__module__", "").split(".")[0] in ("actors", "storage")
+    ]
+
+
+@pytest.mark.parametrize("module", [actors, storage], ids=lambda m: m.__name__)
+def test_contract_names_exist(module):
+    missing = [name for name in CONTRACT[module].split() if not hasattr(module, name)]
+    assert missing == []
+
+
+@pytest.mark.parametrize("module", [actors, storage, actors.testing], ids=lambda m: m.__name__)
+def test_every_public_name_has_a_docstring(module):
+    undocumented = []
+    for name, value in _public(module):
+        if not (inspect.getdoc(value) or "").strip():
+            undocumented.append(name)
+        if inspect.isclass(value):
+            for attr, member in vars(value).items():
+                if attr.startswith("_") or not callable(member) and not isinstance(member, property):
+                    continue
+                if not (inspect.getdoc(member) or "").strip():
+                    undocumented.append(f"{name}.{attr}")
+    assert undocumented == []
+
+
+def test_errors_share_the_root_and_are_defined_once():
+    for name in ("EncodeError", "JournalCorrupt", "JournalFull"):
+        assert getattr(actors, name) is getattr(storage, name)
+    for name in CONTRACT[actors].split():
+        value = getattr(actors, name)
+        if inspect.isclass(value) and issubclass(value, Exception):
+            assert issubclass(value, actors.ActorError), name
+
+
+def test_readme_example_runs_twice(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    code = re.search(r"## A first process\n\n```python\n(.*?)```", text, re.S).group(1)
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    for _ in range(2):  # the second run finds the finished instance
+        out = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+            timeout=60, env=env,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().endswith("{'order': 'o-17', 'by': 'ann'}")
