@@ -1,0 +1,86 @@
+"""Run each program in examples/ as a user would, so the examples cannot rot.
+
+Each runs in a subprocess on a journal in tmp_path, in real time (the
+examples keep their timers short), and must exit 0 printing its key lines.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_example(name: str, *args: object, timeout: float = 20) -> list[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *map(str, args)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert 0 == done.returncode, f"{name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done.stdout.splitlines()
+
+
+def test_order_saga(tmp_path):
+    lines = [line.strip() for line in run_example("order_saga.py", tmp_path / "journal", 0.5)]
+    assert "o-1: charged 100 on attempt 2" in lines  # the retry took over after attempt 1
+    completed = "o-1: completed: {'order': 'o-1', 'charge': 'charge-o-1', 'approved_by': 'ann'}"
+    assert completed in lines
+    assert not any(line.startswith("o-1: compensating") for line in lines)
+    compensations = [line for line in lines if line.startswith("o-2: compensating")]
+    assert [
+        "o-2: compensating: release reservation-o-2",
+        "o-2: compensating: refund 250 of charge-o-2",
+    ] == compensations  # newest step first
+    assert lines[-1] == "o-2: failed: 'orders/o-2' failed: NotApproved: no approval within 0.5 s"
+
+
+def test_chat_room(tmp_path):
+    lines = run_example("chat_room.py", tmp_path / "journal")
+    phone = [line.split("phone: ")[1] for line in lines if "phone: #" in line]
+    assert [
+        "#1 (run 0) ann join", "#2 (run 0) bob join", "#3 (run 0) ann say: hi bob",
+        # disconnected after #3; the reconnect continues right after its cursor
+        "#4 (run 0) bob say: hi!", "#5 (run 1) cy join", "#6 (run 1) cy say: what did I miss?",
+        "#7 (run 1) bob leave", "#8 (run 1) ann say: bye bob",
+    ] == phone  # fmt: skip
+    reconnect = lines.index("phone reconnects and continues from its cursor")
+    assert lines[reconnect + 1] == "  phone: #4 (run 0) bob say: hi!"
+    assert "archive read every event live: [1, 2, 3, 4, 5, 6, 7, 8]" in lines
+    assert lines[-1] == "room closed after 8 events; exports {'members': ['ann', 'cy']}"
+
+
+def test_fan_out(tmp_path):
+    lines = run_example("fan_out.py", tmp_path / "journal")
+    assert lines[0].startswith("scope finished 100 children in ")
+    assert "batch result: {'items': 100, 'sum': 328350, 'max': 9801}" in lines
+    hb = "batches/b1/heartbeat/hb"
+    assert (
+        f"{hb} was restarted: restart 1 after RuntimeError('lost the connection to the monitor')"
+    ) in lines
+    assert f"{hb} is suspended after 1 restart(s)" in lines
+    assert f"{hb} is cancelled: parent batches/b1 completed" in lines
+    assert lines[-1].startswith("100 item children completed, e.g. batches/b1/items/")
+
+
+@pytest.mark.slow  # two interpreters, a SIGKILL and real-time sleeps: about 3 s
+def test_restart_demo(tmp_path):
+    lines = run_example("restart_demo.py", "demo", tmp_path / "journal", timeout=30)
+    keys = [f"counters/demo/0/tick/{n}" for n in range(1, 7)]
+    assert any(line.startswith("killed pid ") and "exit status -9" in line for line in lines)
+    killed = next(i for i, line in enumerate(lines) if line.startswith("killed pid "))
+    first, second = lines[:killed], lines[killed + 1 :]
+    assert [f"step {n} ran: key {keys[n - 1]} attempt 1" for n in (1, 2, 3)] == [
+        line.split("]  ", 1)[1].strip() for line in first if "step " in line
+    ]
+    assert any("found counters/demo" in line for line in second)  # resumed, not started anew
+    assert [f"step {n} ran: key {keys[n - 1]} attempt 1" for n in (4, 5, 6)] == [
+        line.split("] ", 1)[1].strip() for line in second if "] step " in line
+    ]  # steps 1-3 were recorded, so they did not run again
+    assert any(line.endswith("counters/demo finished, total 21") for line in second)
+    assert lines[-1] == "steps run twice: none"
