@@ -52,6 +52,14 @@ class Context:
         return dict(zip(actor.proc.params, actor.record.get("params", ())))
 
     @property
+    def replaying(self) -> bool:
+        """True while the process is re-running recorded history (the next
+        effect's outcome is in the log). Use it to keep prints or metrics
+        from repeating on replay; never to decide which effects to make."""
+        actor = self._actor
+        return bool(actor.log) and actor.seq < max(actor.log)
+
+    @property
     def run(self) -> int:
         """How many times this instance continued as new (or was restarted)."""
         return self._actor.run

@@ -650,6 +650,11 @@ class Actor:
         await self._end("cancelled", txn)
 
     async def _end(self, status: str, txn: Txn) -> None:
+        # Depth first, as a trio nursery: live children are cancelled before
+        # this end is recorded, so whoever sees it sees no live descendants.
+        # (A crash in between is finished at recovery: see _recover.)
+        children, self.children = self.children, {}
+        await _sup.cancel_children(self.system, children, f"parent {self.address} {status}")
         for timer in list(self.timers.values()):
             txn.cancel_timer(self.iid, self.run, timer.seq)
         self.timers.clear()
@@ -662,8 +667,6 @@ class Actor:
         if parent_iid is not None and results:
             self.system._route(parent_iid, results[-1], fx.end_signal(self.address).name,
                                _sup.end_payload(status, self.record))  # fmt: skip
-        reason = f"parent {self.address} {status}"
-        await _sup.cancel_children(self.system, dict(self.children), reason)
 
     async def _suspend_with_error(self, exc: BaseException) -> None:
         """Keep the instance suspended with ``last_error`` (never failed or lost)."""

@@ -14,11 +14,12 @@ __all__ = ["process", "ProcessDef", "OneForOne", "OneForAll", "RestForOne", "RES
 
 RESTART_TYPES = ("permanent", "transient", "temporary")
 
-# Keywords the runtime's own calls take, so process input may not use them.
+# Keywords that the calls passing process input as **kwargs take themselves,
+# so process input may not use them. (ctx.step's own keywords, name, retry,
+# timeout, compensate, validate_*, only constrain step kwargs.)
 RESERVED = {
-    "start": {"signal", "payload"},  # signal_with_start
+    "signal_with_start": {"signal", "payload"},
     "spawn": {"restart"},
-    "step": {"name", "retry", "timeout", "compensate", "validate_input", "validate_output"},
 }
 _ALL_RESERVED = set().union(*RESERVED.values())
 

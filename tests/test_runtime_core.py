@@ -92,8 +92,12 @@ def test_reserved_keyword_names_are_rejected_at_definition():
     with pytest.raises(actors.InvalidArguments, match="reserved"):
 
         @process("x/:id")
-        async def bad(ctx, id, *, retry=None):  # noqa: ARG001
+        async def bad(ctx, id, *, restart=None):  # noqa: ARG001
             pass
+
+    @process("x/:id")
+    async def fine(ctx, id, *, timeout=None, retry=None):  # noqa: ARG001 - step's own, no clash
+        pass
 
     with pytest.raises(actors.InvalidArguments, match="async def"):
         process("x/:id")(lambda ctx, id: None)
