@@ -127,6 +127,8 @@ class Txn:
     ops: list[tuple[Any, ...]] = attrs.field(factory=list)
     # (iid, allowed status codes or None for "any existing", message)
     requires: list[tuple[bytes, frozenset[int] | None, str]] = attrs.field(factory=list)
+    # (iid, epoch): this node must still own the instance at that epoch
+    fences: list[tuple[bytes, int]] = attrs.field(factory=list)
     results: int = 0  # how many ops give a result (appends)
 
     def __bool__(self) -> bool:
@@ -137,6 +139,12 @@ class Txn:
         exists (and, if given, has one of ``statuses``) when it is applied."""
         codes = None if statuses is None else frozenset(STATUS_CODE[s] for s in statuses)
         self.requires.append((iid, codes, ""))
+
+    def fence(self, iid: bytes, epoch: int) -> None:
+        """Fail the whole transaction with `Conflict` (reason ``"epoch"``)
+        unless this node still owns the instance at ``epoch`` (see
+        `Journal.claim`). Journals with a single owner accept every fence."""
+        self.fences.append((iid, epoch))
 
     def put_instance(
         self, iid: bytes, *, address: str, process: str, status: str, record: Any
@@ -359,6 +367,50 @@ class Journal(abc.ABC):
         """A short human description for messages and the CLI."""
         return type(self).__name__
 
+    # -- sharing one store between nodes -------------------------------------
+    #
+    # A journal that several systems (nodes) open at once gives each instance
+    # one owner at a time. The runtime claims an instance before running it
+    # and fences every write with the epoch the claim returned, so a node
+    # that lost an instance (it froze past its lease, say) can never write to
+    # it again. Single-owner journals (LMDB, memory) keep these defaults.
+
+    shared: bool = False
+    """Whether several nodes may open this store at once."""
+
+    node: str | None = None
+    """This journal's node name, set by `set_node` before `open`."""
+
+    def set_node(self, node: str) -> None:
+        """Name the node this journal serves (before `open`).
+
+        Raises:
+            ValueError: the journal cannot be shared between nodes.
+        """
+        if not self.shared:
+            raise ValueError(
+                f"{self.describe()} has a single owner; node= needs a journal that "
+                "several nodes can share (storage.PostgresJournal)"
+            )
+        self.node = node
+
+    async def claim(self, iid: bytes) -> int | None:
+        """Make this node the instance's owner, if no other live node is.
+
+        Returns the fencing epoch to pass to `Txn.fence` (bumped on every
+        change of owner), or None if another live node owns it."""
+        return 0
+
+    async def orphans(self, limit: int = 1000) -> list[bytes]:
+        """Live instances (running, suspended) whose owner node is gone."""
+        return []
+
+    def on_mail(self, callback: Callable[[bytes], None]) -> None:
+        """Call ``callback(iid)`` in the trio thread whenever another node
+        adds a message for an instance this node owns (and, after a lost
+        connection, for every owned instance with mail, since notices sent
+        meanwhile are lost)."""
+
     def size_bytes(self) -> int | None:
         """Bytes the store occupies, when the backend can tell."""
         return None
@@ -388,7 +440,7 @@ def decode_record(data: bytes, database: str, key: bytes) -> Any:
 def check_requires(
     requires: Sequence[tuple[bytes, frozenset[int] | None, str]],
     status_of: Callable[[bytes], int | None],
-) -> None:
+) -> None:  # Single-owner journals ignore Txn.fences: there is no other owner.
     """Raise `Conflict` for the first precondition that does not hold."""
     from .errors import Conflict
 
