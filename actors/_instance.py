@@ -17,19 +17,20 @@ write in a crash only makes replay take the same message again.
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from storage import Ticket, Txn
-from storage.errors import EncodeError, JournalCorrupt
+from storage.errors import Conflict, EncodeError, JournalCorrupt
 
 from . import _effects as fx
 from . import _saga
 from . import _streams
 from . import _supervision as _sup
-from ._supervision import ESCALATE
+from ._supervision import CANCEL, ESCALATE
 from ._effects import ERROR, HASH, KIND, NAME, VALUE, Effect
 from ._records import describe_error, error_summary
 from .errors import (
@@ -45,6 +46,20 @@ if TYPE_CHECKING:
     from ._context import Context
     from ._process import ProcessDef
     from ._system import ActorSystem
+
+
+log = logging.getLogger("actors")
+
+
+def _lost_ownership(exc: BaseException) -> Conflict | None:
+    if isinstance(exc, Conflict) and exc.reason == "epoch":
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _lost_ownership(inner)
+            if found is not None:
+                return found
+    return None
 
 
 class _Passivated(Exception):
@@ -105,6 +120,8 @@ class Actor:
         self.root: Effect | None = None
         self.loaded = False
         self.mail_floor = 0  # see _load
+        self.epoch = 0  # ownership epoch every write is fenced with (shared journals)
+        self.fenced = system.journal.shared
         # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: tuple[Any, ...] | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
@@ -121,6 +138,13 @@ class Actor:
                 if await self._load():
                     await self._drive()
                 nursery.cancel_scope.cancel()
+        except Exception as exc:
+            lost = _lost_ownership(exc)
+            if lost is None:
+                raise
+            # Another node took the instance over (this one froze past its
+            # lease, say): the fence rejected our write; leave it to them.
+            log.warning("%s: gave up %r: %s", self.system.node, self.address, lost)
         finally:
             self.done = True
             self.system._forget(self)
@@ -184,6 +208,9 @@ class Actor:
         if name == ESCALATE.name and self.interrupt is None:
             self.interrupt = ("escalate", payload, seq)
             self.wake.set()
+        elif name == CANCEL.name:
+            self.txn.take_message(self.iid, seq)
+            self.cancel(payload["reason"])
 
     def cancel(self, reason: str) -> None:
         """Ask the driver to cancel the instance at its next suspension."""
@@ -319,6 +346,8 @@ class Actor:
         """Submit the ridden writes without waiting."""
         self._sync_status()
         if self.txn.ops:
+            if self.fenced:
+                self.txn.fence(self.iid, self.epoch)
             self.ticket = self.journal.submit(self.txn)
             self.txn = Txn()
 
@@ -329,6 +358,9 @@ class Actor:
         self.txn = Txn()
         if txn is not None:
             pending.ops.extend(txn.ops)
+            pending.requires.extend(txn.requires)
+        if self.fenced:
+            pending.fence(self.iid, self.epoch)
         prior = self.ticket
         self.ticket = None
         results = await self.journal.commit(pending, durable=durable)

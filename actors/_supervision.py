@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ._system import ActorSystem
 
 ESCALATE = Signal._system("\x00escalate")
+CANCEL = Signal._system("\x00cancel")  # to the owner on another node
 _DEFAULT = OneForOne()
 RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
 

@@ -85,6 +85,7 @@ class ActorSystem:
         self._status_events: dict[bytes, trio.Event] = {}
         self._cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
         self.timers = TimerService(self)
+        self.takeover_interval = 0.25
         self._nursery: trio.Nursery | None = None
         self._closing = False
 
@@ -220,8 +221,12 @@ class ActorSystem:
             if message is not None:
                 self._append(txn, iid, message[0], message[1])
             results = await self.journal.commit(txn)
+            epoch = await self.journal.claim(iid)
             actor = Actor(self, iid, address, proc, record)
             actor.loaded = True
+            if epoch is None:  # another node took it over at once: it runs there
+                return Handle(self, iid, address, record["inc"]), True
+            actor.epoch = epoch
             if message is not None and results:
                 actor.deliver(results[0], message[0].name, message[1])
             self._run_actor(actor)
@@ -289,6 +294,11 @@ class ActorSystem:
         txn.append_message(iid, [signal.name, payload, self.epoch_now()])
         (seq,) = await self.journal.commit(txn)
         self._route(iid, seq, signal.name, payload)
+
+    @property
+    def node(self) -> str | None:
+        """This system's node name on a shared journal, or None."""
+        return self.journal.node
 
     def _not_delivered(self, address: str, exc: Conflict) -> NotDelivered:
         if exc.reason == "missing":
@@ -371,12 +381,17 @@ class ActorSystem:
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in ("running", "suspended", "compensation_stuck"):
             return False
+        epoch = await self.journal.claim(iid)
+        if epoch is None:
+            return await self._cancel_remote(iid, address, reason)
         # Depth first: its children go before it records its own end.
         children = _sup.children_in_log(log)
         await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         record = dict(row.record, reason=reason, updated=self.epoch_now(), last_error=None)
         txn = Txn()
         txn.require(iid, frozenset({"running", "suspended", "compensation_stuck"}))
+        if self.journal.shared:
+            txn.fence(iid, epoch)
         txn.put_instance(
             iid, address=row.address, process=row.process, status="cancelled", record=record
         )
@@ -398,6 +413,17 @@ class ActorSystem:
             self._route(instance_id(parent), results[-1], end.name,
                         _sup.end_payload("cancelled", record))  # fmt: skip
         return True
+
+    async def _cancel_remote(self, iid: bytes, address: str, reason: str) -> bool:
+        """Cancel an instance another live node owns: ask it, and wait (a while)."""
+        await self._send_system(iid, address, _sup.CANCEL, {"reason": reason})
+        with trio.move_on_after(10):
+            while True:
+                row = await self.journal.read(lambda r: r.instance(iid))
+                if row is None or row.status not in LIVE_STATUSES:
+                    return row is not None and row.status == "cancelled"
+                await trio.sleep(0.02)
+        return False
 
     async def _restart_iid(self, iid: bytes, address: str, reason: str) -> None:
         """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
@@ -584,7 +610,11 @@ class ActorSystem:
                     row.process,
                 )
                 return
+            epoch = await self.journal.claim(iid)
+            if epoch is None or iid in self._live:
+                return  # another live node owns it (and was told of its mail)
             actor = Actor(self, iid, row.address, proc, None)
+            actor.epoch = epoch
             self._live[iid] = actor
         finally:
             self._activating.discard(iid)
@@ -625,6 +655,23 @@ class ActorSystem:
         raise NotImplementedError(f"{leaf!r} is not supported yet")
 
     # -- recovery and shutdown ---------------------------------------------------
+
+    async def _remote_mail(self, iid: bytes) -> None:
+        """Another node added mail for ``iid``, which this node owns."""
+        actor = self._live.get(iid)
+        if actor is None:
+            self._activate(iid)
+            return
+        mail = await self.journal.read(lambda r: r.mailbox(iid))
+        for seq, message in mail:
+            actor.deliver(seq, message[0], message[1])
+
+    async def _take_over(self) -> None:
+        """On a shared journal: run the instances of nodes that are gone."""
+        while True:
+            for iid in await self.journal.orphans():
+                self._activate(iid)
+            await trio.sleep(self.takeover_interval)
 
     async def _recover(self) -> None:
         def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]]]:
@@ -678,6 +725,7 @@ async def open_system(
     max_sync_steps: int = 64,
     max_payload: int = 1 << 20,
     now: Callable[[], float] = time.time,
+    node: str | None = None,
 ) -> AsyncIterator[ActorSystem]:
     """Open the journal, recover every unfinished instance, and run the system.
 
@@ -698,6 +746,10 @@ async def open_system(
         max_payload: the largest encoded message payload, in bytes.
         now: the wall clock read once at open to map trio's clock onto epoch
             time (tests pass a fixed one so virtual time carries across reopens).
+        node: this node's name, to share a journal that several nodes open
+            at once (`storage.PostgresJournal`): each instance runs on one
+            live node at a time, messages reach it from any node, and the
+            instances of a node that dies or freezes move to the others.
 
     Raises:
         JournalLocked: another system has the journal open.
@@ -707,6 +759,8 @@ async def open_system(
         passivate_after=passivate_after, max_sync_steps=max_sync_steps,
         max_payload=max_payload, now=now,
     )  # fmt: skip
+    if node is not None:
+        journal.set_node(node)
     await journal.open()
     body_error: BaseException | None = None
     try:
@@ -715,6 +769,11 @@ async def open_system(
             system._nursery = nursery
             await system._recover()
             nursery.start_soon(system.timers.run, name="actors timer service")
+            if journal.shared:
+                journal.on_mail(
+                    lambda iid: system._spawn_system_task(system._remote_mail, iid)
+                )
+                nursery.start_soon(system._take_over, name="actors takeover")
             try:
                 yield system
             except BaseException as exc:
