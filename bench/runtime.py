@@ -1,0 +1,880 @@
+"""The runtime suite: the actor runtime end to end, beside the raw baselines.
+
+Every measurement runs on a fresh directory (a fresh `LMDBJournal`, or a
+fresh `MemoryJournal`) with its own system, closed before the next one. The
+sends, steps and children are trivial, so what is measured is the runtime's
+own cost. Baselines are measured in the same run, interleaved with it:
+
+- ``raw-1000/txn``: raw LMDB, 1000 puts per synced transaction (records/s,
+  as in the journal suite): the disk ceiling for batched durable writes.
+- ``raw-commit``: raw LMDB, one put per synced transaction, as a latency
+  (µs): no durable send can be faster than one of these.
+- ``trio-channel``: 1000 trio tasks ``send_nowait`` into memory channels
+  read by 1000 receiver tasks (msgs/s): trio's cost of handing a message over.
+- ``bare-task``: RSS of one ``trio.sleep_forever`` task.
+- ``nursery-seq``, ``nursery-1000``, ``nursery-cancel``: the same number of
+  plain trio tasks started in a nursery (one at a time, or 1000 together),
+  and cancelling a nursery tree of as many sleeping tasks.
+
+Measurements (targets, checked in review, never here):
+
+1. durable signals/s on LMDB (durability "sync"): 1000 concurrent senders
+   loop on ``await system.send(...)``, all into one instance, or each into
+   its own of 1000 instances; each instance loops on ``ctx.wait``. Counted
+   when the process code has the message. Target >= 50k/s spread.
+2. the same on `MemoryJournal`.
+3. processes started and completed per second, in waves of 1000
+   concurrent ``start`` then ``result()``; 1 or 10 steps of a trivial ``async``
+   function, and 1 step of a trivial sync function (in a worker thread).
+   Target >= 10k/s for 1 step.
+4. send -> resumed latency, one sender, one in-memory instance: from before
+   ``send`` to the process code having the message (it sets a trio.Event
+   right after its ``ctx.wait`` returns; no step). Target p50 <= 1 ms.
+5. RSS per live instance (suspended on a wait, in memory) against a bare
+   sleeping task: N instances or tasks in a child process, VmRSS after
+   ``gc.collect()``, delta / N. Target <= 3x.
+6. N stored instances, all passivated (``passivate_after=0``): the process's
+   VmRSS after, its growth, the rate they were created and passivated at,
+   and send -> resumed for 100 random ones (median; includes activation and
+   replay). Target: 100k in <= 100 MB. In a child process.
+7. send -> resumed of a passivated instance whose log holds 1000 effects
+   (waits), against one whose log holds 1: the replay cost.
+8. children through ``ctx.call`` (10 parents, each one call at a time) and
+   ``ctx.scope`` over 1000 items, children/s; a tree of 10k descendants
+   (100 children of ``ctx.spawn``, 100 grandchildren each, all waiting):
+   the rate it is built at and the time from ``system.cancel(root)`` until
+   every descendant is cancelled and out of memory.
+9. stream values/s from a producer (emitting 100 at a time with
+   ``ctx.all``) to a durable consumer (``async for v in system.stream(...)``);
+   a saga of 100 compensable ``async`` steps that fails: µs per step of the
+   forward phase and of the compensation phase.
+
+Window measurements take ``options.repeats`` samples each, interleaved by
+the registry; the RSS and cascade ones (seconds of fixed work a sample) take
+at most 3 (1 with ``--quick``); creating 100k instances takes 30-40 s on a
+2-core machine, so 6 is one sample. ``--quick`` also uses N=5k for 5, N=10k
+for 6 and a 50x50 tree for 8 (the rows say which N).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+import actors
+from actors import Context, Signal, process
+from storage import LMDBJournal, MemoryJournal
+
+from ._registry import Measurement, Options, Result, progress, run_measurements, suite
+from .journal import raw_batch, raw_commit
+
+_MAP_SIZE = 1 << 30
+_FOREVER = 1e9  # passivate_after that never passivates during a measurement
+_SENDERS = 1000
+_INSTANCES = 1000
+_STARTERS = 1000
+_PAYLOAD = {"order": "o-17", "by": "ann"}
+_ROOT = Path(__file__).resolve().parent.parent
+
+ping = Signal("ping")
+tick = Signal("tick")
+
+
+def _warmup(seconds: float) -> float:
+    return min(0.25, seconds / 4)
+
+
+# -- what process code reports back ------------------------------------------------
+
+
+class _Probe:
+    """Process code calls into this (plain calls, never awaits) so the
+    benchmark knows when a message reached it. ``expect(token)`` gives an
+    event set when a message with that int payload is seen; a replayed wait
+    sees an old token, which nobody expects any more."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.waiting: dict[int, trio.Event] = {}
+        self.marks: dict[str, float] = {}
+
+    def expect(self, token: int) -> trio.Event:
+        event = self.waiting[token] = trio.Event()
+        return event
+
+    def seen(self, payload: Any) -> None:
+        self.count += 1
+        if type(payload) is int:
+            event = self.waiting.pop(payload, None)
+            if event is not None:
+                event.set()
+
+
+_probe = _Probe()
+
+
+# -- the processes -----------------------------------------------------------------
+
+
+@process("sink/:id")
+async def sink(ctx: Context, id: str, *, ticks: int = 0) -> None:
+    for _ in range(ticks):
+        await ctx.wait(tick)
+    while True:
+        _probe.seen(await ctx.wait(ping))
+
+
+async def _noop(i: int) -> int:
+    return i
+
+
+def _noop_sync(i: int) -> int:
+    return i
+
+
+@process("job/:id")
+async def job(ctx: Context, id: str, *, steps: int, sync: bool = False) -> int:
+    fn = _noop_sync if sync else _noop
+    for i in range(steps):
+        await ctx.step(fn, i)
+    return steps
+
+
+@process("leaf/:n")
+async def leaf(ctx: Context, n: str) -> str:
+    return n
+
+
+@process("caller/:id")
+async def caller(ctx: Context, id: str) -> None:
+    i = 0
+    while True:
+        await ctx.call(leaf, str(i))
+        _probe.count += 1
+        i += 1
+
+
+@process("scoper/:id")
+async def scoper(ctx: Context, id: str, *, n: int) -> int:
+    return len(await ctx.scope([str(i) for i in range(n)], leaf))
+
+
+@process("root/:id")
+async def root(ctx: Context, id: str, *, fanout: int) -> None:
+    await ctx.all(*[ctx.spawn(branch, str(i), fanout=fanout) for i in range(fanout)])
+    await ctx.wait(ping)
+
+
+@process("branch/:id")
+async def branch(ctx: Context, id: str, *, fanout: int) -> None:
+    await ctx.all(*[ctx.spawn(twig, str(i)) for i in range(fanout)])
+    await ctx.wait(ping)
+
+
+@process("twig/:id")
+async def twig(ctx: Context, id: str) -> None:
+    _probe.count += 1
+    await ctx.wait(ping)
+
+
+@process("producer/:id")
+async def producer(ctx: Context, id: str, *, batch: int) -> None:
+    n = 0
+    while True:
+        await ctx.all(*[ctx.emit(n + i) for i in range(batch)])
+        n += batch
+
+
+async def _undo(i: int) -> None:
+    return None
+
+
+@process("saga/:id")
+async def saga(ctx: Context, id: str, *, n: int) -> None:
+    for i in range(n):
+        await ctx.step(_noop, i, compensate=_undo)
+    _probe.marks[id] = time.perf_counter()
+    raise RuntimeError("fail after the forward steps, to compensate them")
+
+
+_PROCESSES = [sink, job, leaf, caller, scoper, root, branch, twig, producer, saga]
+
+
+# -- helpers -----------------------------------------------------------------------
+
+
+def _lmdb(directory: Path) -> LMDBJournal:
+    return LMDBJournal(directory / "journal", map_size=_MAP_SIZE)
+
+
+def _open(journal: Any, passivate_after: float = _FOREVER) -> Any:
+    return actors.open_system(
+        journal, processes=_PROCESSES, random=random.Random(0), passivate_after=passivate_after
+    )
+
+
+async def _until(
+    condition: Callable[[], bool], timeout: float = 120.0, every: float = 0.002
+) -> None:
+    with trio.fail_after(timeout):
+        while not condition():
+            await trio.sleep(every)
+
+
+def _passivated(system: Any) -> bool:
+    # The system's private live table (the tests' until_passivated reads it too).
+    return not system._live and not system._activating
+
+
+async def _count_rate(seconds: float, count: Callable[[], int]) -> float:
+    """Events per second over a window of ``seconds``, after a warm-up."""
+    await trio.sleep(_warmup(seconds))
+    start, first = time.perf_counter(), count()
+    await trio.sleep(seconds)
+    return (count() - first) / (time.perf_counter() - start)
+
+
+async def _repeat_rate(
+    seconds: float,
+    once: Callable[[], Awaitable[int]],
+    warm: Callable[[], Awaitable[Any]] | None = None,
+) -> float:
+    """Things/s: run ``once`` (returning how many things it did) until
+    ``seconds`` have passed, at least once; ``warm`` runs first, untimed."""
+    if warm is not None:
+        await warm()
+    start, done = time.perf_counter(), 0
+    while True:
+        done += await once()
+        if (now := time.perf_counter()) >= start + seconds:
+            return done / (now - start)
+
+
+async def _start_many(
+    system: Any, proc: Any, ids: Sequence[str], starters: int, **input: Any
+) -> None:
+    """Start one instance per id, ``starters`` at a time."""
+    ids = list(ids)
+
+    async def starter(k: int) -> None:
+        for i in range(k, len(ids), starters):
+            await system.start(proc, ids[i], **input)
+
+    async with trio.open_nursery() as nursery:
+        for k in range(min(starters, len(ids))):
+            nursery.start_soon(starter, k)
+
+
+async def _ping(system: Any, address: str, token: int) -> float:
+    """Seconds from before ``send`` until the process code has the message."""
+    event = _probe.expect(token)
+    start = time.perf_counter()
+    await system.send(address, ping, token)
+    await event.wait()
+    return time.perf_counter() - start
+
+
+class _Sampler:
+    """One sample that gives several values (p50 and p99 of one run, ...).
+
+    The registry takes one value per sample; the first of this sampler's
+    measurements runs the sample and the others, next in the same round,
+    read the values it left.
+    """
+
+    def __init__(self, fn: Callable[[Path, float], dict[str, float]]) -> None:
+        self._fn = fn
+        self._last: dict[str, float] = {}
+
+    def measurements(
+        self, rows: Sequence[tuple[str, str, str, tuple[str, ...]]]
+    ) -> list[Measurement]:
+        """``rows``: (name, unit, key of the sample's dict, baselines)."""
+        out = []
+        for i, (name, unit, key, baselines) in enumerate(rows):
+            if i == 0:
+
+                def sample(directory: Path, seconds: float, key: str = key) -> float:
+                    self._last = self._fn(directory, seconds)
+                    return self._last[key]
+
+            else:
+
+                def sample(directory: Path, seconds: float, key: str = key) -> float:
+                    return self._last[key]
+
+            out.append(Measurement(name, unit, sample, baselines))
+        return out
+
+
+# -- 1, 2: signals -----------------------------------------------------------------
+
+
+def raw_commit_latency(directory: Path, seconds: float) -> float:
+    """µs per raw LMDB synced commit of one put."""
+    return 1e6 / raw_commit(directory, seconds)
+
+
+def channel_rate(directory: Path, seconds: float, pairs: int = _SENDERS) -> float:
+    """Messages/s from ``pairs`` tasks ``send_nowait`` into channels read by as many tasks."""
+
+    async def main() -> float:
+        received = 0
+
+        async def pair() -> None:
+            send, recv = trio.open_memory_channel[Any](math.inf)
+
+            async def produce() -> None:
+                while True:
+                    send.send_nowait(_PAYLOAD)
+                    await trio.lowlevel.checkpoint()
+
+            async def consume() -> None:
+                nonlocal received
+                async for _ in recv:
+                    received += 1
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(produce)
+                nursery.start_soon(consume)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(pairs):
+                nursery.start_soon(pair)
+            rate = await _count_rate(seconds, lambda: received)
+            nursery.cancel_scope.cancel()
+        return rate
+
+    return trio.run(main)
+
+
+def signal_rate(directory: Path, seconds: float, *, memory: bool, instances: int) -> float:
+    """Signals/s taken by process code, from ``_SENDERS`` concurrent senders."""
+
+    async def main() -> float:
+        _probe.reset()
+        journal = MemoryJournal() if memory else _lmdb(directory)
+        async with _open(journal) as system:
+            ids = [str(i) for i in range(instances)]
+            await _start_many(system, sink, ids, _STARTERS)
+
+            async def sender(address: str) -> None:
+                while True:
+                    await system.send(address, ping, _PAYLOAD)
+
+            async with trio.open_nursery() as nursery:
+                for k in range(_SENDERS):
+                    nursery.start_soon(sender, f"sink/{ids[k % instances]}")
+                rate = await _count_rate(seconds, lambda: _probe.count)
+                nursery.cancel_scope.cancel()
+        return rate
+
+    return trio.run(main)
+
+
+# -- 3: processes ------------------------------------------------------------------
+
+
+def process_rate(directory: Path, seconds: float, *, steps: int, sync: bool = False) -> float:
+    """Instances started and completed per second, in waves of ``_STARTERS``
+    concurrent ``start`` + ``result()``."""
+
+    async def main() -> float:
+        async with _open(_lmdb(directory)) as system:
+            waves = 0
+
+            async def wave(n: int = _STARTERS) -> int:
+                nonlocal waves
+                waves += 1
+
+                async def one(k: int) -> None:
+                    handle = await system.start(job, f"{waves}.{k}", steps=steps, sync=sync)
+                    await handle.result()
+
+                async with trio.open_nursery() as nursery:
+                    for k in range(n):
+                        nursery.start_soon(one, k)
+                return n
+
+            return await _repeat_rate(seconds, wave, lambda: wave(_STARTERS // 10))
+
+    return trio.run(main)
+
+
+# -- 4: latency --------------------------------------------------------------------
+
+
+def latency(directory: Path, seconds: float) -> dict[str, float]:
+    """p50 and p99 µs of send -> resumed, one sender, one in-memory instance."""
+
+    async def main() -> dict[str, float]:
+        _probe.reset()
+        async with _open(_lmdb(directory)) as system:
+            await system.start(sink, "echo")
+            token = 0
+            deadline = time.perf_counter() + _warmup(seconds)
+            while time.perf_counter() < deadline:
+                token += 1
+                await _ping(system, "sink/echo", token)
+            samples = []
+            deadline = time.perf_counter() + seconds
+            while time.perf_counter() < deadline:
+                token += 1
+                samples.append(await _ping(system, "sink/echo", token))
+        samples.sort()
+        return {
+            "p50": 1e6 * samples[len(samples) // 2],
+            "p99": 1e6 * samples[min(len(samples) - 1, int(len(samples) * 0.99))],
+        }
+
+    return trio.run(main)
+
+
+# -- 5, 6: memory (in child processes, so each starts from a clean heap) --------------
+
+
+def _rss() -> dict[str, int]:
+    """VmRSS, RssAnon and RssFile of this process, in bytes."""
+    found = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile"):
+                found[key] = int(value.split()[0]) * 1024
+    return found
+
+
+def _settled_rss() -> dict[str, int]:
+    gc.collect()
+    return _rss()
+
+
+async def _child_live(directory: Path, n: int) -> dict[str, float]:
+    async with _open(_lmdb(directory)) as system:
+        await _start_many(system, sink, [f"w{i}" for i in range(100)], 100)  # warm the code paths
+        await _until(lambda: all(a.status == "suspended" for a in system._live.values()))
+        before = _settled_rss()
+        await _start_many(system, sink, [str(i) for i in range(n)], _STARTERS)
+        await _until(
+            lambda: (
+                len(system._live) == n + 100
+                and all(a.status == "suspended" for a in system._live.values())
+            ),
+            every=0.02,
+        )
+        after = _settled_rss()
+    return {k: (after[k] - before[k]) / n for k in after}
+
+
+async def _child_bare(directory: Path, n: int) -> dict[str, float]:
+    async with trio.open_nursery() as nursery:
+        for _ in range(100):
+            nursery.start_soon(trio.sleep_forever)
+        await trio.sleep(0.01)
+        before = _settled_rss()
+        for _ in range(n):
+            nursery.start_soon(trio.sleep_forever)
+        await trio.sleep(0.05)  # every task has run to its sleep
+        after = _settled_rss()
+        nursery.cancel_scope.cancel()
+    return {k: (after[k] - before[k]) / n for k in after}
+
+
+async def _child_passivated(directory: Path, n: int) -> dict[str, float]:
+    async with _open(_lmdb(directory), passivate_after=0) as system:
+        before = _settled_rss()
+        tasks = trio.lowlevel.current_statistics().tasks_living
+        start = time.perf_counter()
+        await _start_many(system, sink, [str(i) for i in range(n)], _STARTERS)
+        # Out of the live table, and their tasks have exited.
+        await _until(
+            lambda: (
+                _passivated(system) and trio.lowlevel.current_statistics().tasks_living <= tasks
+            ),
+            every=0.01,
+        )
+        created = time.perf_counter() - start
+        after = _settled_rss()
+        rng = random.Random(0)
+        wake = []
+        for token, i in enumerate(rng.sample(range(n), 100), start=1):
+            wake.append(await _ping(system, f"sink/{i}", token))
+            await _until(lambda: _passivated(system), every=0.0005)
+    return {
+        "rss_mb": after["VmRSS"] / 2**20,
+        "growth_mb": (after["VmRSS"] - before["VmRSS"]) / 2**20,
+        "anon_growth_mb": (after["RssAnon"] - before["RssAnon"]) / 2**20,
+        "created_per_s": n / created,
+        "wake_us": 1e6 * statistics.median(wake),
+    }
+
+
+_CHILDREN = {"live": _child_live, "bare": _child_bare, "passivated": _child_passivated}
+
+
+def _child_main(argv: list[str]) -> None:
+    """Entry point of the child process: ``MODE DIRECTORY N``; prints JSON."""
+    mode, directory, n = argv
+    result = trio.run(_CHILDREN[mode], Path(directory), int(n))
+    print(json.dumps(result), flush=True)
+
+
+def _in_child(mode: str, directory: Path, n: int) -> dict[str, float]:
+    code = "import sys; from bench.runtime import _child_main; _child_main(sys.argv[1:])"
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, mode, str(directory), str(n)],
+        cwd=_ROOT, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"the {mode!r} child process failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def rss_per_instance(directory: Path, seconds: float, n: int) -> dict[str, float]:
+    live = _in_child("live", directory, n)
+    bare = _in_child("bare", directory, n)
+    progress(
+        f"runtime: rss per live instance {live['VmRSS']:,.0f} B (anon {live['RssAnon']:,.0f}, "
+        f"file {live['RssFile']:,.0f}); per bare task {bare['VmRSS']:,.0f} B"
+    )
+    return {"instance": live["VmRSS"], "task": bare["VmRSS"]}
+
+
+# -- 7: replay ---------------------------------------------------------------------
+
+
+def replay(
+    directory: Path, seconds: float, effects: int = 1000, wakes: int = 20
+) -> dict[str, float]:
+    """Median µs of send -> resumed for passivated instances with a long and a short log."""
+
+    async def main() -> dict[str, float]:
+        _probe.reset()
+        token = 0
+        async with _open(_lmdb(directory)) as system:
+            await system.start(sink, "long", ticks=effects)
+            await system.start(sink, "short")
+            async with trio.open_nursery() as nursery:
+                for _ in range(effects):
+                    nursery.start_soon(system.send, "sink/long", tick, None)
+            for address in ("sink/long", "sink/short"):  # their logs: effects + 1, and 1
+                token += 1
+                await _ping(system, address, token)
+        # Reopened: both are suspended on disk; each message activates and replays one.
+        times: dict[str, list[float]] = {"sink/long": [], "sink/short": []}
+        async with _open(_lmdb(directory), passivate_after=0) as system:
+            for _ in range(wakes):
+                for address, found in times.items():
+                    token += 1
+                    found.append(await _ping(system, address, token))
+                    await _until(lambda: _passivated(system), every=0.0005)
+        return {
+            "long": 1e6 * statistics.median(times["sink/long"]),
+            "short": 1e6 * statistics.median(times["sink/short"]),
+        }
+
+    return trio.run(main)
+
+
+# -- 8: supervision ------------------------------------------------------------------
+
+
+def call_rate(directory: Path, seconds: float, parents: int = 10) -> float:
+    """Children/s through ``ctx.call``, ``parents`` parents each calling one at a time."""
+
+    async def main() -> float:
+        _probe.reset()
+        async with _open(_lmdb(directory)) as system:
+            for k in range(parents):
+                await system.start(caller, str(k))
+            return await _count_rate(seconds, lambda: _probe.count)
+
+    return trio.run(main)
+
+
+def nursery_seq_rate(directory: Path, seconds: float, parents: int = 10) -> float:
+    """Tasks/s, ``parents`` tasks each starting one task in a nursery and awaiting it."""
+
+    async def main() -> float:
+        done = 0
+
+        async def trivial() -> None:
+            await trio.lowlevel.checkpoint()
+
+        async def parent() -> None:
+            nonlocal done
+            while True:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(trivial)
+                done += 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(parents):
+                nursery.start_soon(parent)
+            rate = await _count_rate(seconds, lambda: done)
+            nursery.cancel_scope.cancel()
+        return rate
+
+    return trio.run(main)
+
+
+def scope_rate(directory: Path, seconds: float, n: int = 1000) -> float:
+    """Children/s through ``ctx.scope`` over ``n`` items, one scope after another."""
+
+    async def main() -> float:
+        async with _open(_lmdb(directory)) as system:
+            runs = 0
+
+            async def once(size: int = n) -> int:
+                nonlocal runs
+                runs += 1
+                handle = await system.start(scoper, str(runs), n=size)
+                return await handle.result()
+
+            return await _repeat_rate(seconds, once, lambda: once(n // 10))
+
+    return trio.run(main)
+
+
+def nursery_batch_rate(directory: Path, seconds: float, n: int = 1000) -> float:
+    """Tasks/s, ``n`` trivial tasks started together in a nursery, one nursery after another."""
+
+    async def main() -> float:
+        async def trivial() -> None:
+            await trio.lowlevel.checkpoint()
+
+        async def once() -> int:
+            async with trio.open_nursery() as nursery:
+                for _ in range(n):
+                    nursery.start_soon(trivial)
+            return n
+
+        return await _repeat_rate(seconds, once)
+
+    return trio.run(main)
+
+
+def cascade(directory: Path, seconds: float, fanout: int) -> dict[str, float]:
+    """A tree of fanout**2 waiting descendants: built per second, and ms to cancel it."""
+
+    async def main() -> dict[str, float]:
+        _probe.reset()
+        descendants = fanout + fanout * fanout
+        async with _open(_lmdb(directory)) as system:
+            start = time.perf_counter()
+            await system.start(root, "r", fanout=fanout)
+            await _until(lambda: _probe.count == fanout * fanout, every=0.005)
+            await _until(
+                lambda: (
+                    len(system._live) == descendants + 1
+                    and all(a.status == "suspended" for a in system._live.values())
+                ),
+                every=0.005,
+            )
+            built = time.perf_counter() - start
+            start = time.perf_counter()
+            await system.cancel("root/r")
+            await _until(lambda: not system._live, every=0.0005)
+            cancelled = time.perf_counter() - start
+        return {"built_per_s": descendants / built, "cancel_ms": 1e3 * cancelled}
+
+    return trio.run(main)
+
+
+def nursery_cancel(directory: Path, seconds: float, fanout: int) -> float:
+    """ms to cancel a two-level nursery tree of fanout**2 sleeping tasks."""
+
+    async def main() -> float:
+        ready = 0
+
+        async def sleeper() -> None:
+            nonlocal ready
+            ready += 1
+            await trio.sleep_forever()
+
+        async def subtree() -> None:
+            async with trio.open_nursery() as nursery:
+                for _ in range(fanout):
+                    nursery.start_soon(sleeper)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(fanout):
+                nursery.start_soon(subtree)
+            while ready < fanout * fanout:
+                await trio.sleep(0.001)
+            start = time.perf_counter()
+            nursery.cancel_scope.cancel()
+        return 1e3 * (time.perf_counter() - start)
+
+    return trio.run(main)
+
+
+# -- 9: streams and sagas --------------------------------------------------------------
+
+
+def stream_rate(directory: Path, seconds: float, batch: int = 100) -> float:
+    """Values/s read by a durable consumer while a producer emits ``batch`` at a time."""
+
+    async def main() -> float:
+        read = 0
+        async with _open(_lmdb(directory)) as system:
+            await system.start(producer, "p", batch=batch)
+
+            async def consume() -> None:
+                nonlocal read
+                async with system.stream("producer/p", consumer="c") as stream:
+                    async for _ in stream:
+                        read += 1
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(consume)
+                rate = await _count_rate(seconds, lambda: read)
+                nursery.cancel_scope.cancel()
+        return rate
+
+    return trio.run(main)
+
+
+def saga_costs(directory: Path, seconds: float, steps: int = 100) -> dict[str, float]:
+    """µs per step of a failing saga's forward phase and of its compensation phase."""
+
+    async def main() -> dict[str, float]:
+        _probe.reset()
+        forward = compensation = 0.0
+        runs = 0
+        async with _open(_lmdb(directory)) as system:
+            deadline = time.perf_counter() + seconds
+            while runs < 2 or time.perf_counter() < deadline:
+                runs += 1
+                start = time.perf_counter()
+                handle = await system.start(saga, str(runs), n=steps)
+                try:
+                    await handle.result()
+                except actors.ProcessFailed:
+                    pass
+                end = time.perf_counter()
+                if runs > 1:  # the first run warms up
+                    failed_at = _probe.marks[str(runs)]
+                    forward += failed_at - start
+                    compensation += end - failed_at
+        return {
+            "forward_us": 1e6 * forward / ((runs - 1) * steps),
+            "compensation_us": 1e6 * compensation / ((runs - 1) * steps),
+        }
+
+    return trio.run(main)
+
+
+# -- the suite ---------------------------------------------------------------------
+
+
+@suite("runtime")
+def runtime_suite(options: Options) -> list[Result]:
+    quick = options.quick
+    live_n = 5_000 if quick else 10_000
+    stored_n = 10_000 if quick else 100_000
+    fanout = 50 if quick else 100
+    tree = f"{fanout + fanout * fanout:,}"
+    raw = ("raw-1000/txn",)
+    chan = ("trio-channel",)
+    wake_1 = "wake, log of 1"
+    cancel = f"nursery-cancel {fanout * fanout:,}"
+    forward = "saga forward/step"
+    # Window measurements: options.repeats samples each, interleaved.
+    main = [
+        Measurement("raw-1000/txn", "records/s", raw_batch),
+        Measurement("raw-commit", "µs", raw_commit_latency),
+        Measurement("trio-channel", "msgs/s", channel_rate),
+        Measurement(
+            "lmdb signals -> 1 instance", "signals/s",
+            lambda d, s: signal_rate(d, s, memory=False, instances=1), raw,
+        ),
+        Measurement(
+            f"lmdb signals -> {_INSTANCES} instances", "signals/s",
+            lambda d, s: signal_rate(d, s, memory=False, instances=_INSTANCES), raw,
+        ),
+        Measurement(
+            "memory signals -> 1 instance", "signals/s",
+            lambda d, s: signal_rate(d, s, memory=True, instances=1), chan,
+        ),
+        Measurement(
+            f"memory signals -> {_INSTANCES} instances", "signals/s",
+            lambda d, s: signal_rate(d, s, memory=True, instances=_INSTANCES), chan,
+        ),
+        Measurement(
+            "process, 1 async step", "processes/s",
+            lambda d, s: process_rate(d, s, steps=1), raw,
+        ),
+        Measurement(
+            "process, 10 async steps", "processes/s",
+            lambda d, s: process_rate(d, s, steps=10), raw,
+        ),
+        Measurement(
+            "process, 1 sync step", "processes/s",
+            lambda d, s: process_rate(d, s, steps=1, sync=True), raw,
+        ),
+        *_Sampler(latency).measurements([
+            ("send->resumed p50", "µs", "p50", ("raw-commit",)),
+            ("send->resumed p99", "µs", "p99", ("raw-commit",)),
+        ]),
+        *_Sampler(replay).measurements([
+            (wake_1, "µs", "short", ()),
+            ("wake, log of 1000", "µs", "long", (wake_1,)),
+        ]),
+        Measurement("nursery-seq", "tasks/s", nursery_seq_rate),
+        Measurement("ctx.call, 10 parents", "children/s", call_rate, ("nursery-seq",)),
+        Measurement("nursery-1000", "tasks/s", nursery_batch_rate),
+        Measurement("ctx.scope of 1000", "children/s", scope_rate, ("nursery-1000",)),
+        Measurement("stream -> durable consumer", "values/s", stream_rate, raw),
+        *_Sampler(saga_costs).measurements([
+            (forward, "µs", "forward_us", ()),
+            ("saga compensation/step", "µs", "compensation_us", (forward,)),
+        ]),
+    ]  # fmt: skip
+    # Fixed work of a few seconds a sample: at most 3 samples (1 with --quick).
+    heavy = [
+        *_Sampler(lambda d, s: rss_per_instance(d, s, live_n)).measurements([
+            ("bare-task", "B", "task", ()),
+            (f"RSS per live instance, N={live_n:,}", "B", "instance", ("bare-task",)),
+        ]),
+        Measurement(cancel, "ms", lambda d, s: nursery_cancel(d, s, fanout)),
+        *_Sampler(lambda d, s: cascade(d, s, fanout)).measurements([
+            (f"cascade-cancel {tree} descendants", "ms", "cancel_ms", (cancel,)),
+            (f"spawn tree of {tree}", "instances/s", "built_per_s", ()),
+        ]),
+    ]  # fmt: skip
+    # Creating 100k instances takes 30-40 s: one sample.
+    stored = _Sampler(lambda d, s: _in_child("passivated", d, stored_n)).measurements([
+        (f"{stored_n:,} passivated: RSS", "MB", "rss_mb", ()),
+        (f"{stored_n:,} passivated: RSS growth", "MB", "growth_mb", ()),
+        (f"{stored_n:,} passivated: created", "instances/s", "created_per_s", ()),
+        (f"{stored_n:,} passivated: send->resumed", "µs", "wake_us", ()),
+    ])  # fmt: skip
+    results = run_measurements("runtime", main, options)
+    results += run_measurements(
+        "runtime", heavy, attrs.evolve(options, repeats=1 if quick else min(options.repeats, 3))
+    )
+    results += run_measurements("runtime", stored, attrs.evolve(options, repeats=1))
+    # The table follows the order of the module doc.
+    order = main[:12] + heavy[:2] + stored + main[12:18] + heavy[2:] + main[18:]
+    position = {m.name: i for i, m in enumerate(order)}
+    return sorted(results, key=lambda r: position[r.name])
