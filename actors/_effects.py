@@ -65,7 +65,8 @@ class Wait(Effect):
     kind = "wait"
 
     def __init__(self, seq: int, signals: tuple[Signal, ...], pair: bool) -> None:
-        super().__init__(seq, ",".join(s.name for s in signals))
+        name = signals[0].name if len(signals) == 1 else ",".join(s.name for s in signals)
+        super().__init__(seq, name)
         self.signals = signals
         self.pair = pair  # receive() gives (signal, payload); wait() the payload
 
@@ -79,7 +80,7 @@ class Wait(Effect):
 class Call(Wait):
     """An awaited child: done when the child's end message arrives."""
 
-    __slots__ = ("proc", "params", "input", "address")
+    __slots__ = ("proc", "params", "input", "address", "creating")
     kind = "call"
 
     def __init__(
@@ -93,12 +94,13 @@ class Call(Wait):
         self.params = params
         self.input = input
         self.address = address
+        self.creating = False
 
 
 class Spawn(Effect):
     """A detached, supervised child: done once the child exists."""
 
-    __slots__ = ("proc", "params", "input", "address", "restart")
+    __slots__ = ("proc", "params", "input", "address", "restart", "creating")
     kind = "spawn"
 
     def __init__(
@@ -111,6 +113,7 @@ class Spawn(Effect):
         self.input = input
         self.address = address
         self.restart = restart
+        self.creating = False
 
 
 class Emit(Effect):
@@ -216,12 +219,13 @@ class ContinueAsNew(Effect):
 class Composite(Effect):
     """A race or join over child effects; unnumbered."""
 
-    __slots__ = ("children", "names")
+    __slots__ = ("children", "names", "remaining")
 
     def __init__(self, children: list[Effect], names: list[str] | None) -> None:
         super().__init__(-1)
         self.children = children
         self.names = names
+        self.remaining = len(children)  # children not done yet
         for child in children:
             if child.parent is not None or child.done:
                 raise _reused(child)
@@ -230,11 +234,9 @@ class Composite(Effect):
     def leaves(self) -> list[Effect]:
         return [leaf for child in self.children for leaf in child.leaves()]
 
-    def child_done(self, child: Effect, actor: Actor) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def settle_from_children(self) -> bool:
-        """Decide the outcome from children already done; True if decided."""
+    def settle_from_children(self, child: Effect | None = None) -> bool:
+        """Decide the outcome, True if decided: from ``child``, which just
+        finished (O(1), the live path), or else from all children (replay)."""
         raise NotImplementedError  # pragma: no cover
 
 
@@ -257,14 +259,14 @@ class First(Composite):
     __slots__ = ()
     kind = "first"
 
-    def settle_from_children(self) -> bool:
-        for name, child in zip(self.names or (), self.children):
-            if child.done:
+    def settle_from_children(self, child: Effect | None = None) -> bool:
+        for name, each in zip(self.names or (), self.children):
+            if each.done if child is None else each is child:
                 self.done = True
-                if child.error is not None:
-                    self.error = child.error
+                if each.error is not None:
+                    self.error = each.error
                 else:
-                    self.value = (name, child.value)
+                    self.value = (name, each.value)
                 return True
         return False
 
@@ -280,14 +282,23 @@ class All(Composite):
         super().__init__(children, None)
         self.settled = settled
 
-    def settle_from_children(self) -> bool:
-        if not self.settled:
-            for child in sorted(self.children, key=_first_seq):
-                if child.done and child.error is not None:
+    def settle_from_children(self, child: Effect | None = None) -> bool:
+        if child is not None:  # live: one more child finished
+            self.remaining -= 1
+            if not self.settled and child.error is not None:
+                self.done = True
+                self.error = child.error
+                return True
+            if self.remaining > 0:
+                return False
+        elif not self.settled:  # replay: the lowest-numbered failure wins
+            for each in sorted(self.children, key=_first_seq):
+                if each.done and each.error is not None:
                     self.done = True
-                    self.error = child.error
+                    self.error = each.error
                     return True
-        if all(child.done for child in self.children):
+        self.remaining = sum(1 for c in self.children if not c.done)
+        if self.remaining == 0:
             self.done = True
             if self.settled:
                 self.value = [

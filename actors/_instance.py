@@ -86,6 +86,14 @@ def error_from_entry(entry: dict[str, Any]) -> BaseException:
 class Actor:
     """A live instance. Created and owned by `ActorSystem`."""
 
+    __slots__ = (
+        "system", "journal", "iid", "address", "proc", "record", "run", "ctx", "log", "seq",
+        "occurrences", "mail", "mail_order", "waits", "timers", "live", "busy", "txn",
+        "ticket", "status", "persisted_status", "woken", "parked", "idle_since",
+        "passivate_requested", "root", "loaded", "mail_floor", "epoch", "fenced", "interrupt",
+        "children", "escalate_to", "done", "nursery",
+    )  # fmt: skip
+
     def __init__(
         self,
         system: ActorSystem,
@@ -116,7 +124,11 @@ class Actor:
         self.ticket: Ticket | None = None
         self.status = "running"
         self.persisted_status = "running" if record is None else None
-        self.wake = trio.Event()
+        # Parking: the driver's task, while it waits for something to happen.
+        self.woken = False
+        self.parked: trio.lowlevel.Task | None = None
+        self.idle_since = 0.0
+        self.passivate_requested = False
         self.root: Effect | None = None
         self.loaded = False
         self.mail_floor = 0  # see _load
@@ -135,7 +147,8 @@ class Actor:
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
-                if await self._load():
+                # A fresh instance was just written by whoever made it: no read.
+                if self.loaded or await self._load():
                     await self._drive()
                 nursery.cancel_scope.cancel()
         except Exception as exc:
@@ -202,12 +215,12 @@ class Actor:
             bisect.insort(self.mail_order, seq)
         if self.loaded:
             self._match_mail()
-        self.wake.set()
+        self.wakeup()
 
     def _receive_system(self, seq: int, name: str, payload: Any) -> None:
         if name == ESCALATE.name and self.interrupt is None:
             self.interrupt = ("escalate", payload, seq)
-            self.wake.set()
+            self.wakeup()
         elif name == CANCEL.name:
             self.txn.take_message(self.iid, seq)
             self.cancel(payload["reason"])
@@ -216,13 +229,13 @@ class Actor:
         """Ask the driver to cancel the instance at its next suspension."""
         if self.interrupt is None or self.interrupt[0] != "cancel":
             self.interrupt = ("cancel", reason)
-        self.wake.set()
+        self.wakeup()
 
     def restart(self, reason: str) -> None:
         """Ask the driver to restart the instance afresh (a sibling crashed)."""
         if self.interrupt is None:
             self.interrupt = ("restart", reason)
-        self.wake.set()
+        self.wakeup()
 
     # -- the driver ------------------------------------------------------------
 
@@ -300,32 +313,71 @@ class Actor:
         finally:
             coro.close()
 
+    def wakeup(self) -> None:
+        """Something happened that the driver may be waiting for."""
+        self.woken = True
+        task = self.parked
+        if task is not None:
+            self.parked = None
+            trio.lowlevel.reschedule(task)
+
+    def request_passivation(self) -> None:
+        """The system's idle sweep: drop this instance if it is still idle."""
+        task = self.parked
+        if task is not None and not self.busy:
+            self.passivate_requested = True
+            self.parked = None
+            trio.lowlevel.reschedule(task)
+
+    async def _park(self) -> None:
+        # One reschedule per wake-up: cheaper than a trio.Event per suspension.
+        if not self.woken:
+            self.parked = trio.lowlevel.current_task()
+
+            def abort(_: Any) -> trio.lowlevel.Abort:
+                self.parked = None
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        self.woken = False
+
     async def _wait_for(self, effect: Effect) -> None:
-        """Wait until ``effect`` is done; passivate if idle long enough."""
+        """Wait until ``effect`` is done; passivate when the system says so."""
         self.root = effect
-        system = self.system
+        passivate_now = self.system.passivate_after <= 0
         while not effect.done:
             if self.interrupt is not None:
                 raise _Interrupted()
             if self.busy:
                 self.status = "running"
-                await self.wake.wait()
-            else:
-                self._set_status("suspended")
-                self._flush()
-                with trio.move_on_after(system.passivate_after):
-                    await self.wake.wait()
-                if not self.wake.is_set() and not effect.done and self.interrupt is None:
+                await self._park()
+                continue
+            self._set_status("suspended")
+            self._flush()
+            if passivate_now:
+                # Wake-ups before this point are accounted for by the loop's
+                # checks; _passivate stays only for one that comes meanwhile.
+                self.woken = False
+                await self._passivate()
+                continue
+            self.idle_since = trio.current_time()
+            await self._park()
+            if self.passivate_requested:
+                self.passivate_requested = False
+                if not self.woken and not effect.done and self.interrupt is None:
                     await self._passivate()
-            self.wake = trio.Event()
         self.root = None
         self._set_status("running")
 
     async def _passivate(self) -> None:
         # Invariant: an instance leaves memory only once everything it wrote
         # is durable, so whoever activates it next reads its latest state.
-        await self._barrier(durable=True)
-        if self.wake.is_set() or self.busy or self.interrupt is not None:
+        if self.txn.ops or self.status != self.persisted_status:
+            await self._barrier(durable=True)
+        elif self.ticket is not None:
+            ticket, self.ticket = self.ticket, None
+            await ticket.wait()  # what _flush just submitted
+        if self.woken or self.busy or self.interrupt is not None:
             return  # something arrived meanwhile: stay
         self.system._forget(self)
         raise _Passivated()
@@ -493,7 +545,7 @@ class Actor:
         node: Effect = leaf
         parent = node.parent
         while parent is not None and not parent.done:
-            if not parent.settle_from_children():
+            if not parent.settle_from_children(node):
                 break
             for other in parent.leaves():
                 if other in self.live:
@@ -502,7 +554,7 @@ class Actor:
             parent = node.parent
         root = self.root
         if root is not None and root.done:
-            self.wake.set()
+            self.wakeup()
 
     def _abandon(self, leaf: Effect) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
@@ -655,6 +707,7 @@ class Actor:
     async def _interrupted(self) -> None:
         assert self.interrupt is not None
         kind, detail = self.interrupt[0], self.interrupt[1]
+        self.woken = False
         for leaf in list(self.live):
             if type(leaf) is fx.Step and leaf.compensate is not None and kind == "cancel":
                 # Cancelled mid-step: it may have applied, so it is compensated too.
@@ -670,7 +723,8 @@ class Actor:
             return
         # Depth first: the children go before the parent records its own end.
         reason = f"parent {self.address} cancelled"
-        await _sup.cancel_children(self.system, dict(self.children), reason)
+        children, self.children = self.children, {}
+        await _sup.cancel_children(self.system, children, reason)
         if self.proc.compensate_on_cancel and _saga.pending(self.record):
             self.record["reason"] = detail
             await self._finish_compensation(

@@ -75,7 +75,9 @@ async def call_once(
     token = _current.set(info)
     try:
         if inspect.iscoroutinefunction(fn):
-            with trio.fail_after(timeout if timeout is not None else float("inf")):
+            if timeout is None:
+                return await fn(*args, **kwargs)
+            with trio.fail_after(timeout):
                 return await fn(*args, **kwargs)
         limiter = actor.system.step_limiter
         async with limiter:
@@ -157,8 +159,9 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                         from . import _saga
 
                         _saga.register(actor, step, value)
+                    # The result rides on the next write: the process's next
+                    # barrier, suspension or end makes it durable.
                     actor.finish(step, value, None, entry)
-                    actor._flush()
                     return
                 failures += 1
                 retryable = retry is not None and not isinstance(cause, retry.non_retryable)
@@ -169,7 +172,7 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
     finally:
         step.scope = None
         actor.busy -= 1
-        actor.wake.set()
+        actor.wakeup()
 
 
 def _log_txn(actor: Actor, seq: int, entry: dict[str, Any]) -> Any:
@@ -218,4 +221,3 @@ def _finish_failed(
     entry[ERROR] = error
     exc.__cause__ = cause
     actor.finish(step, None, exc, entry)
-    actor._flush()

@@ -61,7 +61,7 @@ async def _write(actor: Actor, effect: fx.Emit | fx.Publish) -> None:
         actor.system._status_changed(actor.iid)  # wakes consumers and watchers
     finally:
         actor.busy -= 1
-        actor.wake.set()
+        actor.wakeup()
 
 
 class Stream:

@@ -74,14 +74,27 @@ def _await_end(actor: Actor, call: fx.Call) -> None:
 
 async def _create(actor: Actor, effect: Any) -> None:
     system = actor.system
+    effect.creating = True
     try:
-        try:
-            ended = await create_child(system, actor, effect)
-        except Exception as exc:  # a bad definition or input: raise it in the parent
-            actor.finish(effect, None, exc, None)
-            return
-        if effect not in actor.live:
-            return  # lost a race while being created: _abandon cancels the child
+        # Shielded: once the child's creation is submitted, this task must
+        # see it through, so that a child created while its parent was being
+        # cancelled (or lost a race) is cancelled here rather than left running.
+        with trio.CancelScope(shield=True):
+            try:
+                ended = await create_child(system, actor, effect)
+            except Exception as exc:  # a bad definition or input: raise it in the parent
+                actor.finish(effect, None, exc, None)
+                return
+            finally:
+                effect.creating = False
+            if effect not in actor.live or actor.interrupt is not None or actor.done:
+                why = (
+                    f"lost race in {actor.address}"
+                    if actor.interrupt is None and not actor.done
+                    else f"parent {actor.address} cancelled"
+                )
+                await system._cancel_iid(instance_id(effect.address), effect.address, why)
+                return
         if type(effect) is fx.Spawn:
             from ._handles import ChildHandle
 
@@ -93,7 +106,7 @@ async def _create(actor: Actor, effect: Any) -> None:
             _await_end(actor, effect)
     finally:
         actor.busy -= 1
-        actor.wake.set()
+        actor.wakeup()
 
 
 async def create_child(system: ActorSystem, parent: Actor, effect: Any) -> dict[str, Any] | None:
@@ -172,6 +185,8 @@ def abandon_child_effect(actor: Actor, effect: Any) -> None:
     """A call/spawn lost a race (or its join failed): cancel that child."""
     if effect in actor.waits:
         actor.waits.remove(effect)
+    if effect.creating:
+        return  # its creating task cancels the child once it exists
     system = actor.system
     address = effect.address
     system._spawn_system_task(

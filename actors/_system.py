@@ -666,6 +666,21 @@ class ActorSystem:
         for seq, message in mail:
             actor.deliver(seq, message[0], message[1])
 
+    async def _sweep_idle(self) -> None:
+        """Passivate instances idle for ``passivate_after`` seconds.
+
+        One task for the system rather than a deadline per suspension, which
+        cost a cancel scope and a timer entry on every message."""
+        if self.passivate_after <= 0:
+            return  # they passivate at every suspension themselves
+        interval = max(self.passivate_after / 4, 0.01)
+        while True:
+            await trio.sleep(interval)
+            cutoff = trio.current_time() - self.passivate_after
+            for actor in list(self._live.values()):
+                if actor.parked is not None and actor.idle_since <= cutoff:
+                    actor.request_passivation()
+
     async def _take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone."""
         while True:
@@ -769,6 +784,7 @@ async def open_system(
             system._nursery = nursery
             await system._recover()
             nursery.start_soon(system.timers.run, name="actors timer service")
+            nursery.start_soon(system._sweep_idle, name="actors idle sweep")
             if journal.shared:
                 journal.on_mail(
                     lambda iid: system._spawn_system_task(system._remote_mail, iid)

@@ -1,0 +1,8 @@
+"""``python -m actors`` and the ``actors`` console script: see `actors._cli`."""
+
+import sys
+
+from ._cli import main as main
+
+if __name__ == "__main__":
+    sys.exit(main())
