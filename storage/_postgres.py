@@ -14,11 +14,15 @@ timers         iid, run, seq (and an index on due)   due_us
 stream         iid, idx                              value
 cursors        iid, consumer                         position
 counters       iid, kind (1 mail, 2 stream)          next
+nodes          name                                  lock_key, channel,
+                                                     started_at
 =============  ====================================  ==========================
 
 Ids and values are ``bytea`` (values are already encoded by `Txn`).
 ``counters.next`` is how many numbers the kind has handed out: the next
 stream index, or the last mail sequence number (mail starts at 1).
+``instances.owner`` and ``epoch`` (drawn from the sequence ``epochs``) and
+the ``nodes`` table serve nodes sharing the schema (see `PostgresJournal`).
 
 Group commit: one committer thread owns one connection. Transactions
 submitted while a commit is in flight wait in the next batch; a batch is one
@@ -53,6 +57,7 @@ sync API from threads.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import re
 import threading
@@ -89,6 +94,11 @@ _STREAM = 2
 _SET_COUNTER = -1  # a planner-made op: (op, iid, kind, next)
 _ATTEMPTS = 6  # tries of one batch on a lost connection, deadlock or serialization failure
 _PAGE = 1000  # rows per query when a reader iterates instances
+_NOTICE_IDS = 200  # instance ids per NOTIFY payload: 33 bytes each, under the 8000-byte limit
+_PRUNE_EVERY = 10.0  # seconds between sweeps of the nodes table for gone nodes
+_NO_LEASE = object()  # another process holds this node's lease
+
+log = logging.getLogger("storage.postgres")
 
 
 class JournalUnavailable(JournalClosed, ConnectionError):
@@ -118,6 +128,12 @@ _MIGRATIONS: list[tuple[str, ...]] = [
         """CREATE TABLE {s}.counters (iid bytea, kind smallint, next bigint NOT NULL,
             PRIMARY KEY (iid, kind))""",
     ),
+    (  # 2: nodes sharing the schema (see "Nodes" in PostgresJournal's doc)
+        """CREATE TABLE {s}.nodes (name text PRIMARY KEY, lock_key bigint NOT NULL,
+            channel text NOT NULL, started_at timestamptz NOT NULL DEFAULT now())""",
+        "CREATE SEQUENCE {s}.epochs",
+        "CREATE INDEX instances_owner ON {s}.instances (owner) WHERE status IN (1, 2)",
+    ),
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -133,7 +149,7 @@ class _SQL:
         s = _quote(schema)
         self.schema = s
         self.lock_instances = (
-            f"SELECT iid, status FROM {s}.instances WHERE iid = ANY(%b::bytea[]) "
+            f"SELECT iid, status, owner, epoch FROM {s}.instances WHERE iid = ANY(%b::bytea[]) "
             "ORDER BY iid FOR UPDATE"
         )
         self.allocate = (
@@ -149,7 +165,9 @@ class _SQL:
             "coalesce((SELECT array_agg(status ORDER BY iid) FROM locked), '{}'), "
             "coalesce((SELECT array_agg(iid ORDER BY iid, kind) FROM taken), '{}'), "
             "coalesce((SELECT array_agg(kind ORDER BY iid, kind) FROM taken), '{}'), "
-            "coalesce((SELECT array_agg(next ORDER BY iid, kind) FROM taken), '{}')"
+            "coalesce((SELECT array_agg(next ORDER BY iid, kind) FROM taken), '{}'), "
+            "coalesce((SELECT array_agg(owner ORDER BY iid) FROM locked), '{}'), "
+            "coalesce((SELECT array_agg(epoch ORDER BY iid) FROM locked), '{}')"
         )
         self.durable_commit = "SET LOCAL synchronous_commit = on"
         # A transaction id lets a commit whose connection broke be looked up, and
@@ -219,6 +237,16 @@ class _SQL:
                 "iid, kind", "next = excluded.next",
             ),
         }  # fmt: skip
+        # A new instance belongs to the node that creates it (the committer's
+        # session names it; see PostgresJournal._connect). An existing one
+        # keeps its owner and epoch: only claim changes them.
+        self.write[j.PUT_INSTANCE] = (
+            f"INSERT INTO {s}.instances (iid, status, process, address, record, owner) "
+            "SELECT u.*, nullif(current_setting('actors.node', true), '') FROM "
+            f"{rows('bytea', 'smallint', 'text', 'text', 'bytea')} AS u "
+            "ON CONFLICT (iid) DO UPDATE SET status = excluded.status, "
+            "process = excluded.process, address = excluded.address, record = excluded.record"
+        )
         # Reads.
         cols = f"SELECT iid, address, process, status, record FROM {s}.instances"
         self.instance = f"{cols} WHERE iid = %s"
@@ -268,6 +296,42 @@ class _SQL:
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relkind = 'r'"
         )
+        # Nodes (run on the node's lease connection, autocommit).
+        # Whether node n's lease is free: try its lock, and give it straight
+        # back. CASE fixes the order, so the lock is never left held (and a
+        # node never tries its own key: that would succeed, locks nest).
+        free = "CASE WHEN pg_try_advisory_lock({k}) THEN pg_advisory_unlock({k}) ELSE false END"
+        self.register_node = (
+            f"INSERT INTO {s}.nodes (name, lock_key, channel) VALUES (%s, %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET lock_key = excluded.lock_key, "
+            "channel = excluded.channel, started_at = now()"
+        )
+        epochs = "'" + f"{s}.epochs".replace("'", "''") + "'"
+        self.claim = (
+            f"UPDATE {s}.instances i SET owner = %(me)s, epoch = nextval({epochs}) "
+            "WHERE i.iid = %(iid)s AND CASE WHEN i.owner IS NULL OR i.owner = %(me)s THEN true "
+            "ELSE coalesce(("
+            f"SELECT {free.format(k='n.lock_key')} FROM {s}.nodes n WHERE n.name = i.owner"
+            "), true) END RETURNING i.epoch"
+        )
+        self.orphans = (
+            f"WITH dead AS MATERIALIZED (SELECT name FROM {s}.nodes "
+            f"WHERE name <> %(me)s AND {free.format(k='lock_key')}) "
+            f"SELECT iid FROM {s}.instances WHERE status IN (1, 2) "
+            "AND (owner IS NULL OR owner IN (SELECT name FROM dead)) LIMIT %(limit)s"
+        )
+        # Forget nodes that are gone and own nothing live (node names may be
+        # generated, say one per container), so orphans() stays cheap.
+        self.prune_nodes = (
+            f"DELETE FROM {s}.nodes n WHERE n.name <> %(me)s AND NOT EXISTS ("
+            f"SELECT 1 FROM {s}.instances i WHERE i.owner = n.name AND i.status IN (1, 2)) "
+            f"AND {free.format(k='n.lock_key')}"
+        )
+        self.owned_with_mail = (
+            f"SELECT i.iid FROM {s}.instances i WHERE i.owner = %s AND i.status IN (1, 2) "
+            f"AND EXISTS (SELECT 1 FROM {s}.mail m WHERE m.iid = i.iid)"
+        )
+        self.notify = "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS u(c, p)"
 
 
 def _params(op: tuple[Any, ...]) -> list[Any]:
@@ -367,6 +431,18 @@ class _Ticket(Ticket):
         return outcome
 
 
+class _Claim:
+    """One caller's `PostgresJournal.claim`, answered with its batch."""
+
+    __slots__ = ("done", "epoch", "error", "iid")
+
+    def __init__(self, iid: bytes) -> None:
+        self.iid = iid
+        self.epoch: int | None = None
+        self.error: Exception | None = None
+        self.done = trio.Event()
+
+
 class PostgresJournal(Journal):
     """The durable journal in schema ``schema`` of the PostgreSQL database at ``dsn``.
 
@@ -383,12 +459,76 @@ class PostgresJournal(Journal):
         durability: ``"sync"`` (an awaited commit returns once the server has
             flushed it) or ``"async"`` (once queued; the journal's
             transactions run with ``synchronous_commit = off``).
+        lease_timeout: seconds after which the server ends the lease of a
+            node that stopped answering (frozen, partitioned), so that other
+            nodes take its instances over.
 
     Raises (from ``open``):
         JournalUnavailable: the server cannot be reached; the message names
             the DSN.
         JournalCorrupt: the schema was written by a newer version.
+        JournalLocked: another process runs as this node (see below).
+
+    Nodes. With ``set_node(name)`` before ``open`` (what
+    ``actors.open_system(..., node=name)`` does) the journal is one node of
+    several sharing the schema, and each instance is owned by one live node:
+
+    - *Lease.* A dedicated connection holds ``pg_try_advisory_lock`` on a
+      stable 64-bit hash of (schema, node name), with ``idle_session_timeout``
+      (PostgreSQL 14 or later) set to ``lease_timeout``; a heartbeat thread
+      runs ``SELECT 1`` on it
+      every quarter of that. A process that is frozen (SIGSTOP) or cut off
+      stops answering, the server ends its session and the lock is free
+      about ``lease_timeout`` later; a killed one frees it at once. (Never a
+      blocking ``pg_advisory_lock`` from a thread: one given up on can still
+      be granted later, a lock nobody knows it holds.) If the heartbeat
+      finds the connection gone, it reconnects and takes the lock again;
+      meanwhile other nodes may have claimed its instances, and fencing
+      (below) refuses its writes to them. The committer's connection gets
+      ``idle_in_transaction_session_timeout`` too, so a node frozen in the
+      middle of a commit does not keep its row locks (which would stall
+      every node writing those instances): the first round trip of a batch
+      ends with a Sync, or the server would not count the wait for the rest
+      as idle. The ``nodes`` table lists
+      each node's name, lock key, NOTIFY channel and when it took its lease.
+    - *Ownership.* A new instance belongs to the node that creates it, at
+      epoch 0. `claim` makes this node the owner, with a new epoch (from a
+      sequence, so epochs never repeat, even for an instance created again),
+      unless another node owns it and that node's lease is held. Claiming an
+      instance this node owns bumps the epoch as well: an older process
+      running under the same node name is fenced out.
+    - *Fencing.* `Txn.fence` is checked in the commit, under the same row
+      locks as ``require``: the instance must still be owned by this node at
+      that epoch, else that transaction fails with ``Conflict`` (reason
+      ``"epoch"``) and the rest of the batch commits. An owner change (a
+      claim) needs the row lock too, so a write is either before a takeover
+      or refused after it, never half-way.
+    - *Mail.* A transaction that appends a message to an instance another
+      node owns also sends ``pg_notify`` to that node's channel (instance
+      ids only, in hex, up to 200 per notice), so the notice leaves at
+      COMMIT and only if it commits. Each node LISTENs on its channel on a
+      connection of its own, pumped from the trio loop
+      (``trio.lowlevel.wait_readable`` on its socket), and passes each id to
+      the `on_mail` callbacks. Notices sent while that connection was down
+      are lost, so after a reconnect every owned instance with mail is
+      reported.
+    - *Takeover.* `orphans` lists live instances whose owner's lease is free.
+    - *Timers* need nothing here. Every node may see a due timer, but only
+      the instance's owner runs the instance, and firing a timer is a fenced
+      write that deletes its row in the transaction that logs the outcome;
+      a node that is not the owner cannot claim the instance while the
+      owner lives, and an owner that lost it cannot commit the firing. So a
+      timer fires exactly once across nodes with no separate claim of the
+      timer row (``SELECT ... FOR UPDATE SKIP LOCKED`` would only add a
+      second, weaker lock beside the ownership the runtime needs anyway).
+      A timer whose owner died fires when another node takes the instance
+      over (`orphans`, or its own timer scan's claim).
+
+    Without a node name the journal is a single owner, as LMDB is: `claim`
+    gives 0 and fences always hold.
     """
+
+    shared = True
 
     def __init__(
         self,
@@ -397,7 +537,10 @@ class PostgresJournal(Journal):
         schema: str = "actors",
         pool_size: int = 8,
         durability: str = "sync",
+        lease_timeout: float = 1.0,
     ) -> None:
+        if not lease_timeout > 0:
+            raise ValueError(f"lease_timeout must be positive seconds, not {lease_timeout!r}")
         if durability not in ("sync", "async"):
             raise ValueError(f"durability must be 'sync' or 'async', not {durability!r}")
         if not schema or len(schema.encode()) > 63 or "\x00" in schema:
@@ -433,6 +576,23 @@ class PostgresJournal(Journal):
         self._force_savepoints = False  # tests: take the per-transaction SAVEPOINT path
         self.commits = 0
         """Database transactions the committer has committed (one per batch)."""
+        # Nodes (see the class doc); all unused without set_node.
+        self.lease_timeout = lease_timeout
+        self._lease_mutex = threading.Lock()
+        self._lease_conn: psycopg.Connection | None = None  # guarded by _lease_mutex
+        self._leasing = False  # between open and close; guarded by _lease_mutex
+        self._lease_taken_elsewhere = False  # (warned that) another process holds it
+        self._heartbeat_thread: threading.Thread | None = None
+        self._heartbeat_stop = threading.Event()
+        self._listen_conn: psycopg.Connection | None = None  # the pump's
+        self._listen_notices: list[str] = []  # its notices, gathered while psycopg reads
+        self._pump_scope: trio.CancelScope | None = None
+        self._pump_done: trio.Event | None = None
+        self._mail_callbacks: list[Callable[[bytes], None]] = []
+        self._mail_backlog: dict[bytes, None] = {}  # noticed before any callback
+        self._claims: list[_Claim] = []  # waiting for the next claim batch
+        self._claiming = False  # a task is running claim batches
+        self._pruned_at = 0.0
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -452,6 +612,8 @@ class PostgresJournal(Journal):
             target=self._write_loop, name=f"journal-writer {self.schema}", daemon=True
         )
         self._writer.start()
+        if self.node is not None:
+            await self._open_node()
 
     def _open_sync(self) -> ConnectionPool:
         conn = self._connect()
@@ -484,6 +646,12 @@ class PostgresJournal(Journal):
             conn = psycopg.Connection.connect(self.dsn, autocommit=True, **self._connect_kwargs)
             if self.durability == "async":
                 conn.execute("SET synchronous_commit = off")
+            if self.node is not None:
+                # New instances this connection writes belong to this node
+                # (see _SQL.write); and a node frozen mid-commit must not
+                # keep its row locks past its lease.
+                conn.execute("SELECT set_config('actors.node', %s, false)", [self.node])
+                conn.execute(f"SET idle_in_transaction_session_timeout = {self._lease_ms}")
         except psycopg.Error as exc:
             raise self._unreachable(exc) from exc
         return conn
@@ -538,6 +706,7 @@ class PostgresJournal(Journal):
     async def close(self) -> None:
         if self._pool is None:
             return
+        await self._stop_pump()
         writer = self._writer
         with self._cond:
             self._closing = True
@@ -551,6 +720,8 @@ class PostgresJournal(Journal):
         self._writer = None
         pool, self._pool = self._pool, None
         await trio.to_thread.run_sync(pool.close)
+        # Last, once every write has drained: other nodes may take over now.
+        await self._release_lease()
 
     def describe(self) -> str:
         return f"PostgresJournal({_safe_dsn(self.dsn)!r}, schema={self.schema!r})"
@@ -581,6 +752,413 @@ class PostgresJournal(Journal):
         finally:
             self._hold.release()
 
+    # -- nodes (see the class doc) ---------------------------------------------
+
+    def set_node(self, node: str) -> None:
+        if not isinstance(node, str) or not node or "\x00" in node:
+            raise ValueError(f"a node name is a non-empty string without NUL, not {node!r}")
+        if self._pool is not None:
+            raise ValueError(f"{self.describe()} is open; name its node before opening it")
+        super().set_node(node)
+
+    @property
+    def _lease_ms(self) -> int:
+        return max(1, round(self.lease_timeout * 1000))
+
+    def _node_connect(self, role: str) -> psycopg.Connection:
+        """A connection of this node's own (lease or mail), autocommit, that
+        notices a dead server within seconds rather than TCP's hours."""
+        kwargs = dict(self._connect_kwargs)
+        if "application_name" in kwargs:  # the DSN did not name one
+            kwargs["application_name"] = f"actors {role} {self.node}"[:63]
+        given = conninfo_to_dict(self.dsn)
+        defaults = {
+            "keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1,
+            "keepalives_count": 3, "tcp_user_timeout": max(2000, 4 * self._lease_ms),
+        }  # fmt: skip
+        kwargs.update({k: v for k, v in defaults.items() if k not in given})
+        try:
+            return psycopg.Connection.connect(self.dsn, autocommit=True, **kwargs)
+        except psycopg.Error as exc:
+            raise self._unreachable(exc) from exc
+
+    def _take_lease(self, wait: float = 0.0) -> psycopg.Connection | None:
+        """A new lease connection holding this node's lock (trying for up to
+        ``wait`` seconds), or None if another session holds it. The caller
+        holds ``_lease_mutex``."""
+        assert self.node is not None
+        key = _node_key(self.schema, self.node)
+        conn = self._node_connect("lease")
+        try:
+            conn.execute(f"SET idle_session_timeout = {self._lease_ms}")
+            deadline = time.monotonic() + wait
+            while True:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()
+                got = bool(row and row[0])
+                if got or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)  # a holder that just died: its backend is still ending
+            if not got:
+                conn.close()
+                return None
+            channel = _channel(self.schema, self.node)
+            conn.execute(self._sql.register_node, [self.node, key, channel])
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise self._unreachable(exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _on_lease(self, fn: Callable[[psycopg.Connection], T]) -> T | object:
+        """Run ``fn`` on the lease connection, taking the lease again first if
+        the connection was lost. Returns `_NO_LEASE` if the journal is closing
+        or another process holds this node's lease; raises `JournalUnavailable`
+        if the server cannot be reached."""
+        with self._lease_mutex:
+            for attempt in range(2):
+                if not self._leasing:
+                    return _NO_LEASE
+                conn = self._lease_conn
+                if conn is None or conn.closed or conn.broken:
+                    self._drop_lease()
+                    conn = self._take_lease()
+                    if conn is None:
+                        if not self._lease_taken_elsewhere:
+                            self._lease_taken_elsewhere = True
+                            log.warning(
+                                "node %r lost its lease on %s and another process holds it "
+                                "now; this one claims no instances until it gets it back",
+                                self.node, self.describe(),
+                            )  # fmt: skip
+                        return _NO_LEASE
+                    self._lease_taken_elsewhere = False
+                    self._lease_conn = conn
+                    log.warning(
+                        "node %r took its lease on %s again after losing it; instances "
+                        "other nodes took over meanwhile refuse its writes (fencing)",
+                        self.node, self.describe(),
+                    )  # fmt: skip
+                try:
+                    return fn(conn)
+                except psycopg.OperationalError as exc:
+                    if not (conn.broken or conn.closed):
+                        raise
+                    self._drop_lease()
+                    if attempt:
+                        raise self._unreachable(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop_lease(self) -> None:
+        """Close the lease connection (ending the session frees its lock)."""
+        conn, self._lease_conn = self._lease_conn, None
+        if conn is not None:
+            conn.close()
+
+    def _heartbeat(self) -> None:
+        """Keep the lease session busy, so only a stuck process loses it."""
+        interval = self.lease_timeout / 4
+        failing = False
+        while not self._heartbeat_stop.wait(interval):
+            try:
+                self._on_lease(lambda conn: conn.execute("SELECT 1"))
+            except Exception as exc:  # noqa: BLE001 - keep beating; the next try reconnects
+                if not failing:
+                    log.warning("node %r: lease heartbeat failed: %s", self.node, exc)
+                failing = True
+            else:
+                failing = False
+
+    async def _open_node(self) -> None:
+        try:
+            with self._holding():
+                await trio.to_thread.run_sync(self._open_node_sync)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.close()
+            raise
+        self._heartbeat_stop.clear()
+        self._heartbeat_thread = threading.Thread(
+            target=self._heartbeat, name=f"journal-lease {self.node}", daemon=True
+        )
+        self._heartbeat_thread.start()
+        self._pump_scope = scope = trio.CancelScope()
+        self._pump_done = done = trio.Event()
+        trio.lowlevel.spawn_system_task(self._pump, scope, done, name=f"journal mail {self.node}")
+
+    def _open_node_sync(self) -> None:
+        with self._lease_mutex:
+            conn = self._take_lease(wait=self.lease_timeout)
+            if conn is None:
+                raise JournalLocked(
+                    f"node {self.node!r} is already running on {self.describe()} (another "
+                    "process holds its lease); stop that process, or give this one "
+                    "another node name"
+                )
+            self._lease_conn, self._leasing = conn, True
+        self._listen_conn, self._listen_notices, _ = self._listen_sync(rescan=False)
+
+    async def _release_lease(self) -> None:
+        self._heartbeat_stop.set()
+        thread, self._heartbeat_thread = self._heartbeat_thread, None
+        if thread is not None:
+            await trio.to_thread.run_sync(thread.join)
+
+        def release() -> None:
+            with self._lease_mutex:
+                self._leasing = False
+                conn = self._lease_conn
+                if conn is not None and not (conn.closed or conn.broken) and self.node is not None:
+                    key = _node_key(self.schema, self.node)
+                    try:  # at once, rather than when the server notices the session end
+                        conn.execute("SELECT pg_advisory_unlock(%s)", [key])
+                    except psycopg.Error:
+                        pass
+                self._drop_lease()
+
+        await trio.to_thread.run_sync(release)
+        self._mail_callbacks.clear()
+        self._mail_backlog.clear()
+
+    async def claim(self, iid: bytes) -> int | None:
+        self._check_open()
+        if self.node is None:
+            return 0
+        # Claims that arrive while a batch is in flight go in the next one:
+        # one round trip (one statement per instance, pipelined) serves many.
+        request = _Claim(iid)
+        self._claims.append(request)
+        if not self._claiming:
+            self._claiming = True
+            try:
+                with trio.CancelScope(shield=True), self._holding():
+                    while self._claims:
+                        batch, self._claims = self._claims, []
+                        try:
+                            epochs = await trio.to_thread.run_sync(
+                                self._claim_sync, [r.iid for r in batch], limiter=self._limiter
+                            )
+                        except Exception as exc:  # noqa: BLE001 - every claimant learns of it
+                            for r in batch:
+                                r.error = exc
+                        else:
+                            for r in batch:
+                                r.epoch = epochs.get(r.iid)
+                        for r in batch:
+                            r.done.set()
+            finally:
+                self._claiming = False
+        await request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.epoch
+
+    def _claim_sync(self, iids: list[bytes]) -> dict[bytes, int]:
+        unique = list(dict.fromkeys(iids))
+
+        def run(conn: psycopg.Connection) -> dict[bytes, int]:
+            # One statement, one transaction per instance (a Sync after each):
+            # a claim holds one row lock at a time, so it never deadlocks.
+            if len(unique) == 1:
+                row = conn.execute(self._sql.claim, {"me": self.node, "iid": unique[0]}).fetchone()
+                return {} if row is None else {unique[0]: row[0]}
+            with conn.pipeline() as pipeline:
+                cursors = []
+                for iid in unique:
+                    cursors.append(conn.execute(self._sql.claim, {"me": self.node, "iid": iid}))
+                    pipeline.sync()
+            found = {}
+            for iid, cur in zip(unique, cursors):
+                row = cur.fetchone()
+                if row is not None:
+                    found[iid] = row[0]
+            return found
+
+        with _mapped(self):
+            result = self._on_lease(run)
+        return {} if result is _NO_LEASE else result  # type: ignore[return-value]
+
+    async def orphans(self, limit: int = 1000) -> list[bytes]:
+        self._check_open()
+        if self.node is None or limit <= 0:
+            return []
+        with self._holding():
+            return await trio.to_thread.run_sync(self._orphans_sync, limit, limiter=self._limiter)
+
+    def _orphans_sync(self, limit: int) -> list[bytes]:
+        def run(conn: psycopg.Connection) -> list[bytes]:
+            params = {"me": self.node, "limit": limit}
+            rows = conn.execute(self._sql.orphans, params).fetchall()
+            if time.monotonic() - self._pruned_at > _PRUNE_EVERY:
+                self._pruned_at = time.monotonic()
+                conn.execute(self._sql.prune_nodes, params)
+            return [bytes(iid) for (iid,) in rows]
+
+        with _mapped(self):
+            result = self._on_lease(run)
+        return [] if result is _NO_LEASE else result  # type: ignore[return-value]
+
+    def on_mail(self, callback: Callable[[bytes], None]) -> None:
+        self._mail_callbacks.append(callback)
+        if self._mail_backlog:
+            backlog = list(self._mail_backlog)
+            self._mail_backlog.clear()
+            self._deliver_mail(backlog)
+
+    def _deliver_mail(self, iids: list[bytes]) -> None:
+        """Hand noticed instance ids to the callbacks (in the trio thread)."""
+        if not self._mail_callbacks:
+            self._mail_backlog.update(dict.fromkeys(iids))
+            return
+        for iid in dict.fromkeys(iids):
+            for callback in list(self._mail_callbacks):
+                try:
+                    callback(iid)
+                except Exception:  # noqa: BLE001 - one bad callback does not stop the pump
+                    log.exception("on_mail callback failed for instance %s", iid.hex())
+
+    def _listen_sync(self, *, rescan: bool) -> tuple[psycopg.Connection, list[str], list[bytes]]:
+        """A new LISTEN connection on this node's channel, the list its
+        notices are gathered in while psycopg runs a query on it, and (with
+        ``rescan``) every live instance this node owns that has mail."""
+        assert self.node is not None
+        conn = self._node_connect("mail")
+        notices: list[str] = []
+        try:
+            conn.add_notify_handler(lambda n: notices.append(n.payload))
+            conn.execute(f'LISTEN "{_channel(self.schema, self.node)}"')
+            owned = []
+            if rescan:  # after LISTEN: nothing falls between the two
+                rows = conn.execute(self._sql.owned_with_mail, [self.node]).fetchall()
+                owned = [bytes(iid) for (iid,) in rows]
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise self._unreachable(exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn, notices, owned
+
+    async def _pump(self, scope: trio.CancelScope, done: trio.Event) -> None:
+        """The LISTEN pump: a system task in the trio loop, until `close`."""
+        delay = 0.05
+        try:
+            with scope:
+                while True:
+                    conn, notices = self._listen_conn, self._listen_notices
+                    if conn is None:
+                        try:
+                            with self._holding():
+                                conn, notices, owned = await trio.to_thread.run_sync(
+                                    lambda: self._listen_sync(rescan=True), limiter=self._limiter
+                                )
+                        except Exception as exc:  # noqa: BLE001 - retry until close
+                            log.warning("node %r: mail connection: %s", self.node, exc)
+                            await trio.sleep(delay)
+                            delay = min(2 * delay, 1.0)
+                            continue
+                        delay = 0.05
+                        self._listen_conn, self._listen_notices = conn, notices
+                        self._deliver_mail(owned)
+                    try:
+                        pgconn = conn.pgconn
+                        while (n := pgconn.notifies()) is not None:  # already buffered
+                            notices.append(n.extra.decode())
+                        if not notices:
+                            await trio.lowlevel.wait_readable(conn.fileno())
+                            pgconn.consume_input()  # raises once the connection is gone
+                            while (n := pgconn.notifies()) is not None:
+                                notices.append(n.extra.decode())
+                    except (psycopg.Error, OSError) as exc:
+                        log.warning(
+                            "node %r lost its mail connection (%s); reconnecting",
+                            self.node, str(exc).strip(),
+                        )  # fmt: skip
+                        self._listen_conn = None
+                        conn.close()
+                        continue
+                    iids = []
+                    for payload in notices:
+                        for word in payload.split():
+                            try:
+                                iids.append(bytes.fromhex(word))
+                            except ValueError:
+                                pass  # not ours: someone else notified the channel
+                    notices.clear()
+                    self._deliver_mail(iids)
+        except Exception:  # pragma: no cover - a system task must not raise
+            log.exception("node %r: mail pump failed; notices from other nodes stop", self.node)
+        finally:
+            conn, self._listen_conn = self._listen_conn, None
+            if conn is not None:
+                conn.close()
+            done.set()
+
+    async def _stop_pump(self) -> None:
+        scope, self._pump_scope = self._pump_scope, None
+        if scope is not None:
+            scope.cancel()
+            assert self._pump_done is not None
+            await self._pump_done.wait()
+        elif self._listen_conn is not None:  # opened, but the pump never started
+            conn, self._listen_conn = self._listen_conn, None
+            conn.close()
+
+    def _watched(self, txns: list[Txn]) -> set[bytes]:
+        """Instances whose owner a batch must lock and read: those fenced,
+        and those it appends mail to (to notify their owner)."""
+        if self.node is None:
+            return set()
+        found = {iid for t in txns for iid, _ in t.fences}
+        for t in txns:
+            found.update(op[1] for op in t.ops if op[0] == j.APPEND_MESSAGE)
+        return found
+
+    def _check_fences(self, txn: Txn, owned: dict[bytes, tuple[str | None, int] | None]) -> None:
+        if self.node is None:
+            return
+        for iid, epoch in txn.fences:
+            found = owned.get(iid)
+            if found != (self.node, epoch):
+                now = (
+                    "it is gone" if found is None
+                    else f"node {found[0]!r} owns it at epoch {found[1]}"
+                )  # fmt: skip
+                raise Conflict(
+                    f"node {self.node!r} no longer owns instance {iid.hex()} at epoch {epoch} "
+                    f"({now}); another node took it over, so this write is refused",
+                    reason="epoch",
+                )
+
+    def _notices(
+        self,
+        txns: list[Txn],
+        outcomes: list[Any],
+        owned: dict[bytes, tuple[str | None, int] | None],
+    ) -> list[list[str]] | None:
+        """The (channels, payloads) of a batch's pg_notify calls: the mail it
+        appends for instances that other nodes own."""
+        if self.node is None:
+            return None
+        by_owner: dict[str, set[str]] = {}
+        for txn, outcome in zip(txns, outcomes):
+            if outcome is not None:
+                continue
+            for op in txn.ops:
+                if op[0] == j.APPEND_MESSAGE:
+                    found = owned.get(op[1])
+                    if found is not None and found[0] is not None and found[0] != self.node:
+                        by_owner.setdefault(found[0], set()).add(op[1].hex())
+        channels: list[str] = []
+        payloads: list[str] = []
+        for owner, ids in by_owner.items():
+            ordered = sorted(ids)
+            for k in range(0, len(ordered), _NOTICE_IDS):
+                channels.append(_channel(self.schema, owner))
+                payloads.append(" ".join(ordered[k : k + _NOTICE_IDS]))
+        return [channels, payloads] if channels else None
+
     # -- writing -----------------------------------------------------------
 
     def submit(self, txn: Txn) -> Ticket:
@@ -603,6 +1181,8 @@ class PostgresJournal(Journal):
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         if durable and self.durability == "async":
             return await self._submit(txn, durable=True).wait()
+        if txn.fences and self.node is not None:  # a precondition, like require
+            return await self._submit(txn, durable=bool(durable)).wait()
         return await super().commit(txn, durable=durable)
 
     async def flush(self) -> None:
@@ -640,7 +1220,8 @@ class PostgresJournal(Journal):
         """Commit ``batch`` and set its outcomes; never raises."""
         txns = batch.txns
         durable = batch.durable and self.durability == "async"
-        if not durable and not any(t.ops or t.requires for t in txns):
+        fenced = self.node is not None and any(t.fences for t in txns)
+        if not durable and not fenced and not any(t.ops or t.requires for t in txns):
             batch.outcomes = [[] for _ in txns]  # a flush: every earlier batch is durable
             return
         failure: BaseException | None = None
@@ -745,8 +1326,8 @@ class PostgresJournal(Journal):
         plan = _Plan()
         for txn in txns:
             plan.add(txn.ops)  # as if no precondition fails; redone below if one does
-        required = sorted({iid for t in txns for iid, _, _ in t.requires})
-        with conn.pipeline():
+        required = sorted({iid for t in txns for iid, _, _ in t.requires} | self._watched(txns))
+        with conn.pipeline() as pipeline:
             conn.execute("BEGIN")
             if durable:
                 conn.execute(sql.durable_commit)
@@ -755,24 +1336,35 @@ class PostgresJournal(Journal):
                 # 1. One round trip: lock the instances named by preconditions,
                 # then take sequence numbers for every append (both in key order).
                 first = conn.execute(sql.lock_and_allocate, [required, *plan.allocation()])
-                xid, locked, statuses, iids, kinds, counts = first.fetchone()  # type: ignore[misc]
+                # A Sync, not just a flush: the server then counts the wait for
+                # our next message as idle in transaction, so a node frozen
+                # here loses these row locks after lease_timeout (see _connect).
+                pipeline.sync()
+                row = first.fetchone()
+                assert row is not None
+                xid, locked, statuses, iids, kinds, counts, owners, epochs = row
                 run.xid = int(xid)
                 totals = dict(zip(zip(iids, kinds), counts))
             elif durable:
                 conn.execute(sql.take_xid)  # so that even an empty commit waits for the WAL
             # 2. Preconditions, in submission order, against the statuses the
             # earlier transactions of the batch leave behind.
+            owned: dict[bytes, tuple[str | None, int] | None] = {}
             if required:
                 status: dict[bytes, int | None] = dict.fromkeys(required)
                 status.update(zip(locked, statuses))
+                owned = dict.fromkeys(required)
+                owned.update(zip(locked, zip(owners, epochs)))
                 for i, txn in enumerate(txns):
                     try:
                         j.check_requires(txn.requires, status.get)
+                        self._check_fences(txn, owned)
                     except Conflict as exc:
                         outcomes[i] = exc
                         continue
                     for op in txn.ops:
                         if op[1] in status:
+                            _track_owner(owned, op, self.node)
                             _track_status(status, op)
             # Before the batch, each counter stood at its total less what we took.
             before = {key: n - plan.wanted[key] for key, n in totals.items()}
@@ -795,12 +1387,16 @@ class PostgresJournal(Journal):
                 missing = [key for key in plan.wanted if key not in before]
                 if missing:  # appends that followed a delete that is out
                     more = conn.execute(sql.allocate, plan.allocation(missing))
+                    pipeline.sync()  # as above
                     for iid, kind, n in more.fetchall():
                         before[(iid, kind)] = n - plan.wanted[(iid, kind)]
             plan.number(before)
             # 3. Every write, in order per instance, then one COMMIT.
             for code, rows in plan.groups():
                 conn.execute(sql.write[code], _columns(code, rows))
+            notices = self._notices(txns, outcomes, owned)
+            if notices:  # sent by the server at COMMIT, and only if it commits
+                conn.execute(sql.notify, notices)
             appends = iter(plan.appends)
             run.outcomes = [o if o is not None else [c[1] for c in next(appends)] for o in outcomes]
             run.committing = True
@@ -820,12 +1416,18 @@ class PostgresJournal(Journal):
             for txn in txns:
                 cur.execute("SAVEPOINT txn")
                 try:
-                    if txn.requires:
+                    watched = self._watched([txn])
+                    owned: dict[bytes, tuple[str | None, int] | None] = dict.fromkeys(watched)
+                    if txn.requires or watched:
                         cur.execute(
-                            sql.lock_instances, [sorted({iid for iid, _, _ in txn.requires})]
+                            sql.lock_instances,
+                            [sorted({iid for iid, _, _ in txn.requires} | watched)],
                         )
-                        found = dict(cur.fetchall())
+                        rows = cur.fetchall()
+                        found = {row[0]: row[1] for row in rows}
                         j.check_requires(txn.requires, found.get)
+                        owned.update((row[0], (row[2], row[3])) for row in rows if row[0] in owned)
+                        self._check_fences(txn, owned)
                     results: list[int] = []
                     for op in txn.ops:
                         params = _params(op)
@@ -835,6 +1437,11 @@ class PostgresJournal(Journal):
                             params[1] = _number(kind, cur.fetchone()[2])  # type: ignore[index]
                             results.append(params[1])
                         cur.execute(sql.write[op[0]], _columns(op[0], [params]))
+                        if op[1] in owned:
+                            _track_owner(owned, op, self.node)
+                    notices = self._notices([txn], [None], owned)
+                    if notices:
+                        cur.execute(sql.notify, notices)
                     cur.execute("RELEASE SAVEPOINT txn")
                     outcomes.append(results)
                 except Conflict as exc:
@@ -884,6 +1491,29 @@ def _rollback(conn: psycopg.Connection) -> None:
         conn.rollback()
     except psycopg.Error:
         pass  # a broken connection is replaced by its owner
+
+
+def _node_key(schema: str, node: str) -> int:
+    """The advisory lock key of ``node``'s lease on ``schema``: a stable
+    64-bit hash, the same on every node and every run."""
+    digest = hashlib.blake2b(f"actors node {schema}\x00{node}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _channel(schema: str, node: str) -> str:
+    """The NOTIFY channel of ``node`` (an identifier well under 63 bytes)."""
+    return f"actors_{_node_key(schema, node) & 0xFFFF_FFFF_FFFF_FFFF:016x}"
+
+
+def _track_owner(
+    owned: dict[bytes, tuple[str | None, int] | None], op: tuple[Any, ...], node: str | None
+) -> None:
+    """Apply ``op``'s effect on its instance's (owner, epoch), as the database will:
+    a new row belongs to the node that writes it, at epoch 0."""
+    if op[0] == j.DELETE_INSTANCE:
+        owned[op[1]] = None
+    elif op[0] == j.PUT_INSTANCE and owned.get(op[1]) is None:
+        owned[op[1]] = (node, 0)
 
 
 def _track_status(status: dict[bytes, int | None], op: tuple[Any, ...]) -> None:

@@ -1,0 +1,181 @@
+"""A node program for tests/test_multinode.py: one of several systems that
+share one PostgreSQL schema.
+
+Usage: python tests/multinode_node.py DSN SCHEMA NODE WORKDIR PROCESSES
+
+PROCESSES is a comma-separated subset of ``sink,sleeper,parent,kid`` (the
+definitions this node registers; a node runs only instances whose process
+it registers). The node is driven by JSON lines on stdin and answers each
+with a JSON line on stdout::
+
+    {"id": 1, "cmd": "start", "proc": "sink", "params": ["s1"], "input": {}}
+    {"id": 1, "ok": true, "result": "sink/s1"}
+
+Commands: ``start``, ``send`` (address, payload: a ``work`` signal),
+``cancel`` (address), ``load`` (background senders: targets, first, count,
+tasks, pace), ``quit``. It prints ``{"ready": true}`` once the system is
+open. Log records (warnings and up) go to stderr.
+
+Side effects go to WORKDIR: each handling step appends
+``<node> <tag> <id> <idempotency key> <attempt>`` to ``side``; each send the
+load acknowledged appends ``S <id> <node>`` to ``acks`` (``E <id> <error>``
+if it failed, ``D <node>`` when the node's senders are done). Every line is
+one ``write()`` on a file opened with O_APPEND, so lines from several
+processes never mix and a SIGKILL cannot split one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+# Run as a script from a clean clone: make the repository root importable.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import trio
+
+import actors
+from actors import Context, Signal, process
+from storage import PostgresJournal
+
+work = Signal("work")
+NODE = ""
+WORKDIR = ""
+
+
+def _append(name: str, line: str) -> None:
+    fd = os.open(os.path.join(WORKDIR, name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def mark(tag: str, ident: str) -> None:
+    """The external side effect of a handling: one line in the side file."""
+    step = actors.current_step()
+    _append("side", f"{NODE} {tag} {ident} {step.key} {step.attempt}\n")
+
+
+@process("sink/:id")
+async def sink(ctx: Context, id: str) -> None:
+    while True:
+        _signal, payload = await ctx.receive(work)
+        await ctx.step(mark, "W", str(payload["id"]), name="W")
+
+
+@process("sleeper/:id")
+async def sleeper(ctx: Context, id: str, *, seconds: float) -> None:
+    await ctx.sleep(seconds)
+    await ctx.step(mark, "T", id, name="T")
+
+
+@process("kid/:id")
+async def kid(ctx: Context, id: str) -> None:
+    await ctx.receive(work)  # until cancelled
+
+
+@process("parent/:id")
+async def parent(ctx: Context, id: str) -> None:
+    await ctx.spawn(kid, id)
+    await ctx.receive(work)  # until cancelled
+
+
+PROCESSES = {"sink": sink, "sleeper": sleeper, "parent": parent, "kid": kid}
+
+
+async def _lines(stream: trio.lowlevel.FdStream):
+    buffer = b""
+    while True:
+        data = await stream.receive_some(65536)
+        if not data:
+            return
+        buffer += data
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _reply(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+async def _sender(system: actors.ActorSystem, targets: list[str], ids: range, pace: float) -> None:
+    for msg_id in ids:
+        target = targets[msg_id % len(targets)]
+        try:
+            await system.send(target, work, {"id": msg_id})
+        except Exception as exc:  # noqa: BLE001 - the test reads these
+            error = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+            _append("acks", f"E {msg_id} {error}\n")
+        else:
+            _append("acks", f"S {msg_id} {NODE}\n")
+        await trio.sleep(pace)
+
+
+async def _load(system: actors.ActorSystem, targets, first, count, tasks, pace) -> None:
+    async with trio.open_nursery() as nursery:
+        for t in range(tasks):
+            start = first + t * count
+            nursery.start_soon(_sender, system, targets, range(start, start + count), pace)
+    _append("acks", f"D {NODE}\n")
+
+
+async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: dict) -> object:
+    cmd = request["cmd"]
+    if cmd == "start":
+        proc = PROCESSES[request["proc"]]
+        handle = await system.start(proc, *request.get("params", []), **request.get("input", {}))
+        return handle.id
+    if cmd == "send":
+        await system.send(request["address"], work, request.get("payload"))
+        return None
+    if cmd == "cancel":
+        return await system.cancel(request["address"])
+    if cmd == "load":
+        nursery.start_soon(
+            _load, system, request["targets"], request["first"], request["count"],
+            request["tasks"], request["pace"],
+        )  # fmt: skip
+        return None
+    raise ValueError(f"unknown command {cmd!r}")
+
+
+async def main(dsn: str, schema: str, node: str, procs: list[str]) -> None:
+    journal = PostgresJournal(dsn, schema=schema)
+    registered = [PROCESSES[name] for name in procs]
+    async with actors.open_system(journal, processes=registered, node=node) as system:
+        _reply({"ready": True, "node": node, "pid": os.getpid()})
+        stdin = trio.lowlevel.FdStream(os.dup(0))
+        async with trio.open_nursery() as nursery:
+
+            async def serve(request: dict) -> None:
+                try:
+                    result = await _handle(system, nursery, request)
+                except Exception as exc:  # noqa: BLE001 - answered, not fatal
+                    error = f"{type(exc).__name__}: {exc}"
+                    _reply({"id": request["id"], "ok": False, "error": error})
+                else:
+                    _reply({"id": request["id"], "ok": True, "result": result})
+
+            async for request in _lines(stdin):
+                if request["cmd"] == "quit":
+                    _reply({"id": request["id"], "ok": True, "result": None})
+                    break
+                nursery.start_soon(serve, request)
+            nursery.cancel_scope.cancel()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr,
+        format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S",
+    )  # fmt: skip
+    dsn, schema, NODE, WORKDIR, names = sys.argv[1:6]
+    trio.run(main, dsn, schema, NODE, [n for n in names.split(",") if n])
