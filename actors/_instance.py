@@ -91,7 +91,7 @@ class Actor:
         "occurrences", "mail", "mail_order", "waits", "timers", "live", "busy", "txn",
         "ticket", "status", "persisted_status", "woken", "parked", "idle_since",
         "passivate_requested", "root", "loaded", "mail_floor", "epoch", "fenced", "interrupt",
-        "children", "escalate_to", "done", "nursery",
+        "children", "escalate_to", "done", "nursery", "taken",
     )  # fmt: skip
 
     def __init__(
@@ -134,6 +134,10 @@ class Actor:
         self.mail_floor = 0  # see _load
         self.epoch = 0  # ownership epoch every write is fenced with (shared journals)
         self.fenced = system.journal.shared
+        # On a shared journal, mail also arrives by re-reading the mailbox
+        # (Journal.on_mail), which can still list a message this activation
+        # took but has not committed yet: remember what it took.
+        self.taken: set[int] | None = set() if self.fenced else None
         # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: tuple[Any, ...] | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
@@ -206,6 +210,8 @@ class Actor:
     def deliver(self, seq: int, name: str, payload: Any) -> None:
         """A message was committed to this instance's mailbox."""
         if seq in self.mail or self.done or seq <= self.mail_floor:
+            return
+        if self.taken is not None and seq in self.taken:
             return
         self._receive_system(seq, name, payload)
         self.mail[seq] = (name, payload)
@@ -592,6 +598,8 @@ class Actor:
                 del self.mail_order[i]
                 self.waits.remove(wait)
                 self.txn.take_message(self.iid, mseq)
+                if self.taken is not None:
+                    self.taken.add(mseq)
                 if type(wait) is fx.Call:
                     value, error, entry = _sup.end_outcome(wait, payload)
                     entry["m"] = mseq

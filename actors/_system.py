@@ -81,6 +81,7 @@ class ActorSystem:
         self._offset = 0.0
         self._live: dict[bytes, Actor] = {}
         self._activating: set[bytes] = set()
+        self._foreign: set[bytes] = set()  # instances of processes not registered here
         self._creating: dict[bytes, trio.Event] = {}
         self._status_events: dict[bytes, trio.Event] = {}
         self._cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
@@ -603,6 +604,7 @@ class ActorSystem:
                 return
             proc = self._procs.get(row.process)
             if proc is None:
+                self._foreign.add(iid)
                 log.warning(
                     "instance %r belongs to process %r, which this system does not register; "
                     "it stays on disk until a system that registers it opens the journal",
@@ -610,6 +612,8 @@ class ActorSystem:
                     row.process,
                 )
                 return
+            if iid in self._live:
+                return  # a concurrent activation won: claiming again would fence it out
             epoch = await self.journal.claim(iid)
             if epoch is None or iid in self._live:
                 return  # another live node owns it (and was told of its mail)
@@ -685,7 +689,8 @@ class ActorSystem:
         """On a shared journal: run the instances of nodes that are gone."""
         while True:
             for iid in await self.journal.orphans():
-                self._activate(iid)
+                if iid not in self._foreign:
+                    self._activate(iid)
             await trio.sleep(self.takeover_interval)
 
     async def _recover(self) -> None:

@@ -9,10 +9,6 @@ this process. The rest (marked slow) run three node programs
 ``<node> <tag> <id> <idempotency key> <attempt>`` to a side file with one
 ``write()``, the external effect the tests audit.
 
-REMOTE_MAIL_BUG below is a runtime bug these tests found: a deterministic
-repro is marked xfail (strict), and the SIGKILL test xfails only when that
-bug, and nothing else, shows.
-
 These talk to a real server (see tests/pg.py) and run in real time.
 """
 
@@ -381,12 +377,6 @@ async def test_gone_nodes_that_own_nothing_are_forgotten(node, pg):
 
 # -- two systems in this process --------------------------------------------------
 
-REMOTE_MAIL_BUG = (
-    "runtime: ActorSystem._remote_mail reads the whole mailbox and hands every message "
-    "to the live actor again, and Actor.deliver skips only seqs still in actor.mail or at "
-    "or below mail_floor; a message the actor has taken but whose take is not durable yet "
-    "is still in the journal's mailbox, so it is delivered again and taken a second time"
-)
 handled_here: list[int] = []
 
 
@@ -401,7 +391,6 @@ async def box(ctx: actors.Context, id: str) -> None:
         await ctx.step(note, payload["n"])
 
 
-@pytest.mark.xfail(strict=True, reason=REMOTE_MAIL_BUG)
 async def test_a_notice_during_an_unfinished_take_does_not_deliver_it_twice(node):
     work = actors.Signal("work")
     handled_here.clear()
@@ -619,9 +608,9 @@ def audit_exactly_once(cluster: Cluster, acked: set[str], killed: str | None = N
     id, one run of the step per node that was not ``killed`` (a step cut
     short by the kill runs again, as the same step, on its new owner).
 
-    Returns the ids taken twice in the one way REMOTE_MAIL_BUG explains (the
-    node that owned the instance took the message again in the same run,
-    under a later key); any other departure fails here."""
+    Returns the ids taken twice by the node that owned the instance (in the
+    same run, under a later key: a late re-delivery of a taken message);
+    any other departure fails here."""
     handled = cluster.handled()
     missing = acked - set(handled)
     assert not missing, f"acknowledged but never handled: {sorted(missing)[:20]}"
@@ -671,8 +660,7 @@ def test_sigkill_under_load_loses_nothing_and_moves_the_instances(cluster):
     doubled = audit_exactly_once(cluster, acked, killed="a")
     after = [i for i, lines in cluster.handled().items() if lines[-1][0] != "a"]
     assert after, "nothing was handled after the kill"
-    if doubled:  # everything else held; see test_a_notice_during_an_unfinished_take_...
-        pytest.xfail(f"{REMOTE_MAIL_BUG} (here: messages {', '.join(doubled[:5])})")
+    assert not doubled, f"messages handled twice: {', '.join(doubled[:5])}"
 
 
 @pytest.mark.slow

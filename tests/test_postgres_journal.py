@@ -87,6 +87,7 @@ async def test_migration_is_versioned_and_idempotent(make_pg, pg):
     )
     assert {
         "schema_version", "instances", "log", "mail", "timers", "stream", "cursors", "counters",
+        "nodes",
     } == {name for (name,) in tables}  # fmt: skip
 
 
