@@ -40,6 +40,7 @@ from .errors import (
     JournalCorrupt as JournalCorrupt,
     JournalFull as JournalFull,
     JournalLocked as JournalLocked,
+    JournalUnavailable as JournalUnavailable,
     LimitExceeded as LimitExceeded,
     NonDeterminismError as NonDeterminismError,
     NotDelivered as NotDelivered,

@@ -15,13 +15,14 @@ from storage.errors import (
     JournalCorrupt as JournalCorrupt,
     JournalFull as JournalFull,
     JournalLocked as JournalLocked,
+    JournalUnavailable as JournalUnavailable,
 )
 
 __all__ = [
     "ActorError", "NotDelivered", "ProcessFailed", "ProcessCancelled", "StepFailed",
     "StepTimeout", "NonDeterminismError", "ChildFailed", "EncodeError", "JournalCorrupt",
     "JournalFull", "JournalLocked", "JournalClosed", "UnknownProcess", "InvalidArguments",
-    "ContextError", "Conflict", "LimitExceeded",
+    "ContextError", "Conflict", "LimitExceeded", "JournalUnavailable",
 ]  # fmt: skip
 
 

@@ -28,6 +28,7 @@ from .errors import (
     JournalCorrupt as JournalCorrupt,
     JournalFull as JournalFull,
     JournalLocked as JournalLocked,
+    JournalUnavailable as JournalUnavailable,
 )
 
 

@@ -83,9 +83,10 @@ from .errors import (
     JournalCorrupt,
     JournalFull,
     JournalLocked,
+    JournalUnavailable,
 )
 
-__all__ = ["JournalUnavailable", "PostgresJournal"]
+__all__ = ["PostgresJournal"]
 
 T = TypeVar("T")
 
@@ -99,10 +100,6 @@ _PRUNE_EVERY = 10.0  # seconds between sweeps of the nodes table for gone nodes
 _NO_LEASE = object()  # another process holds this node's lease
 
 log = logging.getLogger("storage.postgres")
-
-
-class JournalUnavailable(JournalClosed, ConnectionError):
-    """The PostgreSQL server cannot be reached, or the connection was lost mid-commit."""
 
 
 # Invariant: a migration, once released, never changes; new ones are appended.

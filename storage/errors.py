@@ -57,3 +57,8 @@ class Conflict(ActorError):
         super().__init__(message)
         self.reason = reason
         self.status = status
+
+
+class JournalUnavailable(JournalClosed, ConnectionError):
+    """The journal's server cannot be reached, or the connection was lost
+    mid-commit; the message names the server and how to point at another."""

@@ -131,7 +131,7 @@ def test_bad_arguments_are_clear_errors():
 
 async def test_unreachable_server_names_the_dsn_and_the_fix():
     from storage import PostgresJournal
-    from storage._postgres import JournalUnavailable
+    from storage import JournalUnavailable
 
     j = PostgresJournal("postgresql://postgres:hunter2@127.0.0.1:1/test", schema="nowhere")
     with pytest.raises(JournalUnavailable) as info:
