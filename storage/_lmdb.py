@@ -21,8 +21,12 @@ Group commit: one writer thread owns every write transaction (py-lmdb binds
 a write transaction to the OS thread that began it). Transactions submitted
 while a commit is in flight wait in the next batch; each batch is one LMDB
 transaction, committed with LMDB's own synced commit (data fsync, then the
-meta page), and then every caller in it is woken by one `trio.Event` set
-through the trio token: one fsync and one wake-up per batch.
+meta page). Then one call through the trio token hands the batch back, and
+the trio thread reschedules each caller with its own outcome: one fsync and
+one wake-up of the event loop per batch. A small second thread, the waker,
+makes that call when the writer is busy with the next batch (see
+`LMDBJournal._write_loop` for why). A lone caller skips all this and commits
+in the trio thread (`LMDBJournal._commit_inline`).
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import queue
 import struct
 import threading
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -45,7 +51,25 @@ from outcome import Error, Value
 
 from . import _journal as j
 from ._clock import AutojumpHold
-from ._journal import InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
+from ._journal import (
+    ADD_TIMER,
+    APPEND_MESSAGE,
+    APPEND_STREAM,
+    CANCEL_TIMER,
+    DELETE_INSTANCE,
+    DROP_LOG,
+    PUT_INSTANCE,
+    PUT_LOG,
+    SET_CURSOR,
+    SET_STATUS,
+    TAKE_MESSAGE,
+    InstanceRow,
+    Journal,
+    Reader,
+    Ticket,
+    TimerRow,
+    Txn,
+)
 from .errors import Conflict, JournalClosed, JournalCorrupt, JournalFull, JournalLocked
 
 __all__ = ["LMDBJournal"]
@@ -58,6 +82,8 @@ _DBS = (
     "meta",
 )  # fmt: skip
 _FORMAT = b"1"
+_NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
+_MIN_SPLIT = 64  # see LMDBJournal._next_split
 _MAIL_COUNTER = b"m"
 _STREAM_COUNTER = b"s"
 
@@ -77,10 +103,10 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 class _Batch:
     """Transactions that commit together: one LMDB transaction, one fsync.
 
-    The trio thread appends to ``txns`` and ``waiters`` (under the journal's
-    lock) until the writer thread takes the batch; from then on only the
-    writer touches it, until it hands the batch back through the trio token
-    with ``outcomes`` filled in, and the trio thread wakes the waiters.
+    The trio thread appends to ``txns`` (under the journal's lock) until the
+    writer thread takes the batch; the writer then fills in ``outcomes`` and
+    hands the batch back through the trio token. ``waiters``, ``finished``
+    and ``event`` belong to the trio thread alone.
     """
 
     __slots__ = ("txns", "waiters", "outcomes", "finished", "event")
@@ -164,21 +190,33 @@ class LMDBJournal(Journal):
         self.durability = durability
         self._env: lmdb.Environment | None = None
         self._dbs: dict[str, Any] = {}
+        self._handles: tuple[Any, ...] = ()  # the databases a `_Applier` writes, in its order
         self._lock_fd: int | None = None
         self._forked = False
-        # The lock guards the two fields below; the condition (on the same
+        # The lock guards the three fields below; the condition (on the same
         # lock) wakes the writer thread when a batch starts or on close. The
         # hot path takes only the plain lock, whose `with` costs no Python frame.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._pending: _Batch | None = None  # guarded by _lock
-        self._closing = False  # guarded by _lock
+        # Batches waiting for the writer, oldest first. Invariant: only the
+        # last one still takes transactions.
+        self._pending: deque[_Batch] = deque()
+        self._split_at = _NO_SPLIT  # start a new pending batch at this size
+        self._closing = False
         self._writer: threading.Thread | None = None
+        self._waker: threading.Thread | None = None
+        # Committed batches for the waker thread to hand back (None: stop),
+        # and how many the writer queued and the waker handed back; each
+        # counter has a single writing thread.
+        self._to_wake: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._wakes_queued = 0
+        self._wakes_done = 0
         self._token: trio.lowlevel.TrioToken | None = None
         # Readers hold this while a read transaction is open; the writer takes
         # it to resize the map (set_mapsize needs no transaction open).
         self._read_lock = threading.Lock()
         self._inflight = 0  # batches submitted and not yet finished (trio thread)
+        self._inline_claimed = False  # a caller is trying the fast path (trio thread)
         self._hold: AutojumpHold | None = None
 
     # -- lifecycle ---------------------------------------------------------
@@ -200,6 +238,7 @@ class LMDBJournal(Journal):
             self._env.reader_check()  # slots left by a SIGKILLed process
             for name in _DBS:
                 self._dbs[name] = self._env.open_db(name.encode())
+            self._handles = tuple(self._dbs[name] for name in _Applier.__slots__[1:])
             with self._env.begin(write=True, db=self._dbs["meta"]) as txn:
                 found = txn.get(b"format")
                 if found is None:
@@ -222,10 +261,15 @@ class LMDBJournal(Journal):
         self._token = trio.lowlevel.current_trio_token()
         self._hold = AutojumpHold.current()
         self._closing = False
+        self._split_at = _NO_SPLIT
         self._writer = threading.Thread(
             target=self._write_loop, name=f"journal-writer {self.path}", daemon=True
         )
+        self._waker = threading.Thread(
+            target=self._wake_loop, name=f"journal-waker {self.path}", daemon=True
+        )
         self._writer.start()
+        self._waker.start()
         _open_journals.add(self)
 
     def _take_lock(self) -> int:
@@ -263,17 +307,17 @@ class LMDBJournal(Journal):
     async def close(self) -> None:
         if self._env is None:
             return
-        writer = self._writer
         with self._cond:
             self._closing = True
             self._cond.notify()
-        if writer is not None:
-            # The writer drains every pending batch before it exits.
-            await trio.to_thread.run_sync(writer.join)
-        # Let the finish callbacks the writer queued run before the env goes.
+        for thread in (self._writer, self._waker):
+            # The writer drains every pending batch, then stops the waker.
+            if thread is not None:
+                await trio.to_thread.run_sync(thread.join)
+        # Let the finish callbacks the threads queued run before the env goes.
         while self._inflight:
             await trio.sleep(0)
-        self._writer = None
+        self._writer = self._waker = None
         _open_journals.discard(self)
         self._release()
 
@@ -301,31 +345,30 @@ class LMDBJournal(Journal):
 
     # -- writing -----------------------------------------------------------
     #
-    # Where the time goes (see bench/journal.py): with many writers, trio's own
-    # cost of parking and waking a task dominates, then LMDB's copy-on-write of
-    # every leaf page a batch touches; the Python here is kept to one frame per
-    # caller, one lock round per submission and one wake-up per caller.
+    # Where the time goes, with many writers (see bench/journal.py): trio's
+    # own cost of waking a task and parking it again (~3 us), the caller
+    # building its Txn (~1.5 us), LMDB copying each leaf page a batch touches
+    # (~2 us per instance, under the GIL) and writing it out at commit (no
+    # GIL). So the trio thread and the writer thread take turns on the GIL,
+    # and the disk work only overlaps the trio thread's if the writer never
+    # waits for the GIL between applying a batch and committing it (see
+    # `_write_loop`). The Python here is kept to one frame per caller, one
+    # lock round per submission and one reschedule per caller.
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         if not (durable or self.durability == "sync" or txn.requires):
-            self.submit(txn)  # "async" durability: queued is enough
+            # "async" durability: queued is enough. Still a checkpoint, so a
+            # loop of such commits cannot starve the other tasks.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            self.submit(txn)
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return []
-        # Fast path for an uncontended writer: with no batch in flight and no
-        # other task runnable, commit right here in the trio thread. A round
-        # trip to the writer thread costs two thread wake-ups, a good part of
-        # an fsync; with any other task runnable we take the batched path, so
-        # group commit still forms.
-        if self._inflight == 0 and trio.lowlevel.current_statistics().tasks_runnable == 0:
-            env = self._check_open()
-            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
-            outcomes = self._write_inline(env, txn)
+        if self._inflight == 0 and not self._inline_claimed:
+            outcomes = await self._commit_inline(txn)
             if outcomes is not None:
-                # Committed: a schedule point that cannot raise Cancelled, so
-                # the caller never mistakes a durable write for a failed one.
-                await trio.lowlevel.cancel_shielded_checkpoint()
                 return _unwrap(outcomes[0])
-            # The map is full: the writer thread grows it and retries.
-        await trio.lowlevel.checkpoint_if_cancelled()
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
         batch, index = self._enqueue(txn, trio.lowlevel.current_task())
 
         def abort(_: Any) -> trio.lowlevel.Abort:
@@ -337,6 +380,27 @@ class LMDBJournal(Journal):
         # with its own outcome, which saves an allocation and a frame per call.
         return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
 
+    async def _commit_inline(self, txn: Txn) -> list[Any] | None:
+        """The fast path for an uncontended writer: commit in the trio thread.
+
+        A round trip to the writer thread costs two thread wake-ups, a good
+        part of an fsync. But committing here blocks the event loop for that
+        fsync, so it is only worth it when nobody else is about to write or
+        run. ``tasks_runnable`` alone cannot tell: tasks woken together (all
+        the callers of one batch) run in one scheduler pass and each sees
+        the run queue empty. So the first caller claims the fast path and
+        yields once; whoever commits meanwhile goes to the writer thread, and
+        then so does this caller. Returns None to send it there.
+        """
+        self._inline_claimed = True
+        try:
+            await trio.lowlevel.checkpoint()  # cancellable: nothing is written yet
+        finally:
+            self._inline_claimed = False
+        if self._inflight or trio.lowlevel.current_statistics().tasks_runnable:
+            return None
+        return self._write_inline(self._check_open(), txn)
+
     def submit(self, txn: Txn) -> Ticket:
         batch, index = self._enqueue(txn, None)
         return _Ticket(batch, index)
@@ -345,13 +409,17 @@ class LMDBJournal(Journal):
         if self._env is None or self._closing or self._forked:
             self._check_open()  # raises, saying why
         with self._lock:
-            batch = self._pending
-            if batch is None:
-                batch = self._pending = _Batch()
+            pending = self._pending
+            if pending and len(pending[-1].txns) < self._split_at:
+                batch = pending[-1]
+            else:
+                batch = _Batch()
+                pending.append(batch)
                 self._inflight += 1
                 if self._inflight == 1 and self._hold is not None:
                     self._hold.acquire()
-                self._cond.notify()
+                if len(pending) == 1:
+                    self._cond.notify()  # the writer may be idle
             batch.txns.append(txn)
             batch.waiters.append(waiter)
             return batch, len(batch.txns) - 1
@@ -366,39 +434,129 @@ class LMDBJournal(Journal):
         reschedule = trio.lowlevel.reschedule
         for task, result in zip(batch.waiters, batch.outcomes):
             if task is not None:
-                reschedule(task, Error(result) if isinstance(result, BaseException) else Value(result))
+                failed = isinstance(result, BaseException)
+                reschedule(task, Error(result) if failed else Value(result))
         if batch.event is not None:
             batch.event.set()
 
     def _write_loop(self) -> None:
-        token = self._token
-        assert token is not None
+        """The writer thread: apply and commit batches in submission order.
+
+        While batch N+1 is being applied, batch N (committed) waits; it is
+        handed to the waker thread just before N+1's commit. Handing a batch
+        back to trio means a socket write, which releases the GIL; done here,
+        the trio thread would grab the GIL to wake N's callers and this
+        thread would sit out a whole switch interval (5 ms) before it could
+        even call commit. From the waker, N's callers run in the trio thread
+        while this thread's commit is on the disk, with the GIL released.
+        """
+        try:
+            self._write_batches()
+        finally:
+            self._to_wake.put(None)  # the waker stops after what it has queued
+
+    def _write_batches(self) -> None:
+        committed: _Batch | None = None  # on disk, its callers not yet woken
         while True:
             with self._cond:
-                while self._pending is None and not self._closing:
+                while not self._pending and not self._closing and committed is None:
                     self._cond.wait()
-                batch = self._pending
-                self._pending = None
-                if batch is None:
+                batch = self._pending.popleft() if self._pending else None
+                if batch is not None:
+                    self._split_at = self._next_split(batch, committed)
+            if batch is None:
+                if committed is None:  # closing, and everything is handed back
                     return
-            batch.outcomes = self._write(batch.txns)
-            try:
-                token.run_sync_soon(self._finish, batch)
-            except trio.RunFinishedError:  # pragma: no cover - loop already gone
+                # Nothing to overlap with: hand back from here, unless the
+                # waker still has batches to hand back (they go first).
+                if self._wakes_done == self._wakes_queued:
+                    self._hand_back(committed)
+                else:
+                    self._queue_wake(committed)
+                committed = None
+                continue
+            wtxn = self._apply_batch(batch)
+            if committed is not None:
+                self._queue_wake(committed)
+            if wtxn is not None:
+                self._commit_batch(wtxn, batch)
+            committed = batch
+
+    def _next_split(self, taken: _Batch, committed: _Batch | None) -> int:
+        # Called by the writer (holding the lock) as it takes a batch; the
+        # answer caps the size of the batches filled from now on.
+        # With many callers, two batches of equal size overlap best: one is
+        # on the disk while the trio thread wakes the other's callers and
+        # collects their next transactions. Left alone, the split is set by
+        # chance at start-up and stays (700/300 of 1024 callers, say, which
+        # costs a third of the throughput); capping new batches at half of
+        # what is in flight evens it out within two commits. With fewer than
+        # 2 * _MIN_SPLIT callers, waking half of them costs less than the
+        # fixed cost of a commit (its fsyncs, ~30 wake-ups' worth), and one
+        # batch is best.
+        in_flight = len(taken.txns) + sum(len(b.txns) for b in self._pending)
+        if committed is not None:
+            in_flight += len(committed.txns)
+        return _NO_SPLIT if in_flight < 2 * _MIN_SPLIT else (in_flight + 1) // 2
+
+    def _queue_wake(self, batch: _Batch) -> None:
+        self._wakes_queued += 1
+        self._to_wake.put(batch)  # C code: does not release the GIL
+
+    def _wake_loop(self) -> None:
+        """The waker thread: hands committed batches back to trio, in order."""
+        while True:
+            batch = self._to_wake.get()
+            if batch is None:
                 return
+            self._hand_back(batch)
+            self._wakes_done += 1
+
+    def _hand_back(self, batch: _Batch) -> None:
+        assert self._token is not None
+        try:
+            self._token.run_sync_soon(self._finish, batch)
+        except trio.RunFinishedError:  # pragma: no cover - the loop is gone
+            pass
+
+    def _apply_batch(self, batch: _Batch) -> lmdb.Transaction | None:
+        """Apply ``batch`` in a new LMDB transaction and return it, uncommitted.
+
+        On any trouble (the map is full, a transaction LMDB refuses) it takes
+        the careful path, which commits by itself, and returns None.
+        """
+        env = self._env
+        assert env is not None
+        try:
+            wtxn = env.begin(write=True)
+        except Exception:
+            batch.outcomes = self._write(batch.txns)
+            return None
+        try:
+            batch.outcomes = self._apply_all(wtxn, batch.txns, isolate=False)
+        except Exception:
+            wtxn.abort()
+            batch.outcomes = self._write(batch.txns)
+            return None
+        return wtxn
+
+    def _commit_batch(self, wtxn: lmdb.Transaction, batch: _Batch) -> None:
+        try:
+            wtxn.commit()
+        except Exception:  # a failed commit aborts: nothing of it was written
+            batch.outcomes = self._write(batch.txns)
 
     def _write_inline(self, env: lmdb.Environment, txn: Txn) -> list[Any] | None:
-        """Commit one transaction in the calling thread; None if the map is full."""
+        """Commit one transaction in the calling thread; None if that failed
+        (the map is full, say): the writer thread then retries it carefully."""
         try:
             return self._apply(env, [txn], isolate=False)
-        except lmdb.MapFullError:
-            return None
-        except lmdb.Error:
-            # Let the writer thread's careful path sort out whose fault it is.
+        except Exception:
             return None
 
     def _write(self, txns: list[Txn]) -> list[Any]:
-        """Apply ``txns`` in one LMDB transaction; return their outcomes."""
+        """The careful path: apply and commit ``txns``, growing the map as
+        needed and isolating a transaction that fails; return the outcomes."""
         env = self._env
         assert env is not None
         try:
@@ -409,7 +567,7 @@ class LMDBJournal(Journal):
                     if not self._grow(env):
                         break
                 except lmdb.Error:
-                    break  # maybe one transaction is at fault (say, a key too long)
+                    break  # maybe one transaction is at fault (a key too long, say)
             # Apply each transaction on its own, so the one that does not fit
             # (or is otherwise refused) fails alone.
             return self._apply(env, txns, isolate=True)
@@ -417,7 +575,9 @@ class LMDBJournal(Journal):
             return [self._commit_failed(exc) for _ in txns]
 
     def _commit_failed(self, exc: Exception) -> JournalCorrupt:
-        failure = JournalCorrupt(f"commit to {self.describe()} failed: {exc!r}", database="", key=b"")
+        failure = JournalCorrupt(
+            f"commit to {self.describe()} failed: {exc!r}", database="", key=b""
+        )
         failure.__cause__ = exc
         return failure
 
@@ -430,41 +590,45 @@ class LMDBJournal(Journal):
         return True
 
     def _apply(self, env: lmdb.Environment, txns: list[Txn], *, isolate: bool) -> list[Any]:
-        """Apply ``txns`` in order in one LMDB transaction and commit it.
+        """Apply ``txns`` in one LMDB transaction and commit it."""
+        with env.begin(write=True) as wtxn:
+            return self._apply_all(wtxn, txns, isolate=isolate)
+
+    def _apply_all(self, wtxn: lmdb.Transaction, txns: list[Txn], *, isolate: bool) -> list[Any]:
+        """Apply ``txns`` in order inside ``wtxn``; return their outcomes.
 
         Each gets its results, or `Conflict` when a precondition fails (its
         operations are skipped). With ``isolate``, each runs in a nested
         transaction so that one that does not fit fails alone (`JournalFull`).
         """
         outcomes: list[Any] = []
-        with env.begin(write=True) as wtxn:
-            apply = _Applier(wtxn, self._dbs)
-            for txn in txns:
-                if txn.requires:
-                    try:
-                        j.check_requires(txn.requires, apply.status_of)
-                    except Conflict as exc:
-                        outcomes.append(exc)
-                        continue
-                if not isolate:
-                    outcomes.append(apply.run(txn.ops))
-                    continue
-                child = env.begin(write=True, parent=wtxn)
+        apply = _Applier(wtxn, self._handles)
+        for txn in txns:
+            if txn.requires:
                 try:
-                    outcomes.append(_Applier(child, self._dbs).run(txn.ops))
-                    child.commit()
-                except lmdb.MapFullError:
-                    child.abort()
-                    outcomes.append(
-                        JournalFull(
-                            f"{self.describe()} is full at max_map_size={self.max_map_size} "
-                            "bytes; open it with a larger LMDBJournal(max_map_size=...) or "
-                            "clean up old instances (system.cleanup)"
-                        )
+                    j.check_requires(txn.requires, apply.status_of)
+                except Conflict as exc:
+                    outcomes.append(exc)
+                    continue
+            if not isolate:
+                outcomes.append(apply.run(txn.ops))
+                continue
+            child = self._env.begin(write=True, parent=wtxn)  # type: ignore[union-attr]
+            try:
+                outcomes.append(_Applier(child, self._handles).run(txn.ops))
+                child.commit()
+            except lmdb.MapFullError:
+                child.abort()
+                outcomes.append(
+                    JournalFull(
+                        f"{self.describe()} is full at max_map_size={self.max_map_size} "
+                        "bytes; open it with a larger LMDBJournal(max_map_size=...) or "
+                        "clean up old instances (system.cleanup)"
                     )
-                except lmdb.Error as exc:
-                    child.abort()
-                    outcomes.append(self._commit_failed(exc))
+                )
+            except lmdb.Error as exc:
+                child.abort()
+                outcomes.append(self._commit_failed(exc))
         return outcomes
 
     # -- reading -----------------------------------------------------------
@@ -486,10 +650,13 @@ class _Applier:
     __slots__ = ("txn", "instances", "status", "log", "mail", "timers", "timer_ids",
                  "stream", "cursors", "counters")  # fmt: skip
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
+    def __init__(self, txn: lmdb.Transaction, dbs: tuple[Any, ...]) -> None:
+        # ``dbs``: the handles in slot order (`LMDBJournal._handles`); one
+        # unpacking rather than nine dict lookups, as the inline path makes
+        # an applier per commit.
         self.txn = txn
-        for name in self.__slots__[1:]:
-            setattr(self, name, dbs[name])
+        (self.instances, self.status, self.log, self.mail, self.timers, self.timer_ids,
+         self.stream, self.cursors, self.counters) = dbs  # fmt: skip
 
     def status_of(self, iid: bytes) -> int | None:
         value = self.txn.get(iid, db=self.instances)
@@ -521,17 +688,17 @@ class _Applier:
         results: list[int] = []
         for op in ops:
             code = op[0]
-            if code == j.PUT_LOG:
+            if code == PUT_LOG:
                 _, iid, run, seq, entry = op
                 txn.put(iid + _RUN_SEQ.pack(run, seq), entry, db=self.log)
-            elif code == j.TAKE_MESSAGE:
+            elif code == TAKE_MESSAGE:
                 txn.delete(op[1] + _Q.pack(op[2]), db=self.mail)
-            elif code == j.APPEND_MESSAGE:
+            elif code == APPEND_MESSAGE:
                 _, iid, message = op
                 seq = self._next(iid, _MAIL_COUNTER) + 1
                 txn.put(iid + _Q.pack(seq), message, db=self.mail)
                 results.append(seq)
-            elif code == j.PUT_INSTANCE:
+            elif code == PUT_INSTANCE:
                 _, iid, status, process, address, record = op
                 old = self.status_of(iid)
                 header = msgpack.packb([address, process])
@@ -541,7 +708,7 @@ class _Applier:
                     db=self.instances,
                 )
                 self._set_index(iid, old, status, process.encode())
-            elif code == j.SET_STATUS:
+            elif code == SET_STATUS:
                 _, iid, status = op
                 value = txn.get(iid, db=self.instances)
                 if value is not None:
@@ -549,7 +716,7 @@ class _Applier:
                     hlen = _H.unpack_from(value, 1)[0]
                     process = msgpack.unpackb(value[3 : 3 + hlen])[1]
                     self._set_index(iid, value[0], status, process.encode())
-            elif code == j.ADD_TIMER:
+            elif code == ADD_TIMER:
                 _, iid, run, seq, due = op
                 ident = iid + _RUN_SEQ.pack(run, seq)
                 old_due = txn.get(ident, db=self.timer_ids)
@@ -557,23 +724,23 @@ class _Applier:
                     txn.delete(old_due + ident, db=self.timers)
                 txn.put(_Q.pack(due) + ident, b"", db=self.timers)
                 txn.put(ident, _Q.pack(due), db=self.timer_ids)
-            elif code == j.CANCEL_TIMER:
+            elif code == CANCEL_TIMER:
                 ident = op[1] + _RUN_SEQ.pack(op[2], op[3])
                 old_due = txn.get(ident, db=self.timer_ids)
                 if old_due is not None:
                     txn.delete(old_due + ident, db=self.timers)
                     txn.delete(ident, db=self.timer_ids)
-            elif code == j.DROP_LOG:
+            elif code == DROP_LOG:
                 self._delete_prefix(op[1] + struct.pack(">I", op[2]), self.log)
-            elif code == j.APPEND_STREAM:
+            elif code == APPEND_STREAM:
                 _, iid, value = op
                 index = self._next(iid, _STREAM_COUNTER)
                 txn.put(iid + _Q.pack(index), value, db=self.stream)
                 results.append(index)
-            elif code == j.SET_CURSOR:
+            elif code == SET_CURSOR:
                 _, iid, consumer, position = op
                 txn.put(iid + consumer.encode(), _Q.pack(position), db=self.cursors)
-            elif code == j.DELETE_INSTANCE:
+            elif code == DELETE_INSTANCE:
                 self._delete_instance(op[1])
             else:  # pragma: no cover - a programming error in the runtime
                 raise ValueError(f"unknown journal op {code}")
