@@ -40,14 +40,13 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+from tests.crash_kit import kill_after_acks
 import trio
 
 import actors
@@ -121,42 +120,21 @@ def _run_child(tmp: Path, round_no: int, rng: random.Random) -> tuple[int, float
     Returns (acks this round, seconds waited after MIN_ACKS before the kill)."""
     acks = tmp / "acks"
     before = len(_acked(acks))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    stderr_path = tmp / f"child{round_no}.err"
     passivate = PASSIVATE[round_no % len(PASSIVATE)]
-    with open(stderr_path, "wb") as stderr:
-        proc = subprocess.Popen(
-            [
-                sys.executable, str(CHILD), str(tmp / "journal"), str(tmp / "side"),
-                str(acks), str(round_no * ROUND_IDS), str(TASKS), str(PER_TASK),
+    extra = rng.uniform(0.0, 1.5)
+    kill_after_acks(
+        [
+            str(CHILD), str(tmp / "journal"), str(tmp / "side"),
+            str(acks), str(round_no * ROUND_IDS), str(TASKS), str(PER_TASK),
                 str(PACE), str(passivate),
-            ],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr,
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while len(_acked(acks)) - before < MIN_ACKS:
-                if proc.poll() is not None:
-                    raise AssertionError(
-                        f"child of round {round_no} exited with {proc.returncode} before "
-                        f"acknowledging {MIN_ACKS} sends:\n{stderr_path.read_text()}"
-                    )
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"child of round {round_no} acknowledged too few sends")
-                time.sleep(0.01)
-            extra = rng.uniform(0.0, 1.5)
-            time.sleep(extra)
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"child of round {round_no} exited by itself with {proc.returncode}:\n"
-                    f"{stderr_path.read_text()}"
-                )
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL, stderr_path.read_text()
+        ],
+        stderr_path=tmp / f"child{round_no}.err",
+        acked=lambda: len(_acked(acks)) - before,
+        min_acks=MIN_ACKS,
+        start_timeout=START_TIMEOUT,
+        delay=extra,
+        label=f"child of round {round_no}",
+    )  # fmt: skip
     return len(_acked(acks)) - before, extra
 
 
