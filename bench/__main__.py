@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(tempfile.gettempdir()),
         help="where the fresh directories go (default: the temp dir); all on one filesystem",
     )
+    parser.add_argument("--plot", type=Path, metavar="PATH", help="also draw a PNG chart")
     args = parser.parse_args(argv)
     if args.backend is not None and args.backend not in args.suites:
         args.suites.append(args.backend)
@@ -64,12 +65,46 @@ def main(argv: list[str] | None = None) -> int:
         workdir=args.dir,
     )
     results: list[Result] = []
-    for name in args.suites or list(SUITES):
+    # The main job is the embedded LMDB default: the PostgreSQL suite runs
+    # when asked for (a suite name or --backend postgres).
+    for name in args.suites or [s for s in SUITES if s != "postgres"]:
         results += SUITES[name](options)
     print(format_table(results, options))
     if args.json is not None:
         write_json(args.json, results, options)
+    if args.plot is not None:
+        plot(args.plot, results)
     return 0
+
+
+def plot(path: Path, results: list[Result]) -> None:
+    """A PNG chart: each figure as a ratio to its first baseline (log scale)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        progress("bench: --plot needs matplotlib: pip install -e '.[plot]'")
+        return
+    rows = [(r.name, next(iter(r.ratios.items()))) for r in results if r.ratios]
+    if not rows:
+        progress("bench: nothing to plot (no figure has a baseline)")
+        return
+    names = [name for name, _ in rows]
+    values = [ratio for _, (_, ratio) in rows]
+    figure, axes = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
+    axes.barh(names, values, color=["tab:green" if v >= 1 else "tab:blue" for v in values])
+    axes.set_xscale("log")
+    axes.axvline(1.0, color="black", linewidth=0.8)
+    axes.invert_yaxis()
+    axes.set_xlabel("ratio to its baseline (log scale)")
+    for i, (name, (baseline, ratio)) in enumerate(rows):
+        axes.annotate(f"{ratio:.3g}x {baseline}", (ratio, i), xytext=(4, 0),
+                      textcoords="offset points", va="center", fontsize=7)  # fmt: skip
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    progress(f"bench: wrote {path}")
 
 
 if __name__ == "__main__":
