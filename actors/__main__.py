@@ -2,7 +2,9 @@
 
 import sys
 
-from ._cli import main as main
+from ._cli import main
+
+__all__ = ["main"]
 
 if __name__ == "__main__":
     sys.exit(main())

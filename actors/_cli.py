@@ -33,7 +33,11 @@ outside would sit unseen until a restart, and a cancel would race the
 instance's own writes. So while a system holds the journal, ``send`` and
 ``cancel`` refuse (exit 4), naming its pid: do it through that application
 (``system.send``, ``system.cancel``). ``tail`` then prints from the cursor
-without moving it, and says so on stderr.
+without moving it, and says so on stderr; otherwise a value counts as
+consumed once printed, and the cursor moves after each printed batch (so a
+crash in between prints that batch again: at-least-once, as for
+`ActorSystem.stream`). Ctrl-C stops ``--follow`` between polls, never
+between printing a batch and moving the cursor.
 
 ``cancel`` also refuses an instance with saga compensations pending anywhere in
 what it would cancel: only the application can run them. ``--force`` cancels
@@ -57,6 +61,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import struct
 import sys
 import time
@@ -370,7 +375,7 @@ def _rows_one_by_one(
     # the LMDB status index instead, so one bad record hides only itself.
     scan = getattr(r, "_scan", None)
     if scan is None:  # pragma: no cover - the CLI opens LMDB journals only
-        raise
+        raise TypeError(f"cannot walk the records of {type(r).__name__} one by one")
     prefix = b"" if status is None else bytes((STATUS_CODE[status],))
     for key, proc in scan("status", prefix):
         iid, template = key[1:], proc.decode(errors="replace")
@@ -402,9 +407,7 @@ def _instance(r: Reader, address: str, path: Path) -> InstanceRow:
     try:
         row = r.instance(instance_id(address))
     except JournalCorrupt as exc:
-        raise CLIError(
-            f"the record of {address!r} is corrupt: {exc}", CORRUPT
-        ) from None
+        raise CLIError(f"the record of {address!r} is corrupt: {exc}", CORRUPT) from None
     if row is None:
         raise CLIError(
             f"no instance at {address!r} in {path}; check the address "
@@ -521,7 +524,7 @@ def _table(headers: Sequence[str], rows: list[list[str]], indent: str = "") -> l
 
 def _signal_label(name: str) -> str:
     if name.startswith(fx.END_PREFIX):
-        return f"(end of {name[len(fx.END_PREFIX):]})"
+        return f"(end of {name[len(fx.END_PREFIX) :]})"
     if name.startswith("\x00"):
         return f"({name[1:]})"
     return name
@@ -541,12 +544,15 @@ def _error_text(error: Any) -> str:
 def _detail(row: InstanceRow) -> str:
     record = row.record
     if record.get("last_error"):
-        return str(record["last_error"])
-    if row.status == "failed":
-        return _error_text(record.get("error"))
-    if row.status == "cancelled" and record.get("reason"):
-        return f"reason: {record['reason']}"
-    return ""
+        text = str(record["last_error"])
+    elif row.status == "failed":
+        text = _error_text(record.get("error"))
+    elif row.status == "cancelled" and record.get("reason"):
+        text = f"reason: {record['reason']}"
+    else:
+        return ""
+    # The row names the instance already; say the rest sooner.
+    return text.replace(f"instance {row.address!r} ", "").replace(f" (of {row.address!r})", "")
 
 
 def _list_item(row: InstanceRow | _Broken) -> dict[str, Any]:
@@ -586,7 +592,7 @@ async def _list(args: argparse.Namespace) -> int:
             f"--{name} {value}" for name, value in (("status", args.status), ("process", args.process))
             if value
         )  # fmt: skip
-        matching = f"{len(items)} matching {filters}" if filters else f"{len(items)}"
+        matching = f"{len(items)} instances" + (f" matching {filters}" if filters else "")
         if len(shown) < len(items):
             lines.append(f"showing the {len(shown)} most recently updated of {matching} "
                          "(--limit N for more, 0 for all)")  # fmt: skip
@@ -615,14 +621,7 @@ def _log_item(seq: int, entry: dict[str, Any]) -> dict[str, Any]:
         item["outcome"] = f"failed: {_error_text(entry['e'])}"
     elif "v" in entry:
         item["state"], item["value"] = "done", entry["v"]
-        value = entry["v"]
-        item["outcome"] = {
-            "sleep": "fired", "spawn": "spawned", "emit": "emitted", "publish": "published",
-        }.get(kind) or (  # fmt: skip
-            f"child completed: {_compact(value, 60)}" if kind == "call"
-            else f"took {_signal_label(entry['s'])}: {_compact(value, 60)}" if "s" in entry
-            else f"ok: {_compact(value, 60)}"
-        )
+        item["outcome"] = _done_outcome(kind, entry)
     else:
         item["state"] = "started"
         item["outcome"] = {
@@ -630,6 +629,18 @@ def _log_item(seq: int, entry: dict[str, Any]) -> dict[str, Any]:
             "sleep": "pending", "call": "waiting for the child",
         }.get(kind, "started")  # fmt: skip
     return item
+
+
+def _done_outcome(kind: Any, entry: dict[str, Any]) -> str:
+    named = {"sleep": "fired", "spawn": "spawned", "emit": "emitted", "publish": "published"}
+    if kind in named:
+        return named[kind]
+    value = _compact(entry["v"], 60)
+    if kind == "call":
+        return f"child completed: {value}"
+    if "s" in entry:
+        return f"got {_signal_label(entry['s'])}: {value}"
+    return f"got: {value}" if kind == "wait" else f"ok: {value}"
 
 
 def _log_detail(item: dict[str, Any], now: float) -> str:
@@ -689,38 +700,48 @@ async def _show(args: argparse.Namespace) -> int:
                 mail = r.mailbox(iid)
             except JournalCorrupt as exc:
                 raise CLIError(f"records of {args.address!r} are corrupt: {exc}", CORRUPT) from None
+            length, cursors = r.stream_length(iid), r.cursors(iid)
             doc = {
-                "address": row.address, "process": row.process, "status": row.status,
-                "id": iid.hex(), "run": run, "incarnation": record.get("inc", 1),
-                "created": record.get("created"), "updated": record.get("updated"),
-                "parent": record.get("parent"), "awaited": record.get("awaited"),
-                "restart": record.get("restart"),
-                "params": record.get("params", []), "input": record.get("input"),
-                "result": record.get("result"), "error": record.get("error"),
-                "last_error": record.get("last_error"), "reason": record.get("reason"),
+                "address": row.address,
+                "process": row.process,
+                "status": row.status,
+                "id": iid.hex(),
+                "run": run,
+                "incarnation": record.get("inc", 1),
+                **{key: record.get(key) for key in _SHOWN},
+                "params": record.get("params", []),
                 "log": [_log_item(seq, entry) for seq, entry in sorted(log.items())],
                 "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
-                "mailbox": [
-                    {"seq": seq, "signal": _signal_label(m[0]), "payload": m[1],
-                     "sent": m[2] if len(m) > 2 else None}
-                    for seq, m in mail
-                ],  # fmt: skip
+                "mailbox": [_mail_item(seq, message) for seq, message in mail],
                 "messages_ever": r.last_message_seq(iid),
-                "timers": [{"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
-                           for t in r.timers(iid)],  # fmt: skip
+                "timers": [
+                    {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
+                    for t in r.timers(iid)
+                ],
                 "children": _children(r, log, {iid}),
-                "stream": {"length": r.stream_length(iid), "consumers": {
-                    name: {"cursor": pos, "unread": max(0, r.stream_length(iid) - pos)}
-                    for name, pos in sorted(r.cursors(iid).items())
-                }},  # fmt: skip
+                "stream": {
+                    "length": length,
+                    "consumers": {
+                        name: {"cursor": pos, "unread": max(0, length - pos)}
+                        for name, pos in sorted(cursors.items())
+                    },
+                },
                 "restarts": record.get("restarts", []),
-                "exports": record.get("exports"),
-                "exports_version": record.get("exports_version"),
                 "compensations": _compensations(record),
                 "compensation_failure": record.get("stuck"),
-            }  # fmt: skip
+            }
     _emit(args, doc, lambda: "\n".join(_render_show(doc, args.traceback)))
     return OK
+
+
+# Record fields `show` passes through as they are.
+_SHOWN = ("created", "updated", "parent", "awaited", "restart", "input", "result", "error",
+          "last_error", "reason", "exports", "exports_version")  # fmt: skip
+
+
+def _mail_item(seq: int, message: Any) -> dict[str, Any]:
+    sent = message[2] if len(message) > 2 else None
+    return {"seq": seq, "signal": _signal_label(message[0]), "payload": message[1], "sent": sent}
 
 
 def _compensations(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -786,7 +807,9 @@ def _render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
     ever = f" ({doc['messages_ever']} received in all)" if doc["messages_ever"] else ""
     out.append(f"Mailbox: {_count(len(mail), 'unread message')}{ever}")
     for m in mail:
-        out.append(f"  #{m['seq']:<4} {m['signal']}  sent {_when(m['sent'])}  {_compact(m['payload'], 80)}")
+        out.append(
+            f"  #{m['seq']:<4} {m['signal']}  sent {_when(m['sent'])}  {_compact(m['payload'], 80)}"
+        )
 
     out.append(f"Timers: {_count(len(doc['timers']), 'timer')}")
     for t in doc["timers"]:
@@ -797,8 +820,12 @@ def _render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
     out.extend(_tree(doc["children"]))
 
     stream = doc["stream"]
-    out.append(f"Stream: {_count(stream['length'], 'value')}, "
-               f"{_count(len(stream['consumers']), 'consumer')}")  # fmt: skip
+    consumers = len(stream["consumers"])
+    if stream["length"] or consumers:
+        out.append(f"Stream: {stream['length']} value(s), "
+                   f"{consumers or 'no'} consumer{'' if consumers == 1 else 's'}")  # fmt: skip
+    else:
+        out.append("Stream: none")
     for name, c in stream["consumers"].items():
         out.append(f"  {name}: cursor {c['cursor']} ({c['unread']} unread)")
 
@@ -896,7 +923,7 @@ def _payload(text: str | None) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise CLIError(
-            f"the payload is not JSON ({exc}); quote it for the shell, e.g. '{{\"by\": \"ann\"}}'",
+            f'the payload is not JSON ({exc}); quote it for the shell, e.g. \'{{"by": "ann"}}\'',
             USAGE,
         ) from None
 
@@ -913,7 +940,9 @@ async def _send(args: argparse.Namespace) -> int:
     try:
         signal = Signal(args.signal)
     except TypeError:
-        raise CLIError(f"{args.signal!r} is not a signal name: give a non-empty name", USAGE) from None
+        raise CLIError(
+            f"{args.signal!r} is not a signal name: give a non-empty name", USAGE
+        ) from None
     payload = _payload(args.payload)
     iid = instance_id(args.address)
     try:
@@ -1101,11 +1130,30 @@ class _Tail:
 
 
 async def _tail(args: argparse.Namespace) -> int:
+    if not args.follow:
+        return await _tail_loop(args, trio.Event())
+    # Ctrl-C ends a follow between polls, never between printing values and
+    # recording that they were consumed.
+    stop = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                async for _ in signals:
+                    stop.set()
+
+            nursery.start_soon(watch)
+            code = await _tail_loop(args, stop)
+            nursery.cancel_scope.cancel()
+    return INTERRUPTED if stop.is_set() else code
+
+
+async def _tail_loop(args: argparse.Namespace, stop: trio.Event) -> int:
     path = _journal_dir(args)
     tail = _Tail(args, path, instance_id(args.address))
     advancing = True
     first = True
-    while True:
+    while not stop.is_set():
         if advancing and (first or await _tail_has_new(tail)):
             try:
                 async with _writing(path) as journal:
@@ -1139,7 +1187,8 @@ async def _tail(args: argparse.Namespace) -> int:
             continue  # more than one batch waiting
         if not args.follow or tail.status is None or tail.status in _TERMINAL:
             break
-        await trio.sleep(args.interval)
+        with trio.move_on_after(args.interval):
+            await stop.wait()
     if args.json and not args.follow:
         doc = {"address": args.address, "consumer": args.consumer, "read_only": not advancing,
                "cursor_before": tail.cursor_before, "cursor_after": tail.position,

@@ -169,9 +169,14 @@ class LMDBJournal(Journal):
         durability: ``"sync"`` (an awaited commit returns once on disk) or
             ``"async"`` (once queued; LMDB skips the meta-page fsync, which
             keeps integrity but may lose the last commits on a power cut).
+        readonly: open an existing journal for reading only, as the CLI
+            does: no owner lock is taken (so it works while a system in
+            another process holds the journal) and no writer thread is
+            started; ``submit`` and ``commit`` raise `JournalClosed`.
 
     Raises (from ``open``):
-        JournalLocked: another system holds the directory.
+        JournalLocked: another system holds the directory (not with ``readonly``).
+        JournalCorrupt: there is no readable journal at ``path`` (with ``readonly``).
     """
 
     def __init__(
@@ -181,6 +186,7 @@ class LMDBJournal(Journal):
         map_size: int = 1 << 30,
         max_map_size: int = 1 << 40,
         durability: str = "sync",
+        readonly: bool = False,
     ) -> None:
         if durability not in ("sync", "async"):
             raise ValueError(f"durability must be 'sync' or 'async', not {durability!r}")
@@ -188,6 +194,7 @@ class LMDBJournal(Journal):
         self.map_size = map_size
         self.max_map_size = max(max_map_size, map_size)
         self.durability = durability
+        self.readonly = readonly
         self._env: lmdb.Environment | None = None
         self._dbs: dict[str, Any] = {}
         self._handles: tuple[Any, ...] = ()  # the databases a `_Applier` writes, in its order
@@ -224,6 +231,9 @@ class LMDBJournal(Journal):
     async def open(self) -> None:
         if self._env is not None:
             raise JournalLocked(f"{self.describe()} is already open in this process")
+        if self.readonly:
+            self._open_readonly()
+            return
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_fd = self._take_lock()
         try:
@@ -270,6 +280,35 @@ class LMDBJournal(Journal):
         )
         self._writer.start()
         self._waker.start()
+        _open_journals.add(self)
+
+    def _open_readonly(self) -> None:
+        # No owner lock and no writer: LMDB lets readers in other processes
+        # share the environment with the one that writes (lock=True keeps
+        # their snapshots consistent with its commits).
+        try:
+            self._env = lmdb.open(
+                str(self.path), readonly=True, lock=True, max_dbs=len(_DBS), map_size=0,
+                max_readers=1024,
+            )  # fmt: skip
+            for name in _DBS:
+                self._dbs[name] = self._env.open_db(name.encode(), create=False)
+            with self._env.begin(db=self._dbs["meta"]) as txn:
+                found = txn.get(b"format")
+        except lmdb.Error as exc:
+            self._release()
+            raise JournalCorrupt(
+                f"cannot open an LMDB journal at {self.path} for reading: {exc}",
+                database="", key=b"",
+            ) from exc  # fmt: skip
+        if found != _FORMAT:
+            self._release()
+            raise JournalCorrupt(
+                f"{self.path} holds journal format {found!r}, this version reads "
+                f"{_FORMAT!r}; open it with the version that wrote it",
+                database="meta",
+                key=b"format",
+            )
         _open_journals.add(self)
 
     def _take_lock(self) -> int:
@@ -356,6 +395,8 @@ class LMDBJournal(Journal):
     # lock round per submission and one reschedule per caller.
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
+        if self.readonly:
+            self._refuse_write()
         if not (durable or self.durability == "sync" or txn.requires):
             # "async" durability: queued is enough. Still a checkpoint, so a
             # loop of such commits cannot starve the other tasks.
@@ -402,8 +443,17 @@ class LMDBJournal(Journal):
         return self._write_inline(self._check_open(), txn)
 
     def submit(self, txn: Txn) -> Ticket:
+        if self.readonly:
+            self._refuse_write()
         batch, index = self._enqueue(txn, None)
         return _Ticket(batch, index)
+
+    def _refuse_write(self) -> None:
+        self._check_open()
+        raise JournalClosed(
+            f"{self.describe()} is open read-only; open it without readonly=True to write "
+            "(which needs the journal not to be held by a running system)"
+        )
 
     def _enqueue(self, txn: Txn, waiter: trio.lowlevel.Task | None) -> tuple[_Batch, int]:
         if self._env is None or self._closing or self._forked:
@@ -637,7 +687,13 @@ class LMDBJournal(Journal):
     def reader(self) -> Iterator[Reader]:
         env = self._check_open()
         with self._read_lock:
-            txn = env.begin(buffers=False)
+            try:
+                txn = env.begin(buffers=False)
+            except lmdb.MapResizedError:
+                # Another process (the system writing the journal) grew the
+                # map; adopt its size (no transaction is open here) and retry.
+                env.set_mapsize(0)
+                txn = env.begin(buffers=False)
             try:
                 yield _LMDBReader(txn, self._dbs)
             finally:
