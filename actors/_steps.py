@@ -217,7 +217,7 @@ def _finish_failed(
     error["summary"] = summary
     if stage:
         error["stage"] = stage
-    entry = dict(entry_base)
+    entry = dict(entry_base, a=attempt, key=step.key)
     entry[ERROR] = error
     exc.__cause__ = cause
     actor.finish(step, None, exc, entry)

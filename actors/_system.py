@@ -711,7 +711,14 @@ class ActorSystem:
             wanted.extend(r.instances_with_mail())
             return wanted, orphans
 
-        wanted, orphans = await self.journal.read(scan)
+        try:
+            wanted, orphans = await self.journal.read(scan)
+        except JournalCorrupt as exc:
+            # One bad record must not keep the system (and every other
+            # instance) down: what the scan did not reach still wakes on
+            # its mail and timers.
+            log.error("recovery scan stopped at a corrupt record: %s", exc)
+            wanted, orphans = [], []
         # A child whose parent ended while the system was down is not stranded.
         for iid, address, reason in orphans:
             await self._cancel_iid(iid, address, reason)

@@ -252,3 +252,22 @@ async def test_cancel_of_a_passivated_instance(opener):
         with pytest.raises(actors.NotDelivered) as info:
             await system.send("echo/p", go)
         assert info.value.reason == "cancelled"
+
+
+async def test_a_corrupt_record_does_not_keep_the_system_down(opener, tmp_path):
+    import lmdb
+
+    async with opener(echo) as system:
+        await system.start(echo, "good")
+        await system.start(echo, "bad")
+    env = lmdb.open(str(opener.path), max_dbs=16)
+    with env.begin(write=True, db=env.open_db(b"instances")) as t:
+        value = t.get(instance_id("echo/bad"))
+        t.put(instance_id("echo/bad"), value[:-3] + b"\xc1\xc1\xc1")  # break the record
+    env.close()
+    async with opener(echo) as system:
+        assert system.get("echo/bad").status == "corrupt"
+        with pytest.raises(actors.JournalCorrupt):
+            await system.get("echo/bad").result()
+        await system.send("echo/good", go, 1)
+        assert await system.get("echo/good").result() == "hello good 1"
