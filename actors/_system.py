@@ -82,6 +82,7 @@ class ActorSystem:
         self._live: dict[bytes, Actor] = {}
         self._activating: set[bytes] = set()
         self._foreign: set[bytes] = set()  # instances of processes not registered here
+        self._ends: dict[bytes, tuple[str, dict[str, Any]]] = {}  # see _ended
         self._creating: dict[bytes, trio.Event] = {}
         self._status_events: dict[bytes, trio.Event] = {}
         self._cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
@@ -120,6 +121,9 @@ class ActorSystem:
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             return actor.status, actor.record
+        ended = self._ends.get(iid)
+        if ended is not None:
+            return ended
         try:
             with self.journal.reader() as r:
                 row = r.instance(iid)
@@ -324,6 +328,9 @@ class ActorSystem:
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             return Handle(self, iid, address, actor.record.get("inc", 1))
+        ended = self._ends.get(iid)
+        if ended is not None:
+            return Handle(self, iid, address, ended[1].get("inc", 1))
         try:
             with self.journal.reader() as r:
                 row = r.instance(iid)
@@ -544,6 +551,8 @@ class ActorSystem:
 
         removed = 0
         victims = await self.journal.read(scan)
+        for iid in victims:
+            self._ends.pop(iid, None)
         for start in range(0, len(victims), 500):
             txn = Txn()
             for iid in victims[start : start + 500]:
@@ -573,6 +582,9 @@ class ActorSystem:
         return event
 
     def _status_changed(self, iid: bytes) -> None:
+        actor = self._live.get(iid)
+        if actor is None or not actor.done:
+            self._ends.pop(iid, None)  # changed by other means than its actor's end
         event = self._status_events.pop(iid, None)
         if event is not None:
             event.set()
@@ -630,6 +642,16 @@ class ActorSystem:
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
+        # The final state of what just ended answers handle reads (result(),
+        # status) without a journal read each: on a remote journal that read
+        # is a blocking round trip on the trio thread. Bounded, oldest out.
+        self._ends[actor.iid] = (status, actor.record)
+        if len(self._ends) > _ENDS_KEPT:
+            del self._ends[next(iter(self._ends))]
+
+    def _unend(self, iid: bytes) -> None:
+        """The instance changes again (fresh start, cleanup, cancel): forget its end."""
+        self._ends.pop(iid, None)
 
     def _timer_due(self, iid: bytes, now: float) -> None:
         actor = self._live.get(iid)
@@ -736,6 +758,8 @@ class ActorSystem:
                 except Exception:  # noqa: BLE001
                     log.exception("could not flush %r on close", actor.address)
 
+
+_ENDS_KEPT = 10_000
 
 _STATUSES = (
     "running", "suspended", "completed", "failed", "cancelled", "compensation_stuck", "corrupt",
