@@ -11,12 +11,9 @@ outcome follows from their children's.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._records import Outcome, Retry, Signal
-
-if TYPE_CHECKING:
-    from ._instance import Actor
 
 # Log entry keys. An entry holding "v" (value) or "e" (error record) is an
 # outcome; one without is a "started" record (a step attempt, a timer's due

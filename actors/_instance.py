@@ -527,10 +527,8 @@ class Actor:
             self.nursery.start_soon(run_step, self, leaf, entry)
         elif kind is fx.Call or kind is fx.Spawn:
             _sup.start_child_effect(self, leaf, entry)
-        elif kind is fx.Emit or kind is fx.Publish:
+        else:  # Emit, Publish: the only other leaves
             _streams.start(self, leaf)
-        else:
-            self.system._start_effect(self, leaf, entry)
 
     def finish(
         self,
@@ -576,8 +574,7 @@ class Actor:
                 leaf.scope.cancel()
         elif kind is fx.Call or kind is fx.Spawn:
             _sup.abandon_child_effect(self, leaf)
-        else:
-            self.system._abandon_effect(self, leaf)
+        # An Emit or Publish that lost a race still completes its write.
 
     # -- mail and timers -----------------------------------------------------------
 
@@ -752,15 +749,14 @@ class Actor:
         for timer in list(self.timers.values()):
             txn.cancel_timer(self.iid, self.run, timer.seq)
         self.timers.clear()
-        parent_iid = _sup.notify_parent(self, txn, status)
+        notice = _sup.notify_parent(self.system, self.address, self.record, status, txn)
         results = await self._barrier(txn)
         self.status = status
         self.done = True
         self.system._status_changed(self.iid)
         self.system._ended(self, status)
-        if parent_iid is not None and results:
-            self.system._route(parent_iid, results[-1], fx.end_signal(self.address).name,
-                               _sup.end_payload(status, self.record))  # fmt: skip
+        if notice is not None:
+            self.system._route(notice[0], results[-1], notice[1], notice[2])
 
     async def _suspend_with_error(self, exc: BaseException) -> None:
         """Keep the instance suspended with ``last_error`` (never failed or lost)."""

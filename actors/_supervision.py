@@ -194,17 +194,26 @@ def abandon_child_effect(actor: Actor, effect: Any) -> None:
     )
 
 
-def notify_parent(actor: Actor, txn: Txn, status: str) -> bytes | None:
-    """Add the end message of an awaited child to ``txn``; the parent's id."""
-    parent = actor.record.get("parent")
-    if not parent or not actor.record.get("awaited"):
+def notify_parent(
+    system: ActorSystem, address: str, record: dict[str, Any], status: str, txn: Txn
+) -> tuple[bytes, str, dict[str, Any]] | None:
+    """Add the end message of an awaited child to ``txn``.
+
+    Returns (parent id, signal name, payload) to hand to `ActorSystem._route`
+    with the message's seq once ``txn`` commits; None for other instances."""
+    parent = record.get("parent")
+    if not parent or not record.get("awaited"):
         return None
-    parent_iid = instance_id(parent)
-    signal = fx.end_signal(actor.address)
-    txn.append_message(
-        parent_iid, [signal.name, end_payload(status, actor.record), actor.system.epoch_now()]
-    )
-    return parent_iid
+    notice = (instance_id(parent), fx.end_signal(address).name, end_payload(status, record))
+    txn.append_message(notice[0], [notice[1], notice[2], system.epoch_now()])
+    return notice
+
+
+def next_restarts(record: dict[str, Any], reason: str, now: float) -> list[dict[str, Any]]:
+    """The record's restart history with one more restart."""
+    restarts = list(record.get("restarts", []))
+    restarts.append({"at": now, "reason": reason, "count": len(restarts) + 1})
+    return restarts
 
 
 # -- cascade -----------------------------------------------------------------------
@@ -275,8 +284,7 @@ async def restart_actor(actor: Actor, reason: str, delay: float) -> None:
     for timer in list(actor.timers.values()):
         txn.cancel_timer(actor.iid, actor.run, timer.seq)
     actor.timers.clear()
-    restarts = list(actor.record.get("restarts", []))
-    restarts.append({"at": system.epoch_now(), "reason": reason, "count": len(restarts) + 1})
+    restarts = next_restarts(actor.record, reason, system.epoch_now())
     actor.run += 1
     actor.put_record(txn, "running", run=actor.run, restarts=restarts, last_error=None)
     await actor._barrier(txn)

@@ -15,7 +15,6 @@ import trio
 from storage import LIVE_STATUSES, Journal, Txn, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
-from . import _effects as _fx
 from . import _supervision as _sup
 from ._context import Context
 from ._handles import Handle
@@ -405,21 +404,14 @@ class ActorSystem:
         )
         for timer in timers:
             txn.cancel_timer(iid, timer.run, timer.seq)
-        if row.record.get("awaited") and row.record.get("parent"):
-            parent = row.record["parent"]
-            end = _fx.end_signal(row.address)
-            txn.append_message(
-                instance_id(parent), [end.name, _sup.end_payload("cancelled", record), self.epoch_now()]
-            )
+        notice = _sup.notify_parent(self, row.address, record, "cancelled", txn)
         try:
             results = await self.journal.commit(txn)
         except Conflict:
             return False
         self._status_changed(iid)
-        if results:
-            parent = row.record["parent"]
-            self._route(instance_id(parent), results[-1], end.name,
-                        _sup.end_payload("cancelled", record))  # fmt: skip
+        if notice is not None:
+            self._route(notice[0], results[-1], notice[1], notice[2])
         return True
 
     async def _cancel_remote(self, iid: bytes, address: str, reason: str) -> bool:
@@ -444,8 +436,7 @@ class ActorSystem:
             return
         await _sup.cancel_children(self, _sup.children_in_log(log), f"{address} is restarting")
         run = row.record.get("run", 0)
-        restarts = list(row.record.get("restarts", []))
-        restarts.append({"at": self.epoch_now(), "reason": reason, "count": len(restarts) + 1})
+        restarts = _sup.next_restarts(row.record, reason, self.epoch_now())
         record = dict(row.record, run=run + 1, restarts=restarts, updated=self.epoch_now())
         txn = Txn()
         txn.require(iid, LIVE_STATUSES)
@@ -649,10 +640,6 @@ class ActorSystem:
         if len(self._ends) > _ENDS_KEPT:
             del self._ends[next(iter(self._ends))]
 
-    def _unend(self, iid: bytes) -> None:
-        """The instance changes again (fresh start, cleanup, cancel): forget its end."""
-        self._ends.pop(iid, None)
-
     def _timer_due(self, iid: bytes, now: float) -> None:
         actor = self._live.get(iid)
         if actor is None:
@@ -673,12 +660,6 @@ class ActorSystem:
             await self.journal.commit(txn)
         except Exception:  # noqa: BLE001 - the header itself may be unreadable
             log.exception("could not mark %s corrupt", iid.hex())
-
-    def _start_effect(self, actor: Actor, leaf: Any, entry: Any) -> None:
-        raise NotImplementedError(f"{leaf!r} is not supported yet")
-
-    def _abandon_effect(self, actor: Actor, leaf: Any) -> None:
-        raise NotImplementedError(f"{leaf!r} is not supported yet")
 
     # -- recovery and shutdown ---------------------------------------------------
 

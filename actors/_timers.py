@@ -70,9 +70,3 @@ class TimerService:
             else:
                 with trio.move_on_at(system.trio_time(self.next_wake)):
                     await self.poke.wait()
-
-    def journal_timer_added(self, due: float) -> None:
-        """A timer was written for an instance that is not live (e.g. by a
-        cancel-and-restart); make sure the next wake is no later than it."""
-        if due < self.next_wake:
-            self.poke.set()

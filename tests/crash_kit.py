@@ -57,3 +57,15 @@ def kill_after_acks(
                 proc.send_signal(signal.SIGKILL)
             proc.wait()
     assert proc.returncode == -signal.SIGKILL, stderr_path.read_text()
+
+
+def acked_ids(acks: Path) -> set[int]:
+    """Ids in an acks file's complete ``S <id>`` lines (the child writes one
+    line per acknowledged send with a single write())."""
+    if not acks.exists():
+        return set()
+    return {
+        int(line.split()[1])
+        for line in acks.read_text().split("\n")[:-1]  # complete lines only
+        if line.startswith("S ")
+    }

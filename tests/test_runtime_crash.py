@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.crash_kit import kill_after_acks
+from tests.crash_kit import acked_ids, kill_after_acks
 import trio
 
 import actors
@@ -55,14 +55,7 @@ START_TIMEOUT = 20.0
 DRAIN_TIMEOUT = 60.0
 
 
-def _acked(acks: Path) -> set[int]:
-    if not acks.exists():
-        return set()
-    ids = set()
-    for line in acks.read_text().split("\n")[:-1]:  # complete lines only
-        if line.startswith("S "):
-            ids.add(int(line.split()[1]))
-    return ids
+_acked = acked_ids
 
 
 def _side_lines(side: Path, *, final: bool = False) -> list[tuple[str, int, str, int]]:
