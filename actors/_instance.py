@@ -16,7 +16,6 @@ write in a crash only makes replay take the same message again.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,7 @@ from . import _streams
 from . import _supervision as _sup
 from ._supervision import CANCEL, ESCALATE
 from ._effects import ERROR, HASH, KIND, NAME, VALUE, Effect
+from ._mailbox import Mailbox
 from ._records import describe_error, error_summary
 from .errors import (
     ChildFailed,
@@ -88,10 +88,10 @@ class Actor:
 
     __slots__ = (
         "system", "journal", "iid", "address", "proc", "record", "run", "ctx", "log", "seq",
-        "occurrences", "mail", "mail_order", "waits", "timers", "live", "busy", "txn",
+        "occurrences", "mailbox", "timers", "live", "busy", "txn",
         "ticket", "status", "persisted_status", "woken", "parked", "idle_since",
-        "passivate_requested", "root", "loaded", "mail_floor", "epoch", "fenced", "interrupt",
-        "children", "escalate_to", "done", "nursery", "taken",
+        "passivate_requested", "root", "loaded", "epoch", "fenced", "interrupt",
+        "children", "escalate_to", "done", "nursery",
     )  # fmt: skip
 
     def __init__(
@@ -113,10 +113,6 @@ class Actor:
         self.log: dict[int, dict[str, Any]] = {}
         self.seq = 0
         self.occurrences: dict[str, int] = {}
-        # Unread messages: seq -> (signal name, payload); mail_order is sorted.
-        self.mail: dict[int, tuple[str, Any]] = {}
-        self.mail_order: list[int] = []
-        self.waits: list[fx.Wait] = []  # live waits, by seq
         self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
         self.live: set[Effect] = set()  # live leaves
         self.busy = 0
@@ -131,13 +127,9 @@ class Actor:
         self.passivate_requested = False
         self.root: Effect | None = None
         self.loaded = False
-        self.mail_floor = 0  # see _load
         self.epoch = 0  # ownership epoch every write is fenced with (shared journals)
         self.fenced = system.journal.shared
-        # On a shared journal, mail also arrives by re-reading the mailbox
-        # (Journal.on_mail), which can still list a message this activation
-        # took but has not committed yet: remember what it took.
-        self.taken: set[int] | None = set() if self.fenced else None
+        self.mailbox = Mailbox(remember_taken=self.fenced)
         # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: tuple[Any, ...] | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
@@ -190,17 +182,8 @@ class Actor:
         self.run = run = row.record.get("run", 0)
         self.persisted_status = row.status
         self.log = log
-        # Invariant: a message at or below the floor that is not unread now
-        # was taken already, so a late hand-over from its sender is dropped.
-        self.mail_floor = floor
-        unread = {seq for seq, _ in mail}
-        for seq in [s for s in self.mail if s <= floor and s not in unread]:
-            del self.mail[seq]
-        for seq, message in mail:
-            if seq not in self.mail:
-                self._receive_system(seq, message[0], message[1])
-                self.mail[seq] = (message[0], message[1])
-        self.mail_order = sorted(self.mail)
+        for seq, name, payload in self.mailbox.reload(floor, mail):
+            self._receive_system(seq, name, payload)
         for timer in timers:
             if timer.run != run:  # left behind by an earlier run
                 self.txn.cancel_timer(iid, timer.run, timer.seq)
@@ -209,16 +192,10 @@ class Actor:
 
     def deliver(self, seq: int, name: str, payload: Any) -> None:
         """A message was committed to this instance's mailbox."""
-        if seq in self.mail or self.done or seq <= self.mail_floor:
-            return
-        if self.taken is not None and seq in self.taken:
+        if self.done or not self.mailbox.accepts(seq):
             return
         self._receive_system(seq, name, payload)
-        self.mail[seq] = (name, payload)
-        if not self.mail_order or seq > self.mail_order[-1]:
-            self.mail_order.append(seq)
-        else:
-            bisect.insort(self.mail_order, seq)
+        self.mailbox.put(seq, name, payload)
         if self.loaded:
             self._match_mail()
         self.wakeup()
@@ -516,8 +493,7 @@ class Actor:
         self.live.add(leaf)
         kind = type(leaf)
         if kind is fx.Wait:
-            bisect.insort(self.waits, leaf, key=_seq)
-            self._match_mail()
+            self.add_wait(leaf)
         elif kind is fx.Timer:
             self._start_timer(leaf, entry)
         elif kind is fx.Step:
@@ -565,7 +541,7 @@ class Actor:
         self.live.discard(leaf)
         kind = type(leaf)
         if kind is fx.Wait:
-            self.waits.remove(leaf)  # it takes nothing
+            self.mailbox.remove_wait(leaf)  # it takes nothing
         elif kind is fx.Timer:
             self.timers.pop(leaf.seq, None)
             self.txn.cancel_timer(self.iid, self.run, leaf.seq)
@@ -573,44 +549,43 @@ class Actor:
             if leaf.scope is not None:
                 leaf.scope.cancel()
         elif kind is fx.Call or kind is fx.Spawn:
+            if kind is fx.Call:
+                self.mailbox.remove_wait(leaf)  # type: ignore[arg-type]
             _sup.abandon_child_effect(self, leaf)
         # An Emit or Publish that lost a race still completes its write.
 
     # -- mail and timers -----------------------------------------------------------
 
+    def add_child(self, address: str, seq: int) -> None:
+        """Count ``address`` among this run's children (made by effect ``seq``)."""
+        self.children.setdefault(address, seq)
+
+    def add_wait(self, wait: fx.Wait) -> None:
+        """Register a live wait and give it a message if one is already here."""
+        self.mailbox.add_wait(wait)
+        self._match_mail()
+
     def _match_mail(self) -> None:
-        # Invariant: a message is in self.mail or in the log (taken), never
-        # both; the oldest matching message goes to the lowest-numbered wait.
-        if not self.waits or not self.mail:
-            return
-        for wait in list(self.waits):
-            if wait not in self.live:
-                continue
-            for i, mseq in enumerate(self.mail_order):
-                name, payload = self.mail[mseq]
-                signal = wait.matches(name)
-                if signal is None:
-                    continue
-                del self.mail[mseq]
-                del self.mail_order[i]
-                self.waits.remove(wait)
-                self.txn.take_message(self.iid, mseq)
-                if self.taken is not None:
-                    self.taken.add(mseq)
-                if type(wait) is fx.Call:
-                    value, error, entry = _sup.end_outcome(wait, payload)
-                    entry["m"] = mseq
-                    self.finish(wait, value, error, entry)
-                    break
-                entry = wait.describe()
-                entry[VALUE] = payload
-                entry["m"] = mseq
-                if wait.pair:
-                    entry["s"] = name
-                self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
-                break
-            if not self.mail:
+        mailbox = self.mailbox
+        while True:
+            found = mailbox.take_match(self.live)
+            if found is None:
                 return
+            wait, signal, mseq, payload = found
+            # Taking rides on the next commit, with the wait's log entry:
+            # the message leaves the mailbox as it enters the log.
+            self.txn.take_message(self.iid, mseq)
+            if type(wait) is fx.Call:
+                value, error, entry = _sup.end_outcome(wait, payload)
+                entry["m"] = mseq
+                self.finish(wait, value, error, entry)
+                continue
+            entry = wait.describe()
+            entry[VALUE] = payload
+            entry["m"] = mseq
+            if wait.pair:
+                entry["s"] = signal.name
+            self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
 
     def _start_timer(self, timer: fx.Timer, entry: dict[str, Any] | None) -> None:
         if entry is not None:
@@ -784,10 +759,6 @@ class Actor:
         self.log = {}
         self.seq = 0
         self.occurrences = {}
-
-
-def _seq(effect: Effect) -> int:
-    return effect.seq
 
 
 def _show(entry: dict[str, Any]) -> str:

@@ -66,10 +66,8 @@ def start_child_effect(actor: Actor, effect: fx.Effect, started: dict[str, Any] 
 
 
 def _await_end(actor: Actor, call: fx.Call) -> None:
-    actor.children.setdefault(call.address, call.seq)
-    actor.waits.append(call)
-    actor.waits.sort(key=lambda w: w.seq)
-    actor._match_mail()
+    actor.add_child(call.address, call.seq)
+    actor.add_wait(call)
 
 
 async def _create(actor: Actor, effect: Any) -> None:
@@ -183,8 +181,6 @@ def end_outcome(call: fx.Call, payload: dict[str, Any]) -> tuple[Any, Any, dict[
 
 def abandon_child_effect(actor: Actor, effect: Any) -> None:
     """A call/spawn lost a race (or its join failed): cancel that child."""
-    if effect in actor.waits:
-        actor.waits.remove(effect)
     if effect.creating:
         return  # its creating task cancels the child once it exists
     system = actor.system

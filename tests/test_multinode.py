@@ -414,7 +414,7 @@ async def test_a_notice_during_an_unfinished_take_does_not_deliver_it_twice(node
         await b.send("box/1", work, {"n": 1})  # seq 1: a takes it, the take waits at the gate
         await until(lambda: a_journal._inflight, what="a's step to wait for its take")
         await b.send("box/1", work, {"n": 2})  # seq 2: its notice makes a read the mailbox
-        await until(lambda: 2 in actor.mail, what="the second message to reach a")
+        await until(lambda: 2 in actor.mailbox.messages, what="the second message to reach a")
         gate.set()
         await until(lambda: 2 in handled_here, what="both messages handled")
         await trio.sleep(0.3)

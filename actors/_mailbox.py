@@ -1,0 +1,120 @@
+"""The mailbox of one live instance: unread messages, in order, and the
+waits that take them.
+
+A message is committed to the journal's mailbox by its sender and handed to
+the live instance (`Mailbox.put`); a wait the process awaits registers here
+(`Mailbox.add_wait`); `Mailbox.take_match` pairs them. Taking a message is
+the owner's write (it rides on the instance's next commit); the mailbox only
+keeps the in-memory side consistent with it.
+
+Invariants (kept by every method below):
+
+- A message id is in ``messages`` (unread) or taken (in the log), never both.
+- ``order`` holds exactly the keys of ``messages``, ascending: the order the
+  senders' commits gave them.
+- A message at or below ``floor`` that is not unread was taken already, so a
+  late hand-over of it from its sender is dropped.
+- ``waits`` holds the live waits that have taken nothing yet, by effect seq;
+  the oldest matching message goes to the lowest-numbered wait.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from ._effects import Effect, Wait
+from ._records import Signal
+
+
+def _seq(effect: Effect) -> int:
+    return effect.seq
+
+
+class Mailbox:
+    """Unread messages and pending waits of one instance. Owned by its `Actor`."""
+
+    __slots__ = ("messages", "order", "floor", "taken", "waits")
+
+    def __init__(self, remember_taken: bool) -> None:
+        self.messages: dict[int, tuple[str, Any]] = {}  # unread: seq -> (signal name, payload)
+        self.order: list[int] = []  # the keys of messages, ascending
+        self.floor = 0  # the highest message seq the journal had when last read
+        # On a shared journal, mail also arrives by re-reading the journal's
+        # mailbox, which can still list a message this activation took but
+        # has not committed yet: remember what was taken, so it is not re-read.
+        self.taken: set[int] | None = set() if remember_taken else None
+        self.waits: list[Wait] = []
+
+    def accepts(self, seq: int) -> bool:
+        """True if message ``seq`` is neither unread here nor taken already."""
+        if seq in self.messages or seq <= self.floor:
+            return False
+        return self.taken is None or seq not in self.taken
+
+    def put(self, seq: int, name: str, payload: Any) -> None:
+        """Add an unread message (one that `accepts` said is new)."""
+        self.messages[seq] = (name, payload)
+        order = self.order
+        if not order or seq > order[-1]:
+            order.append(seq)  # the common case: messages arrive in commit order
+        else:
+            bisect.insort(order, seq)
+
+    def reload(self, floor: int, unread: Iterable[tuple[int, Any]]) -> list[tuple[int, str, Any]]:
+        """Bring the mailbox in line with what the journal holds.
+
+        ``floor`` is the journal's highest message seq and ``unread`` its
+        unread messages ``(seq, (name, payload, ...))``. Messages handed over
+        meanwhile that the journal no longer lists were taken: dropped.
+        Returns the messages that are new here, in order.
+        """
+        self.floor = floor
+        listed = {seq for seq, _ in unread}
+        messages = self.messages
+        for seq in [s for s in messages if s <= floor and s not in listed]:
+            del messages[seq]
+        added = []
+        for seq, message in unread:
+            if seq not in messages:
+                added.append((seq, message[0], message[1]))
+                messages[seq] = (message[0], message[1])
+        self.order = sorted(messages)
+        return added
+
+    def add_wait(self, wait: Wait) -> None:
+        """Register a live wait; it takes a message at the next `take_match`."""
+        bisect.insort(self.waits, wait, key=_seq)
+
+    def remove_wait(self, wait: Wait) -> None:
+        """Drop a wait that will take nothing (it lost a race, or was abandoned)."""
+        if wait in self.waits:
+            self.waits.remove(wait)
+
+    def take_match(self, live: Collection[Effect]) -> tuple[Wait, Signal, int, Any] | None:
+        """Take the oldest message that the lowest-numbered live wait matches.
+
+        Returns ``(wait, signal, message seq, payload)`` with both removed
+        from the mailbox (the caller logs the take), or None if no wait in
+        ``live`` matches any unread message.
+        """
+        messages = self.messages
+        if not self.waits or not messages:
+            return None
+        order = self.order
+        for w, wait in enumerate(self.waits):
+            if wait not in live:
+                continue
+            for i, mseq in enumerate(order):
+                name, payload = messages[mseq]
+                signal = wait.matches(name)
+                if signal is None:
+                    continue
+                del messages[mseq]
+                del order[i]
+                del self.waits[w]
+                if self.taken is not None:
+                    self.taken.add(mseq)
+                return wait, signal, mseq, payload
+        return None
