@@ -7,12 +7,13 @@ import uuid as _uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from storage import digest
+from storage import digest, encode
 
 from . import _effects as fx
 from ._effects import VALUE
+from ._process import RESTART_TYPES
 from ._records import Retry, Signal
-from .errors import ContextError, InvalidArguments
+from .errors import ContextError, InvalidArguments, LimitExceeded
 
 if TYPE_CHECKING:
     from ._instance import Actor
@@ -56,8 +57,7 @@ class Context:
         """True while the process is re-running recorded history (the next
         effect's outcome is in the log). Use it to keep prints or metrics
         from repeating on replay; never to decide which effects to make."""
-        actor = self._actor
-        return bool(actor.log) and actor.seq < max(actor.log)
+        return self._actor.driver.replaying
 
     @property
     def run(self) -> int:
@@ -77,14 +77,14 @@ class Context:
 
     def _recorded(self, kind: str, make: Callable[[], Any]) -> Any:
         actor = self._live()
-        effect = fx.Recorded(actor.next_seq(), kind)
-        entry = actor.logged(effect)
+        effect = fx.Recorded(actor.driver.next_seq(), kind)
+        entry = actor.driver.logged(effect)
         if entry is not None:
             return entry[VALUE]
         value = make()
         entry = effect.describe()
         entry[VALUE] = value
-        actor.txn.put_log(actor.iid, actor.run, effect.seq, entry)
+        actor.ride_log(effect.seq, entry)
         return value
 
     def now(self) -> _dt.datetime:
@@ -114,20 +114,20 @@ class Context:
         Messages that arrived earlier and match are taken first; others stay
         in the mailbox."""
         _check_signals((signal,))
-        return fx.Wait(self._live().next_seq(), (signal,), pair=False)
+        return fx.Wait(self._live().driver.next_seq(), (signal,), pair=False)
 
     async def receive(self, *signals: Signal) -> tuple[Signal, Any]:
         """Wait for the oldest message of any of ``signals``: ``(signal, payload)``."""
         if not signals:
             raise InvalidArguments("ctx.receive needs at least one Signal")
         _check_signals(signals)
-        return await fx.Wait(self._live().next_seq(), signals, pair=True)
+        return await fx.Wait(self._live().driver.next_seq(), signals, pair=True)
 
     def sleep(self, seconds: float) -> fx.Timer:
         """A durable timer effect, done ``seconds`` from when it starts."""
         if not isinstance(seconds, (int, float)) or seconds < 0:
             raise InvalidArguments(f"ctx.sleep needs seconds >= 0, not {seconds!r}")
-        return fx.Timer(self._live().next_seq(), digest(float(seconds)), float(seconds), None)
+        return fx.Timer(self._live().driver.next_seq(), digest(float(seconds)), float(seconds), None)
 
     def sleep_until(self, when: _dt.datetime) -> fx.Timer:
         """A durable timer effect, done at ``when`` (an aware datetime)."""
@@ -137,7 +137,7 @@ class Context:
                 "(use datetime.now(timezone.utc) + timedelta(...))"
             )
         until = when.timestamp()
-        return fx.Timer(self._live().next_seq(), digest(until), None, until)
+        return fx.Timer(self._live().driver.next_seq(), digest(until), None, until)
 
     # -- steps --------------------------------------------------------------------
 
@@ -181,11 +181,10 @@ class Context:
             raise InvalidArguments(f"timeout= must be > 0 seconds, not {timeout!r}")
         step_name = name or getattr(fn, "__qualname__", None) or repr(fn)
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
-        occurrence = actor.occurrences.get(step_name, 0) + 1
-        actor.occurrences[step_name] = occurrence
+        occurrence = actor.driver.occurrence(step_name)
         key = f"{actor.address}/{actor.run}/{step_name}/{occurrence}"
         return fx.Step(
-            actor.next_seq(), step_name, arg_hash, fn, args, kwargs,
+            actor.driver.next_seq(), step_name, arg_hash, fn, args, kwargs,
             retry=retry, timeout=timeout, compensate=compensate,
             validate_input=validate_input, validate_output=validate_output, key=key,
         )  # fmt: skip
@@ -211,7 +210,7 @@ class Context:
             ChildFailed: the child failed or was cancelled; carries its error.
         """
         definition, address, arg_hash = self._child(proc, params, input)
-        return fx.Call(self._actor.next_seq(), arg_hash, definition, params, input, address)
+        return fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
 
     def spawn(self, proc: Any, *params: str, restart: str = "transient", **input: Any) -> fx.Spawn:
         """A detached, supervised child; awaiting it gives a `ChildHandle` once
@@ -224,13 +223,11 @@ class Context:
                 ``"temporary"`` (never restarted), within this process's
                 supervision limits (see `process`).
         """
-        from ._process import RESTART_TYPES
-
         if restart not in RESTART_TYPES:
             raise InvalidArguments(f"restart must be one of {RESTART_TYPES}, not {restart!r}")
         definition, address, arg_hash = self._child(proc, params, input)
         return fx.Spawn(
-            self._actor.next_seq(), arg_hash, definition, params, input, address, restart
+            self._actor.driver.next_seq(), arg_hash, definition, params, input, address, restart
         )
 
     async def scope(
@@ -252,8 +249,6 @@ class Context:
             ChildFailed: (when awaited) the first child failure; its
                 siblings are cancelled.
         """
-        from .errors import LimitExceeded
-
         items = list(items)
         if len(items) > MAX_SCOPE:
             raise LimitExceeded(
@@ -308,14 +303,14 @@ class Context:
         Raises:
             EncodeError: (at the call) a value the codec cannot store.
         """
-        return fx.Emit(self._live().next_seq(), digest(value, what="emitted value"), value)
+        return fx.Emit(self._live().driver.next_seq(), digest(value, what="emitted value"), value)
 
     def publish(self, exports: Any) -> fx.Publish:
         """Replace this instance's exports (`Handle.exports`, `Handle.watch`).
 
         Durable before watchers see it; kept across restarts and continue-as-new.
         """
-        return fx.Publish(self._live().next_seq(), digest(exports, what="exports"), exports)
+        return fx.Publish(self._live().driver.next_seq(), digest(exports, what="exports"), exports)
 
     # -- the run --------------------------------------------------------------------
 
@@ -325,12 +320,10 @@ class Context:
         The log is dropped (replay cost stays bounded); unread messages, the
         stream, cursors and exports carry over; the run's timers are deleted.
         Never returns."""
-        from storage import encode
-
         actor = self._live()
         actor.proc.check_input(tuple(actor.record.get("params", ())), input)
         encode(input, what="input")
-        await fx.ContinueAsNew(actor.next_seq(), input)
+        await fx.ContinueAsNew(actor.driver.next_seq(), input)
         raise AssertionError("unreachable: continue_as_new never returns")  # pragma: no cover
 
 

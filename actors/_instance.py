@@ -1,10 +1,11 @@
-"""The actor: one live instance, its mailbox, and the driver that replays it.
+"""The actor: one live instance, coordinating its mailbox and its driver.
 
-The driver runs the process coroutine by hand (``coro.send``/``coro.throw``):
-every ``await`` on an effect yields the effect up to the driver, which
-answers it from the log (replay: no trio checkpoint at all, so replaying a
-long log is a tight loop) or runs it live. Process code therefore never
-awaits trio directly; if it does, the driver throws `ContextError` into it.
+The `Mailbox` holds unread messages and the waits that take them; the
+`Driver` steps the process coroutine against the run's log and hands the
+actor what replay cannot answer (`Actor.begin`), which it runs live: waits
+and timers here, steps, children, emits and publishes as tasks in the
+actor's nursery. Those tasks report back through the actor's methods
+(`finish`, `task_finished`, ...), never by writing its state.
 
 Durability barrier: writes that are not visible outside the instance
 (taking a message, logging a timer's start, status changes) collect in
@@ -30,17 +31,12 @@ from . import _saga
 from . import _streams
 from . import _supervision as _sup
 from ._supervision import CANCEL, ESCALATE
-from ._effects import ERROR, HASH, KIND, NAME, VALUE, Effect
+from ._driver import Driver, Interrupted, Passivated
+from ._effects import VALUE, Effect
+from ._handles import ChildHandle
 from ._mailbox import Mailbox
-from ._records import describe_error, error_summary
-from .errors import (
-    ChildFailed,
-    ContextError,
-    NonDeterminismError,
-    ProcessCancelled,
-    StepFailed,
-    StepTimeout,
-)
+from ._records import describe_error
+from .errors import NonDeterminismError
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -62,33 +58,12 @@ def _lost_ownership(exc: BaseException) -> Conflict | None:
     return None
 
 
-class _Passivated(Exception):
-    """The driver dropped the instance from memory; nothing more to do."""
-
-
-class _Interrupted(Exception):
-    """The instance was cancelled, restarted or escalated to from outside."""
-
-
-def error_from_entry(entry: dict[str, Any]) -> BaseException:
-    """Rebuild the exception a logged failure raised in the process."""
-    error = entry[ERROR]
-    summary = error.get("summary") or error_summary(error)
-    raised = error.get("raise")
-    if raised == "ChildFailed":
-        return ChildFailed(summary, address=error.get("child", ""), error=error.get("cause"))
-    if raised == "ProcessCancelled":
-        return ProcessCancelled(summary, reason=error.get("reason", ""))
-    cls = StepTimeout if error.get("timeout") else StepFailed
-    return cls(summary, error=error)
-
-
 class Actor:
     """A live instance. Created and owned by `ActorSystem`."""
 
     __slots__ = (
-        "system", "journal", "iid", "address", "proc", "record", "run", "ctx", "log", "seq",
-        "occurrences", "mailbox", "timers", "live", "busy", "txn",
+        "system", "journal", "iid", "address", "proc", "record", "run", "ctx", "driver",
+        "mailbox", "timers", "live", "busy", "txn",
         "ticket", "status", "persisted_status", "woken", "parked", "idle_since",
         "passivate_requested", "root", "loaded", "epoch", "fenced", "interrupt",
         "children", "escalate_to", "done", "nursery",
@@ -110,9 +85,7 @@ class Actor:
         self.record: dict[str, Any] = record or {}
         self.run = self.record.get("run", 0)
         self.ctx: Context = system._make_context(self)
-        self.log: dict[int, dict[str, Any]] = {}
-        self.seq = 0
-        self.occurrences: dict[str, int] = {}
+        self.driver = Driver(self, address)
         self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
         self.live: set[Effect] = set()  # live leaves
         self.busy = 0
@@ -181,7 +154,7 @@ class Actor:
         self.record = row.record
         self.run = run = row.record.get("run", 0)
         self.persisted_status = row.status
-        self.log = log
+        self.driver.load(log)
         for seq, name, payload in self.mailbox.reload(floor, mail):
             self._receive_system(seq, name, payload)
         for timer in timers:
@@ -222,7 +195,8 @@ class Actor:
 
     # -- the driver ------------------------------------------------------------
 
-    def _new_coroutine(self) -> Coroutine[Any, Any, Any]:
+    def new_coroutine(self) -> Coroutine[Any, Any, Any]:
+        """The process coroutine of the current run, not started yet."""
         input = self.record.get("input") or {}
         return self.proc.fn(self.ctx, *self.record.get("params", ()), **input)
 
@@ -231,70 +205,17 @@ class Actor:
         if failure is not None:  # resuming a compensation after a crash or resume
             await self._finish_compensation(failure, self.record.get("failure_end", "failed"))
             return
-        coro = self._new_coroutine()
-        send: Any = None
-        throw: BaseException | None = None
-        replayed = 0
         try:
-            while True:
-                if self.interrupt is not None:
-                    raise _Interrupted()
-                try:
-                    if throw is not None:
-                        effect = coro.throw(throw)
-                    else:
-                        effect = coro.send(send)
-                except StopIteration as stop:
-                    await self._complete(stop.value)
-                    return
-                except (_Interrupted, _Passivated):
-                    raise
-                except NonDeterminismError as exc:
-                    await self._suspend_with_error(exc)
-                    return
-                except (trio.Cancelled, GeneratorExit, KeyboardInterrupt, SystemExit):
-                    raise
-                except BaseException as exc:  # noqa: BLE001 - any process error is recorded
-                    await self._fail(exc)
-                    return
-                send = throw = None
-                if type(effect) is fx.ContinueAsNew:
-                    coro.close()
-                    await self._continue_as_new(effect)
-                    coro = self._new_coroutine()
-                    continue
-                if not isinstance(effect, Effect):
-                    throw = ContextError(
-                        f"process {self.address!r} awaited {effect!r}, which is not a ctx "
-                        "effect; process code may only await ctx effects (use ctx.step for "
-                        "I/O, ctx.sleep for time, ctx.first/all/settled for concurrency)"
-                    )
-                    continue
-                if effect.done or effect.parent is not None:
-                    throw = fx._reused(effect)
-                    continue
-                try:
-                    self._begin(effect)
-                except NonDeterminismError as exc:
-                    await self._suspend_with_error(exc)
-                    return
-                if not effect.done:
-                    await self._wait_for(effect)
-                else:
-                    replayed += 1
-                    if replayed % 2000 == 0:  # a long replay still lets others run
-                        await trio.sleep(0)
-                if effect.error is not None:
-                    throw = effect.error
-                else:
-                    send = effect.value
-        except _Passivated:
+            await self.driver.run(self.new_coroutine(), self)
+        except Passivated:
             pass
-        except _Interrupted:
-            coro.close()
+        except Interrupted:
             await self._interrupted()
-        finally:
-            coro.close()
+
+    async def check_history(self, log: dict[int, dict[str, Any]]) -> NonDeterminismError | None:
+        """Replay ``log`` (this run's) against the current code, running nothing."""
+        self.driver.load(log)
+        return await self.driver.check(self.new_coroutine())
 
     def wakeup(self) -> None:
         """Something happened that the driver may be waiting for."""
@@ -324,13 +245,13 @@ class Actor:
             await trio.lowlevel.wait_task_rescheduled(abort)
         self.woken = False
 
-    async def _wait_for(self, effect: Effect) -> None:
+    async def wait_for(self, effect: Effect) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
         self.root = effect
         passivate_now = self.system.passivate_after <= 0
         while not effect.done:
             if self.interrupt is not None:
-                raise _Interrupted()
+                raise Interrupted()
             if self.busy:
                 self.status = "running"
                 await self._park()
@@ -351,6 +272,7 @@ class Actor:
                     await self._passivate()
         self.root = None
         self._set_status("running")
+        return True
 
     async def _passivate(self) -> None:
         # Invariant: an instance leaves memory only once everything it wrote
@@ -363,7 +285,7 @@ class Actor:
         if self.woken or self.busy or self.interrupt is not None:
             return  # something arrived meanwhile: stay
         self.system._forget(self)
-        raise _Passivated()
+        raise Passivated()
 
     def _set_status(self, status: str) -> None:
         if self.status != status:
@@ -403,6 +325,10 @@ class Actor:
             await prior.wait()  # already done (submitted earlier); raises its error
         return results
 
+    def ride_log(self, seq: int, entry: dict[str, Any]) -> None:
+        """Log ``entry`` at ``seq`` in this run; it rides on the next commit."""
+        self.txn.put_log(self.iid, self.run, seq, entry)
+
     def put_record(self, txn: Txn, status: str, **changes: Any) -> None:
         self.record.update(changes)
         self.record["updated"] = self.system.epoch_now()
@@ -414,60 +340,8 @@ class Actor:
 
     # -- beginning effects ------------------------------------------------------
 
-    def next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
-
-    def logged(self, effect: Effect) -> dict[str, Any] | None:
-        """The log entry at the effect's position, checked against it."""
-        entry = self.log.get(effect.seq)
-        if entry is None:
-            return None
-        if entry.get(KIND) != effect.kind or entry.get(NAME) != effect.name or (
-            entry.get(HASH) != effect.hash
-        ):
-            found = {KIND: entry.get(KIND), NAME: entry.get(NAME)}
-            raise NonDeterminismError(
-                f"instance {self.address!r} replayed a different effect at position "
-                f"{effect.seq}: the log holds {_show(entry)}, the code asked for "
-                f"{_show(effect.describe())}. The code changed in a way that does not "
-                "match this instance's history: deploy code that makes the same effects "
-                "in the same order (add new effects after the existing ones), or cancel "
-                "the instance. It stays suspended until then.",
-                address=self.address,
-                position=effect.seq,
-                expected=found,
-                found={KIND: effect.kind, NAME: effect.name},
-            )
-        return entry
-
-    def replay(self, effect: Effect) -> dict[Effect, dict[str, Any]]:
-        """Give every leaf of ``effect`` its logged outcome, if it has one.
-
-        Returns the leaves that have only a "started" record. Raises
-        `NonDeterminismError` for a leaf that does not match its log entry.
-        """
-        started: dict[Effect, dict[str, Any]] = {}
-        for leaf in effect.leaves():
-            entry = self.logged(leaf)
-            if entry is None:
-                continue
-            if leaf.kind in ("call", "spawn"):
-                self.children.setdefault(leaf.name, leaf.seq)
-            if VALUE in entry:
-                leaf.done = True
-                leaf.value = self._replayed_value(leaf, entry)
-            elif ERROR in entry:
-                leaf.done = True
-                leaf.error = error_from_entry(entry)
-            else:
-                started[leaf] = entry
-        if isinstance(effect, fx.Composite):
-            _settle_tree(effect)
-        return started
-
-    def _begin(self, effect: Effect) -> None:
-        started = self.replay(effect)
+    def begin(self, effect: Effect, started: dict[Effect, dict[str, Any]]) -> None:
+        """Start the leaves of ``effect`` that replay left open."""
         for leaf in effect.leaves():
             if effect.done:
                 break
@@ -479,15 +353,9 @@ class Actor:
             if type(leaf) is fx.Timer:
                 self.txn.cancel_timer(self.iid, self.run, leaf.seq)
 
-    def _replayed_value(self, leaf: Effect, entry: dict[str, Any]) -> Any:
-        value = entry[VALUE]
-        if type(leaf) is fx.Wait and leaf.pair:
-            return (leaf.matches(entry["s"]), value)
-        if type(leaf) is fx.Spawn:
-            from ._handles import ChildHandle
-
-            return ChildHandle(self.system, value)
-        return value
+    def child_handle(self, address: str) -> ChildHandle:
+        """The handle a replayed spawn gives the process."""
+        return ChildHandle(self.system, address)
 
     def _start_live(self, leaf: Effect, entry: dict[str, Any] | None) -> None:
         self.live.add(leaf)
@@ -620,26 +488,12 @@ class Actor:
 
     # -- ends -------------------------------------------------------------------
 
-    def _check_log_consumed(self) -> None:
-        extra = [seq for seq in self.log if seq > self.seq]
-        if extra:
-            entry = self.log[min(extra)]
-            raise NonDeterminismError(
-                f"instance {self.address!r} finished replaying at position {self.seq}, but "
-                f"its log goes on with {_show(entry)} at position {min(extra)}: the code "
-                "now skips effects its history made; deploy code that matches the "
-                "history, or cancel the instance. It stays suspended until then.",
-                address=self.address,
-                position=min(extra),
-                expected={KIND: entry.get(KIND), NAME: entry.get(NAME)},
-                found=None,
-            )
-
-    async def _complete(self, value: Any) -> None:
+    async def complete(self, value: Any) -> None:
+        """The process returned ``value``: end completed (or restart, if permanent)."""
         try:
-            self._check_log_consumed()
+            self.driver.check_consumed()
         except NonDeterminismError as exc:
-            await self._suspend_with_error(exc)
+            await self.diverge(exc)
             return
         if await _sup.supervise_end(self, None):
             return  # a permanent instance: restarted
@@ -648,11 +502,12 @@ class Actor:
             self.put_record(txn, "completed", result=value, last_error=None)
         except EncodeError as exc:
             self.record.pop("result", None)
-            await self._fail(exc)
+            await self.fail(exc)
             return
         await self._end("completed", txn)
 
-    async def _fail(self, exc: BaseException, txn: Txn | None = None) -> None:
+    async def fail(self, exc: BaseException, txn: Txn | None = None) -> None:
+        """The process raised ``exc``: compensate, end failed (or restart)."""
         if await _sup.supervise_end(self, exc):
             return  # restarted instead
         error = describe_error(exc)
@@ -699,7 +554,7 @@ class Actor:
         if kind == "escalate":
             txn = Txn()
             txn.take_message(self.iid, self.interrupt[2])
-            await self._fail(_sup.escalation_error(detail), txn)
+            await self.fail(_sup.escalation_error(detail), txn)
             return
         # Depth first: the children go before the parent records its own end.
         reason = f"parent {self.address} cancelled"
@@ -733,7 +588,7 @@ class Actor:
         if notice is not None:
             self.system._route(notice[0], results[-1], notice[1], notice[2])
 
-    async def _suspend_with_error(self, exc: BaseException) -> None:
+    async def diverge(self, exc: BaseException) -> None:
         """Keep the instance suspended with ``last_error`` (never failed or lost)."""
         txn = Txn()
         self.put_record(txn, "suspended", last_error=f"{type(exc).__name__}: {exc}")
@@ -742,7 +597,8 @@ class Actor:
         self.system._status_changed(self.iid)
         self.system._forget(self)
 
-    async def _continue_as_new(self, effect: fx.ContinueAsNew) -> None:
+    async def continue_as_new(self, effect: fx.ContinueAsNew) -> Coroutine[Any, Any, Any]:
+        """End this run and start the next with ``effect.input``; its coroutine."""
         children, self.children = self.children, {}
         await _sup.cancel_children(self.system, children, "continued as new")
         txn = Txn()
@@ -756,21 +612,8 @@ class Actor:
         self.put_record(txn, "running", run=self.run, input=effect.input, last_error=None)
         self.txn.ops.extend(txn.ops)
         self._flush()
-        self.log = {}
-        self.seq = 0
-        self.occurrences = {}
-
-
-def _show(entry: dict[str, Any]) -> str:
-    name = entry.get(NAME)
-    return f"{entry.get(KIND)} {name!r}" if name else str(entry.get(KIND))
-
-
-def _settle_tree(effect: fx.Composite) -> bool:
-    for child in effect.children:
-        if isinstance(child, fx.Composite) and not child.done:
-            _settle_tree(child)
-    return effect.settle_from_children()
+        self.driver.load({})
+        return self.new_coroutine()
 
 
 def _under_done(leaf: Effect) -> bool:

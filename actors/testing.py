@@ -35,11 +35,9 @@ import trio
 
 from storage import Journal, JournalLocked, LMDBJournal, MemoryJournal
 
-from . import _effects as fx
 from ._instance import Actor
 from ._process import ProcessDef
 from ._system import ActorSystem, open_system
-from .errors import NonDeterminismError
 
 __all__ = ["open_test_system", "replay_check", "ReplayProblem", "TEST_EPOCH"]
 
@@ -156,7 +154,7 @@ async def replay_check(
             proc = system._procs.get(row.process)
             if proc is None:
                 continue
-            problem = _replay_one(system, row, proc, log)
+            problem = await _replay_one(system, row, proc, log)
             if problem is not None:
                 problems.append(problem)
         return problems
@@ -165,43 +163,19 @@ async def replay_check(
             await journal.close()
 
 
-def _replay_one(system: ActorSystem, row: Any, proc: ProcessDef, log: dict[int, Any]) -> ReplayProblem | None:
+async def _replay_one(
+    system: ActorSystem, row: Any, proc: ProcessDef, log: dict[int, Any]
+) -> ReplayProblem | None:
     actor = Actor(system, row.iid, row.address, proc, row.record)
-    actor.log = log
-    coro = actor._new_coroutine()
-    send: Any = None
-    throw: BaseException | None = None
-    try:
-        while True:
-            try:
-                effect = coro.throw(throw) if throw is not None else coro.send(send)
-            except StopIteration:
-                actor._check_log_consumed()
-                return None
-            except NonDeterminismError:
-                raise
-            except BaseException:  # noqa: BLE001 - the process failed as recorded
-                actor._check_log_consumed()
-                return None
-            send = throw = None
-            if not isinstance(effect, fx.Effect) or type(effect) is fx.ContinueAsNew:
-                return None
-            actor.replay(effect)
-            if not effect.done:
-                return None  # the history ends here: the rest would run live
-            if effect.error is not None:
-                throw = effect.error
-            else:
-                send = effect.value
-    except NonDeterminismError as exc:
-        return ReplayProblem(
-            address=row.address,
-            process=row.process,
-            status=row.status,
-            position=exc.position,
-            expected=exc.expected,
-            found=exc.found,
-            message=str(exc),
-        )
-    finally:
-        coro.close()
+    exc = await actor.check_history(log)
+    if exc is None:
+        return None
+    return ReplayProblem(
+        address=row.address,
+        process=row.process,
+        status=row.status,
+        position=exc.position,
+        expected=exc.expected,
+        found=exc.found,
+        message=str(exc),
+    )

@@ -1,0 +1,322 @@
+"""The driver: steps a process coroutine against the log of its run.
+
+The process coroutine runs by hand (``coro.send``/``coro.throw``): every
+``await`` on an effect yields the effect up here. The driver gives each leaf
+of the effect its logged outcome if the log has one (replay: no trio
+checkpoint, so replaying a long log is a tight loop) and hands what is left
+to its host, which runs it live. Process code therefore never awaits trio
+directly; if it does, the driver throws `ContextError` into it.
+
+One loop serves two hosts: the live `Actor`, and the replay check
+(`Driver.check`, behind `actors.testing.replay_check`), whose host runs
+nothing and stops where the history ends. Both therefore see the same
+non-determinism checks:
+
+- each effect must match the log entry at its position (kind, name and
+  argument hash), else `NonDeterminismError`;
+- a run that ends (returns or raises) must have consumed its whole log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any, Protocol
+
+import trio
+
+from . import _effects as fx
+from ._effects import ERROR, HASH, KIND, NAME, VALUE, Effect
+from ._records import error_summary
+from .errors import ChildFailed, ContextError, NonDeterminismError, ProcessCancelled, StepFailed
+from .errors import StepTimeout
+
+__all__ = ["Driver", "Host", "Interrupted", "Passivated", "error_from_entry"]
+
+
+class Passivated(Exception):
+    """The host dropped the instance from memory; nothing more to do."""
+
+
+class Interrupted(Exception):
+    """The instance was cancelled, restarted or escalated to from outside."""
+
+
+class Host(Protocol):
+    """What the driver asks of whoever runs the effects it does not replay."""
+
+    interrupt: Any  # not None: stop at the next effect (raise `Interrupted`)
+
+    def begin(self, effect: Effect, started: dict[Effect, dict[str, Any]]) -> None:
+        """Start the leaves of ``effect`` that replay left open."""
+
+    async def wait_for(self, effect: Effect) -> bool:
+        """Wait until ``effect`` is done; False to stop driving (nothing more to run)."""
+
+    async def complete(self, value: Any) -> None:
+        """The process returned ``value``."""
+
+    async def fail(self, exc: BaseException) -> None:
+        """The process raised ``exc``."""
+
+    async def diverge(self, exc: NonDeterminismError) -> None:
+        """The code does not match the recorded history."""
+
+    async def continue_as_new(self, effect: fx.ContinueAsNew) -> Coroutine[Any, Any, Any] | None:
+        """Start the next run; its coroutine, or None to stop driving."""
+
+
+class Owner(Protocol):
+    """What replaying a logged child effect tells the instance it belongs to."""
+
+    def add_child(self, address: str, seq: int) -> None: ...
+
+    def child_handle(self, address: str) -> Any: ...
+
+
+def error_from_entry(entry: dict[str, Any]) -> BaseException:
+    """Rebuild the exception a logged failure raised in the process."""
+    error = entry[ERROR]
+    summary = error.get("summary") or error_summary(error)
+    raised = error.get("raise")
+    if raised == "ChildFailed":
+        return ChildFailed(summary, address=error.get("child", ""), error=error.get("cause"))
+    if raised == "ProcessCancelled":
+        return ProcessCancelled(summary, reason=error.get("reason", ""))
+    cls = StepTimeout if error.get("timeout") else StepFailed
+    return cls(summary, error=error)
+
+
+class Driver:
+    """The log of an instance's current run and the position in it."""
+
+    __slots__ = ("owner", "address", "log", "seq", "occurrences")
+
+    def __init__(self, owner: Owner, address: str) -> None:
+        self.owner = owner
+        self.address = address
+        self.log: dict[int, dict[str, Any]] = {}
+        # Invariant: seq is the number of effects the current coroutine has
+        # created; the log entry of effect n sits at log[n].
+        self.seq = 0
+        self.occurrences: dict[str, int] = {}  # step name -> how many so far
+
+    def load(self, log: dict[int, dict[str, Any]]) -> None:
+        """Replay this log (of the current run) from the start."""
+        self.log = log
+        self.seq = 0
+        self.occurrences = {}
+
+    def next_seq(self) -> int:
+        """Number a new effect."""
+        self.seq += 1
+        return self.seq
+
+    def occurrence(self, name: str) -> int:
+        """Count one more step called ``name`` in this run: 1 for the first."""
+        count = self.occurrences.get(name, 0) + 1
+        self.occurrences[name] = count
+        return count
+
+    @property
+    def replaying(self) -> bool:
+        """True while the next effect's outcome is in the log."""
+        return bool(self.log) and self.seq < max(self.log)
+
+    # -- replay ------------------------------------------------------------------
+
+    def logged(self, effect: Effect) -> dict[str, Any] | None:
+        """The log entry at the effect's position, checked against it."""
+        entry = self.log.get(effect.seq)
+        if entry is None:
+            return None
+        if entry.get(KIND) != effect.kind or entry.get(NAME) != effect.name or (
+            entry.get(HASH) != effect.hash
+        ):
+            found = {KIND: entry.get(KIND), NAME: entry.get(NAME)}
+            raise NonDeterminismError(
+                f"instance {self.address!r} replayed a different effect at position "
+                f"{effect.seq}: the log holds {_show(entry)}, the code asked for "
+                f"{_show(effect.describe())}. The code changed in a way that does not "
+                "match this instance's history: deploy code that makes the same effects "
+                "in the same order (add new effects after the existing ones), or cancel "
+                "the instance. It stays suspended until then.",
+                address=self.address,
+                position=effect.seq,
+                expected=found,
+                found={KIND: effect.kind, NAME: effect.name},
+            )
+        return entry
+
+    def replay(self, effect: Effect) -> dict[Effect, dict[str, Any]]:
+        """Give every leaf of ``effect`` its logged outcome, if it has one.
+
+        Returns the leaves that have only a "started" record. Raises
+        `NonDeterminismError` for a leaf that does not match its log entry.
+        """
+        started: dict[Effect, dict[str, Any]] = {}
+        for leaf in effect.leaves():
+            entry = self.logged(leaf)
+            if entry is None:
+                continue
+            if leaf.kind in ("call", "spawn"):
+                self.owner.add_child(leaf.name, leaf.seq)
+            if VALUE in entry:
+                leaf.done = True
+                leaf.value = self._replayed_value(leaf, entry)
+            elif ERROR in entry:
+                leaf.done = True
+                leaf.error = error_from_entry(entry)
+            else:
+                started[leaf] = entry
+        if isinstance(effect, fx.Composite):
+            _settle_tree(effect)
+        return started
+
+    def _replayed_value(self, leaf: Effect, entry: dict[str, Any]) -> Any:
+        value = entry[VALUE]
+        if type(leaf) is fx.Wait and leaf.pair:
+            return (leaf.matches(entry["s"]), value)
+        if type(leaf) is fx.Spawn:
+            return self.owner.child_handle(value)
+        return value
+
+    def check_consumed(self) -> None:
+        """Raise `NonDeterminismError` if the log goes on past the last effect."""
+        extra = [seq for seq in self.log if seq > self.seq]
+        if extra:
+            entry = self.log[min(extra)]
+            raise NonDeterminismError(
+                f"instance {self.address!r} finished replaying at position {self.seq}, but "
+                f"its log goes on with {_show(entry)} at position {min(extra)}: the code "
+                "now skips effects its history made; deploy code that matches the "
+                "history, or cancel the instance. It stays suspended until then.",
+                address=self.address,
+                position=min(extra),
+                expected={KIND: entry.get(KIND), NAME: entry.get(NAME)},
+                found=None,
+            )
+
+    # -- the loop ------------------------------------------------------------------
+
+    async def run(self, coro: Coroutine[Any, Any, Any], host: Host) -> None:
+        """Step ``coro`` until it ends or ``host`` stops it; ``coro`` is closed after.
+
+        Raises `Interrupted` or `Passivated` (from the host) through.
+        """
+        send: Any = None
+        throw: BaseException | None = None
+        replayed = 0
+        try:
+            while True:
+                if host.interrupt is not None:
+                    raise Interrupted()
+                try:
+                    if throw is not None:
+                        effect = coro.throw(throw)
+                    else:
+                        effect = coro.send(send)
+                except StopIteration as stop:
+                    await host.complete(stop.value)
+                    return
+                except (Interrupted, Passivated):
+                    raise
+                except NonDeterminismError as exc:
+                    await host.diverge(exc)
+                    return
+                except (trio.Cancelled, GeneratorExit, KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - any process error is recorded
+                    await host.fail(exc)
+                    return
+                send = throw = None
+                if type(effect) is fx.ContinueAsNew:
+                    coro.close()
+                    following = await host.continue_as_new(effect)
+                    if following is None:
+                        return
+                    coro = following
+                    continue
+                if not isinstance(effect, Effect):
+                    throw = ContextError(
+                        f"process {self.address!r} awaited {effect!r}, which is not a ctx "
+                        "effect; process code may only await ctx effects (use ctx.step for "
+                        "I/O, ctx.sleep for time, ctx.first/all/settled for concurrency)"
+                    )
+                    continue
+                if effect.done or effect.parent is not None:
+                    throw = fx._reused(effect)
+                    continue
+                try:
+                    host.begin(effect, self.replay(effect))
+                except NonDeterminismError as exc:
+                    await host.diverge(exc)
+                    return
+                if not effect.done:
+                    if not await host.wait_for(effect):
+                        return
+                else:
+                    replayed += 1
+                    if replayed % 2000 == 0:  # a long replay still lets others run
+                        await trio.sleep(0)
+                if effect.error is not None:
+                    throw = effect.error
+                else:
+                    send = effect.value
+        finally:
+            coro.close()
+
+    async def check(self, coro: Coroutine[Any, Any, Any]) -> NonDeterminismError | None:
+        """Replay ``coro`` through the recorded history, running nothing.
+
+        Returns the first mismatch, or None if the code makes the effects
+        the log holds, in its order, as far as the history goes."""
+        checker = _Checker(self)
+        await self.run(coro, checker)
+        return checker.problem
+
+
+class _Checker:
+    """The host of a replay check: runs nothing, stops where the history ends."""
+
+    __slots__ = ("driver", "interrupt", "problem")
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.interrupt = None
+        self.problem: NonDeterminismError | None = None
+
+    def begin(self, effect: Effect, started: dict[Effect, dict[str, Any]]) -> None:
+        pass
+
+    async def wait_for(self, effect: Effect) -> bool:
+        return False  # the history ends here: the rest would run live
+
+    async def complete(self, value: Any) -> None:
+        self._consumed()
+
+    async def fail(self, exc: BaseException) -> None:
+        self._consumed()  # the process failed as recorded
+
+    async def diverge(self, exc: NonDeterminismError) -> None:
+        self.problem = exc
+
+    async def continue_as_new(self, effect: fx.ContinueAsNew) -> None:
+        return None  # the next run has a log of its own
+
+    def _consumed(self) -> None:
+        try:
+            self.driver.check_consumed()
+        except NonDeterminismError as exc:
+            self.problem = exc
+
+
+def _show(entry: dict[str, Any]) -> str:
+    name = entry.get(NAME)
+    return f"{entry.get(KIND)} {name!r}" if name else str(entry.get(KIND))
+
+
+def _settle_tree(effect: fx.Composite) -> bool:
+    for child in effect.children:
+        if isinstance(child, fx.Composite) and not child.done:
+            _settle_tree(child)
+    return effect.settle_from_children()
