@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import uuid as _uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from storage import digest, encode
 
@@ -14,9 +14,7 @@ from ._effects import VALUE
 from ._process import RESTART_TYPES
 from ._records import Retry, Signal
 from .errors import ContextError, InvalidArguments, LimitExceeded
-
-if TYPE_CHECKING:
-    from ._instance import Actor
+from ._interfaces import ActorAPI
 
 __all__ = ["Context"]
 
@@ -36,7 +34,7 @@ class Context:
 
     __slots__ = ("_actor",)
 
-    def __init__(self, actor: Actor) -> None:
+    def __init__(self, actor: ActorAPI) -> None:
         self._actor = actor
 
     # -- identity ----------------------------------------------------------------
@@ -64,7 +62,7 @@ class Context:
         """How many times this instance continued as new (or was restarted)."""
         return self._actor.run
 
-    def _live(self) -> Actor:
+    def _live(self) -> ActorAPI:
         actor = self._actor
         if actor.done:
             raise ContextError(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from ._records import Outcome, Retry, Signal
+from .errors import ContextError
 
 # Log entry keys. An entry holding "v" (value) or "e" (error record) is an
 # outcome; one without is a "started" record (a step attempt, a timer's due
@@ -242,8 +243,6 @@ def _first_seq(effect: Effect) -> int:
 
 
 def _reused(effect: Effect) -> Exception:
-    from .errors import ContextError
-
     return ContextError(
         f"{effect!r} was already awaited or passed to another first/all/settled; "
         "create a new effect for each use"

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from storage import instance_id
 from storage.errors import JournalCorrupt
 
+from ._interfaces import SystemAPI
 from ._records import error_summary
 from .errors import ProcessCancelled, ProcessFailed
-
-if TYPE_CHECKING:
-    from ._system import ActorSystem
 
 __all__ = ["Handle"]
 
@@ -29,7 +28,7 @@ class Handle:
 
     __slots__ = ("_system", "_iid", "_address", "_incarnation")
 
-    def __init__(self, system: ActorSystem, iid: bytes, address: str, incarnation: int) -> None:
+    def __init__(self, system: SystemAPI, iid: bytes, address: str, incarnation: int) -> None:
         self._system = system
         self._iid = iid
         self._address = address
@@ -156,8 +155,6 @@ class ChildHandle(Handle):
 
     __slots__ = ()
 
-    def __init__(self, system: ActorSystem, address: str) -> None:
-        from storage import instance_id
-
+    def __init__(self, system: SystemAPI, address: str) -> None:
         iid = instance_id(address)
         super().__init__(system, iid, address, system._snapshot(iid)[1].get("inc", 1))

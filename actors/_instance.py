@@ -18,8 +18,8 @@ write in a crash only makes replay take the same message again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import trio
 
@@ -36,12 +36,11 @@ from ._effects import VALUE, Effect
 from ._handles import ChildHandle
 from ._mailbox import Mailbox
 from ._records import describe_error
+from ._steps import run_step
 from .errors import NonDeterminismError
-
-if TYPE_CHECKING:
-    from ._context import Context
-    from ._process import ProcessDef
-    from ._system import ActorSystem
+from ._context import Context
+from ._interfaces import SystemAPI
+from ._process import ProcessDef
 
 
 log = logging.getLogger("actors")
@@ -71,11 +70,14 @@ class Actor:
 
     def __init__(
         self,
-        system: ActorSystem,
+        system: SystemAPI,
         iid: bytes,
         address: str,
         proc: ProcessDef,
         record: dict[str, Any] | None,
+        *,
+        loaded: bool = False,
+        epoch: int = 0,
     ) -> None:
         self.system = system
         self.journal = system.journal
@@ -99,8 +101,10 @@ class Actor:
         self.idle_since = 0.0
         self.passivate_requested = False
         self.root: Effect | None = None
-        self.loaded = False
-        self.epoch = 0  # ownership epoch every write is fenced with (shared journals)
+        # True once the record, log and mailbox are in memory (a fresh
+        # instance was just written by whoever made it: nothing to read).
+        self.loaded = loaded
+        self.epoch = epoch  # ownership epoch every write is fenced with (shared journals)
         self.fenced = system.journal.shared
         self.mailbox = Mailbox(remember_taken=self.fenced)
         # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
@@ -116,7 +120,6 @@ class Actor:
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
-                # A fresh instance was just written by whoever made it: no read.
                 if self.loaded or await self._load():
                     await self._drive()
                 nursery.cancel_scope.cancel()
@@ -147,6 +150,7 @@ class Actor:
 
             row, log, mail, timers, floor = await self.journal.read(read)
         except JournalCorrupt as exc:
+            self.status = "corrupt"
             await self.system._mark_corrupt(self, exc)
             return False
         if row is None or row.status not in ("running", "suspended"):
@@ -338,6 +342,39 @@ class Actor:
         )  # fmt: skip
         self.persisted_status = status
 
+    def update_record(self, **changes: Any) -> None:
+        """Change the record; the write rides on the next commit."""
+        self.put_record(self.txn, self.status, **changes)
+
+    def become(self, status: str) -> None:
+        """Take ``status`` in memory (its record was just put with it)."""
+        self.status = status
+
+    def escalate_on_end(self, parent: str, why: str, strategy: Any) -> None:
+        """When this instance ends failed, tell ``parent`` to crash (see `_supervision`)."""
+        self.escalate_to = (parent, why, strategy)
+
+    # -- tasks: steps, children, emits -------------------------------------------
+
+    def start_task(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run ``fn(*args)`` in the actor's nursery; it calls `task_finished` last.
+
+        Invariant: ``busy`` counts these tasks; the instance neither
+        suspends nor passivates while one runs."""
+        self.busy += 1
+        self.nursery.start_soon(fn, *args)
+
+    def task_finished(self) -> None:
+        """A task of `start_task` is done (whatever its outcome)."""
+        self.busy -= 1
+        self.wakeup()
+
+    def finish_step(self, step: fx.Step, value: Any, entry: dict[str, Any]) -> None:
+        """A live step succeeded: register its compensation, then `finish` it."""
+        if step.compensate is not None and step in self.live:
+            _saga.register(self, step, value)
+        self.finish(step, value, None, entry)
+
     # -- beginning effects ------------------------------------------------------
 
     def begin(self, effect: Effect, started: dict[Effect, dict[str, Any]]) -> None:
@@ -365,10 +402,7 @@ class Actor:
         elif kind is fx.Timer:
             self._start_timer(leaf, entry)
         elif kind is fx.Step:
-            from ._steps import run_step
-
-            self.busy += 1
-            self.nursery.start_soon(run_step, self, leaf, entry)
+            self.start_task(run_step, self, leaf, entry)
         elif kind is fx.Call or kind is fx.Spawn:
             _sup.start_child_effect(self, leaf, entry)
         else:  # Emit, Publish: the only other leaves
@@ -601,19 +635,24 @@ class Actor:
         """End this run and start the next with ``effect.input``; its coroutine."""
         children, self.children = self.children, {}
         await _sup.cancel_children(self.system, children, "continued as new")
-        txn = Txn()
-        txn.drop_log(self.iid, self.run)
-        for timer in list(self.timers.values()):
-            txn.cancel_timer(self.iid, self.run, timer.seq)
-        self.timers.clear()
         for leaf in list(self.live):
             self._abandon(leaf)
-        self.run += 1
-        self.put_record(txn, "running", run=self.run, input=effect.input, last_error=None)
+        txn = Txn()
+        self.begin_run(txn, input=effect.input, last_error=None)
         self.txn.ops.extend(txn.ops)
         self._flush()
         self.driver.load({})
         return self.new_coroutine()
+
+    def begin_run(self, txn: Txn, **changes: Any) -> None:
+        """Into ``txn``: drop this run's log and timers, and record the next
+        run (with ``changes`` to the record), status running."""
+        txn.drop_log(self.iid, self.run)
+        for timer in list(self.timers.values()):
+            txn.cancel_timer(self.iid, self.run, timer.seq)
+        self.timers.clear()
+        self.run += 1
+        self.put_record(txn, "running", run=self.run, **changes)
 
 
 def _under_done(leaf: Effect) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -31,10 +31,8 @@ from storage import Txn
 
 from ._records import Retry, describe_error, error_summary
 from ._steps import StepInfo, call_once
-
-if TYPE_CHECKING:
-    from ._effects import Step
-    from ._instance import Actor
+from ._effects import Step
+from ._interfaces import ActorAPI
 
 DEFAULT_RETRY = Retry(attempts=3, backoff=1.0, max_backoff=30.0)
 
@@ -48,7 +46,7 @@ def qualified(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def register(actor: Actor, step: Step, result: Any, *, possibly_applied: bool = False) -> None:
+def register(actor: ActorAPI, step: Step, result: Any, *, possibly_applied: bool = False) -> None:
     """Record ``step``'s compensation (riding on the step's own result write)."""
     assert step.compensate is not None
     name = qualified(step.compensate)
@@ -61,7 +59,7 @@ def register(actor: Actor, step: Step, result: Any, *, possibly_applied: bool = 
     }  # fmt: skip
     comps = list(actor.record.get("compensations", []))
     comps.append(entry)
-    actor.put_record(actor.txn, actor.status, compensations=comps)
+    actor.update_record(compensations=comps)
 
 
 def pending(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -86,12 +84,12 @@ def _resolve(name: str) -> Callable[..., Any]:
     return target
 
 
-async def compensate(actor: Actor, failure: dict[str, Any], end: str) -> str:
+async def compensate(actor: ActorAPI, failure: dict[str, Any], end: str) -> str:
     """Run the pending compensations; the status to end with: ``end`` when
     all are done, ``"compensation_stuck"`` if one gives up."""
     txn = Txn()
     actor.put_record(txn, "running", failure=failure, failure_end=end)
-    actor.status = "running"
+    actor.become("running")
     await actor._barrier(txn)
     for comp in pending(actor.record):
         error = await _run_one(actor, comp)
@@ -99,13 +97,13 @@ async def compensate(actor: Actor, failure: dict[str, Any], end: str) -> str:
             txn = Txn()
             summary = f"compensation of step {comp['name']!r} failed: {error_summary(error)}"
             actor.put_record(txn, "compensation_stuck", last_error=summary, stuck=error)
-            actor.status = "compensation_stuck"
+            actor.become("compensation_stuck")
             await actor._barrier(txn, durable=True)
             return "compensation_stuck"
     return end
 
 
-async def _run_one(actor: Actor, comp: dict[str, Any]) -> dict[str, Any] | None:
+async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | None:
     attempts_done = actor.record.get("comp_attempts", {}).get(comp["id"], 0)
     limit, backoff, max_backoff = comp["retry"]
     retry = Retry(attempts=limit, backoff=backoff, max_backoff=max_backoff)

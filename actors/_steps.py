@@ -12,22 +12,19 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
 
-from storage import encode
+from storage import Txn, encode
 from storage._clock import AutojumpHold
 from storage.errors import EncodeError
 
-from ._effects import ERROR, VALUE
+from ._effects import ERROR, VALUE, Step
 from ._records import describe_error, error_summary
 from .errors import ContextError, StepFailed, StepTimeout
-
-if TYPE_CHECKING:
-    from ._effects import Step
-    from ._instance import Actor
+from ._interfaces import ActorAPI
 
 __all__ = ["StepInfo", "current_step", "run_step"]
 
@@ -68,7 +65,7 @@ def current_step() -> StepInfo:
 
 
 async def call_once(
-    actor: Actor, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+    actor: ActorAPI, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     timeout: float | None, info: StepInfo,
 ) -> Any:  # fmt: skip
     """Run one attempt of ``fn`` with ``info`` as `current_step`, under ``timeout``."""
@@ -110,7 +107,7 @@ def _call_sync(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return result
 
 
-async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> None:
+async def run_step(actor: ActorAPI, step: Step, started: dict[str, Any] | None) -> None:
     """Run a live step to its recorded outcome (a task in the actor's nursery)."""
     system = actor.system
     retry = step.retry
@@ -155,13 +152,9 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                         return
                     entry = dict(record)
                     entry[VALUE] = value
-                    if step.compensate is not None and step in actor.live:
-                        from . import _saga
-
-                        _saga.register(actor, step, value)
                     # The result rides on the next write: the process's next
                     # barrier, suspension or end makes it durable.
-                    actor.finish(step, value, None, entry)
+                    actor.finish_step(step, value, entry)
                     return
                 failures += 1
                 retryable = retry is not None and not isinstance(cause, retry.non_retryable)
@@ -171,13 +164,10 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                 await trio.sleep(retry.delay(failures, system.random.random()))
     finally:
         step.scope = None
-        actor.busy -= 1
-        actor.wakeup()
+        actor.task_finished()
 
 
-def _log_txn(actor: Actor, seq: int, entry: dict[str, Any]) -> Any:
-    from storage import Txn
-
+def _log_txn(actor: ActorAPI, seq: int, entry: dict[str, Any]) -> Txn:
     txn = Txn()
     txn.put_log(actor.iid, actor.run, seq, entry)
     return txn
@@ -194,7 +184,7 @@ def _validated_input(
 
 
 def _finish_failed(
-    actor: Actor,
+    actor: ActorAPI,
     step: Step,
     entry_base: dict[str, Any],
     cause: BaseException,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -28,22 +28,18 @@ from storage import Txn, instance_id
 from . import _effects as fx
 from ._effects import VALUE
 from .errors import InvalidArguments, NotDelivered
-
-if TYPE_CHECKING:
-    from ._instance import Actor
-    from ._system import ActorSystem
+from ._interfaces import ActorAPI, SystemAPI
 
 _TERMINAL = ("completed", "failed", "cancelled")
 _BATCH = 256
 
 
-def start(actor: Actor, effect: fx.Emit | fx.Publish) -> None:
+def start(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
     """Begin a live emit/publish (called by the driver)."""
-    actor.busy += 1
-    actor.nursery.start_soon(_write, actor, effect)
+    actor.start_task(_write, actor, effect)
 
 
-async def _write(actor: Actor, effect: fx.Emit | fx.Publish) -> None:
+async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
     try:
         entry = effect.describe()
         entry[VALUE] = None
@@ -60,15 +56,14 @@ async def _write(actor: Actor, effect: fx.Emit | fx.Publish) -> None:
         actor.finish(effect, None, None, None)
         actor.system._status_changed(actor.iid)  # wakes consumers and watchers
     finally:
-        actor.busy -= 1
-        actor.wakeup()
+        actor.task_finished()
 
 
 class Stream:
     """A consumer's view of an instance's stream; use with ``async with``
     and ``async for``. Made by `ActorSystem.stream`."""
 
-    def __init__(self, system: ActorSystem, address: str, consumer: str, from_: str) -> None:
+    def __init__(self, system: SystemAPI, address: str, consumer: str, from_: str) -> None:
         if from_ not in ("start", "latest"):
             raise InvalidArguments(f"from_ must be 'start' or 'latest', not {from_!r}")
         if not isinstance(consumer, str) or not consumer or len(consumer.encode()) > 200:

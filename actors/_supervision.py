@@ -22,7 +22,7 @@ RuntimeError('boom')").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -30,13 +30,11 @@ from storage import LIVE_STATUSES, Txn, instance_id
 
 from . import _effects as fx
 from ._effects import ERROR, VALUE
+from ._handles import ChildHandle
 from ._process import OneForAll, OneForOne, RestForOne
 from ._records import Signal, describe_error, error_summary
 from .errors import ChildFailed
-
-if TYPE_CHECKING:
-    from ._instance import Actor
-    from ._system import ActorSystem
+from ._interfaces import ActorAPI, SystemAPI
 
 ESCALATE = Signal._system("\x00escalate")
 CANCEL = Signal._system("\x00cancel")  # to the owner on another node
@@ -56,21 +54,20 @@ def children_in_log(log: dict[int, dict[str, Any]]) -> dict[str, int]:
 # -- creating children -----------------------------------------------------------
 
 
-def start_child_effect(actor: Actor, effect: fx.Effect, started: dict[str, Any] | None) -> None:
+def start_child_effect(actor: ActorAPI, effect: fx.Effect, started: dict[str, Any] | None) -> None:
     """Begin a live call/spawn effect (called by the actor's driver)."""
     if type(effect) is fx.Call and started is not None:
         _await_end(actor, effect)  # created in an earlier activation of this run
         return
-    actor.busy += 1
-    actor.nursery.start_soon(_create, actor, effect)
+    actor.start_task(_create, actor, effect)
 
 
-def _await_end(actor: Actor, call: fx.Call) -> None:
+def _await_end(actor: ActorAPI, call: fx.Call) -> None:
     actor.add_child(call.address, call.seq)
     actor.add_wait(call)
 
 
-async def _create(actor: Actor, effect: Any) -> None:
+async def _create(actor: ActorAPI, effect: Any) -> None:
     system = actor.system
     effect.creating = True
     try:
@@ -94,8 +91,6 @@ async def _create(actor: Actor, effect: Any) -> None:
                 await system._cancel_iid(instance_id(effect.address), effect.address, why)
                 return
         if type(effect) is fx.Spawn:
-            from ._handles import ChildHandle
-
             actor.finish(effect, ChildHandle(system, effect.address), None, None)
         elif ended is not None:
             value, error, entry = end_outcome(effect, ended)
@@ -103,11 +98,10 @@ async def _create(actor: Actor, effect: Any) -> None:
         else:
             _await_end(actor, effect)
     finally:
-        actor.busy -= 1
-        actor.wakeup()
+        actor.task_finished()
 
 
-async def create_child(system: ActorSystem, parent: Actor, effect: Any) -> dict[str, Any] | None:
+async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict[str, Any] | None:
     """Create the child of a call/spawn effect, or find the one already there,
     logging the parent's effect in the same transaction.
 
@@ -140,15 +134,11 @@ async def create_child(system: ActorSystem, parent: Actor, effect: Any) -> dict[
         txn.put_instance(iid, address=address, process=proc.template, status="running", record=record)
     elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:
         ended = end_payload(row.status, row.record)
-    parent.children.setdefault(address, effect.seq)
+    parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry)
     await parent._barrier(txn)
     if fresh:
-        from ._instance import Actor
-
-        child = Actor(system, iid, address, proc, record)
-        child.loaded = True
-        system._run_actor(child)
+        system._run_created(iid, address, proc, record)
         system._status_changed(iid)
     return ended
 
@@ -179,7 +169,7 @@ def end_outcome(call: fx.Call, payload: dict[str, Any]) -> tuple[Any, Any, dict[
     return None, ChildFailed(summary, address=call.address, error=cause), entry
 
 
-def abandon_child_effect(actor: Actor, effect: Any) -> None:
+def abandon_child_effect(actor: ActorAPI, effect: Any) -> None:
     """A call/spawn lost a race (or its join failed): cancel that child."""
     if effect.creating:
         return  # its creating task cancels the child once it exists
@@ -191,7 +181,7 @@ def abandon_child_effect(actor: Actor, effect: Any) -> None:
 
 
 def notify_parent(
-    system: ActorSystem, address: str, record: dict[str, Any], status: str, txn: Txn
+    system: SystemAPI, address: str, record: dict[str, Any], status: str, txn: Txn
 ) -> tuple[bytes, str, dict[str, Any]] | None:
     """Add the end message of an awaited child to ``txn``.
 
@@ -215,7 +205,7 @@ def next_restarts(record: dict[str, Any], reason: str, now: float) -> list[dict[
 # -- cascade -----------------------------------------------------------------------
 
 
-async def cancel_children(system: ActorSystem, children: dict[str, int], reason: str) -> None:
+async def cancel_children(system: SystemAPI, children: dict[str, int], reason: str) -> None:
     """Cancel every live child (and, through them, their descendants)."""
     if not children:
         return
@@ -227,7 +217,7 @@ async def cancel_children(system: ActorSystem, children: dict[str, int], reason:
 # -- crashes and restarts --------------------------------------------------------------
 
 
-async def supervise_end(actor: Actor, exc: BaseException | None) -> bool:
+async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
     """Decide what an instance's end means to its supervisor.
 
     Returns True if the instance is restarted instead of ending (the caller
@@ -252,7 +242,7 @@ async def supervise_end(actor: Actor, exc: BaseException | None) -> bool:
     why = "exit" if exc is None else f"{type(exc).__name__}({_short(exc)})"
     if len(recent) >= strategy.max_restarts:
         if parent and exc is not None:
-            actor.escalate_to = (parent, why, strategy)
+            actor.escalate_on_end(parent, why, strategy)
         return False
     count = len(record.get("restarts", [])) + 1
     reason = f"restart {count} after {why}"
@@ -271,26 +261,21 @@ async def supervise_end(actor: Actor, exc: BaseException | None) -> bool:
     return True
 
 
-async def restart_actor(actor: Actor, reason: str, delay: float) -> None:
+async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     """End the actor's current run and start it afresh after ``delay`` seconds."""
     system = actor.system
     await cancel_children(system, dict(actor.children), f"{actor.address} is restarting")
     txn = Txn()
-    txn.drop_log(actor.iid, actor.run)
-    for timer in list(actor.timers.values()):
-        txn.cancel_timer(actor.iid, actor.run, timer.seq)
-    actor.timers.clear()
     restarts = next_restarts(actor.record, reason, system.epoch_now())
-    actor.run += 1
-    actor.put_record(txn, "running", run=actor.run, restarts=restarts, last_error=None)
+    actor.begin_run(txn, restarts=restarts, last_error=None)
     await actor._barrier(txn)
-    actor.status = "running"
+    actor.become("running")
     system._forget(actor)
     system._status_changed(actor.iid)
     system._spawn_system_task(system._activate_later, actor.iid, delay)
 
 
-async def _parent_view(system: ActorSystem, parent: str) -> tuple[Any, dict[str, int]]:
+async def _parent_view(system: SystemAPI, parent: str) -> tuple[Any, dict[str, int]]:
     iid = instance_id(parent)
     live = system._live.get(iid)
     if live is not None and live.loaded:
@@ -309,7 +294,7 @@ async def _parent_view(system: ActorSystem, parent: str) -> tuple[Any, dict[str,
 
 
 async def _recent_restarts(
-    system: ActorSystem, actor: Actor, siblings: dict[str, int], since: float
+    system: SystemAPI, actor: ActorAPI, siblings: dict[str, int], since: float
 ) -> list[float]:
     times = [r["at"] for r in actor.record.get("restarts", []) if r["at"] > since]
     others = [instance_id(a) for a in siblings if a != actor.address]
@@ -330,7 +315,7 @@ async def _recent_restarts(
     return times
 
 
-async def escalate(actor: Actor) -> None:
+async def escalate(actor: ActorAPI) -> None:
     """Tell the parent of a child that failed past its restart limit to crash."""
     if actor.escalate_to is None:
         return

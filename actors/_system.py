@@ -23,7 +23,7 @@ from ._process import ProcessDef
 from ._records import InstanceInfo, Signal
 from ._streams import Stream
 from ._timers import TimerService
-from .errors import InvalidArguments, NotDelivered, UnknownProcess
+from .errors import InvalidArguments, LimitExceeded, NotDelivered, UnknownProcess
 
 __all__ = ["ActorSystem", "open_system"]
 
@@ -226,14 +226,11 @@ class ActorSystem:
                 self._append(txn, iid, message[0], message[1])
             results = await self.journal.commit(txn)
             epoch = await self.journal.claim(iid)
-            actor = Actor(self, iid, address, proc, record)
-            actor.loaded = True
             if epoch is None:  # another node took it over at once: it runs there
                 return Handle(self, iid, address, record["inc"]), True
-            actor.epoch = epoch
+            actor = self._run_created(iid, address, proc, record, epoch)
             if message is not None and results:
                 actor.deliver(results[0], message[0].name, message[1])
-            self._run_actor(actor)
             self._status_changed(iid)
             return Handle(self, iid, address, record["inc"]), True
         finally:
@@ -248,8 +245,6 @@ class ActorSystem:
             raise
         size = len(txn.ops[-1][2])
         if size > self.max_payload:
-            from .errors import LimitExceeded
-
             raise LimitExceeded(
                 f"the {signal.name!r} payload encodes to {size} bytes, over the "
                 f"max_payload={self.max_payload} limit; send a reference (an id or a "
@@ -582,10 +577,15 @@ class ActorSystem:
 
     # -- activation ------------------------------------------------------------
 
-    def _run_actor(self, actor: Actor) -> None:
-        self._live[actor.iid] = actor
+    def _run_created(
+        self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
+    ) -> Actor:
+        """Run an instance whose record was just written (so nothing to read back)."""
+        actor = Actor(self, iid, address, proc, record, loaded=True, epoch=epoch)
+        self._live[iid] = actor
         assert self._nursery is not None
-        self._nursery.start_soon(actor.main, name=f"actor {actor.address}")
+        self._nursery.start_soon(actor.main, name=f"actor {address}")
+        return actor
 
     def _activate(self, iid: bytes) -> None:
         """Bring the instance into memory if it is on disk (replaying it)."""
@@ -620,8 +620,7 @@ class ActorSystem:
             epoch = await self.journal.claim(iid)
             if epoch is None or iid in self._live:
                 return  # another live node owns it (and was told of its mail)
-            actor = Actor(self, iid, row.address, proc, None)
-            actor.epoch = epoch
+            actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
             self._live[iid] = actor
         finally:
             self._activating.discard(iid)
@@ -649,7 +648,6 @@ class ActorSystem:
 
     async def _mark_corrupt(self, actor: Actor, exc: JournalCorrupt) -> None:
         log.error("instance %r is corrupt: %s", actor.address, exc)
-        actor.status = "corrupt"
         await self._set_corrupt(actor.iid)
         self._status_changed(actor.iid)
 

@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING
 
 import trio
 
-if TYPE_CHECKING:
-    from ._system import ActorSystem
+from ._interfaces import SystemAPI
 
 _PAGE = 1000
 
 
 class TimerService:
-    def __init__(self, system: ActorSystem) -> None:
+    def __init__(self, system: SystemAPI) -> None:
         self.system = system
         self.heap: list[tuple[float, bytes]] = []
         self.poke = trio.Event()

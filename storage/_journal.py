@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ._codec import decode, encode
-from .errors import JournalCorrupt
+from .errors import Conflict, JournalCorrupt
 
 __all__ = [
     "Journal",
@@ -442,8 +442,6 @@ def check_requires(
     status_of: Callable[[bytes], int | None],
 ) -> None:  # Single-owner journals ignore Txn.fences: there is no other owner.
     """Raise `Conflict` for the first precondition that does not hold."""
-    from .errors import Conflict
-
     for iid, codes, _ in requires:
         code = status_of(iid)
         if code is None:

@@ -1,0 +1,139 @@
+"""What the runtime's parts may ask of the actor and of the system.
+
+`ActorAPI` is the actor's internal API: what steps, sagas, streams,
+supervision and the context call on the live instance they serve (they call
+its methods; its state they only read). `SystemAPI` is what actors, handles,
+timers and streams ask of the system.
+
+They are Protocols so that those modules can name the actor and the system
+without importing `_instance` or `_system`, which import them: the import
+graph of ``actors/`` has no circle (``tests/test_structure.py`` checks it).
+This module imports only modules below all of them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import trio
+
+from storage import Journal, Txn
+
+from . import _effects as fx
+from ._driver import Driver
+from ._process import ProcessDef
+
+__all__ = ["ActorAPI", "SystemAPI"]
+
+
+class SystemAPI(Protocol):
+    """The parts of `ActorSystem` that the runtime's modules use."""
+
+    journal: Journal
+    random: random.Random
+    node: str
+    passivate_after: float
+    timers: Any  # the TimerService
+    step_limiter: trio.CapacityLimiter
+    thread_limiter: trio.CapacityLimiter
+    _procs: dict[str, ProcessDef]
+    _live: dict[bytes, ActorAPI]
+    _cursors: dict[tuple[bytes, str], int]
+
+    def epoch_now(self) -> float: ...
+
+    def trio_time(self, epoch: float) -> float: ...
+
+    def _proc(self, proc: ProcessDef | str) -> ProcessDef: ...
+
+    def _make_context(self, actor: ActorAPI) -> Any: ...
+
+    def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]: ...
+
+    def _status_event(self, iid: bytes) -> trio.Event: ...
+
+    def _status_changed(self, iid: bytes) -> None: ...
+
+    def _forget(self, actor: ActorAPI) -> None: ...
+
+    def _ended(self, actor: ActorAPI, status: str) -> None: ...
+
+    def _route(self, iid: bytes, seq: int, name: str, payload: Any) -> None: ...
+
+    def _timer_due(self, iid: bytes, now: float) -> None: ...
+
+    def _run_created(
+        self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
+    ) -> ActorAPI: ...
+
+    def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+    async def _mark_corrupt(self, actor: ActorAPI, exc: Exception) -> None: ...
+
+    async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool: ...
+
+    async def _restart_iid(self, iid: bytes, address: str, reason: str) -> None: ...
+
+    async def _activate_later(self, iid: bytes, delay: float) -> None: ...
+
+    async def _send_system(self, iid: bytes, address: str, signal: Any, payload: Any) -> None: ...
+
+    async def cancel(self, address: str) -> bool: ...
+
+
+class ActorAPI(Protocol):
+    """The parts of a live `Actor` that steps, sagas, streams, supervision
+    and the context use: state to read, methods to change it."""
+
+    # Read only, outside the actor.
+    system: SystemAPI
+    iid: bytes
+    address: str
+    proc: ProcessDef
+    record: dict[str, Any]
+    run: int
+    status: str
+    driver: Driver
+    live: set[fx.Effect]
+    children: dict[str, int]
+    timers: dict[int, fx.Timer]
+    interrupt: tuple[Any, ...] | None
+    escalate_to: tuple[Any, ...] | None
+    loaded: bool
+    done: bool
+
+    def finish(
+        self,
+        leaf: fx.Effect,
+        value: Any = None,
+        error: BaseException | None = None,
+        entry: dict[str, Any] | None = None,
+    ) -> None: ...
+
+    def finish_step(self, step: fx.Step, value: Any, entry: dict[str, Any]) -> None: ...
+
+    def start_task(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None: ...
+
+    def task_finished(self) -> None: ...
+
+    def add_child(self, address: str, seq: int) -> None: ...
+
+    def add_wait(self, wait: fx.Wait) -> None: ...
+
+    def ride_log(self, seq: int, entry: dict[str, Any]) -> None: ...
+
+    def put_record(self, txn: Txn, status: str, **changes: Any) -> None: ...
+
+    def update_record(self, **changes: Any) -> None: ...
+
+    def become(self, status: str) -> None: ...
+
+    def begin_run(self, txn: Txn, **changes: Any) -> None: ...
+
+    def escalate_on_end(self, parent: str, why: str, strategy: Any) -> None: ...
+
+    def wakeup(self) -> None: ...
+
+    async def _barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]: ...

@@ -1,0 +1,208 @@
+"""The shape of the packages: import graph and who may change an actor's state.
+
+The import graph is read from the source with `ast` (nothing is imported):
+module-level imports are runtime edges, imports under ``if TYPE_CHECKING:``
+are annotation-only edges, and imports inside functions are listed apart.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("actors", "storage")
+
+# Function-level imports inside a package that are there for a reason other
+# than a cycle: module -> imported module, with the reason.
+LAZY_ALLOWED = {
+    ("storage", "storage._postgres"): "PostgresJournal needs the optional 'postgres' extra",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """The modules of ours that an import statement loads."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = module.split(".") if is_package else module.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        # "from . import _saga" loads the module _saga; "from .x import y" loads .x
+        names = [
+            f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in MODULES else prefix
+            for alias in node.names
+        ]
+    found = []
+    for name in names:
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name not in found:
+            found.append(name)
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]]]:
+    """(runtime edges, TYPE_CHECKING edges, function-level edges) by module."""
+    runtime: dict[str, set[str]] = {m: set() for m in MODULES}
+    typing_only: dict[str, set[str]] = {m: set() for m in MODULES}
+    lazy: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+
+        def visit(statements: list[ast.stmt], edges: dict[str, set[str]]) -> None:
+            for node in statements:
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    edges[module].update(_targets(node, module, is_package))
+                elif isinstance(node, ast.If):
+                    visit(node.body, typing_only if _is_type_checking(node.test) else edges)
+                    visit(node.orelse, edges)
+                elif isinstance(node, ast.Try):
+                    for block in (node.body, node.orelse, node.finalbody):
+                        visit(block, edges)
+                    for handler in node.handlers:
+                        visit(handler.body, edges)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    for inner in ast.walk(node):
+                        if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                            lazy[module].update(_targets(inner, module, is_package))
+
+        visit(tree.body, runtime)
+    for edges in (runtime, typing_only, lazy):
+        for module in edges:
+            edges[module].discard(module)
+    return runtime, typing_only, lazy
+
+
+def _reaches(edges: dict[str, set[str]], start: str, goal: str) -> list[str] | None:
+    """A path start -> ... -> goal along ``edges``, or None."""
+    stack = [(start, [start])]
+    seen = {start}
+    while stack:
+        node, path = stack.pop()
+        for nxt in sorted(edges.get(node, ())):
+            if nxt == goal:
+                return path + [nxt]
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, path + [nxt]))
+    return None
+
+
+def _package(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_the_graph_sees_the_modules_and_their_imports():
+    # A guard for the tests below: the parser must find real edges.
+    runtime, _, _ = _graph()
+    assert {"actors._instance", "actors._mailbox", "actors._driver", "storage._lmdb"} <= set(
+        MODULES
+    )
+    assert "actors._mailbox" in runtime["actors._instance"]
+    assert "actors._effects" in runtime["actors._context"]  # "from . import _effects as fx"
+    assert "storage._journal" in runtime["storage._lmdb"]
+
+
+def test_no_runtime_import_cycle():
+    runtime, _, _ = _graph()
+    cycles = []
+    for module in sorted(runtime):
+        for target in sorted(runtime[module]):
+            back = _reaches(runtime, target, module)
+            if back is not None:
+                cycles.append(" -> ".join([module] + back))
+    assert [] == cycles
+
+
+def test_type_checking_imports_never_close_a_cycle():
+    # An annotation-only import is fine where nothing imports the importer
+    # back; otherwise the shared piece belongs a floor down (or in a Protocol).
+    runtime, typing_only, _ = _graph()
+    closing = []
+    for module in sorted(typing_only):
+        for target in sorted(typing_only[module]):
+            back = _reaches(runtime, target, module)
+            if back is not None:
+                closing.append(f"{module} -> {' -> '.join(back)}")
+    assert [] == closing
+
+
+def test_no_function_level_import_within_a_package():
+    _, _, lazy = _graph()
+    found = sorted(
+        (module, target)
+        for module, targets in lazy.items()
+        for target in targets
+        if _package(module) == _package(target) and (module, target) not in LAZY_ALLOWED
+    )
+    assert [] == found
+
+
+def test_storage_never_imports_actors():
+    runtime, typing_only, lazy = _graph()
+    found = sorted(
+        (module, target)
+        for edges in (runtime, typing_only, lazy)
+        for module, targets in edges.items()
+        for target in targets
+        if _package(module) == "storage" and _package(target) == "actors"
+    )
+    assert [] == found
+
+
+# The actor's own modules; everyone else calls its methods.
+ACTOR_OWN = {"_instance.py", "_mailbox.py", "_driver.py"}
+WRITES = [
+    re.compile(r"\bactor\.[a-z_]+\s*[-+|&]?=(?!=)"),
+    re.compile(r"\bactor\.[a-z_]+\.(append|pop|add|remove|update|clear|extend|sort|setdefault)\("),
+    re.compile(r"\bactor\.[a-z_]+\[[^\]]*\]\s*=(?!=)"),
+]
+
+
+def test_no_module_writes_an_actors_state():
+    found = []
+    for path in sorted((ROOT / "actors").rglob("*.py")):
+        if path.name in ACTOR_OWN:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if any(pattern.search(line) for pattern in WRITES):
+                found.append(f"{path.name}:{number}: {line.strip()}")
+    assert [] == found
+
+
+def test_the_write_patterns_catch_writes():
+    # A guard: the patterns above do match the writes they forbid.
+    samples = ["actor.busy += 1", "actor.waits.append(w)", "actor.record['x'] = 1",
+               "actor.status = 'running'"]  # fmt: skip
+    assert [True] * len(samples) == [any(p.search(s) for p in WRITES) for s in samples]
+    assert not any(p.search("if actor.status == 'running':") for p in WRITES)
