@@ -81,7 +81,37 @@ _DBS = (
     "instances", "status", "log", "mail", "timers", "timer_ids", "stream", "cursors", "counters",
     "meta",
 )  # fmt: skip
+# The journal format: the layout of the databases and of the records in
+# them. Stored in meta["format"] when a journal is created, checked on every
+# open. Invariant: a journal is read only by code that reads its format; a
+# change to the layout bumps _FORMAT and brings a migration or a refusal.
 _FORMAT = b"1"
+
+
+def _format_mismatch(path: Path, found: bytes | None) -> JournalCorrupt:
+    """The error for a journal whose format this code does not read."""
+    mine = _FORMAT.decode()
+    if found is None:
+        return JournalCorrupt(
+            f"{path} has no journal format marker (this version reads format {mine}): "
+            "it was not written by this library, or its meta database was damaged; "
+            "open a journal directory this library created",
+            database="meta",
+            key=b"format",
+        )
+    theirs = found.decode(errors="replace")
+    newer = found.isdigit() and int(found) > int(_FORMAT)
+    advice = (
+        "upgrade the library to a version that reads it"
+        if newer
+        else f"open it with the version of the library that wrote it (format {theirs})"
+    )
+    return JournalCorrupt(
+        f"{path} holds journal format {theirs}, and this version of the library reads "
+        f"format {mine} only; nothing was read or changed. To use it, {advice}",
+        database="meta",
+        key=b"format",
+    )
 _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
 _MAIL_COUNTER = b"m"
@@ -254,12 +284,7 @@ class LMDBJournal(Journal):
                 if found is None:
                     txn.put(b"format", _FORMAT)
                 elif found != _FORMAT:
-                    raise JournalCorrupt(
-                        f"{self.path} holds journal format {found!r}, this version reads "
-                        f"{_FORMAT!r}; open it with the version that wrote it",
-                        database="meta",
-                        key=b"format",
-                    )
+                    raise _format_mismatch(self.path, found)
         except lmdb.Error as exc:
             self._release()
             raise JournalCorrupt(
@@ -303,12 +328,7 @@ class LMDBJournal(Journal):
             ) from exc  # fmt: skip
         if found != _FORMAT:
             self._release()
-            raise JournalCorrupt(
-                f"{self.path} holds journal format {found!r}, this version reads "
-                f"{_FORMAT!r}; open it with the version that wrote it",
-                database="meta",
-                key=b"format",
-            )
+            raise _format_mismatch(self.path, found)
         _open_journals.add(self)
 
     def _take_lock(self) -> int:

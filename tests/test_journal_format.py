@@ -1,0 +1,95 @@
+"""The LMDB journal's format marker: written on creation, checked on every
+open; a journal of another format is refused, never misread.
+
+(PostgreSQL keeps its schema version and migrations: see
+test_postgres_journal.py.)"""
+
+from __future__ import annotations
+
+import lmdb
+import pytest
+
+import actors
+from storage import JournalCorrupt, LMDBJournal, Txn, instance_id
+
+A = instance_id("a")
+
+
+def _set_format(path, value: bytes | None) -> None:
+    env = lmdb.open(str(path), max_dbs=16)
+    try:
+        meta = env.open_db(b"meta")
+        with env.begin(write=True, db=meta) as txn:
+            if value is None:
+                txn.delete(b"format")
+            else:
+                txn.put(b"format", value)
+    finally:
+        env.close()
+
+
+def _get_format(path) -> bytes | None:
+    env = lmdb.open(str(path), max_dbs=16, readonly=True)
+    try:
+        with env.begin(db=env.open_db(b"meta", create=False)) as txn:
+            return txn.get(b"format")
+    finally:
+        env.close()
+
+
+async def _journal_with_an_instance(path) -> None:
+    async with LMDBJournal(path) as j:
+        txn = Txn()
+        txn.put_instance(A, address="a", process="p", status="running", record={"run": 0})
+        await j.commit(txn)
+
+
+async def test_a_new_journal_records_its_format_and_reopens(tmp_path):
+    path = tmp_path / "journal"
+    await _journal_with_an_instance(path)
+    assert b"1" == _get_format(path)
+    async with LMDBJournal(path) as j:
+        with j.reader() as r:
+            assert {"run": 0} == r.instance(A).record
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+async def test_an_older_format_is_refused_naming_both_versions(tmp_path, readonly):
+    path = tmp_path / "journal"
+    await _journal_with_an_instance(path)
+    _set_format(path, b"0")
+    with pytest.raises(JournalCorrupt) as caught:
+        await LMDBJournal(path, readonly=readonly).open()
+    message = str(caught.value)
+    assert "holds journal format 0" in message
+    assert "reads format 1 only" in message
+    assert "open it with the version of the library that wrote it (format 0)" in message
+    assert ("meta", b"format") == (caught.value.database, caught.value.key)
+    assert b"0" == _get_format(path)  # refused, not rewritten
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+async def test_a_newer_format_is_refused_with_upgrade_advice(tmp_path, readonly):
+    path = tmp_path / "journal"
+    await _journal_with_an_instance(path)
+    _set_format(path, b"2")
+    with pytest.raises(JournalCorrupt, match="holds journal format 2.*upgrade the library"):
+        await LMDBJournal(path, readonly=readonly).open()
+    assert b"2" == _get_format(path)
+
+
+async def test_a_journal_without_a_format_marker_is_refused_when_read_only(tmp_path):
+    path = tmp_path / "journal"
+    await _journal_with_an_instance(path)
+    _set_format(path, None)
+    with pytest.raises(JournalCorrupt, match="has no journal format marker"):
+        await LMDBJournal(path, readonly=True).open()
+
+
+async def test_a_system_refuses_a_journal_of_another_format(tmp_path):
+    path = tmp_path / "journal"
+    await _journal_with_an_instance(path)
+    _set_format(path, b"2")
+    with pytest.raises(JournalCorrupt, match="format 2"):
+        async with actors.open_system(LMDBJournal(path), []):
+            pass  # pragma: no cover - refused before
