@@ -280,7 +280,7 @@ async def test_lost_connections_are_replaced_without_losing_a_write(make_pg, pg)
 async def test_a_commit_cut_off_during_commit_is_looked_up_by_its_xid(make_pg, pg):
     import psycopg
 
-    from storage._postgres import _Attempt
+    from storage._postgres._writer import _Attempt
 
     async with make_pg() as j:
         outcomes = {}
@@ -289,12 +289,12 @@ async def test_a_commit_cut_off_during_commit_is_looked_up_by_its_xid(make_pg, p
                 run = _Attempt()
                 run.xid = int(conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
                 getattr(conn, ending)()
-            outcomes[ending] = await trio.to_thread.run_sync(j._committed, run, [])
+            outcomes[ending] = await trio.to_thread.run_sync(j._writer.committed, run, [])
         assert {"commit": True, "rollback": False} == outcomes
         txn = Txn()
         txn.append_message(A, "m")
         # No xid and an append in the batch: running it again could append twice.
-        assert await trio.to_thread.run_sync(j._committed, _Attempt(), [txn]) is None
+        assert await trio.to_thread.run_sync(j._writer.committed, _Attempt(), [txn]) is None
 
 
 async def test_a_reader_sees_one_snapshot(make_pg, pg):
@@ -404,7 +404,7 @@ async def test_random_batches_match_the_memory_journal(make_pg, seed, savepoints
     rng = random.Random(seed)
     now = time.time()
     async with MemoryJournal() as mem, make_pg() as pgj:
-        pgj._force_savepoints = savepoints
+        pgj._writer.force_savepoints = savepoints
         for _ in range(12):
             txns = [random_txn(rng, now) for _ in range(rng.randint(1, 30))]
             tickets = [(mem.submit(t), pgj.submit(t)) for t in txns]  # one or a few batches
