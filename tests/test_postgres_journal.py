@@ -297,6 +297,105 @@ async def test_a_commit_cut_off_during_commit_is_looked_up_by_its_xid(make_pg, p
         assert await trio.to_thread.run_sync(j._writer.committed, _Attempt(), [txn]) is None
 
 
+def kill_own_session(dsn: str, conn) -> None:
+    """Terminate the server session behind the journal connection ``conn``
+    (no other), and wait until it is gone."""
+    pid = conn.info.backend_pid
+    assert [(True,)] == sql(dsn, "SELECT pg_terminate_backend(%s)", [pid])
+    deadline = time.monotonic() + 5
+    while sql(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]):
+        assert time.monotonic() < deadline, f"session {pid} did not end"
+        time.sleep(0.01)
+
+
+def fail_commits(dsn: str, moment: str, how: str, times: int = 1):
+    """A committer fault: at ``moment`` of the next ``times`` commits, kill
+    the committer's own session; ``how`` is what the committer then sees:
+    "busy" is psycopg's "cannot exit pipeline mode while busy" on a
+    connection it still thinks is fine, "broken" the closed socket itself."""
+    import psycopg
+
+    left = [times]
+
+    def fault(at: str, conn) -> None:
+        if at != moment or not left[0]:
+            return
+        left[0] -= 1
+        kill_own_session(dsn, conn)
+        if how == "busy":
+            raise psycopg.OperationalError("cannot exit pipeline mode while busy")
+        conn.execute("SELECT 1")  # finds the socket closed
+
+    return fault
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "moment, how, savepoints",
+    [
+        ("commit answered", "busy", False),
+        ("commit answered", "broken", False),
+        ("commit answered", "broken", True),
+        ("commit sent", "broken", False),
+    ],
+)
+async def test_a_commit_whose_answer_is_lost_is_written_exactly_once(
+    make_pg, pg, moment, how, savepoints
+):
+    dsn, schema = pg
+    async with make_pg() as j:
+        await commit(j, lambda t: put(t, A))
+        j._writer.force_savepoints = savepoints
+        j._writer.fault = fail_commits(dsn, moment, how)
+        before = j.commits
+
+        def build(t: Txn) -> None:
+            t.require(A, LIVE)
+            t.append_message(A, "m")
+            t.append_stream(A, "v")
+            t.put_log(A, 0, 1, "entry")
+
+        assert [1, 0] == await commit(j, build)
+        assert 1 == j.commits - before  # looked up, not run again
+        # A batch that appends after a delete takes no numbers up front, and
+        # no precondition: it learns its transaction id all the same.
+        j._writer.fault = fail_commits(dsn, moment, how)
+
+        def again(t: Txn) -> None:
+            t.delete_instance(B)
+            put(t, B)
+            t.append_message(B, "only once")
+
+        assert [1] == await commit(j, again)
+        with j.reader() as r:
+            assert [(1, "m")] == r.mailbox(A)
+            assert [(0, "v")] == r.stream(A)
+            assert (1, 1) == (r.last_message_seq(A), r.stream_length(A))
+            assert {1: "entry"} == r.log(A, 0)
+            assert [(1, "only once")] == r.mailbox(B)
+    rows = sql(dsn, f'SELECT count(*) FROM "{schema}".mail')
+    assert [(2,)] == rows
+
+
+@pytest.mark.slow
+async def test_a_commit_whose_outcome_stays_unknown_is_reported_as_such(make_pg, pg):
+    from storage import CommitOutcomeUnknown, JournalUnavailable
+
+    dsn, _ = pg
+    async with make_pg() as j:
+        await commit(j, lambda t: put(t, A))
+        j._writer.fault = fail_commits(dsn, "commit answered", "busy")
+        j._writer.committed = lambda run, txns: None  # the server cannot say
+        with pytest.raises(CommitOutcomeUnknown) as caught:
+            await commit(j, lambda t: t.append_message(A, "m"))
+        assert isinstance(caught.value, JournalUnavailable)
+        assert "read back what they write before writing them again" in str(caught.value)
+        del j._writer.committed
+        with j.reader() as r:  # it was committed; the journal still works
+            assert [(1, "m")] == r.mailbox(A)
+        assert [2] == await commit(j, lambda t: t.append_message(A, "n"))
+
+
 async def test_a_reader_sees_one_snapshot(make_pg, pg):
     dsn, schema = pg
     async with make_pg() as j:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -43,7 +44,14 @@ import trio
 
 from .. import _journal as j
 from .._journal import Ticket, Txn
-from ..errors import Conflict, EncodeError, JournalCorrupt, JournalFull, JournalUnavailable
+from ..errors import (
+    CommitOutcomeUnknown,
+    Conflict,
+    EncodeError,
+    JournalCorrupt,
+    JournalFull,
+    JournalUnavailable,
+)
 from ._plan import (
     Owned,
     _check_fences,
@@ -60,6 +68,7 @@ from ._schema import _MAIL, _SET_COUNTER, _SQL, _STREAM
 from ._server import _rollback, _Server, _Threads
 
 _ATTEMPTS = 6  # tries of one batch on a lost connection, deadlock or serialization failure
+_LOOKUP_FOR = 5.0  # seconds to learn the outcome of a COMMIT whose answer was lost
 
 
 class _Batch:
@@ -120,6 +129,10 @@ class _Writer:
         self._threads: _Threads | None = None
         self.inflight = 0  # batches submitted and not yet finished (trio thread)
         self.force_savepoints = False  # tests: take the per-transaction SAVEPOINT path
+        # Tests: called as fault(moment, conn) at "commit sent" (COMMIT is
+        # queued, the server has not seen it) and "commit answered" (the
+        # server committed; an error raised now stands for a lost answer).
+        self.fault: Callable[[str, psycopg.Connection], None] | None = None
         self.commits = 0  # database transactions committed (one per batch)
 
     @property
@@ -219,8 +232,8 @@ class _Writer:
                         self._run_batch(conn, txns, durable, run)
                     except psycopg.errors.TransactionRollback:
                         raise
-                    except psycopg.Error:
-                        if conn.broken:
+                    except psycopg.Error as exc:
+                        if _session_lost(exc, conn):
                             raise
                         # A statement failed: find out which transaction's it was.
                         _rollback(conn)
@@ -237,26 +250,34 @@ class _Writer:
                 failure = JournalUnavailable(f"commit to {where} kept failing: {exc}")
                 failure.__cause__ = exc
             except psycopg.Error as exc:
-                if not (conn.broken or conn.closed):
+                if not _session_lost(exc, conn):
                     _rollback(conn)
                     failure = _txn_error(exc, where)
                     break
+                # The session is gone, or in a state nobody knows (psycopg's
+                # "cannot exit pipeline mode while busy" leaves it unbroken):
+                # end it, so a transaction still open on it rolls back.
+                self._drop_connection()
                 failure = self._server.unreachable(exc)
                 failure.__cause__ = exc
                 if run.committing:
+                    # Invariant: a batch whose COMMIT may have been written is
+                    # never run again; only one the server says is not is.
                     committed = self.committed(run, txns)
                     if committed:
                         batch.outcomes = run.outcomes  # type: ignore[assignment]
                         self.commits += 1
                         return
                     if committed is None:
-                        failure = JournalUnavailable(
-                            f"the connection to {where} was lost during COMMIT "
-                            f"({exc}); whether these transactions were written is unknown"
+                        failure = CommitOutcomeUnknown(
+                            f"the connection to {where} was lost after COMMIT was sent "
+                            f"({str(exc).strip()}), and the server could not say whether "
+                            "these transactions were written; read back what they write "
+                            "before writing them again (a blind retry may write them twice)"
                         )
                         failure.__cause__ = exc
                         break
-                # Lost before COMMIT: the server rolled the transaction back.
+                # Not committed: the server rolled the transaction back.
             except Exception as exc:  # a bug here: every caller learns of it
                 _rollback(conn)
                 failure = JournalCorrupt(
@@ -268,31 +289,44 @@ class _Writer:
         batch.outcomes = [failure] * len(txns)
 
     def committed(self, run: _Attempt, txns: list[Txn]) -> bool | None:
-        """After the connection broke during COMMIT: did it commit? None if unknown."""
+        """After the connection was lost during COMMIT: did it commit? None if
+        that cannot be learned within `_LOOKUP_FOR` seconds. Asks on a new
+        connection (the writer's next), by the transaction's id."""
         if run.xid is None:
-            # Without appends a batch is idempotent: running it again is safe.
+            # No id is taken only for a batch without preconditions and without
+            # appends (see _run_batch): it writes the same rows again, so
+            # running it again is safe.
             appends = (j.APPEND_MESSAGE, j.APPEND_STREAM)
             return None if any(op[0] in appends for t in txns for op in t.ops) else False
-        for _ in range(50):
+        deadline = time.monotonic() + _LOOKUP_FOR
+        delay = 0.01
+        while True:
             try:
                 conn = self._writer_connection()
                 state = conn.execute("SELECT pg_xact_status(%s::text::xid8)", [run.xid]).fetchone()
             except (psycopg.Error, JournalUnavailable):
-                return None
+                state = None  # this connection was lost too: ask on another
+                self._drop_connection()
             if state is not None and state[0] == "committed":
                 return True
             if state is not None and state[0] == "aborted":
                 return False
-            time.sleep(0.01)  # "in progress": the old backend is still ending
-        return None
+            # "in progress": the old backend is still ending.
+            if time.monotonic() + delay > deadline:
+                return None
+            time.sleep(delay)
+            delay = min(2 * delay, 0.2)
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
 
     def _writer_connection(self) -> psycopg.Connection:
         conn = self._conn
         if conn is not None and not (conn.closed or conn.broken):
             return conn
-        if conn is not None:
-            conn.close()
-            self._conn = None
+        self._drop_connection()
         self._conn = self._server.connect()
         return self._conn
 
@@ -324,6 +358,13 @@ class _Writer:
                 xid, locked, statuses, iids, kinds, counts, owners, epochs = row
                 run.xid = int(xid)
                 totals = dict(zip(zip(iids, kinds), counts))
+            elif any(plan.appends):
+                # Appends after a delete in this batch take no numbers up front,
+                # but a batch that appends must not run twice: learn its id, so
+                # that a COMMIT whose answer is lost can be looked up.
+                first = conn.execute(sql.take_xid)
+                pipeline.sync()
+                run.xid = int(first.fetchone()[0])  # type: ignore[index]
             elif durable:
                 conn.execute(sql.take_xid)  # so that even an empty commit waits for the WAL
             # 2. Preconditions, in submission order, against the statuses the
@@ -380,6 +421,10 @@ class _Writer:
             run.outcomes = [o if o is not None else [c[1] for c in next(appends)] for o in outcomes]
             run.committing = True
             conn.execute("COMMIT")  # sent, with everything before it, as the pipeline ends
+            if self.fault is not None:
+                self.fault("commit sent", conn)
+        if self.fault is not None:
+            self.fault("commit answered", conn)
 
     def _run_with_savepoints(
         self, conn: psycopg.Connection, txns: list[Txn], durable: bool, run: _Attempt
@@ -429,13 +474,15 @@ class _Writer:
                 except psycopg.errors.TransactionRollback:
                     raise
                 except psycopg.Error as exc:
-                    if conn.broken:
+                    if _session_lost(exc, conn):
                         raise
                     cur.execute("ROLLBACK TO SAVEPOINT txn")
                     outcomes.append(_txn_error(exc, self._server.describe()))
             run.outcomes = outcomes
             run.committing = True
             cur.execute("COMMIT")
+        if self.fault is not None:
+            self.fault("commit answered", conn)
 
 
 def _txn_error(exc: psycopg.Error, where: str) -> Exception:
@@ -452,3 +499,15 @@ def _txn_error(exc: psycopg.Error, where: str) -> Exception:
         error = JournalCorrupt(f"commit to {where} failed: {exc}", database="", key=b"")
     error.__cause__ = exc
     return error
+
+
+def _session_lost(exc: psycopg.Error, conn: psycopg.Connection) -> bool:
+    """Whether ``exc`` leaves the session gone or in an unknown state, rather
+    than being the server's refusal of a statement on a live session."""
+    if conn.broken or conn.closed:
+        return True
+    if isinstance(exc, psycopg.errors.PipelineAborted):
+        return False  # skipped after a statement failed: that failure decides
+    if exc.sqlstate is None:  # raised by the client: "cannot exit pipeline mode while busy"
+        return isinstance(exc, psycopg.OperationalError)
+    return exc.sqlstate.startswith("08") or exc.diag.severity in ("FATAL", "PANIC")
