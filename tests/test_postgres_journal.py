@@ -13,6 +13,7 @@ import time
 import pytest
 import trio
 
+import actors
 from storage import (
     STATUSES,
     ActorError,
@@ -308,17 +309,18 @@ def kill_own_session(dsn: str, conn) -> None:
         time.sleep(0.01)
 
 
-def fail_commits(dsn: str, moment: str, how: str, times: int = 1):
-    """A committer fault: at ``moment`` of the next ``times`` commits, kill
-    the committer's own session; ``how`` is what the committer then sees:
-    "busy" is psycopg's "cannot exit pipeline mode while busy" on a
-    connection it still thinks is fine, "broken" the closed socket itself."""
+def fail_commits(dsn: str, moment: str, how: str, times: int = 1, only=lambda txns: True):
+    """A committer fault: at ``moment`` of the next ``times`` commits (of
+    batches ``only`` picks), kill the committer's own session; ``how`` is
+    what the committer then sees: "busy" is psycopg's "cannot exit pipeline
+    mode while busy" on a connection it still thinks is fine, "broken" the
+    closed socket itself."""
     import psycopg
 
     left = [times]
 
-    def fault(at: str, conn) -> None:
-        if at != moment or not left[0]:
+    def fault(at: str, conn, txns) -> None:
+        if at != moment or not left[0] or not only(txns):
             return
         left[0] -= 1
         kill_own_session(dsn, conn)
@@ -394,6 +396,42 @@ async def test_a_commit_whose_outcome_stays_unknown_is_reported_as_such(make_pg,
         with j.reader() as r:  # it was committed; the journal still works
             assert [(1, "m")] == r.mailbox(A)
         assert [2] == await commit(j, lambda t: t.append_message(A, "n"))
+
+
+@actors.process("tally/:id")
+async def tally(ctx: actors.Context, id: str) -> int:
+    _signal, payload = await ctx.receive(actors.Signal("add"))
+    return 2 * payload["n"]
+
+
+@pytest.mark.slow
+async def test_an_instance_whose_journal_connection_is_lost_is_loaded_again(make_pg, pg):
+    from storage._journal import TAKE_MESSAGE
+    from storage._postgres._writer import _ATTEMPTS
+
+    dsn, schema = pg
+    journal = make_pg()
+
+    def takes(txns: list[Txn]) -> bool:
+        return any(op[0] == TAKE_MESSAGE for t in txns for op in t.ops)
+
+    async with actors.open_system(journal, processes=[tally]) as system:
+        handle = await system.start(tally, "1")
+        # Every try of the write that takes the message loses its session
+        # (whether or not the server had its COMMIT yet): the instance gives
+        # up on the journal, is loaded again from what was committed, and
+        # the system carries on.
+        journal._writer.fault = fail_commits(
+            dsn, "commit sent", "broken", times=_ATTEMPTS, only=takes
+        )
+        await system.send("tally/1", actors.Signal("add"), {"n": 21})
+        with trio.fail_after(15):
+            assert 42 == await handle.result()
+        other = await system.start(tally, "2")
+        await system.send("tally/2", actors.Signal("add"), {"n": 1})
+        assert 2 == await other.result()
+    rows = sql(dsn, f'SELECT count(*) FROM "{schema}".mail')
+    assert [(0,)] == rows
 
 
 async def test_a_reader_sees_one_snapshot(make_pg, pg):

@@ -129,10 +129,11 @@ class _Writer:
         self._threads: _Threads | None = None
         self.inflight = 0  # batches submitted and not yet finished (trio thread)
         self.force_savepoints = False  # tests: take the per-transaction SAVEPOINT path
-        # Tests: called as fault(moment, conn) at "commit sent" (COMMIT is
-        # queued, the server has not seen it) and "commit answered" (the
-        # server committed; an error raised now stands for a lost answer).
-        self.fault: Callable[[str, psycopg.Connection], None] | None = None
+        # Tests: called as fault(moment, conn, txns) at "commit sent" (COMMIT
+        # is in the pipeline; the server may or may not have it yet) and
+        # "commit answered" (the server committed; an error raised now
+        # stands for an answer lost on the way).
+        self.fault: Callable[[str, psycopg.Connection, list[Txn]], None] | None = None
         self.commits = 0  # database transactions committed (one per batch)
 
     @property
@@ -422,9 +423,9 @@ class _Writer:
             run.committing = True
             conn.execute("COMMIT")  # sent, with everything before it, as the pipeline ends
             if self.fault is not None:
-                self.fault("commit sent", conn)
+                self.fault("commit sent", conn, txns)
         if self.fault is not None:
-            self.fault("commit answered", conn)
+            self.fault("commit answered", conn, txns)
 
     def _run_with_savepoints(
         self, conn: psycopg.Connection, txns: list[Txn], durable: bool, run: _Attempt
@@ -482,7 +483,7 @@ class _Writer:
             run.committing = True
             cur.execute("COMMIT")
         if self.fault is not None:
-            self.fault("commit answered", conn)
+            self.fault("commit answered", conn, txns)
 
 
 def _txn_error(exc: psycopg.Error, where: str) -> Exception:
