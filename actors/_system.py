@@ -13,7 +13,7 @@ from typing import Any
 import trio
 
 from storage import LIVE_STATUSES, Journal, Txn, encode, instance_id
-from storage.errors import Conflict, EncodeError, JournalCorrupt
+from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalUnavailable
 
 from . import _supervision as _sup
 from ._context import Context
@@ -584,7 +584,9 @@ class ActorSystem:
         actor = Actor(self, iid, address, proc, record, loaded=True, epoch=epoch)
         self._live[iid] = actor
         assert self._nursery is not None
-        self._nursery.start_soon(actor.main, name=f"actor {address}")
+        self._nursery.start_soon(
+            self._run_or_reload, actor.main, iid, name=f"actor {address}"
+        )
         return actor
 
     def _activate(self, iid: bytes) -> None:
@@ -593,7 +595,24 @@ class ActorSystem:
             return
         self._activating.add(iid)
         assert self._nursery is not None
-        self._nursery.start_soon(self._activate_task, iid)
+        self._nursery.start_soon(self._run_or_reload, lambda: self._activate_task(iid), iid)
+
+    async def _run_or_reload(self, run: Callable[[], Any], iid: bytes) -> None:
+        """``await run()``; if the journal's connection is lost meanwhile, load
+        the instance again later (from what was committed), never end the system."""
+        lost: list[BaseException] = []
+        try:
+            await run()
+        except* JournalUnavailable as group:
+            lost.extend(group.exceptions)
+        if lost:
+            log.warning(
+                "instance %s lost its journal (%s); loading it again in %s s",
+                iid.hex(), lost[0], _RELOAD_AFTER,
+            )  # fmt: skip
+            await trio.sleep(_RELOAD_AFTER)
+            self._status_changed(iid)  # its handles read what was committed
+            self._activate(iid)
 
     async def _activate_task(self, iid: bytes) -> None:
         try:
@@ -739,6 +758,7 @@ class ActorSystem:
 
 
 _ENDS_KEPT = 10_000
+_RELOAD_AFTER = 0.5  # seconds before an instance that lost the journal is loaded again
 
 _STATUSES = (
     "running", "suspended", "completed", "failed", "cancelled", "compensation_stuck", "corrupt",

@@ -22,6 +22,7 @@ from ._lmdb import LMDBJournal as LMDBJournal
 from ._memory import MemoryJournal as MemoryJournal
 from .errors import (
     ActorError as ActorError,
+    CommitOutcomeUnknown as CommitOutcomeUnknown,
     Conflict as Conflict,
     EncodeError as EncodeError,
     JournalClosed as JournalClosed,

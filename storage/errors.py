@@ -62,3 +62,12 @@ class Conflict(ActorError):
 class JournalUnavailable(JournalClosed, ConnectionError):
     """The journal's server cannot be reached, or the connection was lost
     mid-commit; the message names the server and how to point at another."""
+
+
+class CommitOutcomeUnknown(JournalUnavailable):
+    """The connection was lost after COMMIT was sent and the server could not
+    say whether the transaction was written: it may be in the journal or not.
+
+    Running it again could write it twice; read back what it was meant to
+    write (an instance's status, log or mailbox) and decide from that.
+    """

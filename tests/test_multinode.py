@@ -98,8 +98,8 @@ def fenced_log(iid: bytes, epoch: int, seq: int = 1) -> Txn:
 def freeze(journal) -> None:
     """Stop a node's heartbeat, as SIGSTOP would: the server ends its idle
     lease session after ``lease_timeout`` and the lease is free."""
-    journal._heartbeat_stop.set()
-    journal._heartbeat_thread.join()
+    journal._lease.heartbeat_stop.set()
+    journal._lease.heartbeat_thread.join()
 
 
 async def until(predicate, timeout: float = 5.0, what: str = "condition") -> float:
@@ -181,7 +181,7 @@ async def trio_gather(*awaitables):
 @pytest.mark.parametrize("savepoints", [False, True], ids=["fast", "savepoints"])
 async def test_a_failed_fence_fails_its_transaction_only(node, pg, savepoints):
     async with node("a") as a:
-        a._force_savepoints = savepoints
+        a._writer.force_savepoints = savepoints
         await create(a, X, Y)
         epoch = await a.claim(X)
         stale, good, other = fenced_log(X, epoch - 1), fenced_log(X, epoch, 2), Txn()
@@ -220,17 +220,17 @@ async def test_a_frozen_node_loses_its_instances_and_its_late_writes(node, pg):
         assert [] == await a.orphans()  # never one's own
         assert [] == await b.orphans()  # a is alive again
         assert await b.claim(Y) is None
-        assert {a._lease_conn.info.backend_pid} == lease_holders(pg, "a")
+        assert {a._lease.conn.info.backend_pid} == lease_holders(pg, "a")
 
 
 async def test_a_node_frozen_mid_commit_does_not_keep_its_row_locks(node, pg, monkeypatch):
-    from storage import _postgres
+    from storage._postgres import _plan
 
     async with node("a") as a, node("b") as b:
         await create(a, X)
         epoch = await a.claim(X)
         stall = threading.Event()
-        number = _postgres._Plan.number
+        number = _plan._Plan.number
 
         def stalled(plan, before):  # a's committer, between its two round trips
             if stall.is_set():
@@ -238,7 +238,7 @@ async def test_a_node_frozen_mid_commit_does_not_keep_its_row_locks(node, pg, mo
                 time.sleep(LEASE * 6)  # frozen, holding the row lock on X
             number(plan, before)
 
-        monkeypatch.setattr(_postgres._Plan, "number", stalled)
+        monkeypatch.setattr(_plan._Plan, "number", stalled)
         freeze(a)  # and its lease lapses
         stall.set()
         outcome = []
@@ -262,7 +262,7 @@ async def test_a_node_frozen_mid_commit_does_not_keep_its_row_locks(node, pg, mo
 
 def lease_holders(pg, name: str) -> set[int]:
     """The server processes that hold node ``name``'s lease lock."""
-    from storage._postgres import _node_key
+    from storage._postgres._schema import _node_key
 
     key = _node_key(pg[1], name)  # an advisory lock keeps a bigint in two halves
     rows = sql(
@@ -285,7 +285,7 @@ async def test_a_node_that_outlives_its_idle_timeout_keeps_its_lease(node):
 @pytest.mark.parametrize("savepoints", [False, True], ids=["fast", "savepoints"])
 async def test_mail_for_another_nodes_instance_notifies_it(node, savepoints):
     async with node("a") as a, node("b") as b:
-        b._force_savepoints = savepoints
+        b._writer.force_savepoints = savepoints
         seen: list[bytes] = []
         a.on_mail(seen.append)
         await create(a, X)
@@ -327,7 +327,7 @@ async def test_notices_before_the_callback_wait_for_it(node):
         txn = Txn()
         txn.append_message(X, ["work", 1, 0.0])
         await b.commit(txn)
-        await until(lambda: a._mail_backlog, what="the notice")
+        await until(lambda: a._mail.backlog, what="the notice")
         seen: list[bytes] = []
         a.on_mail(seen.append)
         assert [X] == seen
@@ -341,7 +341,7 @@ async def test_after_a_lost_mail_connection_owned_mail_is_reported(node, pg):
         await a.commit(txn)  # a's own mail: no notice
         seen: list[bytes] = []
         a.on_mail(seen.append)
-        sql(pg[0], "SELECT pg_terminate_backend(%s)", [a._listen_conn.info.backend_pid])
+        sql(pg[0], "SELECT pg_terminate_backend(%s)", [a._mail.conn.info.backend_pid])
         await until(lambda: X in seen, what="the rescan")
         assert [X] == seen
         later = Txn()  # and notices work again on the new connection
@@ -353,7 +353,7 @@ async def test_after_a_lost_mail_connection_owned_mail_is_reported(node, pg):
 async def test_a_lost_lease_connection_is_taken_again(node, pg):
     async with node("a") as a, node("b") as b:
         await create(a, X)
-        old = a._lease_conn.info.backend_pid
+        old = a._lease.conn.info.backend_pid
         sql(pg[0], "SELECT pg_terminate_backend(%s)", [old])
         await until(lambda: lease_holders(pg, "a") - {old}, what="a new lease")
         assert await b.claim(X) is None
@@ -370,7 +370,7 @@ async def test_gone_nodes_that_own_nothing_are_forgotten(node, pg):
         names = {n for (n,) in sql(pg[0], f'SELECT name FROM "{pg[1]}".nodes')}
         assert {"a", "gone"} == names  # "idle" owned nothing live
         assert await a.claim(X) > 0
-        a._pruned_at = 0
+        a._lease.pruned_at = 0
         await a.orphans()
         assert {("a",)} == set(sql(pg[0], f'SELECT name FROM "{pg[1]}".nodes'))
 
@@ -397,13 +397,13 @@ async def test_a_notice_during_an_unfinished_take_does_not_deliver_it_twice(node
     a_journal, b_journal = node(None), node(None)
     gate = threading.Event()
     gate.set()
-    write = a_journal._write
+    write = a_journal._writer.write
 
     def gated_write(batch):  # holds a's commits while the gate is shut
         gate.wait(10)
         write(batch)
 
-    a_journal._write = gated_write
+    a_journal._writer.write = gated_write
     async with actors.open_system(a_journal, processes=[box], node="a") as a, \
             actors.open_system(b_journal, processes=[box], node="b") as b:  # fmt: skip
         handle = await a.start(box, "1")
@@ -412,7 +412,7 @@ async def test_a_notice_during_an_unfinished_take_does_not_deliver_it_twice(node
         actor = a._live[instance_id("box/1")]
         gate.clear()
         await b.send("box/1", work, {"n": 1})  # seq 1: a takes it, the take waits at the gate
-        await until(lambda: a_journal._inflight, what="a's step to wait for its take")
+        await until(lambda: a_journal._writer.inflight, what="a's step to wait for its take")
         await b.send("box/1", work, {"n": 2})  # seq 2: its notice makes a read the mailbox
         await until(lambda: 2 in actor.mailbox.messages, what="the second message to reach a")
         gate.set()

@@ -13,6 +13,7 @@ import time
 import pytest
 import trio
 
+import actors
 from storage import (
     STATUSES,
     ActorError,
@@ -280,7 +281,7 @@ async def test_lost_connections_are_replaced_without_losing_a_write(make_pg, pg)
 async def test_a_commit_cut_off_during_commit_is_looked_up_by_its_xid(make_pg, pg):
     import psycopg
 
-    from storage._postgres import _Attempt
+    from storage._postgres._writer import _Attempt
 
     async with make_pg() as j:
         outcomes = {}
@@ -289,12 +290,148 @@ async def test_a_commit_cut_off_during_commit_is_looked_up_by_its_xid(make_pg, p
                 run = _Attempt()
                 run.xid = int(conn.execute("SELECT pg_current_xact_id()::text").fetchone()[0])
                 getattr(conn, ending)()
-            outcomes[ending] = await trio.to_thread.run_sync(j._committed, run, [])
+            outcomes[ending] = await trio.to_thread.run_sync(j._writer.committed, run, [])
         assert {"commit": True, "rollback": False} == outcomes
         txn = Txn()
         txn.append_message(A, "m")
         # No xid and an append in the batch: running it again could append twice.
-        assert await trio.to_thread.run_sync(j._committed, _Attempt(), [txn]) is None
+        assert await trio.to_thread.run_sync(j._writer.committed, _Attempt(), [txn]) is None
+
+
+def kill_own_session(dsn: str, conn) -> None:
+    """Terminate the server session behind the journal connection ``conn``
+    (no other), and wait until it is gone."""
+    pid = conn.info.backend_pid
+    assert [(True,)] == sql(dsn, "SELECT pg_terminate_backend(%s)", [pid])
+    deadline = time.monotonic() + 5
+    while sql(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]):
+        assert time.monotonic() < deadline, f"session {pid} did not end"
+        time.sleep(0.01)
+
+
+def fail_commits(dsn: str, moment: str, how: str, times: int = 1, only=lambda txns: True):
+    """A committer fault: at ``moment`` of the next ``times`` commits (of
+    batches ``only`` picks), kill the committer's own session; ``how`` is
+    what the committer then sees: "busy" is psycopg's "cannot exit pipeline
+    mode while busy" on a connection it still thinks is fine, "broken" the
+    closed socket itself."""
+    import psycopg
+
+    left = [times]
+
+    def fault(at: str, conn, txns) -> None:
+        if at != moment or not left[0] or not only(txns):
+            return
+        left[0] -= 1
+        kill_own_session(dsn, conn)
+        if how == "busy":
+            raise psycopg.OperationalError("cannot exit pipeline mode while busy")
+        conn.execute("SELECT 1")  # finds the socket closed
+
+    return fault
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "moment, how, savepoints",
+    [
+        ("commit answered", "busy", False),
+        ("commit answered", "broken", False),
+        ("commit answered", "broken", True),
+        ("commit sent", "broken", False),
+    ],
+)
+async def test_a_commit_whose_answer_is_lost_is_written_exactly_once(
+    make_pg, pg, moment, how, savepoints
+):
+    dsn, schema = pg
+    async with make_pg() as j:
+        await commit(j, lambda t: put(t, A))
+        j._writer.force_savepoints = savepoints
+        j._writer.fault = fail_commits(dsn, moment, how)
+        before = j.commits
+
+        def build(t: Txn) -> None:
+            t.require(A, LIVE)
+            t.append_message(A, "m")
+            t.append_stream(A, "v")
+            t.put_log(A, 0, 1, "entry")
+
+        assert [1, 0] == await commit(j, build)
+        assert 1 == j.commits - before  # looked up, not run again
+        # A batch that appends after a delete takes no numbers up front, and
+        # no precondition: it learns its transaction id all the same.
+        j._writer.fault = fail_commits(dsn, moment, how)
+
+        def again(t: Txn) -> None:
+            t.delete_instance(B)
+            put(t, B)
+            t.append_message(B, "only once")
+
+        assert [1] == await commit(j, again)
+        with j.reader() as r:
+            assert [(1, "m")] == r.mailbox(A)
+            assert [(0, "v")] == r.stream(A)
+            assert (1, 1) == (r.last_message_seq(A), r.stream_length(A))
+            assert {1: "entry"} == r.log(A, 0)
+            assert [(1, "only once")] == r.mailbox(B)
+    rows = sql(dsn, f'SELECT count(*) FROM "{schema}".mail')
+    assert [(2,)] == rows
+
+
+@pytest.mark.slow
+async def test_a_commit_whose_outcome_stays_unknown_is_reported_as_such(make_pg, pg):
+    from storage import CommitOutcomeUnknown, JournalUnavailable
+
+    dsn, _ = pg
+    async with make_pg() as j:
+        await commit(j, lambda t: put(t, A))
+        j._writer.fault = fail_commits(dsn, "commit answered", "busy")
+        j._writer.committed = lambda run, txns: None  # the server cannot say
+        with pytest.raises(CommitOutcomeUnknown) as caught:
+            await commit(j, lambda t: t.append_message(A, "m"))
+        assert isinstance(caught.value, JournalUnavailable)
+        assert "read back what they write before writing them again" in str(caught.value)
+        del j._writer.committed
+        with j.reader() as r:  # it was committed; the journal still works
+            assert [(1, "m")] == r.mailbox(A)
+        assert [2] == await commit(j, lambda t: t.append_message(A, "n"))
+
+
+@actors.process("tally/:id")
+async def tally(ctx: actors.Context, id: str) -> int:
+    _signal, payload = await ctx.receive(actors.Signal("add"))
+    return 2 * payload["n"]
+
+
+@pytest.mark.slow
+async def test_an_instance_whose_journal_connection_is_lost_is_loaded_again(make_pg, pg):
+    from storage._journal import TAKE_MESSAGE
+    from storage._postgres._writer import _ATTEMPTS
+
+    dsn, schema = pg
+    journal = make_pg()
+
+    def takes(txns: list[Txn]) -> bool:
+        return any(op[0] == TAKE_MESSAGE for t in txns for op in t.ops)
+
+    async with actors.open_system(journal, processes=[tally]) as system:
+        handle = await system.start(tally, "1")
+        # Every try of the write that takes the message loses its session
+        # (whether or not the server had its COMMIT yet): the instance gives
+        # up on the journal, is loaded again from what was committed, and
+        # the system carries on.
+        journal._writer.fault = fail_commits(
+            dsn, "commit sent", "broken", times=_ATTEMPTS, only=takes
+        )
+        await system.send("tally/1", actors.Signal("add"), {"n": 21})
+        with trio.fail_after(15):
+            assert 42 == await handle.result()
+        other = await system.start(tally, "2")
+        await system.send("tally/2", actors.Signal("add"), {"n": 1})
+        assert 2 == await other.result()
+    rows = sql(dsn, f'SELECT count(*) FROM "{schema}".mail')
+    assert [(0,)] == rows
 
 
 async def test_a_reader_sees_one_snapshot(make_pg, pg):
@@ -404,7 +541,7 @@ async def test_random_batches_match_the_memory_journal(make_pg, seed, savepoints
     rng = random.Random(seed)
     now = time.time()
     async with MemoryJournal() as mem, make_pg() as pgj:
-        pgj._force_savepoints = savepoints
+        pgj._writer.force_savepoints = savepoints
         for _ in range(12):
             txns = [random_txn(rng, now) for _ in range(rng.randint(1, 30))]
             tickets = [(mem.submit(t), pgj.submit(t)) for t in txns]  # one or a few batches

@@ -1,0 +1,314 @@
+"""`PostgresJournal`: the journal on a PostgreSQL server, shared by several nodes.
+
+The class ties together the pieces of this package, each with one job:
+
+- `_server`: the DSN, connection settings and error messages;
+- `_schema`: the tables, their migrations and every SQL statement;
+- `_writer` and `_plan`: the committer thread and group commit;
+- `_reader`: reads in one snapshot, on pooled connections;
+- `_leases`: a node's lease, heartbeat, claims and takeovers;
+- `_pump`: notices of mail from other nodes (LISTEN/NOTIFY).
+
+Reads use pooled connections in REPEATABLE READ, READ ONLY transactions (a
+consistent snapshot); ``read(fn)`` runs in a worker thread, limited to the
+pool's size. psycopg's async API needs asyncio, so everything here uses its
+sync API from threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import psycopg
+import trio
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from .._journal import Journal, Reader, Ticket, Txn
+from ..errors import JournalClosed, JournalLocked
+from ._leases import _Lease
+from ._pump import _MailPump
+from ._reader import _configure_reader, _PostgresReader
+from ._schema import _SQL, migrate
+from ._server import _Server, _Threads
+from ._writer import _Writer
+
+__all__ = ["PostgresJournal"]
+
+T = TypeVar("T")
+
+
+class PostgresJournal(Journal):
+    """The durable journal in schema ``schema`` of the PostgreSQL database at ``dsn``.
+
+    Several journals, in this process or on other nodes, may open one schema
+    at once: writes from all of them interleave safely (preconditions are
+    checked under row locks, sequence numbers are allocated atomically).
+
+    Args:
+        dsn: a libpq connection string or URL, e.g.
+            ``"postgresql://app@db.internal:5432/app"``.
+        schema: the schema holding the journal's tables (created if missing).
+        pool_size: connections for reads in worker threads; the journal also
+            keeps one for its committer thread.
+        durability: ``"sync"`` (an awaited commit returns once the server has
+            flushed it) or ``"async"`` (once queued; the journal's
+            transactions run with ``synchronous_commit = off``).
+        lease_timeout: seconds after which the server ends the lease of a
+            node that stopped answering (frozen, partitioned), so that other
+            nodes take its instances over.
+
+    Raises (from ``open``):
+        JournalUnavailable: the server cannot be reached; the message names
+            the DSN.
+        JournalCorrupt: the schema was written by a newer version.
+        JournalLocked: another process runs as this node (see below).
+
+    Nodes. With ``set_node(name)`` before ``open`` (what
+    ``actors.open_system(..., node=name)`` does) the journal is one node of
+    several sharing the schema, and each instance is owned by one live node:
+
+    - *Lease.* A dedicated connection holds ``pg_try_advisory_lock`` on a
+      stable 64-bit hash of (schema, node name), with ``idle_session_timeout``
+      (PostgreSQL 14 or later) set to ``lease_timeout``; a heartbeat thread
+      runs ``SELECT 1`` on it
+      every quarter of that. A process that is frozen (SIGSTOP) or cut off
+      stops answering, the server ends its session and the lock is free
+      about ``lease_timeout`` later; a killed one frees it at once. (Never a
+      blocking ``pg_advisory_lock`` from a thread: one given up on can still
+      be granted later, a lock nobody knows it holds.) If the heartbeat
+      finds the connection gone, it reconnects and takes the lock again;
+      meanwhile other nodes may have claimed its instances, and fencing
+      (below) refuses its writes to them. The committer's connection gets
+      ``idle_in_transaction_session_timeout`` too, so a node frozen in the
+      middle of a commit does not keep its row locks (which would stall
+      every node writing those instances): the first round trip of a batch
+      ends with a Sync, or the server would not count the wait for the rest
+      as idle. The ``nodes`` table lists
+      each node's name, lock key, NOTIFY channel and when it took its lease.
+    - *Ownership.* A new instance belongs to the node that creates it, at
+      epoch 0. `claim` makes this node the owner, with a new epoch (from a
+      sequence, so epochs never repeat, even for an instance created again),
+      unless another node owns it and that node's lease is held. Claiming an
+      instance this node owns bumps the epoch as well: an older process
+      running under the same node name is fenced out.
+    - *Fencing.* `Txn.fence` is checked in the commit, under the same row
+      locks as ``require``: the instance must still be owned by this node at
+      that epoch, else that transaction fails with ``Conflict`` (reason
+      ``"epoch"``) and the rest of the batch commits. An owner change (a
+      claim) needs the row lock too, so a write is either before a takeover
+      or refused after it, never half-way.
+    - *Mail.* A transaction that appends a message to an instance another
+      node owns also sends ``pg_notify`` to that node's channel (instance
+      ids only, in hex, up to 200 per notice), so the notice leaves at
+      COMMIT and only if it commits. Each node LISTENs on its channel on a
+      connection of its own, pumped from the trio loop
+      (``trio.lowlevel.wait_readable`` on its socket), and passes each id to
+      the `on_mail` callbacks. Notices sent while that connection was down
+      are lost, so after a reconnect every owned instance with mail is
+      reported.
+    - *Takeover.* `orphans` lists live instances whose owner's lease is free.
+    - *Timers* need nothing here. Every node may see a due timer, but only
+      the instance's owner runs the instance, and firing a timer is a fenced
+      write that deletes its row in the transaction that logs the outcome;
+      a node that is not the owner cannot claim the instance while the
+      owner lives, and an owner that lost it cannot commit the firing. So a
+      timer fires exactly once across nodes with no separate claim of the
+      timer row (``SELECT ... FOR UPDATE SKIP LOCKED`` would only add a
+      second, weaker lock beside the ownership the runtime needs anyway).
+      A timer whose owner died fires when another node takes the instance
+      over (`orphans`, or its own timer scan's claim).
+
+    Without a node name the journal is a single owner, as LMDB is: `claim`
+    gives 0 and fences always hold.
+    """
+
+    shared = True
+
+    shared = True
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "actors",
+        pool_size: int = 8,
+        durability: str = "sync",
+        lease_timeout: float = 1.0,
+    ) -> None:
+        if not lease_timeout > 0:
+            raise ValueError(f"lease_timeout must be positive seconds, not {lease_timeout!r}")
+        if durability not in ("sync", "async"):
+            raise ValueError(f"durability must be 'sync' or 'async', not {durability!r}")
+        if not schema or len(schema.encode()) > 63 or "\x00" in schema:
+            raise ValueError(
+                f"schema must be a PostgreSQL identifier of 1 to 63 bytes, not {schema!r}"
+            )
+        if pool_size < 1:
+            raise ValueError(f"pool_size must be at least 1, not {pool_size!r}")
+        self.dsn = dsn
+        self.schema = schema
+        self.pool_size = pool_size
+        self.durability = durability
+        self.lease_timeout = lease_timeout
+        self._server = _Server(dsn, schema, durability, lease_timeout)
+        self._sql = _SQL(schema)
+        self._pool: ConnectionPool | None = None
+        self._threads: _Threads | None = None  # made at open, in the trio thread
+        self._writer = _Writer(self._server, self._sql)
+        # Nodes (see the class doc); unused without set_node.
+        self._lease = _Lease(self._server, self._sql)
+        self._mail = _MailPump(self._server, self._sql)
+
+    @property
+    def commits(self) -> int:
+        """Database transactions the committer has committed (one per batch)."""
+        return self._writer.commits
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None or self._writer.running:
+            raise JournalLocked(
+                f"{self.describe()} is already open; close it first, or create another "
+                "PostgresJournal object (several may share one schema)"
+            )
+        self._threads = threads = _Threads(self.pool_size)
+        with threads.holding():
+            self._pool, conn = await trio.to_thread.run_sync(self._open_sync)
+        self._writer.start(conn, threads)
+        if self.node is not None:
+            await self._open_node(threads)
+
+    def _open_sync(self) -> tuple[ConnectionPool, psycopg.Connection]:
+        conn = self._server.connect()
+        try:
+            migrate(conn, self._server)
+            pool = ConnectionPool(
+                self.dsn,
+                min_size=1,
+                max_size=self.pool_size,
+                kwargs=self._server.connect_kwargs,
+                configure=_configure_reader,
+                open=False,
+                name=f"journal {self.schema}",
+            )
+            try:
+                pool.open(wait=True, timeout=30)
+            except PoolTimeout as exc:
+                pool.close()
+                raise self._server.unreachable(exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return pool, conn
+
+    async def _open_node(self, threads: _Threads) -> None:
+        try:
+            with threads.holding():
+                await trio.to_thread.run_sync(self._open_node_sync)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.close()
+            raise
+        self._lease.start_heartbeat()
+        self._mail.start(threads)
+
+    def _open_node_sync(self) -> None:
+        self._lease.take_sync()
+        self._mail.listen_sync()
+
+    async def close(self) -> None:
+        if self._pool is None:
+            return
+        await self._mail.stop()
+        await self._writer.stop()
+        pool, self._pool = self._pool, None
+        await trio.to_thread.run_sync(pool.close)
+        # Last, once every write has drained: other nodes may take over now.
+        await self._lease.release()
+        self._mail.forget()
+
+    def describe(self) -> str:
+        return self._server.describe()
+
+    def size_bytes(self) -> int | None:
+        if self._pool is None:
+            return None
+        with self.reader() as r:
+            return r.size_bytes(self.schema)  # type: ignore[attr-defined]
+
+    def _check_open(self) -> tuple[ConnectionPool, _Threads]:
+        pool = self._pool
+        if pool is None or self._writer.closing:
+            raise JournalClosed(
+                f"{self.describe()} is not open; use it inside 'async with "
+                "actors.open_system(...)' or 'async with journal:'"
+            )
+        assert self._threads is not None
+        return pool, self._threads
+
+    # -- nodes (see the class doc) ---------------------------------------------
+
+    def set_node(self, node: str) -> None:
+        if not isinstance(node, str) or not node or "\x00" in node:
+            raise ValueError(f"a node name is a non-empty string without NUL, not {node!r}")
+        if self._pool is not None:
+            raise ValueError(f"{self.describe()} is open; name its node before opening it")
+        super().set_node(node)
+        self._server.node = node
+
+    async def claim(self, iid: bytes) -> int | None:
+        _, threads = self._check_open()
+        if self.node is None:
+            return 0
+        return await self._lease.claim(iid, threads)
+
+    async def orphans(self, limit: int = 1000) -> list[bytes]:
+        _, threads = self._check_open()
+        if self.node is None or limit <= 0:
+            return []
+        return await threads.run(self._lease.orphans_sync, limit)
+
+    def on_mail(self, callback: Callable[[bytes], None]) -> None:
+        self._mail.on_mail(callback)
+
+    # -- writing (see storage._postgres._writer) ---------------------------------
+
+    def submit(self, txn: Txn) -> Ticket:
+        self._check_open()
+        return self._writer.submit(txn, durable=False)
+
+    async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
+        if durable and self.durability == "async":
+            self._check_open()
+            return await self._writer.submit(txn, durable=True).wait()
+        if txn.fences and self.node is not None:  # a precondition, like require
+            self._check_open()
+            return await self._writer.submit(txn, durable=bool(durable)).wait()
+        return await super().commit(txn, durable=durable)
+
+    async def flush(self) -> None:
+        self._check_open()
+        await self._writer.submit(Txn(), durable=True).wait()
+
+    # -- reading -----------------------------------------------------------
+
+    @contextmanager
+    def reader(self) -> Iterator[Reader]:
+        pool, _ = self._check_open()
+        with self._server.mapped():
+            reader = _PostgresReader(pool, self._sql)
+            try:
+                yield reader
+            finally:
+                reader.release()
+
+    async def read(self, fn: Callable[[Reader], T]) -> T:
+        _, threads = self._check_open()
+        return await threads.run(self._read_sync, fn)
+
+    def _read_sync(self, fn: Callable[[Reader], T]) -> T:
+        with self.reader() as r:
+            return fn(r)

@@ -1,0 +1,331 @@
+"""The journal's tables, their migrations, and every SQL statement it runs.
+
+Layout, in a schema of the user's choosing (created and migrated on open,
+its version kept in ``schema_version``):
+
+=============  ====================================  ==========================
+table          key                                   other columns
+=============  ====================================  ==========================
+instances      iid                                   address, process, status,
+                                                     record, owner, epoch
+log            iid, run, seq                         entry
+mail           iid, seq                              message
+timers         iid, run, seq (and an index on due)   due_us
+stream         iid, idx                              value
+cursors        iid, consumer                         position
+counters       iid, kind (1 mail, 2 stream)          next
+nodes          name                                  lock_key, channel,
+                                                     started_at
+=============  ====================================  ==========================
+
+Ids and values are ``bytea`` (values are already encoded by `Txn`).
+``counters.next`` is how many numbers the kind has handed out: the next
+stream index, or the last mail sequence number (mail starts at 1).
+``instances.owner`` and ``epoch`` (drawn from the sequence ``epochs``) and
+the ``nodes`` table serve nodes sharing the schema (see `PostgresJournal`):
+a node's lease is an advisory lock on `_node_key`, its mail notices come on
+the channel `_channel`.
+
+Migrations are numbered lists of statements, applied in order under an
+advisory lock (so nodes opening one schema together take turns); a schema
+newer than `SCHEMA_VERSION` is refused, never misread. `_SQL` renders every
+statement once per schema, the writes as one statement per kind of op over
+arrays (see `storage._postgres._plan`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import psycopg
+
+from .. import _journal as j
+from ..errors import JournalCorrupt
+from ._server import _safe_dsn, _Server
+
+_MAIL = 1
+_STREAM = 2
+_SET_COUNTER = -1  # a planner-made op: (op, iid, kind, next)
+
+
+# Invariant: a migration, once released, never changes; new ones are appended.
+# "{s}" stands for the quoted schema name.
+_MIGRATIONS: list[tuple[str, ...]] = [
+    (  # 1: the initial layout
+        """CREATE TABLE {s}.instances (
+            iid bytea PRIMARY KEY, address text NOT NULL, process text NOT NULL,
+            status smallint NOT NULL, record bytea NOT NULL,
+            owner text NULL, epoch bigint NOT NULL DEFAULT 0)""",
+        "CREATE INDEX instances_status ON {s}.instances (status, iid)",
+        """CREATE TABLE {s}.log (iid bytea, run bigint, seq bigint, entry bytea NOT NULL,
+            PRIMARY KEY (iid, run, seq))""",
+        """CREATE TABLE {s}.mail (iid bytea, seq bigint, message bytea NOT NULL,
+            PRIMARY KEY (iid, seq))""",
+        """CREATE TABLE {s}.timers (iid bytea, run bigint, seq bigint, due_us bigint NOT NULL,
+            PRIMARY KEY (iid, run, seq))""",
+        "CREATE INDEX timers_due ON {s}.timers (due_us, iid, run, seq)",
+        """CREATE TABLE {s}.stream (iid bytea, idx bigint, value bytea NOT NULL,
+            PRIMARY KEY (iid, idx))""",
+        """CREATE TABLE {s}.cursors (iid bytea, consumer text, position bigint NOT NULL,
+            PRIMARY KEY (iid, consumer))""",
+        """CREATE TABLE {s}.counters (iid bytea, kind smallint, next bigint NOT NULL,
+            PRIMARY KEY (iid, kind))""",
+    ),
+    (  # 2: nodes sharing the schema (see "Nodes" in PostgresJournal's doc)
+        """CREATE TABLE {s}.nodes (name text PRIMARY KEY, lock_key bigint NOT NULL,
+            channel text NOT NULL, started_at timestamptz NOT NULL DEFAULT now())""",
+        "CREATE SEQUENCE {s}.epochs",
+        "CREATE INDEX instances_owner ON {s}.instances (owner) WHERE status IN (1, 2)",
+    ),
+]
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+class _SQL:
+    """Every statement, with the schema filled in once."""
+
+    def __init__(self, schema: str) -> None:
+        s = _quote(schema)
+        self.schema = s
+        self.lock_instances = (
+            f"SELECT iid, status, owner, epoch FROM {s}.instances WHERE iid = ANY(%b::bytea[]) "
+            "ORDER BY iid FOR UPDATE"
+        )
+        self.allocate = (
+            f"INSERT INTO {s}.counters AS c (iid, kind, next) "
+            "SELECT * FROM unnest(%b::bytea[], %b::smallint[], %b::bigint[]) ORDER BY 1, 2 "
+            "ON CONFLICT (iid, kind) DO UPDATE SET next = c.next + excluded.next "
+            "RETURNING iid, kind, next"
+        )
+        self.lock_and_allocate = (
+            f"WITH locked AS ({self.lock_instances}), taken AS ({self.allocate}) "
+            "SELECT pg_current_xact_id()::text, "  # the select list runs left to right
+            "coalesce((SELECT array_agg(iid ORDER BY iid) FROM locked), '{}'), "
+            "coalesce((SELECT array_agg(status ORDER BY iid) FROM locked), '{}'), "
+            "coalesce((SELECT array_agg(iid ORDER BY iid, kind) FROM taken), '{}'), "
+            "coalesce((SELECT array_agg(kind ORDER BY iid, kind) FROM taken), '{}'), "
+            "coalesce((SELECT array_agg(next ORDER BY iid, kind) FROM taken), '{}'), "
+            "coalesce((SELECT array_agg(owner ORDER BY iid) FROM locked), '{}'), "
+            "coalesce((SELECT array_agg(epoch ORDER BY iid) FROM locked), '{}')"
+        )
+        self.durable_commit = "SET LOCAL synchronous_commit = on"
+        # A transaction id lets a commit whose connection broke be looked up, and
+        # makes even an empty durable commit wait for the WAL.
+        self.take_xid = "SELECT pg_current_xact_id()::text"
+
+        # One statement per op code for any number of ops: each parameter is
+        # an array, one item per op (see _params and _columns).
+        def rows(*types: str) -> str:
+            return "unnest(" + ", ".join(f"%b::{t}[]" for t in types) + ")"
+
+        def upsert(table: str, cols: str, types: tuple[str, ...], key: str, sets: str) -> str:
+            return (
+                f"INSERT INTO {s}.{table} ({cols}) SELECT * FROM {rows(*types)} "
+                f"ON CONFLICT ({key}) DO UPDATE SET {sets}"
+            )
+
+        def delete(table: str, cols: str, types: tuple[str, ...]) -> str:
+            match = " AND ".join(f"d.{c} = u.{c}" for c in cols.split(", "))
+            return f"DELETE FROM {s}.{table} d USING {rows(*types)} AS u({cols}) WHERE {match}"
+
+        self.write: dict[int, str] = {
+            j.PUT_INSTANCE: upsert(
+                "instances", "iid, status, process, address, record",
+                ("bytea", "smallint", "text", "text", "bytea"), "iid",
+                "status = excluded.status, process = excluded.process, "
+                "address = excluded.address, record = excluded.record",
+            ),
+            j.SET_STATUS: (
+                f"UPDATE {s}.instances d SET status = u.status FROM {rows('bytea', 'smallint')} "
+                "AS u(iid, status) WHERE d.iid = u.iid"
+            ),
+            j.DELETE_INSTANCE: (
+                f"WITH u AS (SELECT * FROM {rows('bytea')} AS u(iid)), "
+                + "".join(
+                    f"{t}_ AS (DELETE FROM {s}.{t} WHERE iid IN (SELECT iid FROM u)), "
+                    for t in ("log", "mail", "timers", "stream", "cursors", "counters")
+                )
+                + f"i_ AS (DELETE FROM {s}.instances WHERE iid IN (SELECT iid FROM u)) "
+                "SELECT 1"
+            ),
+            j.PUT_LOG: upsert(
+                "log", "iid, run, seq, entry", ("bytea", "bigint", "bigint", "bytea"),
+                "iid, run, seq", "entry = excluded.entry",
+            ),
+            j.DROP_LOG: delete("log", "iid, run", ("bytea", "bigint")),
+            j.APPEND_MESSAGE: (
+                f"INSERT INTO {s}.mail (iid, seq, message) "
+                f"SELECT * FROM {rows('bytea', 'bigint', 'bytea')}"
+            ),
+            j.TAKE_MESSAGE: delete("mail", "iid, seq", ("bytea", "bigint")),
+            j.ADD_TIMER: upsert(
+                "timers", "iid, run, seq, due_us", ("bytea", "bigint", "bigint", "bigint"),
+                "iid, run, seq", "due_us = excluded.due_us",
+            ),
+            j.CANCEL_TIMER: delete("timers", "iid, run, seq", ("bytea", "bigint", "bigint")),
+            j.APPEND_STREAM: (
+                f"INSERT INTO {s}.stream (iid, idx, value) "
+                f"SELECT * FROM {rows('bytea', 'bigint', 'bytea')}"
+            ),
+            j.SET_CURSOR: upsert(
+                "cursors", "iid, consumer, position", ("bytea", "text", "bigint"),
+                "iid, consumer", "position = excluded.position",
+            ),
+            _SET_COUNTER: upsert(
+                "counters", "iid, kind, next", ("bytea", "smallint", "bigint"),
+                "iid, kind", "next = excluded.next",
+            ),
+        }  # fmt: skip
+        # A new instance belongs to the node that creates it (the committer's
+        # session names it; see _Server.connect). An existing one
+        # keeps its owner and epoch: only claim changes them.
+        self.write[j.PUT_INSTANCE] = (
+            f"INSERT INTO {s}.instances (iid, status, process, address, record, owner) "
+            "SELECT u.*, nullif(current_setting('actors.node', true), '') FROM "
+            f"{rows('bytea', 'smallint', 'text', 'text', 'bytea')} AS u "
+            "ON CONFLICT (iid) DO UPDATE SET status = excluded.status, "
+            "process = excluded.process, address = excluded.address, record = excluded.record"
+        )
+        # Reads.
+        cols = f"SELECT iid, address, process, status, record FROM {s}.instances"
+        self.instance = f"{cols} WHERE iid = %s"
+        self.instances_page = {
+            (False, False): f"{cols} WHERE (status, iid) > (%s, %s) ORDER BY status, iid LIMIT %s",
+            (True, False): f"{cols} WHERE status = %s AND iid > %s ORDER BY iid LIMIT %s",
+            (False, True): (
+                f"{cols} WHERE (status, iid) > (%s, %s) AND process = %s "
+                "ORDER BY status, iid LIMIT %s"
+            ),
+            (True, True): (
+                f"{cols} WHERE status = %s AND iid > %s AND process = %s ORDER BY iid LIMIT %s"
+            ),
+        }
+        self.count_by_status = f"SELECT status, count(*) FROM {s}.instances GROUP BY status"
+        self.log = f"SELECT seq, entry FROM {s}.log WHERE iid = %s AND run = %s ORDER BY seq"
+        self.log_runs = f"SELECT DISTINCT run FROM {s}.log WHERE iid = %s ORDER BY run"
+        self.mailbox = f"SELECT seq, message FROM {s}.mail WHERE iid = %s ORDER BY seq"
+        # A loose index scan: one probe per instance, not one row per message.
+        self.instances_with_mail = (
+            f"WITH RECURSIVE t(iid) AS ((SELECT iid FROM {s}.mail ORDER BY iid LIMIT 1) "
+            f"UNION ALL SELECT (SELECT m.iid FROM {s}.mail m WHERE m.iid > t.iid "
+            "ORDER BY m.iid LIMIT 1) FROM t WHERE t.iid IS NOT NULL) "
+            "SELECT iid FROM t WHERE iid IS NOT NULL"
+        )
+        self.timers = (
+            f"SELECT due_us, iid, run, seq FROM {s}.timers WHERE iid = %s ORDER BY due_us, run, seq"
+        )
+        self.due_timers = (
+            f"SELECT due_us, iid, run, seq FROM {s}.timers WHERE due_us > %s AND due_us <= %s "
+            "ORDER BY due_us, iid, run, seq LIMIT %s"
+        )
+        self.next_due = f"SELECT min(due_us) FROM {s}.timers WHERE due_us > %s"
+        self.stream = (
+            f"SELECT idx, value FROM {s}.stream WHERE iid = %s AND idx >= %s AND idx < %s "
+            "ORDER BY idx"
+        )
+        self.stream_length = f"SELECT next FROM {s}.counters WHERE iid = %s AND kind = {_STREAM}"
+        self.last_message_seq = f"SELECT next FROM {s}.counters WHERE iid = %s AND kind = {_MAIL}"
+        self.cursors = f"SELECT consumer, position FROM {s}.cursors WHERE iid = %s"
+        self.has_records = "SELECT " + " OR ".join(
+            f"EXISTS (SELECT 1 FROM {s}.{table} WHERE iid = %(i)s)"
+            for table in ("instances", "log", "mail", "timers", "stream", "cursors")
+        )
+        self.size = (
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relkind = 'r'"
+        )
+        # Nodes (run on the node's lease connection, autocommit).
+        # Whether node n's lease is free: try its lock, and give it straight
+        # back. CASE fixes the order, so the lock is never left held (and a
+        # node never tries its own key: that would succeed, locks nest).
+        free = "CASE WHEN pg_try_advisory_lock({k}) THEN pg_advisory_unlock({k}) ELSE false END"
+        self.register_node = (
+            f"INSERT INTO {s}.nodes (name, lock_key, channel) VALUES (%s, %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET lock_key = excluded.lock_key, "
+            "channel = excluded.channel, started_at = now()"
+        )
+        epochs = "'" + f"{s}.epochs".replace("'", "''") + "'"
+        self.claim = (
+            f"UPDATE {s}.instances i SET owner = %(me)s, epoch = nextval({epochs}) "
+            "WHERE i.iid = %(iid)s AND CASE WHEN i.owner IS NULL OR i.owner = %(me)s THEN true "
+            "ELSE coalesce(("
+            f"SELECT {free.format(k='n.lock_key')} FROM {s}.nodes n WHERE n.name = i.owner"
+            "), true) END RETURNING i.epoch"
+        )
+        self.orphans = (
+            f"WITH dead AS MATERIALIZED (SELECT name FROM {s}.nodes "
+            f"WHERE name <> %(me)s AND {free.format(k='lock_key')}) "
+            f"SELECT iid FROM {s}.instances WHERE status IN (1, 2) "
+            "AND (owner IS NULL OR owner IN (SELECT name FROM dead)) LIMIT %(limit)s"
+        )
+        # Forget nodes that are gone and own nothing live (node names may be
+        # generated, say one per container), so orphans() stays cheap.
+        self.prune_nodes = (
+            f"DELETE FROM {s}.nodes n WHERE n.name <> %(me)s AND NOT EXISTS ("
+            f"SELECT 1 FROM {s}.instances i WHERE i.owner = n.name AND i.status IN (1, 2)) "
+            f"AND {free.format(k='n.lock_key')}"
+        )
+        self.owned_with_mail = (
+            f"SELECT i.iid FROM {s}.instances i WHERE i.owner = %s AND i.status IN (1, 2) "
+            f"AND EXISTS (SELECT 1 FROM {s}.mail m WHERE m.iid = i.iid)"
+        )
+        self.notify = "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS u(c, p)"
+
+
+
+def migrate(conn: psycopg.Connection, server: _Server) -> None:
+    """Bring ``server``'s schema to `SCHEMA_VERSION`; safe to run from several nodes at once."""
+    s = _quote(server.schema)
+    key = int.from_bytes(
+        hashlib.blake2b(f"actors journal {server.schema}".encode(), digest_size=8).digest(),
+        "big",
+        signed=True,
+    )
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            # Nodes opening one schema together migrate it one after the other.
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer PRIMARY KEY, "
+                "applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            cur.execute(f"SELECT coalesce(max(version), 0) FROM {s}.schema_version")
+            (current,) = cur.fetchone()  # type: ignore[misc]
+            if current > SCHEMA_VERSION:
+                raise JournalCorrupt(
+                    f"schema {server.schema!r} at {_safe_dsn(server.dsn)!r} is at version "
+                    f"{current}, and this version of the library knows up to "
+                    f"{SCHEMA_VERSION}; upgrade the library, or use another schema",
+                    database="schema_version",
+                    key=str(current),
+                )
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[version - 1]:
+                    cur.execute(statement.format(s=s))
+                cur.execute(f"INSERT INTO {s}.schema_version (version) VALUES (%s)", [version])
+    except psycopg.OperationalError as exc:
+        raise server.unreachable(exc) from exc
+    except psycopg.Error as exc:
+        raise JournalCorrupt(
+            f"cannot create or migrate schema {server.schema!r} at {_safe_dsn(server.dsn)!r}: "
+            f"{exc}",
+            database="schema_version",
+        ) from exc
+
+
+def _node_key(schema: str, node: str) -> int:
+    """The advisory lock key of ``node``'s lease on ``schema``: a stable
+    64-bit hash, the same on every node and every run."""
+    digest = hashlib.blake2b(f"actors node {schema}\x00{node}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _channel(schema: str, node: str) -> str:
+    """The NOTIFY channel of ``node`` (an identifier well under 63 bytes)."""
+    return f"actors_{_node_key(schema, node) & 0xFFFF_FFFF_FFFF_FFFF:016x}"

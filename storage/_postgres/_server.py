@@ -1,0 +1,183 @@
+"""How the journal reaches its PostgreSQL server, and what it says when it cannot.
+
+`_Server` holds the DSN and the settings every connection of one journal
+shares, and opens the three kinds it uses: the committer's (autocommit; it
+sends BEGIN and COMMIT itself), and a node's own lease and mail connections
+(autocommit, with TCP keepalives so a dead server is noticed within
+seconds). Every message that names the server goes through `_safe_dsn`, so
+a password in the DSN never reaches a log or an exception.
+
+`_Threads` is the trio side of the blocking calls: psycopg's async API needs
+asyncio, so the journal runs psycopg's sync API in worker threads, at most
+the pool's size at once, and holds an autojump clock still while they run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import trio
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import PoolTimeout
+
+from .._clock import AutojumpHold
+from ..errors import JournalCorrupt, JournalUnavailable
+
+T = TypeVar("T")
+
+
+def _safe_dsn(dsn: str) -> str:
+    """``dsn`` with any password replaced by ``***``, for messages."""
+    if "://" in dsn:
+        try:
+            parts = urlsplit(dsn)
+        except ValueError:
+            return "<a DSN that does not parse>"
+        if parts.password is not None:
+            host = parts.netloc.rpartition("@")[2]
+            user = parts.username or ""
+            parts = parts._replace(netloc=f"{user}:***@{host}")
+        dsn = urlunsplit(parts)
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", r"\1***", dsn)
+
+
+def _rollback(conn: psycopg.Connection) -> None:
+    try:
+        conn.rollback()
+    except psycopg.Error:
+        pass  # a broken connection is replaced by its owner
+
+
+class _Server:
+    """The DSN, schema and session settings of one journal's connections."""
+
+    __slots__ = ("connect_kwargs", "dsn", "durability", "lease_timeout", "node", "schema")
+
+    def __init__(self, dsn: str, schema: str, durability: str, lease_timeout: float) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.durability = durability
+        self.lease_timeout = lease_timeout
+        self.node: str | None = None  # set by PostgresJournal.set_node, before open
+        self.connect_kwargs: dict[str, Any] = {}
+        try:
+            given = conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as exc:
+            raise ValueError(f"{_safe_dsn(dsn)!r} is not a valid PostgreSQL DSN: {exc}") from None
+        if "connect_timeout" not in given:
+            self.connect_kwargs["connect_timeout"] = 10
+        if "application_name" not in given:  # so pg_stat_activity says whose it is
+            self.connect_kwargs["application_name"] = f"actors journal {schema}"[:63]
+
+    def describe(self) -> str:
+        return f"PostgresJournal({_safe_dsn(self.dsn)!r}, schema={self.schema!r})"
+
+    @property
+    def lease_ms(self) -> int:
+        return max(1, round(self.lease_timeout * 1000))
+
+    def unreachable(self, exc: BaseException) -> JournalUnavailable:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return JournalUnavailable(
+            f"cannot connect to PostgreSQL at {_safe_dsn(self.dsn)!r} ({reason}); start the server, "
+            "or point the journal at a running one with "
+            "PostgresJournal('postgresql://USER@HOST:PORT/DATABASE')"
+        )
+
+    def connect(self) -> psycopg.Connection:
+        """A committer's connection."""
+        try:
+            # Autocommit: the committer sends BEGIN and COMMIT itself, inside the
+            # pipeline, which costs no round trip of its own.
+            conn = psycopg.Connection.connect(self.dsn, autocommit=True, **self.connect_kwargs)
+            if self.durability == "async":
+                conn.execute("SET synchronous_commit = off")
+            if self.node is not None:
+                # New instances this connection writes belong to this node
+                # (see _SQL.write); and a node frozen mid-commit must not
+                # keep its row locks past its lease.
+                conn.execute("SELECT set_config('actors.node', %s, false)", [self.node])
+                conn.execute(f"SET idle_in_transaction_session_timeout = {self.lease_ms}")
+        except psycopg.Error as exc:
+            raise self.unreachable(exc) from exc
+        return conn
+
+    def node_connect(self, role: str) -> psycopg.Connection:
+        """A connection of this node's own (lease or mail), autocommit, that
+        notices a dead server within seconds rather than TCP's hours."""
+        kwargs = dict(self.connect_kwargs)
+        if "application_name" in kwargs:  # the DSN did not name one
+            kwargs["application_name"] = f"actors {role} {self.node}"[:63]
+        given = conninfo_to_dict(self.dsn)
+        defaults = {
+            "keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1,
+            "keepalives_count": 3, "tcp_user_timeout": max(2000, 4 * self.lease_ms),
+        }  # fmt: skip
+        kwargs.update({k: v for k, v in defaults.items() if k not in given})
+        try:
+            return psycopg.Connection.connect(self.dsn, autocommit=True, **kwargs)
+        except psycopg.Error as exc:
+            raise self.unreachable(exc) from exc
+
+    @contextmanager
+    def setting_up(self, conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
+        """Close ``conn`` if the block fails; a lost server becomes `JournalUnavailable`."""
+        try:
+            yield conn
+        except psycopg.OperationalError as exc:
+            conn.close()
+            raise self.unreachable(exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+
+    @contextmanager
+    def mapped(self) -> Iterator[None]:
+        """Turn psycopg's errors into the journal's own."""
+        try:
+            yield
+        except PoolTimeout as exc:
+            raise JournalUnavailable(
+                f"no connection to {self.describe()} came free in time; raise "
+                "PostgresJournal(pool_size=...) or check that the server is up"
+            ) from exc
+        except psycopg.OperationalError as exc:
+            raise self.unreachable(exc) from exc
+        except psycopg.Error as exc:
+            raise JournalCorrupt(
+                f"reading {self.describe()} failed: {exc}", database="", key=b""
+            ) from exc
+
+
+class _Threads:
+    """Worker threads for the journal's blocking calls, made in the trio
+    thread at open: the loop's token, the pool-sized limiter, and the
+    autojump clock's hold (virtual time stands still while a thread runs)."""
+
+    __slots__ = ("hold", "limiter", "token")
+
+    def __init__(self, size: int) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        self.hold = AutojumpHold.current()
+        self.limiter = trio.CapacityLimiter(size)
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        if self.hold is None:
+            yield
+            return
+        self.hold.acquire()
+        try:
+            yield
+        finally:
+            self.hold.release()
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread, at most the pool's size at once."""
+        with self.holding():
+            return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)

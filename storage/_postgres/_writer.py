@@ -1,0 +1,514 @@
+"""The committer: group commit of the journal's transactions.
+
+One committer thread owns one connection. Transactions submitted while a
+commit is in flight wait in the next batch; a batch is one database
+transaction and one COMMIT, sent in pipeline mode, and then every caller in
+it is woken by one `trio.Event` set through the trio token. A batch costs at
+most two round trips, however many transactions it holds:
+
+1. one statement locks the rows of the instances named by ``require``
+   (sorted, so nodes take them in one order) and takes mail sequence numbers
+   and stream indexes for the whole batch with one upsert on ``counters``
+   (sorted too; the row locks it holds until COMMIT are what keep writers on
+   any number of nodes from handing out one number twice). Then the
+   preconditions of every transaction are checked in turn against the
+   statuses the earlier ones leave behind; a transaction whose check fails
+   is left out (its numbers are given back) and the rest go on;
+2. every operation is written with a few statements over arrays (see
+   `_Plan`) that keep each instance's operations in order, then COMMIT.
+
+A batch with no preconditions and no appends skips the first round trip.
+If a statement fails anyway (say a number out of ``bigint`` range), the
+batch is retried with one SAVEPOINT per transaction, so only the failing
+transaction fails. Savepoints are kept off the common path: each one that
+writes takes a subtransaction id, and past 64 of them in one transaction
+every snapshot on the server gets slower.
+
+A lost connection, a deadlock or a serialization failure runs the batch
+again on a new connection, up to `_ATTEMPTS` times. A connection lost after
+COMMIT was sent leaves the outcome in doubt: the transaction's id, taken in
+the transaction, is looked up with ``pg_xact_status`` (`_Writer.committed`).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import psycopg.errors
+import trio
+
+from .. import _journal as j
+from .._journal import Ticket, Txn
+from ..errors import (
+    CommitOutcomeUnknown,
+    Conflict,
+    EncodeError,
+    JournalCorrupt,
+    JournalFull,
+    JournalUnavailable,
+)
+from ._plan import (
+    Owned,
+    _check_fences,
+    _columns,
+    _notices,
+    _number,
+    _params,
+    _Plan,
+    _track_owner,
+    _track_status,
+    _watched,
+)
+from ._schema import _MAIL, _SET_COUNTER, _SQL, _STREAM
+from ._server import _rollback, _Server, _Threads
+
+_ATTEMPTS = 6  # tries of one batch on a lost connection, deadlock or serialization failure
+_LOOKUP_FOR = 5.0  # seconds to learn the outcome of a COMMIT whose answer was lost
+
+
+class _Batch:
+    """Transactions that commit together, and the one event that wakes them."""
+
+    __slots__ = ("durable", "event", "outcomes", "txns")
+
+    def __init__(self) -> None:
+        self.txns: list[Txn] = []
+        self.outcomes: list[Any] = []  # per txn: list of results, or an exception
+        self.event = trio.Event()
+        self.durable = False  # wait for the WAL flush even on an "async" journal
+
+
+class _Attempt:
+    """One try at committing a batch: its outcomes once known, and whether the
+    COMMIT was sent (so a lost connection leaves the outcome in doubt)."""
+
+    __slots__ = ("committing", "outcomes", "xid")
+
+    def __init__(self) -> None:
+        self.outcomes: list[Any] | None = None
+        self.committing = False
+        self.xid: int | None = None  # the transaction's id, once the server has told it
+
+
+class _Ticket(Ticket):
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    @property
+    def done(self) -> bool:
+        return self._batch.event.is_set()
+
+    async def wait(self) -> list[int]:
+        await self._batch.event.wait()
+        outcome = self._batch.outcomes[self._index]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+
+class _Writer:
+    """The committer thread, its connection, and the batch it is filling."""
+
+    def __init__(self, server: _Server, sql: _SQL) -> None:
+        self._server = server
+        self._sql = sql
+        self._cond = threading.Condition()
+        self._pending: _Batch | None = None  # guarded by _cond
+        self.closing = False  # guarded by _cond
+        self._conn: psycopg.Connection | None = None  # the committer's; its thread's only
+        self._thread: threading.Thread | None = None
+        self._threads: _Threads | None = None
+        self.inflight = 0  # batches submitted and not yet finished (trio thread)
+        self.force_savepoints = False  # tests: take the per-transaction SAVEPOINT path
+        # Tests: called as fault(moment, conn, txns) at "commit sent" (COMMIT
+        # is in the pipeline; the server may or may not have it yet) and
+        # "commit answered" (the server committed; an error raised now
+        # stands for an answer lost on the way).
+        self.fault: Callable[[str, psycopg.Connection, list[Txn]], None] | None = None
+        self.commits = 0  # database transactions committed (one per batch)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self, conn: psycopg.Connection, threads: _Threads) -> None:
+        """Start committing on ``conn`` (the thread owns it from now on)."""
+        self._conn = conn
+        self._threads = threads
+        self.closing = False
+        self._thread = threading.Thread(
+            target=self._write_loop, name=f"journal-writer {self._server.schema}", daemon=True
+        )
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """Commit every pending batch, wake its callers, then end the thread."""
+        thread = self._thread
+        with self._cond:
+            self.closing = True
+            self._cond.notify()
+        if thread is not None:
+            # The thread drains every pending batch before it exits.
+            await trio.to_thread.run_sync(thread.join)
+        # Let the finish callbacks the thread queued run first.
+        while self.inflight:
+            await trio.lowlevel.checkpoint()
+        self._thread = None
+
+    def submit(self, txn: Txn, *, durable: bool) -> Ticket:
+        """Put ``txn`` in the next batch (in the trio thread)."""
+        with self._cond:
+            batch = self._pending
+            if batch is None:
+                batch = self._pending = _Batch()
+                self.inflight += 1
+                hold = self._threads.hold if self._threads is not None else None
+                if self.inflight == 1 and hold is not None:
+                    hold.acquire()
+                self._cond.notify()
+            batch.txns.append(txn)
+            batch.durable = batch.durable or durable
+            return _Ticket(batch, len(batch.txns) - 1)
+
+    def _finish(self, batch: _Batch) -> None:
+        # Runs in the trio thread (via the token), once per batch.
+        self.inflight -= 1
+        hold = self._threads.hold if self._threads is not None else None
+        if self.inflight == 0 and hold is not None:
+            hold.release()
+        batch.event.set()
+
+    def _write_loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while self._pending is None and not self.closing:
+                        self._cond.wait()
+                    batch = self._pending
+                    self._pending = None
+                    if batch is None:
+                        return
+                self.write(batch)
+                assert self._threads is not None
+                try:
+                    self._threads.token.run_sync_soon(self._finish, batch)
+                except trio.RunFinishedError:  # pragma: no cover - loop already gone
+                    return
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def write(self, batch: _Batch) -> None:
+        """Commit ``batch`` and set its outcomes; never raises."""
+        txns = batch.txns
+        durable = batch.durable and self._server.durability == "async"
+        fenced = self._server.node is not None and any(t.fences for t in txns)
+        if not durable and not fenced and not any(t.ops or t.requires for t in txns):
+            batch.outcomes = [[] for _ in txns]  # a flush: every earlier batch is durable
+            return
+        where = self._server.describe()
+        failure: BaseException | None = None
+        for attempt in range(_ATTEMPTS):
+            if attempt:
+                time.sleep(min(0.02 * 2**attempt, 1.0) * random.uniform(0.5, 1.0))
+            try:
+                conn = self._writer_connection()
+            except JournalUnavailable as exc:
+                failure = exc
+                continue
+            run = _Attempt()
+            try:
+                if not self.force_savepoints:
+                    try:
+                        self._run_batch(conn, txns, durable, run)
+                    except psycopg.errors.TransactionRollback:
+                        raise
+                    except psycopg.Error as exc:
+                        if _session_lost(exc, conn):
+                            raise
+                        # A statement failed: find out which transaction's it was.
+                        _rollback(conn)
+                        run = _Attempt()
+                if run.outcomes is None:
+                    self._run_with_savepoints(conn, txns, durable, run)
+                batch.outcomes = run.outcomes  # type: ignore[assignment]
+                self.commits += 1
+                return
+            except psycopg.errors.TransactionRollback as exc:
+                # A deadlock with another node, or a serialization failure:
+                # nothing was committed; run the batch again.
+                _rollback(conn)
+                failure = JournalUnavailable(f"commit to {where} kept failing: {exc}")
+                failure.__cause__ = exc
+            except psycopg.Error as exc:
+                if not _session_lost(exc, conn):
+                    _rollback(conn)
+                    failure = _txn_error(exc, where)
+                    break
+                # The session is gone, or in a state nobody knows (psycopg's
+                # "cannot exit pipeline mode while busy" leaves it unbroken):
+                # end it, so a transaction still open on it rolls back.
+                self._drop_connection()
+                failure = self._server.unreachable(exc)
+                failure.__cause__ = exc
+                if run.committing:
+                    # Invariant: a batch whose COMMIT may have been written is
+                    # never run again; only one the server says is not is.
+                    committed = self.committed(run, txns)
+                    if committed:
+                        batch.outcomes = run.outcomes  # type: ignore[assignment]
+                        self.commits += 1
+                        return
+                    if committed is None:
+                        failure = CommitOutcomeUnknown(
+                            f"the connection to {where} was lost after COMMIT was sent "
+                            f"({str(exc).strip()}), and the server could not say whether "
+                            "these transactions were written; read back what they write "
+                            "before writing them again (a blind retry may write them twice)"
+                        )
+                        failure.__cause__ = exc
+                        break
+                # Not committed: the server rolled the transaction back.
+            except Exception as exc:  # a bug here: every caller learns of it
+                _rollback(conn)
+                failure = JournalCorrupt(
+                    f"commit to {where} failed: {exc!r}", database="", key=b""
+                )
+                failure.__cause__ = exc
+                break
+        assert failure is not None
+        batch.outcomes = [failure] * len(txns)
+
+    def committed(self, run: _Attempt, txns: list[Txn]) -> bool | None:
+        """After the connection was lost during COMMIT: did it commit? None if
+        that cannot be learned within `_LOOKUP_FOR` seconds. Asks on a new
+        connection (the writer's next), by the transaction's id."""
+        if run.xid is None:
+            # No id is taken only for a batch without preconditions and without
+            # appends (see _run_batch): it writes the same rows again, so
+            # running it again is safe.
+            appends = (j.APPEND_MESSAGE, j.APPEND_STREAM)
+            return None if any(op[0] in appends for t in txns for op in t.ops) else False
+        deadline = time.monotonic() + _LOOKUP_FOR
+        delay = 0.01
+        while True:
+            try:
+                conn = self._writer_connection()
+                state = conn.execute("SELECT pg_xact_status(%s::text::xid8)", [run.xid]).fetchone()
+            except (psycopg.Error, JournalUnavailable):
+                state = None  # this connection was lost too: ask on another
+                self._drop_connection()
+            if state is not None and state[0] == "committed":
+                return True
+            if state is not None and state[0] == "aborted":
+                return False
+            # "in progress": the old backend is still ending.
+            if time.monotonic() + delay > deadline:
+                return None
+            time.sleep(delay)
+            delay = min(2 * delay, 0.2)
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _writer_connection(self) -> psycopg.Connection:
+        conn = self._conn
+        if conn is not None and not (conn.closed or conn.broken):
+            return conn
+        self._drop_connection()
+        self._conn = self._server.connect()
+        return self._conn
+
+    def _run_batch(
+        self, conn: psycopg.Connection, txns: list[Txn], durable: bool, run: _Attempt
+    ) -> None:
+        """The fast path: the whole batch in one pipelined transaction."""
+        sql, node = self._sql, self._server.node
+        outcomes: list[Any] = [None] * len(txns)
+        plan = _Plan()
+        for txn in txns:
+            plan.add(txn.ops)  # as if no precondition fails; redone below if one does
+        required = sorted({iid for t in txns for iid, _, _ in t.requires} | _watched(txns, node))
+        with conn.pipeline() as pipeline:
+            conn.execute("BEGIN")
+            if durable:
+                conn.execute(sql.durable_commit)
+            totals: dict[tuple[bytes, int], int] = {}
+            if required or plan.wanted:
+                # 1. One round trip: lock the instances named by preconditions,
+                # then take sequence numbers for every append (both in key order).
+                first = conn.execute(sql.lock_and_allocate, [required, *plan.allocation()])
+                # A Sync, not just a flush: the server then counts the wait for
+                # our next message as idle in transaction, so a node frozen
+                # here loses these row locks after lease_timeout (see _connect).
+                pipeline.sync()
+                row = first.fetchone()
+                assert row is not None
+                xid, locked, statuses, iids, kinds, counts, owners, epochs = row
+                run.xid = int(xid)
+                totals = dict(zip(zip(iids, kinds), counts))
+            elif any(plan.appends):
+                # Appends after a delete in this batch take no numbers up front,
+                # but a batch that appends must not run twice: learn its id, so
+                # that a COMMIT whose answer is lost can be looked up.
+                first = conn.execute(sql.take_xid)
+                pipeline.sync()
+                run.xid = int(first.fetchone()[0])  # type: ignore[index]
+            elif durable:
+                conn.execute(sql.take_xid)  # so that even an empty commit waits for the WAL
+            # 2. Preconditions, in submission order, against the statuses the
+            # earlier transactions of the batch leave behind.
+            owned: Owned = {}
+            if required:
+                status: dict[bytes, int | None] = dict.fromkeys(required)
+                status.update(zip(locked, statuses))
+                owned = dict.fromkeys(required)
+                owned.update(zip(locked, zip(owners, epochs)))
+                for i, txn in enumerate(txns):
+                    try:
+                        j.check_requires(txn.requires, status.get)
+                        _check_fences(txn, owned, node)
+                    except Conflict as exc:
+                        outcomes[i] = exc
+                        continue
+                    for op in txn.ops:
+                        if op[1] in status:
+                            _track_owner(owned, op, node)
+                            _track_status(status, op)
+            # Before the batch, each counter stood at its total less what we took.
+            before = {key: n - plan.wanted[key] for key, n in totals.items()}
+            if any(outcomes):
+                # Some transactions are out: number the others' appends without
+                # gaps and put each counter back to what they used. Nobody else
+                # saw the over-allocation: we hold the counter rows' locks.
+                taken = plan.wanted
+                plan = _Plan()
+                for i, txn in enumerate(txns):
+                    if outcomes[i] is None:
+                        plan.add(txn.ops)
+                fixes = [
+                    [iid, kind, n + plan.wanted.get((iid, kind), 0)]
+                    for (iid, kind), n in before.items()
+                    if plan.wanted.get((iid, kind), 0) != taken[(iid, kind)]
+                ]
+                if fixes:
+                    conn.execute(sql.write[_SET_COUNTER], _columns(_SET_COUNTER, fixes))
+                missing = [key for key in plan.wanted if key not in before]
+                if missing:  # appends that followed a delete that is out
+                    more = conn.execute(sql.allocate, plan.allocation(missing))
+                    pipeline.sync()  # as above
+                    for iid, kind, n in more.fetchall():
+                        before[(iid, kind)] = n - plan.wanted[(iid, kind)]
+            plan.number(before)
+            # 3. Every write, in order per instance, then one COMMIT.
+            for code, rows in plan.groups():
+                conn.execute(sql.write[code], _columns(code, rows))
+            notices = _notices(txns, outcomes, owned, node, self._server.schema)
+            if notices:  # sent by the server at COMMIT, and only if it commits
+                conn.execute(sql.notify, notices)
+            appends = iter(plan.appends)
+            run.outcomes = [o if o is not None else [c[1] for c in next(appends)] for o in outcomes]
+            run.committing = True
+            conn.execute("COMMIT")  # sent, with everything before it, as the pipeline ends
+            if self.fault is not None:
+                self.fault("commit sent", conn, txns)
+        if self.fault is not None:
+            self.fault("commit answered", conn, txns)
+
+    def _run_with_savepoints(
+        self, conn: psycopg.Connection, txns: list[Txn], durable: bool, run: _Attempt
+    ) -> None:
+        """The slow path: one SAVEPOINT per transaction, so a failing one fails alone."""
+        sql, node = self._sql, self._server.node
+        outcomes: list[Any] = []
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            if durable:
+                cur.execute(sql.durable_commit)
+            run.xid = int(cur.execute(sql.take_xid).fetchone()[0])  # type: ignore[index]
+            for txn in txns:
+                cur.execute("SAVEPOINT txn")
+                try:
+                    watched = _watched([txn], node)
+                    owned: Owned = dict.fromkeys(watched)
+                    if txn.requires or watched:
+                        cur.execute(
+                            sql.lock_instances,
+                            [sorted({iid for iid, _, _ in txn.requires} | watched)],
+                        )
+                        rows = cur.fetchall()
+                        found = {row[0]: row[1] for row in rows}
+                        j.check_requires(txn.requires, found.get)
+                        owned.update((row[0], (row[2], row[3])) for row in rows if row[0] in owned)
+                        _check_fences(txn, owned, node)
+                    results: list[int] = []
+                    for op in txn.ops:
+                        params = _params(op)
+                        if op[0] in (j.APPEND_MESSAGE, j.APPEND_STREAM):
+                            kind = _MAIL if op[0] == j.APPEND_MESSAGE else _STREAM
+                            cur.execute(sql.allocate, [[op[1]], [kind], [1]])
+                            params[1] = _number(kind, cur.fetchone()[2])  # type: ignore[index]
+                            results.append(params[1])
+                        cur.execute(sql.write[op[0]], _columns(op[0], [params]))
+                        if op[1] in owned:
+                            _track_owner(owned, op, node)
+                    notices = _notices([txn], [None], owned, node, self._server.schema)
+                    if notices:
+                        cur.execute(sql.notify, notices)
+                    cur.execute("RELEASE SAVEPOINT txn")
+                    outcomes.append(results)
+                except Conflict as exc:
+                    cur.execute("ROLLBACK TO SAVEPOINT txn")
+                    outcomes.append(exc)
+                except psycopg.errors.TransactionRollback:
+                    raise
+                except psycopg.Error as exc:
+                    if _session_lost(exc, conn):
+                        raise
+                    cur.execute("ROLLBACK TO SAVEPOINT txn")
+                    outcomes.append(_txn_error(exc, self._server.describe()))
+            run.outcomes = outcomes
+            run.committing = True
+            cur.execute("COMMIT")
+        if self.fault is not None:
+            self.fault("commit answered", conn, txns)
+
+
+def _txn_error(exc: psycopg.Error, where: str) -> Exception:
+    """What a transaction the database refused fails with."""
+    state = exc.sqlstate or ""
+    if state.startswith(("53", "54")):  # insufficient resources, program limit exceeded
+        error: Exception = JournalFull(
+            f"{where} has no room for this transaction ({exc}); free space on the "
+            "database server, raise its limits, or clean up old instances (system.cleanup)"
+        )
+    elif state.startswith("22"):  # data exception: a value the columns cannot hold
+        error = EncodeError(f"{where} cannot store a value of this transaction: {exc}")
+    else:
+        error = JournalCorrupt(f"commit to {where} failed: {exc}", database="", key=b"")
+    error.__cause__ = exc
+    return error
+
+
+def _session_lost(exc: psycopg.Error, conn: psycopg.Connection) -> bool:
+    """Whether ``exc`` leaves the session gone or in an unknown state, rather
+    than being the server's refusal of a statement on a live session."""
+    if conn.broken or conn.closed:
+        return True
+    if isinstance(exc, psycopg.errors.PipelineAborted):
+        return False  # skipped after a statement failed: that failure decides
+    if exc.sqlstate is None:  # raised by the client: "cannot exit pipeline mode while busy"
+        return isinstance(exc, psycopg.OperationalError)
+    return exc.sqlstate.startswith("08") or exc.diag.severity in ("FATAL", "PANIC")
