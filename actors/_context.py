@@ -10,7 +10,6 @@ from typing import Any, NoReturn
 from storage import digest, encode
 
 from . import _effects as fx
-from ._effects import VALUE
 from ._process import RESTART_TYPES
 from ._records import Retry, Signal
 from .errors import ContextError, InvalidArguments, LimitExceeded
@@ -78,10 +77,10 @@ class Context:
         effect = fx.Recorded(actor.driver.next_seq(), kind)
         entry = actor.driver.logged(effect)
         if entry is not None:
-            return entry[VALUE]
+            return entry.value
         value = make()
         entry = effect.describe()
-        entry[VALUE] = value
+        entry.value = value
         actor.ride_log(effect.seq, entry)
         return value
 

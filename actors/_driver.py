@@ -25,7 +25,8 @@ from typing import Any, Protocol
 import trio
 
 from . import _effects as fx
-from ._effects import ERROR, HASH, KIND, NAME, VALUE, Effect
+from ._effects import Effect
+from ._log import NO_VALUE, LogEntry
 from ._records import error_summary
 from .errors import ChildFailed, ContextError, NonDeterminismError, ProcessCancelled, StepFailed
 from .errors import StepTimeout
@@ -46,7 +47,7 @@ class Host(Protocol):
 
     interrupt: Any  # not None: stop at the next effect (raise `Interrupted`)
 
-    def begin(self, effect: Effect, started: dict[Effect, dict[str, Any]]) -> None:
+    def begin(self, effect: Effect, started: dict[Effect, LogEntry]) -> None:
         """Start the leaves of ``effect`` that replay left open."""
 
     async def wait_for(self, effect: Effect) -> bool:
@@ -73,9 +74,10 @@ class Owner(Protocol):
     def child_handle(self, address: str) -> Any: ...
 
 
-def error_from_entry(entry: dict[str, Any]) -> BaseException:
+def error_from_entry(entry: LogEntry) -> BaseException:
     """Rebuild the exception a logged failure raised in the process."""
-    error = entry[ERROR]
+    error = entry.error
+    assert error is not None
     summary = error.get("summary") or error_summary(error)
     raised = error.get("raise")
     if raised == "ChildFailed":
@@ -94,13 +96,13 @@ class Driver:
     def __init__(self, owner: Owner, address: str) -> None:
         self.owner = owner
         self.address = address
-        self.log: dict[int, dict[str, Any]] = {}
+        self.log: dict[int, LogEntry] = {}
         # Invariant: seq is the number of effects the current coroutine has
         # created; the log entry of effect n sits at log[n].
         self.seq = 0
         self.occurrences: dict[str, int] = {}  # step name -> how many so far
 
-    def load(self, log: dict[int, dict[str, Any]]) -> None:
+    def load(self, log: dict[int, LogEntry]) -> None:
         """Replay this log (of the current run) from the start."""
         self.log = log
         self.seq = 0
@@ -124,46 +126,43 @@ class Driver:
 
     # -- replay ------------------------------------------------------------------
 
-    def logged(self, effect: Effect) -> dict[str, Any] | None:
+    def logged(self, effect: Effect) -> LogEntry | None:
         """The log entry at the effect's position, checked against it."""
         entry = self.log.get(effect.seq)
         if entry is None:
             return None
-        if entry.get(KIND) != effect.kind or entry.get(NAME) != effect.name or (
-            entry.get(HASH) != effect.hash
-        ):
-            found = {KIND: entry.get(KIND), NAME: entry.get(NAME)}
+        if entry.kind != effect.kind or entry.name != effect.name or entry.hash != effect.hash:
             raise NonDeterminismError(
                 f"instance {self.address!r} replayed a different effect at position "
-                f"{effect.seq}: the log holds {_show(entry)}, the code asked for "
-                f"{_show(effect.describe())}. The code changed in a way that does not "
+                f"{effect.seq}: the log holds {entry.show()}, the code asked for "
+                f"{effect.describe().show()}. The code changed in a way that does not "
                 "match this instance's history: deploy code that makes the same effects "
                 "in the same order (add new effects after the existing ones), or cancel "
                 "the instance. It stays suspended until then.",
                 address=self.address,
                 position=effect.seq,
-                expected=found,
-                found={KIND: effect.kind, NAME: effect.name},
+                expected=entry.identity(),
+                found=effect.describe().identity(),
             )
         return entry
 
-    def replay(self, effect: Effect) -> dict[Effect, dict[str, Any]]:
+    def replay(self, effect: Effect) -> dict[Effect, LogEntry]:
         """Give every leaf of ``effect`` its logged outcome, if it has one.
 
         Returns the leaves that have only a "started" record. Raises
         `NonDeterminismError` for a leaf that does not match its log entry.
         """
-        started: dict[Effect, dict[str, Any]] = {}
+        started: dict[Effect, LogEntry] = {}
         for leaf in effect.leaves():
             entry = self.logged(leaf)
             if entry is None:
                 continue
             if leaf.kind in ("call", "spawn"):
                 self.owner.add_child(leaf.name, leaf.seq)
-            if VALUE in entry:
+            if entry.value is not NO_VALUE:
                 leaf.done = True
                 leaf.value = self._replayed_value(leaf, entry)
-            elif ERROR in entry:
+            elif entry.error is not None:
                 leaf.done = True
                 leaf.error = error_from_entry(entry)
             else:
@@ -172,10 +171,10 @@ class Driver:
             _settle_tree(effect)
         return started
 
-    def _replayed_value(self, leaf: Effect, entry: dict[str, Any]) -> Any:
-        value = entry[VALUE]
+    def _replayed_value(self, leaf: Effect, entry: LogEntry) -> Any:
+        value = entry.value
         if type(leaf) is fx.Wait and leaf.pair:
-            return (leaf.matches(entry["s"]), value)
+            return (leaf.matches(entry.signal or ""), value)
         if type(leaf) is fx.Spawn:
             return self.owner.child_handle(value)
         return value
@@ -187,12 +186,12 @@ class Driver:
             entry = self.log[min(extra)]
             raise NonDeterminismError(
                 f"instance {self.address!r} finished replaying at position {self.seq}, but "
-                f"its log goes on with {_show(entry)} at position {min(extra)}: the code "
+                f"its log goes on with {entry.show()} at position {min(extra)}: the code "
                 "now skips effects its history made; deploy code that matches the "
                 "history, or cancel the instance. It stays suspended until then.",
                 address=self.address,
                 position=min(extra),
-                expected={KIND: entry.get(KIND), NAME: entry.get(NAME)},
+                expected=entry.identity(),
                 found=None,
             )
 
@@ -285,7 +284,7 @@ class _Checker:
         self.interrupt = None
         self.problem: NonDeterminismError | None = None
 
-    def begin(self, effect: Effect, started: dict[Effect, dict[str, Any]]) -> None:
+    def begin(self, effect: Effect, started: dict[Effect, LogEntry]) -> None:
         pass
 
     async def wait_for(self, effect: Effect) -> bool:
@@ -308,11 +307,6 @@ class _Checker:
             self.driver.check_consumed()
         except NonDeterminismError as exc:
             self.problem = exc
-
-
-def _show(entry: dict[str, Any]) -> str:
-    name = entry.get(NAME)
-    return f"{entry.get(KIND)} {name!r}" if name else str(entry.get(KIND))
 
 
 def _settle_tree(effect: fx.Composite) -> bool:

@@ -13,13 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
+from ._log import LogEntry
 from ._records import Outcome, Retry, Signal
 from .errors import ContextError
-
-# Log entry keys. An entry holding "v" (value) or "e" (error record) is an
-# outcome; one without is a "started" record (a step attempt, a timer's due
-# time) that lets a resumed run continue where the last one stopped.
-KIND, NAME, HASH, VALUE, ERROR = "k", "n", "h", "v", "e"
 
 
 class Effect:
@@ -48,9 +44,9 @@ class Effect:
     def leaves(self) -> list[Effect]:
         return [self]
 
-    def describe(self) -> dict[str, Any]:
-        """Kind, name and argument hash: what the replay check compares."""
-        return {KIND: self.kind, NAME: self.name, HASH: self.hash}
+    def describe(self) -> LogEntry:
+        """A log entry with kind, name and argument hash: what replay compares."""
+        return LogEntry(self.kind, self.name, self.hash)
 
     def __repr__(self) -> str:
         return f"<{self.kind} effect #{self.seq} {self.name!r}>"

@@ -32,7 +32,8 @@ from . import _streams
 from . import _supervision as _sup
 from ._supervision import CANCEL, ESCALATE
 from ._driver import Driver, Interrupted, Passivated
-from ._effects import VALUE, Effect
+from ._effects import Effect
+from ._log import LogEntry, read_log
 from ._handles import ChildHandle
 from ._mailbox import Mailbox
 from ._records import describe_error
@@ -158,7 +159,7 @@ class Actor:
         self.record = row.record
         self.run = run = row.record.get("run", 0)
         self.persisted_status = row.status
-        self.driver.load(log)
+        self.driver.load(read_log(log))
         for seq, name, payload in self.mailbox.reload(floor, mail):
             self._receive_system(seq, name, payload)
         for timer in timers:
@@ -216,9 +217,10 @@ class Actor:
         except Interrupted:
             await self._interrupted()
 
-    async def check_history(self, log: dict[int, dict[str, Any]]) -> NonDeterminismError | None:
-        """Replay ``log`` (this run's) against the current code, running nothing."""
-        self.driver.load(log)
+    async def check_history(self, log: dict[int, Any]) -> NonDeterminismError | None:
+        """Replay ``log`` (this run's, as the journal stores it) against the
+        current code, running nothing."""
+        self.driver.load(read_log(log))
         return await self.driver.check(self.new_coroutine())
 
     def wakeup(self) -> None:
@@ -329,9 +331,9 @@ class Actor:
             await prior.wait()  # already done (submitted earlier); raises its error
         return results
 
-    def ride_log(self, seq: int, entry: dict[str, Any]) -> None:
+    def ride_log(self, seq: int, entry: LogEntry) -> None:
         """Log ``entry`` at ``seq`` in this run; it rides on the next commit."""
-        self.txn.put_log(self.iid, self.run, seq, entry)
+        self.txn.put_log(self.iid, self.run, seq, entry.to_stored())
 
     def put_record(self, txn: Txn, status: str, **changes: Any) -> None:
         self.record.update(changes)
@@ -369,7 +371,7 @@ class Actor:
         self.busy -= 1
         self.wakeup()
 
-    def finish_step(self, step: fx.Step, value: Any, entry: dict[str, Any]) -> None:
+    def finish_step(self, step: fx.Step, value: Any, entry: LogEntry) -> None:
         """A live step succeeded: register its compensation, then `finish` it."""
         if step.compensate is not None and step in self.live:
             _saga.register(self, step, value)
@@ -377,7 +379,7 @@ class Actor:
 
     # -- beginning effects ------------------------------------------------------
 
-    def begin(self, effect: Effect, started: dict[Effect, dict[str, Any]]) -> None:
+    def begin(self, effect: Effect, started: dict[Effect, LogEntry]) -> None:
         """Start the leaves of ``effect`` that replay left open."""
         for leaf in effect.leaves():
             if effect.done:
@@ -394,7 +396,7 @@ class Actor:
         """The handle a replayed spawn gives the process."""
         return ChildHandle(self.system, address)
 
-    def _start_live(self, leaf: Effect, entry: dict[str, Any] | None) -> None:
+    def _start_live(self, leaf: Effect, entry: LogEntry | None) -> None:
         self.live.add(leaf)
         kind = type(leaf)
         if kind is fx.Wait:
@@ -413,7 +415,7 @@ class Actor:
         leaf: Effect,
         value: Any = None,
         error: BaseException | None = None,
-        entry: dict[str, Any] | None = None,
+        entry: LogEntry | None = None,
     ) -> None:
         """Complete a live leaf, log ``entry`` (ridden), and settle parents."""
         if leaf not in self.live:
@@ -423,7 +425,7 @@ class Actor:
         leaf.value = value
         leaf.error = error
         if entry is not None:
-            self.txn.put_log(self.iid, self.run, leaf.seq, entry)
+            self.txn.put_log(self.iid, self.run, leaf.seq, entry.to_stored())
         node: Effect = leaf
         parent = node.parent
         while parent is not None and not parent.done:
@@ -479,26 +481,26 @@ class Actor:
             self.txn.take_message(self.iid, mseq)
             if type(wait) is fx.Call:
                 value, error, entry = _sup.end_outcome(wait, payload)
-                entry["m"] = mseq
+                entry.message = mseq
                 self.finish(wait, value, error, entry)
                 continue
             entry = wait.describe()
-            entry[VALUE] = payload
-            entry["m"] = mseq
+            entry.value = payload
+            entry.message = mseq
             if wait.pair:
-                entry["s"] = signal.name
+                entry.signal = signal.name
             self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
 
-    def _start_timer(self, timer: fx.Timer, entry: dict[str, Any] | None) -> None:
+    def _start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None:
         if entry is not None:
-            due = entry["due"]
+            due = entry.due
         else:
             due = timer.until if timer.until is not None else self.system.epoch_now() + (
                 timer.delay or 0.0
             )
             started = timer.describe()
-            started["due"] = due
-            self.txn.put_log(self.iid, self.run, timer.seq, started)
+            started.due = due
+            self.txn.put_log(self.iid, self.run, timer.seq, started.to_stored())
             self.txn.add_timer(self.iid, self.run, timer.seq, due)
         timer.due = due
         self.timers[timer.seq] = timer
@@ -516,8 +518,8 @@ class Actor:
         self.timers.pop(timer.seq, None)
         self.txn.cancel_timer(self.iid, self.run, timer.seq)
         entry = timer.describe()
-        entry[VALUE] = None
-        entry["due"] = timer.due
+        entry.value = None
+        entry.due = timer.due
         self.finish(timer, None, None, entry)
 
     # -- ends -------------------------------------------------------------------

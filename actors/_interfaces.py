@@ -23,6 +23,7 @@ from storage import Journal, Txn
 
 from . import _effects as fx
 from ._driver import Driver
+from ._log import LogEntry
 from ._process import ProcessDef
 
 __all__ = ["ActorAPI", "SystemAPI"]
@@ -109,10 +110,10 @@ class ActorAPI(Protocol):
         leaf: fx.Effect,
         value: Any = None,
         error: BaseException | None = None,
-        entry: dict[str, Any] | None = None,
+        entry: LogEntry | None = None,
     ) -> None: ...
 
-    def finish_step(self, step: fx.Step, value: Any, entry: dict[str, Any]) -> None: ...
+    def finish_step(self, step: fx.Step, value: Any, entry: LogEntry) -> None: ...
 
     def start_task(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None: ...
 
@@ -122,7 +123,7 @@ class ActorAPI(Protocol):
 
     def add_wait(self, wait: fx.Wait) -> None: ...
 
-    def ride_log(self, seq: int, entry: dict[str, Any]) -> None: ...
+    def ride_log(self, seq: int, entry: LogEntry) -> None: ...
 
     def put_record(self, txn: Txn, status: str, **changes: Any) -> None: ...
 

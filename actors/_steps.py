@@ -21,10 +21,11 @@ from storage import Txn, encode
 from storage._clock import AutojumpHold
 from storage.errors import EncodeError
 
-from ._effects import ERROR, VALUE, Step
+from ._effects import Step
 from ._records import describe_error, error_summary
 from .errors import ContextError, StepFailed, StepTimeout
 from ._interfaces import ActorAPI
+from ._log import LogEntry
 
 __all__ = ["StepInfo", "current_step", "run_step"]
 
@@ -107,12 +108,12 @@ def _call_sync(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return result
 
 
-async def run_step(actor: ActorAPI, step: Step, started: dict[str, Any] | None) -> None:
+async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> None:
     """Run a live step to its recorded outcome (a task in the actor's nursery)."""
     system = actor.system
     retry = step.retry
-    attempt = started.get("a", 0) if started else 0
-    failures = started.get("f", 0) if started else 0
+    attempt = (started.attempt or 0) if started is not None else 0
+    failures = (started.failures or 0) if started is not None else 0
     limit = retry.attempts if retry is not None else 1
     entry_base = step.describe()
     try:
@@ -127,7 +128,7 @@ async def run_step(actor: ActorAPI, step: Step, started: dict[str, Any] | None) 
                     return
             while True:
                 attempt += 1
-                record = dict(entry_base, a=attempt, f=failures, key=step.key)
+                record = attrs.evolve(entry_base, attempt=attempt, failures=failures, key=step.key)
                 await actor._barrier(_log_txn(actor, step.seq, record))
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
@@ -150,8 +151,7 @@ async def run_step(actor: ActorAPI, step: Step, started: dict[str, Any] | None) 
                     except EncodeError as exc:
                         _finish_failed(actor, step, entry_base, exc, attempt, "result encoding")
                         return
-                    entry = dict(record)
-                    entry[VALUE] = value
+                    entry = attrs.evolve(record, value=value)
                     # The result rides on the next write: the process's next
                     # barrier, suspension or end makes it durable.
                     actor.finish_step(step, value, entry)
@@ -167,9 +167,9 @@ async def run_step(actor: ActorAPI, step: Step, started: dict[str, Any] | None) 
         actor.task_finished()
 
 
-def _log_txn(actor: ActorAPI, seq: int, entry: dict[str, Any]) -> Txn:
+def _log_txn(actor: ActorAPI, seq: int, entry: LogEntry) -> Txn:
     txn = Txn()
-    txn.put_log(actor.iid, actor.run, seq, entry)
+    txn.put_log(actor.iid, actor.run, seq, entry.to_stored())
     return txn
 
 
@@ -186,7 +186,7 @@ def _validated_input(
 def _finish_failed(
     actor: ActorAPI,
     step: Step,
-    entry_base: dict[str, Any],
+    entry_base: LogEntry,
     cause: BaseException,
     attempt: int,
     stage: str | None,
@@ -207,7 +207,6 @@ def _finish_failed(
     error["summary"] = summary
     if stage:
         error["stage"] = stage
-    entry = dict(entry_base, a=attempt, key=step.key)
-    entry[ERROR] = error
+    entry = attrs.evolve(entry_base, attempt=attempt, key=step.key, error=error)
     exc.__cause__ = cause
     actor.finish(step, None, exc, entry)

@@ -26,7 +26,6 @@ import trio
 from storage import Txn, instance_id
 
 from . import _effects as fx
-from ._effects import VALUE
 from .errors import InvalidArguments, NotDelivered
 from ._interfaces import ActorAPI, SystemAPI
 
@@ -42,7 +41,7 @@ def start(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
 async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
     try:
         entry = effect.describe()
-        entry[VALUE] = None
+        entry.value = None
         txn = Txn()
         if type(effect) is fx.Emit:
             txn.append_stream(actor.iid, effect.payload)
@@ -51,7 +50,7 @@ async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
             actor.put_record(
                 txn, actor.status, exports=effect.payload, exports_version=version
             )
-        txn.put_log(actor.iid, actor.run, effect.seq, entry)
+        txn.put_log(actor.iid, actor.run, effect.seq, entry.to_stored())
         await actor._barrier(txn)
         actor.finish(effect, None, None, None)
         actor.system._status_changed(actor.iid)  # wakes consumers and watchers

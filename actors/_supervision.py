@@ -29,12 +29,12 @@ import trio
 from storage import LIVE_STATUSES, Txn, instance_id
 
 from . import _effects as fx
-from ._effects import ERROR, VALUE
 from ._handles import ChildHandle
 from ._process import OneForAll, OneForOne, RestForOne
 from ._records import Signal, describe_error, error_summary
 from .errors import ChildFailed
 from ._interfaces import ActorAPI, SystemAPI
+from ._log import LogEntry, read_log
 
 ESCALATE = Signal._system("\x00escalate")
 CANCEL = Signal._system("\x00cancel")  # to the owner on another node
@@ -42,12 +42,13 @@ _DEFAULT = OneForOne()
 RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
 
 
-def children_in_log(log: dict[int, dict[str, Any]]) -> dict[str, int]:
-    """Child addresses a run's log names, with the seq that made each."""
+def children_in_log(stored: dict[int, Any]) -> dict[str, int]:
+    """Child addresses a run's log (as the journal stores it) names, with the
+    seq that made each."""
     return {
-        entry["n"]: seq
-        for seq, entry in sorted(log.items())
-        if entry.get("k") in ("call", "spawn")
+        entry.name: seq
+        for seq, entry in sorted(read_log(stored).items())
+        if entry.kind in ("call", "spawn")
     }
 
 
@@ -114,9 +115,9 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     row = await system.journal.read(lambda r: r.instance(iid))
     entry = effect.describe()
     if type(effect) is fx.Spawn:
-        entry[VALUE] = address
+        entry.value = address
     else:
-        entry["child"] = address
+        entry.child = address
     txn = Txn()
     fresh = row is None or row.status == "cancelled"
     ended = None
@@ -135,7 +136,7 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:
         ended = end_payload(row.status, row.record)
     parent.add_child(address, effect.seq)
-    txn.put_log(parent.iid, parent.run, effect.seq, entry)
+    txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
     await parent._barrier(txn)
     if fresh:
         system._run_created(iid, address, proc, record)
@@ -155,17 +156,17 @@ def end_payload(status: str, record: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def end_outcome(call: fx.Call, payload: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+def end_outcome(call: fx.Call, payload: dict[str, Any]) -> tuple[Any, Any, LogEntry]:
     """(value, error, log entry) of a call effect from its child's end payload."""
     entry = call.describe()
     if payload.get("status") == "completed":
-        entry[VALUE] = payload.get("result")
+        entry.value = payload.get("result")
         return payload.get("result"), None, entry
     cause = payload.get("error") or {
         "type": "actors.errors.ProcessCancelled", "message": payload.get("reason") or "cancelled",
     }  # fmt: skip
     summary = f"child {call.address!r} {payload.get('status')}: {error_summary(cause)}"
-    entry[ERROR] = {"raise": "ChildFailed", "child": call.address, "cause": cause, "summary": summary}
+    entry.error = {"raise": "ChildFailed", "child": call.address, "cause": cause, "summary": summary}
     return None, ChildFailed(summary, address=call.address, error=cause), entry
 
 

@@ -93,3 +93,58 @@ async def test_a_system_refuses_a_journal_of_another_format(tmp_path):
     with pytest.raises(JournalCorrupt, match="format 2"):
         async with actors.open_system(LMDBJournal(path), []):
             pass  # pragma: no cover - refused before
+
+
+# -- log entries: typed in memory, the same maps on disk ------------------------------
+
+
+def test_a_log_entry_round_trips_through_its_stored_map_keeping_unknown_keys():
+    from actors._log import NO_VALUE, LogEntry
+
+    stored = {"k": "step", "n": "charge", "h": b"\x01", "a": 2, "f": 1, "key": "o/1/0/charge/1",
+              "later": {"x": 1}}  # fmt: skip
+    entry = LogEntry.from_stored(stored)
+    assert (2, 1, NO_VALUE, {"later": {"x": 1}}) == (
+        entry.attempt, entry.failures, entry.value, entry.extra
+    )
+    assert not entry.is_outcome
+    assert stored == entry.to_stored()
+    outcome = {"k": "wait", "n": "go", "h": b"", "v": None, "m": 7, "s": "go"}
+    assert outcome == LogEntry.from_stored(outcome).to_stored()  # a None value is a value
+    assert LogEntry.from_stored(outcome).is_outcome
+
+
+go = actors.Signal("go")
+
+
+async def _charge(amount: int) -> dict:
+    return {"charged": amount}
+
+
+@actors.process("fmt/:id")
+async def formatted(ctx: actors.Context, id: str) -> str:
+    await ctx.step(_charge, 5, name="charge")
+    signal, payload = await ctx.receive(go)
+    await ctx.sleep(10)
+    return payload
+
+
+async def test_the_log_a_run_writes_keeps_the_stored_format(tmp_path, autojump_clock):
+    from tests.runtime_helpers import Opener
+
+    opener = Opener(tmp_path)
+    iid = instance_id("fmt/1")
+    async with opener(formatted) as system:
+        handle = await system.start(formatted, "1")
+        await system.send("fmt/1", go, "p")
+        assert "p" == await handle.result()
+        with system.journal.reader() as r:
+            stored = r.log(iid, 0)
+    [step, wait, sleep] = [stored[seq] for seq in (1, 2, 3)]
+    assert {"k", "n", "h", "a", "f", "key", "v"} == set(step)
+    assert ("step", "charge", 1, 0, {"charged": 5}) == (
+        step["k"], step["n"], step["a"], step["f"], step["v"]
+    )
+    assert step["key"].startswith("fmt/1/")
+    assert {"k": "wait", "n": "go", "h": b"", "v": "p", "m": wait["m"], "s": "go"} == wait
+    assert {"k", "n", "h", "v", "due"} == set(sleep) and sleep["v"] is None
