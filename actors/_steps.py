@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from storage import encode
+from storage import decode, encode
 from storage._clock import AutojumpHold
 from storage.errors import EncodeError
 
@@ -149,7 +149,9 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                             _finish_failed(actor, step, entry_base, exc, attempt, "output validation")
                             return
                     try:
-                        encode(value, what=f"result of step {step.name!r}")
+                        # The process gets what a replay reads from the log,
+                        # never the step function's own object.
+                        value = decode(encode(value, what=f"result of step {step.name!r}"))
                     except EncodeError as exc:
                         _finish_failed(actor, step, entry_base, exc, attempt, "result encoding")
                         return
