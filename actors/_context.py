@@ -12,6 +12,7 @@ from storage import digest
 from . import _effects as fx
 from ._effects import VALUE
 from ._records import Retry, Signal
+from ._steps import step_key
 from .errors import ContextError, InvalidArguments
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ class Context:
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         occurrence = actor.occurrences.get(step_name, 0) + 1
         actor.occurrences[step_name] = occurrence
-        key = f"{actor.address}/{actor.run}/{step_name}/{occurrence}"
+        key = step_key(actor.address, actor.record.get("inc", 1), actor.run, step_name, occurrence)
         return fx.Step(
             actor.next_seq(), step_name, arg_hash, fn, args, kwargs,
             retry=retry, timeout=timeout, compensate=compensate,

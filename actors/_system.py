@@ -312,6 +312,11 @@ class ActorSystem:
         self._route(iid, seq, message)
 
     @property
+    def closing(self) -> bool:
+        """True once the system has begun to close (instances stay as they are)."""
+        return self._closing
+
+    @property
     def node(self) -> str | None:
         """This system's node name on a shared journal, or None."""
         return self.journal.node
