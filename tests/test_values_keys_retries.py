@@ -13,12 +13,16 @@ the retry budget across crashes, through the public API.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import trio
 
 import actors
 from actors import Context, Retry, Signal, process
 from actors.testing import open_test_system
+from storage import LMDBJournal, instance_id
+from tests.runtime_helpers import virtual_wall
 
 go = Signal("go")
 data = Signal("data")
@@ -197,3 +201,231 @@ async def wait_for_suspended(handle) -> None:
     with trio.fail_after(30):
         while handle.status != "suspended":
             await trio.sleep(0.01)
+
+
+# -- hole 2: idempotency keys name the incarnation -------------------------------------
+
+KEYS: list[str] = []
+
+
+async def charge_card(amount: int) -> str:
+    info = actors.current_step()
+    KEYS.append(info.key)
+    return info.key
+
+
+async def refund(amount: int) -> None:
+    KEYS.append(actors.current_step().key)
+
+
+@process("orders/:order_id")
+async def order(ctx: Context, order_id: str, *, amount: int) -> str:
+    key = await ctx.step(charge_card, amount, name="charge_card", compensate=refund)
+    _signal, payload = await ctx.receive(go)
+    if payload == "fail":
+        raise RuntimeError("rejected")
+    if payload == "again":
+        await ctx.continue_as_new(amount=amount + 1)
+    return key
+
+
+async def test_a_fresh_incarnation_never_repeats_a_key(any_opener, autojump_clock):
+    KEYS.clear()
+    async with any_opener(order) as system:
+        first = await system.start(order, "o-17", amount=100)
+        await wait_for_suspended(first)
+        assert await system.cancel("orders/o-17")
+        second = await system.start(order, "o-17", amount=100)
+        await wait_for_suspended(second)
+    assert ["orders/o-17/1/0/charge_card/1", "orders/o-17/2/0/charge_card/1"] == KEYS
+    # Across a restart of the system: the recorded step is not run again,
+    # and the keys of the same incarnation stay what they were.
+    async with any_opener(order) as system:
+        await system.send("orders/o-17", go, "again")  # continue as new: run 1
+        await wait_for_suspended(system.get("orders/o-17"))
+        await system.send("orders/o-17", go, "fail")
+        with pytest.raises(actors.ProcessFailed):
+            await system.get("orders/o-17").result()
+    assert [
+        "orders/o-17/1/0/charge_card/1",
+        "orders/o-17/2/0/charge_card/1",
+        "orders/o-17/2/1/charge_card/1",
+        # Both registered compensations ran, newest first, keyed by incarnation.
+        "orders/o-17/2/1/charge_card/1/compensate",
+        "orders/o-17/2/0/charge_card/1/compensate",
+    ] == KEYS
+
+
+ATTEMPTS: list[tuple[int, str]] = []
+RELEASE: dict[str, trio.Event] = {}
+
+
+async def blocking_charge() -> str:
+    """Blocks on its first two attempts (the system closes meanwhile)."""
+    info = actors.current_step()
+    ATTEMPTS.append((info.attempt, info.key))
+    if info.attempt < 3:
+        await trio.sleep_forever()
+    return info.key
+
+
+@process("blocking/:id")
+async def blocking(ctx: Context, id: str) -> str:
+    return await ctx.step(blocking_charge, name="charge", retry=Retry(attempts=2, backoff=0))
+
+
+async def test_key_is_stable_within_an_incarnation_across_closes(any_opener, autojump_clock):
+    ATTEMPTS.clear()
+    async with any_opener(blocking) as system:
+        await system.start(blocking, "b")
+        await wait_until(lambda: len(ATTEMPTS) == 1)
+        assert await system.cancel("blocking/b")
+        await system.start(blocking, "b")  # incarnation 2
+        await wait_until(lambda: len(ATTEMPTS) == 2)
+    # Closing is not a crash: the attempt cut short by each close is not
+    # spent, so a budget of 2 still allows the third attempt to run.
+    async with any_opener(blocking) as system:
+        await wait_until(lambda: len(ATTEMPTS) == 3)
+    async with any_opener(blocking) as system:
+        assert "blocking/b/2/0/charge/1" == await system.get("blocking/b").result()
+    assert [
+        (1, "blocking/b/1/0/charge/1"),
+        (1, "blocking/b/2/0/charge/1"),
+        (2, "blocking/b/2/0/charge/1"),
+        (3, "blocking/b/2/0/charge/1"),
+    ] == ATTEMPTS
+
+
+async def wait_until(predicate) -> None:
+    with trio.fail_after(30):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+# -- hole 3: the retry budget counts crashes ----------------------------------------------
+#
+# A crash, simulated in process: while an attempt runs, the step function
+# copies the journal's files (everything committed so far, the attempt's
+# start included) to a new directory, the state a SIGKILL at that moment
+# would leave. Opening a system on the copy is the restart after the crash.
+# (tests/test_retry_crash.py does the same with a real SIGKILL.)
+
+CRASHES: dict[str, object] = {}
+LEDGER: list[str] = []
+
+
+async def crashing_charge(amount: int) -> str:
+    info = actors.current_step()
+    LEDGER.append(f"charge {info.key} attempt {info.attempt}")
+    source = CRASHES["source"]
+    target = CRASHES["root"] / f"crash-{len(CRASHES['copies'])}"
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("owner.lock"))
+    CRASHES["copies"].append(target)
+    await trio.sleep_forever()  # the process "died" here
+
+
+async def undo_charge(amount: int) -> None:
+    info = actors.current_step()
+    LEDGER.append(f"undo {info.key} forward_result={info.forward_result!r}")
+
+
+@process("crashy/:id")
+async def crashy(ctx: Context, id: str, *, attempts: int) -> str:
+    retry = Retry(attempts=attempts, backoff=0) if attempts > 1 else None
+    try:
+        return await ctx.step(crashing_charge, 5, name="charge", retry=retry, compensate=undo_charge)
+    except actors.StepFailed as exc:
+        LEDGER.append(f"caught {type(exc).__name__}")
+        raise
+
+
+@process("caller/:id")
+async def caller(ctx: Context, id: str) -> str:
+    try:
+        return await ctx.call(crashy, "kid", attempts=1)
+    except actors.ChildFailed as exc:
+        return f"ChildFailed: {exc}"
+
+
+def _open(path, *procs):
+    return actors.open_system(LMDBJournal(path), processes=list(procs), now=virtual_wall)
+
+
+async def _crash_until_done(tmp_path, start) -> tuple[int, object]:
+    """Start with ``start(system)``, then restart from each crash copy until
+    nothing crashes any more; returns (crashes, the last system's outcome)."""
+    CRASHES.update(root=tmp_path, copies=[], source=tmp_path / "journal")
+    LEDGER.clear()
+    async with _open(tmp_path / "journal", crashy, caller) as system:
+        await start(system)
+        await wait_until(lambda: len(CRASHES["copies"]) == 1)
+    crashes = 0
+    while True:
+        assert crashes < 8, f"still crashing after {crashes} restarts: {LEDGER}"
+        path = CRASHES["copies"][crashes]
+        crashes += 1
+        CRASHES["source"] = path
+        async with _open(path, crashy, caller) as system:
+            with trio.move_on_after(60):
+                while len(CRASHES["copies"]) == crashes:
+                    for address in ("caller/c", "crashy/x"):
+                        handle = system.get(address)
+                        if handle is not None and handle.status in ("completed", "failed"):
+                            try:
+                                return crashes, await handle.result()
+                            except actors.ProcessFailed as exc:
+                                return crashes, exc
+                    await trio.sleep(0.01)
+            assert len(CRASHES["copies"]) == crashes + 1, "neither crashed nor ended"
+
+
+async def test_crashes_spend_the_retry_budget(tmp_path, autojump_clock):
+    async def start(system):
+        await system.start(crashy, "x", attempts=3)
+
+    crashes, outcome = await _crash_until_done(tmp_path, start)
+    assert 3 == crashes  # attempts 1, 2 and 3 each took the process down
+    assert isinstance(outcome, actors.ProcessFailed)
+    assert "attempt 3 of 3 was interrupted by a crash" in str(outcome)
+    assert "3 of the 3 attempt(s) spent did not finish" in str(outcome)
+    key = "crashy/x/1/0/charge/1"
+    assert [
+        f"charge {key} attempt 1",
+        f"charge {key} attempt 2",
+        f"charge {key} attempt 3",
+        "caught StepFailed",  # the process sees it like any step failure
+        f"undo {key}/compensate forward_result=None",  # it may have applied: undone
+    ] == LEDGER
+
+
+async def test_one_crash_spends_a_single_attempt_and_the_parent_is_told(tmp_path, autojump_clock):
+    async def start(system):
+        await system.start(caller, "c")
+
+    crashes, outcome = await _crash_until_done(tmp_path, start)
+    assert 1 == crashes
+    assert isinstance(outcome, str) and outcome.startswith("ChildFailed: ")
+    assert "attempt 1 of 1 was interrupted by a crash" in outcome
+    key = "caller/c/crashy/kid/1/0/charge/1"
+    assert [
+        f"charge {key} attempt 1",
+        "caught StepFailed",
+        f"undo {key}/compensate forward_result=None",
+    ] == LEDGER
+
+
+async def test_a_spent_step_fails_the_same_on_replay(tmp_path, autojump_clock):
+    async def start(system):
+        await system.start(crashy, "x", attempts=1)
+
+    crashes, outcome = await _crash_until_done(tmp_path, start)
+    assert 1 == crashes
+    # The failure is recorded: a reopen gives the same error, nothing runs again.
+    async with _open(CRASHES["source"], crashy, caller) as system:
+        with pytest.raises(actors.ProcessFailed) as again:
+            await system.get("crashy/x").result()
+        assert str(outcome) == str(again.value)
+        with system.journal.reader() as r:
+            [entry] = r.log(instance_id("crashy/x"), 0).values()
+        assert 1 == entry["a"] and 1 == entry["e"]["crashed"]
+    assert 3 == len(LEDGER)
