@@ -141,7 +141,9 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
     # close was interrupted by a crash, so spent = a - c.
     attempt = started.get("a", 0) if started else 0
     failures = started.get("f", 0) if started else 0
-    closed = started.get("c", 0) if started else 0
+    # A record written before crashes were counted has no "c": its
+    # unfinished attempts are taken as closes, as they were counted then.
+    closed = started.get("c", attempt - failures) if started else 0
     if started and started.get("key"):
         # The key persisted with the first attempt stays the key, even if
         # the code that derives it changed since.

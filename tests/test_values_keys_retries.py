@@ -21,7 +21,7 @@ import trio
 import actors
 from actors import Context, Retry, Signal, process
 from actors.testing import open_test_system
-from storage import LMDBJournal, instance_id
+from storage import LMDBJournal, Txn, instance_id
 from tests.runtime_helpers import virtual_wall
 
 go = Signal("go")
@@ -429,3 +429,32 @@ async def test_a_spent_step_fails_the_same_on_replay(tmp_path, autojump_clock):
             [entry] = r.log(instance_id("crashy/x"), 0).values()
         assert 1 == entry["a"] and 1 == entry["e"]["crashed"]
     assert 3 == len(LEDGER)
+
+
+async def test_a_started_record_from_before_crashes_counted_keeps_its_budget(
+    tmp_path, autojump_clock
+):
+    """A journal whose step attempt was started by a version that did not
+    count crashes (no "c" in the record): its unfinished attempts are not
+    charged to the budget, so the step still runs."""
+    path = tmp_path / "journal"
+    async with _open(path, crashy, caller) as system:
+        await system.start(crashy, "old", attempts=1)
+        CRASHES.update(root=tmp_path, copies=[], source=path)
+        await wait_until(lambda: len(CRASHES["copies"]) == 1)
+    crashed = CRASHES["copies"][0]
+    journal = LMDBJournal(crashed)
+    async with journal:
+        iid = instance_id("crashy/old")
+        with journal.reader() as r:
+            [(seq, entry)] = r.log(iid, 0).items()
+        assert {"a": 1, "f": 0, "c": 0} == {k: entry[k] for k in ("a", "f", "c")}
+        del entry["c"]
+        txn = Txn()
+        txn.put_log(iid, 0, seq, entry)
+        await journal.commit(txn)
+    LEDGER.clear()
+    CRASHES["source"] = crashed
+    async with _open(crashed, crashy, caller) as system:
+        await wait_until(lambda: len(CRASHES["copies"]) == 2)  # it ran (and "crashed") again
+    assert ["charge crashy/old/1/0/charge/1 attempt 2"] == LEDGER
