@@ -326,11 +326,12 @@ class Context:
         The log is dropped (replay cost stays bounded); unread messages, the
         stream, cursors and exports carry over; the run's timers are deleted.
         Never returns."""
-        from storage import encode
+        from storage import decode, encode
 
         actor = self._live()
         actor.proc.check_input(tuple(actor.record.get("params", ())), input)
-        encode(input, what="input")
+        # The next run gets its input as stored, never the objects of this one.
+        input = decode(encode(input, what="input"))
         await fx.ContinueAsNew(actor.next_seq(), input)
         raise AssertionError("unreachable: continue_as_new never returns")  # pragma: no cover
 

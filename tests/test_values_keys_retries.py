@@ -458,3 +458,25 @@ async def test_a_started_record_from_before_crashes_counted_keeps_its_budget(
     async with _open(crashed, crashy, caller) as system:
         await wait_until(lambda: len(CRASHES["copies"]) == 2)  # it ran (and "crashed") again
     assert ["charge crashy/old/1/0/charge/1 attempt 2"] == LEDGER
+
+
+GLOBAL_ITEMS: list[int] = [1]
+
+
+@process("looper/:id")
+async def looper(ctx: Context, id: str, *, items: list, rounds: int = 0) -> object:
+    if rounds == 0:
+        await ctx.continue_as_new(items=GLOBAL_ITEMS, rounds=1)
+    items.append(2)  # the new run's own copy: the module's list is untouched
+    await ctx.wait(go)
+    return items
+
+
+async def test_continue_as_new_input_is_what_was_encoded(any_opener, autojump_clock):
+    GLOBAL_ITEMS[:] = [1]
+    async with any_opener(looper) as system:
+        handle = await system.start(looper, "l", items=[])
+        await wait_for_suspended(handle)
+        assert [1] == GLOBAL_ITEMS
+        await system.send("looper/l", go)
+        assert [1, 2] == await handle.result()
