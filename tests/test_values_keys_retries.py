@@ -480,3 +480,17 @@ async def test_continue_as_new_input_is_what_was_encoded(any_opener, autojump_cl
         assert [1] == GLOBAL_ITEMS
         await system.send("looper/l", go)
         assert [1, 2] == await handle.result()
+
+
+async def test_a_value_the_codec_changes_arrives_changed_live_as_on_replay(
+    any_opener, autojump_clock
+):
+    """msgpack stores a bytearray as bytes: the live process gets bytes, as
+    a replay does, not the sender's bytearray."""
+    async with any_opener(hold) as system:
+        handle = await system.start(hold, "b")
+        await system.send("hold/b", data, {"raw": bytearray(b"ab")})
+        await system.send("hold/b", go)
+        result = await handle.result()
+        assert {"raw": b"ab"} == result
+        assert bytes is type(result["raw"])
