@@ -3,7 +3,11 @@
 A step runs its function at least once and records its result exactly once.
 Before each attempt its start (attempt number, idempotency key) is made
 durable, so after a crash the step continues with the next attempt, and the
-external system can deduplicate on the key. Sync functions run in a worker
+external system can deduplicate on the key. An attempt that a crash cut
+short is spent like a failed one: a step that keeps taking its process down
+fails with `StepFailed` once its budget (``Retry.attempts``, 1 without
+``retry=``) is spent, rather than running forever. Closing the system is not
+a crash: the attempt it cuts short is recorded as such and not spent. Sync functions run in a worker
 thread (never blocking the trio loop), at most ``max_sync_steps`` at once;
 a queued step's timeout starts only when it runs.
 """
