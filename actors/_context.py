@@ -12,6 +12,7 @@ from storage import digest
 from . import _effects as fx
 from ._effects import VALUE
 from ._records import Retry, Signal
+from ._steps import step_key
 from .errors import ContextError, InvalidArguments
 
 if TYPE_CHECKING:
@@ -183,7 +184,7 @@ class Context:
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         occurrence = actor.occurrences.get(step_name, 0) + 1
         actor.occurrences[step_name] = occurrence
-        key = f"{actor.address}/{actor.run}/{step_name}/{occurrence}"
+        key = step_key(actor.address, actor.record.get("inc", 1), actor.run, step_name, occurrence)
         return fx.Step(
             actor.next_seq(), step_name, arg_hash, fn, args, kwargs,
             retry=retry, timeout=timeout, compensate=compensate,
@@ -325,11 +326,12 @@ class Context:
         The log is dropped (replay cost stays bounded); unread messages, the
         stream, cursors and exports carry over; the run's timers are deleted.
         Never returns."""
-        from storage import encode
+        from storage import decode, encode
 
         actor = self._live()
         actor.proc.check_input(tuple(actor.record.get("params", ())), input)
-        encode(input, what="input")
+        # The next run gets its input as stored, never the objects of this one.
+        input = decode(encode(input, what="input"))
         await fx.ContinueAsNew(actor.next_seq(), input)
         raise AssertionError("unreachable: continue_as_new never returns")  # pragma: no cover
 

@@ -756,7 +756,7 @@ class Actor:
         self.system._status_changed(self.iid)
         self.system._ended(self, status)
         if notice is not None:
-            self.system._route(notice[0], results[-1], notice[1], notice[2])
+            self.system._route(notice[0], results[-1], notice[1])
 
     async def _suspend_with_error(self, exc: BaseException) -> None:
         """Keep the instance suspended with ``last_error`` (never failed or lost)."""

@@ -3,7 +3,11 @@
 A step runs its function at least once and records its result exactly once.
 Before each attempt its start (attempt number, idempotency key) is made
 durable, so after a crash the step continues with the next attempt, and the
-external system can deduplicate on the key. Sync functions run in a worker
+external system can deduplicate on the key. An attempt that a crash cut
+short is spent like a failed one: a step that keeps taking its process down
+fails with `StepFailed` once its budget (``Retry.attempts``, 1 without
+``retry=``) is spent, rather than running forever. Closing the system is not
+a crash: the attempt it cuts short is recorded as such and not spent. Sync functions run in a worker
 thread (never blocking the trio loop), at most ``max_sync_steps`` at once;
 a queued step's timeout starts only when it runs.
 """
@@ -17,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from storage import encode
+from storage import decode, encode
 from storage._clock import AutojumpHold
 from storage.errors import EncodeError
 
@@ -29,18 +33,26 @@ if TYPE_CHECKING:
     from ._effects import Step
     from ._instance import Actor
 
-__all__ = ["StepInfo", "current_step", "run_step"]
+__all__ = ["StepInfo", "current_step", "run_step", "step_key"]
 
 
 @attrs.frozen(slots=True)
 class StepInfo:
     """What a step's function can learn about the attempt running it.
 
-    ``key`` is the idempotency key, ``<id>/<run>/<step name>/<occurrence>``
-    (``.../compensate`` for a compensation): stable across retries and
-    restarts, so the external system can deduplicate on it. ``attempt``
-    counts from 1 and keeps counting across restarts. ``forward_result`` is,
-    in a compensation, the recorded result of the step it undoes.
+    ``key`` is the idempotency key,
+    ``<id>/<incarnation>/<run>/<step name>/<occurrence>``, e.g.
+    ``orders/o-17/2/0/charge_card/1`` (``.../compensate`` appended for a
+    compensation). ``incarnation`` counts the fresh starts of the address
+    (1 for the first; a start after a cancel makes the next), ``run`` the
+    continue-as-new runs and supervisor restarts within the incarnation,
+    ``occurrence`` the calls of that step name within the run (from 1). The
+    key is persisted with the first attempt's start and reused from there:
+    stable across retries and restarts of the system, and never shared by
+    two incarnations, runs or occurrences, so the external system can
+    deduplicate on it. ``attempt`` counts from 1 and keeps counting across
+    restarts (a crash spends an attempt). ``forward_result`` is, in a
+    compensation, the recorded result of the step it undoes.
     """
 
     key: str
@@ -48,6 +60,11 @@ class StepInfo:
     attempt: int
     instance: str
     forward_result: Any = None
+
+
+def step_key(address: str, incarnation: int, run: int, name: str, occurrence: int) -> str:
+    """The idempotency key of a step (format: see `StepInfo`)."""
+    return f"{address}/{incarnation}/{run}/{name}/{occurrence}"
 
 
 _current: contextvars.ContextVar[StepInfo] = contextvars.ContextVar("actors_step")
@@ -111,16 +128,39 @@ def _call_sync(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> None:
-    """Run a live step to its recorded outcome (a task in the actor's nursery)."""
-    system = actor.system
+    """Run a live step to its recorded outcome (a task in the actor's nursery).
+
+    The budget: ``retry.attempts`` (1 without ``retry=``) attempts in all,
+    counted from the started records, so an attempt that never finished (the
+    process crashed or was killed during it) is spent like a failed one. A
+    step resumed with its budget spent fails with `StepFailed` without
+    running again. An attempt cut short by closing the system is not spent:
+    the close records it (``c``), and the step runs again on the next open.
+    """
     retry = step.retry
+    limit = retry.attempts if retry is not None else 1
+    # The started record: attempts started ("a"), failures recorded ("f"),
+    # attempts cut short by a close of the system ("c"). Invariant: every
+    # started attempt that is neither a recorded failure nor cut short by a
+    # close was interrupted by a crash, so spent = a - c.
     attempt = started.get("a", 0) if started else 0
     failures = started.get("f", 0) if started else 0
-    limit = retry.attempts if retry is not None else 1
+    # A record written before crashes were counted has no "c": its
+    # unfinished attempts are taken as closes, as they were counted then.
+    closed = started.get("c", attempt - failures) if started else 0
+    if started and started.get("key"):
+        # The key persisted with the first attempt stays the key, even if
+        # the code that derives it changed since.
+        step.key = started["key"]
     entry_base = step.describe()
+    record: dict[str, Any] | None = None
+    in_attempt = False
     try:
         with trio.CancelScope() as scope:
             step.scope = scope
+            if started and attempt - closed >= limit:
+                _finish_spent(actor, step, entry_base, attempt, failures, closed, limit)
+                return
             args, kwargs = step.args, step.kwargs
             if step.validate_input is not None:
                 try:
@@ -130,7 +170,8 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                     return
             while True:
                 attempt += 1
-                record = dict(entry_base, a=attempt, f=failures, key=step.key)
+                record = dict(entry_base, a=attempt, f=failures, c=closed, key=step.key)
+                in_attempt = True
                 await actor._barrier(_log_txn(actor, step.seq, record))
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
@@ -142,6 +183,7 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                 except Exception as exc:
                     cause = exc
                 else:
+                    in_attempt = False
                     if step.validate_output is not None:
                         try:
                             value = step.validate_output(value)
@@ -149,7 +191,9 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                             _finish_failed(actor, step, entry_base, exc, attempt, "output validation")
                             return
                     try:
-                        encode(value, what=f"result of step {step.name!r}")
+                        # The process gets what a replay reads from the log,
+                        # never the step function's own object.
+                        value = decode(encode(value, what=f"result of step {step.name!r}"))
                     except EncodeError as exc:
                         _finish_failed(actor, step, entry_base, exc, attempt, "result encoding")
                         return
@@ -163,12 +207,22 @@ async def run_step(actor: Actor, step: Step, started: dict[str, Any] | None) -> 
                     # barrier, suspension or end makes it durable.
                     actor.finish(step, value, None, entry)
                     return
+                in_attempt = False
                 failures += 1
                 retryable = retry is not None and not isinstance(cause, retry.non_retryable)
-                if not retryable or failures >= limit:
+                if not retryable or attempt - closed >= limit:
                     _finish_failed(actor, step, entry_base, cause, attempt, None, timed_out)
                     return
-                await trio.sleep(retry.delay(failures, system.random.random()))
+                assert retry is not None
+                await trio.sleep(retry.delay(failures, actor.system.random.random()))
+    except trio.Cancelled:
+        if actor.system.closing and record is not None and step in actor.live:
+            # Closing is not a crash: what this attempt left unfinished is
+            # not spent (a failure waiting out its backoff stays counted).
+            shut = dict(record, f=failures, c=closed + 1 if in_attempt else closed)
+            actor.txn.put_log(actor.iid, actor.run, step.seq, shut)
+            actor._flush()
+        raise
     finally:
         step.scope = None
         actor.busy -= 1
@@ -221,3 +275,40 @@ def _finish_failed(
     entry[ERROR] = error
     exc.__cause__ = cause
     actor.finish(step, None, exc, entry)
+
+
+def _finish_spent(
+    actor: Actor,
+    step: Step,
+    entry_base: dict[str, Any],
+    attempt: int,
+    failures: int,
+    closed: int,
+    limit: int,
+) -> None:
+    """Fail a resumed step whose attempts were spent, the last ones by crashes."""
+    spent = attempt - closed
+    crashed = spent - failures
+    which = f"attempt {attempt} of {limit}" if not closed else (
+        f"attempt {attempt} ({spent} of {limit} counted; {closed} cut short by closing "
+        "the system do not count)"
+    )  # fmt: skip
+    summary = (
+        f"step {step.name!r} of {actor.address!r} spent its attempts: {which} was "
+        f"interrupted by a crash, and {crashed} of the {spent} attempt(s) spent did not "
+        "finish (the process stopped during them: killed, out of memory, a crash); it is "
+        "not run again. Make the step survive its input, or allow more attempts with "
+        "retry=actors.Retry(attempts=...)"
+    )
+    error = {
+        "type": "actors.errors.StepFailed", "message": summary, "traceback": "",
+        "summary": summary, "crashed": crashed, "attempts": spent,
+    }  # fmt: skip
+    if step.compensate is not None and step in actor.live:
+        from . import _saga
+
+        # It may have applied before the process went down: undo it too.
+        _saga.register(actor, step, None, possibly_applied=True)
+    entry = dict(entry_base, a=attempt, key=step.key)
+    entry[ERROR] = error
+    actor.finish(step, None, StepFailed(summary, error=error), entry)
