@@ -7,13 +7,14 @@ import uuid as _uuid
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from storage import digest, encode
+from storage import decode, digest, encode
 
 from . import _effects as fx
 from ._process import RESTART_TYPES
 from ._records import Retry, Signal
-from .errors import ContextError, InvalidArguments, LimitExceeded
 from ._interfaces import ActorAPI
+from ._steps import step_key
+from .errors import ContextError, InvalidArguments, LimitExceeded
 
 __all__ = ["Context"]
 
@@ -179,7 +180,7 @@ class Context:
         step_name = name or getattr(fn, "__qualname__", None) or repr(fn)
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         occurrence = actor.driver.occurrence(step_name)
-        key = f"{actor.address}/{actor.run}/{step_name}/{occurrence}"
+        key = step_key(actor.address, actor.record.get("inc", 1), actor.run, step_name, occurrence)
         return fx.Step(
             actor.driver.next_seq(), step_name, arg_hash, fn, args, kwargs,
             retry=retry, timeout=timeout, compensate=compensate,
@@ -319,7 +320,8 @@ class Context:
         Never returns."""
         actor = self._live()
         actor.proc.check_input(tuple(actor.record.get("params", ())), input)
-        encode(input, what="input")
+        # The next run gets its input as stored, never the objects of this one.
+        input = decode(encode(input, what="input"))
         await fx.ContinueAsNew(actor.driver.next_seq(), input)
         raise AssertionError("unreachable: continue_as_new never returns")  # pragma: no cover
 

@@ -373,9 +373,15 @@ class Actor:
 
     def finish_step(self, step: fx.Step, value: Any, entry: LogEntry) -> None:
         """A live step succeeded: register its compensation, then `finish` it."""
-        if step.compensate is not None and step in self.live:
-            _saga.register(self, step, value)
+        self.register_compensation(step, value)
         self.finish(step, value, None, entry)
+
+    def register_compensation(
+        self, step: fx.Step, result: Any, *, possibly_applied: bool = False
+    ) -> None:
+        """Record the compensation of a live step that has one (see `_saga`)."""
+        if step.compensate is not None and step in self.live:
+            _saga.register(self, step, result, possibly_applied=possibly_applied)
 
     # -- beginning effects ------------------------------------------------------
 
@@ -622,7 +628,7 @@ class Actor:
         self.system._status_changed(self.iid)
         self.system._ended(self, status)
         if notice is not None:
-            self.system._route(notice[0], results[-1], notice[1], notice[2])
+            self.system._route(notice[0], results[-1], notice[1])
 
     async def diverge(self, exc: BaseException) -> None:
         """Keep the instance suspended with ``last_error`` (never failed or lost)."""

@@ -21,6 +21,7 @@ m      seq of the message a wait or call took
 s      signal name of the message a ``receive`` took
 a      attempt (steps, from 1)
 f      failed attempts so far (steps)
+c      attempts cut short by closing the system (steps)
 key    idempotency key (steps)
 due    due time, epoch seconds (timers)
 child  address of the child a call created
@@ -46,7 +47,7 @@ class _NoValue:
 #: The ``value`` of an entry that holds none (``None`` is a value).
 NO_VALUE: Any = _NoValue()
 
-_KNOWN = frozenset(("k", "n", "h", "v", "e", "m", "s", "a", "f", "key", "due", "child"))
+_KNOWN = frozenset(("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child"))
 
 
 @attrs.define(slots=True, eq=True)
@@ -62,6 +63,7 @@ class LogEntry:
     signal: str | None = None
     attempt: int | None = None
     failures: int | None = None
+    closed: int | None = None
     key: str | None = None
     due: float | None = None
     child: str | None = None
@@ -87,6 +89,8 @@ class LogEntry:
             stored["a"] = self.attempt
         if self.failures is not None:
             stored["f"] = self.failures
+        if self.closed is not None:
+            stored["c"] = self.closed
         if self.key is not None:
             stored["key"] = self.key
         if self.due is not None:
@@ -106,6 +110,7 @@ class LogEntry:
             kind=get("k", ""), name=get("n", ""), hash=get("h", b""),
             value=stored["v"] if "v" in stored else NO_VALUE, error=get("e"),
             message=get("m"), signal=get("s"), attempt=get("a"), failures=get("f"),
+            closed=get("c"),
             key=get("key"), due=get("due"), child=get("child"), extra=extra or None,
         )  # fmt: skip
 

@@ -3,7 +3,11 @@
 A step runs its function at least once and records its result exactly once.
 Before each attempt its start (attempt number, idempotency key) is made
 durable, so after a crash the step continues with the next attempt, and the
-external system can deduplicate on the key. Sync functions run in a worker
+external system can deduplicate on the key. An attempt that a crash cut
+short is spent like a failed one: a step that keeps taking its process down
+fails with `StepFailed` once its budget (``Retry.attempts``, 1 without
+``retry=``) is spent, rather than running forever. Closing the system is not
+a crash: the attempt it cuts short is recorded as such and not spent. Sync functions run in a worker
 thread (never blocking the trio loop), at most ``max_sync_steps`` at once;
 a queued step's timeout starts only when it runs.
 """
@@ -17,28 +21,36 @@ from typing import Any
 import attrs
 import trio
 
-from storage import Txn, encode
+from storage import Txn, decode, encode
 from storage._clock import AutojumpHold
 from storage.errors import EncodeError
 
 from ._effects import Step
-from ._records import describe_error, error_summary
-from .errors import ContextError, StepFailed, StepTimeout
 from ._interfaces import ActorAPI
 from ._log import LogEntry
+from ._records import describe_error, error_summary
+from .errors import ContextError, StepFailed, StepTimeout
 
-__all__ = ["StepInfo", "current_step", "run_step"]
+__all__ = ["StepInfo", "current_step", "run_step", "step_key"]
 
 
 @attrs.frozen(slots=True)
 class StepInfo:
     """What a step's function can learn about the attempt running it.
 
-    ``key`` is the idempotency key, ``<id>/<run>/<step name>/<occurrence>``
-    (``.../compensate`` for a compensation): stable across retries and
-    restarts, so the external system can deduplicate on it. ``attempt``
-    counts from 1 and keeps counting across restarts. ``forward_result`` is,
-    in a compensation, the recorded result of the step it undoes.
+    ``key`` is the idempotency key,
+    ``<id>/<incarnation>/<run>/<step name>/<occurrence>``, e.g.
+    ``orders/o-17/2/0/charge_card/1`` (``.../compensate`` appended for a
+    compensation). ``incarnation`` counts the fresh starts of the address
+    (1 for the first; a start after a cancel makes the next), ``run`` the
+    continue-as-new runs and supervisor restarts within the incarnation,
+    ``occurrence`` the calls of that step name within the run (from 1). The
+    key is persisted with the first attempt's start and reused from there:
+    stable across retries and restarts of the system, and never shared by
+    two incarnations, runs or occurrences, so the external system can
+    deduplicate on it. ``attempt`` counts from 1 and keeps counting across
+    restarts (a crash spends an attempt). ``forward_result`` is, in a
+    compensation, the recorded result of the step it undoes.
     """
 
     key: str
@@ -46,6 +58,11 @@ class StepInfo:
     attempt: int
     instance: str
     forward_result: Any = None
+
+
+def step_key(address: str, incarnation: int, run: int, name: str, occurrence: int) -> str:
+    """The idempotency key of a step (format: see `StepInfo`)."""
+    return f"{address}/{incarnation}/{run}/{name}/{occurrence}"
 
 
 _current: contextvars.ContextVar[StepInfo] = contextvars.ContextVar("actors_step")
@@ -109,16 +126,41 @@ def _call_sync(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> None:
-    """Run a live step to its recorded outcome (a task in the actor's nursery)."""
-    system = actor.system
+    """Run a live step to its recorded outcome (a task in the actor's nursery).
+
+    The budget: ``retry.attempts`` (1 without ``retry=``) attempts in all,
+    counted from the started records, so an attempt that never finished (the
+    process crashed or was killed during it) is spent like a failed one. A
+    step resumed with its budget spent fails with `StepFailed` without
+    running again. An attempt cut short by closing the system is not spent:
+    the close records it (``c``), and the step runs again on the next open.
+    """
     retry = step.retry
+    limit = retry.attempts if retry is not None else 1
+    # The started record: attempts started, failures recorded, attempts cut
+    # short by a close of the system (closed). Invariant: every started
+    # attempt that is neither a recorded failure nor cut short by a close
+    # was interrupted by a crash, so spent = attempt - closed.
     attempt = (started.attempt or 0) if started is not None else 0
     failures = (started.failures or 0) if started is not None else 0
-    limit = retry.attempts if retry is not None else 1
+    closed = 0
+    if started is not None:
+        # A record written before crashes were counted has no closed count:
+        # its unfinished attempts are taken as closes, as they were then.
+        closed = started.closed if started.closed is not None else attempt - failures
+        if started.key:
+            # The key persisted with the first attempt stays the key, even if
+            # the code that derives it changed since.
+            step.key = started.key
     entry_base = step.describe()
+    record: LogEntry | None = None
+    in_attempt = False
     try:
         with trio.CancelScope() as scope:
             step.scope = scope
+            if started and attempt - closed >= limit:
+                _finish_spent(actor, step, entry_base, attempt, failures, closed, limit)
+                return
             args, kwargs = step.args, step.kwargs
             if step.validate_input is not None:
                 try:
@@ -128,7 +170,10 @@ async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> Non
                     return
             while True:
                 attempt += 1
-                record = attrs.evolve(entry_base, attempt=attempt, failures=failures, key=step.key)
+                record = attrs.evolve(
+                    entry_base, attempt=attempt, failures=failures, closed=closed, key=step.key
+                )
+                in_attempt = True
                 await actor._barrier(_log_txn(actor, step.seq, record))
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
@@ -140,6 +185,7 @@ async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> Non
                 except Exception as exc:
                     cause = exc
                 else:
+                    in_attempt = False
                     if step.validate_output is not None:
                         try:
                             value = step.validate_output(value)
@@ -147,7 +193,9 @@ async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> Non
                             _finish_failed(actor, step, entry_base, exc, attempt, "output validation")
                             return
                     try:
-                        encode(value, what=f"result of step {step.name!r}")
+                        # The process gets what a replay reads from the log,
+                        # never the step function's own object.
+                        value = decode(encode(value, what=f"result of step {step.name!r}"))
                     except EncodeError as exc:
                         _finish_failed(actor, step, entry_base, exc, attempt, "result encoding")
                         return
@@ -156,12 +204,24 @@ async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> Non
                     # barrier, suspension or end makes it durable.
                     actor.finish_step(step, value, entry)
                     return
+                in_attempt = False
                 failures += 1
                 retryable = retry is not None and not isinstance(cause, retry.non_retryable)
-                if not retryable or failures >= limit:
+                if not retryable or attempt - closed >= limit:
                     _finish_failed(actor, step, entry_base, cause, attempt, None, timed_out)
                     return
-                await trio.sleep(retry.delay(failures, system.random.random()))
+                assert retry is not None
+                await trio.sleep(retry.delay(failures, actor.system.random.random()))
+    except trio.Cancelled:
+        if actor.system.closing and record is not None and step in actor.live:
+            # Closing is not a crash: what this attempt left unfinished is
+            # not spent (a failure waiting out its backoff stays counted).
+            shut = attrs.evolve(
+                record, failures=failures, closed=closed + 1 if in_attempt else closed
+            )
+            actor.ride_log(step.seq, shut)
+            actor._flush()
+        raise
     finally:
         step.scope = None
         actor.task_finished()
@@ -210,3 +270,36 @@ def _finish_failed(
     entry = attrs.evolve(entry_base, attempt=attempt, key=step.key, error=error)
     exc.__cause__ = cause
     actor.finish(step, None, exc, entry)
+
+
+def _finish_spent(
+    actor: ActorAPI,
+    step: Step,
+    entry_base: LogEntry,
+    attempt: int,
+    failures: int,
+    closed: int,
+    limit: int,
+) -> None:
+    """Fail a resumed step whose attempts were spent, the last ones by crashes."""
+    spent = attempt - closed
+    crashed = spent - failures
+    which = f"attempt {attempt} of {limit}" if not closed else (
+        f"attempt {attempt} ({spent} of {limit} counted; {closed} cut short by closing "
+        "the system do not count)"
+    )  # fmt: skip
+    summary = (
+        f"step {step.name!r} of {actor.address!r} spent its attempts: {which} was "
+        f"interrupted by a crash, and {crashed} of the {spent} attempt(s) spent did not "
+        "finish (the process stopped during them: killed, out of memory, a crash); it is "
+        "not run again. Make the step survive its input, or allow more attempts with "
+        "retry=actors.Retry(attempts=...)"
+    )
+    error = {
+        "type": "actors.errors.StepFailed", "message": summary, "traceback": "",
+        "summary": summary, "crashed": crashed, "attempts": spent,
+    }  # fmt: skip
+    # It may have applied before the process went down: undo it too.
+    actor.register_compensation(step, None, possibly_applied=True)
+    entry = attrs.evolve(entry_base, attempt=attempt, key=step.key, error=error)
+    actor.finish(step, None, StepFailed(summary, error=error), entry)

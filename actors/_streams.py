@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from storage import Txn, instance_id
+from storage import Txn, decode, encode, instance_id
 
 from . import _effects as fx
 from .errors import InvalidArguments, NotDelivered
@@ -47,9 +47,9 @@ async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
             txn.append_stream(actor.iid, effect.payload)
         else:
             version = actor.record.get("exports_version", 0) + 1
-            actor.put_record(
-                txn, actor.status, exports=effect.payload, exports_version=version
-            )
+            # Watchers get the stored exports, never the process's own object.
+            exports = decode(encode(effect.payload, what="exports"))
+            actor.put_record(txn, actor.status, exports=exports, exports_version=version)
         txn.put_log(actor.iid, actor.run, effect.seq, entry.to_stored())
         await actor._barrier(txn)
         actor.finish(effect, None, None, None)

@@ -26,7 +26,7 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, Txn, instance_id
+from storage import LIVE_STATUSES, Txn, decode, encode, instance_id
 
 from . import _effects as fx
 from ._handles import ChildHandle
@@ -123,13 +123,14 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     ended = None
     if fresh:
         now = system.epoch_now()
-        record = {
+        # The child runs on its stored input, never on the parent's objects.
+        record = decode(encode({
             "params": list(effect.params), "input": effect.input, "run": 0,
             "inc": (row.record.get("inc", 0) + 1) if row is not None else 1,
             "created": now, "updated": now, "parent": parent.address,
             "restart": getattr(effect, "restart", "temporary"),
             "awaited": type(effect) is fx.Call, "restarts": [],
-        }  # fmt: skip
+        }, what="record"))  # fmt: skip
         if row is not None:
             txn.delete_instance(iid)
         txn.put_instance(iid, address=address, process=proc.template, status="running", record=record)
@@ -183,17 +184,18 @@ def abandon_child_effect(actor: ActorAPI, effect: Any) -> None:
 
 def notify_parent(
     system: SystemAPI, address: str, record: dict[str, Any], status: str, txn: Txn
-) -> tuple[bytes, str, dict[str, Any]] | None:
+) -> tuple[bytes, bytes] | None:
     """Add the end message of an awaited child to ``txn``.
 
-    Returns (parent id, signal name, payload) to hand to `ActorSystem._route`
+    Returns (parent id, the encoded message) to hand to `ActorSystem._route`
     with the message's seq once ``txn`` commits; None for other instances."""
     parent = record.get("parent")
     if not parent or not record.get("awaited"):
         return None
-    notice = (instance_id(parent), fx.end_signal(address).name, end_payload(status, record))
-    txn.append_message(notice[0], [notice[1], notice[2], system.epoch_now()])
-    return notice
+    parent_iid = instance_id(parent)
+    message = [fx.end_signal(address).name, end_payload(status, record), system.epoch_now()]
+    txn.append_message(parent_iid, message)
+    return parent_iid, txn.ops[-1][2]
 
 
 def next_restarts(record: dict[str, Any], reason: str, now: float) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, Journal, Txn, encode, instance_id
+from storage import LIVE_STATUSES, Journal, Txn, decode, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalUnavailable
 
 from . import _supervision as _sup
@@ -211,45 +211,50 @@ class ActorSystem:
                     await self._send_iid(iid, address, *message)
                 return Handle(self, iid, address, row.record.get("inc", 1)), False
             now = self.epoch_now()
-            record = {
+            stored = encode({
                 "params": list(params), "input": input, "run": 0,
                 "inc": (row.record.get("inc", 0) + 1) if row is not None else 1,
                 "created": now, "updated": now, "parent": parent,
-            }  # fmt: skip
+            }, what="record")  # fmt: skip
+            # The process runs on what was stored, never on the caller's objects.
+            record = decode(stored)
             txn = Txn()
             if row is not None:
                 txn.delete_instance(iid)  # a cancelled one starts afresh
-            txn.put_instance(
-                iid, address=address, process=proc.template, status="running", record=record
+            txn.put_instance_encoded(
+                iid, address=address, process=proc.template, status="running", record=stored
             )
-            if message is not None:
-                self._append(txn, iid, message[0], message[1])
+            mail = self._append(txn, iid, message[0], message[1]) if message is not None else b""
             results = await self.journal.commit(txn)
             epoch = await self.journal.claim(iid)
             if epoch is None:  # another node took it over at once: it runs there
                 return Handle(self, iid, address, record["inc"]), True
             actor = self._run_created(iid, address, proc, record, epoch)
             if message is not None and results:
-                actor.deliver(results[0], message[0].name, message[1])
+                actor.deliver(results[0], *_unpack_message(mail))
             self._status_changed(iid)
             return Handle(self, iid, address, record["inc"]), True
         finally:
             del self._creating[iid]
             done.set()
 
-    def _append(self, txn: Txn, iid: bytes, signal: Signal, payload: Any) -> None:
+    def _append(self, txn: Txn, iid: bytes, signal: Signal, payload: Any) -> bytes:
+        """Append the message to ``txn``; returns its encoded form, the only
+        thing the receiver is handed (see `_route`)."""
         try:
             txn.append_message(iid, [signal.name, payload, self.epoch_now()])
         except EncodeError:
             encode(payload, what="payload")  # raises with the path inside the payload
             raise
-        size = len(txn.ops[-1][2])
+        message: bytes = txn.ops[-1][2]
+        size = len(message)
         if size > self.max_payload:
             raise LimitExceeded(
                 f"the {signal.name!r} payload encodes to {size} bytes, over the "
                 f"max_payload={self.max_payload} limit; send a reference (an id or a "
                 "path) instead, or raise open_system(max_payload=...)"
             )
+        return message
 
     async def send(self, address: str, signal: Signal, payload: Any = None) -> None:
         """Persist a message in the mailbox of the instance at ``address``.
@@ -272,18 +277,24 @@ class ActorSystem:
     async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         txn = Txn()
         txn.require(iid, LIVE_STATUSES)
-        self._append(txn, iid, signal, payload)
+        message = self._append(txn, iid, signal, payload)
         try:
             (seq,) = await self.journal.commit(txn)
         except Conflict as exc:
             raise self._not_delivered(address, exc) from None
-        self._route(iid, seq, signal.name, payload)
+        self._route(iid, seq, message)
 
-    def _route(self, iid: bytes, seq: int, name: str, payload: Any) -> None:
-        """A message was committed to ``iid``'s mailbox: hand it over, or wake it."""
+    def _route(self, iid: bytes, seq: int, message: bytes) -> None:
+        """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
+
+        ``message`` is the mailbox record as encoded for the journal.
+        Invariant: a live receiver gets the payload decoded from those bytes,
+        never the sender's object, so what it sees is what a replay reads
+        (a tuple stays what the codec makes of it; a sender mutating its
+        dict after ``send`` returns changes nothing)."""
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
-            actor.deliver(seq, name, payload)
+            actor.deliver(seq, *_unpack_message(message))
         else:
             self._activate(iid)
 
@@ -291,8 +302,14 @@ class ActorSystem:
         """Send a runtime message (no liveness check: the receiver decides)."""
         txn = Txn()
         txn.append_message(iid, [signal.name, payload, self.epoch_now()])
+        message = txn.ops[-1][2]
         (seq,) = await self.journal.commit(txn)
-        self._route(iid, seq, signal.name, payload)
+        self._route(iid, seq, message)
+
+    @property
+    def closing(self) -> bool:
+        """True once the system has begun to close (instances stay as they are)."""
+        return self._closing
 
     @property
     def node(self) -> str | None:
@@ -406,7 +423,7 @@ class ActorSystem:
             return False
         self._status_changed(iid)
         if notice is not None:
-            self._route(notice[0], results[-1], notice[1], notice[2])
+            self._route(notice[0], results[-1], notice[1])
         return True
 
     async def _cancel_remote(self, iid: bytes, address: str, reason: str) -> bool:
@@ -846,3 +863,9 @@ def _row_timers_log(r: Any, iid: bytes) -> tuple[Any, Any, Any]:
     if row is None:
         return None, [], {}
     return row, r.timers(iid), r.log(iid, row.record.get("run", 0))
+
+
+def _unpack_message(message: bytes) -> tuple[str, Any]:
+    """(signal name, payload) of an encoded mailbox record."""
+    decoded = decode(message)
+    return decoded[0], decoded[1]

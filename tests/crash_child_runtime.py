@@ -29,7 +29,7 @@ if _ROOT not in sys.path:
 import trio
 
 import actors
-from actors import Context, Signal, process
+from actors import Context, Retry, Signal, process
 from storage import LMDBJournal
 
 work = Signal("work")
@@ -46,14 +46,20 @@ def mark(side: str, which: str, msg_id: int) -> None:
         os.fsync(f.fileno())
 
 
+# A crash spends an attempt of a step's budget (a step without retry= has
+# one): the kills this program is made for may cut attempts short, so its
+# steps get more attempts than there are kills; they never raise.
+OUTLIVE_KILLS = Retry(attempts=50, backoff=0)
+
+
 @process("sink/:id")
 async def sink(ctx: Context, id: str, *, side: str, handled: int = 0) -> None:
     while True:
         _signal, payload = await ctx.receive(work)
-        # Named steps: keys are sink/s/<run>/A/<n> and sink/s/<run>/B/<n>,
+        # Named steps: keys are sink/s/1/<run>/A/<n> and sink/s/1/<run>/B/<n>,
         # so the test can pair the two steps of the n-th message of a run.
-        await ctx.step(mark, side, "A", payload["id"], name="A")
-        await ctx.step(mark, side, "B", payload["id"], name="B")
+        await ctx.step(mark, side, "A", payload["id"], name="A", retry=OUTLIVE_KILLS)
+        await ctx.step(mark, side, "B", payload["id"], name="B", retry=OUTLIVE_KILLS)
         handled += 1
         if handled % EVERY == 0:
             await ctx.continue_as_new(side=side, handled=handled)

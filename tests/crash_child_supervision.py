@@ -36,7 +36,7 @@ if _ROOT not in sys.path:
 import trio
 
 import actors
-from actors import Context, Signal, process
+from actors import Context, Retry, Signal, process
 from storage import LMDBJournal
 
 job = Signal("job")
@@ -73,10 +73,16 @@ def effect(side: str, address: str, token: str) -> str:
     return token
 
 
+# A crash spends an attempt of a step's budget (a step without retry= has
+# one): the kills this program is made for may cut attempts short, so its
+# steps get more attempts than there are kills; they never raise.
+OUTLIVE_KILLS = Retry(attempts=50, backoff=0)
+
+
 @process("worker/:id")
 async def worker(ctx: Context, id: str, *, n: int, side: str, hold: bool = False) -> int:
     token = ctx.uuid()  # recorded: a replay gets the same, a fresh start a new one
-    await ctx.step(effect, side, ctx.id, str(token), name="effect")
+    await ctx.step(effect, side, ctx.id, str(token), name="effect", retry=OUTLIVE_KILLS)
     if hold:
         await ctx.wait(release)
     return n

@@ -281,7 +281,7 @@ def test_show_a_parent_with_its_tree_of_children(journal):
 def test_show_results_errors_streams_exports_and_compensations(journal):
     completed = run_cli(journal, "show", "greet/ann").stdout
     assert '  result        "hello ann"' in completed
-    assert "key greet/ann/0/make_greeting/1" in completed
+    assert "key greet/ann/1/0/make_greeting/1" in completed
 
     failed = run_cli(journal, "show", "boom/1")
     assert "StepFailed: step 'explode' failed on attempt 2" in failed.stdout

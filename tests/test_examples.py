@@ -71,7 +71,7 @@ def test_fan_out(tmp_path):
 @pytest.mark.slow  # two interpreters, a SIGKILL and real-time sleeps: about 3 s
 def test_restart_demo(tmp_path):
     lines = run_example("restart_demo.py", "demo", tmp_path / "journal", timeout=30)
-    keys = [f"counters/demo/0/tick/{n}" for n in range(1, 7)]
+    keys = [f"counters/demo/1/0/tick/{n}" for n in range(1, 7)]
     assert any(line.startswith("killed pid ") and "exit status -9" in line for line in lines)
     killed = next(i for i, line in enumerate(lines) if line.startswith("killed pid "))
     first, second = lines[:killed], lines[killed + 1 :]

@@ -141,9 +141,9 @@ async def test_the_log_a_run_writes_keeps_the_stored_format(tmp_path, autojump_c
         with system.journal.reader() as r:
             stored = r.log(iid, 0)
     [step, wait, sleep] = [stored[seq] for seq in (1, 2, 3)]
-    assert {"k", "n", "h", "a", "f", "key", "v"} == set(step)
-    assert ("step", "charge", 1, 0, {"charged": 5}) == (
-        step["k"], step["n"], step["a"], step["f"], step["v"]
+    assert {"k", "n", "h", "a", "f", "c", "key", "v"} == set(step)
+    assert ("step", "charge", 1, 0, 0, {"charged": 5}) == (
+        step["k"], step["n"], step["a"], step["f"], step["c"], step["v"]
     )
     assert step["key"].startswith("fmt/1/")
     assert {"k": "wait", "n": "go", "h": b"", "v": "p", "m": wait["m"], "s": "go"} == wait

@@ -701,7 +701,7 @@ def test_sigstop_past_the_lease_moves_the_instances_and_fences_the_sleeper(clust
     a.call("start", proc="sink", params=["later"])
     b.call("send", address="sink/later", payload={"id": 99})
     wait_for(lambda: "99" in cluster.handled(), 5, "a to handle new work")
-    assert [("a", "sink/later/0/W/1", 1)] == cluster.handled()["99"]
+    assert [("a", "sink/later/1/0/W/1", 1)] == cluster.handled()["99"]
 
 
 @pytest.mark.slow

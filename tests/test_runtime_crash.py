@@ -101,7 +101,7 @@ def _run_child(tmp: Path, round_no: int, rng: random.Random) -> tuple[int, float
 
 
 def _handling(key: str) -> tuple[int, int]:
-    """(run, n) of a step key ``sink/s/<run>/<A|B>/<n>``: the n-th message of that run."""
+    """(run, n) of a step key ``sink/s/1/<run>/<A|B>/<n>``: the n-th message of that run."""
     _, run, _, n = key.rsplit("/", 3)
     return int(run), int(n)
 

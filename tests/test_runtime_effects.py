@@ -226,7 +226,7 @@ async def test_step_retries_with_backoff_then_succeeds(opener, autojump_clock):
         assert await handle.result() == "ok 7"
         assert trio.current_time() - t0 == pytest.approx(sum(expect), abs=1e-3)
         assert [a for a, _, _ in attempts] == [1, 2, 3]
-        assert {k for _, k, _ in attempts} == {f"flaky/f/0/{flaky.__qualname__}/1"}
+        assert {k for _, k, _ in attempts} == {f"flaky/f/1/0/{flaky.__qualname__}/1"}
 
 
 async def test_step_exhausts_retries_and_non_retryable(opener, autojump_clock):
@@ -293,7 +293,7 @@ async def test_recorded_step_is_not_run_again_after_restart(opener, autojump_clo
     async with opener(pay) as system:
         await system.send("pay/p", ping)
         assert await system.get("pay/p").result() == [{"charged": 10}, {"charged": 20}]
-    assert runs == [f"pay/p/0/{charge.__qualname__}/1", f"pay/p/0/{charge.__qualname__}/2"]
+    assert runs == [f"pay/p/1/0/{charge.__qualname__}/1", f"pay/p/1/0/{charge.__qualname__}/2"]
 
 
 async def test_interrupted_step_continues_with_the_next_attempt(opener, autojump_clock):
@@ -374,7 +374,7 @@ async def test_idempotency_key_is_persisted_before_the_first_attempt(opener, aut
     async with opener(proc) as system:
         handle = await system.start(proc, "k")
         key = await handle.result()
-        assert key == f"key/k/0/{check_key.__qualname__}/1"
+        assert key == f"key/k/1/0/{check_key.__qualname__}/1"
         [started] = seen_in_journal
         assert started["key"] == key and started["a"] == 1 and "v" not in started
 

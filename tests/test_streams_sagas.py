@@ -189,7 +189,7 @@ async def test_compensation_runs_in_reverse_order_and_the_process_fails(opener):
         await system.send("order/o1", more)
         with pytest.raises(actors.ProcessFailed, match="no approval"):
             await handle.result()
-    charge_key = f"order/o1/0/{charge.__qualname__}/1"
+    charge_key = f"order/o1/1/0/{charge.__qualname__}/1"
     assert ledger == [
         f"charge o1 10 {charge_key}",
         "reserve o1",
@@ -211,7 +211,7 @@ async def test_stuck_compensation_resume_and_abandon(opener, autojump_clock):
         handle = await system.start(order2, "s")
         assert await wait_status(handle, "compensation_stuck") == "compensation_stuck"
         assert "warehouse down" in handle.last_error
-        assert ledger == ["charge s 10 " + f"order2/s/0/{charge.__qualname__}/1", "reserve s"]
+        assert ledger == ["charge s 10 " + f"order2/s/1/0/{charge.__qualname__}/1", "reserve s"]
         with pytest.raises(actors.NotDelivered):
             await system.send("order2/s", more)
     async with opener(order2) as system:

@@ -69,7 +69,7 @@ SETTLE_TIMEOUT = 60.0
 HUB = child.HUB
 HUB_IID = instance_id(HUB)
 WORKER = child.worker.template
-STEP_KEY = "{address}/0/effect/1"  # worker run 0, step "effect", first occurrence
+STEP_KEY = "{address}/1/0/effect/1"  # incarnation 1, run 0, step "effect", first occurrence
 
 
 _acked = acked_ids
