@@ -10,9 +10,9 @@ from typing import Any, NoReturn
 from storage import decode, digest, encode
 
 from . import _effects as fx
+from ._interfaces import ActorAPI
 from ._process import RESTART_TYPES
 from ._records import Retry, Signal
-from ._interfaces import ActorAPI
 from ._steps import step_key
 from .errors import ContextError, InvalidArguments, LimitExceeded
 

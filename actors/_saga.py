@@ -29,10 +29,10 @@ import trio
 
 from storage import Txn
 
-from ._records import Retry, describe_error, error_summary
-from ._steps import StepInfo, call_once
 from ._effects import Step
 from ._interfaces import ActorAPI
+from ._records import Retry, describe_error, error_summary
+from ._steps import StepInfo, call_once
 
 DEFAULT_RETRY = Retry(attempts=3, backoff=1.0, max_backoff=30.0)
 

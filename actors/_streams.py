@@ -26,8 +26,8 @@ import trio
 from storage import Txn, decode, encode, instance_id
 
 from . import _effects as fx
-from .errors import InvalidArguments, NotDelivered
 from ._interfaces import ActorAPI, SystemAPI
+from .errors import InvalidArguments, NotDelivered
 
 _TERMINAL = ("completed", "failed", "cancelled")
 _BATCH = 256

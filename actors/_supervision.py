@@ -30,11 +30,11 @@ from storage import LIVE_STATUSES, Txn, decode, encode, instance_id
 
 from . import _effects as fx
 from ._handles import ChildHandle
+from ._interfaces import ActorAPI, SystemAPI
+from ._log import LogEntry, read_log
 from ._process import OneForAll, OneForOne, RestForOne
 from ._records import Signal, describe_error, error_summary
 from .errors import ChildFailed
-from ._interfaces import ActorAPI, SystemAPI
-from ._log import LogEntry, read_log
 
 ESCALATE = Signal._system("\x00escalate")
 CANCEL = Signal._system("\x00cancel")  # to the owner on another node

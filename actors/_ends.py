@@ -1,0 +1,163 @@
+"""How a run ends: completed, failed (compensating first), cancelled,
+restarted, kept suspended on a history mismatch, or continued as new.
+
+`Ends` is a base of `Actor`: these are the actor's own transitions, kept
+apart from the coordination of mailbox, driver and tasks in `_instance`.
+Each records the end in one transaction with what goes with it (timers
+cancelled, the parent's end notice), after the live children are cancelled,
+depth first, as a trio nursery does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any
+
+from storage import Txn
+from storage.errors import EncodeError
+
+from . import _effects as fx
+from . import _saga
+from . import _supervision as _sup
+from ._records import describe_error
+from .errors import NonDeterminismError
+
+__all__ = ["Ends"]
+
+
+class Ends:
+    """The end-of-run transitions of `Actor` (which holds all the state)."""
+
+    __slots__ = ()
+
+    async def complete(self, value: Any) -> None:
+        """The process returned ``value``: end completed (or restart, if permanent)."""
+        try:
+            self.driver.check_consumed()
+        except NonDeterminismError as exc:
+            await self.diverge(exc)
+            return
+        if await _sup.supervise_end(self, None):
+            return  # a permanent instance: restarted
+        txn = Txn()
+        try:
+            self.put_record(txn, "completed", result=value, last_error=None)
+        except EncodeError as exc:
+            self.record.pop("result", None)
+            await self.fail(exc)
+            return
+        await self._end("completed", txn)
+
+    async def fail(self, exc: BaseException, txn: Txn | None = None) -> None:
+        """The process raised ``exc``: compensate, end failed (or restart)."""
+        if await _sup.supervise_end(self, exc):
+            return  # restarted instead
+        error = describe_error(exc)
+        if _saga.pending(self.record):
+            if txn is not None:
+                self.txn.ops.extend(txn.ops)
+            await self._finish_compensation(error, "failed")
+            return
+        txn = txn or Txn()
+        self.put_record(txn, "failed", error=error, last_error=None)
+        await self._end("failed", txn)
+        await _sup.escalate(self)
+
+    async def _finish_compensation(self, failure: dict[str, Any], end: str) -> None:
+        for leaf in list(self.live):
+            self._abandon(leaf)
+        outcome = await _saga.compensate(self, failure, end)
+        if outcome == "compensation_stuck":
+            self.done = True
+            self.system._status_changed(self.iid)
+            self.system._forget(self)
+            return
+        txn = Txn()
+        if end == "failed":
+            self.put_record(txn, "failed", error=failure, last_error=None, failure=None)
+        else:
+            self.put_record(txn, end, last_error=None, failure=None)
+        await self._end(end, txn)
+        if end == "failed":
+            await _sup.escalate(self)
+
+    async def _interrupted(self) -> None:
+        assert self.interrupt is not None
+        kind, detail = self.interrupt[0], self.interrupt[1]
+        self.woken = False
+        for leaf in list(self.live):
+            if type(leaf) is fx.Step and leaf.compensate is not None and kind == "cancel":
+                # Cancelled mid-step: it may have applied, so it is compensated too.
+                _saga.register(self, leaf, None, possibly_applied=True)
+            self._abandon(leaf)
+        if kind == "restart":
+            await _sup.restart_actor(self, detail, 0.0)
+            return
+        if kind == "escalate":
+            txn = Txn()
+            txn.take_message(self.iid, self.interrupt[2])
+            await self.fail(_sup.escalation_error(detail), txn)
+            return
+        # Depth first: the children go before the parent records its own end.
+        reason = f"parent {self.address} cancelled"
+        children, self.children = self.children, {}
+        await _sup.cancel_children(self.system, children, reason)
+        if self.proc.compensate_on_cancel and _saga.pending(self.record):
+            self.record["reason"] = detail
+            await self._finish_compensation(
+                {"type": "actors.errors.ProcessCancelled", "message": detail}, "cancelled"
+            )
+            return
+        txn = Txn()
+        self.put_record(txn, "cancelled", reason=detail, last_error=None)
+        await self._end("cancelled", txn)
+
+    async def _end(self, status: str, txn: Txn) -> None:
+        # Depth first, as a trio nursery: live children are cancelled before
+        # this end is recorded, so whoever sees it sees no live descendants.
+        # (A crash in between is finished at recovery: see _recover.)
+        children, self.children = self.children, {}
+        await _sup.cancel_children(self.system, children, f"parent {self.address} {status}")
+        for timer in list(self.timers.values()):
+            txn.cancel_timer(self.iid, self.run, timer.seq)
+        self.timers.clear()
+        notice = _sup.notify_parent(self.system, self.address, self.record, status, txn)
+        results = await self._barrier(txn)
+        self.status = status
+        self.done = True
+        self.system._status_changed(self.iid)
+        self.system._ended(self, status)
+        if notice is not None:
+            self.system._route(notice[0], results[-1], notice[1])
+
+    async def diverge(self, exc: BaseException) -> None:
+        """Keep the instance suspended with ``last_error`` (never failed or lost)."""
+        txn = Txn()
+        self.put_record(txn, "suspended", last_error=f"{type(exc).__name__}: {exc}")
+        self.status = "suspended"
+        await self._barrier(txn, durable=True)
+        self.system._status_changed(self.iid)
+        self.system._forget(self)
+
+    async def continue_as_new(self, effect: fx.ContinueAsNew) -> Coroutine[Any, Any, Any]:
+        """End this run and start the next with ``effect.input``; its coroutine."""
+        children, self.children = self.children, {}
+        await _sup.cancel_children(self.system, children, "continued as new")
+        for leaf in list(self.live):
+            self._abandon(leaf)
+        txn = Txn()
+        self.begin_run(txn, input=effect.input, last_error=None)
+        self.txn.ops.extend(txn.ops)
+        self._flush()
+        self.driver.load({})
+        return self.new_coroutine()
+
+    def begin_run(self, txn: Txn, **changes: Any) -> None:
+        """Into ``txn``: drop this run's log and timers, and record the next
+        run (with ``changes`` to the record), status running."""
+        txn.drop_log(self.iid, self.run)
+        for timer in list(self.timers.values()):
+            txn.cancel_timer(self.iid, self.run, timer.seq)
+        self.timers.clear()
+        self.run += 1
+        self.put_record(txn, "running", run=self.run, **changes)
