@@ -122,7 +122,19 @@ class Actor(Ends):
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 if self.loaded or await self._load():
-                    await self._drive()
+                    # Driven here, not in a helper: one coroutine frame less
+                    # per live instance (they add up over many suspended ones).
+                    failure = self.record.get("failure")
+                    if failure is not None:  # resuming a compensation after a crash
+                        end = self.record.get("failure_end", "failed")
+                        await self._finish_compensation(failure, end)
+                    else:
+                        try:
+                            await self.driver.run(self.new_coroutine(), self)
+                        except Passivated:
+                            pass
+                        except Interrupted:
+                            await self._interrupted()
                 nursery.cancel_scope.cancel()
         except Exception as exc:
             lost = _lost_ownership(exc)
@@ -204,18 +216,6 @@ class Actor(Ends):
         """The process coroutine of the current run, not started yet."""
         input = self.record.get("input") or {}
         return self.proc.fn(self.ctx, *self.record.get("params", ()), **input)
-
-    async def _drive(self) -> None:
-        failure = self.record.get("failure")
-        if failure is not None:  # resuming a compensation after a crash or resume
-            await self._finish_compensation(failure, self.record.get("failure_end", "failed"))
-            return
-        try:
-            await self.driver.run(self.new_coroutine(), self)
-        except Passivated:
-            pass
-        except Interrupted:
-            await self._interrupted()
 
     async def check_history(self, log: dict[int, Any]) -> NonDeterminismError | None:
         """Replay ``log`` (this run's, as the journal stores it) against the
