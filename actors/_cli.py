@@ -74,7 +74,7 @@ import attrs
 import msgpack
 import trio
 
-from storage import LIVE_STATUSES, STATUSES, InstanceRow, LMDBJournal, Reader, Txn, instance_id
+from storage import LIVE_STATUSES, STATUS_WORDS, STATUSES, InstanceRow, LMDBJournal, Reader, Txn, instance_id
 from storage._journal import STATUS_CODE, STATUS_NAME
 from storage.errors import ActorError, Conflict, EncodeError, JournalCorrupt, JournalLocked
 
@@ -82,7 +82,7 @@ from . import _effects as fx
 from . import _saga
 from . import _supervision as _sup
 from ._records import Signal, error_summary
-from ._system import _FINISHED_WORDS
+
 from .errors import NotDelivered
 
 __all__ = ["main"]
@@ -423,7 +423,7 @@ def _not_live(address: str, row: InstanceRow | None) -> NotDelivered:
             f"no instance at {address!r}; start one first or check the address",
             address=address, reason="unknown",
         )  # fmt: skip
-    words = _FINISHED_WORDS.get(row.status, f"it is {row.status}")
+    words = STATUS_WORDS.get(row.status, f"it is {row.status}")
     when = row.record.get("updated")
     at = f" at {_when(when)}" if when and row.status in _TERMINAL else ""
     return NotDelivered(
@@ -982,7 +982,7 @@ async def _cancel(args: argparse.Namespace) -> int:
             with journal.reader() as r:
                 root = _instance(r, args.address, path)
                 if root.status not in _CANCELLABLE:
-                    words = _FINISHED_WORDS.get(root.status, f"it is {root.status}")
+                    words = STATUS_WORDS.get(root.status, f"it is {root.status}")
                     at = root.record.get("updated")
                     raise CLIError(
                         f"nothing to cancel at {args.address!r}: {words}"

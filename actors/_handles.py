@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from storage import TERMINAL_STATUSES
 from storage.errors import JournalCorrupt
 
 from ._records import error_summary
@@ -15,7 +16,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Handle"]
 
-_TERMINAL = ("completed", "failed", "cancelled")
+# Where waiting on an instance ends: it finished, or its records are corrupt.
+_SETTLED = TERMINAL_STATUSES | {"corrupt"}
 
 
 class Handle:
@@ -76,7 +78,7 @@ class Handle:
             JournalCorrupt: its records do not decode.
         """
         async for status in self.status_changes():
-            if status in _TERMINAL or status == "corrupt":
+            if status in _SETTLED:
                 break
         status, record = self._system._snapshot(self._iid)
         if status == "corrupt":
@@ -113,7 +115,7 @@ class Handle:
             if version is not None and version != seen:
                 seen = version
                 yield record.get("exports")
-            if status in _TERMINAL or status == "corrupt":
+            if status in _SETTLED:
                 return
             await event.wait()
 
@@ -131,7 +133,7 @@ class Handle:
             if status != last:
                 last = status
                 yield status
-            if status in _TERMINAL or status == "corrupt":
+            if status in _SETTLED:
                 return
             await event.wait()
 

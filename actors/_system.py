@@ -12,7 +12,17 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, Journal, Txn, encode, instance_id
+from storage import (
+    LIVE_STATUSES,
+    STATUS_WORDS,
+    STATUSES,
+    TERMINAL_STATUSES,
+    UNFINISHED_STATUSES,
+    Journal,
+    Txn,
+    encode,
+    instance_id,
+)
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
 from . import _supervision as _sup
@@ -28,15 +38,6 @@ from .errors import InvalidArguments, NotDelivered, UnknownProcess
 __all__ = ["ActorSystem", "open_system"]
 
 log = logging.getLogger("actors")
-
-_FINISHED_WORDS = {
-    "completed": "it completed",
-    "failed": "it failed",
-    "cancelled": "it was cancelled",
-    "compensation_stuck": "it is parked in compensation_stuck",
-    "corrupt": "its records are corrupt",
-}
-
 
 class ActorSystem:
     """The runtime: owns a journal, routes messages, runs live instances.
@@ -313,7 +314,7 @@ class ActorSystem:
                 reason="unknown",
             )
         status = exc.status or "finished"
-        words = _FINISHED_WORDS.get(status, f"it is {status}")
+        words = STATUS_WORDS.get(status, f"it is {status}")
         return NotDelivered(
             f"no live instance at {address!r} ({words}); start a new one or check the address",
             address=address,
@@ -351,8 +352,8 @@ class ActorSystem:
         template = None
         if process is not None:
             template = process.template if isinstance(process, ProcessDef) else process
-        if status is not None and status not in _STATUSES:
-            raise InvalidArguments(f"status must be one of {_STATUSES}, not {status!r}")
+        if status is not None and status not in STATUSES:
+            raise InvalidArguments(f"status must be one of {STATUSES}, not {status!r}")
         rows = await self.journal.read(lambda r: list(r.instances(None, template)))
         for row in rows:
             actor = self._live.get(row.iid)
@@ -386,7 +387,7 @@ class ActorSystem:
                 await self._status_event(iid).wait()
             return actor.status == "cancelled"
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
-        if row is None or row.status not in ("running", "suspended", "compensation_stuck"):
+        if row is None or row.status not in UNFINISHED_STATUSES:
             return False
         epoch = await self.journal.claim(iid)
         if epoch is None:
@@ -396,7 +397,7 @@ class ActorSystem:
         await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         record = dict(row.record, reason=reason, updated=self.epoch_now(), last_error=None)
         txn = Txn()
-        txn.require(iid, frozenset({"running", "suspended", "compensation_stuck"}))
+        txn.require(iid, UNFINISHED_STATUSES)
         if self.journal.shared:
             txn.fence(iid, epoch)
         txn.put_instance(
@@ -513,7 +514,7 @@ class ActorSystem:
     async def cleanup(
         self,
         older_than: float,
-        statuses: Iterable[str] = ("completed", "failed", "cancelled"),
+        statuses: Iterable[str] = tuple(sorted(TERMINAL_STATUSES)),
     ) -> int:
         """Remove finished instances last updated more than ``older_than``
         seconds ago, with every record they own (log, mailbox, stream,
@@ -525,7 +526,7 @@ class ActorSystem:
         """
         wanted = tuple(statuses)
         for status in wanted:
-            if status not in ("completed", "failed", "cancelled"):
+            if status not in TERMINAL_STATUSES:
                 raise InvalidArguments(
                     f"cleanup removes finished instances only; {status!r} is not one of "
                     "'completed', 'failed', 'cancelled'"
@@ -700,7 +701,7 @@ class ActorSystem:
         def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]]]:
             wanted = []
             orphans = []
-            for status in ("running", "suspended"):
+            for status in sorted(LIVE_STATUSES):
                 for row in r.instances(status):
                     parent = row.record.get("parent")
                     if parent:
@@ -741,10 +742,6 @@ class ActorSystem:
 
 
 _ENDS_KEPT = 10_000
-
-_STATUSES = (
-    "running", "suspended", "completed", "failed", "cancelled", "compensation_stuck", "corrupt",
-)  # fmt: skip
 
 
 @asynccontextmanager

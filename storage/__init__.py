@@ -8,8 +8,10 @@ from ._codec import decode as decode, digest as digest, encode as encode
 from ._codec import serializable as serializable
 from ._journal import (
     LIVE_STATUSES as LIVE_STATUSES,
+    STATUS_WORDS as STATUS_WORDS,
     STATUSES as STATUSES,
     TERMINAL_STATUSES as TERMINAL_STATUSES,
+    UNFINISHED_STATUSES as UNFINISHED_STATUSES,
     InstanceRow as InstanceRow,
     Journal as Journal,
     Reader as Reader,

@@ -45,6 +45,8 @@ __all__ = [
     "STATUSES",
     "LIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "UNFINISHED_STATUSES",
+    "STATUS_WORDS",
     "instance_id",
 ]
 
@@ -60,8 +62,23 @@ STATUSES: tuple[str, ...] = (
 )
 STATUS_CODE: dict[str, int] = {name: i + 1 for i, name in enumerate(STATUSES)}
 STATUS_NAME: dict[int, str] = {i + 1: name for i, name in enumerate(STATUSES)}
+# Live: the instance runs (or waits) and takes messages.
 LIVE_STATUSES: frozenset[str] = frozenset({"running", "suspended"})
+# Terminal: the instance ended and never runs again (a cancelled address may
+# be started afresh, as a new incarnation).
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+# Unfinished: live, or parked until compensation is resumed or abandoned;
+# what a cancel can still end.
+UNFINISHED_STATUSES: frozenset[str] = LIVE_STATUSES | {"compensation_stuck"}
+# How messages say why an instance takes no more messages ("no live instance
+# at 'orders/o-17' (it completed)").
+STATUS_WORDS: dict[str, str] = {
+    "completed": "it completed",
+    "failed": "it failed",
+    "cancelled": "it was cancelled",
+    "compensation_stuck": "it is parked in compensation_stuck",
+    "corrupt": "its records are corrupt",
+}
 
 T = TypeVar("T")
 
