@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from storage import TERMINAL_STATUSES
-from storage.errors import JournalCorrupt
 
 from ._records import error_summary
 from .errors import ProcessCancelled, ProcessFailed
@@ -75,17 +74,15 @@ class Handle:
             ProcessFailed: it failed; the message carries the original
                 error's type and message.
             ProcessCancelled: it was cancelled (or this handle's incarnation was).
-            JournalCorrupt: its records do not decode.
+            JournalCorrupt: its records do not decode; it names the database
+                and key of the one that fails.
         """
         async for status in self.status_changes():
             if status in _SETTLED:
                 break
         status, record = self._system._snapshot(self._iid)
         if status == "corrupt":
-            raise JournalCorrupt(
-                f"the records of {self._address!r} do not decode; restore the journal "
-                "or clean the instance up", database="instances", key=self._iid,
-            )  # fmt: skip
+            raise self._system._corrupt_error(self._iid, self._address)
         if record.get("inc", 0) != self._incarnation or status == "cancelled":
             reason = record.get("reason") or "cancelled"
             if record.get("inc", 0) != self._incarnation:

@@ -18,6 +18,7 @@ from storage import (
     STATUSES,
     TERMINAL_STATUSES,
     UNFINISHED_STATUSES,
+    CorruptRecord,
     Journal,
     Txn,
     encode,
@@ -86,6 +87,9 @@ class ActorSystem:
         self._creating: dict[bytes, trio.Event] = {}
         self._status_events: dict[bytes, trio.Event] = {}
         self._cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
+        # Why each instance marked corrupt in this session is: the record
+        # that did not decode (see _corrupt_error).
+        self._corrupt: dict[bytes, JournalCorrupt] = {}
         self.timers = TimerService(self)
         self.takeover_interval = 0.25
         self._nursery: trio.Nursery | None = None
@@ -282,6 +286,8 @@ class ActorSystem:
         try:
             (seq,) = await self.journal.commit(txn)
         except Conflict as exc:
+            if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
+                raise self._corrupt_error(iid, address) from None
             raise self._not_delivered(address, exc) from None
         self._route(iid, seq, signal.name, payload)
 
@@ -354,7 +360,14 @@ class ActorSystem:
             template = process.template if isinstance(process, ProcessDef) else process
         if status is not None and status not in STATUSES:
             raise InvalidArguments(f"status must be one of {STATUSES}, not {status!r}")
-        rows = await self.journal.read(lambda r: list(r.instances(None, template)))
+        broken: list[CorruptRecord] = []  # a record that does not decode hides only itself
+        rows = await self.journal.read(lambda r: list(r.instances(None, template, corrupt=broken)))
+        for bad in broken:
+            if bad.address is not None and status in (None, "corrupt"):
+                yield InstanceInfo(
+                    id=bad.address, process=bad.process, status="corrupt", created=None,
+                    updated=None, last_error=str(bad.error),
+                )  # fmt: skip
         for row in rows:
             actor = self._live.get(row.iid)
             current = actor.status if actor is not None and actor.loaded else row.status
@@ -375,8 +388,14 @@ class ActorSystem:
 
         Returns True once it is recorded as cancelled, False if there was
         nothing live to cancel. A cancelled address can be started afresh.
+
+        Raises:
+            JournalCorrupt: the instance's records do not decode; the error
+                names the database and key of the one that fails.
         """
         iid = instance_id(address)
+        if self._snapshot(iid)[0] == "corrupt":
+            raise self._corrupt_error(iid, address)
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
 
     async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool:
@@ -602,7 +621,7 @@ class ActorSystem:
                 row = await self.journal.read(lambda r: r.instance(iid))
             except JournalCorrupt as exc:
                 log.error("instance %s is corrupt: %s", iid.hex(), exc)
-                await self._set_corrupt(iid)
+                await self._set_corrupt(iid, exc)
                 return
             if row is None or row.status not in LIVE_STATUSES:
                 return
@@ -651,16 +670,46 @@ class ActorSystem:
     async def _mark_corrupt(self, actor: Actor, exc: JournalCorrupt) -> None:
         log.error("instance %r is corrupt: %s", actor.address, exc)
         actor.status = "corrupt"
-        await self._set_corrupt(actor.iid)
+        await self._set_corrupt(actor.iid, exc)
         self._status_changed(actor.iid)
 
-    async def _set_corrupt(self, iid: bytes) -> None:
+    async def _set_corrupt(self, iid: bytes, exc: JournalCorrupt) -> None:
+        """Record that the instance is corrupt (status only: its records stay
+        as they are, for a restore or a cleanup)."""
+        self._corrupt[iid] = exc
         txn = Txn()
         txn.set_status(iid, "corrupt")
         try:
             await self.journal.commit(txn)
         except Exception:  # noqa: BLE001 - the header itself may be unreadable
             log.exception("could not mark %s corrupt", iid.hex())
+
+    def _corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt:
+        """What a call addressing a corrupt instance raises: the first of its
+        records that does not decode, by database and key."""
+        found = self._corrupt.get(iid)
+        if found is None:  # marked in an earlier session: find the record again
+            try:
+                with self.journal.reader() as r:
+                    row = r.instance(iid)
+                    if row is not None:
+                        r.log(iid, row.record.get("run", 0))
+                        r.mailbox(iid)
+            except JournalCorrupt as exc:
+                found = self._corrupt[iid] = exc
+        if found is None:
+            return JournalCorrupt(
+                f"{address!r} is marked corrupt (database 'instances', key {iid.hex()}), "
+                "though its records decode now; clean it up (system.cleanup) or start it "
+                "afresh after restoring the journal",
+                database="instances",
+                key=iid,
+            )
+        return JournalCorrupt(
+            f"the records of {address!r} are corrupt: {found}",
+            database=found.database,
+            key=found.key,
+        )
 
     # -- recovery and shutdown ---------------------------------------------------
 
@@ -698,31 +747,31 @@ class ActorSystem:
             await trio.sleep(self.takeover_interval)
 
     async def _recover(self) -> None:
-        def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]]]:
+        def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]], list[Any]]:
             wanted = []
             orphans = []
+            # One bad record must not keep the system (and every other
+            # instance) down: the scan goes past each and reports it here.
+            broken: list[CorruptRecord] = []
             for status in sorted(LIVE_STATUSES):
-                for row in r.instances(status):
+                for row in r.instances(status, corrupt=broken):
                     parent = row.record.get("parent")
-                    if parent:
-                        found = r.instance(instance_id(parent))
-                        if found is None or found.status not in LIVE_STATUSES:
-                            gone = "is gone" if found is None else found.status
-                            orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
-                            continue
+                    gone = _parent_gone(r, parent) if parent else None
+                    if gone is not None:
+                        orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
+                        continue
                     if status == "running" or row.record.get("last_error"):
                         wanted.append(row.iid)
             wanted.extend(r.instances_with_mail())
-            return wanted, orphans
+            return wanted, orphans, broken
 
-        try:
-            wanted, orphans = await self.journal.read(scan)
-        except JournalCorrupt as exc:
-            # One bad record must not keep the system (and every other
-            # instance) down: what the scan did not reach still wakes on
-            # its mail and timers.
-            log.error("recovery scan stopped at a corrupt record: %s", exc)
-            wanted, orphans = [], []
+        wanted, orphans, broken = await self.journal.read(scan)
+        for bad in broken:
+            log.error(
+                "instance %r is corrupt and is not recovered: %s",
+                bad.address or bad.iid.hex(), bad.error,
+            )  # fmt: skip
+            await self._set_corrupt(bad.iid, bad.error)
         # A child whose parent ended while the system was down is not stranded.
         for iid, address, reason in orphans:
             await self._cancel_iid(iid, address, reason)
@@ -742,6 +791,19 @@ class ActorSystem:
 
 
 _ENDS_KEPT = 10_000
+
+
+def _parent_gone(r: Any, parent: str) -> str | None:
+    """How a child's parent is no longer live ("is gone", "completed", ...),
+    or None if it is live. A parent whose record does not decode decides
+    nothing: it is marked corrupt when something addresses it."""
+    try:
+        found = r.instance(instance_id(parent))
+    except JournalCorrupt:
+        return None
+    if found is None:
+        return "is gone"
+    return None if found.status in LIVE_STATUSES else found.status
 
 
 @asynccontextmanager

@@ -42,6 +42,7 @@ __all__ = [
     "Ticket",
     "InstanceRow",
     "TimerRow",
+    "CorruptRecord",
     "STATUSES",
     "LIVE_STATUSES",
     "TERMINAL_STATUSES",
@@ -102,6 +103,23 @@ class InstanceRow:
     process: str
     status: str
     record: dict[str, Any]
+
+
+@attrs.frozen(slots=True)
+class CorruptRecord:
+    """An instance whose record does not decode, as far as what survives tells.
+
+    `Reader.instances` gives these (with ``corrupt=[...]``) instead of
+    stopping at them. ``status`` and ``process`` come from the status index;
+    ``address`` from the record's header when that still reads (else None);
+    ``error`` is the `JournalCorrupt` naming the database and key.
+    """
+
+    iid: bytes
+    address: str | None
+    process: str
+    status: str
+    error: JournalCorrupt
 
 
 @attrs.frozen(slots=True)
@@ -259,9 +277,18 @@ class Reader(abc.ABC):
 
     @abc.abstractmethod
     def instances(
-        self, status: str | None = None, process: str | None = None
+        self,
+        status: str | None = None,
+        process: str | None = None,
+        *,
+        corrupt: list[CorruptRecord] | None = None,
     ) -> Iterator[InstanceRow]:
-        """Rows matching the filters (None means any), by status then id."""
+        """Rows matching the filters (None means any), by status then id.
+
+        A record that does not decode raises `JournalCorrupt`, which ends the
+        scan; given a ``corrupt`` list, the scan instead appends a
+        `CorruptRecord` for it there and goes on with the next.
+        """
 
     @abc.abstractmethod
     def count_by_status(self) -> dict[str, int]:
