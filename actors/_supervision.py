@@ -31,6 +31,7 @@ from storage import LIVE_STATUSES, Txn, instance_id
 from . import _effects as fx
 from ._effects import ERROR, VALUE
 from ._process import OneForAll, OneForOne, RestForOne
+from ._protocol import end_notice, end_payload
 from ._records import Signal, describe_error, error_summary
 from .errors import ChildFailed
 
@@ -155,18 +156,6 @@ async def create_child(system: ActorSystem, parent: Actor, effect: Any) -> dict[
     return ended
 
 
-def end_payload(status: str, record: dict[str, Any]) -> dict[str, Any]:
-    """What an awaited child's end message carries."""
-    payload: dict[str, Any] = {"status": status}
-    if status == "completed":
-        payload["result"] = record.get("result")
-    elif status == "failed":
-        payload["error"] = record.get("error")
-    else:
-        payload["reason"] = record.get("reason")
-    return payload
-
-
 def end_outcome(call: fx.Call, payload: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     """(value, error, log entry) of a call effect from its child's end payload."""
     entry = call.describe()
@@ -201,12 +190,8 @@ def notify_parent(
 
     Returns (parent id, signal name, payload) to hand to `ActorSystem._route`
     with the message's seq once ``txn`` commits; None for other instances."""
-    parent = record.get("parent")
-    if not parent or not record.get("awaited"):
-        return None
-    notice = (instance_id(parent), fx.end_signal(address).name, end_payload(status, record))
-    txn.append_message(notice[0], [notice[1], notice[2], system.epoch_now()])
-    return notice
+    notice = end_notice(txn, address, record, status, system.epoch_now())
+    return None if notice is None else (notice.iid, notice.name, notice.payload)
 
 
 def next_restarts(record: dict[str, Any], reason: str, now: float) -> list[dict[str, Any]]:

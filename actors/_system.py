@@ -24,8 +24,9 @@ from storage import (
     encode,
     instance_id,
 )
-from storage.errors import Conflict, EncodeError, JournalCorrupt
+from storage.errors import Conflict, JournalCorrupt
 
+from . import _protocol
 from . import _supervision as _sup
 from ._context import Context
 from ._handles import Handle
@@ -215,51 +216,28 @@ class ActorSystem:
                 if message is not None:
                     await self._send_iid(iid, address, *message)
                 return Handle(self, iid, address, row.record.get("inc", 1)), False
-            now = self.epoch_now()
-            record = {
-                "params": list(params), "input": input, "run": 0,
-                "inc": (row.record.get("inc", 0) + 1) if row is not None else 1,
-                "created": now, "updated": now, "parent": parent,
-            }  # fmt: skip
-            txn = Txn()
-            if row is not None:
-                txn.delete_instance(iid)  # a cancelled one starts afresh
-            txn.put_instance(
-                iid, address=address, process=proc.template, status="running", record=record
-            )
-            if message is not None:
-                self._append(txn, iid, message[0], message[1])
-            results = await self.journal.commit(txn)
+            start = _protocol.start_txn(
+                iid, address=address, process=proc.template, params=params, input=input,
+                parent=parent, previous=row,  # a cancelled one starts afresh
+                now=self.epoch_now(), max_payload=self.max_payload,
+                message=None if message is None else (message[0].name, message[1]),
+            )  # fmt: skip
+            record = start.record
+            results = await self.journal.commit(start.txn)
             epoch = await self.journal.claim(iid)
             actor = Actor(self, iid, address, proc, record)
             actor.loaded = True
             if epoch is None:  # another node took it over at once: it runs there
                 return Handle(self, iid, address, record["inc"]), True
             actor.epoch = epoch
-            if message is not None and results:
-                actor.deliver(results[0], message[0].name, message[1])
+            if message is not None and start.message_slot is not None and results:
+                actor.deliver(results[start.message_slot], message[0].name, message[1])
             self._run_actor(actor)
             self._status_changed(iid)
             return Handle(self, iid, address, record["inc"]), True
         finally:
             del self._creating[iid]
             done.set()
-
-    def _append(self, txn: Txn, iid: bytes, signal: Signal, payload: Any) -> None:
-        try:
-            txn.append_message(iid, [signal.name, payload, self.epoch_now()])
-        except EncodeError:
-            encode(payload, what="payload")  # raises with the path inside the payload
-            raise
-        size = len(txn.ops[-1][2])
-        if size > self.max_payload:
-            from .errors import LimitExceeded
-
-            raise LimitExceeded(
-                f"the {signal.name!r} payload encodes to {size} bytes, over the "
-                f"max_payload={self.max_payload} limit; send a reference (an id or a "
-                "path) instead, or raise open_system(max_payload=...)"
-            )
 
     async def send(self, address: str, signal: Signal, payload: Any = None) -> None:
         """Persist a message in the mailbox of the instance at ``address``.
@@ -280,9 +258,9 @@ class ActorSystem:
         await self._send_iid(instance_id(address), address, signal, payload)
 
     async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
-        txn = Txn()
-        txn.require(iid, LIVE_STATUSES)
-        self._append(txn, iid, signal, payload)
+        txn = _protocol.send_txn(
+            iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload
+        )
         try:
             (seq,) = await self.journal.commit(txn)
         except Conflict as exc:
@@ -301,8 +279,7 @@ class ActorSystem:
 
     async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         """Send a runtime message (no liveness check: the receiver decides)."""
-        txn = Txn()
-        txn.append_message(iid, [signal.name, payload, self.epoch_now()])
+        txn = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
         (seq,) = await self.journal.commit(txn)
         self._route(iid, seq, signal.name, payload)
 
@@ -414,24 +391,17 @@ class ActorSystem:
         # Depth first: its children go before it records its own end.
         children = _sup.children_in_log(log)
         await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
-        record = dict(row.record, reason=reason, updated=self.epoch_now(), last_error=None)
-        txn = Txn()
-        txn.require(iid, UNFINISHED_STATUSES)
-        if self.journal.shared:
-            txn.fence(iid, epoch)
-        txn.put_instance(
-            iid, address=row.address, process=row.process, status="cancelled", record=record
+        fence = epoch if self.journal.shared else None
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, timers, reason, fence)], self.epoch_now()
         )
-        for timer in timers:
-            txn.cancel_timer(iid, timer.run, timer.seq)
-        notice = _sup.notify_parent(self, row.address, record, "cancelled", txn)
         try:
             results = await self.journal.commit(txn)
         except Conflict:
             return False
         self._status_changed(iid)
-        if notice is not None:
-            self._route(notice[0], results[-1], notice[1], notice[2])
+        for notice in notices:
+            self._route(notice.iid, results[notice.slot], notice.name, notice.payload)
         return True
 
     async def _cancel_remote(self, iid: bytes, address: str, reason: str) -> bool:
@@ -565,18 +535,13 @@ class ActorSystem:
         for iid in victims:
             self._ends.pop(iid, None)
         for start in range(0, len(victims), 500):
-            txn = Txn()
-            for iid in victims[start : start + 500]:
-                txn.require(iid, frozenset(wanted))
-                txn.delete_instance(iid)
+            txn = _protocol.cleanup_txn(victims[start : start + 500], wanted)
             try:
                 await self.journal.commit(txn, durable=True)
                 removed += len(victims[start : start + 500])
             except Conflict:  # one changed meanwhile: go one by one
                 for iid in victims[start : start + 500]:
-                    one = Txn()
-                    one.require(iid, frozenset(wanted))
-                    one.delete_instance(iid)
+                    one = _protocol.cleanup_txn([iid], wanted)
                     try:
                         await self.journal.commit(one, durable=True)
                         removed += 1
