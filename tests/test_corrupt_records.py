@@ -15,7 +15,7 @@ import pytest
 import actors
 from actors import Context, Signal, process
 from storage import CorruptRecord, JournalCorrupt, LMDBJournal, MemoryJournal, Txn, instance_id
-from tests.runtime_helpers import wait_status
+from tests.runtime_helpers import Opener, wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
 go = Signal("go")
@@ -216,3 +216,31 @@ async def test_a_corrupt_message_marks_its_instance_when_it_runs(opener):
     done = run_cli(opener.path, "show", f"echo/{BAD}")
     assert 5 == done.returncode
     assert "database 'mail'" in done.stderr and key.hex() in done.stderr
+
+
+async def test_recovery_skips_a_corrupt_instance_in_memory_too(tmp_path):
+    opener = Opener(tmp_path, "memory")
+    async with opener(echo) as system:
+        for name in NAMES:
+            await system.start(echo, name)
+    journal = opener.journal()
+    async with journal:  # as after a crash mid-run
+        txn = Txn()
+        for name in NAMES:
+            txn.set_status(instance_id(f"echo/{name}"), "running")
+        await journal.commit(txn)
+    bad = instance_id(f"echo/{BAD}")
+    status, proc, address, _ = journal._instances[bad]
+    journal._instances[bad] = (status, proc, address, b"\xc1\xc1")
+
+    async with opener(echo) as system:
+        assert {instance_id(f"echo/{n}") for n in NAMES if n != BAD} == (
+            set(system._live) | system._activating
+        )
+        await _every_call_raises(system, f"echo/{BAD}", "instances", bad)
+        for name in NAMES:
+            if name != BAD:
+                await system.send(f"echo/{name}", go, 3)
+                assert f"hello {name} 3" == await system.get(f"echo/{name}").result()
+    async with opener(echo) as system:
+        await _every_call_raises(system, f"echo/{BAD}", "instances", bad)
