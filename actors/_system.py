@@ -250,6 +250,8 @@ class ActorSystem:
                 finished, cancelled, parked); ``reason`` says which. Nothing
                 is stored.
             EncodeError: a payload the codec cannot store; nothing is stored.
+            JournalCorrupt: the instance's records do not decode (it is
+                marked ``corrupt``); the error names the database and key.
         """
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
@@ -712,7 +714,7 @@ class ActorSystem:
             await trio.sleep(self.takeover_interval)
 
     async def _recover(self) -> None:
-        def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]], list[Any]]:
+        def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]], list[CorruptRecord]]:
             wanted = []
             orphans = []
             # One bad record must not keep the system (and every other

@@ -94,9 +94,10 @@ async def cancel(args: argparse.Namespace) -> int:
                 if root.status not in UNFINISHED_STATUSES:
                     words = STATUS_WORDS.get(root.status, f"it is {root.status}")
                     at = root.record.get("updated")
+                    ended = at and root.status in TERMINAL_STATUSES
                     raise CLIError(
                         f"nothing to cancel at {args.address!r}: {words}"
-                        + (f" at {local_time(at)}" if at and root.status in TERMINAL_STATUSES else "")
+                        + (f" at {local_time(at)}" if ended else "")
                     )
                 plan: list[_protocol.Cancel] = []
                 _plan_cancel(r, root, args.reason, plan, set())
