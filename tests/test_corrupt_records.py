@@ -147,30 +147,40 @@ async def _every_call_raises(system, address: str, database: str, key: bytes) ->
     assert_names(info.value, database, key)
 
 
-@pytest.mark.parametrize("how", ["record", "header"])
-async def test_recovery_skips_a_corrupt_instance_and_recovers_all_others(opener, how, caplog):
+async def _start_all_as_if_crashed_mid_run(opener) -> None:
+    """Start every instance, then leave them all ``running`` in the journal,
+    as a system killed mid-run would: recovery then runs each at once."""
     async with opener(echo) as system:
         for name in NAMES:
             await system.start(echo, name)
-    async with LMDBJournal(opener.path) as journal:  # as after a crash mid-run
+    async with opener.journal() as journal:
         txn = Txn()
         for name in NAMES:
             txn.set_status(instance_id(f"echo/{name}"), "running")
         await journal.commit(txn)
+
+
+async def _the_others_run(system, payload: int, *, recovered: bool) -> None:
+    others = [name for name in NAMES if name != BAD]
+    if recovered:  # recovery ran each at once, not only when its mail came
+        assert {instance_id(f"echo/{n}") for n in others} == (
+            set(system._live) | system._activating
+        )
+    for name in others:
+        await system.send(f"echo/{name}", go, payload)
+        assert f"hello {name} {payload}" == await system.get(f"echo/{name}").result()
+
+
+@pytest.mark.parametrize("how", ["record", "header"])
+async def test_recovery_skips_a_corrupt_instance_and_recovers_all_others(opener, how, caplog):
+    await _start_all_as_if_crashed_mid_run(opener)
     bad = instance_id(f"echo/{BAD}")
     damage(opener.path, b"instances", bad, how)
 
     async with opener(echo) as system:
         assert any("is not recovered" in r.getMessage() for r in caplog.records)
-        # Every other running instance was recovered at once, not only on its mail.
-        assert {instance_id(f"echo/{n}") for n in NAMES if n != BAD} == (
-            set(system._live) | system._activating
-        )
+        await _the_others_run(system, 1, recovered=True)
         await _every_call_raises(system, f"echo/{BAD}", "instances", bad)
-        for name in NAMES:
-            if name != BAD:
-                await system.send(f"echo/{name}", go, 1)
-                assert f"hello {name} 1" == await system.get(f"echo/{name}").result()
         statuses = {info.id: info.status async for info in system.query()}
         assert {f"echo/{n}" for n in NAMES if n != BAD} == {
             a for a, s in statuses.items() if s == "completed"
@@ -207,10 +217,7 @@ async def test_a_corrupt_message_marks_its_instance_when_it_runs(opener):
         handle = system.get(f"echo/{BAD}")
         assert "corrupt" == await wait_status(handle, "corrupt")
         await _every_call_raises(system, f"echo/{BAD}", "mail", key)
-        for name in NAMES:
-            if name != BAD:
-                await system.send(f"echo/{name}", go, 2)
-                assert f"hello {name} 2" == await system.get(f"echo/{name}").result()
+        await _the_others_run(system, 2, recovered=False)
     async with opener(echo) as system:
         await _every_call_raises(system, f"echo/{BAD}", "mail", key)
     done = run_cli(opener.path, "show", f"echo/{BAD}")
@@ -220,27 +227,14 @@ async def test_a_corrupt_message_marks_its_instance_when_it_runs(opener):
 
 async def test_recovery_skips_a_corrupt_instance_in_memory_too(tmp_path):
     opener = Opener(tmp_path, "memory")
-    async with opener(echo) as system:
-        for name in NAMES:
-            await system.start(echo, name)
-    journal = opener.journal()
-    async with journal:  # as after a crash mid-run
-        txn = Txn()
-        for name in NAMES:
-            txn.set_status(instance_id(f"echo/{name}"), "running")
-        await journal.commit(txn)
+    await _start_all_as_if_crashed_mid_run(opener)
     bad = instance_id(f"echo/{BAD}")
+    journal = opener.journal()
     status, proc, address, _ = journal._instances[bad]
     journal._instances[bad] = (status, proc, address, b"\xc1\xc1")
 
     async with opener(echo) as system:
-        assert {instance_id(f"echo/{n}") for n in NAMES if n != BAD} == (
-            set(system._live) | system._activating
-        )
+        await _the_others_run(system, 3, recovered=True)
         await _every_call_raises(system, f"echo/{BAD}", "instances", bad)
-        for name in NAMES:
-            if name != BAD:
-                await system.send(f"echo/{name}", go, 3)
-                assert f"hello {name} 3" == await system.get(f"echo/{name}").result()
     async with opener(echo) as system:
         await _every_call_raises(system, f"echo/{BAD}", "instances", bad)
