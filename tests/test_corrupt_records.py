@@ -15,6 +15,8 @@ import pytest
 import actors
 from actors import Context, Signal, process
 from storage import CorruptRecord, JournalCorrupt, LMDBJournal, MemoryJournal, Txn, instance_id
+from tests.conftest import BACKENDS
+from tests.pg import fresh_schema
 from tests.runtime_helpers import Opener, wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,14 +67,29 @@ async def _three_instances(journal) -> None:
     await journal.commit(txn)
 
 
-@pytest.mark.parametrize("backend", ["lmdb", "memory"])
-async def test_instances_goes_past_a_corrupt_record_and_reports_it(backend, tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_instances_goes_past_a_corrupt_record_and_reports_it(backend, tmp_path, request):
     memory = MemoryJournal()
-    make = (lambda: LMDBJournal(tmp_path / "j")) if backend == "lmdb" else (lambda: memory)
+    if backend == "postgres":
+        from storage import PostgresJournal
+
+        dsn, schema = fresh_schema(request)
+        make = lambda: PostgresJournal(dsn, schema=schema)  # noqa: E731
+    elif backend == "lmdb":
+        make = lambda: LMDBJournal(tmp_path / "j")  # noqa: E731
+    else:
+        make = lambda: memory  # noqa: E731
     async with make() as journal:
         await _three_instances(journal)
     bad = instance_id("p/y")
-    if backend == "lmdb":
+    if backend == "postgres":
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                f'UPDATE "{schema}".instances SET record = %s WHERE iid = %s', [b"\xc1", bad]
+            )
+    elif backend == "lmdb":
         damage(tmp_path / "j", b"instances", bad, "record")
     else:
         status, proc, address, _ = memory._instances[bad]
