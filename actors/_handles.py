@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from storage.errors import JournalCorrupt
+from storage import TERMINAL_STATUSES
 
 from ._records import error_summary
 from .errors import ProcessCancelled, ProcessFailed
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Handle"]
 
-_TERMINAL = ("completed", "failed", "cancelled")
+# Where waiting on an instance ends: it finished, or its records are corrupt.
+_SETTLED = TERMINAL_STATUSES | {"corrupt"}
 
 
 class Handle:
@@ -73,17 +74,15 @@ class Handle:
             ProcessFailed: it failed; the message carries the original
                 error's type and message.
             ProcessCancelled: it was cancelled (or this handle's incarnation was).
-            JournalCorrupt: its records do not decode.
+            JournalCorrupt: its records do not decode; it names the database
+                and key of the one that fails.
         """
         async for status in self.status_changes():
-            if status in _TERMINAL or status == "corrupt":
+            if status in _SETTLED:
                 break
         status, record = self._system._snapshot(self._iid)
         if status == "corrupt":
-            raise JournalCorrupt(
-                f"the records of {self._address!r} do not decode; restore the journal "
-                "or clean the instance up", database="instances", key=self._iid,
-            )  # fmt: skip
+            raise self._system._corrupt_error(self._iid, self._address)
         if record.get("inc", 0) != self._incarnation or status == "cancelled":
             reason = record.get("reason") or "cancelled"
             if record.get("inc", 0) != self._incarnation:
@@ -113,7 +112,7 @@ class Handle:
             if version is not None and version != seen:
                 seen = version
                 yield record.get("exports")
-            if status in _TERMINAL or status == "corrupt":
+            if status in _SETTLED:
                 return
             await event.wait()
 
@@ -131,7 +130,7 @@ class Handle:
             if status != last:
                 last = status
                 yield status
-            if status in _TERMINAL or status == "corrupt":
+            if status in _SETTLED:
                 return
             await event.wait()
 

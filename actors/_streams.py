@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import Txn, decode, encode, instance_id
+from storage import TERMINAL_STATUSES, Txn, decode, encode, instance_id
 
 from . import _effects as fx
 from ._effects import VALUE
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from ._instance import Actor
     from ._system import ActorSystem
 
-_TERMINAL = ("completed", "failed", "cancelled")
 _BATCH = 256
 
 
@@ -126,7 +125,7 @@ class Stream:
                 self._buffer.extend(rows)
                 self._next = rows[-1][0] + 1
                 continue
-            if system._snapshot(iid)[0] in _TERMINAL and self._next >= length:
+            if system._snapshot(iid)[0] in TERMINAL_STATUSES and self._next >= length:
                 raise StopAsyncIteration
             await event.wait()
 

@@ -16,11 +16,14 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as _dt
 import decimal
 import hashlib
 import uuid
 import zoneinfo
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import attrs
@@ -28,7 +31,7 @@ import msgpack
 
 from .errors import EncodeError
 
-__all__ = ["encode", "decode", "digest", "serializable"]
+__all__ = ["encode", "decode", "digest", "serializable", "Opaque", "lenient_decoding"]
 
 # Ext type codes. Invariant: a code, once released, keeps its meaning forever
 # (journals written by older versions must stay readable).
@@ -52,6 +55,41 @@ _fields: dict[type, tuple[str, ...]] = {}
 _aliases: dict[type, dict[str, str]] = {}
 
 T = TypeVar("T", bound=type)
+
+# Whether a value of an unregistered class decodes as an `Opaque` (see
+# `lenient_decoding`) rather than failing. Read only when decoding has
+# already failed, so the runtime's decoding costs nothing for it.
+_lenient: contextvars.ContextVar[bool] = contextvars.ContextVar("lenient", default=False)
+
+
+@attrs.frozen
+class Opaque:
+    """A stored ``@serializable`` value whose class is not registered here:
+    its codec name and its fields, as `lenient_decoding` gives it.
+
+    Deliberately not serializable itself, so an `Opaque` can never be
+    written back: encoding one raises `EncodeError`.
+    """
+
+    name: str
+    fields: dict[str, Any]
+
+
+@contextlib.contextmanager
+def lenient_decoding() -> Iterator[None]:
+    """Within the block (this thread, and the trio run or tasks started in
+    it), decode values of unregistered ``@serializable`` classes as `Opaque`
+    placeholders instead of failing.
+
+    For tools that inspect a journal without importing the application (the
+    ``actors`` command line): a record holding such a value reads instead of
+    looking corrupt. Bytes that are not a valid encoding still fail.
+    """
+    token = _lenient.set(True)
+    try:
+        yield
+    finally:
+        _lenient.reset(token)
 
 
 def serializable(cls: T | None = None, *, name: str | None = None) -> Any:
@@ -195,6 +233,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
         name, fields = _unpack(data)
         cls = _registry.get(name)
         if cls is None:
+            if _lenient.get() and isinstance(name, str) and isinstance(fields, dict):
+                return Opaque(name, fields)
             raise ValueError(
                 f"no class is registered under codec name {name!r}; import the module "
                 "that defines it (decorated with @actors.serializable) before opening the journal"
