@@ -89,6 +89,7 @@ class ActorSystem:
         self.takeover_interval = 0.25
         self._nursery: trio.Nursery | None = None
         self._closing = False
+        self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
 
     # -- time ------------------------------------------------------------------
 
@@ -677,16 +678,47 @@ class ActorSystem:
         """Passivate instances idle for ``passivate_after`` seconds.
 
         One task for the system rather than a deadline per suspension, which
-        cost a cancel scope and a timer entry on every message."""
+        cost a cancel scope and a timer entry on every message. It sleeps
+        until the earliest due passivation (never waking more than four
+        times per ``passivate_after``, however staggered the instances), and
+        with nothing parked it sleeps until an instance parks
+        (`_instance_idle`): virtual time under a MockClock jumps straight to
+        the next timer instead of stepping through sweeps."""
         if self.passivate_after <= 0:
             return  # they passivate at every suspension themselves
-        interval = max(self.passivate_after / 4, 0.01)
+        after = self.passivate_after
+        granularity = max(after / 4, 0.01)
         while True:
-            await trio.sleep(interval)
-            cutoff = trio.current_time() - self.passivate_after
+            now = trio.current_time()
+            cutoff = now - after
+            earliest = math.inf
             for actor in list(self._live.values()):
-                if actor.parked is not None and actor.idle_since <= cutoff:
-                    actor.request_passivation()
+                if actor.parked is not None:
+                    if actor.idle_since <= cutoff:
+                        actor.request_passivation()
+                    else:
+                        earliest = min(earliest, actor.idle_since)
+            if earliest == math.inf:
+                # Invariant: _sweep_parked is set only while nothing is parked,
+                # and no instance can park between the scan and this wait.
+                self._sweep_parked = trio.lowlevel.current_task()
+
+                def abort(_: Any) -> trio.lowlevel.Abort:
+                    self._sweep_parked = None
+                    return trio.lowlevel.Abort.SUCCEEDED
+
+                await trio.lowlevel.wait_task_rescheduled(abort)
+                continue
+            # An instance parking meanwhile is due at now + after or later,
+            # past this wake-up (earliest + after <= now + after).
+            await trio.sleep_until(max(earliest + after, now + granularity))
+
+    def _instance_idle(self) -> None:
+        """An instance parked with nothing to do: give the idle sweep a deadline."""
+        task = self._sweep_parked
+        if task is not None:
+            self._sweep_parked = None
+            trio.lowlevel.reschedule(task)
 
     async def _take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone."""
