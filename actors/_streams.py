@@ -117,6 +117,9 @@ class Stream:
                 index, value = self._buffer.popleft()
                 self._current = index
                 return value
+            # A schedule point per batch: a consumer draining a long backlog
+            # never blocks the other tasks for more than one batch's handling.
+            await trio.lowlevel.checkpoint()
             event = system._status_event(self._iid)
             start, iid = self._next, self._iid
             rows, length = await system.journal.read(

@@ -355,7 +355,9 @@ class ActorSystem:
         if status is not None and status not in _STATUSES:
             raise InvalidArguments(f"status must be one of {_STATUSES}, not {status!r}")
         rows = await self.journal.read(lambda r: list(r.instances(None, template)))
-        for row in rows:
+        for n, row in enumerate(rows, 1):
+            if n % _YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # a long listing starves no one
             actor = self._live.get(row.iid)
             current = actor.status if actor is not None and actor.loaded else row.status
             record = actor.record if actor is not None and actor.loaded else row.record
@@ -757,8 +759,10 @@ class ActorSystem:
         # A child whose parent ended while the system was down is not stranded.
         for iid, address, reason in orphans:
             await self._cancel_iid(iid, address, reason)
-        for iid in wanted:
+        for n, iid in enumerate(wanted, 1):
             self._activate(iid)
+            if n % _YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # let the first ones start running
 
     async def _shutdown(self) -> None:
         # Closing is not a cancel: instances stay as they are in the journal
@@ -773,6 +777,7 @@ class ActorSystem:
 
 
 _ENDS_KEPT = 10_000
+_YIELD_EVERY = 256  # items a long loop handles between schedule points
 
 _STATUSES = (
     "running", "suspended", "completed", "failed", "cancelled", "compensation_stuck", "corrupt",
