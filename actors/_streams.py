@@ -26,6 +26,7 @@ import trio
 from storage import Txn, instance_id
 
 from . import _effects as fx
+from ._checks import check_name
 from ._effects import VALUE
 from .errors import InvalidArguments, NotDelivered
 
@@ -71,10 +72,13 @@ class Stream:
     def __init__(self, system: ActorSystem, address: str, consumer: str, from_: str) -> None:
         if from_ not in ("start", "latest"):
             raise InvalidArguments(f"from_ must be 'start' or 'latest', not {from_!r}")
-        if not isinstance(consumer, str) or not consumer or len(consumer.encode()) > 200:
+        check_name(consumer, "the stream's consumer")
+        if len(consumer.encode()) > 200:
             raise InvalidArguments(
-                f"consumer must be a non-empty name of at most 200 bytes, not {consumer!r}"
+                f"consumer must be a name of at most 200 bytes, not {consumer!r}; "
+                "use a shorter name"
             )
+        check_name(address, "the stream's address")
         self._system = system
         self.address = address
         self.consumer = consumer

@@ -16,6 +16,7 @@ from storage import LIVE_STATUSES, Journal, Txn, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
 from . import _supervision as _sup
+from ._checks import check_name, check_seconds, check_text
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
@@ -185,6 +186,9 @@ class ActorSystem:
         parent: str | None = None,
         address: str | None = None,
     ) -> tuple[Handle, bool]:
+        for param in params:
+            if isinstance(param, str):
+                check_text(param, f"a path param of {proc.template!r}")
         own_address = proc.resolve(*params)
         address = address or own_address
         proc.check_input(params, input)
@@ -242,12 +246,15 @@ class ActorSystem:
             done.set()
 
     def _append(self, txn: Txn, iid: bytes, signal: Signal, payload: Any) -> None:
+        now = self.epoch_now()
         try:
-            txn.append_message(iid, [signal.name, payload, self.epoch_now()])
+            txn.append_message(iid, [signal.name, payload, now])
         except EncodeError:
             encode(payload, what="payload")  # raises with the path inside the payload
             raise
-        size = len(txn.ops[-1][2])
+        # The limit is on the payload alone: the message's bytes less those of
+        # the same message around None (which encodes to one byte).
+        size = len(txn.ops[-1][2]) - (len(encode([signal.name, None, now])) - 1)
         if size > self.max_payload:
             from .errors import LimitExceeded
 
@@ -271,8 +278,7 @@ class ActorSystem:
         """
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
-        if not isinstance(address, str):
-            raise InvalidArguments(f"send takes a str address, not {address!r}")
+        check_name(address, "send's address")
         await self._send_iid(instance_id(address), address, signal, payload)
 
     async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
@@ -324,7 +330,7 @@ class ActorSystem:
     def get(self, address: str) -> Handle | None:
         """The handle of the instance at ``address``, live, passivated or
         finished; None if there is none."""
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "get's address"))
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             return Handle(self, iid, address, actor.record.get("inc", 1))
@@ -352,6 +358,7 @@ class ActorSystem:
         template = None
         if process is not None:
             template = process.template if isinstance(process, ProcessDef) else process
+            check_name(template, "query(process=...)")
         if status is not None and status not in _STATUSES:
             raise InvalidArguments(f"status must be one of {_STATUSES}, not {status!r}")
         rows = await self.journal.read(lambda r: list(r.instances(None, template)))
@@ -378,7 +385,7 @@ class ActorSystem:
         Returns True once it is recorded as cancelled, False if there was
         nothing live to cancel. A cancelled address can be started afresh.
         """
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "cancel's address"))
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
 
     async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool:
@@ -482,7 +489,7 @@ class ActorSystem:
     async def resume_compensation(self, address: str) -> bool:
         """Retry the compensation of a ``compensation_stuck`` instance from
         where it stopped. Returns False if it is not stuck."""
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "resume_compensation's address"))
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
@@ -499,7 +506,7 @@ class ActorSystem:
         """End a ``compensation_stuck`` instance as failed, keeping its record
         (which compensations ran, which did not, and why). Returns False if
         it is not stuck."""
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "abandon_compensation's address"))
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
@@ -533,7 +540,7 @@ class ActorSystem:
                     f"cleanup removes finished instances only; {status!r} is not one of "
                     "'completed', 'failed', 'cancelled'"
                 )
-        cutoff = self.epoch_now() - older_than
+        cutoff = self.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
 
         def scan(r: Any) -> list[bytes]:
             return [
