@@ -422,3 +422,37 @@ async def test_sleep_until_the_ends_of_the_calendar(opener, autojump_clock):
     async with opener(until) as system:
         await trio.sleep(86400)
         assert "suspended" == system.get("until/future").status
+
+
+# -- limits say what they mean -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("signal_name", ["go", "a-much-longer-signal-name-" * 4])
+async def test_max_payload_counts_the_payload_alone(opener, signal_name):
+    signal = Signal(signal_name)
+
+    @process("limited/:name")
+    async def limited(ctx: Context, name: str) -> object:
+        return await ctx.wait(signal)
+
+    payload = "x" * 985
+    size = len(encode(payload))
+    async with opener(limited, max_payload=size) as system:
+        handle = await system.start(limited, "a")
+        await system.send("limited/a", signal, payload)  # exactly at the limit
+        assert payload == await handle.result()
+    async with opener(limited, max_payload=size - 1) as system:
+        await system.start(limited, "b")
+        with pytest.raises(actors.LimitExceeded) as caught:
+            await system.send("limited/b", signal, payload)
+        assert f"encodes to {size} bytes, over the max_payload={size - 1}" in str(caught.value)
+
+
+async def test_a_five_thousand_digit_int_crosses_the_journal_exactly(opener, autojump_clock):
+    huge = 7 * 10**4999 + 3
+    async with opener(plain, passivate_after=0) as system:
+        handle = await system.start(plain, "big")
+        await system.send("plain/big", go, [huge, -huge])
+        assert [huge, -huge] == await handle.result()
+    async with opener(plain) as system:
+        assert [huge, -huge] == await system.get("plain/big").result()
