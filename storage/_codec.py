@@ -199,7 +199,7 @@ _DEFAULTS = [functools.partial(_default, depth=depth) for depth in range(MAX_NES
 
 def _unpacker(data: bytes, depth: int) -> msgpack.Unpacker:
     unpacker = msgpack.Unpacker(
-        None, ext_hook=_HOOKS[depth], strict_map_key=False, raw=False,
+        None, ext_hook=_hook(depth), strict_map_key=False, raw=False,
         max_buffer_size=max(len(data), 1),
     )  # fmt: skip
     unpacker.feed(data)
@@ -211,7 +211,7 @@ def _unpack_all(data: bytes, depth: int) -> list[Any]:
 
 
 def _unpack(data: bytes, depth: int = 0) -> Any:
-    if depth <= _FAST_DEPTH:
+    if depth <= _FAST_DEPTH and _ext_hook is _EXT_HOOK:
         return msgpack.unpackb(data, ext_hook=_HOOKS[depth], strict_map_key=False, raw=False)
     unpacker = _unpacker(data, depth)
     value = unpacker.unpack()
@@ -220,7 +220,7 @@ def _unpack(data: bytes, depth: int = 0) -> Any:
     return value
 
 
-def _ext_hook(code: int, data: bytes, depth: int) -> Any:
+def _ext_hook(code: int, data: bytes, depth: int = 0) -> Any:
     if depth > MAX_NESTING:
         raise ValueError(f"values nested deeper than {MAX_NESTING} levels")
     inner = depth + 1
@@ -262,7 +262,14 @@ def _ext_hook(code: int, data: bytes, depth: int) -> Any:
     raise ValueError(f"unknown ext type {code}")
 
 
+_EXT_HOOK = _ext_hook
 _HOOKS = [functools.partial(_ext_hook, depth=depth) for depth in range(MAX_NESTING + 2)]
+
+
+def _hook(depth: int) -> Any:
+    # A replaced _ext_hook (the CLI's lenient decoding of unknown records)
+    # is used as it is, at every depth; it decodes without the fast path.
+    return _HOOKS[depth] if _ext_hook is _EXT_HOOK else _ext_hook
 
 
 def encode(value: Any, *, what: str = "value") -> bytes:
