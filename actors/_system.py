@@ -57,6 +57,13 @@ class ActorSystem:
         max_payload: int,
         now: Callable[[], float],
     ) -> None:
+        if passivate_after != math.inf:  # inf: never passivate
+            passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
+        for name, value in (("max_sync_steps", max_sync_steps), ("max_payload", max_payload)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArguments(
+                    f"open_system({name}=...) takes a whole number, 1 or more, not {value!r}"
+                )
         self.journal = journal
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
@@ -817,7 +824,8 @@ async def open_system(
             retry jitter (seed it for reproducible tests).
         passivate_after: seconds an instance with nothing to do stays in
             memory before it is dropped (it is replayed when a message or
-            timer arrives); 0 passivates at every suspension.
+            timer arrives); 0 passivates at every suspension, ``math.inf``
+            never.
         max_sync_steps: how many sync steps run in worker threads at once.
         max_payload: the largest encoded message payload, in bytes.
         now: the wall clock read once at open to map trio's clock onto epoch
@@ -829,6 +837,7 @@ async def open_system(
 
     Raises:
         JournalLocked: another system has the journal open.
+        InvalidArguments: an option that is not a sane number (nothing is opened).
     """
     system = ActorSystem(
         journal, processes, random,

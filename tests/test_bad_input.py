@@ -456,3 +456,24 @@ async def test_a_five_thousand_digit_int_crosses_the_journal_exactly(opener, aut
         assert [huge, -huge] == await handle.result()
     async with opener(plain) as system:
         assert [huge, -huge] == await system.get("plain/big").result()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"passivate_after": math.nan}, {"passivate_after": -1}, {"passivate_after": "60"},
+        {"max_sync_steps": 0}, {"max_sync_steps": 2.5}, {"max_sync_steps": math.inf},
+        {"max_payload": 0}, {"max_payload": -5}, {"max_payload": math.nan},
+    ],
+)  # fmt: skip
+async def test_open_system_refuses_bad_options_before_opening(tmp_path, options):
+    with pytest.raises(InvalidArguments, match="open_system"):
+        async with actors.open_system(MemoryJournal(), processes=[plain], **options):
+            pass
+
+
+async def test_passivate_after_inf_means_never(opener, autojump_clock):
+    async with opener(plain, passivate_after=math.inf) as system:
+        await system.start(plain, "p")
+        await trio.sleep(365 * 86400)
+        assert instance_id("plain/p") in system._live
