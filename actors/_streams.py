@@ -88,6 +88,7 @@ class Stream:
         self._next = 0  # index of the next value to read from the journal
         self._current: int | None = None  # index of the value being handled
         self._consumed = 0  # every value before this index is consumed
+        self._unyielded = 0  # values handed out since this task last yielded here
 
     async def __aenter__(self) -> Stream:
         iid, consumer = self._iid, self.consumer
@@ -120,10 +121,13 @@ class Stream:
             if self._buffer:
                 index, value = self._buffer.popleft()
                 self._current = index
+                self._unyielded += 1
                 return value
-            # A schedule point per batch: a consumer draining a long backlog
-            # never blocks the other tasks for more than one batch's handling.
-            await trio.lowlevel.checkpoint()
+            if self._unyielded >= _BATCH:
+                # A consumer draining a long backlog from a journal that reads
+                # without yielding blocks the other tasks for one batch at most.
+                self._unyielded = 0
+                await trio.lowlevel.checkpoint()
             event = system._status_event(self._iid)
             start, iid = self._next, self._iid
             rows, length = await system.journal.read(
@@ -136,6 +140,7 @@ class Stream:
             if system._snapshot(iid)[0] in _TERMINAL and self._next >= length:
                 raise StopAsyncIteration
             await event.wait()
+            self._unyielded = 0
 
     def _move(self, position: int) -> None:
         if position <= self._consumed:
