@@ -17,9 +17,10 @@ from .errors import InvalidArguments
 
 __all__ = ["MAX_SECONDS", "check_seconds", "check_text", "check_name", "check_deadline"]
 
-#: The longest duration a timer, timeout or age may have: 10,000 years. Every
-#: due time within it fits the journals' timer index (int64 microseconds).
-MAX_SECONDS = 10_000 * 365.25 * 86400
+#: The longest duration a timer, timeout or age may have: 1,000 years. Every
+#: due time within it fits the journals' timer index (int64 microseconds) and
+#: is a datetime (before year 10000) that the CLI and ``ctx.now()`` can show.
+MAX_SECONDS = 1_000 * 365.25 * 86400
 
 
 def check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
@@ -36,7 +37,7 @@ def check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
         raise InvalidArguments(f"{what} needs seconds {low}, not {value!r}")
     if value > MAX_SECONDS:
         raise InvalidArguments(
-            f"{what} got {value!r} seconds, more than the {MAX_SECONDS:.0f} (10,000 years) "
+            f"{what} got {value!r} seconds, more than the {MAX_SECONDS:.0f} (1,000 years) "
             "any duration may be; pass a finite, smaller number"
             + (" (or None for no limit)" if positive else "")
         )

@@ -129,7 +129,7 @@ class Context:
 
         Raises:
             InvalidArguments: (at the call) ``seconds`` is not a finite
-                number from 0 to `MAX_SECONDS` (10,000 years).
+                number from 0 to `MAX_SECONDS` (1,000 years).
         """
         seconds = check_seconds(seconds, "ctx.sleep")
         return fx.Timer(self._live().next_seq(), digest(seconds), seconds, None)

@@ -196,7 +196,3 @@ bad_seconds = st.one_of(
     st.floats(max_value=-1e-6),
     st.floats(min_value=1e13, allow_infinity=False),
 )
-
-# Sizes, counts and durations given as numbers that are not: where a positive
-# number is wanted (timeouts, backoffs, older_than).
-bad_positive = st.sampled_from([math.inf, math.nan, -1, -math.inf, "1", None, True])

@@ -8,19 +8,23 @@ caller writes nothing.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import sys
 
 import msgpack
 import pytest
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import Retry, Signal
-from actors.errors import ActorError, EncodeError, InvalidArguments
-from storage import decode, encode
+import actors
+from actors import Context, Retry, Signal, process
+from actors._checks import MAX_SECONDS
+from actors.errors import ActorError, EncodeError, InvalidArguments, ProcessFailed
+from storage import MemoryJournal, decode, encode, instance_id
 from storage._codec import MAX_NESTING
-from tests.strategies import WRAPPERS, nest, unencodable_texts, values
+from tests.strategies import WRAPPERS, bad_seconds, nest, unencodable_texts, values
 
 # -- the codec --------------------------------------------------------------------------
 
@@ -126,15 +130,8 @@ def test_the_int_str_conversion_limit_does_not_change_the_bytes() -> None:
 
 # -- process code: the process fails cleanly, the system stays up -------------------------
 
-import datetime as dt  # noqa: E402
 
-import trio  # noqa: E402
 
-import actors  # noqa: E402
-from actors import Context, process  # noqa: E402
-from actors.errors import ProcessFailed  # noqa: E402
-from storage import MemoryJournal, instance_id  # noqa: E402
-from tests.strategies import bad_seconds  # noqa: E402
 
 go = Signal("go")
 DEEP = nest(10_000, WRAPPERS["list"])
@@ -412,16 +409,20 @@ async def until(ctx: Context, name: str, *, when: dt.datetime) -> str:
 
 
 async def test_sleep_until_the_ends_of_the_calendar(opener, autojump_clock):
-    async with opener(until) as system:
+    async with opener(until, sleeper) as system:
+        longest = await system.start(sleeper, "longest", seconds=MAX_SECONDS)
+        await trio.sleep(86400)
+        assert "suspended" == longest.status
         past = await system.start(until, "past", when=dt.datetime.min.replace(tzinfo=FAR_EAST))
         assert "woke" == await past.result()
         last = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
         future = await system.start(until, "future", when=last)
         await trio.sleep(86400)
         assert "suspended" == future.status
-    async with opener(until) as system:
+    async with opener(until, sleeper) as system:
         await trio.sleep(86400)
         assert "suspended" == system.get("until/future").status
+        assert "suspended" == system.get("sleeper/longest").status
 
 
 # -- limits say what they mean -----------------------------------------------------------
