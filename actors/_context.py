@@ -266,7 +266,13 @@ class Context:
         """
         from .errors import LimitExceeded
 
-        items = list(items)
+        try:
+            items = list(items)
+        except TypeError:
+            raise InvalidArguments(
+                f"ctx.scope takes an iterable of items (a list of params or tuples), "
+                f"not {items!r}"
+            ) from None
         if len(items) > MAX_SCOPE:
             raise LimitExceeded(
                 f"ctx.scope takes at most {MAX_SCOPE} items, got {len(items)}; split the "

@@ -4,6 +4,9 @@ records the tests use.
 `values()` draws any supported value, nested to any depth; `hashables()` draws
 the subset that can be a dict key or a set element. NaN (float and Decimal)
 is left out of both because ``NaN != NaN``; tests check it on its own.
+
+The last section draws hostile input: text UTF-8 cannot carry, values nested
+past the codec's bounds, durations no timer can have.
 """
 
 from __future__ import annotations

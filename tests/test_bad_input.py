@@ -189,6 +189,7 @@ PROCESS_CASES = {
     "publish_surrogate": (lambda ctx: ctx.publish({"\ud800": 1}), "EncodeError"),
     "signal_empty": (lambda ctx: ctx.wait(Signal("")), "InvalidArguments"),
     "call_param_surrogate": (lambda ctx: ctx.call(hostile, "\ud800"), "InvalidArguments"),
+    "scope_not_iterable": (lambda ctx: ctx.scope(5, hostile), "InvalidArguments"),
     "scope_unhashable_key": (
         lambda ctx: ctx.scope(["a"], hostile, key=lambda item: [item]),
         "InvalidArguments",
