@@ -367,6 +367,7 @@ class Actor:
                 await self._passivate()
                 continue
             self.idle_since = trio.current_time()
+            self.system._instance_idle()
             await self._park()
             if self.passivate_requested:
                 self.passivate_requested = False

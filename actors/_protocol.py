@@ -108,7 +108,9 @@ def add_message(
         encode(payload, what="payload")  # raises with the path inside the payload
         raise
     message: bytes = txn.ops[-1][2]
-    size = len(message)
+    # The limit is on the payload alone: the message's bytes less those of
+    # the same message around None (which encodes to one byte).
+    size = len(message) - (len(encode([name, None, now])) - 1)
     if max_payload is not None and size > max_payload:
         raise LimitExceeded(
             f"the {name!r} payload encodes to {size} bytes, over the "

@@ -27,9 +27,9 @@ from storage import (
 )
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
-
 from . import _protocol
 from . import _supervision as _sup
+from ._checks import check_name, check_seconds, check_text
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
@@ -61,6 +61,13 @@ class ActorSystem:
         max_payload: int,
         now: Callable[[], float],
     ) -> None:
+        if passivate_after != math.inf:  # inf: never passivate
+            passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
+        for name, value in (("max_sync_steps", max_sync_steps), ("max_payload", max_payload)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArguments(
+                    f"open_system({name}=...) takes a whole number, 1 or more, not {value!r}"
+                )
         self.journal = journal
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
@@ -97,6 +104,7 @@ class ActorSystem:
         self.takeover_interval = 0.25
         self._nursery: trio.Nursery | None = None
         self._closing = False
+        self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
 
     # -- time ------------------------------------------------------------------
 
@@ -192,6 +200,9 @@ class ActorSystem:
         parent: str | None = None,
         address: str | None = None,
     ) -> tuple[Handle, bool]:
+        for param in params:
+            if isinstance(param, str):
+                check_text(param, f"a path param of {proc.template!r}")
         own_address = proc.resolve(*params)
         address = address or own_address
         proc.check_input(params, input)
@@ -257,8 +268,7 @@ class ActorSystem:
         """
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
-        if not isinstance(address, str):
-            raise InvalidArguments(f"send takes a str address, not {address!r}")
+        check_name(address, "send's address")
         await self._send_iid(instance_id(address), address, signal, payload)
 
     async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
@@ -322,7 +332,7 @@ class ActorSystem:
     def get(self, address: str) -> Handle | None:
         """The handle of the instance at ``address``, live, passivated or
         finished; None if there is none."""
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "get's address"))
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             return Handle(self, iid, address, actor.record.get("inc", 1))
@@ -350,6 +360,7 @@ class ActorSystem:
         template = None
         if process is not None:
             template = process.template if isinstance(process, ProcessDef) else process
+            check_name(template, "query(process=...)")
         if status is not None and status not in STATUSES:
             raise InvalidArguments(f"status must be one of {STATUSES}, not {status!r}")
         broken: list[CorruptRecord] = []  # a record that does not decode hides only itself
@@ -360,7 +371,9 @@ class ActorSystem:
                     id=bad.address, process=bad.process, status="corrupt", created=None,
                     updated=None, last_error=str(bad.error),
                 )  # fmt: skip
-        for row in rows:
+        for n, row in enumerate(rows, 1):
+            if n % _YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # a long listing starves no one
             actor = self._live.get(row.iid)
             current = actor.status if actor is not None and actor.loaded else row.status
             record = actor.record if actor is not None and actor.loaded else row.record
@@ -385,7 +398,7 @@ class ActorSystem:
             JournalCorrupt: the instance's records do not decode; the error
                 names the database and key of the one that fails.
         """
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "cancel's address"))
         if self._snapshot(iid)[0] == "corrupt":
             raise self._corrupt_error(iid, address)
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
@@ -484,7 +497,7 @@ class ActorSystem:
     async def resume_compensation(self, address: str) -> bool:
         """Retry the compensation of a ``compensation_stuck`` instance from
         where it stopped. Returns False if it is not stuck."""
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "resume_compensation's address"))
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
@@ -501,7 +514,7 @@ class ActorSystem:
         """End a ``compensation_stuck`` instance as failed, keeping its record
         (which compensations ran, which did not, and why). Returns False if
         it is not stuck."""
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "abandon_compensation's address"))
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
@@ -535,7 +548,7 @@ class ActorSystem:
                     f"cleanup removes finished instances only; {status!r} is not one of "
                     "'completed', 'failed', 'cancelled'"
                 )
-        cutoff = self.epoch_now() - older_than
+        cutoff = self.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
 
         def scan(r: Any) -> list[bytes]:
             return [
@@ -726,16 +739,47 @@ class ActorSystem:
         """Passivate instances idle for ``passivate_after`` seconds.
 
         One task for the system rather than a deadline per suspension, which
-        cost a cancel scope and a timer entry on every message."""
+        cost a cancel scope and a timer entry on every message. It sleeps
+        until the earliest due passivation (never waking more than four
+        times per ``passivate_after``, however staggered the instances), and
+        with nothing parked it sleeps until an instance parks
+        (`_instance_idle`): virtual time under a MockClock jumps straight to
+        the next timer instead of stepping through sweeps."""
         if self.passivate_after <= 0:
             return  # they passivate at every suspension themselves
-        interval = max(self.passivate_after / 4, 0.01)
+        after = self.passivate_after
+        granularity = max(after / 4, 0.01)
         while True:
-            await trio.sleep(interval)
-            cutoff = trio.current_time() - self.passivate_after
+            now = trio.current_time()
+            cutoff = now - after
+            earliest = math.inf
             for actor in list(self._live.values()):
-                if actor.parked is not None and actor.idle_since <= cutoff:
-                    actor.request_passivation()
+                if actor.parked is not None:
+                    if actor.idle_since <= cutoff:
+                        actor.request_passivation()
+                    else:
+                        earliest = min(earliest, actor.idle_since)
+            if earliest == math.inf:
+                # Invariant: _sweep_parked is set only while nothing is parked,
+                # and no instance can park between the scan and this wait.
+                self._sweep_parked = trio.lowlevel.current_task()
+
+                def abort(_: Any) -> trio.lowlevel.Abort:
+                    self._sweep_parked = None
+                    return trio.lowlevel.Abort.SUCCEEDED
+
+                await trio.lowlevel.wait_task_rescheduled(abort)
+                continue
+            # An instance parking meanwhile is due at now + after or later,
+            # past this wake-up (earliest + after <= now + after).
+            await trio.sleep_until(max(earliest + after, now + granularity))
+
+    def _instance_idle(self) -> None:
+        """An instance parked with nothing to do: give the idle sweep a deadline."""
+        task = self._sweep_parked
+        if task is not None:
+            self._sweep_parked = None
+            trio.lowlevel.reschedule(task)
 
     async def _take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone."""
@@ -774,8 +818,10 @@ class ActorSystem:
         # A child whose parent ended while the system was down is not stranded.
         for iid, address, reason in orphans:
             await self._cancel_iid(iid, address, reason)
-        for iid in wanted:
+        for n, iid in enumerate(wanted, 1):
             self._activate(iid)
+            if n % _YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # let the first ones start running
 
     async def _shutdown(self) -> None:
         # Closing is not a cancel: instances stay as they are in the journal
@@ -791,6 +837,7 @@ class ActorSystem:
 
 _ENDS_KEPT = 10_000
 _RELOAD_AFTER = 0.5  # seconds before an instance that lost the journal is loaded again
+_YIELD_EVERY = 256  # items a long loop handles between schedule points
 
 
 def _parent_gone(r: Any, parent: str) -> str | None:
@@ -832,7 +879,8 @@ async def open_system(
             retry jitter (seed it for reproducible tests).
         passivate_after: seconds an instance with nothing to do stays in
             memory before it is dropped (it is replayed when a message or
-            timer arrives); 0 passivates at every suspension.
+            timer arrives); 0 passivates at every suspension, ``math.inf``
+            never.
         max_sync_steps: how many sync steps run in worker threads at once.
         max_payload: the largest encoded message payload, in bytes.
         now: the wall clock read once at open to map trio's clock onto epoch
@@ -844,6 +892,7 @@ async def open_system(
 
     Raises:
         JournalLocked: another system has the journal open.
+        InvalidArguments: an option that is not a sane number (nothing is opened).
     """
     system = ActorSystem(
         journal, processes, random,
