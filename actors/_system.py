@@ -372,19 +372,45 @@ class ActorSystem:
     async def cancel(self, address: str) -> bool:
         """Cancel the instance at ``address``.
 
-        Returns True once it is recorded as cancelled, False if there was
-        nothing live to cancel. A cancelled address can be started afresh.
+        A cancel wins over a restart: an instance that crashes as the cancel
+        comes, or is waiting out its restart delay, ends cancelled and does
+        not run again.
+
+        Returns True once this call has recorded it as cancelled; False if
+        there was nothing live to cancel (it had ended, or ended otherwise
+        meanwhile, e.g. failed past its restart limit). A cancelled address
+        can be started afresh.
         """
         iid = instance_id(address)
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
 
     async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool:
-        actor = self._live.get(iid)
-        if actor is not None and not actor.done:
-            actor.cancel(reason)
-            while not actor.done:
-                await self._status_event(iid).wait()
-            return actor.status == "cancelled"
+        # Invariant: a cancel wins over a restart. An actor told to cancel
+        # while it crashes may still write its restart and leave memory
+        # (the next run waits out a delay in _activate_later, or is being
+        # activated); so until an actor ends, whatever it left live on disk
+        # is cancelled in turn, with activations of it held off meanwhile.
+        while True:
+            actor = self._live.get(iid)
+            if actor is not None and not actor.done:
+                actor.cancel(reason)
+                while not actor.done and self._live.get(iid) is actor:
+                    await self._status_event(iid).wait()
+                if actor.done and actor.status not in LIVE_STATUSES:
+                    return actor.status == "cancelled"
+                continue  # it left memory still live (restarted): cancel that
+            if iid in self._activating:
+                await trio.sleep(0)  # an activation is under way: cancel what it brings
+                continue
+            self._activating.add(iid)
+            try:
+                return await self._cancel_on_disk(iid, address, reason)
+            finally:
+                self._activating.discard(iid)
+
+    async def _cancel_on_disk(self, iid: bytes, address: str, reason: str) -> bool:
+        """Cancel an instance that is not in memory here (the caller holds
+        off its activation)."""
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in ("running", "suspended", "compensation_stuck"):
             return False
@@ -630,6 +656,10 @@ class ActorSystem:
     def _forget(self, actor: Actor) -> None:
         if self._live.get(actor.iid) is actor:
             del self._live[actor.iid]
+            # A cancel waiting for this actor to leave memory looks again.
+            event = self._status_events.pop(actor.iid, None)
+            if event is not None:
+                event.set()
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
