@@ -103,3 +103,27 @@ async def test_cancel_of_a_crashed_transient_instance_wins_over_its_restart(
             assert (round_, 0) == (round_, len(system._live))
             # A second cancel has nothing live to cancel.
             assert (round_, False) == (round_, await handle.cancel())
+
+
+@process("once/:id")
+async def once(ctx: Context, id: str) -> None:
+    await ctx.wait(crash)
+    raise RuntimeError(f"once {id} crashed")
+
+
+async def test_cancel_says_true_exactly_when_it_cancelled(any_opener, autojump_clock):
+    # A temporary instance is not restarted: a crash racing the cancel ends
+    # it failed or cancelled, whichever comes first, and cancel says which.
+    outcomes = set()
+    async with any_opener(once) as system:
+        for round_ in range(ROUNDS):
+            handle = await system.start(once, f"r{round_}")
+            assert "suspended" == await wait_status(handle, "suspended")
+            await system.send(handle.id, crash)
+            await _steps(round_)
+            cancelled = await handle.cancel()
+            status = handle.status
+            outcomes.add(status)
+            assert (round_, cancelled) == (round_, status == "cancelled")
+            assert status in ("cancelled", "failed")
+    assert {"cancelled", "failed"} == outcomes
