@@ -10,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from actors import Context, Signal, process
+from actors import Context, OneForAll, Signal, process
 from tests.runtime_helpers import wait_status
 
 crash = Signal("crash")
@@ -35,6 +35,13 @@ async def kid(ctx: Context, id: str) -> None:
 @process("mom/:id")
 async def mom(ctx: Context, id: str) -> None:
     await ctx.spawn(kid, id, restart="permanent")
+    await ctx.wait(never)
+
+
+@process("team/:id", supervision=OneForAll(max_restarts=1000, within=1))
+async def team(ctx: Context, id: str) -> None:
+    await ctx.spawn(kid, "a", restart="permanent")
+    await ctx.spawn(kid, "b", restart="permanent")
     await ctx.wait(never)
 
 
@@ -78,6 +85,36 @@ async def test_cancelling_the_parent_wins_over_a_child_restart(any_opener, autoj
             await trio.sleep(30)  # any restart delay is long over
             assert (round_, "cancelled", activations) == (
                 round_, child.status, runs.count(child_address),
+            )  # fmt: skip
+            assert (round_, 0) == (round_, len(system._live))
+
+
+async def test_cancelling_the_parent_wins_over_restarting_all_children(
+    any_opener, autojump_clock
+):
+    # One child crashes; OneForAll restarts its sibling too (written from
+    # outside the sibling when it is not in memory). The parent's cancel
+    # wins over both restarts.
+    async with any_opener(team, kid) as system:
+        for round_ in range(ROUNDS):
+            name = f"r{round_}"
+            parent = await system.start(team, name)
+            addresses = [f"team/{name}/kid/a", f"team/{name}/kid/b"]
+            while any(system.get(a) is None for a in addresses):
+                await trio.sleep(0.001)
+            children = [system.get(a) for a in addresses]
+            for child in children:
+                assert "suspended" == await wait_status(child, "suspended")
+            await system.send(addresses[round_ % 2], crash)
+            await _steps(round_)
+            assert (round_, True) == (round_, await parent.cancel())
+            statuses = [parent.status] + [c.status for c in children]
+            assert (round_, ["cancelled"] * 3) == (round_, statuses)
+            activations = [runs.count(a) for a in addresses]
+            await trio.sleep(30)
+            statuses = [c.status for c in children]
+            assert (round_, ["cancelled"] * 2, activations) == (
+                round_, statuses, [runs.count(a) for a in addresses],
             )  # fmt: skip
             assert (round_, 0) == (round_, len(system._live))
 
