@@ -80,6 +80,7 @@ class ActorSystem:
         self._offset = 0.0
         self._live: dict[bytes, Actor] = {}
         self._activating: set[bytes] = set()
+        self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
         self._ends: dict[bytes, tuple[str, dict[str, Any]]] = {}  # see _ended
         self._creating: dict[bytes, trio.Event] = {}
@@ -376,10 +377,10 @@ class ActorSystem:
         comes, or is waiting out its restart delay, ends cancelled and does
         not run again.
 
-        Returns True once this call has recorded it as cancelled; False if
-        there was nothing live to cancel (it had ended, or ended otherwise
-        meanwhile, e.g. failed past its restart limit). A cancelled address
-        can be started afresh.
+        Returns True once it is recorded as cancelled (also when another
+        cancel of it was under way); False if there was nothing live to
+        cancel (it had ended, or ended otherwise meanwhile, e.g. failed past
+        its restart limit). A cancelled address can be started afresh.
         """
         iid = instance_id(address)
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
@@ -399,14 +400,27 @@ class ActorSystem:
                 if actor.done and actor.status not in LIVE_STATUSES:
                     return actor.status == "cancelled"
                 continue  # it left memory still live (restarted): cancel that
-            if iid in self._activating:
-                await trio.sleep(0)  # an activation is under way: cancel what it brings
+            writing = self._cancelling.get(iid)
+            if writing is not None:
+                # Another cancel of it is being written: live when this one
+                # came, it is cancelled once that one is through.
+                await writing.wait()
+                if self._snapshot(iid)[0] == "cancelled":
+                    return True
                 continue
-            self._activating.add(iid)
+            if iid in self._activating:
+                # An activation is under way (a read or two): let it finish,
+                # then cancel what it brings into memory.
+                await trio.sleep(0)
+                continue
+            self._activating.add(iid)  # _activate leaves it alone while this is written
+            self._cancelling[iid] = writing = trio.Event()
             try:
                 return await self._cancel_on_disk(iid, address, reason)
             finally:
+                del self._cancelling[iid]
                 self._activating.discard(iid)
+                writing.set()
 
     async def _cancel_on_disk(self, iid: bytes, address: str, reason: str) -> bool:
         """Cancel an instance that is not in memory here (the caller holds

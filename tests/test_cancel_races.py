@@ -164,3 +164,21 @@ async def test_cancel_says_true_exactly_when_it_cancelled(any_opener, autojump_c
             assert (round_, cancelled) == (round_, status == "cancelled")
             assert status in ("cancelled", "failed")
     assert {"cancelled", "failed"} == outcomes
+
+
+@pytest.mark.parametrize("passivate_after", [0, 60])
+async def test_concurrent_cancels_all_say_true(any_opener, autojump_clock, passivate_after):
+    # In memory (60) or on disk only (0): each cancel came while it was live.
+    async with any_opener(solo, passivate_after=passivate_after) as system:
+        handle = await system.start(solo, "c")
+        assert "suspended" == await wait_status(handle, "suspended")
+        answers = []
+
+        async def cancel() -> None:
+            answers.append(await handle.cancel())
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(3):
+                nursery.start_soon(cancel)
+        assert ([True] * 3, "cancelled") == (answers, handle.status)
+        assert [False] == [await handle.cancel()]
