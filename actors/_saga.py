@@ -51,10 +51,11 @@ if TYPE_CHECKING:
 
 DEFAULT_RETRY = Retry(attempts=3, backoff=1.0, max_backoff=30.0)
 
-# Compensation functions seen in this process, for ones that cannot be
-# imported by name (closures, lambdas); after a restart those need the
-# process code to run again, so prefer module-level functions.
+# Compensation functions seen in this process, by recorded name: used as
+# they are while this process runs (closures and lambdas included); after a
+# restart only a module-level function can be found again (see resolve).
 _known: dict[str, Callable[..., Any]] = {}
+_real_paths: dict[str, str] = {}  # a file as code objects name it -> its real path
 
 
 def qualified(fn: Callable[..., Any]) -> str:
@@ -68,7 +69,13 @@ def source_file(fn: Callable[..., Any]) -> str | None:
     if not path or path.startswith("<"):
         module = sys.modules.get(getattr(fn, "__module__", None) or "")
         path = getattr(module, "__file__", None)
-    return os.path.realpath(path) if path else None
+    if not path:
+        return None
+    real = _real_paths.get(path)
+    if real is None:
+        real = _real_paths[path] = os.path.realpath(path)
+    return real
+
 
 
 def register(actor: Actor, step: Step, result: Any, *, possibly_applied: bool = False) -> None:
@@ -79,8 +86,8 @@ def register(actor: Actor, step: Step, result: Any, *, possibly_applied: bool = 
     retry = step.retry or DEFAULT_RETRY
     entry = {
         "id": step.key, "name": step.name, "fn": name, "file": source_file(step.compensate),
-        "args": list(step.args),
-        "kwargs": step.kwargs, "result": result, "possibly_applied": possibly_applied,
+        "args": list(step.args), "kwargs": step.kwargs, "result": result,
+        "possibly_applied": possibly_applied,
         "retry": [retry.attempts, retry.backoff, retry.max_backoff],
     }  # fmt: skip
     comps = list(actor.record.get("compensations", []))
@@ -95,7 +102,7 @@ def pending(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _module_file(module: ModuleType) -> str | None:
     path = getattr(module, "__file__", None)
-    return os.path.realpath(path) if path else None
+    return os.path.realpath(path) if isinstance(path, str) else None
 
 
 def _lookup(module: ModuleType, qualname: str) -> Any:
