@@ -51,9 +51,9 @@ def _run_script(tmp_path: Path, mode: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def _recorded_names(system: actors.ActorSystem) -> list[str]:
-    with system.journal.reader() as r:
-        row = r.instance(instance_id("shop/o1"))
+async def _recorded_names(path: Path) -> list[str]:
+    async with LMDBJournal(path) as journal:
+        row = await journal.read(lambda r: r.instance(instance_id("shop/o1")))
     return [c["fn"] for c in row.record["compensations"]]
 
 
@@ -66,12 +66,12 @@ async def test_script_records_then_import_finishes_the_compensation(
 ):
     done = _run_script(tmp_path, "close")
     assert 0 == done.returncode, done.stderr
+    # As the script recorded them: its module was __main__.
+    assert ["__main__:refund", "__main__:release"] == await _recorded_names(tmp_path / "journal")
     monkeypatch.setenv("SAGA_SHOP_LEDGER", str(tmp_path / "ledger"))
     async with actors.open_system(
         LMDBJournal(tmp_path / "journal"), processes=[saga_shop.shop]
     ) as system:
-        # As the script recorded them: its module was __main__.
-        assert ["__main__:refund", "__main__:release"] == _recorded_names(system)
         handle = system.get("shop/o1")
         await system.send("shop/o1", saga_shop.approval, "no")
         with trio.fail_after(60), pytest.raises(actors.ProcessFailed, match="o1 declined") as exc:
@@ -100,6 +100,26 @@ async def test_script_dies_mid_compensation_and_import_finishes_it(
     # The interrupted release runs again (at least once), then the refund.
     assert [
         "charge o1", "reserve o1", "release o1 r-o1", "release o1 r-o1", "refund o1 ch-o1",
+    ] == _ledger(tmp_path)  # fmt: skip
+
+
+async def test_import_records_then_script_finishes_the_compensation(
+    tmp_path, monkeypatch, autojump_clock
+):
+    monkeypatch.setenv("SAGA_SHOP_LEDGER", str(tmp_path / "ledger"))
+    async with actors.open_system(
+        LMDBJournal(tmp_path / "journal"), processes=[saga_shop.shop]
+    ) as system:
+        handle = await system.start(saga_shop.shop, "o1")
+        assert "suspended" == await wait_status(handle, "suspended")
+    recorded = await _recorded_names(tmp_path / "journal")
+    assert ["tests.saga_shop:refund", "tests.saga_shop:release"] == recorded
+    done = _run_script(tmp_path, "finish")
+    assert 0 == done.returncode, done.stderr
+    # Found in the script's own module, not in a second copy imported by name.
+    assert [
+        "charge o1", "reserve o1", "release o1 r-o1", "refund o1 ch-o1",
+        "finished: 'shop/o1' failed: ValueError: order o1 declined",
     ] == _ledger(tmp_path)  # fmt: skip
 
 
