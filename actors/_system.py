@@ -469,8 +469,10 @@ class ActorSystem:
         """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
-            actor.restart(reason)
+            actor.restart(reason)  # a cancel asked of it first wins
             return
+        if iid in self._cancelling:
+            return  # a cancel of it is being written: it wins
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in LIVE_STATUSES:
             return
