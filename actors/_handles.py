@@ -72,13 +72,16 @@ class Handle:
 
         Raises:
             ProcessFailed: it failed; the message carries the original
-                error's type and message.
-            ProcessCancelled: it was cancelled (or this handle's incarnation was).
+                error's type and message. Also when it failed and a saga
+                compensation is stuck (status ``"compensation_stuck"``): the
+                message says so and names the calls that resolve it.
+            ProcessCancelled: it was cancelled (or this handle's incarnation
+                was), including a cancel whose compensation is stuck.
             JournalCorrupt: its records do not decode; it names the database
                 and key of the one that fails.
         """
         async for status in self.status_changes():
-            if status in _SETTLED:
+            if status in _SETTLED or status == "compensation_stuck":
                 break
         status, record = self._system._snapshot(self._iid)
         if status == "corrupt":
@@ -88,12 +91,30 @@ class Handle:
             if record.get("inc", 0) != self._incarnation:
                 reason = "this incarnation was cancelled and the address started afresh"
             raise ProcessCancelled(f"{self._address!r} was cancelled: {reason}", reason=reason)
+        if status == "compensation_stuck":
+            self._raise_stuck(record)
         if status == "failed":
             error = record.get("error") or {}
             raise ProcessFailed(
                 f"{self._address!r} failed: {error_summary(error)}", error=error
             )
         return record.get("result")
+
+    def _raise_stuck(self, record: dict[str, Any]) -> None:
+        # Parked, not finished, yet what the caller waits for is decided: the
+        # process ended (failed, or was cancelled) and only its undo waits
+        # for an operator, so result() says so instead of waiting silently.
+        failure = record.get("failure") or {}
+        address = self._address
+        stuck = (
+            f"its compensation is stuck ({record.get('last_error') or 'no error recorded'}); "
+            f"fix the cause and call system.resume_compensation({address!r}) to retry it, or "
+            f"system.abandon_compensation({address!r}) to end it failed without the rest"
+        )
+        if record.get("failure_end") == "cancelled":
+            reason = record.get("reason") or "cancelled"
+            raise ProcessCancelled(f"{address!r} was cancelled: {reason}; {stuck}", reason=reason)
+        raise ProcessFailed(f"{address!r} failed: {error_summary(failure)}; {stuck}", error=failure)
 
     @property
     def exports(self) -> Any:

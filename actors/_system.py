@@ -92,6 +92,7 @@ class ActorSystem:
         self._offset = 0.0
         self._live: dict[bytes, Actor] = {}
         self._activating: set[bytes] = set()
+        self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
         self._ends: dict[bytes, tuple[str, dict[str, Any]]] = {}  # see _ended
         self._creating: dict[bytes, trio.Event] = {}
@@ -391,8 +392,14 @@ class ActorSystem:
     async def cancel(self, address: str) -> bool:
         """Cancel the instance at ``address``.
 
-        Returns True once it is recorded as cancelled, False if there was
-        nothing live to cancel. A cancelled address can be started afresh.
+        A cancel wins over a restart: an instance that crashes as the cancel
+        comes, or is waiting out its restart delay, ends cancelled and does
+        not run again.
+
+        Returns True once it is recorded as cancelled (also when another
+        cancel of it was under way); False if there was nothing live to
+        cancel (it had ended, or ended otherwise meanwhile, e.g. failed past
+        its restart limit). A cancelled address can be started afresh.
 
         Raises:
             JournalCorrupt: the instance's records do not decode; the error
@@ -404,12 +411,45 @@ class ActorSystem:
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
 
     async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool:
-        actor = self._live.get(iid)
-        if actor is not None and not actor.done:
-            actor.cancel(reason)
-            while not actor.done:
-                await self._status_event(iid).wait()
-            return actor.status == "cancelled"
+        # Invariant: a cancel wins over a restart. An actor told to cancel
+        # while it crashes may still write its restart and leave memory
+        # (the next run waits out a delay in _activate_later, or is being
+        # activated); so until an actor ends, whatever it left live on disk
+        # is cancelled in turn, with activations of it held off meanwhile.
+        while True:
+            actor = self._live.get(iid)
+            if actor is not None and not actor.done:
+                actor.cancel(reason)
+                while not actor.done and self._live.get(iid) is actor:
+                    await self._status_event(iid).wait()
+                if actor.done and actor.status not in LIVE_STATUSES:
+                    return actor.status == "cancelled"
+                continue  # it left memory still live (restarted): cancel that
+            writing = self._cancelling.get(iid)
+            if writing is not None:
+                # Another cancel of it is being written: live when this one
+                # came, it is cancelled once that one is through.
+                await writing.wait()
+                if self._snapshot(iid)[0] == "cancelled":
+                    return True
+                continue
+            if iid in self._activating:
+                # An activation is under way (a read or two): let it finish,
+                # then cancel what it brings into memory.
+                await trio.sleep(0)
+                continue
+            self._activating.add(iid)  # _activate leaves it alone while this is written
+            self._cancelling[iid] = writing = trio.Event()
+            try:
+                return await self._cancel_on_disk(iid, address, reason)
+            finally:
+                del self._cancelling[iid]
+                self._activating.discard(iid)
+                writing.set()
+
+    async def _cancel_on_disk(self, iid: bytes, address: str, reason: str) -> bool:
+        """Cancel an instance that is not in memory here (the caller holds
+        off its activation)."""
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in UNFINISHED_STATUSES:
             return False
@@ -447,8 +487,10 @@ class ActorSystem:
         """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
-            actor.restart(reason)
+            actor.restart(reason)  # a cancel asked of it first wins
             return
+        if iid in self._cancelling:
+            return  # a cancel of it is being written: it wins
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in LIVE_STATUSES:
             return
@@ -662,6 +704,10 @@ class ActorSystem:
     def _forget(self, actor: Actor) -> None:
         if self._live.get(actor.iid) is actor:
             del self._live[actor.iid]
+            # A cancel waiting for this actor to leave memory looks again.
+            event = self._status_events.pop(actor.iid, None)
+            if event is not None:
+                event.set()
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
