@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 from storage import decode, digest, encode
 
 from . import _effects as fx
+from ._checks import check_deadline, check_name, check_seconds, check_text
 from ._interfaces import ActorAPI
 from ._process import RESTART_TYPES
 from ._records import Retry, Signal
@@ -122,19 +123,24 @@ class Context:
         return await fx.Wait(self._live().driver.next_seq(), signals, pair=True)
 
     def sleep(self, seconds: float) -> fx.Timer:
-        """A durable timer effect, done ``seconds`` from when it starts."""
-        if not isinstance(seconds, (int, float)) or seconds < 0:
-            raise InvalidArguments(f"ctx.sleep needs seconds >= 0, not {seconds!r}")
-        return fx.Timer(self._live().driver.next_seq(), digest(float(seconds)), float(seconds), None)
+        """A durable timer effect, done ``seconds`` from when it starts.
+
+        Raises:
+            InvalidArguments: (at the call) ``seconds`` is not a finite
+                number from 0 to `MAX_SECONDS` (1,000 years).
+        """
+        seconds = check_seconds(seconds, "ctx.sleep")
+        return fx.Timer(self._live().driver.next_seq(), digest(seconds), seconds, None)
 
     def sleep_until(self, when: _dt.datetime) -> fx.Timer:
-        """A durable timer effect, done at ``when`` (an aware datetime)."""
-        if not isinstance(when, _dt.datetime) or when.tzinfo is None:
-            raise InvalidArguments(
-                f"ctx.sleep_until needs a timezone-aware datetime, not {when!r} "
-                "(use datetime.now(timezone.utc) + timedelta(...))"
-            )
-        until = when.timestamp()
+        """A durable timer effect, done at ``when`` (an aware datetime; one
+        in the past is done at once).
+
+        Raises:
+            InvalidArguments: (at the call) ``when`` is not a timezone-aware
+                datetime with a point in time.
+        """
+        until = check_deadline(when, "ctx.sleep_until")
         return fx.Timer(self._live().driver.next_seq(), digest(until), None, until)
 
     # -- steps --------------------------------------------------------------------
@@ -175,9 +181,12 @@ class Context:
             raise InvalidArguments(f"ctx.step needs a callable, not {fn!r}")
         if retry is not None and not isinstance(retry, Retry):
             raise InvalidArguments(f"retry= takes actors.Retry(...), not {retry!r}")
-        if timeout is not None and timeout <= 0:
-            raise InvalidArguments(f"timeout= must be > 0 seconds, not {timeout!r}")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "ctx.step(timeout=...)", positive=True)
+        if name is not None:
+            check_name(name, "ctx.step(name=...)")
         step_name = name or getattr(fn, "__qualname__", None) or repr(fn)
+        check_text(step_name, "the step's name (pass name=...)")
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         occurrence = actor.driver.occurrence(step_name)
         key = step_key(actor.address, actor.record.get("inc", 1), actor.run, step_name, occurrence)
@@ -192,6 +201,9 @@ class Context:
     def _child(self, proc: Any, params: tuple[Any, ...], input: dict[str, Any]) -> tuple[Any, str, bytes]:
         actor = self._live()
         definition = actor.system._proc(proc)
+        for param in params:
+            if isinstance(param, str):
+                check_text(param, "a path param")
         own = definition.resolve(*params)
         definition.check_input(params, input)
         address = f"{actor.address}/{own}"
@@ -247,7 +259,13 @@ class Context:
             ChildFailed: (when awaited) the first child failure; its
                 siblings are cancelled.
         """
-        items = list(items)
+        try:
+            items = list(items)
+        except TypeError:
+            raise InvalidArguments(
+                f"ctx.scope takes an iterable of items (a list of params or tuples), "
+                f"not {items!r}"
+            ) from None
         if len(items) > MAX_SCOPE:
             raise LimitExceeded(
                 f"ctx.scope takes at most {MAX_SCOPE} items, got {len(items)}; split the "
@@ -256,7 +274,14 @@ class Context:
         keys = [key(item) if key is not None else item for item in items]
         seen: set[Any] = set()
         for k in keys:
-            if k in seen:
+            try:
+                repeated = k in seen
+            except TypeError:
+                raise InvalidArguments(
+                    f"ctx.scope keys must be hashable, not {k!r}; pass key=... giving "
+                    "a str, int or tuple for each item"
+                ) from None
+            if repeated:
                 raise InvalidArguments(f"ctx.scope keys must be unique; {k!r} repeats")
             seen.add(k)
         calls = [

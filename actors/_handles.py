@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from storage import instance_id
-from storage.errors import JournalCorrupt
+from storage import TERMINAL_STATUSES, instance_id
 
 from ._interfaces import SystemAPI
 from ._records import error_summary
@@ -14,7 +13,8 @@ from .errors import ProcessCancelled, ProcessFailed
 
 __all__ = ["Handle"]
 
-_TERMINAL = ("completed", "failed", "cancelled")
+# Where waiting on an instance ends: it finished, or its records are corrupt.
+_SETTLED = TERMINAL_STATUSES | {"corrupt"}
 
 
 class Handle:
@@ -70,30 +70,49 @@ class Handle:
 
         Raises:
             ProcessFailed: it failed; the message carries the original
-                error's type and message.
-            ProcessCancelled: it was cancelled (or this handle's incarnation was).
-            JournalCorrupt: its records do not decode.
+                error's type and message. Also when it failed and a saga
+                compensation is stuck (status ``"compensation_stuck"``): the
+                message says so and names the calls that resolve it.
+            ProcessCancelled: it was cancelled (or this handle's incarnation
+                was), including a cancel whose compensation is stuck.
+            JournalCorrupt: its records do not decode; it names the database
+                and key of the one that fails.
         """
         async for status in self.status_changes():
-            if status in _TERMINAL or status == "corrupt":
+            if status in _SETTLED or status == "compensation_stuck":
                 break
         status, record = self._system._snapshot(self._iid)
         if status == "corrupt":
-            raise JournalCorrupt(
-                f"the records of {self._address!r} do not decode; restore the journal "
-                "or clean the instance up", database="instances", key=self._iid,
-            )  # fmt: skip
+            raise self._system._corrupt_error(self._iid, self._address)
         if record.get("inc", 0) != self._incarnation or status == "cancelled":
             reason = record.get("reason") or "cancelled"
             if record.get("inc", 0) != self._incarnation:
                 reason = "this incarnation was cancelled and the address started afresh"
             raise ProcessCancelled(f"{self._address!r} was cancelled: {reason}", reason=reason)
+        if status == "compensation_stuck":
+            self._raise_stuck(record)
         if status == "failed":
             error = record.get("error") or {}
             raise ProcessFailed(
                 f"{self._address!r} failed: {error_summary(error)}", error=error
             )
         return record.get("result")
+
+    def _raise_stuck(self, record: dict[str, Any]) -> None:
+        # Parked, not finished, yet what the caller waits for is decided: the
+        # process ended (failed, or was cancelled) and only its undo waits
+        # for an operator, so result() says so instead of waiting silently.
+        failure = record.get("failure") or {}
+        address = self._address
+        stuck = (
+            f"its compensation is stuck ({record.get('last_error') or 'no error recorded'}); "
+            f"fix the cause and call system.resume_compensation({address!r}) to retry it, or "
+            f"system.abandon_compensation({address!r}) to end it failed without the rest"
+        )
+        if record.get("failure_end") == "cancelled":
+            reason = record.get("reason") or "cancelled"
+            raise ProcessCancelled(f"{address!r} was cancelled: {reason}; {stuck}", reason=reason)
+        raise ProcessFailed(f"{address!r} failed: {error_summary(failure)}; {stuck}", error=failure)
 
     @property
     def exports(self) -> Any:
@@ -112,7 +131,7 @@ class Handle:
             if version is not None and version != seen:
                 seen = version
                 yield record.get("exports")
-            if status in _TERMINAL or status == "corrupt":
+            if status in _SETTLED:
                 return
             await event.wait()
 
@@ -130,7 +149,7 @@ class Handle:
             if status != last:
                 last = status
                 yield status
-            if status in _TERMINAL or status == "corrupt":
+            if status in _SETTLED:
                 return
             await event.wait()
 

@@ -271,6 +271,7 @@ class Actor(Ends):
                 await self._passivate()
                 continue
             self.idle_since = trio.current_time()
+            self.system._instance_idle()
             await self._park()
             if self.passivate_requested:
                 self.passivate_requested = False

@@ -8,6 +8,9 @@ from typing import Any
 
 import attrs
 
+from ._checks import check_name, check_seconds
+from .errors import InvalidArguments
+
 
 @attrs.frozen(slots=True)
 class Signal:
@@ -17,9 +20,11 @@ class Signal:
 
     @name.validator
     def _check(self, _: Any, value: str) -> None:
-        if not isinstance(value, str) or not value or value.startswith("\x00"):
-            raise TypeError(
-                f"a Signal needs a non-empty str name not starting with NUL, not {value!r}"
+        check_name(value, "a Signal's name")
+        if value.startswith("\x00"):
+            raise InvalidArguments(
+                f"a Signal's name may not start with NUL (the runtime's own signals "
+                f"do), not {value!r}; pick another name"
             )
 
     @classmethod
@@ -44,10 +49,23 @@ class Retry:
     non_retryable: tuple[type[BaseException], ...] = ()
 
     def __attrs_post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"Retry(attempts={self.attempts}) must allow at least 1 attempt")
-        if self.backoff < 0 or self.max_backoff < 0:
-            raise ValueError("Retry backoff and max_backoff must be >= 0")
+        attempts = self.attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise InvalidArguments(
+                f"Retry(attempts=...) takes a whole number of attempts, 1 or more, "
+                f"not {attempts!r}"
+            )
+        object.__setattr__(self, "backoff", check_seconds(self.backoff, "Retry(backoff=...)"))
+        object.__setattr__(
+            self, "max_backoff", check_seconds(self.max_backoff, "Retry(max_backoff=...)")
+        )
+        kinds = self.non_retryable
+        if not isinstance(kinds, tuple) or not all(
+            isinstance(k, type) and issubclass(k, BaseException) for k in kinds
+        ):
+            raise InvalidArguments(
+                f"Retry(non_retryable=...) takes a tuple of exception classes, not {kinds!r}"
+            )
 
     def delay(self, attempt: int, jitter: float) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (from 1)."""
@@ -93,7 +111,21 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
         text = "".join(traceback.format_exception(exc))
     except Exception:  # noqa: BLE001
         text = ""
-    return {"type": f"{kind.__module__}.{kind.__qualname__}", "message": message, "traceback": text}
+    return {
+        "type": _storable(f"{kind.__module__}.{kind.__qualname__}"),
+        "message": _storable(message),
+        "traceback": _storable(text),
+    }
+
+
+def _storable(text: str) -> str:
+    """``text`` with lone surrogates escaped, so the record always encodes
+    (an error about bad text often quotes the bad text)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def error_summary(error: dict[str, Any] | None) -> str:

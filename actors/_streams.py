@@ -23,13 +23,13 @@ from typing import Any
 
 import trio
 
-from storage import Txn, decode, encode, instance_id
+from storage import TERMINAL_STATUSES, Txn, decode, encode, instance_id
 
 from . import _effects as fx
+from ._checks import check_name
 from ._interfaces import ActorAPI, SystemAPI
 from .errors import InvalidArguments, NotDelivered
 
-_TERMINAL = ("completed", "failed", "cancelled")
 _BATCH = 256
 
 
@@ -65,10 +65,13 @@ class Stream:
     def __init__(self, system: SystemAPI, address: str, consumer: str, from_: str) -> None:
         if from_ not in ("start", "latest"):
             raise InvalidArguments(f"from_ must be 'start' or 'latest', not {from_!r}")
-        if not isinstance(consumer, str) or not consumer or len(consumer.encode()) > 200:
+        check_name(consumer, "the stream's consumer")
+        if len(consumer.encode()) > 200:
             raise InvalidArguments(
-                f"consumer must be a non-empty name of at most 200 bytes, not {consumer!r}"
+                f"consumer must be a name of at most 200 bytes, not {consumer!r}; "
+                "use a shorter name"
             )
+        check_name(address, "the stream's address")
         self._system = system
         self.address = address
         self.consumer = consumer
@@ -78,6 +81,7 @@ class Stream:
         self._next = 0  # index of the next value to read from the journal
         self._current: int | None = None  # index of the value being handled
         self._consumed = 0  # every value before this index is consumed
+        self._unyielded = 0  # values handed out since this task last yielded here
 
     async def __aenter__(self) -> Stream:
         iid, consumer = self._iid, self.consumer
@@ -110,7 +114,13 @@ class Stream:
             if self._buffer:
                 index, value = self._buffer.popleft()
                 self._current = index
+                self._unyielded += 1
                 return value
+            if self._unyielded >= _BATCH:
+                # A consumer draining a long backlog from a journal that reads
+                # without yielding blocks the other tasks for one batch at most.
+                self._unyielded = 0
+                await trio.lowlevel.checkpoint()
             event = system._status_event(self._iid)
             start, iid = self._next, self._iid
             rows, length = await system.journal.read(
@@ -120,9 +130,10 @@ class Stream:
                 self._buffer.extend(rows)
                 self._next = rows[-1][0] + 1
                 continue
-            if system._snapshot(iid)[0] in _TERMINAL and self._next >= length:
+            if system._snapshot(iid)[0] in TERMINAL_STATUSES and self._next >= length:
                 raise StopAsyncIteration
             await event.wait()
+            self._unyielded = 0
 
     def _move(self, position: int) -> None:
         if position <= self._consumed:

@@ -33,6 +33,7 @@ from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, read_log
 from ._process import OneForAll, OneForOne, RestForOne
+from ._protocol import end_notice, end_payload
 from ._records import Signal, describe_error, error_summary
 from .errors import ChildFailed
 
@@ -145,18 +146,6 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     return ended
 
 
-def end_payload(status: str, record: dict[str, Any]) -> dict[str, Any]:
-    """What an awaited child's end message carries."""
-    payload: dict[str, Any] = {"status": status}
-    if status == "completed":
-        payload["result"] = record.get("result")
-    elif status == "failed":
-        payload["error"] = record.get("error")
-    else:
-        payload["reason"] = record.get("reason")
-    return payload
-
-
 def end_outcome(call: fx.Call, payload: dict[str, Any]) -> tuple[Any, Any, LogEntry]:
     """(value, error, log entry) of a call effect from its child's end payload."""
     entry = call.describe()
@@ -189,13 +178,8 @@ def notify_parent(
 
     Returns (parent id, the encoded message) to hand to `ActorSystem._route`
     with the message's seq once ``txn`` commits; None for other instances."""
-    parent = record.get("parent")
-    if not parent or not record.get("awaited"):
-        return None
-    parent_iid = instance_id(parent)
-    message = [fx.end_signal(address).name, end_payload(status, record), system.epoch_now()]
-    txn.append_message(parent_iid, message)
-    return parent_iid, txn.ops[-1][2]
+    notice = end_notice(txn, address, record, status, system.epoch_now())
+    return None if notice is None else (notice.iid, notice.message)
 
 
 def next_restarts(record: dict[str, Any], reason: str, now: float) -> list[dict[str, Any]]:

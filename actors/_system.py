@@ -12,10 +12,24 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, Journal, Txn, decode, encode, instance_id
-from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalUnavailable
+from storage import (
+    LIVE_STATUSES,
+    STATUS_WORDS,
+    STATUSES,
+    TERMINAL_STATUSES,
+    UNFINISHED_STATUSES,
+    CorruptRecord,
+    Journal,
+    Txn,
+    decode,
+    encode,
+    instance_id,
+)
+from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
+from . import _protocol
 from . import _supervision as _sup
+from ._checks import check_name, check_seconds, check_text
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
@@ -28,15 +42,6 @@ from .errors import InvalidArguments, LimitExceeded, NotDelivered, UnknownProces
 __all__ = ["ActorSystem", "open_system"]
 
 log = logging.getLogger("actors")
-
-_FINISHED_WORDS = {
-    "completed": "it completed",
-    "failed": "it failed",
-    "cancelled": "it was cancelled",
-    "compensation_stuck": "it is parked in compensation_stuck",
-    "corrupt": "its records are corrupt",
-}
-
 
 class ActorSystem:
     """The runtime: owns a journal, routes messages, runs live instances.
@@ -56,6 +61,13 @@ class ActorSystem:
         max_payload: int,
         now: Callable[[], float],
     ) -> None:
+        if passivate_after != math.inf:  # inf: never passivate
+            passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
+        for name, value in (("max_sync_steps", max_sync_steps), ("max_payload", max_payload)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArguments(
+                    f"open_system({name}=...) takes a whole number, 1 or more, not {value!r}"
+                )
         self.journal = journal
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
@@ -80,15 +92,20 @@ class ActorSystem:
         self._offset = 0.0
         self._live: dict[bytes, Actor] = {}
         self._activating: set[bytes] = set()
+        self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
         self._ends: dict[bytes, tuple[str, dict[str, Any]]] = {}  # see _ended
         self._creating: dict[bytes, trio.Event] = {}
         self._status_events: dict[bytes, trio.Event] = {}
         self._cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
+        # Why each instance marked corrupt in this session is: the record
+        # that did not decode (see _corrupt_error).
+        self._corrupt: dict[bytes, JournalCorrupt] = {}
         self.timers = TimerService(self)
         self.takeover_interval = 0.25
         self._nursery: trio.Nursery | None = None
         self._closing = False
+        self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
 
     # -- time ------------------------------------------------------------------
 
@@ -184,6 +201,9 @@ class ActorSystem:
         parent: str | None = None,
         address: str | None = None,
     ) -> tuple[Handle, bool]:
+        for param in params:
+            if isinstance(param, str):
+                check_text(param, f"a path param of {proc.template!r}")
         own_address = proc.resolve(*params)
         address = address or own_address
         proc.check_input(params, input)
@@ -210,51 +230,25 @@ class ActorSystem:
                 if message is not None:
                     await self._send_iid(iid, address, *message)
                 return Handle(self, iid, address, row.record.get("inc", 1)), False
-            now = self.epoch_now()
-            stored = encode({
-                "params": list(params), "input": input, "run": 0,
-                "inc": (row.record.get("inc", 0) + 1) if row is not None else 1,
-                "created": now, "updated": now, "parent": parent,
-            }, what="record")  # fmt: skip
-            # The process runs on what was stored, never on the caller's objects.
-            record = decode(stored)
-            txn = Txn()
-            if row is not None:
-                txn.delete_instance(iid)  # a cancelled one starts afresh
-            txn.put_instance_encoded(
-                iid, address=address, process=proc.template, status="running", record=stored
-            )
-            mail = self._append(txn, iid, message[0], message[1]) if message is not None else b""
-            results = await self.journal.commit(txn)
+            start = _protocol.start_txn(
+                iid, address=address, process=proc.template, params=params, input=input,
+                parent=parent, previous=row,  # a cancelled one starts afresh
+                now=self.epoch_now(), max_payload=self.max_payload,
+                message=None if message is None else (message[0].name, message[1]),
+            )  # fmt: skip
+            record = start.record
+            results = await self.journal.commit(start.txn)
             epoch = await self.journal.claim(iid)
             if epoch is None:  # another node took it over at once: it runs there
                 return Handle(self, iid, address, record["inc"]), True
             actor = self._run_created(iid, address, proc, record, epoch)
-            if message is not None and results:
-                actor.deliver(results[0], *_unpack_message(mail))
+            if start.message is not None and results:
+                actor.deliver(results[start.message.slot], *_unpack_message(start.message.message))
             self._status_changed(iid)
             return Handle(self, iid, address, record["inc"]), True
         finally:
             del self._creating[iid]
             done.set()
-
-    def _append(self, txn: Txn, iid: bytes, signal: Signal, payload: Any) -> bytes:
-        """Append the message to ``txn``; returns its encoded form, the only
-        thing the receiver is handed (see `_route`)."""
-        try:
-            txn.append_message(iid, [signal.name, payload, self.epoch_now()])
-        except EncodeError:
-            encode(payload, what="payload")  # raises with the path inside the payload
-            raise
-        message: bytes = txn.ops[-1][2]
-        size = len(message)
-        if size > self.max_payload:
-            raise LimitExceeded(
-                f"the {signal.name!r} payload encodes to {size} bytes, over the "
-                f"max_payload={self.max_payload} limit; send a reference (an id or a "
-                "path) instead, or raise open_system(max_payload=...)"
-            )
-        return message
 
     async def send(self, address: str, signal: Signal, payload: Any = None) -> None:
         """Persist a message in the mailbox of the instance at ``address``.
@@ -267,22 +261,25 @@ class ActorSystem:
                 finished, cancelled, parked); ``reason`` says which. Nothing
                 is stored.
             EncodeError: a payload the codec cannot store; nothing is stored.
+            JournalCorrupt: the instance's records do not decode (it is
+                marked ``corrupt``); the error names the database and key.
         """
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
-        if not isinstance(address, str):
-            raise InvalidArguments(f"send takes a str address, not {address!r}")
+        check_name(address, "send's address")
         await self._send_iid(instance_id(address), address, signal, payload)
 
     async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
-        txn = Txn()
-        txn.require(iid, LIVE_STATUSES)
-        message = self._append(txn, iid, signal, payload)
+        txn, notice = _protocol.send_txn(
+            iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload
+        )
         try:
             (seq,) = await self.journal.commit(txn)
         except Conflict as exc:
+            if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
+                raise self._corrupt_error(iid, address) from None
             raise self._not_delivered(address, exc) from None
-        self._route(iid, seq, message)
+        self._route(iid, seq, notice.message)
 
     def _route(self, iid: bytes, seq: int, message: bytes) -> None:
         """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
@@ -300,11 +297,9 @@ class ActorSystem:
 
     async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         """Send a runtime message (no liveness check: the receiver decides)."""
-        txn = Txn()
-        txn.append_message(iid, [signal.name, payload, self.epoch_now()])
-        message = txn.ops[-1][2]
+        txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
         (seq,) = await self.journal.commit(txn)
-        self._route(iid, seq, message)
+        self._route(iid, seq, notice.message)
 
     @property
     def closing(self) -> bool:
@@ -325,7 +320,7 @@ class ActorSystem:
                 reason="unknown",
             )
         status = exc.status or "finished"
-        words = _FINISHED_WORDS.get(status, f"it is {status}")
+        words = STATUS_WORDS.get(status, f"it is {status}")
         return NotDelivered(
             f"no live instance at {address!r} ({words}); start a new one or check the address",
             address=address,
@@ -335,7 +330,7 @@ class ActorSystem:
     def get(self, address: str) -> Handle | None:
         """The handle of the instance at ``address``, live, passivated or
         finished; None if there is none."""
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "get's address"))
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             return Handle(self, iid, address, actor.record.get("inc", 1))
@@ -363,10 +358,20 @@ class ActorSystem:
         template = None
         if process is not None:
             template = process.template if isinstance(process, ProcessDef) else process
-        if status is not None and status not in _STATUSES:
-            raise InvalidArguments(f"status must be one of {_STATUSES}, not {status!r}")
-        rows = await self.journal.read(lambda r: list(r.instances(None, template)))
-        for row in rows:
+            check_name(template, "query(process=...)")
+        if status is not None and status not in STATUSES:
+            raise InvalidArguments(f"status must be one of {STATUSES}, not {status!r}")
+        broken: list[CorruptRecord] = []  # a record that does not decode hides only itself
+        rows = await self.journal.read(lambda r: list(r.instances(None, template, corrupt=broken)))
+        for bad in broken:
+            if bad.address is not None and status in (None, "corrupt"):
+                yield InstanceInfo(
+                    id=bad.address, process=bad.process, status="corrupt", created=None,
+                    updated=None, last_error=str(bad.error),
+                )  # fmt: skip
+        for n, row in enumerate(rows, 1):
+            if n % _YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # a long listing starves no one
             actor = self._live.get(row.iid)
             current = actor.status if actor is not None and actor.loaded else row.status
             record = actor.record if actor is not None and actor.loaded else row.record
@@ -384,21 +389,66 @@ class ActorSystem:
     async def cancel(self, address: str) -> bool:
         """Cancel the instance at ``address``.
 
-        Returns True once it is recorded as cancelled, False if there was
-        nothing live to cancel. A cancelled address can be started afresh.
+        A cancel wins over a restart: an instance that crashes as the cancel
+        comes, or is waiting out its restart delay, ends cancelled and does
+        not run again.
+
+        Returns True once it is recorded as cancelled (also when another
+        cancel of it was under way); False if there was nothing live to
+        cancel (it had ended, or ended otherwise meanwhile, e.g. failed past
+        its restart limit). A cancelled address can be started afresh.
+
+        Raises:
+            JournalCorrupt: the instance's records do not decode; the error
+                names the database and key of the one that fails.
         """
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "cancel's address"))
+        if self._snapshot(iid)[0] == "corrupt":
+            raise self._corrupt_error(iid, address)
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
 
     async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool:
-        actor = self._live.get(iid)
-        if actor is not None and not actor.done:
-            actor.cancel(reason)
-            while not actor.done:
-                await self._status_event(iid).wait()
-            return actor.status == "cancelled"
+        # Invariant: a cancel wins over a restart. An actor told to cancel
+        # while it crashes may still write its restart and leave memory
+        # (the next run waits out a delay in _activate_later, or is being
+        # activated); so until an actor ends, whatever it left live on disk
+        # is cancelled in turn, with activations of it held off meanwhile.
+        while True:
+            actor = self._live.get(iid)
+            if actor is not None and not actor.done:
+                actor.cancel(reason)
+                while not actor.done and self._live.get(iid) is actor:
+                    await self._status_event(iid).wait()
+                if actor.done and actor.status not in LIVE_STATUSES:
+                    return actor.status == "cancelled"
+                continue  # it left memory still live (restarted): cancel that
+            writing = self._cancelling.get(iid)
+            if writing is not None:
+                # Another cancel of it is being written: live when this one
+                # came, it is cancelled once that one is through.
+                await writing.wait()
+                if self._snapshot(iid)[0] == "cancelled":
+                    return True
+                continue
+            if iid in self._activating:
+                # An activation is under way (a read or two): let it finish,
+                # then cancel what it brings into memory.
+                await trio.sleep(0)
+                continue
+            self._activating.add(iid)  # _activate leaves it alone while this is written
+            self._cancelling[iid] = writing = trio.Event()
+            try:
+                return await self._cancel_on_disk(iid, address, reason)
+            finally:
+                del self._cancelling[iid]
+                self._activating.discard(iid)
+                writing.set()
+
+    async def _cancel_on_disk(self, iid: bytes, address: str, reason: str) -> bool:
+        """Cancel an instance that is not in memory here (the caller holds
+        off its activation)."""
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
-        if row is None or row.status not in ("running", "suspended", "compensation_stuck"):
+        if row is None or row.status not in UNFINISHED_STATUSES:
             return False
         epoch = await self.journal.claim(iid)
         if epoch is None:
@@ -406,24 +456,17 @@ class ActorSystem:
         # Depth first: its children go before it records its own end.
         children = _sup.children_in_log(log)
         await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
-        record = dict(row.record, reason=reason, updated=self.epoch_now(), last_error=None)
-        txn = Txn()
-        txn.require(iid, frozenset({"running", "suspended", "compensation_stuck"}))
-        if self.journal.shared:
-            txn.fence(iid, epoch)
-        txn.put_instance(
-            iid, address=row.address, process=row.process, status="cancelled", record=record
+        fence = epoch if self.journal.shared else None
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, timers, reason, fence)], self.epoch_now()
         )
-        for timer in timers:
-            txn.cancel_timer(iid, timer.run, timer.seq)
-        notice = _sup.notify_parent(self, row.address, record, "cancelled", txn)
         try:
             results = await self.journal.commit(txn)
         except Conflict:
             return False
         self._status_changed(iid)
-        if notice is not None:
-            self._route(notice[0], results[-1], notice[1])
+        for notice in notices:
+            self._route(notice.iid, results[notice.slot], notice.message)
         return True
 
     async def _cancel_remote(self, iid: bytes, address: str, reason: str) -> bool:
@@ -441,8 +484,10 @@ class ActorSystem:
         """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
-            actor.restart(reason)
+            actor.restart(reason)  # a cancel asked of it first wins
             return
+        if iid in self._cancelling:
+            return  # a cancel of it is being written: it wins
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in LIVE_STATUSES:
             return
@@ -491,7 +536,7 @@ class ActorSystem:
     async def resume_compensation(self, address: str) -> bool:
         """Retry the compensation of a ``compensation_stuck`` instance from
         where it stopped. Returns False if it is not stuck."""
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "resume_compensation's address"))
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
@@ -508,7 +553,7 @@ class ActorSystem:
         """End a ``compensation_stuck`` instance as failed, keeping its record
         (which compensations ran, which did not, and why). Returns False if
         it is not stuck."""
-        iid = instance_id(address)
+        iid = instance_id(check_name(address, "abandon_compensation's address"))
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
@@ -525,7 +570,7 @@ class ActorSystem:
     async def cleanup(
         self,
         older_than: float,
-        statuses: Iterable[str] = ("completed", "failed", "cancelled"),
+        statuses: Iterable[str] = tuple(sorted(TERMINAL_STATUSES)),
     ) -> int:
         """Remove finished instances last updated more than ``older_than``
         seconds ago, with every record they own (log, mailbox, stream,
@@ -537,12 +582,12 @@ class ActorSystem:
         """
         wanted = tuple(statuses)
         for status in wanted:
-            if status not in ("completed", "failed", "cancelled"):
+            if status not in TERMINAL_STATUSES:
                 raise InvalidArguments(
                     f"cleanup removes finished instances only; {status!r} is not one of "
                     "'completed', 'failed', 'cancelled'"
                 )
-        cutoff = self.epoch_now() - older_than
+        cutoff = self.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
 
         def scan(r: Any) -> list[bytes]:
             return [
@@ -557,18 +602,13 @@ class ActorSystem:
         for iid in victims:
             self._ends.pop(iid, None)
         for start in range(0, len(victims), 500):
-            txn = Txn()
-            for iid in victims[start : start + 500]:
-                txn.require(iid, frozenset(wanted))
-                txn.delete_instance(iid)
+            txn = _protocol.cleanup_txn(victims[start : start + 500], wanted)
             try:
                 await self.journal.commit(txn, durable=True)
                 removed += len(victims[start : start + 500])
             except Conflict:  # one changed meanwhile: go one by one
                 for iid in victims[start : start + 500]:
-                    one = Txn()
-                    one.require(iid, frozenset(wanted))
-                    one.delete_instance(iid)
+                    one = _protocol.cleanup_txn([iid], wanted)
                     try:
                         await self.journal.commit(one, durable=True)
                         removed += 1
@@ -637,7 +677,7 @@ class ActorSystem:
                 row = await self.journal.read(lambda r: r.instance(iid))
             except JournalCorrupt as exc:
                 log.error("instance %s is corrupt: %s", iid.hex(), exc)
-                await self._set_corrupt(iid)
+                await self._set_corrupt(iid, exc)
                 return
             if row is None or row.status not in LIVE_STATUSES:
                 return
@@ -665,6 +705,10 @@ class ActorSystem:
     def _forget(self, actor: Actor) -> None:
         if self._live.get(actor.iid) is actor:
             del self._live[actor.iid]
+            # A cancel waiting for this actor to leave memory looks again.
+            event = self._status_events.pop(actor.iid, None)
+            if event is not None:
+                event.set()
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
@@ -684,16 +728,46 @@ class ActorSystem:
 
     async def _mark_corrupt(self, actor: Actor, exc: JournalCorrupt) -> None:
         log.error("instance %r is corrupt: %s", actor.address, exc)
-        await self._set_corrupt(actor.iid)
+        await self._set_corrupt(actor.iid, exc)
         self._status_changed(actor.iid)
 
-    async def _set_corrupt(self, iid: bytes) -> None:
+    async def _set_corrupt(self, iid: bytes, exc: JournalCorrupt) -> None:
+        """Record that the instance is corrupt (status only: its records stay
+        as they are, for a restore or a cleanup)."""
+        self._corrupt[iid] = exc
         txn = Txn()
         txn.set_status(iid, "corrupt")
         try:
             await self.journal.commit(txn)
         except Exception:  # noqa: BLE001 - the header itself may be unreadable
             log.exception("could not mark %s corrupt", iid.hex())
+
+    def _corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt:
+        """What a call addressing a corrupt instance raises: the first of its
+        records that does not decode, by database and key."""
+        found = self._corrupt.get(iid)
+        if found is None:  # marked in an earlier session: find the record again
+            try:
+                with self.journal.reader() as r:
+                    row = r.instance(iid)
+                    if row is not None:
+                        r.log(iid, row.record.get("run", 0))
+                        r.mailbox(iid)
+            except JournalCorrupt as exc:
+                found = self._corrupt[iid] = exc
+        if found is None:
+            return JournalCorrupt(
+                f"{address!r} is marked corrupt (database 'instances', key {iid.hex()}), "
+                "though its records decode now; clean it up (system.cleanup) or start it "
+                "afresh after restoring the journal",
+                database="instances",
+                key=iid,
+            )
+        return JournalCorrupt(
+            f"the records of {address!r} are corrupt: {found}",
+            database=found.database,
+            key=found.key,
+        )
 
     # -- recovery and shutdown ---------------------------------------------------
 
@@ -711,16 +785,47 @@ class ActorSystem:
         """Passivate instances idle for ``passivate_after`` seconds.
 
         One task for the system rather than a deadline per suspension, which
-        cost a cancel scope and a timer entry on every message."""
+        cost a cancel scope and a timer entry on every message. It sleeps
+        until the earliest due passivation (never waking more than four
+        times per ``passivate_after``, however staggered the instances), and
+        with nothing parked it sleeps until an instance parks
+        (`_instance_idle`): virtual time under a MockClock jumps straight to
+        the next timer instead of stepping through sweeps."""
         if self.passivate_after <= 0:
             return  # they passivate at every suspension themselves
-        interval = max(self.passivate_after / 4, 0.01)
+        after = self.passivate_after
+        granularity = max(after / 4, 0.01)
         while True:
-            await trio.sleep(interval)
-            cutoff = trio.current_time() - self.passivate_after
+            now = trio.current_time()
+            cutoff = now - after
+            earliest = math.inf
             for actor in list(self._live.values()):
-                if actor.parked is not None and actor.idle_since <= cutoff:
-                    actor.request_passivation()
+                if actor.parked is not None:
+                    if actor.idle_since <= cutoff:
+                        actor.request_passivation()
+                    else:
+                        earliest = min(earliest, actor.idle_since)
+            if earliest == math.inf:
+                # Invariant: _sweep_parked is set only while nothing is parked,
+                # and no instance can park between the scan and this wait.
+                self._sweep_parked = trio.lowlevel.current_task()
+
+                def abort(_: Any) -> trio.lowlevel.Abort:
+                    self._sweep_parked = None
+                    return trio.lowlevel.Abort.SUCCEEDED
+
+                await trio.lowlevel.wait_task_rescheduled(abort)
+                continue
+            # An instance parking meanwhile is due at now + after or later,
+            # past this wake-up (earliest + after <= now + after).
+            await trio.sleep_until(max(earliest + after, now + granularity))
+
+    def _instance_idle(self) -> None:
+        """An instance parked with nothing to do: give the idle sweep a deadline."""
+        task = self._sweep_parked
+        if task is not None:
+            self._sweep_parked = None
+            trio.lowlevel.reschedule(task)
 
     async def _take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone."""
@@ -731,36 +836,38 @@ class ActorSystem:
             await trio.sleep(self.takeover_interval)
 
     async def _recover(self) -> None:
-        def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]]]:
+        def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]], list[CorruptRecord]]:
             wanted = []
             orphans = []
-            for status in ("running", "suspended"):
-                for row in r.instances(status):
+            # One bad record must not keep the system (and every other
+            # instance) down: the scan goes past each and reports it here.
+            broken: list[CorruptRecord] = []
+            for status in sorted(LIVE_STATUSES):
+                for row in r.instances(status, corrupt=broken):
                     parent = row.record.get("parent")
-                    if parent:
-                        found = r.instance(instance_id(parent))
-                        if found is None or found.status not in LIVE_STATUSES:
-                            gone = "is gone" if found is None else found.status
-                            orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
-                            continue
+                    gone = _parent_gone(r, parent) if parent else None
+                    if gone is not None:
+                        orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
+                        continue
                     if status == "running" or row.record.get("last_error"):
                         wanted.append(row.iid)
             wanted.extend(r.instances_with_mail())
-            return wanted, orphans
+            return wanted, orphans, broken
 
-        try:
-            wanted, orphans = await self.journal.read(scan)
-        except JournalCorrupt as exc:
-            # One bad record must not keep the system (and every other
-            # instance) down: what the scan did not reach still wakes on
-            # its mail and timers.
-            log.error("recovery scan stopped at a corrupt record: %s", exc)
-            wanted, orphans = [], []
+        wanted, orphans, broken = await self.journal.read(scan)
+        for bad in broken:
+            log.error(
+                "instance %r is corrupt and is not recovered: %s",
+                bad.address or bad.iid.hex(), bad.error,
+            )  # fmt: skip
+            await self._set_corrupt(bad.iid, bad.error)
         # A child whose parent ended while the system was down is not stranded.
         for iid, address, reason in orphans:
             await self._cancel_iid(iid, address, reason)
-        for iid in wanted:
+        for n, iid in enumerate(wanted, 1):
             self._activate(iid)
+            if n % _YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # let the first ones start running
 
     async def _shutdown(self) -> None:
         # Closing is not a cancel: instances stay as they are in the journal
@@ -776,10 +883,20 @@ class ActorSystem:
 
 _ENDS_KEPT = 10_000
 _RELOAD_AFTER = 0.5  # seconds before an instance that lost the journal is loaded again
+_YIELD_EVERY = 256  # items a long loop handles between schedule points
 
-_STATUSES = (
-    "running", "suspended", "completed", "failed", "cancelled", "compensation_stuck", "corrupt",
-)  # fmt: skip
+
+def _parent_gone(r: Any, parent: str) -> str | None:
+    """How a child's parent is no longer live ("is gone", "completed", ...),
+    or None if it is live. A parent whose record does not decode decides
+    nothing: it is marked corrupt when something addresses it."""
+    try:
+        found = r.instance(instance_id(parent))
+    except JournalCorrupt:
+        return None
+    if found is None:
+        return "is gone"
+    return None if found.status in LIVE_STATUSES else found.status
 
 
 @asynccontextmanager
@@ -808,7 +925,8 @@ async def open_system(
             retry jitter (seed it for reproducible tests).
         passivate_after: seconds an instance with nothing to do stays in
             memory before it is dropped (it is replayed when a message or
-            timer arrives); 0 passivates at every suspension.
+            timer arrives); 0 passivates at every suspension, ``math.inf``
+            never.
         max_sync_steps: how many sync steps run in worker threads at once.
         max_payload: the largest encoded message payload, in bytes.
         now: the wall clock read once at open to map trio's clock onto epoch
@@ -820,6 +938,7 @@ async def open_system(
 
     Raises:
         JournalLocked: another system has the journal open.
+        InvalidArguments: an option that is not a sane number (nothing is opened).
     """
     system = ActorSystem(
         journal, processes, random,

@@ -5,11 +5,15 @@ the embedded LMDB journal (the default) and an in-memory one.
 """
 
 from ._codec import decode as decode, digest as digest, encode as encode
+from ._codec import Opaque as Opaque, lenient_decoding as lenient_decoding
 from ._codec import serializable as serializable
 from ._journal import (
     LIVE_STATUSES as LIVE_STATUSES,
+    STATUS_WORDS as STATUS_WORDS,
     STATUSES as STATUSES,
     TERMINAL_STATUSES as TERMINAL_STATUSES,
+    UNFINISHED_STATUSES as UNFINISHED_STATUSES,
+    CorruptRecord as CorruptRecord,
     InstanceRow as InstanceRow,
     Journal as Journal,
     Reader as Reader,
@@ -18,7 +22,7 @@ from ._journal import (
     Txn as Txn,
     instance_id as instance_id,
 )
-from ._lmdb import LMDBJournal as LMDBJournal
+from ._lmdb import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
 from ._memory import MemoryJournal as MemoryJournal
 from .errors import (
     ActorError as ActorError,

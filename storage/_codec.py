@@ -11,16 +11,26 @@ Guarantees:
   in any process (sets are written in sorted order of their encoded
   elements), so the bytes can be hashed for the replay check.
 - Anything else raises `EncodeError` naming the path to the offending value
-  (``payload["items"][3]``) before anything is written.
+  (``payload["items"][3]``) before anything is written: an unsupported type,
+  a str that is not valid Unicode (a lone surrogate such as ``"\\ud800"``),
+  or a value nested too deeply (tuples, sets, frozensets and records at most
+  `MAX_NESTING` levels inside one another; lists and dicts as deep as
+  msgpack allows, about a thousand levels).
+- ``decode`` never recurses without bound, so a damaged or hostile record
+  raises ``ValueError`` rather than exhausting the stack.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as _dt
 import decimal
+import functools
 import hashlib
 import uuid
 import zoneinfo
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import attrs
@@ -28,7 +38,7 @@ import msgpack
 
 from .errors import EncodeError
 
-__all__ = ["encode", "decode", "digest", "serializable"]
+__all__ = ["encode", "decode", "digest", "serializable", "Opaque", "lenient_decoding"]
 
 # Ext type codes. Invariant: a code, once released, keeps its meaning forever
 # (journals written by older versions must stay readable).
@@ -43,6 +53,23 @@ _TIMEDELTA = 8
 _DECIMAL = 9
 _UUID = 10
 _ATTRS = 11
+_BIGINT_BYTES = 12  # ints too long for a decimal text under Python's conversion limit
+
+#: How deep tuples, sets, frozensets and records may nest inside one another.
+#: Each such level is a nested msgpack document: the bound keeps encoding
+#: within Python's recursion limit and decoding within any thread's stack.
+MAX_NESTING = 100
+
+# Ints of at most this many decimal digits keep the decimal text (_BIGINT)
+# they were always stored as; longer ones are stored as bytes, which no
+# conversion limit applies to. A fixed bound, not sys.get_int_max_str_digits(),
+# so the bytes do not depend on a setting.
+_DECIMAL_DIGITS = 4300
+_DECIMAL_BOUND = 10**_DECIMAL_DIGITS
+
+# Nested documents decoded with msgpack.unpackb (fast, but about 50 KB of C
+# stack each) up to this depth; deeper ones with a heap-allocated Unpacker.
+_FAST_DEPTH = 4
 
 _registry: dict[str, type] = {}
 _names: dict[type, str] = {}
@@ -52,6 +79,41 @@ _fields: dict[type, tuple[str, ...]] = {}
 _aliases: dict[type, dict[str, str]] = {}
 
 T = TypeVar("T", bound=type)
+
+# Whether a value of an unregistered class decodes as an `Opaque` (see
+# `lenient_decoding`) rather than failing. Read only when decoding has
+# already failed, so the runtime's decoding costs nothing for it.
+_lenient: contextvars.ContextVar[bool] = contextvars.ContextVar("lenient", default=False)
+
+
+@attrs.frozen
+class Opaque:
+    """A stored ``@serializable`` value whose class is not registered here:
+    its codec name and its fields, as `lenient_decoding` gives it.
+
+    Deliberately not serializable itself, so an `Opaque` can never be
+    written back: encoding one raises `EncodeError`.
+    """
+
+    name: str
+    fields: dict[str, Any]
+
+
+@contextlib.contextmanager
+def lenient_decoding() -> Iterator[None]:
+    """Within the block (this thread, and the trio run or tasks started in
+    it), decode values of unregistered ``@serializable`` classes as `Opaque`
+    placeholders instead of failing.
+
+    For tools that inspect a journal without importing the application (the
+    ``actors`` command line): a record holding such a value reads instead of
+    looking corrupt. Bytes that are not a valid encoding still fail.
+    """
+    token = _lenient.set(True)
+    try:
+        yield
+    finally:
+        _lenient.reset(token)
 
 
 def serializable(cls: T | None = None, *, name: str | None = None) -> Any:
@@ -94,8 +156,12 @@ def serializable(cls: T | None = None, *, name: str | None = None) -> Any:
     return register(cls)
 
 
-def _pack(value: Any) -> bytes:
-    return msgpack.packb(value, default=_default, strict_types=True, use_bin_type=True)
+class _TooDeep(ValueError):
+    """Tuples, sets or records nested past MAX_NESTING (found at encode)."""
+
+
+def _pack(value: Any, depth: int = 0) -> bytes:
+    return msgpack.packb(value, default=_DEFAULTS[depth], strict_types=True, use_bin_type=True)
 
 
 def _tz_spec(tz: _dt.tzinfo | None, sample: Any) -> Any:
@@ -119,17 +185,21 @@ def _tz_from(spec: Any) -> _dt.tzinfo | None:
     return _dt.timezone(_dt.timedelta(microseconds=spec))
 
 
-def _default(value: Any) -> msgpack.ExtType:
+def _default(value: Any, depth: int) -> msgpack.ExtType:
     kind = type(value)
     if kind is tuple:
-        return msgpack.ExtType(_TUPLE, _pack(list(value)))
+        return msgpack.ExtType(_TUPLE, _pack(list(value), _deeper(depth)))
     if kind is set or kind is frozenset:
         # Canonical order: sorted by each element's own bytes, so the same set
         # encodes the same in every process whatever PYTHONHASHSEED is.
-        items = sorted(_pack(item) for item in value)
+        inner = _deeper(depth)
+        items = sorted(_pack(item, inner) for item in value)
         return msgpack.ExtType(_SET if kind is set else _FROZENSET, b"".join(items))
     if kind is int:  # outside msgpack's 64-bit range
-        return msgpack.ExtType(_BIGINT, str(value).encode())
+        if -_DECIMAL_BOUND < value < _DECIMAL_BOUND:
+            return msgpack.ExtType(_BIGINT, str(value).encode())
+        size = (value.bit_length() + 8) // 8
+        return msgpack.ExtType(_BIGINT_BYTES, value.to_bytes(size, "big", signed=True))
     if kind is _dt.datetime:
         naive = value.replace(tzinfo=None).isoformat()
         return msgpack.ExtType(
@@ -151,50 +221,78 @@ def _default(value: Any) -> msgpack.ExtType:
     name = _names.get(kind)
     if name is not None:
         fields = {f: getattr(value, f) for f in _fields[kind]}
-        return msgpack.ExtType(_ATTRS, _pack([name, fields]))
+        return msgpack.ExtType(_ATTRS, _pack([name, fields], _deeper(depth)))
     raise TypeError(kind)
 
 
-def _unpack_all(data: bytes) -> list[Any]:
+def _deeper(depth: int) -> int:
+    if depth >= MAX_NESTING:
+        raise _TooDeep()
+    return depth + 1
+
+
+# One default per depth, made once: the depth rides along at no cost per call.
+_DEFAULTS = [functools.partial(_default, depth=depth) for depth in range(MAX_NESTING + 1)]
+
+
+def _unpacker(data: bytes, depth: int) -> msgpack.Unpacker:
     unpacker = msgpack.Unpacker(
-        None, ext_hook=_ext_hook, strict_map_key=False, raw=False, max_buffer_size=0
-    )
+        None, ext_hook=_hook(depth), strict_map_key=False, raw=False,
+        max_buffer_size=max(len(data), 1),
+    )  # fmt: skip
     unpacker.feed(data)
-    return list(unpacker)
+    return unpacker
 
 
-def _unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, ext_hook=_ext_hook, strict_map_key=False, raw=False)
+def _unpack_all(data: bytes, depth: int) -> list[Any]:
+    return list(_unpacker(data, depth))
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
+def _unpack(data: bytes, depth: int = 0) -> Any:
+    if depth <= _FAST_DEPTH and _ext_hook is _EXT_HOOK:
+        return msgpack.unpackb(data, ext_hook=_HOOKS[depth], strict_map_key=False, raw=False)
+    unpacker = _unpacker(data, depth)
+    value = unpacker.unpack()
+    if unpacker.tell() != len(data):
+        raise ValueError("extra bytes after a nested value")
+    return value
+
+
+def _ext_hook(code: int, data: bytes, depth: int = 0) -> Any:
+    if depth > MAX_NESTING:
+        raise ValueError(f"values nested deeper than {MAX_NESTING} levels")
+    inner = depth + 1
     if code == _TUPLE:
-        return tuple(_unpack(data))
+        return tuple(_unpack(data, inner))
     if code == _SET:
-        return set(_unpack_all(data))
+        return set(_unpack_all(data, inner))
     if code == _FROZENSET:
-        return frozenset(_unpack_all(data))
+        return frozenset(_unpack_all(data, inner))
     if code == _BIGINT:
         return int(data)
+    if code == _BIGINT_BYTES:
+        return int.from_bytes(data, "big", signed=True)
     if code == _DATETIME:
-        naive, tz, fold = _unpack(data)
+        naive, tz, fold = _unpack(data, inner)
         return _dt.datetime.fromisoformat(naive).replace(tzinfo=_tz_from(tz), fold=fold)
     if code == _DATE:
         return _dt.date.fromisoformat(data.decode())
     if code == _TIME:
-        naive, tz, fold = _unpack(data)
+        naive, tz, fold = _unpack(data, inner)
         return _dt.time.fromisoformat(naive).replace(tzinfo=_tz_from(tz), fold=fold)
     if code == _TIMEDELTA:
-        days, seconds, micros = _unpack(data)
+        days, seconds, micros = _unpack(data, inner)
         return _dt.timedelta(days=days, seconds=seconds, microseconds=micros)
     if code == _DECIMAL:
         return decimal.Decimal(data.decode())
     if code == _UUID:
         return uuid.UUID(bytes=data)
     if code == _ATTRS:
-        name, fields = _unpack(data)
+        name, fields = _unpack(data, inner)
         cls = _registry.get(name)
         if cls is None:
+            if _lenient.get() and isinstance(name, str) and isinstance(fields, dict):
+                return Opaque(name, fields)
             raise ValueError(
                 f"no class is registered under codec name {name!r}; import the module "
                 "that defines it (decorated with @actors.serializable) before opening the journal"
@@ -202,6 +300,16 @@ def _ext_hook(code: int, data: bytes) -> Any:
         aliases = _aliases[cls]
         return cls(**{aliases.get(key, key): item for key, item in fields.items()})
     raise ValueError(f"unknown ext type {code}")
+
+
+_EXT_HOOK = _ext_hook
+_HOOKS = [functools.partial(_ext_hook, depth=depth) for depth in range(MAX_NESTING + 2)]
+
+
+def _hook(depth: int) -> Any:
+    # A replaced _ext_hook (the CLI's lenient decoding of unknown records)
+    # is used as it is, at every depth; it decodes without the fast path.
+    return _HOOKS[depth] if _ext_hook is _EXT_HOOK else _ext_hook
 
 
 def encode(value: Any, *, what: str = "value") -> bytes:
@@ -212,21 +320,24 @@ def encode(value: Any, *, what: str = "value") -> bytes:
         what: how to name the value in an error (``"payload"``, ``"input"``).
 
     Raises:
-        EncodeError: some part of ``value`` is not supported; the message
-            names its path and type and what to do instead.
+        EncodeError: some part of ``value`` cannot be stored (an unsupported
+            type, a str that is not valid Unicode, nesting too deep); the
+            message names its path and what to do instead.
     """
     try:
         return _pack(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        path, bad = _find_unencodable(value, what) or (what, value)
-        raise EncodeError(
-            f"{path} is a {type(bad).__module__}.{type(bad).__qualname__}, which the "
-            "codec cannot store; use None, bool, int, float, str, bytes, list, tuple, dict, "
-            "set, frozenset, datetime/date/time/timedelta, Decimal, UUID or an attrs class "
-            "decorated with @actors.serializable",
-            path=path,
-            value_type=type(bad).__qualname__,
-        ) from exc
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        error = exc
+    problem = _diagnose(value, what)
+    if problem is None:
+        # Not found by the walk (an attrs field whose getattr fails, say).
+        problem = (what, value, f"could not be encoded ({error!r})")
+    path, bad, reason = problem
+    # A depth error's own chain is a traceback thousands of frames long.
+    deep = isinstance(error, (RecursionError, _TooDeep)) or reason.endswith(_FLATTEN)
+    raise EncodeError(
+        f"{path} {reason}", path=path, value_type=type(bad).__qualname__
+    ) from (None if deep else error)
 
 
 def decode(data: bytes) -> Any:
@@ -253,30 +364,112 @@ _SCALARS = (
     type(None), bool, int, float, str, bytes, _dt.datetime, _dt.date, _dt.time,
     _dt.timedelta, decimal.Decimal, uuid.UUID,
 )  # fmt: skip
+_NESTED = (tuple, set, frozenset)  # each is a nested msgpack document, like a record
+_PLAIN_DEPTH = 1024  # how deep msgpack nests lists and dicts in one document
+_OPENING = {tuple: 1, set: 0, frozenset: 0}  # levels a nested document starts with
+_SUPPORTED = (
+    "use None, bool, int, float, str, bytes, list, tuple, dict, set, frozenset, "
+    "datetime/date/time/timedelta, Decimal, UUID or an attrs class decorated with "
+    "@actors.serializable"
+)
+_FLATTEN = (
+    "flatten it (a list of rows, or ids that refer to the parts) or encode that part "
+    "as bytes yourself"
+)
 
 
-def _find_unencodable(value: Any, path: str) -> tuple[str, Any] | None:
-    """Walk ``value``; return (path, part) for the first unsupported part, or None."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return None
-    if kind is list or kind is tuple:
-        children = ((f"{path}[{i}]", item) for i, item in enumerate(value))
-    elif kind is dict:
-        children = (
-            pair
-            for key, item in value.items()
-            for pair in ((f"{path} key {key!r}", key), (f"{path}[{key!r}]", item))
-        )
-    elif kind is set or kind is frozenset:
-        children = ((f"{path} item {item!r}", item) for item in value)
-    elif kind in _names:
-        children = ((f"{path}.{f}", getattr(value, f)) for f in _fields[kind])
-    else:
-        return path, value
-    for child_path, child in children:
-        found = _find_unencodable(child, child_path)
-        if found is not None:
-            return found
-    return None
+def _diagnose(value: Any, what: str) -> tuple[str, Any, str] | None:
+    """Walk ``value`` in encoding order; return (path, part, reason) for the
+    first part that cannot be stored, or None.
 
+    Iterative, so a value nested far past the recursion limit is walked too."""
+    segments: list[str] = []
+    # Each frame: an iterator over (segment, child) pairs, the nested-document
+    # depth and the list/dict depth inside the current document.
+    stack: list[tuple[Any, int, int]] = []
+    current: Any = value
+    nested = plain = 0
+    while True:
+        kind = type(current)
+        children: Any = None
+        if kind is str:
+            try:
+                current.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return _path(what, segments), current, (
+                    f"is a str that is not valid Unicode (a lone surrogate "
+                    f"{current[exc.start]!r} at index {exc.start}); it cannot be stored as "
+                    "UTF-8. Decode bytes with errors='replace' (or pass them as bytes)"
+                )
+        elif kind is int and not -_DECIMAL_BOUND < current < _DECIMAL_BOUND:
+            pass  # any size is stored (as bytes)
+        elif kind in _SCALARS:
+            pass
+        elif kind is list or kind is dict or kind in _NESTED or kind in _names:
+            if kind is list or kind is dict:
+                plain += 1
+            else:
+                # A new document: a tuple is packed as a list, a record as
+                # [name, {fields}], a set's items one by one.
+                nested, plain = nested + 1, _OPENING.get(kind, 2)
+            if nested > MAX_NESTING:
+                return _path(what, segments), current, (
+                    f"nests tuples, sets, frozensets and records more than {MAX_NESTING} "
+                    f"levels deep; {_FLATTEN}"
+                )
+            if plain > _PLAIN_DEPTH:
+                return _path(what, segments), current, (
+                    f"nests lists and dicts more than {_PLAIN_DEPTH} levels deep; {_FLATTEN}"
+                )
+            if kind is list or kind is tuple:
+                children = ((f"[{i}]", item) for i, item in enumerate(current))
+            elif kind is dict:
+                children = (
+                    pair
+                    for key, item in current.items()
+                    for pair in ((f" key {_short(key)}", key), (f"[{_short(key)}]", item))
+                )
+            elif kind is set or kind is frozenset:
+                children = ((f" item {_short(item)}", item) for item in current)
+            else:
+                children = _fields_of(current)
+        else:
+            kind_name = f"{kind.__module__}.{kind.__qualname__}"
+            return _path(what, segments), current, (
+                f"is a {kind_name}, which the codec cannot store; {_SUPPORTED}"
+            )
+        if children is not None:
+            stack.append((children, nested, plain))
+        # Move to the next child, climbing out of finished containers.
+        while stack:
+            iterator, nested, plain = stack[-1]
+            step = next(iterator, None)
+            if len(segments) >= len(stack):
+                segments.pop()
+            if step is not None:
+                segments.append(step[0])
+                current = step[1]
+                break
+            stack.pop()
+        else:
+            return None
+
+
+def _fields_of(record: Any) -> Any:
+    for name in _fields[type(record)]:
+        yield f".{name}", getattr(record, name)
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - too deep to print, or an odd __repr__
+        return f"<a {type(value).__qualname__}>"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _path(root: str, segments: list[str]) -> str:
+    if len(segments) > 12:
+        hidden = len(segments) - 10
+        segments = [*segments[:5], f"...({hidden} more levels)...", *segments[-5:]]
+    return root + "".join(segments)

@@ -42,9 +42,12 @@ __all__ = [
     "Ticket",
     "InstanceRow",
     "TimerRow",
+    "CorruptRecord",
     "STATUSES",
     "LIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "UNFINISHED_STATUSES",
+    "STATUS_WORDS",
     "instance_id",
 ]
 
@@ -60,8 +63,23 @@ STATUSES: tuple[str, ...] = (
 )
 STATUS_CODE: dict[str, int] = {name: i + 1 for i, name in enumerate(STATUSES)}
 STATUS_NAME: dict[int, str] = {i + 1: name for i, name in enumerate(STATUSES)}
+# Live: the instance runs (or waits) and takes messages.
 LIVE_STATUSES: frozenset[str] = frozenset({"running", "suspended"})
+# Terminal: the instance ended and never runs again (a cancelled address may
+# be started afresh, as a new incarnation).
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+# Unfinished: live, or parked until compensation is resumed or abandoned;
+# what a cancel can still end.
+UNFINISHED_STATUSES: frozenset[str] = LIVE_STATUSES | {"compensation_stuck"}
+# How messages say why an instance takes no more messages ("no live instance
+# at 'orders/o-17' (it completed)").
+STATUS_WORDS: dict[str, str] = {
+    "completed": "it completed",
+    "failed": "it failed",
+    "cancelled": "it was cancelled",
+    "compensation_stuck": "it is parked in compensation_stuck",
+    "corrupt": "its records are corrupt",
+}
 
 T = TypeVar("T")
 
@@ -85,6 +103,23 @@ class InstanceRow:
     process: str
     status: str
     record: dict[str, Any]
+
+
+@attrs.frozen(slots=True)
+class CorruptRecord:
+    """An instance whose record does not decode, as far as what survives tells.
+
+    `Reader.instances` gives these (with ``corrupt=[...]``) instead of
+    stopping at them. ``status`` and ``process`` come from the status index;
+    ``address`` from the record's header when that still reads (else None);
+    ``error`` is the `JournalCorrupt` naming the database and key.
+    """
+
+    iid: bytes
+    address: str | None
+    process: str
+    status: str
+    error: JournalCorrupt
 
 
 @attrs.frozen(slots=True)
@@ -242,9 +277,18 @@ class Reader(abc.ABC):
 
     @abc.abstractmethod
     def instances(
-        self, status: str | None = None, process: str | None = None
+        self,
+        status: str | None = None,
+        process: str | None = None,
+        *,
+        corrupt: list[CorruptRecord] | None = None,
     ) -> Iterator[InstanceRow]:
-        """Rows matching the filters (None means any), by status then id."""
+        """Rows matching the filters (None means any), by status then id.
+
+        A record that does not decode raises `JournalCorrupt`, which ends the
+        scan; given a ``corrupt`` list, the scan instead appends a
+        `CorruptRecord` for it there and goes on with the next.
+        """
 
     @abc.abstractmethod
     def count_by_status(self) -> dict[str, int]:

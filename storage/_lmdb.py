@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import lmdb
 import msgpack
 import trio
@@ -63,6 +64,7 @@ from ._journal import (
     SET_CURSOR,
     SET_STATUS,
     TAKE_MESSAGE,
+    CorruptRecord,
     InstanceRow,
     Journal,
     Reader,
@@ -72,7 +74,7 @@ from ._journal import (
 )
 from .errors import Conflict, JournalClosed, JournalCorrupt, JournalFull, JournalLocked
 
-__all__ = ["LMDBJournal"]
+__all__ = ["LMDBJournal", "JournalHolder"]
 
 _RUN_SEQ = struct.Struct(">II")
 _Q = struct.Struct(">Q")
@@ -179,12 +181,42 @@ def _unwrap(outcome: Any) -> list[int]:
     return outcome
 
 
+def _pid_hint(lock_path: Path) -> int | None:
+    """The pid the owner lock file names, if that process is alive (a hint:
+    the file outlives its writer)."""
+    try:
+        pid = int(lock_path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
 def _prefix_end(prefix: bytes) -> bytes | None:
     """The smallest key greater than every key starting with ``prefix``."""
     stripped = prefix.rstrip(b"\xff")
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+@attrs.frozen
+class JournalHolder:
+    """Who holds an LMDB journal, as `LMDBJournal.holder` finds it.
+
+    ``held`` is True when a system holds the owner lock now, False when
+    none does, and None when the platform cannot tell without taking the
+    lock (then ``pid`` is only the hint the lock file keeps). ``pid`` is the
+    holder's process id, when known.
+    """
+
+    held: bool | None
+    pid: int | None
 
 
 class LMDBJournal(Journal):
@@ -347,12 +379,36 @@ class LMDBJournal(Journal):
                 raise JournalLocked(
                     f"the journal at {self.path} is owned by another open system"
                     + (f" (pid {holder})" if holder else "")
-                    + "; close that system first, or open a different path"
+                    + "; close that system first, or open a different path",
+                    pid=int(holder) if holder.isdigit() else None,
                 ) from None
             raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
+
+    def holder(self) -> JournalHolder:
+        """Whether a system (in any process) holds this journal, and its pid.
+
+        Reads the owner lock without taking it (from /proc/locks on Linux),
+        so it can be asked beside a running system, on an open or a closed
+        `LMDBJournal`. A journal this very object holds counts as held.
+        """
+        lock_path = self.path / "owner.lock"
+        try:
+            st = lock_path.stat()
+        except OSError:
+            return JournalHolder(False, None)
+        try:
+            locks = Path("/proc/locks").read_text()
+        except OSError:
+            return JournalHolder(None, _pid_hint(lock_path))
+        file = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in locks.splitlines():
+            fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2171344 0 EOF"
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == file:
+                return JournalHolder(True, int(fields[4]) if fields[4].isdigit() else None)
+        return JournalHolder(False, None)
 
     def _release(self) -> None:
         if self._env is not None:
@@ -788,10 +844,12 @@ class _Applier:
                 _, iid, status = op
                 value = txn.get(iid, db=self.instances)
                 if value is not None:
+                    # The process comes from the index entry, not the record's
+                    # header: marking a broken record corrupt must not need it
+                    # to decode.
+                    process = txn.get(bytes((value[0],)) + iid, db=self.status) or b""
                     txn.put(iid, bytes((status,)) + value[1:], db=self.instances)
-                    hlen = _H.unpack_from(value, 1)[0]
-                    process = msgpack.unpackb(value[3 : 3 + hlen])[1]
-                    self._set_index(iid, value[0], status, process.encode())
+                    self._set_index(iid, value[0], status, process)
             elif code == ADD_TIMER:
                 _, iid, run, seq, due = op
                 ident = iid + _RUN_SEQ.pack(run, seq)
@@ -838,6 +896,17 @@ class _Applier:
             self._delete_prefix(iid, db)
 
 
+def _header_address(value: bytes) -> str | None:
+    """The address in an instance value's header (status(1) hlen(2)
+    [address, process]), which may read when the record after it does not."""
+    try:
+        hlen = _H.unpack_from(value, 1)[0]
+        address = msgpack.unpackb(value[3 : 3 + hlen])[0]
+    except Exception:  # noqa: BLE001 - a best effort on a broken value
+        return None
+    return address if isinstance(address, str) else None
+
+
 class _LMDBReader(Reader):
     __slots__ = ("_txn", "_dbs")
 
@@ -861,8 +930,9 @@ class _LMDBReader(Reader):
             status = j.STATUS_NAME[value[0]]
         except Exception as exc:
             raise JournalCorrupt(
-                f"instance record {iid.hex()} has a broken header ({exc!r}); restore the "
-                "journal from a backup",
+                f"record {iid.hex()} in database 'instances' has a broken header ({exc!r}); "
+                "the instance it belongs to is marked corrupt and every other instance keeps "
+                "working; restore the journal from a backup or clean the instance up",
                 database="instances",
                 key=iid,
             ) from exc
@@ -874,7 +944,11 @@ class _LMDBReader(Reader):
         return None if value is None else self._row(iid, value)
 
     def instances(
-        self, status: str | None = None, process: str | None = None
+        self,
+        status: str | None = None,
+        process: str | None = None,
+        *,
+        corrupt: list[CorruptRecord] | None = None,
     ) -> Iterator[InstanceRow]:
         prefix = b"" if status is None else bytes((j.STATUS_CODE[status],))
         wanted = None if process is None else process.encode()
@@ -884,8 +958,21 @@ class _LMDBReader(Reader):
             if wanted is not None and proc != wanted:
                 continue
             value = get(key[1:], db=db)
-            if value is not None:
-                yield self._row(key[1:], value)
+            if value is None:
+                continue
+            try:
+                row = self._row(key[1:], value)
+            except JournalCorrupt as exc:
+                if corrupt is None:
+                    raise
+                corrupt.append(
+                    CorruptRecord(
+                        key[1:], _header_address(value), proc.decode(errors="replace"),
+                        j.STATUS_NAME.get(key[0], "unknown"), exc,
+                    )
+                )  # fmt: skip
+                continue
+            yield row
 
     def count_by_status(self) -> dict[str, int]:
         counts: dict[str, int] = {}

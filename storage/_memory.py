@@ -11,8 +11,8 @@ from typing import Any
 import trio
 
 from . import _journal as j
-from ._journal import InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
-from .errors import JournalClosed, JournalLocked
+from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
+from .errors import JournalClosed, JournalCorrupt, JournalLocked
 
 __all__ = ["MemoryJournal"]
 
@@ -170,13 +170,25 @@ class _MemoryReader(Reader):
         return None if row is None else self._row(iid, row)
 
     def instances(
-        self, status: str | None = None, process: str | None = None
+        self,
+        status: str | None = None,
+        process: str | None = None,
+        *,
+        corrupt: list[CorruptRecord] | None = None,
     ) -> Iterator[InstanceRow]:
         code = None if status is None else j.STATUS_CODE[status]
         rows = sorted(self._j._instances.items(), key=lambda kv: (kv[1][0], kv[0]))
         for iid, row in rows:
             if (code is None or row[0] == code) and (process is None or row[1] == process):
-                yield self._row(iid, row)
+                try:
+                    found = self._row(iid, row)
+                except JournalCorrupt as exc:
+                    if corrupt is None:
+                        raise
+                    name = j.STATUS_NAME.get(row[0], "unknown")
+                    corrupt.append(CorruptRecord(iid, row[2], row[1], name, exc))
+                    continue
+                yield found
 
     def count_by_status(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -39,7 +39,14 @@ class JournalFull(ActorError):
 
 
 class JournalLocked(ActorError, RuntimeError):
-    """Another system (in this or another OS process) already owns the journal."""
+    """Another system (in this or another OS process) already owns the journal.
+
+    ``pid`` is the owner's process id when the journal records it, else None.
+    """
+
+    def __init__(self, message: str, *, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
 
 
 class JournalClosed(ActorError, RuntimeError):

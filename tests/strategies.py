@@ -4,11 +4,15 @@ records the tests use.
 `values()` draws any supported value, nested to any depth; `hashables()` draws
 the subset that can be a dict key or a set element. NaN (float and Decimal)
 is left out of both because ``NaN != NaN``; tests check it on its own.
+
+The last section draws hostile input: text UTF-8 cannot carry, values nested
+past the codec's bounds, durations no timer can have.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
 import attrs
@@ -159,3 +163,39 @@ def values() -> st.SearchStrategy[Any]:
         ),
         max_leaves=12,
     )
+
+
+# -- hostile input ---------------------------------------------------------------------
+
+SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
+
+
+@st.composite
+def unencodable_texts(draw: st.DrawFn) -> str:
+    """A str holding a lone surrogate somewhere: valid Python, not valid UTF-8."""
+    before, after = draw(st.text(max_size=5)), draw(st.text(max_size=5))
+    return before + draw(SURROGATES) + after
+
+
+def nest(depth: int, wrap: Any) -> Any:
+    """``wrap`` applied ``depth`` times around 1 (``nest(3, list) == [[[1]]]``)."""
+    value: Any = 1
+    for _ in range(depth):
+        value = wrap(value)
+    return value
+
+
+WRAPPERS = {
+    "list": lambda v: [v],
+    "tuple": lambda v: (v,),
+    "dict": lambda v: {"k": v},
+    "frozenset": lambda v: frozenset([v]),
+    "record": lambda v: Envelope(v),
+}
+
+# Durations no timer can have: not finite, negative, past any calendar, or not a number.
+bad_seconds = st.one_of(
+    st.sampled_from([math.inf, -math.inf, math.nan, -1, -1e-9, 1e300, 1e20, True, "5", None]),
+    st.floats(max_value=-1e-6),
+    st.floats(min_value=1e13, allow_infinity=False),
+)

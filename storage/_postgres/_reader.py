@@ -88,7 +88,11 @@ class _PostgresReader(Reader):
         return self._row(*rows[0]) if rows else None
 
     def instances(
-        self, status: str | None = None, process: str | None = None
+        self,
+        status: str | None = None,
+        process: str | None = None,
+        *,
+        corrupt: list[j.CorruptRecord] | None = None,
     ) -> Iterator[InstanceRow]:
         # Pages by key within the one snapshot, so a big table is never loaded at once.
         query = self._sql.instances_page[(status is not None, process is not None)]
@@ -99,7 +103,15 @@ class _PostgresReader(Reader):
                 params.append(process)
             rows = self._rows(query, [*params, _PAGE])
             for row in rows:
-                yield self._row(*row)
+                try:
+                    found = self._row(*row)
+                except JournalCorrupt as exc:
+                    if corrupt is None:
+                        raise
+                    name = j.STATUS_NAME.get(row[3], "unknown")
+                    corrupt.append(j.CorruptRecord(row[0], row[1], row[2], name, exc))
+                    continue
+                yield found
             if len(rows) < _PAGE:
                 return
             after = (rows[-1][3], rows[-1][0])

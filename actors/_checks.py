@@ -1,0 +1,101 @@
+"""Checks of the numbers, names and text that public entry points take.
+
+Every check raises `InvalidArguments` at the call, naming the argument and
+what to pass instead, before anything is written or scheduled: a value that
+passed would otherwise fail later, far from its cause (a NaN timer in the
+journal writer, a lone surrogate in the key encoder), or be replayed into
+the same failure on every open.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from typing import Any
+
+from .errors import InvalidArguments
+
+__all__ = ["MAX_SECONDS", "check_seconds", "check_text", "check_name", "check_deadline"]
+
+#: The longest duration a timer, timeout or age may have: 1,000 years. Every
+#: due time within it fits the journals' timer index (int64 microseconds) and
+#: is a datetime (before year 10000) that the CLI and ``ctx.now()`` can show.
+MAX_SECONDS = 1_000 * 365.25 * 86400
+
+
+def check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
+    """``value`` as float seconds, if it is a real, finite number of seconds
+    at least 0 (above 0 if ``positive``) and at most `MAX_SECONDS`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArguments(
+            f"{what} takes a number of seconds (int or float), not {_show(value)}"
+        )
+    if isinstance(value, float) and math.isnan(value):
+        raise InvalidArguments(f"{what} got NaN seconds; pass a number")
+    low = "above 0" if positive else "0 or more"
+    if value < 0 or (positive and value == 0):
+        raise InvalidArguments(f"{what} needs seconds {low}, not {value!r}")
+    if value > MAX_SECONDS:
+        raise InvalidArguments(
+            f"{what} got {value!r} seconds, more than the {MAX_SECONDS:.0f} (1,000 years) "
+            "any duration may be; pass a finite, smaller number"
+            + (" (or None for no limit)" if positive else "")
+        )
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float is over MAX_SECONDS anyway
+        raise InvalidArguments(f"{what} got {value!r} seconds; pass a smaller number") from None
+
+
+def check_deadline(when: Any, what: str) -> float:
+    """The epoch seconds of ``when``, a timezone-aware datetime."""
+    if not isinstance(when, _dt.datetime) or when.tzinfo is None:
+        raise InvalidArguments(
+            f"{what} needs a timezone-aware datetime, not {_show(when)} "
+            "(use datetime.now(timezone.utc) + timedelta(...))"
+        )
+    try:
+        offset = when.utcoffset()
+        epoch = when.timestamp()
+    except Exception as exc:  # noqa: BLE001 - a tzinfo's own code may raise anything
+        raise InvalidArguments(
+            f"{what} got {when!r}, which has no point in time ({exc}); pass a datetime "
+            "with a tzinfo such as timezone.utc or a zoneinfo.ZoneInfo"
+        ) from None
+    if offset is None or not math.isfinite(epoch):
+        raise InvalidArguments(
+            f"{what} got {when!r}, whose tzinfo gives no UTC offset; pass a datetime "
+            "with a tzinfo such as timezone.utc or a zoneinfo.ZoneInfo"
+        )
+    return epoch
+
+
+def check_text(value: Any, what: str) -> str:
+    """``value`` if it is a str that UTF-8 can carry (no lone surrogates)."""
+    if not isinstance(value, str):
+        raise InvalidArguments(f"{what} must be a str, not {_show(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArguments(
+            f"{what} {_show(value)} is not valid Unicode (a lone surrogate at index "
+            f"{exc.start}); decode bytes with errors='replace' before using them as a name"
+        ) from None
+    return value
+
+
+def check_name(value: Any, what: str) -> str:
+    """``value`` if it is a non-empty str that UTF-8 can carry."""
+    check_text(value, what)
+    if not value:
+        raise InvalidArguments(f"{what} is empty; pass a non-empty str")
+    return value
+
+
+def _show(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - an odd __repr__ must not hide the error
+        return f"a value of type {type(value).__qualname__}"
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{text} (of type {type(value).__qualname__})"

@@ -1,0 +1,98 @@
+"""Opening the journal for reading or for writing, and finding an instance in it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from storage import STATUS_WORDS, TERMINAL_STATUSES, InstanceRow, LMDBJournal, Reader, instance_id
+from storage.errors import JournalCorrupt
+
+from ..errors import NotDelivered
+from ._errors import CORRUPT, NOT_FOUND, CLIError
+from ._render import local_time
+
+__all__ = ["journal_dir", "reading", "writing", "find_instance", "not_live", "read_row"]
+
+
+def journal_dir(args: argparse.Namespace) -> Path:
+    """The ``--journal`` directory, if it holds an LMDB journal."""
+    path = Path(args.journal)
+    hint = "pass the directory given to LMDBJournal(...)"
+    if not path.exists():
+        raise CLIError(f"no journal at {path}: the directory does not exist; {hint}", NOT_FOUND)
+    if not path.is_dir():
+        raise CLIError(f"no journal at {path}: it is a file; {hint}", NOT_FOUND)
+    if not (path / "data.mdb").exists():
+        raise CLIError(f"no journal at {path}: it holds no data.mdb; {hint}", NOT_FOUND)
+    return path
+
+
+@asynccontextmanager
+async def reading(path: Path) -> AsyncIterator[LMDBJournal]:
+    """The journal opened read-only: no owner lock, so beside a running system too."""
+    journal = LMDBJournal(path, readonly=True)
+    await journal.open()
+    try:
+        yield journal
+    finally:
+        await journal.close()
+
+
+@asynccontextmanager
+async def writing(path: Path) -> AsyncIterator[LMDBJournal]:
+    """The journal opened as a system would (taking the owner lock).
+
+    Raises:
+        JournalLocked: a running system holds it (``pid`` names that system).
+    """
+    journal = LMDBJournal(path)
+    await journal.open()
+    try:
+        yield journal
+    finally:
+        with trio.CancelScope(shield=True):
+            await journal.close()
+
+
+def find_instance(r: Reader, address: str, path: Path) -> InstanceRow:
+    """The row at ``address``; a `CLIError` if there is none or it does not decode."""
+    try:
+        row = r.instance(instance_id(address))
+    except JournalCorrupt as exc:
+        raise CLIError(f"the record of {address!r} is corrupt: {exc}", CORRUPT) from None
+    if row is None:
+        raise CLIError(
+            f"no instance at {address!r} in {path}; check the address "
+            "('actors list' shows the addresses)",
+            NOT_FOUND,
+        )
+    return row
+
+
+def not_live(address: str, row: InstanceRow | None) -> NotDelivered:
+    """Why a message to ``address`` was not stored, as `ActorSystem.send` says it."""
+    if row is None:
+        return NotDelivered(
+            f"no instance at {address!r}; start one first or check the address",
+            address=address, reason="unknown",
+        )  # fmt: skip
+    words = STATUS_WORDS.get(row.status, f"it is {row.status}")
+    when = row.record.get("updated")
+    at = f" at {local_time(when)}" if when and row.status in TERMINAL_STATUSES else ""
+    return NotDelivered(
+        f"no live instance at {address!r} ({words}{at}); start a new one or check the address",
+        address=address, reason=row.status,
+    )  # fmt: skip
+
+
+def read_row(r: Reader, iid: bytes) -> InstanceRow | None:
+    """The row, or None when it is missing or does not decode."""
+    try:
+        return r.instance(iid)
+    except JournalCorrupt:
+        return None  # the status precondition still decides

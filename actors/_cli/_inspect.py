@@ -1,0 +1,292 @@
+"""Reading commands: ``list``, ``show`` and ``stats``.
+
+Each opens the journal read-only (no owner lock, nothing written), so it
+works beside a system running on the journal in another process, and builds
+one document that `_render` prints as JSON or as text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from storage import STATUSES, CorruptRecord, InstanceRow, LMDBJournal, Reader, instance_id
+from storage.errors import JournalCorrupt
+
+from .. import _supervision as _sup
+from ._access import find_instance, journal_dir, reading
+from ._errors import CORRUPT, OK, CLIError
+from ._render import (
+    compact,
+    emit,
+    error_text,
+    local_time,
+    relative,
+    render_show,
+    signal_label,
+    size_text,
+    table,
+    zone_name,
+)
+
+__all__ = ["list_instances", "show", "stats"]
+
+_FAR = 100 * 365 * 86400.0  # past every timer: `stats` counts them all
+
+
+# -- list ---------------------------------------------------------------------------
+
+
+def _detail(row: InstanceRow) -> str:
+    record = row.record
+    if record.get("last_error"):
+        text = str(record["last_error"])
+    elif row.status == "failed":
+        text = error_text(record.get("error"))
+    elif row.status == "cancelled" and record.get("reason"):
+        text = f"reason: {record['reason']}"
+    else:
+        return ""
+    # The row names the instance already; say the rest sooner.
+    return text.replace(f"instance {row.address!r} ", "").replace(f" (of {row.address!r})", "")
+
+
+def _list_item(row: InstanceRow | CorruptRecord) -> dict[str, Any]:
+    if isinstance(row, CorruptRecord):
+        return {"address": row.address or f"? {row.iid.hex()}", "process": row.process,
+                "status": row.status, "created": None, "updated": None, "last_error": None,
+                "detail": str(row.error), "corrupt": True}  # fmt: skip
+    record = row.record
+    return {"address": row.address, "process": row.process, "status": row.status,
+            "created": record.get("created"), "updated": record.get("updated"),
+            "last_error": record.get("last_error"), "detail": _detail(row),
+            "corrupt": False}  # fmt: skip
+
+
+async def list_instances(args: argparse.Namespace) -> int:
+    """``actors list``: instances, most recently updated first."""
+    path = journal_dir(args)
+    async with reading(path) as journal:
+        with journal.reader() as r:
+            # A record that does not decode is listed too, as its indexes say.
+            broken: list[CorruptRecord] = []
+            rows: list[InstanceRow | CorruptRecord] = list(
+                r.instances(args.status, args.process, corrupt=broken)
+            )
+            counts = r.count_by_status()
+    items = sorted(
+        (_list_item(row) for row in rows + broken),
+        key=lambda i: (-(i["updated"] or 0), i["address"]),
+    )
+    shown = items if args.limit <= 0 else items[: args.limit]
+    doc = {
+        "journal": str(path), "total": sum(counts.values()), "matching": len(items),
+        "shown": len(shown), "counts": {s: counts[s] for s in STATUSES if s in counts},
+        "instances": shown,
+    }  # fmt: skip
+
+    def render() -> str:
+        headers = ["ADDRESS", "PROCESS", "STATUS", f"UPDATED ({zone_name()})", "DETAIL"]
+        cells = [[i["address"], i["process"], i["status"], local_time(i["updated"]), i["detail"] or ""]
+                 for i in shown]  # fmt: skip
+        lines = table(headers, cells) if shown else ["no instances match"]
+        filters = " ".join(
+            f"--{name} {value}" for name, value in (("status", args.status), ("process", args.process))
+            if value
+        )  # fmt: skip
+        matching = f"{len(items)} instances" + (f" matching {filters}" if filters else "")
+        if len(shown) < len(items):
+            lines.append(f"showing the {len(shown)} most recently updated of {matching} "
+                         "(--limit N for more, 0 for all)")  # fmt: skip
+        by_status = ", ".join(f"{n} {s}" for s, n in doc["counts"].items())
+        lines.append(f"{doc['total']} instances in {path}: {by_status or 'none'}")
+        return "\n".join(lines)
+
+    emit(args, doc, render)
+    return OK
+
+
+# -- show ---------------------------------------------------------------------------
+
+
+def _log_item(seq: int, entry: dict[str, Any]) -> dict[str, Any]:
+    kind = entry.get("k")
+    item: dict[str, Any] = {"seq": seq, "kind": kind, "name": entry.get("n") or ""}
+    if kind == "wait":
+        item["name"] = ",".join(signal_label(n) for n in str(item["name"]).split(","))
+    for field, key in (("attempt", "a"), ("failures", "f"), ("key", "key"), ("due", "due"),
+                       ("message", "m"), ("child", "child"), ("signal", "s")):  # fmt: skip
+        if key in entry:
+            item[field] = entry[key]
+    if "e" in entry:
+        item["state"], item["error"] = "failed", entry["e"]
+        item["outcome"] = f"failed: {error_text(entry['e'])}"
+    elif "v" in entry:
+        item["state"], item["value"] = "done", entry["v"]
+        item["outcome"] = _done_outcome(kind, entry)
+    else:
+        item["state"] = "started"
+        item["outcome"] = {
+            "step": f"attempt {entry.get('a', '?')} started, no outcome yet",
+            "sleep": "pending", "call": "waiting for the child",
+        }.get(kind, "started")  # fmt: skip
+    return item
+
+
+def _done_outcome(kind: Any, entry: dict[str, Any]) -> str:
+    named = {"sleep": "fired", "spawn": "spawned", "emit": "emitted", "publish": "published"}
+    if kind in named:
+        return named[kind]
+    value = compact(entry["v"], 60)
+    if kind == "call":
+        return f"child completed: {value}"
+    if "s" in entry:
+        return f"got {signal_label(entry['s'])}: {value}"
+    return f"got: {value}" if kind == "wait" else f"ok: {value}"
+
+
+def _children(r: Reader, log: dict[int, Any], seen: set[bytes]) -> list[dict[str, Any]]:
+    """The children a run's log names (call/spawn), each with its own, recursively."""
+    nodes = []
+    for address, seq in _sup.children_in_log(log).items():
+        node: dict[str, Any] = {"address": address, "how": log[seq].get("k"), "seq": seq,
+                                "status": "gone", "children": []}  # fmt: skip
+        iid = instance_id(address)
+        if iid in seen:
+            node["status"] = "(seen above)"
+        else:
+            seen.add(iid)
+            try:
+                row = r.instance(iid)
+                if row is not None:
+                    node["status"] = row.status
+                    node["restart"] = row.record.get("restart")
+                    node["children"] = _children(r, r.log(iid, row.record.get("run", 0)), seen)
+            except JournalCorrupt:
+                node["status"] = "corrupt"
+        nodes.append(node)
+    return nodes
+
+
+async def show(args: argparse.Namespace) -> int:
+    """``actors show``: everything recorded about one instance."""
+    path = journal_dir(args)
+    async with reading(path) as journal:
+        with journal.reader() as r:
+            row = find_instance(r, args.address, path)
+            iid, record = row.iid, row.record
+            run = record.get("run", 0)
+            try:
+                log = r.log(iid, run)
+                mail = r.mailbox(iid)
+            except JournalCorrupt as exc:
+                raise CLIError(f"records of {args.address!r} are corrupt: {exc}", CORRUPT) from None
+            length, cursors = r.stream_length(iid), r.cursors(iid)
+            doc = {
+                "address": row.address,
+                "process": row.process,
+                "status": row.status,
+                "id": iid.hex(),
+                "run": run,
+                "incarnation": record.get("inc", 1),
+                **{key: record.get(key) for key in _SHOWN},
+                "params": record.get("params", []),
+                "log": [_log_item(seq, entry) for seq, entry in sorted(log.items())],
+                "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
+                "mailbox": [_mail_item(seq, message) for seq, message in mail],
+                "messages_ever": r.last_message_seq(iid),
+                "timers": [
+                    {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
+                    for t in r.timers(iid)
+                ],
+                "children": _children(r, log, {iid}),
+                "stream": {
+                    "length": length,
+                    "consumers": {
+                        name: {"cursor": pos, "unread": max(0, length - pos)}
+                        for name, pos in sorted(cursors.items())
+                    },
+                },
+                "restarts": record.get("restarts", []),
+                "compensations": _compensations(record),
+                "compensation_failure": record.get("stuck"),
+            }
+    emit(args, doc, lambda: "\n".join(render_show(doc, args.traceback)))
+    return OK
+
+
+# Record fields `show` passes through as they are.
+_SHOWN = ("created", "updated", "parent", "awaited", "restart", "input", "result", "error",
+          "last_error", "reason", "exports", "exports_version")  # fmt: skip
+
+
+def _mail_item(seq: int, message: Any) -> dict[str, Any]:
+    sent = message[2] if len(message) > 2 else None
+    return {"seq": seq, "signal": signal_label(message[0]), "payload": message[1], "sent": sent}
+
+
+def _compensations(record: dict[str, Any]) -> list[dict[str, Any]]:
+    done = set(record.get("compensated", []))
+    attempts = record.get("comp_attempts", {})
+    return [
+        {"step": c.get("name"), "function": c.get("fn"), "args": c.get("args"),
+         "kwargs": c.get("kwargs"), "step_result": c.get("result"),
+         "state": "done" if c.get("id") in done else "pending",
+         "attempts": attempts.get(c.get("id"), 0), "possibly_applied": c.get("possibly_applied"),
+         "key": c.get("id")}
+        for c in record.get("compensations", [])
+    ]  # fmt: skip
+
+
+# -- stats --------------------------------------------------------------------------
+
+
+async def stats(args: argparse.Namespace) -> int:
+    """``actors stats``: counts by status, size, mail, timers, and who holds the journal."""
+    path = journal_dir(args)
+    now = time.time()
+    async with reading(path) as journal:
+        with journal.reader() as r:
+            counts = r.count_by_status()
+            with_mail = list(r.instances_with_mail())
+            unread = 0
+            for iid in with_mail:
+                try:
+                    unread += len(r.mailbox(iid))
+                except JournalCorrupt:
+                    pass
+            due = len(r.due_timers(now, limit=1 << 62))
+            timers = len(r.due_timers(now + _FAR, limit=1 << 62))
+            next_due = r.next_due(now)
+    data = path / "data.mdb"
+    st = data.stat()
+    holder = LMDBJournal(path).holder()
+    held, pid = holder.held, holder.pid
+    doc = {
+        "journal": str(path), "size_bytes": st.st_size, "disk_bytes": st.st_blocks * 512,
+        "held": held, "held_by_pid": pid, "instances": sum(counts.values()),
+        "by_status": {s: counts[s] for s in STATUSES if s in counts},
+        "with_mail": len(with_mail), "unread_messages": unread,
+        "timers": timers, "due_timers": due, "next_due": next_due,
+    }  # fmt: skip
+
+    def render() -> str:
+        owner = f", pid {pid}" if pid else ""
+        held_by = {True: f"a running system{owner}", False: "no running system"}.get(
+            held, f"unknown (owner.lock names pid {pid})"
+        )
+        lines = [
+            f"journal       {path}",
+            f"size          {size_text(doc['size_bytes'])} ({size_text(doc['disk_bytes'])} on disk)",
+            f"held by       {held_by}",
+            f"instances     {doc['instances']}",
+        ]
+        lines += [f"  {s:<20}{n:>8}" for s, n in doc["by_status"].items()]
+        lines.append(f"mail          {unread} unread message(s) in {len(with_mail)} instance(s)")
+        nxt = f"; next {local_time(next_due)} ({relative(next_due, now)})" if next_due else ""
+        lines.append(f"timers        {timers}, {due} due now{nxt}")
+        return "\n".join(lines)
+
+    emit(args, doc, render)
+    return OK

@@ -1,0 +1,264 @@
+"""How the command line prints: JSON documents, and text for a terminal
+(aligned tables, local times, relative times, compact values)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from storage import Opaque
+
+from .. import _effects as fx
+from .._records import error_summary
+
+__all__ = [
+    "emit", "jsonable", "compact", "cut", "local_time", "zone_name", "relative", "table",
+    "signal_label", "error_text", "counted", "size_text", "render_show",
+]  # fmt: skip
+
+
+def emit(args: argparse.Namespace, doc: dict[str, Any], render: Callable[[], str]) -> None:
+    """Print ``doc`` as JSON with ``--json``, else the text ``render`` makes."""
+    if args.json:
+        print(json.dumps(jsonable(doc), indent=2, ensure_ascii=False))
+    else:
+        print(render())
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON: values beyond JSON become strings (datetimes in ISO
+    8601, Decimal, UUID), bytes ``{"$bytes": hex}``, objects ``{"$class": ...}``."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {_key(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((jsonable(v) for v in value), key=repr)
+    if isinstance(value, bytes):
+        return {"$bytes": value.hex()}
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, Opaque):
+        return {"$class": value.name, **jsonable(value.fields)}
+    if attrs.has(type(value)):
+        name = f"{type(value).__module__}.{type(value).__qualname__}"
+        return {"$class": name, **jsonable(attrs.asdict(value, recurse=False))}
+    return str(value)
+
+
+def _key(key: Any) -> str:
+    return key if isinstance(key, str) else json.dumps(jsonable(key), ensure_ascii=False)
+
+
+def compact(value: Any, width: int = 80) -> str:
+    """``value`` as one line of JSON, cut to ``width``."""
+    text = json.dumps(jsonable(value), ensure_ascii=False, separators=(", ", ": "))
+    return cut(text, width)
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` with an ellipsis."""
+    text = " ".join(text.split())  # one line
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+def local_time(t: float | None) -> str:
+    """An epoch time as local wall time, or "-"."""
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def zone_name(t: float | None = None) -> str:
+    """The local time zone's name (at ``t``)."""
+    return time.strftime("%Z", time.localtime(t))
+
+
+def relative(t: float | None, now: float) -> str:
+    """How far ``t`` is from ``now``: "in 3 h 20 min", "2 d ago"."""
+    if t is None:
+        return ""
+    delta = t - now
+    span = abs(delta)
+    if span < 1:
+        return "now"
+    units = (("y", 365 * 86400), ("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+    for i, (unit, size) in enumerate(units):
+        if span >= size:
+            count, rest = divmod(int(span), size)
+            text = f"{count} {unit}"
+            if count < 10 and i + 1 < len(units) and rest >= units[i + 1][1]:
+                text += f" {rest // units[i + 1][1]} {units[i + 1][0]}"
+            break
+    return f"in {text}" if delta > 0 else f"{text} ago"
+
+
+def table(headers: Sequence[str], rows: list[list[str]], indent: str = "") -> list[str]:
+    """Aligned columns; the last one is cut to fit the terminal."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    total = shutil.get_terminal_size((120, 24)).columns
+    fixed = len(indent) + sum(w + 2 for w in widths[:-1])
+    last = max(24, total - fixed - 1)
+    lines = []
+    for cells in [list(headers)] + rows:
+        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths[:-1])]
+        lines.append((indent + "  ".join(padded + [cut(cells[-1], last)])).rstrip())
+    return lines
+
+
+def signal_label(name: str) -> str:
+    """A signal name as users read it (system signals in parentheses)."""
+    if name.startswith(fx.END_PREFIX):
+        return f"(end of {name[len(fx.END_PREFIX) :]})"
+    if name.startswith("\x00"):
+        return f"({name[1:]})"
+    return name
+
+
+def error_text(error: Any) -> str:
+    """A stored error record as one line."""
+    if not isinstance(error, dict):
+        return str(error)
+    if "type" in error:
+        return error_summary(error)
+    return str(error.get("summary") or error.get("message") or error)
+
+
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """A count in words: "none", "1 timer", "3 timers"."""
+    return "none" if n == 0 else f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def size_text(n: int) -> str:
+    """A byte count in B, KiB, MiB or GiB."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _log_detail(item: dict[str, Any], now: float) -> str:
+    parts = []
+    if item.get("failures"):
+        parts.append(f"{item['failures']} failed attempt(s)")
+    if "due" in item:
+        parts.append(f"due {local_time(item['due'])} ({relative(item['due'], now)})")
+    if "message" in item:
+        parts.append(f"message #{item['message']}")
+    if "key" in item:
+        parts.append(f"key {item['key']}")
+    return ", ".join(parts)
+
+
+def _tree(nodes: list[dict[str, Any]], prefix: str = "  ") -> Iterator[str]:
+    for i, node in enumerate(nodes):
+        last = i == len(nodes) - 1
+        yield f"{prefix}{'└─' if last else '├─'} {node['address']}  {node['status']}  " + (
+            f"({node['how']} #{node['seq']})"
+        )
+        yield from _tree(node["children"], prefix + ("   " if last else "│  "))
+
+
+def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
+    """The lines of ``actors show`` for the document `show` built."""
+    now = time.time()
+    out = [f"{doc['address']}  ·  {doc['status']}"]
+
+    def field(name: str, value: str) -> None:
+        out.append(f"  {name:<14}{value}")
+
+    field("process", doc["process"])
+    field("params", compact(doc["params"], 200))
+    field("input", compact(doc["input"], 200))
+    if doc["status"] == "completed":
+        field("result", compact(doc["result"], 400))
+    if doc["error"]:
+        field("error", error_text(doc["error"]))
+        if doc["error"].get("summary") and "type" in doc["error"]:
+            field("", str(doc["error"]["summary"]))
+        trace = doc["error"].get("traceback")
+        if trace and traceback:
+            out.extend("    " + line for line in trace.rstrip().splitlines())
+        elif trace:
+            field("", "(--traceback shows where it was raised)")
+    if doc["last_error"]:
+        field("last error", str(doc["last_error"]))
+    if doc["reason"]:
+        field("reason", str(doc["reason"]))
+    field("run", f"{doc['run']} (incarnation {doc['incarnation']})")
+    zone = zone_name(doc["created"])
+    field("created", f"{local_time(doc['created'])} {zone} ({relative(doc['created'], now)})")
+    field("updated", f"{local_time(doc['updated'])} {zone} ({relative(doc['updated'], now)})")
+    if doc["parent"]:
+        how = "awaited by" if doc["awaited"] else "child of"
+        field("parent", f"{how} {doc['parent']} (restart: {doc['restart'] or 'temporary'})")
+    field("id", doc["id"])
+
+    log = doc["log"]
+    out.append("")
+    out.append(f"Effect log, run {doc['run']}: {counted(len(log), 'entry', 'entries')}")
+    if log:
+        rows = [[str(i["seq"]), str(i["kind"]), cut(str(i["name"]), 40),
+                 str(i.get("attempt", "")), i["outcome"], _log_detail(i, now)] for i in log]  # fmt: skip
+        cells = [[r[0], r[1], r[2], r[3], cut(r[4], 70), r[5]] for r in rows]
+        out.extend(table(["SEQ", "KIND", "NAME", "ATT", "OUTCOME", "DETAIL"], cells, "  "))
+    if doc["older_runs_in_log"]:
+        out.append(f"  (entries of older runs remain: {doc['older_runs_in_log']})")
+
+    out.append("")
+    mail = doc["mailbox"]
+    ever = f" ({doc['messages_ever']} received in all)" if doc["messages_ever"] else ""
+    out.append(f"Mailbox: {counted(len(mail), 'unread message')}{ever}")
+    for m in mail:
+        out.append(
+            f"  #{m['seq']:<4} {m['signal']}  sent {local_time(m['sent'])}  {compact(m['payload'], 80)}"
+        )
+
+    out.append(f"Timers: {counted(len(doc['timers']), 'timer')}")
+    for t in doc["timers"]:
+        stale = f"  (left by run {t['run']})" if t["stale"] else ""
+        out.append(f"  due {local_time(t['due'])} ({relative(t['due'], now)})  effect #{t['seq']}{stale}")
+
+    out.append(f"Children: {counted(len(doc['children']), 'child', 'children')}")
+    out.extend(_tree(doc["children"]))
+
+    stream = doc["stream"]
+    consumers = len(stream["consumers"])
+    if stream["length"] or consumers:
+        out.append(f"Stream: {stream['length']} value(s), "
+                   f"{consumers or 'no'} consumer{'' if consumers == 1 else 's'}")  # fmt: skip
+    else:
+        out.append("Stream: none")
+    for name, c in stream["consumers"].items():
+        out.append(f"  {name}: cursor {c['cursor']} ({c['unread']} unread)")
+
+    out.append(f"Restarts: {counted(len(doc['restarts']), 'restart')}")
+    for r in doc["restarts"]:
+        out.append(f"  {local_time(r.get('at'))}  {r.get('reason')}")
+    if doc["exports_version"] is not None:
+        out.append(f"Exports (version {doc['exports_version']}): {compact(doc['exports'], 200)}")
+    comps = doc["compensations"]
+    if comps:
+        pending = sum(c["state"] == "pending" for c in comps)
+        out.append(f"Compensations: {len(comps)} ({pending} pending)")
+        for c in comps:
+            maybe = ", step may have applied" if c["possibly_applied"] else ""
+            out.append(f"  {c['state']:<8} {c['step']} -> {c['function']}  "
+                       f"attempts {c['attempts']}{maybe}")  # fmt: skip
+        if doc["compensation_failure"]:
+            out.append(f"  stuck on: {error_text(doc['compensation_failure'])}")
+    return out

@@ -1,0 +1,162 @@
+"""``actors tail``: print a stream from a consumer's cursor, and move the
+cursor when no system holds the journal (at-least-once, as
+`ActorSystem.stream`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from storage import TERMINAL_STATUSES, Reader, Txn, instance_id
+from storage.errors import JournalLocked
+
+from ._access import journal_dir, reading, writing
+from ._errors import INTERRUPTED, NOT_FOUND, OK, CLIError
+from ._render import compact, jsonable
+
+__all__ = ["tail"]
+
+_BATCH = 256  # stream values read per transaction
+
+
+@attrs.define
+class _Tail:
+    """Where a tail is: the next index to print and what the last read saw."""
+
+    args: argparse.Namespace
+    path: Path
+    iid: bytes
+    position: int | None = None  # next index to print; None until first read
+    cursor_before: int | None = None
+    status: str | None = None
+    length: int = 0
+    printed: list[dict[str, Any]] = attrs.field(factory=list)
+
+    def start(self, cursor: int | None) -> int:
+        if cursor is not None:
+            return cursor
+        return 0 if self.args.from_ == "start" else self.length
+
+    def read(self, r: Reader, *, from_cursor: bool) -> list[tuple[int, Any]]:
+        row = r.instance(self.iid)
+        if row is None:
+            if self.position is None:
+                raise CLIError(
+                    f"no instance at {self.args.address!r} in {self.path}; check the address",
+                    NOT_FOUND,
+                )
+            self.status = None  # cleaned up meanwhile
+            return []
+        self.status, self.length = row.status, r.stream_length(self.iid)
+        cursor = r.cursors(self.iid).get(self.args.consumer)
+        if self.position is None:
+            self.cursor_before = cursor
+        if from_cursor or self.position is None:
+            self.position = self.start(cursor)
+        return r.stream(self.iid, self.position, _BATCH)
+
+    def show(self, values: list[tuple[int, Any]]) -> None:
+        for index, value in values:
+            if self.args.json and self.args.follow:
+                print(json.dumps({"index": index, "value": jsonable(value)}, ensure_ascii=False))
+            elif self.args.json:
+                self.printed.append({"index": index, "value": value})
+            else:
+                print(f"{index:>6}  {compact(value, 1 << 20)}")
+        sys.stdout.flush()
+        if values:
+            self.position = values[-1][0] + 1
+
+
+async def tail(args: argparse.Namespace) -> int:
+    """``actors tail``: print a stream from a consumer's cursor (``--follow`` to keep on)."""
+    if not args.follow:
+        return await _tail_loop(args, trio.Event())
+    # Ctrl-C ends a follow between polls, never between printing values and
+    # recording that they were consumed.
+    stop = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                async for _ in signals:
+                    stop.set()
+
+            nursery.start_soon(watch)
+            code = await _tail_loop(args, stop)
+            nursery.cancel_scope.cancel()
+    return INTERRUPTED if stop.is_set() else code
+
+
+async def _tail_loop(args: argparse.Namespace, stop: trio.Event) -> int:
+    path = journal_dir(args)
+    tail = _Tail(args, path, instance_id(args.address))
+    advancing = True
+    first = True
+    while not stop.is_set():
+        if advancing and (first or await _tail_has_new(tail)):
+            try:
+                async with writing(path) as journal:
+                    with journal.reader() as r:
+                        values = tail.read(r, from_cursor=True)
+                    tail.show(values)
+                    if tail.position is not None and (
+                        values or (first and tail.cursor_before is None)
+                    ):  # a value printed counts as consumed; a new consumer is recorded
+                        txn = Txn()
+                        txn.set_cursor(tail.iid, args.consumer, tail.position)
+                        await journal.commit(txn, durable=True)
+            except JournalLocked as exc:
+                advancing = False
+                pid = f" (pid {exc.pid})" if exc.pid else ""
+                print(
+                    f"actors: the journal is owned by a running system{pid}: printing from the "
+                    f"cursor of consumer {args.consumer!r} without moving it (read through "
+                    "the application, system.stream(...), to consume)",
+                    file=sys.stderr,
+                )
+                continue
+        elif not advancing:
+            async with reading(path) as journal:
+                with journal.reader() as r:
+                    values = tail.read(r, from_cursor=False)
+            tail.show(values)
+        first = False
+        assert tail.position is not None
+        if tail.position < tail.length and tail.status is not None:
+            continue  # more than one batch waiting
+        if not args.follow or tail.status is None or tail.status in TERMINAL_STATUSES:
+            break
+        with trio.move_on_after(args.interval):
+            await stop.wait()
+    if args.json and not args.follow:
+        doc = {"address": args.address, "consumer": args.consumer, "read_only": not advancing,
+               "cursor_before": tail.cursor_before, "cursor_after": tail.position,
+               "length": tail.length, "status": tail.status, "values": tail.printed}  # fmt: skip
+        print(json.dumps(jsonable(doc), indent=2, ensure_ascii=False))
+    elif not args.json and not args.follow:
+        moved = "moved to" if advancing else "left at"
+        before = tail.cursor_before if tail.cursor_before is not None else "(new)"
+        after = tail.position if advancing else before
+        print(f"actors: consumer {args.consumer!r}: cursor {before}, {moved} {after} of "
+              f"{tail.length} values", file=sys.stderr)  # fmt: skip
+    if tail.status is None and tail.position is not None:
+        print(f"actors: {args.address!r} was removed from the journal", file=sys.stderr)
+    return OK
+
+
+async def _tail_has_new(tail: _Tail) -> bool:
+    """Peek without the owner lock: are there values past the position?"""
+    async with reading(tail.path) as journal:
+        with journal.reader() as r:
+            row = r.instance(tail.iid)
+            tail.status = row.status if row is not None else None
+            tail.length = r.stream_length(tail.iid)
+    return tail.position is not None and tail.length > tail.position

@@ -1,0 +1,167 @@
+"""Writing commands: ``send`` and ``cancel``.
+
+They write only to a journal no system holds (see the package docstring
+for why), taking the owner lock for the moment the write takes, and build
+their transactions with `actors._protocol`, as the runtime does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from storage import (
+    STATUS_WORDS,
+    TERMINAL_STATUSES,
+    UNFINISHED_STATUSES,
+    InstanceRow,
+    Reader,
+    instance_id,
+)
+from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalLocked
+
+from .. import _protocol, _saga
+from .. import _supervision as _sup
+from .._records import Signal
+from ._access import find_instance, journal_dir, not_live, read_row, writing
+from ._errors import CORRUPT, OK, USAGE, CLIError, held_error
+from ._render import emit, local_time
+
+__all__ = ["send", "cancel"]
+
+_MAX_PAYLOAD = 1 << 20  # open_system's default max_payload
+
+
+def _payload(text: str | None) -> Any:
+    if text is None:
+        return None
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CLIError(
+            f'the payload is not JSON ({exc}); quote it for the shell, e.g. \'{{"by": "ann"}}\'',
+            USAGE,
+        ) from None
+
+
+async def send(args: argparse.Namespace) -> int:
+    """``actors send``: put a message in a live instance's mailbox."""
+    path = journal_dir(args)
+    try:
+        signal = Signal(args.signal)
+    except TypeError:
+        raise CLIError(
+            f"{args.signal!r} is not a signal name: give a non-empty name", USAGE
+        ) from None
+    payload = _payload(args.payload)
+    iid = instance_id(args.address)
+    try:
+        async with writing(path) as journal:
+            with journal.reader() as r:
+                row = read_row(r, iid)
+            txn, _ = _protocol.send_txn(
+                iid, signal.name, payload, time.time(), max_payload=_MAX_PAYLOAD
+            )
+            try:
+                (seq,) = await journal.commit(txn, durable=True)
+            except Conflict:
+                with journal.reader() as r:
+                    raise not_live(args.address, read_row(r, iid)) from None
+    except JournalLocked as exc:
+        raise held_error(path, exc.pid, f"send to {args.address!r}", "send") from None
+    status = row.status if row is not None else "live"
+    doc = {"sent": True, "address": args.address, "signal": signal.name, "payload": payload,
+           "message": seq, "status": status}  # fmt: skip
+    emit(args, doc, lambda: (
+        f"sent {signal.name!r} to {args.address} as message #{seq}; it is {status}, and "
+        "takes the message when a system that runs its process next opens this journal"
+    ))  # fmt: skip
+    return OK
+
+
+async def cancel(args: argparse.Namespace) -> int:
+    """``actors cancel``: cancel a live instance and its live descendants."""
+    path = journal_dir(args)
+    try:
+        async with writing(path) as journal:
+            with journal.reader() as r:
+                root = find_instance(r, args.address, path)
+                if root.status not in UNFINISHED_STATUSES:
+                    words = STATUS_WORDS.get(root.status, f"it is {root.status}")
+                    at = root.record.get("updated")
+                    ended = at and root.status in TERMINAL_STATUSES
+                    raise CLIError(
+                        f"nothing to cancel at {args.address!r}: {words}"
+                        + (f" at {local_time(at)}" if ended else "")
+                    )
+                plan: list[_protocol.Cancel] = []
+                _plan_cancel(r, root, args.reason, plan, set())
+            pending = [(c.row.address, len(_saga.pending(c.row.record))) for c in plan
+                       if _saga.pending(c.row.record)]  # fmt: skip
+            if pending and not args.force:
+                which = ", ".join(f"{a} ({n})" for a, n in pending)
+                raise CLIError(
+                    f"not cancelled: saga compensations are pending in {which}, and only "
+                    "the application can run them; cancel through the application "
+                    "(system.cancel), or pass --force to cancel without compensating"
+                )
+            try:  # one transaction for the whole subtree
+                txn, _ = _protocol.cancel_txn(plan, time.time())
+            except EncodeError as exc:
+                raise CLIError(
+                    f"not cancelled: a record under {args.address!r} holds values of a class "
+                    "this process has not imported; pass --import MODULE for the module that "
+                    f"defines it ({exc})"
+                ) from None
+            try:
+                await journal.commit(txn, durable=True)
+            except Conflict as exc:  # pragma: no cover - we hold the journal
+                raise CLIError(f"not cancelled: {exc}; try again") from None
+    except JournalLocked as exc:
+        raise held_error(path, exc.pid, f"cancel {args.address!r}", "cancel") from None
+    cancelled = [c.row.address for c in plan]
+    descendants = cancelled[:-1]
+    doc = {"cancelled": cancelled, "address": args.address, "reason": args.reason,
+           "uncompensated": [a for a, _ in pending]}  # fmt: skip
+
+    def render() -> str:
+        lines = [f"cancelled {args.address} ({root.status} before): {args.reason}"]
+        if descendants:
+            lines.append(f"and its {len(descendants)} live descendant(s), children first:")
+            lines += [f"  {a}" for a in descendants]
+        if pending:
+            lines.append("compensations not run (--force): " + ", ".join(a for a, _ in pending))
+        return "\n".join(lines)
+
+    emit(args, doc, render)
+    return OK
+
+
+def _plan_cancel(
+    r: Reader, row: InstanceRow, reason: str, plan: list[_protocol.Cancel], seen: set[bytes]
+) -> None:
+    """Add ``row`` to ``plan`` after its live descendants (depth first, as the runtime)."""
+    seen.add(row.iid)
+    try:
+        log = r.log(row.iid, row.record.get("run", 0))
+        timers = r.timers(row.iid)
+        children = _sup.children_in_log(log)
+        for address in children:
+            iid = instance_id(address)
+            if iid in seen:
+                continue
+            child = r.instance(iid)
+            if child is not None and child.status in UNFINISHED_STATUSES:
+                _plan_cancel(r, child, f"parent {row.address} cancelled", plan, seen)
+    except JournalCorrupt as exc:
+        raise CLIError(
+            f"not cancelled: records under {row.address!r} are corrupt ({exc}); start a "
+            "system on the journal, which marks corrupt instances, and cancel from there",
+            CORRUPT,
+        ) from None
+    plan.append(_protocol.Cancel(row, timers, reason))

@@ -1,0 +1,244 @@
+"""The write protocol: the journal transactions that change an instance's
+life, built in one place for the runtime (`ActorSystem`) and the command
+line alike.
+
+Each builder takes what the caller read (rows, timers) and the time, and
+returns a `storage.Txn` plus what the caller needs once it commits (which
+result slot holds a message's sequence number, which end notices to route).
+Builders never read or commit themselves: the runtime commits with its
+fences and routes what it committed to live instances; the CLI commits to a
+journal no system holds. So the two cannot drift apart on what a start, a
+send, a cancel or a cleanup writes.
+
+A message, as stored in a mailbox: ``[signal name, payload, sent at]``
+(epoch seconds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from storage import (
+    LIVE_STATUSES,
+    UNFINISHED_STATUSES,
+    InstanceRow,
+    TimerRow,
+    Txn,
+    decode,
+    encode,
+    instance_id,
+)
+from storage.errors import EncodeError
+
+from ._effects import end_signal
+from .errors import LimitExceeded
+
+__all__ = [
+    "Cancel",
+    "Notice",
+    "Start",
+    "add_message",
+    "cancel_txn",
+    "cleanup_txn",
+    "end_notice",
+    "end_payload",
+    "send_txn",
+    "start_txn",
+    "system_send_txn",
+]
+
+
+@attrs.frozen
+class Notice:
+    """A message a transaction adds for an instance: hand it to that instance
+    (``ActorSystem._route``) with ``results[slot]`` once committed.
+
+    ``message`` is the mailbox record as encoded for the journal: the only
+    form a receiver is handed, so a live receiver sees what replay reads."""
+
+    iid: bytes
+    message: bytes
+    slot: int
+
+
+@attrs.frozen
+class Start:
+    """A start's transaction, the record it writes (decoded from what was
+    encoded, never the caller's objects), and the accompanying message for
+    ``signal_with_start`` (None without one)."""
+
+    txn: Txn
+    record: dict[str, Any]
+    message: Notice | None
+
+
+@attrs.frozen
+class Cancel:
+    """One instance to cancel: its row and timers as read, and why.
+
+    ``epoch`` fences the write on a shared journal (`Journal.claim`); None
+    writes unfenced (single-owner journals, the CLI).
+    """
+
+    row: InstanceRow
+    timers: Sequence[TimerRow]
+    reason: str
+    epoch: int | None = None
+
+
+# -- messages -----------------------------------------------------------------------
+
+
+def add_message(
+    txn: Txn, iid: bytes, name: str, payload: Any, now: float, *, max_payload: int | None = None
+) -> Notice:
+    """Append a message to ``iid``'s mailbox in ``txn``; returns the notice
+    to route once it commits.
+
+    Raises:
+        EncodeError: the payload cannot be stored (naming the path inside it).
+        LimitExceeded: it encodes to more than ``max_payload`` bytes.
+    """
+    try:
+        slot = txn.append_message(iid, [name, payload, now])
+    except EncodeError:
+        encode(payload, what="payload")  # raises with the path inside the payload
+        raise
+    message: bytes = txn.ops[-1][2]
+    # The limit is on the payload alone: the message's bytes less those of
+    # the same message around None (which encodes to one byte).
+    size = len(message) - (len(encode([name, None, now])) - 1)
+    if max_payload is not None and size > max_payload:
+        raise LimitExceeded(
+            f"the {name!r} payload encodes to {size} bytes, over the "
+            f"max_payload={max_payload} limit; send a reference (an id or a "
+            "path) instead, or raise open_system(max_payload=...)"
+        )
+    return Notice(iid, message, slot)
+
+
+def send_txn(
+    iid: bytes, name: str, payload: Any, now: float, *, max_payload: int
+) -> tuple[Txn, Notice]:
+    """A user's send: the message, on condition that the instance is live
+    (else the commit raises `Conflict` and stores nothing)."""
+    txn = Txn()
+    txn.require(iid, LIVE_STATUSES)
+    return txn, add_message(txn, iid, name, payload, now, max_payload=max_payload)
+
+
+def system_send_txn(iid: bytes, name: str, payload: Any, now: float) -> tuple[Txn, Notice]:
+    """A runtime message (escalation, cancel request): no liveness check,
+    the receiver decides what it means."""
+    txn = Txn()
+    return txn, add_message(txn, iid, name, payload, now)
+
+
+# -- start ---------------------------------------------------------------------------
+
+
+def start_txn(
+    iid: bytes,
+    *,
+    address: str,
+    process: str,
+    params: Sequence[Any],
+    input: dict[str, Any],
+    parent: str | None,
+    previous: InstanceRow | None,
+    now: float,
+    message: tuple[str, Any] | None = None,
+    max_payload: int | None = None,
+) -> Start:
+    """Record a new instance (a new incarnation over a cancelled
+    ``previous``), with a first message for ``signal_with_start``.
+
+    Invariant: an address has one incarnation at a time; a new one replaces
+    a cancelled one whole (log, mailbox, timers, stream) and counts on from
+    its incarnation number.
+    """
+    stored = encode({
+        "params": list(params), "input": input, "run": 0,
+        "inc": (previous.record.get("inc", 0) + 1) if previous is not None else 1,
+        "created": now, "updated": now, "parent": parent,
+    }, what="record")  # fmt: skip
+    txn = Txn()
+    if previous is not None:
+        txn.delete_instance(iid)
+    txn.put_instance_encoded(iid, address=address, process=process, status="running", record=stored)
+    notice = None
+    if message is not None:
+        notice = add_message(txn, iid, message[0], message[1], now, max_payload=max_payload)
+    # The process runs on what was stored, never on the caller's objects.
+    return Start(txn, decode(stored), notice)
+
+
+# -- ends ----------------------------------------------------------------------------
+
+
+def end_payload(status: str, record: dict[str, Any]) -> dict[str, Any]:
+    """What an awaited child's end message carries."""
+    payload: dict[str, Any] = {"status": status}
+    if status == "completed":
+        payload["result"] = record.get("result")
+    elif status == "failed":
+        payload["error"] = record.get("error")
+    else:
+        payload["reason"] = record.get("reason")
+    return payload
+
+
+def end_notice(
+    txn: Txn, address: str, record: dict[str, Any], status: str, now: float
+) -> Notice | None:
+    """Add the end message of an awaited child to ``txn`` (in the same
+    transaction as its terminal record, so the parent misses nothing);
+    None for an instance no parent awaits."""
+    parent = record.get("parent")
+    if not parent or not record.get("awaited"):
+        return None
+    name, payload = end_signal(address).name, end_payload(status, record)
+    return add_message(txn, instance_id(parent), name, payload, now)
+
+
+def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]]:
+    """Record each instance as cancelled, in the order given (children before
+    their parent), each on condition that it is still unfinished.
+
+    Per instance: the cancelled record (with the reason), its timers
+    removed, and the end message to its parent if one awaits it.
+
+    Raises:
+        EncodeError: a record holds a value this process cannot encode.
+    """
+    txn = Txn()
+    notices: list[Notice] = []
+    for cancel in cancels:
+        row = cancel.row
+        record = dict(row.record, reason=cancel.reason, updated=now, last_error=None)
+        txn.require(row.iid, UNFINISHED_STATUSES)
+        if cancel.epoch is not None:
+            txn.fence(row.iid, cancel.epoch)
+        txn.put_instance(
+            row.iid, address=row.address, process=row.process, status="cancelled", record=record
+        )
+        for timer in cancel.timers:
+            txn.cancel_timer(row.iid, timer.run, timer.seq)
+        notice = end_notice(txn, row.address, record, "cancelled", now)
+        if notice is not None:
+            notices.append(notice)
+    return txn, notices
+
+
+def cleanup_txn(iids: Iterable[bytes], statuses: Iterable[str]) -> Txn:
+    """Remove each instance and every record it owns, on condition that it
+    still has one of ``statuses`` (finished ones: see `ActorSystem.cleanup`)."""
+    wanted = frozenset(statuses)
+    txn = Txn()
+    for iid in iids:
+        txn.require(iid, wanted)
+        txn.delete_instance(iid)
+    return txn

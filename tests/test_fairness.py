@@ -1,0 +1,106 @@
+"""Long loops of the runtime yield: a consumer draining a large backlog, or
+a long listing, never starves the other tasks of the trio run."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from actors import Context, Signal, process
+from storage import Txn, instance_id
+
+BACKLOG = 30_000
+stop = Signal("stop")
+
+
+@process("feed/:name")
+async def feed(ctx: Context, name: str) -> None:
+    await ctx.emit(0)
+    await ctx.wait(stop)
+
+
+class Ticker:
+    """A task that counts its wake-ups and the longest real-time gap between them."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self.max_gap = 0.0
+
+    async def run(self) -> None:
+        last = time.perf_counter()
+        while True:
+            await trio.sleep(0)
+            now = time.perf_counter()
+            self.max_gap = max(self.max_gap, now - last)
+            last = now
+            self.ticks += 1
+
+
+async def _with_backlog(any_opener) -> None:
+    """An instance at feed/a whose stream holds BACKLOG + 1 values."""
+    async with any_opener(feed) as system:
+        handle = await system.start(feed, "a")
+        async with system.stream("feed/a", consumer="first") as values:
+            async for _ in values:
+                break
+        assert "suspended" == handle.status
+    journal = any_opener.journal()
+    await journal.open()
+    try:
+        txn = Txn()
+        for i in range(1, BACKLOG + 1):
+            txn.append_stream(instance_id("feed/a"), i)
+        await journal.commit(txn, durable=True)
+    finally:
+        await journal.close()
+
+
+async def test_draining_a_large_backlog_lets_other_tasks_run(any_opener):
+    await _with_backlog(any_opener)
+    async with any_opener(feed) as system:
+        ticker = Ticker()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker.run)
+            await trio.sleep(0.01)
+            before = ticker.ticks
+            total = seen = 0
+            started = time.perf_counter()
+            async with system.stream("feed/a", consumer="drain") as values:
+                async for value in values:
+                    total += value
+                    seen += 1
+                    if seen == BACKLOG + 1:
+                        break
+            took = time.perf_counter() - started
+            ticks = ticker.ticks - before
+            nursery.cancel_scope.cancel()
+        print(
+            f"drained {seen} values in {took:.3f} s; another task ran {ticks} times, "
+            f"longest gap {ticker.max_gap * 1000:.1f} ms"
+        )
+        assert BACKLOG * (BACKLOG + 1) // 2 == total
+        # One schedule point per batch of 256 values at least.
+        assert ticks >= BACKLOG // 256 // 2
+        assert ticker.max_gap < 0.5
+
+
+@process("many/:name")
+async def many(ctx: Context, name: str) -> None:
+    await ctx.wait(stop)
+
+
+async def test_a_long_query_lets_other_tasks_run(any_opener):
+    async with any_opener(many, passivate_after=0) as system:
+        for i in range(2000):
+            await system.start(many, str(i))
+        ticker = Ticker()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ticker.run)
+            await trio.sleep(0.01)
+            before = ticker.ticks
+            found = [info.id async for info in system.query(process=many)]
+            ticks = ticker.ticks - before
+            nursery.cancel_scope.cancel()
+        assert 2000 == len(found)
+        assert ticks >= 2000 // 256 // 2
