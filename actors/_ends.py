@@ -17,7 +17,7 @@ from storage import Txn
 from storage.errors import EncodeError
 
 from . import _effects as fx
-from . import _saga
+from . import _protocol, _saga
 from . import _supervision as _sup
 from ._records import describe_error
 from .errors import NonDeterminismError
@@ -118,17 +118,19 @@ class Ends:
         # (A crash in between is finished at recovery: see _recover.)
         children, self.children = self.children, {}
         await _sup.cancel_children(self.system, children, f"parent {self.address} {status}")
-        for timer in list(self.timers.values()):
-            txn.cancel_timer(self.iid, self.run, timer.seq)
+        timers = [(self.run, seq) for seq in self.timers]
         self.timers.clear()
-        notice = _sup.notify_parent(self.system, self.address, self.record, status, txn)
+        notice = _protocol.end_of_run(
+            txn, self.iid, address=self.address, record=self.record, status=status,
+            timers=timers, now=self.system.epoch_now(),
+        )  # fmt: skip
         results = await self._barrier(txn)
         self.status = status
         self.done = True
         self.system._status_changed(self.iid)
         self.system._ended(self, status)
         if notice is not None:
-            self.system._route(notice[0], results[-1], notice[1])
+            self.system._route(notice.iid, results[notice.slot], notice.message)
 
     async def diverge(self, exc: BaseException) -> None:
         """Keep the instance suspended with ``last_error`` (never failed or lost)."""
@@ -155,9 +157,13 @@ class Ends:
     def begin_run(self, txn: Txn, **changes: Any) -> None:
         """Into ``txn``: drop this run's log and timers, and record the next
         run (with ``changes`` to the record), status running."""
-        txn.drop_log(self.iid, self.run)
-        for timer in list(self.timers.values()):
-            txn.cancel_timer(self.iid, self.run, timer.seq)
+        timers = [(self.run, seq) for seq in self.timers]
         self.timers.clear()
-        self.run += 1
-        self.put_record(txn, "running", run=self.run, **changes)
+        record = dict(self.record, run=self.run, **changes)
+        record["updated"] = self.system.epoch_now()
+        self.record = _protocol.next_run(
+            txn, self.iid, address=self.address, process=self.proc.template, record=record,
+            timers=timers,
+        )  # fmt: skip
+        self.run = self.record["run"]
+        self.persisted_status = "running"

@@ -44,7 +44,9 @@ __all__ = [
     "cancel_txn",
     "cleanup_txn",
     "end_notice",
+    "end_of_run",
     "end_payload",
+    "next_run",
     "send_txn",
     "start_txn",
     "system_send_txn",
@@ -152,9 +154,12 @@ def start_txn(
     now: float,
     message: tuple[str, Any] | None = None,
     max_payload: int | None = None,
+    child: dict[str, Any] | None = None,
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
-    ``previous``), with a first message for ``signal_with_start``.
+    ``previous``), with a first message for ``signal_with_start``; for a
+    child of ``parent``, ``child`` holds its supervision fields (``restart``
+    type, ``awaited``, ``restarts`` history).
 
     Invariant: an address has one incarnation at a time; a new one replaces
     a cancelled one whole (log, mailbox, timers, stream) and counts on from
@@ -163,7 +168,7 @@ def start_txn(
     stored = encode({
         "params": list(params), "input": input, "run": 0,
         "inc": (previous.record.get("inc", 0) + 1) if previous is not None else 1,
-        "created": now, "updated": now, "parent": parent,
+        "created": now, "updated": now, "parent": parent, **(child or {}),
     }, what="record")  # fmt: skip
     txn = Txn()
     if previous is not None:
@@ -202,6 +207,55 @@ def end_notice(
         return None
     name, payload = end_signal(address).name, end_payload(status, record)
     return add_message(txn, instance_id(parent), name, payload, now)
+
+
+def end_of_run(
+    txn: Txn,
+    iid: bytes,
+    *,
+    address: str,
+    record: dict[str, Any],
+    status: str,
+    timers: Iterable[tuple[int, int]],
+    now: float,
+) -> Notice | None:
+    """Into ``txn``, beside the terminal record the caller put (the caller
+    handles a record that cannot be encoded): cancel the run's ``timers``
+    (``(run, seq)`` pairs) and add the end message to an awaiting parent.
+
+    Invariant: an end is recorded in one transaction with everything that
+    goes with it, so no timer outlives its run and no awaiting parent
+    misses the end of its child.
+    """
+    for run, seq in timers:
+        txn.cancel_timer(iid, run, seq)
+    return end_notice(txn, address, record, status, now)
+
+
+def next_run(
+    txn: Txn,
+    iid: bytes,
+    *,
+    address: str,
+    process: str,
+    record: dict[str, Any],
+    timers: Iterable[tuple[int, int]],
+) -> dict[str, Any]:
+    """Into ``txn``: end the run ``record["run"]`` (its log dropped, its
+    ``timers``, ``(run, seq)`` pairs, cancelled) and record the next one,
+    running; returns the record written (``run`` one on). Used for a
+    restart (from inside or outside the instance) and for continue-as-new.
+
+    Invariant: a run's log and timers go in the transaction that records
+    the next run, so a replay never reads another run's history.
+    """
+    run = record.get("run", 0)
+    txn.drop_log(iid, run)
+    for timer_run, seq in timers:
+        txn.cancel_timer(iid, timer_run, seq)
+    following = dict(record, run=run + 1)
+    txn.put_instance(iid, address=address, process=process, status="running", record=following)
+    return following
 
 
 def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]]:

@@ -26,14 +26,14 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, Txn, decode, encode, instance_id
+from storage import LIVE_STATUSES, Txn, instance_id
 
 from . import _effects as fx
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, read_log
 from ._process import OneForAll, OneForOne, RestForOne
-from ._protocol import end_notice, end_payload
+from ._protocol import end_payload, start_txn
 from ._records import Signal, describe_error, error_summary
 from .errors import ChildFailed
 
@@ -123,18 +123,16 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     fresh = row is None or row.status == "cancelled"
     ended = None
     if fresh:
-        now = system.epoch_now()
         # The child runs on its stored input, never on the parent's objects.
-        record = decode(encode({
-            "params": list(effect.params), "input": effect.input, "run": 0,
-            "inc": (row.record.get("inc", 0) + 1) if row is not None else 1,
-            "created": now, "updated": now, "parent": parent.address,
-            "restart": getattr(effect, "restart", "temporary"),
-            "awaited": type(effect) is fx.Call, "restarts": [],
-        }, what="record"))  # fmt: skip
-        if row is not None:
-            txn.delete_instance(iid)
-        txn.put_instance(iid, address=address, process=proc.template, status="running", record=record)
+        start = start_txn(
+            iid, address=address, process=proc.template, params=effect.params,
+            input=effect.input, parent=parent.address, previous=row, now=system.epoch_now(),
+            child={
+                "restart": getattr(effect, "restart", "temporary"),
+                "awaited": type(effect) is fx.Call, "restarts": [],
+            },
+        )  # fmt: skip
+        txn, record = start.txn, start.record
     elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:
         ended = end_payload(row.status, row.record)
     parent.add_child(address, effect.seq)
@@ -169,17 +167,6 @@ def abandon_child_effect(actor: ActorAPI, effect: Any) -> None:
     system._spawn_system_task(
         system._cancel_iid, instance_id(address), address, f"lost race in {actor.address}"
     )
-
-
-def notify_parent(
-    system: SystemAPI, address: str, record: dict[str, Any], status: str, txn: Txn
-) -> tuple[bytes, bytes] | None:
-    """Add the end message of an awaited child to ``txn``.
-
-    Returns (parent id, the encoded message) to hand to `ActorSystem._route`
-    with the message's seq once ``txn`` commits; None for other instances."""
-    notice = end_notice(txn, address, record, status, system.epoch_now())
-    return None if notice is None else (notice.iid, notice.message)
 
 
 def next_restarts(record: dict[str, Any], reason: str, now: float) -> list[dict[str, Any]]:

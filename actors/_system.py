@@ -492,15 +492,14 @@ class ActorSystem:
         if row is None or row.status not in LIVE_STATUSES:
             return
         await _sup.cancel_children(self, _sup.children_in_log(log), f"{address} is restarting")
-        run = row.record.get("run", 0)
         restarts = _sup.next_restarts(row.record, reason, self.epoch_now())
-        record = dict(row.record, run=run + 1, restarts=restarts, updated=self.epoch_now())
         txn = Txn()
         txn.require(iid, LIVE_STATUSES)
-        txn.drop_log(iid, run)
-        for timer in timers:
-            txn.cancel_timer(iid, timer.run, timer.seq)
-        txn.put_instance(iid, address=address, process=row.process, status="running", record=record)
+        _protocol.next_run(
+            txn, iid, address=address, process=row.process,
+            record=dict(row.record, restarts=restarts, updated=self.epoch_now()),
+            timers=[(timer.run, timer.seq) for timer in timers],
+        )  # fmt: skip
         try:
             await self.journal.commit(txn)
         except Conflict:
