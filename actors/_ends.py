@@ -124,7 +124,7 @@ class Ends:
             txn, self.iid, address=self.address, record=self.record, status=status,
             timers=timers, now=self.system.epoch_now(),
         )  # fmt: skip
-        results = await self._barrier(txn)
+        results = await self.barrier(txn)
         self.status = status
         self.done = True
         self.system._status_changed(self.iid)
@@ -137,7 +137,7 @@ class Ends:
         txn = Txn()
         self.put_record(txn, "suspended", last_error=f"{type(exc).__name__}: {exc}")
         self.status = "suspended"
-        await self._barrier(txn, durable=True)
+        await self.barrier(txn, durable=True)
         self.system._status_changed(self.iid)
         self.system._forget(self)
 
@@ -150,7 +150,7 @@ class Ends:
         txn = Txn()
         self.begin_run(txn, input=effect.input, last_error=None)
         self.txn.ops.extend(txn.ops)
-        self._flush()
+        self.flush()
         self.driver.load({})
         return self.new_coroutine()
 

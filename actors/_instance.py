@@ -263,7 +263,7 @@ class Actor(Ends):
                 await self._park()
                 continue
             self._set_status("suspended")
-            self._flush()
+            self.flush()
             if passivate_now:
                 # Wake-ups before this point are accounted for by the loop's
                 # checks; _passivate stays only for one that comes meanwhile.
@@ -285,10 +285,10 @@ class Actor(Ends):
         # Invariant: an instance leaves memory only once everything it wrote
         # is durable, so whoever activates it next reads its latest state.
         if self.txn.ops or self.status != self.persisted_status:
-            await self._barrier(durable=True)
+            await self.barrier(durable=True)
         elif self.ticket is not None:
             ticket, self.ticket = self.ticket, None
-            await ticket.wait()  # what _flush just submitted
+            await ticket.wait()  # what flush just submitted
         if self.woken or self.busy or self.interrupt is not None:
             return  # something arrived meanwhile: stay
         self.system._forget(self)
@@ -306,7 +306,7 @@ class Actor(Ends):
             self.txn.set_status(self.iid, self.status)
             self.persisted_status = self.status
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """Submit the ridden writes without waiting."""
         self._sync_status()
         if self.txn.ops:
@@ -315,7 +315,7 @@ class Actor(Ends):
             self.ticket = self.journal.submit(self.txn)
             self.txn = Txn()
 
-    async def _barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]:
+    async def barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]:
         """Commit the ridden writes (plus ``txn``'s) and wait for them."""
         self._sync_status()
         pending = self.txn

@@ -178,7 +178,7 @@ async def compensate(actor: ActorAPI, failure: dict[str, Any], end: str) -> str:
     txn = Txn()
     actor.put_record(txn, "running", failure=failure, failure_end=end)
     actor.become("running")
-    await actor._barrier(txn)
+    await actor.barrier(txn)
     for comp in pending(actor.record):
         error = await _run_one(actor, comp)
         if error is not None:
@@ -186,7 +186,7 @@ async def compensate(actor: ActorAPI, failure: dict[str, Any], end: str) -> str:
             summary = f"compensation of step {comp['name']!r} failed: {error_summary(error)}"
             actor.put_record(txn, "compensation_stuck", last_error=summary, stuck=error)
             actor.become("compensation_stuck")
-            await actor._barrier(txn, durable=True)
+            await actor.barrier(txn, durable=True)
             return "compensation_stuck"
     return end
 
@@ -207,7 +207,7 @@ async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | No
         attempts = dict(actor.record.get("comp_attempts", {}))
         attempts[comp["id"]] = attempts_done
         actor.put_record(txn, "running", comp_attempts=attempts)
-        await actor._barrier(txn)
+        await actor.barrier(txn)
         info = StepInfo(key, comp["name"], attempts_done, actor.address, comp["result"])
         try:
             await call_once(actor, fn, tuple(comp["args"]), comp["kwargs"], None, info)
@@ -220,5 +220,5 @@ async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | No
         txn = Txn()
         done = list(actor.record.get("compensated", [])) + [comp["id"]]
         actor.put_record(txn, "running", compensated=done)
-        await actor._barrier(txn, durable=True)
+        await actor.barrier(txn, durable=True)
         return None

@@ -174,7 +174,7 @@ async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> Non
                     entry_base, attempt=attempt, failures=failures, closed=closed, key=step.key
                 )
                 in_attempt = True
-                await actor._barrier(_log_txn(actor, step.seq, record))
+                await actor.barrier(_log_txn(actor, step.seq, record))
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
                 try:
@@ -220,7 +220,7 @@ async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> Non
                 record, failures=failures, closed=closed + 1 if in_attempt else closed
             )
             actor.ride_log(step.seq, shut)
-            actor._flush()
+            actor.flush()
         raise
     finally:
         step.scope = None

@@ -51,7 +51,7 @@ async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
             exports = decode(encode(effect.payload, what="exports"))
             actor.put_record(txn, actor.status, exports=exports, exports_version=version)
         txn.put_log(actor.iid, actor.run, effect.seq, entry.to_stored())
-        await actor._barrier(txn)
+        await actor.barrier(txn)
         actor.finish(effect, None, None, None)
         actor.system._status_changed(actor.iid)  # wakes consumers and watchers
     finally:

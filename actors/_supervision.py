@@ -137,7 +137,7 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
         ended = end_payload(row.status, row.record)
     parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
-    await parent._barrier(txn)
+    await parent.barrier(txn)
     if fresh:
         system._run_created(iid, address, proc, record)
         system._status_changed(iid)
@@ -242,7 +242,7 @@ async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     txn = Txn()
     restarts = next_restarts(actor.record, reason, system.epoch_now())
     actor.begin_run(txn, restarts=restarts, last_error=None)
-    await actor._barrier(txn)
+    await actor.barrier(txn)
     actor.become("running")
     system._forget(actor)
     system._status_changed(actor.iid)

@@ -875,7 +875,7 @@ class ActorSystem:
         for actor in list(self._live.values()):
             if actor.loaded and not actor.done:
                 try:
-                    actor._flush()
+                    actor.flush()
                 except Exception:  # noqa: BLE001
                     log.exception("could not flush %r on close", actor.address)
 
