@@ -34,7 +34,6 @@ class SystemAPI(Protocol):
 
     journal: Journal
     random: random.Random
-    node: str
     passivate_after: float
     timers: Any  # the TimerService
     step_limiter: trio.CapacityLimiter
@@ -45,6 +44,9 @@ class SystemAPI(Protocol):
 
     @property
     def closing(self) -> bool: ...
+
+    @property
+    def node(self) -> str | None: ...
 
     def epoch_now(self) -> float: ...
 
@@ -67,6 +69,10 @@ class SystemAPI(Protocol):
     def _route(self, iid: bytes, seq: int, message: bytes) -> None: ...
 
     def _timer_due(self, iid: bytes, now: float) -> None: ...
+
+    def _instance_idle(self) -> None: ...
+
+    def _corrupt_error(self, iid: bytes, address: str) -> Exception: ...
 
     def _run_created(
         self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
