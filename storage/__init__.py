@@ -31,6 +31,7 @@ from .errors import (
     EncodeError as EncodeError,
     JournalClosed as JournalClosed,
     JournalCorrupt as JournalCorrupt,
+    JournalDiskFull as JournalDiskFull,
     JournalFull as JournalFull,
     JournalLocked as JournalLocked,
     JournalUnavailable as JournalUnavailable,

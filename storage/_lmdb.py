@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import queue
 import struct
@@ -72,7 +73,16 @@ from ._journal import (
     TimerRow,
     Txn,
 )
-from .errors import Conflict, JournalClosed, JournalCorrupt, JournalFull, JournalLocked
+from .errors import (
+    ActorError,
+    Conflict,
+    EncodeError,
+    JournalClosed,
+    JournalCorrupt,
+    JournalDiskFull,
+    JournalFull,
+    JournalLocked,
+)
 
 __all__ = ["LMDBJournal", "JournalHolder"]
 
@@ -88,6 +98,15 @@ _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
 _MAIL_COUNTER = b"m"
 _STREAM_COUNTER = b"s"
+
+_DIR_MODE = 0o700  # see LMDBJournal._make_private_dir
+_FILE_MODE = 0o600
+_FILES = ("data.mdb", "lock.mdb", "owner.lock")
+# A commit failing with one of these means the filesystem is full (on some,
+# tmpfs among them, a short write shows as EIO) or failing.
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+_log = logging.getLogger("storage")
 
 _open_journals: weakref.WeakSet[LMDBJournal] = weakref.WeakSet()
 
@@ -266,11 +285,12 @@ class LMDBJournal(Journal):
         if self.readonly:
             self._open_readonly()
             return
-        self.path.mkdir(parents=True, exist_ok=True)
+        self._make_private_dir()
         self._lock_fd = self._take_lock()
         try:
             self._env = lmdb.open(
                 str(self.path),
+                mode=_FILE_MODE,
                 map_size=self.map_size,
                 max_dbs=len(_DBS),
                 metasync=self.durability == "sync",
@@ -314,10 +334,43 @@ class LMDBJournal(Journal):
         self._waker.start()
         _open_journals.add(self)
 
+    def _make_private_dir(self) -> None:
+        # Payloads, inputs and results are the application's data: like
+        # PostgreSQL's data directory, a journal is for its owner alone.
+        # Invariant: a directory created here is 0700 and the files LMDB and
+        # _take_lock create in it 0600; an existing one is left as it is
+        # (it may be shared on purpose), but wider modes are reported.
+        if not self.path.exists():
+            self.path.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+            os.chmod(self.path, _DIR_MODE)  # mkdir's mode passes through the umask
+            return
+        self._warn_if_exposed()
+
+    def _warn_if_exposed(self) -> None:
+        exposed = []
+        files = []
+        for path in (self.path, *(self.path / name for name in _FILES)):
+            try:
+                mode = path.stat().st_mode & 0o777
+            except OSError:
+                continue  # not created yet
+            if path != self.path:
+                files.append(str(path))
+            if mode & 0o077:
+                exposed.append(f"{path} (mode {mode:04o})")
+        if exposed:
+            fix = f"chmod 700 {self.path}" + (f" && chmod 600 {' '.join(files)}" if files else "")
+            _log.warning(
+                "the journal at %s is open to other users of this host: %s; run '%s' "
+                "to keep its payloads private",
+                self.path, ", ".join(exposed), fix,
+            )  # fmt: skip
+
     def _open_readonly(self) -> None:
         # No owner lock and no writer: LMDB lets readers in other processes
         # share the environment with the one that writes (lock=True keeps
         # their snapshots consistent with its commits).
+        self._warn_if_exposed()
         try:
             self._env = lmdb.open(
                 str(self.path), readonly=True, lock=True, max_dbs=len(_DBS), map_size=0,
@@ -345,7 +398,7 @@ class LMDBJournal(Journal):
 
     def _take_lock(self) -> int:
         lock_path = self.path / "owner.lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -640,9 +693,13 @@ class LMDBJournal(Journal):
             return None
         try:
             batch.outcomes = self._apply_all(wtxn, batch.txns, isolate=False)
-        except Exception:
+        except lmdb.MapFullError:
             wtxn.abort()
             batch.outcomes = self._write(batch.txns)
+            return None
+        except Exception:  # one transaction is at fault (a key too long, say)
+            wtxn.abort()
+            batch.outcomes = self._write(batch.txns, isolate=True)
             return None
         return wtxn
 
@@ -660,32 +717,58 @@ class LMDBJournal(Journal):
         except Exception:
             return None
 
-    def _write(self, txns: list[Txn]) -> list[Any]:
+    def _write(self, txns: list[Txn], *, isolate: bool = False) -> list[Any]:
         """The careful path: apply and commit ``txns``, growing the map as
-        needed and isolating a transaction that fails; return the outcomes."""
+        needed and isolating a transaction that fails; return the outcomes.
+
+        Invariant: a transaction fails alone unless the commit itself fails
+        (the map or the disk is full), and then each caller learns why.
+        """
         env = self._env
         assert env is not None
-        try:
-            while True:
-                try:
-                    return self._apply(env, txns, isolate=False)
-                except lmdb.MapFullError:
-                    if not self._grow(env):
-                        break
-                except lmdb.Error:
-                    break  # maybe one transaction is at fault (a key too long, say)
+        while True:
+            try:
+                return self._apply(env, txns, isolate=isolate)
+            except lmdb.MapFullError as exc:
+                if self._grow(env):
+                    continue
+                if isolate:  # no room even to commit what fits
+                    return [self._commit_failed(exc) for _ in txns]
+            except Exception as exc:
+                if isolate:  # LMDB or the disk failed: every caller learns of it
+                    return [self._commit_failed(exc) for _ in txns]
             # Apply each transaction on its own, so the one that does not fit
             # (or is otherwise refused) fails alone.
-            return self._apply(env, txns, isolate=True)
-        except Exception as exc:  # LMDB itself failed: every caller learns of it
-            return [self._commit_failed(exc) for _ in txns]
+            isolate = True
 
-    def _commit_failed(self, exc: Exception) -> JournalCorrupt:
-        failure = JournalCorrupt(
-            f"commit to {self.describe()} failed: {exc!r}", database="", key=b""
-        )
+    def _commit_failed(self, exc: Exception) -> ActorError:
+        """The error for a caller whose transaction could not be written."""
+        failure: ActorError
+        if isinstance(exc, lmdb.MapFullError):
+            failure = self._full()
+        elif isinstance(exc, lmdb.DiskError) or any(
+            os.strerror(code) in str(exc) for code in _DISK_ERRNOS
+        ):
+            failure = JournalDiskFull(
+                f"{self.describe()} could not write to its filesystem ({exc}): the disk "
+                f"under {self.path} is full or failing; free space there (df {self.path}) "
+                "or move the journal to a larger disk, then retry. Nothing of this "
+                "transaction was written.",
+                path=str(self.path),
+            )
+        else:
+            failure = JournalCorrupt(
+                f"commit to {self.describe()} failed: {exc!r}", database="", key=b""
+            )
         failure.__cause__ = exc
         return failure
+
+    def _full(self) -> JournalFull:
+        return JournalFull(
+            f"{self.describe()} is full at max_map_size={self.max_map_size} bytes; "
+            "open it with a larger LMDBJournal(max_map_size=...) or clean up finished "
+            "instances (system.cleanup). Nothing of this transaction was written."
+        )
 
     def _grow(self, env: lmdb.Environment) -> bool:
         current = env.info()["map_size"]
@@ -705,7 +788,8 @@ class LMDBJournal(Journal):
 
         Each gets its results, or `Conflict` when a precondition fails (its
         operations are skipped). With ``isolate``, each runs in a nested
-        transaction so that one that does not fit fails alone (`JournalFull`).
+        transaction, so that one that does not fit (`JournalFull`) or that
+        LMDB refuses (`EncodeError`) fails alone and the others go on.
         """
         outcomes: list[Any] = []
         apply = _Applier(wtxn, self._handles)
@@ -721,20 +805,22 @@ class LMDBJournal(Journal):
                 continue
             child = self._env.begin(write=True, parent=wtxn)  # type: ignore[union-attr]
             try:
-                outcomes.append(_Applier(child, self._handles).run(txn.ops))
+                results = _Applier(child, self._handles).run(txn.ops)
                 child.commit()
             except lmdb.MapFullError:
                 child.abort()
-                outcomes.append(
-                    JournalFull(
-                        f"{self.describe()} is full at max_map_size={self.max_map_size} "
-                        "bytes; open it with a larger LMDBJournal(max_map_size=...) or "
-                        "clean up old instances (system.cleanup)"
-                    )
-                )
-            except lmdb.Error as exc:
+                outcomes.append(self._full())
+            except Exception as exc:  # noqa: BLE001 - this transaction alone is refused
                 child.abort()
-                outcomes.append(self._commit_failed(exc))
+                refused = EncodeError(
+                    f"{self.describe()} cannot store this transaction ({exc!r}): a key or "
+                    "value is over the journal's limits; nothing of it was written (the "
+                    "rest of its batch was)"
+                )
+                refused.__cause__ = exc
+                outcomes.append(refused)
+            else:
+                outcomes.append(results)
         return outcomes
 
     # -- reading -----------------------------------------------------------
