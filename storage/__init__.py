@@ -9,6 +9,7 @@ from ._codec import Opaque as Opaque, lenient_decoding as lenient_decoding
 from ._codec import serializable as serializable
 from ._journal import (
     LIVE_STATUSES as LIVE_STATUSES,
+    MAX_ADDRESS_BYTES as MAX_ADDRESS_BYTES,
     STATUS_WORDS as STATUS_WORDS,
     STATUSES as STATUSES,
     TERMINAL_STATUSES as TERMINAL_STATUSES,
