@@ -38,6 +38,7 @@ import os
 import queue
 import struct
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -96,6 +97,16 @@ _DBS = (
 _FORMAT = b"1"
 _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
+# "async" durability acknowledges a write once it is queued, but only while
+# fewer than ASYNC_WINDOW_TXNS transactions wait to be committed and the
+# oldest of them was queued less than ASYNC_WINDOW_SECONDS ago; past either
+# bound the caller waits for its own commit. So acknowledged writes that a
+# crash can lose number at most ASYNC_WINDOW_TXNS, and when the disk falls
+# behind, writers slow down to its pace instead of queueing without end.
+ASYNC_WINDOW_TXNS = 1000
+ASYNC_WINDOW_SECONDS = 1.0
+# Operations that only remove records (see LMDBJournal._write's reserve).
+_FREEING_OPS = frozenset({DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, CANCEL_TIMER})
 _MAIL_COUNTER = b"m"
 _STREAM_COUNTER = b"s"
 
@@ -130,9 +141,10 @@ class _Batch:
     and ``event`` belong to the trio thread alone.
     """
 
-    __slots__ = ("txns", "waiters", "outcomes", "finished", "event")
+    __slots__ = ("txns", "waiters", "outcomes", "finished", "event", "born")
 
     def __init__(self) -> None:
+        self.born = time.monotonic()  # for the "async" window (see ASYNC_WINDOW_SECONDS)
         self.txns: list[Txn] = []
         # Parallel to txns: the task parked in `LMDBJournal.commit` for that
         # txn, or None (submitted without waiting, or its waiter was cancelled).
@@ -274,6 +286,11 @@ class LMDBJournal(Journal):
         # it to resize the map (set_mapsize needs no transaction open).
         self._read_lock = threading.Lock()
         self._inflight = 0  # batches submitted and not yet finished (trio thread)
+        # The trio thread's view of the "async" window: transactions queued
+        # and not yet finished, and the batches holding them, oldest first
+        # (finished ones leave from the front).
+        self._uncommitted = 0
+        self._unfinished: deque[_Batch] = deque()
         self._inline_claimed = False  # a caller is trying the fast path (trio thread)
         self._hold: AutojumpHold | None = None
 
@@ -507,13 +524,19 @@ class LMDBJournal(Journal):
         if self.readonly:
             self._refuse_write()
         if not (durable or self.durability == "sync" or txn.requires):
-            # "async" durability: queued is enough. Still a checkpoint, so a
-            # loop of such commits cannot starve the other tasks.
+            # "async" durability: queued is enough, within the window (see
+            # ASYNC_WINDOW_TXNS); past it, wait for this commit like "sync".
+            # Still a checkpoint, so a loop of such commits cannot starve
+            # the other tasks.
             await trio.lowlevel.checkpoint_if_cancelled()
-            self.submit(txn)
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return []
-        if self._inflight == 0 and not self._inline_claimed:
+            if self._uncommitted < ASYNC_WINDOW_TXNS and (
+                not self._unfinished
+                or time.monotonic() - self._unfinished[0].born < ASYNC_WINDOW_SECONDS
+            ):
+                self.submit(txn)
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return []
+        elif self._inflight == 0 and not self._inline_claimed:
             outcomes = await self._commit_inline(txn)
             if outcomes is not None:
                 return _unwrap(outcomes[0])
@@ -574,6 +597,7 @@ class LMDBJournal(Journal):
             else:
                 batch = _Batch()
                 pending.append(batch)
+                self._unfinished.append(batch)
                 self._inflight += 1
                 if self._inflight == 1 and self._hold is not None:
                     self._hold.acquire()
@@ -581,6 +605,7 @@ class LMDBJournal(Journal):
                     self._cond.notify()  # the writer may be idle
             batch.txns.append(txn)
             batch.waiters.append(waiter)
+            self._uncommitted += 1
             return batch, len(batch.txns) - 1
 
     def _finish(self, batch: _Batch) -> None:
@@ -590,6 +615,10 @@ class LMDBJournal(Journal):
         if self._inflight == 0 and self._hold is not None:
             self._hold.release()
         batch.finished = True
+        self._uncommitted -= len(batch.txns)
+        unfinished = self._unfinished
+        while unfinished and unfinished[0].finished:
+            unfinished.popleft()
         reschedule = trio.lowlevel.reschedule
         for task, result in zip(batch.waiters, batch.outcomes):
             if task is not None:
@@ -728,18 +757,37 @@ class LMDBJournal(Journal):
         assert env is not None
         while True:
             try:
-                return self._apply(env, txns, isolate=isolate)
+                outcomes = self._apply(env, txns, isolate=isolate)
             except lmdb.MapFullError as exc:
                 if self._grow(env):
                     continue
                 if isolate:  # no room even to commit what fits
-                    return [self._commit_failed(exc) for _ in txns]
+                    outcomes = [self._commit_failed(exc) for _ in txns]
+                    break
             except Exception as exc:
                 if isolate:  # LMDB or the disk failed: every caller learns of it
                     return [self._commit_failed(exc) for _ in txns]
+            else:
+                break
             # Apply each transaction on its own, so the one that does not fit
             # (or is otherwise refused) fails alone.
             isolate = True
+        # Deleting needs room too (LMDB copies the pages it changes), so on
+        # a full map cleanup could never make room: a transaction that only
+        # frees gets the reserve past max_map_size. It commits after the
+        # rest of its batch, which no caller can tell from an order they
+        # raced for.
+        freeing = [
+            i for i, (txn, outcome) in enumerate(zip(txns, outcomes))
+            if type(outcome) is JournalFull and all(op[0] in _FREEING_OPS for op in txn.ops)
+        ]  # fmt: skip
+        if freeing and self._grow(env, into_reserve=True):
+            again = self._write([txns[i] for i in freeing], isolate=True)
+            for i, outcome in zip(freeing, again):
+                outcomes[i] = outcome
+            with self._read_lock:  # keep the reserve for next time (LMDB
+                env.set_mapsize(self.max_map_size)  # keeps what is in use)
+        return outcomes
 
     def _commit_failed(self, exc: Exception) -> ActorError:
         """The error for a caller whose transaction could not be written."""
@@ -770,12 +818,15 @@ class LMDBJournal(Journal):
             "instances (system.cleanup). Nothing of this transaction was written."
         )
 
-    def _grow(self, env: lmdb.Environment) -> bool:
+    def _grow(self, env: lmdb.Environment, *, into_reserve: bool = False) -> bool:
+        limit = self.max_map_size
+        if into_reserve:
+            limit += min(max(self.max_map_size // 32, 1 << 20), 1 << 30)
         current = env.info()["map_size"]
-        if current >= self.max_map_size:
+        if current >= limit:
             return False
         with self._read_lock:
-            env.set_mapsize(min(current * 2, self.max_map_size))
+            env.set_mapsize(min(current * 2, limit))
         return True
 
     def _apply(self, env: lmdb.Environment, txns: list[Txn], *, isolate: bool) -> list[Any]:
