@@ -228,10 +228,25 @@ class LMDBJournal(Journal):
         map_size: initial size of the memory map in bytes. The file is
             sparse, so a generous value costs nothing up front.
         max_map_size: the map grows (doubling) up to this size; past it a
-            transaction fails with `JournalFull` naming this setting.
+            transaction fails with `JournalFull` naming this setting (one
+            that only deletes may use a small reserve past it, so cleanup
+            can always make room).
         durability: ``"sync"`` (an awaited commit returns once on disk) or
-            ``"async"`` (once queued; LMDB skips the meta-page fsync, which
-            keeps integrity but may lose the last commits on a power cut).
+            ``"async"`` (once queued, while fewer than `ASYNC_WINDOW_TXNS`
+            transactions wait and the oldest has waited under
+            `ASYNC_WINDOW_SECONDS`; past that, once committed. LMDB skips the
+            meta-page fsync, which keeps integrity but may lose the last
+            commit on a power cut).
+
+    A directory it creates is private to its owner (0700, files 0600); an
+    existing one that others can read is opened with a warning (logger
+    ``storage``) saying which ``chmod`` to run.
+
+    A commit that cannot be written fails with `JournalFull` (the map is at
+    ``max_map_size``) or `JournalDiskFull` (the filesystem is full or
+    failing); a transaction LMDB refuses (a key over its 511 bytes) fails
+    alone with `EncodeError`. Either way nothing of it is written and the
+    other transactions of its group commit go ahead.
         readonly: open an existing journal for reading only, as the CLI
             does: no owner lock is taken (so it works while a system in
             another process holds the journal) and no writer thread is
@@ -806,7 +821,11 @@ class LMDBJournal(Journal):
             )
         else:
             failure = JournalCorrupt(
-                f"commit to {self.describe()} failed: {exc!r}", database="", key=b""
+                f"commit to {self.describe()} failed: {exc!r}; nothing of this transaction "
+                "was written. If it keeps failing, close the system and open the journal "
+                "again (LMDB refuses writes after a failed meta-page write)",
+                database="",
+                key=b"",
             )
         failure.__cause__ = exc
         return failure
