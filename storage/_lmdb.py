@@ -223,6 +223,16 @@ class JournalHolder:
 class LMDBJournal(Journal):
     """The durable journal in an LMDB environment at ``path`` (a directory).
 
+    A directory it creates is private to its owner (0700, files 0600); an
+    existing one that others can read is opened with a warning (logger
+    ``storage``) saying which ``chmod`` to run.
+
+    A commit that cannot be written fails with `JournalFull` (the map is at
+    ``max_map_size``) or `JournalDiskFull` (the filesystem is full or
+    failing); a transaction LMDB refuses (a key over its 511 bytes) fails
+    alone with `EncodeError`. Either way nothing of it is written and the
+    other transactions of its group commit go ahead.
+
     Args:
         path: directory of the environment (created if missing).
         map_size: initial size of the memory map in bytes. The file is
@@ -237,16 +247,6 @@ class LMDBJournal(Journal):
             `ASYNC_WINDOW_SECONDS`; past that, once committed. LMDB skips the
             meta-page fsync, which keeps integrity but may lose the last
             commit on a power cut).
-
-    A directory it creates is private to its owner (0700, files 0600); an
-    existing one that others can read is opened with a warning (logger
-    ``storage``) saying which ``chmod`` to run.
-
-    A commit that cannot be written fails with `JournalFull` (the map is at
-    ``max_map_size``) or `JournalDiskFull` (the filesystem is full or
-    failing); a transaction LMDB refuses (a key over its 511 bytes) fails
-    alone with `EncodeError`. Either way nothing of it is written and the
-    other transactions of its group commit go ahead.
         readonly: open an existing journal for reading only, as the CLI
             does: no owner lock is taken (so it works while a system in
             another process holds the journal) and no writer thread is
@@ -800,8 +800,11 @@ class LMDBJournal(Journal):
             again = self._write([txns[i] for i in freeing], isolate=True)
             for i, outcome in zip(freeing, again):
                 outcomes[i] = outcome
-            with self._read_lock:  # keep the reserve for next time (LMDB
-                env.set_mapsize(self.max_map_size)  # keeps what is in use)
+            try:
+                with self._read_lock:  # keep the reserve for next time (LMDB
+                    env.set_mapsize(self.max_map_size)  # keeps what is in use)
+            except lmdb.Error:
+                pass  # then the map stays larger; nothing is lost
         return outcomes
 
     def _commit_failed(self, exc: Exception) -> ActorError:
