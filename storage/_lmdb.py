@@ -847,8 +847,11 @@ class LMDBJournal(Journal):
         current = env.info()["map_size"]
         if current >= limit:
             return False
-        with self._read_lock:
-            env.set_mapsize(min(current * 2, limit))
+        try:
+            with self._read_lock:
+                env.set_mapsize(min(current * 2, limit))
+        except lmdb.Error:  # no address space, say: the map stays as it is
+            return False
         return True
 
     def _apply(self, env: lmdb.Environment, txns: list[Txn], *, isolate: bool) -> list[Any]:
