@@ -470,7 +470,11 @@ async def test_sync_sends_return_promptly_beside_a_cpu_busy_task(tmp_path, pause
                 times.append(time.perf_counter() - t0)
             n.cancel_scope.cancel()
     times.sort()
-    assert times[-2] < 0.25, times  # p98 of 50; it was 6.5-19 s when hand-back waited for idle
+    shown = [round(t, 3) for t in times]
+    # Single sends took 6.5-19 s beside such a task. The bounds leave room
+    # for a loaded 2-core machine, where a thread may wait 100 ms for a core.
+    assert times[25] < 0.1, shown  # the median
+    assert times[-2] < 1.0, shown  # p98
 
 
 def test_journal_errors_are_the_runtimes_errors():
