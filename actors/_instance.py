@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from storage import Ticket, Txn
-from storage.errors import Conflict, EncodeError, JournalCorrupt
+from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalFull
 
 from . import _effects as fx
 from . import _saga
@@ -49,6 +49,15 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("actors")
+
+
+def _journal_full(exc: BaseException) -> JournalFull | None:
+    """``exc`` if it is a `JournalFull`, or a group holding nothing else."""
+    while isinstance(exc, BaseExceptionGroup):
+        if exc.split(JournalFull)[1] is not None:
+            return None  # something else failed too: that must not be hidden
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, JournalFull) else None
 
 
 def _lost_ownership(exc: BaseException) -> Conflict | None:
@@ -156,6 +165,14 @@ class Actor:
                     await self._drive()
                 nursery.cancel_scope.cancel()
         except Exception as exc:
+            full = _journal_full(exc)
+            if full is not None:
+                # Our own write found no room: nothing of it was written, so
+                # the journal still holds a state replay resumes from. Never
+                # take the system down for it; it retries when there is room.
+                self.done = True
+                self.system._stalled(self, full)
+                return
             lost = _lost_ownership(exc)
             if lost is None:
                 raise
