@@ -38,6 +38,7 @@ from .errors import (
     InvalidArguments as InvalidArguments,
     JournalClosed as JournalClosed,
     JournalCorrupt as JournalCorrupt,
+    JournalDiskFull as JournalDiskFull,
     JournalFull as JournalFull,
     JournalLocked as JournalLocked,
     JournalUnavailable as JournalUnavailable,

@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from storage import Ticket, Txn
-from storage.errors import Conflict, JournalCorrupt
+from storage.errors import Conflict, JournalCorrupt, JournalFull
 
 from . import _effects as fx
 from . import _saga
@@ -45,6 +45,15 @@ from .errors import NonDeterminismError
 
 
 log = logging.getLogger("actors")
+
+
+def _journal_full(exc: BaseException) -> JournalFull | None:
+    """``exc`` if it is a `JournalFull`, or a group holding nothing else."""
+    while isinstance(exc, BaseExceptionGroup):
+        if exc.split(JournalFull)[1] is not None:
+            return None  # something else failed too: that must not be hidden
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, JournalFull) else None
 
 
 def _lost_ownership(exc: BaseException) -> Conflict | None:
@@ -137,6 +146,16 @@ class Actor(Ends):
                             await self._interrupted()
                 nursery.cancel_scope.cancel()
         except Exception as exc:
+            full = _journal_full(exc)
+            if full is not None:
+                # Our own write found no room: nothing of it was written, so
+                # the journal still holds a state replay resumes from. Never
+                # take the system down for it; it retries when there is room.
+                self.done = True
+                self.status = "suspended"
+                self.record = dict(self.record, last_error=f"{type(full).__name__}: {full}")
+                self.system._stalled(self, full)
+                return
             lost = _lost_ownership(exc)
             if lost is None:
                 raise

@@ -14,6 +14,7 @@ import trio
 
 from storage import (
     LIVE_STATUSES,
+    MAX_ADDRESS_BYTES,
     STATUS_WORDS,
     STATUSES,
     TERMINAL_STATUSES,
@@ -25,7 +26,7 @@ from storage import (
     encode,
     instance_id,
 )
-from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
+from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _protocol
 from . import _supervision as _sup
@@ -96,6 +97,8 @@ class ActorSystem:
         self._foreign: set[bytes] = set()  # instances of processes not registered here
         self._ends: dict[bytes, tuple[str, dict[str, Any]]] = {}  # see _ended
         self._creating: dict[bytes, trio.Event] = {}
+        self._stalled_iids: set[bytes] = set()  # see _stalled
+        self._resuming = False
         self._status_events: dict[bytes, trio.Event] = {}
         self._cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
         # Why each instance marked corrupt in this session is: the record
@@ -206,6 +209,13 @@ class ActorSystem:
                 check_text(param, f"a path param of {proc.template!r}")
         own_address = proc.resolve(*params)
         address = address or own_address
+        size = len(address.encode())
+        if size > MAX_ADDRESS_BYTES:
+            raise LimitExceeded(
+                f"the address {address[:40]!r}... is {size} bytes, over the limit of "
+                f"{MAX_ADDRESS_BYTES} (storage.MAX_ADDRESS_BYTES); use short ids as path "
+                "params and put the data in the input"
+            )
         proc.check_input(params, input)
         encode(input, what="input")
         iid = instance_id(address)
@@ -697,6 +707,7 @@ class ActorSystem:
                 return  # another live node owns it (and was told of its mail)
             actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
             self._live[iid] = actor
+            self._ends.pop(iid, None)  # a stalled instance's last state (see _stalled)
         finally:
             self._activating.discard(iid)
         await actor.main()
@@ -717,6 +728,40 @@ class ActorSystem:
         self._ends[actor.iid] = (status, actor.record)
         if len(self._ends) > _ENDS_KEPT:
             del self._ends[next(iter(self._ends))]
+
+    def _stalled(self, actor: Actor, exc: JournalFull) -> None:
+        """``actor``'s own write found the journal full (or its disk): it
+        leaves memory suspended with ``last_error``, and is activated again
+        (replayed from what the journal holds) once there may be room."""
+        log.error(
+            "instance %r is suspended until the journal has room: %s", actor.address, exc,
+            extra={"actors_address": actor.address},
+        )  # fmt: skip
+        # Handle reads see the actor's suspended state with last_error (the
+        # journal could not take it); the next activation drops it (see
+        # _activate_task).
+        self._status_changed(actor.iid)
+        self._ended(actor, "suspended")
+        self._stalled_iids.add(actor.iid)
+        if not self._resuming:
+            self._resuming = True
+            self._spawn_system_task(self._resume_stalled)
+
+    async def _resume_stalled(self) -> None:
+        # One task for every stalled instance, backing off while the journal
+        # stays full: each retry replays the instance up to its failed write.
+        delay = _STALL_RETRY_FIRST
+        try:
+            while True:
+                await trio.sleep(delay)
+                if not self._stalled_iids:
+                    return  # nothing stalled again since the last round
+                iids, self._stalled_iids = self._stalled_iids, set()
+                for iid in iids:
+                    self._activate(iid)
+                delay = min(delay * 2, _STALL_RETRY_MAX)
+        finally:
+            self._resuming = False
 
     def _timer_due(self, iid: bytes, now: float) -> None:
         actor = self._live.get(iid)
@@ -862,7 +907,10 @@ class ActorSystem:
             await self._set_corrupt(bad.iid, bad.error)
         # A child whose parent ended while the system was down is not stranded.
         for iid, address, reason in orphans:
-            await self._cancel_iid(iid, address, reason)
+            try:
+                await self._cancel_iid(iid, address, reason)
+            except JournalFull as exc:  # the next open (with room) finishes it
+                log.error("could not cancel %r (%s): %s", address, reason, exc)
         for n, iid in enumerate(wanted, 1):
             self._activate(iid)
             if n % _YIELD_EVERY == 0:
@@ -883,6 +931,8 @@ class ActorSystem:
 _ENDS_KEPT = 10_000
 _RELOAD_AFTER = 0.5  # seconds before an instance that lost the journal is loaded again
 _YIELD_EVERY = 256  # items a long loop handles between schedule points
+_STALL_RETRY_FIRST = 1.0  # seconds; see ActorSystem._resume_stalled
+_STALL_RETRY_MAX = 60.0
 
 
 def _parent_gone(r: Any, parent: str) -> str | None:

@@ -13,6 +13,7 @@ from storage.errors import (
     EncodeError as EncodeError,
     JournalClosed as JournalClosed,
     JournalCorrupt as JournalCorrupt,
+    JournalDiskFull as JournalDiskFull,
     JournalFull as JournalFull,
     JournalLocked as JournalLocked,
     JournalUnavailable as JournalUnavailable,
@@ -22,7 +23,7 @@ __all__ = [
     "ActorError", "NotDelivered", "ProcessFailed", "ProcessCancelled", "StepFailed",
     "StepTimeout", "NonDeterminismError", "ChildFailed", "EncodeError", "JournalCorrupt",
     "JournalFull", "JournalLocked", "JournalClosed", "UnknownProcess", "InvalidArguments",
-    "ContextError", "Conflict", "LimitExceeded", "JournalUnavailable",
+    "ContextError", "Conflict", "LimitExceeded", "JournalUnavailable", "JournalDiskFull",
 ]  # fmt: skip
 
 

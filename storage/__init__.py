@@ -9,6 +9,7 @@ from ._codec import Opaque as Opaque, lenient_decoding as lenient_decoding
 from ._codec import serializable as serializable
 from ._journal import (
     LIVE_STATUSES as LIVE_STATUSES,
+    MAX_ADDRESS_BYTES as MAX_ADDRESS_BYTES,
     STATUS_WORDS as STATUS_WORDS,
     STATUSES as STATUSES,
     TERMINAL_STATUSES as TERMINAL_STATUSES,
@@ -31,6 +32,7 @@ from .errors import (
     EncodeError as EncodeError,
     JournalClosed as JournalClosed,
     JournalCorrupt as JournalCorrupt,
+    JournalDiskFull as JournalDiskFull,
     JournalFull as JournalFull,
     JournalLocked as JournalLocked,
     JournalUnavailable as JournalUnavailable,

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ._codec import decode, encode
-from .errors import Conflict, JournalCorrupt
+from .errors import Conflict, EncodeError, JournalCorrupt
 
 __all__ = [
     "Journal",
@@ -49,6 +49,7 @@ __all__ = [
     "UNFINISHED_STATUSES",
     "STATUS_WORDS",
     "instance_id",
+    "MAX_ADDRESS_BYTES",
 ]
 
 # Invariant: a status's code never changes (codes are stored in journals).
@@ -82,6 +83,12 @@ STATUS_WORDS: dict[str, str] = {
 }
 
 T = TypeVar("T")
+
+# Invariant: an instance's address and its process template are each at most
+# this many bytes of utf-8, so an instance record's header (both of them)
+# always fits a journal's length field (LMDB's is 2 bytes). `Txn.put_instance`
+# checks it; the runtime checks addresses before it builds a transaction.
+MAX_ADDRESS_BYTES = 16 * 1024
 
 
 def instance_id(address: str) -> bytes:
@@ -184,15 +191,30 @@ class Txn:
     def put_instance(
         self, iid: bytes, *, address: str, process: str, status: str, record: Any
     ) -> None:
-        """Create or replace the instance's record and index it under ``status``."""
-        self.ops.append(
-            (PUT_INSTANCE, iid, STATUS_CODE[status], process, address, encode(record, what="record"))
-        )
+        """Create or replace the instance's record and index it under ``status``.
+
+        Raises:
+            EncodeError: the address or template is over `MAX_ADDRESS_BYTES`.
+        """
+        self.put_instance_encoded(
+            iid, address=address, process=process, status=status,
+            record=encode(record, what="record"),
+        )  # fmt: skip
 
     def put_instance_encoded(
         self, iid: bytes, *, address: str, process: str, status: str, record: bytes
     ) -> None:
         """`put_instance` with a record already encoded by `storage.encode`."""
+        for what, name in (("address", address), ("process template", process)):
+            size = len(name.encode())
+            if size > MAX_ADDRESS_BYTES:
+                raise EncodeError(
+                    f"the instance's {what} is {size} bytes, over the journal's limit of "
+                    f"{MAX_ADDRESS_BYTES} (MAX_ADDRESS_BYTES); use short ids in addresses "
+                    "and put the data in the input",
+                    path=what,
+                    value_type="str",
+                )
         self.ops.append((PUT_INSTANCE, iid, STATUS_CODE[status], process, address, record))
 
     def set_status(self, iid: bytes, status: str) -> None:

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import queue
 import struct
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -72,7 +74,16 @@ from ._journal import (
     TimerRow,
     Txn,
 )
-from .errors import Conflict, JournalClosed, JournalCorrupt, JournalFull, JournalLocked
+from .errors import (
+    ActorError,
+    Conflict,
+    EncodeError,
+    JournalClosed,
+    JournalCorrupt,
+    JournalDiskFull,
+    JournalFull,
+    JournalLocked,
+)
 
 __all__ = ["LMDBJournal", "JournalHolder"]
 
@@ -116,8 +127,27 @@ def _format_mismatch(path: Path, found: bytes | None) -> JournalCorrupt:
     )
 _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
+# "async" durability acknowledges a write once it is queued, but only while
+# fewer than ASYNC_WINDOW_TXNS transactions wait to be committed and the
+# oldest of them was queued less than ASYNC_WINDOW_SECONDS ago; past either
+# bound the caller waits for its own commit. So acknowledged writes that a
+# crash can lose number at most ASYNC_WINDOW_TXNS, and when the disk falls
+# behind, writers slow down to its pace instead of queueing without end.
+ASYNC_WINDOW_TXNS = 1000
+ASYNC_WINDOW_SECONDS = 1.0
+# Operations that only remove records (see LMDBJournal._write's reserve).
+_FREEING_OPS = frozenset({DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, CANCEL_TIMER})
 _MAIL_COUNTER = b"m"
 _STREAM_COUNTER = b"s"
+
+_DIR_MODE = 0o700  # see LMDBJournal._make_private_dir
+_FILE_MODE = 0o600
+_FILES = ("data.mdb", "lock.mdb", "owner.lock")
+# A commit failing with one of these means the filesystem is full (on some,
+# tmpfs among them, a short write shows as EIO) or failing.
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+_log = logging.getLogger("storage")
 
 _open_journals: weakref.WeakSet[LMDBJournal] = weakref.WeakSet()
 
@@ -141,9 +171,10 @@ class _Batch:
     and ``event`` belong to the trio thread alone.
     """
 
-    __slots__ = ("txns", "waiters", "outcomes", "finished", "event")
+    __slots__ = ("txns", "waiters", "outcomes", "finished", "event", "born")
 
     def __init__(self) -> None:
+        self.born = time.monotonic()  # for the "async" window (see ASYNC_WINDOW_SECONDS)
         self.txns: list[Txn] = []
         # Parallel to txns: the task parked in `LMDBJournal.commit` for that
         # txn, or None (submitted without waiting, or its waiter was cancelled).
@@ -222,15 +253,30 @@ class JournalHolder:
 class LMDBJournal(Journal):
     """The durable journal in an LMDB environment at ``path`` (a directory).
 
+    A directory it creates is private to its owner (0700, files 0600); an
+    existing one that others can read is opened with a warning (logger
+    ``storage``) saying which ``chmod`` to run.
+
+    A commit that cannot be written fails with `JournalFull` (the map is at
+    ``max_map_size``) or `JournalDiskFull` (the filesystem is full or
+    failing); a transaction LMDB refuses (a key over its 511 bytes) fails
+    alone with `EncodeError`. Either way nothing of it is written and the
+    other transactions of its group commit go ahead.
+
     Args:
         path: directory of the environment (created if missing).
         map_size: initial size of the memory map in bytes. The file is
             sparse, so a generous value costs nothing up front.
         max_map_size: the map grows (doubling) up to this size; past it a
-            transaction fails with `JournalFull` naming this setting.
+            transaction fails with `JournalFull` naming this setting (one
+            that only deletes may use a small reserve past it, so cleanup
+            can always make room).
         durability: ``"sync"`` (an awaited commit returns once on disk) or
-            ``"async"`` (once queued; LMDB skips the meta-page fsync, which
-            keeps integrity but may lose the last commits on a power cut).
+            ``"async"`` (once queued, while fewer than `ASYNC_WINDOW_TXNS`
+            transactions wait and the oldest has waited under
+            `ASYNC_WINDOW_SECONDS`; past that, once committed. LMDB skips the
+            meta-page fsync, which keeps integrity but may lose the last
+            commit on a power cut).
         readonly: open an existing journal for reading only, as the CLI
             does: no owner lock is taken (so it works while a system in
             another process holds the journal) and no writer thread is
@@ -285,6 +331,11 @@ class LMDBJournal(Journal):
         # it to resize the map (set_mapsize needs no transaction open).
         self._read_lock = threading.Lock()
         self._inflight = 0  # batches submitted and not yet finished (trio thread)
+        # The trio thread's view of the "async" window: transactions queued
+        # and not yet finished, and the batches holding them, oldest first
+        # (finished ones leave from the front).
+        self._uncommitted = 0
+        self._unfinished: deque[_Batch] = deque()
         self._inline_claimed = False  # a caller is trying the fast path (trio thread)
         self._hold: AutojumpHold | None = None
 
@@ -296,11 +347,12 @@ class LMDBJournal(Journal):
         if self.readonly:
             self._open_readonly()
             return
-        self.path.mkdir(parents=True, exist_ok=True)
+        self._make_private_dir()
         self._lock_fd = self._take_lock()
         try:
             self._env = lmdb.open(
                 str(self.path),
+                mode=_FILE_MODE,
                 map_size=self.map_size,
                 max_dbs=len(_DBS),
                 metasync=self.durability == "sync",
@@ -339,10 +391,43 @@ class LMDBJournal(Journal):
         self._waker.start()
         _open_journals.add(self)
 
+    def _make_private_dir(self) -> None:
+        # Payloads, inputs and results are the application's data: like
+        # PostgreSQL's data directory, a journal is for its owner alone.
+        # Invariant: a directory created here is 0700 and the files LMDB and
+        # _take_lock create in it 0600; an existing one is left as it is
+        # (it may be shared on purpose), but wider modes are reported.
+        if not self.path.exists():
+            self.path.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+            os.chmod(self.path, _DIR_MODE)  # mkdir's mode passes through the umask
+            return
+        self._warn_if_exposed()
+
+    def _warn_if_exposed(self) -> None:
+        exposed = []
+        files = []
+        for path in (self.path, *(self.path / name for name in _FILES)):
+            try:
+                mode = path.stat().st_mode & 0o777
+            except OSError:
+                continue  # not created yet
+            if path != self.path:
+                files.append(str(path))
+            if mode & 0o077:
+                exposed.append(f"{path} (mode {mode:04o})")
+        if exposed:
+            fix = f"chmod 700 {self.path}" + (f" && chmod 600 {' '.join(files)}" if files else "")
+            _log.warning(
+                "the journal at %s is open to other users of this host: %s; run '%s' "
+                "to keep its payloads private",
+                self.path, ", ".join(exposed), fix,
+            )  # fmt: skip
+
     def _open_readonly(self) -> None:
         # No owner lock and no writer: LMDB lets readers in other processes
         # share the environment with the one that writes (lock=True keeps
         # their snapshots consistent with its commits).
+        self._warn_if_exposed()
         try:
             self._env = lmdb.open(
                 str(self.path), readonly=True, lock=True, max_dbs=len(_DBS), map_size=0,
@@ -365,7 +450,7 @@ class LMDBJournal(Journal):
 
     def _take_lock(self) -> int:
         lock_path = self.path / "owner.lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -474,13 +559,19 @@ class LMDBJournal(Journal):
         if self.readonly:
             self._refuse_write()
         if not (durable or self.durability == "sync" or txn.requires):
-            # "async" durability: queued is enough. Still a checkpoint, so a
-            # loop of such commits cannot starve the other tasks.
+            # "async" durability: queued is enough, within the window (see
+            # ASYNC_WINDOW_TXNS); past it, wait for this commit like "sync".
+            # Still a checkpoint, so a loop of such commits cannot starve
+            # the other tasks.
             await trio.lowlevel.checkpoint_if_cancelled()
-            self.submit(txn)
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return []
-        if self._inflight == 0 and not self._inline_claimed:
+            if self._uncommitted < ASYNC_WINDOW_TXNS and (
+                not self._unfinished
+                or time.monotonic() - self._unfinished[0].born < ASYNC_WINDOW_SECONDS
+            ):
+                self.submit(txn)
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return []
+        elif self._inflight == 0 and not self._inline_claimed:
             outcomes = await self._commit_inline(txn)
             if outcomes is not None:
                 return _unwrap(outcomes[0])
@@ -541,6 +632,7 @@ class LMDBJournal(Journal):
             else:
                 batch = _Batch()
                 pending.append(batch)
+                self._unfinished.append(batch)
                 self._inflight += 1
                 if self._inflight == 1 and self._hold is not None:
                     self._hold.acquire()
@@ -548,6 +640,7 @@ class LMDBJournal(Journal):
                     self._cond.notify()  # the writer may be idle
             batch.txns.append(txn)
             batch.waiters.append(waiter)
+            self._uncommitted += 1
             return batch, len(batch.txns) - 1
 
     def _finish(self, batch: _Batch) -> None:
@@ -557,6 +650,10 @@ class LMDBJournal(Journal):
         if self._inflight == 0 and self._hold is not None:
             self._hold.release()
         batch.finished = True
+        self._uncommitted -= len(batch.txns)
+        unfinished = self._unfinished
+        while unfinished and unfinished[0].finished:
+            unfinished.popleft()
         reschedule = trio.lowlevel.reschedule
         for task, result in zip(batch.waiters, batch.outcomes):
             if task is not None:
@@ -660,9 +757,13 @@ class LMDBJournal(Journal):
             return None
         try:
             batch.outcomes = self._apply_all(wtxn, batch.txns, isolate=False)
-        except Exception:
+        except lmdb.MapFullError:
             wtxn.abort()
             batch.outcomes = self._write(batch.txns)
+            return None
+        except Exception:  # one transaction is at fault (a key too long, say)
+            wtxn.abort()
+            batch.outcomes = self._write(batch.txns, isolate=True)
             return None
         return wtxn
 
@@ -680,39 +781,97 @@ class LMDBJournal(Journal):
         except Exception:
             return None
 
-    def _write(self, txns: list[Txn]) -> list[Any]:
+    def _write(self, txns: list[Txn], *, isolate: bool = False) -> list[Any]:
         """The careful path: apply and commit ``txns``, growing the map as
-        needed and isolating a transaction that fails; return the outcomes."""
+        needed and isolating a transaction that fails; return the outcomes.
+
+        Invariant: a transaction fails alone unless the commit itself fails
+        (the map or the disk is full), and then each caller learns why.
+        """
         env = self._env
         assert env is not None
-        try:
-            while True:
-                try:
-                    return self._apply(env, txns, isolate=False)
-                except lmdb.MapFullError:
-                    if not self._grow(env):
-                        break
-                except lmdb.Error:
-                    break  # maybe one transaction is at fault (a key too long, say)
+        while True:
+            try:
+                outcomes = self._apply(env, txns, isolate=isolate)
+            except lmdb.MapFullError as exc:
+                if self._grow(env):
+                    continue
+                if isolate:  # no room even to commit what fits
+                    outcomes = [self._commit_failed(exc) for _ in txns]
+                    break
+            except Exception as exc:
+                if isolate:  # LMDB or the disk failed: every caller learns of it
+                    return [self._commit_failed(exc) for _ in txns]
+            else:
+                break
             # Apply each transaction on its own, so the one that does not fit
             # (or is otherwise refused) fails alone.
-            return self._apply(env, txns, isolate=True)
-        except Exception as exc:  # LMDB itself failed: every caller learns of it
-            return [self._commit_failed(exc) for _ in txns]
+            isolate = True
+        # Deleting needs room too (LMDB copies the pages it changes), so on
+        # a full map cleanup could never make room: a transaction that only
+        # frees gets the reserve past max_map_size. It commits after the
+        # rest of its batch, which no caller can tell from an order they
+        # raced for.
+        freeing = [
+            i for i, (txn, outcome) in enumerate(zip(txns, outcomes))
+            if type(outcome) is JournalFull and all(op[0] in _FREEING_OPS for op in txn.ops)
+        ]  # fmt: skip
+        if freeing and self._grow(env, into_reserve=True):
+            again = self._write([txns[i] for i in freeing], isolate=True)
+            for i, outcome in zip(freeing, again):
+                outcomes[i] = outcome
+            try:
+                with self._read_lock:  # keep the reserve for next time (LMDB
+                    env.set_mapsize(self.max_map_size)  # keeps what is in use)
+            except lmdb.Error:
+                pass  # then the map stays larger; nothing is lost
+        return outcomes
 
-    def _commit_failed(self, exc: Exception) -> JournalCorrupt:
-        failure = JournalCorrupt(
-            f"commit to {self.describe()} failed: {exc!r}", database="", key=b""
-        )
+    def _commit_failed(self, exc: Exception) -> ActorError:
+        """The error for a caller whose transaction could not be written."""
+        failure: ActorError
+        if isinstance(exc, lmdb.MapFullError):
+            failure = self._full()
+        elif isinstance(exc, lmdb.DiskError) or any(
+            os.strerror(code) in str(exc) for code in _DISK_ERRNOS
+        ):
+            failure = JournalDiskFull(
+                f"{self.describe()} could not write to its filesystem ({exc}): the disk "
+                f"under {self.path} is full or failing; free space there (df {self.path}) "
+                "or move the journal to a larger disk, then retry. Nothing of this "
+                "transaction was written.",
+                path=str(self.path),
+            )
+        else:
+            failure = JournalCorrupt(
+                f"commit to {self.describe()} failed: {exc!r}; nothing of this transaction "
+                "was written. If it keeps failing, close the system and open the journal "
+                "again (LMDB refuses writes after a failed meta-page write)",
+                database="",
+                key=b"",
+            )
         failure.__cause__ = exc
         return failure
 
-    def _grow(self, env: lmdb.Environment) -> bool:
+    def _full(self) -> JournalFull:
+        return JournalFull(
+            f"{self.describe()} is full at max_map_size={self.max_map_size} bytes; "
+            "open it with a larger LMDBJournal(max_map_size=...) or clean up finished "
+            "instances (system.cleanup). Nothing of this transaction was written."
+        )
+
+    def _grow(self, env: lmdb.Environment, *, into_reserve: bool = False) -> bool:
+        limit = self.max_map_size
+        if into_reserve:
+            limit += min(max(self.max_map_size // 32, 1 << 20), 1 << 30)
         current = env.info()["map_size"]
-        if current >= self.max_map_size:
+        if current >= limit:
             return False
-        with self._read_lock:
-            env.set_mapsize(min(current * 2, self.max_map_size))
+        try:
+            with self._read_lock:
+                env.set_mapsize(min(current * 2, limit))
+        except lmdb.Error:  # no address space, say: the map stays as it is
+            return False
         return True
 
     def _apply(self, env: lmdb.Environment, txns: list[Txn], *, isolate: bool) -> list[Any]:
@@ -725,7 +884,8 @@ class LMDBJournal(Journal):
 
         Each gets its results, or `Conflict` when a precondition fails (its
         operations are skipped). With ``isolate``, each runs in a nested
-        transaction so that one that does not fit fails alone (`JournalFull`).
+        transaction, so that one that does not fit (`JournalFull`) or that
+        LMDB refuses (`EncodeError`) fails alone and the others go on.
         """
         outcomes: list[Any] = []
         apply = _Applier(wtxn, self._handles)
@@ -741,20 +901,22 @@ class LMDBJournal(Journal):
                 continue
             child = self._env.begin(write=True, parent=wtxn)  # type: ignore[union-attr]
             try:
-                outcomes.append(_Applier(child, self._handles).run(txn.ops))
+                results = _Applier(child, self._handles).run(txn.ops)
                 child.commit()
             except lmdb.MapFullError:
                 child.abort()
-                outcomes.append(
-                    JournalFull(
-                        f"{self.describe()} is full at max_map_size={self.max_map_size} "
-                        "bytes; open it with a larger LMDBJournal(max_map_size=...) or "
-                        "clean up old instances (system.cleanup)"
-                    )
-                )
-            except lmdb.Error as exc:
+                outcomes.append(self._full())
+            except Exception as exc:  # noqa: BLE001 - this transaction alone is refused
                 child.abort()
-                outcomes.append(self._commit_failed(exc))
+                refused = EncodeError(
+                    f"{self.describe()} cannot store this transaction ({exc!r}): a key or "
+                    "value is over the journal's limits; nothing of it was written (the "
+                    "rest of its batch was)"
+                )
+                refused.__cause__ = exc
+                outcomes.append(refused)
+            else:
+                outcomes.append(results)
         return outcomes
 
     # -- reading -----------------------------------------------------------

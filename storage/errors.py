@@ -35,7 +35,20 @@ class JournalCorrupt(ActorError):
 
 
 class JournalFull(ActorError):
-    """The journal has no room left for a transaction; it names the setting to raise."""
+    """The journal has no room left for a transaction; it names the setting to raise.
+
+    Nothing of the transaction was written; the same call succeeds once there
+    is room (a larger map, or instances cleaned up).
+    """
+
+
+class JournalDiskFull(JournalFull):
+    """The filesystem under the journal has no space left (or failed a write);
+    ``path`` names the journal. Nothing of the transaction was written."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class JournalLocked(ActorError, RuntimeError):

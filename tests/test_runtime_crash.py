@@ -148,6 +148,10 @@ async def test_sigkill_under_load_loses_nothing_and_repeats_no_recorded_step(tmp
         with trio.fail_after(10):
             while not any(w == "B" and i == fresh for w, i, _, _ in _side_lines(side)):
                 await trio.sleep(0.02)
+            # B's line is written inside the step: the sink suspends a few
+            # scheduler passes later, and only then is "suspended" its state.
+            while system.get(child.ADDRESS).status != "suspended":
+                await trio.sleep(0.02)
     # Closing drained every pending write: the journal now holds the sink's state.
     journal = LMDBJournal(tmp_path / "journal")
     await journal.open()
