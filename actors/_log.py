@@ -34,7 +34,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["LogEntry", "NO_VALUE", "read_log"]
+__all__ = ["LogEntry", "NO_VALUE", "children_named", "read_log"]
 
 
 class _NoValue:
@@ -126,3 +126,13 @@ class LogEntry:
 def read_log(stored: dict[int, Any]) -> dict[int, LogEntry]:
     """A run's log as `Reader.log` gives it, typed."""
     return {seq: LogEntry.from_stored(entry) for seq, entry in stored.items()}
+
+
+def children_named(log: dict[int, LogEntry]) -> dict[str, int]:
+    """The child addresses a run's log names (its calls and spawns), each
+    with the seq of the effect that made it."""
+    return {
+        entry.name: seq
+        for seq, entry in sorted(log.items())
+        if entry.kind in ("call", "spawn")
+    }

@@ -31,7 +31,7 @@ from storage import LIVE_STATUSES, Txn, instance_id
 from . import _effects as fx
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
-from ._log import LogEntry, read_log
+from ._log import LogEntry, children_named, read_log
 from ._process import OneForAll, OneForOne, RestForOne
 from ._protocol import end_payload, start_txn
 from ._records import Signal, describe_error, error_summary
@@ -46,11 +46,7 @@ RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
 def children_in_log(stored: dict[int, Any]) -> dict[str, int]:
     """Child addresses a run's log (as the journal stores it) names, with the
     seq that made each."""
-    return {
-        entry.name: seq
-        for seq, entry in sorted(read_log(stored).items())
-        if entry.kind in ("call", "spawn")
-    }
+    return children_named(read_log(stored))
 
 
 # -- creating children -----------------------------------------------------------
