@@ -20,6 +20,7 @@ from storage import (
     UNFINISHED_STATUSES,
     CorruptRecord,
     Journal,
+    LMDBJournal,
     Txn,
     decode,
     encode,
@@ -27,7 +28,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
-from . import _protocol
+from . import _control, _protocol
 from . import _supervision as _sup
 from ._checks import check_name, check_seconds, check_text
 from ._context import Context
@@ -910,6 +911,7 @@ async def open_system(
     max_payload: int = 1 << 20,
     now: Callable[[], float] = time.time,
     node: str | None = None,
+    control: bool = True,
 ) -> AsyncIterator[ActorSystem]:
     """Open the journal, recover every unfinished instance, and run the system.
 
@@ -935,6 +937,10 @@ async def open_system(
             at once (`storage.PostgresJournal`): each instance runs on one
             live node at a time, messages reach it from any node, and the
             instances of a node that dies or freezes move to the others.
+        control: on an `LMDBJournal`, serve the control socket
+            (``control.sock`` in its directory, owner only) through which
+            the ``actors`` command line sends, cancels and resumes beside
+            the running system; False serves none.
 
     Raises:
         JournalLocked: another system has the journal open.
@@ -961,6 +967,8 @@ async def open_system(
                     lambda iid: system._spawn_system_task(system._remote_mail, iid)
                 )
                 nursery.start_soon(system._take_over, name="actors takeover")
+            if control and isinstance(journal, LMDBJournal):
+                _control.start(nursery, system, journal.path)
             try:
                 yield system
             except BaseException as exc:
