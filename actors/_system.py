@@ -544,10 +544,7 @@ class ActorSystem:
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
-        record = dict(row.record, last_error=None, stuck=None, updated=self.epoch_now())
-        txn = Txn()
-        txn.require(iid, frozenset({"compensation_stuck"}))
-        txn.put_instance(iid, address=row.address, process=row.process, status="running", record=record)
+        txn = _protocol.resume_compensation_txn(row, self.epoch_now())
         await self.journal.commit(txn, durable=True)
         self._status_changed(iid)
         self._activate(iid)
@@ -561,12 +558,7 @@ class ActorSystem:
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
-        record = dict(
-            row.record, error=row.record.get("failure"), abandoned=True, updated=self.epoch_now()
-        )
-        txn = Txn()
-        txn.require(iid, frozenset({"compensation_stuck"}))
-        txn.put_instance(iid, address=row.address, process=row.process, status="failed", record=record)
+        txn = _protocol.abandon_compensation_txn(row, self.epoch_now())
         await self.journal.commit(txn, durable=True)
         self._status_changed(iid)
         return True

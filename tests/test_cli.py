@@ -505,7 +505,8 @@ HOLDER = textwrap.dedent(
 
 
     async def main(path):
-        async with actors.open_system(LMDBJournal(path), processes=[ticks]) as system:
+        # control=False: no control socket, so the CLI may not write beside it
+        async with actors.open_system(LMDBJournal(path), processes=[ticks], control=False) as system:
             print("ready", flush=True)
             await trio.to_thread.run_sync(sys.stdin.readline)
             await system.start(ticks, "t-1", count=30)

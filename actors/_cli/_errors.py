@@ -22,11 +22,13 @@ class CLIError(Exception):
 
 
 def held_error(path: Path, pid: int | None, doing: str, instead: str) -> CLIError:
-    """The refusal to write to a journal that a running system holds."""
+    """The refusal to write to a journal that a running system holds and
+    serves no control socket for (``open_system(..., control=False)``)."""
     owner = f" (pid {pid})" if pid else ""
     return CLIError(
-        f"cannot {doing}: the journal at {path} is owned by a running system{owner}. The CLI "
-        "writes only to a journal no system holds, since a running system would not see "
-        f"the change; {instead} through that application, or stop it first",
+        f"cannot {doing}: the journal at {path} is owned by a running system{owner} that "
+        "serves no control socket (it was opened with control=False). The CLI writes only "
+        "to a journal no system holds, since a running system would not see the change; "
+        f"{instead} through that application, or stop it first",
         HELD,
     )
