@@ -151,6 +151,11 @@ async def test_bad_requests_get_an_error_or_a_closed_connection_and_nothing_else
             for data, _ in BAD * 5:
                 nursery.start_soon(flood, data)
         assert "suspended" == handle.status
+        # A client that sends too much is told so before the connection closes.
+        with pytest.raises(RemoteError, match=f"over the {MAX_REQUEST}-byte cap") as info:
+            await request(directory, "send", address="waiters/w-1", signal="go",
+                          payload="x" * MAX_REQUEST)  # fmt: skip
+        assert "BadRequest" == info.value.type
         await request(directory, "send", address="waiters/w-1", signal="go", payload=2)
         assert 2 == await handle.result()
 

@@ -102,7 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], help=text, description=text + ".")
+        return sub.add_parser(
+            name, parents=[common], help=text, description=text[0].upper() + text[1:] + "."
+        )
 
     p = command("list", "instances, most recently updated first")
     p.add_argument("--status", choices=STATUSES, help="only instances with this status")

@@ -28,7 +28,7 @@ def held_error(
     that serves no control socket (``open_system(..., control=False)``), or,
     with ``served``, a write the socket does not offer."""
     owner = f" (pid {pid})" if pid else ""
-    why = "" if served else " that serves no control socket (it was opened with control=False)"
+    why = "" if served else " that serves no control socket (opened with control=False, or closing)"
     return CLIError(
         f"cannot {doing}: the journal at {path} is owned by a running system{owner}{why}. "
         "The CLI writes only to a journal no system holds, since a running system would "

@@ -16,7 +16,7 @@ __all__ = ["through_system", "owner"]
 
 # Error types the running system may answer with, as the CLI reports them
 # (any other is refused, exit 1).
-_CODES = {"JournalCorrupt": CORRUPT, "InvalidArguments": USAGE, "BadRequest": USAGE}
+_CODES = {"JournalCorrupt": CORRUPT, "InvalidArguments": USAGE}
 
 
 async def through_system(
