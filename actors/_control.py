@@ -93,7 +93,7 @@ class Controlled(Protocol):
 
 
 def _frame(doc: dict[str, Any]) -> bytes:
-    body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    body = json.dumps(doc, separators=(",", ":")).encode()  # ASCII: lone surrogates too
     return _HEADER.pack(len(body)) + body
 
 
@@ -239,7 +239,9 @@ def _remove(directory: Path, inode: int) -> None:
         pass  # gone already, or the directory with it
 
 
-async def _serve_one(system: Controlled, stream: trio.SocketStream, slots: trio.Semaphore) -> None:
+async def _serve_one(
+    system: Controlled, stream: trio.SocketStream, slots: trio.Semaphore
+) -> None:
     try:
         async with stream:
             if not _peer_allowed(stream.socket):
@@ -256,6 +258,8 @@ async def _serve_one(system: Controlled, stream: trio.SocketStream, slots: trio.
             await _reply(stream, await _answer(system, request))
     except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         pass  # the client was slow or left; the system carries on
+    except Exception:  # noqa: BLE001 - a bad request never takes the system down
+        log.exception("control endpoint: a request could not be answered")
     finally:
         slots.release()
 

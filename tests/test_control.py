@@ -125,6 +125,10 @@ BAD = [
     (_frame(b'{"op": "cleanup", "older_than": true, "statuses": []}'), "number of seconds"),
     (_frame(b'{"op": "cleanup", "older_than": 1, "statuses": "failed"}'), "list of strings"),
     (_frame(b'{"op": "cancel", "address": ""}'), "address"),
+    (_frame(b'{"op": "send", "address": "\\ud800", "signal": "go", "payload": "\\udfff"}'),
+     "is not valid Unicode"),
+    (_frame(b'{"op": "send", "address": "waiters/w-1", "signal": "go", "payload": "\\udfff"}'),
+     "payload"),
 ]
 
 
