@@ -359,6 +359,11 @@ async def request(directory: Path, op: str, **fields: Any) -> Any:
                 raise ControlUnavailable(
                     f"no system serves {directory / SOCKET_NAME} ({exc.strerror})"
                 ) from None
+            except PermissionError:
+                raise ActorError(
+                    f"the control socket {directory / SOCKET_NAME} is its owner's only; run "
+                    "this as the user that runs the system"
+                ) from None
     except BaseException:
         sock.close()
         raise

@@ -128,6 +128,12 @@ def test_cancel_through_the_running_system_runs_no_compensation_check(place):
         done = run_cli(child.journal, "cancel", "approvals/a-1")
         assert 1 == done.returncode
         assert "nothing to cancel at 'approvals/a-1': it was cancelled" in done.stderr
+        done = run_cli(child.journal, "cancel", "approvals/a-2", "--reason", "duplicate")
+        assert 0 == done.returncode
+        assert (
+            "actors: --reason is not recorded through a running system: it records "
+            "'cancelled by system.cancel'\n"
+        ) == done.stderr
     finally:
         child.stop()
 

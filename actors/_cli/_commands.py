@@ -21,7 +21,7 @@ from ._errors import CORRUPT, HELD, INTERRUPTED, NOT_FOUND, REFUSED, USAGE, CLIE
 from ._inspect import list_instances, show, stats
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
 from ._tail import consumers, tail
-from ._write import cancel, send
+from ._write import DEFAULT_REASON, cancel, send
 
 __all__ = ["main"]
 
@@ -129,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("cancel", "cancel a live instance and its children")
     p.add_argument("address", help=_ADDRESS)
-    p.add_argument("--reason", default="cancelled from the actors CLI",
+    p.add_argument("--reason", default=DEFAULT_REASON,
                    help="the reason recorded (a running system records its own)")  # fmt: skip
     p.add_argument("--force", action="store_true",
                    help="with no system running: cancel even with saga compensations "

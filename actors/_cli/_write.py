@@ -33,9 +33,10 @@ from ._errors import CORRUPT, OK, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import counted, emit, local_time
 
-__all__ = ["send", "cancel"]
+__all__ = ["send", "cancel", "DEFAULT_REASON"]
 
 _MAX_PAYLOAD = 1 << 20  # open_system's default max_payload
+DEFAULT_REASON = "cancelled from the actors CLI"  # cancel's default --reason
 
 
 def _payload(text: str | None) -> Any:
@@ -145,6 +146,9 @@ async def cancel(args: argparse.Namespace) -> int:
             with journal.reader() as r:
                 after = read_row(r, root.iid)
         reason = after.record.get("reason") if after is not None else None
+        if args.reason != DEFAULT_REASON:
+            print(f"actors: --reason is not recorded through a running system: it records "
+                  f"{reason!r}", file=sys.stderr)  # fmt: skip
     cancelled = [c.row.address for c in plan]
     descendants = cancelled[:-1]
     doc = {"cancelled": cancelled, "address": args.address, "reason": reason,
