@@ -21,6 +21,7 @@ from storage import (
     UNFINISHED_STATUSES,
     CorruptRecord,
     Journal,
+    LMDBJournal,
     Txn,
     decode,
     encode,
@@ -28,7 +29,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
-from . import _protocol
+from . import _control, _protocol
 from . import _supervision as _sup
 from ._checks import check_name, check_seconds, check_text
 from ._context import Context
@@ -553,10 +554,7 @@ class ActorSystem:
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
-        record = dict(row.record, last_error=None, stuck=None, updated=self.epoch_now())
-        txn = Txn()
-        txn.require(iid, frozenset({"compensation_stuck"}))
-        txn.put_instance(iid, address=row.address, process=row.process, status="running", record=record)
+        txn = _protocol.resume_compensation_txn(row, self.epoch_now())
         await self.journal.commit(txn, durable=True)
         self._status_changed(iid)
         self._activate(iid)
@@ -570,12 +568,7 @@ class ActorSystem:
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
-        record = dict(
-            row.record, error=row.record.get("failure"), abandoned=True, updated=self.epoch_now()
-        )
-        txn = Txn()
-        txn.require(iid, frozenset({"compensation_stuck"}))
-        txn.put_instance(iid, address=row.address, process=row.process, status="failed", record=record)
+        txn = _protocol.abandon_compensation_txn(row, self.epoch_now())
         await self.journal.commit(txn, durable=True)
         self._status_changed(iid)
         return True
@@ -961,6 +954,7 @@ async def open_system(
     max_payload: int = 1 << 20,
     now: Callable[[], float] = time.time,
     node: str | None = None,
+    control: bool = True,
 ) -> AsyncIterator[ActorSystem]:
     """Open the journal, recover every unfinished instance, and run the system.
 
@@ -986,6 +980,10 @@ async def open_system(
             at once (`storage.PostgresJournal`): each instance runs on one
             live node at a time, messages reach it from any node, and the
             instances of a node that dies or freezes move to the others.
+        control: on an `LMDBJournal`, serve the control socket
+            (``control.sock`` in its directory, owner only) through which
+            the ``actors`` command line sends, cancels and resumes beside
+            the running system; False serves none.
 
     Raises:
         JournalLocked: another system has the journal open.
@@ -1012,6 +1010,8 @@ async def open_system(
                     lambda iid: system._spawn_system_task(system._remote_mail, iid)
                 )
                 nursery.start_soon(system._take_over, name="actors takeover")
+            if control and isinstance(journal, LMDBJournal):
+                _control.start(nursery, system, journal.path)
             try:
                 yield system
             except BaseException as exc:

@@ -151,6 +151,7 @@ CANCEL_TIMER = 8  # (op, iid, run, seq)
 APPEND_STREAM = 9  # (op, iid, value_bytes) -> result: the value's index
 SET_CURSOR = 10  # (op, iid, consumer, position)
 SET_STATUS = 11  # (op, iid, status_code)  -- status only, record kept
+DELETE_CURSOR = 12  # (op, iid, consumer)
 
 
 def due_us(due: float) -> int:
@@ -264,6 +265,11 @@ class Txn:
     def set_cursor(self, iid: bytes, consumer: str, position: int) -> None:
         """Record that ``consumer`` has consumed every value before ``position``."""
         self.ops.append((SET_CURSOR, iid, consumer, position))
+
+    def delete_cursor(self, iid: bytes, consumer: str) -> None:
+        """Forget ``consumer``'s cursor (a missing one is ignored): the name
+        starts afresh, as a new consumer, next time."""
+        self.ops.append((DELETE_CURSOR, iid, consumer))
 
     def _result_slot(self) -> int:
         self.results += 1

@@ -175,6 +175,7 @@ class _SQL:
                 "cursors", "iid, consumer, position", ("bytea", "text", "bigint"),
                 "iid, consumer", "position = excluded.position",
             ),
+            j.DELETE_CURSOR: delete("cursors", "iid, consumer", ("bytea", "text")),
             _SET_COUNTER: upsert(
                 "counters", "iid, kind, next", ("bytea", "smallint", "bigint"),
                 "iid, kind", "next = excluded.next",
