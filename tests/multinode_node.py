@@ -3,7 +3,7 @@ share one PostgreSQL schema.
 
 Usage: python tests/multinode_node.py DSN SCHEMA NODE WORKDIR PROCESSES
 
-PROCESSES is a comma-separated subset of ``sink,sleeper,parent,kid`` (the
+PROCESSES is a comma-separated subset of ``sink,sleeper,parent,kid,tree`` (the
 definitions this node registers; a node runs only instances whose process
 it registers). The node is driven by JSON lines on stdin and answers each
 with a JSON line on stdout::
@@ -13,7 +13,9 @@ with a JSON line on stdout::
 
 Commands: ``start``, ``send`` (address, payload: a ``work`` signal),
 ``cancel`` (address), ``load`` (background senders: targets, first, count,
-tasks, pace), ``quit``. It prints ``{"ready": true}`` once the system is
+tasks, pace), ``loaded`` (instances in memory), ``status`` (address: what a
+handle here says), ``quit``. ``ACTORS_TEST_PASSIVATE_AFTER`` in the
+environment sets ``passivate_after`` (seconds). It prints ``{"ready": true}`` once the system is
 open. Log records (warnings and up) go to stderr.
 
 Side effects go to WORKDIR: each handling step appends
@@ -85,7 +87,15 @@ async def parent(ctx: Context, id: str) -> None:
     await ctx.receive(work)  # until cancelled
 
 
-PROCESSES = {"sink": sink, "sleeper": sleeper, "parent": parent, "kid": kid}
+@process("tree/:id")
+async def tree(ctx: Context, id: str, *, depth: int, fanout: int) -> None:
+    if depth > 0:
+        for i in range(fanout):
+            await ctx.spawn(tree, str(i), depth=depth - 1, fanout=fanout)
+    await ctx.receive(work)  # until cancelled
+
+
+PROCESSES = {"sink": sink, "sleeper": sleeper, "parent": parent, "kid": kid, "tree": tree}
 
 
 async def _lines(stream: trio.lowlevel.FdStream):
@@ -138,6 +148,11 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         return None
     if cmd == "cancel":
         return await system.cancel(request["address"])
+    if cmd == "loaded":  # how many instances this node holds in memory
+        return sum(1 for actor in system._live.values() if actor.loaded and not actor.done)
+    if cmd == "status":  # what a handle on this node says
+        handle = system.get(request["address"])
+        return None if handle is None else handle.status
     if cmd == "load":
         nursery.start_soon(
             _load, system, request["targets"], request["first"], request["count"],
@@ -150,7 +165,10 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
 async def main(dsn: str, schema: str, node: str, procs: list[str]) -> None:
     journal = PostgresJournal(dsn, schema=schema)
     registered = [PROCESSES[name] for name in procs]
-    async with actors.open_system(journal, processes=registered, node=node) as system:
+    passivate = float(os.environ.get("ACTORS_TEST_PASSIVATE_AFTER", "60"))
+    async with actors.open_system(
+        journal, processes=registered, node=node, passivate_after=passivate
+    ) as system:
         _reply({"ready": True, "node": node, "pid": os.getpid()})
         stdin = trio.lowlevel.FdStream(os.dup(0))
         async with trio.open_nursery() as nursery:

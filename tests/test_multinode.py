@@ -425,17 +425,19 @@ async def test_a_notice_during_an_unfinished_take_does_not_deliver_it_twice(node
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_PROGRAM = Path(__file__).resolve().parent / "multinode_node.py"
-ALL = "sink,sleeper,parent,kid"
+ALL = "sink,sleeper,parent,kid,tree"
 TAKEOVER = 2.0  # seconds: a dead or frozen node's instances run elsewhere by then
 
 
 class Node:
     """One node program, driven by JSON lines on its stdin."""
 
-    def __init__(self, cluster: Cluster, name: str, procs: str) -> None:
+    def __init__(
+        self, cluster: Cluster, name: str, procs: str, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.log = cluster.workdir / f"{name}.log"
-        env = dict(os.environ)
+        env = {**os.environ, **(env or {})}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
@@ -502,8 +504,10 @@ class Cluster:
         self.workdir = workdir
         self.nodes: list[Node] = []
 
-    def start(self, *names: str, procs: str = ALL) -> list[Node]:
-        nodes = [Node(self, name, procs) for name in names]
+    def start(
+        self, *names: str, procs: str = ALL, env: dict[str, str] | None = None
+    ) -> list[Node]:
+        nodes = [Node(self, name, procs, env) for name in names]
         self.nodes += nodes
         return [n.ready() for n in nodes]
 
