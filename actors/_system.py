@@ -89,6 +89,7 @@ class ActorSystem:
         self.takeover_interval = 0.25
         self._nursery: trio.Nursery | None = None
         self._closing = False
+        self._journal_answers: trio.Event | None = None  # set when an outage ends
 
     # -- time ------------------------------------------------------------------
 
@@ -225,7 +226,11 @@ class ActorSystem:
             if message is not None:
                 self._append(txn, iid, message[0], message[1])
             results = await self.journal.commit(txn)
-            epoch = await self.journal.claim(iid)
+            try:
+                epoch = await self.journal.claim(iid)
+            except JournalUnavailable:  # it is written: it runs once the journal answers
+                self._spawn_system_task(self._reload_when_back, iid)
+                raise
             actor = Actor(self, iid, address, proc, record)
             actor.loaded = True
             if epoch is None:  # another node took it over at once: it runs there
@@ -607,12 +612,65 @@ class ActorSystem:
             lost.extend(group.exceptions)
         if lost:
             log.warning(
-                "instance %s lost its journal (%s); loading it again in %s s",
-                iid.hex(), lost[0], _RELOAD_AFTER,
+                "instance %s lost its journal (%s); loading it again once the journal answers",
+                iid.hex(), lost[0],
+                extra={"actors_address": iid.hex()},
             )  # fmt: skip
-            await trio.sleep(_RELOAD_AFTER)
-            self._status_changed(iid)  # its handles read what was committed
-            self._activate(iid)
+            await self._reload_when_back(iid)
+
+    async def _reload_when_back(self, iid: bytes) -> None:
+        await trio.sleep(_RELOAD_AFTER)
+        await self._journal_back()
+        self._status_changed(iid)  # its handles read what was committed
+        self._activate(iid)
+
+    # -- outages of the journal ----------------------------------------------------
+
+    async def _journal_back(self) -> None:
+        """Return once the journal answers reads again: at once if it does.
+
+        Whoever lost the journal waits here; one probe serves them all, so an
+        outage costs one small read per backoff interval, not one per
+        waiting instance."""
+        answers = self._journal_answers
+        if answers is None:
+            self._journal_answers = answers = trio.Event()
+            assert self._nursery is not None
+            self._nursery.start_soon(self._probe_journal, answers, name="actors journal probe")
+        await answers.wait()
+
+    async def _probe_journal(self, answers: trio.Event) -> None:
+        began = trio.current_time()
+        delay, failed = _PROBE_FIRST, 0
+        while True:
+            try:
+                await self.journal.read(lambda r: r.instance(_PROBE_IID))
+                break
+            except JournalUnavailable as exc:
+                failed += 1
+                if failed == 1:
+                    log.warning("the journal does not answer (%s); retrying with backoff", exc)
+            await trio.sleep(delay)
+            delay = min(2 * delay, _PROBE_MAX)
+        if failed:
+            log.warning(
+                "the journal answers again after %.1f s; work resumes",
+                trio.current_time() - began,
+            )  # fmt: skip
+        self._journal_answers = None
+        answers.set()
+
+    async def _keep_running(self, task: Callable[[], Any], what: str) -> None:
+        """Run a system task, and again after each outage of the journal."""
+        while True:
+            try:
+                await task()
+                return
+            except JournalUnavailable as exc:
+                log.warning("%s lost the journal (%s); it resumes once the journal answers",
+                            what, exc)  # fmt: skip
+            await trio.sleep(_PROBE_FIRST)
+            await self._journal_back()
 
     async def _activate_task(self, iid: bytes) -> None:
         try:
@@ -688,7 +746,12 @@ class ActorSystem:
         if actor is None:
             self._activate(iid)
             return
-        mail = await self.journal.read(lambda r: r.mailbox(iid))
+        try:
+            mail = await self.journal.read(lambda r: r.mailbox(iid))
+        except JournalUnavailable:  # the notice is not lost: read the mail once it answers
+            await self._journal_back()
+            self._spawn_system_task(self._remote_mail, iid)
+            return
         for seq, message in mail:
             actor.deliver(seq, message[0], message[1])
 
@@ -760,7 +823,10 @@ class ActorSystem:
 
 
 _ENDS_KEPT = 10_000
-_RELOAD_AFTER = 0.5  # seconds before an instance that lost the journal is loaded again
+_RELOAD_AFTER = 0.1  # seconds before an instance that lost the journal is loaded again
+_PROBE_FIRST = 0.05  # seconds between reads that ask whether the journal is back: at first,
+_PROBE_MAX = 0.5  # and at most (doubling in between)
+_PROBE_IID = bytes(16)  # no instance: the probe reads an index, finds nothing
 
 _STATUSES = (
     "running", "suspended", "completed", "failed", "cancelled", "compensation_stuck", "corrupt",
@@ -820,13 +886,19 @@ async def open_system(
         async with trio.open_nursery() as nursery:
             system._nursery = nursery
             await system._recover()
-            nursery.start_soon(system.timers.run, name="actors timer service")
+            nursery.start_soon(
+                system._keep_running, system.timers.run, "the timer service",
+                name="actors timer service",
+            )  # fmt: skip
             nursery.start_soon(system._sweep_idle, name="actors idle sweep")
             if journal.shared:
                 journal.on_mail(
                     lambda iid: system._spawn_system_task(system._remote_mail, iid)
                 )
-                nursery.start_soon(system._take_over, name="actors takeover")
+                nursery.start_soon(
+                    system._keep_running, system._take_over, "the takeover scan",
+                    name="actors takeover",
+                )  # fmt: skip
             try:
                 yield system
             except BaseException as exc:

@@ -19,7 +19,7 @@ environment sets ``passivate_after`` (seconds). It prints ``{"ready": true}`` on
 open. Log records (warnings and up) go to stderr.
 
 Side effects go to WORKDIR: each handling step appends
-``<node> <tag> <id> <idempotency key> <attempt>`` to ``side``; each send the
+``<node> <tag> <id> <idempotency key> <attempt> <epoch time>`` to ``side``; each send the
 load acknowledged appends ``S <id> <node>`` to ``acks`` (``E <id> <error>``
 if it failed, ``D <node>`` when the node's senders are done). Every line is
 one ``write()`` on a file opened with O_APPEND, so lines from several
@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import sys
+import time
 
 # Run as a script from a clean clone: make the repository root importable.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,7 +61,7 @@ def _append(name: str, line: str) -> None:
 def mark(tag: str, ident: str) -> None:
     """The external side effect of a handling: one line in the side file."""
     step = actors.current_step()
-    _append("side", f"{NODE} {tag} {ident} {step.key} {step.attempt}\n")
+    _append("side", f"{NODE} {tag} {ident} {step.key} {step.attempt} {time.time():.6f}\n")
 
 
 @process("sink/:id")

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import signal
 import time
+from collections import defaultdict
+from urllib.parse import urlsplit
 
 import pytest
 
+from tests.pg_proxy import Proxy
 from tests.test_multinode import (  # noqa: F401 - fixtures
     Cluster,
     audit_exactly_once,
@@ -81,3 +84,70 @@ def test_cancelling_a_tree_taken_over_by_two_nodes_reaches_every_descendant(clus
     )
     assert {address: "cancelled" for address in tree} == statuses(cluster, tree)
     assert_up(b, c)
+
+
+def assert_one_owner_at_a_time(cluster: Cluster) -> None:
+    """No instance was handled by two nodes in overlapping spans of time: in
+    time order, once another node handles an instance, the one before never
+    handles it again."""
+    by_address: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for node, _tag, _ident, key, _attempt, at in cluster.side_timed():
+        by_address[key.rsplit("/", 3)[0]].append((at, node))
+    for address, lines in by_address.items():
+        prev = None
+        runs = []
+        for _, node in sorted(lines):
+            if node != prev:
+                runs.append(node)
+                prev = node
+        assert len(runs) == len(set(runs)), f"{address} went back and forth: {runs}"
+
+
+@pytest.fixture
+def proxied(cluster):
+    """The cluster's nodes reach the server through a `Proxy` the test can stop."""
+    parts = urlsplit(cluster.dsn)
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    proxy.start()
+    cluster.node_dsn = proxy.dsn(cluster.dsn)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.mark.slow
+def test_a_database_outage_is_ridden_out_and_work_resumes_by_itself(cluster, proxied):
+    a, b, c = cluster.start("a", "b", "c")
+    sinks = [f"sink/{n.name}{i}" for n in (a, b, c) for i in range(2)]
+    for address in sinks:
+        {"a": a, "b": b, "c": c}[address[5]].call("start", proc="sink", params=[address[5:]])
+    b.call("load", targets=sinks, first=0, count=80, tasks=2, pace=0.02)
+    c.call("load", targets=sinks, first=100_000, count=80, tasks=2, pace=0.02)
+    wait_for(lambda: len(cluster.handled()) >= 40, 10, "work before the outage")
+    proxied.stop()
+    down_at = time.monotonic()
+    with pytest.raises(AssertionError, match="JournalUnavailable|CommitOutcomeUnknown"):
+        a.call("send", address=sinks[0], payload={"id": "during"}, timeout=15)
+    assert time.monotonic() - down_at < 10  # a caller learns of the outage, soon
+    time.sleep(max(0.0, 3.0 - (time.monotonic() - down_at)))
+    before = len(cluster.side())
+    proxied.start()
+    up_at = time.time()
+    wait_for(lambda: len(cluster.side()) > before, 10, "the first message after the outage")
+    first = min(at for *_, at in cluster.side_timed()[before:])
+    print(f"first message handled {first - up_at:.3f} s after the database came back")
+    wait_for(lambda: cluster.acks()[2] == {"b", "c"}, 25, "the senders to finish")
+    acked, errors, _ = cluster.acks()
+    assert errors, "no send met the outage"
+    assert all("JournalUnavailable" in e or "CommitOutcomeUnknown" in e for e in errors), errors
+    wait_for(lambda: acked <= set(cluster.handled()), 10, "every acknowledged message handled")
+    time.sleep(0.3)
+    assert [] == audit_exactly_once(cluster, acked, cut_short=True)
+    assert_one_owner_at_a_time(cluster)
+    late = [i for i in acked if int(i) % 100_000 >= 70]  # sent after the outage
+    assert late, "no send was acknowledged after the outage"
+    for n in (a, b, c):  # every node is up and serves
+        assert n.proc.poll() is None, n.log.read_text()
+        n.call("send", address=sinks[0], payload={"id": f"after-{n.name}"})
+    wait_for(
+        lambda: {"after-a", "after-b", "after-c"} <= set(cluster.handled()), 5, "sends after"
+    )

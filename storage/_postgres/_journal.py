@@ -23,13 +23,13 @@ from typing import TypeVar
 
 import psycopg
 import trio
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .._journal import Journal, Reader, Ticket, Txn
 from ..errors import JournalClosed, JournalLocked
 from ._leases import _Lease
 from ._pump import _MailPump
-from ._reader import _configure_reader, _PostgresReader
+from ._pool import _ReadPool
+from ._reader import _PostgresReader
 from ._schema import _SQL, migrate
 from ._server import _Server, _Threads
 from ._writer import _Writer
@@ -126,8 +126,6 @@ class PostgresJournal(Journal):
 
     shared = True
 
-    shared = True
-
     def __init__(
         self,
         dsn: str,
@@ -154,7 +152,7 @@ class PostgresJournal(Journal):
         self.lease_timeout = lease_timeout
         self._server = _Server(dsn, schema, durability, lease_timeout)
         self._sql = _SQL(schema)
-        self._pool: ConnectionPool | None = None
+        self._pool: _ReadPool | None = None
         self._threads: _Threads | None = None  # made at open, in the trio thread
         self._writer = _Writer(self._server, self._sql)
         # Nodes (see the class doc); unused without set_node.
@@ -181,28 +179,14 @@ class PostgresJournal(Journal):
         if self.node is not None:
             await self._open_node(threads)
 
-    def _open_sync(self) -> tuple[ConnectionPool, psycopg.Connection]:
+    def _open_sync(self) -> tuple[_ReadPool, psycopg.Connection]:
         conn = self._server.connect()
         try:
             migrate(conn, self._server)
-            pool = ConnectionPool(
-                self.dsn,
-                min_size=1,
-                max_size=self.pool_size,
-                kwargs=self._server.connect_kwargs,
-                configure=_configure_reader,
-                open=False,
-                name=f"journal {self.schema}",
-            )
-            try:
-                pool.open(wait=True, timeout=30)
-            except PoolTimeout as exc:
-                pool.close()
-                raise self._server.unreachable(exc) from exc
         except BaseException:
             conn.close()
             raise
-        return pool, conn
+        return _ReadPool(self._server, self.pool_size), conn
 
     async def _open_node(self, threads: _Threads) -> None:
         try:
@@ -239,7 +223,7 @@ class PostgresJournal(Journal):
         with self.reader() as r:
             return r.size_bytes(self.schema)  # type: ignore[attr-defined]
 
-    def _check_open(self) -> tuple[ConnectionPool, _Threads]:
+    def _check_open(self) -> tuple[_ReadPool, _Threads]:
         pool = self._pool
         if pool is None or self._writer.closing:
             raise JournalClosed(

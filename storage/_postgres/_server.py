@@ -23,7 +23,6 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import PoolTimeout
 
 from .._clock import AutojumpHold
 from ..errors import JournalCorrupt, JournalUnavailable
@@ -113,6 +112,15 @@ class _Server:
         kwargs = dict(self.connect_kwargs)
         if "application_name" in kwargs:  # the DSN did not name one
             kwargs["application_name"] = f"actors {role} {self.node}"[:63]
+        return self.watched_connect(kwargs)
+
+    def watched_connect(
+        self, kwargs: dict[str, Any] | None = None, *, autocommit: bool = True
+    ) -> psycopg.Connection:
+        """A connection with TCP keepalives (the DSN's own win),
+        so that a dead server is noticed within seconds. Raises
+        `JournalUnavailable` if the server cannot be reached."""
+        kwargs = dict(self.connect_kwargs if kwargs is None else kwargs)
         given = conninfo_to_dict(self.dsn)
         defaults = {
             "keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1,
@@ -120,7 +128,7 @@ class _Server:
         }  # fmt: skip
         kwargs.update({k: v for k, v in defaults.items() if k not in given})
         try:
-            return psycopg.Connection.connect(self.dsn, autocommit=True, **kwargs)
+            return psycopg.Connection.connect(self.dsn, autocommit=autocommit, **kwargs)
         except psycopg.Error as exc:
             raise self.unreachable(exc) from exc
 
@@ -141,11 +149,6 @@ class _Server:
         """Turn psycopg's errors into the journal's own."""
         try:
             yield
-        except PoolTimeout as exc:
-            raise JournalUnavailable(
-                f"no connection to {self.describe()} came free in time; raise "
-                "PostgresJournal(pool_size=...) or check that the server is up"
-            ) from exc
         except psycopg.OperationalError as exc:
             raise self.unreachable(exc) from exc
         except psycopg.Error as exc:
