@@ -90,6 +90,10 @@ class ActorSystem:
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._journal_answers: trio.Event | None = None  # set when an outage ends
+        # The lease term each live instance was claimed in (see Journal.lease_term):
+        # its memory is trusted only while that term holds.
+        self._terms: dict[bytes, int | None] = {}
+        self._stale: set[bytes] = set()  # claimed in a lost term, not yet out of memory
 
     # -- time ------------------------------------------------------------------
 
@@ -117,9 +121,16 @@ class ActorSystem:
     def _make_context(self, actor: Actor) -> Context:
         return Context(actor)
 
+    def _trusted(self, iid: bytes) -> bool:
+        """Whether this node's memory of the live instance ``iid`` is current:
+        it was claimed in the lease term that holds now. (A node frozen past
+        its lease may have lost it to another node.)"""
+        term = self.journal.lease_term()
+        return term is not None and self._terms.get(iid, -1) == term
+
     def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]:
         actor = self._live.get(iid)
-        if actor is not None and actor.loaded:
+        if actor is not None and actor.loaded and self._trusted(iid):
             return actor.status, actor.record
         ended = self._ends.get(iid)
         if ended is not None:
@@ -236,6 +247,7 @@ class ActorSystem:
             if epoch is None:  # another node took it over at once: it runs there
                 return Handle(self, iid, address, record["inc"]), True
             actor.epoch = epoch
+            self._terms[iid] = self.journal.lease_term()  # the claim just confirmed it
             if message is not None and results:
                 actor.deliver(results[0], message[0].name, message[1])
             self._run_actor(actor)
@@ -361,8 +373,9 @@ class ActorSystem:
         rows = await self.journal.read(lambda r: list(r.instances(None, template)))
         for row in rows:
             actor = self._live.get(row.iid)
-            current = actor.status if actor is not None and actor.loaded else row.status
-            record = actor.record if actor is not None and actor.loaded else row.record
+            mine = actor is not None and actor.loaded and self._trusted(row.iid)
+            current = actor.status if mine else row.status  # type: ignore[union-attr]
+            record = actor.record if mine else row.record  # type: ignore[union-attr]
             if status is not None and current != status:
                 continue
             yield InstanceInfo(
@@ -589,6 +602,7 @@ class ActorSystem:
 
     def _run_actor(self, actor: Actor) -> None:
         self._live[actor.iid] = actor
+        self._terms.setdefault(actor.iid, self.journal.lease_term())  # a child made here
         assert self._nursery is not None
         self._nursery.start_soon(
             self._run_or_reload, actor.main, actor.iid, name=f"actor {actor.address}"
@@ -699,6 +713,7 @@ class ActorSystem:
                 return  # another live node owns it (and was told of its mail)
             actor = Actor(self, iid, row.address, proc, None)
             actor.epoch = epoch
+            self._terms[iid] = self.journal.lease_term()  # the claim just confirmed it
             self._live[iid] = actor
         finally:
             self._activating.discard(iid)
@@ -707,6 +722,10 @@ class ActorSystem:
     def _forget(self, actor: Actor) -> None:
         if self._live.get(actor.iid) is actor:
             del self._live[actor.iid]
+            self._terms.pop(actor.iid, None)
+            if actor.iid in self._stale:
+                self._stale.discard(actor.iid)
+                self._status_changed(actor.iid)  # handles read the journal now
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
@@ -771,8 +790,30 @@ class ActorSystem:
                     actor.request_passivation()
 
     async def _take_over(self) -> None:
-        """On a shared journal: run the instances of nodes that are gone."""
+        """On a shared journal: run the instances of nodes that are gone,
+        and let go of those this node may have lost with its lease."""
+        term_seen = self.journal.lease_term()
         while True:
+            term = self.journal.lease_term()
+            if term is not None and term != term_seen:
+                term_seen = term
+                self._stale.update(
+                    iid for iid in self._live if self._terms.get(iid, -1) != term
+                )
+                if self._stale:
+                    log.warning(
+                        "node %r took its lease again after losing it; the %d instances "
+                        "it held from before are let go and loaded again when needed",
+                        self.node, len(self._stale),
+                    )  # fmt: skip
+            for iid in list(self._stale):
+                # Idle ones leave memory now (a write they still owe is fenced
+                # if another node took them); busy ones meet the fence.
+                actor = self._live.get(iid)
+                if actor is None:
+                    self._stale.discard(iid)
+                else:
+                    actor.request_passivation()
             for iid in await self.journal.orphans():
                 if iid not in self._foreign:
                     self._activate(iid)

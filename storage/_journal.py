@@ -405,6 +405,15 @@ class Journal(abc.ABC):
         """Live instances (running, suspended) whose owner node is gone."""
         return []
 
+    def lease_term(self) -> int | None:
+        """Which unbroken term of this node's lease holds now, or None while
+        the lease is not known to be held (lost, or not confirmed within its
+        timeout: the process may have been frozen). The term grows each time
+        the lease is taken again after a loss; an instance claimed in an
+        earlier term may belong to another node now, so what this node holds
+        of it in memory is not to be trusted. Single-owner journals: 0."""
+        return 0
+
     def on_mail(self, callback: Callable[[bytes], None]) -> None:
         """Call ``callback(iid)`` in the trio thread whenever another node
         adds a message for an instance this node owns (and, after a lost

@@ -260,6 +260,18 @@ async def test_a_node_frozen_mid_commit_does_not_keep_its_row_locks(node, pg, mo
             assert {} == r.log(X, 0)
 
 
+async def test_the_lease_term_grows_when_the_lease_is_taken_again(node):
+    async with node("a") as a:
+        assert 0 == a.lease_term()
+        await create(a, X)
+        freeze(a)
+        took = await until(lambda: a.lease_term() is None, what="the term to go unconfirmed")
+        assert took <= LEASE
+        await trio.sleep(LEASE * 2)  # the server ends the silent session
+        assert await a.claim(X) > 0  # finds it gone and takes the lease again
+        assert 1 == a.lease_term()
+
+
 def lease_holders(pg, name: str) -> set[int]:
     """The server processes that hold node ``name``'s lease lock."""
     from storage._postgres._schema import _node_key

@@ -151,3 +151,38 @@ def test_a_database_outage_is_ridden_out_and_work_resumes_by_itself(cluster, pro
     wait_for(
         lambda: {"after-a", "after-b", "after-c"} <= set(cluster.handled()), 5, "sends after"
     )
+
+
+@pytest.mark.slow
+def test_a_node_resumed_after_a_freeze_reads_what_it_lost_from_the_journal(cluster):
+    a, b, c = cluster.start("a", "b", "c")
+    frozen = [f"sink/f{i}" for i in range(3)]
+    for i, address in enumerate(frozen):
+        a.call("start", proc="sink", params=[address[5:]])
+        b.call("send", address=address, payload={"id": i})
+    wait_for(lambda: len(cluster.handled()) == 3, 5, "a to handle the first messages")
+    assert ["suspended"] * 3 == [a.call("status", address=f) for f in frozen]
+    a.signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: cluster.live_owned_by("a") == 0, 10, "a's instances to move")
+        assert c.call("cancel", address=frozen[0]) is True
+        b.call("send", address=frozen[1], payload={"id": 10})
+        wait_for(lambda: "10" in cluster.handled(), 5, "the new owner to handle mail")
+    finally:
+        a.signal(signal.SIGCONT)
+    # The first thing a answers after it wakes: not what it held in memory.
+    assert "cancelled" == a.call("status", address=frozen[0])
+    assert ["cancelled", "suspended", "suspended"] == [
+        a.call("status", address=f) for f in frozen
+    ]
+    wait_for(lambda: a.call("loaded") == 0, 5, "a to let go of what it lost")
+    assert "cancelled" == a.call("status", address=frozen[0])
+    a.call("send", address=frozen[2], payload={"id": 20})  # served by its owner
+    wait_for(lambda: "20" in cluster.handled(), 5, "mail a sent after waking")
+    time.sleep(0.3)
+    handled = cluster.handled()
+    assert {"0", "1", "2", "10", "20"} == set(handled)
+    assert all(len(lines) == 1 for lines in handled.values()), handled
+    assert {n for i in ("10", "20") for n, _, _ in handled[i]} <= {"b", "c"}
+    assert_one_owner_at_a_time(cluster)
+    assert_up(a, b, c)

@@ -255,6 +255,11 @@ class PostgresJournal(Journal):
             return []
         return await threads.run(self._lease.orphans_sync, limit)
 
+    def lease_term(self) -> int | None:
+        if self.node is None:
+            return 0
+        return self._lease.current_term()
+
     def on_mail(self, callback: Callable[[bytes], None]) -> None:
         self._mail.on_mail(callback)
 

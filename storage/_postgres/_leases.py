@@ -69,6 +69,11 @@ class _Lease:
         self._claims: list[_Claim] = []  # waiting for the next claim batch
         self._claiming = False  # a task is running claim batches
         self.pruned_at = 0.0
+        # The lease's term grows each time it is taken again after a loss;
+        # confirmed_at is when a statement last ran on its session (a
+        # session that answered still held the lock then).
+        self.term = 0
+        self.confirmed_at = 0.0  # time.monotonic()
 
     @property
     def _node(self) -> str:
@@ -122,13 +127,17 @@ class _Lease:
                         return _NO_LEASE
                     self._taken_elsewhere = False
                     self.conn = conn
+                    self.term += 1
+                    self.confirmed_at = time.monotonic()
                     log.warning(
                         "node %r took its lease on %s again after losing it; instances "
                         "other nodes took over meanwhile refuse its writes (fencing)",
                         self._node, self._server.describe(),
                     )  # fmt: skip
                 try:
-                    return fn(conn)
+                    result = fn(conn)
+                    self.confirmed_at = time.monotonic()
+                    return result
                 except psycopg.OperationalError as exc:
                     if not (conn.broken or conn.closed):
                         raise
@@ -169,6 +178,27 @@ class _Lease:
                     "one another node name"
                 )
             self.conn, self._leasing = conn, True
+            self.confirmed_at = time.monotonic()
+
+    def current_term(self) -> int | None:
+        """The lease's term if the lease is known to be held now, else None.
+
+        Held means confirmed within three quarters of ``lease_timeout``: the
+        server ends a silent session ``lease_timeout`` after its last
+        statement, so past that this process may have been frozen while
+        another node took its instances (the heartbeat confirms it four times
+        a timeout)."""
+        # No _mutex: a claim or a reconnect can hold it for seconds, and this
+        # is asked from the trio thread. A new lease sets the term before
+        # confirmed_at, and this reads them the other way round: a fresh
+        # confirmation is never paired with the term before it.
+        confirmed_at = self.confirmed_at
+        term = self.term
+        if not self._leasing or self.conn is None:
+            return None
+        if time.monotonic() - confirmed_at > 0.75 * self._server.lease_timeout:
+            return None
+        return term
 
     def start_heartbeat(self) -> None:
         self.heartbeat_stop.clear()
