@@ -13,7 +13,8 @@ with a JSON line on stdout::
 
 Commands: ``start``, ``send`` (address, payload: a ``work`` signal),
 ``cancel`` (address), ``load`` (background senders: targets, first, count,
-tasks, pace), ``loaded`` (instances in memory), ``status`` (address: what a
+tasks, pace), ``freeze_in_batch`` (address: SIGSTOP itself while its next
+batch that locks that instance's row holds the lock), ``loaded`` (instances in memory), ``status`` (address: what a
 handle here says), ``quit``. ``ACTORS_TEST_PASSIVATE_AFTER`` in the
 environment sets ``passivate_after`` (seconds). It prints ``{"ready": true}`` once the system is
 open. Log records (warnings and up) go to stderr.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -39,11 +41,12 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+import psycopg
 import trio
 
 import actors
 from actors import Context, Signal, process
-from storage import PostgresJournal
+from storage import PostgresJournal, instance_id
 
 work = Signal("work")
 NODE = ""
@@ -138,6 +141,35 @@ async def _load(system: actors.ActorSystem, targets, first, count, tasks, pace) 
     _append("acks", f"D {NODE}\n")
 
 
+def _freeze_in_next_batch(journal: PostgresJournal, iid: bytes) -> None:
+    """Stop this process (SIGSTOP) in its committer, between the first
+    statement of the next batch that locks ``iid``'s row and that
+    statement's Sync: the server has run it and waits, "active", with the
+    row locks held."""
+    writer = journal._writer
+
+    def fault(moment: str, conn, txns) -> None:
+        if moment != "locked" or not any(i == iid for t in txns for i, _, _ in t.requires):
+            return
+        writer.fault = None
+        while conn.pgconn.flush():  # the statement leaves the client's buffer
+            time.sleep(0.001)
+        # Wait until the server has run it and waits for more ("active", no
+        # Sync yet), so that the freeze lands in that window every time.
+        with psycopg.connect(journal.dsn, autocommit=True) as other:
+            for _ in range(200):
+                state = other.execute(
+                    "SELECT state FROM pg_stat_activity WHERE pid = %s", [conn.info.backend_pid]
+                ).fetchone()
+                if state is not None and state[0] == "active":
+                    break
+                time.sleep(0.01)
+            print(f"freezing in a batch, its session {state}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    writer.fault = fault
+
+
 async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: dict) -> object:
     cmd = request["cmd"]
     if cmd == "start":
@@ -149,6 +181,9 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         return None
     if cmd == "cancel":
         return await system.cancel(request["address"])
+    if cmd == "freeze_in_batch":  # SIGSTOP this process once a batch holds the address's row
+        _freeze_in_next_batch(system.journal, instance_id(request["address"]))
+        return None
     if cmd == "loaded":  # how many instances this node holds in memory
         return sum(1 for actor in system._live.values() if actor.loaded and not actor.done)
     if cmd == "status":  # what a handle on this node says

@@ -460,6 +460,7 @@ class Node:
         self._replies: dict[Any, dict] = {}
         self._cond = threading.Condition()
         self._next = 0
+        self._sent: dict[int, tuple[str, dict[str, Any]]] = {}
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -489,12 +490,22 @@ class Node:
         return self
 
     def call(self, cmd: str, timeout: float = 20.0, **args: Any) -> Any:
+        return self.answer(self.post(cmd, **args), timeout)
+
+    def post(self, cmd: str, **args: Any) -> int:
+        """Send a command without waiting; its id, for `answer`."""
         self._next += 1
+        self._sent[self._next] = (cmd, args)
         request = {"id": self._next, "cmd": cmd, **args}
         self.proc.stdin.write((json.dumps(request) + "\n").encode())  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
-        reply = self._wait(self._next, timeout)
+        return self._next
+
+    def answer(self, ident: int, timeout: float = 20.0) -> Any:
+        """The result of the command ``ident`` (raises if it failed)."""
+        reply = self._wait(ident, timeout)
         if not reply["ok"]:
+            cmd, args = self._sent[ident]
             raise AssertionError(f"node {self.name}: {cmd} {args} failed: {reply['error']}")
         return reply["result"]
 

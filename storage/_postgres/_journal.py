@@ -30,7 +30,7 @@ from ._leases import _Lease
 from ._pump import _MailPump
 from ._pool import _ReadPool
 from ._reader import _PostgresReader
-from ._schema import _SQL, migrate
+from ._schema import _SQL, _writer_key, migrate
 from ._server import _Server, _Threads
 from ._writer import _Writer
 
@@ -242,6 +242,7 @@ class PostgresJournal(Journal):
             raise ValueError(f"{self.describe()} is open; name its node before opening it")
         super().set_node(node)
         self._server.node = node
+        self._server.writer_key = _writer_key(self.schema, node)
 
     async def claim(self, iid: bytes) -> int | None:
         _, threads = self._check_open()

@@ -55,7 +55,9 @@ def _rollback(conn: psycopg.Connection) -> None:
 class _Server:
     """The DSN, schema and session settings of one journal's connections."""
 
-    __slots__ = ("connect_kwargs", "dsn", "durability", "lease_timeout", "node", "schema")
+    __slots__ = (
+        "connect_kwargs", "dsn", "durability", "lease_timeout", "node", "schema", "writer_key",
+    )  # fmt: skip
 
     def __init__(self, dsn: str, schema: str, durability: str, lease_timeout: float) -> None:
         self.dsn = dsn
@@ -63,6 +65,7 @@ class _Server:
         self.durability = durability
         self.lease_timeout = lease_timeout
         self.node: str | None = None  # set by PostgresJournal.set_node, before open
+        self.writer_key: int | None = None  # likewise (see _schema._writer_key)
         self.connect_kwargs: dict[str, Any] = {}
         try:
             given = conninfo_to_dict(dsn)
@@ -102,6 +105,11 @@ class _Server:
                 # keep its row locks past its lease.
                 conn.execute("SELECT set_config('actors.node', %s, false)", [self.node])
                 conn.execute(f"SET idle_in_transaction_session_timeout = {self.lease_ms}")
+                # And a node frozen in the middle of a batch's statement
+                # (no Sync yet: the server waits "active", no timeout ends
+                # it) is found by this lock and ended by the node that sees
+                # its lease lapse (_Lease.orphans_sync).
+                conn.execute("SELECT pg_advisory_lock_shared(%s)", [self.writer_key])
         except psycopg.Error as exc:
             raise self.unreachable(exc) from exc
         return conn
