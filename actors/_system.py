@@ -94,6 +94,13 @@ class ActorSystem:
         # its memory is trusted only while that term holds.
         self._terms: dict[bytes, int | None] = {}
         self._stale: set[bytes] = set()  # claimed in a lost term, not yet out of memory
+        # Instances another live node owns (a claim said so): mail to them is
+        # a write whose NOTIFY wakes the owner, and nothing more here. Bounded,
+        # oldest out; forgotten when this node claims one (a takeover) or is
+        # told of its mail (it owns it now).
+        self._elsewhere: dict[bytes, None] = {}
+        self._mail_noticed: dict[bytes, None] = {}  # see _remote_mail
+        self._mail_reading = False  # a _read_noticed_mail task runs
 
     # -- time ------------------------------------------------------------------
 
@@ -244,6 +251,7 @@ class ActorSystem:
                 raise
             actor = Actor(self, iid, address, proc, record)
             actor.loaded = True
+            self._owned_elsewhere(iid, epoch is None)
             if epoch is None:  # another node took it over at once: it runs there
                 return Handle(self, iid, address, record["inc"]), True
             actor.epoch = epoch
@@ -306,8 +314,19 @@ class ActorSystem:
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
             actor.deliver(seq, name, payload)
-        else:
+        elif iid not in self._elsewhere:
+            # (Owned elsewhere: the commit notified the owner. If that node
+            # dies, the takeover scan finds the instance and its mail.)
             self._activate(iid)
+
+    def _owned_elsewhere(self, iid: bytes, elsewhere: bool) -> None:
+        """Note what a claim said of ``iid``: another live node owns it, or not."""
+        if not elsewhere:
+            self._elsewhere.pop(iid, None)
+            return
+        self._elsewhere[iid] = None
+        if len(self._elsewhere) > _ELSEWHERE_KEPT:
+            del self._elsewhere[next(iter(self._elsewhere))]
 
     async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         """Send a runtime message (no liveness check: the receiver decides)."""
@@ -709,6 +728,7 @@ class ActorSystem:
             if iid in self._live:
                 return  # a concurrent activation won: claiming again would fence it out
             epoch = await self.journal.claim(iid)
+            self._owned_elsewhere(iid, epoch is None)
             if epoch is None or iid in self._live:
                 return  # another live node owns it (and was told of its mail)
             actor = Actor(self, iid, row.address, proc, None)
@@ -759,20 +779,45 @@ class ActorSystem:
 
     # -- recovery and shutdown ---------------------------------------------------
 
-    async def _remote_mail(self, iid: bytes) -> None:
+    def _remote_mail(self, iid: bytes) -> None:
         """Another node added mail for ``iid``, which this node owns."""
-        actor = self._live.get(iid)
-        if actor is None:
-            self._activate(iid)
+        self._owned_elsewhere(iid, False)
+        if iid not in self._live:
+            self._activate(iid)  # its load reads the mailbox
             return
+        # Notices that arrive while a read is in flight wait for the next,
+        # which reads all their mailboxes at once: one read per batch of
+        # notices rather than one per message.
+        self._mail_noticed[iid] = None
+        if not self._mail_reading:
+            self._mail_reading = True
+            self._spawn_system_task(self._read_noticed_mail)
+
+    async def _read_noticed_mail(self) -> None:
         try:
-            mail = await self.journal.read(lambda r: r.mailbox(iid))
-        except JournalUnavailable:  # the notice is not lost: read the mail once it answers
+            while self._mail_noticed:
+                await self._read_mail_of(list(self._mail_noticed))
+        finally:
+            self._mail_reading = False
+
+    async def _read_mail_of(self, iids: list[bytes]) -> None:
+        # Invariant: an id leaves _mail_noticed before the read that serves
+        # it begins, so a notice that arrives during the read is read again.
+        for iid in iids:
+            del self._mail_noticed[iid]
+        try:
+            mail = await self.journal.read(lambda r: r.mailboxes(iids))
+        except JournalUnavailable:  # the notices are not lost: read once it answers
+            self._mail_noticed.update(dict.fromkeys(iids))
             await self._journal_back()
-            self._spawn_system_task(self._remote_mail, iid)
             return
-        for seq, message in mail:
-            actor.deliver(seq, message[0], message[1])
+        for iid in iids:
+            actor = self._live.get(iid)
+            if actor is None:
+                self._activate(iid)
+                continue
+            for seq, message in mail.get(iid, ()):
+                actor.deliver(seq, message[0], message[1])
 
     async def _sweep_idle(self) -> None:
         """Passivate instances idle for ``passivate_after`` seconds.
@@ -864,6 +909,7 @@ class ActorSystem:
 
 
 _ENDS_KEPT = 10_000
+_ELSEWHERE_KEPT = 100_000
 _RELOAD_AFTER = 0.1  # seconds before an instance that lost the journal is loaded again
 _PROBE_FIRST = 0.05  # seconds between reads that ask whether the journal is back: at first,
 _PROBE_MAX = 0.5  # and at most (doubling in between)
@@ -933,9 +979,7 @@ async def open_system(
             )  # fmt: skip
             nursery.start_soon(system._sweep_idle, name="actors idle sweep")
             if journal.shared:
-                journal.on_mail(
-                    lambda iid: system._spawn_system_task(system._remote_mail, iid)
-                )
+                journal.on_mail(system._remote_mail)
                 nursery.start_soon(
                     system._keep_running, system._take_over, "the takeover scan",
                     name="actors takeover",

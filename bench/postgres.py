@@ -12,6 +12,9 @@ One run, one fresh schema (dropped afterwards), interleaved rounds of:
   all on node A (this process). Target >= 5x raw-commit-1conn.
 - ``procs-1node``: 1-step processes started and completed per second, 1000
   concurrent workers looping ``start`` + ``result()``, on node A.
+- ``signals-2node-remote``: as ``signals-2node``, but each node's senders
+  send into the other node's instances (each send a write and a NOTIFY to
+  the owner). Target >= 0.8x ``signals-2node``.
 - ``signals-2node``, ``procs-2node``: the same total load split over two
   nodes: node A (this process) and node B (bench/postgres_node.py, a child
   process), each with 500 senders into its own 500 instances (or 500
@@ -274,12 +277,13 @@ async def _window(
 
 
 _RAW = ("raw-commit-1conn", "raw-commit-8conn")
-_OURS = ("signals-1node", "procs-1node", "signals-2node", "procs-2node")
+_OURS = ("signals-1node", "procs-1node", "signals-2node", "signals-2node-remote", "procs-2node")
 _UNITS = {
     "raw-commit-1conn": "commits/s",
     "raw-commit-8conn": "commits/s",
     "signals-1node": "signals/s",
     "signals-2node": "signals/s",
+    "signals-2node-remote": "signals/s",
     "procs-1node": "procs/s",
     "procs-2node": "procs/s",
 }
@@ -329,6 +333,12 @@ async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
                         signal_load,
                         (one_node[:half], half),
                         f"sig {half}",
+                    ),
+                    (
+                        "signals-2node-remote",
+                        signal_load,
+                        ([f"pgsink/bench-b.{i}" for i in range(half)], half),
+                        f"rsig {half} bench-a {half}",
                     ),
                     (
                         "procs-2node",
@@ -395,6 +405,7 @@ def postgres(options: Options) -> list[Result]:
         "signals-1node": ("raw-commit-1conn",),
         "procs-1node": ("raw-commit-1conn",),
         "signals-2node": ("raw-commit-1conn", "signals-1node"),
+        "signals-2node-remote": ("signals-2node",),
         "procs-2node": ("raw-commit-1conn", "procs-1node"),
     }
     results = [
@@ -431,6 +442,11 @@ def _verdict(results: list[Result], cpu: dict[str, dict[str, list[float]]]) -> N
     progress(
         f"postgres: target signals-1node >= 5x raw-commit-1conn: {x_raw:.2f}x "
         f"({'met' if x_raw >= 5 else 'missed'})"
+    )
+    remote = by_name["signals-2node-remote"].ratios["signals-2node"]
+    progress(
+        f"postgres: target signals to the other node's instances >= 0.8x to one's own "
+        f"(2 nodes): {remote:.2f}x ({'met' if remote >= 0.8 else 'missed'})"
     )
     progress(
         f"postgres: target signals 2-node >= 1.3x 1-node: {scale:.2f}x "

@@ -262,6 +262,10 @@ class Reader(abc.ABC):
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
         """Unread messages as ``(seq, message)``, oldest first."""
 
+    def mailboxes(self, iids: list[bytes]) -> dict[bytes, list[tuple[int, Any]]]:
+        """`mailbox` of each of ``iids`` (a remote journal reads them at once)."""
+        return {iid: self.mailbox(iid) for iid in iids}
+
     @abc.abstractmethod
     def last_message_seq(self, iid: bytes) -> int:
         """The highest sequence number ever given to a message for that

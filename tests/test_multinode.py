@@ -433,6 +433,33 @@ async def test_a_notice_during_an_unfinished_take_does_not_deliver_it_twice(node
     assert [1, 2] == handled_here
 
 
+async def test_sends_to_another_nodes_instance_cost_the_sender_no_claim(node):
+    work = actors.Signal("work")
+    handled_here.clear()
+    # A lease long enough that a busy machine never lets a's lapse meanwhile.
+    a_journal, b_journal = node(None, lease_timeout=3.0), node(None, lease_timeout=3.0)
+    claims: list[bytes] = []
+    claim = b_journal.claim
+
+    async def counted(iid: bytes) -> int | None:
+        claims.append(iid)
+        return await claim(iid)
+
+    b_journal.claim = counted
+    async with actors.open_system(b_journal, processes=[box], node="b") as b:
+        async with actors.open_system(a_journal, processes=[box], node="a") as a:
+            await a.start(box, "1")
+            for n in range(30):
+                await b.send("box/1", work, {"n": n})
+            await until(lambda: len(handled_here) == 30, what="a to handle every message")
+            assert len(claims) <= 1  # the first send learns that a owns it
+        # a is gone: b's takeover scan finds box/1 and its mail, with no send.
+        await b.send("box/1", work, {"n": 30})
+        await until(lambda: len(handled_here) == 31, what="b to take box/1 over")
+        assert b._live[instance_id("box/1")].loaded
+    assert list(range(31)) == handled_here
+
+
 # -- three node programs ---------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -120,6 +120,13 @@ class _PostgresReader(Reader):
             for seq, message in self._rows(self._sql.mailbox, [iid])
         ]
 
+    def mailboxes(self, iids: list[bytes]) -> dict[bytes, list[tuple[int, Any]]]:
+        found: dict[bytes, list[tuple[int, Any]]] = {iid: [] for iid in iids}
+        for iid, seq, message in self._rows(self._sql.mailboxes, [iids]):
+            iid = bytes(iid)
+            found[iid].append((seq, j.decode_record(message, "mail", iid)))
+        return found
+
     def last_message_seq(self, iid: bytes) -> int:
         return self._one(self._sql.last_message_seq, [iid]) or 0
 

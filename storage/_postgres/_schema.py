@@ -208,6 +208,9 @@ class _SQL:
         self.log = f"SELECT seq, entry FROM {s}.log WHERE iid = %s AND run = %s ORDER BY seq"
         self.log_runs = f"SELECT DISTINCT run FROM {s}.log WHERE iid = %s ORDER BY run"
         self.mailbox = f"SELECT seq, message FROM {s}.mail WHERE iid = %s ORDER BY seq"
+        self.mailboxes = (
+            f"SELECT iid, seq, message FROM {s}.mail WHERE iid = ANY(%s) ORDER BY iid, seq"
+        )
         # A loose index scan: one probe per instance, not one row per message.
         self.instances_with_mail = (
             f"WITH RECURSIVE t(iid) AS ((SELECT iid FROM {s}.mail ORDER BY iid LIMIT 1) "
