@@ -19,6 +19,8 @@ from . import _supervision as _sup
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
+from ._nodes import NodeView
+from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._records import InstanceInfo, Signal
 from ._streams import Stream
@@ -89,18 +91,8 @@ class ActorSystem:
         self.takeover_interval = 0.25
         self._nursery: trio.Nursery | None = None
         self._closing = False
-        self._journal_answers: trio.Event | None = None  # set when an outage ends
-        # The lease term each live instance was claimed in (see Journal.lease_term):
-        # its memory is trusted only while that term holds.
-        self._terms: dict[bytes, int | None] = {}
-        self._stale: set[bytes] = set()  # claimed in a lost term, not yet out of memory
-        # Instances another live node owns (a claim said so): mail to them is
-        # a write whose NOTIFY wakes the owner, and nothing more here. Bounded,
-        # oldest out; forgotten when this node claims one (a takeover) or is
-        # told of its mail (it owns it now).
-        self._elsewhere: dict[bytes, None] = {}
-        self._mail_noticed: dict[bytes, None] = {}  # see _remote_mail
-        self._mail_reading = False  # a _read_noticed_mail task runs
+        self.outages = JournalWatch(journal)
+        self.nodes = NodeView(self)
 
     # -- time ------------------------------------------------------------------
 
@@ -128,16 +120,9 @@ class ActorSystem:
     def _make_context(self, actor: Actor) -> Context:
         return Context(actor)
 
-    def _trusted(self, iid: bytes) -> bool:
-        """Whether this node's memory of the live instance ``iid`` is current:
-        it was claimed in the lease term that holds now. (A node frozen past
-        its lease may have lost it to another node.)"""
-        term = self.journal.lease_term()
-        return term is not None and self._terms.get(iid, -1) == term
-
     def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]:
         actor = self._live.get(iid)
-        if actor is not None and actor.loaded and self._trusted(iid):
+        if actor is not None and actor.loaded and self.nodes.trusted(iid):
             return actor.status, actor.record
         ended = self._ends.get(iid)
         if ended is not None:
@@ -251,11 +236,10 @@ class ActorSystem:
                 raise
             actor = Actor(self, iid, address, proc, record)
             actor.loaded = True
-            self._owned_elsewhere(iid, epoch is None)
+            self.nodes.claimed(iid, epoch)
             if epoch is None:  # another node took it over at once: it runs there
                 return Handle(self, iid, address, record["inc"]), True
             actor.epoch = epoch
-            self._terms[iid] = self.journal.lease_term()  # the claim just confirmed it
             if message is not None and results:
                 actor.deliver(results[0], message[0].name, message[1])
             self._run_actor(actor)
@@ -314,19 +298,10 @@ class ActorSystem:
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
             actor.deliver(seq, name, payload)
-        elif iid not in self._elsewhere:
+        elif not self.nodes.owned_elsewhere(iid):
             # (Owned elsewhere: the commit notified the owner. If that node
             # dies, the takeover scan finds the instance and its mail.)
             self._activate(iid)
-
-    def _owned_elsewhere(self, iid: bytes, elsewhere: bool) -> None:
-        """Note what a claim said of ``iid``: another live node owns it, or not."""
-        if not elsewhere:
-            self._elsewhere.pop(iid, None)
-            return
-        self._elsewhere[iid] = None
-        if len(self._elsewhere) > _ELSEWHERE_KEPT:
-            del self._elsewhere[next(iter(self._elsewhere))]
 
     async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         """Send a runtime message (no liveness check: the receiver decides)."""
@@ -392,7 +367,7 @@ class ActorSystem:
         rows = await self.journal.read(lambda r: list(r.instances(None, template)))
         for row in rows:
             actor = self._live.get(row.iid)
-            mine = actor is not None and actor.loaded and self._trusted(row.iid)
+            mine = actor is not None and actor.loaded and self.nodes.trusted(row.iid)
             current = actor.status if mine else row.status  # type: ignore[union-attr]
             record = actor.record if mine else row.record  # type: ignore[union-attr]
             if status is not None and current != status:
@@ -621,7 +596,7 @@ class ActorSystem:
 
     def _run_actor(self, actor: Actor) -> None:
         self._live[actor.iid] = actor
-        self._terms.setdefault(actor.iid, self.journal.lease_term())  # a child made here
+        self.nodes.running(actor.iid)
         assert self._nursery is not None
         self._nursery.start_soon(
             self._run_or_reload, actor.main, actor.iid, name=f"actor {actor.address}"
@@ -653,57 +628,9 @@ class ActorSystem:
 
     async def _reload_when_back(self, iid: bytes) -> None:
         await trio.sleep(_RELOAD_AFTER)
-        await self._journal_back()
+        await self.outages.back()
         self._status_changed(iid)  # its handles read what was committed
         self._activate(iid)
-
-    # -- outages of the journal ----------------------------------------------------
-
-    async def _journal_back(self) -> None:
-        """Return once the journal answers reads again: at once if it does.
-
-        Whoever lost the journal waits here; one probe serves them all, so an
-        outage costs one small read per backoff interval, not one per
-        waiting instance."""
-        answers = self._journal_answers
-        if answers is None:
-            self._journal_answers = answers = trio.Event()
-            assert self._nursery is not None
-            self._nursery.start_soon(self._probe_journal, answers, name="actors journal probe")
-        await answers.wait()
-
-    async def _probe_journal(self, answers: trio.Event) -> None:
-        began = trio.current_time()
-        delay, failed = _PROBE_FIRST, 0
-        while True:
-            try:
-                await self.journal.read(lambda r: r.instance(_PROBE_IID))
-                break
-            except JournalUnavailable as exc:
-                failed += 1
-                if failed == 1:
-                    log.warning("the journal does not answer (%s); retrying with backoff", exc)
-            await trio.sleep(delay)
-            delay = min(2 * delay, _PROBE_MAX)
-        if failed:
-            log.warning(
-                "the journal answers again after %.1f s; work resumes",
-                trio.current_time() - began,
-            )  # fmt: skip
-        self._journal_answers = None
-        answers.set()
-
-    async def _keep_running(self, task: Callable[[], Any], what: str) -> None:
-        """Run a system task, and again after each outage of the journal."""
-        while True:
-            try:
-                await task()
-                return
-            except JournalUnavailable as exc:
-                log.warning("%s lost the journal (%s); it resumes once the journal answers",
-                            what, exc)  # fmt: skip
-            await trio.sleep(_PROBE_FIRST)
-            await self._journal_back()
 
     async def _activate_task(self, iid: bytes) -> None:
         try:
@@ -728,12 +655,11 @@ class ActorSystem:
             if iid in self._live:
                 return  # a concurrent activation won: claiming again would fence it out
             epoch = await self.journal.claim(iid)
-            self._owned_elsewhere(iid, epoch is None)
+            self.nodes.claimed(iid, epoch)
             if epoch is None or iid in self._live:
                 return  # another live node owns it (and was told of its mail)
             actor = Actor(self, iid, row.address, proc, None)
             actor.epoch = epoch
-            self._terms[iid] = self.journal.lease_term()  # the claim just confirmed it
             self._live[iid] = actor
         finally:
             self._activating.discard(iid)
@@ -742,10 +668,7 @@ class ActorSystem:
     def _forget(self, actor: Actor) -> None:
         if self._live.get(actor.iid) is actor:
             del self._live[actor.iid]
-            self._terms.pop(actor.iid, None)
-            if actor.iid in self._stale:
-                self._stale.discard(actor.iid)
-                self._status_changed(actor.iid)  # handles read the journal now
+            self.nodes.forgotten(actor.iid)
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
@@ -779,46 +702,6 @@ class ActorSystem:
 
     # -- recovery and shutdown ---------------------------------------------------
 
-    def _remote_mail(self, iid: bytes) -> None:
-        """Another node added mail for ``iid``, which this node owns."""
-        self._owned_elsewhere(iid, False)
-        if iid not in self._live:
-            self._activate(iid)  # its load reads the mailbox
-            return
-        # Notices that arrive while a read is in flight wait for the next,
-        # which reads all their mailboxes at once: one read per batch of
-        # notices rather than one per message.
-        self._mail_noticed[iid] = None
-        if not self._mail_reading:
-            self._mail_reading = True
-            self._spawn_system_task(self._read_noticed_mail)
-
-    async def _read_noticed_mail(self) -> None:
-        try:
-            while self._mail_noticed:
-                await self._read_mail_of(list(self._mail_noticed))
-        finally:
-            self._mail_reading = False
-
-    async def _read_mail_of(self, iids: list[bytes]) -> None:
-        # Invariant: an id leaves _mail_noticed before the read that serves
-        # it begins, so a notice that arrives during the read is read again.
-        for iid in iids:
-            del self._mail_noticed[iid]
-        try:
-            mail = await self.journal.read(lambda r: r.mailboxes(iids))
-        except JournalUnavailable:  # the notices are not lost: read once it answers
-            self._mail_noticed.update(dict.fromkeys(iids))
-            await self._journal_back()
-            return
-        for iid in iids:
-            actor = self._live.get(iid)
-            if actor is None:
-                self._activate(iid)
-                continue
-            for seq, message in mail.get(iid, ()):
-                actor.deliver(seq, message[0], message[1])
-
     async def _sweep_idle(self) -> None:
         """Passivate instances idle for ``passivate_after`` seconds.
 
@@ -837,28 +720,8 @@ class ActorSystem:
     async def _take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone,
         and let go of those this node may have lost with its lease."""
-        term_seen = self.journal.lease_term()
         while True:
-            term = self.journal.lease_term()
-            if term is not None and term != term_seen:
-                term_seen = term
-                self._stale.update(
-                    iid for iid in self._live if self._terms.get(iid, -1) != term
-                )
-                if self._stale:
-                    log.warning(
-                        "node %r took its lease again after losing it; the %d instances "
-                        "it held from before are let go and loaded again when needed",
-                        self.node, len(self._stale),
-                    )  # fmt: skip
-            for iid in list(self._stale):
-                # Idle ones leave memory now (a write they still owe is fenced
-                # if another node took them); busy ones meet the fence.
-                actor = self._live.get(iid)
-                if actor is None:
-                    self._stale.discard(iid)
-                else:
-                    actor.request_passivation()
+            self.nodes.let_go_of_the_lost()
             for iid in await self.journal.orphans():
                 if iid not in self._foreign:
                     self._activate(iid)
@@ -909,11 +772,7 @@ class ActorSystem:
 
 
 _ENDS_KEPT = 10_000
-_ELSEWHERE_KEPT = 100_000
 _RELOAD_AFTER = 0.1  # seconds before an instance that lost the journal is loaded again
-_PROBE_FIRST = 0.05  # seconds between reads that ask whether the journal is back: at first,
-_PROBE_MAX = 0.5  # and at most (doubling in between)
-_PROBE_IID = bytes(16)  # no instance: the probe reads an index, finds nothing
 
 _STATUSES = (
     "running", "suspended", "completed", "failed", "cancelled", "compensation_stuck", "corrupt",
@@ -971,17 +830,17 @@ async def open_system(
     try:
         system._offset = now() - trio.current_time()
         async with trio.open_nursery() as nursery:
-            system._nursery = nursery
+            system._nursery = system.outages.nursery = nursery
             await system._recover()
             nursery.start_soon(
-                system._keep_running, system.timers.run, "the timer service",
+                system.outages.keep_running, system.timers.run, "the timer service",
                 name="actors timer service",
             )  # fmt: skip
             nursery.start_soon(system._sweep_idle, name="actors idle sweep")
             if journal.shared:
-                journal.on_mail(system._remote_mail)
+                journal.on_mail(system.nodes.mail_noticed)
                 nursery.start_soon(
-                    system._keep_running, system._take_over, "the takeover scan",
+                    system.outages.keep_running, system._take_over, "the takeover scan",
                     name="actors takeover",
                 )  # fmt: skip
             try:

@@ -451,11 +451,13 @@ async def test_sends_to_another_nodes_instance_cost_the_sender_no_claim(node):
             await a.start(box, "1")
             for n in range(30):
                 await b.send("box/1", work, {"n": n})
-            await until(lambda: len(handled_here) == 30, what="a to handle every message")
-            assert len(claims) <= 1  # the first send learns that a owns it
+            await until(
+                lambda: len(handled_here) == 30, timeout=15, what="a to handle every message"
+            )
+            assert len(claims) <= 1, claims  # the first send learns that a owns it
         # a is gone: b's takeover scan finds box/1 and its mail, with no send.
         await b.send("box/1", work, {"n": 30})
-        await until(lambda: len(handled_here) == 31, what="b to take box/1 over")
+        await until(lambda: len(handled_here) == 31, timeout=15, what="b to take box/1 over")
         assert b._live[instance_id("box/1")].loaded
     assert list(range(31)) == handled_here
 

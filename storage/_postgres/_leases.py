@@ -77,6 +77,7 @@ class _Lease:
         # session that answered still held the lock then).
         self.term = 0
         self.confirmed_at = 0.0  # time.monotonic()
+        self._cannot_end = False  # (warned that) this role may not end others' sessions
 
     @property
     def _node(self) -> str:
@@ -317,6 +318,29 @@ class _Lease:
             result = self._on_lease(run)
         return {} if result is _NO_LEASE else result  # type: ignore[return-value]
 
+    def _end_sessions(self, conn: psycopg.Connection, lapsed: list[str]) -> None:
+        """End the committer sessions of the ``lapsed`` nodes (on the lease
+        connection, autocommit)."""
+        keys = [_writer_key(self._server.schema, name) for name in lapsed]
+        try:
+            (ended,) = conn.execute(self._sql.end_sessions, [keys]).fetchone()  # type: ignore[misc]
+        except psycopg.errors.InsufficientPrivilege as exc:
+            if not self._cannot_end:
+                self._cannot_end = True
+                log.warning(
+                    "node %r may not end the sessions of nodes whose lease lapsed (%s); "
+                    "a node frozen in the middle of a commit then holds its row locks "
+                    "until it wakes: run every node as one database role, or grant "
+                    "pg_signal_backend",
+                    self._node, str(exc).strip(),
+                )  # fmt: skip
+            return
+        if ended:
+            log.warning(
+                "node %r ended %d session(s) of node(s) %s, whose lease lapsed",
+                self._node, ended, ", ".join(map(repr, lapsed)),
+            )  # fmt: skip
+
     def orphans_sync(self, limit: int) -> list[bytes]:
         """Live instances whose owner's lease is free (in a worker thread);
         now and then, forget nodes that are gone and own nothing live."""
@@ -329,13 +353,7 @@ class _Lease:
             # commits on every node would wait on them) before claiming.
             lapsed = [name for (name,) in conn.execute(self._sql.lapsed, params).fetchall()]
             if lapsed:
-                keys = [_writer_key(self._server.schema, name) for name in lapsed]
-                (ended,) = conn.execute(self._sql.end_sessions, [keys]).fetchone()
-                if ended:
-                    log.warning(
-                        "node %r ended %d session(s) of node(s) %s, whose lease lapsed",
-                        self._node, ended, ", ".join(map(repr, lapsed)),
-                    )  # fmt: skip
+                self._end_sessions(conn, lapsed)
             rows = conn.execute(self._sql.orphans, params).fetchall()
             if time.monotonic() - self.pruned_at > _PRUNE_EVERY:
                 self.pruned_at = time.monotonic()
