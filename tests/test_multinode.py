@@ -455,11 +455,13 @@ async def test_sends_to_another_nodes_instance_cost_the_sender_no_claim(node):
                 lambda: len(handled_here) == 30, timeout=15, what="a to handle every message"
             )
             assert len(claims) <= 1, claims  # the first send learns that a owns it
-        # a is gone: b's takeover scan finds box/1 and its mail, with no send.
+        # a is gone. b still takes it for a's, so its send only writes; b's
+        # takeover scan finds box/1 and that mail.
         await b.send("box/1", work, {"n": 30})
-        await until(lambda: len(handled_here) == 31, timeout=15, what="b to take box/1 over")
+        await until(lambda: 30 in handled_here, timeout=15, what="b to take box/1 over")
         assert b._live[instance_id("box/1")].loaded
-    assert list(range(31)) == handled_here
+    # (A step cut short by a's close may run again on b: at least once, keyed.)
+    assert list(range(31)) == sorted(set(handled_here))
 
 
 # -- three node programs ---------------------------------------------------------
