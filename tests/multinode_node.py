@@ -72,6 +72,7 @@ async def sink(ctx: Context, id: str) -> None:
     while True:
         _signal, payload = await ctx.receive(work)
         await ctx.step(mark, "W", str(payload["id"]), name="W")
+        await ctx.emit(str(payload["id"]))  # on the sink's stream: audited once each
 
 
 @process("sleeper/:id")

@@ -612,6 +612,19 @@ class Cluster:
                 found[ident].append((node, key, attempt))
         return found
 
+    def emitted(self) -> dict[str, list[str]]:
+        """id -> the addresses whose stream holds it (each sink emits the id
+        of each message it handles), over every stream in the schema."""
+        from storage._journal import decode_record
+
+        found: dict[str, list[str]] = defaultdict(list)
+        rows = self.query(
+            "SELECT i.address, s.iid, s.value FROM {s}.stream s JOIN {s}.instances i USING (iid)"
+        )
+        for address, iid, value in rows:
+            found[decode_record(value, "stream", bytes(iid))].append(address)
+        return found
+
     def acks(self) -> tuple[set[str], list[str], set[str]]:
         """(acknowledged ids, error lines, nodes whose senders are done)."""
         path = self.workdir / "acks"
@@ -726,6 +739,9 @@ def test_sigkill_under_load_loses_nothing_and_moves_the_instances(cluster):
     wait_for(lambda: acked <= set(cluster.handled()), 30, "every acknowledged message handled")
     time.sleep(0.3)  # anything handled twice would show up by now
     doubled = audit_exactly_once(cluster, acked, killed="a")
+    wait_for(lambda: acked <= set(cluster.emitted()), 5, "every handled message's emit")
+    emitted = cluster.emitted()
+    assert {} == {i: addresses for i, addresses in emitted.items() if len(addresses) != 1}
     after = [i for i, lines in cluster.handled().items() if lines[-1][0] != "a"]
     assert after, "nothing was handled after the kill"
     assert not doubled, f"messages handled twice: {', '.join(doubled[:5])}"

@@ -86,6 +86,13 @@ def test_cancelling_a_tree_taken_over_by_two_nodes_reaches_every_descendant(clus
     assert_up(b, c)
 
 
+def assert_emitted_once(cluster: Cluster, ids: set[str]) -> None:
+    """Each of ``ids`` (handled messages) is on its sink's stream, once."""
+    wait_for(lambda: ids <= set(cluster.emitted()), 5, "every handled message's emit")
+    emitted = cluster.emitted()
+    assert {} == {i: addresses for i, addresses in emitted.items() if len(addresses) != 1}
+
+
 def assert_one_owner_at_a_time(cluster: Cluster) -> None:
     """No instance was handled by two nodes in overlapping spans of time: in
     time order, once another node handles an instance, the one before never
@@ -141,6 +148,7 @@ def test_a_database_outage_is_ridden_out_and_work_resumes_by_itself(cluster, pro
     wait_for(lambda: acked <= set(cluster.handled()), 10, "every acknowledged message handled")
     time.sleep(0.3)
     assert [] == audit_exactly_once(cluster, acked, cut_short=True)
+    assert_emitted_once(cluster, acked)
     assert_one_owner_at_a_time(cluster)
     late = [i for i in acked if int(i) % 100_000 >= 70]  # sent after the outage
     assert late, "no send was acknowledged after the outage"
@@ -160,7 +168,9 @@ def test_a_node_resumed_after_a_freeze_reads_what_it_lost_from_the_journal(clust
         a.call("start", proc="sink", params=[address[5:]])
         b.call("send", address=address, payload={"id": i})
     wait_for(lambda: len(cluster.handled()) == 3, 5, "a to handle the first messages")
-    assert ["suspended"] * 3 == [a.call("status", address=f) for f in frozen]
+    wait_for(
+        lambda: ["suspended"] * 3 == [a.call("status", address=f) for f in frozen], 5, "idle"
+    )
     a.signal(signal.SIGSTOP)
     try:
         wait_for(lambda: cluster.live_owned_by("a") == 0, 10, "a's instances to move")
@@ -171,9 +181,11 @@ def test_a_node_resumed_after_a_freeze_reads_what_it_lost_from_the_journal(clust
         a.signal(signal.SIGCONT)
     # The first thing a answers after it wakes: not what it held in memory.
     assert "cancelled" == a.call("status", address=frozen[0])
-    assert ["cancelled", "suspended", "suspended"] == [
-        a.call("status", address=f) for f in frozen
-    ]
+    wait_for(
+        lambda: ["cancelled", "suspended", "suspended"]
+        == [a.call("status", address=f) for f in frozen],
+        5, "what a says of all three to be what the journal says",
+    )  # fmt: skip
     wait_for(lambda: a.call("loaded") == 0, 5, "a to let go of what it lost")
     assert "cancelled" == a.call("status", address=frozen[0])
     a.call("send", address=frozen[2], payload={"id": 20})  # served by its owner
@@ -183,6 +195,7 @@ def test_a_node_resumed_after_a_freeze_reads_what_it_lost_from_the_journal(clust
     assert {"0", "1", "2", "10", "20"} == set(handled)
     assert all(len(lines) == 1 for lines in handled.values()), handled
     assert {n for i in ("10", "20") for n, _, _ in handled[i]} <= {"b", "c"}
+    assert_emitted_once(cluster, set(handled))
     assert_one_owner_at_a_time(cluster)
     assert_up(a, b, c)
 
@@ -221,6 +234,9 @@ def test_a_node_frozen_while_its_batch_holds_row_locks_stalls_nobody_past_its_le
     handled = cluster.handled()
     assert {"0", "1", "2", "3"} == set(handled)
     assert all(len(lines) == 1 for lines in handled.values()), handled
-    assert [("b", "sink/x")] * 2 == [(handled[i][0][0], handled[i][0][1].rsplit("/", 3)[0]) for i in "12"]
+    assert [("b", "sink/x")] * 2 == [
+        (handled[i][0][0], handled[i][0][1].rsplit("/", 3)[0]) for i in "12"
+    ]
+    assert_emitted_once(cluster, set(handled))
     assert_one_owner_at_a_time(cluster)
     assert_up(a, b, c)
