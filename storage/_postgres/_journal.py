@@ -5,7 +5,7 @@ The class ties together the pieces of this package, each with one job:
 - `_server`: the DSN, connection settings and error messages;
 - `_schema`: the tables, their migrations and every SQL statement;
 - `_writer` and `_plan`: the committer thread and group commit;
-- `_reader`: reads in one snapshot, on pooled connections;
+- `_reader` and `_pool`: reads in one snapshot, on pooled connections;
 - `_leases`: a node's lease, heartbeat, claims and takeovers;
 - `_pump`: notices of mail from other nodes (LISTEN/NOTIFY).
 
@@ -13,6 +13,13 @@ Reads use pooled connections in REPEATABLE READ, READ ONLY transactions (a
 consistent snapshot); ``read(fn)`` runs in a worker thread, limited to the
 pool's size. psycopg's async API needs asyncio, so everything here uses its
 sync API from threads.
+
+Outages. While the server cannot be reached, reads and commits raise
+`JournalUnavailable` (a commit after retrying for about a second; one whose
+COMMIT may have been written first asks the server for its outcome for up
+to five seconds) and nothing waits for a connection pool to back off: the
+first read or commit after the server is back connects again, and the
+lease and mail connections reconnect on their own.
 """
 
 from __future__ import annotations
@@ -85,7 +92,16 @@ class PostgresJournal(Journal):
       middle of a commit does not keep its row locks (which would stall
       every node writing those instances): the first round trip of a batch
       ends with a Sync, or the server would not count the wait for the rest
-      as idle. The ``nodes`` table lists
+      as idle. A node frozen while the server waits for the rest of a
+      statement (no Sync yet: the session is "active", no timeout applies)
+      is ended by the others: each committer session holds a shared
+      advisory lock keyed by its node, and the takeover scan (`orphans`)
+      terminates the sessions holding the key of any node whose lease
+      lapsed, before it claims (this needs every node to run as one
+      database role, or ``pg_signal_backend``). Claims run with a short
+      ``lock_timeout`` and try a busy row again. `lease_term` tells the
+      runtime whether the lease holds, and since when (what this node holds
+      in memory from an earlier term may be another node's now). The ``nodes`` table lists
       each node's name, lock key, NOTIFY channel and when it took its lease.
     - *Ownership.* A new instance belongs to the node that creates it, at
       epoch 0. `claim` makes this node the owner, with a new epoch (from a
