@@ -272,6 +272,31 @@ async def test_the_lease_term_grows_when_the_lease_is_taken_again(node):
         assert 1 == a.lease_term()
 
 
+async def test_a_claim_of_a_row_a_writer_holds_gives_up_soon_and_claims_it_later(node, pg):
+    import psycopg
+
+    from storage._postgres._leases import _BUSY
+
+    async with node("a") as a:
+        await create(a, X, Y)
+        holder = psycopg.connect(pg[0])  # a writer, frozen while it holds X's row
+        try:
+            holder.execute(f'SELECT 1 FROM "{pg[1]}".instances WHERE iid = %s FOR UPDATE', [X])
+            start = trio.current_time()
+            found = await trio.to_thread.run_sync(a._lease._claim_sync, [X, Y])  # pipelined
+            assert _BUSY == found[X] and found[Y] > 0
+            assert trio.current_time() - start < LEASE  # the lease connection's lock_timeout
+            assert [] == await a.orphans()  # the lease connection still serves
+            late = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(trio.to_thread.run_sync, holder.rollback)  # the writer ends
+                epoch = await a.claim(X)  # busy at first, claimed once the row is free
+            assert epoch > found[Y] and ("a", epoch) == owner(pg, X)
+            assert trio.current_time() - late < 5 * LEASE
+        finally:
+            holder.close()
+
+
 def lease_holders(pg, name: str) -> set[int]:
     """The server processes that hold node ``name``'s lease lock."""
     from storage._postgres._schema import _node_key
