@@ -746,7 +746,10 @@ class Actor:
             return
         # Depth first: the children go before the parent records its own end.
         reason = f"parent {self.address} cancelled"
-        children, self.children = self.children, {}
+        # A cancel read at load (a CANCEL in the mailbox of a passivated
+        # instance) comes before replay has named the children: the log does.
+        children = {**_sup.children_in_log(self.log), **self.children}
+        self.children = {}
         await _sup.cancel_children(self.system, children, reason)
         if self.proc.compensate_on_cancel and _saga.pending(self.record):
             self.record["reason"] = detail

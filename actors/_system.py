@@ -35,6 +35,8 @@ from ._checks import check_name, check_seconds, check_text
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
+from ._nodes import NodeView
+from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._records import InstanceInfo, Signal
 from ._streams import Stream
@@ -110,6 +112,8 @@ class ActorSystem:
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
+        self.outages = JournalWatch(journal)
+        self.nodes = NodeView(self)
 
     # -- time ------------------------------------------------------------------
 
@@ -139,7 +143,7 @@ class ActorSystem:
 
     def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]:
         actor = self._live.get(iid)
-        if actor is not None and actor.loaded:
+        if actor is not None and actor.loaded and self.nodes.trusted(iid):
             return actor.status, actor.record
         ended = self._ends.get(iid)
         if ended is not None:
@@ -249,9 +253,14 @@ class ActorSystem:
             )  # fmt: skip
             record = start.record
             results = await self.journal.commit(start.txn)
-            epoch = await self.journal.claim(iid)
+            try:
+                epoch = await self.journal.claim(iid)
+            except JournalUnavailable:  # it is written: it runs once the journal answers
+                self._spawn_system_task(self._reload_when_back, iid)
+                raise
             actor = Actor(self, iid, address, proc, record)
             actor.loaded = True
+            self.nodes.claimed(iid, epoch)
             if epoch is None:  # another node took it over at once: it runs there
                 return Handle(self, iid, address, record["inc"]), True
             actor.epoch = epoch
@@ -306,7 +315,9 @@ class ActorSystem:
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
             actor.deliver(seq, *_unpack_message(message))
-        else:
+        elif not self.nodes.owned_elsewhere(iid):
+            # (Owned elsewhere: the commit notified the owner. If that node
+            # dies, the takeover scan finds the instance and its mail.)
             self._activate(iid)
 
     async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
@@ -387,8 +398,9 @@ class ActorSystem:
             if n % _YIELD_EVERY == 0:
                 await trio.lowlevel.checkpoint()  # a long listing starves no one
             actor = self._live.get(row.iid)
-            current = actor.status if actor is not None and actor.loaded else row.status
-            record = actor.record if actor is not None and actor.loaded else row.record
+            mine = actor is not None and actor.loaded and self.nodes.trusted(row.iid)
+            current = actor.status if mine else row.status  # type: ignore[union-attr]
+            record = actor.record if mine else row.record  # type: ignore[union-attr]
             if status is not None and current != status:
                 continue
             yield InstanceInfo(
@@ -642,6 +654,7 @@ class ActorSystem:
 
     def _run_actor(self, actor: Actor) -> None:
         self._live[actor.iid] = actor
+        self.nodes.running(actor.iid)
         assert self._nursery is not None
         self._nursery.start_soon(
             self._run_or_reload, actor.main, actor.iid, name=f"actor {actor.address}"
@@ -665,12 +678,17 @@ class ActorSystem:
             lost.extend(group.exceptions)
         if lost:
             log.warning(
-                "instance %s lost its journal (%s); loading it again in %s s",
-                iid.hex(), lost[0], _RELOAD_AFTER,
+                "instance %s lost its journal (%s); loading it again once the journal answers",
+                iid.hex(), lost[0],
+                extra={"actors_address": iid.hex()},
             )  # fmt: skip
-            await trio.sleep(_RELOAD_AFTER)
-            self._status_changed(iid)  # its handles read what was committed
-            self._activate(iid)
+            await self._reload_when_back(iid)
+
+    async def _reload_when_back(self, iid: bytes) -> None:
+        await trio.sleep(_RELOAD_AFTER)
+        await self.outages.back()
+        self._status_changed(iid)  # its handles read what was committed
+        self._activate(iid)
 
     async def _activate_task(self, iid: bytes) -> None:
         try:
@@ -695,6 +713,7 @@ class ActorSystem:
             if iid in self._live:
                 return  # a concurrent activation won: claiming again would fence it out
             epoch = await self.journal.claim(iid)
+            self.nodes.claimed(iid, epoch)
             if epoch is None or iid in self._live:
                 return  # another live node owns it (and was told of its mail)
             actor = Actor(self, iid, row.address, proc, None)
@@ -712,6 +731,7 @@ class ActorSystem:
             event = self._status_events.pop(actor.iid, None)
             if event is not None:
                 event.set()
+            self.nodes.forgotten(actor.iid)
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
@@ -810,16 +830,6 @@ class ActorSystem:
 
     # -- recovery and shutdown ---------------------------------------------------
 
-    async def _remote_mail(self, iid: bytes) -> None:
-        """Another node added mail for ``iid``, which this node owns."""
-        actor = self._live.get(iid)
-        if actor is None:
-            self._activate(iid)
-            return
-        mail = await self.journal.read(lambda r: r.mailbox(iid))
-        for seq, message in mail:
-            actor.deliver(seq, message[0], message[1])
-
     async def _sweep_idle(self) -> None:
         """Passivate instances idle for ``passivate_after`` seconds.
 
@@ -867,8 +877,10 @@ class ActorSystem:
             trio.lowlevel.reschedule(task)
 
     async def _take_over(self) -> None:
-        """On a shared journal: run the instances of nodes that are gone."""
+        """On a shared journal: run the instances of nodes that are gone,
+        and let go of those this node may have lost with its lease."""
         while True:
+            self.nodes.let_go_of_the_lost()
             for iid in await self.journal.orphans():
                 if iid not in self._foreign:
                     self._activate(iid)
@@ -924,7 +936,7 @@ class ActorSystem:
 
 
 _ENDS_KEPT = 10_000
-_RELOAD_AFTER = 0.5  # seconds before an instance that lost the journal is loaded again
+_RELOAD_AFTER = 0.1  # seconds before an instance that lost the journal is loaded again
 _YIELD_EVERY = 256  # items a long loop handles between schedule points
 _STALL_RETRY_FIRST = 1.0  # seconds; see ActorSystem._resume_stalled
 _STALL_RETRY_MAX = 60.0
@@ -1001,15 +1013,19 @@ async def open_system(
     try:
         system._offset = now() - trio.current_time()
         async with trio.open_nursery() as nursery:
-            system._nursery = nursery
+            system._nursery = system.outages.nursery = nursery
             await system._recover()
-            nursery.start_soon(system.timers.run, name="actors timer service")
+            nursery.start_soon(
+                system.outages.keep_running, system.timers.run, "the timer service",
+                name="actors timer service",
+            )  # fmt: skip
             nursery.start_soon(system._sweep_idle, name="actors idle sweep")
             if journal.shared:
-                journal.on_mail(
-                    lambda iid: system._spawn_system_task(system._remote_mail, iid)
-                )
-                nursery.start_soon(system._take_over, name="actors takeover")
+                journal.on_mail(system.nodes.mail_noticed)
+                nursery.start_soon(
+                    system.outages.keep_running, system._take_over, "the takeover scan",
+                    name="actors takeover",
+                )  # fmt: skip
             if control and isinstance(journal, LMDBJournal):
                 _control.start(nursery, system, journal.path)
             try:

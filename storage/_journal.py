@@ -334,6 +334,10 @@ class Reader(abc.ABC):
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
         """Unread messages as ``(seq, message)``, oldest first."""
 
+    def mailboxes(self, iids: list[bytes]) -> dict[bytes, list[tuple[int, Any]]]:
+        """`mailbox` of each of ``iids`` (a remote journal reads them at once)."""
+        return {iid: self.mailbox(iid) for iid in iids}
+
     @abc.abstractmethod
     def last_message_seq(self, iid: bytes) -> int:
         """The highest sequence number ever given to a message for that
@@ -476,6 +480,15 @@ class Journal(abc.ABC):
     async def orphans(self, limit: int = 1000) -> list[bytes]:
         """Live instances (running, suspended) whose owner node is gone."""
         return []
+
+    def lease_term(self) -> int | None:
+        """Which unbroken term of this node's lease holds now, or None while
+        the lease is not known to be held (lost, or not confirmed within its
+        timeout: the process may have been frozen). The term grows each time
+        the lease is taken again after a loss; an instance claimed in an
+        earlier term may belong to another node now, so what this node holds
+        of it in memory is not to be trusted. Single-owner journals: 0."""
+        return 0
 
     def on_mail(self, callback: Callable[[bytes], None]) -> None:
         """Call ``callback(iid)`` in the trio thread whenever another node
