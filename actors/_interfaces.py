@@ -41,6 +41,7 @@ class SystemAPI(Protocol):
     _procs: dict[str, ProcessDef]
     _live: dict[bytes, ActorAPI]
     _cursors: dict[tuple[bytes, str], int]
+    outages: Any  # the JournalWatch
 
     @property
     def closing(self) -> bool: ...
@@ -69,6 +70,8 @@ class SystemAPI(Protocol):
     def _route(self, iid: bytes, seq: int, message: bytes) -> None: ...
 
     def _timer_due(self, iid: bytes, now: float) -> None: ...
+
+    def _activate(self, iid: bytes) -> None: ...
 
     def _instance_idle(self) -> None: ...
 
