@@ -359,6 +359,13 @@ class Journal(abc.ABC):
 
     durability: str = "sync"
 
+    check_shapes: bool = False
+    """Whether reads check that instance records, log entries and messages
+    have the shape the runtime writes (its fields of the types it reads), so
+    that valid msgpack of another shape raises `JournalCorrupt` naming the
+    database and key like bytes that do not decode. `actors.open_system` and
+    the command line turn it on; a journal used on its own stores any value."""
+
     @abc.abstractmethod
     async def open(self) -> None:
         """Open the store and take ownership of it.
@@ -467,18 +474,113 @@ class Journal(abc.ABC):
         await self.close()
 
 
-def decode_record(data: bytes, database: str, key: bytes) -> Any:
-    """Decode a stored value, turning any failure into `JournalCorrupt`."""
+def corrupt(database: str, key: bytes, problem: str) -> JournalCorrupt:
+    """The error for stored record ``key`` of ``database`` that is unusable."""
+    return JournalCorrupt(
+        f"record {key.hex()} in database {database!r} {problem}; the instance it belongs "
+        "to is marked corrupt and every other instance keeps working; restore the journal "
+        "from a backup or clean the instance up",
+        database=database,
+        key=key,
+    )
+
+
+def decode_record(
+    data: bytes, database: str, key: bytes, shape: Callable[[Any], str | None] | None = None
+) -> Any:
+    """Decode a stored value, turning any failure into `JournalCorrupt`.
+
+    ``shape`` (one of the ``*_problem`` functions below) checks what decoded:
+    valid msgpack of the wrong shape is as corrupt as bytes that do not decode.
+    """
     try:
-        return decode(data)
+        value = decode(data)
     except Exception as exc:
-        raise JournalCorrupt(
-            f"record {key.hex()} in database {database!r} does not decode ({exc}); "
-            "the instance it belongs to is marked corrupt and every other instance "
-            "keeps working; restore the journal from a backup or clean the instance up",
-            database=database,
-            key=key,
-        ) from exc
+        raise corrupt(database, key, f"does not decode ({exc})") from exc
+    problem = None if shape is None else shape(value)
+    if problem is not None:
+        raise corrupt(database, key, f"has the wrong shape: {problem}")
+    return value
+
+
+def number(data: bytes, database: str, key: bytes) -> int:
+    """A stored 8-byte big-endian number (a counter, a cursor, a due time)."""
+    if len(data) != 8:
+        raise corrupt(database, key, f"holds {len(data)} bytes where an 8-byte number belongs")
+    return int.from_bytes(data, "big")
+
+
+def key_size(key: bytes, size: int, database: str) -> bytes:
+    """``key``, checked to be ``size`` bytes long as its database's layout says."""
+    if len(key) != size:
+        raise corrupt(database, key, f"has a {len(key)}-byte key where the layout has {size}")
+    return key
+
+
+# What the runtime reads of each kind of record, checked where it is read so
+# that a record of the wrong shape is reported (JournalCorrupt naming database
+# and key) rather than failing somewhere in the runtime. Each function gives
+# the first problem found, or None.
+
+_NUMBER = (int, float)
+# field -> the types its value may have, in an instance's record
+_RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "run": (int,), "inc": (int,), "params": (list, tuple), "input": (dict, type(None)),
+    "parent": (str, type(None)), "last_error": (str, type(None)),
+    "created": (*_NUMBER, type(None)), "updated": (*_NUMBER, type(None)),
+    "restarts": (list,), "failure": (dict, type(None)), "failure_end": (str, type(None)),
+    "compensations": (list,), "compensated": (list,), "comp_attempts": (dict,),
+    "exports_version": (int,), "error": (dict, type(None)), "reason": (str, type(None)),
+}  # fmt: skip
+# field -> the types its value may have, in a log entry
+_ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
+    "k": (str,), "n": (str, type(None)), "e": (dict,), "s": (str,), "due": _NUMBER,
+    "m": (int,), "a": (int,),
+}  # fmt: skip
+
+
+def _fields_problem(value: Any, fields: dict[str, tuple[type, ...]], what: str) -> str | None:
+    if not isinstance(value, dict):
+        return f"{what} is a {type(value).__name__}, not a map"
+    for name, types in fields.items():
+        if name in value:
+            field = value[name]
+            if not isinstance(field, types) or (isinstance(field, bool) and bool not in types):
+                return f"{what}'s {name!r} is {field!r}, a {type(field).__name__}"
+    return None
+
+
+def record_problem(value: Any) -> str | None:
+    """What is wrong with an instance's record (the runtime's snapshot), if anything."""
+    problem = _fields_problem(value, _RECORD_FIELDS, "the record")
+    if problem is not None:
+        return problem
+    for name, part in (("restarts", "at"), ("compensations", "id")):
+        for item in value.get(name, ()):
+            if not isinstance(item, dict) or part not in item:
+                return f"the record's {name!r} holds {item!r}, not a map with {part!r}"
+    return None
+
+
+def entry_problem(value: Any) -> str | None:
+    """What is wrong with an effect log entry, if anything."""
+    problem = _fields_problem(value, _ENTRY_FIELDS, "the log entry")
+    if problem is None and "k" not in value:
+        return "the log entry has no kind ('k')"
+    return problem
+
+
+def message_problem(value: Any) -> str | None:
+    """What is wrong with a mailbox message ``[signal, payload, sent]``, if anything."""
+    if not isinstance(value, (list, tuple)) or len(value) < 2:
+        return f"the message is {value!r}, not [signal, payload, ...]"
+    if not isinstance(value[0], str):
+        return f"the message's signal is {value[0]!r}, not a name"
+    if value[0].startswith("\x00") and not isinstance(value[1], dict):
+        return f"the runtime's message {value[0]!r} carries {value[1]!r}, not a map"
+    if len(value) > 2 and not isinstance(value[2], (*_NUMBER, type(None))):
+        return f"the message's time is {value[2]!r}, not a number"
+    return None
 
 
 def check_requires(

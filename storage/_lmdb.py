@@ -751,7 +751,7 @@ class LMDBJournal(Journal):
                 env.set_mapsize(0)
                 txn = env.begin(buffers=False)
             try:
-                yield _LMDBReader(txn, self._dbs)
+                yield _LMDBReader(txn, self._dbs, self.check_shapes)
             finally:
                 txn.abort()
 
@@ -772,14 +772,31 @@ class _Applier:
 
     def status_of(self, iid: bytes) -> int | None:
         value = self.txn.get(iid, db=self.instances)
-        return None if value is None else value[0]
+        if value is None:
+            return None
+        return value[0] if value else 0  # an emptied record: no status (its reads report it)
 
     def _next(self, iid: bytes, kind: bytes) -> int:
         key = iid + kind
         found = self.txn.get(key, db=self.counters)
-        number = 0 if found is None else _Q.unpack(found)[0]
+        number = 0 if found is None else j.number(found, "counters", key)
         self.txn.put(key, _Q.pack(number + 1), db=self.counters)
         return number
+
+    def _append(self, key: bytes, value: bytes, db: Any, database: str) -> None:
+        """Write a new message or stream value; never over an existing one.
+
+        Invariant: a message or stream value, once written, is only ever
+        taken or deleted, never replaced: a damaged counter that hands out a
+        number again fails this transaction (alone) instead of losing what
+        the number held.
+        """
+        if not self.txn.put(key, value, db=db, overwrite=False):
+            raise j.corrupt(
+                database, key,
+                "already exists where a new one was to be written (the instance's counter "
+                "in database 'counters' was damaged or lost); nothing was overwritten",
+            )  # fmt: skip
 
     def _delete_prefix(self, prefix: bytes, db: Any) -> None:
         with self.txn.cursor(db=db) as cur:
@@ -808,7 +825,7 @@ class _Applier:
             elif code == APPEND_MESSAGE:
                 _, iid, message = op
                 seq = self._next(iid, _MAIL_COUNTER) + 1
-                txn.put(iid + _Q.pack(seq), message, db=self.mail)
+                self._append(iid + _Q.pack(seq), message, self.mail, "mail")
                 results.append(seq)
             elif code == PUT_INSTANCE:
                 _, iid, status, process, address, record = op
@@ -849,7 +866,7 @@ class _Applier:
             elif code == APPEND_STREAM:
                 _, iid, value = op
                 index = self._next(iid, _STREAM_COUNTER)
-                txn.put(iid + _Q.pack(index), value, db=self.stream)
+                self._append(iid + _Q.pack(index), value, self.stream, "stream")
                 results.append(index)
             elif code == SET_CURSOR:
                 _, iid, consumer, position = op
@@ -887,12 +904,31 @@ def _header_address(value: bytes) -> str | None:
     return address if isinstance(address, str) else None
 
 
-class _LMDBReader(Reader):
-    __slots__ = ("_txn", "_dbs")
+def _check_index(iid: bytes, expected: int, found: int, length: int) -> None:
+    """Raise `JournalCorrupt` unless stream value ``expected`` of ``iid`` is
+    the one ``found`` (the next stored index, or ``length`` past the end)."""
+    if found != expected:
+        raise j.corrupt(
+            "stream", iid + _Q.pack(expected),
+            f"is missing: the stream goes on at index {found}, so value {expected} was lost",
+        )  # fmt: skip
+    if found >= length:
+        raise j.corrupt(
+            "counters", iid + _STREAM_COUNTER,
+            f"says {length} values were emitted, but the stream holds index {found}",
+        )  # fmt: skip
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
+
+class _LMDBReader(Reader):
+    __slots__ = ("_txn", "_dbs", "_record", "_entry", "_message")
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any], shapes: bool) -> None:
         self._txn = txn
         self._dbs = dbs
+        # The shape checks of `Journal.check_shapes`, or None.
+        self._record = j.record_problem if shapes else None
+        self._entry = j.entry_problem if shapes else None
+        self._message = j.message_problem if shapes else None
 
     def _scan(self, name: str, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         with self._txn.cursor(db=self._dbs[name]) as cur:
@@ -908,6 +944,8 @@ class _LMDBReader(Reader):
             hlen = _H.unpack_from(value, 1)[0]
             address, process = msgpack.unpackb(value[3 : 3 + hlen])
             status = j.STATUS_NAME[value[0]]
+            if not (isinstance(address, str) and isinstance(process, str)):
+                raise TypeError(f"address and process are {address!r} and {process!r}")
         except Exception as exc:
             raise JournalCorrupt(
                 f"record {iid.hex()} in database 'instances' has a broken header ({exc!r}); "
@@ -916,7 +954,7 @@ class _LMDBReader(Reader):
                 database="instances",
                 key=iid,
             ) from exc
-        record = j.decode_record(value[3 + hlen :], "instances", iid)
+        record = j.decode_record(value[3 + hlen :], "instances", iid, self._record)
         return InstanceRow(iid, address, process, status, record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -964,7 +1002,9 @@ class _LMDBReader(Reader):
     def log(self, iid: bytes, run: int) -> dict[int, Any]:
         prefix = iid + struct.pack(">I", run)
         return {
-            _RUN_SEQ.unpack_from(key, 16)[1]: j.decode_record(value, "log", key)
+            _RUN_SEQ.unpack_from(j.key_size(key, 24, "log"), 16)[1]: j.decode_record(
+                value, "log", key, self._entry
+            )
             for key, value in self._scan("log", prefix)
         }
 
@@ -976,7 +1016,7 @@ class _LMDBReader(Reader):
                 key = cur.key()
                 if not key.startswith(iid):
                     break
-                run = _RUN_SEQ.unpack_from(key, 16)[0]
+                run = _RUN_SEQ.unpack_from(j.key_size(key, 24, "log"), 16)[0]
                 runs.append(run)
                 key_from = iid + struct.pack(">I", run + 1)
                 if run == 0xFFFFFFFF:
@@ -984,14 +1024,22 @@ class _LMDBReader(Reader):
         return runs
 
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
-        return [
-            (_Q.unpack_from(key, 16)[0], j.decode_record(value, "mail", key))
+        box = [
+            (_Q.unpack_from(j.key_size(key, 24, "mail"), 16)[0],
+             j.decode_record(value, "mail", key, self._message))
             for key, value in self._scan("mail", iid)
-        ]
+        ]  # fmt: skip
+        if box and box[-1][0] > self.last_message_seq(iid):
+            raise j.corrupt(
+                "counters", iid + _MAIL_COUNTER,
+                f"says fewer messages were sent than the mailbox holds (up to {box[-1][0]})",
+            )  # fmt: skip
+        return box
 
     def last_message_seq(self, iid: bytes) -> int:
-        found = self._txn.get(iid + _MAIL_COUNTER, db=self._dbs["counters"])
-        return 0 if found is None else _Q.unpack(found)[0]
+        key = iid + _MAIL_COUNTER
+        found = self._txn.get(key, db=self._dbs["counters"])
+        return 0 if found is None else j.number(found, "counters", key)
 
     def instances_with_mail(self) -> Iterator[bytes]:
         with self._txn.cursor(db=self._dbs["mail"]) as cur:
@@ -1007,8 +1055,8 @@ class _LMDBReader(Reader):
     def timers(self, iid: bytes) -> list[TimerRow]:
         rows = []
         for key, value in self._scan("timer_ids", iid):
-            run, seq = _RUN_SEQ.unpack_from(key, 16)
-            rows.append(TimerRow(_Q.unpack(value)[0] / 1e6, iid, run, seq))
+            run, seq = _RUN_SEQ.unpack_from(j.key_size(key, 24, "timer_ids"), 16)
+            rows.append(TimerRow(j.number(value, "timer_ids", key) / 1e6, iid, run, seq))
         rows.sort(key=lambda t: (t.due, t.run, t.seq))
         return rows
 
@@ -1037,24 +1085,37 @@ class _LMDBReader(Reader):
             return _Q.unpack_from(cur.key())[0] / 1e6
 
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
+        # Invariant: indexes run without a gap from 0 to the counter; a value
+        # that is missing is reported, never skipped.
         rows: list[tuple[int, Any]] = []
+        start = max(0, start)
+        length = self.stream_length(iid)
         with self._txn.cursor(db=self._dbs["stream"]) as cur:
-            if not cur.set_range(iid + _Q.pack(max(0, start))):
-                return rows
-            for key, value in cur:
-                if not key.startswith(iid) or len(rows) >= limit:
-                    break
-                rows.append((_Q.unpack_from(key, 16)[0], j.decode_record(value, "stream", key)))
+            if cur.set_range(iid + _Q.pack(start)):
+                for key, value in cur:
+                    if not key.startswith(iid) or len(rows) >= limit:
+                        break
+                    index = _Q.unpack_from(j.key_size(key, 24, "stream"), 16)[0]
+                    _check_index(iid, start + len(rows), index, length)
+                    rows.append((index, j.decode_record(value, "stream", key)))
+        if len(rows) < limit and start + len(rows) < length:
+            _check_index(iid, start + len(rows), length, length)
         return rows
 
     def stream_length(self, iid: bytes) -> int:
-        found = self._txn.get(iid + _STREAM_COUNTER, db=self._dbs["counters"])
-        return 0 if found is None else _Q.unpack(found)[0]
+        key = iid + _STREAM_COUNTER
+        found = self._txn.get(key, db=self._dbs["counters"])
+        return 0 if found is None else j.number(found, "counters", key)
 
     def cursors(self, iid: bytes) -> dict[str, int]:
-        return {
-            key[16:].decode(): _Q.unpack(value)[0] for key, value in self._scan("cursors", iid)
-        }
+        found = {}
+        for key, value in self._scan("cursors", iid):
+            try:
+                consumer = key[16:].decode()
+            except UnicodeDecodeError as exc:
+                raise j.corrupt("cursors", key, "names its consumer in broken UTF-8") from exc
+            found[consumer] = j.number(value, "cursors", key)
+        return found
 
     def has_records(self, iid: bytes) -> bool:
         if self._txn.get(iid, db=self._dbs["instances"]) is not None:
