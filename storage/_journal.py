@@ -555,10 +555,26 @@ def record_problem(value: Any) -> str | None:
     problem = _fields_problem(value, _RECORD_FIELDS, "the record")
     if problem is not None:
         return problem
+    run = value.get("run", 0)
+    if not 0 <= run <= 0xFFFFFFFF:  # journals key log entries by a 4-byte run number
+        return f"the record's run number {run} is out of range"
     for name, part in (("restarts", "at"), ("compensations", "id")):
         for item in value.get(name, ()):
             if not isinstance(item, dict) or part not in item:
                 return f"the record's {name!r} holds {item!r}, not a map with {part!r}"
+    return None
+
+
+def params_problem(record: dict[str, Any], process: str) -> str | None:
+    """What is wrong with a record's path params for its process template
+    (one non-empty str without "/" per ``:name`` segment), if anything."""
+    params = record.get("params", ())
+    wanted = sum(part.startswith(":") for part in process.split("/"))
+    if len(params) != wanted:
+        return f"the record has {len(params)} path param(s) where {process!r} takes {wanted}"
+    for param in params:
+        if not isinstance(param, str) or not param or "/" in param:
+            return f"the record's path param {param!r} is not a non-empty str without '/'"
     return None
 
 

@@ -672,7 +672,7 @@ class LMDBJournal(Journal):
                 except lmdb.MapFullError:
                     if not self._grow(env):
                         break
-                except lmdb.Error:
+                except (lmdb.Error, JournalCorrupt):
                     break  # maybe one transaction is at fault (a key too long, say)
             # Apply each transaction on its own, so the one that does not fit
             # (or is otherwise refused) fails alone.
@@ -735,6 +735,9 @@ class LMDBJournal(Journal):
             except lmdb.Error as exc:
                 child.abort()
                 outcomes.append(self._commit_failed(exc))
+            except JournalCorrupt as exc:  # it met a damaged record: it alone fails
+                child.abort()
+                outcomes.append(exc)
         return outcomes
 
     # -- reading -----------------------------------------------------------
@@ -844,9 +847,10 @@ class _Applier:
                     # The process comes from the index entry, not the record's
                     # header: marking a broken record corrupt must not need it
                     # to decode.
-                    process = txn.get(bytes((value[0],)) + iid, db=self.status) or b""
+                    old = self.status_of(iid)
+                    process = txn.get(bytes((old,)) + iid, db=self.status) or b""
                     txn.put(iid, bytes((status,)) + value[1:], db=self.instances)
-                    self._set_index(iid, value[0], status, process)
+                    self._set_index(iid, old, status, process)
             elif code == ADD_TIMER:
                 _, iid, run, seq, due = op
                 ident = iid + _RUN_SEQ.pack(run, seq)
@@ -905,18 +909,21 @@ def _header_address(value: bytes) -> str | None:
 
 
 def _check_index(iid: bytes, expected: int, found: int, length: int) -> None:
-    """Raise `JournalCorrupt` unless stream value ``expected`` of ``iid`` is
-    the one ``found`` (the next stored index, or ``length`` past the end)."""
-    if found != expected:
-        raise j.corrupt(
-            "stream", iid + _Q.pack(expected),
-            f"is missing: the stream goes on at index {found}, so value {expected} was lost",
-        )  # fmt: skip
+    """Raise `JournalCorrupt` unless the stream index ``found`` of ``iid`` is
+    the one expected next, below the stream's counter ``length``."""
     if found >= length:
         raise j.corrupt(
             "counters", iid + _STREAM_COUNTER,
             f"says {length} values were emitted, but the stream holds index {found}",
         )  # fmt: skip
+    if found != expected:
+        raise _missing_value(iid, expected, f"the stream goes on at index {found}")
+
+
+def _missing_value(iid: bytes, index: int, why: str) -> JournalCorrupt:
+    return j.corrupt(
+        "stream", iid + _Q.pack(index), f"is missing ({why}), so value {index} was lost"
+    )
 
 
 class _LMDBReader(Reader):
@@ -955,6 +962,10 @@ class _LMDBReader(Reader):
                 key=iid,
             ) from exc
         record = j.decode_record(value[3 + hlen :], "instances", iid, self._record)
+        if self._record is not None:
+            problem = j.params_problem(record, process)
+            if problem is not None:
+                raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
         return InstanceRow(iid, address, process, status, record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -1056,7 +1067,12 @@ class _LMDBReader(Reader):
         rows = []
         for key, value in self._scan("timer_ids", iid):
             run, seq = _RUN_SEQ.unpack_from(j.key_size(key, 24, "timer_ids"), 16)
-            rows.append(TimerRow(j.number(value, "timer_ids", key) / 1e6, iid, run, seq))
+            due = j.number(value, "timer_ids", key)
+            # Invariant: a timer is in both databases; one missing from the
+            # due-time index would never fire.
+            if self._txn.get(value + key, db=self._dbs["timers"]) is None:
+                raise j.corrupt("timers", value + key, "is missing, so the timer would never fire")
+            rows.append(TimerRow(due / 1e6, iid, run, seq))
         rows.sort(key=lambda t: (t.due, t.run, t.seq))
         return rows
 
@@ -1099,7 +1115,7 @@ class _LMDBReader(Reader):
                     _check_index(iid, start + len(rows), index, length)
                     rows.append((index, j.decode_record(value, "stream", key)))
         if len(rows) < limit and start + len(rows) < length:
-            _check_index(iid, start + len(rows), length, length)
+            raise _missing_value(iid, start + len(rows), f"the counter says {length} were emitted")
         return rows
 
     def stream_length(self, iid: bytes) -> int:
@@ -1115,6 +1131,12 @@ class _LMDBReader(Reader):
             except UnicodeDecodeError as exc:
                 raise j.corrupt("cursors", key, "names its consumer in broken UTF-8") from exc
             found[consumer] = j.number(value, "cursors", key)
+        if found and max(found.values()) > self.stream_length(iid):
+            consumer = max(found, key=found.__getitem__)
+            raise j.corrupt(
+                "cursors", iid + consumer.encode(),
+                f"puts consumer {consumer!r} at {found[consumer]}, past the values emitted",
+            )  # fmt: skip
         return found
 
     def has_records(self, iid: bytes) -> bool:

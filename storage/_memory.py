@@ -198,11 +198,13 @@ class _MemoryReader(Reader):
         self._message = j.message_problem if shapes else None
 
     def _row(self, iid: bytes, row: tuple[int, str, str, bytes]) -> InstanceRow:
-        status, process, address, record = row
-        return InstanceRow(
-            iid, address, process, j.STATUS_NAME[status],
-            j.decode_record(record, "instances", iid, self._record),
-        )  # fmt: skip
+        status, process, address, data = row
+        record = j.decode_record(data, "instances", iid, self._record)
+        if self._record is not None:
+            problem = j.params_problem(record, process)
+            if problem is not None:
+                raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
+        return InstanceRow(iid, address, process, j.STATUS_NAME[status], record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
         row = self._j._instances.get(iid)
