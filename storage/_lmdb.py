@@ -51,6 +51,7 @@ import trio
 from outcome import Error, Value
 
 from . import _journal as j
+from . import _shapes
 from ._clock import AutojumpHold
 from ._journal import (
     ADD_TIMER,
@@ -933,9 +934,9 @@ class _LMDBReader(Reader):
         self._txn = txn
         self._dbs = dbs
         # The shape checks of `Journal.check_shapes`, or None.
-        self._record = j.record_problem if shapes else None
-        self._entry = j.entry_problem if shapes else None
-        self._message = j.message_problem if shapes else None
+        self._record = _shapes.record_problem if shapes else None
+        self._entry = _shapes.entry_problem if shapes else None
+        self._message = _shapes.message_problem if shapes else None
 
     def _scan(self, name: str, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         with self._txn.cursor(db=self._dbs[name]) as cur:
@@ -963,7 +964,7 @@ class _LMDBReader(Reader):
             ) from exc
         record = j.decode_record(value[3 + hlen :], "instances", iid, self._record)
         if self._record is not None:
-            problem = j.params_problem(record, process)
+            problem = _shapes.params_problem(record, process)
             if problem is not None:
                 raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
         return InstanceRow(iid, address, process, status, record)

@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from . import _journal as j
+from . import _shapes
 from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
 from .errors import JournalClosed, JournalCorrupt, JournalLocked
 
@@ -193,15 +194,15 @@ class _MemoryReader(Reader):
         self._j = journal
         # The shape checks of `Journal.check_shapes`, or None.
         shapes = journal.check_shapes
-        self._record = j.record_problem if shapes else None
-        self._entry = j.entry_problem if shapes else None
-        self._message = j.message_problem if shapes else None
+        self._record = _shapes.record_problem if shapes else None
+        self._entry = _shapes.entry_problem if shapes else None
+        self._message = _shapes.message_problem if shapes else None
 
     def _row(self, iid: bytes, row: tuple[int, str, str, bytes]) -> InstanceRow:
         status, process, address, data = row
         record = j.decode_record(data, "instances", iid, self._record)
         if self._record is not None:
-            problem = j.params_problem(record, process)
+            problem = _shapes.params_problem(record, process)
             if problem is not None:
                 raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
         return InstanceRow(iid, address, process, j.STATUS_NAME[status], record)

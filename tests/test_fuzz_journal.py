@@ -9,7 +9,7 @@ the damaged one is fine, ends the way its calls report, or is corrupt with
 every call raising `JournalCorrupt` naming database and key; and
 ``python -m actors show`` of every instance prints an error, never a traceback.
 
-Bounded for CI (10 examples per pair, 450 journals in about 20 s; set
+Bounded for CI (up to 10 examples per pair, some 330 journals in about 20 s; set
 FUZZ_JOURNAL_EXAMPLES for a longer run). What it tried is printed at the end
 (and given to hypothesis as events: ``--hypothesis-show-statistics``).
 """
