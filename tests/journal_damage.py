@@ -30,7 +30,7 @@ import trio.testing
 
 import actors
 from actors import Context, Signal, process
-from storage import JournalCorrupt, LMDBJournal, instance_id
+from storage import JournalCorrupt, LMDBJournal, MemoryJournal, instance_id
 from tests.runtime_helpers import virtual_wall
 
 a, b, go, stop = Signal("a"), Signal("b"), Signal("go"), Signal("stop")
@@ -83,15 +83,16 @@ DATABASES = (
 MAP_SIZE = 1 << 24
 
 
-def open_system(path: Path):
+def open_system(where: Path | MemoryJournal):
+    """A system on the LMDB journal at a path, or on a `MemoryJournal`."""
+    journal = where if isinstance(where, MemoryJournal) else LMDBJournal(where, map_size=MAP_SIZE)
     return actors.open_system(
-        LMDBJournal(path, map_size=MAP_SIZE), processes=PROCESSES, now=virtual_wall,
-        passivate_after=0,
+        journal, processes=PROCESSES, now=virtual_wall, passivate_after=0
     )  # fmt: skip
 
 
-async def _build(path: Path) -> None:
-    async with open_system(path) as system:
+async def _build(where: Path | MemoryJournal) -> None:
+    async with open_system(where) as system:
         await system.start(waiter, "w")
         await system.send(WAITER, b, "b1")  # unread: the waiter waits for a first
         await system.start(sleeper, "s")
@@ -121,8 +122,8 @@ async def _stream_values(system, consumer: str, count: int) -> list[Any]:
     return values
 
 
-def build(path: Path) -> None:
-    trio.run(_build, path, clock=trio.testing.MockClock(autojump_threshold=0))
+def build(where: Path | MemoryJournal) -> None:
+    trio.run(_build, where, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def records(path: Path) -> list[tuple[str, bytes]]:
@@ -253,11 +254,11 @@ EXPECTED = {
 _DEPENDS = {PARENT: {CHILD}, CHILD: {PARENT}}
 
 
-async def _check(path: Path, damaged: str | None) -> dict[str, str]:
+async def _check(where: Path | MemoryJournal, damaged: str | None) -> dict[str, str]:
     """Open the damaged journal and finish every instance; returns how each ended."""
     outcomes: dict[str, str] = {}
     hurt = {damaged} | _DEPENDS.get(damaged, set()) if damaged else set()
-    async with open_system(path) as system:
+    async with open_system(where) as system:
         for address in ADDRESSES:
             if address in hurt:
                 continue
@@ -288,6 +289,11 @@ async def _finish_damaged(system, address: str) -> str:
     # Waiting for what was lost (a deleted message or timer), or parked with
     # the error that stopped it (a log entry that no longer matches the code).
     return "suspended with an error" if system.get(address).last_error else "stuck"
+
+
+def check_memory(journal: MemoryJournal, damaged: str) -> dict[str, str]:
+    """`check` for a damaged `MemoryJournal` (which has no command line)."""
+    return trio.run(_check, journal, damaged, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def check(path: Path, database: str, key: bytes) -> dict[str, str]:

@@ -5,6 +5,7 @@ damaged counter numbers again."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import lmdb
@@ -285,3 +286,60 @@ def test_a_damaged_cursor_or_a_lost_stream_value_is_reported_to_the_consumer(
             assert ["a1", "b1"] == await system.get(jd.WAITER).result()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+# -- the memory journal, damaged the same ways ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def memory_base() -> MemoryJournal:
+    journal = MemoryJournal()
+    jd.build(journal)
+    return journal
+
+
+def _memory_damage(journal: MemoryJournal, store: str, address: str, how: str) -> None:
+    iid = instance_id(address)
+    if store == "counter":
+        del journal._mail_next[iid]
+        return
+    if store == "instances":
+        status, process, addr, data = journal._instances[iid]
+        journal._instances[iid] = (status, process, addr, _mangled(data, how))
+        return
+    if store == "stream":
+        journal._streams[iid][0] = _mangled(journal._streams[iid][0], how)
+        return
+    if store == "log":
+        entries = next(e for e in journal._logs[iid].values() if e)
+    else:
+        entries = journal._mail[iid]
+    seq = min(entries)
+    entries[seq] = _mangled(entries[seq], how)
+
+
+def _mangled(data: bytes, how: str) -> bytes:
+    return {
+        "flip": b"\xc1" + data[1:],
+        "truncate": data[: len(data) // 2],
+        "reshape": msgpack.packb([1, {"k": 2}]),
+    }[how]
+
+
+@pytest.mark.parametrize(
+    ("store", "address", "how"),
+    [("instances", a, how) for a in (jd.WAITER, jd.SLEEPER, jd.EMITTER) for how in
+     ("flip", "truncate", "reshape")]
+    + [("log", a, how) for a in (jd.SLEEPER, jd.EMITTER) for how in ("flip", "reshape")]
+    + [("mail", jd.WAITER, how) for how in ("flip", "truncate", "reshape")]
+    + [("stream", jd.EMITTER, how) for how in ("flip", "truncate")]
+    + [("counter", jd.WAITER, "delete")],
+)  # fmt: skip
+def test_a_damaged_memory_journal_hides_only_the_damaged_instance(memory_base, store, address, how):
+    journal = copy.deepcopy(memory_base)
+    _memory_damage(journal, store, address, how)
+    outcomes = jd.check_memory(journal, address)
+    assert "corrupt" == outcomes[address]
+    assert {a: "ok" for a in jd.ADDRESSES if a != address} == {
+        a: o for a, o in outcomes.items() if a != address
+    }
