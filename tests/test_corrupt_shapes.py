@@ -13,9 +13,11 @@ import msgpack
 import pytest
 import trio
 
-from actors import Signal
+import actors
+from actors import Context, Signal, process
 from storage import JournalCorrupt, LMDBJournal, MemoryJournal, Txn, instance_id
 from tests import journal_damage as jd
+from tests.runtime_helpers import virtual_wall
 
 IID = instance_id("p/x")
 OTHER = instance_id("p/y")
@@ -343,3 +345,32 @@ def test_a_damaged_memory_journal_hides_only_the_damaged_instance(memory_base, s
     assert {a: "ok" for a in jd.ADDRESSES if a != address} == {
         a: o for a, o in outcomes.items() if a != address
     }
+
+
+@process("kw/:n")
+async def takes_x(ctx: Context, n: str, x: int = 0) -> int:
+    await ctx.wait(jd.go)
+    return x
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an instance whose stored input names an argument its process does not take "
+    "raises TypeError out of open_system: only the runtime knows the signature, so storage "
+    "cannot check it; the runtime should park the instance with last_error instead",
+)
+async def test_input_the_process_does_not_take_does_not_end_the_system(tmp_path, autojump_clock):
+    path = tmp_path / "j"
+    async with actors.open_system(LMDBJournal(path), processes=[takes_x], now=virtual_wall) as s:
+        await s.start(takes_x, "a", x=1)
+    async with LMDBJournal(path) as journal:
+        with journal.reader() as r:
+            row = r.instance(instance_id("kw/a"))
+        txn = Txn()
+        txn.put_instance(row.iid, address=row.address, process=row.process, status="running",
+                         record={**row.record, "input": {"y": 1}})  # fmt: skip
+        await journal.commit(txn)
+    async with actors.open_system(LMDBJournal(path), processes=[takes_x], now=virtual_wall) as s:
+        with trio.move_on_after(10):
+            await s.get("kw/a").result()
+        assert s.get("kw/a").last_error is not None
