@@ -87,6 +87,10 @@ _DBS = (
 _FORMAT = b"1"
 _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
+# A key of the due-time index that is not this long is damaged: the global
+# scans pass it by (the timer service must not stop for it), and the
+# instance's own read of its timers reports it (`_LMDBReader.timers`).
+_TIMER_KEY = 32
 _MAIL_COUNTER = b"m"
 _STREAM_COUNTER = b"s"
 
@@ -1087,6 +1091,8 @@ class _LMDBReader(Reader):
             if not cur.set_range(start):
                 return rows
             for key in cur.iternext(values=False):
+                if len(key) != _TIMER_KEY:
+                    continue  # see _TIMER_KEY
                 due = _Q.unpack_from(key)[0]
                 if due > bound or len(rows) >= limit:
                     break
@@ -1099,7 +1105,10 @@ class _LMDBReader(Reader):
             start = b"" if after is None else _Q.pack(j.due_us(after) + 1)
             if not cur.set_range(start):
                 return None
-            return _Q.unpack_from(cur.key())[0] / 1e6
+            for key in cur.iternext(values=False):
+                if len(key) == _TIMER_KEY:  # see _TIMER_KEY
+                    return _Q.unpack_from(key)[0] / 1e6
+            return None
 
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
         # Invariant: indexes run without a gap from 0 to the counter; a value

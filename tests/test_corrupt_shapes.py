@@ -374,3 +374,19 @@ async def test_input_the_process_does_not_take_does_not_end_the_system(tmp_path,
         with trio.move_on_after(10):
             await s.get("kw/a").result()
         assert s.get("kw/a").last_error is not None
+
+
+async def test_a_damaged_timer_key_stops_no_timer_scan(tmp_path):
+    path = tmp_path / "j"
+    await _filled(path)
+    lost = (100_000_000).to_bytes(8, "big") + IID + RUN_SEQ[:4] + (2).to_bytes(4, "big")
+    put(path, "timers", lost, None)
+    put(path, "timers", b"\x00\x01", b"")  # too short to name a timer
+    async with LMDBJournal(path) as journal:
+        with journal.reader() as r:
+            assert [(OTHER, 2)] == [(t.iid, t.seq) for t in r.due_timers(1000.0)]
+            assert 100.0 == r.next_due()
+            with pytest.raises(JournalCorrupt) as info:  # the instance's own read reports it
+                r.timers(IID)
+            assert_names(info.value, "timers", lost)
+            assert [2] == [t.seq for t in r.timers(OTHER)]
