@@ -29,6 +29,7 @@ import trio
 import trio.testing
 
 import actors
+from actors._cli import main as cli_main
 from actors import Context, Signal, process
 from storage import JournalCorrupt, LMDBJournal, MemoryJournal, instance_id
 from tests.runtime_helpers import virtual_wall
@@ -201,12 +202,15 @@ def instance_of(database: str, key: bytes) -> bytes:
 
 def show(path: Path, address: str) -> tuple[int, str, str]:
     """``python -m actors show`` in-process: (exit code, stdout, stderr)."""
-    from actors._cli import main
+    return cli(path, "show", address)
 
+
+def cli(path: Path, *args: str) -> tuple[int, str, str]:
+    """``python -m actors ARGS`` in-process: (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            code = main(["--journal", str(path), "show", address])
+            code = cli_main(["--journal", str(path), *args])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # noqa: BLE001 - reported as a traceback, which fails the check
@@ -306,6 +310,8 @@ def check(path: Path, database: str, key: bytes) -> dict[str, str]:
         code, out, err = show(path, address)
         assert "Traceback" not in err + out, (address, err)
         assert code in (0, 3, 5), (address, code, err)
+    code, out, err = cli(path, "list")
+    assert (0, "") == (code, err), err
     return outcomes
 
 
