@@ -218,7 +218,9 @@ class Txn:
 
     def append_message(self, iid: bytes, message: Any) -> int:
         """Append to the mailbox; the commit's results hold the new message's
-        sequence number at the index returned here."""
+        sequence number at the index returned here. A message is never
+        written over another: if the number is taken (a damaged counter),
+        the transaction fails alone with `JournalCorrupt`."""
         self.ops.append((APPEND_MESSAGE, iid, encode(message, what="payload")))
         return self._result_slot()
 
@@ -269,7 +271,12 @@ class Ticket(abc.ABC):
 
 
 class Reader(abc.ABC):
-    """A consistent read view of a journal. Never hold one across an ``await``."""
+    """A consistent read view of a journal. Never hold one across an ``await``.
+
+    A read that meets a damaged record (bytes that do not decode, a number of
+    the wrong size, with `Journal.check_shapes` a value of another shape)
+    raises `JournalCorrupt` naming its database and key.
+    """
 
     @abc.abstractmethod
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -333,7 +340,11 @@ class Reader(abc.ABC):
 
     @abc.abstractmethod
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
-        """Emitted values from index ``start``: ``[(index, value), ...]``."""
+        """Emitted values from index ``start``: ``[(index, value), ...]``.
+
+        Indexes run without a gap; a value missing below the stream's length
+        raises `JournalCorrupt` naming it, so no consumer skips it unawares.
+        """
 
     @abc.abstractmethod
     def stream_length(self, iid: bytes) -> int:
