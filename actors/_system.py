@@ -812,6 +812,7 @@ class ActorSystem:
                     if row is not None:
                         r.log(iid, row.record.get("run", 0))
                         r.mailbox(iid)
+                        r.timers(iid)
             except JournalCorrupt as exc:
                 found = self._corrupt[iid] = exc
         if found is None:
@@ -1008,6 +1009,7 @@ async def open_system(
     )  # fmt: skip
     if node is not None:
         journal.set_node(node)
+    journal.check_shapes = True  # a record of another shape marks its instance corrupt
     await journal.open()
     body_error: BaseException | None = None
     try:
