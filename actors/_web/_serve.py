@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 from hypercorn.config import Config
@@ -20,10 +21,16 @@ __all__ = ["web", "serve_app"]
 
 
 async def serve_app(
-    app: ASGIApp, host: str, port: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    app: ASGIApp,
+    host: str,
+    port: int,
+    shutdown: Callable[[], Awaitable[None]] | None = None,
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` with hypercorn's trio worker until cancelled; ``nursery.start``
-    returns its URL (with the real port when ``port`` is 0).
+    """Serve ``app`` with hypercorn's trio worker until cancelled, or until
+    ``shutdown`` returns (then gracefully); ``nursery.start`` returns its URL
+    (with the real port when ``port`` is 0).
 
     Raises:
         CLIError: the address cannot be listened on (in use, not this machine's).
@@ -40,7 +47,7 @@ async def serve_app(
                        "pick another --port or --host", REFUSED) from None  # fmt: skip
 
     async def run(task_status: trio.TaskStatus[Sequence[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+        await serve(app, config, shutdown_trigger=shutdown, task_status=task_status)  # type: ignore[arg-type]
 
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(run)
@@ -67,15 +74,22 @@ async def web(args: argparse.Namespace) -> int:
     path = journal_dir(args)
     local = _loopback(args.host)
     hosts = LOCAL_HOSTS if args.host in LOCAL_HOSTS else ["*"]
+    reach = ("this machine only" if local else
+             "WARNING: not a loopback address, anyone who can reach it reads every "
+             "payload in the journal")  # fmt: skip
     async with reading(path) as journal:
         app = create_app(journal, source=str(path), poll=args.interval, hosts=hosts)
-        async with trio.open_nursery() as nursery:
-            url = await nursery.start(serve_app, app, args.host, args.port)
-            reach = ("this machine only" if local else
-                     "WARNING: not a loopback address, anyone who can reach it reads every "
-                     "payload in the journal")  # fmt: skip
-            print(f"actors web: inspecting {path} read-only at {url}", flush=True)
-            print(f"listening on {args.host} ({reach}); Ctrl-C stops it", flush=True)
-            if not local:
-                print(f"actors web: {reach}", file=sys.stderr, flush=True)
+        # Ctrl-C and SIGTERM end the server gracefully, never inside a response.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+            async def stopped() -> None:
+                async for _ in signals:
+                    return
+
+            async with trio.open_nursery() as nursery:
+                url = await nursery.start(serve_app, app, args.host, args.port, stopped)
+                print(f"actors web: inspecting {path} read-only at {url}", flush=True)
+                print(f"listening on {args.host} ({reach}); Ctrl-C stops it", flush=True)
+                if not local:
+                    print(f"actors web: {reach}", file=sys.stderr, flush=True)
     return OK
