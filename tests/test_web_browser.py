@@ -70,8 +70,32 @@ SYSTEM = textwrap.dedent(
     async def note(ctx, id, *, text):
         await ctx.wait(go)
 
+    def refuse(card):
+        raise ValueError(f"card {card} declined")
+
+    @actors.process("payments/:id")
+    async def payment(ctx, id, *, card):
+        return await ctx.step(refuse, card, retry=actors.Retry(attempts=1))
+
+    @actors.process("orders/:id")
+    async def order(ctx, id):
+        await ctx.call(job, "j-0", items=["gift"])
+        await ctx.publish({"stage": "packing"})
+        await ctx.wait(go)
+
+    @actors.process("quotes/:id")
+    async def quote(ctx, id, *, amount):
+        return {"total": amount * 1.2}
+
     async def main(path, xss):
-        async with actors.open_system(LMDBJournal(path), processes=[job, note]) as system:
+        processes = [job, note, payment, order, quote]
+        async with actors.open_system(LMDBJournal(path), processes=processes) as system:
+            await (await system.start(quote, "q-1", amount=100)).result()
+            try:
+                await (await system.start(payment, "p-1", card="4242")).result()
+            except actors.ProcessFailed:
+                pass
+            await wait_status(await system.start(order, "o-1"), "suspended")
             for n in range(1, 4):
                 h = await system.start(job, f"j-{n}", items=[f"item-{i}" for i in range(n)])
                 await wait_status(h, "suspended")
@@ -169,7 +193,7 @@ def system(tmp_path):
 async def browse(url: str, *, screenshot: Path | None = None, wait_ms: int = 0) -> str:
     """Chromium's DOM of ``url`` after ``wait_ms`` of the page's time (and a screenshot)."""
     args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            "--no-first-run", "--disable-dev-shm-usage", "--window-size=1280,900",
+            "--no-first-run", "--disable-dev-shm-usage", "--window-size=1280,1100",
             f"--user-data-dir={SHOTS.parent / 'chromium-profile'}"]  # fmt: skip
     if wait_ms:
         args.append(f"--virtual-time-budget={wait_ms}")
@@ -197,10 +221,13 @@ async def test_the_list_shows_the_running_systems_instances(system):
         _, url = await _serve(nursery, journal, path)
         dom = _DOM(await browse(url, screenshot=SHOTS / "list.png", wait_ms=1500))
         nursery.cancel_scope.cancel()
-    assert {"jobs/j-1", "jobs/j-2", "jobs/j-3", f"notes/{XSS}"} == set(dom.rows)
+    assert {"quotes/q-1", "payments/p-1", "orders/o-1", "orders/o-1/jobs/j-0", "jobs/j-1",
+            "jobs/j-2", "jobs/j-3", f"notes/{XSS}"} == set(dom.rows)  # fmt: skip
     assert f"notes/{XSS}" == dom.rows[0]  # started last: the newest, on top
     text = "".join(dom.text)
-    assert "all 4" in text and "suspended 4" in text
+    assert "all 8" in text and "suspended 6" in text
+    assert "completed 1" in text and "failed 1" in text
+    assert "card 4242 declined" in text
     assert "live, updated" in text  # the page's script polled the server
     # Markup in an address shows as text and never runs.
     assert XSS in text
@@ -216,6 +243,8 @@ async def test_an_instance_page_shows_its_log(system):
         dom = _DOM(await browse(page, screenshot=SHOTS / "instance.png", wait_ms=1500))
         xss = _DOM(await browse(f"{url}instance?address={quote('notes/' + XSS, safe='')}",
                                 screenshot=SHOTS / "instance-markup.png", wait_ms=1500))  # fmt: skip
+        tree = _DOM(await browse(f"{url}instance?address=orders%2Fo-1",
+                                 screenshot=SHOTS / "instance-tree.png", wait_ms=1500))  # fmt: skip
         nursery.cancel_scope.cancel()
     text = "".join(dom.text)
     assert address in text
@@ -223,6 +252,9 @@ async def test_an_instance_page_shows_its_log(system):
         assert line in text, line
     assert "Timers: 1 timer" in text and "live, updated" in text
     assert f"notes/{XSS}" in "".join(xss.text)
+    tree_text = "".join(tree.text)
+    assert "orders/o-1/jobs/j-0" in tree_text and "(call #1)" in tree_text
+    assert "waiting for the child" in tree_text  # its log: the call is pending
     assert (0, None) == (xss.images, xss.body.get("data-pwned"))
 
 
@@ -257,4 +289,4 @@ async def test_a_new_instance_appears_without_reload(system):
     dom = _DOM(dom_text[0])
     assert "jobs/j-new" == dom.rows[0]  # the newest, on top
     assert {"jobs/j-1", "jobs/j-2", "jobs/j-3"} <= set(dom.rows)
-    assert "all 5" in "".join(dom.text)
+    assert "all 9" in "".join(dom.text)

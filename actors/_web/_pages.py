@@ -209,7 +209,7 @@ def _log(doc: dict[str, Any], query: InstanceQuery, now: float) -> str:
                      ", ".join(detail)])  # fmt: skip
     out = _table("log", ["seq", "kind", "name", "attempt", "outcome", "detail"], rows,
                  "no entries on this page" if log else "no entries yet")  # fmt: skip
-    pager = [f"<span>{counted(len(log), 'entry', 'entries')} · page {query.logpage} of {pages}</span>"]
+    pager = [f"<span>{counted(len(log), 'entry', 'entries')} · page {query.logpage} of {pages}</span>"] if log else []
     if query.logpage > 1:
         pager.append(f'<a href="{esc(instance_href(doc["address"], query.logpage - 1, query.per))}">'
                      "← earlier</a>")  # fmt: skip
