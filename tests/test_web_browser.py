@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from html.parser import HTMLParser
 from pathlib import Path
@@ -192,20 +193,23 @@ def system(tmp_path):
 
 async def browse(url: str, *, screenshot: Path | None = None, wait_ms: int = 0) -> str:
     """Chromium's DOM of ``url`` after ``wait_ms`` of the page's time (and a screenshot)."""
-    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-            "--no-first-run", "--disable-dev-shm-usage", "--window-size=1280,1100",
-            f"--user-data-dir={SHOTS.parent / 'chromium-profile'}"]  # fmt: skip
-    if wait_ms:
-        args.append(f"--virtual-time-budget={wait_ms}")
-    if screenshot is not None:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        with trio.fail_after(90):
-            await trio.run_process([*args, f"--screenshot={screenshot}", url], capture_stdout=True,
-                                   capture_stderr=True)  # fmt: skip
-        assert screenshot.stat().st_size > 10_000  # a rendered page, not a blank one
+    with tempfile.TemporaryDirectory() as profile:
+        args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                "--no-first-run", "--disable-dev-shm-usage", "--window-size=1280,1100",
+                f"--user-data-dir={profile}"]  # fmt: skip
+        if wait_ms:
+            args.append(f"--virtual-time-budget={wait_ms}")
+        if screenshot is not None:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            await _chromium([*args, f"--screenshot={screenshot}", url])
+            assert screenshot.stat().st_size > 10_000  # a rendered page, not a blank one
+        return await _chromium([*args, "--dump-dom", url])
+
+
+async def _chromium(args: list[str]) -> str:
     with trio.fail_after(90):
-        done = await trio.run_process([*args, "--dump-dom", url], capture_stdout=True,
-                                      capture_stderr=True)  # fmt: skip
+        done = await trio.run_process(args, capture_stdout=True, capture_stderr=True, check=False)
+    assert 0 == done.returncode, done.stderr.decode(errors="replace")[-2000:]
     return done.stdout.decode()
 
 

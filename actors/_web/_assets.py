@@ -96,6 +96,7 @@ _JS = """\
 
   function tick() {
     if (pause && pause.checked) { stamp("paused", false); setTimeout(tick, every); return; }
+    if (document.hidden) { setTimeout(tick, every); return; }  // a background tab costs nothing
     var url = new URL(window.location.href);
     url.searchParams.set("partial", "1");
     fetch(url.toString(), { headers: { "Accept": "text/html" }, cache: "no-store" })
