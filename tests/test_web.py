@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,7 +31,7 @@ import actors  # noqa: E402
 from actors import Signal, process  # noqa: E402
 from actors._cli._inspect import list_items  # noqa: E402
 from actors._web import create_app  # noqa: E402
-from storage import LMDBJournal  # noqa: E402
+from storage import LMDBJournal, instance_id  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -293,12 +294,15 @@ async def test_an_instance_page_shows_input_result_and_log(app):
     assert "make_greeting" in log and "ok: &quot;hello ann&quot;" in log
 
 
-async def test_an_error_with_its_traceback_and_compensations(app):
+async def test_an_error_with_its_traceback_and_compensations(app, opened):
+    with opened.reader() as r:
+        stored = r.instance(instance_id("sagas/s-1")).record["error"]["traceback"]
+    assert "Traceback (most recent call last)" in stored
     _, _, body = await call(app, href("sagas/s-1"))
     error = body[body.index('<div id="error">') :]
     assert "ValueError: the flux capacitor is empty" in error
-    assert "Traceback (most recent call last)" in error
-    assert 'raise ValueError(&quot;the flux capacitor is empty&quot;)' in error
+    shown = re.search(r'<pre class="trace">(.*?)</pre>', error, re.S)
+    assert stored == html.unescape(shown[1])
     comps = body[body.index('<table id="compensations">') :]
     assert ">done<" in comps and "unbook" in comps and "&quot;room&quot;" in comps
 
@@ -503,3 +507,32 @@ def test_the_command_refuses_what_it_cannot_serve(journal, tmp_path):
             timeout=60,
         )  # fmt: skip
         assert 2 == done.returncode, bad
+
+
+# -- corrupt records ------------------------------------------------------------------
+
+
+async def test_a_corrupt_record_is_listed_and_its_page_says_so(journal, tmp_path):
+    import lmdb
+
+    copy = tmp_path / "journal"
+    shutil.copytree(journal, copy)
+    env = lmdb.open(str(copy), max_dbs=16)
+    db = env.open_db(b"instances")
+    key = instance_id("greet/ann")
+    with env.begin(write=True) as txn:
+        value = txn.get(key, db=db)
+        header_end = 3 + int.from_bytes(value[1:3], "big")
+        txn.put(key, value[:header_end] + b"\xc1", db=db)  # 0xc1: never valid msgpack
+    env.close()
+
+    async with LMDBJournal(copy, readonly=True) as opened:
+        app = create_app(opened, source=str(copy))
+        status, _, body = await call(app, "/")
+        assert 200 == status and 10 == len(rows(body))
+        row = body[body.index('<tr data-address="greet/ann">') :].split("</tr>")[0]
+        assert "does not decode" in row and "<a " not in row  # listed, with no page to open
+        status, _, body = await call(app, href("greet/ann"))
+        assert 500 == status
+        assert "corrupt record" in body and "the record of &#x27;greet/ann&#x27; does not decode" in body
+        assert 200 == (await call(app, href("boom/1")))[0]
