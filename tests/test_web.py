@@ -500,6 +500,16 @@ def test_the_command_refuses_what_it_cannot_serve(journal, tmp_path):
     assert 1 == done.returncode
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "pick another --port" in done.stderr
 
+    # Without the 'web' extra, the command says what to install.
+    blocked = "import sys; sys.modules['starlette'] = None; from actors._cli import main; sys.exit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, "web", "--journal", str(journal)],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert 2 == done.returncode
+    assert "needs the 'web' extra" in done.stderr and "pip install 'trio-actors[web]'" in done.stderr
+
     for bad in (("--port", "70000"), ("--interval", "0"), ("--interval", "nan")):
         done = subprocess.run(
             [sys.executable, "-m", "actors", "web", "--journal", str(journal), *bad],

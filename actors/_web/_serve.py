@@ -6,7 +6,8 @@ import argparse
 import ipaddress
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 import trio
 from hypercorn.config import Config
@@ -46,11 +47,8 @@ async def serve_app(
         raise CLIError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
                        "pick another --port or --host", REFUSED) from None  # fmt: skip
 
-    async def run(task_status: trio.TaskStatus[Sequence[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await serve(app, config, shutdown_trigger=shutdown, task_status=task_status)  # type: ignore[arg-type]
-
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(run)
+        bound = await nursery.start(partial(serve, app, config, shutdown_trigger=shutdown))  # type: ignore[arg-type]
         task_status.started(bound[0] + "/")
 
 
