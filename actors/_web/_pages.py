@@ -143,7 +143,8 @@ def list_fragment(query: ListQuery, items: list[dict[str, Any]], counts: dict[st
 
 
 def _facts(pairs: list[tuple[str, str]]) -> str:
-    return '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in pairs) + "</dl>"
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in pairs)
+    return f'<dl class="facts">{items}</dl>'
 
 
 def _table(id_: str, headers: list[str], rows: list[list[str]], empty: str) -> str:
@@ -209,13 +210,18 @@ def _log(doc: dict[str, Any], query: InstanceQuery, now: float) -> str:
                      ", ".join(detail)])  # fmt: skip
     out = _table("log", ["seq", "kind", "name", "attempt", "outcome", "detail"], rows,
                  "no entries on this page" if log else "no entries yet")  # fmt: skip
-    pager = [f"<span>{counted(len(log), 'entry', 'entries')} · page {query.logpage} of {pages}</span>"] if log else []
+    pager = []
+    if log:
+        entries = counted(len(log), "entry", "entries")
+        pager.append(f"<span>{entries} · page {query.logpage} of {pages}</span>")
+
+    def to(page: int) -> str:
+        return esc(instance_href(doc["address"], page, query.per))
+
     if query.logpage > 1:
-        pager.append(f'<a href="{esc(instance_href(doc["address"], query.logpage - 1, query.per))}">'
-                     "← earlier</a>")  # fmt: skip
+        pager.append(f'<a href="{to(query.logpage - 1)}">← earlier</a>')
     if query.logpage < pages:
-        pager.append(f'<a href="{esc(instance_href(doc["address"], query.logpage + 1, query.per))}">'
-                     "later →</a>")  # fmt: skip
+        pager.append(f'<a href="{to(query.logpage + 1)}">later →</a>')
     if doc["older_runs_in_log"]:
         pager.append(f"<span>entries of older runs remain: {esc(doc['older_runs_in_log'])}</span>")
     return out + f'<div class="pager">{"".join(pager)}</div>'
@@ -269,7 +275,8 @@ def instance_fragment(doc: dict[str, Any], query: InstanceQuery) -> str:
     out.append(_log(doc, query, now))
 
     ever = f" ({doc['messages_ever']} received in all)" if doc["messages_ever"] else ""
-    out.append(f"<h2>Mailbox: {esc(counted(len(doc['mailbox']), 'unread message'))}{esc(ever)}</h2>")
+    unread = counted(len(doc["mailbox"]), "unread message")
+    out.append(f"<h2>Mailbox: {esc(unread)}{esc(ever)}</h2>")
     mail = [[esc(m["seq"]), f'<span class="mono">{esc(m["signal"])}</span>', _when(m["sent"], now),
              value_block(m["payload"])] for m in doc["mailbox"]]  # fmt: skip
     out.append(_table("mailbox", ["#", "signal", "sent", "payload"], mail, "no unread messages"))

@@ -48,7 +48,8 @@ async def serve_app(
                        "pick another --port or --host", REFUSED) from None  # fmt: skip
 
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(partial(serve, app, config, shutdown_trigger=shutdown))  # type: ignore[arg-type]
+        hypercorn = partial(serve, app, config, shutdown_trigger=shutdown)  # type: ignore[arg-type]
+        bound = await nursery.start(hypercorn)
         task_status.started(bound[0] + "/")
 
 
