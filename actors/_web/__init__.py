@@ -1,4 +1,4 @@
-"""The web inspector: ``python -m actors --journal PATH web [--port 8080]``.
+"""The web inspector: ``python -m actors web --journal PATH [--port 8080] [--host 127.0.0.1]``.
 
 A read-only page over a journal: the instances (filtered by status, process
 and address prefix, counted by status, most recently updated first, paged)
