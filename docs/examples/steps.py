@@ -35,7 +35,7 @@ async def order(ctx: Context, order_id: str) -> str:
     return await ctx.step(
         charge, order_id, amount,
         name="charge",                              # the key's step name (default: the function's)
-        retry=Retry(attempts=5, backoff=1.0, max_backoff=60),  # waits 1 s, then 2 s, ...
+        retry=Retry(attempts=5, backoff=1.0, max_backoff=60),  # waits ~1 s, ~2 s, ... (jittered)
         timeout=30,                                 # per attempt
     )
 

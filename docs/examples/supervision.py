@@ -15,7 +15,7 @@ async def price(ctx: Context, sku: str) -> int:
     return await ctx.step(len, sku) * 10
 
 
-@process("worker/:name", restart="transient")  # restarted after a crash, not after a normal end
+@process("worker/:name")
 async def worker(ctx: Context, name: str) -> str:
     if crashes["left"]:
         crashes["left"] -= 1
@@ -27,7 +27,7 @@ async def worker(ctx: Context, name: str) -> str:
 async def shop(ctx: Context, shop: str) -> dict:
     first = await ctx.call(price, "apple")                      # child at shops/<shop>/price/apple
     prices = await ctx.scope(["fig", "kiwi", "melon"], price)   # one child per item, concurrently
-    child = await ctx.spawn(worker, "w1")                       # detached, supervised
+    child = await ctx.spawn(worker, "w1", restart="transient")  # detached; restarted after a crash
     await ctx.wait(close)  # the parent's end would cancel a child still running
     return {"apple": first, "others": prices, "worker": child.id}
 
