@@ -117,6 +117,7 @@ def test_testing_example():
 
 
 def test_cli(tmp_path):
+    """cli.sh runs cli_order.py, the CLI's list, show and send, cli_order.py again, and list."""
     lines = run("sh", EXAMPLES / "cli.sh", tmp_path / "state")
     assert "orders/o-1 is suspended" == lines[0]
     assert lines[1].split() == ["ADDRESS", "PROCESS", "STATUS", "UPDATED", "(UTC)", "DETAIL"]
