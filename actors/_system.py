@@ -810,6 +810,7 @@ class ActorSystem:
                     if row is not None:
                         r.log(iid, row.record.get("run", 0))
                         r.mailbox(iid)
+                        r.timers(iid)
             except JournalCorrupt as exc:
                 found = self._corrupt[iid] = exc
         if found is None:
@@ -1006,6 +1007,7 @@ async def open_system(
     )  # fmt: skip
     if node is not None:
         journal.set_node(node)
+    journal.check_shapes = True  # a record of another shape marks its instance corrupt
     await journal.open()
     body_error: BaseException | None = None
     try:
