@@ -79,6 +79,8 @@ def entry_problem(value: Any) -> str | None:
     problem = _fields_problem(value, _ENTRY_FIELDS, "the log entry")
     if problem is None and "k" not in value:
         return "the log entry has no kind ('k')"
+    if problem is None and value["k"] == "sleep" and "due" not in value:
+        return "the timer's log entry has no due time ('due')"
     return problem
 
 

@@ -78,12 +78,18 @@ def local_time(t: float | None) -> str:
     """An epoch time as local wall time, or "-"."""
     if t is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds
+        return f"{t!r} (out of range)"
 
 
 def zone_name(t: float | None = None) -> str:
     """The local time zone's name (at ``t``)."""
-    return time.strftime("%Z", time.localtime(t))
+    try:
+        return time.strftime("%Z", time.localtime(t))
+    except (OverflowError, OSError, ValueError):
+        return time.strftime("%Z")
 
 
 def relative(t: float | None, now: float) -> str:
