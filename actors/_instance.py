@@ -17,7 +17,6 @@ write in a crash only makes replay take the same message again.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -27,6 +26,7 @@ from storage import Ticket, Txn
 from storage.errors import Conflict, JournalCorrupt, JournalFull
 
 from . import _effects as fx
+from . import _events
 from . import _saga
 from . import _streams
 from . import _supervision as _sup
@@ -42,9 +42,6 @@ from ._process import ProcessDef
 from ._steps import run_step
 from ._supervision import CANCEL, ESCALATE
 from .errors import NonDeterminismError
-
-
-log = logging.getLogger("actors")
 
 
 def _journal_full(exc: BaseException) -> JournalFull | None:
@@ -161,7 +158,7 @@ class Actor(Ends):
                 raise
             # Another node took the instance over (this one froze past its
             # lease, say): the fence rejected our write; leave it to them.
-            log.warning("%s: gave up %r: %s", self.system.node, self.address, lost)
+            _events.taken_over(self.address, self.system.node, lost)
         finally:
             self.done = True
             self.system._forget(self)
@@ -203,6 +200,8 @@ class Actor(Ends):
         """A message was committed to this instance's mailbox."""
         if self.done or not self.mailbox.accepts(seq):
             return
+        if self.system.log_debug:
+            _events.delivered(self.address, seq, name)
         self._receive_system(seq, name, payload)
         self.mailbox.put(seq, name, payload)
         if self.loaded:
@@ -450,6 +449,8 @@ class Actor(Ends):
         leaf.done = True
         leaf.value = value
         leaf.error = error
+        if self.system.log_debug:
+            _events.effect_done(self.address, leaf.seq, type(leaf).__name__, error)
         if entry is not None:
             self.txn.put_log(self.iid, self.run, leaf.seq, entry.to_stored())
         node: Effect = leaf

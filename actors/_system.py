@@ -28,7 +28,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
-from . import _protocol
+from . import _events, _protocol
 from . import _supervision as _sup
 from ._checks import check_name, check_seconds, check_text
 from ._context import Context
@@ -72,6 +72,7 @@ class ActorSystem:
         self.journal = journal
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
+        self.log_debug = _events.debug_enabled()  # cached: DEBUG records are on the hot path
         self.max_payload = max_payload
         self.step_limiter = trio.CapacityLimiter(max_sync_steps)
         # Steps acquire step_limiter themselves (so a queued step's timeout
@@ -685,7 +686,7 @@ class ActorSystem:
             try:
                 row = await self.journal.read(lambda r: r.instance(iid))
             except JournalCorrupt as exc:
-                log.error("instance %s is corrupt: %s", iid.hex(), exc)
+                _events.corrupt(iid.hex(), exc)
                 await self._set_corrupt(iid, exc)
                 return
             if row is None or row.status not in LIVE_STATUSES:
@@ -771,7 +772,7 @@ class ActorSystem:
             actor.timers_due(now)
 
     async def _mark_corrupt(self, actor: Actor, exc: JournalCorrupt) -> None:
-        log.error("instance %r is corrupt: %s", actor.address, exc)
+        _events.corrupt(actor.address, exc)
         await self._set_corrupt(actor.iid, exc)
         self._status_changed(actor.iid)
 
@@ -900,10 +901,7 @@ class ActorSystem:
 
         wanted, orphans, broken = await self.journal.read(scan)
         for bad in broken:
-            log.error(
-                "instance %r is corrupt and is not recovered: %s",
-                bad.address or bad.iid.hex(), bad.error,
-            )  # fmt: skip
+            _events.corrupt(bad.address or bad.iid.hex(), bad.error, at_open=True)
             await self._set_corrupt(bad.iid, bad.error)
         # A child whose parent ended while the system was down is not stranded.
         for iid, address, reason in orphans:
@@ -911,6 +909,7 @@ class ActorSystem:
                 await self._cancel_iid(iid, address, reason)
             except JournalFull as exc:  # the next open (with room) finishes it
                 log.error("could not cancel %r (%s): %s", address, reason, exc)
+        _events.opened(self.journal, resumed=len(wanted), orphans=len(orphans), corrupt=len(broken))
         for n, iid in enumerate(wanted, 1):
             self._activate(iid)
             if n % _YIELD_EVERY == 0:
@@ -920,6 +919,7 @@ class ActorSystem:
         # Closing is not a cancel: instances stay as they are in the journal
         # and resume on the next open. Submit what they have ridden so far.
         self._closing = True
+        _events.closing(self.journal, live=len(self._live))
         for actor in list(self._live.values()):
             if actor.loaded and not actor.done:
                 try:
