@@ -29,6 +29,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from . import _tracing
+
 __all__ = [
     "closing",
     "compensation_stuck",
@@ -99,7 +101,9 @@ def corrupt(address: str, error: BaseException, *, at_open: bool = False) -> Non
 
 
 def crashed(address: str, exc: BaseException, *, parent: str | None) -> None:
-    """WARNING: the process raised ``exc`` (its supervisor decides what follows)."""
+    """WARNING: the process raised ``exc`` (its supervisor decides what follows);
+    recorded on its process span too."""
+    _tracing.record_crash(exc)
     if parent:
         _supervision.warning(
             "child %r of %r crashed: %s: %s", address, parent, type(exc).__name__, exc,

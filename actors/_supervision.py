@@ -29,7 +29,7 @@ import trio
 from storage import LIVE_STATUSES, Txn, instance_id
 
 from . import _effects as fx
-from . import _events
+from . import _events, _tracing
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, children_named, read_log
@@ -127,7 +127,7 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
             child={
                 "restart": getattr(effect, "restart", "temporary"),
                 "awaited": type(effect) is fx.Call, "restarts": [],
-            },
+            }, trace=_tracing.traceparent(),
         )  # fmt: skip
         txn, record = start.txn, start.record
     elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:

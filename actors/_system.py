@@ -28,7 +28,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
-from . import _events, _protocol
+from . import _events, _protocol, _tracing
 from . import _supervision as _sup
 from ._checks import check_name, check_seconds, check_text
 from ._context import Context
@@ -246,6 +246,7 @@ class ActorSystem:
                 parent=parent, previous=row,  # a cancelled one starts afresh
                 now=self.epoch_now(), max_payload=self.max_payload,
                 message=None if message is None else (message[0].name, message[1]),
+                trace=_tracing.traceparent(),
             )  # fmt: skip
             record = start.record
             results = await self.journal.commit(start.txn)
@@ -282,7 +283,8 @@ class ActorSystem:
 
     async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         txn, notice = _protocol.send_txn(
-            iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload
+            iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
+            trace=_tracing.traceparent(),
         )
         try:
             (seq,) = await self.journal.commit(txn)
@@ -824,7 +826,7 @@ class ActorSystem:
             return
         mail = await self.journal.read(lambda r: r.mailbox(iid))
         for seq, message in mail:
-            actor.deliver(seq, message[0], message[1])
+            actor.deliver(seq, message[0], message[1], message[3] if len(message) > 3 else None)
 
     async def _sweep_idle(self) -> None:
         """Passivate instances idle for ``passivate_after`` seconds.
@@ -1033,7 +1035,7 @@ def _row_timers_log(r: Any, iid: bytes) -> tuple[Any, Any, Any]:
     return row, r.timers(iid), r.log(iid, row.record.get("run", 0))
 
 
-def _unpack_message(message: bytes) -> tuple[str, Any]:
-    """(signal name, payload) of an encoded mailbox record."""
+def _unpack_message(message: bytes) -> tuple[str, Any, str | None]:
+    """(signal name, payload, sender's traceparent or None) of an encoded mailbox record."""
     decoded = decode(message)
-    return decoded[0], decoded[1]
+    return decoded[0], decoded[1], decoded[3] if len(decoded) > 3 else None
