@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 import actors  # noqa: E402
 from actors import Context, Retry, Signal, process  # noqa: E402
 from actors import _tracing  # noqa: E402
-from storage import instance_id  # noqa: E402
+from storage import Txn, instance_id  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 
 go = Signal("go")
@@ -196,7 +196,8 @@ async def test_a_childs_run_is_a_child_of_its_parents_run(opener, exporter, auto
     mom_runs = by_name(exporter, "process mom/:id")
     (kid_run,) = by_name(exporter, "process kid/:id")
     assert mom_runs[0].context.span_id == kid_run.parent.span_id
-    assert {mom_runs[0].context.trace_id} == {s.context.trace_id for s in exporter.get_finished_spans()}
+    every = exporter.get_finished_spans()
+    assert {mom_runs[0].context.trace_id} == {s.context.trace_id for s in every}
 
 
 async def test_without_a_tracer_provider_nothing_is_stored_or_recorded(opener, autojump_clock):
@@ -213,7 +214,9 @@ async def test_without_a_tracer_provider_nothing_is_stored_or_recorded(opener, a
     assert None is _tracing.begin_run(None)
 
 
-async def test_a_provider_without_a_current_span_stores_no_context(opener, exporter, autojump_clock):
+async def test_a_provider_without_a_current_span_stores_no_context(
+    opener, exporter, autojump_clock
+):
     async with opener(hold) as system:
         await system.start(hold, "q")
         await system.send("hold/q", Signal("other"), 1)
@@ -224,3 +227,26 @@ async def test_a_provider_without_a_current_span_stores_no_context(opener, expor
     assert 3 == len(message)
     (run,) = by_name(exporter, "process hold/:id")
     assert run.parent is None
+
+
+async def test_a_stored_context_that_is_not_a_traceparent_starts_a_trace_of_its_own(
+    opener, exporter, tracer, autojump_clock
+):
+    async with opener(hold) as system:
+        with tracer.start_as_current_span("caller"):
+            await system.start(hold, "j")
+        await wait_status(system.get("hold/j"), "suspended")
+    async with opener.journal() as journal:
+        row = await journal.read(lambda r: r.instance(instance_id("hold/j")))
+        txn = Txn()
+        txn.put_instance(
+            row.iid, address=row.address, process=row.process, status="running",
+            record=dict(row.record, trace="00-not-a-trace"),
+        )  # fmt: skip
+        await journal.commit(txn)
+    exporter.clear()
+    async with opener(hold) as system:
+        await system.send("hold/j", go, 7)
+        assert "7" == await system.get("hold/j").result()
+    runs = by_name(exporter, "process hold/:id")
+    assert [None] * len(runs) == [s.parent for s in runs] and runs
