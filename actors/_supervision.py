@@ -127,7 +127,7 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
             child={
                 "restart": getattr(effect, "restart", "temporary"),
                 "awaited": type(effect) is fx.Call, "restarts": [],
-            }, trace=_tracing.traceparent(),
+            }, trace=_tracing.traceparent(system),
         )  # fmt: skip
         txn, record = start.txn, start.record
     elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:

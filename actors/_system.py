@@ -73,6 +73,7 @@ class ActorSystem:
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
         self.log_debug = _events.debug_enabled()  # cached: DEBUG records are on the hot path
+        self.tracing = _tracing.active()  # likewise (see _tracing)
         self.max_payload = max_payload
         self.step_limiter = trio.CapacityLimiter(max_sync_steps)
         # Steps acquire step_limiter themselves (so a queued step's timeout
@@ -246,7 +247,7 @@ class ActorSystem:
                 parent=parent, previous=row,  # a cancelled one starts afresh
                 now=self.epoch_now(), max_payload=self.max_payload,
                 message=None if message is None else (message[0].name, message[1]),
-                trace=_tracing.traceparent(),
+                trace=_tracing.traceparent(self),
             )  # fmt: skip
             record = start.record
             results = await self.journal.commit(start.txn)
@@ -284,7 +285,7 @@ class ActorSystem:
     async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         txn, notice = _protocol.send_txn(
             iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
-            trace=_tracing.traceparent(),
+            trace=_tracing.traceparent(self),
         )
         try:
             (seq,) = await self.journal.commit(txn)

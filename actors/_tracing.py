@@ -2,9 +2,12 @@
 caller's trace context carried through the journal into the process.
 
 Optional: with ``opentelemetry-api`` absent, or present with no SDK's
-tracer provider set (the API's default proxy), every function here returns
-at once, and no trace context is stored. The check is one call and an
-``isinstance``; the import is tried once, here.
+tracer provider set (the API's default proxy), every hook returns at once
+and no trace context is stored. The import is tried once, here; whether a
+real provider is set is checked once per system, when it opens
+(``ActorSystem.tracing``, `active`): the API's own check reads the
+environment, a microsecond that a send must not pay. So set the provider
+before `open_system`.
 
 Spans:
 
@@ -68,10 +71,10 @@ def _tracer() -> Any:
     return tracer
 
 
-def traceparent() -> str | None:
+def traceparent(system: Any) -> str | None:
     """The current span's W3C traceparent, to store with a start or a
-    message; None when tracing is off or no span is current."""
-    if not active() or not _trace.get_current_span().get_span_context().is_valid:
+    message; None when ``system`` does not trace or no span is current."""
+    if not system.tracing or not _trace.get_current_span().get_span_context().is_valid:
         return None
     carrier: dict[str, str] = {}
     _propagator.inject(carrier)
@@ -89,7 +92,7 @@ def _context_of(stored: Any) -> Any:
 def begin_run(actor: Any) -> Any:
     """Open the process span of this activation and make it current in the
     actor's task (its steps' tasks inherit it); pass the result to `end_run`."""
-    if not active():
+    if not actor.system.tracing:
         return None
     span = _tracer().start_span(
         f"process {actor.proc.template}",
@@ -108,7 +111,8 @@ def end_run(run: Any) -> None:
 
 
 def record_crash(exc: BaseException) -> None:
-    """Record the process's exception on the current (process) span."""
+    """Record the process's exception on the current (process) span (no
+    system at hand: the full check, off the hot path)."""
     if active():
         span = _trace.get_current_span()
         span.record_exception(exc)
@@ -117,7 +121,7 @@ def record_crash(exc: BaseException) -> None:
 
 def step_span(actor: Any, info: Any) -> Any:
     """A context manager around one attempt (``info``: its `StepInfo`)."""
-    if not active():
+    if not actor.system.tracing:
         return _NULL
     return _tracer().start_as_current_span(
         f"step {info.name}",
@@ -130,7 +134,7 @@ def step_span(actor: Any, info: Any) -> Any:
 
 def delivered(actor: Any, seq: int, signal: str, stored: Any) -> None:
     """A message sent with trace context ``stored`` reached ``actor``."""
-    if stored is None or not active():
+    if stored is None or not actor.system.tracing:
         return
     span = _tracer().start_span(
         f"deliver {signal}",
@@ -144,7 +148,7 @@ def delivered(actor: Any, seq: int, signal: str, stored: Any) -> None:
 
 def loaded(actor: Any, mail: Any) -> None:
     """An activation loaded its unread ``mail`` (``(seq, message)`` pairs)."""
-    if not active():
+    if not actor.system.tracing:
         return
     for seq, message in mail:
         if len(message) > 3:
