@@ -21,7 +21,8 @@ Levels:
   so nothing is formatted, nor a function called, while DEBUG is off.
 
 Messages use %-style arguments: nothing is formatted unless a handler
-takes the record.
+takes the record. A process's exception enters a message as `_summary`
+text, never as the object: its ``__str__`` is user code and may raise.
 """
 
 from __future__ import annotations
@@ -54,6 +55,19 @@ _instance = logging.getLogger("actors.instance")
 
 def _at(address: str | None) -> dict[str, Any]:
     return {"actors_address": address}
+
+
+def _summary(exc: BaseException) -> str:
+    """``"ValueError: boom"``, for any exception (one whose ``__str__`` raises too)."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - an odd __str__ must not hide the event
+        try:
+            message = repr(exc)
+        except Exception:  # noqa: BLE001
+            message = "<unprintable>"
+    name = type(exc).__name__
+    return f"{name}: {message}" if message else name
 
 
 def debug_enabled() -> bool:
@@ -103,17 +117,17 @@ def corrupt(address: str, error: BaseException, *, at_open: bool = False) -> Non
 def crashed(address: str, exc: BaseException, *, parent: str | None) -> None:
     """WARNING: the process raised ``exc`` (its supervisor decides what follows);
     recorded on its process span too."""
-    _tracing.record_crash(exc)
+    summary = _summary(exc)
+    _tracing.record_crash(exc, summary)
     if parent:
         _supervision.warning(
-            "child %r of %r crashed: %s: %s", address, parent, type(exc).__name__, exc,
-            exc_info=exc, extra=_at(address),
+            "child %r of %r crashed: %s", address, parent, summary, exc_info=exc,
+            extra=_at(address),
         )  # fmt: skip
     else:
         _supervision.warning(
-            "process %r crashed: %s: %s", address, type(exc).__name__, exc,
-            exc_info=exc, extra=_at(address),
-        )  # fmt: skip
+            "process %r crashed: %s", address, summary, exc_info=exc, extra=_at(address)
+        )
 
 
 def restarting(address: str, *, count: int, reason: str, strategy: Any, delay: float) -> None:
@@ -175,6 +189,6 @@ def effect_done(address: str, seq: int, kind: str, error: BaseException | None) 
         _instance.debug("effect %d (%s) of %r done", seq, kind, address, extra=_at(address))
     else:
         _instance.debug(
-            "effect %d (%s) of %r raised %s: %s", seq, kind, address, type(error).__name__,
-            error, extra=_at(address),
+            "effect %d (%s) of %r raised %s", seq, kind, address, _summary(error),
+            extra=_at(address),
         )  # fmt: skip

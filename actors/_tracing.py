@@ -110,13 +110,17 @@ def end_run(run: Any) -> None:
         span.end()
 
 
-def record_crash(exc: BaseException) -> None:
-    """Record the process's exception on the current (process) span (no
-    system at hand: the full check, off the hot path)."""
+def record_crash(exc: BaseException, summary: str) -> None:
+    """Record the process's exception (``summary``: its text) on the current
+    (process) span (no system at hand: the full check, off the hot path)."""
     if active():
         span = _trace.get_current_span()
-        span.record_exception(exc)
-        span.set_status(_trace.Status(_trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        try:
+            span.record_exception(exc)
+        except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+            span.add_event("exception", {"exception.type": type(exc).__name__,
+                                         "exception.message": summary})  # fmt: skip
+        span.set_status(_trace.Status(_trace.StatusCode.ERROR, summary))
 
 
 def step_span(actor: Any, info: Any) -> Any:

@@ -254,3 +254,23 @@ def test_every_event_names_the_address_and_carries_it(caplog):
     ] == [r.levelno for r in records]  # fmt: skip
     taken = records[8].getMessage()
     assert "node 'node-b' gave up 'a/1': another node took it over (boom)" == taken
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+@process("odd/:id")
+async def odd(ctx: Context, id: str) -> None:
+    raise Unprintable("odd")
+
+
+async def test_an_exception_whose_str_raises_is_logged_all_the_same(opener, caplog):
+    async with opener(odd) as system:
+        with pytest.raises(actors.ProcessFailed):
+            await (await system.start(odd, "o")).result()
+    assert [
+        (logging.WARNING, "process 'odd/o' crashed: Unprintable: Unprintable('odd')"),
+        (logging.ERROR, "process 'odd/o' failed: Unprintable: Unprintable('odd')"),
+    ] == [(e[1], e[3]) for e in events(caplog) if e[1] >= logging.WARNING]

@@ -249,3 +249,22 @@ async def test_a_stored_context_that_is_not_a_traceparent_starts_a_trace_of_its_
         assert "7" == await system.get("hold/j").result()
     runs = by_name(exporter, "process hold/:id")
     assert [None] * len(runs) == [s.parent for s in runs] and runs
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str for you")
+
+
+@process("odd/:id")
+async def odd(ctx: Context, id: str) -> None:
+    raise Unprintable("odd")
+
+
+async def test_a_crash_whose_str_raises_is_recorded_all_the_same(opener, exporter):
+    async with opener(odd) as system:
+        with pytest.raises(actors.ProcessFailed):
+            await (await system.start(odd, "o")).result()
+    (run,) = by_name(exporter, "process odd/:id")
+    assert "Unprintable: Unprintable('odd')" == run.status.description
+    assert ["exception"] == [e.name for e in run.events]
