@@ -200,8 +200,12 @@ async def test_a_childs_run_is_a_child_of_its_parents_run(opener, exporter, auto
     assert {mom_runs[0].context.trace_id} == {s.context.trace_id for s in every}
 
 
-async def test_without_a_tracer_provider_nothing_is_stored_or_recorded(opener, autojump_clock):
-    assert not _tracing.active()  # the API's default proxy: tracing is off
+async def test_without_a_tracer_provider_nothing_is_stored_or_recorded(
+    opener, monkeypatch, autojump_clock
+):
+    # What the API gives while no SDK set one (whatever this test process set).
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    assert not _tracing.active()
     async with opener(hold) as system:
         assert system.tracing is False  # decided at open
         await system.start(hold, "n")
