@@ -19,6 +19,7 @@ from storage.errors import EncodeError
 from . import _effects as fx
 from . import _events, _protocol, _saga
 from . import _supervision as _sup
+from ._log import children_named
 from ._records import describe_error, error_summary
 from .errors import NonDeterminismError
 
@@ -102,7 +103,10 @@ class Ends:
             return
         # Depth first: the children go before the parent records its own end.
         reason = f"parent {self.address} cancelled"
-        children, self.children = self.children, {}
+        # A cancel read at load (a CANCEL in the mailbox of a passivated
+        # instance) comes before replay has named the children: the log does.
+        children = {**children_named(self.driver.log), **self.children}
+        self.children = {}
         await _sup.cancel_children(self.system, children, reason)
         if self.proc.compensate_on_cancel and _saga.pending(self.record):
             self.record["reason"] = detail

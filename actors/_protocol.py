@@ -38,16 +38,19 @@ from ._effects import end_signal
 from .errors import LimitExceeded
 
 __all__ = [
+    "STUCK",
     "Cancel",
     "Notice",
     "Start",
     "add_message",
     "cancel_txn",
+    "abandon_compensation_txn",
     "cleanup_txn",
     "end_notice",
     "end_of_run",
     "end_payload",
     "next_run",
+    "resume_compensation_txn",
     "send_txn",
     "start_txn",
     "system_send_txn",
@@ -303,4 +306,31 @@ def cleanup_txn(iids: Iterable[bytes], statuses: Iterable[str]) -> Txn:
     for iid in iids:
         txn.require(iid, wanted)
         txn.delete_instance(iid)
+    return txn
+
+
+# -- stuck compensations ------------------------------------------------------------
+
+STUCK = frozenset({"compensation_stuck"})
+
+
+def resume_compensation_txn(row: InstanceRow, now: float) -> Txn:
+    """Put a ``compensation_stuck`` instance back to running, so that its
+    next activation retries the compensation where it stopped; on condition
+    that it is still stuck."""
+    record = dict(row.record, last_error=None, stuck=None, updated=now)
+    txn = Txn()
+    txn.require(row.iid, STUCK)
+    txn.put_instance(row.iid, address=row.address, process=row.process, status="running", record=record)
+    return txn
+
+
+def abandon_compensation_txn(row: InstanceRow, now: float) -> Txn:
+    """End a ``compensation_stuck`` instance as failed, keeping its record
+    (which compensations ran, which did not, and why); on condition that it
+    is still stuck."""
+    record = dict(row.record, error=row.record.get("failure"), abandoned=True, updated=now)
+    txn = Txn()
+    txn.require(row.iid, STUCK)
+    txn.put_instance(row.iid, address=row.address, process=row.process, status="failed", record=record)
     return txn

@@ -21,6 +21,7 @@ from storage import (
     UNFINISHED_STATUSES,
     CorruptRecord,
     Journal,
+    LMDBJournal,
     Txn,
     decode,
     encode,
@@ -28,12 +29,14 @@ from storage import (
 )
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
-from . import _events, _protocol, _tracing
+from . import _control, _events, _protocol, _tracing
 from . import _supervision as _sup
 from ._checks import check_name, check_seconds, check_text
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
+from ._nodes import NodeView
+from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._records import InstanceInfo, Signal
 from ._streams import Stream
@@ -111,6 +114,8 @@ class ActorSystem:
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
+        self.outages = JournalWatch(journal)
+        self.nodes = NodeView(self)
 
     # -- time ------------------------------------------------------------------
 
@@ -140,7 +145,7 @@ class ActorSystem:
 
     def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]:
         actor = self._live.get(iid)
-        if actor is not None and actor.loaded:
+        if actor is not None and actor.loaded and self.nodes.trusted(iid):
             return actor.status, actor.record
         ended = self._ends.get(iid)
         if ended is not None:
@@ -251,7 +256,12 @@ class ActorSystem:
             )  # fmt: skip
             record = start.record
             results = await self.journal.commit(start.txn)
-            epoch = await self.journal.claim(iid)
+            try:
+                epoch = await self.journal.claim(iid)
+            except JournalUnavailable:  # it is written: it runs once the journal answers
+                self._spawn_system_task(self._reload_when_back, iid)
+                raise
+            self.nodes.claimed(iid, epoch)
             if epoch is None:  # another node took it over at once: it runs there
                 return Handle(self, iid, address, record["inc"]), True
             actor = self._run_created(iid, address, proc, record, epoch)
@@ -306,7 +316,9 @@ class ActorSystem:
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
             actor.deliver(seq, *_unpack_message(message))
-        else:
+        elif not self.nodes.owned_elsewhere(iid):
+            # (Owned elsewhere: the commit notified the owner. If that node
+            # dies, the takeover scan finds the instance and its mail.)
             self._activate(iid)
 
     async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
@@ -387,8 +399,9 @@ class ActorSystem:
             if n % _YIELD_EVERY == 0:
                 await trio.lowlevel.checkpoint()  # a long listing starves no one
             actor = self._live.get(row.iid)
-            current = actor.status if actor is not None and actor.loaded else row.status
-            record = actor.record if actor is not None and actor.loaded else row.record
+            mine = actor is not None and actor.loaded and self.nodes.trusted(row.iid)
+            current = actor.status if mine else row.status  # type: ignore[union-attr]
+            record = actor.record if mine else row.record  # type: ignore[union-attr]
             if status is not None and current != status:
                 continue
             yield InstanceInfo(
@@ -553,10 +566,7 @@ class ActorSystem:
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
-        record = dict(row.record, last_error=None, stuck=None, updated=self.epoch_now())
-        txn = Txn()
-        txn.require(iid, frozenset({"compensation_stuck"}))
-        txn.put_instance(iid, address=row.address, process=row.process, status="running", record=record)
+        txn = _protocol.resume_compensation_txn(row, self.epoch_now())
         await self.journal.commit(txn, durable=True)
         self._status_changed(iid)
         self._activate(iid)
@@ -570,12 +580,7 @@ class ActorSystem:
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return False
-        record = dict(
-            row.record, error=row.record.get("failure"), abandoned=True, updated=self.epoch_now()
-        )
-        txn = Txn()
-        txn.require(iid, frozenset({"compensation_stuck"}))
-        txn.put_instance(iid, address=row.address, process=row.process, status="failed", record=record)
+        txn = _protocol.abandon_compensation_txn(row, self.epoch_now())
         await self.journal.commit(txn, durable=True)
         self._status_changed(iid)
         return True
@@ -653,6 +658,7 @@ class ActorSystem:
         """Run an instance whose record was just written (so nothing to read back)."""
         actor = Actor(self, iid, address, proc, record, loaded=True, epoch=epoch)
         self._live[iid] = actor
+        self.nodes.running(iid)
         assert self._nursery is not None
         self._nursery.start_soon(
             self._run_or_reload, actor.main, iid, name=f"actor {address}"
@@ -677,12 +683,17 @@ class ActorSystem:
             lost.extend(group.exceptions)
         if lost:
             log.warning(
-                "instance %s lost its journal (%s); loading it again in %s s",
-                iid.hex(), lost[0], _RELOAD_AFTER,
+                "instance %s lost its journal (%s); loading it again once the journal answers",
+                iid.hex(), lost[0],
+                extra={"actors_address": iid.hex()},
             )  # fmt: skip
-            await trio.sleep(_RELOAD_AFTER)
-            self._status_changed(iid)  # its handles read what was committed
-            self._activate(iid)
+            await self._reload_when_back(iid)
+
+    async def _reload_when_back(self, iid: bytes) -> None:
+        await trio.sleep(_RELOAD_AFTER)
+        await self.outages.back()
+        self._status_changed(iid)  # its handles read what was committed
+        self._activate(iid)
 
     async def _activate_task(self, iid: bytes) -> None:
         try:
@@ -707,6 +718,7 @@ class ActorSystem:
             if iid in self._live:
                 return  # a concurrent activation won: claiming again would fence it out
             epoch = await self.journal.claim(iid)
+            self.nodes.claimed(iid, epoch)
             if epoch is None or iid in self._live:
                 return  # another live node owns it (and was told of its mail)
             actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
@@ -723,6 +735,7 @@ class ActorSystem:
             event = self._status_events.pop(actor.iid, None)
             if event is not None:
                 event.set()
+            self.nodes.forgotten(actor.iid)
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
@@ -819,16 +832,6 @@ class ActorSystem:
 
     # -- recovery and shutdown ---------------------------------------------------
 
-    async def _remote_mail(self, iid: bytes) -> None:
-        """Another node added mail for ``iid``, which this node owns."""
-        actor = self._live.get(iid)
-        if actor is None:
-            self._activate(iid)
-            return
-        mail = await self.journal.read(lambda r: r.mailbox(iid))
-        for seq, message in mail:
-            actor.deliver(seq, message[0], message[1], message[3] if len(message) > 3 else None)
-
     async def _sweep_idle(self) -> None:
         """Passivate instances idle for ``passivate_after`` seconds.
 
@@ -876,8 +879,10 @@ class ActorSystem:
             trio.lowlevel.reschedule(task)
 
     async def _take_over(self) -> None:
-        """On a shared journal: run the instances of nodes that are gone."""
+        """On a shared journal: run the instances of nodes that are gone,
+        and let go of those this node may have lost with its lease."""
         while True:
+            self.nodes.let_go_of_the_lost()
             for iid in await self.journal.orphans():
                 if iid not in self._foreign:
                     self._activate(iid)
@@ -932,7 +937,7 @@ class ActorSystem:
 
 
 _ENDS_KEPT = 10_000
-_RELOAD_AFTER = 0.5  # seconds before an instance that lost the journal is loaded again
+_RELOAD_AFTER = 0.1  # seconds before an instance that lost the journal is loaded again
 _YIELD_EVERY = 256  # items a long loop handles between schedule points
 _STALL_RETRY_FIRST = 1.0  # seconds; see ActorSystem._resume_stalled
 _STALL_RETRY_MAX = 60.0
@@ -962,6 +967,7 @@ async def open_system(
     max_payload: int = 1 << 20,
     now: Callable[[], float] = time.time,
     node: str | None = None,
+    control: bool = True,
 ) -> AsyncIterator[ActorSystem]:
     """Open the journal, recover every unfinished instance, and run the system.
 
@@ -987,6 +993,10 @@ async def open_system(
             at once (`storage.PostgresJournal`): each instance runs on one
             live node at a time, messages reach it from any node, and the
             instances of a node that dies or freezes move to the others.
+        control: on an `LMDBJournal`, serve the control socket
+            (``control.sock`` in its directory, owner only) through which
+            the ``actors`` command line sends, cancels and resumes beside
+            the running system; False serves none.
 
     Raises:
         JournalLocked: another system has the journal open.
@@ -1004,15 +1014,21 @@ async def open_system(
     try:
         system._offset = now() - trio.current_time()
         async with trio.open_nursery() as nursery:
-            system._nursery = nursery
+            system._nursery = system.outages.nursery = nursery
             await system._recover()
-            nursery.start_soon(system.timers.run, name="actors timer service")
+            nursery.start_soon(
+                system.outages.keep_running, system.timers.run, "the timer service",
+                name="actors timer service",
+            )  # fmt: skip
             nursery.start_soon(system._sweep_idle, name="actors idle sweep")
             if journal.shared:
-                journal.on_mail(
-                    lambda iid: system._spawn_system_task(system._remote_mail, iid)
-                )
-                nursery.start_soon(system._take_over, name="actors takeover")
+                journal.on_mail(system.nodes.mail_noticed)
+                nursery.start_soon(
+                    system.outages.keep_running, system._take_over, "the takeover scan",
+                    name="actors takeover",
+                )  # fmt: skip
+            if control and isinstance(journal, LMDBJournal):
+                _control.start(nursery, system, journal.path)
             try:
                 yield system
             except BaseException as exc:

@@ -51,7 +51,7 @@ __all__ = [
 ]  # fmt: skip
 
 _NULL = contextlib.nullcontext()
-_tracers: dict[int, Any] = {}  # id(provider) -> its tracer for "actors"
+_cached: tuple[Any, Any] = (None, None)  # (provider, its tracer for "actors")
 _inert: tuple[type, ...] = ()
 if _trace is not None:
     _propagator = TraceContextTextMapPropagator()
@@ -64,11 +64,13 @@ def active() -> bool:
 
 
 def _tracer() -> Any:
+    global _cached
     provider = _trace.get_tracer_provider()
-    tracer = _tracers.get(id(provider))
-    if tracer is None:
-        tracer = _tracers[id(provider)] = provider.get_tracer("actors")
-    return tracer
+    if _cached[0] is not provider:
+        # Held, not keyed by id(): a provider gone and a new one at the same
+        # address must not get the old one's tracer.
+        _cached = (provider, provider.get_tracer("actors"))
+    return _cached[1]
 
 
 def traceparent(system: Any) -> str | None:

@@ -12,6 +12,12 @@ One run, one fresh schema (dropped afterwards), interleaved rounds of:
   all on node A (this process). Target >= 5x raw-commit-1conn.
 - ``procs-1node``: 1-step processes started and completed per second, 1000
   concurrent workers looping ``start`` + ``result()``, on node A.
+- ``signals-2node-remote``: as ``signals-2node``, but each node's senders
+  send into the other node's instances (each send a write and a NOTIFY to
+  the owner). Target >= 0.8x ``signals-2node``.
+- ``signals-3node``, ``signals-3node-remote``: three nodes (a second
+  child, node C, with 333 instances), 333 senders each, into their own
+  instances, and into the next node's (A into B's, B into C's, C into A's).
 - ``signals-2node``, ``procs-2node``: the same total load split over two
   nodes: node A (this process) and node B (bench/postgres_node.py, a child
   process), each with 500 senders into its own 500 instances (or 500
@@ -24,7 +30,7 @@ One run, one fresh schema (dropped afterwards), interleaved rounds of:
   the machine's busy time (other programs, kernel threads). A line on stderr says what
   bounds the scaling.
 
-Node B stays open (idle) for the whole suite, so its instances are not
+Nodes B and C stay open (idle between windows) for the whole suite, so their instances are not
 recreated each round. Samples are 2 s (1 s with ``--quick``) after a 0.5 s
 warm-up; always 3 samples, for a suite of about a minute.
 """
@@ -53,6 +59,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 _NODE_SCRIPT = Path(__file__).resolve().parent / "postgres_node.py"
 _INSTANCES = 1000
 _CONCURRENCY = 1000  # senders, or process workers, over all nodes
+_THIRD = _CONCURRENCY // 3  # each node's senders (and sinks they use) with three nodes
 _THREADS = 8
 _REPEATS = 3
 _WARMUP = 0.5
@@ -191,10 +198,10 @@ class _CpuWindow:
 class _Child:
     """Node B: a child process obeying one command per line (see postgres_node)."""
 
-    def __init__(self, dsn: str, schema: str, instances: int) -> None:
+    def __init__(self, dsn: str, schema: str, instances: int, name: str = "bench-b") -> None:
         env = {**os.environ, "PYTHONPATH": str(_ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, str(_NODE_SCRIPT), dsn, schema, "bench-b", str(instances)],
+            [sys.executable, str(_NODE_SCRIPT), dsn, schema, name, str(instances)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -243,43 +250,52 @@ async def _window(
     child: _Child | None = None,
     child_cmd: str = "",
     cpu: _CpuWindow | None = None,
+    more: tuple[tuple[_Child, str], ...] = (),
 ) -> tuple[float, dict[str, float]]:
-    """Run ``load`` on node A (and ``child_cmd`` on node B); the count of
-    both over one window of ``seconds`` after a warm-up, per second."""
+    """Run ``load`` on node A (and ``child_cmd`` on node B, and each of
+    ``more``'s commands on its node); the count of all over one window of
+    ``seconds`` after a warm-up, per second."""
     usage: dict[str, float] = {}
+    others = ([(child, child_cmd)] if child is not None else []) + list(more)
     async with trio.open_nursery() as nursery:
-        if child is not None:
-            assert await child.ask(child_cmd) == "ok"
+        for node, cmd in others:
+            assert await node.ask(cmd) == "ok"
         nursery.start_soon(load, system, *args)
         await trio.sleep(_WARMUP)
-        if child is not None:
-            child.send("mark")
+        for node, _ in others:
+            node.send("mark")
         if cpu is not None:
             cpu.start()
         start, first = time.perf_counter(), Counter.count
         await trio.sleep(seconds)
-        if child is not None:
-            child.send("end")
+        for node, _ in others:
+            node.send("end")
         ours, elapsed = Counter.count - first, time.perf_counter() - start
         if cpu is not None:
             usage = cpu.stop()
         nursery.cancel_scope.cancel()
     theirs = 0
-    if child is not None:
-        assert await child.answer() == "ok"  # mark
-        theirs = int(await child.answer())
-        assert await child.ask("stop") == "ok"
+    for node, _ in others:
+        assert await node.answer() == "ok"  # mark
+        theirs += int(await node.answer())
+        assert await node.ask("stop") == "ok"
     await trio.sleep(_SETTLE)
     return (ours + theirs) / elapsed, usage
 
 
 _RAW = ("raw-commit-1conn", "raw-commit-8conn")
-_OURS = ("signals-1node", "procs-1node", "signals-2node", "procs-2node")
+_OURS = (
+    "signals-1node", "procs-1node", "signals-2node", "signals-2node-remote", "procs-2node",
+    "signals-3node", "signals-3node-remote",
+)  # fmt: skip
 _UNITS = {
     "raw-commit-1conn": "commits/s",
     "raw-commit-8conn": "commits/s",
     "signals-1node": "signals/s",
     "signals-2node": "signals/s",
+    "signals-2node-remote": "signals/s",
+    "signals-3node": "signals/s",
+    "signals-3node-remote": "signals/s",
     "procs-1node": "procs/s",
     "procs-2node": "procs/s",
 }
@@ -299,10 +315,12 @@ async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
         )
         one_node = [f"pgsink/{i}" for i in ids]
         child = _Child(dsn, schema, half)
+        third_node = _Child(dsn, schema, _THIRD, "bench-c")
         try:
-            ready = await child.answer()
-            if not ready.startswith("ready"):
-                raise RuntimeError(f"node B said {ready!r}")
+            for node in (child, third_node):
+                ready = await node.answer()
+                if not ready.startswith("ready"):
+                    raise RuntimeError(f"node {node.pid} said {ready!r}")
             for round_ in range(1, _REPEATS + 1):
 
                 def note(name: str, value: float, round_: int = round_) -> None:
@@ -331,6 +349,12 @@ async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
                         f"sig {half}",
                     ),
                     (
+                        "signals-2node-remote",
+                        signal_load,
+                        ([f"pgsink/bench-b.{i}" for i in range(half)], half),
+                        f"rsig {half} bench-a {half}",
+                    ),
+                    (
                         "procs-2node",
                         process_load,
                         (f"a2.{round_}", half),
@@ -354,8 +378,23 @@ async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
                         f"postgres: {name} cpu: "
                         + ", ".join(f"{g} {v:.0f}%" for g, v in usage.items())
                     )
+                # Three nodes, _THIRD senders each: into their own sinks, and
+                # into the next node's (A -> B -> C -> A).
+                own = [f"pgsink/bench-a.{i}" for i in range(_THIRD)]
+                into_b = [f"pgsink/bench-b.{i}" for i in range(_THIRD)]
+                for name, targets, cmds in (
+                    ("signals-3node", own, (f"sig {_THIRD}", f"sig {_THIRD}")),
+                    ("signals-3node-remote", into_b,
+                     (f"rsig {_THIRD} bench-c {_THIRD}", f"rsig {_THIRD} bench-a {_THIRD}")),
+                ):  # fmt: skip
+                    rate, _ = await _window(
+                        system, signal_load, (targets, _THIRD), seconds,
+                        child=child, child_cmd=cmds[0], more=((third_node, cmds[1]),),
+                    )  # fmt: skip
+                    note(name, rate)
         finally:
             await child.close()
+            await third_node.close()
     return samples, cpu
 
 
@@ -395,6 +434,9 @@ def postgres(options: Options) -> list[Result]:
         "signals-1node": ("raw-commit-1conn",),
         "procs-1node": ("raw-commit-1conn",),
         "signals-2node": ("raw-commit-1conn", "signals-1node"),
+        "signals-2node-remote": ("signals-2node",),
+        "signals-3node": ("signals-1node",),
+        "signals-3node-remote": ("signals-3node",),
         "procs-2node": ("raw-commit-1conn", "procs-1node"),
     }
     results = [
@@ -431,6 +473,16 @@ def _verdict(results: list[Result], cpu: dict[str, dict[str, list[float]]]) -> N
     progress(
         f"postgres: target signals-1node >= 5x raw-commit-1conn: {x_raw:.2f}x "
         f"({'met' if x_raw >= 5 else 'missed'})"
+    )
+    remote = by_name["signals-2node-remote"].ratios["signals-2node"]
+    progress(
+        f"postgres: target signals to the other node's instances >= 0.8x to one's own "
+        f"(2 nodes): {remote:.2f}x ({'met' if remote >= 0.8 else 'missed'})"
+    )
+    remote3 = by_name["signals-3node-remote"].ratios["signals-3node"]
+    progress(
+        f"postgres: signals to the next node's instances vs to one's own (3 nodes): "
+        f"{remote3:.2f}x ({'met' if remote3 >= 0.8 else 'missed'} 0.8x)"
     )
     progress(
         f"postgres: target signals 2-node >= 1.3x 1-node: {scale:.2f}x "

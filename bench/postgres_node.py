@@ -8,6 +8,8 @@ sink instances (``pgsink/<NODE>.<i>``; a node owns what it starts), prints
 stdout line:
 
 - ``sig N``: start N senders, each looping ``send`` into one of its sinks;
+- ``rsig N OTHER COUNT``: the same into node OTHER's first COUNT sinks
+  (``pgsink/OTHER.<i>``), which this node does not own;
 - ``proc N``: start N workers, each looping ``start`` + ``result()`` of a
   1-step process;
 - ``mark``: remember the count (signals received, processes completed);
@@ -155,6 +157,11 @@ async def main(dsn: str, schema: str, node: str, instances: int) -> None:
                 if cmd == "sig":
                     load = await nursery.start(
                         run, signal_load, system, addresses, int(words[1])
+                    )
+                elif cmd == "rsig":  # into another node's sinks: rsig N NODE COUNT
+                    targets = [f"pgsink/{words[2]}.{i}" for i in range(int(words[3]))]
+                    load = await nursery.start(
+                        run, signal_load, system, targets, int(words[1])
                     )
                 elif cmd == "proc":
                     rounds += 1

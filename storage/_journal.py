@@ -151,6 +151,7 @@ CANCEL_TIMER = 8  # (op, iid, run, seq)
 APPEND_STREAM = 9  # (op, iid, value_bytes) -> result: the value's index
 SET_CURSOR = 10  # (op, iid, consumer, position)
 SET_STATUS = 11  # (op, iid, status_code)  -- status only, record kept
+DELETE_CURSOR = 12  # (op, iid, consumer)
 
 
 def due_us(due: float) -> int:
@@ -265,6 +266,11 @@ class Txn:
         """Record that ``consumer`` has consumed every value before ``position``."""
         self.ops.append((SET_CURSOR, iid, consumer, position))
 
+    def delete_cursor(self, iid: bytes, consumer: str) -> None:
+        """Forget ``consumer``'s cursor (a missing one is ignored): the name
+        starts afresh, as a new consumer, next time."""
+        self.ops.append((DELETE_CURSOR, iid, consumer))
+
     def _result_slot(self) -> int:
         self.results += 1
         return self.results - 1
@@ -327,6 +333,10 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
         """Unread messages as ``(seq, message)``, oldest first."""
+
+    def mailboxes(self, iids: list[bytes]) -> dict[bytes, list[tuple[int, Any]]]:
+        """`mailbox` of each of ``iids`` (a remote journal reads them at once)."""
+        return {iid: self.mailbox(iid) for iid in iids}
 
     @abc.abstractmethod
     def last_message_seq(self, iid: bytes) -> int:
@@ -470,6 +480,15 @@ class Journal(abc.ABC):
     async def orphans(self, limit: int = 1000) -> list[bytes]:
         """Live instances (running, suspended) whose owner node is gone."""
         return []
+
+    def lease_term(self) -> int | None:
+        """Which unbroken term of this node's lease holds now, or None while
+        the lease is not known to be held (lost, or not confirmed within its
+        timeout: the process may have been frozen). The term grows each time
+        the lease is taken again after a loss; an instance claimed in an
+        earlier term may belong to another node now, so what this node holds
+        of it in memory is not to be trusted. Single-owner journals: 0."""
+        return 0
 
     def on_mail(self, callback: Callable[[bytes], None]) -> None:
         """Call ``callback(iid)`` in the trio thread whenever another node

@@ -59,6 +59,7 @@ from ._journal import (
     APPEND_MESSAGE,
     APPEND_STREAM,
     CANCEL_TIMER,
+    DELETE_CURSOR,
     DELETE_INSTANCE,
     DROP_LOG,
     PUT_INSTANCE,
@@ -1036,6 +1037,8 @@ class _Applier:
             elif code == SET_CURSOR:
                 _, iid, consumer, position = op
                 txn.put(iid + consumer.encode(), _Q.pack(position), db=self.cursors)
+            elif code == DELETE_CURSOR:
+                txn.delete(op[1] + op[2].encode(), db=self.cursors)
             elif code == DELETE_INSTANCE:
                 self._delete_instance(op[1])
             else:  # pragma: no cover - a programming error in the runtime

@@ -131,6 +131,8 @@ class MemoryJournal(Journal):
             results.append(len(values) - 1)
         elif code == j.SET_CURSOR:
             self._cursors.setdefault(op[1], {})[op[2]] = op[3]
+        elif code == j.DELETE_CURSOR:
+            self._cursors.get(op[1], {}).pop(op[2], None)
         elif code == j.DELETE_INSTANCE:
             iid = op[1]
             self._instances.pop(iid, None)

@@ -3,7 +3,7 @@ share one PostgreSQL schema.
 
 Usage: python tests/multinode_node.py DSN SCHEMA NODE WORKDIR PROCESSES
 
-PROCESSES is a comma-separated subset of ``sink,sleeper,parent,kid`` (the
+PROCESSES is a comma-separated subset of ``sink,sleeper,parent,kid,tree`` (the
 definitions this node registers; a node runs only instances whose process
 it registers). The node is driven by JSON lines on stdin and answers each
 with a JSON line on stdout::
@@ -13,11 +13,14 @@ with a JSON line on stdout::
 
 Commands: ``start``, ``send`` (address, payload: a ``work`` signal),
 ``cancel`` (address), ``load`` (background senders: targets, first, count,
-tasks, pace), ``quit``. It prints ``{"ready": true}`` once the system is
+tasks, pace), ``freeze_in_batch`` (address: SIGSTOP itself while its next
+batch that locks that instance's row holds the lock), ``loaded`` (instances in memory), ``status`` (address: what a
+handle here says), ``quit``. ``ACTORS_TEST_PASSIVATE_AFTER`` in the
+environment sets ``passivate_after`` (seconds). It prints ``{"ready": true}`` once the system is
 open. Log records (warnings and up) go to stderr.
 
 Side effects go to WORKDIR: each handling step appends
-``<node> <tag> <id> <idempotency key> <attempt>`` to ``side``; each send the
+``<node> <tag> <id> <idempotency key> <attempt> <epoch time>`` to ``side``; each send the
 load acknowledged appends ``S <id> <node>`` to ``acks`` (``E <id> <error>``
 if it failed, ``D <node>`` when the node's senders are done). Every line is
 one ``write()`` on a file opened with O_APPEND, so lines from several
@@ -29,18 +32,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
+import time
 
 # Run as a script from a clean clone: make the repository root importable.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+import psycopg
 import trio
 
 import actors
 from actors import Context, Retry, Signal, process
-from storage import PostgresJournal
+from storage import PostgresJournal, instance_id
 
 work = Signal("work")
 NODE = ""
@@ -58,7 +64,7 @@ def _append(name: str, line: str) -> None:
 def mark(tag: str, ident: str) -> None:
     """The external side effect of a handling: one line in the side file."""
     step = actors.current_step()
-    _append("side", f"{NODE} {tag} {ident} {step.key} {step.attempt}\n")
+    _append("side", f"{NODE} {tag} {ident} {step.key} {step.attempt} {time.time():.6f}\n")
 
 
 # A crash spends an attempt of a step's budget (a step without retry= has
@@ -72,6 +78,7 @@ async def sink(ctx: Context, id: str) -> None:
     while True:
         _signal, payload = await ctx.receive(work)
         await ctx.step(mark, "W", str(payload["id"]), name="W", retry=OUTLIVE_KILLS)
+        await ctx.emit(str(payload["id"]))  # on the sink's stream: audited once each
 
 
 @process("sleeper/:id")
@@ -91,7 +98,15 @@ async def parent(ctx: Context, id: str) -> None:
     await ctx.receive(work)  # until cancelled
 
 
-PROCESSES = {"sink": sink, "sleeper": sleeper, "parent": parent, "kid": kid}
+@process("tree/:id")
+async def tree(ctx: Context, id: str, *, depth: int, fanout: int) -> None:
+    if depth > 0:
+        for i in range(fanout):
+            await ctx.spawn(tree, str(i), depth=depth - 1, fanout=fanout)
+    await ctx.receive(work)  # until cancelled
+
+
+PROCESSES = {"sink": sink, "sleeper": sleeper, "parent": parent, "kid": kid, "tree": tree}
 
 
 async def _lines(stream: trio.lowlevel.FdStream):
@@ -133,6 +148,35 @@ async def _load(system: actors.ActorSystem, targets, first, count, tasks, pace) 
     _append("acks", f"D {NODE}\n")
 
 
+def _freeze_in_next_batch(journal: PostgresJournal, iid: bytes) -> None:
+    """Stop this process (SIGSTOP) in its committer, between the first
+    statement of the next batch that locks ``iid``'s row and that
+    statement's Sync: the server has run it and waits, "active", with the
+    row locks held."""
+    writer = journal._writer
+
+    def fault(moment: str, conn, txns) -> None:
+        if moment != "locked" or not any(i == iid for t in txns for i, _, _ in t.requires):
+            return
+        writer.fault = None
+        while conn.pgconn.flush():  # the statement leaves the client's buffer
+            time.sleep(0.001)
+        # Wait until the server has run it and waits for more ("active", no
+        # Sync yet), so that the freeze lands in that window every time.
+        with psycopg.connect(journal.dsn, autocommit=True) as other:
+            for _ in range(200):
+                state = other.execute(
+                    "SELECT state FROM pg_stat_activity WHERE pid = %s", [conn.info.backend_pid]
+                ).fetchone()
+                if state is not None and state[0] == "active":
+                    break
+                time.sleep(0.01)
+            print(f"freezing in a batch, its session {state}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    writer.fault = fault
+
+
 async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: dict) -> object:
     cmd = request["cmd"]
     if cmd == "start":
@@ -144,6 +188,14 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         return None
     if cmd == "cancel":
         return await system.cancel(request["address"])
+    if cmd == "freeze_in_batch":  # SIGSTOP this process once a batch holds the address's row
+        _freeze_in_next_batch(system.journal, instance_id(request["address"]))
+        return None
+    if cmd == "loaded":  # how many instances this node holds in memory
+        return sum(1 for actor in system._live.values() if actor.loaded and not actor.done)
+    if cmd == "status":  # what a handle on this node says
+        handle = system.get(request["address"])
+        return None if handle is None else handle.status
     if cmd == "load":
         nursery.start_soon(
             _load, system, request["targets"], request["first"], request["count"],
@@ -156,7 +208,10 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
 async def main(dsn: str, schema: str, node: str, procs: list[str]) -> None:
     journal = PostgresJournal(dsn, schema=schema)
     registered = [PROCESSES[name] for name in procs]
-    async with actors.open_system(journal, processes=registered, node=node) as system:
+    passivate = float(os.environ.get("ACTORS_TEST_PASSIVATE_AFTER", "60"))
+    async with actors.open_system(
+        journal, processes=registered, node=node, passivate_after=passivate
+    ) as system:
         _reply({"ready": True, "node": node, "pid": os.getpid()})
         stdin = trio.lowlevel.FdStream(os.dup(0))
         async with trio.open_nursery() as nursery:

@@ -7,6 +7,7 @@ each test copies it, so the writing commands start from the same state.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -290,7 +291,7 @@ def test_show_results_errors_streams_exports_and_compensations(journal):
     assert "Traceback (most recent call last)" in traced and 'raise ValueError("the flux' in traced
 
     feed_text = run_cli(journal, "show", "feeds/f-1").stdout
-    assert "Stream: 5 value(s), 1 consumer\n  reader: cursor 2 (3 unread)" in feed_text
+    assert "Stream: 5 values, 1 consumer\n  reader: cursor 2 (3 unread)" in feed_text
     assert 'Exports (version 1): {"last": 4}' in feed_text
 
     saga = run_json(journal, "show", "sagas/s-1")
@@ -309,7 +310,7 @@ def test_stats(journal):
     done = run_cli(journal, "stats")
     assert 0 == done.returncode, done.stderr
     assert "held by       no running system" in done.stdout
-    assert "mail          1 unread message(s) in 1 instance(s)" in done.stdout
+    assert "mail          1 unread message in 1 instance" in done.stdout
     doc = run_json(journal, "stats")
     assert 12 == doc["instances"] and 7 == doc["by_status"]["suspended"]
     assert (1, 1, 1, 0) == (
@@ -505,7 +506,8 @@ HOLDER = textwrap.dedent(
 
 
     async def main(path):
-        async with actors.open_system(LMDBJournal(path), processes=[ticks]) as system:
+        # control=False: no control socket, so the CLI may not write beside it
+        async with actors.open_system(LMDBJournal(path), processes=[ticks], control=False) as system:
             print("ready", flush=True)
             await trio.to_thread.run_sync(sys.stdin.readline)
             await system.start(ticks, "t-1", count=30)
@@ -550,6 +552,8 @@ def test_beside_a_running_system_reads_work_and_writes_refuse(journal, tmp_path)
         assert 0 == done.returncode, done.stderr
         assert ["2", "3", "4"] == [line.split()[0] for line in done.stdout.splitlines()]
         assert "without moving it" in done.stderr
+        done = run_cli(journal, "consumers", "feeds/f-1", "--delete", "reader")
+        assert 4 == done.returncode and "cannot delete consumer 'reader'" in done.stderr
         assert (
             2 == run_json(journal, "show", "feeds/f-1")["stream"]["consumers"]["reader"]["cursor"]
         )
@@ -671,3 +675,205 @@ def test_tail_follow_stops_quietly_on_ctrl_c(journal):
     assert (130, "") == (tail.wait(timeout=30), tail.stderr.read())
     assert ["2", "3", "4"] == [line.split()[0] for line in (first + rest).splitlines()]
     assert 5 == run_json(journal, "show", "feeds/f-1")["stream"]["consumers"]["reader"]["cursor"]
+
+
+# -- a first-time user's path ------------------------------------------------------------
+
+
+def run_bare(*args: str) -> subprocess.CompletedProcess:
+    """The CLI with exactly ``args`` (no --journal put first)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TZ="UTC", COLUMNS="160")
+    env.pop("ACTORS_JOURNAL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "actors", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_global_options_come_before_or_after_the_command(journal):
+    before = run_bare("--journal", str(journal), "--json", "list")
+    after = run_bare("list", "--journal", str(journal), "--json")
+    assert (0, 0) == (before.returncode, after.returncode), after.stderr
+    assert json.loads(before.stdout)["instances"] == json.loads(after.stdout)["instances"]
+    mixed = run_bare("--json", "show", "greet/ann", "--journal", str(journal))
+    assert "completed" == json.loads(mixed.stdout)["status"]
+    # --import before and after the command: both modules are imported.
+    both = run_bare("--import", "json", "show", "invoices/i-1", "--journal", str(journal),
+                    "--import", "tests.test_cli", "--json")  # fmt: skip
+    assert 0 == both.returncode, both.stderr
+    total = json.loads(both.stdout)["input"]["total"]
+    assert {"$class": "tests.test_cli.Money", "cents": 1250, "currency": "EUR"} == total
+
+
+def test_version_help_and_usage_errors(tmp_path):
+    done = run_bare("--version")
+    assert 0 == done.returncode and done.stdout.startswith("actors ")
+    for command in ("list", "show", "send", "cancel", "resume-compensation",
+                    "abandon-compensation", "cleanup", "tail", "consumers", "stats"):  # fmt: skip
+        done = run_bare(command, "--help")
+        assert 0 == done.returncode and "--journal PATH" in done.stdout, command
+    done = run_bare("list")
+    assert 2 == done.returncode and "--journal PATH is required" in done.stderr
+    done = run_bare("frobnicate", "--journal", str(tmp_path))
+    assert 2 == done.returncode and "invalid choice: 'frobnicate'" in done.stderr
+    for args, why in ((("list", "--limit", "x"), "'x' is not a count"),
+                      (("show", "a/b", "--limit", "-1"), "'-1' is not a count"),
+                      (("cleanup",), "--older-than"),
+                      (("cleanup", "--older-than", "soon"), "'soon' is not a duration"),
+                      (("tail", "a/b", "--consumer", "c", "--interval", "0"), "positive")):  # fmt: skip
+        done = run_bare(*args, "--journal", str(tmp_path))
+        assert 2 == done.returncode and why in done.stderr, (args, done.stderr)
+    done = run_bare("stats", "--journal", str(tmp_path / "missing"))
+    assert 3 == done.returncode and "no journal at" in done.stderr
+
+
+def test_every_argument_has_help():
+    from actors._cli._commands import _parser
+
+    parser = _parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [
+        f"{name} {action.dest}"
+        for name, sub in [("", parser), *subparsers.choices.items()]
+        for action in sub._actions
+        if not isinstance(action, argparse._SubParsersAction) and not action.help
+    ]
+    assert [] == missing
+
+
+def test_list_a_subtree_and_plurals(journal):
+    done = run_cli(journal, "list", "--prefix", "orders/o-1/ship")
+    assert 0 == done.returncode, done.stderr
+    lines = done.stdout.splitlines()
+    assert ["orders/o-1/ship/s1/track/t1", "orders/o-1/ship/s1"] == [
+        line.split()[0] for line in lines[1:-1]
+    ]
+    assert "12 instances in" in lines[-1]
+    doc = run_json(journal, "list", "--prefix", "orders/o-1/")
+    assert 4 == doc["matching"]
+    assert 0 == run_json(journal, "list", "--prefix", "orders/o")["matching"]  # not a prefix of words
+    assert run_cli(journal, "list", "--prefix", "orders", "--limit", "1").stdout.splitlines()[-2] == (
+        "showing the 1 most recently updated of 4 instances matching --prefix orders "
+        "(--limit N for more, 0 for all)"
+    )
+
+
+def test_show_limits_and_says_what_a_live_instance_waits_for(journal):
+    doc = run_json(journal, "show", "orders/o-1", "--limit", "1")
+    assert (2, [2]) == (doc["log_entries"], [i["seq"] for i in doc["log"]])
+    text = run_cli(journal, "show", "orders/o-1", "--limit", "1").stdout
+    assert "Effect log, run 0: 2 entries (the last 1 shown; --limit 0 for all)" in text
+    assert 2 == len(run_json(journal, "show", "orders/o-1", "--limit", "0")["log"])
+
+    doc = run_json(journal, "show", "approvals/a-1")
+    assert [2] == [t["seq"] for t in doc["waiting"]["timers"]]
+    assert ([], ["note"]) == (doc["waiting"]["children"], doc["waiting"]["unread_signals"])
+    text = run_cli(journal, "show", "approvals/a-1").stdout
+    assert "Waiting for (as far as the journal records):\n  timer #2, due " in text
+    assert "(unread mail: note)" in text
+    assert "waiting" not in run_json(journal, "show", "greet/ann")
+
+
+def test_a_finished_instance_shows_no_pending_effect(journal):
+    assert 0 == run_cli(journal, "send", "approvals/a-1", "approve", "true").returncode
+
+    async def finish():
+        async with actors.open_system(LMDBJournal(journal), processes=PROCESSES) as system:
+            assert "ok" == await system.get("approvals/a-1").result()
+
+    trio.run(finish)
+    doc = run_json(journal, "show", "approvals/a-1")
+    assert {"unfinished"} == {i["state"] for i in doc["log"] if i["kind"] == "sleep"}
+    text = run_cli(journal, "show", "approvals/a-1").stdout
+    assert "pending" not in text and "not fired (the instance ended first)" in text
+
+
+def test_tail_peek_leaves_the_cursor(journal):
+    done = run_cli(journal, "tail", "feeds/f-1", "--consumer", "reader", "--peek")
+    assert ["2", "3", "4"] == [line.split()[0] for line in done.stdout.splitlines()]
+    assert "actors: consumer 'reader': cursor 2, left at 2 of 5 values\n" == done.stderr
+    assert 2 == run_json(journal, "show", "feeds/f-1")["stream"]["consumers"]["reader"]["cursor"]
+    doc = run_json(journal, "tail", "feeds/f-1", "--consumer", "new", "--peek")
+    assert (True, None, 5) == (doc["read_only"], doc["cursor_before"], len(doc["values"]))
+    assert ["reader"] == list(run_json(journal, "consumers", "feeds/f-1")["consumers"])
+
+
+def test_consumers_lists_and_deletes_cursors(journal):
+    done = run_cli(journal, "consumers", "feeds/f-1")
+    assert 0 == done.returncode, done.stderr
+    assert done.stdout.startswith("feeds/f-1: a stream of 5 values, 1 consumer\n")
+    assert ["reader", "2", "3"] == done.stdout.splitlines()[2].split()
+    done = run_cli(journal, "consumers", "feeds/f-1", "--delete", "nobody")
+    assert 3 == done.returncode and "no consumer 'nobody' on 'feeds/f-1' (its consumers: reader)" in done.stderr
+    done = run_cli(journal, "consumers", "feeds/f-1", "--delete", "reader")
+    assert 0 == done.returncode, done.stderr
+    assert {} == run_json(journal, "consumers", "feeds/f-1")["consumers"]
+    done = run_cli(journal, "tail", "feeds/f-1", "--consumer", "reader")
+    assert ["0", "1", "2", "3", "4"] == [line.split()[0] for line in done.stdout.splitlines()]
+    assert 3 == run_cli(journal, "consumers", "feeds/nope").returncode
+
+
+def test_cleanup_without_a_system(journal):
+    done = run_cli(journal, "cleanup", "--older-than", "1d")
+    assert (0, "removed 0 instances (cancelled, completed, failed, last updated more than 1 d ago)\n") == (
+        done.returncode, done.stdout)  # fmt: skip
+    doc = run_json(journal, "cleanup", "--older-than", "0", "--status", "completed",
+                   "--status", "cancelled")  # fmt: skip
+    assert (3, False) == (doc["removed"], doc["through_system"])
+    assert {"suspended": 7, "failed": 2} == run_json(journal, "list")["counts"]
+    done = run_cli(journal, "cleanup", "--older-than", "0s", "--status", "failed")
+    assert "removed 2 instances (failed, last updated more than 0 s ago)\n" == done.stdout
+    done = run_cli(journal, "cancel", "approvals/a-1")
+    assert 0 == done.returncode, done.stderr
+    done = run_cli(journal, "cleanup", "--older-than", "0")
+    assert done.stdout.startswith("removed 1 instance (cancelled, completed, failed,")
+
+
+def refuse(item: str) -> None:
+    if STUCK_DESK["closed"]:
+        raise RuntimeError(f"the {item} desk is closed")
+
+
+STUCK_DESK = {"closed": True}
+
+
+@process("stuck/:id")
+async def stuck(ctx, id):
+    await ctx.step(book, "flight", compensate=refuse, retry=Retry(attempts=1))
+    await ctx.step(explode, retry=Retry(attempts=1))
+
+
+def test_resume_and_abandon_a_stuck_compensation_without_a_system(tmp_path):
+    path = tmp_path / "journal"
+
+    async def strand():
+        STUCK_DESK["closed"] = True
+        async with actors.open_system(LMDBJournal(path), processes=[stuck]) as system:
+            for id in ("s-1", "s-2"):
+                handle = await system.start(stuck, id)
+                assert "compensation_stuck" == await wait_status(handle, "compensation_stuck")
+
+    trio.run(strand)
+    done = run_cli(path, "resume-compensation", "stuck/s-1")
+    assert 0 == done.returncode, done.stderr
+    assert done.stdout.startswith("resumed stuck/s-1: it is running again, and retries 1 compensation")
+    assert "running" == run_json(path, "show", "stuck/s-1")["status"]
+    done = run_cli(path, "resume-compensation", "stuck/s-1")
+    assert 1 == done.returncode and "it is not stuck compensating" in done.stderr
+    assert 3 == run_cli(path, "abandon-compensation", "stuck/nope").returncode
+
+    doc = run_json(path, "abandon-compensation", "stuck/s-2")
+    assert (["book"], False) == (doc["never_run"], doc["through_system"])
+
+    async def reopen():
+        STUCK_DESK["closed"] = False
+        async with actors.open_system(LMDBJournal(path), processes=[stuck]) as system:
+            with pytest.raises(actors.ProcessFailed):
+                await system.get("stuck/s-1").result()
+            assert "failed" == system.get("stuck/s-2").status
+
+    trio.run(reopen)
+    resumed = run_json(path, "show", "stuck/s-1")
+    assert ("failed", ["done"]) == (resumed["status"], [c["state"] for c in resumed["compensations"]])
+    abandoned = run_json(path, "show", "stuck/s-2")
+    assert ("failed", ["pending"]) == (abandoned["status"], [c["state"] for c in abandoned["compensations"]])

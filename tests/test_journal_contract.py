@@ -212,6 +212,20 @@ async def test_stream_and_cursors(make_journal):
             assert r.stream_length(B) == 0 and r.cursors(B) == {}
 
 
+async def test_a_deleted_cursor_is_forgotten(make_journal):
+    async with make_journal() as j:
+        await commit(j, lambda t: (t.append_stream(A, 1), t.set_cursor(A, "billing", 1),
+                                   t.set_cursor(A, "audit", 0), t.set_cursor(B, "billing", 0)))  # fmt: skip
+        await commit(j, lambda t: (t.delete_cursor(A, "billing"), t.delete_cursor(A, "nobody")))
+        with j.reader() as r:
+            assert ({"audit": 0}, {"billing": 0}) == (r.cursors(A), r.cursors(B))
+        # In one transaction, the later op wins.
+        await commit(j, lambda t: (t.set_cursor(A, "x", 1), t.delete_cursor(A, "x")))
+        await commit(j, lambda t: (t.delete_cursor(A, "audit"), t.set_cursor(A, "audit", 1)))
+        with j.reader() as r:
+            assert {"audit": 1} == r.cursors(A)
+
+
 async def test_delete_instance_removes_everything(make_journal):
     now = time.time()
     async with make_journal() as j:

@@ -51,6 +51,13 @@ def traceparent_of(span) -> str:
     return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
 
 
+async def _stored(opener, address: str) -> tuple[dict, list]:
+    """The record and unread mail of ``address``, as the journal holds them."""
+    async with opener.journal() as journal:
+        iid = instance_id(address)
+        return await journal.read(lambda r: (r.instance(iid).record, r.mailbox(iid)))
+
+
 def by_name(exporter, name: str) -> list:
     return [s for s in exporter.get_finished_spans() if s.name == name]
 
@@ -154,9 +161,7 @@ async def test_the_stored_context_is_beside_the_payload_in_the_journal(
             await system.start(hold, "h")
         with tracer.start_as_current_span("sender") as sender:
             await system.send("hold/h", Signal("other"), {"x": 1})
-        with system.journal.reader() as r:
-            record = r.instance(instance_id("hold/h")).record
-            mail = r.mailbox(instance_id("hold/h"))
+    record, mail = await _stored(opener, "hold/h")
     assert traceparent_of(caller) == record["trace"]
     ((seq, message),) = mail
     assert ["other", {"x": 1}] == message[:2]
@@ -210,9 +215,8 @@ async def test_without_a_tracer_provider_nothing_is_stored_or_recorded(
         assert system.tracing is False  # decided at open
         await system.start(hold, "n")
         await system.send("hold/n", Signal("other"), 1)
-        with system.journal.reader() as r:
-            record = r.instance(instance_id("hold/n")).record
-            ((_, message),) = r.mailbox(instance_id("hold/n"))
+    record, mail = await _stored(opener, "hold/n")
+    ((_, message),) = mail
     assert "trace" not in record
     assert 3 == len(message)
 
@@ -223,9 +227,8 @@ async def test_a_provider_without_a_current_span_stores_no_context(
     async with opener(hold) as system:
         await system.start(hold, "q")
         await system.send("hold/q", Signal("other"), 1)
-        with system.journal.reader() as r:
-            record = r.instance(instance_id("hold/q")).record
-            ((_, message),) = r.mailbox(instance_id("hold/q"))
+    record, mail = await _stored(opener, "hold/q")
+    ((_, message),) = mail
     assert "trace" not in record
     assert 3 == len(message)
     (run,) = by_name(exporter, "process hold/:id")

@@ -319,7 +319,7 @@ async def crashing_charge(amount: int) -> str:
     LEDGER.append(f"charge {info.key} attempt {info.attempt}")
     source = CRASHES["source"]
     target = CRASHES["root"] / f"crash-{len(CRASHES['copies'])}"
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("owner.lock"))
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("owner.lock", "*control.sock*"))
     CRASHES["copies"].append(target)
     await trio.sleep_forever()  # the process "died" here
 

@@ -8,24 +8,27 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from typing import Any
 
 import trio
 
-from storage import STATUSES, lenient_decoding
+from storage import STATUSES, TERMINAL_STATUSES, lenient_decoding
 from storage.errors import ActorError, JournalCorrupt, JournalLocked
 
 from ..errors import NotDelivered
 from ._errors import CORRUPT, HELD, INTERRUPTED, NOT_FOUND, REFUSED, USAGE, CLIError
 from ._inspect import list_instances, show, stats
-from ._tail import tail
-from ._write import cancel, send
+from ._repair import abandon_compensation, cleanup, duration, resume_compensation
+from ._tail import consumers, tail
+from ._write import DEFAULT_REASON, cancel, send
 
 __all__ = ["main"]
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Any]] = {
-    "list": list_instances, "show": show, "send": send, "cancel": cancel, "tail": tail,
-    "stats": stats,
+    "list": list_instances, "show": show, "send": send, "cancel": cancel,
+    "resume-compensation": resume_compensation, "abandon-compensation": abandon_compensation,
+    "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats,
 }  # fmt: skip
 
 
@@ -33,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (see the module docstring)."""
     parser = _parser()
     args = parser.parse_args(argv)
+    args.imports += getattr(args, "imports_after", [])
     if not args.journal:
         parser.error("--journal PATH is required (or set ACTORS_JOURNAL)")
     try:
@@ -66,17 +70,29 @@ def _fail(args: argparse.Namespace, code: int, message: str) -> int:
     return code
 
 
+_ADDRESS = "the instance's address, e.g. orders/o-17 ('actors list' shows them)"
+
+
 def _parser() -> argparse.ArgumentParser:
+    # The options every command takes, accepted after the command too
+    # (`actors list --journal ./state`); SUPPRESS keeps a value given before it.
     common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--journal", metavar="PATH", default=argparse.SUPPRESS,
+                        help="the journal's directory (default: $ACTORS_JOURNAL)")  # fmt: skip
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                         help="print one JSON document instead of text")  # fmt: skip
+    common.add_argument("--import", dest="imports_after", action="append", default=argparse.SUPPRESS,
+                        metavar="MODULE", help="import MODULE first (see actors --help)")  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="actors",
-        description="Inspect a journal of the actors runtime, and send to or cancel "
-        "its instances when no system holds it.",
+        description="Inspect a journal of the actors runtime, and send to, cancel, resume "
+        "or clean up its instances: through the running system that holds the journal, "
+        "or directly when none does.",
         epilog="exit codes: 0 done, 1 refused, 2 bad usage, 3 not found, 4 journal held "
-        "by a running system, 5 corrupt records, 130 interrupted",
+        "by a running system that serves no control socket, 5 corrupt records, "
+        "130 interrupted. 'actors COMMAND --help' describes a command.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("--journal", metavar="PATH", default=os.environ.get("ACTORS_JOURNAL"),
                         help="the journal's directory (default: $ACTORS_JOURNAL)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -85,43 +101,98 @@ def _parser() -> argparse.ArgumentParser:
                         "@actors.serializable classes decode as those classes (repeatable)")  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("list", parents=[common], help="instances, most recently updated first")
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name, parents=[common], help=text, description=text[0].upper() + text[1:] + "."
+        )
+
+    p = command("list", "instances, most recently updated first")
     p.add_argument("--status", choices=STATUSES, help="only instances with this status")
     p.add_argument("--process", metavar="TEMPLATE", help="only this process (its path template)")
-    p.add_argument("--limit", type=int, default=50, metavar="N",
+    p.add_argument("--prefix", metavar="ADDRESS",
+                   help="only ADDRESS and the addresses under it (ADDRESS/...)")  # fmt: skip
+    p.add_argument("--limit", type=_count, default=50, metavar="N",
                    help="show at most N (default 50; 0 for all)")  # fmt: skip
 
-    p = sub.add_parser("show", parents=[common], help="everything recorded about one instance")
-    p.add_argument("address")
+    p = command("show", "everything recorded about one instance")
+    p.add_argument("address", help=_ADDRESS)
     p.add_argument("--traceback", action="store_true", help="include the error's traceback")
+    p.add_argument("--limit", type=_count, default=50, metavar="N",
+                   help="show the last N log entries and mailbox messages "
+                   "(default 50; 0 for all)")  # fmt: skip
 
-    p = sub.add_parser("send", parents=[common], help="put a message in a live instance's mailbox")
-    p.add_argument("address")
+    p = command("send", "put a message in a live instance's mailbox")
+    p.add_argument("address", help=_ADDRESS)
     p.add_argument("signal", help="the signal's name")
     p.add_argument("payload", nargs="?", metavar="JSON",
                    help="the payload as JSON ('-' reads stdin; default null)")  # fmt: skip
 
-    p = sub.add_parser("cancel", parents=[common], help="cancel a live instance and its children")
-    p.add_argument("address")
-    p.add_argument("--reason", default="cancelled from the actors CLI", help="recorded reason")
+    p = command("cancel", "cancel a live instance and its children")
+    p.add_argument("address", help=_ADDRESS)
+    p.add_argument("--reason", default=DEFAULT_REASON,
+                   help="the reason recorded (a running system records its own)")  # fmt: skip
     p.add_argument("--force", action="store_true",
-                   help="cancel even with saga compensations pending (they do not run)")  # fmt: skip
+                   help="with no system running: cancel even with saga compensations "
+                   "pending (they do not run)")  # fmt: skip
 
-    p = sub.add_parser("tail", parents=[common], help="print a stream from a consumer's cursor")
-    p.add_argument("address")
-    p.add_argument("--consumer", required=True, metavar="NAME")
+    p = command("resume-compensation", "retry a stuck saga compensation where it stopped")
+    p.add_argument("address", help=_ADDRESS + "; its status is compensation_stuck")
+
+    p = command("abandon-compensation",
+                "end an instance stuck compensating as failed, without compensating")  # fmt: skip
+    p.add_argument("address", help=_ADDRESS + "; its status is compensation_stuck")
+
+    p = command("cleanup", "remove finished instances and everything they own")
+    p.add_argument("--older-than", dest="older_than", type=duration, required=True,
+                   metavar="DURATION", help="last updated longer ago than this: seconds, "
+                   "or with a unit: 90s, 15min, 12h, 7d, 2w")  # fmt: skip
+    p.add_argument("--status", action="append", choices=sorted(TERMINAL_STATUSES),
+                   help="only this status (repeatable; default: all finished ones)")  # fmt: skip
+
+    p = command("tail", "print a stream from a consumer's cursor")
+    p.add_argument("address", help=_ADDRESS)
+    p.add_argument("--consumer", required=True, metavar="NAME",
+                   help="whose cursor to read from, and move (a new name starts one)")  # fmt: skip
     p.add_argument("--follow", "-f", action="store_true",
                    help="keep printing new values until interrupted or the instance ends")  # fmt: skip
+    p.add_argument("--peek", action="store_true",
+                   help="print from the cursor without moving it")  # fmt: skip
     p.add_argument("--from", dest="from_", choices=("start", "latest"), default="start",
                    help="where a new consumer starts (default start)")  # fmt: skip
-    p.add_argument("--interval", type=_seconds, default=0.5, help="seconds between polls")
+    p.add_argument("--interval", type=_seconds, default=0.5, metavar="SECONDS",
+                   help="seconds between polls with --follow (default 0.5)")  # fmt: skip
 
-    sub.add_parser("stats", parents=[common], help="counts by status, size, mail, timers")
+    p = command("consumers", "the consumers of an instance's stream and their cursors")
+    p.add_argument("address", help=_ADDRESS)
+    p.add_argument("--delete", metavar="NAME",
+                   help="forget consumer NAME's cursor (only with no system running)")  # fmt: skip
+
+    command("stats", "counts by status, size, mail, timers")
     return parser
 
 
+def _version() -> str:
+    try:
+        return metadata.version("trio-actors")
+    except metadata.PackageNotFoundError:  # run from a source tree
+        return "(not installed)"
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count: give 0 or more")
+    return value
+
+
 def _seconds(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
     return value

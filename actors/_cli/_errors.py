@@ -21,12 +21,17 @@ class CLIError(Exception):
         self.code = code
 
 
-def held_error(path: Path, pid: int | None, doing: str, instead: str) -> CLIError:
-    """The refusal to write to a journal that a running system holds."""
+def held_error(
+    path: Path, pid: int | None, doing: str, instead: str, *, served: bool = False
+) -> CLIError:
+    """The refusal to write to a journal that a running system holds: one
+    that serves no control socket (``open_system(..., control=False)``), or,
+    with ``served``, a write the socket does not offer."""
     owner = f" (pid {pid})" if pid else ""
+    why = "" if served else " that serves no control socket (opened with control=False, or closing)"
     return CLIError(
-        f"cannot {doing}: the journal at {path} is owned by a running system{owner}. The CLI "
-        "writes only to a journal no system holds, since a running system would not see "
-        f"the change; {instead} through that application, or stop it first",
+        f"cannot {doing}: the journal at {path} is owned by a running system{owner}{why}. "
+        "The CLI writes only to a journal no system holds, since a running system would "
+        f"not see the change; {instead} through that application, or stop it first",
         HELD,
     )

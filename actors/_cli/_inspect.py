@@ -11,7 +11,16 @@ import argparse
 import time
 from typing import Any
 
-from storage import STATUSES, CorruptRecord, InstanceRow, LMDBJournal, Reader, instance_id
+from storage import (
+    LIVE_STATUSES,
+    STATUSES,
+    TERMINAL_STATUSES,
+    CorruptRecord,
+    InstanceRow,
+    LMDBJournal,
+    Reader,
+    instance_id,
+)
 from storage.errors import JournalCorrupt
 
 from .. import _supervision as _sup
@@ -22,6 +31,7 @@ from ._render import (
     emit,
     error_text,
     local_time,
+    plural,
     relative,
     render_show,
     signal_label,
@@ -76,7 +86,7 @@ async def list_instances(args: argparse.Namespace) -> int:
             )
             counts = r.count_by_status()
     items = sorted(
-        (_list_item(row) for row in rows + broken),
+        (_list_item(row) for row in rows + broken if _under(row.address, args.prefix)),
         key=lambda i: (-(i["updated"] or 0), i["address"]),
     )
     shown = items if args.limit <= 0 else items[: args.limit]
@@ -92,25 +102,37 @@ async def list_instances(args: argparse.Namespace) -> int:
                  for i in shown]  # fmt: skip
         lines = table(headers, cells) if shown else ["no instances match"]
         filters = " ".join(
-            f"--{name} {value}" for name, value in (("status", args.status), ("process", args.process))
+            f"--{name} {value}" for name, value in (("status", args.status),
+                                                    ("process", args.process),
+                                                    ("prefix", args.prefix))
             if value
         )  # fmt: skip
-        matching = f"{len(items)} instances" + (f" matching {filters}" if filters else "")
+        matching = plural(len(items), "instance") + (f" matching {filters}" if filters else "")
         if len(shown) < len(items):
             lines.append(f"showing the {len(shown)} most recently updated of {matching} "
                          "(--limit N for more, 0 for all)")  # fmt: skip
         by_status = ", ".join(f"{n} {s}" for s, n in doc["counts"].items())
-        lines.append(f"{doc['total']} instances in {path}: {by_status or 'none'}")
+        lines.append(f"{plural(doc['total'], 'instance')} in {path}: {by_status or 'none'}")
         return "\n".join(lines)
 
     emit(args, doc, render)
     return OK
 
 
+def _under(address: str | None, prefix: str | None) -> bool:
+    """Whether ``address`` is ``prefix`` or below it (``prefix/...``)."""
+    if not prefix:
+        return True
+    if address is None:
+        return False
+    top = prefix.rstrip("/")
+    return address == top or address.startswith(top + "/")
+
+
 # -- show ---------------------------------------------------------------------------
 
 
-def _log_item(seq: int, entry: dict[str, Any]) -> dict[str, Any]:
+def _log_item(seq: int, entry: dict[str, Any], ended: bool) -> dict[str, Any]:
     kind = entry.get("k")
     item: dict[str, Any] = {"seq": seq, "kind": kind, "name": entry.get("n") or ""}
     if kind == "wait":
@@ -125,6 +147,13 @@ def _log_item(seq: int, entry: dict[str, Any]) -> dict[str, Any]:
     elif "v" in entry:
         item["state"], item["value"] = "done", entry["v"]
         item["outcome"] = _done_outcome(kind, entry)
+    elif ended:  # the instance finished first: nothing is pending any more
+        item["state"] = "unfinished"
+        item["outcome"] = {
+            "step": f"attempt {entry.get('a', '?')} started, never finished",
+            "sleep": "not fired (the instance ended first)",
+            "call": "the instance ended first",
+        }.get(kind, "never finished")  # fmt: skip
     else:
         item["state"] = "started"
         item["outcome"] = {
@@ -132,6 +161,20 @@ def _log_item(seq: int, entry: dict[str, Any]) -> dict[str, Any]:
             "sleep": "pending", "call": "waiting for the child",
         }.get(kind, "started")  # fmt: skip
     return item
+
+
+def _waiting(log: list[dict[str, Any]], mail: list[dict[str, Any]]) -> dict[str, Any]:
+    """What an unfinished instance waits for, as far as its journal says:
+    the timers and children of effects without an outcome. A wait for a
+    signal is logged only once one is taken, so the signals it waits for
+    are not known; the unread mail is what it has not taken."""
+    return {
+        "timers": [{"seq": i["seq"], "due": i.get("due")} for i in log
+                   if i["kind"] == "sleep" and i["state"] == "started"],
+        "children": [{"seq": i["seq"], "address": i["name"]} for i in log
+                     if i["kind"] == "call" and i["state"] == "started"],
+        "unread_signals": sorted({m["signal"] for m in mail}),
+    }  # fmt: skip
 
 
 def _done_outcome(kind: Any, entry: dict[str, Any]) -> str:
@@ -183,6 +226,7 @@ async def show(args: argparse.Namespace) -> int:
             except JournalCorrupt as exc:
                 raise CLIError(f"records of {args.address!r} are corrupt: {exc}", CORRUPT) from None
             length, cursors = r.stream_length(iid), r.cursors(iid)
+            ended = row.status in TERMINAL_STATUSES
             doc = {
                 "address": row.address,
                 "process": row.process,
@@ -192,7 +236,7 @@ async def show(args: argparse.Namespace) -> int:
                 "incarnation": record.get("inc", 1),
                 **{key: record.get(key) for key in _SHOWN},
                 "params": record.get("params", []),
-                "log": [_log_item(seq, entry) for seq, entry in sorted(log.items())],
+                "log": [_log_item(seq, entry, ended) for seq, entry in sorted(log.items())],
                 "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
                 "mailbox": [_mail_item(seq, message) for seq, message in mail],
                 "messages_ever": r.last_message_seq(iid),
@@ -212,6 +256,11 @@ async def show(args: argparse.Namespace) -> int:
                 "compensations": _compensations(record),
                 "compensation_failure": record.get("stuck"),
             }
+    if row.status in LIVE_STATUSES:
+        doc["waiting"] = _waiting(doc["log"], doc["mailbox"])
+    doc["log_entries"], doc["mailbox_messages"] = len(doc["log"]), len(doc["mailbox"])
+    if args.limit:  # the latest effects, the oldest messages (taken first)
+        doc["log"], doc["mailbox"] = doc["log"][-args.limit :], doc["mailbox"][: args.limit]
     emit(args, doc, lambda: "\n".join(render_show(doc, args.traceback)))
     return OK
 
@@ -283,7 +332,8 @@ async def stats(args: argparse.Namespace) -> int:
             f"instances     {doc['instances']}",
         ]
         lines += [f"  {s:<20}{n:>8}" for s, n in doc["by_status"].items()]
-        lines.append(f"mail          {unread} unread message(s) in {len(with_mail)} instance(s)")
+        lines.append(f"mail          {plural(unread, 'unread message')} in "
+                     f"{plural(len(with_mail), 'instance')}")  # fmt: skip
         nxt = f"; next {local_time(next_due)} ({relative(next_due, now)})" if next_due else ""
         lines.append(f"timers        {timers}, {due} due now{nxt}")
         return "\n".join(lines)

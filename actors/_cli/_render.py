@@ -21,7 +21,7 @@ from .._records import error_summary
 
 __all__ = [
     "emit", "jsonable", "compact", "cut", "local_time", "zone_name", "relative", "table",
-    "signal_label", "error_text", "counted", "size_text", "render_show",
+    "signal_label", "error_text", "counted", "plural", "size_text", "render_show",
 ]  # fmt: skip
 
 
@@ -141,6 +141,11 @@ def counted(n: int, one: str, many: str | None = None) -> str:
     return "none" if n == 0 else f"{n} {one if n == 1 else many or one + 's'}"
 
 
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """A count with its noun: "0 instances", "1 instance", "2 instances"."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
 def size_text(n: int) -> str:
     """A byte count in B, KiB, MiB or GiB."""
     size = float(n)
@@ -154,7 +159,7 @@ def size_text(n: int) -> str:
 def _log_detail(item: dict[str, Any], now: float) -> str:
     parts = []
     if item.get("failures"):
-        parts.append(f"{item['failures']} failed attempt(s)")
+        parts.append(plural(item["failures"], "failed attempt"))
     if "due" in item:
         parts.append(f"due {local_time(item['due'])} ({relative(item['due'], now)})")
     if "message" in item:
@@ -171,6 +176,22 @@ def _tree(nodes: list[dict[str, Any]], prefix: str = "  ") -> Iterator[str]:
             f"({node['how']} #{node['seq']})"
         )
         yield from _tree(node["children"], prefix + ("   " if last else "│  "))
+
+
+def _shown(shown: int, total: int, which: str) -> str:
+    return f" (the {which} {shown} shown; --limit 0 for all)" if shown < total else ""
+
+
+def _waiting(waiting: dict[str, Any], now: float) -> list[str]:
+    """What a live instance waits for, as far as the journal knows."""
+    lines = [f"  timer #{t['seq']}, due {local_time(t['due'])} ({relative(t['due'], now)})"
+             for t in waiting["timers"]]  # fmt: skip
+    lines += [f"  child {c['address']} to end (call #{c['seq']})" for c in waiting["children"]]
+    # A wait for a signal is logged when a message is taken, not before.
+    unread = waiting["unread_signals"]
+    tail = f" (unread mail: {', '.join(unread)})" if unread else ""
+    lines.append(f"  a signal, perhaps: the journal names one only once it is taken{tail}")
+    return ["", "Waiting for (as far as the journal records):", *lines]
 
 
 def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
@@ -210,7 +231,8 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
 
     log = doc["log"]
     out.append("")
-    out.append(f"Effect log, run {doc['run']}: {counted(len(log), 'entry', 'entries')}")
+    shown = _shown(len(log), doc["log_entries"], "last")
+    out.append(f"Effect log, run {doc['run']}: {counted(doc['log_entries'], 'entry', 'entries')}{shown}")
     if log:
         rows = [[str(i["seq"]), str(i["kind"]), cut(str(i["name"]), 40),
                  str(i.get("attempt", "")), i["outcome"], _log_detail(i, now)] for i in log]  # fmt: skip
@@ -219,10 +241,14 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
     if doc["older_runs_in_log"]:
         out.append(f"  (entries of older runs remain: {doc['older_runs_in_log']})")
 
+    if "waiting" in doc:
+        out.extend(_waiting(doc["waiting"], now))
+
     out.append("")
     mail = doc["mailbox"]
     ever = f" ({doc['messages_ever']} received in all)" if doc["messages_ever"] else ""
-    out.append(f"Mailbox: {counted(len(mail), 'unread message')}{ever}")
+    shown = _shown(len(mail), doc["mailbox_messages"], "first")
+    out.append(f"Mailbox: {counted(doc['mailbox_messages'], 'unread message')}{ever}{shown}")
     for m in mail:
         out.append(
             f"  #{m['seq']:<4} {m['signal']}  sent {local_time(m['sent'])}  {compact(m['payload'], 80)}"
@@ -239,7 +265,7 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
     stream = doc["stream"]
     consumers = len(stream["consumers"])
     if stream["length"] or consumers:
-        out.append(f"Stream: {stream['length']} value(s), "
+        out.append(f"Stream: {plural(stream['length'], 'value')}, "
                    f"{consumers or 'no'} consumer{'' if consumers == 1 else 's'}")  # fmt: skip
     else:
         out.append("Stream: none")

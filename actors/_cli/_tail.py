@@ -1,6 +1,6 @@
 """``actors tail``: print a stream from a consumer's cursor, and move the
 cursor when no system holds the journal (at-least-once, as
-`ActorSystem.stream`)."""
+`ActorSystem.stream`); ``actors consumers``: the cursors, and forgetting one."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import trio
 from storage import TERMINAL_STATUSES, Reader, Txn, instance_id
 from storage.errors import JournalLocked
 
-from ._access import journal_dir, reading, writing
-from ._errors import INTERRUPTED, NOT_FOUND, OK, CLIError
-from ._render import compact, jsonable
+from ._access import find_instance, journal_dir, reading, writing
+from ._errors import INTERRUPTED, NOT_FOUND, OK, CLIError, held_error
+from ._render import compact, emit, jsonable, plural, table
 
-__all__ = ["tail"]
+__all__ = ["tail", "consumers"]
 
 _BATCH = 256  # stream values read per transaction
 
@@ -98,7 +98,7 @@ async def tail(args: argparse.Namespace) -> int:
 async def _tail_loop(args: argparse.Namespace, stop: trio.Event) -> int:
     path = journal_dir(args)
     tail = _Tail(args, path, instance_id(args.address))
-    advancing = True
+    advancing = not args.peek
     first = True
     while not stop.is_set():
         if advancing and (first or await _tail_has_new(tail)):
@@ -160,3 +160,55 @@ async def _tail_has_new(tail: _Tail) -> bool:
             tail.status = row.status if row is not None else None
             tail.length = r.stream_length(tail.iid)
     return tail.position is not None and tail.length > tail.position
+
+
+async def consumers(args: argparse.Namespace) -> int:
+    """``actors consumers``: the cursors on an instance's stream (``--delete`` one)."""
+    path = journal_dir(args)
+    iid = instance_id(args.address)
+    async with reading(path) as journal:
+        with journal.reader() as r:
+            row = find_instance(r, args.address, path)
+            length, cursors = r.stream_length(iid), r.cursors(iid)
+    if args.delete is not None:
+        return await _delete_consumer(args, path, iid, cursors)
+    doc = {"address": row.address, "status": row.status, "length": length,
+           "consumers": {name: {"cursor": pos, "unread": max(0, length - pos)}
+                         for name, pos in sorted(cursors.items())}}  # fmt: skip
+
+    def render() -> str:
+        lines = [f"{row.address}: a stream of {plural(length, 'value')}, "
+                 f"{plural(len(cursors), 'consumer')}"]  # fmt: skip
+        cells = [[name, str(c["cursor"]), str(c["unread"])] for name, c in doc["consumers"].items()]
+        if cells:
+            lines += table(["CONSUMER", "CURSOR", "UNREAD"], cells, indent="  ")
+        return "\n".join(lines)
+
+    emit(args, doc, render)
+    return OK
+
+
+async def _delete_consumer(
+    args: argparse.Namespace, path: Path, iid: bytes, cursors: dict[str, int]
+) -> int:
+    name = args.delete
+    if name not in cursors:
+        known = ", ".join(sorted(cursors)) or "none"
+        raise CLIError(
+            f"no consumer {name!r} on {args.address!r} (its consumers: {known})", NOT_FOUND
+        )
+    try:
+        async with writing(path) as journal:
+            txn = Txn()
+            txn.delete_cursor(iid, name)
+            await journal.commit(txn, durable=True)
+    except JournalLocked as exc:
+        # A running system keeps the cursors of open streams in memory, and
+        # would write this one back.
+        raise held_error(
+            path, exc.pid, f"delete consumer {name!r}", "close its stream", served=True
+        ) from None
+    doc = {"deleted": name, "address": args.address, "cursor": cursors[name]}
+    emit(args, doc, lambda: f"deleted consumer {name!r} of {args.address} (its cursor was "
+                            f"{cursors[name]}); that name starts afresh next time")  # fmt: skip
+    return OK

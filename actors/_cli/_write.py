@@ -1,8 +1,9 @@
 """Writing commands: ``send`` and ``cancel``.
 
-They write only to a journal no system holds (see the package docstring
-for why), taking the owner lock for the moment the write takes, and build
-their transactions with `actors._protocol`, as the runtime does.
+To a journal no system holds they write directly, taking the owner lock for
+the moment the write takes, with the transactions of `actors._protocol`, as
+the runtime does. When a system holds it, they ask that system, through its
+control socket, to do it with its public API (see the package docstring).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from storage import (
@@ -26,13 +28,15 @@ from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalLocked
 from .. import _protocol, _saga
 from .. import _supervision as _sup
 from .._records import Signal
-from ._access import find_instance, journal_dir, not_live, read_row, writing
-from ._errors import CORRUPT, OK, USAGE, CLIError, held_error
-from ._render import emit, local_time
+from ._access import find_instance, journal_dir, not_live, read_row, reading, writing
+from ._errors import CORRUPT, OK, USAGE, CLIError
+from ._remote import owner, through_system
+from ._render import counted, emit, local_time
 
-__all__ = ["send", "cancel"]
+__all__ = ["send", "cancel", "DEFAULT_REASON"]
 
 _MAX_PAYLOAD = 1 << 20  # open_system's default max_payload
+DEFAULT_REASON = "cancelled from the actors CLI"  # cancel's default --reason
 
 
 def _payload(text: str | None) -> Any:
@@ -72,37 +76,41 @@ async def send(args: argparse.Namespace) -> int:
             except Conflict:
                 with journal.reader() as r:
                     raise not_live(args.address, read_row(r, iid)) from None
+        held = None
     except JournalLocked as exc:
-        raise held_error(path, exc.pid, f"send to {args.address!r}", "send") from None
+        held, seq = exc, None
+        async with reading(path) as journal:
+            with journal.reader() as r:
+                row = read_row(r, iid)
+        await through_system(
+            path, held, "send", doing=f"send to {args.address!r}", instead="send",
+            address=args.address, signal=signal.name, payload=payload,
+        )  # fmt: skip
     status = row.status if row is not None else "live"
     doc = {"sent": True, "address": args.address, "signal": signal.name, "payload": payload,
-           "message": seq, "status": status}  # fmt: skip
-    emit(args, doc, lambda: (
-        f"sent {signal.name!r} to {args.address} as message #{seq}; it is {status}, and "
-        "takes the message when a system that runs its process next opens this journal"
-    ))  # fmt: skip
+           "message": seq, "status": status, "through_system": held is not None}  # fmt: skip
+
+    def render() -> str:
+        if held is not None:
+            return (f"sent {signal.name!r} to {args.address} through {owner(held)}; it was "
+                    f"{status}, and the system delivers it now")  # fmt: skip
+        return (f"sent {signal.name!r} to {args.address} as message #{seq}; it is {status}, "
+                "and takes the message when a system that runs its process next opens this "
+                "journal")  # fmt: skip
+
+    emit(args, doc, render)
     return OK
 
 
 async def cancel(args: argparse.Namespace) -> int:
     """``actors cancel``: cancel a live instance and its live descendants."""
     path = journal_dir(args)
+    held: JournalLocked | None = None
     try:
         async with writing(path) as journal:
             with journal.reader() as r:
-                root = find_instance(r, args.address, path)
-                if root.status not in UNFINISHED_STATUSES:
-                    words = STATUS_WORDS.get(root.status, f"it is {root.status}")
-                    at = root.record.get("updated")
-                    ended = at and root.status in TERMINAL_STATUSES
-                    raise CLIError(
-                        f"nothing to cancel at {args.address!r}: {words}"
-                        + (f" at {local_time(at)}" if ended else "")
-                    )
-                plan: list[_protocol.Cancel] = []
-                _plan_cancel(r, root, args.reason, plan, set())
-            pending = [(c.row.address, len(_saga.pending(c.row.record))) for c in plan
-                       if _saga.pending(c.row.record)]  # fmt: skip
+                root, plan = _cancel_plan(r, args, path)
+            pending = _pending(plan)
             if pending and not args.force:
                 which = ", ".join(f"{a} ({n})" for a, n in pending)
                 raise CLIError(
@@ -122,17 +130,36 @@ async def cancel(args: argparse.Namespace) -> int:
                 await journal.commit(txn, durable=True)
             except Conflict as exc:  # pragma: no cover - we hold the journal
                 raise CLIError(f"not cancelled: {exc}; try again") from None
+        reason = args.reason
     except JournalLocked as exc:
-        raise held_error(path, exc.pid, f"cancel {args.address!r}", "cancel") from None
+        held, pending = exc, []  # the application runs the compensations
+        async with reading(path) as journal:
+            with journal.reader() as r:
+                root, plan = _cancel_plan(r, args, path)
+        done = await through_system(
+            path, held, "cancel", doing=f"cancel {args.address!r}", instead="cancel",
+            address=args.address,
+        )  # fmt: skip
+        if not done:
+            raise CLIError(f"nothing to cancel at {args.address!r}: it ended meanwhile")
+        async with reading(path) as journal:
+            with journal.reader() as r:
+                after = read_row(r, root.iid)
+        reason = after.record.get("reason") if after is not None else None
+        if args.reason != DEFAULT_REASON:
+            print(f"actors: --reason is not recorded through a running system: it records "
+                  f"{reason!r}", file=sys.stderr)  # fmt: skip
     cancelled = [c.row.address for c in plan]
     descendants = cancelled[:-1]
-    doc = {"cancelled": cancelled, "address": args.address, "reason": args.reason,
-           "uncompensated": [a for a, _ in pending]}  # fmt: skip
+    doc = {"cancelled": cancelled, "address": args.address, "reason": reason,
+           "uncompensated": [a for a, _ in pending],
+           "through_system": held is not None}  # fmt: skip
 
     def render() -> str:
-        lines = [f"cancelled {args.address} ({root.status} before): {args.reason}"]
+        via = f" through {owner(held)}" if held is not None else ""
+        lines = [f"cancelled {args.address} ({root.status} before){via}: {reason}"]
         if descendants:
-            lines.append(f"and its {len(descendants)} live descendant(s), children first:")
+            lines.append(f"and its {counted(len(descendants), 'live descendant')}, children first:")
             lines += [f"  {a}" for a in descendants]
         if pending:
             lines.append("compensations not run (--force): " + ", ".join(a for a, _ in pending))
@@ -140,6 +167,31 @@ async def cancel(args: argparse.Namespace) -> int:
 
     emit(args, doc, render)
     return OK
+
+
+def _cancel_plan(
+    r: Reader, args: argparse.Namespace, path: Path
+) -> tuple[InstanceRow, list[_protocol.Cancel]]:
+    """The instance to cancel and its live subtree, children first; a
+    `CLIError` if there is none or it is not unfinished."""
+    root = find_instance(r, args.address, path)
+    if root.status not in UNFINISHED_STATUSES:
+        words = STATUS_WORDS.get(root.status, f"it is {root.status}")
+        at = root.record.get("updated")
+        ended = at and root.status in TERMINAL_STATUSES
+        raise CLIError(
+            f"nothing to cancel at {args.address!r}: {words}"
+            + (f" at {local_time(at)}" if ended else "")
+        )
+    plan: list[_protocol.Cancel] = []
+    _plan_cancel(r, root, args.reason, plan, set())
+    return root, plan
+
+
+def _pending(plan: list[_protocol.Cancel]) -> list[tuple[str, int]]:
+    """(address, how many) of the saga compensations pending in ``plan``."""
+    return [(c.row.address, len(_saga.pending(c.row.record))) for c in plan
+            if _saga.pending(c.row.record)]  # fmt: skip
 
 
 def _plan_cancel(

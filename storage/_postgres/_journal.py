@@ -5,7 +5,7 @@ The class ties together the pieces of this package, each with one job:
 - `_server`: the DSN, connection settings and error messages;
 - `_schema`: the tables, their migrations and every SQL statement;
 - `_writer` and `_plan`: the committer thread and group commit;
-- `_reader`: reads in one snapshot, on pooled connections;
+- `_reader` and `_pool`: reads in one snapshot, on pooled connections;
 - `_leases`: a node's lease, heartbeat, claims and takeovers;
 - `_pump`: notices of mail from other nodes (LISTEN/NOTIFY).
 
@@ -13,6 +13,13 @@ Reads use pooled connections in REPEATABLE READ, READ ONLY transactions (a
 consistent snapshot); ``read(fn)`` runs in a worker thread, limited to the
 pool's size. psycopg's async API needs asyncio, so everything here uses its
 sync API from threads.
+
+Outages. While the server cannot be reached, reads and commits raise
+`JournalUnavailable` (a commit after retrying for about a second; one whose
+COMMIT may have been written first asks the server for its outcome for up
+to five seconds) and nothing waits for a connection pool to back off: the
+first read or commit after the server is back connects again, and the
+lease and mail connections reconnect on their own.
 """
 
 from __future__ import annotations
@@ -23,14 +30,14 @@ from typing import TypeVar
 
 import psycopg
 import trio
-from psycopg_pool import ConnectionPool, PoolTimeout
 
 from .._journal import Journal, Reader, Ticket, Txn
 from ..errors import JournalClosed, JournalLocked
 from ._leases import _Lease
 from ._pump import _MailPump
-from ._reader import _configure_reader, _PostgresReader
-from ._schema import _SQL, migrate
+from ._pool import _ReadPool
+from ._reader import _PostgresReader
+from ._schema import _SQL, _writer_key, migrate
 from ._server import _Server, _Threads
 from ._writer import _Writer
 
@@ -85,7 +92,16 @@ class PostgresJournal(Journal):
       middle of a commit does not keep its row locks (which would stall
       every node writing those instances): the first round trip of a batch
       ends with a Sync, or the server would not count the wait for the rest
-      as idle. The ``nodes`` table lists
+      as idle. A node frozen while the server waits for the rest of a
+      statement (no Sync yet: the session is "active", no timeout applies)
+      is ended by the others: each committer session holds a shared
+      advisory lock keyed by its node, and the takeover scan (`orphans`)
+      terminates the sessions holding the key of any node whose lease
+      lapsed, before it claims (this needs every node to run as one
+      database role, or ``pg_signal_backend``). Claims run with a short
+      ``lock_timeout`` and try a busy row again. `lease_term` tells the
+      runtime whether the lease holds, and since when (what this node holds
+      in memory from an earlier term may be another node's now). The ``nodes`` table lists
       each node's name, lock key, NOTIFY channel and when it took its lease.
     - *Ownership.* A new instance belongs to the node that creates it, at
       epoch 0. `claim` makes this node the owner, with a new epoch (from a
@@ -126,8 +142,6 @@ class PostgresJournal(Journal):
 
     shared = True
 
-    shared = True
-
     def __init__(
         self,
         dsn: str,
@@ -154,7 +168,7 @@ class PostgresJournal(Journal):
         self.lease_timeout = lease_timeout
         self._server = _Server(dsn, schema, durability, lease_timeout)
         self._sql = _SQL(schema)
-        self._pool: ConnectionPool | None = None
+        self._pool: _ReadPool | None = None
         self._threads: _Threads | None = None  # made at open, in the trio thread
         self._writer = _Writer(self._server, self._sql)
         # Nodes (see the class doc); unused without set_node.
@@ -181,28 +195,14 @@ class PostgresJournal(Journal):
         if self.node is not None:
             await self._open_node(threads)
 
-    def _open_sync(self) -> tuple[ConnectionPool, psycopg.Connection]:
+    def _open_sync(self) -> tuple[_ReadPool, psycopg.Connection]:
         conn = self._server.connect()
         try:
             migrate(conn, self._server)
-            pool = ConnectionPool(
-                self.dsn,
-                min_size=1,
-                max_size=self.pool_size,
-                kwargs=self._server.connect_kwargs,
-                configure=_configure_reader,
-                open=False,
-                name=f"journal {self.schema}",
-            )
-            try:
-                pool.open(wait=True, timeout=30)
-            except PoolTimeout as exc:
-                pool.close()
-                raise self._server.unreachable(exc) from exc
         except BaseException:
             conn.close()
             raise
-        return pool, conn
+        return _ReadPool(self._server, self.pool_size), conn
 
     async def _open_node(self, threads: _Threads) -> None:
         try:
@@ -239,7 +239,7 @@ class PostgresJournal(Journal):
         with self.reader() as r:
             return r.size_bytes(self.schema)  # type: ignore[attr-defined]
 
-    def _check_open(self) -> tuple[ConnectionPool, _Threads]:
+    def _check_open(self) -> tuple[_ReadPool, _Threads]:
         pool = self._pool
         if pool is None or self._writer.closing:
             raise JournalClosed(
@@ -258,6 +258,7 @@ class PostgresJournal(Journal):
             raise ValueError(f"{self.describe()} is open; name its node before opening it")
         super().set_node(node)
         self._server.node = node
+        self._server.writer_key = _writer_key(self.schema, node)
 
     async def claim(self, iid: bytes) -> int | None:
         _, threads = self._check_open()
@@ -270,6 +271,11 @@ class PostgresJournal(Journal):
         if self.node is None or limit <= 0:
             return []
         return await threads.run(self._lease.orphans_sync, limit)
+
+    def lease_term(self) -> int | None:
+        if self.node is None:
+            return 0
+        return self._lease.current_term()
 
     def on_mail(self, callback: Callable[[bytes], None]) -> None:
         self._mail.on_mail(callback)

@@ -28,16 +28,19 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import psycopg
+import psycopg.errors
 import trio
 
 from ..errors import JournalLocked
-from ._schema import _SQL, _channel, _node_key
+from ._schema import _SQL, _channel, _node_key, _writer_key
 from ._server import _Server, _Threads
 
 T = TypeVar("T")
 
 _PRUNE_EVERY = 10.0  # seconds between sweeps of the nodes table for gone nodes
 _NO_LEASE = object()  # another process holds this node's lease
+_BUSY = -1  # a claim's answer when a writer holds the row (epochs are positive)
+_BUSY_TRIES = 12  # claims of a busy row, a quarter lease_timeout apart, before giving up
 
 log = logging.getLogger("storage.postgres")
 
@@ -69,6 +72,12 @@ class _Lease:
         self._claims: list[_Claim] = []  # waiting for the next claim batch
         self._claiming = False  # a task is running claim batches
         self.pruned_at = 0.0
+        # The lease's term grows each time it is taken again after a loss;
+        # confirmed_at is when a statement last ran on its session (a
+        # session that answered still held the lock then).
+        self.term = 0
+        self.confirmed_at = 0.0  # time.monotonic()
+        self._cannot_end = False  # (warned that) this role may not end others' sessions
 
     @property
     def _node(self) -> str:
@@ -84,6 +93,10 @@ class _Lease:
         conn = self._server.node_connect("lease")
         with self._server.setting_up(conn):
             conn.execute(f"SET idle_session_timeout = {self._server.lease_ms}")
+            # A claim waiting on a row lock would hold up the heartbeat and the
+            # scan that ends a lapsed node's sessions (both run here): give up
+            # soon instead, and claim again later.
+            conn.execute(f"SET lock_timeout = {max(50, self._server.lease_ms // 4)}")
             deadline = time.monotonic() + wait
             while True:
                 row = conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()
@@ -122,13 +135,17 @@ class _Lease:
                         return _NO_LEASE
                     self._taken_elsewhere = False
                     self.conn = conn
+                    self.term += 1
+                    self.confirmed_at = time.monotonic()
                     log.warning(
                         "node %r took its lease on %s again after losing it; instances "
                         "other nodes took over meanwhile refuse its writes (fencing)",
                         self._node, self._server.describe(),
                     )  # fmt: skip
                 try:
-                    return fn(conn)
+                    result = fn(conn)
+                    self.confirmed_at = time.monotonic()
+                    return result
                 except psycopg.OperationalError as exc:
                     if not (conn.broken or conn.closed):
                         raise
@@ -169,6 +186,27 @@ class _Lease:
                     "one another node name"
                 )
             self.conn, self._leasing = conn, True
+            self.confirmed_at = time.monotonic()
+
+    def current_term(self) -> int | None:
+        """The lease's term if the lease is known to be held now, else None.
+
+        Held means confirmed within three quarters of ``lease_timeout``: the
+        server ends a silent session ``lease_timeout`` after its last
+        statement, so past that this process may have been frozen while
+        another node took its instances (the heartbeat confirms it four times
+        a timeout)."""
+        # No _mutex: a claim or a reconnect can hold it for seconds, and this
+        # is asked from the trio thread. A new lease sets the term before
+        # confirmed_at, and this reads them the other way round: a fresh
+        # confirmation is never paired with the term before it.
+        confirmed_at = self.confirmed_at
+        term = self.term
+        if not self._leasing or self.conn is None:
+            return None
+        if time.monotonic() - confirmed_at > 0.75 * self._server.lease_timeout:
+            return None
+        return term
 
     def start_heartbeat(self) -> None:
         self.heartbeat_stop.clear()
@@ -202,6 +240,16 @@ class _Lease:
 
     async def claim(self, iid: bytes, threads: _Threads) -> int | None:
         """This node's new epoch of ``iid``, or None if another live node owns it."""
+        for _ in range(_BUSY_TRIES):
+            epoch = await self._claim_once(iid, threads)
+            if epoch != _BUSY:
+                return epoch
+            # A writer holds its row (one frozen mid-batch, say, until a scan
+            # ends its session once its lease lapses): try again soon.
+            await trio.sleep(self._server.lease_timeout / 4)
+        return None
+
+    async def _claim_once(self, iid: bytes, threads: _Threads) -> int | None:
         # Claims that arrive while a batch is in flight go in the next one:
         # one round trip (one statement per instance, pipelined) serves many.
         request = _Claim(iid)
@@ -235,27 +283,63 @@ class _Lease:
         unique = list(dict.fromkeys(iids))
         claim, me = self._sql.claim, self._node
 
+        def one(conn: psycopg.Connection, iid: bytes) -> int | None:
+            try:
+                row = conn.execute(claim, {"me": me, "iid": iid}).fetchone()
+            except psycopg.errors.LockNotAvailable:  # past the lease connection's lock_timeout
+                return _BUSY
+            return None if row is None else row[0]
+
         def run(conn: psycopg.Connection) -> dict[bytes, int]:
             # One statement, one transaction per instance (a Sync after each):
             # a claim holds one row lock at a time, so it never deadlocks.
-            if len(unique) == 1:
-                row = conn.execute(claim, {"me": me, "iid": unique[0]}).fetchone()
-                return {} if row is None else {unique[0]: row[0]}
-            with conn.pipeline() as pipeline:
-                cursors = []
-                for iid in unique:
-                    cursors.append(conn.execute(claim, {"me": me, "iid": iid}))
-                    pipeline.sync()
             found = {}
-            for iid, cur in zip(unique, cursors):
-                row = cur.fetchone()
-                if row is not None:
-                    found[iid] = row[0]
+            if len(unique) > 1:
+                try:
+                    with conn.pipeline() as pipeline:
+                        cursors = []
+                        for iid in unique:
+                            cursors.append(conn.execute(claim, {"me": me, "iid": iid}))
+                            pipeline.sync()
+                    for iid, cur in zip(unique, cursors):
+                        row = cur.fetchone()
+                        if row is not None:
+                            found[iid] = row[0]
+                    return found
+                except psycopg.errors.LockNotAvailable:
+                    pass  # one waits on a row lock: learn which, one at a time
+            for iid in unique:
+                epoch = one(conn, iid)
+                if epoch is not None:
+                    found[iid] = epoch
             return found
 
         with self._server.mapped():
             result = self._on_lease(run)
         return {} if result is _NO_LEASE else result  # type: ignore[return-value]
+
+    def _end_sessions(self, conn: psycopg.Connection, lapsed: list[str]) -> None:
+        """End the committer sessions of the ``lapsed`` nodes (on the lease
+        connection, autocommit)."""
+        keys = [_writer_key(self._server.schema, name) for name in lapsed]
+        try:
+            (ended,) = conn.execute(self._sql.end_sessions, [keys]).fetchone()  # type: ignore[misc]
+        except psycopg.errors.InsufficientPrivilege as exc:
+            if not self._cannot_end:
+                self._cannot_end = True
+                log.warning(
+                    "node %r may not end the sessions of nodes whose lease lapsed (%s); "
+                    "a node frozen in the middle of a commit then holds its row locks "
+                    "until it wakes: run every node as one database role, or grant "
+                    "pg_signal_backend",
+                    self._node, str(exc).strip(),
+                )  # fmt: skip
+            return
+        if ended:
+            log.warning(
+                "node %r ended %d session(s) of node(s) %s, whose lease lapsed",
+                self._node, ended, ", ".join(map(repr, lapsed)),
+            )  # fmt: skip
 
     def orphans_sync(self, limit: int) -> list[bytes]:
         """Live instances whose owner's lease is free (in a worker thread);
@@ -263,6 +347,13 @@ class _Lease:
 
         def run(conn: psycopg.Connection) -> list[bytes]:
             params = {"me": self._node, "limit": limit}
+            # No node may hold, past its lease, a lock another needs: end the
+            # committer sessions of nodes whose lease lapsed (one frozen in
+            # the middle of a batch keeps its row locks, and claims and
+            # commits on every node would wait on them) before claiming.
+            lapsed = [name for (name,) in conn.execute(self._sql.lapsed, params).fetchall()]
+            if lapsed:
+                self._end_sessions(conn, lapsed)
             rows = conn.execute(self._sql.orphans, params).fetchall()
             if time.monotonic() - self.pruned_at > _PRUNE_EVERY:
                 self.pruned_at = time.monotonic()

@@ -46,7 +46,8 @@ _TABLES: dict[int, tuple[str, ...]] = {
     j.PUT_LOG: ("log",), j.DROP_LOG: ("log",),
     j.APPEND_MESSAGE: ("mail",), j.TAKE_MESSAGE: ("mail",),  # numbers are taken up front
     j.ADD_TIMER: ("timers",), j.CANCEL_TIMER: ("timers",),
-    j.APPEND_STREAM: ("stream",), j.SET_CURSOR: ("cursors",), _SET_COUNTER: ("counters",),
+    j.APPEND_STREAM: ("stream",), j.SET_CURSOR: ("cursors",), j.DELETE_CURSOR: ("cursors",),
+    _SET_COUNTER: ("counters",),
 }  # fmt: skip
 
 # How many leading parameters make the key of an upsert's row: in one

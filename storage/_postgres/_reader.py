@@ -1,6 +1,6 @@
 """The PostgreSQL `Reader`: reads in one consistent snapshot.
 
-A reader takes a pooled connection, configured for REPEATABLE READ, READ
+A reader takes a pooled connection (`_pool`), configured for REPEATABLE READ, READ
 ONLY transactions, so every read through it sees one snapshot, taken at its
 first query. Pooled connections may die while idle (a server restart, an
 idle timeout); until the snapshot is taken, another one will do. Large
@@ -13,26 +13,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
 from .. import _journal as j
 from .._journal import InstanceRow, Reader, TimerRow
 from ..errors import JournalClosed, JournalCorrupt
+from ._pool import _ReadPool
 from ._schema import _SQL
 from ._server import _rollback
 
 _PAGE = 1000  # rows per query when a reader iterates instances
 
 
-def _configure_reader(conn: psycopg.Connection) -> None:
-    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-    conn.read_only = True
-
-
 class _PostgresReader(Reader):
     __slots__ = ("_conn", "_pool", "_sql", "_started")
 
-    def __init__(self, pool: ConnectionPool, sql: _SQL) -> None:
+    def __init__(self, pool: _ReadPool, sql: _SQL) -> None:
         self._pool = pool
         self._sql = sql
         self._conn: psycopg.Connection | None = pool.getconn()
@@ -136,6 +131,13 @@ class _PostgresReader(Reader):
             (seq, j.decode_record(message, "mail", iid))
             for seq, message in self._rows(self._sql.mailbox, [iid])
         ]
+
+    def mailboxes(self, iids: list[bytes]) -> dict[bytes, list[tuple[int, Any]]]:
+        found: dict[bytes, list[tuple[int, Any]]] = {iid: [] for iid in iids}
+        for iid, seq, message in self._rows(self._sql.mailboxes, [iids]):
+            iid = bytes(iid)
+            found[iid].append((seq, j.decode_record(message, "mail", iid)))
+        return found
 
     def last_message_seq(self, iid: bytes) -> int:
         return self._one(self._sql.last_message_seq, [iid]) or 0

@@ -175,6 +175,7 @@ class _SQL:
                 "cursors", "iid, consumer, position", ("bytea", "text", "bigint"),
                 "iid, consumer", "position = excluded.position",
             ),
+            j.DELETE_CURSOR: delete("cursors", "iid, consumer", ("bytea", "text")),
             _SET_COUNTER: upsert(
                 "counters", "iid, kind, next", ("bytea", "smallint", "bigint"),
                 "iid, kind", "next = excluded.next",
@@ -208,6 +209,9 @@ class _SQL:
         self.log = f"SELECT seq, entry FROM {s}.log WHERE iid = %s AND run = %s ORDER BY seq"
         self.log_runs = f"SELECT DISTINCT run FROM {s}.log WHERE iid = %s ORDER BY run"
         self.mailbox = f"SELECT seq, message FROM {s}.mail WHERE iid = %s ORDER BY seq"
+        self.mailboxes = (
+            f"SELECT iid, seq, message FROM {s}.mail WHERE iid = ANY(%s) ORDER BY iid, seq"
+        )
         # A loose index scan: one probe per instance, not one row per message.
         self.instances_with_mail = (
             f"WITH RECURSIVE t(iid) AS ((SELECT iid FROM {s}.mail ORDER BY iid LIMIT 1) "
@@ -256,6 +260,17 @@ class _SQL:
             "ELSE coalesce(("
             f"SELECT {free.format(k='n.lock_key')} FROM {s}.nodes n WHERE n.name = i.owner"
             "), true) END RETURNING i.epoch"
+        )
+        self.lapsed = (
+            f"SELECT name FROM {s}.nodes WHERE name <> %(me)s AND {free.format(k='lock_key')}"
+        )
+        # The committer sessions of lapsed nodes, found by the lock each holds
+        # (_writer_key; an advisory lock keeps a bigint key in two halves).
+        self.end_sessions = (
+            "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.pid <> pg_backend_pid() AND (l.classid::bigint, l.objid::bigint) IN ("
+            "SELECT k >> 32 & 4294967295, k & 4294967295 FROM unnest(%s::bigint[]) AS u(k))"
         )
         self.orphans = (
             f"WITH dead AS MATERIALIZED (SELECT name FROM {s}.nodes "
@@ -323,6 +338,14 @@ def _node_key(schema: str, node: str) -> int:
     """The advisory lock key of ``node``'s lease on ``schema``: a stable
     64-bit hash, the same on every node and every run."""
     digest = hashlib.blake2b(f"actors node {schema}\x00{node}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _writer_key(schema: str, node: str) -> int:
+    """The advisory lock key every committer session of ``node`` holds
+    (shared) while it lives: how other nodes find the sessions of a node
+    whose lease lapsed, to end them (see `_SQL.end_sessions`)."""
+    digest = hashlib.blake2b(f"actors writer {schema}\x00{node}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 

@@ -23,7 +23,6 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import trio
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import PoolTimeout
 
 from .._clock import AutojumpHold
 from ..errors import JournalCorrupt, JournalUnavailable
@@ -56,7 +55,9 @@ def _rollback(conn: psycopg.Connection) -> None:
 class _Server:
     """The DSN, schema and session settings of one journal's connections."""
 
-    __slots__ = ("connect_kwargs", "dsn", "durability", "lease_timeout", "node", "schema")
+    __slots__ = (
+        "connect_kwargs", "dsn", "durability", "lease_timeout", "node", "schema", "writer_key",
+    )  # fmt: skip
 
     def __init__(self, dsn: str, schema: str, durability: str, lease_timeout: float) -> None:
         self.dsn = dsn
@@ -64,6 +65,7 @@ class _Server:
         self.durability = durability
         self.lease_timeout = lease_timeout
         self.node: str | None = None  # set by PostgresJournal.set_node, before open
+        self.writer_key: int | None = None  # likewise (see _schema._writer_key)
         self.connect_kwargs: dict[str, Any] = {}
         try:
             given = conninfo_to_dict(dsn)
@@ -103,6 +105,11 @@ class _Server:
                 # keep its row locks past its lease.
                 conn.execute("SELECT set_config('actors.node', %s, false)", [self.node])
                 conn.execute(f"SET idle_in_transaction_session_timeout = {self.lease_ms}")
+                # And a node frozen in the middle of a batch's statement
+                # (no Sync yet: the server waits "active", no timeout ends
+                # it) is found by this lock and ended by the node that sees
+                # its lease lapse (_Lease.orphans_sync).
+                conn.execute("SELECT pg_advisory_lock_shared(%s)", [self.writer_key])
         except psycopg.Error as exc:
             raise self.unreachable(exc) from exc
         return conn
@@ -113,6 +120,15 @@ class _Server:
         kwargs = dict(self.connect_kwargs)
         if "application_name" in kwargs:  # the DSN did not name one
             kwargs["application_name"] = f"actors {role} {self.node}"[:63]
+        return self.watched_connect(kwargs)
+
+    def watched_connect(
+        self, kwargs: dict[str, Any] | None = None, *, autocommit: bool = True
+    ) -> psycopg.Connection:
+        """A connection with TCP keepalives (the DSN's own win),
+        so that a dead server is noticed within seconds. Raises
+        `JournalUnavailable` if the server cannot be reached."""
+        kwargs = dict(self.connect_kwargs if kwargs is None else kwargs)
         given = conninfo_to_dict(self.dsn)
         defaults = {
             "keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1,
@@ -120,7 +136,7 @@ class _Server:
         }  # fmt: skip
         kwargs.update({k: v for k, v in defaults.items() if k not in given})
         try:
-            return psycopg.Connection.connect(self.dsn, autocommit=True, **kwargs)
+            return psycopg.Connection.connect(self.dsn, autocommit=autocommit, **kwargs)
         except psycopg.Error as exc:
             raise self.unreachable(exc) from exc
 
@@ -141,11 +157,6 @@ class _Server:
         """Turn psycopg's errors into the journal's own."""
         try:
             yield
-        except PoolTimeout as exc:
-            raise JournalUnavailable(
-                f"no connection to {self.describe()} came free in time; raise "
-                "PostgresJournal(pool_size=...) or check that the server is up"
-            ) from exc
         except psycopg.OperationalError as exc:
             raise self.unreachable(exc) from exc
         except psycopg.Error as exc:

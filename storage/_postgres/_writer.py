@@ -129,7 +129,9 @@ class _Writer:
         self._threads: _Threads | None = None
         self.inflight = 0  # batches submitted and not yet finished (trio thread)
         self.force_savepoints = False  # tests: take the per-transaction SAVEPOINT path
-        # Tests: called as fault(moment, conn, txns) at "commit sent" (COMMIT
+        # Tests: called as fault(moment, conn, txns) at "locked" (the first
+        # statement, which takes the row locks, is in the pipeline, its Sync
+        # not yet), "commit sent" (COMMIT
         # is in the pipeline; the server may or may not have it yet) and
         # "commit answered" (the server committed; an error raised now
         # stands for an answer lost on the way).
@@ -350,6 +352,8 @@ class _Writer:
                 # 1. One round trip: lock the instances named by preconditions,
                 # then take sequence numbers for every append (both in key order).
                 first = conn.execute(sql.lock_and_allocate, [required, *plan.allocation()])
+                if self.fault is not None:
+                    self.fault("locked", conn, txns)
                 # A Sync, not just a flush: the server then counts the wait for
                 # our next message as idle in transaction, so a node frozen
                 # here loses these row locks after lease_timeout (see _connect).
