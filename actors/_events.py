@@ -10,8 +10,8 @@ system-wide events (opened, closed) carry None there.
 Levels:
 
 - WARNING: a process or child crashed (with the exception), a restart
-  (which instance, count, strategy, delay), an instance given up because
-  another node took it over.
+  (which instance, count, strategy, delay), a lease lost (each instance the
+  node lets go of), an instance given up because another node took it over.
 - ERROR: a top-level process failed, a child failed past its parent's
   restart limit, an instance parked ``compensation_stuck``, a corrupt record.
 - INFO: the system opened (with what recovery found) and closed.
@@ -42,6 +42,7 @@ __all__ = [
     "effect_done",
     "failed",
     "gave_up",
+    "lease_lost",
     "opened",
     "restarting",
     "sibling_restarting",
@@ -175,6 +176,15 @@ def taken_over(address: str, node: str | None, error: BaseException) -> None:
     _instance.warning(
         "node %r gave up %r: another node took it over (%s)", node, address, error,
         extra=_at(address),
+    )  # fmt: skip
+
+
+def lease_lost(node: str | None, address: str) -> None:
+    """WARNING: the node lost its lease (it froze, or the database did not
+    answer) and took it again; it lets go of the instance it held from before."""
+    _instance.warning(
+        "node %r lost its lease and took it again: it lets go of %r, loaded again "
+        "(from the journal) when needed", node, address, extra=_at(address),
     )  # fmt: skip
 
 

@@ -241,16 +241,17 @@ def test_every_event_names_the_address_and_carries_it(caplog):
     _events.compensation_stuck("a/1", "ConnectionError: no")
     _events.corrupt("a/1", exc)
     _events.taken_over("a/1", "node-b", exc)
+    _events.lease_lost("node-b", "a/1")
     _events.delivered("a/1", 3, "go")
     _events.effect_done("a/1", 4, "Step", exc)
     records = [r for r in caplog.records if r.name.startswith("actors")]
-    assert 11 == len(records)
+    assert 12 == len(records)
     for record in records:
         assert record.actors_address in record.getMessage(), record.getMessage()
     assert [
         logging.WARNING, logging.WARNING, logging.WARNING, logging.WARNING, logging.ERROR,
-        logging.ERROR, logging.ERROR, logging.ERROR, logging.WARNING, logging.DEBUG,
-        logging.DEBUG,
+        logging.ERROR, logging.ERROR, logging.ERROR, logging.WARNING, logging.WARNING,
+        logging.DEBUG, logging.DEBUG,
     ] == [r.levelno for r in records]  # fmt: skip
     taken = records[8].getMessage()
     assert "node 'node-b' gave up 'a/1': another node took it over (boom)" == taken
