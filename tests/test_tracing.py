@@ -275,3 +275,41 @@ async def test_a_crash_whose_str_raises_is_recorded_all_the_same(opener, exporte
     (run,) = by_name(exporter, "process odd/:id")
     assert "Unprintable: Unprintable('odd')" == run.status.description
     assert ["exception"] == [e.name for e in run.events]
+
+
+crashes: list[int] = []
+
+
+@process("phoenix/:id", restart="transient")
+async def phoenix(ctx: Context, id: str) -> None:
+    run = await ctx.step(_count_crash)
+    if run == 1:
+        raise RuntimeError("first run dies")
+    await ctx.wait(go)
+
+
+def _count_crash() -> int:
+    crashes.append(1)
+    return len(crashes)
+
+
+async def test_a_supervisor_restart_runs_on_under_the_starters_trace(
+    opener, exporter, tracer, autojump_clock
+):
+    crashes.clear()
+    async with opener(phoenix) as system:
+        with tracer.start_as_current_span("caller") as caller:
+            handle = await system.start(phoenix, "p")
+        while len(handle.restarts) < 1 or handle.status != "suspended":
+            await trio.sleep(0.05)
+        await system.send("phoenix/p", go)
+        await handle.result()
+    runs = by_name(exporter, "process phoenix/:id")
+    context = caller.get_span_context()
+    assert [0, 1] == [s.attributes["actors.run"] for s in runs]
+    assert [(context.trace_id, context.span_id)] * 2 == [
+        (s.context.trace_id, s.parent.span_id) for s in runs
+    ]
+    assert [trace.StatusCode.ERROR, trace.StatusCode.UNSET] == [
+        s.status.status_code for s in runs
+    ]
