@@ -11,6 +11,10 @@ with nothing lost and no recorded side effect repeated.
         print(await handle.result())
 """
 
+import importlib.metadata as _metadata
+import pathlib as _pathlib
+import tomllib as _tomllib
+
 from storage import serializable as serializable
 
 from ._context import Context as Context
@@ -51,3 +55,18 @@ from .errors import (
     StepTimeout as StepTimeout,
     UnknownProcess as UnknownProcess,
 )
+
+
+def _find_version() -> str:
+    """The installed distribution's version; from a checkout that was never
+    installed, the one its pyproject.toml names."""
+    try:
+        return _metadata.version("trio-actors")
+    except _metadata.PackageNotFoundError:
+        pyproject = _pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml"
+        with pyproject.open("rb") as file:
+            return str(_tomllib.load(file)["project"]["version"])
+
+
+#: This library's version, e.g. ``"0.1.0"``.
+__version__: str = _find_version()

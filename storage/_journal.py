@@ -241,7 +241,9 @@ class Txn:
 
     def append_message(self, iid: bytes, message: Any) -> int:
         """Append to the mailbox; the commit's results hold the new message's
-        sequence number at the index returned here."""
+        sequence number at the index returned here. A message is never
+        written over another: if the number is taken (a damaged counter),
+        the transaction fails alone with `JournalCorrupt`."""
         self.ops.append((APPEND_MESSAGE, iid, encode(message, what="payload")))
         return self._result_slot()
 
@@ -297,7 +299,12 @@ class Ticket(abc.ABC):
 
 
 class Reader(abc.ABC):
-    """A consistent read view of a journal. Never hold one across an ``await``."""
+    """A consistent read view of a journal. Never hold one across an ``await``.
+
+    A read that meets a damaged record (bytes that do not decode, a number of
+    the wrong size, with `Journal.check_shapes` a value of another shape)
+    raises `JournalCorrupt` naming its database and key.
+    """
 
     @abc.abstractmethod
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -365,7 +372,11 @@ class Reader(abc.ABC):
 
     @abc.abstractmethod
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
-        """Emitted values from index ``start``: ``[(index, value), ...]``."""
+        """Emitted values from index ``start``: ``[(index, value), ...]``.
+
+        Indexes run without a gap; a value missing below the stream's length
+        raises `JournalCorrupt` naming it, so no consumer skips it unawares.
+        """
 
     @abc.abstractmethod
     def stream_length(self, iid: bytes) -> int:
@@ -390,6 +401,13 @@ class Journal(abc.ABC):
     """
 
     durability: str = "sync"
+
+    check_shapes: bool = False
+    """Whether reads check that instance records, log entries and messages
+    have the shape the runtime writes (its fields of the types it reads), so
+    that valid msgpack of another shape raises `JournalCorrupt` naming the
+    database and key like bytes that do not decode. `actors.open_system` and
+    the command line turn it on; a journal used on its own stores any value."""
 
     @abc.abstractmethod
     async def open(self) -> None:
@@ -508,18 +526,47 @@ class Journal(abc.ABC):
         await self.close()
 
 
-def decode_record(data: bytes, database: str, key: bytes) -> Any:
-    """Decode a stored value, turning any failure into `JournalCorrupt`."""
+def corrupt(database: str, key: bytes, problem: str) -> JournalCorrupt:
+    """The error for stored record ``key`` of ``database`` that is unusable."""
+    return JournalCorrupt(
+        f"record {key.hex()} in database {database!r} {problem}; the instance it belongs "
+        "to is marked corrupt and every other instance keeps working; restore the journal "
+        "from a backup or clean the instance up",
+        database=database,
+        key=key,
+    )
+
+
+def decode_record(
+    data: bytes, database: str, key: bytes, shape: Callable[[Any], str | None] | None = None
+) -> Any:
+    """Decode a stored value, turning any failure into `JournalCorrupt`.
+
+    ``shape`` (a ``*_problem`` function of `storage._shapes`) checks what decoded:
+    valid msgpack of the wrong shape is as corrupt as bytes that do not decode.
+    """
     try:
-        return decode(data)
+        value = decode(data)
     except Exception as exc:
-        raise JournalCorrupt(
-            f"record {key.hex()} in database {database!r} does not decode ({exc}); "
-            "the instance it belongs to is marked corrupt and every other instance "
-            "keeps working; restore the journal from a backup or clean the instance up",
-            database=database,
-            key=key,
-        ) from exc
+        raise corrupt(database, key, f"does not decode ({exc})") from exc
+    problem = None if shape is None else shape(value)
+    if problem is not None:
+        raise corrupt(database, key, f"has the wrong shape: {problem}")
+    return value
+
+
+def number(data: bytes, database: str, key: bytes) -> int:
+    """A stored 8-byte big-endian number (a counter, a cursor, a due time)."""
+    if len(data) != 8:
+        raise corrupt(database, key, f"holds {len(data)} bytes where an 8-byte number belongs")
+    return int.from_bytes(data, "big")
+
+
+def key_size(key: bytes, size: int, database: str) -> bytes:
+    """``key``, checked to be ``size`` bytes long as its database's layout says."""
+    if len(key) != size:
+        raise corrupt(database, key, f"has a {len(key)}-byte key where the layout has {size}")
+    return key
 
 
 def check_requires(

@@ -53,6 +53,7 @@ import trio
 from outcome import Error, Value
 
 from . import _journal as j
+from . import _shapes
 from ._clock import AutojumpHold
 from ._journal import (
     ADD_TIMER,
@@ -138,6 +139,10 @@ ASYNC_WINDOW_TXNS = 1000
 ASYNC_WINDOW_SECONDS = 1.0
 # Operations that only remove records (see LMDBJournal._write's reserve).
 _FREEING_OPS = frozenset({DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, CANCEL_TIMER})
+# A key of the due-time index that is not this long is damaged: the global
+# scans pass it by (the timer service must not stop for it), and the
+# instance's own read of its timers reports it (`_LMDBReader.timers`).
+_TIMER_KEY = 32
 _MAIL_COUNTER = b"m"
 _STREAM_COUNTER = b"s"
 
@@ -907,6 +912,9 @@ class LMDBJournal(Journal):
             except lmdb.MapFullError:
                 child.abort()
                 outcomes.append(self._full())
+            except JournalCorrupt as exc:  # it met a damaged record: it alone fails
+                child.abort()
+                outcomes.append(exc)
             except Exception as exc:  # noqa: BLE001 - this transaction alone is refused
                 child.abort()
                 refused = EncodeError(
@@ -934,7 +942,7 @@ class LMDBJournal(Journal):
                 env.set_mapsize(0)
                 txn = env.begin(buffers=False)
             try:
-                yield _LMDBReader(txn, self._dbs)
+                yield _LMDBReader(txn, self._dbs, self.check_shapes)
             finally:
                 txn.abort()
 
@@ -955,14 +963,31 @@ class _Applier:
 
     def status_of(self, iid: bytes) -> int | None:
         value = self.txn.get(iid, db=self.instances)
-        return None if value is None else value[0]
+        if value is None:
+            return None
+        return value[0] if value else 0  # an emptied record: no status (its reads report it)
 
     def _next(self, iid: bytes, kind: bytes) -> int:
         key = iid + kind
         found = self.txn.get(key, db=self.counters)
-        number = 0 if found is None else _Q.unpack(found)[0]
+        number = 0 if found is None else j.number(found, "counters", key)
         self.txn.put(key, _Q.pack(number + 1), db=self.counters)
         return number
+
+    def _append(self, key: bytes, value: bytes, db: Any, database: str) -> None:
+        """Write a new message or stream value; never over an existing one.
+
+        Invariant: a message or stream value, once written, is only ever
+        taken or deleted, never replaced: a damaged counter that hands out a
+        number again fails this transaction (alone) instead of losing what
+        the number held.
+        """
+        if not self.txn.put(key, value, db=db, overwrite=False):
+            raise j.corrupt(
+                database, key,
+                "already exists where a new one was to be written (the instance's counter "
+                "in database 'counters' was damaged or lost); nothing was overwritten",
+            )  # fmt: skip
 
     def _delete_prefix(self, prefix: bytes, db: Any) -> None:
         with self.txn.cursor(db=db) as cur:
@@ -991,7 +1016,7 @@ class _Applier:
             elif code == APPEND_MESSAGE:
                 _, iid, message = op
                 seq = self._next(iid, _MAIL_COUNTER) + 1
-                txn.put(iid + _Q.pack(seq), message, db=self.mail)
+                self._append(iid + _Q.pack(seq), message, self.mail, "mail")
                 results.append(seq)
             elif code == PUT_INSTANCE:
                 _, iid, status, process, address, record = op
@@ -1010,9 +1035,10 @@ class _Applier:
                     # The process comes from the index entry, not the record's
                     # header: marking a broken record corrupt must not need it
                     # to decode.
-                    process = txn.get(bytes((value[0],)) + iid, db=self.status) or b""
+                    old = self.status_of(iid)
+                    process = txn.get(bytes((old,)) + iid, db=self.status) or b""
                     txn.put(iid, bytes((status,)) + value[1:], db=self.instances)
-                    self._set_index(iid, value[0], status, process)
+                    self._set_index(iid, old, status, process)
             elif code == ADD_TIMER:
                 _, iid, run, seq, due = op
                 ident = iid + _RUN_SEQ.pack(run, seq)
@@ -1032,7 +1058,7 @@ class _Applier:
             elif code == APPEND_STREAM:
                 _, iid, value = op
                 index = self._next(iid, _STREAM_COUNTER)
-                txn.put(iid + _Q.pack(index), value, db=self.stream)
+                self._append(iid + _Q.pack(index), value, self.stream, "stream")
                 results.append(index)
             elif code == SET_CURSOR:
                 _, iid, consumer, position = op
@@ -1072,12 +1098,34 @@ def _header_address(value: bytes) -> str | None:
     return address if isinstance(address, str) else None
 
 
-class _LMDBReader(Reader):
-    __slots__ = ("_txn", "_dbs")
+def _check_index(iid: bytes, expected: int, found: int, length: int) -> None:
+    """Raise `JournalCorrupt` unless the stream index ``found`` of ``iid`` is
+    the one expected next, below the stream's counter ``length``."""
+    if found >= length:
+        raise j.corrupt(
+            "counters", iid + _STREAM_COUNTER,
+            f"says {length} values were emitted, but the stream holds index {found}",
+        )  # fmt: skip
+    if found != expected:
+        raise _missing_value(iid, expected, f"the stream goes on at index {found}")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
+
+def _missing_value(iid: bytes, index: int, why: str) -> JournalCorrupt:
+    return j.corrupt(
+        "stream", iid + _Q.pack(index), f"is missing ({why}), so value {index} was lost"
+    )
+
+
+class _LMDBReader(Reader):
+    __slots__ = ("_txn", "_dbs", "_record", "_entry", "_message")
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any], shapes: bool) -> None:
         self._txn = txn
         self._dbs = dbs
+        # The shape checks of `Journal.check_shapes`, or None.
+        self._record = _shapes.record_problem if shapes else None
+        self._entry = _shapes.entry_problem if shapes else None
+        self._message = _shapes.message_problem if shapes else None
 
     def _scan(self, name: str, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         with self._txn.cursor(db=self._dbs[name]) as cur:
@@ -1093,6 +1141,8 @@ class _LMDBReader(Reader):
             hlen = _H.unpack_from(value, 1)[0]
             address, process = msgpack.unpackb(value[3 : 3 + hlen])
             status = j.STATUS_NAME[value[0]]
+            if not (isinstance(address, str) and isinstance(process, str)):
+                raise TypeError(f"address and process are {address!r} and {process!r}")
         except Exception as exc:
             raise JournalCorrupt(
                 f"record {iid.hex()} in database 'instances' has a broken header ({exc!r}); "
@@ -1101,7 +1151,11 @@ class _LMDBReader(Reader):
                 database="instances",
                 key=iid,
             ) from exc
-        record = j.decode_record(value[3 + hlen :], "instances", iid)
+        record = j.decode_record(value[3 + hlen :], "instances", iid, self._record)
+        if self._record is not None:
+            problem = _shapes.params_problem(record, process)
+            if problem is not None:
+                raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
         return InstanceRow(iid, address, process, status, record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -1149,7 +1203,9 @@ class _LMDBReader(Reader):
     def log(self, iid: bytes, run: int) -> dict[int, Any]:
         prefix = iid + struct.pack(">I", run)
         return {
-            _RUN_SEQ.unpack_from(key, 16)[1]: j.decode_record(value, "log", key)
+            _RUN_SEQ.unpack_from(j.key_size(key, 24, "log"), 16)[1]: j.decode_record(
+                value, "log", key, self._entry
+            )
             for key, value in self._scan("log", prefix)
         }
 
@@ -1161,7 +1217,7 @@ class _LMDBReader(Reader):
                 key = cur.key()
                 if not key.startswith(iid):
                     break
-                run = _RUN_SEQ.unpack_from(key, 16)[0]
+                run = _RUN_SEQ.unpack_from(j.key_size(key, 24, "log"), 16)[0]
                 runs.append(run)
                 key_from = iid + struct.pack(">I", run + 1)
                 if run == 0xFFFFFFFF:
@@ -1169,14 +1225,22 @@ class _LMDBReader(Reader):
         return runs
 
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
-        return [
-            (_Q.unpack_from(key, 16)[0], j.decode_record(value, "mail", key))
+        box = [
+            (_Q.unpack_from(j.key_size(key, 24, "mail"), 16)[0],
+             j.decode_record(value, "mail", key, self._message))
             for key, value in self._scan("mail", iid)
-        ]
+        ]  # fmt: skip
+        if box and box[-1][0] > self.last_message_seq(iid):
+            raise j.corrupt(
+                "counters", iid + _MAIL_COUNTER,
+                f"says fewer messages were sent than the mailbox holds (up to {box[-1][0]})",
+            )  # fmt: skip
+        return box
 
     def last_message_seq(self, iid: bytes) -> int:
-        found = self._txn.get(iid + _MAIL_COUNTER, db=self._dbs["counters"])
-        return 0 if found is None else _Q.unpack(found)[0]
+        key = iid + _MAIL_COUNTER
+        found = self._txn.get(key, db=self._dbs["counters"])
+        return 0 if found is None else j.number(found, "counters", key)
 
     def instances_with_mail(self) -> Iterator[bytes]:
         with self._txn.cursor(db=self._dbs["mail"]) as cur:
@@ -1192,8 +1256,13 @@ class _LMDBReader(Reader):
     def timers(self, iid: bytes) -> list[TimerRow]:
         rows = []
         for key, value in self._scan("timer_ids", iid):
-            run, seq = _RUN_SEQ.unpack_from(key, 16)
-            rows.append(TimerRow(_Q.unpack(value)[0] / 1e6, iid, run, seq))
+            run, seq = _RUN_SEQ.unpack_from(j.key_size(key, 24, "timer_ids"), 16)
+            due = j.number(value, "timer_ids", key)
+            # Invariant: a timer is in both databases; one missing from the
+            # due-time index would never fire.
+            if self._txn.get(value + key, db=self._dbs["timers"]) is None:
+                raise j.corrupt("timers", value + key, "is missing, so the timer would never fire")
+            rows.append(TimerRow(due / 1e6, iid, run, seq))
         rows.sort(key=lambda t: (t.due, t.run, t.seq))
         return rows
 
@@ -1207,6 +1276,8 @@ class _LMDBReader(Reader):
             if not cur.set_range(start):
                 return rows
             for key in cur.iternext(values=False):
+                if len(key) != _TIMER_KEY:
+                    continue  # see _TIMER_KEY
                 due = _Q.unpack_from(key)[0]
                 if due > bound or len(rows) >= limit:
                     break
@@ -1219,27 +1290,49 @@ class _LMDBReader(Reader):
             start = b"" if after is None else _Q.pack(j.due_us(after) + 1)
             if not cur.set_range(start):
                 return None
-            return _Q.unpack_from(cur.key())[0] / 1e6
+            for key in cur.iternext(values=False):
+                if len(key) == _TIMER_KEY:  # see _TIMER_KEY
+                    return _Q.unpack_from(key)[0] / 1e6
+            return None
 
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
+        # Invariant: indexes run without a gap from 0 to the counter; a value
+        # that is missing is reported, never skipped.
         rows: list[tuple[int, Any]] = []
+        start = max(0, start)
+        length = self.stream_length(iid)
         with self._txn.cursor(db=self._dbs["stream"]) as cur:
-            if not cur.set_range(iid + _Q.pack(max(0, start))):
-                return rows
-            for key, value in cur:
-                if not key.startswith(iid) or len(rows) >= limit:
-                    break
-                rows.append((_Q.unpack_from(key, 16)[0], j.decode_record(value, "stream", key)))
+            if cur.set_range(iid + _Q.pack(start)):
+                for key, value in cur:
+                    if not key.startswith(iid) or len(rows) >= limit:
+                        break
+                    index = _Q.unpack_from(j.key_size(key, 24, "stream"), 16)[0]
+                    _check_index(iid, start + len(rows), index, length)
+                    rows.append((index, j.decode_record(value, "stream", key)))
+        if len(rows) < limit and start + len(rows) < length:
+            raise _missing_value(iid, start + len(rows), f"the counter says {length} were emitted")
         return rows
 
     def stream_length(self, iid: bytes) -> int:
-        found = self._txn.get(iid + _STREAM_COUNTER, db=self._dbs["counters"])
-        return 0 if found is None else _Q.unpack(found)[0]
+        key = iid + _STREAM_COUNTER
+        found = self._txn.get(key, db=self._dbs["counters"])
+        return 0 if found is None else j.number(found, "counters", key)
 
     def cursors(self, iid: bytes) -> dict[str, int]:
-        return {
-            key[16:].decode(): _Q.unpack(value)[0] for key, value in self._scan("cursors", iid)
-        }
+        found = {}
+        for key, value in self._scan("cursors", iid):
+            try:
+                consumer = key[16:].decode()
+            except UnicodeDecodeError as exc:
+                raise j.corrupt("cursors", key, "names its consumer in broken UTF-8") from exc
+            found[consumer] = j.number(value, "cursors", key)
+        if found and max(found.values()) > self.stream_length(iid):
+            consumer = max(found, key=found.__getitem__)
+            raise j.corrupt(
+                "cursors", iid + consumer.encode(),
+                f"puts consumer {consumer!r} at {found[consumer]}, past the values emitted",
+            )  # fmt: skip
+        return found
 
     def has_records(self, iid: bytes) -> bool:
         if self._txn.get(iid, db=self._dbs["instances"]) is not None:

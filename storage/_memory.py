@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from . import _journal as j
+from . import _shapes
 from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
 from .errors import JournalClosed, JournalCorrupt, JournalLocked
 
@@ -83,10 +84,38 @@ class MemoryJournal(Journal):
             j.check_requires(txn.requires, self._status_code)
         except Exception as exc:
             return _Done([], exc)
+        try:
+            self._check_appends(txn)
+        except JournalCorrupt as exc:
+            return _Done([], exc)
         results: list[int] = []
         for op in txn.ops:
             self._apply(op, results)
         return _Done(results, None)
+
+    def _check_appends(self, txn: Txn) -> None:
+        """Fail the transaction, before any of it applies, if a message it
+        appends would take a number that holds an unread message.
+
+        Invariant: a message once written is only ever taken, never replaced
+        (a lost counter must not make a send overwrite one).
+        """
+        next_seq: dict[bytes, int] = {}
+        emptied: set[bytes] = set()
+        for op in txn.ops:
+            if op[0] == j.DELETE_INSTANCE:
+                emptied.add(op[1])
+                next_seq[op[1]] = 1
+            elif op[0] == j.APPEND_MESSAGE:
+                iid = op[1]
+                seq = next_seq.get(iid) or self._mail_next.get(iid, 1)
+                next_seq[iid] = seq + 1
+                if iid not in emptied and seq in self._mail.get(iid, {}):
+                    raise j.corrupt(
+                        "mail", _mail_key(iid, seq),
+                        "already exists where a new one was to be written (the instance's "
+                        "message counter was damaged or lost); nothing was overwritten",
+                    )  # fmt: skip
 
     def _status_code(self, iid: bytes) -> int | None:
         row = self._instances.get(iid)
@@ -155,17 +184,30 @@ class MemoryJournal(Journal):
         return "MemoryJournal()"
 
 
+def _mail_key(iid: bytes, seq: int) -> bytes:
+    """The key LMDB would store message ``seq`` of ``iid`` under, for errors."""
+    return iid + seq.to_bytes(8, "big")
+
+
 class _MemoryReader(Reader):
-    __slots__ = ("_j",)
+    __slots__ = ("_j", "_record", "_entry", "_message")
 
     def __init__(self, journal: MemoryJournal) -> None:
         self._j = journal
+        # The shape checks of `Journal.check_shapes`, or None.
+        shapes = journal.check_shapes
+        self._record = _shapes.record_problem if shapes else None
+        self._entry = _shapes.entry_problem if shapes else None
+        self._message = _shapes.message_problem if shapes else None
 
     def _row(self, iid: bytes, row: tuple[int, str, str, bytes]) -> InstanceRow:
-        status, process, address, record = row
-        return InstanceRow(
-            iid, address, process, j.STATUS_NAME[status], j.decode_record(record, "instances", iid)
-        )
+        status, process, address, data = row
+        record = j.decode_record(data, "instances", iid, self._record)
+        if self._record is not None:
+            problem = _shapes.params_problem(record, process)
+            if problem is not None:
+                raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
+        return InstanceRow(iid, address, process, j.STATUS_NAME[status], record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
         row = self._j._instances.get(iid)
@@ -201,14 +243,27 @@ class _MemoryReader(Reader):
 
     def log(self, iid: bytes, run: int) -> dict[int, Any]:
         entries = self._j._logs.get(iid, {}).get(run, {})
-        return {seq: j.decode_record(v, "log", iid) for seq, v in sorted(entries.items())}
+        return {
+            seq: j.decode_record(
+                v, "log", iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"), self._entry
+            )
+            for seq, v in sorted(entries.items())
+        }
 
     def log_runs(self, iid: bytes) -> list[int]:
         return sorted(run for run, entries in self._j._logs.get(iid, {}).items() if entries)
 
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
-        box = self._j._mail.get(iid, {})
-        return [(seq, j.decode_record(v, "mail", iid)) for seq, v in sorted(box.items())]
+        box = [
+            (seq, j.decode_record(v, "mail", _mail_key(iid, seq), self._message))
+            for seq, v in sorted(self._j._mail.get(iid, {}).items())
+        ]
+        if box and box[-1][0] > self.last_message_seq(iid):
+            raise j.corrupt(
+                "counters", iid + b"m",
+                f"says fewer messages were sent than the mailbox holds (up to {box[-1][0]})",
+            )  # fmt: skip
+        return box
 
     def last_message_seq(self, iid: bytes) -> int:
         return self._j._mail_next.get(iid, 1) - 1
@@ -255,7 +310,7 @@ class _MemoryReader(Reader):
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
         values = self._j._streams.get(iid, [])
         return [
-            (i, j.decode_record(values[i], "stream", iid))
+            (i, j.decode_record(values[i], "stream", iid + i.to_bytes(8, "big")))
             for i in range(max(0, start), min(len(values), start + limit))
         ]
 

@@ -199,3 +199,39 @@ bad_seconds = st.one_of(
     st.floats(max_value=-1e-6),
     st.floats(min_value=1e13, allow_infinity=False),
 )
+
+# -- damage to a stored journal (tests/test_fuzz_journal.py) ------------------------------
+
+# Names of the fields the runtime reads in its records and log entries, so that
+# reshaped values come near the real shapes (a map with a kind of the wrong type)
+# rather than only far from them.
+_RUNTIME_FIELDS = ["k", "n", "h", "v", "e", "s", "m", "a", "due", "run", "inc", "params",
+                   "input", "parent", "restarts", "last_error", "created", "updated"]  # fmt: skip
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=False),
+    st.text(max_size=8), st.binary(max_size=8),
+)  # fmt: skip
+
+
+def msgpack_shapes() -> st.SearchStrategy[Any]:
+    """Values plain msgpack carries (what a record of another shape decodes to),
+    weighted towards maps that use the runtime's own field names."""
+    near = st.dictionaries(st.sampled_from(_RUNTIME_FIELDS), _scalars, max_size=4)
+    far = st.recursive(
+        _scalars,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                     max_size=3),
+        max_leaves=6,
+    )  # fmt: skip
+    return near | far | st.lists(st.text(max_size=4) | _scalars, min_size=2, max_size=3)
+
+
+def journal_mutations(kind: str) -> st.SearchStrategy[Any]:
+    """The argument of one mutation of ``kind`` (see `tests.journal_damage.damage`)."""
+    if kind == "flip":
+        return st.tuples(st.integers(0, 1 << 16), st.integers(1, 255))
+    if kind == "truncate":
+        return st.integers(0, 1 << 16)
+    if kind == "reshape":
+        return msgpack_shapes()
+    return st.none()  # delete, delete_counter

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
 import re
 import subprocess
 import sys
+import tomllib
 import types
 from pathlib import Path
 
@@ -80,3 +82,15 @@ def test_readme_example_runs_twice(tmp_path):
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().endswith("{'order': 'o-17', 'by': 'ann'}")
+
+
+def test_version_is_the_pyproject_version(monkeypatch):
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        expected = tomllib.load(file)["project"]["version"]
+    assert expected == actors.__version__
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert expected == actors._find_version()  # a checkout that was never installed

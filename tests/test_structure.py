@@ -18,6 +18,7 @@ PACKAGES = ("actors", "storage")
 # than a cycle: module -> imported module, with the reason.
 LAZY_ALLOWED = {
     ("storage", "storage._postgres"): "PostgresJournal needs the optional 'postgres' extra",
+    ("actors._cli._web", "actors._web"): "the web inspector needs the optional 'web' extra",
 }
 
 

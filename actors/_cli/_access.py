@@ -36,6 +36,7 @@ def journal_dir(args: argparse.Namespace) -> Path:
 async def reading(path: Path) -> AsyncIterator[LMDBJournal]:
     """The journal opened read-only: no owner lock, so beside a running system too."""
     journal = LMDBJournal(path, readonly=True)
+    journal.check_shapes = True  # what the runtime would not read is reported corrupt
     await journal.open()
     try:
         yield journal
@@ -51,6 +52,7 @@ async def writing(path: Path) -> AsyncIterator[LMDBJournal]:
         JournalLocked: a running system holds it (``pid`` names that system).
     """
     journal = LMDBJournal(path)
+    journal.check_shapes = True  # what the runtime would not read is reported corrupt
     await journal.open()
     try:
         yield journal

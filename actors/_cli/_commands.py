@@ -21,6 +21,7 @@ from ._errors import CORRUPT, HELD, INTERRUPTED, NOT_FOUND, REFUSED, USAGE, CLIE
 from ._inspect import list_instances, show, stats
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
 from ._tail import consumers, tail
+from ._web import add_web_arguments, web
 from ._write import DEFAULT_REASON, cancel, send
 
 __all__ = ["main"]
@@ -28,7 +29,7 @@ __all__ = ["main"]
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "list": list_instances, "show": show, "send": send, "cancel": cancel,
     "resume-compensation": resume_compensation, "abandon-compensation": abandon_compensation,
-    "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats,
+    "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats, "web": web,
 }  # fmt: skip
 
 
@@ -168,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="forget consumer NAME's cursor (only with no system running)")  # fmt: skip
 
     command("stats", "counts by status, size, mail, timers")
+    add_web_arguments(command("web", "serve a read-only web inspector (needs the 'web' extra)"))
     return parser
 
 

@@ -40,7 +40,7 @@ from ._render import (
     zone_name,
 )
 
-__all__ = ["list_instances", "show", "stats"]
+__all__ = ["list_instances", "list_items", "show", "describe", "stats"]
 
 _FAR = 100 * 365 * 86400.0  # past every timer: `stats` counts them all
 
@@ -74,21 +74,27 @@ def _list_item(row: InstanceRow | CorruptRecord) -> dict[str, Any]:
             "corrupt": False}  # fmt: skip
 
 
+def list_items(
+    r: Reader, status: str | None, process: str | None, prefix: str | None
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The instances matching the filters, most recently updated first, and
+    the counts by status of all; for ``list`` and the web inspector."""
+    # A record that does not decode is listed too, as its indexes say.
+    broken: list[CorruptRecord] = []
+    rows: list[InstanceRow | CorruptRecord] = list(r.instances(status, process, corrupt=broken))
+    items = sorted(
+        (_list_item(row) for row in rows + broken if _under(row.address, prefix)),
+        key=lambda i: (-(i["updated"] or 0), i["address"]),
+    )
+    return items, r.count_by_status()
+
+
 async def list_instances(args: argparse.Namespace) -> int:
     """``actors list``: instances, most recently updated first."""
     path = journal_dir(args)
     async with reading(path) as journal:
         with journal.reader() as r:
-            # A record that does not decode is listed too, as its indexes say.
-            broken: list[CorruptRecord] = []
-            rows: list[InstanceRow | CorruptRecord] = list(
-                r.instances(args.status, args.process, corrupt=broken)
-            )
-            counts = r.count_by_status()
-    items = sorted(
-        (_list_item(row) for row in rows + broken if _under(row.address, args.prefix)),
-        key=lambda i: (-(i["updated"] or 0), i["address"]),
-    )
+            items, counts = list_items(r, args.status, args.process, args.prefix)
     shown = items if args.limit <= 0 else items[: args.limit]
     doc = {
         "journal": str(path), "total": sum(counts.values()), "matching": len(items),
@@ -212,50 +218,56 @@ def _children(r: Reader, log: dict[int, Any], seen: set[bytes]) -> list[dict[str
     return nodes
 
 
+def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
+    """Everything recorded about the instance of ``row``; for ``show`` and the web
+    inspector. Raises `CLIError` (exit 5) when its log or mailbox does not decode."""
+    iid, record = row.iid, row.record
+    run = record.get("run", 0)
+    try:
+        log = r.log(iid, run)
+        mail = r.mailbox(iid)
+    except JournalCorrupt as exc:
+        raise CLIError(f"records of {row.address!r} are corrupt: {exc}", CORRUPT) from None
+    length, cursors = r.stream_length(iid), r.cursors(iid)
+    ended = row.status in TERMINAL_STATUSES
+    return {
+        "address": row.address,
+        "process": row.process,
+        "status": row.status,
+        "id": iid.hex(),
+        "run": run,
+        "incarnation": record.get("inc", 1),
+        **{key: record.get(key) for key in _SHOWN},
+        "params": record.get("params", []),
+        "log": [_log_item(seq, entry, ended) for seq, entry in sorted(log.items())],
+        "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
+        "mailbox": [_mail_item(seq, message) for seq, message in mail],
+        "messages_ever": r.last_message_seq(iid),
+        "timers": [
+            {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
+            for t in r.timers(iid)
+        ],
+        "children": _children(r, log, {iid}),
+        "stream": {
+            "length": length,
+            "consumers": {
+                name: {"cursor": pos, "unread": max(0, length - pos)}
+                for name, pos in sorted(cursors.items())
+            },
+        },
+        "restarts": record.get("restarts", []),
+        "compensations": _compensations(record),
+        "compensation_failure": record.get("stuck"),
+    }
+
+
 async def show(args: argparse.Namespace) -> int:
     """``actors show``: everything recorded about one instance."""
     path = journal_dir(args)
     async with reading(path) as journal:
         with journal.reader() as r:
             row = find_instance(r, args.address, path)
-            iid, record = row.iid, row.record
-            run = record.get("run", 0)
-            try:
-                log = r.log(iid, run)
-                mail = r.mailbox(iid)
-            except JournalCorrupt as exc:
-                raise CLIError(f"records of {args.address!r} are corrupt: {exc}", CORRUPT) from None
-            length, cursors = r.stream_length(iid), r.cursors(iid)
-            ended = row.status in TERMINAL_STATUSES
-            doc = {
-                "address": row.address,
-                "process": row.process,
-                "status": row.status,
-                "id": iid.hex(),
-                "run": run,
-                "incarnation": record.get("inc", 1),
-                **{key: record.get(key) for key in _SHOWN},
-                "params": record.get("params", []),
-                "log": [_log_item(seq, entry, ended) for seq, entry in sorted(log.items())],
-                "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
-                "mailbox": [_mail_item(seq, message) for seq, message in mail],
-                "messages_ever": r.last_message_seq(iid),
-                "timers": [
-                    {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
-                    for t in r.timers(iid)
-                ],
-                "children": _children(r, log, {iid}),
-                "stream": {
-                    "length": length,
-                    "consumers": {
-                        name: {"cursor": pos, "unread": max(0, length - pos)}
-                        for name, pos in sorted(cursors.items())
-                    },
-                },
-                "restarts": record.get("restarts", []),
-                "compensations": _compensations(record),
-                "compensation_failure": record.get("stuck"),
-            }
+            doc = describe(r, row)
     if row.status in LIVE_STATUSES:
         doc["waiting"] = _waiting(doc["log"], doc["mailbox"])
     doc["log_entries"], doc["mailbox_messages"] = len(doc["log"]), len(doc["mailbox"])

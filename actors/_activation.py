@@ -1,0 +1,337 @@
+"""Bringing instances into memory and out of it: activation, reloads after a
+lost journal connection, stalls on a full journal, corrupt marking, the
+idle sweep (passivation), takeover on shared journals, recovery at open and
+shutdown at close.
+
+`Activation` is a base of `ActorSystem`; its methods read the system's own
+state (``self._live``, ``self.journal``, ...), set up in
+`ActorSystem.__init__`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from storage import LIVE_STATUSES, CorruptRecord, Txn, instance_id
+from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
+
+from . import _events
+from ._instance import Actor
+from ._process import ProcessDef
+
+log = logging.getLogger("actors")
+
+RELOAD_AFTER = 0.1  # seconds before an instance that lost the journal is loaded again
+YIELD_EVERY = 256  # items a long loop handles between schedule points
+STALL_RETRY_FIRST = 1.0  # seconds; see Activation._resume_stalled
+STALL_RETRY_MAX = 60.0
+ENDS_KEPT = 10_000  # ended instances whose final state is kept for handle reads
+
+
+class Activation:
+    """The activation half of `ActorSystem` (see the module docstring)."""
+
+    # -- activation ------------------------------------------------------------
+
+    def _run_created(
+        self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
+    ) -> Actor:
+        """Run an instance whose record was just written (so nothing to read back)."""
+        actor = Actor(self, iid, address, proc, record, loaded=True, epoch=epoch)
+        self._live[iid] = actor
+        self.nodes.running(iid)
+        assert self._nursery is not None
+        self._nursery.start_soon(
+            self._run_or_reload, actor.main, iid, name=f"actor {address}"
+        )
+        return actor
+
+    def _activate(self, iid: bytes) -> None:
+        """Bring the instance into memory if it is on disk (replaying it)."""
+        if iid in self._live or iid in self._activating or self._closing:
+            return
+        self._activating.add(iid)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._run_or_reload, lambda: self._activate_task(iid), iid)
+
+    async def _run_or_reload(self, run: Callable[[], Any], iid: bytes) -> None:
+        """``await run()``; if the journal's connection is lost meanwhile, load
+        the instance again later (from what was committed), never end the system."""
+        lost: list[BaseException] = []
+        try:
+            await run()
+        except* JournalUnavailable as group:
+            lost.extend(group.exceptions)
+        if lost:
+            log.warning(
+                "instance %s lost its journal (%s); loading it again once the journal answers",
+                iid.hex(), lost[0],
+                extra={"actors_address": iid.hex()},
+            )  # fmt: skip
+            await self._reload_when_back(iid)
+
+    async def _reload_when_back(self, iid: bytes) -> None:
+        await trio.sleep(RELOAD_AFTER)
+        await self.outages.back()
+        self._status_changed(iid)  # its handles read what was committed
+        self._activate(iid)
+
+    async def _activate_task(self, iid: bytes) -> None:
+        try:
+            try:
+                row = await self.journal.read(lambda r: r.instance(iid))
+            except JournalCorrupt as exc:
+                _events.corrupt(iid.hex(), exc)
+                await self._set_corrupt(iid, exc)
+                return
+            if row is None or row.status not in LIVE_STATUSES:
+                return
+            proc = self._procs.get(row.process)
+            if proc is None:
+                self._foreign.add(iid)
+                log.warning(
+                    "instance %r belongs to process %r, which this system does not register; "
+                    "it stays on disk until a system that registers it opens the journal",
+                    row.address,
+                    row.process,
+                )
+                return
+            if iid in self._live:
+                return  # a concurrent activation won: claiming again would fence it out
+            epoch = await self.journal.claim(iid)
+            self.nodes.claimed(iid, epoch)
+            if epoch is None or iid in self._live:
+                return  # another live node owns it (and was told of its mail)
+            actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
+            self._live[iid] = actor
+            self._ends.pop(iid, None)  # a stalled instance's last state (see _stalled)
+        finally:
+            self._activating.discard(iid)
+        await actor.main()
+
+    def _forget(self, actor: Actor) -> None:
+        if self._live.get(actor.iid) is actor:
+            del self._live[actor.iid]
+            # A cancel waiting for this actor to leave memory looks again.
+            event = self._status_events.pop(actor.iid, None)
+            if event is not None:
+                event.set()
+            self.nodes.forgotten(actor.iid)
+
+    def _ended(self, actor: Actor, status: str) -> None:
+        self._forget(actor)
+        # The final state of what just ended answers handle reads (result(),
+        # status) without a journal read each: on a remote journal that read
+        # is a blocking round trip on the trio thread. Bounded, oldest out.
+        self._ends[actor.iid] = (status, actor.record)
+        if len(self._ends) > ENDS_KEPT:
+            del self._ends[next(iter(self._ends))]
+
+    def _stalled(self, actor: Actor, exc: JournalFull) -> None:
+        """``actor``'s own write found the journal full (or its disk): it
+        leaves memory suspended with ``last_error``, and is activated again
+        (replayed from what the journal holds) once there may be room."""
+        log.error(
+            "instance %r is suspended until the journal has room: %s", actor.address, exc,
+            extra={"actors_address": actor.address},
+        )  # fmt: skip
+        # Handle reads see the actor's suspended state with last_error (the
+        # journal could not take it); the next activation drops it (see
+        # _activate_task).
+        self._status_changed(actor.iid)
+        self._ended(actor, "suspended")
+        self._stalled_iids.add(actor.iid)
+        if not self._resuming:
+            self._resuming = True
+            self._spawn_system_task(self._resume_stalled)
+
+    async def _resume_stalled(self) -> None:
+        # One task for every stalled instance, backing off while the journal
+        # stays full: each retry replays the instance up to its failed write.
+        delay = STALL_RETRY_FIRST
+        try:
+            while True:
+                await trio.sleep(delay)
+                if not self._stalled_iids:
+                    return  # nothing stalled again since the last round
+                iids, self._stalled_iids = self._stalled_iids, set()
+                for iid in iids:
+                    self._activate(iid)
+                delay = min(delay * 2, STALL_RETRY_MAX)
+        finally:
+            self._resuming = False
+
+    def _timer_due(self, iid: bytes, now: float) -> None:
+        actor = self._live.get(iid)
+        if actor is None:
+            self._activate(iid)
+        elif actor.loaded and not actor.done:
+            actor.timers_due(now)
+
+    async def _mark_corrupt(self, actor: Actor, exc: JournalCorrupt) -> None:
+        _events.corrupt(actor.address, exc)
+        await self._set_corrupt(actor.iid, exc)
+        self._status_changed(actor.iid)
+
+    async def _set_corrupt(self, iid: bytes, exc: JournalCorrupt) -> None:
+        """Record that the instance is corrupt (status only: its records stay
+        as they are, for a restore or a cleanup)."""
+        self._corrupt[iid] = exc
+        txn = Txn()
+        txn.set_status(iid, "corrupt")
+        try:
+            await self.journal.commit(txn)
+        except Exception:  # noqa: BLE001 - the header itself may be unreadable
+            log.exception("could not mark %s corrupt", iid.hex())
+
+    def _corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt:
+        """What a call addressing a corrupt instance raises: the first of its
+        records that does not decode, by database and key."""
+        found = self._corrupt.get(iid)
+        if found is None:  # marked in an earlier session: find the record again
+            try:
+                with self.journal.reader() as r:
+                    row = r.instance(iid)
+                    if row is not None:
+                        r.log(iid, row.record.get("run", 0))
+                        r.mailbox(iid)
+                        r.timers(iid)
+            except JournalCorrupt as exc:
+                found = self._corrupt[iid] = exc
+        if found is None:
+            return JournalCorrupt(
+                f"{address!r} is marked corrupt (database 'instances', key {iid.hex()}), "
+                "though its records decode now; clean it up (system.cleanup) or start it "
+                "afresh after restoring the journal",
+                database="instances",
+                key=iid,
+            )
+        return JournalCorrupt(
+            f"the records of {address!r} are corrupt: {found}",
+            database=found.database,
+            key=found.key,
+        )
+
+    # -- recovery and shutdown ---------------------------------------------------
+
+    async def _sweep_idle(self) -> None:
+        """Passivate instances idle for ``passivate_after`` seconds.
+
+        One task for the system rather than a deadline per suspension, which
+        cost a cancel scope and a timer entry on every message. It sleeps
+        until the earliest due passivation (never waking more than four
+        times per ``passivate_after``, however staggered the instances), and
+        with nothing parked it sleeps until an instance parks
+        (`_instance_idle`): virtual time under a MockClock jumps straight to
+        the next timer instead of stepping through sweeps."""
+        if self.passivate_after <= 0:
+            return  # they passivate at every suspension themselves
+        after = self.passivate_after
+        granularity = max(after / 4, 0.01)
+        while True:
+            now = trio.current_time()
+            cutoff = now - after
+            earliest = math.inf
+            for actor in list(self._live.values()):
+                if actor.parked is not None:
+                    if actor.idle_since <= cutoff:
+                        actor.request_passivation()
+                    else:
+                        earliest = min(earliest, actor.idle_since)
+            if earliest == math.inf:
+                # Invariant: _sweep_parked is set only while nothing is parked,
+                # and no instance can park between the scan and this wait.
+                self._sweep_parked = trio.lowlevel.current_task()
+
+                def abort(_: Any) -> trio.lowlevel.Abort:
+                    self._sweep_parked = None
+                    return trio.lowlevel.Abort.SUCCEEDED
+
+                await trio.lowlevel.wait_task_rescheduled(abort)
+                continue
+            # An instance parking meanwhile is due at now + after or later,
+            # past this wake-up (earliest + after <= now + after).
+            await trio.sleep_until(max(earliest + after, now + granularity))
+
+    def _instance_idle(self) -> None:
+        """An instance parked with nothing to do: give the idle sweep a deadline."""
+        task = self._sweep_parked
+        if task is not None:
+            self._sweep_parked = None
+            trio.lowlevel.reschedule(task)
+
+    async def _take_over(self) -> None:
+        """On a shared journal: run the instances of nodes that are gone,
+        and let go of those this node may have lost with its lease."""
+        while True:
+            self.nodes.let_go_of_the_lost()
+            for iid in await self.journal.orphans():
+                if iid not in self._foreign:
+                    self._activate(iid)
+            await trio.sleep(self.takeover_interval)
+
+    async def _recover(self) -> None:
+        def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]], list[CorruptRecord]]:
+            wanted = []
+            orphans = []
+            # One bad record must not keep the system (and every other
+            # instance) down: the scan goes past each and reports it here.
+            broken: list[CorruptRecord] = []
+            for status in sorted(LIVE_STATUSES):
+                for row in r.instances(status, corrupt=broken):
+                    parent = row.record.get("parent")
+                    gone = _parent_gone(r, parent) if parent else None
+                    if gone is not None:
+                        orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
+                        continue
+                    if status == "running" or row.record.get("last_error"):
+                        wanted.append(row.iid)
+            wanted.extend(r.instances_with_mail())
+            return wanted, orphans, broken
+
+        wanted, orphans, broken = await self.journal.read(scan)
+        for bad in broken:
+            _events.corrupt(bad.address or bad.iid.hex(), bad.error, at_open=True)
+            await self._set_corrupt(bad.iid, bad.error)
+        # A child whose parent ended while the system was down is not stranded.
+        for iid, address, reason in orphans:
+            try:
+                await self._cancel_iid(iid, address, reason)
+            except JournalFull as exc:  # the next open (with room) finishes it
+                log.error("could not cancel %r (%s): %s", address, reason, exc)
+        _events.opened(self.journal, resumed=len(wanted), orphans=len(orphans), corrupt=len(broken))
+        for n, iid in enumerate(wanted, 1):
+            self._activate(iid)
+            if n % YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # let the first ones start running
+
+    async def _shutdown(self) -> None:
+        # Closing is not a cancel: instances stay as they are in the journal
+        # and resume on the next open. Submit what they have ridden so far.
+        self._closing = True
+        _events.closing(self.journal, live=len(self._live))
+        for actor in list(self._live.values()):
+            if actor.loaded and not actor.done:
+                try:
+                    actor.flush()
+                except Exception:  # noqa: BLE001
+                    log.exception("could not flush %r on close", actor.address)
+
+
+
+def _parent_gone(r: Any, parent: str) -> str | None:
+    """How a child's parent is no longer live ("is gone", "completed", ...),
+    or None if it is live. A parent whose record does not decode decides
+    nothing: it is marked corrupt when something addresses it."""
+    try:
+        found = r.instance(instance_id(parent))
+    except JournalCorrupt:
+        return None
+    if found is None:
+        return "is gone"
+    return None if found.status in LIVE_STATUSES else found.status

@@ -1,0 +1,130 @@
+"""Cancelling and restarting instances, in memory or on disk, here or on
+another node: the internals behind `ActorSystem.cancel` and supervision's
+restarts.
+
+Invariant (see `Cancels._cancel_iid`): a cancel wins over a restart.
+`Cancels` is a base of `ActorSystem`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from storage import LIVE_STATUSES, UNFINISHED_STATUSES, Txn
+from storage.errors import Conflict
+
+from . import _protocol
+from . import _supervision as _sup
+
+
+class Cancels:
+    """The cancel and restart half of `ActorSystem` (see the module docstring)."""
+
+    async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool:
+        # Invariant: a cancel wins over a restart. An actor told to cancel
+        # while it crashes may still write its restart and leave memory
+        # (the next run waits out a delay in _activate_later, or is being
+        # activated); so until an actor ends, whatever it left live on disk
+        # is cancelled in turn, with activations of it held off meanwhile.
+        while True:
+            actor = self._live.get(iid)
+            if actor is not None and not actor.done:
+                actor.cancel(reason)
+                while not actor.done and self._live.get(iid) is actor:
+                    await self._status_event(iid).wait()
+                if actor.done and actor.status not in LIVE_STATUSES:
+                    return actor.status == "cancelled"
+                continue  # it left memory still live (restarted): cancel that
+            writing = self._cancelling.get(iid)
+            if writing is not None:
+                # Another cancel of it is being written: live when this one
+                # came, it is cancelled once that one is through.
+                await writing.wait()
+                if self._snapshot(iid)[0] == "cancelled":
+                    return True
+                continue
+            if iid in self._activating:
+                # An activation is under way (a read or two): let it finish,
+                # then cancel what it brings into memory.
+                await trio.sleep(0)
+                continue
+            self._activating.add(iid)  # _activate leaves it alone while this is written
+            self._cancelling[iid] = writing = trio.Event()
+            try:
+                return await self._cancel_on_disk(iid, address, reason)
+            finally:
+                del self._cancelling[iid]
+                self._activating.discard(iid)
+                writing.set()
+
+    async def _cancel_on_disk(self, iid: bytes, address: str, reason: str) -> bool:
+        """Cancel an instance that is not in memory here (the caller holds
+        off its activation)."""
+        row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
+        if row is None or row.status not in UNFINISHED_STATUSES:
+            return False
+        epoch = await self.journal.claim(iid)
+        if epoch is None:
+            return await self._cancel_remote(iid, address, reason)
+        # Depth first: its children go before it records its own end.
+        children = _sup.children_in_log(log)
+        await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
+        fence = epoch if self.journal.shared else None
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, timers, reason, fence)], self.epoch_now()
+        )
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return False
+        self._status_changed(iid)
+        for notice in notices:
+            self._route(notice.iid, results[notice.slot], notice.message)
+        return True
+
+    async def _cancel_remote(self, iid: bytes, address: str, reason: str) -> bool:
+        """Cancel an instance another live node owns: ask it, and wait (a while)."""
+        await self._send_system(iid, address, _sup.CANCEL, {"reason": reason})
+        with trio.move_on_after(10):
+            while True:
+                row = await self.journal.read(lambda r: r.instance(iid))
+                if row is None or row.status not in LIVE_STATUSES:
+                    return row is not None and row.status == "cancelled"
+                await trio.sleep(0.02)
+        return False
+
+    async def _restart_iid(self, iid: bytes, address: str, reason: str) -> None:
+        """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
+        actor = self._live.get(iid)
+        if actor is not None and not actor.done:
+            actor.restart(reason)  # a cancel asked of it first wins
+            return
+        if iid in self._cancelling:
+            return  # a cancel of it is being written: it wins
+        row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
+        if row is None or row.status not in LIVE_STATUSES:
+            return
+        await _sup.cancel_children(self, _sup.children_in_log(log), f"{address} is restarting")
+        restarts = _sup.next_restarts(row.record, reason, self.epoch_now())
+        txn = Txn()
+        txn.require(iid, LIVE_STATUSES)
+        _protocol.next_run(
+            txn, iid, address=address, process=row.process,
+            record=dict(row.record, restarts=restarts, updated=self.epoch_now()),
+            timers=[(timer.run, timer.seq) for timer in timers],
+        )  # fmt: skip
+        try:
+            await self.journal.commit(txn)
+        except Conflict:
+            return
+        self._status_changed(iid)
+        self._activate(iid)
+
+
+def _row_timers_log(r: Any, iid: bytes) -> tuple[Any, Any, Any]:
+    row = r.instance(iid)
+    if row is None:
+        return None, [], {}
+    return row, r.timers(iid), r.log(iid, row.record.get("run", 0))

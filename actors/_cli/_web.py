@@ -1,0 +1,51 @@
+"""The ``web`` command's arguments, and its entry into `actors._web`.
+
+`actors._web` needs the optional ``web`` extra (hypercorn, starlette), so it is
+imported when the command runs, and its absence is a message, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ._errors import USAGE, CLIError
+
+__all__ = ["add_web_arguments", "web"]
+
+
+def add_web_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``web`` command's own options."""
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")  # fmt: skip
+    p.add_argument("--port", type=_port, default=8080, help="port (default 8080; 0 picks one)")
+    p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
+                   help="how often open pages refresh themselves (default 1)")  # fmt: skip
+
+
+async def web(args: argparse.Namespace) -> int:
+    """``actors web``: see `actors._web`."""
+    try:
+        from .. import _web  # optional extra: imported only when asked for
+    except ImportError as exc:
+        raise CLIError(
+            f"the web inspector needs the 'web' extra ({exc}); "
+            "install it with: pip install 'trio-actors[web]'",
+            USAGE,
+        ) from None
+    return await _web.web(args)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.2 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0.2 to 3600")
+    return value

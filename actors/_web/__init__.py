@@ -1,0 +1,25 @@
+"""The web inspector: ``python -m actors web --journal PATH [--port 8080] [--host 127.0.0.1]``.
+
+A read-only page over a journal: the instances (filtered by status, process
+and address prefix, counted by status, most recently updated first, paged)
+and each instance's status, input, result or error with its traceback,
+supervision tree and restart history, effect log, unread mail, timers,
+stream cursors, exports and compensations. Pages refresh themselves: a
+small script polls the server and swaps in what changed.
+
+It opens the journal as the other reading commands do (``LMDBJournal(path,
+readonly=True)``: no owner lock, nothing written), so it runs beside a system
+that holds the journal in another process, and builds its documents with the
+same helpers as ``list`` and ``show`` (`actors._cli._inspect`). It binds to
+127.0.0.1 unless ``--host`` says otherwise, answers only Host names of this
+machine then, escapes every value it renders, and forbids inline script.
+
+The package: `_query` (query strings), `_pages` (HTML), `_assets` (CSS and the
+polling script), `_app` (the starlette app) and `_serve` (hypercorn's trio
+worker and the ``web`` command). It needs the ``web`` extra.
+"""
+
+from ._app import create_app as create_app
+from ._serve import serve_app as serve_app, web as web
+
+__all__ = ["create_app", "serve_app", "web"]

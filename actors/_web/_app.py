@@ -1,0 +1,201 @@
+"""The inspector as an ASGI application (starlette) over an open journal.
+
+Each request reads the journal in one `Reader` (one consistent snapshot), in
+a worker thread so a long scan never stalls the server, and renders with
+`_pages`. The app never writes: given a read-only `LMDBJournal` it works
+beside a system that runs on the journal in another process.
+
+Answers: 200 pages; 400 for a query it cannot act on (unknown status,
+a page that is not a number, an unknown or repeated parameter); 404 for an
+unknown address or path; 405 for anything but GET and HEAD; 500 with a page
+naming the record when a record does not decode. Every response carries a
+Content-Security-Policy that allows no inline script and nothing from
+elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import trio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from storage import Journal, JournalCorrupt, Reader, instance_id, lenient_decoding
+
+from .._cli._errors import CLIError
+from .._cli._inspect import describe, list_items
+from ._assets import ASSETS
+from ._pages import instance_fragment, layout, list_filters, list_fragment, problem_page
+from ._query import BadQuery, InstanceQuery, ListQuery, parse_instance, parse_list
+
+__all__ = ["create_app", "LOCAL_HOSTS"]
+
+T = TypeVar("T")
+
+# Host headers a loopback-bound inspector answers; any other name is refused
+# (400), so a web page elsewhere cannot read it through DNS rebinding.
+LOCAL_HOSTS = ("127.0.0.1", "localhost")
+
+_HEADERS = {
+    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "connect-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+class _NotFound(LookupError):
+    """No instance at the address asked for."""
+
+
+def create_app(
+    journal: Journal,
+    *,
+    source: str,
+    poll: float = 1.0,
+    hosts: Sequence[str] = LOCAL_HOSTS,
+) -> ASGIApp:
+    """The inspector's ASGI app over ``journal`` (open; the caller closes it).
+
+    Args:
+        journal: an open journal whose `reader` may be used from a worker thread
+            (`LMDBJournal`, read-only or not).
+        source: how pages name the journal (its path).
+        poll: seconds between the pages' live updates.
+        hosts: the Host header names answered (``["*"]`` for any).
+    """
+    limiter = trio.CapacityLimiter(2)
+
+    async def read(fn: Callable[[Reader], T]) -> T:
+        def run() -> T:
+            with lenient_decoding(), journal.reader() as r:
+                return fn(r)
+
+        return await trio.to_thread.run_sync(run, limiter=limiter)
+
+    async def instances(request: Request) -> Response:
+        query = parse_list(_params(request))
+        items, counts, processes = await read(lambda r: _list(r, query))
+        fragment = list_fragment(query, items, counts)
+        if query.partial:
+            return HTMLResponse(fragment)
+        page = layout("instances", source, list_filters(query, processes), live=fragment, poll=poll)
+        return HTMLResponse(page)
+
+    async def instance(request: Request) -> Response:
+        query = parse_instance(_params(request))
+        doc = await read(lambda r: _describe(r, query))
+        fragment = instance_fragment(doc, query)
+        if query.partial:
+            return HTMLResponse(fragment)
+        return HTMLResponse(layout(query.address, source, "", live=fragment, poll=poll))
+
+    async def asset(request: Request) -> Response:
+        found = ASSETS.get(request.path_params["name"])
+        if found is None:
+            raise HTTPException(404, f"no file {request.url.path!r} here")
+        media_type, body = found
+        return Response(body, media_type=media_type)
+
+    def problem(status: int, title: str, message: str) -> HTMLResponse:
+        return HTMLResponse(problem_page(status, title, message, source), status_code=status)
+
+    async def on_bad_query(request: Request, exc: Exception) -> Response:
+        return problem(400, "bad query", str(exc))
+
+    async def on_not_found(request: Request, exc: Exception) -> Response:
+        return problem(404, "not found", str(exc))
+
+    async def on_corrupt(request: Request, exc: Exception) -> Response:
+        return problem(500, "corrupt record", str(exc))
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        detail = exc.detail
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = f"nothing at {request.url.path!r}; the list of instances is at /"
+        if exc.status_code == 405:
+            detail = "this inspector only reads: use GET"
+        return problem(exc.status_code, "not found" if exc.status_code == 404 else "refused", detail)
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        return problem(500, "server error", f"{type(exc).__name__}: {exc}")
+
+    app = Starlette(
+        routes=[
+            Route("/", instances, methods=["GET"]),
+            Route("/instance", instance, methods=["GET"]),
+            Route("/static/{name}", asset, methods=["GET"]),
+        ],
+        exception_handlers={
+            BadQuery: on_bad_query,
+            _NotFound: on_not_found,
+            JournalCorrupt: on_corrupt,
+            HTTPException: on_http,
+            Exception: on_error,
+        },
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))],
+    )
+    return _SecurityHeaders(app)
+
+
+def _params(request: Request) -> dict[str, list[str]]:
+    qp = request.query_params
+    return {name: qp.getlist(name) for name in qp.keys()}
+
+
+def _list(r: Reader, query: ListQuery) -> tuple[list[dict[str, Any]], dict[str, int], list[str]]:
+    """The page's instances, the counts of all, and the processes the filter form offers."""
+    items, counts = list_items(r, query.status, None, query.prefix)
+    processes = sorted({i["process"] for i in items})
+    if query.process is not None:
+        items = [i for i in items if i["process"] == query.process]
+    return items, counts, processes
+
+
+def _describe(r: Reader, query: InstanceQuery) -> dict[str, Any]:
+    try:
+        row = r.instance(instance_id(query.address))
+    except JournalCorrupt as exc:
+        raise JournalCorrupt(
+            f"the record of {query.address!r} does not decode: {exc}",
+            database=exc.database, key=exc.key,
+        ) from exc  # fmt: skip
+    if row is None:
+        raise _NotFound(f"no instance at {query.address!r}; the list shows the addresses there are")
+    try:
+        return describe(r, row)
+    except CLIError as exc:  # its log or mailbox does not decode
+        raise JournalCorrupt(str(exc), database="", key=b"") from exc
+
+
+class _SecurityHeaders:
+    """Adds `_HEADERS` to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.decode().lower()
+                           not in _HEADERS]  # fmt: skip
+                headers += [(k.encode(), v.encode()) for k, v in _HEADERS.items()]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

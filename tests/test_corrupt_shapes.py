@@ -1,0 +1,393 @@
+"""Records of every shape a damaged journal can hold: each read reports
+`JournalCorrupt` naming database and key (never struct.error, AttributeError
+or IndexError), and no write overwrites a message or stream value that a
+damaged counter numbers again."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import lmdb
+import msgpack
+import pytest
+import trio
+
+import actors
+from actors import Context, Signal, process
+from storage import JournalCorrupt, LMDBJournal, MemoryJournal, Txn, instance_id
+from tests import journal_damage as jd
+from tests.runtime_helpers import virtual_wall
+
+IID = instance_id("p/x")
+OTHER = instance_id("p/y")
+RUN_SEQ = (0).to_bytes(4, "big") + (1).to_bytes(4, "big")
+
+
+def put(path: Path, database: str, key: bytes, value: bytes | None) -> None:
+    """Write (or with None delete) one raw record, as damage would."""
+    env = lmdb.open(str(path), max_dbs=16)
+    try:
+        db = env.open_db(database.encode())
+        with env.begin(write=True, db=db) as txn:
+            if value is None:
+                txn.delete(key)
+            else:
+                txn.put(key, value)
+    finally:
+        env.close()
+
+
+def assert_names(exc: JournalCorrupt, database: str, key: bytes) -> None:
+    assert (database, key) == (exc.database, exc.key)
+    assert f"database {database!r}" in str(exc) and key.hex() in str(exc)
+
+
+async def _filled(path: Path) -> None:
+    async with LMDBJournal(path) as journal:
+        txn = Txn()
+        for iid, address in ((IID, "p/x"), (OTHER, "p/y")):
+            txn.put_instance(iid, address=address, process="p/:n", status="running",
+                             record={"run": 0, "inc": 1, "params": ["x"], "input": {}})  # fmt: skip
+            txn.put_log(iid, 0, 1, {"k": "step", "n": "s", "v": 1})
+            txn.append_message(iid, ["go", 1, 0.0])
+            txn.add_timer(iid, 0, 2, 100.0)
+            txn.append_stream(iid, {"i": 0})
+            txn.set_cursor(iid, "c", 1)
+        await journal.commit(txn)
+
+
+# (database, key, stored value, the read that meets it, database and key it names)
+SHAPES = [
+    ("counters", IID + b"m", b"\x01\x02\x03", lambda r: r.last_message_seq(IID), None),
+    ("counters", IID + b"s", b"\x01" * 9, lambda r: r.stream_length(IID), None),
+    ("counters", IID + b"s", b"\x01" * 9, lambda r: r.stream(IID), None),
+    ("timer_ids", IID + RUN_SEQ[:4] + (2).to_bytes(4, "big"), b"\x00", lambda r: r.timers(IID),
+     None),
+    ("cursors", IID + b"c", b"", lambda r: r.cursors(IID), None),
+    ("cursors", IID + b"\xff\xfe", (1).to_bytes(8, "big"), lambda r: r.cursors(IID), None),
+    ("log", IID + RUN_SEQ, msgpack.packb([1, 2]), lambda r: r.log(IID, 0), None),
+    ("log", IID + RUN_SEQ, msgpack.packb({"k": 5}), lambda r: r.log(IID, 0), None),
+    ("log", IID + RUN_SEQ, msgpack.packb({"v": 1}), lambda r: r.log(IID, 0), None),
+    ("log", IID + RUN_SEQ, msgpack.packb({"k": "step", "e": "boom"}), lambda r: r.log(IID, 0),
+     None),
+    ("mail", IID + (1).to_bytes(8, "big"), msgpack.packb({"n": 0}), lambda r: r.mailbox(IID),
+     None),
+    ("mail", IID + (1).to_bytes(8, "big"), msgpack.packb([7, 1]), lambda r: r.mailbox(IID), None),
+    ("mail", IID + (1).to_bytes(8, "big"), msgpack.packb(["\x00cancel", 1]),
+     lambda r: r.mailbox(IID), None),
+    ("mail", IID + (9).to_bytes(8, "big"), msgpack.packb(["go", 2, 0.0]),
+     lambda r: r.mailbox(IID), ("counters", IID + b"m")),
+    ("stream", IID + (3).to_bytes(8, "big"), msgpack.packb(1), lambda r: r.stream(IID),
+     ("counters", IID + b"s")),
+    ("stream", IID + (0).to_bytes(8, "big"), None, lambda r: r.stream(IID), None),
+]
+
+
+@pytest.mark.parametrize(("database", "key", "value", "read", "names"), SHAPES)
+async def test_every_damaged_shape_reads_as_journal_corrupt(
+    tmp_path, database, key, value, read, names
+):
+    path = tmp_path / "j"
+    await _filled(path)
+    put(path, database, key, value)
+    journal = LMDBJournal(path)
+    journal.check_shapes = True
+    async with journal:
+        with journal.reader() as r:
+            with pytest.raises(JournalCorrupt) as info:
+                read(r)
+            assert_names(info.value, *(names or (database, key)))
+            # The other instance reads as it was written.
+            assert [(1, ["go", 1, 0.0])] == r.mailbox(OTHER)
+            assert [(0, {"i": 0})] == r.stream(OTHER)
+            assert {1: {"k": "step", "n": "s", "v": 1}} == r.log(OTHER, 0)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [{"run": "1"}, {"inc": None}, {"params": "x"}, {"input": [1]}, {"parent": 3},
+     {"restarts": [1]}, [1, 2], "s", 7],
+)  # fmt: skip
+async def test_an_instance_record_of_another_shape_is_reported(tmp_path, record):
+    path = tmp_path / "j"
+    await _filled(path)
+    async with LMDBJournal(path) as journal:
+        txn = Txn()
+        txn.put_instance(IID, address="p/x", process="p/:n", status="running", record=record)
+        await journal.commit(txn)
+        journal.check_shapes = True
+        with journal.reader() as r:
+            with pytest.raises(JournalCorrupt) as info:
+                r.instance(IID)
+            assert_names(info.value, "instances", IID)
+            broken: list = []
+            assert ["p/y"] == [row.address for row in r.instances(corrupt=broken)]
+            assert [(IID, "p/x")] == [(b.iid, b.address) for b in broken]
+
+
+async def test_a_header_of_another_shape_is_reported(tmp_path):
+    path = tmp_path / "j"
+    await _filled(path)
+    header = msgpack.packb([1, 2])
+    put(path, "instances", IID, b"\x01" + len(header).to_bytes(2, "big") + header + b"\x80")
+    put(path, "instances", OTHER, b"")  # emptied altogether
+    async with LMDBJournal(path) as journal:
+        with journal.reader() as r:
+            for iid in (IID, OTHER):
+                with pytest.raises(JournalCorrupt) as info:
+                    r.instance(iid)
+                assert_names(info.value, "instances", iid)
+        txn = Txn()
+        txn.set_status(OTHER, "corrupt")  # marking works on an emptied record too
+        await journal.commit(txn)
+
+
+# -- no write overwrites ---------------------------------------------------------------
+
+
+async def test_a_lost_mail_counter_fails_the_send_and_keeps_the_unread_message(tmp_path):
+    path = tmp_path / "j"
+    await _filled(path)
+    put(path, "counters", IID + b"m", None)
+    async with LMDBJournal(path) as journal:
+        outcomes: dict[int, object] = {}
+
+        async def send(iid: bytes, n: int) -> None:
+            txn = Txn()
+            txn.append_message(iid, ["go", n, 0.0])
+            try:
+                outcomes[n] = await journal.commit(txn)
+            except JournalCorrupt as exc:
+                outcomes[n] = (exc.database, exc.key)
+
+        async with trio.open_nursery() as nursery:  # one group commit
+            for n in range(10):
+                nursery.start_soon(send, IID if n == 5 else OTHER, n)
+        assert ("mail", IID + (1).to_bytes(8, "big")) == outcomes.pop(5)
+        # The other nine sends of the batch committed (the first message is from _filled).
+        assert [[seq] for seq in range(2, 11)] == sorted(outcomes.values())  # type: ignore[type-var]
+        with journal.reader() as r:
+            assert 0 == r.last_message_seq(IID)
+            with pytest.raises(JournalCorrupt) as info:  # the reader sees the lost counter
+                r.mailbox(IID)
+            assert_names(info.value, "counters", IID + b"m")
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(db=env.open_db(b"mail")) as txn:
+        assert msgpack.packb(["go", 1, 0.0]) == txn.get(IID + (1).to_bytes(8, "big"))
+    env.close()
+
+
+async def test_a_lost_stream_counter_fails_the_emit_and_keeps_the_value(tmp_path):
+    path = tmp_path / "j"
+    await _filled(path)
+    put(path, "counters", IID + b"s", None)
+    async with LMDBJournal(path) as journal:
+        txn = Txn()
+        txn.append_stream(IID, "again")
+        with pytest.raises(JournalCorrupt) as info:
+            await journal.commit(txn)
+        assert_names(info.value, "stream", IID + (0).to_bytes(8, "big"))
+        with journal.reader() as r:
+            with pytest.raises(JournalCorrupt) as info:
+                r.stream(IID)
+            assert_names(info.value, "counters", IID + b"s")
+            assert [(0, {"i": 0})] == r.stream(OTHER)
+
+
+async def test_a_lost_mail_counter_fails_the_send_in_memory_too():
+    journal = MemoryJournal()
+    async with journal:
+        txn = Txn()
+        txn.append_message(IID, ["go", 1, 0.0])
+        txn.append_message(IID, ["go", 2, 0.0])
+        assert [1, 2] == await journal.commit(txn)
+        del journal._mail_next[IID]
+        txn = Txn()
+        txn.append_message(OTHER, ["go", 3, 0.0])
+        txn.append_message(IID, ["go", 4, 0.0])
+        with pytest.raises(JournalCorrupt) as info:
+            await journal.commit(txn)
+        assert_names(info.value, "mail", IID + (1).to_bytes(8, "big"))
+        with journal.reader() as r:
+            assert [] == r.mailbox(OTHER)  # nothing of the failed transaction applied
+            with pytest.raises(JournalCorrupt) as info:
+                r.mailbox(IID)
+            assert_names(info.value, "counters", IID + b"m")
+        txn = Txn()
+        txn.delete_instance(IID)
+        txn.append_message(IID, ["go", 5, 0.0])  # a fresh mailbox numbers from 1 again
+        assert [1] == await journal.commit(txn)
+
+
+# -- through the runtime and the command line --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("base") / "j"
+    jd.build(path)
+    return path
+
+
+def _key(base: Path, database: str, address: str, nth: int = 0) -> bytes:
+    iid = instance_id(address)
+    return [k for d, k in jd.records(base) if d == database and jd.instance_of(d, k) == iid][nth]
+
+
+@pytest.mark.parametrize(
+    ("database", "address", "value"),
+    [
+        ("counters", jd.WAITER, b"\x00\x01"),  # the mail counter
+        ("log", jd.SLEEPER, msgpack.packb([1, 2])),
+        ("log", jd.EMITTER, msgpack.packb({"k": 7})),
+        ("mail", jd.WAITER, msgpack.packb({"n": 0})),
+        ("mail", jd.WAITER, msgpack.packb("go")),
+        ("timer_ids", jd.SLEEPER, b"\x01\x02"),
+        ("instances", jd.SLEEPER, None),  # reshaped record, below
+    ],
+)
+def test_a_damaged_instance_is_marked_corrupt_and_shown(base, tmp_path, database, address, value):
+    path = tmp_path / "j"
+    jd.copy_journal(base, path)
+    key = _key(base, database, address)
+    if value is None:
+        jd.damage(path, database, key, "reshape", {"run": "zero"})
+    else:
+        put(path, database, key, value)
+    outcomes = jd.check(path, database, key)
+    assert "corrupt" == outcomes[address]
+    assert {a: "ok" for a in jd.ADDRESSES if a != address} == {
+        a: o for a, o in outcomes.items() if a != address
+    }
+    code, out, err = jd.show(path, address)
+    assert 5 == code
+    assert "Traceback" not in err and f"database '{database}'" in err and key.hex() in err
+
+
+@pytest.mark.parametrize(("value", "index"), [(b"\x01\x02\x03", None), (None, 0)])
+def test_a_damaged_cursor_or_a_lost_stream_value_is_reported_to_the_consumer(
+    base, tmp_path, value, index
+):
+    path = tmp_path / "j"
+    jd.copy_journal(base, path)
+    if index is None:
+        database, key = "cursors", _key(base, "cursors", jd.EMITTER)  # consumer "c"
+    else:
+        database, key = "stream", instance_id(jd.EMITTER) + (2).to_bytes(8, "big")
+    put(path, database, key, value)
+
+    async def main() -> None:
+        async with jd.open_system(path) as system:
+            with pytest.raises(JournalCorrupt) as info:
+                async with system.stream(jd.EMITTER, "fresh" if index is not None else "c") as s:
+                    async for _ in s:
+                        pass
+            assert_names(info.value, database, key)
+            # The other instances work.
+            await system.send(jd.WAITER, Signal("a"), "a1")
+            assert ["a1", "b1"] == await system.get(jd.WAITER).result()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+# -- the memory journal, damaged the same ways ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def memory_base() -> MemoryJournal:
+    journal = MemoryJournal()
+    jd.build(journal)
+    return journal
+
+
+def _memory_damage(journal: MemoryJournal, store: str, address: str, how: str) -> None:
+    iid = instance_id(address)
+    if store == "counter":
+        del journal._mail_next[iid]
+        return
+    if store == "instances":
+        status, process, addr, data = journal._instances[iid]
+        journal._instances[iid] = (status, process, addr, _mangled(data, how))
+        return
+    if store == "stream":
+        journal._streams[iid][0] = _mangled(journal._streams[iid][0], how)
+        return
+    if store == "log":
+        entries = next(e for e in journal._logs[iid].values() if e)
+    else:
+        entries = journal._mail[iid]
+    seq = min(entries)
+    entries[seq] = _mangled(entries[seq], how)
+
+
+def _mangled(data: bytes, how: str) -> bytes:
+    return {
+        "flip": b"\xc1" + data[1:],
+        "truncate": data[: len(data) // 2],
+        "reshape": msgpack.packb([1, {"k": 2}]),
+    }[how]
+
+
+@pytest.mark.parametrize(
+    ("store", "address", "how"),
+    [("instances", a, how) for a in (jd.WAITER, jd.SLEEPER, jd.EMITTER) for how in
+     ("flip", "truncate", "reshape")]
+    + [("log", a, how) for a in (jd.SLEEPER, jd.EMITTER) for how in ("flip", "reshape")]
+    + [("mail", jd.WAITER, how) for how in ("flip", "truncate", "reshape")]
+    + [("stream", jd.EMITTER, how) for how in ("flip", "truncate")]
+    + [("counter", jd.WAITER, "delete")],
+)  # fmt: skip
+def test_a_damaged_memory_journal_hides_only_the_damaged_instance(memory_base, store, address, how):
+    journal = copy.deepcopy(memory_base)
+    _memory_damage(journal, store, address, how)
+    outcomes = jd.check_memory(journal, address)
+    assert "corrupt" == outcomes[address]
+    assert {a: "ok" for a in jd.ADDRESSES if a != address} == {
+        a: o for a, o in outcomes.items() if a != address
+    }
+
+
+@process("kw/:n")
+async def takes_x(ctx: Context, n: str, x: int = 0) -> int:
+    await ctx.wait(jd.go)
+    return x
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an instance whose stored input names an argument its process does not take "
+    "raises TypeError out of open_system: only the runtime knows the signature, so storage "
+    "cannot check it; the runtime should park the instance with last_error instead",
+)
+async def test_input_the_process_does_not_take_does_not_end_the_system(tmp_path, autojump_clock):
+    path = tmp_path / "j"
+    async with actors.open_system(LMDBJournal(path), processes=[takes_x], now=virtual_wall) as s:
+        await s.start(takes_x, "a", x=1)
+    async with LMDBJournal(path) as journal:
+        with journal.reader() as r:
+            row = r.instance(instance_id("kw/a"))
+        txn = Txn()
+        txn.put_instance(row.iid, address=row.address, process=row.process, status="running",
+                         record={**row.record, "input": {"y": 1}})  # fmt: skip
+        await journal.commit(txn)
+    async with actors.open_system(LMDBJournal(path), processes=[takes_x], now=virtual_wall) as s:
+        with trio.move_on_after(10):
+            await s.get("kw/a").result()
+        assert s.get("kw/a").last_error is not None
+
+
+async def test_a_damaged_timer_key_stops_no_timer_scan(tmp_path):
+    path = tmp_path / "j"
+    await _filled(path)
+    lost = (100_000_000).to_bytes(8, "big") + IID + RUN_SEQ[:4] + (2).to_bytes(4, "big")
+    put(path, "timers", lost, None)
+    put(path, "timers", b"\x00\x01", b"")  # too short to name a timer
+    async with LMDBJournal(path) as journal:
+        with journal.reader() as r:
+            assert [(OTHER, 2)] == [(t.iid, t.seq) for t in r.due_timers(1000.0)]
+            assert 100.0 == r.next_due()
+            with pytest.raises(JournalCorrupt) as info:  # the instance's own read reports it
+                r.timers(IID)
+            assert_names(info.value, "timers", lost)
+            assert [2] == [t.seq for t in r.timers(OTHER)]
