@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import trio
 
 from . import _effects as fx
+from . import _guard
 from ._effects import Effect
 from ._log import NO_VALUE, LogEntry
 from ._records import error_summary
@@ -210,10 +211,16 @@ class Driver:
                 if host.interrupt is not None:
                     raise Interrupted()
                 try:
-                    if throw is not None:
-                        effect = coro.throw(throw)
-                    else:
-                        effect = coro.send(send)
+                    # Invariant: _guard.running names this instance exactly
+                    # while its code runs (never across an await of ours).
+                    _guard.running = self.address
+                    try:
+                        if throw is not None:
+                            effect = coro.throw(throw)
+                        else:
+                            effect = coro.send(send)
+                    finally:
+                        _guard.running = None
                 except StopIteration as stop:
                     await host.complete(stop.value)
                     return

@@ -7,6 +7,7 @@ from typing import Any
 
 from storage import TERMINAL_STATUSES, instance_id
 
+from . import _guard
 from ._interfaces import SystemAPI
 from ._records import error_summary
 from .errors import ProcessCancelled, ProcessFailed
@@ -78,6 +79,11 @@ class Handle:
             JournalCorrupt: its records do not decode; it names the database
                 and key of the one that fails.
         """
+        _guard.refuse(
+            "handle.result()",
+            "to wait for a child, start it with ctx.call (or ctx.spawn, then ctx.wait "
+            "for a signal it sends)",
+        )
         async for status in self.status_changes():
             if status in _SETTLED or status == "compensation_stuck":
                 break
@@ -123,6 +129,7 @@ class Handle:
         """Yield the current exports, then each newly published value; a slow
         watcher gets the latest, not a backlog. Waits for the first publish;
         ends once the instance is finished."""
+        _guard.refuse('handle.watch()', "read a child's progress through signals it sends (ctx.wait)")
         seen = None
         while True:
             event = self._system._status_event(self._iid)
@@ -137,11 +144,21 @@ class Handle:
 
     async def cancel(self) -> bool:
         """Cancel the instance; see `ActorSystem.cancel`."""
+        _guard.refuse(
+            "handle.cancel()",
+            "a child ends with its parent; to stop one earlier, send it a signal it "
+            "handles",
+        )
         return await self._system.cancel(self._address)
 
     async def status_changes(self) -> AsyncIterator[str]:
         """Yield the current status, then each new one, ending after a
         terminal status. A slow reader sees the latest status, not a backlog."""
+        _guard.refuse(
+            "handle.status_changes()",
+            "to wait for a child, start it with ctx.call (or ctx.spawn, then ctx.wait "
+            "for a signal it sends)",
+        )
         last = None
         while True:
             event = self._system._status_event(self._iid)

@@ -41,7 +41,7 @@ from ._mailbox import Mailbox
 from ._process import ProcessDef
 from ._steps import run_step
 from ._supervision import CANCEL, ESCALATE
-from .errors import NonDeterminismError
+from .errors import InvalidArguments, NonDeterminismError
 
 
 def _journal_full(exc: BaseException) -> JournalFull | None:
@@ -138,7 +138,15 @@ class Actor(Ends):
                         await self._finish_compensation(failure, end)
                     else:
                         try:
-                            await self.driver.run(self.new_coroutine(), self)
+                            coro = self.new_coroutine()
+                        except InvalidArguments as exc:
+                            # Stored params or input this code does not take:
+                            # kept suspended (never failed or lost), as for
+                            # changed code, until matching code is deployed.
+                            await self.diverge(exc)
+                            return
+                        try:
+                            await self.driver.run(coro, self)
                         except Passivated:
                             pass
                         except Interrupted:
@@ -238,9 +246,23 @@ class Actor(Ends):
     # -- the driver ------------------------------------------------------------
 
     def new_coroutine(self) -> Coroutine[Any, Any, Any]:
-        """The process coroutine of the current run, not started yet."""
+        """The process coroutine of the current run, not started yet.
+
+        Raises:
+            InvalidArguments: the run's params or input do not fit the
+                function's parameters (calling an ``async def`` only binds
+                them: no process code runs before this is known).
+        """
         input = self.record.get("input") or {}
-        return self.proc.fn(self.ctx, *self.record.get("params", ()), **input)
+        params = self.record.get("params", ())
+        try:
+            return self.proc.fn(self.ctx, *params, **input)
+        except TypeError as exc:
+            raise InvalidArguments(
+                f"the stored params {list(params)!r} and input {sorted(input)!r} of "
+                f"{self.address!r} do not fit {self.proc.template!r}'s function ({exc}); "
+                "deploy code that takes them, or cancel the instance"
+            ) from exc
 
     async def check_history(self, log: dict[int, Any]) -> NonDeterminismError | None:
         """Replay ``log`` (this run's, as the journal stores it) against the

@@ -31,7 +31,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
-from . import _control, _events, _protocol, _tracing
+from . import _control, _events, _guard, _protocol, _tracing
 from ._checks import check_name, check_seconds, check_text
 from ._activation import YIELD_EVERY, Activation
 from ._cancels import Cancels
@@ -179,6 +179,10 @@ class ActorSystem(Activation, Cancels):
             InvalidArguments: wrong params or input for the process.
             EncodeError: input the codec cannot store (nothing is written).
         """
+        _guard.refuse(
+            "system.start()",
+            "start children with ctx.call or ctx.spawn",
+        )
         handle, _ = await self._start(self._proc(proc), params, input, None)
         return handle
 
@@ -288,6 +292,10 @@ class ActorSystem(Activation, Cancels):
             JournalCorrupt: the instance's records do not decode (it is
                 marked ``corrupt``); the error names the database and key.
         """
+        _guard.refuse(
+            "system.send()",
+            "send from a step (ctx.step) so the send is recorded",
+        )
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
         check_name(address, "send's address")
@@ -430,6 +438,10 @@ class ActorSystem(Activation, Cancels):
             JournalCorrupt: the instance's records do not decode; the error
                 names the database and key of the one that fails.
         """
+        _guard.refuse(
+            "system.cancel()",
+            "cancel from a step (ctx.step), or let the child end with its parent",
+        )
         iid = instance_id(check_name(address, "cancel's address"))
         if self._snapshot(iid)[0] == "corrupt":
             raise self._corrupt_error(iid, address)

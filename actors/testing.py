@@ -11,7 +11,7 @@ A pytest recipe (pytest-trio with ``trio_mode = true``)::
         async with open_test_system([order]) as system:
             yield system
 
-    async def test_order_times_out(system):
+    async def test_order_times_out(system, autojump_clock):  # the test asks for the clock too
         handle = await system.start(order, "o-1", amount=5)
         with pytest.raises(actors.ProcessFailed, match="no approval"):
             await handle.result()           # three days pass in milliseconds

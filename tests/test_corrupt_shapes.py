@@ -354,12 +354,6 @@ async def takes_x(ctx: Context, n: str, x: int = 0) -> int:
     return x
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an instance whose stored input names an argument its process does not take "
-    "raises TypeError out of open_system: only the runtime knows the signature, so storage "
-    "cannot check it; the runtime should park the instance with last_error instead",
-)
 async def test_input_the_process_does_not_take_does_not_end_the_system(tmp_path, autojump_clock):
     path = tmp_path / "j"
     async with actors.open_system(LMDBJournal(path), processes=[takes_x], now=virtual_wall) as s:
@@ -372,9 +366,12 @@ async def test_input_the_process_does_not_take_does_not_end_the_system(tmp_path,
                          record={**row.record, "input": {"y": 1}})  # fmt: skip
         await journal.commit(txn)
     async with actors.open_system(LMDBJournal(path), processes=[takes_x], now=virtual_wall) as s:
-        with trio.move_on_after(10):
-            await s.get("kw/a").result()
-        assert s.get("kw/a").last_error is not None
+        handle = s.get("kw/a")
+        with trio.fail_after(10):
+            while handle.last_error is None:
+                await trio.sleep(0.01)
+        assert "suspended" == handle.status
+        assert "InvalidArguments" in handle.last_error and "cancel the instance" in handle.last_error
 
 
 async def test_a_damaged_timer_key_stops_no_timer_scan(tmp_path):

@@ -185,6 +185,77 @@ async def test_a_full_map_suspends_the_writer_keeps_the_system_up_and_a_bigger_m
                 await trio.sleep(0.01)
 
 
+_FULL_CHILD = """
+import os, sys, trio, actors
+from storage import JournalFull, LMDBJournal
+from tests.test_journal_hostile import echo, ping
+
+async def main(path, acks):
+    fd = os.open(acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    small = LMDBJournal(path, map_size=1 << 20, max_map_size=1 << 20)
+    async with actors.open_system(small, processes=[echo]) as system:
+        for k in range(4):
+            await system.start(echo, str(k))
+
+        async def sender(k):
+            for i in range(10**6):
+                n = k * 10**6 + i
+                while True:
+                    try:
+                        await system.send(f"hostile/{k}", ping, {"i": n, "pad": "x" * 2000})
+                    except JournalFull:
+                        os.write(fd, b"F %d\\n" % n)  # refused: not acknowledged
+                        await trio.sleep(0.01)
+                        continue
+                    os.write(fd, b"S %d\\n" % n)
+                    break
+
+        async with trio.open_nursery() as nursery:
+            for k in range(4):
+                nursery.start_soon(sender, k)
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+@pytest.mark.slow  # a real child process filling its map, SIGKILLed: ~5 s
+async def test_a_sigkill_on_a_full_map_loses_nothing_acknowledged_and_repeats_nothing(tmp_path):
+    path, acks = tmp_path / "journal", tmp_path / "acks"
+
+    def refusals() -> int:
+        text = acks.read_text() if acks.exists() else ""
+        return sum(1 for line in text.split("\n") if line.startswith("F "))
+
+    kill_after_acks(
+        ["-c", _FULL_CHILD, str(path), str(acks)],
+        stderr_path=tmp_path / "stderr",
+        acked=refusals,  # killed once the map has been full for a while
+        min_acks=40,
+        start_timeout=120,
+        delay=0.3,
+        label="full-map child",
+    )
+    acked = acked_ids(acks)
+    assert acked
+    big = LMDBJournal(path, max_map_size=1 << 28)
+    async with actors.open_system(big, processes=[echo]) as system:
+        emitted: list[int] = []
+        with trio.fail_after(120):
+            for k in range(4):
+                wanted = {n for n in acked if n // 10**6 == k}
+                iid = instance_id(f"hostile/{k}")
+                while True:
+                    with system.journal.reader() as r:
+                        values = [v["i"] for _, v in r.stream(iid, 0, 10**6)]
+                    if wanted <= set(values):
+                        break
+                    await trio.sleep(0.05)
+                emitted += values
+    # No acknowledged message lost (above), none handled twice.
+    assert len(emitted) == len(set(emitted))
+    print(f"{len(acked)} acknowledged sends on a full map, all handled once after the SIGKILL")
+
+
 async def test_a_stalled_instance_resumes_once_cleanup_makes_room(tmp_path, autojump_clock):
     # No reopen: space comes back inside the map, and the retry finds it.
     path = tmp_path / "journal"

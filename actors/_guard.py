@@ -1,0 +1,32 @@
+"""Which process's code is running right now.
+
+The driver runs process code by hand, one ``coro.send`` at a time, inside
+the actor's task. Awaiting a trio primitive there (a handle's ``result()``,
+say) would register the actor's task with that primitive, and its later
+wake-up would reschedule a task trio is not waiting on: an internal error
+that ends the whole run. So the runtime's own awaitables ask `refuse`
+first, and process code gets a `ContextError` that says what to use.
+"""
+
+from __future__ import annotations
+
+from .errors import ContextError
+
+# The address whose process code is being stepped, or None. Set by the
+# driver around each ``coro.send``/``coro.throw`` (no task switch can happen
+# inside one, so one slot serves every actor).
+running: str | None = None
+
+
+def refuse(what: str, instead: str) -> None:
+    """Raise `ContextError` if called from process code.
+
+    Args:
+        what: the call, as the user wrote it (``"handle.result()"``).
+        instead: what process code should use instead.
+    """
+    if running is not None:
+        raise ContextError(
+            f"process {running!r} awaited {what}, which is not a ctx effect: process "
+            f"code may only await ctx effects; {instead}"
+        )

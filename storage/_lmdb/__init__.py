@@ -1,0 +1,20 @@
+"""The journal in an embedded LMDB environment (`LMDBJournal`), split by concern:
+
+- `_journal`: `LMDBJournal`'s lifecycle: the private directory, the owner
+  lock and who holds it, opening (read-only too) and closing, read snapshots;
+- `_writer`: group commit: the writer and waker threads, batches, the
+  "async" window, map growth, and the careful path that isolates a
+  transaction that fails;
+- `_applier`: a `Txn`'s operations as puts and deletes in one LMDB
+  write transaction;
+- `_reader`: the `Reader`, one LMDB read transaction;
+- `_layout`: the databases, their key packing, and the journal format.
+"""
+
+from ._journal import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
+from ._writer import (
+    ASYNC_WINDOW_SECONDS as ASYNC_WINDOW_SECONDS,
+    ASYNC_WINDOW_TXNS as ASYNC_WINDOW_TXNS,
+)
+
+__all__ = ["LMDBJournal", "JournalHolder"]

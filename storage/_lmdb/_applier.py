@@ -1,0 +1,173 @@
+"""`_Applier`: turns a `Txn`'s operations into puts and deletes.
+
+One applier works inside one LMDB write transaction, the batch's or a
+nested one (see `_writer._GroupCommit._apply_all`): each operation code of
+`storage._journal` maps to the keys of `_layout`, keeping the secondary
+indexes (status, the timers' due-time index, the counters) in step with the
+records they index.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import lmdb
+import msgpack
+
+from .. import _journal as j
+from .._journal import (
+    ADD_TIMER,
+    APPEND_MESSAGE,
+    APPEND_STREAM,
+    CANCEL_TIMER,
+    DELETE_CURSOR,
+    DELETE_INSTANCE,
+    DROP_LOG,
+    PUT_INSTANCE,
+    PUT_LOG,
+    SET_CURSOR,
+    SET_STATUS,
+    TAKE_MESSAGE,
+)
+from ._layout import _H, _MAIL_COUNTER, _Q, _RUN_SEQ, _STREAM_COUNTER
+
+
+class _Applier:
+    """Applies Txn operations inside one LMDB write transaction."""
+
+    __slots__ = ("txn", "instances", "status", "log", "mail", "timers", "timer_ids",
+                 "stream", "cursors", "counters")  # fmt: skip
+
+    def __init__(self, txn: lmdb.Transaction, dbs: tuple[Any, ...]) -> None:
+        # ``dbs``: the handles in slot order (`LMDBJournal._handles`); one
+        # unpacking rather than nine dict lookups, as the inline path makes
+        # an applier per commit.
+        self.txn = txn
+        (self.instances, self.status, self.log, self.mail, self.timers, self.timer_ids,
+         self.stream, self.cursors, self.counters) = dbs  # fmt: skip
+
+    def status_of(self, iid: bytes) -> int | None:
+        value = self.txn.get(iid, db=self.instances)
+        if value is None:
+            return None
+        return value[0] if value else 0  # an emptied record: no status (its reads report it)
+
+    def _next(self, iid: bytes, kind: bytes) -> int:
+        key = iid + kind
+        found = self.txn.get(key, db=self.counters)
+        number = 0 if found is None else j.number(found, "counters", key)
+        self.txn.put(key, _Q.pack(number + 1), db=self.counters)
+        return number
+
+    def _append(self, key: bytes, value: bytes, db: Any, database: str) -> None:
+        """Write a new message or stream value; never over an existing one.
+
+        Invariant: a message or stream value, once written, is only ever
+        taken or deleted, never replaced: a damaged counter that hands out a
+        number again fails this transaction (alone) instead of losing what
+        the number held.
+        """
+        if not self.txn.put(key, value, db=db, overwrite=False):
+            raise j.corrupt(
+                database, key,
+                "already exists where a new one was to be written (the instance's counter "
+                "in database 'counters' was damaged or lost); nothing was overwritten",
+            )  # fmt: skip
+
+    def _delete_prefix(self, prefix: bytes, db: Any) -> None:
+        with self.txn.cursor(db=db) as cur:
+            if not cur.set_range(prefix):
+                return
+            while cur.key().startswith(prefix):
+                if not cur.delete():
+                    break
+
+    def _set_index(self, iid: bytes, old: int | None, new: int, process: bytes) -> None:
+        txn = self.txn
+        if old is not None and old != new:
+            txn.delete(bytes((old,)) + iid, db=self.status)
+        txn.put(bytes((new,)) + iid, process, db=self.status)
+
+    def run(self, ops: list[tuple[Any, ...]]) -> list[int]:
+        txn = self.txn
+        results: list[int] = []
+        for op in ops:
+            code = op[0]
+            if code == PUT_LOG:
+                _, iid, run, seq, entry = op
+                txn.put(iid + _RUN_SEQ.pack(run, seq), entry, db=self.log)
+            elif code == TAKE_MESSAGE:
+                txn.delete(op[1] + _Q.pack(op[2]), db=self.mail)
+            elif code == APPEND_MESSAGE:
+                _, iid, message = op
+                seq = self._next(iid, _MAIL_COUNTER) + 1
+                self._append(iid + _Q.pack(seq), message, self.mail, "mail")
+                results.append(seq)
+            elif code == PUT_INSTANCE:
+                _, iid, status, process, address, record = op
+                old = self.status_of(iid)
+                header = msgpack.packb([address, process])
+                txn.put(
+                    iid,
+                    bytes((status,)) + _H.pack(len(header)) + header + record,
+                    db=self.instances,
+                )
+                self._set_index(iid, old, status, process.encode())
+            elif code == SET_STATUS:
+                _, iid, status = op
+                value = txn.get(iid, db=self.instances)
+                if value is not None:
+                    # The process comes from the index entry, not the record's
+                    # header: marking a broken record corrupt must not need it
+                    # to decode.
+                    old = self.status_of(iid)
+                    process = txn.get(bytes((old,)) + iid, db=self.status) or b""
+                    txn.put(iid, bytes((status,)) + value[1:], db=self.instances)
+                    self._set_index(iid, old, status, process)
+            elif code == ADD_TIMER:
+                _, iid, run, seq, due = op
+                ident = iid + _RUN_SEQ.pack(run, seq)
+                old_due = txn.get(ident, db=self.timer_ids)
+                if old_due is not None:
+                    txn.delete(old_due + ident, db=self.timers)
+                txn.put(_Q.pack(due) + ident, b"", db=self.timers)
+                txn.put(ident, _Q.pack(due), db=self.timer_ids)
+            elif code == CANCEL_TIMER:
+                ident = op[1] + _RUN_SEQ.pack(op[2], op[3])
+                old_due = txn.get(ident, db=self.timer_ids)
+                if old_due is not None:
+                    txn.delete(old_due + ident, db=self.timers)
+                    txn.delete(ident, db=self.timer_ids)
+            elif code == DROP_LOG:
+                self._delete_prefix(op[1] + struct.pack(">I", op[2]), self.log)
+            elif code == APPEND_STREAM:
+                _, iid, value = op
+                index = self._next(iid, _STREAM_COUNTER)
+                self._append(iid + _Q.pack(index), value, self.stream, "stream")
+                results.append(index)
+            elif code == SET_CURSOR:
+                _, iid, consumer, position = op
+                txn.put(iid + consumer.encode(), _Q.pack(position), db=self.cursors)
+            elif code == DELETE_CURSOR:
+                txn.delete(op[1] + op[2].encode(), db=self.cursors)
+            elif code == DELETE_INSTANCE:
+                self._delete_instance(op[1])
+            else:  # pragma: no cover - a programming error in the runtime
+                raise ValueError(f"unknown journal op {code}")
+        return results
+
+    def _delete_instance(self, iid: bytes) -> None:
+        txn = self.txn
+        old = self.status_of(iid)
+        if old is not None:
+            txn.delete(bytes((old,)) + iid, db=self.status)
+            txn.delete(iid, db=self.instances)
+        with txn.cursor(db=self.timer_ids) as cur:
+            if cur.set_range(iid):
+                while cur.key().startswith(iid):
+                    txn.delete(cur.value() + cur.key(), db=self.timers)
+                    if not cur.delete():
+                        break
+        for db in (self.log, self.mail, self.stream, self.cursors, self.counters):
+            self._delete_prefix(iid, db)

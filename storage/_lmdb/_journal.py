@@ -1,0 +1,397 @@
+"""`LMDBJournal`: the embedded, durable default journal, with group commit.
+
+This module holds its lifecycle: the private directory and its permissions,
+the owner lock (one system per journal across processes) and who holds it,
+opening (the format check of `_layout`), read-only opening for inspection,
+closing, and the read snapshots (`_reader`). Writing, group commit and map
+growth are `_writer._GroupCommit`, which `LMDBJournal` inherits.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import queue
+import threading
+import weakref
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import lmdb
+import trio
+
+from .._clock import AutojumpHold
+from .._journal import Journal, Reader
+from ..errors import JournalClosed, JournalCorrupt, JournalLocked
+from ._applier import _Applier
+from ._layout import _DBS, _FORMAT, _format_mismatch
+from ._reader import _LMDBReader
+from ._writer import _NO_SPLIT, _Batch, _GroupCommit
+
+__all__ = ["LMDBJournal", "JournalHolder"]
+
+_DIR_MODE = 0o700  # see LMDBJournal._make_private_dir
+_FILE_MODE = 0o600
+_FILES = ("data.mdb", "lock.mdb", "owner.lock")
+
+_log = logging.getLogger("storage")
+
+_open_journals: weakref.WeakSet[LMDBJournal] = weakref.WeakSet()
+
+
+def _forget_after_fork() -> None:
+    # An LMDB environment must not be used in a forked child: its locks and
+    # the writer thread belong to the parent.
+    for journal in list(_open_journals):
+        journal._forked = True
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _pid_hint(lock_path: Path) -> int | None:
+    """The pid the owner lock file names, if that process is alive (a hint:
+    the file outlives its writer)."""
+    try:
+        pid = int(lock_path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+@attrs.frozen
+class JournalHolder:
+    """Who holds an LMDB journal, as `LMDBJournal.holder` finds it.
+
+    ``held`` is True when a system holds the owner lock now, False when
+    none does, and None when the platform cannot tell without taking the
+    lock (then ``pid`` is only the hint the lock file keeps). ``pid`` is the
+    holder's process id, when known.
+    """
+
+    held: bool | None
+    pid: int | None
+
+
+class LMDBJournal(_GroupCommit, Journal):
+    """The durable journal in an LMDB environment at ``path`` (a directory).
+
+    A directory it creates is private to its owner (0700, files 0600); an
+    existing one that others can read is opened with a warning (logger
+    ``storage``) saying which ``chmod`` to run.
+
+    A commit that cannot be written fails with `JournalFull` (the map is at
+    ``max_map_size``) or `JournalDiskFull` (the filesystem is full or
+    failing); a transaction LMDB refuses (a key over its 511 bytes) fails
+    alone with `EncodeError`. Either way nothing of it is written and the
+    other transactions of its group commit go ahead.
+
+    Args:
+        path: directory of the environment (created if missing).
+        map_size: initial size of the memory map in bytes. The file is
+            sparse, so a generous value costs nothing up front.
+        max_map_size: the map grows (doubling) up to this size; past it a
+            transaction fails with `JournalFull` naming this setting (one
+            that only deletes may use a small reserve past it, so cleanup
+            can always make room).
+        durability: ``"sync"`` (an awaited commit returns once on disk) or
+            ``"async"`` (once queued, while fewer than `ASYNC_WINDOW_TXNS`
+            transactions wait and the oldest has waited under
+            `ASYNC_WINDOW_SECONDS`; past that, once committed. LMDB skips the
+            meta-page fsync, which keeps integrity but may lose the last
+            commit on a power cut).
+        readonly: open an existing journal for reading only, as the CLI
+            does: no owner lock is taken (so it works while a system in
+            another process holds the journal) and no writer thread is
+            started; ``submit`` and ``commit`` raise `JournalClosed`.
+
+    Raises (from ``open``):
+        JournalLocked: another system holds the directory (not with ``readonly``).
+        JournalCorrupt: there is no readable journal at ``path`` (with ``readonly``).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 1 << 30,
+        max_map_size: int = 1 << 40,
+        durability: str = "sync",
+        readonly: bool = False,
+    ) -> None:
+        if durability not in ("sync", "async"):
+            raise ValueError(f"durability must be 'sync' or 'async', not {durability!r}")
+        self.path = Path(path)
+        self.map_size = map_size
+        self.max_map_size = max(max_map_size, map_size)
+        self.durability = durability
+        self.readonly = readonly
+        self._env: lmdb.Environment | None = None
+        self._dbs: dict[str, Any] = {}
+        self._handles: tuple[Any, ...] = ()  # the databases a `_Applier` writes, in its order
+        self._lock_fd: int | None = None
+        self._forked = False
+        # The lock guards the three fields below; the condition (on the same
+        # lock) wakes the writer thread when a batch starts or on close. The
+        # hot path takes only the plain lock, whose `with` costs no Python frame.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # Batches waiting for the writer, oldest first. Invariant: only the
+        # last one still takes transactions.
+        self._pending: deque[_Batch] = deque()
+        self._split_at = _NO_SPLIT  # start a new pending batch at this size
+        self._closing = False
+        self._writer: threading.Thread | None = None
+        self._waker: threading.Thread | None = None
+        # Committed batches for the waker thread to hand back (None: stop),
+        # and how many the writer queued and the waker handed back; each
+        # counter has a single writing thread.
+        self._to_wake: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._wakes_queued = 0
+        self._wakes_done = 0
+        self._token: trio.lowlevel.TrioToken | None = None
+        # Readers hold this while a read transaction is open; the writer takes
+        # it to resize the map (set_mapsize needs no transaction open).
+        self._read_lock = threading.Lock()
+        self._inflight = 0  # batches submitted and not yet finished (trio thread)
+        # The trio thread's view of the "async" window: transactions queued
+        # and not yet finished, and the batches holding them, oldest first
+        # (finished ones leave from the front).
+        self._uncommitted = 0
+        self._unfinished: deque[_Batch] = deque()
+        self._inline_claimed = False  # a caller is trying the fast path (trio thread)
+        self._hold: AutojumpHold | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._env is not None:
+            raise JournalLocked(f"{self.describe()} is already open in this process")
+        if self.readonly:
+            self._open_readonly()
+            return
+        self._make_private_dir()
+        self._lock_fd = self._take_lock()
+        try:
+            self._env = lmdb.open(
+                str(self.path),
+                mode=_FILE_MODE,
+                map_size=self.map_size,
+                max_dbs=len(_DBS),
+                metasync=self.durability == "sync",
+                sync=True,
+                max_readers=1024,
+            )
+            self._env.reader_check()  # slots left by a SIGKILLed process
+            for name in _DBS:
+                self._dbs[name] = self._env.open_db(name.encode())
+            self._handles = tuple(self._dbs[name] for name in _Applier.__slots__[1:])
+            with self._env.begin(write=True, db=self._dbs["meta"]) as txn:
+                found = txn.get(b"format")
+                if found is None:
+                    txn.put(b"format", _FORMAT)
+                elif found != _FORMAT:
+                    raise _format_mismatch(self.path, found)
+        except lmdb.Error as exc:
+            self._release()
+            raise JournalCorrupt(
+                f"cannot open LMDB journal at {self.path}: {exc}", database="", key=b""
+            ) from exc
+        except BaseException:
+            self._release()
+            raise
+        self._token = trio.lowlevel.current_trio_token()
+        self._hold = AutojumpHold.current()
+        self._closing = False
+        self._split_at = _NO_SPLIT
+        self._writer = threading.Thread(
+            target=self._write_loop, name=f"journal-writer {self.path}", daemon=True
+        )
+        self._waker = threading.Thread(
+            target=self._wake_loop, name=f"journal-waker {self.path}", daemon=True
+        )
+        self._writer.start()
+        self._waker.start()
+        _open_journals.add(self)
+
+    def _make_private_dir(self) -> None:
+        # Payloads, inputs and results are the application's data: like
+        # PostgreSQL's data directory, a journal is for its owner alone.
+        # Invariant: a directory created here is 0700 and the files LMDB and
+        # _take_lock create in it 0600; an existing one is left as it is
+        # (it may be shared on purpose), but wider modes are reported.
+        if not self.path.exists():
+            self.path.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+            os.chmod(self.path, _DIR_MODE)  # mkdir's mode passes through the umask
+            return
+        self._warn_if_exposed()
+
+    def _warn_if_exposed(self) -> None:
+        exposed = []
+        files = []
+        for path in (self.path, *(self.path / name for name in _FILES)):
+            try:
+                mode = path.stat().st_mode & 0o777
+            except OSError:
+                continue  # not created yet
+            if path != self.path:
+                files.append(str(path))
+            if mode & 0o077:
+                exposed.append(f"{path} (mode {mode:04o})")
+        if exposed:
+            fix = f"chmod 700 {self.path}" + (f" && chmod 600 {' '.join(files)}" if files else "")
+            _log.warning(
+                "the journal at %s is open to other users of this host: %s; run '%s' "
+                "to keep its payloads private",
+                self.path, ", ".join(exposed), fix,
+            )  # fmt: skip
+
+    def _open_readonly(self) -> None:
+        # No owner lock and no writer: LMDB lets readers in other processes
+        # share the environment with the one that writes (lock=True keeps
+        # their snapshots consistent with its commits).
+        self._warn_if_exposed()
+        try:
+            self._env = lmdb.open(
+                str(self.path), readonly=True, lock=True, max_dbs=len(_DBS), map_size=0,
+                max_readers=1024,
+            )  # fmt: skip
+            for name in _DBS:
+                self._dbs[name] = self._env.open_db(name.encode(), create=False)
+            with self._env.begin(db=self._dbs["meta"]) as txn:
+                found = txn.get(b"format")
+        except lmdb.Error as exc:
+            self._release()
+            raise JournalCorrupt(
+                f"cannot open an LMDB journal at {self.path} for reading: {exc}",
+                database="", key=b"",
+            ) from exc  # fmt: skip
+        if found != _FORMAT:
+            self._release()
+            raise _format_mismatch(self.path, found)
+        _open_journals.add(self)
+
+    def _take_lock(self) -> int:
+        lock_path = self.path / "owner.lock"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = ""
+            try:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            except OSError:
+                pass
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise JournalLocked(
+                    f"the journal at {self.path} is owned by another open system"
+                    + (f" (pid {holder})" if holder else "")
+                    + "; close that system first, or open a different path",
+                    pid=int(holder) if holder.isdigit() else None,
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    def holder(self) -> JournalHolder:
+        """Whether a system (in any process) holds this journal, and its pid.
+
+        Reads the owner lock without taking it (from /proc/locks on Linux),
+        so it can be asked beside a running system, on an open or a closed
+        `LMDBJournal`. A journal this very object holds counts as held.
+        """
+        lock_path = self.path / "owner.lock"
+        try:
+            st = lock_path.stat()
+        except OSError:
+            return JournalHolder(False, None)
+        try:
+            locks = Path("/proc/locks").read_text()
+        except OSError:
+            return JournalHolder(None, _pid_hint(lock_path))
+        file = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in locks.splitlines():
+            fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2171344 0 EOF"
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == file:
+                return JournalHolder(True, int(fields[4]) if fields[4].isdigit() else None)
+        return JournalHolder(False, None)
+
+    def _release(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+        self._dbs.clear()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the fd drops the flock
+            self._lock_fd = None
+
+    async def close(self) -> None:
+        if self._env is None:
+            return
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        for thread in (self._writer, self._waker):
+            # The writer drains every pending batch, then stops the waker.
+            if thread is not None:
+                await trio.to_thread.run_sync(thread.join)
+        # Let the finish callbacks the threads queued run before the env goes.
+        while self._inflight:
+            await trio.sleep(0)
+        self._writer = self._waker = None
+        _open_journals.discard(self)
+        self._release()
+
+    def describe(self) -> str:
+        return f"LMDBJournal({str(self.path)!r})"
+
+    def size_bytes(self) -> int | None:
+        try:
+            return (self.path / "data.mdb").stat().st_size
+        except OSError:
+            return None
+
+    def _check_open(self) -> lmdb.Environment:
+        if self._forked:
+            raise JournalClosed(
+                "this LMDB journal was opened before os.fork(); open a new LMDBJournal "
+                "in the child process instead"
+            )
+        if self._env is None or self._closing:
+            raise JournalClosed(
+                f"{self.describe()} is not open; use it inside 'async with "
+                "actors.open_system(...)' or 'async with journal:'"
+            )
+        return self._env
+
+    # -- reading -----------------------------------------------------------
+
+    @contextmanager
+    def reader(self) -> Iterator[Reader]:
+        env = self._check_open()
+        with self._read_lock:
+            try:
+                txn = env.begin(buffers=False)
+            except lmdb.MapResizedError:
+                # Another process (the system writing the journal) grew the
+                # map; adopt its size (no transaction is open here) and retry.
+                env.set_mapsize(0)
+                txn = env.begin(buffers=False)
+            try:
+                yield _LMDBReader(txn, self._dbs, self.check_shapes)
+            finally:
+                txn.abort()

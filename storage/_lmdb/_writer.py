@@ -1,0 +1,527 @@
+"""Group commit: the writer thread, its batches, and the "async" window.
+
+One writer thread owns every write transaction (py-lmdb binds a write
+transaction to the OS thread that began it). Transactions submitted while a
+commit is in flight wait in the next batch; each batch is one LMDB
+transaction, committed with LMDB's own synced commit (data fsync, then the
+meta page). Then one call through the trio token hands the batch back, and
+the trio thread reschedules each caller with its own outcome: one fsync and
+one wake-up of the event loop per batch. A small second thread, the waker,
+makes that call when the writer is busy with the next batch (see
+`_GroupCommit._write_loop` for why). A lone caller skips all this and
+commits in the trio thread (`_GroupCommit._commit_inline`).
+
+When a batch does not fit or one of its transactions is refused, the
+careful path (`_GroupCommit._write`) grows the map, then applies each
+transaction in a nested transaction so that the one at fault fails alone.
+
+`_GroupCommit` is the writing half of `LMDBJournal`, which owns the state
+declared on it (set up in `LMDBJournal.__init__` and ``open``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import queue
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import lmdb
+import trio
+from outcome import Error, Value
+
+from .. import _journal as j
+from .._clock import AutojumpHold
+from .._journal import CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Ticket, Txn
+from ..errors import (
+    ActorError,
+    Conflict,
+    EncodeError,
+    JournalClosed,
+    JournalCorrupt,
+    JournalDiskFull,
+    JournalFull,
+)
+from ._applier import _Applier
+
+_NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
+_MIN_SPLIT = 64  # see LMDBJournal._next_split
+# "async" durability acknowledges a write once it is queued, but only while
+# fewer than ASYNC_WINDOW_TXNS transactions wait to be committed and the
+# oldest of them was queued less than ASYNC_WINDOW_SECONDS ago; past either
+# bound the caller waits for its own commit. So acknowledged writes that a
+# crash can lose number at most ASYNC_WINDOW_TXNS, and when the disk falls
+# behind, writers slow down to its pace instead of queueing without end.
+ASYNC_WINDOW_TXNS = 1000
+ASYNC_WINDOW_SECONDS = 1.0
+# Operations that only remove records (see LMDBJournal._write's reserve).
+_FREEING_OPS = frozenset({DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, CANCEL_TIMER})
+# A commit failing with one of these means the filesystem is full (on some,
+# tmpfs among them, a short write shows as EIO) or failing.
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+class _Batch:
+    """Transactions that commit together: one LMDB transaction, one fsync.
+
+    The trio thread appends to ``txns`` (under the journal's lock) until the
+    writer thread takes the batch; the writer then fills in ``outcomes`` and
+    hands the batch back through the trio token. ``waiters``, ``finished``
+    and ``event`` belong to the trio thread alone.
+    """
+
+    __slots__ = ("txns", "waiters", "outcomes", "finished", "event", "born")
+
+    def __init__(self) -> None:
+        self.born = time.monotonic()  # for the "async" window (see ASYNC_WINDOW_SECONDS)
+        self.txns: list[Txn] = []
+        # Parallel to txns: the task parked in `LMDBJournal.commit` for that
+        # txn, or None (submitted without waiting, or its waiter was cancelled).
+        self.waiters: list[trio.lowlevel.Task | None] = []
+        self.outcomes: list[Any] = []  # per txn: its results, or the exception it failed with
+        self.finished = False  # set in the trio thread once outcomes are final
+        self.event: trio.Event | None = None  # made only when a `_Ticket` waits
+
+
+class _Ticket(Ticket):
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    @property
+    def done(self) -> bool:
+        return self._batch.finished
+
+    async def wait(self) -> list[int]:
+        batch = self._batch
+        if batch.finished:
+            await trio.lowlevel.checkpoint()
+        else:
+            if batch.event is None:
+                batch.event = trio.Event()
+            await batch.event.wait()
+        return _unwrap(batch.outcomes[self._index])
+
+
+def _unwrap(outcome: Any) -> list[int]:
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+class _GroupCommit:
+    """The writing methods of `LMDBJournal` (see the module docstring)."""
+
+    # Set up by LMDBJournal (see its __init__ for what each guards).
+    path: Any
+    durability: str
+    readonly: bool
+    max_map_size: int
+    _env: lmdb.Environment | None
+    _handles: tuple[Any, ...]
+    _forked: bool
+    _lock: threading.Lock
+    _cond: threading.Condition
+    _pending: deque[_Batch]
+    _split_at: int
+    _closing: bool
+    _to_wake: queue.SimpleQueue[_Batch | None]
+    _wakes_queued: int
+    _wakes_done: int
+    _token: trio.lowlevel.TrioToken | None
+    _read_lock: threading.Lock
+    _inflight: int
+    _uncommitted: int
+    _unfinished: deque[_Batch]
+    _inline_claimed: bool
+    _hold: AutojumpHold | None
+
+    if TYPE_CHECKING:  # defined by LMDBJournal
+
+        def describe(self) -> str: ...
+
+        def _check_open(self) -> lmdb.Environment: ...
+
+    # -- writing -----------------------------------------------------------
+    #
+    # Where the time goes, with many writers (see bench/journal.py): trio's
+    # own cost of waking a task and parking it again (~3 us), the caller
+    # building its Txn (~1.5 us), LMDB copying each leaf page a batch touches
+    # (~2 us per instance, under the GIL) and writing it out at commit (no
+    # GIL). So the trio thread and the writer thread take turns on the GIL,
+    # and the disk work only overlaps the trio thread's if the writer never
+    # waits for the GIL between applying a batch and committing it (see
+    # `_write_loop`). The Python here is kept to one frame per caller, one
+    # lock round per submission and one reschedule per caller.
+
+    async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
+        if self.readonly:
+            self._refuse_write()
+        if not (durable or self.durability == "sync" or txn.requires):
+            # "async" durability: queued is enough, within the window (see
+            # ASYNC_WINDOW_TXNS); past it, wait for this commit like "sync".
+            # Still a checkpoint, so a loop of such commits cannot starve
+            # the other tasks.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            if self._uncommitted < ASYNC_WINDOW_TXNS and (
+                not self._unfinished
+                or time.monotonic() - self._unfinished[0].born < ASYNC_WINDOW_SECONDS
+            ):
+                self.submit(txn)
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return []
+        elif self._inflight == 0 and not self._inline_claimed:
+            outcomes = await self._commit_inline(txn)
+            if outcomes is not None:
+                return _unwrap(outcomes[0])
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
+        batch, index = self._enqueue(txn, trio.lowlevel.current_task())
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            # The transaction still commits; only its caller stops waiting.
+            batch.waiters[index] = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        # Parked without a Ticket or an Event: `_finish` reschedules this task
+        # with its own outcome, which saves an allocation and a frame per call.
+        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+
+    async def _commit_inline(self, txn: Txn) -> list[Any] | None:
+        """The fast path for an uncontended writer: commit in the trio thread.
+
+        A round trip to the writer thread costs two thread wake-ups, a good
+        part of an fsync. But committing here blocks the event loop for that
+        fsync, so it is only worth it when nobody else is about to write or
+        run. ``tasks_runnable`` alone cannot tell: tasks woken together (all
+        the callers of one batch) run in one scheduler pass and each sees
+        the run queue empty. So the first caller claims the fast path and
+        yields once; whoever commits meanwhile goes to the writer thread, and
+        then so does this caller. Returns None to send it there.
+        """
+        self._inline_claimed = True
+        try:
+            await trio.lowlevel.checkpoint()  # cancellable: nothing is written yet
+        finally:
+            self._inline_claimed = False
+        if self._inflight or trio.lowlevel.current_statistics().tasks_runnable:
+            return None
+        return self._write_inline(self._check_open(), txn)
+
+    def submit(self, txn: Txn) -> Ticket:
+        if self.readonly:
+            self._refuse_write()
+        batch, index = self._enqueue(txn, None)
+        return _Ticket(batch, index)
+
+    def _refuse_write(self) -> None:
+        self._check_open()
+        raise JournalClosed(
+            f"{self.describe()} is open read-only; open it without readonly=True to write "
+            "(which needs the journal not to be held by a running system)"
+        )
+
+    def _enqueue(self, txn: Txn, waiter: trio.lowlevel.Task | None) -> tuple[_Batch, int]:
+        if self._env is None or self._closing or self._forked:
+            self._check_open()  # raises, saying why
+        with self._lock:
+            pending = self._pending
+            if pending and len(pending[-1].txns) < self._split_at:
+                batch = pending[-1]
+            else:
+                batch = _Batch()
+                pending.append(batch)
+                self._unfinished.append(batch)
+                self._inflight += 1
+                if self._inflight == 1 and self._hold is not None:
+                    self._hold.acquire()
+                if len(pending) == 1:
+                    self._cond.notify()  # the writer may be idle
+            batch.txns.append(txn)
+            batch.waiters.append(waiter)
+            self._uncommitted += 1
+            return batch, len(batch.txns) - 1
+
+    def _finish(self, batch: _Batch) -> None:
+        # Runs in the trio thread (via the token), once per batch: one
+        # wake-up of the trio loop serves every caller in the batch.
+        self._inflight -= 1
+        if self._inflight == 0 and self._hold is not None:
+            self._hold.release()
+        batch.finished = True
+        self._uncommitted -= len(batch.txns)
+        unfinished = self._unfinished
+        while unfinished and unfinished[0].finished:
+            unfinished.popleft()
+        reschedule = trio.lowlevel.reschedule
+        for task, result in zip(batch.waiters, batch.outcomes):
+            if task is not None:
+                failed = isinstance(result, BaseException)
+                reschedule(task, Error(result) if failed else Value(result))
+        if batch.event is not None:
+            batch.event.set()
+
+    def _write_loop(self) -> None:
+        """The writer thread: apply and commit batches in submission order.
+
+        While batch N+1 is being applied, batch N (committed) waits; it is
+        handed to the waker thread just before N+1's commit. Handing a batch
+        back to trio means a socket write, which releases the GIL; done here,
+        the trio thread would grab the GIL to wake N's callers and this
+        thread would sit out a whole switch interval (5 ms) before it could
+        even call commit. From the waker, N's callers run in the trio thread
+        while this thread's commit is on the disk, with the GIL released.
+        """
+        try:
+            self._write_batches()
+        finally:
+            self._to_wake.put(None)  # the waker stops after what it has queued
+
+    def _write_batches(self) -> None:
+        committed: _Batch | None = None  # on disk, its callers not yet woken
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing and committed is None:
+                    self._cond.wait()
+                batch = self._pending.popleft() if self._pending else None
+                if batch is not None:
+                    self._split_at = self._next_split(batch, committed)
+            if batch is None:
+                if committed is None:  # closing, and everything is handed back
+                    return
+                # Nothing to overlap with: hand back from here, unless the
+                # waker still has batches to hand back (they go first).
+                if self._wakes_done == self._wakes_queued:
+                    self._hand_back(committed)
+                else:
+                    self._queue_wake(committed)
+                committed = None
+                continue
+            wtxn = self._apply_batch(batch)
+            if committed is not None:
+                self._queue_wake(committed)
+            if wtxn is not None:
+                self._commit_batch(wtxn, batch)
+            committed = batch
+
+    def _next_split(self, taken: _Batch, committed: _Batch | None) -> int:
+        # Called by the writer (holding the lock) as it takes a batch; the
+        # answer caps the size of the batches filled from now on.
+        # With many callers, two batches of equal size overlap best: one is
+        # on the disk while the trio thread wakes the other's callers and
+        # collects their next transactions. Left alone, the split is set by
+        # chance at start-up and stays (700/300 of 1024 callers, say, which
+        # costs a third of the throughput); capping new batches at half of
+        # what is in flight evens it out within two commits. With fewer than
+        # 2 * _MIN_SPLIT callers, waking half of them costs less than the
+        # fixed cost of a commit (its fsyncs, ~30 wake-ups' worth), and one
+        # batch is best.
+        in_flight = len(taken.txns) + sum(len(b.txns) for b in self._pending)
+        if committed is not None:
+            in_flight += len(committed.txns)
+        return _NO_SPLIT if in_flight < 2 * _MIN_SPLIT else (in_flight + 1) // 2
+
+    def _queue_wake(self, batch: _Batch) -> None:
+        self._wakes_queued += 1
+        self._to_wake.put(batch)  # C code: does not release the GIL
+
+    def _wake_loop(self) -> None:
+        """The waker thread: hands committed batches back to trio, in order."""
+        while True:
+            batch = self._to_wake.get()
+            if batch is None:
+                return
+            self._hand_back(batch)
+            self._wakes_done += 1
+
+    def _hand_back(self, batch: _Batch) -> None:
+        assert self._token is not None
+        try:
+            self._token.run_sync_soon(self._finish, batch)
+        except trio.RunFinishedError:  # pragma: no cover - the loop is gone
+            pass
+
+    def _apply_batch(self, batch: _Batch) -> lmdb.Transaction | None:
+        """Apply ``batch`` in a new LMDB transaction and return it, uncommitted.
+
+        On any trouble (the map is full, a transaction LMDB refuses) it takes
+        the careful path, which commits by itself, and returns None.
+        """
+        env = self._env
+        assert env is not None
+        try:
+            wtxn = env.begin(write=True)
+        except Exception:
+            batch.outcomes = self._write(batch.txns)
+            return None
+        try:
+            batch.outcomes = self._apply_all(wtxn, batch.txns, isolate=False)
+        except lmdb.MapFullError:
+            wtxn.abort()
+            batch.outcomes = self._write(batch.txns)
+            return None
+        except Exception:  # one transaction is at fault (a key too long, say)
+            wtxn.abort()
+            batch.outcomes = self._write(batch.txns, isolate=True)
+            return None
+        return wtxn
+
+    def _commit_batch(self, wtxn: lmdb.Transaction, batch: _Batch) -> None:
+        try:
+            wtxn.commit()
+        except Exception:  # a failed commit aborts: nothing of it was written
+            batch.outcomes = self._write(batch.txns)
+
+    def _write_inline(self, env: lmdb.Environment, txn: Txn) -> list[Any] | None:
+        """Commit one transaction in the calling thread; None if that failed
+        (the map is full, say): the writer thread then retries it carefully."""
+        try:
+            return self._apply(env, [txn], isolate=False)
+        except Exception:
+            return None
+
+    def _write(self, txns: list[Txn], *, isolate: bool = False) -> list[Any]:
+        """The careful path: apply and commit ``txns``, growing the map as
+        needed and isolating a transaction that fails; return the outcomes.
+
+        Invariant: a transaction fails alone unless the commit itself fails
+        (the map or the disk is full), and then each caller learns why.
+        """
+        env = self._env
+        assert env is not None
+        while True:
+            try:
+                outcomes = self._apply(env, txns, isolate=isolate)
+            except lmdb.MapFullError as exc:
+                if self._grow(env):
+                    continue
+                if isolate:  # no room even to commit what fits
+                    outcomes = [self._commit_failed(exc) for _ in txns]
+                    break
+            except Exception as exc:
+                if isolate:  # LMDB or the disk failed: every caller learns of it
+                    return [self._commit_failed(exc) for _ in txns]
+            else:
+                break
+            # Apply each transaction on its own, so the one that does not fit
+            # (or is otherwise refused) fails alone.
+            isolate = True
+        # Deleting needs room too (LMDB copies the pages it changes), so on
+        # a full map cleanup could never make room: a transaction that only
+        # frees gets the reserve past max_map_size. It commits after the
+        # rest of its batch, which no caller can tell from an order they
+        # raced for.
+        freeing = [
+            i for i, (txn, outcome) in enumerate(zip(txns, outcomes))
+            if type(outcome) is JournalFull and all(op[0] in _FREEING_OPS for op in txn.ops)
+        ]  # fmt: skip
+        if freeing and self._grow(env, into_reserve=True):
+            again = self._write([txns[i] for i in freeing], isolate=True)
+            for i, outcome in zip(freeing, again):
+                outcomes[i] = outcome
+            try:
+                with self._read_lock:  # keep the reserve for next time (LMDB
+                    env.set_mapsize(self.max_map_size)  # keeps what is in use)
+            except lmdb.Error:
+                pass  # then the map stays larger; nothing is lost
+        return outcomes
+
+    def _commit_failed(self, exc: Exception) -> ActorError:
+        """The error for a caller whose transaction could not be written."""
+        failure: ActorError
+        if isinstance(exc, lmdb.MapFullError):
+            failure = self._full()
+        elif isinstance(exc, lmdb.DiskError) or any(
+            os.strerror(code) in str(exc) for code in _DISK_ERRNOS
+        ):
+            failure = JournalDiskFull(
+                f"{self.describe()} could not write to its filesystem ({exc}): the disk "
+                f"under {self.path} is full or failing; free space there (df {self.path}) "
+                "or move the journal to a larger disk, then retry. Nothing of this "
+                "transaction was written.",
+                path=str(self.path),
+            )
+        else:
+            failure = JournalCorrupt(
+                f"commit to {self.describe()} failed: {exc!r}; nothing of this transaction "
+                "was written. If it keeps failing, close the system and open the journal "
+                "again (LMDB refuses writes after a failed meta-page write)",
+                database="",
+                key=b"",
+            )
+        failure.__cause__ = exc
+        return failure
+
+    def _full(self) -> JournalFull:
+        return JournalFull(
+            f"{self.describe()} is full at max_map_size={self.max_map_size} bytes; "
+            "open it with a larger LMDBJournal(max_map_size=...) or clean up finished "
+            "instances (system.cleanup). Nothing of this transaction was written."
+        )
+
+    def _grow(self, env: lmdb.Environment, *, into_reserve: bool = False) -> bool:
+        limit = self.max_map_size
+        if into_reserve:
+            limit += min(max(self.max_map_size // 32, 1 << 20), 1 << 30)
+        current = env.info()["map_size"]
+        if current >= limit:
+            return False
+        try:
+            with self._read_lock:
+                env.set_mapsize(min(current * 2, limit))
+        except lmdb.Error:  # no address space, say: the map stays as it is
+            return False
+        return True
+
+    def _apply(self, env: lmdb.Environment, txns: list[Txn], *, isolate: bool) -> list[Any]:
+        """Apply ``txns`` in one LMDB transaction and commit it."""
+        with env.begin(write=True) as wtxn:
+            return self._apply_all(wtxn, txns, isolate=isolate)
+
+    def _apply_all(self, wtxn: lmdb.Transaction, txns: list[Txn], *, isolate: bool) -> list[Any]:
+        """Apply ``txns`` in order inside ``wtxn``; return their outcomes.
+
+        Each gets its results, or `Conflict` when a precondition fails (its
+        operations are skipped). With ``isolate``, each runs in a nested
+        transaction, so that one that does not fit (`JournalFull`) or that
+        LMDB refuses (`EncodeError`) fails alone and the others go on.
+        """
+        outcomes: list[Any] = []
+        apply = _Applier(wtxn, self._handles)
+        for txn in txns:
+            if txn.requires:
+                try:
+                    j.check_requires(txn.requires, apply.status_of)
+                except Conflict as exc:
+                    outcomes.append(exc)
+                    continue
+            if not isolate:
+                outcomes.append(apply.run(txn.ops))
+                continue
+            child = self._env.begin(write=True, parent=wtxn)  # type: ignore[union-attr]
+            try:
+                results = _Applier(child, self._handles).run(txn.ops)
+                child.commit()
+            except lmdb.MapFullError:
+                child.abort()
+                outcomes.append(self._full())
+            except JournalCorrupt as exc:  # it met a damaged record: it alone fails
+                child.abort()
+                outcomes.append(exc)
+            except Exception as exc:  # noqa: BLE001 - this transaction alone is refused
+                child.abort()
+                refused = EncodeError(
+                    f"{self.describe()} cannot store this transaction ({exc!r}): a key or "
+                    "value is over the journal's limits; nothing of it was written (the "
+                    "rest of its batch was)"
+                )
+                refused.__cause__ = exc
+                outcomes.append(refused)
+            else:
+                outcomes.append(results)
+        return outcomes
