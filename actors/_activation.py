@@ -20,6 +20,7 @@ import trio
 from storage import LIVE_STATUSES, CorruptRecord, Txn, instance_id
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
+from . import _events
 from ._instance import Actor
 from ._process import ProcessDef
 
@@ -85,7 +86,7 @@ class Activation:
             try:
                 row = await self.journal.read(lambda r: r.instance(iid))
             except JournalCorrupt as exc:
-                log.error("instance %s is corrupt: %s", iid.hex(), exc)
+                _events.corrupt(iid.hex(), exc)
                 await self._set_corrupt(iid, exc)
                 return
             if row is None or row.status not in LIVE_STATUSES:
@@ -173,7 +174,7 @@ class Activation:
             actor.timers_due(now)
 
     async def _mark_corrupt(self, actor: Actor, exc: JournalCorrupt) -> None:
-        log.error("instance %r is corrupt: %s", actor.address, exc)
+        _events.corrupt(actor.address, exc)
         await self._set_corrupt(actor.iid, exc)
         self._status_changed(actor.iid)
 
@@ -295,10 +296,7 @@ class Activation:
 
         wanted, orphans, broken = await self.journal.read(scan)
         for bad in broken:
-            log.error(
-                "instance %r is corrupt and is not recovered: %s",
-                bad.address or bad.iid.hex(), bad.error,
-            )  # fmt: skip
+            _events.corrupt(bad.address or bad.iid.hex(), bad.error, at_open=True)
             await self._set_corrupt(bad.iid, bad.error)
         # A child whose parent ended while the system was down is not stranded.
         for iid, address, reason in orphans:
@@ -306,6 +304,7 @@ class Activation:
                 await self._cancel_iid(iid, address, reason)
             except JournalFull as exc:  # the next open (with room) finishes it
                 log.error("could not cancel %r (%s): %s", address, reason, exc)
+        _events.opened(self.journal, resumed=len(wanted), orphans=len(orphans), corrupt=len(broken))
         for n, iid in enumerate(wanted, 1):
             self._activate(iid)
             if n % YIELD_EVERY == 0:
@@ -315,6 +314,7 @@ class Activation:
         # Closing is not a cancel: instances stay as they are in the journal
         # and resume on the next open. Submit what they have ridden so far.
         self._closing = True
+        _events.closing(self.journal, live=len(self._live))
         for actor in list(self._live.values()):
             if actor.loaded and not actor.done:
                 try:

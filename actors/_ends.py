@@ -17,10 +17,10 @@ from storage import Txn
 from storage.errors import EncodeError
 
 from . import _effects as fx
-from . import _protocol, _saga
+from . import _events, _protocol, _saga
 from . import _supervision as _sup
 from ._log import children_named
-from ._records import describe_error
+from ._records import describe_error, error_summary
 from .errors import NonDeterminismError
 
 __all__ = ["Ends"]
@@ -51,6 +51,7 @@ class Ends:
 
     async def fail(self, exc: BaseException, txn: Txn | None = None) -> None:
         """The process raised ``exc``: compensate, end failed (or restart)."""
+        _events.crashed(self.address, exc, parent=self.record.get("parent"))
         if await _sup.supervise_end(self, exc):
             return  # restarted instead
         error = describe_error(exc)
@@ -69,6 +70,7 @@ class Ends:
             self._abandon(leaf)
         outcome = await _saga.compensate(self, failure, end)
         if outcome == "compensation_stuck":
+            _events.compensation_stuck(self.address, self.record.get("last_error"))
             self.done = True
             self.system._status_changed(self.iid)
             self.system._forget(self)
@@ -133,6 +135,8 @@ class Ends:
         self.done = True
         self.system._status_changed(self.iid)
         self.system._ended(self, status)
+        if status == "failed" and not self.record.get("parent"):
+            _events.failed(self.address, error_summary(self.record.get("error")))
         if notice is not None:
             self.system._route(notice.iid, results[notice.slot], notice.message)
 

@@ -17,7 +17,6 @@ write in a crash only makes replay take the same message again.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -27,6 +26,7 @@ from storage import Ticket, Txn
 from storage.errors import Conflict, JournalCorrupt, JournalFull
 
 from . import _effects as fx
+from . import _events, _tracing
 from . import _saga
 from . import _streams
 from . import _supervision as _sup
@@ -42,9 +42,6 @@ from ._process import ProcessDef
 from ._steps import run_step
 from ._supervision import CANCEL, ESCALATE
 from .errors import InvalidArguments, NonDeterminismError
-
-
-log = logging.getLogger("actors")
 
 
 def _journal_full(exc: BaseException) -> JournalFull | None:
@@ -127,10 +124,12 @@ class Actor(Ends):
 
     async def main(self) -> None:
         """The actor's task: load, replay, run until terminal or passivated."""
+        run_span = None
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
                 if self.loaded or await self._load():
+                    run_span = _tracing.begin_run(self)
                     # Driven here, not in a helper: one coroutine frame less
                     # per live instance (they add up over many suspended ones).
                     failure = self.record.get("failure")
@@ -169,8 +168,9 @@ class Actor(Ends):
                 raise
             # Another node took the instance over (this one froze past its
             # lease, say): the fence rejected our write; leave it to them.
-            log.warning("%s: gave up %r: %s", self.system.node, self.address, lost)
+            _events.taken_over(self.address, self.system.node, lost)
         finally:
+            _tracing.end_run(run_span)
             self.done = True
             self.system._forget(self)
 
@@ -199,6 +199,7 @@ class Actor(Ends):
         self.run = run = row.record.get("run", 0)
         self.persisted_status = row.status
         self.driver.load(read_log(log))
+        _tracing.loaded(self, mail)
         for seq, name, payload in self.mailbox.reload(floor, mail):
             self._receive_system(seq, name, payload)
         for timer in timers:
@@ -207,10 +208,15 @@ class Actor(Ends):
         self.loaded = True
         return True
 
-    def deliver(self, seq: int, name: str, payload: Any) -> None:
-        """A message was committed to this instance's mailbox."""
+    def deliver(self, seq: int, name: str, payload: Any, trace: str | None = None) -> None:
+        """A message was committed to this instance's mailbox (``trace``: the
+        sender's trace context, see `_tracing`)."""
         if self.done or not self.mailbox.accepts(seq):
             return
+        if trace is not None:
+            _tracing.delivered(self, seq, name, trace)
+        if self.system.log_debug:
+            _events.delivered(self.address, seq, name)
         self._receive_system(seq, name, payload)
         self.mailbox.put(seq, name, payload)
         if self.loaded:
@@ -472,6 +478,8 @@ class Actor(Ends):
         leaf.done = True
         leaf.value = value
         leaf.error = error
+        if self.system.log_debug:
+            _events.effect_done(self.address, leaf.seq, type(leaf).__name__, error)
         if entry is not None:
             self.txn.put_log(self.iid, self.run, leaf.seq, entry.to_stored())
         node: Effect = leaf

@@ -35,6 +35,8 @@ class SystemAPI(Protocol):
     journal: Journal
     random: random.Random
     passivate_after: float
+    log_debug: bool  # actors._events.debug_enabled(), read once at open
+    tracing: bool  # actors._tracing.active(), read once at open
     timers: Any  # the TimerService
     step_limiter: trio.CapacityLimiter
     thread_limiter: trio.CapacityLimiter

@@ -18,12 +18,10 @@
 
 from __future__ import annotations
 
-import logging
 from storage.errors import JournalUnavailable
 
+from . import _events
 from ._interfaces import SystemAPI
-
-log = logging.getLogger("actors")
 
 _ELSEWHERE_KEPT = 100_000  # instances remembered as owned elsewhere, oldest out
 
@@ -79,13 +77,10 @@ class NodeView:
             first, self._term_seen = self._term_seen is None, term
             if first:  # the journal has just opened
                 return
-            self._stale.update(iid for iid in live if self._terms.get(iid, -1) != term)
-            if self._stale:
-                log.warning(
-                    "node %r took its lease again after losing it; the %d instances it held "
-                    "from before are let go and loaded again when needed",
-                    self.journal.node, len(self._stale),
-                )  # fmt: skip
+            lost = [iid for iid in live if self._terms.get(iid, -1) != term]
+            self._stale.update(lost)
+            for iid in lost:
+                _events.lease_lost(self.journal.node, live[iid].address)
         for iid in list(self._stale):
             actor = live.get(iid)
             if actor is None:
@@ -135,4 +130,5 @@ class NodeView:
                 self.system._activate(iid)
                 continue
             for seq, message in mail.get(iid, ()):
-                actor.deliver(seq, message[0], message[1])
+                trace = message[3] if len(message) > 3 else None  # see _tracing
+                actor.deliver(seq, message[0], message[1], trace)

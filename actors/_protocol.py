@@ -11,7 +11,8 @@ journal no system holds. So the two cannot drift apart on what a start, a
 send, a cancel or a cleanup writes.
 
 A message, as stored in a mailbox: ``[signal name, payload, sent at]``
-(epoch seconds).
+(epoch seconds), and a 4th element, the sender's W3C traceparent, when it
+was sent inside a trace (see `_tracing`); readers ignore what they do not use.
 """
 
 from __future__ import annotations
@@ -98,24 +99,27 @@ class Cancel:
 
 
 def add_message(
-    txn: Txn, iid: bytes, name: str, payload: Any, now: float, *, max_payload: int | None = None
-) -> Notice:
+    txn: Txn, iid: bytes, name: str, payload: Any, now: float, *,
+    max_payload: int | None = None, trace: str | None = None,
+) -> Notice:  # fmt: skip
     """Append a message to ``iid``'s mailbox in ``txn``; returns the notice
-    to route once it commits.
+    to route once it commits. ``trace``, the sender's W3C traceparent, is
+    stored beside the payload (a 4th element), never in it.
 
     Raises:
         EncodeError: the payload cannot be stored (naming the path inside it).
         LimitExceeded: it encodes to more than ``max_payload`` bytes.
     """
+    after = (now,) if trace is None else (now, trace)
     try:
-        slot = txn.append_message(iid, [name, payload, now])
+        slot = txn.append_message(iid, [name, payload, *after])
     except EncodeError:
         encode(payload, what="payload")  # raises with the path inside the payload
         raise
     message: bytes = txn.ops[-1][2]
     # The limit is on the payload alone: the message's bytes less those of
     # the same message around None (which encodes to one byte).
-    size = len(message) - (len(encode([name, None, now])) - 1)
+    size = len(message) - (len(encode([name, None, *after])) - 1)
     if max_payload is not None and size > max_payload:
         raise LimitExceeded(
             f"the {name!r} payload encodes to {size} bytes, over the "
@@ -126,13 +130,13 @@ def add_message(
 
 
 def send_txn(
-    iid: bytes, name: str, payload: Any, now: float, *, max_payload: int
+    iid: bytes, name: str, payload: Any, now: float, *, max_payload: int, trace: str | None = None
 ) -> tuple[Txn, Notice]:
     """A user's send: the message, on condition that the instance is live
     (else the commit raises `Conflict` and stores nothing)."""
     txn = Txn()
     txn.require(iid, LIVE_STATUSES)
-    return txn, add_message(txn, iid, name, payload, now, max_payload=max_payload)
+    return txn, add_message(txn, iid, name, payload, now, max_payload=max_payload, trace=trace)
 
 
 def system_send_txn(iid: bytes, name: str, payload: Any, now: float) -> tuple[Txn, Notice]:
@@ -158,6 +162,7 @@ def start_txn(
     message: tuple[str, Any] | None = None,
     max_payload: int | None = None,
     child: dict[str, Any] | None = None,
+    trace: str | None = None,
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
     ``previous``), with a first message for ``signal_with_start``; for a
@@ -172,6 +177,7 @@ def start_txn(
         "params": list(params), "input": input, "run": 0,
         "inc": (previous.record.get("inc", 0) + 1) if previous is not None else 1,
         "created": now, "updated": now, "parent": parent, **(child or {}),
+        **({"trace": trace} if trace is not None else {}),  # the starter's traceparent
     }, what="record")  # fmt: skip
     txn = Txn()
     if previous is not None:
@@ -179,7 +185,9 @@ def start_txn(
     txn.put_instance_encoded(iid, address=address, process=process, status="running", record=stored)
     notice = None
     if message is not None:
-        notice = add_message(txn, iid, message[0], message[1], now, max_payload=max_payload)
+        notice = add_message(
+            txn, iid, message[0], message[1], now, max_payload=max_payload, trace=trace
+        )
     # The process runs on what was stored, never on the caller's objects.
     return Start(txn, decode(stored), notice)
 

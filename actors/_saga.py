@@ -42,6 +42,7 @@ import trio
 
 from storage import Txn
 
+from . import _tracing
 from ._effects import Step
 from ._interfaces import ActorAPI
 from ._records import Retry, describe_error, error_summary
@@ -210,7 +211,8 @@ async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | No
         await actor.barrier(txn)
         info = StepInfo(key, comp["name"], attempts_done, actor.address, comp["result"])
         try:
-            await call_once(actor, fn, tuple(comp["args"]), comp["kwargs"], None, info)
+            with _tracing.step_span(actor, info):
+                await call_once(actor, fn, tuple(comp["args"]), comp["kwargs"], None, info)
         except Exception as exc:
             failures += 1
             if failures >= retry.attempts:

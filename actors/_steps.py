@@ -25,6 +25,7 @@ from storage import Txn, decode, encode
 from storage._clock import AutojumpHold
 from storage.errors import EncodeError
 
+from . import _tracing
 from ._effects import Step
 from ._interfaces import ActorAPI
 from ._log import LogEntry
@@ -178,7 +179,8 @@ async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> Non
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
                 try:
-                    value = await call_once(actor, step.fn, args, kwargs, step.timeout, info)
+                    with _tracing.step_span(actor, info):
+                        value = await call_once(actor, step.fn, args, kwargs, step.timeout, info)
                 except trio.TooSlowError as exc:
                     timed_out = True
                     cause: BaseException = exc

@@ -29,6 +29,7 @@ import trio
 from storage import LIVE_STATUSES, Txn, instance_id
 
 from . import _effects as fx
+from . import _events, _tracing
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, children_named, read_log
@@ -126,7 +127,7 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
             child={
                 "restart": getattr(effect, "restart", "temporary"),
                 "awaited": type(effect) is fx.Call, "restarts": [],
-            },
+            }, trace=_tracing.traceparent(system),
         )  # fmt: skip
         txn, record = start.txn, start.record
     elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:
@@ -217,6 +218,7 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
     count = len(record.get("restarts", [])) + 1
     reason = f"restart {count} after {why}"
     delay = min(RESTART_DELAY_MAX, RESTART_DELAY * 2 ** len(recent))
+    _events.restarting(actor.address, count=count, reason=reason, strategy=strategy, delay=delay)
     await restart_actor(actor, reason, delay)
     if parent and not isinstance(strategy, OneForOne):
         order = sorted(siblings, key=siblings.__getitem__)
@@ -227,6 +229,7 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
         if isinstance(strategy, (OneForAll, RestForOne)):
             sibling_reason = f"restart: sibling {actor.address} crashed ({why})"
             for address in others:
+                _events.sibling_restarting(address, reason=sibling_reason, strategy=strategy)
                 await system._restart_iid(instance_id(address), address, sibling_reason)
     return True
 
@@ -290,6 +293,7 @@ async def escalate(actor: ActorAPI) -> None:
     if actor.escalate_to is None:
         return
     parent, why, strategy = actor.escalate_to
+    _events.gave_up(actor.address, parent=parent, why=why, strategy=strategy)
     system = actor.system
     error = dict(describe_error(ChildFailed(f"child {actor.address} failed: {why}")))
     payload = {

@@ -31,7 +31,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
-from . import _control, _guard, _protocol
+from . import _control, _events, _guard, _protocol, _tracing
 from ._checks import check_name, check_seconds, check_text
 from ._activation import YIELD_EVERY, Activation
 from ._cancels import Cancels
@@ -76,6 +76,8 @@ class ActorSystem(Activation, Cancels):
         self.journal = journal
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
+        self.log_debug = _events.debug_enabled()  # cached: DEBUG records are on the hot path
+        self.tracing = _tracing.active()  # likewise (see _tracing)
         self.max_payload = max_payload
         self.step_limiter = trio.CapacityLimiter(max_sync_steps)
         # Steps acquire step_limiter themselves (so a queued step's timeout
@@ -255,6 +257,7 @@ class ActorSystem(Activation, Cancels):
                 parent=parent, previous=row,  # a cancelled one starts afresh
                 now=self.epoch_now(), max_payload=self.max_payload,
                 message=None if message is None else (message[0].name, message[1]),
+                trace=_tracing.traceparent(self),
             )  # fmt: skip
             record = start.record
             results = await self.journal.commit(start.txn)
@@ -300,7 +303,8 @@ class ActorSystem(Activation, Cancels):
 
     async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         txn, notice = _protocol.send_txn(
-            iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload
+            iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
+            trace=_tracing.traceparent(self),
         )
         try:
             (seq,) = await self.journal.commit(txn)
@@ -650,7 +654,7 @@ async def open_system(
         raise body_error
 
 
-def _unpack_message(message: bytes) -> tuple[str, Any]:
-    """(signal name, payload) of an encoded mailbox record."""
+def _unpack_message(message: bytes) -> tuple[str, Any, str | None]:
+    """(signal name, payload, sender's traceparent or None) of an encoded mailbox record."""
     decoded = decode(message)
-    return decoded[0], decoded[1]
+    return decoded[0], decoded[1], decoded[3] if len(decoded) > 3 else None

@@ -1,0 +1,204 @@
+"""What the runtime logs: one function per event, the whole vocabulary here.
+
+Records go through stdlib `logging` under the logger ``actors`` (and its
+children ``actors.system``, ``actors.supervision``, ``actors.instance``),
+so ``logging.basicConfig(level=logging.INFO)`` shows them. Each record
+names the instance's address in its message and carries it as
+``record.actors_address`` (``extra={"actors_address": ...}``); the
+system-wide events (opened, closed) carry None there.
+
+Levels:
+
+- WARNING: a process or child crashed (with the exception), a restart
+  (which instance, count, strategy, delay), a lease lost (each instance the
+  node lets go of), an instance given up because another node took it over.
+- ERROR: a top-level process failed, a child failed past its parent's
+  restart limit, an instance parked ``compensation_stuck``, a corrupt record.
+- INFO: the system opened (with what recovery found) and closed.
+- DEBUG: messages delivered to live instances and effects completed. These
+  are on the hot path: callers check `debug_enabled` once (the system
+  caches it when it opens) and call `delivered`/`effect_done` only then,
+  so nothing is formatted, nor a function called, while DEBUG is off.
+
+Messages use %-style arguments: nothing is formatted unless a handler
+takes the record. A process's exception enters a message as `_summary`
+text, never as the object: its ``__str__`` is user code and may raise.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from . import _tracing
+
+__all__ = [
+    "closing",
+    "compensation_stuck",
+    "corrupt",
+    "crashed",
+    "debug_enabled",
+    "delivered",
+    "effect_done",
+    "failed",
+    "gave_up",
+    "lease_lost",
+    "opened",
+    "restarting",
+    "sibling_restarting",
+    "taken_over",
+]
+
+_system = logging.getLogger("actors.system")
+_supervision = logging.getLogger("actors.supervision")
+_instance = logging.getLogger("actors.instance")
+
+
+def _at(address: str | None) -> dict[str, Any]:
+    return {"actors_address": address}
+
+
+def _summary(exc: BaseException) -> str:
+    """``"ValueError: boom"``, for any exception (one whose ``__str__`` raises too)."""
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - an odd __str__ must not hide the event
+        try:
+            message = repr(exc)
+        except Exception:  # noqa: BLE001
+            message = "<unprintable>"
+    name = type(exc).__name__
+    return f"{name}: {message}" if message else name
+
+
+def debug_enabled() -> bool:
+    """True if `delivered` and `effect_done` records would be handled."""
+    return _instance.isEnabledFor(logging.DEBUG)
+
+
+# -- the system --------------------------------------------------------------------
+
+
+def _journal(journal: Any) -> str:
+    path = getattr(journal, "path", None)
+    name = type(journal).__name__
+    return f"{name}({str(path)!r})" if path is not None else name
+
+
+def opened(journal: Any, *, resumed: int, orphans: int, corrupt: int) -> None:
+    """INFO: the system opened ``journal`` and recovery found this much."""
+    _system.info(
+        "system opened on %s: %d instance(s) to resume, %d orphaned child(ren) to "
+        "cancel, %d corrupt", _journal(journal), resumed, orphans, corrupt, extra=_at(None),
+    )  # fmt: skip
+
+
+def closing(journal: Any, *, live: int) -> None:
+    """INFO: the system closes, leaving ``live`` instances to resume on the next open."""
+    _system.info(
+        "system closing on %s: %d live instance(s) stay as they are and resume on "
+        "the next open", _journal(journal), live, extra=_at(None),
+    )  # fmt: skip
+
+
+def corrupt(address: str, error: BaseException, *, at_open: bool = False) -> None:
+    """ERROR: an instance's records do not decode; it is marked corrupt."""
+    if at_open:
+        _system.error(
+            "instance %r is corrupt and is not recovered: %s", address, error,
+            extra=_at(address),
+        )  # fmt: skip
+    else:
+        _system.error("instance %r is corrupt: %s", address, error, extra=_at(address))
+
+
+# -- supervision ------------------------------------------------------------------------
+
+
+def crashed(address: str, exc: BaseException, *, parent: str | None) -> None:
+    """WARNING: the process raised ``exc`` (its supervisor decides what follows);
+    recorded on its process span too."""
+    summary = _summary(exc)
+    _tracing.record_crash(exc, summary)
+    if parent:
+        _supervision.warning(
+            "child %r of %r crashed: %s", address, parent, summary, exc_info=exc,
+            extra=_at(address),
+        )  # fmt: skip
+    else:
+        _supervision.warning(
+            "process %r crashed: %s", address, summary, exc_info=exc, extra=_at(address)
+        )
+
+
+def restarting(address: str, *, count: int, reason: str, strategy: Any, delay: float) -> None:
+    """WARNING: the instance restarts (its ``count``-th restart) after ``delay`` s."""
+    _supervision.warning(
+        "restarting %r (restart %d, %s) in %.3g s under %r", address, count, reason,
+        delay, strategy, extra=_at(address),
+    )  # fmt: skip
+
+
+def sibling_restarting(address: str, *, reason: str, strategy: Any) -> None:
+    """WARNING: the instance restarts because a sibling crashed (one-for-all, rest-for-one)."""
+    _supervision.warning(
+        "restarting %r (%s) under %r", address, reason, strategy, extra=_at(address)
+    )
+
+
+def failed(address: str, summary: str) -> None:
+    """ERROR: a top-level instance ended failed."""
+    _supervision.error("process %r failed: %s", address, summary, extra=_at(address))
+
+
+def gave_up(address: str, *, parent: str, why: str, strategy: Any) -> None:
+    """ERROR: a child failed past its parent's restart limit; the parent is told to crash."""
+    _supervision.error(
+        "child %r failed past the restart limit of %r (%d within %s s under %r): %s; "
+        "the parent crashes with ChildFailed", address, parent, strategy.max_restarts,
+        strategy.within, strategy, why, extra=_at(address),
+    )  # fmt: skip
+
+
+def compensation_stuck(address: str, error: str | None) -> None:
+    """ERROR: a compensation gave up; the instance is parked ``compensation_stuck``."""
+    _supervision.error(
+        "instance %r is parked compensation_stuck: %s; resume_compensation or "
+        "abandon_compensation decides", address, error, extra=_at(address),
+    )  # fmt: skip
+
+
+# -- instances ----------------------------------------------------------------------
+
+
+def taken_over(address: str, node: str | None, error: BaseException) -> None:
+    """WARNING: another node owns the instance now; this one lets go of it."""
+    _instance.warning(
+        "node %r gave up %r: another node took it over (%s)", node, address, error,
+        extra=_at(address),
+    )  # fmt: skip
+
+
+def lease_lost(node: str | None, address: str) -> None:
+    """WARNING: the node lost its lease (it froze, or the database did not
+    answer) and took it again; it lets go of the instance it held from before."""
+    _instance.warning(
+        "node %r lost its lease and took it again: it lets go of %r, loaded again "
+        "(from the journal) when needed", node, address, extra=_at(address),
+    )  # fmt: skip
+
+
+def delivered(address: str, seq: int, signal: str) -> None:
+    """DEBUG: message ``seq`` reached the live instance (call only if `debug_enabled`)."""
+    _instance.debug("message %d (%r) delivered to %r", seq, signal, address, extra=_at(address))
+
+
+def effect_done(address: str, seq: int, kind: str, error: BaseException | None) -> None:
+    """DEBUG: the live effect ``seq`` completed (call only if `debug_enabled`)."""
+    if error is None:
+        _instance.debug("effect %d (%s) of %r done", seq, kind, address, extra=_at(address))
+    else:
+        _instance.debug(
+            "effect %d (%s) of %r raised %s", seq, kind, address, _summary(error),
+            extra=_at(address),
+        )  # fmt: skip

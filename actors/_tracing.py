@@ -1,0 +1,161 @@
+"""OpenTelemetry tracing: process runs and step attempts as spans, and the
+caller's trace context carried through the journal into the process.
+
+Optional: with ``opentelemetry-api`` absent, or present with no SDK's
+tracer provider set (the API's default proxy), every hook returns at once
+and no trace context is stored. The import is tried once, here; whether a
+real provider is set is checked once per system, when it opens
+(``ActorSystem.tracing``, `active`): the API's own check reads the
+environment, a microsecond that a send must not pay. So set the provider
+before `open_system`.
+
+Spans:
+
+- ``process <template>``: one per activation of an instance's run (from its
+  load or start to its end, passivation or the system's close), with
+  ``actors.address`` and ``actors.run``; a crash of the process is recorded
+  on it (with the exception, status ERROR).
+- ``step <name>``: one per attempt of a step (or compensation), a child of
+  the process span, with ``actors.address``, ``actors.run``,
+  ``actors.step.attempt`` and ``actors.step.key``; the attempt's exception
+  is recorded.
+- ``deliver <signal>``: a message with a trace context reached an
+  activation of its receiver (each activation that loads it unread
+  records it again), a child of the sender's span.
+
+Trace context: `traceparent` gives the current span's W3C ``traceparent``
+(or None). `start`/`signal_with_start`/`spawn`/`call` store it in the
+instance's record (field ``trace``), `send` beside the payload in the
+mailbox record (an optional 4th element); the process never sees it. Every
+activation's process span is a child of the context stored at the start,
+so a trace continues into the process across restarts of the system.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+try:
+    from opentelemetry import context as _otel_context
+    from opentelemetry import trace as _trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+except ImportError:  # the "otel" extra is not installed: tracing is off
+    _trace = None
+    _otel_context = None
+    TraceContextTextMapPropagator = None
+
+__all__ = [
+    "active", "begin_run", "delivered", "end_run", "loaded", "record_crash", "step_span",
+    "traceparent",
+]  # fmt: skip
+
+_NULL = contextlib.nullcontext()
+_cached: tuple[Any, Any] = (None, None)  # (provider, its tracer for "actors")
+_inert: tuple[type, ...] = ()
+if _trace is not None:
+    _propagator = TraceContextTextMapPropagator()
+    _inert = (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
+
+
+def active() -> bool:
+    """True if opentelemetry is installed and a real tracer provider is set."""
+    return _trace is not None and not isinstance(_trace.get_tracer_provider(), _inert)
+
+
+def _tracer() -> Any:
+    global _cached
+    provider = _trace.get_tracer_provider()
+    if _cached[0] is not provider:
+        # Held, not keyed by id(): a provider gone and a new one at the same
+        # address must not get the old one's tracer.
+        _cached = (provider, provider.get_tracer("actors"))
+    return _cached[1]
+
+
+def traceparent(system: Any) -> str | None:
+    """The current span's W3C traceparent, to store with a start or a
+    message; None when ``system`` does not trace or no span is current."""
+    if not system.tracing or not _trace.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    _propagator.inject(carrier)
+    return carrier.get("traceparent")
+
+
+def _context_of(stored: Any) -> Any:
+    """The OpenTelemetry context a stored traceparent names (an empty one,
+    a new trace, for anything else: an old record, a foreign value)."""
+    if isinstance(stored, str):
+        return _propagator.extract({"traceparent": stored})
+    return _otel_context.Context()
+
+
+def begin_run(actor: Any) -> Any:
+    """Open the process span of this activation and make it current in the
+    actor's task (its steps' tasks inherit it); pass the result to `end_run`."""
+    if not actor.system.tracing:
+        return None
+    span = _tracer().start_span(
+        f"process {actor.proc.template}",
+        context=_context_of(actor.record.get("trace")),
+        attributes={"actors.address": actor.address, "actors.run": actor.run},
+    )
+    return span, _otel_context.attach(_trace.set_span_in_context(span))
+
+
+def end_run(run: Any) -> None:
+    """Close what `begin_run` opened (in the same task)."""
+    if run is not None:
+        span, token = run
+        _otel_context.detach(token)
+        span.end()
+
+
+def record_crash(exc: BaseException, summary: str) -> None:
+    """Record the process's exception (``summary``: its text) on the current
+    (process) span (no system at hand: the full check, off the hot path)."""
+    if active():
+        span = _trace.get_current_span()
+        try:
+            span.record_exception(exc)
+        except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+            span.add_event("exception", {"exception.type": type(exc).__name__,
+                                         "exception.message": summary})  # fmt: skip
+        span.set_status(_trace.Status(_trace.StatusCode.ERROR, summary))
+
+
+def step_span(actor: Any, info: Any) -> Any:
+    """A context manager around one attempt (``info``: its `StepInfo`)."""
+    if not actor.system.tracing:
+        return _NULL
+    return _tracer().start_as_current_span(
+        f"step {info.name}",
+        attributes={
+            "actors.address": actor.address, "actors.run": actor.run,
+            "actors.step.attempt": info.attempt, "actors.step.key": info.key,
+        },
+    )  # fmt: skip
+
+
+def delivered(actor: Any, seq: int, signal: str, stored: Any) -> None:
+    """A message sent with trace context ``stored`` reached ``actor``."""
+    if stored is None or not actor.system.tracing:
+        return
+    span = _tracer().start_span(
+        f"deliver {signal}",
+        context=_context_of(stored),
+        kind=_trace.SpanKind.CONSUMER,
+        attributes={"actors.address": actor.address, "actors.run": actor.run,
+                    "actors.message": seq},
+    )  # fmt: skip
+    span.end()
+
+
+def loaded(actor: Any, mail: Any) -> None:
+    """An activation loaded its unread ``mail`` (``(seq, message)`` pairs)."""
+    if not actor.system.tracing:
+        return
+    for seq, message in mail:
+        if len(message) > 3:
+            delivered(actor, seq, message[0], message[3])
