@@ -31,6 +31,7 @@ import logging
 from typing import Any
 
 from . import _tracing
+from ._records import exception_text
 
 __all__ = [
     "closing",
@@ -60,13 +61,7 @@ def _at(address: str | None) -> dict[str, Any]:
 
 def _summary(exc: BaseException) -> str:
     """``"ValueError: boom"``, for any exception (one whose ``__str__`` raises too)."""
-    try:
-        message = str(exc)
-    except Exception:  # noqa: BLE001 - an odd __str__ must not hide the event
-        try:
-            message = repr(exc)
-        except Exception:  # noqa: BLE001
-            message = "<unprintable>"
+    message = exception_text(exc, "<unprintable>")
     name = type(exc).__name__
     return f"{name}: {message}" if message else name
 

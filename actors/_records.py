@@ -94,19 +94,25 @@ class InstanceInfo:
     last_error: str | None = None
 
 
+def exception_text(exc: BaseException, unprintable: str) -> str:
+    """``str(exc)``, else its repr, else ``unprintable``: an exception whose
+    ``__str__`` raises must not hide the error it reports."""
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - user code: any failure
+        try:
+            return repr(exc)
+        except Exception:  # noqa: BLE001
+            return unprintable
+
+
 def describe_error(exc: BaseException) -> dict[str, Any]:
     """A readable, storable record of ``exc``: type, message, traceback text.
 
     Works for any exception, including ones whose ``__str__`` raises or that
     are not `Exception` subclasses."""
     kind = type(exc)
-    try:
-        message = str(exc)
-    except Exception:  # noqa: BLE001 - an odd __str__ must not hide the error
-        try:
-            message = repr(exc)
-        except Exception:  # noqa: BLE001
-            message = f"<{kind.__qualname__} with unprintable message>"
+    message = exception_text(exc, f"<{kind.__qualname__} with unprintable message>")
     try:
         text = "".join(traceback.format_exception(exc))
     except Exception:  # noqa: BLE001
