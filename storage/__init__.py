@@ -4,6 +4,8 @@ the embedded LMDB journal (the default) and an in-memory one.
 `storage` never imports `actors`; the runtime builds on it.
 """
 
+import typing as _typing
+
 from ._codec import decode as decode, digest as digest, encode as encode
 from ._codec import Opaque as Opaque, lenient_decoding as lenient_decoding
 from ._codec import serializable as serializable
@@ -39,9 +41,13 @@ from .errors import (
 )
 
 
-def __getattr__(name: str):  # PostgresJournal needs the optional 'postgres' extra
-    if name == "PostgresJournal":
-        from ._postgres import PostgresJournal
+if _typing.TYPE_CHECKING:
+    from ._postgres import PostgresJournal as PostgresJournal
+else:
 
-        return PostgresJournal
-    raise AttributeError(f"module 'storage' has no attribute {name!r}")
+    def __getattr__(name: str) -> type:  # PostgresJournal needs the optional 'postgres' extra
+        if name == "PostgresJournal":
+            from ._postgres import PostgresJournal
+
+            return PostgresJournal
+        raise AttributeError(f"module 'storage' has no attribute {name!r}")

@@ -30,8 +30,8 @@ import functools
 import hashlib
 import uuid
 import zoneinfo
-from collections.abc import Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, cast, overload
 
 import attrs
 import msgpack
@@ -116,7 +116,15 @@ def lenient_decoding() -> Iterator[None]:
         _lenient.reset(token)
 
 
-def serializable(cls: T | None = None, *, name: str | None = None) -> Any:
+@overload
+def serializable(cls: T, *, name: str | None = None) -> T: ...
+
+
+@overload
+def serializable(cls: None = None, *, name: str | None = None) -> Callable[[T], T]: ...
+
+
+def serializable(cls: T | None = None, *, name: str | None = None) -> T | Callable[[T], T]:
     """Register an attrs class with the codec so it round-trips to itself.
 
     Use as ``@serializable`` or ``@serializable(name="orders.Line")``. The
@@ -149,7 +157,7 @@ def serializable(cls: T | None = None, *, name: str | None = None) -> Any:
         _names[klass] = key
         _fields[klass] = tuple(f.name for f in attrs.fields(klass) if f.init)
         _aliases[klass] = {f.name: f.alias for f in attrs.fields(klass) if f.init}
-        return klass
+        return cast(T, klass)  # attrs.has narrowed it to type[AttrsInstance]; it is the T given
 
     if cls is None:
         return register
@@ -161,7 +169,10 @@ class _TooDeep(ValueError):
 
 
 def _pack(value: Any, depth: int = 0) -> bytes:
-    return msgpack.packb(value, default=_DEFAULTS[depth], strict_types=True, use_bin_type=True)
+    packed: bytes = msgpack.packb(
+        value, default=_DEFAULTS[depth], strict_types=True, use_bin_type=True
+    )
+    return packed
 
 
 def _tz_spec(tz: _dt.tzinfo | None, sample: Any) -> Any:
@@ -366,7 +377,7 @@ _SCALARS = (
 )  # fmt: skip
 _NESTED = (tuple, set, frozenset)  # each is a nested msgpack document, like a record
 _PLAIN_DEPTH = 1024  # how deep msgpack nests lists and dicts in one document
-_OPENING = {tuple: 1, set: 0, frozenset: 0}  # levels a nested document starts with
+_OPENING: dict[type, int] = {tuple: 1, set: 0, frozenset: 0}  # levels a nested document starts with
 _SUPPORTED = (
     "use None, bool, int, float, str, bytes, list, tuple, dict, set, frozenset, "
     "datetime/date/time/timedelta, Decimal, UUID or an attrs class decorated with "

@@ -39,7 +39,7 @@ class _Applier:
     __slots__ = ("txn", "instances", "status", "log", "mail", "timers", "timer_ids",
                  "stream", "cursors", "counters")  # fmt: skip
 
-    def __init__(self, txn: lmdb.Transaction, dbs: tuple[Any, ...]) -> None:
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: tuple[Any, ...]) -> None:
         # ``dbs``: the handles in slot order (`LMDBJournal._handles`); one
         # unpacking rather than nine dict lookups, as the inline path makes
         # an applier per commit.
@@ -122,6 +122,7 @@ class _Applier:
                     # header: marking a broken record corrupt must not need it
                     # to decode.
                     old = self.status_of(iid)
+                    assert old is not None  # the record was just read
                     process = txn.get(bytes((old,)) + iid, db=self.status) or b""
                     txn.put(iid, bytes((status,)) + value[1:], db=self.instances)
                     self._set_index(iid, old, status, process)

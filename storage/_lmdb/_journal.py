@@ -133,7 +133,7 @@ class LMDBJournal(_GroupCommit, Journal):
     ) -> None:
         if durability not in ("sync", "async"):
             raise ValueError(f"durability must be 'sync' or 'async', not {durability!r}")
-        self.path = Path(path)
+        self.path: Path = Path(path)
         self.map_size = map_size
         self.max_map_size = max(max_map_size, map_size)
         self.durability = durability

@@ -64,7 +64,7 @@ def _missing_value(iid: bytes, index: int, why: str) -> JournalCorrupt:
 class _LMDBReader(Reader):
     __slots__ = ("_txn", "_dbs", "_record", "_entry", "_message")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any], shapes: bool) -> None:
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, Any], shapes: bool) -> None:
         self._txn = txn
         self._dbs = dbs
         # The shape checks of `Journal.check_shapes`, or None.
@@ -237,7 +237,8 @@ class _LMDBReader(Reader):
                 return None
             for key in cur.iternext(values=False):
                 if len(key) == _TIMER_KEY:  # see _TIMER_KEY
-                    return _Q.unpack_from(key)[0] / 1e6
+                    due_us: int = _Q.unpack_from(key)[0]
+                    return due_us / 1e6
             return None
 
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:

@@ -108,7 +108,7 @@ class _Ticket(Ticket):
         return _unwrap(batch.outcomes[self._index])
 
 
-def _unwrap(outcome: Any) -> list[int]:
+def _unwrap(outcome: list[int] | BaseException) -> list[int]:
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome
@@ -346,7 +346,7 @@ class _GroupCommit:
         except trio.RunFinishedError:  # pragma: no cover - the loop is gone
             pass
 
-    def _apply_batch(self, batch: _Batch) -> lmdb.Transaction | None:
+    def _apply_batch(self, batch: _Batch) -> lmdb.Transaction[bytes] | None:
         """Apply ``batch`` in a new LMDB transaction and return it, uncommitted.
 
         On any trouble (the map is full, a transaction LMDB refuses) it takes
@@ -371,7 +371,7 @@ class _GroupCommit:
             return None
         return wtxn
 
-    def _commit_batch(self, wtxn: lmdb.Transaction, batch: _Batch) -> None:
+    def _commit_batch(self, wtxn: lmdb.Transaction[bytes], batch: _Batch) -> None:
         try:
             wtxn.commit()
         except Exception:  # a failed commit aborts: nothing of it was written
@@ -483,7 +483,7 @@ class _GroupCommit:
         with env.begin(write=True) as wtxn:
             return self._apply_all(wtxn, txns, isolate=isolate)
 
-    def _apply_all(self, wtxn: lmdb.Transaction, txns: list[Txn], *, isolate: bool) -> list[Any]:
+    def _apply_all(self, wtxn: lmdb.Transaction[bytes], txns: list[Txn], *, isolate: bool) -> list[Any]:
         """Apply ``txns`` in order inside ``wtxn``; return their outcomes.
 
         Each gets its results, or `Conflict` when a precondition fails (its

@@ -237,7 +237,8 @@ class PostgresJournal(Journal):
         if self._pool is None:
             return None
         with self.reader() as r:
-            return r.size_bytes(self.schema)  # type: ignore[attr-defined]
+            assert isinstance(r, _PostgresReader)  # what reader() makes
+            return r.size_bytes(self.schema)
 
     def _check_open(self) -> tuple[_ReadPool, _Threads]:
         pool = self._pool

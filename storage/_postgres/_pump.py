@@ -107,6 +107,7 @@ class _MailPump:
                         delay = 0.05
                         self.conn, self._notices = conn, notices
                         self._deliver(owned)
+                    assert conn is not None  # connected just above, or kept from before
                     try:
                         pgconn = conn.pgconn
                         while (n := pgconn.notifies()) is not None:  # already buffered

@@ -179,11 +179,12 @@ class _PostgresReader(Reader):
         return self._one(self._sql.stream_length, [iid]) or 0
 
     def cursors(self, iid: bytes) -> dict[str, int]:
-        return dict(self._rows(self._sql.cursors, [iid]))  # type: ignore[arg-type]
+        return dict(self._rows(self._sql.cursors, [iid]))
 
     def has_records(self, iid: bytes) -> bool:
         return bool(self._one(self._sql.has_records, {"i": iid}))
 
     def size_bytes(self, schema: str) -> int:
         """The bytes the tables of ``schema`` take on the server."""
-        return self._one(self._sql.size, [schema])
+        size: int = self._one(self._sql.size, [schema])
+        return size

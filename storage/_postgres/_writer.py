@@ -108,7 +108,7 @@ class _Ticket(Ticket):
 
     async def wait(self) -> list[int]:
         await self._batch.event.wait()
-        outcome = self._batch.outcomes[self._index]
+        outcome: list[int] | BaseException = self._batch.outcomes[self._index]
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
