@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import uuid as _uuid
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 from storage import decode, digest, encode
 
 from . import _effects as fx
 from ._checks import check_deadline, check_name, check_seconds, check_text
+from ._handles import ChildHandle
 from ._interfaces import ActorAPI
-from ._process import RESTART_TYPES
+from ._process import RESTART_TYPES, ProcessDef
 from ._records import Retry, Signal
 from ._steps import step_key
 from .errors import ContextError, InvalidArguments, LimitExceeded
@@ -20,6 +21,11 @@ from .errors import ContextError, InvalidArguments, LimitExceeded
 __all__ = ["Context"]
 
 MAX_SCOPE = 1000
+
+P = ParamSpec("P")
+R = TypeVar("R")  # a child process's result
+T = TypeVar("T")  # a step function's result
+V = TypeVar("V")  # what a step's validate_output returns
 
 
 class Context:
@@ -74,12 +80,13 @@ class Context:
 
     # -- replay-stable values ------------------------------------------------------
 
-    def _recorded(self, kind: str, make: Callable[[], Any]) -> Any:
+    def _recorded(self, kind: str, make: Callable[[], T]) -> T:
         actor = self._live()
         effect = fx.Recorded(actor.driver.next_seq(), kind)
         entry = actor.driver.logged(effect)
         if entry is not None:
-            return entry.value
+            replayed: T = entry.value  # what make() gave, as the codec stored it
+            return replayed
         value = make()
         entry = effect.describe()
         entry.value = value
@@ -107,7 +114,7 @@ class Context:
 
     # -- waiting ------------------------------------------------------------------
 
-    def wait(self, signal: Signal) -> fx.Wait:
+    def wait(self, signal: Signal) -> fx.Wait[Any]:
         """An effect that gives the payload of the oldest message of ``signal``.
 
         Messages that arrived earlier and match are taken first; others stay
@@ -120,7 +127,9 @@ class Context:
         if not signals:
             raise InvalidArguments("ctx.receive needs at least one Signal")
         _check_signals(signals)
-        return await fx.Wait(self._live().driver.next_seq(), signals, pair=True)
+        effect: fx.Wait[tuple[Signal, Any]]
+        effect = fx.Wait(self._live().driver.next_seq(), signals, pair=True)
+        return await effect
 
     def sleep(self, seconds: float) -> fx.Timer:
         """A durable timer effect, done ``seconds`` from when it starts.
@@ -145,6 +154,50 @@ class Context:
 
     # -- steps --------------------------------------------------------------------
 
+    # For type checkers: awaiting the step gives what ``fn`` returns (awaited,
+    # if ``fn`` is async), or what ``validate_output`` returns when given.
+    @overload
+    def step(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        name: str | None = None,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        compensate: Callable[..., Any] | None = None,
+        validate_input: Callable[[Any], Any] | None = None,
+        validate_output: None = None,
+        **kwargs: Any,
+    ) -> fx.Step[T]: ...
+
+    @overload
+    def step(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        name: str | None = None,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        compensate: Callable[..., Any] | None = None,
+        validate_input: Callable[[Any], Any] | None = None,
+        validate_output: None = None,
+        **kwargs: Any,
+    ) -> fx.Step[T]: ...
+
+    @overload
+    def step(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        name: str | None = None,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        compensate: Callable[..., Any] | None = None,
+        validate_input: Callable[[Any], Any] | None = None,
+        validate_output: Callable[[Any], V],
+        **kwargs: Any,
+    ) -> fx.Step[V]: ...
+
     def step(
         self,
         fn: Callable[..., Any],
@@ -156,7 +209,7 @@ class Context:
         validate_input: Callable[[Any], Any] | None = None,
         validate_output: Callable[[Any], Any] | None = None,
         **kwargs: Any,
-    ) -> fx.Step:
+    ) -> fx.Step[Any]:
         """A step effect: run ``fn(*args, **kwargs)`` (sync in a worker thread,
         or async) at least once and record its result exactly once.
 
@@ -198,7 +251,9 @@ class Context:
 
     # -- children -------------------------------------------------------------------
 
-    def _child(self, proc: Any, params: tuple[Any, ...], input: dict[str, Any]) -> tuple[Any, str, bytes]:
+    def _child(
+        self, proc: ProcessDef[..., Any] | str, params: tuple[Any, ...], input: dict[str, Any]
+    ) -> tuple[ProcessDef[..., Any], str, bytes]:
         actor = self._live()
         definition = actor.system._proc(proc)
         for param in params:
@@ -209,7 +264,13 @@ class Context:
         address = f"{actor.address}/{own}"
         return definition, address, digest([definition.template, list(params), input], what="input")
 
-    def call(self, proc: Any, *params: str, **input: Any) -> fx.Call:
+    @overload
+    def call(self, proc: ProcessDef[P, R], *params: P.args, **input: P.kwargs) -> fx.Call[R]: ...
+
+    @overload
+    def call(self, proc: str, *params: str, **input: Any) -> fx.Call[Any]: ...
+
+    def call(self, proc: ProcessDef[..., Any] | str, *params: Any, **input: Any) -> fx.Call[Any]:
         """An awaited child: start ``proc`` at ``<this id>/<its path>`` and
         give its result.
 
@@ -222,7 +283,23 @@ class Context:
         definition, address, arg_hash = self._child(proc, params, input)
         return fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
 
-    def spawn(self, proc: Any, *params: str, restart: str = "transient", **input: Any) -> fx.Spawn:
+    @overload
+    def spawn(
+        self, proc: ProcessDef[..., R], *params: str, restart: str = "transient", **input: Any
+    ) -> fx.Spawn[ChildHandle[R]]: ...
+
+    @overload
+    def spawn(
+        self, proc: str, *params: str, restart: str = "transient", **input: Any
+    ) -> fx.Spawn[ChildHandle[Any]]: ...
+
+    def spawn(
+        self,
+        proc: ProcessDef[..., Any] | str,
+        *params: str,
+        restart: str = "transient",
+        **input: Any,
+    ) -> fx.Spawn[ChildHandle[Any]]:
         """A detached, supervised child; awaiting it gives a `ChildHandle` once
         the child exists. Spawning at an existing child's address gives that
         child.
@@ -240,10 +317,28 @@ class Context:
             self._actor.driver.next_seq(), arg_hash, definition, params, input, address, restart
         )
 
+    @overload
     async def scope(
         self,
         items: Any,
-        proc: Any,
+        proc: ProcessDef[..., R],
+        key: Callable[[Any], Any] | None = None,
+        input: Callable[[Any], dict[str, Any]] | None = None,
+    ) -> dict[Any, R]: ...
+
+    @overload
+    async def scope(
+        self,
+        items: Any,
+        proc: str,
+        key: Callable[[Any], Any] | None = None,
+        input: Callable[[Any], dict[str, Any]] | None = None,
+    ) -> dict[Any, Any]: ...
+
+    async def scope(
+        self,
+        items: Any,
+        proc: ProcessDef[..., Any] | str,
         key: Callable[[Any], Any] | None = None,
         input: Callable[[Any], dict[str, Any]] | None = None,
     ) -> dict[Any, Any]:
@@ -294,7 +389,7 @@ class Context:
 
     # -- races and joins ----------------------------------------------------------
 
-    def first(self, **effects: fx.Effect) -> fx.First:
+    def first(self, **effects: fx.Effect[Any]) -> fx.First:
         """Run the effects together; done when the first one is: ``(name, value)``.
 
         The winner is logged with the input it consumed; losing timers are
@@ -304,14 +399,14 @@ class Context:
         _check_effects(effects.values())
         return fx.First(list(effects.values()), list(effects))
 
-    def all(self, *effects: fx.Effect) -> fx.All:
+    def all(self, *effects: fx.Effect[Any]) -> fx.All:
         """Run the effects together; their values in argument order. The
         failure of the lowest-numbered failing effect is raised (the rest are
         cancelled)."""
         _check_effects(effects)
         return fx.All(list(effects), settled=False)
 
-    def settled(self, *effects: fx.Effect) -> fx.All:
+    def settled(self, *effects: fx.Effect[Any]) -> fx.All:
         """Run the effects together; an `Outcome` for each, never raising."""
         _check_effects(effects)
         return fx.All(list(effects), settled=True)

@@ -11,15 +11,19 @@ outcome follows from their children's.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ._log import LogEntry
 from ._records import Outcome, Retry, Signal
 from .errors import ContextError
 
+T = TypeVar("T", covariant=True)  # what awaiting the effect gives
 
-class Effect:
-    """Something a process awaits. Created by `Context` methods only."""
+
+class Effect(Generic[T]):
+    """Something a process awaits. Created by `Context` methods only.
+
+    ``Effect[T]``: awaiting it gives a ``T`` (for type checkers)."""
 
     __slots__ = ("seq", "name", "hash", "done", "value", "error", "parent")
     kind = "effect"
@@ -31,17 +35,19 @@ class Effect:
         self.done = False
         self.value: Any = None
         self.error: BaseException | None = None
-        self.parent: Composite | None = None
+        self.parent: Composite[Any] | None = None
 
-    def __await__(self) -> Generator[Effect, Any, Any]:
+    def __await__(self) -> Generator[Effect[Any], Any, T]:
         if not self.done:
             # The driver answers with the value (send) or the error (throw).
-            return (yield self)
+            answer: T = yield self
+            return answer
         if self.error is not None:
             raise self.error
-        return self.value
+        value: T = self.value
+        return value
 
-    def leaves(self) -> list[Effect]:
+    def leaves(self) -> list[Effect[Any]]:
         return [self]
 
     def describe(self) -> LogEntry:
@@ -52,7 +58,7 @@ class Effect:
         return f"<{self.kind} effect #{self.seq} {self.name!r}>"
 
 
-class Wait(Effect):
+class Wait(Effect[T]):
     """Take the oldest mailbox message whose signal is one of ``signals``."""
 
     __slots__ = ("signals", "pair")
@@ -71,7 +77,7 @@ class Wait(Effect):
         return None
 
 
-class Call(Wait):
+class Call(Wait[T]):
     """An awaited child: done when the child's end message arrives."""
 
     __slots__ = ("proc", "params", "input", "address", "creating")
@@ -91,8 +97,9 @@ class Call(Wait):
         self.creating = False
 
 
-class Spawn(Effect):
-    """A detached, supervised child: done once the child exists."""
+class Spawn(Effect[T]):
+    """A detached, supervised child: done once the child exists (its
+    `ChildHandle` is ``T``)."""
 
     __slots__ = ("proc", "params", "input", "address", "restart", "creating")
     kind = "spawn"
@@ -110,7 +117,7 @@ class Spawn(Effect):
         self.creating = False
 
 
-class Emit(Effect):
+class Emit(Effect[None]):
     """Append a value to the instance's stream (durable before it is visible)."""
 
     __slots__ = ("payload",)
@@ -121,7 +128,7 @@ class Emit(Effect):
         self.payload = payload
 
 
-class Publish(Effect):
+class Publish(Effect[None]):
     """Replace the instance's exports (durable before watchers see them)."""
 
     __slots__ = ("payload",)
@@ -140,7 +147,7 @@ def end_signal(address: str) -> Signal:
     return Signal._system(END_PREFIX + address)
 
 
-class Timer(Effect):
+class Timer(Effect[None]):
     """A durable timer: done when its due time (epoch seconds) passes."""
 
     __slots__ = ("delay", "until", "due")
@@ -153,7 +160,7 @@ class Timer(Effect):
         self.due: float | None = None
 
 
-class Step(Effect):
+class Step(Effect[T]):
     """Run ``fn`` at least once and record its result exactly once."""
 
     __slots__ = ("fn", "args", "kwargs", "retry", "timeout", "compensate",
@@ -189,7 +196,7 @@ class Step(Effect):
         self.scope: Any = None  # the trio.CancelScope of a live run
 
 
-class Recorded(Effect):
+class Recorded(Effect[Any]):
     """A value computed once and replayed: ``ctx.now()``, ``random()``, ``uuid()``."""
 
     __slots__ = ("kind",)
@@ -199,7 +206,7 @@ class Recorded(Effect):
         self.kind = kind
 
 
-class ContinueAsNew(Effect):
+class ContinueAsNew(Effect[Any]):
     """End this run and start a fresh one under the same id with new input."""
 
     __slots__ = ("input",)
@@ -210,12 +217,12 @@ class ContinueAsNew(Effect):
         self.input = input
 
 
-class Composite(Effect):
+class Composite(Effect[T]):
     """A race or join over child effects; unnumbered."""
 
     __slots__ = ("children", "names", "remaining")
 
-    def __init__(self, children: list[Effect], names: list[str] | None) -> None:
+    def __init__(self, children: list[Effect[Any]], names: list[str] | None) -> None:
         super().__init__(-1)
         self.children = children
         self.names = names
@@ -225,33 +232,33 @@ class Composite(Effect):
                 raise _reused(child)
             child.parent = self
 
-    def leaves(self) -> list[Effect]:
+    def leaves(self) -> list[Effect[Any]]:
         return [leaf for child in self.children for leaf in child.leaves()]
 
-    def settle_from_children(self, child: Effect | None = None) -> bool:
+    def settle_from_children(self, child: Effect[Any] | None = None) -> bool:
         """Decide the outcome, True if decided: from ``child``, which just
         finished (O(1), the live path), or else from all children (replay)."""
         raise NotImplementedError  # pragma: no cover
 
 
-def _first_seq(effect: Effect) -> int:
+def _first_seq(effect: Effect[Any]) -> int:
     return min(leaf.seq for leaf in effect.leaves())
 
 
-def _reused(effect: Effect) -> Exception:
+def _reused(effect: Effect[Any]) -> Exception:
     return ContextError(
         f"{effect!r} was already awaited or passed to another first/all/settled; "
         "create a new effect for each use"
     )
 
 
-class First(Composite):
+class First(Composite[tuple[str, Any]]):
     """Done when its first child is: ``(name, value)``, or that child's error."""
 
     __slots__ = ()
     kind = "first"
 
-    def settle_from_children(self, child: Effect | None = None) -> bool:
+    def settle_from_children(self, child: Effect[Any] | None = None) -> bool:
         for name, each in zip(self.names or (), self.children):
             if each.done if child is None else each is child:
                 self.done = True
@@ -263,18 +270,18 @@ class First(Composite):
         return False
 
 
-class All(Composite):
+class All(Composite[list[Any]]):
     """``all``: a list of values, or the error of the lowest-numbered failure.
     ``settled``: a list of `Outcome`, never an error."""
 
     __slots__ = ("settled",)
     kind = "all"
 
-    def __init__(self, children: list[Effect], settled: bool) -> None:
+    def __init__(self, children: list[Effect[Any]], settled: bool) -> None:
         super().__init__(children, None)
         self.settled = settled
 
-    def settle_from_children(self, child: Effect | None = None) -> bool:
+    def settle_from_children(self, child: Effect[Any] | None = None) -> bool:
         if child is not None:  # live: one more child finished
             self.remaining -= 1
             if not self.settled and child.error is not None:

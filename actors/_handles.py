@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from storage import TERMINAL_STATUSES, instance_id
 
@@ -17,14 +17,19 @@ __all__ = ["Handle"]
 # Where waiting on an instance ends: it finished, or its records are corrupt.
 _SETTLED = TERMINAL_STATUSES | {"corrupt"}
 
+R = TypeVar("R", covariant=True)  # the process's result
 
-class Handle:
+
+class Handle(Generic[R]):
     """A reference to a process instance, valid across restarts of the system.
 
     A handle is an address plus the incarnation it was obtained for: after a
     cancel and a fresh start at the same address, an old handle's `result`
     raises `ProcessCancelled`. `status` and `id` are plain reads; `result`
     and `status_changes` wait.
+
+    For type checkers it is ``Handle[R]``, ``R`` the process function's
+    result type: ``await handle.result()`` is an ``R``.
     """
 
     __slots__ = ("_system", "_iid", "_address", "_incarnation")
@@ -64,7 +69,7 @@ class Handle:
         """Why the instance is stuck (e.g. a `NonDeterminismError`), or None."""
         return self._system._snapshot(self._iid)[1].get("last_error")
 
-    async def result(self) -> Any:
+    async def result(self) -> R:
         """Wait for the instance to finish and return its result.
 
         Follows continue-as-new runs and restarts.
@@ -102,7 +107,8 @@ class Handle:
             raise ProcessFailed(
                 f"{self._address!r} failed: {error_summary(error)}", error=error
             )
-        return record.get("result")
+        # What the process function returned, as the codec stored it.
+        return cast(R, record.get("result"))
 
     def _raise_stuck(self, record: dict[str, Any]) -> None:
         # Parked, not finished, yet what the caller waits for is decided: the
@@ -182,7 +188,7 @@ class Handle:
         return hash((self._address, self._incarnation))
 
 
-class ChildHandle(Handle):
+class ChildHandle(Handle[R]):
     """The handle of a child started with ``ctx.spawn``.
 
     Inside the parent process use only its `id` (e.g. to send it signals):

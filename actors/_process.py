@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import attrs
 
@@ -13,6 +13,9 @@ from .errors import InvalidArguments
 __all__ = ["process", "ProcessDef", "OneForOne", "OneForAll", "RestForOne", "RESTART_TYPES"]
 
 RESTART_TYPES = ("permanent", "transient", "temporary")
+
+P = ParamSpec("P")  # what the process function takes after ctx: path params, then input
+R = TypeVar("R", covariant=True)  # what it returns: the result `Handle.result` gives
 
 # Keywords that the calls passing process input as **kwargs take themselves,
 # so process input may not use them. (ctx.step's own keywords, name, retry,
@@ -50,12 +53,16 @@ class RestForOne(_Strategy):
 
 
 @attrs.frozen(slots=True, eq=False)
-class ProcessDef:
+class ProcessDef(Generic[P, R]):
     """A process definition made by `process`. Call ``resolve(*params)`` for an
-    address; pass the definition itself to ``open_system(processes=[...])``."""
+    address; pass the definition itself to ``open_system(processes=[...])``.
+
+    For type checkers it is ``ProcessDef[P, R]``: ``P`` the parameters of the
+    function after ``ctx``, ``R`` its result, so ``system.start`` and
+    ``ctx.call`` check their arguments and type the result."""
 
     template: str
-    fn: Callable[..., Awaitable[Any]]
+    fn: Callable[Concatenate[Any, P], Awaitable[R]]
     params: tuple[str, ...]
     restart: str
     supervision: _Strategy
@@ -111,7 +118,7 @@ def process(
     restart: str = "temporary",
     supervision: _Strategy | None = None,
     compensate_on_cancel: bool = False,
-) -> Callable[[Callable[..., Awaitable[Any]]], ProcessDef]:
+) -> Callable[[Callable[Concatenate[Any, P], Awaitable[R]]], ProcessDef[P, R]]:
     """Define a process: ``@process("orders/:order_id")`` over
     ``async def order(ctx, order_id, *, amount)``.
 
@@ -146,7 +153,7 @@ def process(
     if restart not in RESTART_TYPES:
         raise InvalidArguments(f"restart must be one of {RESTART_TYPES}, not {restart!r}")
 
-    def define(fn: Callable[..., Awaitable[Any]]) -> ProcessDef:
+    def define(fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> ProcessDef[P, R]:
         if not inspect.iscoroutinefunction(fn):
             raise InvalidArguments(
                 f"@process({path!r}) needs an 'async def' function, got {fn!r}"

@@ -13,7 +13,7 @@ import random as _random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, overload
 
 import trio
 
@@ -48,6 +48,10 @@ from .errors import InvalidArguments, LimitExceeded, NotDelivered, UnknownProces
 
 __all__ = ["ActorSystem", "open_system"]
 
+P = ParamSpec("P")  # a process function's parameters after ctx
+R = TypeVar("R")  # its result
+
+
 class ActorSystem(Activation, Cancels):
     """The runtime: owns a journal, routes messages, runs live instances.
 
@@ -58,7 +62,7 @@ class ActorSystem(Activation, Cancels):
     def __init__(
         self,
         journal: Journal,
-        processes: Iterable[ProcessDef],
+        processes: Iterable[ProcessDef[..., Any]],
         random: _random.Random | None,
         *,
         passivate_after: float,
@@ -83,7 +87,7 @@ class ActorSystem(Activation, Cancels):
         # Steps acquire step_limiter themselves (so a queued step's timeout
         # starts only when it runs); abandoned threads still hold this one.
         self.thread_limiter = trio.CapacityLimiter(math.inf)
-        self._procs: dict[str, ProcessDef] = {}
+        self._procs: dict[str, ProcessDef[..., Any]] = {}
         for proc in processes:
             if not isinstance(proc, ProcessDef):
                 raise InvalidArguments(
@@ -130,7 +134,7 @@ class ActorSystem(Activation, Cancels):
 
     # -- lookups ---------------------------------------------------------------
 
-    def _proc(self, proc: ProcessDef | str) -> ProcessDef:
+    def _proc(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]:
         template = proc.template if isinstance(proc, ProcessDef) else proc
         found = self._procs.get(template)
         if found is None:
@@ -162,7 +166,18 @@ class ActorSystem(Activation, Cancels):
 
     # -- public API ------------------------------------------------------------
 
-    async def start(self, proc: ProcessDef | str, *params: str, **input: Any) -> Handle:
+    # For type checkers: the params and input must fit the process
+    # function, and the handle's result is what it returns.
+    @overload
+    async def start(self, proc: ProcessDef[P, R], *params: P.args, **input: P.kwargs) -> Handle[R]:
+        ...
+
+    @overload
+    async def start(self, proc: str, *params: str, **input: Any) -> Handle[Any]: ...
+
+    async def start(
+        self, proc: ProcessDef[..., Any] | str, *params: Any, **input: Any
+    ) -> Handle[Any]:
         """Start an instance of ``proc`` at the address its params give.
 
         Idempotent: an existing live or finished instance at that address is
@@ -186,14 +201,34 @@ class ActorSystem(Activation, Cancels):
         handle, _ = await self._start(self._proc(proc), params, input, None)
         return handle
 
+    @overload
     async def signal_with_start(
         self,
-        proc: ProcessDef | str,
+        proc: ProcessDef[..., R],
         *params: str,
         signal: Signal,
         payload: Any = None,
         **input: Any,
-    ) -> Handle:
+    ) -> Handle[R]: ...
+
+    @overload
+    async def signal_with_start(
+        self,
+        proc: str,
+        *params: str,
+        signal: Signal,
+        payload: Any = None,
+        **input: Any,
+    ) -> Handle[Any]: ...
+
+    async def signal_with_start(
+        self,
+        proc: ProcessDef[..., Any] | str,
+        *params: str,
+        signal: Signal,
+        payload: Any = None,
+        **input: Any,
+    ) -> Handle[Any]:
         """Send ``signal`` to the instance, creating it first if it is absent
         or cancelled, in one transaction.
 
@@ -208,14 +243,14 @@ class ActorSystem(Activation, Cancels):
 
     async def _start(
         self,
-        proc: ProcessDef,
+        proc: ProcessDef[..., Any],
         params: tuple[Any, ...],
         input: dict[str, Any],
         message: tuple[Signal, Any] | None,
         *,
         parent: str | None = None,
         address: str | None = None,
-    ) -> tuple[Handle, bool]:
+    ) -> tuple[Handle[Any], bool]:
         for param in params:
             if isinstance(param, str):
                 check_text(param, f"a path param of {proc.template!r}")
@@ -362,7 +397,7 @@ class ActorSystem(Activation, Cancels):
             reason=status,
         )
 
-    def get(self, address: str) -> Handle | None:
+    def get(self, address: str) -> Handle[Any] | None:
         """The handle of the instance at ``address``, live, passivated or
         finished; None if there is none."""
         iid = instance_id(check_name(address, "get's address"))
@@ -382,7 +417,7 @@ class ActorSystem(Activation, Cancels):
         return Handle(self, iid, address, row.record.get("inc", 1))
 
     async def query(
-        self, status: str | None = None, process: ProcessDef | str | None = None
+        self, status: str | None = None, process: ProcessDef[..., Any] | str | None = None
     ) -> AsyncIterator[InstanceInfo]:
         """Iterate instances (live and on disk) with that status and process.
 
@@ -567,7 +602,7 @@ class ActorSystem(Activation, Cancels):
 @asynccontextmanager
 async def open_system(
     journal: Journal,
-    processes: Iterable[ProcessDef] = (),
+    processes: Iterable[ProcessDef[..., Any]] = (),
     random: _random.Random | None = None,
     *,
     passivate_after: float = 60.0,
