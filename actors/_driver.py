@@ -48,10 +48,10 @@ class Host(Protocol):
 
     interrupt: Any  # not None: stop at the next effect (raise `Interrupted`)
 
-    def begin(self, effect: Effect, started: dict[Effect, LogEntry]) -> None:
+    def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
         """Start the leaves of ``effect`` that replay left open."""
 
-    async def wait_for(self, effect: Effect) -> bool:
+    async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; False to stop driving (nothing more to run)."""
 
     async def complete(self, value: Any) -> None:
@@ -127,7 +127,7 @@ class Driver:
 
     # -- replay ------------------------------------------------------------------
 
-    def logged(self, effect: Effect) -> LogEntry | None:
+    def logged(self, effect: Effect[Any]) -> LogEntry | None:
         """The log entry at the effect's position, checked against it."""
         entry = self.log.get(effect.seq)
         if entry is None:
@@ -147,13 +147,13 @@ class Driver:
             )
         return entry
 
-    def replay(self, effect: Effect) -> dict[Effect, LogEntry]:
+    def replay(self, effect: Effect[Any]) -> dict[Effect[Any], LogEntry]:
         """Give every leaf of ``effect`` its logged outcome, if it has one.
 
         Returns the leaves that have only a "started" record. Raises
         `NonDeterminismError` for a leaf that does not match its log entry.
         """
-        started: dict[Effect, LogEntry] = {}
+        started: dict[Effect[Any], LogEntry] = {}
         for leaf in effect.leaves():
             entry = self.logged(leaf)
             if entry is None:
@@ -172,7 +172,7 @@ class Driver:
             _settle_tree(effect)
         return started
 
-    def _replayed_value(self, leaf: Effect, entry: LogEntry) -> Any:
+    def _replayed_value(self, leaf: Effect[Any], entry: LogEntry) -> Any:
         value = entry.value
         if type(leaf) is fx.Wait and leaf.pair:
             return (leaf.matches(entry.signal or ""), value)
@@ -291,10 +291,10 @@ class _Checker:
         self.interrupt = None
         self.problem: NonDeterminismError | None = None
 
-    def begin(self, effect: Effect, started: dict[Effect, LogEntry]) -> None:
+    def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
         pass
 
-    async def wait_for(self, effect: Effect) -> bool:
+    async def wait_for(self, effect: Effect[Any]) -> bool:
         return False  # the history ends here: the rest would run live
 
     async def complete(self, value: Any) -> None:
@@ -316,7 +316,7 @@ class _Checker:
             self.problem = exc
 
 
-def _settle_tree(effect: fx.Composite) -> bool:
+def _settle_tree(effect: fx.Composite[Any]) -> bool:
     for child in effect.children:
         if isinstance(child, fx.Composite) and not child.done:
             _settle_tree(child)

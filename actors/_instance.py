@@ -96,7 +96,7 @@ class Actor(Ends):
         self.ctx: Context = system._make_context(self)
         self.driver = Driver(self, address)
         self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
-        self.live: set[Effect] = set()  # live leaves
+        self.live: set[Effect[Any]] = set()  # live leaves
         self.busy = 0
         self.txn = Txn()
         self.ticket: Ticket | None = None
@@ -107,7 +107,7 @@ class Actor(Ends):
         self.parked: trio.lowlevel.Task | None = None
         self.idle_since = 0.0
         self.passivate_requested = False
-        self.root: Effect | None = None
+        self.root: Effect[Any] | None = None
         # True once the record, log and mailbox are in memory (a fresh
         # instance was just written by whoever made it: nothing to read).
         self.loaded = loaded
@@ -298,7 +298,7 @@ class Actor(Ends):
             await trio.lowlevel.wait_task_rescheduled(abort)
         self.woken = False
 
-    async def wait_for(self, effect: Effect) -> bool:
+    async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
         self.root = effect
         passivate_now = self.system.passivate_after <= 0
@@ -419,13 +419,13 @@ class Actor(Ends):
         self.busy -= 1
         self.wakeup()
 
-    def finish_step(self, step: fx.Step, value: Any, entry: LogEntry) -> None:
+    def finish_step(self, step: fx.Step[Any], value: Any, entry: LogEntry) -> None:
         """A live step succeeded: register its compensation, then `finish` it."""
         self.register_compensation(step, value)
         self.finish(step, value, None, entry)
 
     def register_compensation(
-        self, step: fx.Step, result: Any, *, possibly_applied: bool = False
+        self, step: fx.Step[Any], result: Any, *, possibly_applied: bool = False
     ) -> None:
         """Record the compensation of a live step that has one (see `_saga`)."""
         if step.compensate is not None and step in self.live:
@@ -433,7 +433,7 @@ class Actor(Ends):
 
     # -- beginning effects ------------------------------------------------------
 
-    def begin(self, effect: Effect, started: dict[Effect, LogEntry]) -> None:
+    def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
         """Start the leaves of ``effect`` that replay left open."""
         for leaf in effect.leaves():
             if effect.done:
@@ -450,7 +450,7 @@ class Actor(Ends):
         """The handle a replayed spawn gives the process."""
         return ChildHandle(self.system, address)
 
-    def _start_live(self, leaf: Effect, entry: LogEntry | None) -> None:
+    def _start_live(self, leaf: Effect[Any], entry: LogEntry | None) -> None:
         self.live.add(leaf)
         kind = type(leaf)
         if kind is fx.Wait:
@@ -466,7 +466,7 @@ class Actor(Ends):
 
     def finish(
         self,
-        leaf: Effect,
+        leaf: Effect[Any],
         value: Any = None,
         error: BaseException | None = None,
         entry: LogEntry | None = None,
@@ -482,7 +482,7 @@ class Actor(Ends):
             _events.effect_done(self.address, leaf.seq, type(leaf).__name__, error)
         if entry is not None:
             self.txn.put_log(self.iid, self.run, leaf.seq, entry.to_stored())
-        node: Effect = leaf
+        node: Effect[Any] = leaf
         parent = node.parent
         while parent is not None and not parent.done:
             if not parent.settle_from_children(node):
@@ -496,7 +496,7 @@ class Actor(Ends):
         if root is not None and root.done:
             self.wakeup()
 
-    def _abandon(self, leaf: Effect) -> None:
+    def _abandon(self, leaf: Effect[Any]) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
         self.live.discard(leaf)
         kind = type(leaf)
@@ -520,7 +520,7 @@ class Actor(Ends):
         """Count ``address`` among this run's children (made by effect ``seq``)."""
         self.children.setdefault(address, seq)
 
-    def add_wait(self, wait: fx.Wait) -> None:
+    def add_wait(self, wait: fx.Wait[Any]) -> None:
         """Register a live wait and give it a message if one is already here."""
         self.mailbox.add_wait(wait)
         self._match_mail()
@@ -579,7 +579,7 @@ class Actor(Ends):
         self.finish(timer, None, None, entry)
 
 
-def _under_done(leaf: Effect) -> bool:
+def _under_done(leaf: Effect[Any]) -> bool:
     parent = leaf.parent
     while parent is not None:
         if parent.done:

@@ -113,7 +113,7 @@ class ActorAPI(Protocol):
     run: int
     status: str
     driver: Driver
-    live: set[fx.Effect]
+    live: set[fx.Effect[Any]]
     children: dict[str, int]
     timers: dict[int, fx.Timer]
     interrupt: tuple[Any, ...] | None
@@ -123,16 +123,16 @@ class ActorAPI(Protocol):
 
     def finish(
         self,
-        leaf: fx.Effect,
+        leaf: fx.Effect[Any],
         value: Any = None,
         error: BaseException | None = None,
         entry: LogEntry | None = None,
     ) -> None: ...
 
-    def finish_step(self, step: fx.Step, value: Any, entry: LogEntry) -> None: ...
+    def finish_step(self, step: fx.Step[Any], value: Any, entry: LogEntry) -> None: ...
 
     def register_compensation(
-        self, step: fx.Step, result: Any, *, possibly_applied: bool = False
+        self, step: fx.Step[Any], result: Any, *, possibly_applied: bool = False
     ) -> None: ...
 
     def start_task(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None: ...
@@ -141,7 +141,7 @@ class ActorAPI(Protocol):
 
     def add_child(self, address: str, seq: int) -> None: ...
 
-    def add_wait(self, wait: fx.Wait) -> None: ...
+    def add_wait(self, wait: fx.Wait[Any]) -> None: ...
 
     def ride_log(self, seq: int, entry: LogEntry) -> None: ...
 

@@ -28,7 +28,7 @@ from ._effects import Effect, Wait
 from ._records import Signal
 
 
-def _seq(effect: Effect) -> int:
+def _seq(effect: Effect[Any]) -> int:
     return effect.seq
 
 
@@ -45,7 +45,7 @@ class Mailbox:
         # mailbox, which can still list a message this activation took but
         # has not committed yet: remember what was taken, so it is not re-read.
         self.taken: set[int] | None = set() if remember_taken else None
-        self.waits: list[Wait] = []
+        self.waits: list[Wait[Any]] = []
 
     def accepts(self, seq: int) -> bool:
         """True if message ``seq`` is neither unread here nor taken already."""
@@ -83,16 +83,18 @@ class Mailbox:
         self.order = sorted(messages)
         return added
 
-    def add_wait(self, wait: Wait) -> None:
+    def add_wait(self, wait: Wait[Any]) -> None:
         """Register a live wait; it takes a message at the next `take_match`."""
         bisect.insort(self.waits, wait, key=_seq)
 
-    def remove_wait(self, wait: Wait) -> None:
+    def remove_wait(self, wait: Wait[Any]) -> None:
         """Drop a wait that will take nothing (it lost a race, or was abandoned)."""
         if wait in self.waits:
             self.waits.remove(wait)
 
-    def take_match(self, live: Collection[Effect]) -> tuple[Wait, Signal, int, Any] | None:
+    def take_match(
+        self, live: Collection[Effect[Any]]
+    ) -> tuple[Wait[Any], Signal, int, Any] | None:
         """Take the oldest message that the lowest-numbered live wait matches.
 
         Returns ``(wait, signal, message seq, payload)`` with both removed

@@ -76,7 +76,9 @@ def source_file(fn: Callable[..., Any]) -> str | None:
     return real
 
 
-def register(actor: ActorAPI, step: Step, result: Any, *, possibly_applied: bool = False) -> None:
+def register(
+    actor: ActorAPI, step: Step[Any], result: Any, *, possibly_applied: bool = False
+) -> None:
     """Record ``step``'s compensation (riding on the step's own result write)."""
     assert step.compensate is not None
     name = qualified(step.compensate)

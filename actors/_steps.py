@@ -126,7 +126,7 @@ def _call_sync(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return result
 
 
-async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> None:
+async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -> None:
     """Run a live step to its recorded outcome (a task in the actor's nursery).
 
     The budget: ``retry.attempts`` (1 without ``retry=``) attempts in all,
@@ -236,7 +236,7 @@ def _log_txn(actor: ActorAPI, seq: int, entry: LogEntry) -> Txn:
 
 
 def _validated_input(
-    step: Step, args: tuple[Any, ...], kwargs: dict[str, Any]
+    step: Step[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     assert step.validate_input is not None
     if kwargs or len(args) != 1:
@@ -247,7 +247,7 @@ def _validated_input(
 
 def _finish_failed(
     actor: ActorAPI,
-    step: Step,
+    step: Step[Any],
     entry_base: LogEntry,
     cause: BaseException,
     attempt: int,
@@ -276,7 +276,7 @@ def _finish_failed(
 
 def _finish_spent(
     actor: ActorAPI,
-    step: Step,
+    step: Step[Any],
     entry_base: LogEntry,
     attempt: int,
     failures: int,

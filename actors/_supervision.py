@@ -53,7 +53,9 @@ def children_in_log(stored: dict[int, Any]) -> dict[str, int]:
 # -- creating children -----------------------------------------------------------
 
 
-def start_child_effect(actor: ActorAPI, effect: fx.Effect, started: dict[str, Any] | None) -> None:
+def start_child_effect(
+    actor: ActorAPI, effect: fx.Effect[Any], started: LogEntry | None
+) -> None:
     """Begin a live call/spawn effect (called by the actor's driver)."""
     if type(effect) is fx.Call and started is not None:
         _await_end(actor, effect)  # created in an earlier activation of this run
@@ -61,7 +63,7 @@ def start_child_effect(actor: ActorAPI, effect: fx.Effect, started: dict[str, An
     actor.start_task(_create, actor, effect)
 
 
-def _await_end(actor: ActorAPI, call: fx.Call) -> None:
+def _await_end(actor: ActorAPI, call: fx.Call[Any]) -> None:
     actor.add_child(call.address, call.seq)
     actor.add_wait(call)
 
@@ -141,7 +143,7 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     return ended
 
 
-def end_outcome(call: fx.Call, payload: dict[str, Any]) -> tuple[Any, Any, LogEntry]:
+def end_outcome(call: fx.Call[Any], payload: dict[str, Any]) -> tuple[Any, Any, LogEntry]:
     """(value, error, log entry) of a call effect from its child's end payload."""
     entry = call.describe()
     if payload.get("status") == "completed":
