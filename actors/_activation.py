@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -22,7 +22,14 @@ from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
 from ._instance import Actor
+from ._interfaces import ActorAPI
 from ._process import ProcessDef
+
+if TYPE_CHECKING:
+    from ._interfaces import SystemAPI as _SystemAPI
+    from ._nodes import NodeView
+else:
+    _SystemAPI = object  # for type checkers only: what ActorSystem provides
 
 log = logging.getLogger("actors")
 
@@ -33,13 +40,33 @@ STALL_RETRY_MAX = 60.0
 ENDS_KEPT = 10_000  # ended instances whose final state is kept for handle reads
 
 
-class Activation:
+class Activation(_SystemAPI):
     """The activation half of `ActorSystem` (see the module docstring)."""
+
+    # Set up by ActorSystem.__init__ (see there for what each holds).
+    _live: dict[bytes, Actor]
+    _activating: set[bytes]
+    _foreign: set[bytes]
+    _ends: dict[bytes, tuple[str, dict[str, Any]]]
+    _stalled_iids: set[bytes]
+    _resuming: bool
+    _status_events: dict[bytes, trio.Event]
+    _corrupt: dict[bytes, JournalCorrupt]
+    takeover_interval: float
+    _nursery: trio.Nursery | None
+    _closing: bool
+    _sweep_parked: trio.lowlevel.Task | None
+    nodes: NodeView
 
     # -- activation ------------------------------------------------------------
 
     def _run_created(
-        self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
+        self,
+        iid: bytes,
+        address: str,
+        proc: ProcessDef[..., Any],
+        record: dict[str, Any],
+        epoch: int = 0,
     ) -> Actor:
         """Run an instance whose record was just written (so nothing to read back)."""
         actor = Actor(self, iid, address, proc, record, loaded=True, epoch=epoch)
@@ -114,7 +141,7 @@ class Activation:
             self._activating.discard(iid)
         await actor.main()
 
-    def _forget(self, actor: Actor) -> None:
+    def _forget(self, actor: ActorAPI) -> None:
         if self._live.get(actor.iid) is actor:
             del self._live[actor.iid]
             # A cancel waiting for this actor to leave memory looks again.
@@ -123,7 +150,7 @@ class Activation:
                 event.set()
             self.nodes.forgotten(actor.iid)
 
-    def _ended(self, actor: Actor, status: str) -> None:
+    def _ended(self, actor: ActorAPI, status: str) -> None:
         self._forget(actor)
         # The final state of what just ended answers handle reads (result(),
         # status) without a journal read each: on a remote journal that read
@@ -132,7 +159,7 @@ class Activation:
         if len(self._ends) > ENDS_KEPT:
             del self._ends[next(iter(self._ends))]
 
-    def _stalled(self, actor: Actor, exc: JournalFull) -> None:
+    def _stalled(self, actor: ActorAPI, exc: JournalFull) -> None:
         """``actor``'s own write found the journal full (or its disk): it
         leaves memory suspended with ``last_error``, and is activated again
         (replayed from what the journal holds) once there may be room."""
@@ -173,7 +200,7 @@ class Activation:
         elif actor.loaded and not actor.done:
             actor.timers_due(now)
 
-    async def _mark_corrupt(self, actor: Actor, exc: JournalCorrupt) -> None:
+    async def _mark_corrupt(self, actor: ActorAPI, exc: JournalCorrupt) -> None:
         _events.corrupt(actor.address, exc)
         await self._set_corrupt(actor.iid, exc)
         self._status_changed(actor.iid)

@@ -8,7 +8,7 @@ Invariant (see `Cancels._cancel_iid`): a cancel wins over a restart.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -18,9 +18,20 @@ from storage.errors import Conflict
 from . import _protocol
 from . import _supervision as _sup
 
+if TYPE_CHECKING:
+    from ._instance import Actor
+    from ._interfaces import SystemAPI as _SystemAPI
+else:
+    _SystemAPI = object  # for type checkers only: what ActorSystem provides
 
-class Cancels:
+
+class Cancels(_SystemAPI):
     """The cancel and restart half of `ActorSystem` (see the module docstring)."""
+
+    # Set up by ActorSystem.__init__ (see there for what each holds).
+    _live: dict[bytes, Actor]
+    _activating: set[bytes]
+    _cancelling: dict[bytes, trio.Event]
 
     async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool:
         # Invariant: a cancel wins over a restart. An actor told to cancel

@@ -11,7 +11,7 @@ depth first, as a trio nursery does.
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage import Txn
 from storage.errors import EncodeError
@@ -23,13 +23,30 @@ from ._log import children_named
 from ._records import describe_error, error_summary
 from .errors import NonDeterminismError
 
+if TYPE_CHECKING:
+    from ._interfaces import ActorAPI as _ActorAPI
+else:
+    _ActorAPI = object  # for type checkers only: what Actor provides
+
 __all__ = ["Ends"]
 
 
-class Ends:
+class Ends(_ActorAPI):
     """The end-of-run transitions of `Actor` (which holds all the state)."""
 
     __slots__ = ()
+
+    if TYPE_CHECKING:  # the rest of Actor that these transitions use
+        record: dict[str, Any]
+        run: int
+        children: dict[str, int]
+        txn: Txn
+        woken: bool
+        persisted_status: str | None
+
+        def _abandon(self, leaf: fx.Effect[Any]) -> None: ...
+
+        def new_coroutine(self) -> Coroutine[Any, Any, Any]: ...
 
     async def complete(self, value: Any) -> None:
         """The process returned ``value``: end completed (or restart, if permanent)."""

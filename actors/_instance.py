@@ -18,7 +18,7 @@ write in a crash only makes replay take the same message again.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import trio
 
@@ -80,7 +80,7 @@ class Actor(Ends):
         system: SystemAPI,
         iid: bytes,
         address: str,
-        proc: ProcessDef,
+        proc: ProcessDef[..., Any],
         record: dict[str, Any] | None,
         *,
         loaded: bool = False,
@@ -446,23 +446,22 @@ class Actor(Ends):
             if type(leaf) is fx.Timer:
                 self.txn.cancel_timer(self.iid, self.run, leaf.seq)
 
-    def child_handle(self, address: str) -> ChildHandle:
+    def child_handle(self, address: str) -> ChildHandle[Any]:
         """The handle a replayed spawn gives the process."""
         return ChildHandle(self.system, address)
 
     def _start_live(self, leaf: Effect[Any], entry: LogEntry | None) -> None:
         self.live.add(leaf)
-        kind = type(leaf)
-        if kind is fx.Wait:
+        if type(leaf) is fx.Wait:
             self.add_wait(leaf)
-        elif kind is fx.Timer:
+        elif type(leaf) is fx.Timer:
             self._start_timer(leaf, entry)
-        elif kind is fx.Step:
+        elif type(leaf) is fx.Step:
             self.start_task(run_step, self, leaf, entry)
-        elif kind is fx.Call or kind is fx.Spawn:
+        elif type(leaf) is fx.Call or type(leaf) is fx.Spawn:
             _sup.start_child_effect(self, leaf, entry)
         else:  # Emit, Publish: the only other leaves
-            _streams.start(self, leaf)
+            _streams.start(self, cast("fx.Emit | fx.Publish", leaf))
 
     def finish(
         self,
@@ -499,18 +498,17 @@ class Actor(Ends):
     def _abandon(self, leaf: Effect[Any]) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
         self.live.discard(leaf)
-        kind = type(leaf)
-        if kind is fx.Wait:
+        if type(leaf) is fx.Wait:
             self.mailbox.remove_wait(leaf)  # it takes nothing
-        elif kind is fx.Timer:
+        elif type(leaf) is fx.Timer:
             self.timers.pop(leaf.seq, None)
             self.txn.cancel_timer(self.iid, self.run, leaf.seq)
-        elif kind is fx.Step:
+        elif type(leaf) is fx.Step:
             if leaf.scope is not None:
                 leaf.scope.cancel()
-        elif kind is fx.Call or kind is fx.Spawn:
-            if kind is fx.Call:
-                self.mailbox.remove_wait(leaf)  # type: ignore[arg-type]
+        elif type(leaf) is fx.Call or type(leaf) is fx.Spawn:
+            if type(leaf) is fx.Call:
+                self.mailbox.remove_wait(leaf)
             _sup.abandon_child_effect(self, leaf)
         # An Emit or Publish that lost a race still completes its write.
 
@@ -550,6 +548,7 @@ class Actor(Ends):
     def _start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None:
         if entry is not None:
             due = entry.due
+            assert due is not None  # a sleep entry without one reads as corrupt (_shapes)
         else:
             due = timer.until if timer.until is not None else self.system.epoch_now() + (
                 timer.delay or 0.0

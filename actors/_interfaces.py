@@ -14,12 +14,13 @@ This module imports only modules below all of them.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import trio
 
 from storage import Journal, Txn
+from storage.errors import JournalCorrupt, JournalFull
 
 from . import _effects as fx
 from ._driver import Driver
@@ -40,10 +41,12 @@ class SystemAPI(Protocol):
     timers: Any  # the TimerService
     step_limiter: trio.CapacityLimiter
     thread_limiter: trio.CapacityLimiter
-    _procs: dict[str, ProcessDef]
-    _live: dict[bytes, ActorAPI]
+    _procs: dict[str, ProcessDef[..., Any]]
     _cursors: dict[tuple[bytes, str], int]
     outages: Any  # the JournalWatch
+
+    @property
+    def _live(self) -> Mapping[bytes, ActorAPI]: ...  # read only, outside the system
 
     @property
     def closing(self) -> bool: ...
@@ -55,7 +58,7 @@ class SystemAPI(Protocol):
 
     def trio_time(self, epoch: float) -> float: ...
 
-    def _proc(self, proc: ProcessDef | str) -> ProcessDef: ...
+    def _proc(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]: ...
 
     def _make_context(self, actor: ActorAPI) -> Any: ...
 
@@ -77,17 +80,22 @@ class SystemAPI(Protocol):
 
     def _instance_idle(self) -> None: ...
 
-    def _stalled(self, actor: ActorAPI, exc: Exception) -> None: ...
+    def _stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
 
-    def _corrupt_error(self, iid: bytes, address: str) -> Exception: ...
+    def _corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt: ...
 
     def _run_created(
-        self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
+        self,
+        iid: bytes,
+        address: str,
+        proc: ProcessDef[..., Any],
+        record: dict[str, Any],
+        epoch: int = 0,
     ) -> ActorAPI: ...
 
     def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None: ...
 
-    async def _mark_corrupt(self, actor: ActorAPI, exc: Exception) -> None: ...
+    async def _mark_corrupt(self, actor: ActorAPI, exc: JournalCorrupt) -> None: ...
 
     async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool: ...
 
@@ -108,7 +116,7 @@ class ActorAPI(Protocol):
     system: SystemAPI
     iid: bytes
     address: str
-    proc: ProcessDef
+    proc: ProcessDef[..., Any]
     record: dict[str, Any]
     run: int
     status: str
@@ -156,6 +164,10 @@ class ActorAPI(Protocol):
     def escalate_on_end(self, parent: str, why: str, strategy: Any) -> None: ...
 
     def wakeup(self) -> None: ...
+
+    def deliver(self, seq: int, name: str, payload: Any, trace: str | None = None) -> None: ...
+
+    def request_passivation(self) -> None: ...
 
     def flush(self) -> None: ...
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import attrs
@@ -62,7 +62,7 @@ class ProcessDef(Generic[P, R]):
     ``ctx.call`` check their arguments and type the result."""
 
     template: str
-    fn: Callable[Concatenate[Any, P], Awaitable[R]]
+    fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]
     params: tuple[str, ...]
     restart: str
     supervision: _Strategy
@@ -118,7 +118,7 @@ def process(
     restart: str = "temporary",
     supervision: _Strategy | None = None,
     compensate_on_cancel: bool = False,
-) -> Callable[[Callable[Concatenate[Any, P], Awaitable[R]]], ProcessDef[P, R]]:
+) -> Callable[[Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]], ProcessDef[P, R]]:
     """Define a process: ``@process("orders/:order_id")`` over
     ``async def order(ctx, order_id, *, amount)``.
 
@@ -153,7 +153,7 @@ def process(
     if restart not in RESTART_TYPES:
         raise InvalidArguments(f"restart must be one of {RESTART_TYPES}, not {restart!r}")
 
-    def define(fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> ProcessDef[P, R]:
+    def define(fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> ProcessDef[P, R]:
         if not inspect.iscoroutinefunction(fn):
             raise InvalidArguments(
                 f"@process({path!r}) needs an 'async def' function, got {fn!r}"

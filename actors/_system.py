@@ -38,6 +38,7 @@ from ._cancels import Cancels
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
+from ._interfaces import ActorAPI
 from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
@@ -145,7 +146,7 @@ class ActorSystem(Activation, Cancels):
             )
         return found
 
-    def _make_context(self, actor: Actor) -> Context:
+    def _make_context(self, actor: ActorAPI) -> Context:
         return Context(actor)
 
     def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]:
