@@ -89,7 +89,8 @@ def check_name(value: Any, what: str) -> str:
     check_text(value, what)
     if not value:
         raise InvalidArguments(f"{what} is empty; pass a non-empty str")
-    return value
+    name: str = value  # check_text let only a str through
+    return name
 
 
 def _show(value: Any) -> str:

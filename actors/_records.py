@@ -69,7 +69,8 @@ class Retry:
 
     def delay(self, attempt: int, jitter: float) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (from 1)."""
-        return min(self.max_backoff, self.backoff * 2 ** (attempt - 1)) * (0.5 + jitter / 2)
+        doubled: float = self.backoff * 2 ** (attempt - 1)
+        return min(self.max_backoff, doubled) * (0.5 + jitter / 2)
 
 
 @attrs.frozen(slots=True)

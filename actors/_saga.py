@@ -105,11 +105,12 @@ def _module_file(module: ModuleType) -> str | None:
     return os.path.realpath(path) if isinstance(path, str) else None
 
 
-def _lookup(module: ModuleType, qualname: str) -> Any:
+def _lookup(module: ModuleType, qualname: str) -> Callable[..., Any]:
     target: Any = module
     for part in qualname.split("."):
         target = getattr(target, part)
-    return target
+    found: Callable[..., Any] = target  # a compensation is a function
+    return found
 
 
 def _same_file(file: str | None, actor: ActorAPI) -> ModuleType | None:

@@ -132,7 +132,7 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
             }, trace=_tracing.traceparent(system),
         )  # fmt: skip
         txn, record = start.txn, start.record
-    elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:
+    elif row is not None and row.status not in LIVE_STATUSES and type(effect) is fx.Call:
         ended = end_payload(row.status, row.record)
     parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())

@@ -41,9 +41,9 @@ try:
     from opentelemetry import trace as _trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the "otel" extra is not installed: tracing is off
-    _trace = None
-    _otel_context = None
-    TraceContextTextMapPropagator = None
+    _trace = None  # type: ignore[assignment]  # checked before each use
+    _otel_context = None  # type: ignore[assignment]
+    TraceContextTextMapPropagator = None  # type: ignore[assignment,misc]
 
 __all__ = [
     "active", "begin_run", "delivered", "end_run", "loaded", "record_crash", "step_span",

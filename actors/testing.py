@@ -51,7 +51,7 @@ def _virtual_wall() -> float:
 
 @asynccontextmanager
 async def open_test_system(
-    processes: Iterable[ProcessDef],
+    processes: Iterable[ProcessDef[..., Any]],
     *,
     journal: Journal | None = None,
     always_replay: bool = False,
@@ -100,7 +100,7 @@ class ReplayProblem:
 
 async def replay_check(
     journal_or_path: Journal | str | os.PathLike[str],
-    processes: Iterable[ProcessDef],
+    processes: Iterable[ProcessDef[..., Any]],
     *,
     include_finished: bool = False,
 ) -> list[ReplayProblem]:
@@ -164,7 +164,7 @@ async def replay_check(
 
 
 async def _replay_one(
-    system: ActorSystem, row: Any, proc: ProcessDef, log: dict[int, Any]
+    system: ActorSystem, row: Any, proc: ProcessDef[..., Any], log: dict[int, Any]
 ) -> ReplayProblem | None:
     actor = Actor(system, row.iid, row.address, proc, row.record)
     exc = await actor.check_history(log)

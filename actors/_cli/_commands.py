@@ -7,9 +7,8 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
-from typing import Any
 
 import trio
 
@@ -26,7 +25,7 @@ from ._write import DEFAULT_REASON, cancel, send
 
 __all__ = ["main"]
 
-_COMMANDS: dict[str, Callable[[argparse.Namespace], Any]] = {
+_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "list": list_instances, "show": show, "send": send, "cancel": cancel,
     "resume-compensation": resume_compensation, "abandon-compensation": abandon_compensation,
     "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats, "web": web,

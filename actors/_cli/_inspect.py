@@ -96,7 +96,7 @@ async def list_instances(args: argparse.Namespace) -> int:
         with journal.reader() as r:
             items, counts = list_items(r, args.status, args.process, args.prefix)
     shown = items if args.limit <= 0 else items[: args.limit]
-    doc = {
+    doc: dict[str, Any] = {
         "journal": str(path), "total": sum(counts.values()), "matching": len(items),
         "shown": len(shown), "counts": {s: counts[s] for s in STATUSES if s in counts},
         "instances": shown,
@@ -159,13 +159,13 @@ def _log_item(seq: int, entry: dict[str, Any], ended: bool) -> dict[str, Any]:
             "step": f"attempt {entry.get('a', '?')} started, never finished",
             "sleep": "not fired (the instance ended first)",
             "call": "the instance ended first",
-        }.get(kind, "never finished")  # fmt: skip
+        }.get(kind or "", "never finished")  # fmt: skip
     else:
         item["state"] = "started"
         item["outcome"] = {
             "step": f"attempt {entry.get('a', '?')} started, no outcome yet",
             "sleep": "pending", "call": "waiting for the child",
-        }.get(kind, "started")  # fmt: skip
+        }.get(kind or "", "started")  # fmt: skip
     return item
 
 
@@ -324,7 +324,7 @@ async def stats(args: argparse.Namespace) -> int:
     st = data.stat()
     holder = LMDBJournal(path).holder()
     held, pid = holder.held, holder.pid
-    doc = {
+    doc: dict[str, Any] = {
         "journal": str(path), "size_bytes": st.st_size, "disk_bytes": st.st_blocks * 512,
         "held": held, "held_by_pid": pid, "instances": sum(counts.values()),
         "by_status": {s: counts[s] for s in STATUSES if s in counts},
@@ -334,9 +334,10 @@ async def stats(args: argparse.Namespace) -> int:
 
     def render() -> str:
         owner = f", pid {pid}" if pid else ""
-        held_by = {True: f"a running system{owner}", False: "no running system"}.get(
-            held, f"unknown (owner.lock names pid {pid})"
-        )
+        names: dict[bool | None, str] = {
+            True: f"a running system{owner}", False: "no running system"
+        }
+        held_by = names.get(held, f"unknown (owner.lock names pid {pid})")
         lines = [
             f"journal       {path}",
             f"size          {size_text(doc['size_bytes'])} ({size_text(doc['disk_bytes'])} on disk)",

@@ -172,7 +172,7 @@ async def consumers(args: argparse.Namespace) -> int:
             length, cursors = r.stream_length(iid), r.cursors(iid)
     if args.delete is not None:
         return await _delete_consumer(args, path, iid, cursors)
-    doc = {"address": row.address, "status": row.status, "length": length,
+    doc: dict[str, Any] = {"address": row.address, "status": row.status, "length": length,
            "consumers": {name: {"cursor": pos, "unread": max(0, length - pos)}
                          for name, pos in sorted(cursors.items())}}  # fmt: skip
 
