@@ -68,6 +68,16 @@ def test_fan_out(tmp_path):
     assert lines[-1].startswith("100 item children completed, e.g. batches/b1/items/")
 
 
+def test_typed_orders(tmp_path):
+    # CI also checks this program with mypy --strict (pyproject's [tool.mypy] files).
+    lines = run_example("typed_orders.py", tmp_path / "journal")
+    assert [
+        "orders/o-1: completed", "  3 x book at 12.50", "  total 37.50, reservation-book-3",
+    ] == lines  # fmt: skip
+    again = run_example("typed_orders.py", tmp_path / "journal")
+    assert lines == again  # the finished order and its Receipt read back from the journal
+
+
 @pytest.mark.slow  # two interpreters, a SIGKILL and real-time sleeps: about 3 s
 def test_restart_demo(tmp_path):
     lines = run_example("restart_demo.py", "demo", tmp_path / "journal", timeout=30)
