@@ -483,7 +483,9 @@ class _GroupCommit:
         with env.begin(write=True) as wtxn:
             return self._apply_all(wtxn, txns, isolate=isolate)
 
-    def _apply_all(self, wtxn: lmdb.Transaction[bytes], txns: list[Txn], *, isolate: bool) -> list[Any]:
+    def _apply_all(
+        self, wtxn: lmdb.Transaction[bytes], txns: list[Txn], *, isolate: bool
+    ) -> list[Any]:
         """Apply ``txns`` in order inside ``wtxn``; return their outcomes.
 
         Each gets its results, or `Conflict` when a precondition fails (its
