@@ -263,6 +263,11 @@ async def test_its_sessions_are_read_only_whatever_the_role(schema, running):
             with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
                 conn.execute(f'DELETE FROM "{name}".instances')
     assert ["on"] == seen
+    # Nor can it serve as a node, which would need a lease and writes.
+    journal = PostgresJournal(dsn, schema=name, readonly=True)
+    journal.set_node("inspector")
+    with pytest.raises(ValueError, match="is read-only; a node needs to write"):
+        await journal.open()
 
 
 def _version(dsn: str, name: str) -> int:
