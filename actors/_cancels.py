@@ -12,6 +12,8 @@ from typing import Any
 
 import trio
 
+import attrs
+
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, Txn
 from storage.errors import Conflict
 
@@ -112,7 +114,7 @@ class Cancels:
         txn.require(iid, LIVE_STATUSES)
         _protocol.next_run(
             txn, iid, address=address, process=row.process,
-            record=dict(row.record, restarts=restarts, updated=self.epoch_now()),
+            record=attrs.evolve(row.record, restarts=restarts, updated=self.epoch_now()),
             timers=[(timer.run, timer.seq) for timer in timers],
         )  # fmt: skip
         try:
@@ -127,4 +129,4 @@ def _row_timers_log(r: Any, iid: bytes) -> tuple[Any, Any, Any]:
     row = r.instance(iid)
     if row is None:
         return None, [], {}
-    return row, r.timers(iid), r.log(iid, row.record.get("run", 0))
+    return row, r.timers(iid), r.log(iid, row.record.run)

@@ -190,23 +190,18 @@ def _mail_key(iid: bytes, seq: int) -> bytes:
 
 
 class _MemoryReader(Reader):
-    __slots__ = ("_j", "_record", "_entry", "_message")
+    __slots__ = ("_j", "_entry", "_message")
 
     def __init__(self, journal: MemoryJournal) -> None:
         self._j = journal
         # The shape checks of `Journal.check_shapes`, or None.
         shapes = journal.check_shapes
-        self._record = _shapes.record_problem if shapes else None
         self._entry = _shapes.entry_problem if shapes else None
         self._message = _shapes.message_problem if shapes else None
 
     def _row(self, iid: bytes, row: tuple[int, str, str, bytes]) -> InstanceRow:
         status, process, address, data = row
-        record = j.decode_record(data, "instances", iid, self._record)
-        if self._record is not None:
-            problem = _shapes.params_problem(record, process)
-            if problem is not None:
-                raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
+        record = j.read_instance_record(data, iid, process)
         return InstanceRow(iid, address, process, j.STATUS_NAME[status], record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:

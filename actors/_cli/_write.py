@@ -145,7 +145,7 @@ async def cancel(args: argparse.Namespace) -> int:
         async with reading(path) as journal:
             with journal.reader() as r:
                 after = read_row(r, root.iid)
-        reason = after.record.get("reason") if after is not None else None
+        reason = after.record.reason if after is not None else None
         if args.reason != DEFAULT_REASON:
             print(f"actors: --reason is not recorded through a running system: it records "
                   f"{reason!r}", file=sys.stderr)  # fmt: skip
@@ -177,7 +177,7 @@ def _cancel_plan(
     root = find_instance(r, args.address, path)
     if root.status not in UNFINISHED_STATUSES:
         words = STATUS_WORDS.get(root.status, f"it is {root.status}")
-        at = root.record.get("updated")
+        at = root.record.updated
         ended = at and root.status in TERMINAL_STATUSES
         raise CLIError(
             f"nothing to cancel at {args.address!r}: {words}"
@@ -200,7 +200,7 @@ def _plan_cancel(
     """Add ``row`` to ``plan`` after its live descendants (depth first, as the runtime)."""
     seen.add(row.iid)
     try:
-        log = r.log(row.iid, row.record.get("run", 0))
+        log = r.log(row.iid, row.record.run)
         timers = r.timers(row.iid)
         children = _sup.children_in_log(log)
         for address in children:

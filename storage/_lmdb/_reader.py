@@ -62,13 +62,12 @@ def _missing_value(iid: bytes, index: int, why: str) -> JournalCorrupt:
 
 
 class _LMDBReader(Reader):
-    __slots__ = ("_txn", "_dbs", "_record", "_entry", "_message")
+    __slots__ = ("_txn", "_dbs", "_entry", "_message")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any], shapes: bool) -> None:
         self._txn = txn
         self._dbs = dbs
         # The shape checks of `Journal.check_shapes`, or None.
-        self._record = _shapes.record_problem if shapes else None
         self._entry = _shapes.entry_problem if shapes else None
         self._message = _shapes.message_problem if shapes else None
 
@@ -96,11 +95,7 @@ class _LMDBReader(Reader):
                 database="instances",
                 key=iid,
             ) from exc
-        record = j.decode_record(value[3 + hlen :], "instances", iid, self._record)
-        if self._record is not None:
-            problem = _shapes.params_problem(record, process)
-            if problem is not None:
-                raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
+        record = j.read_instance_record(value[3 + hlen :], iid, process)
         return InstanceRow(iid, address, process, status, record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:

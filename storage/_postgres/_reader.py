@@ -76,7 +76,9 @@ class _PostgresReader(Reader):
                 database="instances",
                 key=iid,
             )
-        return InstanceRow(iid, address, process, status, j.decode_record(record, "instances", iid))
+        return InstanceRow(
+            iid, address, process, status, j.read_instance_record(record, iid, process)
+        )
 
     def instance(self, iid: bytes) -> InstanceRow | None:
         rows = self._rows(self._sql.instance, [iid])
