@@ -92,12 +92,13 @@ def error_from_entry(entry: LogEntry) -> BaseException:
 class Driver:
     """The log of an instance's current run and the position in it."""
 
-    __slots__ = ("owner", "address", "log", "seq", "occurrences")
+    __slots__ = ("owner", "address", "log", "last", "seq", "occurrences")
 
     def __init__(self, owner: Owner, address: str) -> None:
         self.owner = owner
         self.address = address
         self.log: dict[int, LogEntry] = {}
+        self.last = 0  # the last position in the log (replaying while seq is below it)
         # Invariant: seq is the number of effects the current coroutine has
         # created; the log entry of effect n sits at log[n].
         self.seq = 0
@@ -106,6 +107,7 @@ class Driver:
     def load(self, log: dict[int, LogEntry]) -> None:
         """Replay this log (of the current run) from the start."""
         self.log = log
+        self.last = max(log, default=0)  # the last logged position
         self.seq = 0
         self.occurrences = {}
 
@@ -123,7 +125,7 @@ class Driver:
     @property
     def replaying(self) -> bool:
         """True while the next effect's outcome is in the log."""
-        return bool(self.log) and self.seq < max(self.log)
+        return self.seq < self.last
 
     # -- replay ------------------------------------------------------------------
 

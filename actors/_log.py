@@ -47,7 +47,9 @@ class _NoValue:
 #: The ``value`` of an entry that holds none (``None`` is a value).
 NO_VALUE: Any = _NoValue()
 
-_KNOWN = frozenset(("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child"))
+# The stored keys, in the order of LogEntry's fields (from_stored relies on it).
+_KEYS = ("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child")
+_POSITION = {key: i for i, key in enumerate(_KEYS)}
 
 
 @attrs.define(slots=True, eq=True)
@@ -104,15 +106,19 @@ class LogEntry:
     @classmethod
     def from_stored(cls, stored: dict[str, Any]) -> LogEntry:
         """The entry of a map the journal stored."""
-        get = stored.get
-        extra = {k: v for k, v in stored.items() if k not in _KNOWN} if len(stored) > 3 else None
-        return cls(
-            kind=get("k", ""), name=get("n", ""), hash=get("h", b""),
-            value=stored["v"] if "v" in stored else NO_VALUE, error=get("e"),
-            message=get("m"), signal=get("s"), attempt=get("a"), failures=get("f"),
-            closed=get("c"),
-            key=get("key"), due=get("due"), child=get("child"), extra=extra or None,
-        )  # fmt: skip
+        # One pass over the keys present, filling positional arguments: a
+        # wake replays every entry of the run's log, so this is its hot loop.
+        args = _DEFAULTS.copy()
+        extra = None
+        for key, value in stored.items():
+            i = _POSITION.get(key)
+            if i is None:
+                if extra is None:
+                    extra = {}
+                extra[key] = value
+            else:
+                args[i] = value
+        return cls(*args, extra)
 
     def identity(self) -> dict[str, str]:
         """``{"k": kind, "n": name}``: how `NonDeterminismError` reports an effect."""
@@ -121,6 +127,14 @@ class LogEntry:
     def show(self) -> str:
         """``step 'charge'``: kind and name, for messages."""
         return f"{self.kind} {self.name!r}" if self.name else self.kind
+
+
+# Each field's value when its key is absent, in `_KEYS` order.
+_DEFAULTS: list[Any] = ["", "", b"", NO_VALUE, None, None, None, None, None, None, None, None, None]
+assert [f.name for f in attrs.fields(LogEntry)][: len(_KEYS)] == [
+    "kind", "name", "hash", "value", "error", "message", "signal", "attempt", "failures",
+    "closed", "key", "due", "child",
+]  # fmt: skip
 
 
 def read_log(stored: dict[int, Any]) -> dict[int, LogEntry]:

@@ -119,14 +119,16 @@ def add_message(
         raise
     message: bytes = txn.ops[-1][2]
     # The limit is on the payload alone: the message's bytes less those of
-    # the same message around None (which encodes to one byte).
-    size = len(message) - (len(encode([name, None, *after])) - 1)
-    if max_payload is not None and size > max_payload:
-        raise LimitExceeded(
-            f"the {name!r} payload encodes to {size} bytes, over the "
-            f"max_payload={max_payload} limit; send a reference (an id or a "
-            "path) instead, or raise open_system(max_payload=...)"
-        )
+    # the same message around None (which encodes to one byte). Measured
+    # only when the whole message is over it (the payload is never larger).
+    if max_payload is not None and len(message) > max_payload:
+        size = len(message) - (len(encode([name, None, *after])) - 1)
+        if size > max_payload:
+            raise LimitExceeded(
+                f"the {name!r} payload encodes to {size} bytes, over the "
+                f"max_payload={max_payload} limit; send a reference (an id or a "
+                "path) instead, or raise open_system(max_payload=...)"
+            )
     return Notice(iid, message, slot)
 
 

@@ -27,13 +27,16 @@ _ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
 
 
 def _fields_problem(value: Any, fields: dict[str, tuple[type, ...]], what: str) -> str | None:
-    if not isinstance(value, dict):
+    if type(value) is not dict:
         return f"{what} is a {type(value).__name__}, not a map"
-    for name, types in fields.items():
-        if name in value:
-            field = value[name]
-            if not isinstance(field, types) or (isinstance(field, bool) and bool not in types):
-                return f"{what}'s {name!r} is {field!r}, a {type(field).__name__}"
+    # Over the keys present (a log entry has few of the keys it may have):
+    # a wake checks every entry of the run's log.
+    for name, field in value.items():
+        types = fields.get(name)
+        if types is not None and (
+            not isinstance(field, types) or (field.__class__ is bool and bool not in types)
+        ):
+            return f"{what}'s {name!r} is {field!r}, a {type(field).__name__}"
     return None
 
 
