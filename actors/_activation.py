@@ -198,7 +198,7 @@ class Activation:
                 with self.journal.reader() as r:
                     row = r.instance(iid)
                     if row is not None:
-                        r.log(iid, row.record.run)
+                        r.entries(iid, row.record.run)
                         r.mailbox(iid)
                         r.timers(iid)
             except JournalCorrupt as exc:

@@ -38,7 +38,7 @@ from ._effects import Effect
 from ._ends import Ends
 from ._handles import ChildHandle
 from ._interfaces import SystemAPI
-from ._log import LogEntry, read_log
+from ._log import LogEntry
 from ._mailbox import Mailbox
 from ._process import ProcessDef
 from ._steps import run_step
@@ -186,7 +186,7 @@ class Actor(Ends):
                     return None, {}, [], [], 0
                 run_now = row.record.run
                 return (
-                    row, r.log(iid, run_now), r.mailbox(iid), r.timers(iid),
+                    row, r.entries(iid, run_now), r.mailbox(iid), r.timers(iid),
                     r.last_message_seq(iid),
                 )  # fmt: skip
 
@@ -200,7 +200,7 @@ class Actor(Ends):
         self.record = row.record
         self.run = run = row.record.run
         self.persisted_status = row.status
-        self.driver.load(read_log(log))
+        self.driver.load(log)
         _tracing.loaded(self, mail)
         for seq, name, payload in self.mailbox.reload(floor, mail):
             self._receive_system(seq, name, payload)
@@ -266,10 +266,9 @@ class Actor(Ends):
                 "deploy code that takes them, or cancel the instance"
             ) from exc
 
-    async def check_history(self, log: dict[int, Any]) -> NonDeterminismError | None:
-        """Replay ``log`` (this run's, as the journal stores it) against the
-        current code, running nothing."""
-        self.driver.load(read_log(log))
+    async def check_history(self, log: dict[int, LogEntry]) -> NonDeterminismError | None:
+        """Replay ``log`` (this run's) against the current code, running nothing."""
+        self.driver.load(log)
         return await self.driver.check(self.new_coroutine())
 
     def wakeup(self) -> None:

@@ -32,7 +32,7 @@ from . import _effects as fx
 from . import _events, _tracing
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
-from ._log import LogEntry, children_named, read_log
+from ._log import LogEntry, children_named
 from ._process import OneForAll, OneForOne, RestForOne
 from ._protocol import end_payload, start_txn
 from ._records import Signal, describe_error, error_summary
@@ -42,12 +42,6 @@ ESCALATE = Signal._system("\x00escalate")
 CANCEL = Signal._system("\x00cancel")  # to the owner on another node
 _DEFAULT = OneForOne()
 RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
-
-
-def children_in_log(stored: dict[int, Any]) -> dict[str, int]:
-    """Child addresses a run's log (as the journal stores it) names, with the
-    seq that made each."""
-    return children_named(read_log(stored))
 
 
 # -- creating children -----------------------------------------------------------
@@ -258,12 +252,12 @@ async def _parent_view(system: SystemAPI, parent: str) -> tuple[Any, dict[str, i
         row = r.instance(iid)
         if row is None:
             return None, {}
-        return row, r.log(iid, row.record.run)
+        return row, r.entries(iid, row.record.run)
 
     row, log = await system.journal.read(read)
     if row is None:
         return None, {}
-    return system._procs.get(row.process), children_in_log(log)
+    return system._procs.get(row.process), children_named(log)
 
 
 async def _recent_restarts(

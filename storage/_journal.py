@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ._codec import decode, encode
-from ._records import InstanceRecord, RecordShapeError
+from ._records import InstanceRecord, LogEntry, RecordShapeError
 from .errors import Conflict, EncodeError, JournalCorrupt
 
 __all__ = [
@@ -335,6 +335,12 @@ class Reader(abc.ABC):
         """The effect log of one run: ``{seq: entry}``."""
 
     @abc.abstractmethod
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        """`log`, typed: each entry read and checked in one pass (an entry of
+        the wrong shape is `JournalCorrupt` naming its key, whatever
+        `Journal.check_shapes` says). What the runtime replays from."""
+
+    @abc.abstractmethod
     def log_runs(self, iid: bytes) -> list[int]:
         """The runs that have log entries, ascending."""
 
@@ -571,6 +577,16 @@ def read_instance_record(data: bytes, key: bytes, process: str) -> InstanceRecor
     if problem is not None:
         raise corrupt("instances", key, f"has the wrong shape: {problem}")
     return record
+
+
+def read_entry(data: bytes, key: bytes) -> LogEntry:
+    """Decode a stored log entry into a `LogEntry`; any failure is
+    `JournalCorrupt` naming the database and ``key``."""
+    value = decode_record(data, "log", key)
+    try:
+        return LogEntry.from_stored(value)
+    except RecordShapeError as exc:
+        raise corrupt("log", key, f"has the wrong shape: {exc}") from None
 
 
 def number(data: bytes, database: str, key: bytes) -> int:

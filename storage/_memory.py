@@ -13,6 +13,7 @@ import trio
 from . import _journal as j
 from . import _shapes
 from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
+from ._records import LogEntry
 from .errors import JournalClosed, JournalCorrupt, JournalLocked
 
 __all__ = ["MemoryJournal"]
@@ -242,6 +243,13 @@ class _MemoryReader(Reader):
             seq: j.decode_record(
                 v, "log", iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"), self._entry
             )
+            for seq, v in sorted(entries.items())
+        }
+
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        entries = self._j._logs.get(iid, {}).get(run, {})
+        return {
+            seq: j.read_entry(v, iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"))
             for seq, v in sorted(entries.items())
         }
 

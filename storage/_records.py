@@ -1,4 +1,5 @@
-"""`InstanceRecord`: the runtime's snapshot of one instance, typed.
+"""The journal's records, typed: `InstanceRecord` (the runtime's snapshot
+of one instance) and `LogEntry` (one position of a run's effect log).
 
 A journal stores it as a msgpack map beside the instance's status and
 address (see `Txn.put_instance`) and hands it back as an `InstanceRecord`
@@ -18,16 +19,24 @@ runtime with an AttributeError.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 
-__all__ = ["InstanceRecord", "RecordShapeError"]
+__all__ = ["InstanceRecord", "LogEntry", "NO_VALUE", "RecordShapeError"]
 
 
 class RecordShapeError(ValueError):
     """A stored record decoded to a value of the wrong shape; the message
     says what is wrong (the journal turns it into `JournalCorrupt`)."""
+
+
+# The default of the record's container fields: shared and immutable, so a
+# record allocates nothing for the fields it does not use (there is one per
+# live instance).
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 @attrs.frozen(slots=True)
@@ -41,7 +50,7 @@ class InstanceRecord:
 
     # -- identity and input
     #: the path params, one per ``:name`` of the process template
-    params: list[str] = attrs.field(factory=list)
+    params: Sequence[str] = ()
     #: the keyword input the process was started with (or continued as new with)
     input: dict[str, Any] | None = None
     #: the run number: one on per restart and continue-as-new (keys the log)
@@ -61,7 +70,7 @@ class InstanceRecord:
     #: the child's restart type ("permanent", "transient", "temporary")
     restart: str | None = None
     #: each restart so far: ``{"at": epoch, "reason": ..., "count": n}``
-    restarts: list[dict[str, Any]] = attrs.field(factory=list)
+    restarts: Sequence[dict[str, Any]] = ()
 
     # -- how it ended, or why it is parked
     result: Any = None
@@ -81,11 +90,11 @@ class InstanceRecord:
     #: set when an operator abandoned a stuck compensation
     abandoned: bool = False
     #: each registered compensation, in order: ``{"id": ..., "name": ..., ...}``
-    compensations: list[dict[str, Any]] = attrs.field(factory=list)
+    compensations: Sequence[dict[str, Any]] = ()
     #: the ids of the compensations that ran to completion
-    compensated: list[str] = attrs.field(factory=list)
+    compensated: Sequence[str] = ()
     #: compensation id -> attempts made so far
-    comp_attempts: dict[str, int] = attrs.field(factory=dict)
+    comp_attempts: Mapping[str, int] = _EMPTY
 
     # -- exports
     exports: Any = None
@@ -93,14 +102,14 @@ class InstanceRecord:
     exports_version: int = 0
 
     #: stored fields this version does not know, kept as they were
-    extra: dict[str, Any] = attrs.field(factory=dict)
+    extra: Mapping[str, Any] = _EMPTY
 
     def to_stored(self) -> dict[str, Any]:
         """The map to encode: the fields away from their defaults."""
         stored: dict[str, Any] = {}
         for name, key, default in _STORED:
             value = getattr(self, name)
-            if value != default or name in _ALWAYS:
+            if name in _ALWAYS or not (value == default or (default in _NOTHING and not value)):
                 stored[key] = value
         if self.extra:
             stored.update(self.extra)
@@ -179,14 +188,165 @@ _READ: dict[str, tuple[str, tuple[type, ...]]] = {
     "comp_attempts": ("comp_attempts", (dict,)), "exports": ("exports", ()),
     "exports_version": ("exports_version", (int,)),
 }  # fmt: skip
-def _default(name: str) -> Any:
-    default = getattr(_ATTRS, name).default
-    return default.factory() if isinstance(default, attrs.Factory) else default  # type: ignore[arg-type]
-
-
 # (field, stored key, default) for each stored field, in a stable order
 _STORED: tuple[tuple[str, str, Any], ...] = tuple(
-    (name, key, _default(name)) for key, (name, _) in _READ.items()
+    (name, key, getattr(_ATTRS, name).default) for key, (name, _) in _READ.items()
 )
+# the empty containers that mean "the default": a record read with an empty
+# list is stored like one never given any
+_NOTHING = ((), _EMPTY)
 # stored even at their defaults: every record names its run and incarnation
 _ALWAYS = frozenset({"run", "incarnation"})
+
+
+# -- log entries ------------------------------------------------------------------
+
+
+class _NoValue:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+
+#: The ``value`` of an entry that holds none (``None`` is a value).
+NO_VALUE: Any = _NoValue()
+
+
+@attrs.define(slots=True, eq=True)
+class LogEntry:
+    """One position of a run's log.
+
+    An entry holding a value or an error is an *outcome*; one without is a
+    *started* record (a step attempt, a timer's due time, a call's child)
+    that lets a resumed run continue where the last one stopped.
+
+    In the journal an entry is a map with short keys; `to_stored` and
+    `from_stored` are the only code that knows them. Keys this version
+    does not know are kept (``extra``) and written back as they were.
+
+    =====  =============================================
+    key    field
+    =====  =============================================
+    k      kind (the effect's kind: "step", "wait", ...)
+    n      name
+    h      argument hash
+    v      value (present only in an outcome)
+    e      error record (present only in a failed outcome)
+    m      seq of the message a wait or call took
+    s      signal name of the message a ``receive`` took
+    a      attempt (steps, from 1)
+    f      failed attempts so far (steps)
+    c      attempts cut short by closing the system (steps)
+    key    idempotency key (steps)
+    due    due time, epoch seconds (timers)
+    child  address of the child a call created
+    =====  =============================================
+    """
+
+    kind: str
+    name: str = ""
+    hash: bytes = b""
+    value: Any = NO_VALUE
+    error: dict[str, Any] | None = None
+    message: int | None = None
+    signal: str | None = None
+    attempt: int | None = None
+    failures: int | None = None
+    closed: int | None = None
+    key: str | None = None
+    due: float | None = None
+    child: str | None = None
+    extra: dict[str, Any] | None = None  # keys of another version, kept as they were
+
+    @property
+    def is_outcome(self) -> bool:
+        """True if the entry holds the effect's value or error."""
+        return self.value is not NO_VALUE or self.error is not None
+
+    def to_stored(self) -> dict[str, Any]:
+        """The map the journal stores."""
+        stored: dict[str, Any] = {"k": self.kind, "n": self.name, "h": self.hash}
+        if self.value is not NO_VALUE:
+            stored["v"] = self.value
+        if self.error is not None:
+            stored["e"] = self.error
+        if self.message is not None:
+            stored["m"] = self.message
+        if self.signal is not None:
+            stored["s"] = self.signal
+        if self.attempt is not None:
+            stored["a"] = self.attempt
+        if self.failures is not None:
+            stored["f"] = self.failures
+        if self.closed is not None:
+            stored["c"] = self.closed
+        if self.key is not None:
+            stored["key"] = self.key
+        if self.due is not None:
+            stored["due"] = self.due
+        if self.child is not None:
+            stored["child"] = self.child
+        if self.extra:
+            stored.update(self.extra)
+        return stored
+
+    @classmethod
+    def from_stored(cls, stored: Any) -> LogEntry:
+        """The entry of a map the journal stored.
+
+        Raises:
+            RecordShapeError: not a map, no kind, a timer without its due
+                time, or a field of a type the runtime cannot use.
+        """
+        if type(stored) is not dict:
+            raise RecordShapeError(f"the log entry is a {type(stored).__name__}, not a map")
+        # One pass over the keys present, checking and filling positional
+        # arguments: a wake replays every entry of the run's log, so this
+        # is its hot loop.
+        args = _ENTRY_DEFAULTS.copy()
+        extra = None
+        for key, value in stored.items():
+            i = _ENTRY_POSITION.get(key)
+            if i is None:
+                if extra is None:
+                    extra = {}
+                extra[key] = value
+                continue
+            types = _ENTRY_TYPES[i]
+            if types is not None and (
+                not isinstance(value, types) or (value.__class__ is bool and bool not in types)
+            ):
+                raise RecordShapeError(
+                    f"the log entry's {key!r} is {value!r}, a {type(value).__name__}"
+                )
+            args[i] = value
+        if "k" not in stored:
+            raise RecordShapeError("the log entry has no kind ('k')")
+        if args[0] == "sleep" and args[11] is None:
+            raise RecordShapeError("the timer's log entry has no due time ('due')")
+        return cls(*args, extra)
+
+    def identity(self) -> dict[str, str]:
+        """``{"k": kind, "n": name}``: how `NonDeterminismError` reports an effect."""
+        return {"k": self.kind, "n": self.name}
+
+    def show(self) -> str:
+        """``step 'charge'``: kind and name, for messages."""
+        return f"{self.kind} {self.name!r}" if self.name else self.kind
+
+
+# The stored keys, in the order of LogEntry's fields (from_stored fills
+# positional arguments by these positions), each field's value when its key
+# is absent, and the types a present value may have (None: any).
+_ENTRY_KEYS = ("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child")
+_ENTRY_POSITION = {key: i for i, key in enumerate(_ENTRY_KEYS)}
+_ENTRY_DEFAULTS: list[Any] = ["", "", b"", NO_VALUE] + [None] * 9
+_ENTRY_TYPES: tuple[tuple[type, ...] | None, ...] = (
+    (str,), (str, _NONE), None, None, (dict,), (int,), (str,), (int,), None, None, None,
+    _NUMBER, None,
+)  # fmt: skip
+assert [f.name for f in attrs.fields(LogEntry)] == [
+    "kind", "name", "hash", "value", "error", "message", "signal", "attempt", "failures",
+    "closed", "key", "due", "child", "extra",
+]  # fmt: skip

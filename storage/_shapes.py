@@ -16,38 +16,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._records import LogEntry, RecordShapeError
+
 __all__ = ["entry_problem", "message_problem"]
 
 _NUMBER = (int, float)
-# field -> the types its value may have, in a log entry
-_ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
-    "k": (str,), "n": (str, type(None)), "e": (dict,), "s": (str,), "due": _NUMBER,
-    "m": (int,), "a": (int,),
-}  # fmt: skip
-
-
-def _fields_problem(value: Any, fields: dict[str, tuple[type, ...]], what: str) -> str | None:
-    if type(value) is not dict:
-        return f"{what} is a {type(value).__name__}, not a map"
-    # Over the keys present (a log entry has few of the keys it may have):
-    # a wake checks every entry of the run's log.
-    for name, field in value.items():
-        types = fields.get(name)
-        if types is not None and (
-            not isinstance(field, types) or (field.__class__ is bool and bool not in types)
-        ):
-            return f"{what}'s {name!r} is {field!r}, a {type(field).__name__}"
-    return None
 
 
 def entry_problem(value: Any) -> str | None:
-    """What is wrong with an effect log entry, if anything."""
-    problem = _fields_problem(value, _ENTRY_FIELDS, "the log entry")
-    if problem is None and "k" not in value:
-        return "the log entry has no kind ('k')"
-    if problem is None and value["k"] == "sleep" and "due" not in value:
-        return "the timer's log entry has no due time ('due')"
-    return problem
+    """What is wrong with an effect log entry, if anything (the checks of
+    `LogEntry.from_stored`, which reads it)."""
+    try:
+        LogEntry.from_stored(value)
+    except RecordShapeError as exc:
+        return str(exc)
+    return None
 
 
 def message_problem(value: Any) -> str | None:

@@ -24,7 +24,7 @@ from storage import (
 )
 from storage.errors import JournalCorrupt
 
-from .. import _supervision as _sup
+from .._log import LogEntry, children_named
 from ._access import find_instance, journal_dir, reading
 from ._errors import CORRUPT, OK, CLIError
 from ._render import (
@@ -196,11 +196,11 @@ def _done_outcome(kind: Any, entry: dict[str, Any]) -> str:
     return f"got: {value}" if kind == "wait" else f"ok: {value}"
 
 
-def _children(r: Reader, log: dict[int, Any], seen: set[bytes]) -> list[dict[str, Any]]:
+def _children(r: Reader, log: dict[int, LogEntry], seen: set[bytes]) -> list[dict[str, Any]]:
     """The children a run's log names (call/spawn), each with its own, recursively."""
     nodes = []
-    for address, seq in _sup.children_in_log(log).items():
-        node: dict[str, Any] = {"address": address, "how": log[seq].get("k"), "seq": seq,
+    for address, seq in children_named(log).items():
+        node: dict[str, Any] = {"address": address, "how": log[seq].kind, "seq": seq,
                                 "status": "gone", "children": []}  # fmt: skip
         iid = instance_id(address)
         if iid in seen:
@@ -212,7 +212,7 @@ def _children(r: Reader, log: dict[int, Any], seen: set[bytes]) -> list[dict[str
                 if row is not None:
                     node["status"] = row.status
                     node["restart"] = row.record.restart
-                    node["children"] = _children(r, r.log(iid, row.record.run), seen)
+                    node["children"] = _children(r, r.entries(iid, row.record.run), seen)
             except JournalCorrupt:
                 node["status"] = "corrupt"
         nodes.append(node)
@@ -249,7 +249,7 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
             {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
             for t in r.timers(iid)
         ],
-        "children": _children(r, log, {iid}),
+        "children": _children(r, r.entries(iid, run), {iid}),
         "stream": {
             "length": length,
             "consumers": {

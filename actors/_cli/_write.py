@@ -26,7 +26,7 @@ from storage import (
 from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalLocked
 
 from .. import _protocol, _saga
-from .. import _supervision as _sup
+from .._log import children_named
 from .._records import Signal
 from ._access import find_instance, journal_dir, not_live, read_row, reading, writing
 from ._errors import CORRUPT, OK, USAGE, CLIError
@@ -200,9 +200,9 @@ def _plan_cancel(
     """Add ``row`` to ``plan`` after its live descendants (depth first, as the runtime)."""
     seen.add(row.iid)
     try:
-        log = r.log(row.iid, row.record.run)
+        log = r.entries(row.iid, row.record.run)
         timers = r.timers(row.iid)
-        children = _sup.children_in_log(log)
+        children = children_named(log)
         for address in children:
             iid = instance_id(address)
             if iid in seen:

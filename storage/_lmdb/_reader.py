@@ -20,6 +20,8 @@ import msgpack
 from .. import _journal as j
 from .. import _shapes
 from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
+from .._codec import decode as _decode
+from .._records import LogEntry
 from ..errors import JournalCorrupt
 from ._layout import (
     _H,
@@ -148,6 +150,22 @@ class _LMDBReader(Reader):
             )
             for key, value in self._scan("log", prefix)
         }
+
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        # A wake reads every entry of the run: the loop is inlined, and
+        # anything unusual takes the checked path, which names the key.
+        prefix = iid + struct.pack(">I", run)
+        read, decode, run_seq = LogEntry.from_stored, _decode, _RUN_SEQ.unpack_from
+        found = {}
+        for key, value in self._scan("log", prefix):
+            try:
+                if len(key) != 24:
+                    raise ValueError("a key of another size")
+                found[run_seq(key, 16)[1]] = read(decode(value))
+            except Exception:
+                seq = _RUN_SEQ.unpack_from(j.key_size(key, 24, "log"), 16)[1]
+                found[seq] = j.read_entry(value, key)
+        return found
 
     def log_runs(self, iid: bytes) -> list[int]:
         runs: list[int] = []
