@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import LIVE_STATUSES, CorruptRecord, Txn, instance_id
+from storage import LIVE_STATUSES, CorruptRecord, InstanceRecord, Txn, instance_id
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
@@ -47,7 +47,7 @@ class Activation(_SystemAPI):
     _live: dict[bytes, Actor]
     _activating: set[bytes]
     _foreign: set[bytes]
-    _ends: dict[bytes, tuple[str, dict[str, Any]]]
+    _ends: dict[bytes, tuple[str, InstanceRecord]]
     _stalled_iids: set[bytes]
     _resuming: bool
     _status_events: dict[bytes, trio.Event]
@@ -65,7 +65,7 @@ class Activation(_SystemAPI):
         iid: bytes,
         address: str,
         proc: ProcessDef[..., Any],
-        record: dict[str, Any],
+        record: InstanceRecord,
         epoch: int = 0,
     ) -> Actor:
         """Run an instance whose record was just written (so nothing to read back)."""
@@ -225,7 +225,7 @@ class Activation(_SystemAPI):
                 with self.journal.reader() as r:
                     row = r.instance(iid)
                     if row is not None:
-                        r.log(iid, row.record.get("run", 0))
+                        r.entries(iid, row.record.run)
                         r.mailbox(iid)
                         r.timers(iid)
             except JournalCorrupt as exc:
@@ -311,12 +311,12 @@ class Activation(_SystemAPI):
             broken: list[CorruptRecord] = []
             for status in sorted(LIVE_STATUSES):
                 for row in r.instances(status, corrupt=broken):
-                    parent = row.record.get("parent")
+                    parent = row.record.parent
                     gone = _parent_gone(r, parent) if parent else None
                     if gone is not None:
                         orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
                         continue
-                    if status == "running" or row.record.get("last_error"):
+                    if status == "running" or row.record.last_error:
                         wanted.append(row.iid)
             wanted.extend(r.instances_with_mail())
             return wanted, orphans, broken

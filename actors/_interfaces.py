@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import trio
 
-from storage import Journal, Txn
+from storage import InstanceRecord, Journal, Txn
 from storage.errors import JournalCorrupt, JournalFull
 
 from . import _effects as fx
@@ -62,7 +62,7 @@ class SystemAPI(Protocol):
 
     def _make_context(self, actor: ActorAPI) -> Any: ...
 
-    def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]: ...
+    def _snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
 
     def _status_event(self, iid: bytes) -> trio.Event: ...
 
@@ -89,7 +89,7 @@ class SystemAPI(Protocol):
         iid: bytes,
         address: str,
         proc: ProcessDef[..., Any],
-        record: dict[str, Any],
+        record: InstanceRecord,
         epoch: int = 0,
     ) -> ActorAPI: ...
 
@@ -117,7 +117,7 @@ class ActorAPI(Protocol):
     iid: bytes
     address: str
     proc: ProcessDef[..., Any]
-    record: dict[str, Any]
+    record: InstanceRecord
     run: int
     status: str
     driver: Driver
