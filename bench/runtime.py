@@ -149,10 +149,12 @@ def _noop_sync(i: int) -> int:
 
 
 @process("job/:id")
-async def job(ctx: Context, id: str, *, steps: int, sync: bool = False) -> int:
+async def job(
+    ctx: Context, id: str, *, steps: int, sync: bool = False, inline: bool = False
+) -> int:
     fn = _noop_sync if sync else _noop
     for i in range(steps):
-        await ctx.step(fn, i)
+        await ctx.step(fn, i, thread=not inline)
     return steps
 
 
@@ -391,7 +393,9 @@ def signal_rate(directory: Path, seconds: float, *, memory: bool, instances: int
 # -- 3: processes ------------------------------------------------------------------
 
 
-def process_rate(directory: Path, seconds: float, *, steps: int, sync: bool = False) -> float:
+def process_rate(
+    directory: Path, seconds: float, *, steps: int, sync: bool = False, inline: bool = False
+) -> float:
     """Instances started and completed per second, in waves of ``_STARTERS``
     concurrent ``start`` + ``result()``."""
 
@@ -404,7 +408,9 @@ def process_rate(directory: Path, seconds: float, *, steps: int, sync: bool = Fa
                 waves += 1
 
                 async def one(k: int) -> None:
-                    handle = await system.start(job, f"{waves}.{k}", steps=steps, sync=sync)
+                    handle = await system.start(
+                        job, f"{waves}.{k}", steps=steps, sync=sync, inline=inline
+                    )
                     await handle.result()
 
                 async with trio.open_nursery() as nursery:
@@ -831,6 +837,10 @@ def runtime_suite(options: Options) -> list[Result]:
         Measurement(
             "process, 1 sync step", "processes/s",
             lambda d, s: process_rate(d, s, steps=1, sync=True), raw,
+        ),
+        Measurement(
+            "process, 1 sync step, thread=False", "processes/s",
+            lambda d, s: process_rate(d, s, steps=1, sync=True, inline=True), raw,
         ),
         *_Sampler(latency).measurements([
             ("send->resumed p50", "µs", "p50", ("raw-commit",)),
