@@ -390,6 +390,32 @@ def signal_rate(directory: Path, seconds: float, *, memory: bool, instances: int
     return trio.run(main)
 
 
+def send_many_rate(directory: Path, seconds: float, *, instances: int = _INSTANCES) -> float:
+    """Signals/s durably stored by ``system.send_many``, 1000 per call (one
+    to each of ``instances`` live instances), as fast as one sender can; the
+    instances take them meanwhile (the trio thread is shared)."""
+
+    async def main() -> float:
+        _probe.reset()
+        async with _open(_lmdb(directory)) as system:
+            ids = [str(i) for i in range(instances)]
+            await _start_many(system, sink, ids, _STARTERS)
+            batch = [(f"sink/{ids[k % instances]}", ping, _PAYLOAD) for k in range(1000)]
+
+            async def once() -> int:
+                await system.send_many(batch)
+                # Let the instances keep up, so mailboxes do not grow without bound.
+                while _probe.count < sent[0] - 4 * len(batch):
+                    await trio.sleep(0.001)
+                sent[0] += len(batch)
+                return len(batch)
+
+            sent = [0]
+            return await _repeat_rate(seconds, once, once)
+
+    return trio.run(main)
+
+
 # -- 3: processes ------------------------------------------------------------------
 
 
@@ -825,6 +851,10 @@ def runtime_suite(options: Options) -> list[Result]:
         Measurement(
             f"memory signals -> {_INSTANCES} instances", "signals/s",
             lambda d, s: signal_rate(d, s, memory=True, instances=_INSTANCES), chan,
+        ),
+        Measurement(
+            "send_many, 1000 per call -> 1000 instances", "signals/s",
+            lambda d, s: send_many_rate(d, s), raw,
         ),
         Measurement(
             "process, 1 async step", "processes/s",
