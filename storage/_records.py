@@ -203,6 +203,8 @@ _ALWAYS = frozenset({"run", "incarnation"})
 
 
 class _NoValue:
+    """The value of a log entry that holds none (``None`` is a value)."""
+
     __slots__ = ()
 
     def __repr__(self) -> str:
