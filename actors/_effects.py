@@ -164,7 +164,7 @@ class Step(Effect[T]):
     """Run ``fn`` at least once and record its result exactly once."""
 
     __slots__ = ("fn", "args", "kwargs", "retry", "timeout", "compensate",
-                 "validate_input", "validate_output", "key", "scope")  # fmt: skip
+                 "validate_input", "validate_output", "key", "scope", "thread")  # fmt: skip
     kind = "step"
 
     def __init__(
@@ -182,8 +182,10 @@ class Step(Effect[T]):
         validate_input: Callable[[Any], Any] | None,
         validate_output: Callable[[Any], Any] | None,
         key: str,
+        thread: bool = True,
     ) -> None:
         super().__init__(seq, name, hash)
+        self.thread = thread
         self.fn = fn
         self.args = args
         self.kwargs = kwargs

@@ -142,6 +142,33 @@ def send_txn(
     return txn, add_message(txn, iid, name, payload, now, max_payload=max_payload, trace=trace)
 
 
+def send_many_txn(
+    messages: Sequence[tuple[bytes, str, Any]], now: float, *, max_payload: int,
+    trace: str | None = None,
+) -> tuple[Txn, list[Notice]]:  # fmt: skip
+    """Many user sends in one transaction: ``(iid, signal name, payload)``
+    each, on condition that every instance addressed is live (else the
+    commit raises `Conflict` and stores none of them).
+
+    Raises:
+        EncodeError, LimitExceeded: as `add_message`, with a note naming the
+            message's position in ``messages``.
+    """
+    txn = Txn()
+    for iid in dict.fromkeys(iid for iid, _, _ in messages):
+        txn.require(iid, LIVE_STATUSES)
+    notices = []
+    for n, (iid, name, payload) in enumerate(messages):
+        try:
+            notices.append(
+                add_message(txn, iid, name, payload, now, max_payload=max_payload, trace=trace)
+            )
+        except (EncodeError, LimitExceeded) as exc:
+            exc.add_note(f"(message {n} of the {len(messages)} given to send_many; none was sent)")
+            raise
+    return txn, notices
+
+
 def system_send_txn(iid: bytes, name: str, payload: Any, now: float) -> tuple[Txn, Notice]:
     """A runtime message (escalation, cancel request): no liveness check,
     the receiver decides what it means."""

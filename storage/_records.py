@@ -203,7 +203,7 @@ _ALWAYS = frozenset({"run", "incarnation"})
 
 
 class _NoValue:
-    """The ``value`` of a log entry that holds none (``None`` is a value)."""
+    """The value of a log entry that holds none (``None`` is a value)."""
 
     __slots__ = ()
 

@@ -43,7 +43,7 @@ PROGRAM = textwrap.dedent(
 
     @process("users/:user_id")
     async def user(ctx: Context, user_id: str, *, factor: int) -> int:
-        doubled: int = await ctx.step(double, factor)
+        doubled: int = await ctx.step(double, factor, thread=False, name="double")
         name: str = await ctx.step(fetch_name, user_id)
         label: str = await ctx.call(profile, user_id)
         wrong_sync: str = await ctx.step(double, factor)  # E: arg-type
