@@ -25,6 +25,7 @@ c      attempts cut short by closing the system (steps)
 key    idempotency key (steps)
 due    due time, epoch seconds (timers)
 child  address of the child a call created
+q      the ask a wait took: ``[ask id, reply-to address, asker's node]``
 =====  =============================================
 """
 
@@ -47,7 +48,9 @@ class _NoValue:
 #: The ``value`` of an entry that holds none (``None`` is a value).
 NO_VALUE: Any = _NoValue()
 
-_KNOWN = frozenset(("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child"))
+_KNOWN = frozenset(
+    ("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child", "q")
+)
 
 
 @attrs.define(slots=True, eq=True)
@@ -67,6 +70,7 @@ class LogEntry:
     key: str | None = None
     due: float | None = None
     child: str | None = None
+    ask: list[Any] | None = None
     extra: dict[str, Any] | None = None  # keys of another version, kept as they were
 
     @property
@@ -97,6 +101,8 @@ class LogEntry:
             stored["due"] = self.due
         if self.child is not None:
             stored["child"] = self.child
+        if self.ask is not None:
+            stored["q"] = self.ask
         if self.extra:
             stored.update(self.extra)
         return stored
@@ -111,7 +117,8 @@ class LogEntry:
             value=stored["v"] if "v" in stored else NO_VALUE, error=get("e"),
             message=get("m"), signal=get("s"), attempt=get("a"), failures=get("f"),
             closed=get("c"),
-            key=get("key"), due=get("due"), child=get("child"), extra=extra or None,
+            key=get("key"), due=get("due"), child=get("child"), ask=get("q"),
+            extra=extra or None,
         )  # fmt: skip
 
     def identity(self) -> dict[str, str]:

@@ -31,7 +31,7 @@ _RECORD_FIELDS: dict[str, tuple[type, ...]] = {
 # field -> the types its value may have, in a log entry
 _ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
     "k": (str,), "n": (str, type(None)), "e": (dict,), "s": (str,), "due": _NUMBER,
-    "m": (int,), "a": (int,),
+    "m": (int,), "a": (int,), "q": (list,),
 }  # fmt: skip
 
 
