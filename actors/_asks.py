@@ -33,7 +33,7 @@ told of (a notice lost with a connection) still ends its wait.
 
 from __future__ import annotations
 
-import math
+import itertools
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -41,7 +41,7 @@ from typing import Any
 import trio
 
 from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
-from storage.errors import Conflict
+from storage.errors import Conflict, JournalClosed
 
 from . import _effects as fx
 from . import _protocol
@@ -59,6 +59,7 @@ __all__ = [
     "no_reply",
     "reply_outcome",
     "start_ask",
+    "send_reply",
     "start_reply",
     "unanswered_on_disk",
 ]
@@ -78,11 +79,12 @@ def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
 class _Pending:
     """One system ask being waited for."""
 
-    __slots__ = ("event", "payload")
+    __slots__ = ("event", "payload", "since")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.payload: dict[str, Any] | None = None  # {"v": value} or {"ended": status}
+        self.since = trio.current_time()
 
 
 class Asks:
@@ -91,19 +93,29 @@ class Asks:
     def __init__(self, system: SystemAPI) -> None:
         self.system = system
         self._pending: dict[bytes, _Pending] = {}
+        # Ask ids: a random prefix of this system's, then a count (unique
+        # across nodes and reopens, without a random draw per ask).
+        self._prefix = uuid.uuid4().hex[:20]
+        self._count = itertools.count(1)
+        self._watching = False  # the watch task runs (see _watch)
 
     async def ask(
         self, iid: bytes, address: str, signal: Signal, payload: Any, timeout: float | None,
         send: Callable[..., Any],
     ) -> Any:  # fmt: skip
         """Send (durably, with ``send``) and wait for the reply; see `ActorSystem.ask`."""
-        ask_id = uuid.uuid4().hex
+        ask_id = f"{self._prefix}.{next(self._count)}"
         box_address = BOX_PREFIX + ask_id
         box = instance_id(box_address)
         pending = self._pending[box] = _Pending()
+        if not self._watching:
+            self._watching = True
+            self.system._spawn_system_task(self._watch)
         try:
             await send(iid, address, signal, payload, ask=[ask_id, box_address, self.system.node])
-            with trio.move_on_after(math.inf if timeout is None else timeout):
+            if timeout is None:
+                return _result(await self._wait(pending, box, iid), address)
+            with trio.move_on_after(timeout):
                 return _result(await self._wait(pending, box, iid), address)
             raise AskTimeout(
                 f"no reply from {address!r} to {signal.name!r} within {timeout} s; the "
@@ -126,10 +138,10 @@ class Asks:
             return (r.mailbox(box) if shared else ()), r.instance(iid)
 
         while True:
-            with trio.move_on_after(CHECK_EVERY):
-                await pending.event.wait()
+            await pending.event.wait()  # a reply, or _watch: time to look
             if pending.payload is not None:
                 return pending.payload
+            pending.event = trio.Event()
             mail, row = await self.system.journal.read(read)
             if pending.payload is not None:
                 return pending.payload
@@ -140,7 +152,28 @@ class Asks:
                 return {"ended": "unknown"}
             if row.status not in UNFINISHED_STATUSES:
                 return {"ended": row.status}
-            pending.event = trio.Event()
+
+    async def _watch(self) -> None:
+        """While asks wait: every `CHECK_EVERY` seconds, wake those waiting
+        that long, to read what the journal says (one task for all of them,
+        rather than a deadline per ask). At the system's close, end every
+        wait with `JournalClosed`."""
+        closed = True
+        try:
+            while self._pending:
+                await trio.sleep(CHECK_EVERY)
+                now = trio.current_time()
+                for pending in list(self._pending.values()):
+                    if now - pending.since >= CHECK_EVERY:
+                        pending.event.set()
+            closed = False
+        finally:
+            self._watching = False
+            if closed:
+                for pending in self._pending.values():
+                    if pending.payload is None:
+                        pending.payload = {"closed": True}
+                        pending.event.set()
 
     def hand(self, box: bytes, payload: dict[str, Any]) -> None:
         """A reply to a system ask of this node is durable: give it to its waiter."""
@@ -162,6 +195,11 @@ class Asks:
 def _result(payload: dict[str, Any], address: str) -> Any:
     if "v" in payload:
         return payload["v"]
+    if "closed" in payload:
+        raise JournalClosed(
+            f"the system closed while an ask of {address!r} waited for its reply; the ask "
+            "stays in the mailbox: ask again once the system is open"
+        )
     status = payload.get("ended", "ended")
     raise _ended(address, status)
 
@@ -210,27 +248,36 @@ def _nothing(results: list[int]) -> None:
 
 
 def start_reply(actor: ActorAPI, reply: fx.Reply) -> None:
-    """Run a live ``ctx.reply``: a recorded no-op for a message that was sent,
-    not asked; else its log entry and its answer in one commit."""
-    entry = reply.describe()
-    entry.value = None
+    """Begin a live ``ctx.reply``: a recorded no-op for a message that was
+    sent, not asked. A reply awaited alone (the common case) is sent by the
+    actor's own task as it waits for it (`send_reply`), saving a task per
+    reply; one inside ``first``/``all`` gets a task of its own."""
     if reply.ask is None:
+        entry = reply.describe()
+        entry.value = None
         actor.finish(reply, None, None, entry)  # rides on the next commit
-        return
-    actor.start_task(_send_reply, actor, reply, entry)
+    elif reply.parent is not None:
+        actor.start_task(_reply_task, actor, reply)
 
 
-async def _send_reply(actor: ActorAPI, reply: fx.Reply, entry: LogEntry) -> None:
+async def _reply_task(actor: ActorAPI, reply: fx.Reply) -> None:
     try:
-        assert reply.ask is not None
-        txn = Txn()
-        txn.put_log(actor.iid, actor.run, reply.seq, entry.to_stored())
-        after = answer(actor.system, txn, reply.ask, {"v": reply.payload})
-        results = await actor.barrier(txn)
-        actor.finish(reply, None)  # its entry is written
-        after(results)
+        await send_reply(actor, reply)
     finally:
         actor.task_finished()
+
+
+async def send_reply(actor: ActorAPI, reply: fx.Reply) -> None:
+    """Commit the reply's log entry with its answer, then deliver the answer."""
+    assert reply.ask is not None
+    entry = reply.describe()
+    entry.value = None
+    txn = Txn()
+    txn.put_log(actor.iid, actor.run, reply.seq, entry.to_stored())
+    after = answer(actor.system, txn, reply.ask, {"v": reply.payload})
+    results = await actor.barrier(txn)
+    actor.finish(reply, None)  # its entry is written
+    after(results)
 
 
 def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[list[Any]]) -> list[After]:

@@ -307,6 +307,8 @@ class Actor(Ends):
 
     async def wait_for(self, effect: Effect) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
+        if type(effect) is fx.Reply and effect in self.live:
+            await _asks.send_reply(self, effect)  # type: ignore[arg-type]  # see start_reply
         self.root = effect
         passivate_now = self.system.passivate_after <= 0
         while not effect.done:
