@@ -125,3 +125,17 @@ def test_cli_send_takes_a_key(tmp_path):
             return await system.ask("inbox/a", count)
 
     assert ["from the system", "cli"] == trio.run(read)
+
+
+async def test_reader_cursor_reads_one_cursor(make_journal):
+    from storage import Txn
+
+    iid = instance_id("inbox/z")
+    async with make_journal() as journal:
+        txn = Txn()
+        txn.put_instance(iid, address="inbox/z", process="inbox/:name", status="running", record={})
+        txn.set_cursor(iid, "c", 0)
+        await journal.commit(txn)
+        with journal.reader() as r:
+            assert (0, None) == (r.cursor(iid, "c"), r.cursor(iid, "other"))
+            assert {"c": 0} == r.cursors(iid)
