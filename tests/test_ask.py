@@ -316,3 +316,13 @@ async def test_bad_ask_arguments_say_what_to_do(opener):
             await system.ask("counter/c", get, timeout=-1)
         with pytest.raises(actors.EncodeError):
             await system.ask("counter/c", add, object())
+
+
+async def test_asks_through_passivation_at_every_suspension(any_opener):
+    # Each ask activates the counter and replays its takes and replies.
+    async with any_opener(counter, passivate_after=0) as system:
+        await system.start(counter, "p")
+        for n in range(1, 6):
+            assert n * (n + 1) // 2 == await system.ask("counter/p", add, n)
+        await system.send("counter/p", add, 100)  # unread while passivated, then taken
+        assert 115 == await system.ask("counter/p", get)

@@ -9,7 +9,7 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from storage import LMDBJournal, instance_id
+from storage import LMDBJournal, Txn, instance_id
 from tests.runtime_helpers import Opener
 from tests.test_cli import run_cli, run_json
 
@@ -128,8 +128,6 @@ def test_cli_send_takes_a_key(tmp_path):
 
 
 async def test_reader_cursor_reads_one_cursor(make_journal):
-    from storage import Txn
-
     iid = instance_id("inbox/z")
     async with make_journal() as journal:
         txn = Txn()
@@ -139,3 +137,16 @@ async def test_reader_cursor_reads_one_cursor(make_journal):
         with journal.reader() as r:
             assert (0, None) == (r.cursor(iid, "c"), r.cursor(iid, "other"))
             assert {"c": 0} == r.cursors(iid)
+
+
+async def test_cli_send_key_through_the_running_system(tmp_path):
+    path = tmp_path / "journal"
+    async with actors.open_system(LMDBJournal(path), processes=[inbox]) as system:
+        await system.start(inbox, "a")
+        for text in ('"one"', '"one, retried"'):
+            done = await trio.to_thread.run_sync(
+                lambda text=text: run_cli(path, "send", "inbox/a", "order", text, "--key", "k")
+            )
+            assert 0 == done.returncode, done.stderr
+            assert "through the running system" in done.stdout
+        assert ["one"] == await system.ask("inbox/a", count)
