@@ -551,14 +551,13 @@ class Actor(Ends):
             # Taking rides on the next commit, with the wait's log entry:
             # the message leaves the mailbox as it enters the log.
             self.txn.take_message(self.iid, mseq)
-            kind = type(wait)
-            if kind is fx.Call:
+            if type(wait) is fx.Call:
                 value, error, entry = _sup.end_outcome(wait, payload)
                 entry.message = mseq
                 self.finish(wait, value, error, entry)
                 continue
-            if kind is fx.Ask:
-                self.finish(wait, *_asks.reply_outcome(wait, payload, mseq))  # type: ignore[arg-type]
+            if type(wait) is fx.Ask:
+                self.finish(wait, *_asks.reply_outcome(wait, payload, mseq))
                 continue
             entry = wait.describe()
             entry.value = payload

@@ -266,7 +266,7 @@ class _LMDBReader(Reader):
     def cursor(self, iid: bytes, consumer: str) -> int | None:
         key = iid + consumer.encode()
         value = self._txn.get(key, db=self._dbs["cursors"])
-        return None if value is None else j.number(value, "cursors", key)
+        return None if value is None else j.number(bytes(value), "cursors", key)
 
     def cursors(self, iid: bytes) -> dict[str, int]:
         found = {}
