@@ -207,6 +207,7 @@ def _result(payload: dict[str, Any], address: str) -> Any:
 _ENDED_WORDS = {
     "unknown": "there is no instance there",
     "continued as new": "the run that took it continued as new",
+    "restarted": "the run that took it was restarted",
 }
 
 

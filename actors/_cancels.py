@@ -121,10 +121,14 @@ class Cancels:
             record=dict(row.record, restarts=restarts, updated=self.epoch_now()),
             timers=[(timer.run, timer.seq) for timer in timers],
         )  # fmt: skip
+        owed = _asks.unanswered_on_disk(log, ())  # taken by the run that ends here
+        answers = [_asks.answer(self, txn, ask, {"ended": "restarted"}) for ask in owed]
         try:
-            await self.journal.commit(txn)
+            results = await self.journal.commit(txn)
         except Conflict:
             return
+        for after in answers:
+            after(results)
         self._status_changed(iid)
         self._activate(iid)
 

@@ -326,3 +326,25 @@ async def test_asks_through_passivation_at_every_suspension(any_opener):
             assert n * (n + 1) // 2 == await system.ask("counter/p", add, n)
         await system.send("counter/p", add, 100)  # unread while passivated, then taken
         assert 115 == await system.ask("counter/p", get)
+
+
+@process("fragile/:name")
+async def fragile(ctx: Context, name: str) -> None:
+    await ctx.wait(add)
+    raise RuntimeError("lost the thread")  # crashes before its reply
+
+
+@process("keeper/:name", supervision=actors.OneForOne(max_restarts=5, within=60))
+async def keeper_of_fragile(ctx: Context, name: str) -> None:
+    await ctx.spawn(fragile, "f")
+    await ctx.wait(stop)
+
+
+async def test_a_restart_of_the_run_that_took_an_ask_says_so(opener, autojump_clock):
+    async with opener(fragile, keeper_of_fragile) as system:
+        await system.start(keeper_of_fragile, "k")
+        while system.get("keeper/k/fragile/f") is None:
+            await trio.sleep(0.01)
+        with pytest.raises(actors.NotDelivered, match="was restarted") as caught:
+            await system.ask("keeper/k/fragile/f", add, 1)
+        assert "restarted" == caught.value.reason
