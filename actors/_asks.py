@@ -55,6 +55,7 @@ __all__ = [
     "CHECK_EVERY",
     "Asks",
     "answer",
+    "answer_offline",
     "ask_id_of",
     "no_reply",
     "reply_outcome",
@@ -242,6 +243,17 @@ def answer(system: SystemAPI, txn: Txn, ask: list[Any], payload: dict[str, Any])
         txn, instance_id(reply_to), fx.REPLY_PREFIX + ask_id, payload, system.epoch_now()
     )
     return lambda results: system._route(notice.iid, results[notice.slot], notice.message)
+
+
+def answer_offline(txn: Txn, asks: Iterable[list[Any]], status: str, now: float) -> None:
+    """Into ``txn``, written with no system running (the CLI): tell each
+    asking instance among ``asks`` that the instance ended ``status``
+    without replying. (A system's asks end with that system.)"""
+    for ask in asks:
+        if not ask[1].startswith(BOX_PREFIX):
+            _protocol.add_message(
+                txn, instance_id(ask[1]), fx.REPLY_PREFIX + ask[0], {"ended": status}, now
+            )
 
 
 def _nothing(results: list[int]) -> None:

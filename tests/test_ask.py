@@ -348,3 +348,30 @@ async def test_a_restart_of_the_run_that_took_an_ask_says_so(opener, autojump_cl
         with pytest.raises(actors.NotDelivered, match="was restarted") as caught:
             await system.ask("keeper/k/fragile/f", add, 1)
         assert "restarted" == caught.value.reason
+
+
+def test_a_cancel_written_by_the_cli_answers_an_asking_instance(tmp_path):
+    from tests.test_cli import run_cli
+
+    opener = Opener(tmp_path)
+    HOLD["c"] = trio.Event()  # the counter holds before its reply
+
+    async def ask_and_close() -> None:
+        async with opener(counter, prober) as system:
+            await system.start(counter, "c")
+            await system.start(prober, "p", target="counter/c")
+            await _until_reached("c")
+
+    async def reopen() -> str:
+        async with opener(counter, prober) as system:
+            return await system.get("prober/p").result()
+
+    try:
+        trio.run(ask_and_close)
+        done = run_cli(opener.path, "cancel", "counter/c")
+        assert 0 == done.returncode, done.stderr
+        del HOLD["c"]
+        assert trio.run(reopen).startswith("cancelled: 'counter/c' ended without replying")
+    finally:
+        HOLD.pop("c", None)
+        REACHED.discard("c")

@@ -25,7 +25,7 @@ from storage import (
 )
 from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalLocked
 
-from .. import _protocol, _saga
+from .. import _asks, _protocol, _saga
 from .. import _supervision as _sup
 from .._records import Signal
 from ._access import find_instance, journal_dir, not_live, read_row, reading, writing
@@ -131,8 +131,17 @@ async def cancel(args: argparse.Namespace) -> int:
                     "the application can run them; cancel through the application "
                     "(system.cancel), or pass --force to cancel without compensating"
                 )
+            with journal.reader() as r:  # the asks they owe an answer (see actors._asks)
+                owed = [
+                    ask
+                    for c in plan
+                    for ask in _asks.unanswered_on_disk(
+                        r.log(c.row.iid, c.row.record.get("run", 0)), r.mailbox(c.row.iid)
+                    )
+                ]
             try:  # one transaction for the whole subtree
                 txn, _ = _protocol.cancel_txn(plan, time.time())
+                _asks.answer_offline(txn, owed, "cancelled", time.time())
             except EncodeError as exc:
                 raise CLIError(
                     f"not cancelled: a record under {args.address!r} holds values of a class "
