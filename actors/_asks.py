@@ -25,8 +25,9 @@ who asked:
 
 An instance that ends without replying answers each ask it took and did not
 reply to, and each still unread, with "ended without replying" in the
-transaction that records its end (and so does a cancel written on disk);
-the asker raises `NotDelivered`. A system asker also reads the instance's
+transaction that records its end (so does a cancel written on disk, by a
+system or by the CLI); a run that continues as new or is restarted answers
+the asks it took. The asker raises `NotDelivered`. A system asker also reads the instance's
 status every `CHECK_EVERY` seconds while it waits, so an end it was not
 told of (a notice lost with a connection) still ends its wait.
 """
