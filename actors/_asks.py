@@ -110,7 +110,7 @@ class Asks:
         box_address = BOX_PREFIX + ask_id
         box = instance_id(box_address)
         pending = self._pending[box] = _Pending()
-        if not self._watching:
+        if not self._watching and not self.system.closing:
             self._watching = True
             self.system._spawn_system_task(self._watch)
         try:

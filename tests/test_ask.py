@@ -375,3 +375,26 @@ def test_a_cancel_written_by_the_cli_answers_an_asking_instance(tmp_path):
     finally:
         HOLD.pop("c", None)
         REACHED.discard("c")
+
+
+async def test_asks_still_waiting_when_the_system_closes_get_journal_closed(tmp_path):
+    opener = Opener(tmp_path)
+    HOLD["z"] = trio.Event()
+    errors: list[BaseException] = []
+
+    async def asker(system) -> None:
+        try:
+            await system.ask("counter/z", add, 1)
+        except actors.JournalClosed as exc:
+            errors.append(exc)
+
+    try:
+        async with trio.open_nursery() as outside:
+            async with opener(counter) as system:
+                await system.start(counter, "z")
+                outside.start_soon(asker, system)
+                await _until_reached("z")
+        assert 1 == len(errors) and "closed while an ask of 'counter/z'" in str(errors[0])
+    finally:
+        HOLD.pop("z", None)
+        REACHED.discard("z")
