@@ -150,3 +150,18 @@ async def test_cli_send_key_through_the_running_system(tmp_path):
             assert 0 == done.returncode, done.stderr
             assert "through the running system" in done.stdout
         assert ["one"] == await system.ask("inbox/a", count)
+
+
+@process("once/:name")
+async def once(ctx: Context, name: str) -> object:
+    return await ctx.wait(order)
+
+
+async def test_a_retry_after_the_instance_finished_returns_normally(opener):
+    async with opener(once) as system:
+        handle = await system.start(once, "a")
+        await system.send("once/a", order, "the only one", key="k")
+        assert "the only one" == await handle.result()
+        await system.send("once/a", order, "retried", key="k")  # it was taken: fine
+        with pytest.raises(actors.NotDelivered, match="it completed"):
+            await system.send("once/a", order, "new request", key="k2")
