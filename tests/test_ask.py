@@ -398,3 +398,19 @@ async def test_asks_still_waiting_when_the_system_closes_get_journal_closed(tmp_
     finally:
         HOLD.pop("z", None)
         REACHED.discard("z")
+
+
+async def test_a_reply_to_a_sent_message_is_recorded_and_replays(tmp_path):
+    opener = Opener(tmp_path)
+    async with opener(counter) as system:
+        await system.start(counter, "n")
+        await system.send("counter/n", add, 2)  # its ctx.reply answers no one
+        assert 2 == await system.ask("counter/n", get)
+    async with LMDBJournal(opener.path) as journal:
+        with journal.reader() as r:
+            log = r.log(instance_id("counter/n"), 0)
+    replies = [entry["n"] for _, entry in sorted(log.items()) if entry["k"] == "reply"]
+    assert 2 == len(replies)
+    assert "" == replies[0] and "" != replies[1]  # the no-op, then the answer (its ask id)
+    async with opener(counter) as system:  # both replay; the counter goes on
+        assert 5 == await system.ask("counter/n", add, 3)
