@@ -81,12 +81,13 @@ def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
 class _Pending:
     """One system ask being waited for."""
 
-    __slots__ = ("event", "payload", "since")
+    __slots__ = ("event", "payload", "since", "handed")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.payload: dict[str, Any] | None = None  # {"v": value} or {"ended": status}
         self.since = trio.current_time()
+        self.handed = False  # the payload came by `Asks.hand`: nothing under the box
 
 
 class Asks:
@@ -128,7 +129,8 @@ class Asks:
             )
         finally:
             del self._pending[box]
-            if self.system.journal.shared:  # a reply from another node may sit under the box
+            if self.system.journal.shared and not pending.handed:
+                # A reply from another node may sit under the box (or come later).
                 txn = Txn()
                 txn.delete_instance(box)
                 self.system.journal.submit(txn)  # best effort; nothing waits on it
@@ -182,6 +184,7 @@ class Asks:
         pending = self._pending.get(box)
         if pending is not None and pending.payload is None:
             pending.payload = decode(encode(payload))  # what was recorded, never the object
+            pending.handed = True
             pending.event.set()
 
     def noticed(self, iid: bytes) -> bool:

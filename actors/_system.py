@@ -351,8 +351,8 @@ class ActorSystem(Activation, Cancels):
         Raises:
             NotDelivered: no live instance at ``address`` (nothing stored),
                 or it ended without replying (the message says so).
-            AskTimeout: no reply within ``timeout`` seconds (a
-                `TimeoutError` too); the message stays asked.
+            AskTimeout: no reply within ``timeout`` seconds of the ask
+                being stored (a `TimeoutError` too); the message stays asked.
             EncodeError: a payload the codec cannot store; nothing is stored.
         """
         _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
