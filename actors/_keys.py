@@ -20,8 +20,8 @@ from typing import Any
 import trio
 
 from ._checks import check_name
-from ._protocol import KEY_PREFIX
 from ._interfaces import SystemAPI
+from ._protocol import KEY_PREFIX
 from ._records import Signal
 
 __all__ = ["KeyedSends"]
