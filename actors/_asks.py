@@ -301,20 +301,22 @@ def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[list[Any]]
     """Into ``txn`` (the end of ``actor``'s run): "ended without replying"
     for every ask it took and did not answer, and every ask still ``unread``."""
     asks = {ask[0]: ask for ask in unread}
-    asks.update(actor.driver.unanswered)
-    actor.driver.unanswered = {}
+    asks.update(actor.driver.unanswered or {})
+    actor.driver.unanswered = None
     return [answer(actor.system, txn, ask, {"ended": status}) for ask in asks.values()]
 
 
-def unanswered_on_disk(log: dict[int, Any], mail: Iterable[tuple[int, Any]]) -> list[list[Any]]:
+def unanswered_on_disk(
+    log: dict[int, LogEntry], mail: Iterable[tuple[int, Any]]
+) -> list[list[Any]]:
     """The asks an instance on disk owes an answer: taken in its current
-    run (``log``, as stored) without a reply, and unread in its ``mail``."""
+    run (``log``, `Reader.entries`) without a reply, and unread in its ``mail``."""
     asks: dict[str, list[Any]] = {}
-    for _, stored in sorted(log.items()):
-        if stored.get("k") == "wait" and stored.get("q") and "v" in stored:
-            asks[stored["q"][0]] = stored["q"]
-        elif stored.get("k") == "reply" and stored.get("n"):
-            asks.pop(stored["n"], None)
+    for _, entry in sorted(log.items()):
+        if entry.kind == "wait" and entry.ask and entry.is_outcome:
+            asks[entry.ask[0]] = entry.ask
+        elif entry.kind == "reply" and entry.name:
+            asks.pop(entry.name, None)
     for _, message in mail:
         if len(message) > 4 and message[4]:
             asks.setdefault(message[4][0], message[4])

@@ -50,7 +50,7 @@ class Context:
     def params(self) -> dict[str, str]:
         """The path params by name, e.g. ``{"order_id": "o-17"}``."""
         actor = self._actor
-        return dict(zip(actor.proc.params, actor.record.get("params", ())))
+        return dict(zip(actor.proc.params, actor.record.params))
 
     @property
     def replaying(self) -> bool:
@@ -142,7 +142,7 @@ class Context:
         actor = self._live()
         driver = actor.driver
         ask = driver.taken
-        if ask is not None and driver.unanswered.pop(ask[0], None) is None:
+        if ask is not None and not driver.answered(ask):
             ask = None  # answered already: the first reply stands
         return fx.Reply(driver.next_seq(), digest(value, what="reply"), value, ask)
 
@@ -167,7 +167,7 @@ class Context:
         if timeout is not None:
             timeout = check_seconds(timeout, "ctx.ask(timeout=...)")
         seq = actor.driver.next_seq()
-        ask_id = _asks.ask_id_of(actor.address, actor.record.get("inc", 1), actor.run, seq)
+        ask_id = _asks.ask_id_of(actor.address, actor.record.incarnation, actor.run, seq)
         arg_hash = digest([address, signal.name, payload], what=f"payload of ask {signal.name!r}")
         effect = fx.Ask(seq, arg_hash, address, signal, payload, ask_id)
         if timeout is None:
@@ -290,7 +290,7 @@ class Context:
         check_text(step_name, "the step's name (pass name=...)")
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         occurrence = actor.driver.occurrence(step_name)
-        key = step_key(actor.address, actor.record.get("inc", 1), actor.run, step_name, occurrence)
+        key = step_key(actor.address, actor.record.incarnation, actor.run, step_name, occurrence)
         return fx.Step(
             actor.driver.next_seq(), step_name, arg_hash, fn, args, kwargs,
             retry=retry, timeout=timeout, compensate=compensate,
@@ -445,7 +445,7 @@ class Context:
         stream, cursors and exports carry over; the run's timers are deleted.
         Never returns."""
         actor = self._live()
-        actor.proc.check_input(tuple(actor.record.get("params", ())), input)
+        actor.proc.check_input(tuple(actor.record.params), input)
         # The next run gets its input as stored, never the objects of this one.
         input = decode(encode(input, what="input"))
         await fx.ContinueAsNew(actor.driver.next_seq(), input)

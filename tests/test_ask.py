@@ -40,7 +40,7 @@ async def _log_kinds(path, address: str) -> list[str]:
         with journal.reader() as r:
             iid = instance_id(address)
             row = r.instance(iid)
-            log = r.log(iid, row.record.get("run", 0))
+            log = r.log(iid, row.record.run)
     return [log[seq]["k"] for seq in sorted(log)]
 
 
