@@ -9,7 +9,7 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from storage import LMDBJournal, Txn, instance_id
+from storage import InstanceRecord, LMDBJournal, Txn, instance_id
 from tests.runtime_helpers import Opener
 from tests.test_cli import run_cli, run_json
 
@@ -131,7 +131,8 @@ async def test_reader_cursor_reads_one_cursor(make_journal):
     iid = instance_id("inbox/z")
     async with make_journal() as journal:
         txn = Txn()
-        txn.put_instance(iid, address="inbox/z", process="inbox/:name", status="running", record={})
+        record = InstanceRecord()
+        txn.put_instance(iid, address="inbox/z", process="inbox/:name", status="running", record=record)
         txn.set_cursor(iid, "c", 0)
         await journal.commit(txn)
         with journal.reader() as r:
