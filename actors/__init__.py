@@ -33,7 +33,8 @@ from ._records import (
     Signal as Signal,
 )
 from ._steps import StepInfo as StepInfo, current_step as current_step
-from ._system import ActorSystem as ActorSystem, open_system as open_system
+from ._open import open_system as open_system
+from ._system import ActorSystem as ActorSystem
 from .errors import (
     ActorError as ActorError,
     AlreadyStarted as AlreadyStarted,

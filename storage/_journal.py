@@ -102,6 +102,10 @@ def instance_id(address: str) -> bytes:
     return hashlib.blake2b(address.encode(), digest_size=16).digest()
 
 
+# status names -> their codes, for Txn.require
+_CODES: dict[frozenset[str], frozenset[int]] = {}
+
+
 @attrs.frozen(slots=True)
 class InstanceRow:
     """An instance's record as stored: identity, status and the runtime's snapshot."""
@@ -183,7 +187,12 @@ class Txn:
     def require(self, iid: bytes, statuses: frozenset[str] | None = None) -> None:
         """Fail the whole transaction with `Conflict` unless the instance
         exists (and, if given, has one of ``statuses``) when it is applied."""
-        codes = None if statuses is None else frozenset(STATUS_CODE[s] for s in statuses)
+        codes = None
+        if statuses is not None:
+            statuses = frozenset(statuses)  # (no copy of a frozenset)
+            codes = _CODES.get(statuses)  # every send requires one of a few sets
+            if codes is None:
+                codes = _CODES[statuses] = frozenset(STATUS_CODE[s] for s in statuses)
         self.requires.append((iid, codes, ""))
 
     def fence(self, iid: bytes, epoch: int) -> None:
