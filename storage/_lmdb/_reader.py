@@ -20,6 +20,7 @@ import msgpack
 from .. import _journal as j
 from .. import _shapes
 from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
+from .._states import STATE_PREFIX, StateRow
 from ..errors import JournalCorrupt
 from ._layout import (
     _H,
@@ -277,6 +278,14 @@ class _LMDBReader(Reader):
                 "cursors", iid + consumer.encode(),
                 f"puts consumer {consumer!r} at {found[consumer]}, past the values emitted",
             )  # fmt: skip
+        return found
+
+    def states(self, prefix: str) -> list[StateRow]:
+        found = []
+        for key, value in self._scan("meta", STATE_PREFIX + prefix.encode()):
+            version = j.number(value[:8], "meta", key)
+            decoded = j.decode_record(value[8:], "meta", key)
+            found.append(StateRow(key[len(STATE_PREFIX) :].decode(), version, decoded))
         return found
 
     def has_records(self, iid: bytes) -> bool:
