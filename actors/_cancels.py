@@ -75,6 +75,8 @@ class Cancels:
         txn, notices = _protocol.cancel_txn(
             [_protocol.Cancel(row, timers, reason, fence)], self.epoch_now()
         )
+        if row.status == "queued":  # it leaves its queue in the same transaction
+            await self.queues.forget(txn, iid)
         try:
             results = await self.journal.commit(txn)
         except Conflict:

@@ -163,6 +163,7 @@ def start_txn(
     max_payload: int | None = None,
     child: dict[str, Any] | None = None,
     trace: str | None = None,
+    status: str = "running",
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
     ``previous``), with a first message for ``signal_with_start``; for a
@@ -182,7 +183,7 @@ def start_txn(
     txn = Txn()
     if previous is not None:
         txn.delete_instance(iid)
-    txn.put_instance_encoded(iid, address=address, process=process, status="running", record=stored)
+    txn.put_instance_encoded(iid, address=address, process=process, status=status, record=stored)
     notice = None
     if message is not None:
         notice = add_message(

@@ -41,6 +41,7 @@ from ._instance import Actor
 from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
+from ._queues import Queue, QueueInfo, QueueService
 from ._records import InstanceInfo, Signal
 from ._streams import Stream
 from ._timers import TimerService
@@ -65,6 +66,7 @@ class ActorSystem(Activation, Cancels):
         max_sync_steps: int,
         max_payload: int,
         now: Callable[[], float],
+        queues: Iterable[Queue] = (),
     ) -> None:
         if passivate_after != math.inf:  # inf: never passivate
             passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
@@ -117,6 +119,7 @@ class ActorSystem(Activation, Cancels):
         self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
+        self.queues = QueueService(self, queues)
 
     # -- time ------------------------------------------------------------------
 
@@ -162,7 +165,14 @@ class ActorSystem(Activation, Cancels):
 
     # -- public API ------------------------------------------------------------
 
-    async def start(self, proc: ProcessDef | str, *params: str, **input: Any) -> Handle:
+    async def start(
+        self,
+        proc: ProcessDef | str,
+        *params: str,
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> Handle:
         """Start an instance of ``proc`` at the address its params give.
 
         Idempotent: an existing live or finished instance at that address is
@@ -172,19 +182,35 @@ class ActorSystem(Activation, Cancels):
         Args:
             proc: a registered definition, or its path template.
             *params: fill the template's path params, in order.
+            queue: a `Queue` registered with ``open_system(queues=...)`` (or
+                its name): the instance is stored ``"queued"`` and starts
+                when the queue's limits allow, in ``priority`` then FIFO order.
+            priority: with ``queue``: lower numbers start first (default 0).
             **input: the process's keyword input.
 
         Raises:
             UnknownProcess: ``proc`` is not registered with this system.
-            InvalidArguments: wrong params or input for the process.
+            InvalidArguments: wrong params or input for the process, or a
+                queue that is not registered.
             EncodeError: input the codec cannot store (nothing is written).
         """
         _guard.refuse(
             "system.start()",
             "start children with ctx.call or ctx.spawn",
         )
-        handle, _ = await self._start(self._proc(proc), params, input, None)
+        queued = None if queue is None else (self.queues.find(queue), priority)
+        handle, _ = await self._start(self._proc(proc), params, input, None, queued=queued)
         return handle
+
+    async def queue_info(self, queue: Queue | str) -> QueueInfo:
+        """How deep the queue is, how many of its instances hold a slot, and
+        how long its oldest waiting instance has waited (read from the
+        journal, so over every node sharing it).
+
+        Raises:
+            InvalidArguments: the queue is not registered with this system.
+        """
+        return await self.queues.info(queue)
 
     async def signal_with_start(
         self,
@@ -215,6 +241,7 @@ class ActorSystem(Activation, Cancels):
         *,
         parent: str | None = None,
         address: str | None = None,
+        queued: tuple[Queue, int] | None = None,
     ) -> tuple[Handle, bool]:
         for param in params:
             if isinstance(param, str):
@@ -258,8 +285,15 @@ class ActorSystem(Activation, Cancels):
                 now=self.epoch_now(), max_payload=self.max_payload,
                 message=None if message is None else (message[0].name, message[1]),
                 trace=_tracing.traceparent(self),
+                status="running" if queued is None else "queued",
             )  # fmt: skip
             record = start.record
+            if queued is not None:  # it waits for a slot: the queue's pump starts it
+                self.queues.enqueue(start.txn, queued[0], iid, address, queued[1])
+                await self.journal.commit(start.txn)
+                self._status_changed(iid)
+                self.queues.poke(queued[0].name)
+                return Handle(self, iid, address, record["inc"]), True
             results = await self.journal.commit(start.txn)
             try:
                 epoch = await self.journal.claim(iid)
@@ -556,6 +590,7 @@ class ActorSystem(Activation, Cancels):
         return event
 
     def _status_changed(self, iid: bytes) -> None:
+        self.queues.status_changed(iid)
         actor = self._live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
@@ -576,6 +611,7 @@ async def open_system(
     now: Callable[[], float] = time.time,
     node: str | None = None,
     control: bool = True,
+    queues: Iterable[Queue] = (),
 ) -> AsyncIterator[ActorSystem]:
     """Open the journal, recover every unfinished instance, and run the system.
 
@@ -605,6 +641,8 @@ async def open_system(
             (``control.sock`` in its directory, owner only) through which
             the ``actors`` command line sends, cancels and resumes beside
             the running system; False serves none.
+        queues: the `Queue` objects that ``start(..., queue=...)`` and
+            ``ctx.call``/``spawn``/``scope(..., queue=...)`` may name.
 
     Raises:
         JournalLocked: another system has the journal open.
@@ -613,7 +651,7 @@ async def open_system(
     system = ActorSystem(
         journal, processes, random,
         passivate_after=passivate_after, max_sync_steps=max_sync_steps,
-        max_payload=max_payload, now=now,
+        max_payload=max_payload, now=now, queues=queues,
     )  # fmt: skip
     if node is not None:
         journal.set_node(node)
@@ -625,6 +663,10 @@ async def open_system(
         async with trio.open_nursery() as nursery:
             system._nursery = system.outages.nursery = nursery
             await system._recover()
+            nursery.start_soon(
+                system.outages.keep_running, system.queues.run, "the queue pumps",
+                name="actors queues",
+            )  # fmt: skip
             nursery.start_soon(
                 system.outages.keep_running, system.timers.run, "the timer service",
                 name="actors timer service",

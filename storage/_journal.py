@@ -392,8 +392,9 @@ class Reader(abc.ABC):
     def cursors(self, iid: bytes) -> dict[str, int]:
         """Each consumer's position (index of its next value)."""
 
-    def states(self, prefix: str) -> list[StateRow]:
-        """State rows whose key starts with ``prefix``, by key (see `storage._states`)."""
+    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
+        """State rows whose key starts with ``prefix``, by key, at most
+        ``limit`` of them (see `storage._states`)."""
         raise NotImplementedError(f"{type(self).__name__} keeps no state rows")
 
     @abc.abstractmethod

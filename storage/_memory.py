@@ -331,12 +331,13 @@ class _MemoryReader(Reader):
     def cursors(self, iid: bytes) -> dict[str, int]:
         return dict(self._j._cursors.get(iid, {}))
 
-    def states(self, prefix: str) -> list[_states.StateRow]:
-        return [
-            _states.StateRow(key, version, j.decode_record(value, "states", key.encode()))
-            for key, (version, value) in sorted(self._j._states.items())
-            if key.startswith(prefix)
-        ]
+    def states(self, prefix: str, limit: int | None = None) -> list[_states.StateRow]:
+        keys = sorted(key for key in self._j._states if key.startswith(prefix))[:limit]
+        found = []
+        for key in keys:
+            version, value = self._j._states[key]
+            found.append(_states.StateRow(key, version, j.decode_record(value, "states", key.encode())))
+        return found
 
     def has_records(self, iid: bytes) -> bool:
         jr = self._j

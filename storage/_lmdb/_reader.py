@@ -280,9 +280,11 @@ class _LMDBReader(Reader):
             )  # fmt: skip
         return found
 
-    def states(self, prefix: str) -> list[StateRow]:
-        found = []
+    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
+        found: list[StateRow] = []
         for key, value in self._scan("meta", STATE_PREFIX + prefix.encode()):
+            if limit is not None and len(found) >= limit:
+                break
             version = j.number(value[:8], "meta", key)
             decoded = j.decode_record(value[8:], "meta", key)
             found.append(StateRow(key[len(STATE_PREFIX) :].decode(), version, decoded))

@@ -182,10 +182,10 @@ class _PostgresReader(Reader):
     def cursors(self, iid: bytes) -> dict[str, int]:
         return dict(self._rows(self._sql.cursors, [iid]))  # type: ignore[arg-type]
 
-    def states(self, prefix: str) -> list[StateRow]:
+    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
         return [
             StateRow(key, version, j.decode_record(bytes(value), "states", key.encode()))
-            for key, version, value in self._rows(self._sql.states, [prefix])
+            for key, version, value in self._rows(self._sql.states, [prefix, limit])
         ]
 
     def has_records(self, iid: bytes) -> bool:

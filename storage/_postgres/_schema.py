@@ -201,7 +201,7 @@ class _SQL:
         )
         self.state_versions = f"SELECT key, version FROM {s}.states WHERE key = ANY(%s::text[])"
         self.states = (
-            f"SELECT key, version, value FROM {s}.states WHERE starts_with(key, %s) ORDER BY key"
+            f"SELECT key, version, value FROM {s}.states WHERE starts_with(key, %s) ORDER BY key LIMIT %s"
         )
         # A new instance belongs to the node that creates it (the committer's
         # session names it; see _Server.connect). An existing one
