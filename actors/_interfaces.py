@@ -44,6 +44,7 @@ class SystemAPI(Protocol):
     _live: dict[bytes, ActorAPI]
     _cursors: dict[tuple[bytes, str], int]
     outages: Any  # the JournalWatch
+    queues: Any  # the QueueService (actors._queues)
 
     @property
     def closing(self) -> bool: ...
