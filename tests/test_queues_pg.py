@@ -1,0 +1,64 @@
+"""A queue's limit on PostgreSQL with two nodes: a global count, not per node.
+
+Two systems (nodes "a" and "b") in this process share one schema; each
+starts half of the jobs, and every job's step counts how many steps run at
+once over both nodes. Real time against a real server (see tests/pg.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import trio
+
+import actors
+from actors import Context, Queue, process
+from tests.pg import fresh_schema
+
+if os.environ.get("ACTORS_TEST_POSTGRES", "1") == "0":
+    pytest.importorskip("psycopg", reason="PostgreSQL tests are off (ACTORS_TEST_POSTGRES=0)")
+
+RUNNING = {"now": 0, "max": 0, "done": 0}
+
+
+async def work(name: str) -> str:
+    RUNNING["now"] += 1
+    RUNNING["max"] = max(RUNNING["max"], RUNNING["now"])
+    try:
+        await trio.sleep(0.15)
+    finally:
+        RUNNING["now"] -= 1
+        RUNNING["done"] += 1
+    return name
+
+
+@process("pgjob/:name")
+async def pgjob(ctx: Context, name: str) -> str:
+    return await ctx.step(work, name)
+
+
+@pytest.mark.slow  # real time: about two seconds
+async def test_two_nodes_hold_one_global_limit(request):
+    from storage import PostgresJournal
+
+    dsn, schema = fresh_schema(request)
+    q = Queue("global", concurrency=3, per_node=2)
+
+    def journal() -> PostgresJournal:
+        return PostgresJournal(dsn, schema=schema, lease_timeout=1.0)
+
+    with trio.fail_after(60):
+        async with actors.open_system(journal(), [pgjob], node="a", queues=[q]) as a:
+            async with actors.open_system(journal(), [pgjob], node="b", queues=[q]) as b:
+                handles = []
+                for i in range(12):
+                    handles.append(await a.start(pgjob, f"a{i}", queue=q))
+                    handles.append(await b.start(pgjob, f"b{i}", queue=q))
+                results = [await h.result() for h in handles]
+                info = await a.queue_info(q)
+                assert (info.waiting, info.concurrency) == (0, 3)
+                admitted = (a.queues.admitted, b.queues.admitted)
+    assert sorted(results) == sorted([f"a{i}" for i in range(12)] + [f"b{i}" for i in range(12)])
+    assert RUNNING["max"] == 3  # both nodes filled the slots, never past the global limit
+    assert sum(admitted) == 24 and min(admitted) > 0
