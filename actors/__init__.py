@@ -33,6 +33,7 @@ from ._records import (
     Signal as Signal,
 )
 from ._queues import Queue as Queue, QueueInfo as QueueInfo, Rate as Rate
+from ._schedules import ScheduleInfo as ScheduleInfo
 from ._steps import StepInfo as StepInfo, current_step as current_step
 from ._system import ActorSystem as ActorSystem, open_system as open_system
 from .errors import (

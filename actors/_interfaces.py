@@ -100,6 +100,11 @@ class SystemAPI(Protocol):
 
     async def cancel(self, address: str) -> bool: ...
 
+    async def _start(
+        self, proc: ProcessDef, params: tuple[Any, ...], input: dict[str, Any], message: Any,
+        **options: Any,
+    ) -> tuple[Any, bool]: ...
+
 
 class ActorAPI(Protocol):
     """The parts of a live `Actor` that steps, sagas, streams, supervision

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
@@ -40,10 +40,9 @@ from storage import LIVE_STATUSES, Reader, Txn
 from storage.errors import Conflict
 
 from ._checks import check_name
+from ._interfaces import SystemAPI
 from .errors import InvalidArguments
 
-if TYPE_CHECKING:
-    from ._system import ActorSystem
 
 __all__ = ["Queue", "QueueInfo", "Rate", "QueueService"]
 
@@ -158,7 +157,7 @@ def _read_held(r: Reader, name: str) -> tuple[int, dict[str, Any]]:
 class QueueService:
     """The queues of one system: enqueueing, the pumps, release on ends."""
 
-    def __init__(self, system: ActorSystem, queues: Iterable[Queue]) -> None:
+    def __init__(self, system: SystemAPI, queues: Iterable[Queue]) -> None:
         self.system = system
         self.queues: dict[str, Queue] = {}
         for queue in queues:

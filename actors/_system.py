@@ -25,6 +25,7 @@ from storage import (
     CorruptRecord,
     Journal,
     LMDBJournal,
+    Txn,
     decode,
     encode,
     instance_id,
@@ -41,7 +42,9 @@ from ._instance import Actor
 from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
-from ._queues import Queue, QueueInfo, QueueService
+from ._queues import Queue, QueueService
+from ._flow import FlowControl
+from ._schedules import ScheduleService
 from ._records import InstanceInfo, Signal
 from ._streams import Stream
 from ._timers import TimerService
@@ -49,7 +52,7 @@ from .errors import InvalidArguments, LimitExceeded, NotDelivered, UnknownProces
 
 __all__ = ["ActorSystem", "open_system"]
 
-class ActorSystem(Activation, Cancels):
+class ActorSystem(Activation, Cancels, FlowControl):
     """The runtime: owns a journal, routes messages, runs live instances.
 
     Get one from `open_system`; every method is safe to call from any task
@@ -120,6 +123,7 @@ class ActorSystem(Activation, Cancels):
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
         self.queues = QueueService(self, queues)
+        self.schedules = ScheduleService(self)
 
     # -- time ------------------------------------------------------------------
 
@@ -202,15 +206,6 @@ class ActorSystem(Activation, Cancels):
         handle, _ = await self._start(self._proc(proc), params, input, None, queued=queued)
         return handle
 
-    async def queue_info(self, queue: Queue | str) -> QueueInfo:
-        """How deep the queue is, how many of its instances hold a slot, and
-        how long its oldest waiting instance has waited (read from the
-        journal, so over every node sharing it).
-
-        Raises:
-            InvalidArguments: the queue is not registered with this system.
-        """
-        return await self.queues.info(queue)
 
     async def signal_with_start(
         self,
@@ -242,6 +237,7 @@ class ActorSystem(Activation, Cancels):
         parent: str | None = None,
         address: str | None = None,
         queued: tuple[Queue, int] | None = None,
+        extra: Callable[[Txn], None] | None = None,
     ) -> tuple[Handle, bool]:
         for param in params:
             if isinstance(param, str):
@@ -288,6 +284,8 @@ class ActorSystem(Activation, Cancels):
                 status="running" if queued is None else "queued",
             )  # fmt: skip
             record = start.record
+            if extra is not None:  # what the caller records with the start (a schedule's tick)
+                extra(start.txn)
             if queued is not None:  # it waits for a slot: the queue's pump starts it
                 self.queues.enqueue(start.txn, queued[0], iid, address, queued[1])
                 await self.journal.commit(start.txn)
@@ -591,6 +589,7 @@ class ActorSystem(Activation, Cancels):
 
     def _status_changed(self, iid: bytes) -> None:
         self.queues.status_changed(iid)
+        self.schedules.status_changed(iid)
         actor = self._live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
@@ -666,6 +665,10 @@ async def open_system(
             nursery.start_soon(
                 system.outages.keep_running, system.queues.run, "the queue pumps",
                 name="actors queues",
+            )  # fmt: skip
+            nursery.start_soon(
+                system.outages.keep_running, system.schedules.run, "the scheduler",
+                name="actors schedules",
             )  # fmt: skip
             nursery.start_soon(
                 system.outages.keep_running, system.timers.run, "the timer service",
