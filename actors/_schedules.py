@@ -71,9 +71,12 @@ def schedule_key(name: str) -> str:
 
 
 def tick_text(epoch: float) -> str:
-    """A tick's time as its path param: ISO 8601 UTC to the second (``...Z``)."""
-    moment = _dt.datetime.fromtimestamp(epoch, _dt.timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """A tick's time as its path param: ISO 8601 UTC to the second (``...Z``),
+    with milliseconds when the tick falls between seconds."""
+    millis = round(epoch * 1000)
+    moment = _dt.datetime.fromtimestamp(millis // 1000, _dt.timezone.utc)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{millis % 1000:03d}Z" if millis % 1000 else f"{text}Z"
 
 
 def ticks_after(spec: dict[str, Any], after: float) -> Iterator[float]:
