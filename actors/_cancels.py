@@ -17,6 +17,7 @@ from storage.errors import Conflict
 
 from . import _protocol
 from . import _supervision as _sup
+from ._queues import waiting_rows
 
 
 class Cancels:
@@ -72,11 +73,12 @@ class Cancels:
         children = _sup.children_in_log(log)
         await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         fence = epoch if self.journal.shared else None
-        txn, notices = _protocol.cancel_txn(
-            [_protocol.Cancel(row, timers, reason, fence)], self.epoch_now()
-        )
+        states: list[str] = []
         if row.status == "queued":  # it leaves its queue in the same transaction
-            await self.queues.forget(txn, iid)
+            states = await self.journal.read(lambda r: waiting_rows(r, iid))
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, timers, reason, fence, states)], self.epoch_now()
+        )
         try:
             results = await self.journal.commit(txn)
         except Conflict:

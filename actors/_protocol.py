@@ -86,13 +86,15 @@ class Cancel:
     """One instance to cancel: its row and timers as read, and why.
 
     ``epoch`` fences the write on a shared journal (`Journal.claim`); None
-    writes unfenced (single-owner journals, the CLI).
+    writes unfenced (single-owner journals, the CLI). ``states``: state rows
+    that go with it (a queued instance's waiting entry, see `_queues.waiting_rows`).
     """
 
     row: InstanceRow
     timers: Sequence[TimerRow]
     reason: str
     epoch: int | None = None
+    states: Sequence[str] = ()
 
 
 # -- messages -----------------------------------------------------------------------
@@ -293,6 +295,8 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
         )
         for timer in cancel.timers:
             txn.cancel_timer(row.iid, timer.run, timer.seq)
+        for key in cancel.states:  # a queued instance leaves its queue
+            txn.delete_state(key)
         notice = end_notice(txn, row.address, record, "cancelled", now)
         if notice is not None:
             notices.append(notice)

@@ -139,6 +139,16 @@ def index_key(iid: bytes) -> str:
     return f"queue-of/{iid.hex()}"
 
 
+def waiting_rows(r: Reader, iid: bytes) -> list[str]:
+    """The state rows of a queued instance's place in its queue (empty if it
+    has none): what a cancel of it deletes."""
+    key = index_key(iid)
+    for row in r.states(key):
+        if row.key == key:
+            return [row.value, key]
+    return []
+
+
 @attrs.define
 class _Entry:
     key: str
@@ -207,16 +217,6 @@ class QueueService:
         key = f"{wait_prefix(queue.name)}{priority + _PRIORITY_BIAS:010d}/{order}/{iid.hex()}"
         txn.put_state(key, {"address": address, "node": self.node, "at": now})
         txn.put_state(index_key(iid), key)
-
-    async def forget(self, txn: Txn, iid: bytes) -> None:
-        """Add to ``txn`` the removal of a queued instance's waiting entry
-        (a cancel of it)."""
-        key = index_key(iid)
-        rows = await self.system.journal.read(lambda r: r.states(key))
-        for row in rows:
-            if row.key == key:
-                txn.delete_state(row.value)
-                txn.delete_state(key)
 
     def poke(self, name: str) -> None:
         """Ask the pump of queue ``name`` for a round."""
