@@ -267,7 +267,16 @@ class QueueService:
                 for h in check:
                     row = r.instance(bytes.fromhex(h))
                     statuses[h] = None if row is None else row.status
-                waiting = r.states(wait_prefix(name), _WANT)
+                # As many waiting rows as could start (a few more, for the
+                # ones another node may take first): a deep queue is not
+                # read whole at every round.
+                room = _WANT
+                if queue.concurrency is not None:
+                    gone = sum(1 for h, st in statuses.items() if st not in LIVE_STATUSES)
+                    room = max(0, queue.concurrency - len(held) + gone)
+                if queue.rate is not None:
+                    room = min(room, queue.rate.count)
+                waiting = r.states(wait_prefix(name), room + _SPARE)
                 return version, state, statuses, waiting
 
             version, state, statuses, waiting = await system.journal.read(read)
@@ -372,4 +381,5 @@ class QueueService:
         )  # fmt: skip
 
 
-_WANT = 1000  # waiting rows read per round (more than any one round admits)
+_WANT = 1000  # waiting rows read per round without a concurrency limit
+_SPARE = 8  # waiting rows read past the free slots
