@@ -282,7 +282,9 @@ class Activation:
             # One bad record must not keep the system (and every other
             # instance) down: the scan goes past each and reports it here.
             broken: list[CorruptRecord] = []
-            for status in sorted(LIVE_STATUSES):
+            # (Queued ones too: a queued child whose parent ended is cancelled,
+            # not started later; the rest wait for their queue's pump.)
+            for status in sorted(LIVE_STATUSES | {"queued"}):
                 for row in r.instances(status, corrupt=broken):
                     parent = row.record.get("parent")
                     gone = _parent_gone(r, parent) if parent else None

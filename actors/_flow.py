@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from storage import encode
+import trio
+
+from storage import Journal, Txn, encode
 
 from ._checks import check_name, check_text
 from ._process import ProcessDef
@@ -22,9 +24,26 @@ class FlowControl:
     queues: QueueService
     schedules: ScheduleService
 
+    journal: Journal
+    outages: Any  # the JournalWatch
+
     if TYPE_CHECKING:
 
         def _proc(self, proc: ProcessDef | str) -> ProcessDef: ...
+
+        def _status_changed(self, iid: bytes) -> None: ...
+
+    def _start_flow(self, nursery: trio.Nursery) -> None:
+        """Run the queue pumps and the scheduler (again after each outage)."""
+        for run, what in ((self.queues.run, "the queue pumps"), (self.schedules.run, "the scheduler")):
+            nursery.start_soon(self.outages.keep_running, run, what, name=f"actors: {what}")
+
+    async def _enqueue(self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str) -> None:
+        """Commit a start transaction as a queued instance's (its waiting entry added)."""
+        self.queues.enqueue(txn, queued[0], iid, address, queued[1])
+        await self.journal.commit(txn)
+        self._status_changed(iid)
+        self.queues.poke(queued[0].name)
 
     async def schedule(
         self,

@@ -287,10 +287,7 @@ class ActorSystem(Activation, Cancels, FlowControl):
             if extra is not None:  # what the caller records with the start (a schedule's tick)
                 extra(start.txn)
             if queued is not None:  # it waits for a slot: the queue's pump starts it
-                self.queues.enqueue(start.txn, queued[0], iid, address, queued[1])
-                await self.journal.commit(start.txn)
-                self._status_changed(iid)
-                self.queues.poke(queued[0].name)
+                await self._enqueue(start.txn, queued, iid, address)
                 return Handle(self, iid, address, record["inc"]), True
             results = await self.journal.commit(start.txn)
             try:
@@ -662,14 +659,7 @@ async def open_system(
         async with trio.open_nursery() as nursery:
             system._nursery = system.outages.nursery = nursery
             await system._recover()
-            nursery.start_soon(
-                system.outages.keep_running, system.queues.run, "the queue pumps",
-                name="actors queues",
-            )  # fmt: skip
-            nursery.start_soon(
-                system.outages.keep_running, system.schedules.run, "the scheduler",
-                name="actors schedules",
-            )  # fmt: skip
+            system._start_flow(nursery)  # queue pumps and the scheduler
             nursery.start_soon(
                 system.outages.keep_running, system.timers.run, "the timer service",
                 name="actors timer service",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import trio
@@ -41,7 +42,7 @@ async def qjob(ctx: Context, id: str) -> int:
     return await ctx.step(_noop, 1)
 
 
-def _open(directory: Path) -> actors.open_system:  # type: ignore[valid-type]
+def _open(directory: Path) -> AbstractAsyncContextManager[actors.ActorSystem]:
     return actors.open_system(
         LMDBJournal(directory / "journal", map_size=_MAP_SIZE), processes=[qjob],
         random=random.Random(0), passivate_after=_FOREVER, queues=[limited],

@@ -148,3 +148,50 @@ async def test_a_queue_that_is_not_registered_is_refused(autojump_clock):
         Queue("q", concurrency=0)
     with pytest.raises(actors.InvalidArguments, match="count, seconds"):
         Queue("q", rate=5)
+
+
+@process("parent/:name")
+async def parent(ctx: Context, name: str, *, children: int) -> list[str]:
+    spawned = []
+    for i in range(children):
+        child = await ctx.spawn(job, f"k{i}", queue="one", restart="temporary", seconds=100.0)
+        spawned.append(child.id)
+    return spawned
+
+
+async def test_queued_children_end_with_their_parent_and_leave_the_queue(tmp_path, autojump_clock):
+    q = Queue("one", concurrency=1)
+    path = tmp_path / "j"
+    async with actors.open_system(LMDBJournal(path), processes=[parent, job], queues=[q], now=clock) as system:
+        blocker = await system.start(job, "blocker", queue=q, seconds=50.0)
+        handle = await system.start(parent, "p", children=3)
+        ids = await handle.result()  # it completes at once: its spawned children are cancelled
+        assert [system.get(a).status for a in ids] == ["cancelled"] * 3
+        assert (await system.queue_info(q)).waiting == 0
+        assert await blocker.result() == "blocker"
+    assert "k0" not in STARTED
+
+
+async def test_a_queued_instance_takes_no_messages_until_it_starts(autojump_clock):
+    q = Queue("one", concurrency=1)
+    async with actors.open_system(MemoryJournal(), processes=[job], queues=[q]) as system:
+        await system.start(job, "first", queue=q, seconds=5.0)
+        await system.start(job, "second", queue=q)
+        with pytest.raises(actors.NotDelivered, match="queued") as caught:
+            await system.send("job/second", actors.Signal("hello"))
+        assert caught.value.reason == "queued"
+
+
+async def test_queued_instances_survive_a_restart_before_any_starts(tmp_path, autojump_clock):
+    q = Queue("slow", rate=(1, 60.0))
+    path = tmp_path / "j"
+    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+        for i in range(3):
+            await system.start(job, f"s{i}", queue=q, seconds=0.5)
+        await trio.sleep(1)
+        assert [system.get(f"job/s{i}").status for i in range(3)] == ["completed", "queued", "queued"]
+    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+        t0 = trio.current_time()
+        assert await system.get("job/s2").result() == "s2"
+        # The window of the first start (kept in the journal) holds across the restart.
+        assert trio.current_time() - t0 >= 118
