@@ -62,3 +62,40 @@ async def test_two_nodes_hold_one_global_limit(request):
     assert sorted(results) == sorted([f"a{i}" for i in range(12)] + [f"b{i}" for i in range(12)])
     assert RUNNING["max"] == 3  # both nodes filled the slots, never past the global limit
     assert sum(admitted) == 24 and min(admitted) > 0
+
+
+TICKS: list[str] = []
+
+
+async def note_tick(tick: str) -> None:
+    TICKS.append(tick)
+
+
+@process("pgtick/:tick")
+async def pgtick(ctx: Context, tick: str) -> None:
+    await ctx.step(note_tick, tick)
+
+
+@pytest.mark.slow  # real time: about three seconds
+async def test_two_nodes_running_one_schedule_start_each_tick_once(request):
+    from storage import PostgresJournal
+
+    dsn, schema = fresh_schema(request)
+    TICKS.clear()
+
+    def journal() -> PostgresJournal:
+        return PostgresJournal(dsn, schema=schema, lease_timeout=1.0)
+
+    with trio.fail_after(60):
+        async with actors.open_system(journal(), [pgtick], node="a") as a:
+            async with actors.open_system(journal(), [pgtick], node="b") as b:
+                await a.schedule("fast", pgtick, every=0.2, overlap="allow", catch_up=100)
+                assert await b.schedule("fast", pgtick, every=0.2, overlap="allow", catch_up=100)
+                await trio.sleep(2.5)
+                await b.pause_schedule("fast")
+                await trio.sleep(0.3)
+                started = sorted([i.id async for i in a.query(process=pgtick)])
+                for address in started:
+                    await a.get(address).result()
+    assert len(started) >= 8
+    assert len(TICKS) == len(set(TICKS)) == len(started)  # each tick ran once, on one node
