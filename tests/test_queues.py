@@ -195,3 +195,25 @@ async def test_queued_instances_survive_a_restart_before_any_starts(tmp_path, au
         assert await system.get("job/s2").result() == "s2"
         # The window of the first start (kept in the journal) holds across the restart.
         assert trio.current_time() - t0 >= 118
+
+
+@process("spawner/:name")
+async def spawner(ctx: Context, name: str, *, count: int) -> int:
+    children = [
+        await ctx.spawn(job, f"s{i}", queue="children", restart="temporary", seconds=1.0)
+        for i in range(count)
+    ]
+    await ctx.sleep(3600)  # its children live while it does
+    return len(children)
+
+
+async def test_a_fan_out_of_2000_spawned_children_runs_20_at_a_time(autojump_clock):
+    q = Queue("children", concurrency=20)
+    async with actors.open_system(MemoryJournal(), processes=[spawner, job], queues=[q]) as system:
+        handle = await system.start(spawner, "big", count=2000)
+        await trio.sleep(60)
+        info = await system.queue_info(q)
+        assert info.running <= 20 and info.waiting > 0
+        assert await handle.result() == 2000
+    assert RUNNING["max"] == 20
+    assert len(set(STARTED)) == 2000

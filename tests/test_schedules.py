@@ -124,3 +124,37 @@ async def test_bad_schedules_say_what_to_pass(autojump_clock):
             await system.schedule("x", report, every=5)
         with pytest.raises(actors.InvalidArguments, match="IANA"):
             await system.schedule("x", nightly, every=5, timezone="Mars/Base")
+
+
+@process("paris/:tick")
+async def paris(ctx: Context, tick: str) -> str:
+    return tick
+
+
+async def test_cron_follows_the_schedule_time_zone_across_a_dst_change(autojump_clock):
+    start = 1_774_569_600.0  # 2026-03-27T00:00:00Z; Paris moves to summer time on the 29th
+
+    async with actors.open_system(
+        MemoryJournal(), processes=[paris], now=lambda: start + trio.current_time()
+    ) as system:
+        await system.schedule("paris", paris, cron="0 9 * * *", timezone="Europe/Paris")
+        await trio.sleep(4 * DAY)
+        started = await ids(system, paris)
+    # 09:00 in Paris is 08:00 UTC in winter time, 07:00 UTC in summer time.
+    assert started == [
+        "paris/2026-03-27T08:00:00Z", "paris/2026-03-28T08:00:00Z",
+        "paris/2026-03-29T07:00:00Z", "paris/2026-03-30T07:00:00Z",
+    ]
+
+
+async def test_a_changed_definition_keeps_the_last_tick(autojump_clock):
+    async with actors.open_system(MemoryJournal(), processes=[report], now=clock) as system:
+        await system.schedule("r", report, every=3600, params=["eu"])
+        await trio.sleep(3600 + 1)
+        changed = await system.schedule("r", report, every=3600, params=["us"])
+        assert changed.last_tick == "2026-01-01T01:00:00Z"
+        assert changed.params == ("us",)
+        await trio.sleep(3600)
+        assert await ids(system, report) == [
+            "report/eu/2026-01-01T01:00:00Z", "report/us/2026-01-01T02:00:00Z",
+        ]
