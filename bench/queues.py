@@ -39,7 +39,8 @@ async def _noop(i: int) -> int:
 
 @process("qjob/:id")
 async def qjob(ctx: Context, id: str) -> int:
-    return await ctx.step(_noop, 1)
+    result: int = await ctx.step(_noop, 1)
+    return result
 
 
 def _open(directory: Path) -> AbstractAsyncContextManager[actors.ActorSystem]:
