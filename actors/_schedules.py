@@ -42,7 +42,6 @@ __all__ = ["ScheduleInfo", "ScheduleService", "OVERLAP_POLICIES"]
 
 OVERLAP_POLICIES = ("skip", "buffer_one", "allow")
 POLL_SHARED = 1.0  # seconds between looks on a shared journal (other nodes' changes)
-MAX_TICKS_SCANNED = 100_000  # cron ticks looked at per wake-up after a long downtime
 
 
 @attrs.frozen
@@ -93,6 +92,26 @@ def ticks_after(spec: dict[str, Any], after: float) -> Iterator[float]:
         value = moment.timestamp()
         if value > after:
             yield value
+
+
+def due_ticks(spec: dict[str, Any], after: float, now: float, keep: int) -> list[float]:
+    """The latest ``keep`` ticks in ``(after, now]``, oldest first; found from
+    ``now`` backwards, so a long downtime costs no walk over every tick."""
+    every = spec.get("every")
+    if every is not None:
+        latest = math.floor(now / every) * every
+        first = (math.floor(after / every) + 1) * every
+        count = 0 if latest < first else round((latest - first) / every) + 1
+        return [latest - k * every for k in reversed(range(min(keep, count)))]
+    zone = zoneinfo.ZoneInfo(spec["timezone"])
+    found: list[float] = []
+    # cronsim's reverse walk gives ticks strictly before its start.
+    for moment in cronsim.CronSim(spec["cron"], _dt.datetime.fromtimestamp(math.floor(now) + 1, zone), reverse=True):
+        value = moment.timestamp()
+        if value <= after or len(found) >= keep:
+            break
+        found.append(value)
+    return found[::-1]
 
 
 def check_spec(
@@ -253,15 +272,10 @@ class ScheduleService:
         if pending is not None and not live:  # the buffered tick starts now
             await self._start_tick(name, version, spec, proc, pending, pending=None)
             return now
-        due: list[float] = []
-        for n, tick in enumerate(ticks_after(spec, spec["last"])):
-            if tick > now or n >= MAX_TICKS_SCANNED:
-                break
-            due.append(tick)
-            del due[: -spec["catch_up"]]  # only the latest catch_up ones run
+        due = due_ticks(spec, spec["last"], now, spec["catch_up"])  # older ones are passed over
         if not due:
             return next(ticks_after(spec, spec["last"]))
-        tick = due[0]  # older ticks than the latest catch_up are passed over
+        tick = due[0]
         if live and spec["overlap"] == "skip":
             await self._advance(name, version, spec, last=tick)
             return now

@@ -158,3 +158,14 @@ async def test_a_changed_definition_keeps_the_last_tick(autojump_clock):
         assert await ids(system, report) == [
             "report/eu/2026-01-01T01:00:00Z", "report/us/2026-01-01T02:00:00Z",
         ]
+
+
+async def test_a_long_downtime_is_caught_up_without_walking_every_tick(tmp_path, autojump_clock):
+    path = tmp_path / "j"
+    async with actors.open_system(LMDBJournal(path), processes=[report], now=clock) as system:
+        await system.schedule("s", report, every=1, params=["x"], catch_up=2, overlap="allow")
+    await trio.sleep(30 * DAY)  # 2.6 million ticks missed
+    async with actors.open_system(LMDBJournal(path), processes=[report], now=clock) as system:
+        await trio.sleep(0.5)
+        started = await ids(system, report)
+    assert started == ["report/x/2026-01-31T00:00:00Z", "report/x/2026-01-30T23:59:59Z"][::-1]
