@@ -174,7 +174,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="forget consumer NAME's cursor (only with no system running)")  # fmt: skip
 
     command("stats", "counts by status, size, mail, timers")
-    add_web_arguments(command("web", "serve a read-only web inspector (needs the 'web' extra)"))
+    add_web_arguments(command("web", "serve a read-only web inspector (needs the 'web' extra); "
+                              "--journal may be a postgresql:// URL, with --schema"))  # fmt: skip
     return parser
 
 
