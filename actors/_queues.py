@@ -29,6 +29,7 @@ lets one more in.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -37,7 +38,7 @@ import attrs
 import trio
 
 from storage import LIVE_STATUSES, Reader, Txn
-from storage.errors import Conflict
+from storage.errors import Conflict, JournalCorrupt
 
 from ._checks import check_name
 from ._interfaces import SystemAPI
@@ -46,7 +47,10 @@ from .errors import InvalidArguments
 
 __all__ = ["Queue", "QueueInfo", "Rate", "QueueService"]
 
+log = logging.getLogger("actors.queues")
+
 POLL_SHARED = 0.2  # seconds between rounds on a shared journal while work waits
+RETRY_AFTER_ERROR = 5.0  # seconds before a queue whose state did not read tries again
 _PRIORITY_BIAS = 1 << 31  # priorities are 32-bit signed ints, stored biased to sort as text
 
 
@@ -240,7 +244,14 @@ class QueueService:
     async def _pump(self, queue: Queue) -> None:
         while True:
             self._events[queue.name] = event = trio.Event()
-            delay = await self._round(queue)
+            try:
+                delay = await self._round(queue)
+            except JournalCorrupt as exc:  # one queue's damaged state stops only that queue
+                log.error(
+                    "queue %r cannot read its state (%s); it tries again in %s s",
+                    queue.name, exc, RETRY_AFTER_ERROR,
+                )  # fmt: skip
+                delay = RETRY_AFTER_ERROR
             with trio.move_on_after(delay):
                 await event.wait()
 
@@ -265,7 +276,11 @@ class QueueService:
                 check.extend(unknown)
                 statuses = {}
                 for h in check:
-                    row = r.instance(bytes.fromhex(h))
+                    try:
+                        row = r.instance(bytes.fromhex(h))
+                    except JournalCorrupt:  # it will never run again: its slot is free
+                        statuses[h] = "corrupt"
+                        continue
                     statuses[h] = None if row is None else row.status
                 # As many waiting rows as could start (a few more, for the
                 # ones another node may take first): a deep queue is not

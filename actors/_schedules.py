@@ -21,6 +21,7 @@ interval since the Unix epoch, so every node computes the same ones.
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import math
 import zoneinfo
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ import cronsim
 import trio
 
 from storage import UNFINISHED_STATUSES, Reader, Txn, instance_id
-from storage.errors import Conflict
+from storage.errors import ActorError, Conflict, JournalClosed, JournalCorrupt
 
 from ._interfaces import SystemAPI
 from ._process import ProcessDef
@@ -41,7 +42,10 @@ from .errors import InvalidArguments
 __all__ = ["ScheduleInfo", "ScheduleService", "OVERLAP_POLICIES"]
 
 OVERLAP_POLICIES = ("skip", "buffer_one", "allow")
+log = logging.getLogger("actors.schedules")
+
 POLL_SHARED = 1.0  # seconds between looks on a shared journal (other nodes' changes)
+RETRY = 60.0  # seconds before a schedule whose tick failed to start tries again
 
 
 @attrs.frozen
@@ -158,6 +162,9 @@ class ScheduleService:
         self.system = system
         self._wake = trio.Event()
         self._watched: set[bytes] = set()  # last started instances a buffered tick waits for
+        # name -> (version, epoch): a schedule whose tick failed to start
+        # waits until then, unless its definition changes meanwhile
+        self._failed: dict[str, tuple[int, float]] = {}
 
     def poke(self) -> None:
         self._wake.set()
@@ -236,12 +243,34 @@ class ScheduleService:
         while True:
             self._wake = wake = trio.Event()
             soonest = math.inf
-            for row in await self.rows():
+            try:
+                rows = await self.rows()
+            except JournalCorrupt as exc:
+                log.error("the schedules cannot be read (%s); trying again in %s s", exc, RETRY)
+                rows, soonest = [], system.epoch_now() + RETRY
+            for row in rows:
                 name = row.key[len("schedule/") :]
+                waiting = self._failed.get(name)
+                if waiting is not None and waiting[0] == row.version:
+                    if waiting[1] > system.epoch_now():
+                        soonest = min(soonest, waiting[1])
+                        continue  # it failed lately and is unchanged: wait it out
+                self._failed.pop(name, None)
                 try:
                     due = await self._handle(name, row.version, row.value)
                 except Conflict:
                     due = 0.0  # changed meanwhile (another node, a pause): look again
+                except JournalClosed:
+                    raise  # the journal is away (keep_running waits) or closing
+                except (ActorError, ValueError) as exc:
+                    # Say, the process's code changed and the stored input no
+                    # longer fits: this schedule waits, the others go on.
+                    log.error(
+                        "schedule %r could not start its tick (%s); it tries again in %s s",
+                        name, exc, RETRY, extra={"actors_address": name},
+                    )  # fmt: skip
+                    due = system.epoch_now() + RETRY
+                    self._failed[name] = (row.version, due)
                 soonest = min(soonest, due)
             if system.journal.shared:
                 soonest = min(soonest, system.epoch_now() + POLL_SHARED)
@@ -263,7 +292,12 @@ class ScheduleService:
         live = False
         if latest is not None:
             iid = instance_id(latest)
-            status = system._snapshot(iid)[0]
+            actor = system._live.get(iid)
+            if actor is not None and actor.loaded:
+                status = actor.status
+            else:  # read off the trio thread: a remote journal's read is a round trip
+                row = await system.journal.read(lambda r: r.instance(iid))
+                status = "unknown" if row is None else row.status
             live = status in UNFINISHED_STATUSES
             self._watched.discard(iid)
             if live and spec["overlap"] != "allow":

@@ -169,3 +169,32 @@ async def test_a_long_downtime_is_caught_up_without_walking_every_tick(tmp_path,
         await trio.sleep(0.5)
         started = await ids(system, report)
     assert started == ["report/x/2026-01-31T00:00:00Z", "report/x/2026-01-30T23:59:59Z"][::-1]
+
+
+@process("strict/:tick")
+async def strict(ctx: Context, tick: str, *, size: int) -> int:
+    return size
+
+
+@process("strict/:tick")
+async def strict_v2(ctx: Context, tick: str, *, size: int, color: str) -> str:
+    return color  # new code needs an input the stored schedule does not give
+
+
+async def test_a_schedule_whose_input_no_longer_fits_waits_and_the_others_go_on(
+    tmp_path, autojump_clock, caplog
+):
+    path = tmp_path / "j"
+    async with actors.open_system(LMDBJournal(path), processes=[strict, nightly], now=clock) as system:
+        await system.schedule("strict", strict, every=3600, input={"size": 1})
+        await system.schedule("nightly", nightly, every=3600)
+    async with actors.open_system(LMDBJournal(path), processes=[strict_v2, nightly], now=clock) as system:
+        await trio.sleep(3 * 3600 + 1)
+        assert len(await ids(system, nightly)) == 3
+        assert await ids(system, strict_v2) == []
+        failures = caplog.text.count("schedule 'strict' could not start its tick")
+        assert 3 <= failures <= 3 * 60 + 2  # once a minute at most, not in a loop
+        # Fixed by a new definition: the next look starts the latest tick.
+        await system.schedule("strict", strict_v2, every=3600, input={"size": 1, "color": "red"})
+        await trio.sleep(1)
+        assert await ids(system, strict_v2) == ["strict/2026-01-01T03:00:00Z"]
