@@ -153,6 +153,19 @@ def waiting_rows(r: Reader, iid: bytes) -> list[str]:
     return []
 
 
+def queue_place(r: Reader, iid: bytes) -> dict[str, Any] | None:
+    """Where a queued instance waits: its ``queue``, ``priority`` and the
+    epoch time it was queued (``since``); None if it waits in no queue."""
+    rows = waiting_rows(r, iid)
+    if not rows:
+        return None
+    for row in r.states(rows[0]):
+        if row.key == rows[0]:
+            _, name, priority, _ = row.key.split("/", 3)
+            return {"queue": name, "priority": int(priority) - _PRIORITY_BIAS, "since": row.value["at"]}
+    return None
+
+
 @attrs.define
 class _Entry:
     key: str

@@ -77,6 +77,11 @@ def test_the_cli_lists_queues_schedules_and_queued_instances_and_cancels_one(jou
     assert by_name["us"]["last_started"] == "nightly/us/2026-01-01T04:00:00Z"
     text = run_cli(journal, "schedules").stdout
     assert "eu" in text and "paused" in text
+    shown = json.loads(run_cli(journal, "--json", "show", "cjob/c").stdout)
+    assert (shown["status"], shown["queued"]["queue"], shown["queued"]["priority"]) == (
+        "queued", "api", 0,
+    )
+    assert "  queued in     api (priority 0) since " in run_cli(journal, "show", "cjob/c").stdout
     listed = run_cli(journal, "--json", "list", "--status", "queued")
     assert [i["address"] for i in json.loads(listed.stdout)["instances"]] == ["cjob/c"]
     done = run_cli(journal, "cancel", "cjob/c")
