@@ -282,11 +282,13 @@ class QueueService:
             def read(r: Reader) -> tuple[int, dict[str, Any], dict[str, str | None], list[Any]]:
                 version, state = _read_held(r, name)
                 held: dict[str, Any] = state["held"]
-                # Which holders to check: those seen ending here, and, if the
-                # queue looks full, every one not known to run here.
-                check = [h for h in held if bytes.fromhex(h) in ended]
-                unknown = [h for h in held if bytes.fromhex(h) not in self._holding]
-                check.extend(unknown)
+                # Which holders to read the status of: those seen ending here,
+                # and those not known to run here (another node's, or started
+                # before this system opened): a local end pokes, theirs cannot.
+                check = [
+                    h for h in held
+                    if bytes.fromhex(h) in ended or bytes.fromhex(h) not in self._holding
+                ]  # fmt: skip
                 statuses = {}
                 for h in check:
                     try:
@@ -315,7 +317,8 @@ class QueueService:
                     self._holding.pop(bytes.fromhex(h), None)
                 elif held[h][0] == self.node:  # started here before: its end pokes
                     self._holding[bytes.fromhex(h)] = name
-            starts = [t for t in state["starts"] if queue.rate is None or t > now - queue.rate.per]
+            # Only the starts inside the rate window are kept (none without a rate).
+            starts = [t for t in state["starts"] if queue.rate is not None and t > now - queue.rate.per]
             free = len(waiting)
             if queue.concurrency is not None:
                 free = min(free, queue.concurrency - len(held))
@@ -354,7 +357,8 @@ class QueueService:
                 txn.delete_state(entry.key)
                 txn.delete_state(index_key(entry.iid))
                 held[entry.iid.hex()] = [self.node, now]
-                starts.append(now)
+                if queue.rate is not None:
+                    starts.append(now)
             txn.put_state(held_key(name), {"held": held, "starts": starts})
             try:
                 await system.journal.commit(txn)
