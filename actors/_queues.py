@@ -166,11 +166,12 @@ def queue_place(r: Reader, iid: bytes) -> dict[str, Any] | None:
     return None
 
 
-@attrs.define
+@attrs.frozen
 class _Entry:
+    """A waiting row: its key (which sorts in start order) and its instance."""
+
     key: str
     iid: bytes
-    node: str
 
 
 def _read_held(r: Reader, name: str) -> tuple[int, dict[str, Any]]:
@@ -339,7 +340,7 @@ class QueueService:
             for row in waiting:
                 if len(chosen) >= max(free, 0):
                     break
-                entry = _Entry(row.key, bytes.fromhex(row.key.rsplit("/", 1)[1]), row.value.get("node", ""))
+                entry = _Entry(row.key, bytes.fromhex(row.key.rsplit("/", 1)[1]))
                 epoch = 0
                 if system.journal.shared:
                     claimed = await system.journal.claim(entry.iid)
@@ -347,6 +348,8 @@ class QueueService:
                         continue  # its node lives and will start it
                     epoch = claimed
                 chosen.append((entry, epoch))
+            if not chosen and not changed:
+                return wait_more
             txn = Txn()
             txn.expect_state(held_key(name), version)
             for entry, epoch in chosen:
