@@ -267,7 +267,7 @@ class ScheduleService:
                     # longer fits: this schedule waits, the others go on.
                     log.error(
                         "schedule %r could not start its tick (%s); it tries again in %s s",
-                        name, exc, RETRY, extra={"actors_address": name},
+                        name, exc, RETRY, extra={"actors_schedule": name},
                     )  # fmt: skip
                     due = system.epoch_now() + RETRY
                     self._failed[name] = (row.version, due)
