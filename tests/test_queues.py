@@ -217,3 +217,12 @@ async def test_a_fan_out_of_2000_spawned_children_runs_20_at_a_time(autojump_clo
         assert await handle.result() == 2000
     assert RUNNING["max"] == 20
     assert len(set(STARTED)) == 2000
+
+
+async def test_per_node_limits_one_node(autojump_clock):
+    q = Queue("local", per_node=2)
+    async with actors.open_system(MemoryJournal(), processes=[job], queues=[q]) as system:
+        handles = [await system.start(job, f"n{i}", queue=q, seconds=1.0) for i in range(10)]
+        for handle in handles:
+            await handle.result()
+    assert RUNNING["max"] == 2

@@ -20,16 +20,22 @@ if os.environ.get("ACTORS_TEST_POSTGRES", "1") == "0":
     pytest.importorskip("psycopg", reason="PostgreSQL tests are off (ACTORS_TEST_POSTGRES=0)")
 
 RUNNING = {"now": 0, "max": 0, "done": 0}
+# per starting node ("a" starts a0..a11, "b" starts b0..b11): running now, most at once
+BY_NODE = {"a": [0, 0], "b": [0, 0]}
 
 
 async def work(name: str) -> str:
+    node = BY_NODE[name[0]]
     RUNNING["now"] += 1
     RUNNING["max"] = max(RUNNING["max"], RUNNING["now"])
+    node[0] += 1
+    node[1] = max(node[1], node[0])
     try:
         await trio.sleep(0.15)
     finally:
         RUNNING["now"] -= 1
         RUNNING["done"] += 1
+        node[0] -= 1
     return name
 
 
@@ -62,6 +68,10 @@ async def test_two_nodes_hold_one_global_limit(request):
     assert sorted(results) == sorted([f"a{i}" for i in range(12)] + [f"b{i}" for i in range(12)])
     assert RUNNING["max"] == 3  # both nodes filled the slots, never past the global limit
     assert sum(admitted) == 24 and min(admitted) > 0
+    # Each node starts its own queued instances (the other's live owner keeps
+    # them), at most per_node=2 of them at once.
+    assert admitted == (12, 12)
+    assert [BY_NODE["a"][1], BY_NODE["b"][1]] == [2, 2]
 
 
 TICKS: list[str] = []
