@@ -168,7 +168,9 @@ class Txn(StateOps):
     """A write transaction: preconditions, then operations, applied atomically.
 
     Every method encodes its values at once, so a bad value raises
-    `EncodeError` here and the journal never sees the transaction.
+    `EncodeError` here and the journal never sees the transaction. The state
+    row operations (`put_state`, `delete_state`, `expect_state`) come from
+    its base `StateOps`.
     """
 
     ops: list[tuple[Any, ...]] = attrs.field(factory=list)
