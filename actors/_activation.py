@@ -125,6 +125,7 @@ class Activation:
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
+        self.queues.ended(actor.iid, status)  # its slot, if it holds one, frees
         # The final state of what just ended answers handle reads (result(),
         # status) without a journal read each: on a remote journal that read
         # is a blocking round trip on the trio thread. Bounded, oldest out.

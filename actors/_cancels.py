@@ -66,6 +66,8 @@ class Cancels:
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in UNFINISHED_STATUSES:
             return False
+        if row.status == "queued":
+            return await self._cancel_queued(row, address, reason)
         epoch = await self.journal.claim(iid)
         if epoch is None:
             return await self._cancel_remote(iid, address, reason)
@@ -73,16 +75,33 @@ class Cancels:
         children = _sup.children_in_log(log)
         await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         fence = epoch if self.journal.shared else None
-        states: list[str] = []
-        if row.status == "queued":  # it leaves its queue in the same transaction
-            states = await self.journal.read(lambda r: waiting_rows(r, iid))
         txn, notices = _protocol.cancel_txn(
-            [_protocol.Cancel(row, timers, reason, fence, states)], self.epoch_now()
+            [_protocol.Cancel(row, timers, reason, fence)], self.epoch_now()
         )
         try:
             results = await self.journal.commit(txn)
         except Conflict:
             return False
+        self._status_changed(iid)
+        for notice in notices:
+            self._route(notice.iid, results[notice.slot], notice.message)
+        return True
+
+    async def _cancel_queued(self, row: Any, address: str, reason: str) -> bool:
+        """Cancel a queued instance: nothing runs it, so no node need own it;
+        it leaves its queue in the same transaction."""
+        iid = row.iid
+        states = await self.journal.read(lambda r: waiting_rows(r, iid))
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, (), reason, None, states)], self.epoch_now()
+        )
+        # Unclaimed, so only while it is still queued: once a queue started
+        # it, its owner cancels it (the next round of this loop).
+        txn.require(iid, frozenset({"queued"}))
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return await self._cancel_on_disk(iid, address, reason)
         self._status_changed(iid)
         for notice in notices:
             self._route(notice.iid, results[notice.slot], notice.message)

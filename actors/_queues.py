@@ -198,6 +198,8 @@ class QueueService:
         # iid -> queue name: holders this node started and has not seen end
         self._holding: dict[bytes, str] = {}
         self._ended: dict[str, set[bytes]] = {name: set() for name in self.queues}
+        # holders seen ending here, with their final status: released without a read
+        self._known: dict[bytes, str] = {}
         self._order = itertools.count()
         self.admitted = 0  # instances this node started from queues (for tests and benches)
 
@@ -243,9 +245,19 @@ class QueueService:
             event.set()
 
     def status_changed(self, iid: bytes) -> None:
-        """Hook: an instance's status changed; a holder that ended frees a slot."""
+        """Hook: an instance's status changed; a holder that ended frees a
+        slot (its status is read from the journal)."""
         name = self._holding.get(iid)
         if name is not None:
+            self._ended[name].add(iid)
+            self.poke(name)
+
+    def ended(self, iid: bytes, status: str) -> None:
+        """Hook: an instance that ran here ended (durably) with ``status``;
+        a holder that is no longer live frees its slot without a read."""
+        name = self._holding.get(iid)
+        if name is not None and status not in LIVE_STATUSES:
+            self._known[iid] = status
             self._ended[name].add(iid)
             self.poke(name)
 
@@ -290,8 +302,12 @@ class QueueService:
                     h for h in held
                     if bytes.fromhex(h) in ended or bytes.fromhex(h) not in self._holding
                 ]  # fmt: skip
-                statuses = {}
+                statuses: dict[str, str | None] = {}
                 for h in check:
+                    known = self._known.get(bytes.fromhex(h))
+                    if known is not None:
+                        statuses[h] = known
+                        continue
                     try:
                         row = r.instance(bytes.fromhex(h))
                     except JournalCorrupt:  # it will never run again: its slot is free
@@ -312,10 +328,15 @@ class QueueService:
 
             version, state, statuses, waiting = await system.journal.read(read)
             held = dict(state["held"])
+            for iid in ended:
+                if iid.hex() not in held:  # released already (by another node's round)
+                    self._holding.pop(iid, None)
+                    self._known.pop(iid, None)
             for h, status in statuses.items():
                 if status not in LIVE_STATUSES:
                     held.pop(h, None)
                     self._holding.pop(bytes.fromhex(h), None)
+                    self._known.pop(bytes.fromhex(h), None)
                 elif held[h][0] == self.node:  # started here before: its end pokes
                     self._holding[bytes.fromhex(h)] = name
             # Only the starts inside the rate window are kept (none without a rate).
