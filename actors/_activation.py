@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, CorruptRecord, Txn, instance_id
+from storage import LIVE_STATUSES, CorruptRecord, InstanceRow, Txn, instance_id
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
@@ -50,6 +50,17 @@ class Activation:
             self._run_or_reload, actor.main, iid, name=f"actor {address}"
         )
         return actor
+
+    def _run_admitted(self, row: InstanceRow, epoch: int) -> None:
+        """Run an instance a queue just turned from queued to running; ``row``
+        is its record as read before (a queued instance never ran, so it has
+        no log, mail or timers to load). One being cancelled or activated
+        meanwhile goes the usual way, through `_activate`."""
+        proc = self._procs.get(row.process)
+        if proc is None or row.iid in self._live or row.iid in self._activating:
+            self._activate(row.iid)
+            return
+        self._run_created(row.iid, row.address, proc, row.record, epoch)
 
     def _activate(self, iid: bytes) -> None:
         """Bring the instance into memory if it is on disk (replaying it)."""

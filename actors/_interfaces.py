@@ -45,6 +45,7 @@ class SystemAPI(Protocol):
     _cursors: dict[tuple[bytes, str], int]
     outages: Any  # the JournalWatch
     queues: Any  # the QueueService (actors._queues)
+    nodes: Any  # the NodeView (actors._nodes)
 
     @property
     def closing(self) -> bool: ...
@@ -75,6 +76,8 @@ class SystemAPI(Protocol):
     def _timer_due(self, iid: bytes, now: float) -> None: ...
 
     def _activate(self, iid: bytes) -> None: ...
+
+    def _run_admitted(self, row: Any, epoch: int) -> None: ...
 
     def _instance_idle(self) -> None: ...
 

@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 import trio
 
-from storage import LIVE_STATUSES, Reader, Txn
+from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
 from storage.errors import Conflict, JournalCorrupt
 
 from ._checks import check_name
@@ -141,6 +141,11 @@ def wait_prefix(name: str) -> str:
 
 def index_key(iid: bytes) -> str:
     return f"queue-of/{iid.hex()}"
+
+
+def _iid_of(key: str) -> bytes:
+    """The instance id at the end of a waiting row's key."""
+    return bytes.fromhex(key.rsplit("/", 1)[1])
 
 
 def waiting_rows(r: Reader, iid: bytes) -> list[str]:
@@ -292,7 +297,9 @@ class QueueService:
             ended, self._ended[name] = self._ended[name], set()
             now = system.epoch_now()
 
-            def read(r: Reader) -> tuple[int, dict[str, Any], dict[str, str | None], list[Any]]:
+            def read(r: Reader) -> tuple[
+                int, dict[str, Any], dict[str, str | None], list[Any], dict[bytes, InstanceRow | None]
+            ]:  # fmt: skip
                 version, state = _read_held(r, name)
                 held: dict[str, Any] = state["held"]
                 # Which holders to read the status of: those seen ending here,
@@ -324,9 +331,16 @@ class QueueService:
                 if queue.rate is not None:
                     room = min(room, queue.rate.count)
                 waiting = r.states(wait_prefix(name), room + _SPARE)
-                return version, state, statuses, waiting
+                rows: dict[bytes, InstanceRow | None] = {}
+                for row in waiting:  # their records, to run them once started
+                    iid = _iid_of(row.key)
+                    try:
+                        rows[iid] = r.instance(iid)
+                    except JournalCorrupt:
+                        rows[iid] = None  # started the usual way, which marks it corrupt
+                return version, state, statuses, waiting, rows
 
-            version, state, statuses, waiting = await system.journal.read(read)
+            version, state, statuses, waiting, rows = await system.journal.read(read)
             held = dict(state["held"])
             for iid in ended:
                 if iid.hex() not in held:  # released already (by another node's round)
@@ -361,10 +375,14 @@ class QueueService:
             for row in waiting:
                 if len(chosen) >= max(free, 0):
                     break
-                entry = _Entry(row.key, bytes.fromhex(row.key.rsplit("/", 1)[1]))
+                entry = _Entry(row.key, _iid_of(row.key))
+                record = rows.get(entry.iid)
+                if record is not None and record.process not in system._procs:
+                    continue  # another system, which registers its process, starts it
                 epoch = 0
                 if system.journal.shared:
                     claimed = await system.journal.claim(entry.iid)
+                    system.nodes.claimed(entry.iid, claimed)
                     if claimed is None:
                         continue  # its node lives and will start it
                     epoch = claimed
@@ -392,11 +410,15 @@ class QueueService:
                 for iid in ended:
                     self._ended[name].add(iid)
                 continue  # another writer moved first: read again
-            for entry, _ in chosen:
+            for entry, epoch in chosen:
                 self._holding[entry.iid] = name
                 self.admitted += 1
                 system._status_changed(entry.iid)
-                system._activate(entry.iid)
+                record = rows.get(entry.iid)
+                if record is not None and record.status == "queued":
+                    system._run_admitted(record, epoch)
+                else:
+                    system._activate(entry.iid)
             if not chosen:
                 return wait_more
 
