@@ -297,8 +297,11 @@ class QueueService:
             ended, self._ended[name] = self._ended[name], set()
             now = system.epoch_now()
 
+            spare = _SPARE if system.journal.shared else 0
+
             def read(r: Reader) -> tuple[
-                int, dict[str, Any], dict[str, str | None], list[Any], dict[bytes, InstanceRow | None]
+                int, dict[str, Any], dict[str, str | None], list[Any],
+                dict[bytes, InstanceRow | None], int,
             ]:  # fmt: skip
                 version, state = _read_held(r, name)
                 held: dict[str, Any] = state["held"]
@@ -321,26 +324,22 @@ class QueueService:
                         statuses[h] = "corrupt"
                         continue
                     statuses[h] = None if row is None else row.status
-                # As many waiting rows as could start (a few more, for the
+                # As many waiting rows as could start (at least one, to know
+                # whether any waits; a few more on a shared journal, for the
                 # ones another node may take first): a deep queue is not
                 # read whole at every round.
-                room = _WANT
-                if queue.concurrency is not None:
-                    gone = sum(1 for h, st in statuses.items() if st not in LIVE_STATUSES)
-                    room = max(0, queue.concurrency - len(held) + gone)
-                if queue.rate is not None:
-                    room = min(room, queue.rate.count)
-                waiting = r.states(wait_prefix(name), room + _SPARE)
+                room = self._room(queue, state, statuses, now)
+                waiting = r.states(wait_prefix(name), max(room, 1) + spare)
                 rows: dict[bytes, InstanceRow | None] = {}
-                for row in waiting:  # their records, to run them once started
-                    iid = _iid_of(row.key)
+                for entry in waiting[:room]:  # their records, to run them once started
+                    iid = _iid_of(entry.key)
                     try:
                         rows[iid] = r.instance(iid)
                     except JournalCorrupt:
                         rows[iid] = None  # started the usual way, which marks it corrupt
-                return version, state, statuses, waiting, rows
+                return version, state, statuses, waiting, rows, room
 
-            version, state, statuses, waiting, rows = await system.journal.read(read)
+            version, state, statuses, waiting, rows, room = await system.journal.read(read)
             held = dict(state["held"])
             for iid in ended:
                 if iid.hex() not in held:  # released already (by another node's round)
@@ -355,14 +354,7 @@ class QueueService:
                     self._holding[bytes.fromhex(h)] = name
             # Only the starts inside the rate window are kept (none without a rate).
             starts = [t for t in state["starts"] if queue.rate is not None and t > now - queue.rate.per]
-            free = len(waiting)
-            if queue.concurrency is not None:
-                free = min(free, queue.concurrency - len(held))
-            if queue.per_node is not None:
-                mine = sum(1 for node, _ in held.values() if node == self.node)
-                free = min(free, queue.per_node - mine)
-            if queue.rate is not None:
-                free = min(free, queue.rate.count - len(starts))
+            free = min(len(waiting), room)
             wait_more = math.inf
             if waiting and system.journal.shared:
                 wait_more = POLL_SHARED  # other nodes' ends are not told here
@@ -422,6 +414,26 @@ class QueueService:
             if not chosen:
                 return wait_more
 
+    def _room(
+        self, queue: Queue, state: dict[str, Any], statuses: dict[str, str | None], now: float
+    ) -> int:
+        """How many more of ``queue``'s instances the limits let start now,
+        by the holders and starts in ``state`` less the holders ``statuses``
+        shows ended."""
+        live = [
+            h for h in state["held"] if h not in statuses or statuses[h] in LIVE_STATUSES
+        ]  # fmt: skip
+        room = _WANT
+        if queue.concurrency is not None:
+            room = min(room, queue.concurrency - len(live))
+        if queue.per_node is not None:
+            mine = sum(1 for h in live if state["held"][h][0] == self.node)
+            room = min(room, queue.per_node - mine)
+        if queue.rate is not None:
+            recent = sum(1 for t in state["starts"] if t > now - queue.rate.per)
+            room = min(room, queue.rate.count - recent)
+        return max(room, 0)
+
     async def _drop_stale(self, entries: list[_Entry]) -> None:
         """Remove the waiting rows of instances no longer queued (cancelled,
         cleaned up) that an admission met."""
@@ -460,4 +472,4 @@ class QueueService:
 
 
 _WANT = 1000  # waiting rows read per round without a concurrency limit
-_SPARE = 8  # waiting rows read past the free slots
+_SPARE = 8  # waiting rows read past the free slots on a shared journal
