@@ -296,8 +296,11 @@ class ScheduleService:
             if actor is not None and actor.loaded:
                 status = actor.status
             else:  # read off the trio thread: a remote journal's read is a round trip
-                row = await system.journal.read(lambda r: r.instance(iid))
-                status = "unknown" if row is None else row.status
+                try:
+                    row = await system.journal.read(lambda r: r.instance(iid))
+                    status = "unknown" if row is None else row.status
+                except JournalCorrupt:  # it will not run again: no overlap with it
+                    status = "corrupt"
             live = status in UNFINISHED_STATUSES
             self._watched.discard(iid)
             if live and spec["overlap"] != "allow":
