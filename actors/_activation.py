@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, CorruptRecord, InstanceRow, Txn, instance_id
+from storage import LIVE_STATUSES, CorruptRecord, InstanceRecord, InstanceRow, Txn, instance_id
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
@@ -39,7 +39,7 @@ class Activation:
     # -- activation ------------------------------------------------------------
 
     def _run_created(
-        self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
+        self, iid: bytes, address: str, proc: ProcessDef, record: InstanceRecord, epoch: int = 0
     ) -> Actor:
         """Run an instance whose record was just written (so nothing to read back)."""
         actor = Actor(self, iid, address, proc, record, loaded=True, epoch=epoch)
@@ -210,7 +210,7 @@ class Activation:
                 with self.journal.reader() as r:
                     row = r.instance(iid)
                     if row is not None:
-                        r.log(iid, row.record.get("run", 0))
+                        r.entries(iid, row.record.run)
                         r.mailbox(iid)
                         r.timers(iid)
             except JournalCorrupt as exc:
@@ -298,12 +298,12 @@ class Activation:
             # not started later; the rest wait for their queue's pump.)
             for status in sorted(LIVE_STATUSES | {"queued"}):
                 for row in r.instances(status, corrupt=broken):
-                    parent = row.record.get("parent")
+                    parent = row.record.parent
                     gone = _parent_gone(r, parent) if parent else None
                     if gone is not None:
                         orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
                         continue
-                    if status == "running" or row.record.get("last_error"):
+                    if status == "running" or row.record.last_error:
                         wanted.append(row.iid)
             wanted.extend(r.instances_with_mail())
             return wanted, orphans, broken

@@ -12,11 +12,14 @@ from typing import Any
 
 import trio
 
+import attrs
+
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, Txn
 from storage.errors import Conflict
 
 from . import _protocol
 from . import _supervision as _sup
+from ._log import children_named
 from ._queues import waiting_rows
 
 
@@ -72,7 +75,7 @@ class Cancels:
         if epoch is None:
             return await self._cancel_remote(iid, address, reason)
         # Depth first: its children go before it records its own end.
-        children = _sup.children_in_log(log)
+        children = children_named(log)
         await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         fence = epoch if self.journal.shared else None
         txn, notices = _protocol.cancel_txn(
@@ -129,13 +132,13 @@ class Cancels:
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in LIVE_STATUSES:
             return
-        await _sup.cancel_children(self, _sup.children_in_log(log), f"{address} is restarting")
+        await _sup.cancel_children(self, children_named(log), f"{address} is restarting")
         restarts = _sup.next_restarts(row.record, reason, self.epoch_now())
         txn = Txn()
         txn.require(iid, LIVE_STATUSES)
         _protocol.next_run(
             txn, iid, address=address, process=row.process,
-            record=dict(row.record, restarts=restarts, updated=self.epoch_now()),
+            record=attrs.evolve(row.record, restarts=restarts, updated=self.epoch_now()),
             timers=[(timer.run, timer.seq) for timer in timers],
         )  # fmt: skip
         try:
@@ -150,4 +153,4 @@ def _row_timers_log(r: Any, iid: bytes) -> tuple[Any, Any, Any]:
     row = r.instance(iid)
     if row is None:
         return None, [], {}
-    return row, r.timers(iid), r.log(iid, row.record.get("run", 0))
+    return row, r.timers(iid), r.entries(iid, row.record.run)

@@ -49,7 +49,7 @@ class Context:
     def params(self) -> dict[str, str]:
         """The path params by name, e.g. ``{"order_id": "o-17"}``."""
         actor = self._actor
-        return dict(zip(actor.proc.params, actor.record.get("params", ())))
+        return dict(zip(actor.proc.params, actor.record.params))
 
     @property
     def replaying(self) -> bool:
@@ -189,7 +189,7 @@ class Context:
         check_text(step_name, "the step's name (pass name=...)")
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         occurrence = actor.driver.occurrence(step_name)
-        key = step_key(actor.address, actor.record.get("inc", 1), actor.run, step_name, occurrence)
+        key = step_key(actor.address, actor.record.incarnation, actor.run, step_name, occurrence)
         return fx.Step(
             actor.driver.next_seq(), step_name, arg_hash, fn, args, kwargs,
             retry=retry, timeout=timeout, compensate=compensate,
@@ -366,7 +366,7 @@ class Context:
         stream, cursors and exports carry over; the run's timers are deleted.
         Never returns."""
         actor = self._live()
-        actor.proc.check_input(tuple(actor.record.get("params", ())), input)
+        actor.proc.check_input(tuple(actor.record.params), input)
         # The next run gets its input as stored, never the objects of this one.
         input = decode(encode(input, what="input"))
         await fx.ContinueAsNew(actor.driver.next_seq(), input)

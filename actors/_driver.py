@@ -89,25 +89,32 @@ def error_from_entry(entry: LogEntry) -> BaseException:
     return cls(summary, error=error)
 
 
+_NO_LOG: dict[int, LogEntry] = {}  # the log of a run that has none (shared, never written)
+
 class Driver:
     """The log of an instance's current run and the position in it."""
 
-    __slots__ = ("owner", "address", "log", "seq", "occurrences")
+    __slots__ = ("owner", "address", "log", "last", "seq", "occurrences")
 
     def __init__(self, owner: Owner, address: str) -> None:
         self.owner = owner
         self.address = address
-        self.log: dict[int, LogEntry] = {}
+        # Never mutated, only replaced (see load): a fresh instance shares one empty log.
+        self.log: dict[int, LogEntry] = _NO_LOG
+        self.last = 0  # the last position in the log (replaying while seq is below it)
         # Invariant: seq is the number of effects the current coroutine has
         # created; the log entry of effect n sits at log[n].
         self.seq = 0
-        self.occurrences: dict[str, int] = {}  # step name -> how many so far
+        # step name -> how many so far; made at the first step (a suspended
+        # instance that never ran one keeps none: there is one per live instance)
+        self.occurrences: dict[str, int] | None = None
 
     def load(self, log: dict[int, LogEntry]) -> None:
         """Replay this log (of the current run) from the start."""
         self.log = log
+        self.last = max(log, default=0)  # the last logged position
         self.seq = 0
-        self.occurrences = {}
+        self.occurrences = None
 
     def next_seq(self) -> int:
         """Number a new effect."""
@@ -116,14 +123,17 @@ class Driver:
 
     def occurrence(self, name: str) -> int:
         """Count one more step called ``name`` in this run: 1 for the first."""
-        count = self.occurrences.get(name, 0) + 1
-        self.occurrences[name] = count
+        occurrences = self.occurrences
+        if occurrences is None:
+            occurrences = self.occurrences = {}
+        count = occurrences.get(name, 0) + 1
+        occurrences[name] = count
         return count
 
     @property
     def replaying(self) -> bool:
         """True while the next effect's outcome is in the log."""
-        return bool(self.log) and self.seq < max(self.log)
+        return self.seq < self.last
 
     # -- replay ------------------------------------------------------------------
 

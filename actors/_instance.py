@@ -22,7 +22,9 @@ from typing import Any
 
 import trio
 
-from storage import Ticket, Txn
+import attrs
+
+from storage import InstanceRecord, Ticket, Txn
 from storage.errors import Conflict, JournalCorrupt, JournalFull
 
 from . import _effects as fx
@@ -36,7 +38,7 @@ from ._effects import Effect
 from ._ends import Ends
 from ._handles import ChildHandle
 from ._interfaces import SystemAPI
-from ._log import LogEntry, read_log
+from ._log import LogEntry
 from ._mailbox import Mailbox
 from ._process import ProcessDef
 from ._steps import run_step
@@ -81,7 +83,7 @@ class Actor(Ends):
         iid: bytes,
         address: str,
         proc: ProcessDef,
-        record: dict[str, Any] | None,
+        record: InstanceRecord | None,
         *,
         loaded: bool = False,
         epoch: int = 0,
@@ -91,8 +93,8 @@ class Actor(Ends):
         self.iid = iid
         self.address = address
         self.proc = proc
-        self.record: dict[str, Any] = record or {}
-        self.run = self.record.get("run", 0)
+        self.record: InstanceRecord = record or InstanceRecord()
+        self.run = self.record.run
         self.ctx: Context = system._make_context(self)
         self.driver = Driver(self, address)
         self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
@@ -132,9 +134,9 @@ class Actor(Ends):
                     run_span = _tracing.begin_run(self)
                     # Driven here, not in a helper: one coroutine frame less
                     # per live instance (they add up over many suspended ones).
-                    failure = self.record.get("failure")
+                    failure = self.record.failure
                     if failure is not None:  # resuming a compensation after a crash
-                        end = self.record.get("failure_end", "failed")
+                        end = self.record.failure_end or "failed"
                         await self._finish_compensation(failure, end)
                     else:
                         try:
@@ -160,7 +162,7 @@ class Actor(Ends):
                 # take the system down for it; it retries when there is room.
                 self.done = True
                 self.status = "suspended"
-                self.record = dict(self.record, last_error=f"{type(full).__name__}: {full}")
+                self.record = attrs.evolve(self.record, last_error=f"{type(full).__name__}: {full}")
                 self.system._stalled(self, full)
                 return
             lost = _lost_ownership(exc)
@@ -182,9 +184,9 @@ class Actor(Ends):
                 row = r.instance(iid)
                 if row is None:
                     return None, {}, [], [], 0
-                run_now = row.record.get("run", 0)
+                run_now = row.record.run
                 return (
-                    row, r.log(iid, run_now), r.mailbox(iid), r.timers(iid),
+                    row, r.entries(iid, run_now), r.mailbox(iid), r.timers(iid),
                     r.last_message_seq(iid),
                 )  # fmt: skip
 
@@ -196,9 +198,9 @@ class Actor(Ends):
         if row is None or row.status not in ("running", "suspended"):
             return False
         self.record = row.record
-        self.run = run = row.record.get("run", 0)
+        self.run = run = row.record.run
         self.persisted_status = row.status
-        self.driver.load(read_log(log))
+        self.driver.load(log)
         _tracing.loaded(self, mail)
         for seq, name, payload in self.mailbox.reload(floor, mail):
             self._receive_system(seq, name, payload)
@@ -253,8 +255,8 @@ class Actor(Ends):
                 function's parameters (calling an ``async def`` only binds
                 them: no process code runs before this is known).
         """
-        input = self.record.get("input") or {}
-        params = self.record.get("params", ())
+        input = self.record.input or {}
+        params = self.record.params
         try:
             return self.proc.fn(self.ctx, *params, **input)
         except TypeError as exc:
@@ -264,10 +266,9 @@ class Actor(Ends):
                 "deploy code that takes them, or cancel the instance"
             ) from exc
 
-    async def check_history(self, log: dict[int, Any]) -> NonDeterminismError | None:
-        """Replay ``log`` (this run's, as the journal stores it) against the
-        current code, running nothing."""
-        self.driver.load(read_log(log))
+    async def check_history(self, log: dict[int, LogEntry]) -> NonDeterminismError | None:
+        """Replay ``log`` (this run's) against the current code, running nothing."""
+        self.driver.load(log)
         return await self.driver.check(self.new_coroutine())
 
     def wakeup(self) -> None:
@@ -384,12 +385,14 @@ class Actor(Ends):
         self.txn.put_log(self.iid, self.run, seq, entry.to_stored())
 
     def put_record(self, txn: Txn, status: str, **changes: Any) -> None:
-        self.record.update(changes)
-        self.record["updated"] = self.system.epoch_now()
+        # The record changes only once its write is in ``txn``: a value that
+        # does not encode leaves it as it was.
+        record = attrs.evolve(self.record, updated=self.system.epoch_now(), **changes)
         txn.put_instance(
             self.iid, address=self.address, process=self.proc.template, status=status,
-            record=self.record,
+            record=record,
         )  # fmt: skip
+        self.record = record
         self.persisted_status = status
 
     def update_record(self, **changes: Any) -> None:

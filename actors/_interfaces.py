@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import trio
 
-from storage import Journal, Txn
+from storage import InstanceRecord, Journal, Txn
 
 from . import _effects as fx
 from ._driver import Driver
@@ -61,7 +61,7 @@ class SystemAPI(Protocol):
 
     def _make_context(self, actor: ActorAPI) -> Any: ...
 
-    def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]: ...
+    def _snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
 
     def _status_event(self, iid: bytes) -> trio.Event: ...
 
@@ -86,7 +86,7 @@ class SystemAPI(Protocol):
     def _corrupt_error(self, iid: bytes, address: str) -> Exception: ...
 
     def _run_created(
-        self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
+        self, iid: bytes, address: str, proc: ProcessDef, record: InstanceRecord, epoch: int = 0
     ) -> ActorAPI: ...
 
     def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None: ...
@@ -118,7 +118,7 @@ class ActorAPI(Protocol):
     iid: bytes
     address: str
     proc: ProcessDef
-    record: dict[str, Any]
+    record: InstanceRecord
     run: int
     status: str
     driver: Driver

@@ -25,6 +25,7 @@ import attrs
 from storage import (
     LIVE_STATUSES,
     UNFINISHED_STATUSES,
+    InstanceRecord,
     InstanceRow,
     TimerRow,
     Txn,
@@ -77,7 +78,7 @@ class Start:
     ``signal_with_start`` (None without one)."""
 
     txn: Txn
-    record: dict[str, Any]
+    record: InstanceRecord
     message: Notice | None
 
 
@@ -120,14 +121,16 @@ def add_message(
         raise
     message: bytes = txn.ops[-1][2]
     # The limit is on the payload alone: the message's bytes less those of
-    # the same message around None (which encodes to one byte).
-    size = len(message) - (len(encode([name, None, *after])) - 1)
-    if max_payload is not None and size > max_payload:
-        raise LimitExceeded(
-            f"the {name!r} payload encodes to {size} bytes, over the "
-            f"max_payload={max_payload} limit; send a reference (an id or a "
-            "path) instead, or raise open_system(max_payload=...)"
-        )
+    # the same message around None (which encodes to one byte). Measured
+    # only when the whole message is over it (the payload is never larger).
+    if max_payload is not None and len(message) > max_payload:
+        size = len(message) - (len(encode([name, None, *after])) - 1)
+        if size > max_payload:
+            raise LimitExceeded(
+                f"the {name!r} payload encodes to {size} bytes, over the "
+                f"max_payload={max_payload} limit; send a reference (an id or a "
+                "path) instead, or raise open_system(max_payload=...)"
+            )
     return Notice(iid, message, slot)
 
 
@@ -176,12 +179,13 @@ def start_txn(
     a cancelled one whole (log, mailbox, timers, stream) and counts on from
     its incarnation number.
     """
-    stored = encode({
-        "params": list(params), "input": input, "run": 0,
-        "inc": (previous.record.get("inc", 0) + 1) if previous is not None else 1,
-        "created": now, "updated": now, "parent": parent, **(child or {}),
-        **({"trace": trace} if trace is not None else {}),  # the starter's traceparent
-    }, what="record")  # fmt: skip
+    record = InstanceRecord(
+        params=list(params), input=input, run=0,
+        incarnation=(previous.record.incarnation + 1) if previous is not None else 1,
+        created=now, updated=now, parent=parent, trace=trace,  # the starter's traceparent
+        **(child or {}),
+    )  # fmt: skip
+    stored = encode(record.to_stored(), what="record")
     txn = Txn()
     if previous is not None:
         txn.delete_instance(iid)
@@ -192,32 +196,32 @@ def start_txn(
             txn, iid, message[0], message[1], now, max_payload=max_payload, trace=trace
         )
     # The process runs on what was stored, never on the caller's objects.
-    return Start(txn, decode(stored), notice)
+    return Start(txn, InstanceRecord.from_stored(decode(stored)), notice)
 
 
 # -- ends ----------------------------------------------------------------------------
 
 
-def end_payload(status: str, record: dict[str, Any]) -> dict[str, Any]:
+def end_payload(status: str, record: InstanceRecord) -> dict[str, Any]:
     """What an awaited child's end message carries."""
     payload: dict[str, Any] = {"status": status}
     if status == "completed":
-        payload["result"] = record.get("result")
+        payload["result"] = record.result
     elif status == "failed":
-        payload["error"] = record.get("error")
+        payload["error"] = record.error
     else:
-        payload["reason"] = record.get("reason")
+        payload["reason"] = record.reason
     return payload
 
 
 def end_notice(
-    txn: Txn, address: str, record: dict[str, Any], status: str, now: float
+    txn: Txn, address: str, record: InstanceRecord, status: str, now: float
 ) -> Notice | None:
     """Add the end message of an awaited child to ``txn`` (in the same
     transaction as its terminal record, so the parent misses nothing);
     None for an instance no parent awaits."""
-    parent = record.get("parent")
-    if not parent or not record.get("awaited"):
+    parent = record.parent
+    if not parent or not record.awaited:
         return None
     name, payload = end_signal(address).name, end_payload(status, record)
     return add_message(txn, instance_id(parent), name, payload, now)
@@ -228,7 +232,7 @@ def end_of_run(
     iid: bytes,
     *,
     address: str,
-    record: dict[str, Any],
+    record: InstanceRecord,
     status: str,
     timers: Iterable[tuple[int, int]],
     now: float,
@@ -252,10 +256,10 @@ def next_run(
     *,
     address: str,
     process: str,
-    record: dict[str, Any],
+    record: InstanceRecord,
     timers: Iterable[tuple[int, int]],
-) -> dict[str, Any]:
-    """Into ``txn``: end the run ``record["run"]`` (its log dropped, its
+) -> InstanceRecord:
+    """Into ``txn``: end the run ``record.run`` (its log dropped, its
     ``timers``, ``(run, seq)`` pairs, cancelled) and record the next one,
     running; returns the record written (``run`` one on). Used for a
     restart (from inside or outside the instance) and for continue-as-new.
@@ -263,11 +267,11 @@ def next_run(
     Invariant: a run's log and timers go in the transaction that records
     the next run, so a replay never reads another run's history.
     """
-    run = record.get("run", 0)
+    run = record.run
     txn.drop_log(iid, run)
     for timer_run, seq in timers:
         txn.cancel_timer(iid, timer_run, seq)
-    following = dict(record, run=run + 1)
+    following = attrs.evolve(record, run=run + 1)
     txn.put_instance(iid, address=address, process=process, status="running", record=following)
     return following
 
@@ -286,7 +290,7 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
     notices: list[Notice] = []
     for cancel in cancels:
         row = cancel.row
-        record = dict(row.record, reason=cancel.reason, updated=now, last_error=None)
+        record = attrs.evolve(row.record, reason=cancel.reason, updated=now, last_error=None)
         txn.require(row.iid, UNFINISHED_STATUSES)
         if cancel.epoch is not None:
             txn.fence(row.iid, cancel.epoch)
@@ -323,7 +327,7 @@ def resume_compensation_txn(row: InstanceRow, now: float) -> Txn:
     """Put a ``compensation_stuck`` instance back to running, so that its
     next activation retries the compensation where it stopped; on condition
     that it is still stuck."""
-    record = dict(row.record, last_error=None, stuck=None, updated=now)
+    record = attrs.evolve(row.record, last_error=None, stuck=None, updated=now)
     txn = Txn()
     txn.require(row.iid, STUCK)
     txn.put_instance(row.iid, address=row.address, process=row.process, status="running", record=record)
@@ -334,7 +338,7 @@ def abandon_compensation_txn(row: InstanceRow, now: float) -> Txn:
     """End a ``compensation_stuck`` instance as failed, keeping its record
     (which compensations ran, which did not, and why); on condition that it
     is still stuck."""
-    record = dict(row.record, error=row.record.get("failure"), abandoned=True, updated=now)
+    record = attrs.evolve(row.record, error=row.record.failure, abandoned=True, updated=now)
     txn = Txn()
     txn.require(row.iid, STUCK)
     txn.put_instance(row.iid, address=row.address, process=row.process, status="failed", record=record)

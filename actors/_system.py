@@ -23,6 +23,7 @@ from storage import (
     STATUSES,
     TERMINAL_STATUSES,
     CorruptRecord,
+    InstanceRecord,
     Journal,
     LMDBJournal,
     Txn,
@@ -51,6 +52,11 @@ from ._timers import TimerService
 from .errors import InvalidArguments, LimitExceeded, NotDelivered, UnknownProcess
 
 __all__ = ["ActorSystem", "open_system"]
+
+# What `_snapshot` gives for an instance it cannot read: incarnation 0 is
+# none a handle holds, so a handle reads it as replaced.
+NO_RECORD = InstanceRecord(incarnation=0)
+
 
 class ActorSystem(Activation, Cancels, FlowControl):
     """The runtime: owns a journal, routes messages, runs live instances.
@@ -106,7 +112,7 @@ class ActorSystem(Activation, Cancels, FlowControl):
         self._activating: set[bytes] = set()
         self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
-        self._ends: dict[bytes, tuple[str, dict[str, Any]]] = {}  # see _ended
+        self._ends: dict[bytes, tuple[str, InstanceRecord]] = {}  # see _ended
         self._creating: dict[bytes, trio.Event] = {}
         self._stalled_iids: set[bytes] = set()  # see _stalled
         self._resuming = False
@@ -151,7 +157,7 @@ class ActorSystem(Activation, Cancels, FlowControl):
     def _make_context(self, actor: Actor) -> Context:
         return Context(actor)
 
-    def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]:
+    def _snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]:
         actor = self._live.get(iid)
         if actor is not None and actor.loaded and self.nodes.trusted(iid):
             return actor.status, actor.record
@@ -162,9 +168,9 @@ class ActorSystem(Activation, Cancels, FlowControl):
             with self.journal.reader() as r:
                 row = r.instance(iid)
         except JournalCorrupt:
-            return "corrupt", {}
+            return "corrupt", NO_RECORD
         if row is None:
-            return "unknown", {}
+            return "unknown", NO_RECORD
         return row.status, row.record
 
     # -- public API ------------------------------------------------------------
@@ -259,7 +265,7 @@ class ActorSystem(Activation, Cancels, FlowControl):
             if actor is not None and actor.loaded and not actor.done:
                 if message is not None:
                     await self._send_iid(iid, address, *message)
-                return Handle(self, iid, address, actor.record.get("inc", 1)), False
+                return Handle(self, iid, address, actor.record.incarnation), False
             waiting = self._creating.get(iid)
             if waiting is None:
                 break
@@ -274,7 +280,7 @@ class ActorSystem(Activation, Cancels, FlowControl):
             if row is not None and row.status != "cancelled":
                 if message is not None:
                     await self._send_iid(iid, address, *message)
-                return Handle(self, iid, address, row.record.get("inc", 1)), False
+                return Handle(self, iid, address, row.record.incarnation), False
             start = _protocol.start_txn(
                 iid, address=address, process=proc.template, params=params, input=input,
                 parent=parent, previous=row,  # a cancelled one starts afresh
@@ -288,7 +294,7 @@ class ActorSystem(Activation, Cancels, FlowControl):
                 extra(start.txn)
             if queued is not None:  # it waits for a slot: the queue's pump starts it
                 await self._enqueue(start.txn, queued, iid, address)
-                return Handle(self, iid, address, record["inc"]), True
+                return Handle(self, iid, address, record.incarnation), True
             results = await self.journal.commit(start.txn)
             try:
                 epoch = await self.journal.claim(iid)
@@ -297,12 +303,12 @@ class ActorSystem(Activation, Cancels, FlowControl):
                 raise
             self.nodes.claimed(iid, epoch)
             if epoch is None:  # another node took it over at once: it runs there
-                return Handle(self, iid, address, record["inc"]), True
+                return Handle(self, iid, address, record.incarnation), True
             actor = self._run_created(iid, address, proc, record, epoch)
             if start.message is not None and results:
                 actor.deliver(results[start.message.slot], *_unpack_message(start.message.message))
             self._status_changed(iid)
-            return Handle(self, iid, address, record["inc"]), True
+            return Handle(self, iid, address, record.incarnation), True
         finally:
             del self._creating[iid]
             done.set()
@@ -397,10 +403,10 @@ class ActorSystem(Activation, Cancels, FlowControl):
         iid = instance_id(check_name(address, "get's address"))
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
-            return Handle(self, iid, address, actor.record.get("inc", 1))
+            return Handle(self, iid, address, actor.record.incarnation)
         ended = self._ends.get(iid)
         if ended is not None:
-            return Handle(self, iid, address, ended[1].get("inc", 1))
+            return Handle(self, iid, address, ended[1].incarnation)
         try:
             with self.journal.reader() as r:
                 row = r.instance(iid)
@@ -408,7 +414,7 @@ class ActorSystem(Activation, Cancels, FlowControl):
             return Handle(self, iid, address, 0)
         if row is None:
             return None
-        return Handle(self, iid, address, row.record.get("inc", 1))
+        return Handle(self, iid, address, row.record.incarnation)
 
     async def query(
         self, status: str | None = None, process: ProcessDef | str | None = None
@@ -446,9 +452,9 @@ class ActorSystem(Activation, Cancels, FlowControl):
                 id=row.address,
                 process=row.process,
                 status=current,
-                created=record.get("created"),
-                updated=record.get("updated"),
-                last_error=record.get("last_error"),
+                created=record.created,
+                updated=record.updated,
+                last_error=record.last_error,
             )
 
     async def cancel(self, address: str) -> bool:
@@ -554,7 +560,7 @@ class ActorSystem(Activation, Cancels, FlowControl):
                 row.iid
                 for status in wanted
                 for row in r.instances(status)
-                if (row.record.get("updated") or 0) <= cutoff
+                if (row.record.updated or 0) <= cutoff
             ]
 
         removed = 0

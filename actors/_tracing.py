@@ -98,7 +98,7 @@ def begin_run(actor: Any) -> Any:
         return None
     span = _tracer().start_span(
         f"process {actor.proc.template}",
-        context=_context_of(actor.record.get("trace")),
+        context=_context_of(actor.record.trace),
         attributes={"actors.address": actor.address, "actors.run": actor.run},
     )
     return span, _otel_context.attach(_trace.set_span_in_context(span))

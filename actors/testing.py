@@ -144,7 +144,7 @@ async def replay_check(
 
         def scan(r: Any) -> list[Any]:
             return [
-                (row, r.log(row.iid, row.record.get("run", 0)))
+                (row, r.entries(row.iid, row.record.run))
                 for status in statuses
                 for row in r.instances(status)
             ]

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ._codec import decode, encode
+from ._records import InstanceRecord, LogEntry, RecordShapeError
 from ._states import StateOps, StateRow
 from .errors import Conflict, EncodeError, JournalCorrupt
 
@@ -113,7 +114,7 @@ class InstanceRow:
     address: str
     process: str
     status: str
-    record: dict[str, Any]
+    record: InstanceRecord
 
 
 @attrs.frozen(slots=True)
@@ -198,7 +199,7 @@ class Txn(StateOps):
         self.fences.append((iid, epoch))
 
     def put_instance(
-        self, iid: bytes, *, address: str, process: str, status: str, record: Any
+        self, iid: bytes, *, address: str, process: str, status: str, record: InstanceRecord
     ) -> None:
         """Create or replace the instance's record and index it under ``status``.
 
@@ -207,7 +208,7 @@ class Txn(StateOps):
         """
         self.put_instance_encoded(
             iid, address=address, process=process, status=status,
-            record=encode(record, what="record"),
+            record=encode(record.to_stored(), what="record"),
         )  # fmt: skip
 
     def put_instance_encoded(
@@ -340,6 +341,12 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     def log(self, iid: bytes, run: int) -> dict[int, Any]:
         """The effect log of one run: ``{seq: entry}``."""
+
+    @abc.abstractmethod
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        """`log`, typed: each entry read and checked in one pass (an entry of
+        the wrong shape is `JournalCorrupt` naming its key, whatever
+        `Journal.check_shapes` says). What the runtime replays from."""
 
     @abc.abstractmethod
     def log_runs(self, iid: bytes) -> list[int]:
@@ -566,6 +573,33 @@ def decode_record(
     if problem is not None:
         raise corrupt(database, key, f"has the wrong shape: {problem}")
     return value
+
+
+def read_instance_record(data: bytes, key: bytes, process: str) -> InstanceRecord:
+    """Decode an instance's stored record and check its shape, including its
+    path params against ``process``; any failure is `JournalCorrupt` naming
+    the database and ``key``."""
+    value = decode_record(data, "instances", key)
+    try:
+        record = InstanceRecord.from_stored(value)
+    except RecordShapeError as exc:
+        raise corrupt("instances", key, f"has the wrong shape: {exc}") from None
+    except TypeError as exc:  # not a map of field names
+        raise corrupt("instances", key, f"has the wrong shape: {exc}") from None
+    problem = record.params_problem(process)
+    if problem is not None:
+        raise corrupt("instances", key, f"has the wrong shape: {problem}")
+    return record
+
+
+def read_entry(data: bytes, key: bytes) -> LogEntry:
+    """Decode a stored log entry into a `LogEntry`; any failure is
+    `JournalCorrupt` naming the database and ``key``."""
+    value = decode_record(data, "log", key)
+    try:
+        return LogEntry.from_stored(value)
+    except RecordShapeError as exc:
+        raise corrupt("log", key, f"has the wrong shape: {exc}") from None
 
 
 def number(data: bytes, database: str, key: bytes) -> int:

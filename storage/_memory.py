@@ -14,6 +14,7 @@ from . import _journal as j
 from . import _shapes
 from . import _states
 from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
+from ._records import LogEntry
 from .errors import JournalClosed, JournalCorrupt, JournalLocked
 
 __all__ = ["MemoryJournal"]
@@ -201,23 +202,18 @@ def _mail_key(iid: bytes, seq: int) -> bytes:
 
 
 class _MemoryReader(Reader):
-    __slots__ = ("_j", "_record", "_entry", "_message")
+    __slots__ = ("_j", "_entry", "_message")
 
     def __init__(self, journal: MemoryJournal) -> None:
         self._j = journal
         # The shape checks of `Journal.check_shapes`, or None.
         shapes = journal.check_shapes
-        self._record = _shapes.record_problem if shapes else None
         self._entry = _shapes.entry_problem if shapes else None
         self._message = _shapes.message_problem if shapes else None
 
     def _row(self, iid: bytes, row: tuple[int, str, str, bytes]) -> InstanceRow:
         status, process, address, data = row
-        record = j.decode_record(data, "instances", iid, self._record)
-        if self._record is not None:
-            problem = _shapes.params_problem(record, process)
-            if problem is not None:
-                raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
+        record = j.read_instance_record(data, iid, process)
         return InstanceRow(iid, address, process, j.STATUS_NAME[status], record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -258,6 +254,13 @@ class _MemoryReader(Reader):
             seq: j.decode_record(
                 v, "log", iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"), self._entry
             )
+            for seq, v in sorted(entries.items())
+        }
+
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        entries = self._j._logs.get(iid, {}).get(run, {})
+        return {
+            seq: j.read_entry(v, iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"))
             for seq, v in sorted(entries.items())
         }
 

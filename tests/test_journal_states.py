@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from storage import Conflict, StateRow, Txn, instance_id
+from storage import Conflict, InstanceRecord, StateRow, Txn, instance_id
 
 A = instance_id("orders/o-1")
 
@@ -40,7 +40,10 @@ async def test_a_failed_expectation_writes_nothing_of_its_transaction(make_journ
         def stale(t: Txn) -> None:
             t.expect_state("k", 0)  # it exists, at version 1
             t.put_state("k", 2)
-            t.put_instance(A, address="orders/o-1", process="orders/:id", status="running", record={})
+            t.put_instance(
+                A, address="orders/o-1", process="orders/:id", status="running",
+                record=InstanceRecord(),
+            )
 
         try:
             await commit(j, stale)

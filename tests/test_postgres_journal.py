@@ -15,6 +15,7 @@ import trio
 
 import actors
 from storage import (
+    InstanceRecord,
     STATUSES,
     ActorError,
     Conflict,
@@ -60,7 +61,10 @@ def sql(dsn: str, query: str, params=None) -> list[tuple]:
 
 
 def put(txn: Txn, iid: bytes, status: str = "running", **record) -> None:
-    txn.put_instance(iid, address=iid.hex(), process="orders/:id", status=status, record=record)
+    txn.put_instance(
+        iid, address=iid.hex(), process="orders/:id", status=status,
+        record=InstanceRecord(params=[iid.hex()], input=record),
+    )  # fmt: skip
 
 
 async def commit(journal, build) -> list[int]:
@@ -78,7 +82,7 @@ async def test_migration_is_versioned_and_idempotent(make_pg, pg):
         await commit(j, lambda t: put(t, A, n=1))
     async with make_pg() as j:  # a second open migrates nothing and keeps the data
         with j.reader() as r:
-            assert {"n": 1} == r.instance(A).record
+            assert {"n": 1} == r.instance(A).record.input
     from storage._postgres import SCHEMA_VERSION
 
     versions = sql(dsn, f'SELECT version FROM "{schema}".schema_version ORDER BY version')
@@ -439,9 +443,9 @@ async def test_a_reader_sees_one_snapshot(make_pg, pg):
     async with make_pg() as j:
         await commit(j, lambda t: put(t, A, n=1))
         with j.reader() as r:
-            assert {"n": 1} == r.instance(A).record
+            assert {"n": 1} == r.instance(A).record.input
             sql(dsn, f'DELETE FROM "{schema}".instances')
-            assert {"n": 1} == r.instance(A).record
+            assert {"n": 1} == r.instance(A).record.input
             assert {"running": 1} == r.count_by_status()
         with j.reader() as r:
             assert r.instance(A) is None

@@ -296,7 +296,7 @@ async def test_an_instance_page_shows_input_result_and_log(app):
 
 async def test_an_error_with_its_traceback_and_compensations(app, opened):
     with opened.reader() as r:
-        stored = r.instance(instance_id("sagas/s-1")).record["error"]["traceback"]
+        stored = r.instance(instance_id("sagas/s-1")).record.error["traceback"]
     assert "Traceback (most recent call last)" in stored
     _, _, body = await call(app, href("sagas/s-1"))
     error = body[body.index('<div id="error">') :]

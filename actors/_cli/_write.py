@@ -26,7 +26,7 @@ from storage import (
 from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalLocked
 
 from .. import _protocol, _saga
-from .. import _supervision as _sup
+from .._log import children_named
 from .._queues import waiting_rows
 from .._records import Signal
 from ._access import find_instance, journal_dir, not_live, read_row, reading, writing
@@ -146,7 +146,7 @@ async def cancel(args: argparse.Namespace) -> int:
         async with reading(path) as journal:
             with journal.reader() as r:
                 after = read_row(r, root.iid)
-        reason = after.record.get("reason") if after is not None else None
+        reason = after.record.reason if after is not None else None
         if args.reason != DEFAULT_REASON:
             print(f"actors: --reason is not recorded through a running system: it records "
                   f"{reason!r}", file=sys.stderr)  # fmt: skip
@@ -178,7 +178,7 @@ def _cancel_plan(
     root = find_instance(r, args.address, path)
     if root.status not in UNFINISHED_STATUSES:
         words = STATUS_WORDS.get(root.status, f"it is {root.status}")
-        at = root.record.get("updated")
+        at = root.record.updated
         ended = at and root.status in TERMINAL_STATUSES
         raise CLIError(
             f"nothing to cancel at {args.address!r}: {words}"
@@ -201,9 +201,9 @@ def _plan_cancel(
     """Add ``row`` to ``plan`` after its live descendants (depth first, as the runtime)."""
     seen.add(row.iid)
     try:
-        log = r.log(row.iid, row.record.get("run", 0))
+        log = r.entries(row.iid, row.record.run)
         timers = r.timers(row.iid)
-        children = _sup.children_in_log(log)
+        children = children_named(log)
         for address in children:
             iid = instance_id(address)
             if iid in seen:

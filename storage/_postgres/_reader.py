@@ -16,6 +16,7 @@ import psycopg
 
 from .. import _journal as j
 from .._journal import InstanceRow, Reader, TimerRow
+from .._records import LogEntry
 from .._states import StateRow
 from ..errors import JournalClosed, JournalCorrupt
 from ._pool import _ReadPool
@@ -77,7 +78,9 @@ class _PostgresReader(Reader):
                 database="instances",
                 key=iid,
             )
-        return InstanceRow(iid, address, process, status, j.decode_record(record, "instances", iid))
+        return InstanceRow(
+            iid, address, process, status, j.read_instance_record(record, iid, process)
+        )
 
     def instance(self, iid: bytes) -> InstanceRow | None:
         rows = self._rows(self._sql.instance, [iid])
@@ -122,6 +125,11 @@ class _PostgresReader(Reader):
         return {
             seq: j.decode_record(entry, "log", iid)
             for seq, entry in self._rows(self._sql.log, [iid, run])
+        }
+
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        return {
+            seq: j.read_entry(entry, iid) for seq, entry in self._rows(self._sql.log, [iid, run])
         }
 
     def log_runs(self, iid: bytes) -> list[int]:
