@@ -229,9 +229,8 @@ class Context:
         return call
 
     def _queue(self, queue: Any, priority: int) -> tuple[Any, int] | None:
-        if queue is None:
-            return None
-        return self._live().system.queues.find(queue), priority
+        chosen: tuple[Any, int] | None = self._live().system.queues.choose(queue, priority)
+        return chosen
 
     def spawn(
         self, proc: Any, *params: str, restart: str = "transient", queue: Any = None,

@@ -228,15 +228,33 @@ class QueueService:
             )
         return found
 
-    def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None:
-        """Add the waiting entry of a queued instance to ``txn`` (which also
-        writes its record with status ``"queued"``)."""
+    def choose(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None:
+        """``(queue, priority)`` of a start's ``queue=`` and ``priority=``
+        arguments, checked; None for a start without a queue.
+
+        Raises:
+            InvalidArguments: an unregistered queue, a priority that is not a
+                32-bit whole number, or a priority without a queue.
+        """
         if isinstance(priority, bool) or not isinstance(priority, int) or not (
             -_PRIORITY_BIAS <= priority < _PRIORITY_BIAS
         ):
             raise InvalidArguments(
                 f"priority= takes a whole number (lower starts first; default 0), not {priority!r}"
             )
+        if queue is None:
+            if priority:
+                raise InvalidArguments(
+                    "priority= orders a queue; pass queue= too (a Queue registered with "
+                    "open_system(queues=[...]))"
+                )
+            return None
+        return self.find(queue), priority
+
+    def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None:
+        """Add the waiting entry of a queued instance to ``txn`` (which also
+        writes its record with status ``"queued"``); ``priority`` as checked
+        by `choose`."""
         now = self.system.epoch_now()
         order = f"{round(now * 1e6):017d}{next(self._order) % 1_000_000:06d}"
         key = f"{wait_prefix(queue.name)}{priority + _PRIORITY_BIAS:010d}/{order}/{iid.hex()}"

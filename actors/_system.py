@@ -208,7 +208,7 @@ class ActorSystem(Activation, Cancels, FlowControl):
             "system.start()",
             "start children with ctx.call or ctx.spawn",
         )
-        queued = None if queue is None else (self.queues.find(queue), priority)
+        queued = self.queues.choose(queue, priority)
         handle, _ = await self._start(self._proc(proc), params, input, None, queued=queued)
         return handle
 

@@ -144,6 +144,11 @@ async def test_a_queue_that_is_not_registered_is_refused(autojump_clock):
     async with actors.open_system(MemoryJournal(), processes=[job]) as system:
         with pytest.raises(actors.InvalidArguments, match="not registered"):
             await system.start(job, "x", queue=Queue("nope"))
+        with pytest.raises(actors.InvalidArguments, match="pass queue= too"):
+            await system.start(job, "x", priority=3)
+        with pytest.raises(actors.InvalidArguments, match="whole number"):
+            await system.start(job, "x", queue="nope", priority=1.5)
+        assert system.get("job/x") is None  # nothing was written
     with pytest.raises(actors.InvalidArguments, match="whole number"):
         Queue("q", concurrency=0)
     with pytest.raises(actors.InvalidArguments, match="count, seconds"):
