@@ -46,6 +46,8 @@ class SystemAPI(Protocol):
     outages: Any  # the JournalWatch
     queues: Any  # the QueueService (actors._queues)
     nodes: Any  # the NodeView (actors._nodes)
+    asks: Any  # the Asks in flight (see _asks)
+    max_payload: int
 
     @property
     def closing(self) -> bool: ...
@@ -129,6 +131,8 @@ class ActorAPI(Protocol):
     escalate_to: tuple[Any, ...] | None
     loaded: bool
     done: bool
+    fenced: bool  # writes are fenced with epoch (a shared journal)
+    epoch: int
 
     def finish(
         self,

@@ -18,7 +18,7 @@ RESTART_TYPES = ("permanent", "transient", "temporary")
 # so process input may not use them. (ctx.step's own keywords, name, retry,
 # timeout, compensate, validate_*, only constrain step kwargs.)
 RESERVED = {
-    "start": {"queue", "priority"},
+    "start": {"if_exists", "queue", "priority"},
     "signal_with_start": {"signal", "payload"},
     "call": {"queue", "priority"},
     "spawn": {"restart", "queue", "priority"},

@@ -182,6 +182,8 @@ class Txn(StateOps):
     results: int = 0  # how many ops give a result (appends)
     # (state key, version): see `StateOps.expect_state`
     expects: list[tuple[str, int]] = attrs.field(factory=list)
+    # (iid, node): tell that node, once this commits, that iid has new mail
+    wakes: list[tuple[bytes, str]] = attrs.field(factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.ops)
@@ -197,6 +199,13 @@ class Txn(StateOps):
         unless this node still owns the instance at ``epoch`` (see
         `Journal.claim`). Journals with a single owner accept every fence."""
         self.fences.append((iid, epoch))
+
+    def wake(self, iid: bytes, node: str) -> None:
+        """On a journal shared between nodes, tell ``node`` once this commits
+        (and only if it does) that ``iid`` has new mail, as an append to an
+        instance that node owns does (`Journal.on_mail`); for mail under an
+        id no node owns. Single-owner journals ignore it."""
+        self.wakes.append((iid, node))
 
     def put_instance(
         self, iid: bytes, *, address: str, process: str, status: str, record: InstanceRecord
@@ -400,6 +409,10 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     def cursors(self, iid: bytes) -> dict[str, int]:
         """Each consumer's position (index of its next value)."""
+
+    def cursor(self, iid: bytes, consumer: str) -> int | None:
+        """``consumer``'s position in that instance's stream, or None if it has none."""
+        return self.cursors(iid).get(consumer)
 
     def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
         """State rows whose key starts with ``prefix``, by key, at most
