@@ -107,7 +107,8 @@ class SystemAPI(Protocol):
 
     async def _start(
         self, proc: ProcessDef, params: tuple[Any, ...], input: dict[str, Any], message: Any,
-        **options: Any,
+        *, parent: str | None = None, address: str | None = None, queued: Any = None,
+        extra: Callable[[Txn], None] | None = None,
     ) -> tuple[Any, bool]: ...
 
 
