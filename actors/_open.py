@@ -13,6 +13,7 @@ from storage import Journal, LMDBJournal
 
 from . import _control
 from ._process import ProcessDef
+from ._queues import Queue
 from ._system import ActorSystem
 
 __all__ = ["open_system"]
@@ -30,6 +31,7 @@ async def open_system(
     now: Callable[[], float] = time.time,
     node: str | None = None,
     control: bool = True,
+    queues: Iterable[Queue] = (),
 ) -> AsyncIterator[ActorSystem]:
     """Open the journal, recover every unfinished instance, and run the system.
 
@@ -59,6 +61,8 @@ async def open_system(
             (``control.sock`` in its directory, owner only) through which
             the ``actors`` command line sends, cancels and resumes beside
             the running system; False serves none.
+        queues: the `Queue` objects that ``start(..., queue=...)`` and
+            ``ctx.call``/``spawn``/``scope(..., queue=...)`` may name.
 
     Raises:
         JournalLocked: another system has the journal open.
@@ -67,7 +71,7 @@ async def open_system(
     system = ActorSystem(
         journal, processes, random,
         passivate_after=passivate_after, max_sync_steps=max_sync_steps,
-        max_payload=max_payload, now=now,
+        max_payload=max_payload, now=now, queues=queues,
     )  # fmt: skip
     if node is not None:
         journal.set_node(node)
@@ -79,6 +83,7 @@ async def open_system(
         async with trio.open_nursery() as nursery:
             system._nursery = system.outages.nursery = nursery
             await system._recover()
+            system._start_flow(nursery)  # queue pumps and the scheduler
             nursery.start_soon(
                 system.outages.keep_running, system.timers.run, "the timer service",
                 name="actors timer service",

@@ -22,6 +22,7 @@ from storage import (
     STATUS_WORDS,
     InstanceRecord,
     Journal,
+    Txn,
     decode,
     encode,
     instance_id,
@@ -41,7 +42,10 @@ from ._keys import KeyedSends
 from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
+from ._flow import FlowControl
+from ._queues import Queue, QueueService
 from ._records import Signal
+from ._schedules import ScheduleService
 from ._streams import Stream
 from ._timers import TimerService
 from ._upkeep import Upkeep
@@ -54,7 +58,7 @@ __all__ = ["ActorSystem"]
 NO_RECORD = InstanceRecord(incarnation=0)
 
 
-class ActorSystem(Activation, Cancels, Upkeep, Batches):
+class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
     """The runtime: owns a journal, routes messages, runs live instances.
 
     Get one from `open_system`; every method is safe to call from any task
@@ -71,6 +75,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches):
         max_sync_steps: int,
         max_payload: int,
         now: Callable[[], float],
+        queues: Iterable[Queue] = (),
     ) -> None:
         if passivate_after != math.inf:  # inf: never passivate
             passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
@@ -123,6 +128,8 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches):
         self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
+        self.queues = QueueService(self, queues)
+        self.schedules = ScheduleService(self)
         self.asks = Asks(self)
         self.keys = KeyedSends(self)
 
@@ -171,7 +178,13 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches):
     # -- public API ------------------------------------------------------------
 
     async def start(
-        self, proc: ProcessDef | str, *params: str, if_exists: str = "return", **input: Any
+        self,
+        proc: ProcessDef | str,
+        *params: str,
+        if_exists: str = "return",
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
     ) -> Handle:
         """Start an instance of ``proc`` at the address its params give.
 
@@ -186,13 +199,18 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches):
             proc: a registered definition, or its path template.
             *params: fill the template's path params, in order.
             if_exists: ``"return"`` or ``"error"``, for an instance that is there.
+            queue: a `Queue` registered with ``open_system(queues=...)`` (or
+                its name): the instance is stored ``"queued"`` and starts
+                when the queue's limits allow, in ``priority`` then FIFO order.
+            priority: with ``queue``: lower numbers start first (default 0).
             **input: the process's keyword input.
 
         Raises:
             AlreadyStarted: (``if_exists="error"``) an instance is there;
                 the error names it and its status. Nothing is written.
             UnknownProcess: ``proc`` is not registered with this system.
-            InvalidArguments: wrong params or input for the process.
+            InvalidArguments: wrong params or input for the process, or a
+                queue that is not registered.
             EncodeError: input the codec cannot store (nothing is written).
         """
         _guard.refuse(
@@ -203,7 +221,10 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches):
             raise InvalidArguments(
                 f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
             )
-        handle, created = await self._start(self._proc(proc), params, input, None)
+        queued = self.queues.choose(queue, priority)
+        handle, created = await self._start(
+            self._proc(proc), params, input, None, queued=queued
+        )
         if not created and if_exists == "error":
             status = handle.status
             raise AlreadyStarted(
@@ -214,6 +235,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches):
                 status=status,
             )
         return handle
+
 
     async def signal_with_start(
         self,
@@ -244,6 +266,8 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches):
         *,
         parent: str | None = None,
         address: str | None = None,
+        queued: tuple[Queue, int] | None = None,
+        extra: Callable[[Txn], None] | None = None,
     ) -> tuple[Handle, bool]:
         for param in params:
             if isinstance(param, str):
@@ -287,8 +311,14 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches):
                 now=self.epoch_now(), max_payload=self.max_payload,
                 message=None if message is None else (message[0].name, message[1]),
                 trace=_tracing.traceparent(self),
+                status="running" if queued is None else "queued",
             )  # fmt: skip
             record = start.record
+            if extra is not None:  # what the caller records with the start (a schedule's tick)
+                extra(start.txn)
+            if queued is not None:  # it waits for a slot: the queue's pump starts it
+                await self._enqueue(start.txn, queued, iid, address)
+                return Handle(self, iid, address, record.incarnation), True
             results = await self.journal.commit(start.txn)
             try:
                 epoch = await self.journal.claim(iid)
@@ -517,6 +547,8 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches):
         return event
 
     def _status_changed(self, iid: bytes) -> None:
+        self.queues.status_changed(iid)
+        self.schedules.status_changed(iid)
         actor = self._live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
