@@ -10,14 +10,16 @@ from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 from storage import decode, digest, encode
 
+from . import _asks
 from . import _effects as fx
 from ._checks import check_deadline, check_name, check_seconds, check_text
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI
 from ._process import RESTART_TYPES, ProcessDef
+from ._queues import Queue
 from ._records import Retry, Signal
 from ._steps import step_key
-from .errors import ContextError, InvalidArguments, LimitExceeded
+from .errors import AskTimeout, ContextError, InvalidArguments, LimitExceeded
 
 __all__ = ["Context"]
 
@@ -131,6 +133,107 @@ class Context:
         effect: fx.Wait[tuple[Signal, Any]]
         effect = fx.Wait(self._live().driver.next_seq(), signals, pair=True)
         return await effect
+
+    # -- request and reply ------------------------------------------------------------
+
+    def reply(self, value: Any = None) -> fx.Reply:
+        """An effect that answers the message this process took most recently
+        (by ``receive``/``wait``) with ``value``, if it was asked
+        (`ActorSystem.ask`, ``ctx.ask``); for a message that was sent, not
+        asked (or was answered already), a recorded no-op. So one process
+        serves both.
+
+        Recorded in this process's log in one commit with the answer's
+        delivery: a restart before it replays the take and replies once; a
+        restart after it never replies again.
+
+        Raises:
+            EncodeError: (at the call) a value the codec cannot store.
+        """
+        actor = self._live()
+        driver = actor.driver
+        ask = driver.taken
+        if ask is not None and not driver.answered(ask):
+            ask = None  # answered already: the first reply stands
+        return fx.Reply(driver.next_seq(), digest(value, what="reply"), value, ask)
+
+    async def ask(
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Send ``signal`` to the instance at ``address`` as an ask and give
+        the value its process replies with (``ctx.reply``); durable: the
+        send and the reply are recorded in this process's log, so a restart
+        neither sends it twice nor loses the reply.
+
+        Raises:
+            NotDelivered: no live instance at ``address``, or it ended
+                without replying.
+            AskTimeout: no reply within ``timeout`` seconds (a durable timer).
+            EncodeError: (at the call) a payload the codec cannot store.
+        """
+        actor = self._live()
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"ctx.ask takes an actors.Signal, not {signal!r}")
+        check_name(address, "ctx.ask's address")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "ctx.ask(timeout=...)")
+        seq = actor.driver.next_seq()
+        ask_id = _asks.ask_id_of(actor.address, actor.record.incarnation, actor.run, seq)
+        arg_hash = digest([address, signal.name, payload], what=f"payload of ask {signal.name!r}")
+        effect = fx.Ask(seq, arg_hash, address, signal, payload, ask_id)
+        if timeout is None:
+            return await effect
+        timer = self.sleep(timeout)
+        which, value = await fx.First([effect, timer], ["reply", "timeout"])
+        if which == "timeout":
+            raise AskTimeout(
+                f"no reply from {address!r} to {signal.name!r} within {timeout} s; a "
+                "late reply is dropped; ask again or raise timeout=",
+                address=address,
+                timeout=timeout,
+            )
+        return value
+
+    # -- versioning -------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the code path of patch ``patch_id``.
+
+        Live, the first call for a patch id records a marker and gives True;
+        replaying a history recorded before the patch existed gives False
+        there (nothing is consumed from the history, so the old effects
+        that follow still match) and a history recorded with the marker
+        gives True. The first answer holds for the rest of the run::
+
+            if ctx.patched("fee-v2"):
+                await ctx.step(charge_with_fee, order)   # new code
+            else:
+                await ctx.step(charge, order)            # what old histories did
+
+        Once no history before the patch remains, drop the old branch and
+        call `deprecate_patch` instead; once no history holds the marker,
+        drop that call too (see README, "Changing running code").
+        """
+        check_name(patch_id, "ctx.patched's patch id")
+        actor = self._live()
+        driver = actor.driver
+        found = driver.patched(patch_id)
+        if found is not None:
+            return found
+        marker = fx.Marker(driver.next_seq(), patch_id)
+        entry = marker.describe()
+        entry.value = True
+        actor.ride_log(marker.seq, entry)
+        assert driver.patches is not None  # driver.patched() made it
+        driver.patches[patch_id] = True
+        return True
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Retire patch ``patch_id``, whose old branch is gone: replay skips
+        its marker where a history has one, live code records none. So
+        histories with and without the marker both replay."""
+        check_name(patch_id, "ctx.deprecate_patch's patch id")
+        self._live().driver.skip_marker(patch_id)
 
     def sleep(self, seconds: float) -> fx.Timer:
         """A durable timer effect, done ``seconds`` from when it starts.
@@ -284,42 +387,71 @@ class Context:
         address = f"{actor.address}/{own}"
         return definition, address, digest([definition.template, list(params), input], what="input")
 
+    # For type checkers: the result is what the child returns; without
+    # queue= or priority= (a ParamSpec takes no keywords beside it), the
+    # params and input must also fit the child's function.
     @overload
     def call(self, proc: ProcessDef[P, R], *params: P.args, **input: P.kwargs) -> fx.Call[R]: ...
 
     @overload
-    def call(self, proc: str, *params: str, **input: Any) -> fx.Call[Any]: ...
+    def call(
+        self, proc: ProcessDef[..., R], *params: str, queue: Queue | str | None,
+        priority: int = 0, **input: Any,
+    ) -> fx.Call[R]: ...  # fmt: skip
 
-    def call(self, proc: ProcessDef[..., Any] | str, *params: Any, **input: Any) -> fx.Call[Any]:
+    @overload
+    def call(
+        self, proc: ProcessDef[..., R], *params: str, queue: Queue | str | None = None,
+        priority: int, **input: Any,
+    ) -> fx.Call[R]: ...  # fmt: skip
+
+    @overload
+    def call(
+        self, proc: str, *params: str, queue: Queue | str | None = None, priority: int = 0,
+        **input: Any,
+    ) -> fx.Call[Any]: ...  # fmt: skip
+
+    def call(  # type: ignore[misc]  # @process refuses these keywords as input
+        self, proc: ProcessDef[..., Any] | str, *params: Any, queue: Queue | str | None = None,
+        priority: int = 0, **input: Any,
+    ) -> fx.Call[Any]:  # fmt: skip
         """An awaited child: start ``proc`` at ``<this id>/<its path>`` and
         give its result.
 
         The child is a full instance (its own mailbox; signals reach it by
-        its address). It ends with this process at the latest.
+        its address). It ends with this process at the latest. With
+        ``queue=`` (a registered `Queue` or its name) it waits ``"queued"``
+        for a slot, in ``priority`` then FIFO order.
 
         Raises (when awaited):
             ChildFailed: the child failed or was cancelled; carries its error.
         """
         definition, address, arg_hash = self._child(proc, params, input)
-        return fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
+        call: fx.Call[Any]
+        call = fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
+        call.queue = self._queue(queue, priority)
+        return call
+
+    def _queue(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None:
+        chosen: tuple[Queue, int] | None = self._live().system.queues.choose(queue, priority)
+        return chosen
 
     @overload
     def spawn(
-        self, proc: ProcessDef[..., R], *params: str, restart: str = "transient", **input: Any
-    ) -> fx.Spawn[ChildHandle[R]]: ...
+        self, proc: ProcessDef[..., R], *params: str, restart: str = "transient",
+        queue: Queue | str | None = None, priority: int = 0, **input: Any,
+    ) -> fx.Spawn[ChildHandle[R]]: ...  # fmt: skip
 
     @overload
     def spawn(
-        self, proc: str, *params: str, restart: str = "transient", **input: Any
-    ) -> fx.Spawn[ChildHandle[Any]]: ...
+        self, proc: str, *params: str, restart: str = "transient",
+        queue: Queue | str | None = None, priority: int = 0, **input: Any,
+    ) -> fx.Spawn[ChildHandle[Any]]: ...  # fmt: skip
 
     def spawn(
-        self,
-        proc: ProcessDef[..., Any] | str,
-        *params: str,
-        restart: str = "transient",
-        **input: Any,
-    ) -> fx.Spawn[ChildHandle[Any]]:
+        self, proc: ProcessDef[..., Any] | str, *params: str, restart: str = "transient",
+        queue: Queue | str | None = None, priority: int = 0, **input: Any,
+    ) -> fx.Spawn[ChildHandle[Any]]:  # fmt: skip
         """A detached, supervised child; awaiting it gives a `ChildHandle` once
         the child exists. Spawning at an existing child's address gives that
         child.
@@ -329,13 +461,16 @@ class Context:
                 ``"permanent"`` (restarted whenever it ends) or
                 ``"temporary"`` (never restarted), within this process's
                 supervision limits (see `process`).
+            queue, priority: as for `call`: the child waits for a slot.
         """
         if restart not in RESTART_TYPES:
             raise InvalidArguments(f"restart must be one of {RESTART_TYPES}, not {restart!r}")
         definition, address, arg_hash = self._child(proc, params, input)
-        return fx.Spawn(
+        spawn: fx.Spawn[ChildHandle[Any]] = fx.Spawn(
             self._actor.driver.next_seq(), arg_hash, definition, params, input, address, restart
         )
+        spawn.queue = self._queue(queue, priority)
+        return spawn
 
     @overload
     async def scope(
@@ -344,6 +479,9 @@ class Context:
         proc: ProcessDef[..., R],
         key: Callable[[Any], Any] | None = None,
         input: Callable[[Any], dict[str, Any]] | None = None,
+        *,
+        queue: Queue | str | None = None,
+        priority: int = 0,
     ) -> dict[Any, R]: ...
 
     @overload
@@ -353,6 +491,9 @@ class Context:
         proc: str,
         key: Callable[[Any], Any] | None = None,
         input: Callable[[Any], dict[str, Any]] | None = None,
+        *,
+        queue: Queue | str | None = None,
+        priority: int = 0,
     ) -> dict[Any, Any]: ...
 
     async def scope(
@@ -361,12 +502,17 @@ class Context:
         proc: ProcessDef[..., Any] | str,
         key: Callable[[Any], Any] | None = None,
         input: Callable[[Any], dict[str, Any]] | None = None,
+        *,
+        queue: Queue | str | None = None,
+        priority: int = 0,
     ) -> dict[Any, Any]:
         """One awaited child per item, run concurrently: ``{key(item): result}``.
 
         A tuple item fills the child's path params; anything else fills its
         single path param. ``input(item)`` (optional) gives the child's
-        keyword input; ``key`` defaults to the item itself.
+        keyword input; ``key`` defaults to the item itself. With ``queue=``
+        the children wait for its slots (``priority`` as for `call`), so a
+        fan-out runs only as many at once as the queue allows.
 
         Raises:
             InvalidArguments: duplicate keys (before anything starts).
@@ -400,8 +546,8 @@ class Context:
                 raise InvalidArguments(f"ctx.scope keys must be unique; {k!r} repeats")
             seen.add(k)
         calls = [
-            self.call(proc, *(item if isinstance(item, tuple) else (item,)),
-                      **(input(item) if input is not None else {}))
+            self.call(proc, *(item if isinstance(item, tuple) else (item,)), queue=queue,
+                      priority=priority, **(input(item) if input is not None else {}))
             for item in items
         ]  # fmt: skip
         values = await fx.All(list(calls), settled=False)

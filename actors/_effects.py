@@ -80,7 +80,7 @@ class Wait(Effect[T]):
 class Call(Wait[T]):
     """An awaited child: done when the child's end message arrives."""
 
-    __slots__ = ("proc", "params", "input", "address", "creating")
+    __slots__ = ("proc", "params", "input", "address", "creating", "queue")
     kind = "call"
 
     def __init__(
@@ -95,13 +95,14 @@ class Call(Wait[T]):
         self.input = input
         self.address = address
         self.creating = False
+        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
 
 
 class Spawn(Effect[T]):
     """A detached, supervised child: done once the child exists (its
     `ChildHandle` is ``T``)."""
 
-    __slots__ = ("proc", "params", "input", "address", "restart", "creating")
+    __slots__ = ("proc", "params", "input", "address", "restart", "creating", "queue")
     kind = "spawn"
 
     def __init__(
@@ -115,6 +116,46 @@ class Spawn(Effect[T]):
         self.address = address
         self.restart = restart
         self.creating = False
+        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
+
+
+class Ask(Wait[Any]):
+    """``ctx.ask``: send a message that asks (once, recorded), then wait for
+    the reply message its ask id names (see `_asks`)."""
+
+    __slots__ = ("address", "signal", "payload", "ask_id")
+    kind = "ask"
+
+    def __init__(
+        self, seq: int, hash: bytes, address: str, signal: Signal, payload: Any, ask_id: str
+    ) -> None:
+        super().__init__(seq, (reply_signal(ask_id),), pair=False)
+        self.name = address
+        self.hash = hash
+        self.address = address
+        self.signal = signal
+        self.payload = payload
+        self.ask_id = ask_id
+
+
+class Reply(Effect[None]):
+    """``ctx.reply``: answer the ask ``ask`` (``[id, reply-to, node]``), or,
+    with None, record that the message taken was not asked (a no-op)."""
+
+    __slots__ = ("payload", "ask")
+    kind = "reply"
+
+    def __init__(self, seq: int, hash: bytes, payload: Any, ask: list[Any] | None) -> None:
+        super().__init__(seq, ask[0] if ask is not None else "", hash)
+        self.payload = payload
+        self.ask = ask
+
+
+class Marker(Effect[Any]):
+    """``ctx.patched``: a patch id recorded where live code first asked for it."""
+
+    __slots__ = ()
+    kind = "patch"
 
 
 class Emit(Effect[None]):
@@ -145,6 +186,14 @@ END_PREFIX = "\x00end "
 def end_signal(address: str) -> Signal:
     """The system signal carrying the end of the awaited child at ``address``."""
     return Signal._system(END_PREFIX + address)
+
+
+REPLY_PREFIX = "\x00reply "
+
+
+def reply_signal(ask_id: str) -> Signal:
+    """The system signal carrying the reply to the ask ``ask_id``."""
+    return Signal._system(REPLY_PREFIX + ask_id)
 
 
 class Timer(Effect[None]):

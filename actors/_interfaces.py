@@ -44,6 +44,10 @@ class SystemAPI(Protocol):
     _procs: dict[str, ProcessDef[..., Any]]
     _cursors: dict[tuple[bytes, str], int]
     outages: Any  # the JournalWatch
+    queues: Any  # the QueueService (actors._queues)
+    nodes: Any  # the NodeView (actors._nodes)
+    asks: Any  # the Asks in flight (see _asks)
+    max_payload: int
 
     @property
     def _live(self) -> Mapping[bytes, ActorAPI]: ...  # read only, outside the system
@@ -78,6 +82,8 @@ class SystemAPI(Protocol):
 
     def _activate(self, iid: bytes) -> None: ...
 
+    def _run_admitted(self, row: Any, epoch: int) -> None: ...
+
     def _instance_idle(self) -> None: ...
 
     def _stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
@@ -107,6 +113,12 @@ class SystemAPI(Protocol):
 
     async def cancel(self, address: str) -> bool: ...
 
+    async def _start(
+        self, proc: ProcessDef[..., Any], params: tuple[Any, ...], input: dict[str, Any],
+        message: Any, *, parent: str | None = None, address: str | None = None, queued: Any = None,
+        extra: Callable[[Txn], None] | None = None,
+    ) -> tuple[Any, bool]: ...
+
 
 class ActorAPI(Protocol):
     """The parts of a live `Actor` that steps, sagas, streams, supervision
@@ -128,6 +140,8 @@ class ActorAPI(Protocol):
     escalate_to: tuple[Any, ...] | None
     loaded: bool
     done: bool
+    fenced: bool  # writes are fenced with epoch (a shared journal)
+    epoch: int
 
     def finish(
         self,
@@ -165,7 +179,10 @@ class ActorAPI(Protocol):
 
     def wakeup(self) -> None: ...
 
-    def deliver(self, seq: int, name: str, payload: Any, trace: str | None = None) -> None: ...
+    def deliver(
+        self, seq: int, name: str, payload: Any, trace: str | None = None,
+        ask: list[Any] | None = None,
+    ) -> None: ...  # fmt: skip
 
     def request_passivation(self) -> None: ...
 

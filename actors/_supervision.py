@@ -28,6 +28,7 @@ import trio
 
 from storage import LIVE_STATUSES, InstanceRecord, Txn, instance_id
 
+from . import _asks
 from . import _effects as fx
 from . import _events, _tracing
 from ._handles import ChildHandle
@@ -124,14 +125,20 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
                 "restart": getattr(effect, "restart", "temporary"),
                 "awaited": type(effect) is fx.Call, "restarts": [],
             }, trace=_tracing.traceparent(system),
+            status="running" if effect.queue is None else "queued",
         )  # fmt: skip
         txn, record = start.txn, start.record
+        if effect.queue is not None:  # it waits for a slot: the queue's pump starts it
+            system.queues.enqueue(txn, effect.queue[0], iid, address, effect.queue[1])
     elif row is not None and row.status not in LIVE_STATUSES and type(effect) is fx.Call:
         ended = end_payload(row.status, row.record)
     parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
     await parent.barrier(txn)
-    if fresh:
+    if fresh and effect.queue is not None:
+        system._status_changed(iid)
+        system.queues.poke(effect.queue[0].name)
+    elif fresh:
         system._run_created(iid, address, proc, record)
         system._status_changed(iid)
     return ended
@@ -237,7 +244,11 @@ async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     txn = Txn()
     restarts = next_restarts(actor.record, reason, system.epoch_now())
     actor.begin_run(txn, restarts=restarts, last_error=None)
-    await actor.barrier(txn)
+    # The asks this run took and did not answer never will be: say so.
+    answers = _asks.no_reply(actor, txn, "restarted", ()) if actor.driver.unanswered else []
+    results = await actor.barrier(txn)
+    for after in answers:
+        after(results)
     actor.become("running")
     system._forget(actor)
     system._status_changed(actor.iid)

@@ -13,7 +13,9 @@ from ._table import format_table, write_json
 
 # Suites register themselves on import. The journal suite always exists; the
 # others arrive with the runtime and the PostgreSQL journal.
-_SUITE_MODULES = ("bench.journal", "bench.runtime", "bench.postgres")
+_SUITE_MODULES = (
+    "bench.journal", "bench.runtime", "bench.asks", "bench.queues", "bench.postgres",
+)
 
 
 def _load_suites() -> None:

@@ -56,9 +56,14 @@ PROGRAM = textwrap.dedent(
         handle = await system.start(user, "u-1", factor=3)
         total: int = await handle.result()
         wrong_result: str = await handle.result()  # E: assignment
+        # With start's own options the input is not checked, the result still is.
+        unique = await system.start(user, "u-4", if_exists="error", factor=3)
+        checked: int = await unique.result()
+        queued = await system.start(user, "u-5", priority=1, factor=3)
+        wrong_again: str = await queued.result()  # E: assignment
         await system.start(user, "u-2", factor="3")  # E: arg-type
         await system.start(user, "u-3")  # E: call-overload
-        return total
+        return total + checked
     '''
 )
 
@@ -98,7 +103,7 @@ def mypy_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[str
 def test_typed_mistakes_are_reported_on_their_lines(mypy_report):
     _, errors = mypy_report
     expected = _expected(PROGRAM)
-    assert 6 == len(expected)
+    assert 7 == len(expected)
     found = [
         (int(m["line"]), m["code"])
         for line in errors
