@@ -1,4 +1,10 @@
-"""The shared output: a plain-text table for people, JSON for machines."""
+"""The shared output: a plain-text table for people, JSON for machines.
+
+The table has one row per figure (and a row under it per further baseline):
+its value, its ratio to its baseline, its target, whether the target is met,
+and a warning beside it when its samples spread more than 2x. It fits in
+`WIDTH` columns: the figure and baseline names are shortened if it would not.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,26 @@ import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
-from ._registry import Options, Result
+from ._registry import NOISY_SPREAD, Options, Result, format_ratio, format_value
 
-__all__ = ["format_table", "machine", "write_json"]
+__all__ = [
+    "WIDTH",
+    "format_ratio",
+    "format_table",
+    "format_value",
+    "json_document",
+    "machine",
+    "run_settings",
+    "suite_table",
+    "write_json",
+]
+
+WIDTH = 100
+_GAP = "  "
 
 
 def machine() -> str:
@@ -23,65 +43,114 @@ def machine() -> str:
     return f"{platform.node()} ({cpu}, {os.cpu_count()} cpus, {system})"
 
 
-def format_table(results: Sequence[Result], options: Options) -> str:
-    """One table per suite: a row per result, an ``x <baseline>`` column per
-    baseline the suite uses.
+def run_settings(options: Options) -> str:
+    """What kind of run this was, in one line: ``default run: median of 3 samples of 0.3 s``."""
+    kind = "--full run" if options.full else "default run (--full for the long one)"
+    return f"{kind}: median of {options.repeats} samples of {options.seconds:g} s each"
 
-    ``range`` shows the slowest and fastest sample, so a reader can tell a
-    real difference from noise.
-    """
+
+def format_table(results: Sequence[Result], options: Options) -> str:
+    """The heading (date, machine, Python, settings, targets met), then a
+    table per suite; every line at most `WIDTH` characters."""
+    targets = [r for r in results if r.verdict is not None]
+    met = sum(r.verdict == "met" for r in targets)
+    noisy = sum(r.noisy for r in results)
     out = [
-        f"# {datetime.date.today().isoformat()} on {machine()}; python {platform.python_version()}",
-        (
-            f"# median of {options.repeats} samples of {options.seconds:g} s each; "
-            "ratios are medians of same-round ratios"
-        ),
-    ]
-    suites = list(dict.fromkeys(r.suite for r in results))
-    for name in suites:
-        out += ["", *_suite_table([r for r in results if r.suite == name])]
+        _fit(f"# {datetime.date.today().isoformat()}, python {platform.python_version()}, "
+             f"on {machine()}"),
+        _fit(f"# {run_settings(options)}"),
+        f"# ratios are medians of same-round ratios; targets met: {met} of {len(targets)}",
+    ]  # fmt: skip
+    if noisy:
+        out.append(
+            f"# noisy: {noisy} figure(s) whose samples spread more than {NOISY_SPREAD:g}x "
+            "(a busy machine): read them as ranges"
+        )
+    for name in dict.fromkeys(r.suite for r in results):
+        out += ["", *suite_table(name, [r for r in results if r.suite == name])]
     return "\n".join(out)
 
 
-def _suite_table(results: Sequence[Result]) -> list[str]:
-    baselines: list[str] = []
+def _fit(line: str) -> str:
+    return line if len(line) <= WIDTH else line[: WIDTH - 1] + "…"
+
+
+def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
+    """One suite's rows: figure, value, ratio to a baseline, target and
+    verdict, and a note when the figure's samples are noisy."""
+    header = [suite, "value", "x baseline", "target", "note"]
+    rows: list[list[str]] = []
     for r in results:
-        baselines += [b for b in r.ratios if b not in baselines]
-    header = ["suite", "measurement", "median", "unit", "range (min-max)"]
-    header += [f"x {b}" for b in baselines]
-    rows = [header]
-    for r in results:
-        spread = f"{min(r.samples):,.0f}-{max(r.samples):,.0f}" if r.samples else ""
-        row = [r.suite, r.name, f"{r.value:,.0f}", r.unit, spread]
-        row += [_ratio(r.ratios[b]) if b in r.ratios else "" for b in baselines]
-        rows.append(row)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    numeric = {2, 4} | set(range(5, len(header)))
+        baselines = r.baselines()
+        target = ""
+        if r.target is not None:
+            verdict = {"met": "met", "missed": "MISSED", None: "(no baseline)"}[r.verdict]
+            op, bound = r.target.describe(r.unit).split(" ", 1)
+            target = f"{op}{bound} {verdict}"  # ">=0.08x MISSED": narrow, and plain enough
+        rows.append([
+            r.name,
+            format_value(r.value, r.unit),
+            _versus(r, baselines[0]) if baselines else "",
+            target,
+            f"noisy {r.spread:.1f}x" if r.noisy else "",
+        ])  # fmt: skip
+        rows += [["", "", _versus(r, b), "", ""] for b in baselines[1:]]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    # Too wide: shorten the figure names, then the baseline names (the JSON has them whole).
+    for column, least in ((0, 24), (2, 16)):
+        excess = len(_GAP) * (len(widths) - 1) + sum(widths) - WIDTH
+        if excess > 0:
+            widths[column] = max(least, widths[column] - excess)
+    right = {1}
 
     def line(row: list[str]) -> str:
-        cells = (
-            c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))
-        )
-        return "  ".join(cells).rstrip()
+        cells = []
+        for i, (cell, width) in enumerate(zip(row, widths)):
+            if len(cell) > width:
+                cell = cell[: width - 1] + "…"
+            cells.append(cell.rjust(width) if i in right else cell.ljust(width))
+        return _fit(_GAP.join(cells).rstrip())
 
-    return [line(rows[0]), line(["-" * w for w in widths])] + [line(row) for row in rows[1:]]
+    return [line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)]
 
 
-def _ratio(x: float) -> str:
-    # Two decimals, except that small ratios keep two significant digits.
-    return f"{x:.2f}x" if x >= 0.1 else f"{x:.2g}x"
+def _versus(r: Result, baseline: str) -> str:
+    return f"{format_ratio(r.ratios[baseline])} {baseline}"
 
 
 def write_json(path: Path, results: Sequence[Result], options: Options) -> None:
-    """Write the results, the options and the machine to ``path``."""
-    document = {
+    """Write the results (with targets and verdicts), the options and the machine to ``path``."""
+    path.write_text(json.dumps(json_document(results, options), indent=2) + "\n")
+
+
+def json_document(results: Sequence[Result], options: Options) -> dict[str, Any]:
+    """The JSON form of a run: what `write_json` writes."""
+    targets = [r for r in results if r.verdict is not None]
+    return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "python": platform.python_version(),
         "options": {**attrs.asdict(options), "workdir": str(options.workdir)},
-        "results": [
-            {**attrs.asdict(r), "samples": list(r.samples), "ratios": dict(r.ratios)}
-            for r in results
-        ],
+        "targets": {"count": len(targets), "met": sum(r.verdict == "met" for r in targets)},
+        "results": [_json_result(r) for r in results],
     }
-    path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _json_result(r: Result) -> dict[str, Any]:
+    target = None
+    if r.target is not None:
+        target = {**attrs.asdict(r.target), "text": r.target.describe(r.unit)}
+    return {
+        "suite": r.suite,
+        "name": r.name,
+        "value": r.value,
+        "unit": r.unit,
+        "lower_is_better": r.lower_is_better,
+        "samples": list(r.samples),
+        "spread": r.spread,
+        "noisy": r.noisy,
+        "ratios": dict(r.ratios),
+        "target": target,
+        "measured": r.measured,  # what the target is checked against: a ratio, or the value
+        "verdict": r.verdict,
+    }
