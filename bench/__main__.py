@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ._registry import SUITES, Options, Result, progress
-from ._table import format_table, write_json
+from ._table import format_markdown, format_table, write_json
 
 # Suites register themselves on import. The journal suite always exists; the
 # others arrive with the runtime and the PostgreSQL journal.
@@ -67,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the default run (the flag is kept so older command lines work)",
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="PATH",
+        help="also write README's table (figures with a baseline or a target) as Markdown",
+    )
     parser.add_argument(
         "--repeats",
         type=int,
@@ -135,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(results, options))
     if args.json is not None:
         write_json(args.json, results, options)
+    if args.markdown is not None:
+        args.markdown.write_text(format_markdown(results, options) + "\n")
     if args.plot is not None:
         from ._plot import plot  # matplotlib is optional: imported only when asked for
 

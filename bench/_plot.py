@@ -52,35 +52,45 @@ def plot(path: Path, results: Sequence[Result], options: Options) -> None:
         bars = [_Bar("(no figure has a baseline or a target)", 1.0, None, "white", "", False)]
     figure, axes = plt.subplots(figsize=(13, 0.32 * len(bars) + 2.2))
     ys = range(len(bars))
+    # Bars grow from 1x (as much as the baseline) to the ratio: left of 1x is
+    # less than the baseline, right of it more; the colour says which is better.
     axes.barh(
         ys,
-        [b.x for b in bars],
+        [b.x - 1 for b in bars],
+        left=1.0,
         color=[b.colour for b in bars],
         edgecolor="#555555",
         linewidth=0.5,
-        hatch=None,
     )
     for y, b in zip(ys, bars):
         if b.noisy:
-            axes.barh(y, b.x, color="none", edgecolor="#555555", hatch="///", linewidth=0)
+            axes.barh(
+                y, b.x - 1, left=1.0, color="none", edgecolor="#555555", hatch="///", linewidth=0
+            )
         if b.target is not None:
             axes.plot([b.target], [y], marker="|", markersize=14, markeredgewidth=2, color="black")
         axes.annotate(
-            b.text, (max(b.x, b.target or 0), y), xytext=(6, 0), textcoords="offset points",
+            b.text, (max(1.0, b.x, b.target or 0), y), xytext=(6, 0), textcoords="offset points",
             va="center", fontsize=8,
         )  # fmt: skip
     axes.set_yticks(list(ys), [b.label for b in bars], fontsize=8)
     axes.invert_yaxis()
     axes.set_xscale("log")
-    xs = [v for b in bars for v in (b.x, b.target) if v is not None and v > 0]
+    xs = [v for b in bars for v in (b.x, b.target, 1.0) if v is not None and v > 0]
     axes.set_xlim(min(xs) / 2, max(xs) * 40)  # room on the right for the values
     axes.axvline(1.0, color="#777777", linewidth=0.8, linestyle="--")
-    axes.set_xlabel("ratio to the figure's baseline (log scale; 1x = as fast as the baseline)")
+    axes.set_xlabel(
+        "ratio to the figure's baseline, log scale (1x: equal to the baseline; "
+        "a target on a value: the value over the target's)"
+    )
     axes.grid(axis="x", which="major", color="#dddddd", linewidth=0.5)
     axes.set_axisbelow(True)
+    targets = [r for r in results if r.verdict is not None]
+    met = sum(r.verdict == "met" for r in targets)
     axes.set_title(
-        f"python -m bench, {datetime.date.today().isoformat()}, python "
-        f"{platform.python_version()} on {machine()}\n{run_settings(options)}",
+        f"python -m bench: targets met {met} of {len(targets)}\n"
+        f"{datetime.date.today().isoformat()}, python {platform.python_version()} on "
+        f"{machine()}\n{run_settings(options)}",
         fontsize=10,
     )
     axes.legend(
@@ -94,7 +104,7 @@ def plot(path: Path, results: Sequence[Result], options: Options) -> None:
                        markeredgewidth=2, label="target"),
         ],  # fmt: skip
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.9 / (0.32 * len(bars) + 2.2)),
+        bbox_to_anchor=(0.5, -0.6 / (0.32 * len(bars) + 2.2)),
         ncol=3,
         fontsize=8,
         frameon=False,
@@ -112,7 +122,8 @@ def _bar(r: Result, with_suite: bool) -> _Bar | None:
     target = r.target
     if target is not None and target.baseline is None:  # a plain value: drawn against it
         x, tick = r.value / target.bound, 1.0
-        text = f"{value}, target {target.describe(r.unit)}: {r.verdict}"
+        text = f"{value} ({format_ratio(x)} the target's), target {target.describe(r.unit)}: "
+        text += str(r.verdict)
     elif baselines:
         x = r.ratios[baselines[0]]
         tick = target.bound if target is not None else None

@@ -22,6 +22,7 @@ from ._registry import NOISY_SPREAD, Options, Result, format_ratio, format_value
 
 __all__ = [
     "WIDTH",
+    "format_markdown",
     "format_ratio",
     "format_table",
     "format_value",
@@ -116,6 +117,42 @@ def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
 
 def _versus(r: Result, baseline: str) -> str:
     return f"{format_ratio(r.ratios[baseline])} {baseline}"
+
+
+def format_markdown(results: Sequence[Result], options: Options) -> str:
+    """README's table: a line saying how the run was made, then a row per
+    figure that has a baseline or a target (baselines appear with their
+    values in the baseline column)."""
+    targets = [r for r in results if r.verdict is not None]
+    met = sum(r.verdict == "met" for r in targets)
+    noisy = sum(r.noisy for r in results)
+    out = [
+        f"Measured {datetime.date.today().isoformat()} on {machine()}, Python "
+        f"{platform.python_version()}; {run_settings(options)}. Targets met: {met} of "
+        f"{len(targets)}. Samples of {noisy} of {len(results)} figures spread more than "
+        f"{NOISY_SPREAD:g}x (marked *noisy*).",
+        "",
+        "| figure | value | baseline | ratio | target |",
+        "|---|---|---|---|---|",
+    ]
+    values = {(r.suite, r.name): r for r in results}
+    for r in results:
+        baselines = r.baselines()
+        if not baselines and r.target is None:
+            continue
+        value = format_value(r.value, r.unit) + (" *noisy*" if r.noisy else "")
+        baseline = ratio = ""
+        if baselines:
+            b = values.get((r.suite, baselines[0]))
+            baseline = f"{b.name} {format_value(b.value, b.unit)}" if b else baselines[0]
+            ratio = format_ratio(r.ratios[baselines[0]])
+        target = ""
+        if r.target is not None:
+            target = f"{r.target.describe(r.unit)}: " + (
+                "met" if r.verdict == "met" else "**missed**"
+            )
+        out.append(f"| {r.suite}: {r.name} | {value} | {baseline} | {ratio} | {target} |")
+    return "\n".join(out)
 
 
 def write_json(path: Path, results: Sequence[Result], options: Options) -> None:
