@@ -45,9 +45,9 @@ def machine() -> str:
 
 
 def run_settings(options: Options) -> str:
-    """What kind of run this was, in one line: ``default run: median of 3 samples of 0.3 s``."""
-    kind = "--full run" if options.full else "default run (--full for the long one)"
-    return f"{kind}: median of {options.repeats} samples of {options.seconds:g} s each"
+    """What kind of run this was: ``default run, median of 3 samples of 0.3 s each``."""
+    kind = "--full run" if options.full else "default run"
+    return f"{kind}, median of {options.repeats} samples of {options.seconds:g} s each"
 
 
 def format_table(results: Sequence[Result], options: Options) -> str:
@@ -59,7 +59,7 @@ def format_table(results: Sequence[Result], options: Options) -> str:
     out = [
         _fit(f"# {datetime.date.today().isoformat()}, python {platform.python_version()}, "
              f"on {machine()}"),
-        _fit(f"# {run_settings(options)}"),
+        _fit(f"# {run_settings(options)}" + ("" if options.full else " (--full: the long run)")),
         f"# ratios are medians of same-round ratios; targets met: {met} of {len(targets)}",
     ]  # fmt: skip
     if noisy:
@@ -121,8 +121,8 @@ def _versus(r: Result, baseline: str) -> str:
 
 def format_markdown(results: Sequence[Result], options: Options) -> str:
     """README's table: a line saying how the run was made, then a row per
-    figure that has a baseline or a target (baselines appear with their
-    values in the baseline column)."""
+    figure; a baseline appears with its value in the baseline column of the
+    figures measured against it, not in a row of its own."""
     targets = [r for r in results if r.verdict is not None]
     met = sum(r.verdict == "met" for r in targets)
     noisy = sum(r.noisy for r in results)
@@ -136,9 +136,10 @@ def format_markdown(results: Sequence[Result], options: Options) -> str:
         "|---|---|---|---|---|",
     ]
     values = {(r.suite, r.name): r for r in results}
+    used = {(r.suite, b) for r in results for b in r.ratios}
     for r in results:
         baselines = r.baselines()
-        if not baselines and r.target is None:
+        if not baselines and r.target is None and (r.suite, r.name) in used:
             continue
         value = format_value(r.value, r.unit) + (" *noisy*" if r.noisy else "")
         baseline = ratio = ""
