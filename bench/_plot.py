@@ -99,7 +99,9 @@ def plot(path: Path, results: Sequence[Result], options: Options) -> None:
             Patch(color=MISSED, label="target missed"),
             Patch(color=BETTER, label="no target; better than its baseline"),
             Patch(color=WORSE, label="no target; worse than its baseline"),
-            Patch(facecolor="white", edgecolor="#555555", hatch="///", label="noisy (spread > 2x)"),
+            Patch(
+                facecolor="white", edgecolor="#555555", hatch="///", label="noisy (spread > 2x)"
+            ),
             plt.Line2D([], [], color="black", marker="|", linestyle="none", markersize=12,
                        markeredgewidth=2, label="target"),
         ],  # fmt: skip

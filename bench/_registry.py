@@ -173,7 +173,8 @@ class Result:
 
     def baselines(self) -> list[str]:
         """Baseline names, the target's first."""
-        first = [self.target.baseline] if self.target and self.target.baseline in self.ratios else []
+        target = self.target.baseline if self.target is not None else None
+        first = [target] if target is not None and target in self.ratios else []
         return first + [b for b in self.ratios if b not in first]
 
 
@@ -284,12 +285,9 @@ def _summary(result: Result) -> str:
         if measured is None:  # its baseline comes later in the round
             line += f" (target {result.target.describe(result.unit)})"
         else:
-            shown = (
-                format_ratio(measured)
-                if result.target.baseline is not None
-                else format_value(measured, result.unit)
-            )
-            line += f", {shown} (target {result.target.describe(result.unit)}: {result.verdict})"
+            if result.target.baseline is not None:
+                line += f", {format_ratio(measured)}"
+            line += f" (target {result.target.describe(result.unit)}: {result.verdict})"
     if result.noisy:
         line += f"; noisy: samples spread {result.spread:.1f}x"
     return line

@@ -96,11 +96,13 @@ def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
             f"noisy {r.spread:.1f}x" if r.noisy else "",
         ])  # fmt: skip
         rows += [["", "", _versus(r, b), "", ""] for b in baselines[1:]]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    # Too wide: shorten the figure names, then the baseline names (the JSON has them whole).
+    widths = _widths(header, rows)
+    if _excess(widths) > 0:  # first drop the spread from the notes (the JSON has it)
+        rows = [[*row[:4], "noisy" if row[4] else ""] for row in rows]
+        widths = _widths(header, rows)
+    # Still too wide: shorten the figure names, then the baseline names.
     for column, least in ((0, 24), (2, 16)):
-        excess = len(_GAP) * (len(widths) - 1) + sum(widths) - WIDTH
-        if excess > 0:
+        if (excess := _excess(widths)) > 0:
             widths[column] = max(least, widths[column] - excess)
     right = {1}
 
@@ -113,6 +115,14 @@ def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
         return _fit(_GAP.join(cells).rstrip())
 
     return [line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)]
+
+
+def _widths(header: list[str], rows: list[list[str]]) -> list[int]:
+    return [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+
+def _excess(widths: list[int]) -> int:
+    return len(_GAP) * (len(widths) - 1) + sum(widths) - WIDTH
 
 
 def _versus(r: Result, baseline: str) -> str:
