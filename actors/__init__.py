@@ -36,6 +36,8 @@ from ._steps import StepInfo as StepInfo, current_step as current_step
 from ._system import ActorSystem as ActorSystem, open_system as open_system
 from .errors import (
     ActorError as ActorError,
+    AlreadyStarted as AlreadyStarted,
+    AskTimeout as AskTimeout,
     ChildFailed as ChildFailed,
     ContextError as ContextError,
     EncodeError as EncodeError,

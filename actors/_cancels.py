@@ -17,7 +17,7 @@ import attrs
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, Txn
 from storage.errors import Conflict
 
-from . import _protocol
+from . import _asks, _protocol
 from . import _supervision as _sup
 from ._log import children_named
 
@@ -78,6 +78,10 @@ class Cancels:
         txn, notices = _protocol.cancel_txn(
             [_protocol.Cancel(row, timers, reason, fence)], self.epoch_now()
         )
+        # Every ask it owes an answer hears that it ended without one.
+        mail = await self.journal.read(lambda r: r.mailbox(iid))
+        owed = _asks.unanswered_on_disk(log, mail)
+        answers = [_asks.answer(self, txn, ask, {"ended": "cancelled"}) for ask in owed]
         try:
             results = await self.journal.commit(txn)
         except Conflict:
@@ -85,6 +89,8 @@ class Cancels:
         self._status_changed(iid)
         for notice in notices:
             self._route(notice.iid, results[notice.slot], notice.message)
+        for after in answers:
+            after(results)
         return True
 
     async def _cancel_remote(self, iid: bytes, address: str, reason: str) -> bool:
@@ -118,10 +124,14 @@ class Cancels:
             record=attrs.evolve(row.record, restarts=restarts, updated=self.epoch_now()),
             timers=[(timer.run, timer.seq) for timer in timers],
         )  # fmt: skip
+        owed = _asks.unanswered_on_disk(log, ())  # taken by the run that ends here
+        answers = [_asks.answer(self, txn, ask, {"ended": "restarted"}) for ask in owed]
         try:
-            await self.journal.commit(txn)
+            results = await self.journal.commit(txn)
         except Conflict:
             return
+        for after in answers:
+            after(results)
         self._status_changed(iid)
         self._activate(iid)
 

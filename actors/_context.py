@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import uuid as _uuid
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from storage import decode, digest, encode
 
+from . import _asks
 from . import _effects as fx
 from ._checks import check_deadline, check_name, check_seconds, check_text
 from ._interfaces import ActorAPI
 from ._process import RESTART_TYPES
 from ._records import Retry, Signal
 from ._steps import step_key
-from .errors import ContextError, InvalidArguments, LimitExceeded
+from .errors import AskTimeout, ContextError, InvalidArguments, LimitExceeded
 
 __all__ = ["Context"]
 
@@ -122,6 +124,106 @@ class Context:
         _check_signals(signals)
         return await fx.Wait(self._live().driver.next_seq(), signals, pair=True)
 
+    # -- request and reply ------------------------------------------------------------
+
+    def reply(self, value: Any = None) -> fx.Reply:
+        """An effect that answers the message this process took most recently
+        (by ``receive``/``wait``) with ``value``, if it was asked
+        (`ActorSystem.ask`, ``ctx.ask``); for a message that was sent, not
+        asked (or was answered already), a recorded no-op. So one process
+        serves both.
+
+        Recorded in this process's log in one commit with the answer's
+        delivery: a restart before it replays the take and replies once; a
+        restart after it never replies again.
+
+        Raises:
+            EncodeError: (at the call) a value the codec cannot store.
+        """
+        actor = self._live()
+        driver = actor.driver
+        ask = driver.taken
+        if ask is not None and not driver.answered(ask):
+            ask = None  # answered already: the first reply stands
+        return fx.Reply(driver.next_seq(), digest(value, what="reply"), value, ask)
+
+    async def ask(
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Send ``signal`` to the instance at ``address`` as an ask and give
+        the value its process replies with (``ctx.reply``); durable: the
+        send and the reply are recorded in this process's log, so a restart
+        neither sends it twice nor loses the reply.
+
+        Raises:
+            NotDelivered: no live instance at ``address``, or it ended
+                without replying.
+            AskTimeout: no reply within ``timeout`` seconds (a durable timer).
+            EncodeError: (at the call) a payload the codec cannot store.
+        """
+        actor = self._live()
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"ctx.ask takes an actors.Signal, not {signal!r}")
+        check_name(address, "ctx.ask's address")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "ctx.ask(timeout=...)")
+        seq = actor.driver.next_seq()
+        ask_id = _asks.ask_id_of(actor.address, actor.record.incarnation, actor.run, seq)
+        arg_hash = digest([address, signal.name, payload], what=f"payload of ask {signal.name!r}")
+        effect = fx.Ask(seq, arg_hash, address, signal, payload, ask_id)
+        if timeout is None:
+            return await effect
+        timer = self.sleep(timeout)
+        which, value = await fx.First([effect, timer], ["reply", "timeout"])
+        if which == "timeout":
+            raise AskTimeout(
+                f"no reply from {address!r} to {signal.name!r} within {timeout} s; a "
+                "late reply is dropped; ask again or raise timeout=",
+                address=address,
+                timeout=timeout,
+            )
+        return value
+
+    # -- versioning -------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the code path of patch ``patch_id``.
+
+        Live, the first call for a patch id records a marker and gives True;
+        replaying a history recorded before the patch existed gives False
+        there (nothing is consumed from the history, so the old effects
+        that follow still match) and a history recorded with the marker
+        gives True. The first answer holds for the rest of the run::
+
+            if ctx.patched("fee-v2"):
+                await ctx.step(charge_with_fee, order)   # new code
+            else:
+                await ctx.step(charge, order)            # what old histories did
+
+        Once no history before the patch remains, drop the old branch and
+        call `deprecate_patch` instead; once no history holds the marker,
+        drop that call too (see README, "Changing running code").
+        """
+        check_name(patch_id, "ctx.patched's patch id")
+        actor = self._live()
+        driver = actor.driver
+        found = driver.patched(patch_id)
+        if found is not None:
+            return found
+        marker = fx.Marker(driver.next_seq(), patch_id)
+        entry = marker.describe()
+        entry.value = True
+        actor.ride_log(marker.seq, entry)
+        driver.patches[patch_id] = True
+        return True
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Retire patch ``patch_id``, whose old branch is gone: replay skips
+        its marker where a history has one, live code records none. So
+        histories with and without the marker both replay."""
+        check_name(patch_id, "ctx.deprecate_patch's patch id")
+        self._live().driver.skip_marker(patch_id)
+
     def sleep(self, seconds: float) -> fx.Timer:
         """A durable timer effect, done ``seconds`` from when it starts.
 
@@ -155,6 +257,7 @@ class Context:
         compensate: Callable[..., Any] | None = None,
         validate_input: Callable[[Any], Any] | None = None,
         validate_output: Callable[[Any], Any] | None = None,
+        thread: bool = True,
         **kwargs: Any,
     ) -> fx.Step:
         """A step effect: run ``fn(*args, **kwargs)`` (sync in a worker thread,
@@ -171,6 +274,12 @@ class Context:
             validate_input / validate_output: callables whose *returned*
                 value is used, so coercions apply; a validation error fails
                 the step at once (`StepFailed`), without retries.
+            thread: for a sync ``fn``: False runs it on the trio thread,
+                without the worker-thread round trip (~100 µs). Only for
+                cheap functions that never block (pure computation, an
+                in-memory lookup): while it runs, every instance and task
+                of the system waits. No ``timeout=`` then (nothing could
+                interrupt it). Async functions always run on the trio thread.
 
         Raises (when awaited):
             StepFailed: the last attempt failed; its message names the cause.
@@ -183,6 +292,14 @@ class Context:
             raise InvalidArguments(f"retry= takes actors.Retry(...), not {retry!r}")
         if timeout is not None:
             timeout = check_seconds(timeout, "ctx.step(timeout=...)", positive=True)
+        if not isinstance(thread, bool):
+            raise InvalidArguments(f"ctx.step(thread=...) takes True or False, not {thread!r}")
+        if not thread and timeout is not None and not inspect.iscoroutinefunction(fn):
+            raise InvalidArguments(
+                "ctx.step(thread=False) runs a sync function on the trio thread, where "
+                "nothing can interrupt it, so it takes no timeout=; drop timeout=, or let "
+                "it run in a worker thread (thread=True, the default)"
+            )
         if name is not None:
             check_name(name, "ctx.step(name=...)")
         step_name = name or getattr(fn, "__qualname__", None) or repr(fn)
@@ -194,6 +311,7 @@ class Context:
             actor.driver.next_seq(), step_name, arg_hash, fn, args, kwargs,
             retry=retry, timeout=timeout, compensate=compensate,
             validate_input=validate_input, validate_output=validate_output, key=key,
+            thread=thread,
         )  # fmt: skip
 
     # -- children -------------------------------------------------------------------

@@ -18,6 +18,7 @@ import attrs
 from storage import Txn
 from storage.errors import EncodeError
 
+from . import _asks
 from . import _effects as fx
 from . import _events, _protocol, _saga
 from . import _supervision as _sup
@@ -131,6 +132,9 @@ class Ends:
             txn, self.iid, address=self.address, record=self.record, status=status,
             timers=timers, now=self.system.epoch_now(),
         )  # fmt: skip
+        # Every ask it owes an answer hears that it ended without one.
+        unread = self.mailbox.asks.values() if self.mailbox.asks else ()
+        answers = _asks.no_reply(self, txn, status, unread) if unread or self.driver.unanswered else ()
         results = await self.barrier(txn)
         self.status = status
         self.done = True
@@ -140,6 +144,8 @@ class Ends:
             _events.failed(self.address, error_summary(self.record.error))
         if notice is not None:
             self.system._route(notice.iid, results[notice.slot], notice.message)
+        for after in answers:
+            after(results)
 
     async def diverge(self, exc: BaseException) -> None:
         """Keep the instance suspended with ``last_error`` (never failed or lost)."""
@@ -158,8 +164,14 @@ class Ends:
             self._abandon(leaf)
         txn = Txn()
         self.begin_run(txn, input=effect.input, last_error=None)
-        self.txn.ops.extend(txn.ops)
-        self.flush()
+        if self.driver.unanswered:  # taken by this run, never to be answered by the next
+            answers = _asks.no_reply(self, txn, "continued as new", ())
+            results = await self.barrier(txn)
+            for after in answers:
+                after(results)
+        else:
+            self.txn.ops.extend(txn.ops)
+            self.flush()
         self.driver.load({})
         return self.new_coroutine()
 

@@ -27,6 +27,7 @@ import attrs
 from storage import InstanceRecord, Ticket, Txn
 from storage.errors import Conflict, JournalCorrupt, JournalFull
 
+from . import _asks
 from . import _effects as fx
 from . import _events, _tracing
 from . import _saga
@@ -210,11 +211,17 @@ class Actor(Ends):
         self.loaded = True
         return True
 
-    def deliver(self, seq: int, name: str, payload: Any, trace: str | None = None) -> None:
+    def deliver(
+        self, seq: int, name: str, payload: Any, trace: str | None = None,
+        ask: list[Any] | None = None,
+    ) -> None:  # fmt: skip
         """A message was committed to this instance's mailbox (``trace``: the
-        sender's trace context, see `_tracing`)."""
+        sender's trace context, see `_tracing`; ``ask``: the ask, if it was
+        asked, see `_asks`)."""
         if self.done or not self.mailbox.accepts(seq):
             return
+        if ask is not None:
+            self.mailbox.asks[seq] = ask
         if trace is not None:
             _tracing.delivered(self, seq, name, trace)
         if self.system.log_debug:
@@ -301,6 +308,8 @@ class Actor(Ends):
 
     async def wait_for(self, effect: Effect) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
+        if type(effect) is fx.Reply and effect in self.live:
+            await _asks.send_reply(self, effect)  # type: ignore[arg-type]  # see start_reply
         self.root = effect
         passivate_now = self.system.passivate_after <= 0
         while not effect.done:
@@ -371,6 +380,7 @@ class Actor(Ends):
         if txn is not None:
             pending.ops.extend(txn.ops)
             pending.requires.extend(txn.requires)
+            pending.wakes.extend(txn.wakes)
         if self.fenced:
             pending.fence(self.iid, self.epoch)
         prior = self.ticket
@@ -464,6 +474,10 @@ class Actor(Ends):
             self.start_task(run_step, self, leaf, entry)
         elif kind is fx.Call or kind is fx.Spawn:
             _sup.start_child_effect(self, leaf, entry)
+        elif kind is fx.Reply:
+            _asks.start_reply(self, leaf)  # type: ignore[arg-type]
+        elif kind is fx.Ask:
+            _asks.start_ask(self, leaf, entry)  # type: ignore[arg-type]
         else:  # Emit, Publish: the only other leaves
             _streams.start(self, leaf)
 
@@ -515,6 +529,8 @@ class Actor(Ends):
             if kind is fx.Call:
                 self.mailbox.remove_wait(leaf)  # type: ignore[arg-type]
             _sup.abandon_child_effect(self, leaf)
+        elif kind is fx.Ask:
+            self.mailbox.remove_wait(leaf)  # type: ignore[arg-type]  # a late reply stays unread
         # An Emit or Publish that lost a race still completes its write.
 
     # -- mail and timers -----------------------------------------------------------
@@ -543,11 +559,17 @@ class Actor(Ends):
                 entry.message = mseq
                 self.finish(wait, value, error, entry)
                 continue
+            if type(wait) is fx.Ask:
+                self.finish(wait, *_asks.reply_outcome(wait, payload, mseq))
+                continue
             entry = wait.describe()
             entry.value = payload
             entry.message = mseq
             if wait.pair:
                 entry.signal = signal.name
+            ask = mailbox.asks.pop(mseq, None) if mailbox.asks else None
+            entry.ask = ask
+            self.driver.took(wait.seq, ask)
             self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
 
     def _start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None:

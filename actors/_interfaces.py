@@ -44,6 +44,8 @@ class SystemAPI(Protocol):
     _live: dict[bytes, ActorAPI]
     _cursors: dict[tuple[bytes, str], int]
     outages: Any  # the JournalWatch
+    asks: Any  # the Asks in flight (see _asks)
+    max_payload: int
 
     @property
     def closing(self) -> bool: ...
@@ -120,6 +122,8 @@ class ActorAPI(Protocol):
     escalate_to: tuple[Any, ...] | None
     loaded: bool
     done: bool
+    fenced: bool  # writes are fenced with epoch (a shared journal)
+    epoch: int
 
     def finish(
         self,

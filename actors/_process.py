@@ -18,6 +18,7 @@ RESTART_TYPES = ("permanent", "transient", "temporary")
 # so process input may not use them. (ctx.step's own keywords, name, retry,
 # timeout, compensate, validate_*, only constrain step kwargs.)
 RESERVED = {
+    "start": {"if_exists"},
     "signal_with_start": {"signal", "payload"},
     "spawn": {"restart"},
 }

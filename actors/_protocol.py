@@ -12,7 +12,14 @@ send, a cancel or a cleanup writes.
 
 A message, as stored in a mailbox: ``[signal name, payload, sent at]``
 (epoch seconds), and a 4th element, the sender's W3C traceparent, when it
-was sent inside a trace (see `_tracing`); readers ignore what they do not use.
+was sent inside a trace (see `_tracing`), and a 5th (the 4th then None if
+there is no trace), the ask ``[ask id, reply-to address, asker's node]``,
+when it was asked (see `_asks`); readers ignore what they do not use.
+
+A send with an idempotency key records the key as a cursor named
+``KEY_PREFIX + key`` in the same transaction, so the key lives exactly as
+long as the incarnation (carried across continue-as-new and restarts,
+deleted with the instance).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from ._effects import end_signal
 from .errors import LimitExceeded
 
 __all__ = [
+    "KEY_PREFIX",
     "STUCK",
     "Cancel",
     "Notice",
@@ -101,17 +109,20 @@ class Cancel:
 
 def add_message(
     txn: Txn, iid: bytes, name: str, payload: Any, now: float, *,
-    max_payload: int | None = None, trace: str | None = None,
+    max_payload: int | None = None, trace: str | None = None, ask: list[Any] | None = None,
 ) -> Notice:  # fmt: skip
     """Append a message to ``iid``'s mailbox in ``txn``; returns the notice
     to route once it commits. ``trace``, the sender's W3C traceparent, is
-    stored beside the payload (a 4th element), never in it.
+    stored beside the payload (a 4th element), never in it; so is ``ask``
+    (a 5th).
 
     Raises:
         EncodeError: the payload cannot be stored (naming the path inside it).
         LimitExceeded: it encodes to more than ``max_payload`` bytes.
     """
-    after = (now,) if trace is None else (now, trace)
+    after: tuple[Any, ...] = (now,) if trace is None else (now, trace)
+    if ask is not None:
+        after = (now, trace, ask)
     try:
         slot = txn.append_message(iid, [name, payload, *after])
     except EncodeError:
@@ -132,14 +143,51 @@ def add_message(
     return Notice(iid, message, slot)
 
 
+KEY_PREFIX = "\x00key "  # a send's idempotency key, as a cursor name (see the module doc)
+
+
 def send_txn(
-    iid: bytes, name: str, payload: Any, now: float, *, max_payload: int, trace: str | None = None
-) -> tuple[Txn, Notice]:
+    iid: bytes, name: str, payload: Any, now: float, *, max_payload: int,
+    trace: str | None = None, ask: list[Any] | None = None, key: str | None = None,
+) -> tuple[Txn, Notice]:  # fmt: skip
     """A user's send: the message, on condition that the instance is live
-    (else the commit raises `Conflict` and stores nothing)."""
+    (else the commit raises `Conflict` and stores nothing); with ``key``,
+    the key too (the caller checked that the incarnation has not seen it)."""
     txn = Txn()
     txn.require(iid, LIVE_STATUSES)
-    return txn, add_message(txn, iid, name, payload, now, max_payload=max_payload, trace=trace)
+    notice = add_message(
+        txn, iid, name, payload, now, max_payload=max_payload, trace=trace, ask=ask
+    )
+    if key is not None:
+        txn.set_cursor(iid, KEY_PREFIX + key, 0)
+    return txn, notice
+
+
+def send_many_txn(
+    messages: Sequence[tuple[bytes, str, Any]], now: float, *, max_payload: int,
+    trace: str | None = None,
+) -> tuple[Txn, list[Notice]]:  # fmt: skip
+    """Many user sends in one transaction: ``(iid, signal name, payload)``
+    each, on condition that every instance addressed is live (else the
+    commit raises `Conflict` and stores none of them).
+
+    Raises:
+        EncodeError, LimitExceeded: as `add_message`, with a note naming the
+            message's position in ``messages``.
+    """
+    txn = Txn()
+    for iid in dict.fromkeys(iid for iid, _, _ in messages):
+        txn.require(iid, LIVE_STATUSES)
+    notices = []
+    for n, (iid, name, payload) in enumerate(messages):
+        try:
+            notices.append(
+                add_message(txn, iid, name, payload, now, max_payload=max_payload, trace=trace)
+            )
+        except (EncodeError, LimitExceeded) as exc:
+            exc.add_note(f"(message {n} of the {len(messages)} given to send_many; none was sent)")
+            raise
+    return txn, notices
 
 
 def system_send_txn(iid: bytes, name: str, payload: Any, now: float) -> tuple[Txn, Notice]:

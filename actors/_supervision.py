@@ -28,6 +28,7 @@ import trio
 
 from storage import LIVE_STATUSES, InstanceRecord, Txn, instance_id
 
+from . import _asks
 from . import _effects as fx
 from . import _events, _tracing
 from ._handles import ChildHandle
@@ -235,7 +236,11 @@ async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     txn = Txn()
     restarts = next_restarts(actor.record, reason, system.epoch_now())
     actor.begin_run(txn, restarts=restarts, last_error=None)
-    await actor.barrier(txn)
+    # The asks this run took and did not answer never will be: say so.
+    answers = _asks.no_reply(actor, txn, "restarted", ()) if actor.driver.unanswered else []
+    results = await actor.barrier(txn)
+    for after in answers:
+        after(results)
     actor.become("running")
     system._forget(actor)
     system._status_changed(actor.iid)

@@ -20,6 +20,7 @@ import trio
 from storage import (
     MAX_ADDRESS_BYTES,
     STATUS_WORDS,
+    LIVE_STATUSES,
     STATUSES,
     TERMINAL_STATUSES,
     CorruptRecord,
@@ -35,17 +36,19 @@ from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 from . import _control, _events, _guard, _protocol, _tracing
 from ._checks import check_name, check_seconds, check_text
 from ._activation import YIELD_EVERY, Activation
+from ._asks import Asks
 from ._cancels import Cancels
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
+from ._keys import KeyedSends
 from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._records import InstanceInfo, Signal
 from ._streams import Stream
 from ._timers import TimerService
-from .errors import InvalidArguments, LimitExceeded, NotDelivered, UnknownProcess
+from .errors import AlreadyStarted, InvalidArguments, LimitExceeded, NotDelivered, UnknownProcess
 
 __all__ = ["ActorSystem", "open_system"]
 
@@ -123,6 +126,8 @@ class ActorSystem(Activation, Cancels):
         self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
+        self.asks = Asks(self)
+        self.keys = KeyedSends(self)
 
     # -- time ------------------------------------------------------------------
 
@@ -168,19 +173,27 @@ class ActorSystem(Activation, Cancels):
 
     # -- public API ------------------------------------------------------------
 
-    async def start(self, proc: ProcessDef | str, *params: str, **input: Any) -> Handle:
+    async def start(
+        self, proc: ProcessDef | str, *params: str, if_exists: str = "return", **input: Any
+    ) -> Handle:
         """Start an instance of ``proc`` at the address its params give.
 
-        Idempotent: an existing live or finished instance at that address is
-        returned as it is; a cancelled one starts afresh. Returns once the
-        instance is durably recorded.
+        A cancelled instance at that address (or none) starts afresh, as a
+        new incarnation. Any other one (running, suspended, completed,
+        failed, compensation_stuck, corrupt) is kept as it is: with
+        ``if_exists="return"`` (the default) its handle is returned, so a
+        retried start is harmless; with ``"error"`` `AlreadyStarted` is
+        raised. Returns once the instance is durably recorded.
 
         Args:
             proc: a registered definition, or its path template.
             *params: fill the template's path params, in order.
+            if_exists: ``"return"`` or ``"error"``, for an instance that is there.
             **input: the process's keyword input.
 
         Raises:
+            AlreadyStarted: (``if_exists="error"``) an instance is there;
+                the error names it and its status. Nothing is written.
             UnknownProcess: ``proc`` is not registered with this system.
             InvalidArguments: wrong params or input for the process.
             EncodeError: input the codec cannot store (nothing is written).
@@ -189,7 +202,20 @@ class ActorSystem(Activation, Cancels):
             "system.start()",
             "start children with ctx.call or ctx.spawn",
         )
-        handle, _ = await self._start(self._proc(proc), params, input, None)
+        if if_exists not in ("return", "error"):
+            raise InvalidArguments(
+                f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
+            )
+        handle, created = await self._start(self._proc(proc), params, input, None)
+        if not created and if_exists == "error":
+            status = handle.status
+            raise AlreadyStarted(
+                f"an instance is already at {handle.id!r} ({status}); use its "
+                "handle (system.get), cancel it to start a new incarnation, or start "
+                "with if_exists='return'",
+                address=handle.id,
+                status=status,
+            )
         return handle
 
     async def signal_with_start(
@@ -284,11 +310,19 @@ class ActorSystem(Activation, Cancels):
             del self._creating[iid]
             done.set()
 
-    async def send(self, address: str, signal: Signal, payload: Any = None) -> None:
+    async def send(
+        self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
+    ) -> None:
         """Persist a message in the mailbox of the instance at ``address``.
 
         Returns once the message is durable (not once it is processed). A
         passivated instance is live: the message wakes it.
+
+        With ``key`` (a client's request id, say), a send whose key this
+        incarnation of the instance has had already stores nothing and
+        returns normally, so a retried send is taken once. Keys are kept
+        for the incarnation's life (across continue-as-new, restarts and
+        reopens); a new incarnation after a cancel takes them afresh.
 
         Raises:
             NotDelivered: no live instance has that address (unknown, or
@@ -305,12 +339,46 @@ class ActorSystem(Activation, Cancels):
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
         check_name(address, "send's address")
-        await self._send_iid(instance_id(address), address, signal, payload)
+        if key is None:
+            await self._send_iid(instance_id(address), address, signal, payload)
+        else:
+            await self.keys.send(instance_id(address), address, signal, payload, key, self._send_iid)
 
-    async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
+    async def ask(
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Send ``signal`` to the instance at ``address`` as an ask and wait
+        for the value its process gives ``ctx.reply`` after taking it.
+
+        The ask is durable before the wait begins, like `send`; the reply is
+        recorded in the replier's log, so a restart of the replier between
+        taking and replying neither loses nor repeats it, and an asker on
+        another node of a shared journal gets it too (see `actors._asks`).
+
+        Raises:
+            NotDelivered: no live instance at ``address`` (nothing stored),
+                or it ended without replying (the message says so).
+            AskTimeout: no reply within ``timeout`` seconds of the ask
+                being stored (a `TimeoutError` too); the message stays asked.
+            EncodeError: a payload the codec cannot store; nothing is stored.
+        """
+        _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
+        check_name(address, "ask's address")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "ask(timeout=...)")
+        return await self.asks.ask(
+            instance_id(address), address, signal, payload, timeout, self._send_iid
+        )
+
+    async def _send_iid(
+        self, iid: bytes, address: str, signal: Signal, payload: Any, *,
+        ask: list[Any] | None = None, key: str | None = None,
+    ) -> None:  # fmt: skip
         txn, notice = _protocol.send_txn(
             iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
-            trace=_tracing.traceparent(self),
+            trace=_tracing.traceparent(self), ask=ask, key=key,
         )
         try:
             (seq,) = await self.journal.commit(txn)
@@ -319,6 +387,78 @@ class ActorSystem(Activation, Cancels):
                 raise self._corrupt_error(iid, address) from None
             raise self._not_delivered(address, exc) from None
         self._route(iid, seq, notice.message)
+
+    async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
+        """Persist many messages, ``(address, signal, payload)`` each, in one
+        durable commit: all of them are stored, or none.
+
+        The cheap way to fan a batch of events out to many instances: one
+        commit (one fsync) for the whole batch. Messages to one address keep
+        their order.
+
+        Raises:
+            NotDelivered: an address has no live instance; it names the
+                first such address and nothing is stored.
+            EncodeError, LimitExceeded: a payload the codec cannot store (a
+                note names its position); nothing is stored.
+            InvalidArguments: an item that is not ``(address, Signal, payload)``.
+            JournalCorrupt: an addressed instance's records do not decode.
+        """
+        _guard.refuse("system.send_many()", "send from a step (ctx.step) so the send is recorded")
+        batch = []
+        addresses: dict[bytes, str] = {}
+        for n, item in enumerate(messages):
+            if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], Signal)):
+                raise InvalidArguments(
+                    f"send_many takes (address, actors.Signal, payload) tuples; item {n} is "
+                    f"{item!r}"
+                )
+            check_name(item[0], f"send_many's address (item {n})")
+            iid = instance_id(item[0])
+            addresses.setdefault(iid, item[0])
+            batch.append((iid, item[1].name, item[2]))
+        if not batch:
+            return
+        txn, notices = _protocol.send_many_txn(
+            batch, self.epoch_now(), max_payload=self.max_payload,
+            trace=_tracing.traceparent(self),
+        )  # fmt: skip
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict as exc:
+            raise await self._first_undeliverable(addresses, exc) from None
+        for notice in notices:
+            self._route(notice.iid, results[notice.slot], notice.message)
+
+    async def _first_undeliverable(self, addresses: dict[bytes, str], exc: Conflict) -> Exception:
+        """The error for a `send_many` that one of its instances refused: the
+        first address (in the batch's order) that is not live now, as read
+        after the refusal."""
+
+        def statuses(r: Any) -> dict[bytes, str]:
+            found = {}
+            for iid in addresses:
+                try:
+                    row = r.instance(iid)
+                except JournalCorrupt:
+                    found[iid] = "corrupt"
+                    continue
+                found[iid] = "missing" if row is None else row.status
+            return found
+
+        for iid, status in (await self.journal.read(statuses)).items():
+            address = addresses[iid]
+            if status == "corrupt":
+                return self._corrupt_error(iid, address)
+            if status == "missing":
+                return self._not_delivered(address, Conflict("", reason="missing"))
+            if status not in LIVE_STATUSES:
+                return self._not_delivered(address, Conflict("", reason="status", status=status))
+        return NotDelivered(
+            f"an instance addressed by send_many ended while the batch was committed "
+            f"({exc}); nothing was stored: send the batch again",
+            address=next(iter(addresses.values())), reason="finished",
+        )
 
     def _route(self, iid: bytes, seq: int, message: bytes) -> None:
         """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
@@ -341,6 +481,12 @@ class ActorSystem(Activation, Cancels):
         txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
         (seq,) = await self.journal.commit(txn)
         self._route(iid, seq, notice.message)
+
+    def _mail_noticed(self, iid: bytes) -> None:
+        """Another node wrote mail for ``iid``: a reply to an ask of this
+        system's, or a message for an instance this node owns."""
+        if not self.asks.noticed(iid):
+            self.nodes.mail_noticed(iid)
 
     @property
     def closing(self) -> bool:
@@ -637,7 +783,7 @@ async def open_system(
             )  # fmt: skip
             nursery.start_soon(system._sweep_idle, name="actors idle sweep")
             if journal.shared:
-                journal.on_mail(system.nodes.mail_noticed)
+                journal.on_mail(system._mail_noticed)
                 nursery.start_soon(
                     system.outages.keep_running, system._take_over, "the takeover scan",
                     name="actors takeover",
@@ -660,7 +806,11 @@ async def open_system(
         raise body_error
 
 
-def _unpack_message(message: bytes) -> tuple[str, Any, str | None]:
-    """(signal name, payload, sender's traceparent or None) of an encoded mailbox record."""
+def _unpack_message(message: bytes) -> tuple[str, Any, str | None, list[Any] | None]:
+    """(signal name, payload, sender's traceparent or None, ask or None) of
+    an encoded mailbox record."""
     decoded = decode(message)
-    return decoded[0], decoded[1], decoded[3] if len(decoded) > 3 else None
+    size = len(decoded)
+    return (
+        decoded[0], decoded[1], decoded[3] if size > 3 else None, decoded[4] if size > 4 else None
+    )

@@ -157,5 +157,5 @@ def loaded(actor: Any, mail: Any) -> None:
     if not actor.system.tracing:
         return
     for seq, message in mail:
-        if len(message) > 3:
+        if len(message) > 3 and message[3] is not None:  # (None: asked outside a trace)
             delivered(actor, seq, message[0], message[3])

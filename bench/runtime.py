@@ -163,10 +163,12 @@ def _noop_sync(i: int) -> int:
 
 
 @process("job/:id")
-async def job(ctx: Context, id: str, *, steps: int, sync: bool = False) -> int:
+async def job(
+    ctx: Context, id: str, *, steps: int, sync: bool = False, inline: bool = False
+) -> int:
     fn = _noop_sync if sync else _noop
     for i in range(steps):
-        await ctx.step(fn, i)
+        await ctx.step(fn, i, thread=not inline)
     return steps
 
 
@@ -406,10 +408,38 @@ def signal_rate(directory: Path, seconds: float, *, memory: bool, instances: int
     return trio.run(main)
 
 
+def send_many_rate(directory: Path, seconds: float, *, instances: int = _INSTANCES) -> float:
+    """Signals/s durably stored by ``system.send_many``, 1000 per call (one
+    to each of ``instances`` live instances), as fast as one sender can; the
+    instances take them meanwhile (the trio thread is shared)."""
+
+    async def main() -> float:
+        _probe.reset()
+        async with _open(_lmdb(directory)) as system:
+            ids = [str(i) for i in range(instances)]
+            await _start_many(system, sink, ids, _STARTERS)
+            batch = [(f"sink/{ids[k % instances]}", ping, _PAYLOAD) for k in range(1000)]
+
+            async def once() -> int:
+                await system.send_many(batch)
+                # Let the instances keep up, so mailboxes do not grow without bound.
+                while _probe.count < sent[0] - 4 * len(batch):
+                    await trio.sleep(0.001)
+                sent[0] += len(batch)
+                return len(batch)
+
+            sent = [0]
+            return await _repeat_rate(seconds, once, once)
+
+    return trio.run(main)
+
+
 # -- 3: processes ------------------------------------------------------------------
 
 
-def process_rate(directory: Path, seconds: float, *, steps: int, sync: bool = False) -> float:
+def process_rate(
+    directory: Path, seconds: float, *, steps: int, sync: bool = False, inline: bool = False
+) -> float:
     """Instances started and completed per second, in waves of ``_IN_FLIGHT``
     concurrent ``start`` + ``result()``."""
 
@@ -422,7 +452,9 @@ def process_rate(directory: Path, seconds: float, *, steps: int, sync: bool = Fa
                 waves += 1
 
                 async def one(k: int) -> None:
-                    handle = await system.start(job, f"{waves}.{k}", steps=steps, sync=sync)
+                    handle = await system.start(
+                        job, f"{waves}.{k}", steps=steps, sync=sync, inline=inline
+                    )
                     await handle.result()
 
                 async with trio.open_nursery() as nursery:
@@ -844,6 +876,10 @@ def runtime_suite(options: Options) -> list[Result]:
             lambda d, s: signal_rate(d, s, memory=True, instances=_INSTANCES), chan,
         ),
         Measurement(
+            "send_many, 1000 per call -> 1000 instances", "signals/s",
+            lambda d, s: send_many_rate(d, s), raw, at_least(0.25, "raw-1000/txn"),
+        ),
+        Measurement(
             "process, 1 async step", "processes/s",
             lambda d, s: process_rate(d, s, steps=1), raw, at_least(2.3, commits),
         ),
@@ -854,6 +890,10 @@ def runtime_suite(options: Options) -> list[Result]:
         Measurement(
             "process, 1 sync step", "processes/s",
             lambda d, s: process_rate(d, s, steps=1, sync=True), raw,
+        ),
+        Measurement(
+            "process, 1 sync step, thread=False", "processes/s",
+            lambda d, s: process_rate(d, s, steps=1, sync=True, inline=True), raw,
         ),
         *_Sampler(latency).measurements([
             ("send->resumed p50", "µs", "p50", ("raw-commit",), at_most(1.3, "raw-commit")),

@@ -174,6 +174,8 @@ class Txn:
     # (iid, epoch): this node must still own the instance at that epoch
     fences: list[tuple[bytes, int]] = attrs.field(factory=list)
     results: int = 0  # how many ops give a result (appends)
+    # (iid, node): tell that node, once this commits, that iid has new mail
+    wakes: list[tuple[bytes, str]] = attrs.field(factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.ops)
@@ -189,6 +191,13 @@ class Txn:
         unless this node still owns the instance at ``epoch`` (see
         `Journal.claim`). Journals with a single owner accept every fence."""
         self.fences.append((iid, epoch))
+
+    def wake(self, iid: bytes, node: str) -> None:
+        """On a journal shared between nodes, tell ``node`` once this commits
+        (and only if it does) that ``iid`` has new mail, as an append to an
+        instance that node owns does (`Journal.on_mail`); for mail under an
+        id no node owns. Single-owner journals ignore it."""
+        self.wakes.append((iid, node))
 
     def put_instance(
         self, iid: bytes, *, address: str, process: str, status: str, record: InstanceRecord
@@ -392,6 +401,10 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     def cursors(self, iid: bytes) -> dict[str, int]:
         """Each consumer's position (index of its next value)."""
+
+    def cursor(self, iid: bytes, consumer: str) -> int | None:
+        """``consumer``'s position in that instance's stream, or None if it has none."""
+        return self.cursors(iid).get(consumer)
 
     @abc.abstractmethod
     def has_records(self, iid: bytes) -> bool:

@@ -320,6 +320,9 @@ class _MemoryReader(Reader):
     def stream_length(self, iid: bytes) -> int:
         return len(self._j._streams.get(iid, []))
 
+    def cursor(self, iid: bytes, consumer: str) -> int | None:
+        return self._j._cursors.get(iid, {}).get(consumer)
+
     def cursors(self, iid: bytes) -> dict[str, int]:
         return dict(self._j._cursors.get(iid, {}))
 

@@ -203,6 +203,8 @@ _ALWAYS = frozenset({"run", "incarnation"})
 
 
 class _NoValue:
+    """The value of a log entry that holds none (``None`` is a value)."""
+
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -241,6 +243,7 @@ class LogEntry:
     key    idempotency key (steps)
     due    due time, epoch seconds (timers)
     child  address of the child a call created
+    q      the ask a wait took: ``[ask id, reply-to address, asker's node]``
     =====  =============================================
     """
 
@@ -257,6 +260,7 @@ class LogEntry:
     key: str | None = None
     due: float | None = None
     child: str | None = None
+    ask: list[Any] | None = None
     extra: dict[str, Any] | None = None  # keys of another version, kept as they were
 
     @property
@@ -287,6 +291,8 @@ class LogEntry:
             stored["due"] = self.due
         if self.child is not None:
             stored["child"] = self.child
+        if self.ask is not None:
+            stored["q"] = self.ask
         if self.extra:
             stored.update(self.extra)
         return stored
@@ -339,14 +345,14 @@ class LogEntry:
 # The stored keys, in the order of LogEntry's fields (from_stored fills
 # positional arguments by these positions), each field's value when its key
 # is absent, and the types a present value may have (None: any).
-_ENTRY_KEYS = ("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child")
+_ENTRY_KEYS = ("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child", "q")
 _ENTRY_POSITION = {key: i for i, key in enumerate(_ENTRY_KEYS)}
-_ENTRY_DEFAULTS: list[Any] = ["", "", b"", NO_VALUE] + [None] * 9
+_ENTRY_DEFAULTS: list[Any] = ["", "", b"", NO_VALUE] + [None] * 10
 _ENTRY_TYPES: tuple[tuple[type, ...] | None, ...] = (
     (str,), (str, _NONE), None, None, (dict,), (int,), (str,), (int,), None, None, None,
-    _NUMBER, None,
+    _NUMBER, None, (list,),
 )  # fmt: skip
 assert [f.name for f in attrs.fields(LogEntry)] == [
     "kind", "name", "hash", "value", "error", "message", "signal", "attempt", "failures",
-    "closed", "key", "due", "child", "extra",
+    "closed", "key", "due", "child", "ask", "extra",
 ]  # fmt: skip

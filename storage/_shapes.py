@@ -34,7 +34,8 @@ def entry_problem(value: Any) -> str | None:
 
 
 def message_problem(value: Any) -> str | None:
-    """What is wrong with a mailbox message ``[signal, payload, sent]``, if anything."""
+    """What is wrong with a mailbox message ``[signal, payload, sent, trace, ask]``
+    (the last two optional), if anything."""
     if not isinstance(value, (list, tuple)) or len(value) < 2:
         return f"the message is {value!r}, not [signal, payload, ...]"
     if not isinstance(value[0], str):
@@ -43,4 +44,10 @@ def message_problem(value: Any) -> str | None:
         return f"the runtime's message {value[0]!r} carries {value[1]!r}, not a map"
     if len(value) > 2 and not isinstance(value[2], (*_NUMBER, type(None))):
         return f"the message's time is {value[2]!r}, not a number"
+    if len(value) > 4 and value[4] is not None:
+        ask = value[4]
+        if not isinstance(ask, (list, tuple)) or len(ask) < 2 or not all(
+            isinstance(part, str) for part in ask[:2]
+        ):
+            return f"the message's ask is {ask!r}, not [ask id, reply-to address, node]"
     return None

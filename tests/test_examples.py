@@ -68,6 +68,22 @@ def test_fan_out(tmp_path):
     assert lines[-1].startswith("100 item children completed, e.g. batches/b1/items/")
 
 
+def test_accounts(tmp_path):
+    lines = run_example("accounts.py", tmp_path / "journal")
+    assert [
+        "ann deposits 50: {'ok': True, 'balance': 150}",
+        "bob after a retried deposit: 30",  # the retry with the same key stored nothing
+        "bob withdraws 80: {'ok': False, 'why': 'bob has 30, not 80'}",
+        "-- closed and opened again --",
+        "ann's balance: 150",
+        "t1: moved 120 from ann to bob",
+        "t2: refused: bob has 150, not 500",
+        "ann's balance: 30",
+        "bob's balance: 150",
+        "cy: unknown",
+    ] == lines
+
+
 @pytest.mark.slow  # two interpreters, a SIGKILL and real-time sleeps: about 3 s
 def test_restart_demo(tmp_path):
     lines = run_example("restart_demo.py", "demo", tmp_path / "journal", timeout=30)

@@ -273,7 +273,7 @@ async def test_sigkill_under_load_keeps_the_supervisor_tree_consistent(tmp_path)
             {"n": n, "side": str(side)} if awaited
             else {"n": n, "side": str(side), "hold": child.holds(n)}
         ), (address, record.input)  # fmt: skip
-        assert (record.incarnation, record.run, record.restarts) == (1, 0, []), (
+        assert (record.incarnation, record.run, list(record.restarts)) == (1, 0, []), (
             f"{address} was started more than once: inc {record.incarnation}, run "
             f"{record.run}, restarts {record.restarts}"
         )

@@ -127,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("signal", help="the signal's name")
     p.add_argument("payload", nargs="?", metavar="JSON",
                    help="the payload as JSON ('-' reads stdin; default null)")  # fmt: skip
+    p.add_argument("--key", metavar="KEY",
+                   help="an idempotency key: a second send with the same key to the same "
+                   "incarnation stores nothing")  # fmt: skip
 
     p = command("cancel", "cancel a live instance and its children")
     p.add_argument("address", help=_ADDRESS)

@@ -25,6 +25,7 @@ from storage import (
 from storage.errors import JournalCorrupt
 
 from .._log import LogEntry, children_named
+from .._protocol import KEY_PREFIX
 from ._access import find_instance, journal_dir, reading
 from ._errors import CORRUPT, OK, CLIError
 from ._render import (
@@ -230,6 +231,8 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
     except JournalCorrupt as exc:
         raise CLIError(f"records of {row.address!r} are corrupt: {exc}", CORRUPT) from None
     length, cursors = r.stream_length(iid), r.cursors(iid)
+    keys = sorted(name[len(KEY_PREFIX) :] for name in cursors if name.startswith(KEY_PREFIX))
+    cursors = {name: pos for name, pos in cursors.items() if not name.startswith(KEY_PREFIX)}
     ended = row.status in TERMINAL_STATUSES
     return {
         "address": row.address,
@@ -245,6 +248,7 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
         "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
         "mailbox": [_mail_item(seq, message) for seq, message in mail],
         "messages_ever": r.last_message_seq(iid),
+        "send_keys": keys,  # the idempotency keys this incarnation had (see send --key)
         "timers": [
             {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
             for t in r.timers(iid)

@@ -276,6 +276,11 @@ class _LMDBReader(Reader):
         found = self._txn.get(key, db=self._dbs["counters"])
         return 0 if found is None else j.number(found, "counters", key)
 
+    def cursor(self, iid: bytes, consumer: str) -> int | None:
+        key = iid + consumer.encode()
+        value = self._txn.get(key, db=self._dbs["cursors"])
+        return None if value is None else j.number(bytes(value), "cursors", key)
+
     def cursors(self, iid: bytes) -> dict[str, int]:
         found = {}
         for key, value in self._scan("cursors", iid):
