@@ -340,11 +340,6 @@ class _Sampler:
 # -- 1, 2: signals -----------------------------------------------------------------
 
 
-def raw_commit_latency(directory: Path, seconds: float) -> float:
-    """µs per raw LMDB synced commit of one put."""
-    return 1e6 / raw_commit(directory, seconds)
-
-
 def raw_commit_costs(directory: Path, seconds: float) -> dict[str, float]:
     """Raw LMDB synced commits of one put: µs each, and commits/s."""
     rate = raw_commit(directory, seconds)
