@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, CorruptRecord, InstanceRecord, Txn, instance_id
+from storage import LIVE_STATUSES, CorruptRecord, InstanceRecord, InstanceRow, Txn, instance_id
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
@@ -50,6 +50,17 @@ class Activation:
             self._run_or_reload, actor.main, iid, name=f"actor {address}"
         )
         return actor
+
+    def _run_admitted(self, row: InstanceRow, epoch: int) -> None:
+        """Run an instance a queue just turned from queued to running; ``row``
+        is its record as read before (a queued instance never ran, so it has
+        no log, mail or timers to load). One being cancelled or activated
+        meanwhile goes the usual way, through `_activate`."""
+        proc = self._procs.get(row.process)
+        if proc is None or row.iid in self._live or row.iid in self._activating:
+            self._activate(row.iid)
+            return
+        self._run_created(row.iid, row.address, proc, row.record, epoch)
 
     def _activate(self, iid: bytes) -> None:
         """Bring the instance into memory if it is on disk (replaying it)."""
@@ -125,6 +136,7 @@ class Activation:
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
+        self.queues.ended(actor.iid, status)  # its slot, if it holds one, frees
         # The final state of what just ended answers handle reads (result(),
         # status) without a journal read each: on a remote journal that read
         # is a blocking round trip on the trio thread. Bounded, oldest out.
@@ -282,7 +294,9 @@ class Activation:
             # One bad record must not keep the system (and every other
             # instance) down: the scan goes past each and reports it here.
             broken: list[CorruptRecord] = []
-            for status in sorted(LIVE_STATUSES):
+            # (Queued ones too: a queued child whose parent ended is cancelled,
+            # not started later; the rest wait for their queue's pump.)
+            for status in sorted(LIVE_STATUSES | {"queued"}):
                 for row in r.instances(status, corrupt=broken):
                     parent = row.record.parent
                     gone = _parent_gone(r, parent) if parent else None

@@ -20,6 +20,7 @@ from storage.errors import Conflict
 from . import _asks, _protocol
 from . import _supervision as _sup
 from ._log import children_named
+from ._queues import waiting_rows
 
 
 class Cancels:
@@ -68,6 +69,8 @@ class Cancels:
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in UNFINISHED_STATUSES:
             return False
+        if row.status == "queued":
+            return await self._cancel_queued(row, address, reason)
         epoch = await self.journal.claim(iid)
         if epoch is None:
             return await self._cancel_remote(iid, address, reason)
@@ -91,6 +94,26 @@ class Cancels:
             self._route(notice.iid, results[notice.slot], notice.message)
         for after in answers:
             after(results)
+        return True
+
+    async def _cancel_queued(self, row: Any, address: str, reason: str) -> bool:
+        """Cancel a queued instance: nothing runs it, so no node need own it;
+        it leaves its queue in the same transaction."""
+        iid = row.iid
+        states = await self.journal.read(lambda r: waiting_rows(r, iid))
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, (), reason, None, states)], self.epoch_now()
+        )
+        # Unclaimed, so only while it is still queued: once a queue started
+        # it, its owner cancels it (the next round of this loop).
+        txn.require(iid, frozenset({"queued"}))
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return await self._cancel_on_disk(iid, address, reason)
+        self._status_changed(iid)
+        for notice in notices:
+            self._route(notice.iid, results[notice.slot], notice.message)
         return True
 
     async def _cancel_remote(self, iid: bytes, address: str, reason: str) -> bool:

@@ -327,20 +327,33 @@ class Context:
         address = f"{actor.address}/{own}"
         return definition, address, digest([definition.template, list(params), input], what="input")
 
-    def call(self, proc: Any, *params: str, **input: Any) -> fx.Call:
+    def call(
+        self, proc: Any, *params: str, queue: Any = None, priority: int = 0, **input: Any
+    ) -> fx.Call:
         """An awaited child: start ``proc`` at ``<this id>/<its path>`` and
         give its result.
 
         The child is a full instance (its own mailbox; signals reach it by
-        its address). It ends with this process at the latest.
+        its address). It ends with this process at the latest. With
+        ``queue=`` (a registered `Queue` or its name) it waits ``"queued"``
+        for a slot, in ``priority`` then FIFO order.
 
         Raises (when awaited):
             ChildFailed: the child failed or was cancelled; carries its error.
         """
         definition, address, arg_hash = self._child(proc, params, input)
-        return fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
+        call = fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
+        call.queue = self._queue(queue, priority)
+        return call
 
-    def spawn(self, proc: Any, *params: str, restart: str = "transient", **input: Any) -> fx.Spawn:
+    def _queue(self, queue: Any, priority: int) -> tuple[Any, int] | None:
+        chosen: tuple[Any, int] | None = self._live().system.queues.choose(queue, priority)
+        return chosen
+
+    def spawn(
+        self, proc: Any, *params: str, restart: str = "transient", queue: Any = None,
+        priority: int = 0, **input: Any,
+    ) -> fx.Spawn:  # fmt: skip
         """A detached, supervised child; awaiting it gives a `ChildHandle` once
         the child exists. Spawning at an existing child's address gives that
         child.
@@ -350,13 +363,16 @@ class Context:
                 ``"permanent"`` (restarted whenever it ends) or
                 ``"temporary"`` (never restarted), within this process's
                 supervision limits (see `process`).
+            queue, priority: as for `call`: the child waits for a slot.
         """
         if restart not in RESTART_TYPES:
             raise InvalidArguments(f"restart must be one of {RESTART_TYPES}, not {restart!r}")
         definition, address, arg_hash = self._child(proc, params, input)
-        return fx.Spawn(
+        spawn = fx.Spawn(
             self._actor.driver.next_seq(), arg_hash, definition, params, input, address, restart
         )
+        spawn.queue = self._queue(queue, priority)
+        return spawn
 
     async def scope(
         self,
@@ -364,12 +380,17 @@ class Context:
         proc: Any,
         key: Callable[[Any], Any] | None = None,
         input: Callable[[Any], dict[str, Any]] | None = None,
+        *,
+        queue: Any = None,
+        priority: int = 0,
     ) -> dict[Any, Any]:
         """One awaited child per item, run concurrently: ``{key(item): result}``.
 
         A tuple item fills the child's path params; anything else fills its
         single path param. ``input(item)`` (optional) gives the child's
-        keyword input; ``key`` defaults to the item itself.
+        keyword input; ``key`` defaults to the item itself. With ``queue=``
+        the children wait for its slots (``priority`` as for `call`), so a
+        fan-out runs only as many at once as the queue allows.
 
         Raises:
             InvalidArguments: duplicate keys (before anything starts).
@@ -403,8 +424,8 @@ class Context:
                 raise InvalidArguments(f"ctx.scope keys must be unique; {k!r} repeats")
             seen.add(k)
         calls = [
-            self.call(proc, *(item if isinstance(item, tuple) else (item,)),
-                      **(input(item) if input is not None else {}))
+            self.call(proc, *(item if isinstance(item, tuple) else (item,)), queue=queue,
+                      priority=priority, **(input(item) if input is not None else {}))
             for item in items
         ]  # fmt: skip
         values = await fx.All(list(calls), settled=False)

@@ -74,7 +74,7 @@ class Wait(Effect):
 class Call(Wait):
     """An awaited child: done when the child's end message arrives."""
 
-    __slots__ = ("proc", "params", "input", "address", "creating")
+    __slots__ = ("proc", "params", "input", "address", "creating", "queue")
     kind = "call"
 
     def __init__(
@@ -89,12 +89,13 @@ class Call(Wait):
         self.input = input
         self.address = address
         self.creating = False
+        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
 
 
 class Spawn(Effect):
     """A detached, supervised child: done once the child exists."""
 
-    __slots__ = ("proc", "params", "input", "address", "restart", "creating")
+    __slots__ = ("proc", "params", "input", "address", "restart", "creating", "queue")
     kind = "spawn"
 
     def __init__(
@@ -108,6 +109,7 @@ class Spawn(Effect):
         self.address = address
         self.restart = restart
         self.creating = False
+        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
 
 
 class Ask(Wait):

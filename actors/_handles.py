@@ -42,8 +42,9 @@ class Handle:
 
     @property
     def status(self) -> str:
-        """``"running"``, ``"suspended"``, ``"completed"``, ``"failed"``,
-        ``"cancelled"``, ``"compensation_stuck"`` or ``"corrupt"``."""
+        """``"queued"`` (waiting in a queue), ``"running"``, ``"suspended"``,
+        ``"completed"``, ``"failed"``, ``"cancelled"``, ``"compensation_stuck"``
+        or ``"corrupt"``."""
         status, record = self._system._snapshot(self._iid)
         if status != "corrupt" and record.incarnation != self._incarnation:
             return "cancelled"  # this handle's incarnation was cancelled and replaced

@@ -44,6 +44,8 @@ class SystemAPI(Protocol):
     _live: dict[bytes, ActorAPI]
     _cursors: dict[tuple[bytes, str], int]
     outages: Any  # the JournalWatch
+    queues: Any  # the QueueService (actors._queues)
+    nodes: Any  # the NodeView (actors._nodes)
     asks: Any  # the Asks in flight (see _asks)
     max_payload: int
 
@@ -77,6 +79,8 @@ class SystemAPI(Protocol):
 
     def _activate(self, iid: bytes) -> None: ...
 
+    def _run_admitted(self, row: Any, epoch: int) -> None: ...
+
     def _instance_idle(self) -> None: ...
 
     def _stalled(self, actor: ActorAPI, exc: Exception) -> None: ...
@@ -100,6 +104,12 @@ class SystemAPI(Protocol):
     async def _send_system(self, iid: bytes, address: str, signal: Any, payload: Any) -> None: ...
 
     async def cancel(self, address: str) -> bool: ...
+
+    async def _start(
+        self, proc: ProcessDef, params: tuple[Any, ...], input: dict[str, Any], message: Any,
+        *, parent: str | None = None, address: str | None = None, queued: Any = None,
+        extra: Callable[[Txn], None] | None = None,
+    ) -> tuple[Any, bool]: ...
 
 
 class ActorAPI(Protocol):

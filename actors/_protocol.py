@@ -95,13 +95,15 @@ class Cancel:
     """One instance to cancel: its row and timers as read, and why.
 
     ``epoch`` fences the write on a shared journal (`Journal.claim`); None
-    writes unfenced (single-owner journals, the CLI).
+    writes unfenced (single-owner journals, the CLI). ``states``: state rows
+    that go with it (a queued instance's waiting entry, see `_queues.waiting_rows`).
     """
 
     row: InstanceRow
     timers: Sequence[TimerRow]
     reason: str
     epoch: int | None = None
+    states: Sequence[str] = ()
 
 
 # -- messages -----------------------------------------------------------------------
@@ -214,6 +216,7 @@ def start_txn(
     max_payload: int | None = None,
     child: dict[str, Any] | None = None,
     trace: str | None = None,
+    status: str = "running",
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
     ``previous``), with a first message for ``signal_with_start``; for a
@@ -234,7 +237,7 @@ def start_txn(
     txn = Txn()
     if previous is not None:
         txn.delete_instance(iid)
-    txn.put_instance_encoded(iid, address=address, process=process, status="running", record=stored)
+    txn.put_instance_encoded(iid, address=address, process=process, status=status, record=stored)
     notice = None
     if message is not None:
         notice = add_message(
@@ -344,6 +347,8 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
         )
         for timer in cancel.timers:
             txn.cancel_timer(row.iid, timer.run, timer.seq)
+        for key in cancel.states:  # a queued instance leaves its queue
+            txn.delete_state(key)
         notice = end_notice(txn, row.address, record, "cancelled", now)
         if notice is not None:
             notices.append(notice)

@@ -123,14 +123,20 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
                 "restart": getattr(effect, "restart", "temporary"),
                 "awaited": type(effect) is fx.Call, "restarts": [],
             }, trace=_tracing.traceparent(system),
+            status="running" if effect.queue is None else "queued",
         )  # fmt: skip
         txn, record = start.txn, start.record
+        if effect.queue is not None:  # it waits for a slot: the queue's pump starts it
+            system.queues.enqueue(txn, effect.queue[0], iid, address, effect.queue[1])
     elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:
         ended = end_payload(row.status, row.record)
     parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
     await parent.barrier(txn)
-    if fresh:
+    if fresh and effect.queue is not None:
+        system._status_changed(iid)
+        system.queues.poke(effect.queue[0].name)
+    elif fresh:
         system._run_created(iid, address, proc, record)
         system._status_changed(iid)
     return ended

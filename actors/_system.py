@@ -1,18 +1,18 @@
-"""`ActorSystem` and `open_system`: the public calls, routing and the system's life.
+"""`ActorSystem`: the public calls, routing and the system's state.
 
 Bringing instances into memory and out (activation, passivation, stalls,
 recovery, shutdown) is in `_activation`; the internals of cancelling and
-restarting in `_cancels`. Both are bases of `ActorSystem`, so each method
-still has one owner and one place to read it.
+restarting in `_cancels`; `query`, `cleanup` and settling stuck
+compensations in `_upkeep`; `send_many` in `_batches`. Each is a base of
+`ActorSystem`, so each method still has one owner and one place to read it.
+`open_system` (in `_open`) runs a system.
 """
 
 from __future__ import annotations
 
 import math
 import random as _random
-import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
@@ -20,23 +20,20 @@ import trio
 from storage import (
     MAX_ADDRESS_BYTES,
     STATUS_WORDS,
-    LIVE_STATUSES,
-    STATUSES,
-    TERMINAL_STATUSES,
-    CorruptRecord,
     InstanceRecord,
     Journal,
-    LMDBJournal,
+    Txn,
     decode,
     encode,
     instance_id,
 )
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
-from . import _control, _events, _guard, _protocol, _tracing
+from . import _events, _guard, _protocol, _tracing
 from ._checks import check_name, check_seconds, check_text
-from ._activation import YIELD_EVERY, Activation
+from ._activation import Activation
 from ._asks import Asks
+from ._batches import Batches
 from ._cancels import Cancels
 from ._context import Context
 from ._handles import Handle
@@ -45,19 +42,23 @@ from ._keys import KeyedSends
 from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
-from ._records import InstanceInfo, Signal
+from ._flow import FlowControl
+from ._queues import Queue, QueueService
+from ._records import Signal
+from ._schedules import ScheduleService
 from ._streams import Stream
 from ._timers import TimerService
+from ._upkeep import Upkeep
 from .errors import AlreadyStarted, InvalidArguments, LimitExceeded, NotDelivered, UnknownProcess
 
-__all__ = ["ActorSystem", "open_system"]
+__all__ = ["ActorSystem"]
 
 # What `_snapshot` gives for an instance it cannot read: incarnation 0 is
 # none a handle holds, so a handle reads it as replaced.
 NO_RECORD = InstanceRecord(incarnation=0)
 
 
-class ActorSystem(Activation, Cancels):
+class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
     """The runtime: owns a journal, routes messages, runs live instances.
 
     Get one from `open_system`; every method is safe to call from any task
@@ -74,6 +75,7 @@ class ActorSystem(Activation, Cancels):
         max_sync_steps: int,
         max_payload: int,
         now: Callable[[], float],
+        queues: Iterable[Queue] = (),
     ) -> None:
         if passivate_after != math.inf:  # inf: never passivate
             passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
@@ -126,6 +128,8 @@ class ActorSystem(Activation, Cancels):
         self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
+        self.queues = QueueService(self, queues)
+        self.schedules = ScheduleService(self)
         self.asks = Asks(self)
         self.keys = KeyedSends(self)
 
@@ -174,7 +178,13 @@ class ActorSystem(Activation, Cancels):
     # -- public API ------------------------------------------------------------
 
     async def start(
-        self, proc: ProcessDef | str, *params: str, if_exists: str = "return", **input: Any
+        self,
+        proc: ProcessDef | str,
+        *params: str,
+        if_exists: str = "return",
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
     ) -> Handle:
         """Start an instance of ``proc`` at the address its params give.
 
@@ -189,13 +199,18 @@ class ActorSystem(Activation, Cancels):
             proc: a registered definition, or its path template.
             *params: fill the template's path params, in order.
             if_exists: ``"return"`` or ``"error"``, for an instance that is there.
+            queue: a `Queue` registered with ``open_system(queues=...)`` (or
+                its name): the instance is stored ``"queued"`` and starts
+                when the queue's limits allow, in ``priority`` then FIFO order.
+            priority: with ``queue``: lower numbers start first (default 0).
             **input: the process's keyword input.
 
         Raises:
             AlreadyStarted: (``if_exists="error"``) an instance is there;
                 the error names it and its status. Nothing is written.
             UnknownProcess: ``proc`` is not registered with this system.
-            InvalidArguments: wrong params or input for the process.
+            InvalidArguments: wrong params or input for the process, or a
+                queue that is not registered.
             EncodeError: input the codec cannot store (nothing is written).
         """
         _guard.refuse(
@@ -206,7 +221,10 @@ class ActorSystem(Activation, Cancels):
             raise InvalidArguments(
                 f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
             )
-        handle, created = await self._start(self._proc(proc), params, input, None)
+        queued = self.queues.choose(queue, priority)
+        handle, created = await self._start(
+            self._proc(proc), params, input, None, queued=queued
+        )
         if not created and if_exists == "error":
             status = handle.status
             raise AlreadyStarted(
@@ -217,6 +235,7 @@ class ActorSystem(Activation, Cancels):
                 status=status,
             )
         return handle
+
 
     async def signal_with_start(
         self,
@@ -247,6 +266,8 @@ class ActorSystem(Activation, Cancels):
         *,
         parent: str | None = None,
         address: str | None = None,
+        queued: tuple[Queue, int] | None = None,
+        extra: Callable[[Txn], None] | None = None,
     ) -> tuple[Handle, bool]:
         for param in params:
             if isinstance(param, str):
@@ -290,8 +311,14 @@ class ActorSystem(Activation, Cancels):
                 now=self.epoch_now(), max_payload=self.max_payload,
                 message=None if message is None else (message[0].name, message[1]),
                 trace=_tracing.traceparent(self),
+                status="running" if queued is None else "queued",
             )  # fmt: skip
             record = start.record
+            if extra is not None:  # what the caller records with the start (a schedule's tick)
+                extra(start.txn)
+            if queued is not None:  # it waits for a slot: the queue's pump starts it
+                await self._enqueue(start.txn, queued, iid, address)
+                return Handle(self, iid, address, record.incarnation), True
             results = await self.journal.commit(start.txn)
             try:
                 epoch = await self.journal.claim(iid)
@@ -388,78 +415,6 @@ class ActorSystem(Activation, Cancels):
             raise self._not_delivered(address, exc) from None
         self._route(iid, seq, notice.message)
 
-    async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
-        """Persist many messages, ``(address, signal, payload)`` each, in one
-        durable commit: all of them are stored, or none.
-
-        The cheap way to fan a batch of events out to many instances: one
-        commit (one fsync) for the whole batch. Messages to one address keep
-        their order.
-
-        Raises:
-            NotDelivered: an address has no live instance; it names the
-                first such address and nothing is stored.
-            EncodeError, LimitExceeded: a payload the codec cannot store (a
-                note names its position); nothing is stored.
-            InvalidArguments: an item that is not ``(address, Signal, payload)``.
-            JournalCorrupt: an addressed instance's records do not decode.
-        """
-        _guard.refuse("system.send_many()", "send from a step (ctx.step) so the send is recorded")
-        batch = []
-        addresses: dict[bytes, str] = {}
-        for n, item in enumerate(messages):
-            if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], Signal)):
-                raise InvalidArguments(
-                    f"send_many takes (address, actors.Signal, payload) tuples; item {n} is "
-                    f"{item!r}"
-                )
-            check_name(item[0], f"send_many's address (item {n})")
-            iid = instance_id(item[0])
-            addresses.setdefault(iid, item[0])
-            batch.append((iid, item[1].name, item[2]))
-        if not batch:
-            return
-        txn, notices = _protocol.send_many_txn(
-            batch, self.epoch_now(), max_payload=self.max_payload,
-            trace=_tracing.traceparent(self),
-        )  # fmt: skip
-        try:
-            results = await self.journal.commit(txn)
-        except Conflict as exc:
-            raise await self._first_undeliverable(addresses, exc) from None
-        for notice in notices:
-            self._route(notice.iid, results[notice.slot], notice.message)
-
-    async def _first_undeliverable(self, addresses: dict[bytes, str], exc: Conflict) -> Exception:
-        """The error for a `send_many` that one of its instances refused: the
-        first address (in the batch's order) that is not live now, as read
-        after the refusal."""
-
-        def statuses(r: Any) -> dict[bytes, str]:
-            found = {}
-            for iid in addresses:
-                try:
-                    row = r.instance(iid)
-                except JournalCorrupt:
-                    found[iid] = "corrupt"
-                    continue
-                found[iid] = "missing" if row is None else row.status
-            return found
-
-        for iid, status in (await self.journal.read(statuses)).items():
-            address = addresses[iid]
-            if status == "corrupt":
-                return self._corrupt_error(iid, address)
-            if status == "missing":
-                return self._not_delivered(address, Conflict("", reason="missing"))
-            if status not in LIVE_STATUSES:
-                return self._not_delivered(address, Conflict("", reason="status", status=status))
-        return NotDelivered(
-            f"an instance addressed by send_many ended while the batch was committed "
-            f"({exc}); nothing was stored: send the batch again",
-            address=next(iter(addresses.values())), reason="finished",
-        )
-
     def _route(self, iid: bytes, seq: int, message: bytes) -> None:
         """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
 
@@ -533,47 +488,6 @@ class ActorSystem(Activation, Cancels):
             return None
         return Handle(self, iid, address, row.record.incarnation)
 
-    async def query(
-        self, status: str | None = None, process: ProcessDef | str | None = None
-    ) -> AsyncIterator[InstanceInfo]:
-        """Iterate instances (live and on disk) with that status and process.
-
-        Args:
-            status: one of the statuses, or None for any.
-            process: a definition or its template, or None for any.
-        """
-        template = None
-        if process is not None:
-            template = process.template if isinstance(process, ProcessDef) else process
-            check_name(template, "query(process=...)")
-        if status is not None and status not in STATUSES:
-            raise InvalidArguments(f"status must be one of {STATUSES}, not {status!r}")
-        broken: list[CorruptRecord] = []  # a record that does not decode hides only itself
-        rows = await self.journal.read(lambda r: list(r.instances(None, template, corrupt=broken)))
-        for bad in broken:
-            if bad.address is not None and status in (None, "corrupt"):
-                yield InstanceInfo(
-                    id=bad.address, process=bad.process, status="corrupt", created=None,
-                    updated=None, last_error=str(bad.error),
-                )  # fmt: skip
-        for n, row in enumerate(rows, 1):
-            if n % YIELD_EVERY == 0:
-                await trio.lowlevel.checkpoint()  # a long listing starves no one
-            actor = self._live.get(row.iid)
-            mine = actor is not None and actor.loaded and self.nodes.trusted(row.iid)
-            current = actor.status if mine else row.status  # type: ignore[union-attr]
-            record = actor.record if mine else row.record  # type: ignore[union-attr]
-            if status is not None and current != status:
-                continue
-            yield InstanceInfo(
-                id=row.address,
-                process=row.process,
-                status=current,
-                created=record.created,
-                updated=record.updated,
-                last_error=record.last_error,
-            )
-
     async def cancel(self, address: str) -> bool:
         """Cancel the instance at ``address``.
 
@@ -624,81 +538,6 @@ class ActorSystem(Activation, Cancels):
         """
         return Stream(self, address, consumer, from_)
 
-    async def resume_compensation(self, address: str) -> bool:
-        """Retry the compensation of a ``compensation_stuck`` instance from
-        where it stopped. Returns False if it is not stuck."""
-        iid = instance_id(check_name(address, "resume_compensation's address"))
-        row = await self.journal.read(lambda r: r.instance(iid))
-        if row is None or row.status != "compensation_stuck":
-            return False
-        txn = _protocol.resume_compensation_txn(row, self.epoch_now())
-        await self.journal.commit(txn, durable=True)
-        self._status_changed(iid)
-        self._activate(iid)
-        return True
-
-    async def abandon_compensation(self, address: str) -> bool:
-        """End a ``compensation_stuck`` instance as failed, keeping its record
-        (which compensations ran, which did not, and why). Returns False if
-        it is not stuck."""
-        iid = instance_id(check_name(address, "abandon_compensation's address"))
-        row = await self.journal.read(lambda r: r.instance(iid))
-        if row is None or row.status != "compensation_stuck":
-            return False
-        txn = _protocol.abandon_compensation_txn(row, self.epoch_now())
-        await self.journal.commit(txn, durable=True)
-        self._status_changed(iid)
-        return True
-
-    async def cleanup(
-        self,
-        older_than: float,
-        statuses: Iterable[str] = tuple(sorted(TERMINAL_STATUSES)),
-    ) -> int:
-        """Remove finished instances last updated more than ``older_than``
-        seconds ago, with every record they own (log, mailbox, stream,
-        cursors, timers, index entries). Returns how many were removed.
-
-        Raises:
-            InvalidArguments: a status that is not finished (running,
-                suspended and parked instances are never cleaned up).
-        """
-        wanted = tuple(statuses)
-        for status in wanted:
-            if status not in TERMINAL_STATUSES:
-                raise InvalidArguments(
-                    f"cleanup removes finished instances only; {status!r} is not one of "
-                    "'completed', 'failed', 'cancelled'"
-                )
-        cutoff = self.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
-
-        def scan(r: Any) -> list[bytes]:
-            return [
-                row.iid
-                for status in wanted
-                for row in r.instances(status)
-                if (row.record.updated or 0) <= cutoff
-            ]
-
-        removed = 0
-        victims = await self.journal.read(scan)
-        for iid in victims:
-            self._ends.pop(iid, None)
-        for start in range(0, len(victims), 500):
-            txn = _protocol.cleanup_txn(victims[start : start + 500], wanted)
-            try:
-                await self.journal.commit(txn, durable=True)
-                removed += len(victims[start : start + 500])
-            except Conflict:  # one changed meanwhile: go one by one
-                for iid in victims[start : start + 500]:
-                    one = _protocol.cleanup_txn([iid], wanted)
-                    try:
-                        await self.journal.commit(one, durable=True)
-                        removed += 1
-                    except Conflict:
-                        pass
-        return removed
-
     # -- status notifications ------------------------------------------------------
 
     def _status_event(self, iid: bytes) -> trio.Event:
@@ -708,102 +547,14 @@ class ActorSystem(Activation, Cancels):
         return event
 
     def _status_changed(self, iid: bytes) -> None:
+        self.queues.status_changed(iid)
+        self.schedules.status_changed(iid)
         actor = self._live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
         event = self._status_events.pop(iid, None)
         if event is not None:
             event.set()
-
-
-@asynccontextmanager
-async def open_system(
-    journal: Journal,
-    processes: Iterable[ProcessDef] = (),
-    random: _random.Random | None = None,
-    *,
-    passivate_after: float = 60.0,
-    max_sync_steps: int = 64,
-    max_payload: int = 1 << 20,
-    now: Callable[[], float] = time.time,
-    node: str | None = None,
-    control: bool = True,
-) -> AsyncIterator[ActorSystem]:
-    """Open the journal, recover every unfinished instance, and run the system.
-
-    Use as ``async with actors.open_system(LMDBJournal("./state"), processes=[...]) as system:``.
-    Leaving the block stops the live instances without cancelling them
-    (they resume on the next open), drains pending writes and closes the
-    journal, so the same path can be opened again at once.
-
-    Args:
-        journal: where instances live (`storage.LMDBJournal`, `MemoryJournal`, ...).
-        processes: the definitions this system runs (nothing is global).
-        random: the random source for ``ctx.random()``, ``ctx.uuid()`` and
-            retry jitter (seed it for reproducible tests).
-        passivate_after: seconds an instance with nothing to do stays in
-            memory before it is dropped (it is replayed when a message or
-            timer arrives); 0 passivates at every suspension, ``math.inf``
-            never.
-        max_sync_steps: how many sync steps run in worker threads at once.
-        max_payload: the largest encoded message payload, in bytes.
-        now: the wall clock read once at open to map trio's clock onto epoch
-            time (tests pass a fixed one so virtual time carries across reopens).
-        node: this node's name, to share a journal that several nodes open
-            at once (`storage.PostgresJournal`): each instance runs on one
-            live node at a time, messages reach it from any node, and the
-            instances of a node that dies or freezes move to the others.
-        control: on an `LMDBJournal`, serve the control socket
-            (``control.sock`` in its directory, owner only) through which
-            the ``actors`` command line sends, cancels and resumes beside
-            the running system; False serves none.
-
-    Raises:
-        JournalLocked: another system has the journal open.
-        InvalidArguments: an option that is not a sane number (nothing is opened).
-    """
-    system = ActorSystem(
-        journal, processes, random,
-        passivate_after=passivate_after, max_sync_steps=max_sync_steps,
-        max_payload=max_payload, now=now,
-    )  # fmt: skip
-    if node is not None:
-        journal.set_node(node)
-    journal.check_shapes = True  # a record of another shape marks its instance corrupt
-    await journal.open()
-    body_error: BaseException | None = None
-    try:
-        system._offset = now() - trio.current_time()
-        async with trio.open_nursery() as nursery:
-            system._nursery = system.outages.nursery = nursery
-            await system._recover()
-            nursery.start_soon(
-                system.outages.keep_running, system.timers.run, "the timer service",
-                name="actors timer service",
-            )  # fmt: skip
-            nursery.start_soon(system._sweep_idle, name="actors idle sweep")
-            if journal.shared:
-                journal.on_mail(system._mail_noticed)
-                nursery.start_soon(
-                    system.outages.keep_running, system._take_over, "the takeover scan",
-                    name="actors takeover",
-                )  # fmt: skip
-            if control and isinstance(journal, LMDBJournal):
-                _control.start(nursery, system, journal.path)
-            try:
-                yield system
-            except BaseException as exc:
-                # Re-raised below as itself, not wrapped in the nursery's
-                # ExceptionGroup: the caller's own error stays catchable.
-                body_error = exc
-            finally:
-                await system._shutdown()
-                nursery.cancel_scope.cancel()
-    finally:
-        with trio.CancelScope(shield=True):
-            await journal.close()
-    if body_error is not None:
-        raise body_error
 
 
 def _unpack_message(message: bytes) -> tuple[str, Any, str | None, list[Any] | None]:

@@ -19,7 +19,9 @@ from ._table import format_markdown, format_table, write_json
 
 # Suites register themselves on import. The journal suite always exists; the
 # others arrive with the runtime and the PostgreSQL journal.
-_SUITE_MODULES = ("bench.journal", "bench.runtime", "bench.asks", "bench.postgres")
+_SUITE_MODULES = (
+    "bench.journal", "bench.runtime", "bench.asks", "bench.queues", "bench.postgres",
+)
 
 # (samples per figure, seconds per sample) of the default run and of --full.
 DEFAULT_RUN = (3, 0.3)

@@ -26,6 +26,7 @@ from ._journal import (
     instance_id as instance_id,
 )
 from ._lmdb import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
+from ._states import StateOps as StateOps, StateRow as StateRow
 from ._memory import MemoryJournal as MemoryJournal
 from .errors import (
     ActorError as ActorError,

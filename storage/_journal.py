@@ -34,6 +34,7 @@ import attrs
 
 from ._codec import decode, encode
 from ._records import InstanceRecord, LogEntry, RecordShapeError
+from ._states import StateOps, StateRow
 from .errors import Conflict, EncodeError, JournalCorrupt
 
 __all__ = [
@@ -62,6 +63,7 @@ STATUSES: tuple[str, ...] = (
     "cancelled",
     "compensation_stuck",
     "corrupt",
+    "queued",  # waiting in a queue for a slot (see actors._queues); not yet run
 )
 STATUS_CODE: dict[str, int] = {name: i + 1 for i, name in enumerate(STATUSES)}
 STATUS_NAME: dict[int, str] = {i + 1: name for i, name in enumerate(STATUSES)}
@@ -70,9 +72,10 @@ LIVE_STATUSES: frozenset[str] = frozenset({"running", "suspended"})
 # Terminal: the instance ended and never runs again (a cancelled address may
 # be started afresh, as a new incarnation).
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-# Unfinished: live, or parked until compensation is resumed or abandoned;
-# what a cancel can still end.
-UNFINISHED_STATUSES: frozenset[str] = LIVE_STATUSES | {"compensation_stuck"}
+# Unfinished: live, queued, or parked until compensation is resumed or
+# abandoned; what a cancel can still end. (Queued is not live: it has not
+# run yet and takes no messages.)
+UNFINISHED_STATUSES: frozenset[str] = LIVE_STATUSES | {"compensation_stuck", "queued"}
 # How messages say why an instance takes no more messages ("no live instance
 # at 'orders/o-17' (it completed)").
 STATUS_WORDS: dict[str, str] = {
@@ -81,6 +84,7 @@ STATUS_WORDS: dict[str, str] = {
     "cancelled": "it was cancelled",
     "compensation_stuck": "it is parked in compensation_stuck",
     "corrupt": "its records are corrupt",
+    "queued": "it is queued and takes messages once it starts",
 }
 
 T = TypeVar("T")
@@ -100,6 +104,10 @@ def instance_id(address: str) -> bytes:
     without coordination, and a collision is as likely as a random UUID's.
     """
     return hashlib.blake2b(address.encode(), digest_size=16).digest()
+
+
+# status names -> their codes, for Txn.require
+_CODES: dict[frozenset[str], frozenset[int]] = {}
 
 
 @attrs.frozen(slots=True)
@@ -161,11 +169,13 @@ def due_us(due: float) -> int:
 
 
 @attrs.define(slots=True)
-class Txn:
+class Txn(StateOps):
     """A write transaction: preconditions, then operations, applied atomically.
 
     Every method encodes its values at once, so a bad value raises
-    `EncodeError` here and the journal never sees the transaction.
+    `EncodeError` here and the journal never sees the transaction. The state
+    row operations (`put_state`, `delete_state`, `expect_state`) come from
+    its base `StateOps`.
     """
 
     ops: list[tuple[Any, ...]] = attrs.field(factory=list)
@@ -174,6 +184,8 @@ class Txn:
     # (iid, epoch): this node must still own the instance at that epoch
     fences: list[tuple[bytes, int]] = attrs.field(factory=list)
     results: int = 0  # how many ops give a result (appends)
+    # (state key, version): see `StateOps.expect_state`
+    expects: list[tuple[str, int]] = attrs.field(factory=list)
     # (iid, node): tell that node, once this commits, that iid has new mail
     wakes: list[tuple[bytes, str]] = attrs.field(factory=list)
 
@@ -183,7 +195,12 @@ class Txn:
     def require(self, iid: bytes, statuses: frozenset[str] | None = None) -> None:
         """Fail the whole transaction with `Conflict` unless the instance
         exists (and, if given, has one of ``statuses``) when it is applied."""
-        codes = None if statuses is None else frozenset(STATUS_CODE[s] for s in statuses)
+        codes = None
+        if statuses is not None:
+            statuses = frozenset(statuses)  # (no copy of a frozenset)
+            codes = _CODES.get(statuses)  # every send requires one of a few sets
+            if codes is None:
+                codes = _CODES[statuses] = frozenset(STATUS_CODE[s] for s in statuses)
         self.requires.append((iid, codes, ""))
 
     def fence(self, iid: bytes, epoch: int) -> None:
@@ -406,6 +423,11 @@ class Reader(abc.ABC):
         """``consumer``'s position in that instance's stream, or None if it has none."""
         return self.cursors(iid).get(consumer)
 
+    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
+        """State rows whose key starts with ``prefix``, by key, at most
+        ``limit`` of them (see `storage._states`)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no state rows")
+
     @abc.abstractmethod
     def has_records(self, iid: bytes) -> bool:
         """Whether anything at all is stored for that id (record, log, mail,
@@ -459,7 +481,7 @@ class Journal(abc.ABC):
             Conflict, JournalFull: see `Ticket.wait`; nothing was written.
         """
         ticket = self.submit(txn)
-        if durable or self.durability == "sync" or txn.requires:
+        if durable or self.durability == "sync" or txn.requires or txn.expects:
             return await ticket.wait()
         return []
 

@@ -12,6 +12,7 @@ import trio
 
 from . import _journal as j
 from . import _shapes
+from . import _states
 from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
 from ._records import LogEntry
 from .errors import JournalClosed, JournalCorrupt, JournalLocked
@@ -60,6 +61,7 @@ class MemoryJournal(Journal):
         self._timer_heap: list[tuple[int, bytes, int, int]] = []
         self._streams: dict[bytes, list[bytes]] = {}
         self._cursors: dict[bytes, dict[str, int]] = {}
+        self._states: dict[str, tuple[int, bytes]] = {}  # key -> (version, value)
 
     async def open(self) -> None:
         if self._open:
@@ -83,6 +85,7 @@ class MemoryJournal(Journal):
         self._check_open()
         try:
             j.check_requires(txn.requires, self._status_code)
+            _states.check_expects(txn.expects, self._state_version)
         except Exception as exc:
             return _Done([], exc)
         try:
@@ -117,6 +120,10 @@ class MemoryJournal(Journal):
                         "already exists where a new one was to be written (the instance's "
                         "message counter was damaged or lost); nothing was overwritten",
                     )  # fmt: skip
+
+    def _state_version(self, key: str) -> int:
+        found = self._states.get(key)
+        return 0 if found is None else found[0]
 
     def _status_code(self, iid: bytes) -> int | None:
         row = self._instances.get(iid)
@@ -173,6 +180,10 @@ class MemoryJournal(Journal):
             self._cursors.pop(iid, None)
             for key in [k for k in self._timers if k[0] == iid]:
                 del self._timers[key]
+        elif code == _states.PUT_STATE:
+            self._states[op[1]] = (self._state_version(op[1]) + 1, op[2])
+        elif code == _states.DELETE_STATE:
+            self._states.pop(op[1], None)
         else:  # pragma: no cover - a programming error in the runtime
             raise ValueError(f"unknown journal op {code}")
 
@@ -325,6 +336,14 @@ class _MemoryReader(Reader):
 
     def cursors(self, iid: bytes) -> dict[str, int]:
         return dict(self._j._cursors.get(iid, {}))
+
+    def states(self, prefix: str, limit: int | None = None) -> list[_states.StateRow]:
+        keys = sorted(key for key in self._j._states if key.startswith(prefix))[:limit]
+        found = []
+        for key in keys:
+            version, value = self._j._states[key]
+            found.append(_states.StateRow(key, version, j.decode_record(value, "states", key.encode())))
+        return found
 
     def has_records(self, iid: bytes) -> bool:
         jr = self._j

@@ -92,7 +92,7 @@ async def test_migration_is_versioned_and_idempotent(make_pg, pg):
     )
     assert {
         "schema_version", "instances", "log", "mail", "timers", "stream", "cursors", "counters",
-        "nodes",
+        "nodes", "states",
     } == {name for (name,) in tables}  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from storage.errors import ActorError, JournalCorrupt, JournalLocked
 
 from ..errors import NotDelivered
 from ._errors import CORRUPT, HELD, INTERRUPTED, NOT_FOUND, REFUSED, USAGE, CLIError
+from ._flow import queues, schedules
 from ._inspect import list_instances, show, stats
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
 from ._tail import consumers, tail
@@ -30,6 +31,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "list": list_instances, "show": show, "send": send, "cancel": cancel,
     "resume-compensation": resume_compensation, "abandon-compensation": abandon_compensation,
     "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats, "web": web,
+    "schedules": schedules, "queues": queues,
 }  # fmt: skip
 
 
@@ -114,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="only ADDRESS and the addresses under it (ADDRESS/...)")  # fmt: skip
     p.add_argument("--limit", type=_count, default=50, metavar="N",
                    help="show at most N (default 50; 0 for all)")  # fmt: skip
+
+    command("schedules", "the journal's schedules: paused or not, last and next tick")
+    command("queues", "the journal's queues: how many wait, how many run, the oldest wait")
 
     p = command("show", "everything recorded about one instance")
     p.add_argument("address", help=_ADDRESS)

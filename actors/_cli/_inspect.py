@@ -26,6 +26,7 @@ from storage.errors import JournalCorrupt
 
 from .._log import LogEntry, children_named
 from .._protocol import KEY_PREFIX
+from .._queues import queue_place
 from ._access import find_instance, journal_dir, reading
 from ._errors import CORRUPT, OK, CLIError
 from ._render import (
@@ -274,6 +275,8 @@ async def show(args: argparse.Namespace) -> int:
         with journal.reader() as r:
             row = find_instance(r, args.address, path)
             doc = describe(r, row)
+            if row.status == "queued":  # which queue, since when
+                doc["queued"] = queue_place(r, row.iid)
     if row.status in LIVE_STATUSES:
         doc["waiting"] = _waiting(doc["log"], doc["mailbox"])
     doc["log_entries"], doc["mailbox_messages"] = len(doc["log"]), len(doc["mailbox"])

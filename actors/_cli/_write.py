@@ -27,6 +27,7 @@ from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalLocked
 
 from .. import _asks, _protocol, _saga
 from .._log import children_named
+from .._queues import waiting_rows
 from .._records import Signal
 from ._access import find_instance, journal_dir, not_live, read_row, reading, writing
 from ._errors import CORRUPT, OK, USAGE, CLIError
@@ -238,4 +239,4 @@ def _plan_cancel(
             "system on the journal, which marks corrupt instances, and cancel from there",
             CORRUPT,
         ) from None
-    plan.append(_protocol.Cancel(row, timers, reason))
+    plan.append(_protocol.Cancel(row, timers, reason, states=waiting_rows(r, row.iid)))

@@ -22,6 +22,7 @@ from .. import _shapes
 from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
 from .._codec import decode as _decode
 from .._records import LogEntry
+from .._states import STATE_PREFIX, StateRow
 from ..errors import JournalCorrupt
 from ._layout import (
     _H,
@@ -295,6 +296,16 @@ class _LMDBReader(Reader):
                 "cursors", iid + consumer.encode(),
                 f"puts consumer {consumer!r} at {found[consumer]}, past the values emitted",
             )  # fmt: skip
+        return found
+
+    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
+        found: list[StateRow] = []
+        for key, value in self._scan("meta", STATE_PREFIX + prefix.encode()):
+            if limit is not None and len(found) >= limit:
+                break
+            version = j.number(value[:8], "meta", key)
+            decoded = j.decode_record(value[8:], "meta", key)
+            found.append(StateRow(key[len(STATE_PREFIX) :].decode(), version, decoded))
         return found
 
     def has_records(self, iid: bytes) -> bool:

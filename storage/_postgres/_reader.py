@@ -17,6 +17,7 @@ import psycopg
 from .. import _journal as j
 from .._journal import InstanceRow, Reader, TimerRow
 from .._records import LogEntry
+from .._states import StateRow
 from ..errors import JournalClosed, JournalCorrupt
 from ._pool import _ReadPool
 from ._schema import _SQL
@@ -188,6 +189,12 @@ class _PostgresReader(Reader):
 
     def cursors(self, iid: bytes) -> dict[str, int]:
         return dict(self._rows(self._sql.cursors, [iid]))  # type: ignore[arg-type]
+
+    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
+        return [
+            StateRow(key, version, j.decode_record(bytes(value), "states", key.encode()))
+            for key, version, value in self._rows(self._sql.states, [prefix, limit])
+        ]
 
     def has_records(self, iid: bytes) -> bool:
         return bool(self._one(self._sql.has_records, {"i": iid}))
