@@ -100,10 +100,10 @@ def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
     if _excess(widths) > 0:  # first drop the spread from the notes (the JSON has it)
         rows = [[*row[:4], "noisy" if row[4] else ""] for row in rows]
         widths = _widths(header, rows)
-    # Still too wide: shorten the figure names, then the baseline names.
-    for column, least in ((0, 24), (2, 16)):
-        if (excess := _excess(widths)) > 0:
-            widths[column] = max(least, widths[column] - excess)
+    # Still too wide: shorten the wider of the figure and baseline columns,
+    # a character at a time, down to 24 and 16 (the JSON has the names whole).
+    while _excess(widths) > 0 and (widths[0] > 24 or widths[2] > 16):
+        widths[0 if widths[0] - 24 >= widths[2] - 16 else 2] -= 1
     right = {1}
 
     def line(row: list[str]) -> str:
