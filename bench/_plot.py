@@ -122,6 +122,7 @@ def _bar(r: Result, with_suite: bool) -> _Bar | None:
     baselines = r.baselines()
     value = format_value(r.value, r.unit)
     target = r.target
+    tick: float | None  # where the target's tick goes
     if target is not None and target.baseline is None:  # a plain value: drawn against it
         x, tick = r.value / target.bound, 1.0
         text = f"{value} ({format_ratio(x)} the target's), target {target.describe(r.unit)}: "
