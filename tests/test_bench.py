@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -301,3 +303,20 @@ def test_markdown_has_a_row_per_figure_but_the_baselines() -> None:
         "| fake: spawn tree of 2,550 | 234,567/s *noisy* |  |  |  |",
         "| fake: 100,000 passivated: RSS | 101 MB |  |  | <= 100 MB: **missed** |",
     ] == rows
+
+
+def test_python_m_bench_plot_without_matplotlib_exits_2(tmp_path) -> None:
+    # As a user runs it: the module as a program, with matplotlib unimportable.
+    code = (
+        "import runpy, sys; sys.modules['matplotlib'] = None; "
+        "sys.argv = ['bench', '--plot', sys.argv[1]]; "
+        "runpy.run_module('bench', run_name='__main__')"
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "chart.png")],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert (2, "") == (done.returncode, done.stdout)
+    assert "install it with:\n    pip install -e '.[plot]'" in done.stderr
