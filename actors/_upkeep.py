@@ -5,12 +5,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import STATUSES, TERMINAL_STATUSES, CorruptRecord, InstanceRecord, instance_id
+from storage import (
+    STATUSES,
+    TERMINAL_STATUSES,
+    CorruptRecord,
+    InstanceRecord,
+    InstanceRow,
+    Txn,
+    instance_id,
+)
 from storage.errors import Conflict
 
 from . import _protocol
@@ -82,13 +90,11 @@ class Upkeep(_SystemAPI):
     async def resume_compensation(self, address: str) -> bool:
         """Retry the compensation of a ``compensation_stuck`` instance from
         where it stopped. Returns False if it is not stuck."""
-        iid = instance_id(check_name(address, "resume_compensation's address"))
-        row = await self.journal.read(lambda r: r.instance(iid))
-        if row is None or row.status != "compensation_stuck":
+        iid = await self._settle_stuck(
+            address, "resume_compensation", _protocol.resume_compensation_txn
+        )
+        if iid is None:
             return False
-        txn = _protocol.resume_compensation_txn(row, self.epoch_now())
-        await self.journal.commit(txn, durable=True)
-        self._status_changed(iid)
         self._activate(iid)
         return True
 
@@ -96,14 +102,23 @@ class Upkeep(_SystemAPI):
         """End a ``compensation_stuck`` instance as failed, keeping its record
         (which compensations ran, which did not, and why). Returns False if
         it is not stuck."""
-        iid = instance_id(check_name(address, "abandon_compensation's address"))
+        found = await self._settle_stuck(
+            address, "abandon_compensation", _protocol.abandon_compensation_txn
+        )
+        return found is not None
+
+    async def _settle_stuck(
+        self, address: str, call: str, build: Callable[[InstanceRow, float], Txn]
+    ) -> bytes | None:
+        """Commit ``build(row, now)`` for the stuck instance at ``address``;
+        its id, or None if it is not stuck."""
+        iid = instance_id(check_name(address, f"{call}'s address"))
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
-            return False
-        txn = _protocol.abandon_compensation_txn(row, self.epoch_now())
-        await self.journal.commit(txn, durable=True)
+            return None
+        await self.journal.commit(build(row, self.epoch_now()), durable=True)
         self._status_changed(iid)
-        return True
+        return iid
 
     async def cleanup(
         self,

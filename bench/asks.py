@@ -10,7 +10,7 @@ run and interleaved with it:
   second task receives it and sends the answer back on another, the first
   receives it (round trips/s): trio's cost of the same round trip.
 
-Measurements (targets, checked in review, never here):
+Measurements (targets declared beside the figures, printed with them):
 
 1. ask round trips/s on `MemoryJournal`, one asker. Target >= 0.5x trio
    ping-pong.
@@ -33,7 +33,7 @@ import actors
 from actors import Context, Signal, process
 from storage import LMDBJournal, MemoryJournal
 
-from ._registry import Measurement, Options, Result, run_measurements, suite
+from ._registry import Measurement, Options, Result, at_least, run_measurements, suite
 from .journal import raw_commit
 
 _FOREVER = 1e9  # passivate_after that never passivates during a measurement
@@ -153,7 +153,8 @@ def ask_suite(options: Options) -> list[Result]:
         "ask",
         [
             Measurement("trio ping-pong", "round trips/s", pingpong_rate),
-            Measurement("memory ask, 1 asker", "round trips/s", ask_rate, pingpong),
+            Measurement("memory ask, 1 asker", "round trips/s", ask_rate, pingpong,
+                        target=at_least(0.5, "trio ping-pong")),
             Measurement(
                 "memory ask, 100 askers", "round trips/s",
                 lambda d, s: ask_rate(d, s, askers=100), pingpong,

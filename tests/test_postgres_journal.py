@@ -559,3 +559,23 @@ async def test_random_batches_match_the_memory_journal(make_pg, seed, savepoints
                 assert outcome(results[0]) == outcome(results[1])
             with mem.reader() as m, pgj.reader() as p:
                 assert snapshot(m, now) == snapshot(p, now)
+
+
+async def test_records_of_another_shape_read_as_corrupt_on_postgres(make_pg):
+    """Like LMDB's: a log entry or a message of the wrong shape is
+    `JournalCorrupt` where it is read (with check_shapes, as a system reads)."""
+    async with make_pg() as j:
+        txn = Txn()
+        put(txn, A)
+        txn.put_log(A, 0, 1, {"k": 5})  # a kind that is not a name
+        txn.append_message(A, {"not": "a message"})
+        await j.commit(txn)
+        with j.reader() as r:  # without the checks, the stored maps come back
+            assert r.log(A, 0) == {1: {"k": 5}}
+        j.check_shapes = True
+        with j.reader() as r:
+            for read, database in ((lambda: r.entries(A, 0), "log"), (lambda: r.log(A, 0), "log"),
+                                   (lambda: r.mailbox(A), "mail")):  # fmt: skip
+                with pytest.raises(JournalCorrupt) as info:
+                    read()
+                assert info.value.database == database and "wrong shape" in str(info.value)

@@ -335,7 +335,7 @@ class PostgresJournal(Journal):
     def reader(self) -> Iterator[Reader]:
         pool, _ = self._check_open()
         with self._server.mapped():
-            reader = _PostgresReader(pool, self._sql)
+            reader = _PostgresReader(pool, self._sql, self.check_shapes)
             try:
                 yield reader
             finally:

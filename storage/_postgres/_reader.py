@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from .. import _journal as j
+from .. import _shapes
 from .._journal import InstanceRow, Reader, TimerRow
 from .._records import LogEntry
 from .._states import StateRow
@@ -27,11 +28,14 @@ _PAGE = 1000  # rows per query when a reader iterates instances
 
 
 class _PostgresReader(Reader):
-    __slots__ = ("_conn", "_pool", "_sql", "_started")
+    __slots__ = ("_conn", "_pool", "_sql", "_started", "_entry", "_message")
 
-    def __init__(self, pool: _ReadPool, sql: _SQL) -> None:
+    def __init__(self, pool: _ReadPool, sql: _SQL, shapes: bool = False) -> None:
         self._pool = pool
         self._sql = sql
+        # The shape checks of `Journal.check_shapes`, or None.
+        self._entry = _shapes.entry_problem if shapes else None
+        self._message = _shapes.message_problem if shapes else None
         self._conn: psycopg.Connection | None = pool.getconn()
         self._started = False  # whether the snapshot has been taken
 
@@ -123,7 +127,7 @@ class _PostgresReader(Reader):
 
     def log(self, iid: bytes, run: int) -> dict[int, Any]:
         return {
-            seq: j.decode_record(entry, "log", iid)
+            seq: j.decode_record(entry, "log", iid, self._entry)
             for seq, entry in self._rows(self._sql.log, [iid, run])
         }
 
@@ -137,7 +141,7 @@ class _PostgresReader(Reader):
 
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
         return [
-            (seq, j.decode_record(message, "mail", iid))
+            (seq, j.decode_record(message, "mail", iid, self._message))
             for seq, message in self._rows(self._sql.mailbox, [iid])
         ]
 
@@ -145,7 +149,7 @@ class _PostgresReader(Reader):
         found: dict[bytes, list[tuple[int, Any]]] = {iid: [] for iid in iids}
         for iid, seq, message in self._rows(self._sql.mailboxes, [iids]):
             iid = bytes(iid)
-            found[iid].append((seq, j.decode_record(message, "mail", iid)))
+            found[iid].append((seq, j.decode_record(message, "mail", iid, self._message)))
         return found
 
     def last_message_seq(self, iid: bytes) -> int:
