@@ -71,16 +71,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
-import actors
-from actors import Context, Signal, process
-from storage import LMDBJournal, MemoryJournal
+from storage import MemoryJournal
 
 from ._registry import (
     Measurement,
@@ -93,249 +90,39 @@ from ._registry import (
     suite,
 )
 from .journal import raw_batch, raw_commit
-
-_MAP_SIZE = 1 << 30
-_FOREVER = 1e9  # passivate_after that never passivates during a measurement
-_SENDERS = 1000
-_INSTANCES = 1000
-_STARTERS = 1000
-_IN_FLIGHT = 100  # processes started together in one wave (the targets are set at 100)
-_PAYLOAD = {"order": "o-17", "by": "ann"}
-_ROOT = Path(__file__).resolve().parent.parent
-
-ping = Signal("ping")
-tick = Signal("tick")
-
-
-def _warmup(seconds: float) -> float:
-    return min(0.25, seconds / 4)
-
-
-# -- what process code reports back ------------------------------------------------
-
-
-class _Probe:
-    """Process code calls into this (plain calls, never awaits) so the
-    benchmark knows when a message reached it. ``expect(token)`` gives an
-    event set when a message with that int payload is seen; a replayed wait
-    sees an old token, which nobody expects any more."""
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.count = 0
-        self.waiting: dict[int, trio.Event] = {}
-        self.marks: dict[str, float] = {}
-
-    def expect(self, token: int) -> trio.Event:
-        event = self.waiting[token] = trio.Event()
-        return event
-
-    def seen(self, payload: Any) -> None:
-        self.count += 1
-        if type(payload) is int:
-            event = self.waiting.pop(payload, None)
-            if event is not None:
-                event.set()
-
-
-_probe = _Probe()
-
-
-# -- the processes -----------------------------------------------------------------
-
-
-@process("sink/:id")
-async def sink(ctx: Context, id: str, *, ticks: int = 0) -> None:
-    for _ in range(ticks):
-        await ctx.wait(tick)
-    while True:
-        _probe.seen(await ctx.wait(ping))
-
-
-async def _noop(i: int) -> int:
-    return i
-
-
-def _noop_sync(i: int) -> int:
-    return i
-
-
-@process("job/:id")
-async def job(
-    ctx: Context, id: str, *, steps: int, sync: bool = False, inline: bool = False
-) -> int:
-    fn = _noop_sync if sync else _noop
-    for i in range(steps):
-        await ctx.step(fn, i, thread=not inline)
-    return steps
-
-
-@process("leaf/:n")
-async def leaf(ctx: Context, n: str) -> str:
-    return n
-
-
-@process("caller/:id")
-async def caller(ctx: Context, id: str) -> None:
-    i = 0
-    while True:
-        await ctx.call(leaf, str(i))
-        _probe.count += 1
-        i += 1
-
-
-@process("scoper/:id")
-async def scoper(ctx: Context, id: str, *, n: int) -> int:
-    return len(await ctx.scope([str(i) for i in range(n)], leaf))
-
-
-@process("root/:id")
-async def root(ctx: Context, id: str, *, fanout: int) -> None:
-    await ctx.all(*[ctx.spawn(branch, str(i), fanout=fanout) for i in range(fanout)])
-    await ctx.wait(ping)
-
-
-@process("branch/:id")
-async def branch(ctx: Context, id: str, *, fanout: int) -> None:
-    await ctx.all(*[ctx.spawn(twig, str(i)) for i in range(fanout)])
-    await ctx.wait(ping)
-
-
-@process("twig/:id")
-async def twig(ctx: Context, id: str) -> None:
-    _probe.count += 1
-    await ctx.wait(ping)
-
-
-@process("producer/:id")
-async def producer(ctx: Context, id: str, *, batch: int) -> None:
-    n = 0
-    while True:
-        await ctx.all(*[ctx.emit(n + i) for i in range(batch)])
-        n += batch
-
-
-async def _undo(i: int) -> None:
-    return None
-
-
-@process("saga/:id")
-async def saga(ctx: Context, id: str, *, n: int) -> None:
-    for i in range(n):
-        await ctx.step(_noop, i, compensate=_undo)
-    _probe.marks[id] = time.perf_counter()
-    raise RuntimeError("fail after the forward steps, to compensate them")
-
-
-_PROCESSES = [sink, job, leaf, caller, scoper, root, branch, twig, producer, saga]
-
-
-# -- helpers -----------------------------------------------------------------------
-
-
-def _lmdb(directory: Path) -> LMDBJournal:
-    return LMDBJournal(directory / "journal", map_size=_MAP_SIZE)
-
-
-def _open(journal: Any, passivate_after: float = _FOREVER) -> Any:
-    return actors.open_system(
-        journal, processes=_PROCESSES, random=random.Random(0), passivate_after=passivate_after
-    )
-
-
-async def _until(
-    condition: Callable[[], bool], timeout: float = 120.0, every: float = 0.002
-) -> None:
-    with trio.fail_after(timeout):
-        while not condition():
-            await trio.sleep(every)
-
-
-def _passivated(system: Any) -> bool:
-    # The system's private live table (the tests' until_passivated reads it too).
-    return not system._live and not system._activating
-
-
-async def _count_rate(seconds: float, count: Callable[[], int]) -> float:
-    """Events per second over a window of ``seconds``, after a warm-up."""
-    await trio.sleep(_warmup(seconds))
-    start, first = time.perf_counter(), count()
-    await trio.sleep(seconds)
-    return (count() - first) / (time.perf_counter() - start)
-
-
-async def _repeat_rate(
-    seconds: float,
-    once: Callable[[], Awaitable[int]],
-    warm: Callable[[], Awaitable[Any]] | None = None,
-) -> float:
-    """Things/s: run ``once`` (returning how many things it did) until
-    ``seconds`` have passed, at least once; ``warm`` runs first, untimed."""
-    if warm is not None:
-        await warm()
-    start, done = time.perf_counter(), 0
-    while True:
-        done += await once()
-        if (now := time.perf_counter()) >= start + seconds:
-            return done / (now - start)
-
-
-async def _start_many(
-    system: Any, proc: Any, ids: Sequence[str], starters: int, **input: Any
-) -> None:
-    """Start one instance per id, ``starters`` at a time."""
-    ids = list(ids)
-
-    async def starter(k: int) -> None:
-        for i in range(k, len(ids), starters):
-            await system.start(proc, ids[i], **input)
-
-    async with trio.open_nursery() as nursery:
-        for k in range(min(starters, len(ids))):
-            nursery.start_soon(starter, k)
-
-
-async def _ping(system: Any, address: str, token: int) -> float:
-    """Seconds from before ``send`` until the process code has the message."""
-    event = _probe.expect(token)
-    start = time.perf_counter()
-    await system.send(address, ping, token)
-    await event.wait()
-    return time.perf_counter() - start
-
-
-class _Sampler:
-    """One sample that gives several values (p50 and p99 of one run, ...).
-
-    The registry takes one value per sample; the first of this sampler's
-    measurements runs the sample and the others, next in the same round,
-    read the values it left.
-    """
-
-    def __init__(self, fn: Callable[[Path, float], dict[str, float]]) -> None:
-        self._fn = fn
-        self._last: dict[str, float] = {}
-
-    def measurements(self, rows: Sequence[tuple[Any, ...]]) -> list[Measurement]:
-        """``rows``: (name, unit, key of the sample's dict, baselines[, target])."""
-        out = []
-        for i, (name, unit, key, baselines, *target) in enumerate(rows):
-            if i == 0:
-
-                def sample(directory: Path, seconds: float, key: str = key) -> float:
-                    self._last = self._fn(directory, seconds)
-                    return self._last[key]
-
-            else:
-
-                def sample(directory: Path, seconds: float, key: str = key) -> float:
-                    return self._last[key]
-
-            out.append(Measurement(name, unit, sample, baselines, *target))
-        return out
-
+from ._children import (
+    call_rate,
+    cascade,
+    nursery_batch_rate,
+    nursery_cancel,
+    nursery_seq_rate,
+    saga_costs,
+    scope_rate,
+    stream_rate,
+)
+from ._kit import (
+    _INSTANCES,
+    _IN_FLIGHT,
+    _PAYLOAD,
+    _ROOT,
+    _SENDERS,
+    _STARTERS,
+    _Sampler,
+    _count_rate,
+    _lmdb,
+    _open,
+    _passivated,
+    _ping,
+    _probe,
+    _repeat_rate,
+    _start_many,
+    _until,
+    _warmup,
+    job,
+    ping,
+    sink,
+    tick,
+)
 
 # -- 1, 2: signals -----------------------------------------------------------------
 
@@ -635,195 +422,6 @@ def replay(
         return {
             "long": 1e6 * statistics.median(times["sink/long"]),
             "short": 1e6 * statistics.median(times["sink/short"]),
-        }
-
-    return trio.run(main)
-
-
-# -- 8: supervision ------------------------------------------------------------------
-
-
-def call_rate(directory: Path, seconds: float, parents: int = 10) -> float:
-    """Children/s through ``ctx.call``, ``parents`` parents each calling one at a time."""
-
-    async def main() -> float:
-        _probe.reset()
-        async with _open(_lmdb(directory)) as system:
-            for k in range(parents):
-                await system.start(caller, str(k))
-            return await _count_rate(seconds, lambda: _probe.count)
-
-    return trio.run(main)
-
-
-def nursery_seq_rate(directory: Path, seconds: float, parents: int = 10) -> float:
-    """Tasks/s, ``parents`` tasks each starting one task in a nursery and awaiting it."""
-
-    async def main() -> float:
-        done = 0
-
-        async def trivial() -> None:
-            await trio.lowlevel.checkpoint()
-
-        async def parent() -> None:
-            nonlocal done
-            while True:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(trivial)
-                done += 1
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(parents):
-                nursery.start_soon(parent)
-            rate = await _count_rate(seconds, lambda: done)
-            nursery.cancel_scope.cancel()
-        return rate
-
-    return trio.run(main)
-
-
-def scope_rate(directory: Path, seconds: float, n: int = 1000) -> float:
-    """Children/s through ``ctx.scope`` over ``n`` items, one scope after another."""
-
-    async def main() -> float:
-        async with _open(_lmdb(directory)) as system:
-            runs = 0
-
-            async def once(size: int = n) -> int:
-                nonlocal runs
-                runs += 1
-                handle = await system.start(scoper, str(runs), n=size)
-                return await handle.result()
-
-            return await _repeat_rate(seconds, once, lambda: once(n // 10))
-
-    return trio.run(main)
-
-
-def nursery_batch_rate(directory: Path, seconds: float, n: int = 1000) -> float:
-    """Tasks/s, ``n`` trivial tasks started together in a nursery, one nursery after another."""
-
-    async def main() -> float:
-        async def trivial() -> None:
-            await trio.lowlevel.checkpoint()
-
-        async def once() -> int:
-            async with trio.open_nursery() as nursery:
-                for _ in range(n):
-                    nursery.start_soon(trivial)
-            return n
-
-        return await _repeat_rate(seconds, once)
-
-    return trio.run(main)
-
-
-def cascade(directory: Path, seconds: float, fanout: int) -> dict[str, float]:
-    """A tree of fanout**2 waiting descendants: built per second, and ms to cancel it."""
-
-    async def main() -> dict[str, float]:
-        _probe.reset()
-        descendants = fanout + fanout * fanout
-        async with _open(_lmdb(directory)) as system:
-            start = time.perf_counter()
-            await system.start(root, "r", fanout=fanout)
-            await _until(lambda: _probe.count == fanout * fanout, every=0.005)
-            await _until(
-                lambda: (
-                    len(system._live) == descendants + 1
-                    and all(a.status == "suspended" for a in system._live.values())
-                ),
-                every=0.005,
-            )
-            built = time.perf_counter() - start
-            start = time.perf_counter()
-            await system.cancel("root/r")
-            await _until(lambda: not system._live, every=0.0005)
-            cancelled = time.perf_counter() - start
-        return {"built_per_s": descendants / built, "cancel_ms": 1e3 * cancelled}
-
-    return trio.run(main)
-
-
-def nursery_cancel(directory: Path, seconds: float, fanout: int) -> float:
-    """ms to cancel a two-level nursery tree of fanout**2 sleeping tasks."""
-
-    async def main() -> float:
-        ready = 0
-
-        async def sleeper() -> None:
-            nonlocal ready
-            ready += 1
-            await trio.sleep_forever()
-
-        async def subtree() -> None:
-            async with trio.open_nursery() as nursery:
-                for _ in range(fanout):
-                    nursery.start_soon(sleeper)
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(fanout):
-                nursery.start_soon(subtree)
-            while ready < fanout * fanout:
-                await trio.sleep(0.001)
-            start = time.perf_counter()
-            nursery.cancel_scope.cancel()
-        return 1e3 * (time.perf_counter() - start)
-
-    return trio.run(main)
-
-
-# -- 9: streams and sagas --------------------------------------------------------------
-
-
-def stream_rate(directory: Path, seconds: float, batch: int = 100) -> float:
-    """Values/s read by a durable consumer while a producer emits ``batch`` at a time."""
-
-    async def main() -> float:
-        read = 0
-        async with _open(_lmdb(directory)) as system:
-            await system.start(producer, "p", batch=batch)
-
-            async def consume() -> None:
-                nonlocal read
-                async with system.stream("producer/p", consumer="c") as stream:
-                    async for _ in stream:
-                        read += 1
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(consume)
-                rate = await _count_rate(seconds, lambda: read)
-                nursery.cancel_scope.cancel()
-        return rate
-
-    return trio.run(main)
-
-
-def saga_costs(directory: Path, seconds: float, steps: int = 100) -> dict[str, float]:
-    """µs per step of a failing saga's forward phase and of its compensation phase."""
-
-    async def main() -> dict[str, float]:
-        _probe.reset()
-        forward = compensation = 0.0
-        runs = 0
-        async with _open(_lmdb(directory)) as system:
-            deadline = time.perf_counter() + seconds
-            while runs < 2 or time.perf_counter() < deadline:
-                runs += 1
-                start = time.perf_counter()
-                handle = await system.start(saga, str(runs), n=steps)
-                try:
-                    await handle.result()
-                except actors.ProcessFailed:
-                    pass
-                end = time.perf_counter()
-                if runs > 1:  # the first run warms up
-                    failed_at = _probe.marks[str(runs)]
-                    forward += failed_at - start
-                    compensation += end - failed_at
-        return {
-            "forward_us": 1e6 * forward / ((runs - 1) * steps),
-            "compensation_us": 1e6 * compensation / ((runs - 1) * steps),
         }
 
     return trio.run(main)
