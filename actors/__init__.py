@@ -32,10 +32,15 @@ from ._records import (
     Retry as Retry,
     Signal as Signal,
 )
+from ._queues import Queue as Queue, QueueInfo as QueueInfo, Rate as Rate
+from ._schedules import ScheduleInfo as ScheduleInfo
 from ._steps import StepInfo as StepInfo, current_step as current_step
-from ._system import ActorSystem as ActorSystem, open_system as open_system
+from ._open import open_system as open_system
+from ._system import ActorSystem as ActorSystem
 from .errors import (
     ActorError as ActorError,
+    AlreadyStarted as AlreadyStarted,
+    AskTimeout as AskTimeout,
     ChildFailed as ChildFailed,
     ContextError as ContextError,
     EncodeError as EncodeError,

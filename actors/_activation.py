@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, CorruptRecord, Txn, instance_id
+from storage import LIVE_STATUSES, CorruptRecord, InstanceRecord, InstanceRow, Txn, instance_id
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
@@ -39,7 +39,7 @@ class Activation:
     # -- activation ------------------------------------------------------------
 
     def _run_created(
-        self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
+        self, iid: bytes, address: str, proc: ProcessDef, record: InstanceRecord, epoch: int = 0
     ) -> Actor:
         """Run an instance whose record was just written (so nothing to read back)."""
         actor = Actor(self, iid, address, proc, record, loaded=True, epoch=epoch)
@@ -50,6 +50,17 @@ class Activation:
             self._run_or_reload, actor.main, iid, name=f"actor {address}"
         )
         return actor
+
+    def _run_admitted(self, row: InstanceRow, epoch: int) -> None:
+        """Run an instance a queue just turned from queued to running; ``row``
+        is its record as read before (a queued instance never ran, so it has
+        no log, mail or timers to load). One being cancelled or activated
+        meanwhile goes the usual way, through `_activate`."""
+        proc = self._procs.get(row.process)
+        if proc is None or row.iid in self._live or row.iid in self._activating:
+            self._activate(row.iid)
+            return
+        self._run_created(row.iid, row.address, proc, row.record, epoch)
 
     def _activate(self, iid: bytes) -> None:
         """Bring the instance into memory if it is on disk (replaying it)."""
@@ -125,6 +136,7 @@ class Activation:
 
     def _ended(self, actor: Actor, status: str) -> None:
         self._forget(actor)
+        self.queues.ended(actor.iid, status)  # its slot, if it holds one, frees
         # The final state of what just ended answers handle reads (result(),
         # status) without a journal read each: on a remote journal that read
         # is a blocking round trip on the trio thread. Bounded, oldest out.
@@ -198,7 +210,7 @@ class Activation:
                 with self.journal.reader() as r:
                     row = r.instance(iid)
                     if row is not None:
-                        r.log(iid, row.record.get("run", 0))
+                        r.entries(iid, row.record.run)
                         r.mailbox(iid)
                         r.timers(iid)
             except JournalCorrupt as exc:
@@ -282,14 +294,16 @@ class Activation:
             # One bad record must not keep the system (and every other
             # instance) down: the scan goes past each and reports it here.
             broken: list[CorruptRecord] = []
-            for status in sorted(LIVE_STATUSES):
+            # (Queued ones too: a queued child whose parent ended is cancelled,
+            # not started later; the rest wait for their queue's pump.)
+            for status in sorted(LIVE_STATUSES | {"queued"}):
                 for row in r.instances(status, corrupt=broken):
-                    parent = row.record.get("parent")
+                    parent = row.record.parent
                     gone = _parent_gone(r, parent) if parent else None
                     if gone is not None:
                         orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
                         continue
-                    if status == "running" or row.record.get("last_error"):
+                    if status == "running" or row.record.last_error:
                         wanted.append(row.iid)
             wanted.extend(r.instances_with_mail())
             return wanted, orphans, broken

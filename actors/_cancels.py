@@ -12,11 +12,15 @@ from typing import Any
 
 import trio
 
+import attrs
+
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, Txn
 from storage.errors import Conflict
 
-from . import _protocol
+from . import _asks, _protocol
 from . import _supervision as _sup
+from ._log import children_named
+from ._queues import waiting_rows
 
 
 class Cancels:
@@ -65,20 +69,48 @@ class Cancels:
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in UNFINISHED_STATUSES:
             return False
+        if row.status == "queued":
+            return await self._cancel_queued(row, address, reason)
         epoch = await self.journal.claim(iid)
         if epoch is None:
             return await self._cancel_remote(iid, address, reason)
         # Depth first: its children go before it records its own end.
-        children = _sup.children_in_log(log)
+        children = children_named(log)
         await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         fence = epoch if self.journal.shared else None
         txn, notices = _protocol.cancel_txn(
             [_protocol.Cancel(row, timers, reason, fence)], self.epoch_now()
         )
+        # Every ask it owes an answer hears that it ended without one.
+        mail = await self.journal.read(lambda r: r.mailbox(iid))
+        owed = _asks.unanswered_on_disk(log, mail)
+        answers = [_asks.answer(self, txn, ask, {"ended": "cancelled"}) for ask in owed]
         try:
             results = await self.journal.commit(txn)
         except Conflict:
             return False
+        self._status_changed(iid)
+        for notice in notices:
+            self._route(notice.iid, results[notice.slot], notice.message)
+        for after in answers:
+            after(results)
+        return True
+
+    async def _cancel_queued(self, row: Any, address: str, reason: str) -> bool:
+        """Cancel a queued instance: nothing runs it, so no node need own it;
+        it leaves its queue in the same transaction."""
+        iid = row.iid
+        states = await self.journal.read(lambda r: waiting_rows(r, iid))
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, (), reason, None, states)], self.epoch_now()
+        )
+        # Unclaimed, so only while it is still queued: once a queue started
+        # it, its owner cancels it (the next round of this loop).
+        txn.require(iid, frozenset({"queued"}))
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return await self._cancel_on_disk(iid, address, reason)
         self._status_changed(iid)
         for notice in notices:
             self._route(notice.iid, results[notice.slot], notice.message)
@@ -106,19 +138,23 @@ class Cancels:
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in LIVE_STATUSES:
             return
-        await _sup.cancel_children(self, _sup.children_in_log(log), f"{address} is restarting")
+        await _sup.cancel_children(self, children_named(log), f"{address} is restarting")
         restarts = _sup.next_restarts(row.record, reason, self.epoch_now())
         txn = Txn()
         txn.require(iid, LIVE_STATUSES)
         _protocol.next_run(
             txn, iid, address=address, process=row.process,
-            record=dict(row.record, restarts=restarts, updated=self.epoch_now()),
+            record=attrs.evolve(row.record, restarts=restarts, updated=self.epoch_now()),
             timers=[(timer.run, timer.seq) for timer in timers],
         )  # fmt: skip
+        owed = _asks.unanswered_on_disk(log, ())  # taken by the run that ends here
+        answers = [_asks.answer(self, txn, ask, {"ended": "restarted"}) for ask in owed]
         try:
-            await self.journal.commit(txn)
+            results = await self.journal.commit(txn)
         except Conflict:
             return
+        for after in answers:
+            after(results)
         self._status_changed(iid)
         self._activate(iid)
 
@@ -127,4 +163,4 @@ def _row_timers_log(r: Any, iid: bytes) -> tuple[Any, Any, Any]:
     row = r.instance(iid)
     if row is None:
         return None, [], {}
-    return row, r.timers(iid), r.log(iid, row.record.get("run", 0))
+    return row, r.timers(iid), r.entries(iid, row.record.run)

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import uuid as _uuid
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from storage import decode, digest, encode
 
+from . import _asks
 from . import _effects as fx
 from ._checks import check_deadline, check_name, check_seconds, check_text
 from ._interfaces import ActorAPI
 from ._process import RESTART_TYPES
 from ._records import Retry, Signal
 from ._steps import step_key
-from .errors import ContextError, InvalidArguments, LimitExceeded
+from .errors import AskTimeout, ContextError, InvalidArguments, LimitExceeded
 
 __all__ = ["Context"]
 
@@ -49,7 +51,7 @@ class Context:
     def params(self) -> dict[str, str]:
         """The path params by name, e.g. ``{"order_id": "o-17"}``."""
         actor = self._actor
-        return dict(zip(actor.proc.params, actor.record.get("params", ())))
+        return dict(zip(actor.proc.params, actor.record.params))
 
     @property
     def replaying(self) -> bool:
@@ -122,6 +124,106 @@ class Context:
         _check_signals(signals)
         return await fx.Wait(self._live().driver.next_seq(), signals, pair=True)
 
+    # -- request and reply ------------------------------------------------------------
+
+    def reply(self, value: Any = None) -> fx.Reply:
+        """An effect that answers the message this process took most recently
+        (by ``receive``/``wait``) with ``value``, if it was asked
+        (`ActorSystem.ask`, ``ctx.ask``); for a message that was sent, not
+        asked (or was answered already), a recorded no-op. So one process
+        serves both.
+
+        Recorded in this process's log in one commit with the answer's
+        delivery: a restart before it replays the take and replies once; a
+        restart after it never replies again.
+
+        Raises:
+            EncodeError: (at the call) a value the codec cannot store.
+        """
+        actor = self._live()
+        driver = actor.driver
+        ask = driver.taken
+        if ask is not None and not driver.answered(ask):
+            ask = None  # answered already: the first reply stands
+        return fx.Reply(driver.next_seq(), digest(value, what="reply"), value, ask)
+
+    async def ask(
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Send ``signal`` to the instance at ``address`` as an ask and give
+        the value its process replies with (``ctx.reply``); durable: the
+        send and the reply are recorded in this process's log, so a restart
+        neither sends it twice nor loses the reply.
+
+        Raises:
+            NotDelivered: no live instance at ``address``, or it ended
+                without replying.
+            AskTimeout: no reply within ``timeout`` seconds (a durable timer).
+            EncodeError: (at the call) a payload the codec cannot store.
+        """
+        actor = self._live()
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"ctx.ask takes an actors.Signal, not {signal!r}")
+        check_name(address, "ctx.ask's address")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "ctx.ask(timeout=...)")
+        seq = actor.driver.next_seq()
+        ask_id = _asks.ask_id_of(actor.address, actor.record.incarnation, actor.run, seq)
+        arg_hash = digest([address, signal.name, payload], what=f"payload of ask {signal.name!r}")
+        effect = fx.Ask(seq, arg_hash, address, signal, payload, ask_id)
+        if timeout is None:
+            return await effect
+        timer = self.sleep(timeout)
+        which, value = await fx.First([effect, timer], ["reply", "timeout"])
+        if which == "timeout":
+            raise AskTimeout(
+                f"no reply from {address!r} to {signal.name!r} within {timeout} s; a "
+                "late reply is dropped; ask again or raise timeout=",
+                address=address,
+                timeout=timeout,
+            )
+        return value
+
+    # -- versioning -------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the code path of patch ``patch_id``.
+
+        Live, the first call for a patch id records a marker and gives True;
+        replaying a history recorded before the patch existed gives False
+        there (nothing is consumed from the history, so the old effects
+        that follow still match) and a history recorded with the marker
+        gives True. The first answer holds for the rest of the run::
+
+            if ctx.patched("fee-v2"):
+                await ctx.step(charge_with_fee, order)   # new code
+            else:
+                await ctx.step(charge, order)            # what old histories did
+
+        Once no history before the patch remains, drop the old branch and
+        call `deprecate_patch` instead; once no history holds the marker,
+        drop that call too (see README, "Changing running code").
+        """
+        check_name(patch_id, "ctx.patched's patch id")
+        actor = self._live()
+        driver = actor.driver
+        found = driver.patched(patch_id)
+        if found is not None:
+            return found
+        marker = fx.Marker(driver.next_seq(), patch_id)
+        entry = marker.describe()
+        entry.value = True
+        actor.ride_log(marker.seq, entry)
+        driver.patches[patch_id] = True
+        return True
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Retire patch ``patch_id``, whose old branch is gone: replay skips
+        its marker where a history has one, live code records none. So
+        histories with and without the marker both replay."""
+        check_name(patch_id, "ctx.deprecate_patch's patch id")
+        self._live().driver.skip_marker(patch_id)
+
     def sleep(self, seconds: float) -> fx.Timer:
         """A durable timer effect, done ``seconds`` from when it starts.
 
@@ -155,6 +257,7 @@ class Context:
         compensate: Callable[..., Any] | None = None,
         validate_input: Callable[[Any], Any] | None = None,
         validate_output: Callable[[Any], Any] | None = None,
+        thread: bool = True,
         **kwargs: Any,
     ) -> fx.Step:
         """A step effect: run ``fn(*args, **kwargs)`` (sync in a worker thread,
@@ -171,6 +274,12 @@ class Context:
             validate_input / validate_output: callables whose *returned*
                 value is used, so coercions apply; a validation error fails
                 the step at once (`StepFailed`), without retries.
+            thread: for a sync ``fn``: False runs it on the trio thread,
+                without the worker-thread round trip (~100 µs). Only for
+                cheap functions that never block (pure computation, an
+                in-memory lookup): while it runs, every instance and task
+                of the system waits. No ``timeout=`` then (nothing could
+                interrupt it). Async functions always run on the trio thread.
 
         Raises (when awaited):
             StepFailed: the last attempt failed; its message names the cause.
@@ -183,17 +292,26 @@ class Context:
             raise InvalidArguments(f"retry= takes actors.Retry(...), not {retry!r}")
         if timeout is not None:
             timeout = check_seconds(timeout, "ctx.step(timeout=...)", positive=True)
+        if not isinstance(thread, bool):
+            raise InvalidArguments(f"ctx.step(thread=...) takes True or False, not {thread!r}")
+        if not thread and timeout is not None and not inspect.iscoroutinefunction(fn):
+            raise InvalidArguments(
+                "ctx.step(thread=False) runs a sync function on the trio thread, where "
+                "nothing can interrupt it, so it takes no timeout=; drop timeout=, or let "
+                "it run in a worker thread (thread=True, the default)"
+            )
         if name is not None:
             check_name(name, "ctx.step(name=...)")
         step_name = name or getattr(fn, "__qualname__", None) or repr(fn)
         check_text(step_name, "the step's name (pass name=...)")
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         occurrence = actor.driver.occurrence(step_name)
-        key = step_key(actor.address, actor.record.get("inc", 1), actor.run, step_name, occurrence)
+        key = step_key(actor.address, actor.record.incarnation, actor.run, step_name, occurrence)
         return fx.Step(
             actor.driver.next_seq(), step_name, arg_hash, fn, args, kwargs,
             retry=retry, timeout=timeout, compensate=compensate,
             validate_input=validate_input, validate_output=validate_output, key=key,
+            thread=thread,
         )  # fmt: skip
 
     # -- children -------------------------------------------------------------------
@@ -209,20 +327,33 @@ class Context:
         address = f"{actor.address}/{own}"
         return definition, address, digest([definition.template, list(params), input], what="input")
 
-    def call(self, proc: Any, *params: str, **input: Any) -> fx.Call:
+    def call(
+        self, proc: Any, *params: str, queue: Any = None, priority: int = 0, **input: Any
+    ) -> fx.Call:
         """An awaited child: start ``proc`` at ``<this id>/<its path>`` and
         give its result.
 
         The child is a full instance (its own mailbox; signals reach it by
-        its address). It ends with this process at the latest.
+        its address). It ends with this process at the latest. With
+        ``queue=`` (a registered `Queue` or its name) it waits ``"queued"``
+        for a slot, in ``priority`` then FIFO order.
 
         Raises (when awaited):
             ChildFailed: the child failed or was cancelled; carries its error.
         """
         definition, address, arg_hash = self._child(proc, params, input)
-        return fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
+        call = fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
+        call.queue = self._queue(queue, priority)
+        return call
 
-    def spawn(self, proc: Any, *params: str, restart: str = "transient", **input: Any) -> fx.Spawn:
+    def _queue(self, queue: Any, priority: int) -> tuple[Any, int] | None:
+        chosen: tuple[Any, int] | None = self._live().system.queues.choose(queue, priority)
+        return chosen
+
+    def spawn(
+        self, proc: Any, *params: str, restart: str = "transient", queue: Any = None,
+        priority: int = 0, **input: Any,
+    ) -> fx.Spawn:  # fmt: skip
         """A detached, supervised child; awaiting it gives a `ChildHandle` once
         the child exists. Spawning at an existing child's address gives that
         child.
@@ -232,13 +363,16 @@ class Context:
                 ``"permanent"`` (restarted whenever it ends) or
                 ``"temporary"`` (never restarted), within this process's
                 supervision limits (see `process`).
+            queue, priority: as for `call`: the child waits for a slot.
         """
         if restart not in RESTART_TYPES:
             raise InvalidArguments(f"restart must be one of {RESTART_TYPES}, not {restart!r}")
         definition, address, arg_hash = self._child(proc, params, input)
-        return fx.Spawn(
+        spawn = fx.Spawn(
             self._actor.driver.next_seq(), arg_hash, definition, params, input, address, restart
         )
+        spawn.queue = self._queue(queue, priority)
+        return spawn
 
     async def scope(
         self,
@@ -246,12 +380,17 @@ class Context:
         proc: Any,
         key: Callable[[Any], Any] | None = None,
         input: Callable[[Any], dict[str, Any]] | None = None,
+        *,
+        queue: Any = None,
+        priority: int = 0,
     ) -> dict[Any, Any]:
         """One awaited child per item, run concurrently: ``{key(item): result}``.
 
         A tuple item fills the child's path params; anything else fills its
         single path param. ``input(item)`` (optional) gives the child's
-        keyword input; ``key`` defaults to the item itself.
+        keyword input; ``key`` defaults to the item itself. With ``queue=``
+        the children wait for its slots (``priority`` as for `call`), so a
+        fan-out runs only as many at once as the queue allows.
 
         Raises:
             InvalidArguments: duplicate keys (before anything starts).
@@ -285,8 +424,8 @@ class Context:
                 raise InvalidArguments(f"ctx.scope keys must be unique; {k!r} repeats")
             seen.add(k)
         calls = [
-            self.call(proc, *(item if isinstance(item, tuple) else (item,)),
-                      **(input(item) if input is not None else {}))
+            self.call(proc, *(item if isinstance(item, tuple) else (item,)), queue=queue,
+                      priority=priority, **(input(item) if input is not None else {}))
             for item in items
         ]  # fmt: skip
         values = await fx.All(list(calls), settled=False)
@@ -344,7 +483,7 @@ class Context:
         stream, cursors and exports carry over; the run's timers are deleted.
         Never returns."""
         actor = self._live()
-        actor.proc.check_input(tuple(actor.record.get("params", ())), input)
+        actor.proc.check_input(tuple(actor.record.params), input)
         # The next run gets its input as stored, never the objects of this one.
         input = decode(encode(input, what="input"))
         await fx.ContinueAsNew(actor.driver.next_seq(), input)

@@ -82,7 +82,9 @@ class _BadRequest(Exception):
 class Controlled(Protocol):
     """What the endpoint asks of a system: the public `ActorSystem` methods."""
 
-    async def send(self, address: str, signal: Signal, payload: Any = None) -> None: ...
+    async def send(
+        self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
+    ) -> None: ...
     async def cancel(self, address: str) -> bool: ...
     async def resume_compensation(self, address: str) -> bool: ...
     async def abandon_compensation(self, address: str) -> bool: ...
@@ -307,7 +309,8 @@ def _text(request: dict[str, Any], field: str) -> str:
 
 async def _send(system: Controlled, request: dict[str, Any]) -> None:
     address = _text(request, "address")
-    await system.send(address, Signal(_text(request, "signal")), request.get("payload"))
+    key = _text(request, "key") if "key" in request else None
+    await system.send(address, Signal(_text(request, "signal")), request.get("payload"), key=key)
 
 
 async def _cancel(system: Controlled, request: dict[str, Any]) -> bool:

@@ -29,8 +29,8 @@ from . import _guard
 from ._effects import Effect
 from ._log import NO_VALUE, LogEntry
 from ._records import error_summary
-from .errors import ChildFailed, ContextError, NonDeterminismError, ProcessCancelled, StepFailed
-from .errors import StepTimeout
+from .errors import ChildFailed, ContextError, NonDeterminismError, NotDelivered
+from .errors import ProcessCancelled, StepFailed, StepTimeout
 
 __all__ = ["Driver", "Host", "Interrupted", "Passivated", "error_from_entry"]
 
@@ -85,29 +85,96 @@ def error_from_entry(entry: LogEntry) -> BaseException:
         return ChildFailed(summary, address=error.get("child", ""), error=error.get("cause"))
     if raised == "ProcessCancelled":
         return ProcessCancelled(summary, reason=error.get("reason", ""))
+    if raised == "NotDelivered":
+        return NotDelivered(
+            error.get("message", summary), address=error.get("address", ""),
+            reason=error.get("reason", ""),
+        )  # fmt: skip
     cls = StepTimeout if error.get("timeout") else StepFailed
     return cls(summary, error=error)
 
 
+_NO_LOG: dict[int, LogEntry] = {}  # the log of a run that has none (shared, never written)
+
 class Driver:
     """The log of an instance's current run and the position in it."""
 
-    __slots__ = ("owner", "address", "log", "seq", "occurrences")
+    __slots__ = (
+        "owner", "address", "log", "last", "seq", "occurrences", "taken", "taken_seq",
+        "unanswered", "patches",
+    )  # fmt: skip
 
     def __init__(self, owner: Owner, address: str) -> None:
         self.owner = owner
         self.address = address
-        self.log: dict[int, LogEntry] = {}
+        # Never mutated, only replaced (see load): a fresh instance shares one empty log.
+        self.log: dict[int, LogEntry] = _NO_LOG
+        self.last = 0  # the last position in the log (replaying while seq is below it)
         # Invariant: seq is the number of effects the current coroutine has
         # created; the log entry of effect n sits at log[n].
         self.seq = 0
-        self.occurrences: dict[str, int] = {}  # step name -> how many so far
+        # step name -> how many so far; made at the first step (a suspended
+        # instance that never ran one keeps none: there is one per live instance)
+        self.occurrences: dict[str, int] | None = None
+        self._reset_run_state()
+
+    def _reset_run_state(self) -> None:
+        # What ctx.reply answers: the ask (or None: a plain message) taken by
+        # the highest-numbered wait of this run that took one. Decided by
+        # effect numbers, never by arrival order, so replay decides the same.
+        self.taken: list[Any] | None = None
+        self.taken_seq = 0
+        # Asks taken in this run and not replied to, by ask id (see _asks);
+        # and patch id -> what ctx.patched said. Both made when first needed.
+        self.unanswered: dict[str, list[Any]] | None = None
+        self.patches: dict[str, bool] | None = None
 
     def load(self, log: dict[int, LogEntry]) -> None:
         """Replay this log (of the current run) from the start."""
         self.log = log
+        self.last = max(log, default=0)  # the last logged position
         self.seq = 0
-        self.occurrences = {}
+        self.occurrences = None
+        self._reset_run_state()
+
+    def took(self, seq: int, ask: list[Any] | None) -> None:
+        """Wait ``seq`` took a message, asked with ``ask`` (None: sent)."""
+        if seq >= self.taken_seq:
+            self.taken, self.taken_seq = ask, seq
+        if ask is not None:
+            if self.unanswered is None:
+                self.unanswered = {}
+            self.unanswered[ask[0]] = ask
+
+    def answered(self, ask: list[Any]) -> bool:
+        """Note that ``ask`` is being answered; False if it was already."""
+        return self.unanswered is not None and self.unanswered.pop(ask[0], None) is not None
+
+    def patched(self, patch_id: str) -> bool | None:
+        """Whether the history being replayed was recorded with ``patch_id``
+        here; None when no history is being replayed (the caller records the
+        marker). The first answer for a patch id holds for the rest of the run."""
+        if self.patches is None:
+            self.patches = {}
+        known = self.patches.get(patch_id)
+        if known is not None:
+            return known
+        if self.seq >= self.last:
+            return None
+        entry = self.log.get(self.seq + 1)
+        found = entry is not None and entry.kind == "patch" and entry.name == patch_id
+        if found:
+            self.seq += 1  # the marker's position, consumed
+        # Not found: recorded before the patch; no position is consumed, so
+        # the effects after it line up with the history.
+        self.patches[patch_id] = found
+        return found
+
+    def skip_marker(self, patch_id: str) -> None:
+        """Consume the marker of ``patch_id`` if the replayed history has one here."""
+        entry = self.log.get(self.seq + 1)
+        if entry is not None and entry.kind == "patch" and entry.name == patch_id:
+            self.seq += 1
 
     def next_seq(self) -> int:
         """Number a new effect."""
@@ -116,14 +183,17 @@ class Driver:
 
     def occurrence(self, name: str) -> int:
         """Count one more step called ``name`` in this run: 1 for the first."""
-        count = self.occurrences.get(name, 0) + 1
-        self.occurrences[name] = count
+        occurrences = self.occurrences
+        if occurrences is None:
+            occurrences = self.occurrences = {}
+        count = occurrences.get(name, 0) + 1
+        occurrences[name] = count
         return count
 
     @property
     def replaying(self) -> bool:
         """True while the next effect's outcome is in the log."""
-        return bool(self.log) and self.seq < max(self.log)
+        return self.seq < self.last
 
     # -- replay ------------------------------------------------------------------
 
@@ -163,6 +233,8 @@ class Driver:
             if entry.value is not NO_VALUE:
                 leaf.done = True
                 leaf.value = self._replayed_value(leaf, entry)
+                if leaf.kind == "wait":
+                    self.took(leaf.seq, entry.ask)
             elif entry.error is not None:
                 leaf.done = True
                 leaf.error = error_from_entry(entry)

@@ -74,7 +74,7 @@ class Wait(Effect):
 class Call(Wait):
     """An awaited child: done when the child's end message arrives."""
 
-    __slots__ = ("proc", "params", "input", "address", "creating")
+    __slots__ = ("proc", "params", "input", "address", "creating", "queue")
     kind = "call"
 
     def __init__(
@@ -89,12 +89,13 @@ class Call(Wait):
         self.input = input
         self.address = address
         self.creating = False
+        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
 
 
 class Spawn(Effect):
     """A detached, supervised child: done once the child exists."""
 
-    __slots__ = ("proc", "params", "input", "address", "restart", "creating")
+    __slots__ = ("proc", "params", "input", "address", "restart", "creating", "queue")
     kind = "spawn"
 
     def __init__(
@@ -108,6 +109,46 @@ class Spawn(Effect):
         self.address = address
         self.restart = restart
         self.creating = False
+        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
+
+
+class Ask(Wait):
+    """``ctx.ask``: send a message that asks (once, recorded), then wait for
+    the reply message its ask id names (see `_asks`)."""
+
+    __slots__ = ("address", "signal", "payload", "ask_id")
+    kind = "ask"
+
+    def __init__(
+        self, seq: int, hash: bytes, address: str, signal: Signal, payload: Any, ask_id: str
+    ) -> None:
+        super().__init__(seq, (reply_signal(ask_id),), pair=False)
+        self.name = address
+        self.hash = hash
+        self.address = address
+        self.signal = signal
+        self.payload = payload
+        self.ask_id = ask_id
+
+
+class Reply(Effect):
+    """``ctx.reply``: answer the ask ``ask`` (``[id, reply-to, node]``), or,
+    with None, record that the message taken was not asked (a no-op)."""
+
+    __slots__ = ("payload", "ask")
+    kind = "reply"
+
+    def __init__(self, seq: int, hash: bytes, payload: Any, ask: list[Any] | None) -> None:
+        super().__init__(seq, ask[0] if ask is not None else "", hash)
+        self.payload = payload
+        self.ask = ask
+
+
+class Marker(Effect):
+    """``ctx.patched``: a patch id recorded where live code first asked for it."""
+
+    __slots__ = ()
+    kind = "patch"
 
 
 class Emit(Effect):
@@ -140,6 +181,14 @@ def end_signal(address: str) -> Signal:
     return Signal._system(END_PREFIX + address)
 
 
+REPLY_PREFIX = "\x00reply "
+
+
+def reply_signal(ask_id: str) -> Signal:
+    """The system signal carrying the reply to the ask ``ask_id``."""
+    return Signal._system(REPLY_PREFIX + ask_id)
+
+
 class Timer(Effect):
     """A durable timer: done when its due time (epoch seconds) passes."""
 
@@ -157,7 +206,7 @@ class Step(Effect):
     """Run ``fn`` at least once and record its result exactly once."""
 
     __slots__ = ("fn", "args", "kwargs", "retry", "timeout", "compensate",
-                 "validate_input", "validate_output", "key", "scope")  # fmt: skip
+                 "validate_input", "validate_output", "key", "scope", "thread")  # fmt: skip
     kind = "step"
 
     def __init__(
@@ -175,8 +224,10 @@ class Step(Effect):
         validate_input: Callable[[Any], Any] | None,
         validate_output: Callable[[Any], Any] | None,
         key: str,
+        thread: bool = True,
     ) -> None:
         super().__init__(seq, name, hash)
+        self.thread = thread
         self.fn = fn
         self.args = args
         self.kwargs = kwargs

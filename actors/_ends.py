@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
+import attrs
+
 from storage import Txn
 from storage.errors import EncodeError
 
+from . import _asks
 from . import _effects as fx
 from . import _events, _protocol, _saga
 from . import _supervision as _sup
@@ -44,14 +47,13 @@ class Ends:
         try:
             self.put_record(txn, "completed", result=value, last_error=None)
         except EncodeError as exc:
-            self.record.pop("result", None)
             await self.fail(exc)
             return
         await self._end("completed", txn)
 
     async def fail(self, exc: BaseException, txn: Txn | None = None) -> None:
         """The process raised ``exc``: compensate, end failed (or restart)."""
-        _events.crashed(self.address, exc, parent=self.record.get("parent"))
+        _events.crashed(self.address, exc, parent=self.record.parent)
         if await _sup.supervise_end(self, exc):
             return  # restarted instead
         error = describe_error(exc)
@@ -70,7 +72,7 @@ class Ends:
             self._abandon(leaf)
         outcome = await _saga.compensate(self, failure, end)
         if outcome == "compensation_stuck":
-            _events.compensation_stuck(self.address, self.record.get("last_error"))
+            _events.compensation_stuck(self.address, self.record.last_error)
             self.done = True
             self.system._status_changed(self.iid)
             self.system._forget(self)
@@ -109,7 +111,7 @@ class Ends:
         self.children = {}
         await _sup.cancel_children(self.system, children, reason)
         if self.proc.compensate_on_cancel and _saga.pending(self.record):
-            self.record["reason"] = detail
+            self.record = attrs.evolve(self.record, reason=detail)
             await self._finish_compensation(
                 {"type": "actors.errors.ProcessCancelled", "message": detail}, "cancelled"
             )
@@ -130,15 +132,20 @@ class Ends:
             txn, self.iid, address=self.address, record=self.record, status=status,
             timers=timers, now=self.system.epoch_now(),
         )  # fmt: skip
+        # Every ask it owes an answer hears that it ended without one.
+        unread = self.mailbox.asks.values() if self.mailbox.asks else ()
+        answers = _asks.no_reply(self, txn, status, unread) if unread or self.driver.unanswered else ()
         results = await self.barrier(txn)
         self.status = status
         self.done = True
         self.system._status_changed(self.iid)
         self.system._ended(self, status)
-        if status == "failed" and not self.record.get("parent"):
-            _events.failed(self.address, error_summary(self.record.get("error")))
+        if status == "failed" and not self.record.parent:
+            _events.failed(self.address, error_summary(self.record.error))
         if notice is not None:
             self.system._route(notice.iid, results[notice.slot], notice.message)
+        for after in answers:
+            after(results)
 
     async def diverge(self, exc: BaseException) -> None:
         """Keep the instance suspended with ``last_error`` (never failed or lost)."""
@@ -157,8 +164,14 @@ class Ends:
             self._abandon(leaf)
         txn = Txn()
         self.begin_run(txn, input=effect.input, last_error=None)
-        self.txn.ops.extend(txn.ops)
-        self.flush()
+        if self.driver.unanswered:  # taken by this run, never to be answered by the next
+            answers = _asks.no_reply(self, txn, "continued as new", ())
+            results = await self.barrier(txn)
+            for after in answers:
+                after(results)
+        else:
+            self.txn.ops.extend(txn.ops)
+            self.flush()
         self.driver.load({})
         return self.new_coroutine()
 
@@ -167,11 +180,12 @@ class Ends:
         run (with ``changes`` to the record), status running."""
         timers = [(self.run, seq) for seq in self.timers]
         self.timers.clear()
-        record = dict(self.record, run=self.run, **changes)
-        record["updated"] = self.system.epoch_now()
+        record = attrs.evolve(
+            self.record, run=self.run, updated=self.system.epoch_now(), **changes
+        )
         self.record = _protocol.next_run(
             txn, self.iid, address=self.address, process=self.proc.template, record=record,
             timers=timers,
         )  # fmt: skip
-        self.run = self.record["run"]
+        self.run = self.record.run
         self.persisted_status = "running"

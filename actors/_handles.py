@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from storage import TERMINAL_STATUSES, instance_id
+from storage import TERMINAL_STATUSES, InstanceRecord, instance_id
 
 from . import _guard
 from ._interfaces import SystemAPI
@@ -42,27 +42,28 @@ class Handle:
 
     @property
     def status(self) -> str:
-        """``"running"``, ``"suspended"``, ``"completed"``, ``"failed"``,
-        ``"cancelled"``, ``"compensation_stuck"`` or ``"corrupt"``."""
+        """``"queued"`` (waiting in a queue), ``"running"``, ``"suspended"``,
+        ``"completed"``, ``"failed"``, ``"cancelled"``, ``"compensation_stuck"``
+        or ``"corrupt"``."""
         status, record = self._system._snapshot(self._iid)
-        if status != "corrupt" and record.get("inc", 0) != self._incarnation:
+        if status != "corrupt" and record.incarnation != self._incarnation:
             return "cancelled"  # this handle's incarnation was cancelled and replaced
         return status
 
     @property
     def reason(self) -> str | None:
         """Why it was cancelled ("parent orders/o-17 completed", ...), or None."""
-        return self._system._snapshot(self._iid)[1].get("reason")
+        return self._system._snapshot(self._iid)[1].reason
 
     @property
     def restarts(self) -> list[dict[str, Any]]:
         """Each restart so far: ``{"at": epoch, "reason": "restart 1 after ...", "count": 1}``."""
-        return list(self._system._snapshot(self._iid)[1].get("restarts", []))
+        return list(self._system._snapshot(self._iid)[1].restarts)
 
     @property
     def last_error(self) -> str | None:
         """Why the instance is stuck (e.g. a `NonDeterminismError`), or None."""
-        return self._system._snapshot(self._iid)[1].get("last_error")
+        return self._system._snapshot(self._iid)[1].last_error
 
     async def result(self) -> Any:
         """Wait for the instance to finish and return its result.
@@ -90,40 +91,40 @@ class Handle:
         status, record = self._system._snapshot(self._iid)
         if status == "corrupt":
             raise self._system._corrupt_error(self._iid, self._address)
-        if record.get("inc", 0) != self._incarnation or status == "cancelled":
-            reason = record.get("reason") or "cancelled"
-            if record.get("inc", 0) != self._incarnation:
+        if record.incarnation != self._incarnation or status == "cancelled":
+            reason = record.reason or "cancelled"
+            if record.incarnation != self._incarnation:
                 reason = "this incarnation was cancelled and the address started afresh"
             raise ProcessCancelled(f"{self._address!r} was cancelled: {reason}", reason=reason)
         if status == "compensation_stuck":
             self._raise_stuck(record)
         if status == "failed":
-            error = record.get("error") or {}
+            error = record.error or {}
             raise ProcessFailed(
                 f"{self._address!r} failed: {error_summary(error)}", error=error
             )
-        return record.get("result")
+        return record.result
 
-    def _raise_stuck(self, record: dict[str, Any]) -> None:
+    def _raise_stuck(self, record: InstanceRecord) -> None:
         # Parked, not finished, yet what the caller waits for is decided: the
         # process ended (failed, or was cancelled) and only its undo waits
         # for an operator, so result() says so instead of waiting silently.
-        failure = record.get("failure") or {}
+        failure = record.failure or {}
         address = self._address
         stuck = (
-            f"its compensation is stuck ({record.get('last_error') or 'no error recorded'}); "
+            f"its compensation is stuck ({record.last_error or 'no error recorded'}); "
             f"fix the cause and call system.resume_compensation({address!r}) to retry it, or "
             f"system.abandon_compensation({address!r}) to end it failed without the rest"
         )
-        if record.get("failure_end") == "cancelled":
-            reason = record.get("reason") or "cancelled"
+        if record.failure_end == "cancelled":
+            reason = record.reason or "cancelled"
             raise ProcessCancelled(f"{address!r} was cancelled: {reason}; {stuck}", reason=reason)
         raise ProcessFailed(f"{address!r} failed: {error_summary(failure)}; {stuck}", error=failure)
 
     @property
     def exports(self) -> Any:
         """The latest value published with ``ctx.publish`` (None before any)."""
-        return self._system._snapshot(self._iid)[1].get("exports")
+        return self._system._snapshot(self._iid)[1].exports
 
     async def watch(self) -> AsyncIterator[Any]:
         """Yield the current exports, then each newly published value; a slow
@@ -134,10 +135,10 @@ class Handle:
         while True:
             event = self._system._status_event(self._iid)
             status, record = self._system._snapshot(self._iid)
-            version = record.get("exports_version")
-            if version is not None and version != seen:
+            version = record.exports_version  # 0 before the first publish
+            if version and version != seen:
                 seen = version
-                yield record.get("exports")
+                yield record.exports
             if status in _SETTLED:
                 return
             await event.wait()
@@ -193,4 +194,4 @@ class ChildHandle(Handle):
 
     def __init__(self, system: SystemAPI, address: str) -> None:
         iid = instance_id(address)
-        super().__init__(system, iid, address, system._snapshot(iid)[1].get("inc", 1))
+        super().__init__(system, iid, address, system._snapshot(iid)[1].incarnation)

@@ -22,9 +22,12 @@ from typing import Any
 
 import trio
 
-from storage import Ticket, Txn
+import attrs
+
+from storage import InstanceRecord, Ticket, Txn
 from storage.errors import Conflict, JournalCorrupt, JournalFull
 
+from . import _asks
 from . import _effects as fx
 from . import _events, _tracing
 from . import _saga
@@ -36,7 +39,7 @@ from ._effects import Effect
 from ._ends import Ends
 from ._handles import ChildHandle
 from ._interfaces import SystemAPI
-from ._log import LogEntry, read_log
+from ._log import LogEntry
 from ._mailbox import Mailbox
 from ._process import ProcessDef
 from ._steps import run_step
@@ -81,7 +84,7 @@ class Actor(Ends):
         iid: bytes,
         address: str,
         proc: ProcessDef,
-        record: dict[str, Any] | None,
+        record: InstanceRecord | None,
         *,
         loaded: bool = False,
         epoch: int = 0,
@@ -91,8 +94,8 @@ class Actor(Ends):
         self.iid = iid
         self.address = address
         self.proc = proc
-        self.record: dict[str, Any] = record or {}
-        self.run = self.record.get("run", 0)
+        self.record: InstanceRecord = record or InstanceRecord()
+        self.run = self.record.run
         self.ctx: Context = system._make_context(self)
         self.driver = Driver(self, address)
         self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
@@ -132,9 +135,9 @@ class Actor(Ends):
                     run_span = _tracing.begin_run(self)
                     # Driven here, not in a helper: one coroutine frame less
                     # per live instance (they add up over many suspended ones).
-                    failure = self.record.get("failure")
+                    failure = self.record.failure
                     if failure is not None:  # resuming a compensation after a crash
-                        end = self.record.get("failure_end", "failed")
+                        end = self.record.failure_end or "failed"
                         await self._finish_compensation(failure, end)
                     else:
                         try:
@@ -160,7 +163,7 @@ class Actor(Ends):
                 # take the system down for it; it retries when there is room.
                 self.done = True
                 self.status = "suspended"
-                self.record = dict(self.record, last_error=f"{type(full).__name__}: {full}")
+                self.record = attrs.evolve(self.record, last_error=f"{type(full).__name__}: {full}")
                 self.system._stalled(self, full)
                 return
             lost = _lost_ownership(exc)
@@ -182,9 +185,9 @@ class Actor(Ends):
                 row = r.instance(iid)
                 if row is None:
                     return None, {}, [], [], 0
-                run_now = row.record.get("run", 0)
+                run_now = row.record.run
                 return (
-                    row, r.log(iid, run_now), r.mailbox(iid), r.timers(iid),
+                    row, r.entries(iid, run_now), r.mailbox(iid), r.timers(iid),
                     r.last_message_seq(iid),
                 )  # fmt: skip
 
@@ -196,9 +199,9 @@ class Actor(Ends):
         if row is None or row.status not in ("running", "suspended"):
             return False
         self.record = row.record
-        self.run = run = row.record.get("run", 0)
+        self.run = run = row.record.run
         self.persisted_status = row.status
-        self.driver.load(read_log(log))
+        self.driver.load(log)
         _tracing.loaded(self, mail)
         for seq, name, payload in self.mailbox.reload(floor, mail):
             self._receive_system(seq, name, payload)
@@ -208,11 +211,17 @@ class Actor(Ends):
         self.loaded = True
         return True
 
-    def deliver(self, seq: int, name: str, payload: Any, trace: str | None = None) -> None:
+    def deliver(
+        self, seq: int, name: str, payload: Any, trace: str | None = None,
+        ask: list[Any] | None = None,
+    ) -> None:  # fmt: skip
         """A message was committed to this instance's mailbox (``trace``: the
-        sender's trace context, see `_tracing`)."""
+        sender's trace context, see `_tracing`; ``ask``: the ask, if it was
+        asked, see `_asks`)."""
         if self.done or not self.mailbox.accepts(seq):
             return
+        if ask is not None:
+            self.mailbox.asks[seq] = ask
         if trace is not None:
             _tracing.delivered(self, seq, name, trace)
         if self.system.log_debug:
@@ -253,8 +262,8 @@ class Actor(Ends):
                 function's parameters (calling an ``async def`` only binds
                 them: no process code runs before this is known).
         """
-        input = self.record.get("input") or {}
-        params = self.record.get("params", ())
+        input = self.record.input or {}
+        params = self.record.params
         try:
             return self.proc.fn(self.ctx, *params, **input)
         except TypeError as exc:
@@ -264,10 +273,9 @@ class Actor(Ends):
                 "deploy code that takes them, or cancel the instance"
             ) from exc
 
-    async def check_history(self, log: dict[int, Any]) -> NonDeterminismError | None:
-        """Replay ``log`` (this run's, as the journal stores it) against the
-        current code, running nothing."""
-        self.driver.load(read_log(log))
+    async def check_history(self, log: dict[int, LogEntry]) -> NonDeterminismError | None:
+        """Replay ``log`` (this run's) against the current code, running nothing."""
+        self.driver.load(log)
         return await self.driver.check(self.new_coroutine())
 
     def wakeup(self) -> None:
@@ -300,6 +308,8 @@ class Actor(Ends):
 
     async def wait_for(self, effect: Effect) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
+        if type(effect) is fx.Reply and effect in self.live:
+            await _asks.send_reply(self, effect)  # type: ignore[arg-type]  # see start_reply
         self.root = effect
         passivate_now = self.system.passivate_after <= 0
         while not effect.done:
@@ -370,6 +380,7 @@ class Actor(Ends):
         if txn is not None:
             pending.ops.extend(txn.ops)
             pending.requires.extend(txn.requires)
+            pending.wakes.extend(txn.wakes)
         if self.fenced:
             pending.fence(self.iid, self.epoch)
         prior = self.ticket
@@ -384,12 +395,14 @@ class Actor(Ends):
         self.txn.put_log(self.iid, self.run, seq, entry.to_stored())
 
     def put_record(self, txn: Txn, status: str, **changes: Any) -> None:
-        self.record.update(changes)
-        self.record["updated"] = self.system.epoch_now()
+        # The record changes only once its write is in ``txn``: a value that
+        # does not encode leaves it as it was.
+        record = attrs.evolve(self.record, updated=self.system.epoch_now(), **changes)
         txn.put_instance(
             self.iid, address=self.address, process=self.proc.template, status=status,
-            record=self.record,
+            record=record,
         )  # fmt: skip
+        self.record = record
         self.persisted_status = status
 
     def update_record(self, **changes: Any) -> None:
@@ -461,6 +474,10 @@ class Actor(Ends):
             self.start_task(run_step, self, leaf, entry)
         elif kind is fx.Call or kind is fx.Spawn:
             _sup.start_child_effect(self, leaf, entry)
+        elif kind is fx.Reply:
+            _asks.start_reply(self, leaf)  # type: ignore[arg-type]
+        elif kind is fx.Ask:
+            _asks.start_ask(self, leaf, entry)  # type: ignore[arg-type]
         else:  # Emit, Publish: the only other leaves
             _streams.start(self, leaf)
 
@@ -512,6 +529,8 @@ class Actor(Ends):
             if kind is fx.Call:
                 self.mailbox.remove_wait(leaf)  # type: ignore[arg-type]
             _sup.abandon_child_effect(self, leaf)
+        elif kind is fx.Ask:
+            self.mailbox.remove_wait(leaf)  # type: ignore[arg-type]  # a late reply stays unread
         # An Emit or Publish that lost a race still completes its write.
 
     # -- mail and timers -----------------------------------------------------------
@@ -540,11 +559,17 @@ class Actor(Ends):
                 entry.message = mseq
                 self.finish(wait, value, error, entry)
                 continue
+            if type(wait) is fx.Ask:
+                self.finish(wait, *_asks.reply_outcome(wait, payload, mseq))
+                continue
             entry = wait.describe()
             entry.value = payload
             entry.message = mseq
             if wait.pair:
                 entry.signal = signal.name
+            ask = mailbox.asks.pop(mseq, None) if mailbox.asks else None
+            entry.ask = ask
+            self.driver.took(wait.seq, ask)
             self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
 
     def _start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None:

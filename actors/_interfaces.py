@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import trio
 
-from storage import Journal, Txn
+from storage import InstanceRecord, Journal, Txn
 
 from . import _effects as fx
 from ._driver import Driver
@@ -44,6 +44,10 @@ class SystemAPI(Protocol):
     _live: dict[bytes, ActorAPI]
     _cursors: dict[tuple[bytes, str], int]
     outages: Any  # the JournalWatch
+    queues: Any  # the QueueService (actors._queues)
+    nodes: Any  # the NodeView (actors._nodes)
+    asks: Any  # the Asks in flight (see _asks)
+    max_payload: int
 
     @property
     def closing(self) -> bool: ...
@@ -59,7 +63,7 @@ class SystemAPI(Protocol):
 
     def _make_context(self, actor: ActorAPI) -> Any: ...
 
-    def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]: ...
+    def _snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
 
     def _status_event(self, iid: bytes) -> trio.Event: ...
 
@@ -75,6 +79,8 @@ class SystemAPI(Protocol):
 
     def _activate(self, iid: bytes) -> None: ...
 
+    def _run_admitted(self, row: Any, epoch: int) -> None: ...
+
     def _instance_idle(self) -> None: ...
 
     def _stalled(self, actor: ActorAPI, exc: Exception) -> None: ...
@@ -82,7 +88,7 @@ class SystemAPI(Protocol):
     def _corrupt_error(self, iid: bytes, address: str) -> Exception: ...
 
     def _run_created(
-        self, iid: bytes, address: str, proc: ProcessDef, record: dict[str, Any], epoch: int = 0
+        self, iid: bytes, address: str, proc: ProcessDef, record: InstanceRecord, epoch: int = 0
     ) -> ActorAPI: ...
 
     def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None: ...
@@ -99,6 +105,12 @@ class SystemAPI(Protocol):
 
     async def cancel(self, address: str) -> bool: ...
 
+    async def _start(
+        self, proc: ProcessDef, params: tuple[Any, ...], input: dict[str, Any], message: Any,
+        *, parent: str | None = None, address: str | None = None, queued: Any = None,
+        extra: Callable[[Txn], None] | None = None,
+    ) -> tuple[Any, bool]: ...
+
 
 class ActorAPI(Protocol):
     """The parts of a live `Actor` that steps, sagas, streams, supervision
@@ -109,7 +121,7 @@ class ActorAPI(Protocol):
     iid: bytes
     address: str
     proc: ProcessDef
-    record: dict[str, Any]
+    record: InstanceRecord
     run: int
     status: str
     driver: Driver
@@ -120,6 +132,8 @@ class ActorAPI(Protocol):
     escalate_to: tuple[Any, ...] | None
     loaded: bool
     done: bool
+    fenced: bool  # writes are fenced with epoch (a shared journal)
+    epoch: int
 
     def finish(
         self,

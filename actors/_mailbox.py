@@ -16,6 +16,8 @@ Invariants (kept by every method below):
   late hand-over of it from its sender is dropped.
 - ``waits`` holds the live waits that have taken nothing yet, by effect seq;
   the oldest matching message goes to the lowest-numbered wait.
+- ``asks`` holds the ask of each unread message that was asked (see
+  `_asks`), by message id; a sent message has none (nothing is kept for it).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def _seq(effect: Effect) -> int:
 class Mailbox:
     """Unread messages and pending waits of one instance. Owned by its `Actor`."""
 
-    __slots__ = ("messages", "order", "floor", "taken", "waits")
+    __slots__ = ("messages", "order", "floor", "taken", "waits", "asks")
 
     def __init__(self, remember_taken: bool) -> None:
         self.messages: dict[int, tuple[str, Any]] = {}  # unread: seq -> (signal name, payload)
@@ -46,6 +48,7 @@ class Mailbox:
         # has not committed yet: remember what was taken, so it is not re-read.
         self.taken: set[int] | None = set() if remember_taken else None
         self.waits: list[Wait] = []
+        self.asks: dict[int, list[Any]] = {}  # unread asked messages: seq -> ask
 
     def accepts(self, seq: int) -> bool:
         """True if message ``seq`` is neither unread here nor taken already."""
@@ -75,11 +78,14 @@ class Mailbox:
         messages = self.messages
         for seq in [s for s in messages if s <= floor and s not in listed]:
             del messages[seq]
+            self.asks.pop(seq, None)
         added = []
         for seq, message in unread:
             if seq not in messages:
                 added.append((seq, message[0], message[1]))
                 messages[seq] = (message[0], message[1])
+                if len(message) > 4 and message[4]:
+                    self.asks[seq] = message[4]
         self.order = sorted(messages)
         return added
 

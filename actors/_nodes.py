@@ -131,4 +131,5 @@ class NodeView:
                 continue
             for seq, message in mail.get(iid, ()):
                 trace = message[3] if len(message) > 3 else None  # see _tracing
-                actor.deliver(seq, message[0], message[1], trace)
+                ask = message[4] if len(message) > 4 else None  # see _asks
+                actor.deliver(seq, message[0], message[1], trace, ask)

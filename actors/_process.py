@@ -18,8 +18,10 @@ RESTART_TYPES = ("permanent", "transient", "temporary")
 # so process input may not use them. (ctx.step's own keywords, name, retry,
 # timeout, compensate, validate_*, only constrain step kwargs.)
 RESERVED = {
+    "start": {"if_exists", "queue", "priority"},
     "signal_with_start": {"signal", "payload"},
-    "spawn": {"restart"},
+    "call": {"queue", "priority"},
+    "spawn": {"restart", "queue", "priority"},
 }
 _ALL_RESERVED = set().union(*RESERVED.values())
 

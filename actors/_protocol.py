@@ -12,7 +12,14 @@ send, a cancel or a cleanup writes.
 
 A message, as stored in a mailbox: ``[signal name, payload, sent at]``
 (epoch seconds), and a 4th element, the sender's W3C traceparent, when it
-was sent inside a trace (see `_tracing`); readers ignore what they do not use.
+was sent inside a trace (see `_tracing`), and a 5th (the 4th then None if
+there is no trace), the ask ``[ask id, reply-to address, asker's node]``,
+when it was asked (see `_asks`); readers ignore what they do not use.
+
+A send with an idempotency key records the key as a cursor named
+``KEY_PREFIX + key`` in the same transaction, so the key lives exactly as
+long as the incarnation (carried across continue-as-new and restarts,
+deleted with the instance).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import attrs
 from storage import (
     LIVE_STATUSES,
     UNFINISHED_STATUSES,
+    InstanceRecord,
     InstanceRow,
     TimerRow,
     Txn,
@@ -38,6 +46,7 @@ from ._effects import end_signal
 from .errors import LimitExceeded
 
 __all__ = [
+    "KEY_PREFIX",
     "STUCK",
     "Cancel",
     "Notice",
@@ -77,7 +86,7 @@ class Start:
     ``signal_with_start`` (None without one)."""
 
     txn: Txn
-    record: dict[str, Any]
+    record: InstanceRecord
     message: Notice | None
 
 
@@ -86,13 +95,15 @@ class Cancel:
     """One instance to cancel: its row and timers as read, and why.
 
     ``epoch`` fences the write on a shared journal (`Journal.claim`); None
-    writes unfenced (single-owner journals, the CLI).
+    writes unfenced (single-owner journals, the CLI). ``states``: state rows
+    that go with it (a queued instance's waiting entry, see `_queues.waiting_rows`).
     """
 
     row: InstanceRow
     timers: Sequence[TimerRow]
     reason: str
     epoch: int | None = None
+    states: Sequence[str] = ()
 
 
 # -- messages -----------------------------------------------------------------------
@@ -100,17 +111,20 @@ class Cancel:
 
 def add_message(
     txn: Txn, iid: bytes, name: str, payload: Any, now: float, *,
-    max_payload: int | None = None, trace: str | None = None,
+    max_payload: int | None = None, trace: str | None = None, ask: list[Any] | None = None,
 ) -> Notice:  # fmt: skip
     """Append a message to ``iid``'s mailbox in ``txn``; returns the notice
     to route once it commits. ``trace``, the sender's W3C traceparent, is
-    stored beside the payload (a 4th element), never in it.
+    stored beside the payload (a 4th element), never in it; so is ``ask``
+    (a 5th).
 
     Raises:
         EncodeError: the payload cannot be stored (naming the path inside it).
         LimitExceeded: it encodes to more than ``max_payload`` bytes.
     """
-    after = (now,) if trace is None else (now, trace)
+    after: tuple[Any, ...] = (now,) if trace is None else (now, trace)
+    if ask is not None:
+        after = (now, trace, ask)
     try:
         slot = txn.append_message(iid, [name, payload, *after])
     except EncodeError:
@@ -118,25 +132,64 @@ def add_message(
         raise
     message: bytes = txn.ops[-1][2]
     # The limit is on the payload alone: the message's bytes less those of
-    # the same message around None (which encodes to one byte).
-    size = len(message) - (len(encode([name, None, *after])) - 1)
-    if max_payload is not None and size > max_payload:
-        raise LimitExceeded(
-            f"the {name!r} payload encodes to {size} bytes, over the "
-            f"max_payload={max_payload} limit; send a reference (an id or a "
-            "path) instead, or raise open_system(max_payload=...)"
-        )
+    # the same message around None (which encodes to one byte). Measured
+    # only when the whole message is over it (the payload is never larger).
+    if max_payload is not None and len(message) > max_payload:
+        size = len(message) - (len(encode([name, None, *after])) - 1)
+        if size > max_payload:
+            raise LimitExceeded(
+                f"the {name!r} payload encodes to {size} bytes, over the "
+                f"max_payload={max_payload} limit; send a reference (an id or a "
+                "path) instead, or raise open_system(max_payload=...)"
+            )
     return Notice(iid, message, slot)
 
 
+KEY_PREFIX = "\x00key "  # a send's idempotency key, as a cursor name (see the module doc)
+
+
 def send_txn(
-    iid: bytes, name: str, payload: Any, now: float, *, max_payload: int, trace: str | None = None
-) -> tuple[Txn, Notice]:
+    iid: bytes, name: str, payload: Any, now: float, *, max_payload: int,
+    trace: str | None = None, ask: list[Any] | None = None, key: str | None = None,
+) -> tuple[Txn, Notice]:  # fmt: skip
     """A user's send: the message, on condition that the instance is live
-    (else the commit raises `Conflict` and stores nothing)."""
+    (else the commit raises `Conflict` and stores nothing); with ``key``,
+    the key too (the caller checked that the incarnation has not seen it)."""
     txn = Txn()
     txn.require(iid, LIVE_STATUSES)
-    return txn, add_message(txn, iid, name, payload, now, max_payload=max_payload, trace=trace)
+    notice = add_message(
+        txn, iid, name, payload, now, max_payload=max_payload, trace=trace, ask=ask
+    )
+    if key is not None:
+        txn.set_cursor(iid, KEY_PREFIX + key, 0)
+    return txn, notice
+
+
+def send_many_txn(
+    messages: Sequence[tuple[bytes, str, Any]], now: float, *, max_payload: int,
+    trace: str | None = None,
+) -> tuple[Txn, list[Notice]]:  # fmt: skip
+    """Many user sends in one transaction: ``(iid, signal name, payload)``
+    each, on condition that every instance addressed is live (else the
+    commit raises `Conflict` and stores none of them).
+
+    Raises:
+        EncodeError, LimitExceeded: as `add_message`, with a note naming the
+            message's position in ``messages``.
+    """
+    txn = Txn()
+    for iid in dict.fromkeys(iid for iid, _, _ in messages):
+        txn.require(iid, LIVE_STATUSES)
+    notices = []
+    for n, (iid, name, payload) in enumerate(messages):
+        try:
+            notices.append(
+                add_message(txn, iid, name, payload, now, max_payload=max_payload, trace=trace)
+            )
+        except (EncodeError, LimitExceeded) as exc:
+            exc.add_note(f"(message {n} of the {len(messages)} given to send_many; none was sent)")
+            raise
+    return txn, notices
 
 
 def system_send_txn(iid: bytes, name: str, payload: Any, now: float) -> tuple[Txn, Notice]:
@@ -163,6 +216,7 @@ def start_txn(
     max_payload: int | None = None,
     child: dict[str, Any] | None = None,
     trace: str | None = None,
+    status: str = "running",
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
     ``previous``), with a first message for ``signal_with_start``; for a
@@ -173,48 +227,49 @@ def start_txn(
     a cancelled one whole (log, mailbox, timers, stream) and counts on from
     its incarnation number.
     """
-    stored = encode({
-        "params": list(params), "input": input, "run": 0,
-        "inc": (previous.record.get("inc", 0) + 1) if previous is not None else 1,
-        "created": now, "updated": now, "parent": parent, **(child or {}),
-        **({"trace": trace} if trace is not None else {}),  # the starter's traceparent
-    }, what="record")  # fmt: skip
+    record = InstanceRecord(
+        params=list(params), input=input, run=0,
+        incarnation=(previous.record.incarnation + 1) if previous is not None else 1,
+        created=now, updated=now, parent=parent, trace=trace,  # the starter's traceparent
+        **(child or {}),
+    )  # fmt: skip
+    stored = encode(record.to_stored(), what="record")
     txn = Txn()
     if previous is not None:
         txn.delete_instance(iid)
-    txn.put_instance_encoded(iid, address=address, process=process, status="running", record=stored)
+    txn.put_instance_encoded(iid, address=address, process=process, status=status, record=stored)
     notice = None
     if message is not None:
         notice = add_message(
             txn, iid, message[0], message[1], now, max_payload=max_payload, trace=trace
         )
     # The process runs on what was stored, never on the caller's objects.
-    return Start(txn, decode(stored), notice)
+    return Start(txn, InstanceRecord.from_stored(decode(stored)), notice)
 
 
 # -- ends ----------------------------------------------------------------------------
 
 
-def end_payload(status: str, record: dict[str, Any]) -> dict[str, Any]:
+def end_payload(status: str, record: InstanceRecord) -> dict[str, Any]:
     """What an awaited child's end message carries."""
     payload: dict[str, Any] = {"status": status}
     if status == "completed":
-        payload["result"] = record.get("result")
+        payload["result"] = record.result
     elif status == "failed":
-        payload["error"] = record.get("error")
+        payload["error"] = record.error
     else:
-        payload["reason"] = record.get("reason")
+        payload["reason"] = record.reason
     return payload
 
 
 def end_notice(
-    txn: Txn, address: str, record: dict[str, Any], status: str, now: float
+    txn: Txn, address: str, record: InstanceRecord, status: str, now: float
 ) -> Notice | None:
     """Add the end message of an awaited child to ``txn`` (in the same
     transaction as its terminal record, so the parent misses nothing);
     None for an instance no parent awaits."""
-    parent = record.get("parent")
-    if not parent or not record.get("awaited"):
+    parent = record.parent
+    if not parent or not record.awaited:
         return None
     name, payload = end_signal(address).name, end_payload(status, record)
     return add_message(txn, instance_id(parent), name, payload, now)
@@ -225,7 +280,7 @@ def end_of_run(
     iid: bytes,
     *,
     address: str,
-    record: dict[str, Any],
+    record: InstanceRecord,
     status: str,
     timers: Iterable[tuple[int, int]],
     now: float,
@@ -249,10 +304,10 @@ def next_run(
     *,
     address: str,
     process: str,
-    record: dict[str, Any],
+    record: InstanceRecord,
     timers: Iterable[tuple[int, int]],
-) -> dict[str, Any]:
-    """Into ``txn``: end the run ``record["run"]`` (its log dropped, its
+) -> InstanceRecord:
+    """Into ``txn``: end the run ``record.run`` (its log dropped, its
     ``timers``, ``(run, seq)`` pairs, cancelled) and record the next one,
     running; returns the record written (``run`` one on). Used for a
     restart (from inside or outside the instance) and for continue-as-new.
@@ -260,11 +315,11 @@ def next_run(
     Invariant: a run's log and timers go in the transaction that records
     the next run, so a replay never reads another run's history.
     """
-    run = record.get("run", 0)
+    run = record.run
     txn.drop_log(iid, run)
     for timer_run, seq in timers:
         txn.cancel_timer(iid, timer_run, seq)
-    following = dict(record, run=run + 1)
+    following = attrs.evolve(record, run=run + 1)
     txn.put_instance(iid, address=address, process=process, status="running", record=following)
     return following
 
@@ -283,7 +338,7 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
     notices: list[Notice] = []
     for cancel in cancels:
         row = cancel.row
-        record = dict(row.record, reason=cancel.reason, updated=now, last_error=None)
+        record = attrs.evolve(row.record, reason=cancel.reason, updated=now, last_error=None)
         txn.require(row.iid, UNFINISHED_STATUSES)
         if cancel.epoch is not None:
             txn.fence(row.iid, cancel.epoch)
@@ -292,6 +347,8 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
         )
         for timer in cancel.timers:
             txn.cancel_timer(row.iid, timer.run, timer.seq)
+        for key in cancel.states:  # a queued instance leaves its queue
+            txn.delete_state(key)
         notice = end_notice(txn, row.address, record, "cancelled", now)
         if notice is not None:
             notices.append(notice)
@@ -318,7 +375,7 @@ def resume_compensation_txn(row: InstanceRow, now: float) -> Txn:
     """Put a ``compensation_stuck`` instance back to running, so that its
     next activation retries the compensation where it stopped; on condition
     that it is still stuck."""
-    record = dict(row.record, last_error=None, stuck=None, updated=now)
+    record = attrs.evolve(row.record, last_error=None, stuck=None, updated=now)
     txn = Txn()
     txn.require(row.iid, STUCK)
     txn.put_instance(row.iid, address=row.address, process=row.process, status="running", record=record)
@@ -329,7 +386,7 @@ def abandon_compensation_txn(row: InstanceRow, now: float) -> Txn:
     """End a ``compensation_stuck`` instance as failed, keeping its record
     (which compensations ran, which did not, and why); on condition that it
     is still stuck."""
-    record = dict(row.record, error=row.record.get("failure"), abandoned=True, updated=now)
+    record = attrs.evolve(row.record, error=row.record.failure, abandoned=True, updated=now)
     txn = Txn()
     txn.require(row.iid, STUCK)
     txn.put_instance(row.iid, address=row.address, process=row.process, status="failed", record=record)

@@ -9,7 +9,7 @@ a retried, recorded step called with the forward step's own arguments and
 with ``current_step().key`` ending in ``/compensate`` and
 ``current_step().forward_result`` the forward step's result.
 
-Invariant: a compensation id is in ``record["compensated"]`` only once its
+Invariant: a compensation id is in ``record.compensated`` only once its
 function has returned, and that record is durable before the next one
 starts, so a crash mid-compensation resumes with the same compensation
 (at least once, deduplicable by its key), never an earlier one twice.
@@ -40,7 +40,7 @@ from typing import Any
 
 import trio
 
-from storage import Txn
+from storage import InstanceRecord, Txn
 
 from . import _tracing
 from ._effects import Step
@@ -88,14 +88,14 @@ def register(actor: ActorAPI, step: Step, result: Any, *, possibly_applied: bool
         "possibly_applied": possibly_applied,
         "retry": [retry.attempts, retry.backoff, retry.max_backoff],
     }  # fmt: skip
-    comps = list(actor.record.get("compensations", []))
+    comps = list(actor.record.compensations)
     comps.append(entry)
     actor.update_record(compensations=comps)
 
 
-def pending(record: dict[str, Any]) -> list[dict[str, Any]]:
-    done = set(record.get("compensated", []))
-    return [c for c in reversed(record.get("compensations", [])) if c["id"] not in done]
+def pending(record: InstanceRecord) -> list[dict[str, Any]]:
+    done = set(record.compensated)
+    return [c for c in reversed(record.compensations) if c["id"] not in done]
 
 
 def _module_file(module: ModuleType) -> str | None:
@@ -193,7 +193,7 @@ async def compensate(actor: ActorAPI, failure: dict[str, Any], end: str) -> str:
 
 
 async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | None:
-    attempts_done = actor.record.get("comp_attempts", {}).get(comp["id"], 0)
+    attempts_done = actor.record.comp_attempts.get(comp["id"], 0)
     limit, backoff, max_backoff = comp["retry"]
     retry = Retry(attempts=limit, backoff=backoff, max_backoff=max_backoff)
     failures = 0
@@ -205,7 +205,7 @@ async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | No
     while True:
         attempts_done += 1
         txn = Txn()
-        attempts = dict(actor.record.get("comp_attempts", {}))
+        attempts = dict(actor.record.comp_attempts)
         attempts[comp["id"]] = attempts_done
         actor.put_record(txn, "running", comp_attempts=attempts)
         await actor.barrier(txn)
@@ -220,7 +220,7 @@ async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | No
             await trio.sleep(retry.delay(failures, actor.system.random.random()))
             continue
         txn = Txn()
-        done = list(actor.record.get("compensated", [])) + [comp["id"]]
+        done = list(actor.record.compensated) + [comp["id"]]
         actor.put_record(txn, "running", compensated=done)
         await actor.barrier(txn, durable=True)
         return None

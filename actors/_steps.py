@@ -85,11 +85,16 @@ def current_step() -> StepInfo:
 
 async def call_once(
     actor: ActorAPI, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-    timeout: float | None, info: StepInfo,
+    timeout: float | None, info: StepInfo, thread: bool = True,
 ) -> Any:  # fmt: skip
-    """Run one attempt of ``fn`` with ``info`` as `current_step`, under ``timeout``."""
+    """Run one attempt of ``fn`` with ``info`` as `current_step`, under
+    ``timeout``; a sync ``fn`` in a worker thread, or with ``thread=False``
+    on the trio thread (no timeout then: nothing can interrupt it)."""
     token = _current.set(info)
     try:
+        if not thread and not inspect.iscoroutinefunction(fn):
+            # Inline: the event loop waits for it, as for any sync code in a task.
+            return _call_sync(fn, args, kwargs)
         if inspect.iscoroutinefunction(fn):
             if timeout is None:
                 return await fn(*args, **kwargs)
@@ -180,7 +185,9 @@ async def run_step(actor: ActorAPI, step: Step, started: LogEntry | None) -> Non
                 timed_out = False
                 try:
                     with _tracing.step_span(actor, info):
-                        value = await call_once(actor, step.fn, args, kwargs, step.timeout, info)
+                        value = await call_once(
+                            actor, step.fn, args, kwargs, step.timeout, info, step.thread
+                        )
                 except trio.TooSlowError as exc:
                     timed_out = True
                     cause: BaseException = exc

@@ -46,7 +46,7 @@ async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
         if type(effect) is fx.Emit:
             txn.append_stream(actor.iid, effect.payload)
         else:
-            version = actor.record.get("exports_version", 0) + 1
+            version = actor.record.exports_version + 1
             # Watchers get the stored exports, never the process's own object.
             exports = decode(encode(effect.payload, what="exports"))
             actor.put_record(txn, actor.status, exports=exports, exports_version=version)

@@ -26,13 +26,14 @@ from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, Txn, instance_id
+from storage import LIVE_STATUSES, InstanceRecord, Txn, instance_id
 
+from . import _asks
 from . import _effects as fx
 from . import _events, _tracing
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
-from ._log import LogEntry, children_named, read_log
+from ._log import LogEntry, children_named
 from ._process import OneForAll, OneForOne, RestForOne
 from ._protocol import end_payload, start_txn
 from ._records import Signal, describe_error, error_summary
@@ -42,12 +43,6 @@ ESCALATE = Signal._system("\x00escalate")
 CANCEL = Signal._system("\x00cancel")  # to the owner on another node
 _DEFAULT = OneForOne()
 RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
-
-
-def children_in_log(stored: dict[int, Any]) -> dict[str, int]:
-    """Child addresses a run's log (as the journal stores it) names, with the
-    seq that made each."""
-    return children_named(read_log(stored))
 
 
 # -- creating children -----------------------------------------------------------
@@ -128,14 +123,20 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
                 "restart": getattr(effect, "restart", "temporary"),
                 "awaited": type(effect) is fx.Call, "restarts": [],
             }, trace=_tracing.traceparent(system),
+            status="running" if effect.queue is None else "queued",
         )  # fmt: skip
         txn, record = start.txn, start.record
+        if effect.queue is not None:  # it waits for a slot: the queue's pump starts it
+            system.queues.enqueue(txn, effect.queue[0], iid, address, effect.queue[1])
     elif row.status not in LIVE_STATUSES and type(effect) is fx.Call:
         ended = end_payload(row.status, row.record)
     parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
     await parent.barrier(txn)
-    if fresh:
+    if fresh and effect.queue is not None:
+        system._status_changed(iid)
+        system.queues.poke(effect.queue[0].name)
+    elif fresh:
         system._run_created(iid, address, proc, record)
         system._status_changed(iid)
     return ended
@@ -166,9 +167,9 @@ def abandon_child_effect(actor: ActorAPI, effect: Any) -> None:
     )
 
 
-def next_restarts(record: dict[str, Any], reason: str, now: float) -> list[dict[str, Any]]:
+def next_restarts(record: InstanceRecord, reason: str, now: float) -> list[dict[str, Any]]:
     """The record's restart history with one more restart."""
-    restarts = list(record.get("restarts", []))
+    restarts = list(record.restarts)
     restarts.append({"at": now, "reason": reason, "count": len(restarts) + 1})
     return restarts
 
@@ -196,11 +197,11 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
     instance ends failed and its parent (if any) is told to crash.
     """
     record = actor.record
-    kind = record.get("restart", actor.proc.restart if not record.get("parent") else "temporary")
+    kind = record.restart or (actor.proc.restart if not record.parent else "temporary")
     if kind == "temporary" or (kind == "transient" and exc is None):
         return False
     system = actor.system
-    parent = record.get("parent")
+    parent = record.parent
     strategy = _DEFAULT
     siblings: dict[str, int] = {actor.address: 0}
     if parent:
@@ -215,7 +216,7 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
         if parent and exc is not None:
             actor.escalate_on_end(parent, why, strategy)
         return False
-    count = len(record.get("restarts", [])) + 1
+    count = len(record.restarts) + 1
     reason = f"restart {count} after {why}"
     delay = min(RESTART_DELAY_MAX, RESTART_DELAY * 2 ** len(recent))
     _events.restarting(actor.address, count=count, reason=reason, strategy=strategy, delay=delay)
@@ -241,7 +242,11 @@ async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     txn = Txn()
     restarts = next_restarts(actor.record, reason, system.epoch_now())
     actor.begin_run(txn, restarts=restarts, last_error=None)
-    await actor.barrier(txn)
+    # The asks this run took and did not answer never will be: say so.
+    answers = _asks.no_reply(actor, txn, "restarted", ()) if actor.driver.unanswered else []
+    results = await actor.barrier(txn)
+    for after in answers:
+        after(results)
     actor.become("running")
     system._forget(actor)
     system._status_changed(actor.iid)
@@ -258,29 +263,30 @@ async def _parent_view(system: SystemAPI, parent: str) -> tuple[Any, dict[str, i
         row = r.instance(iid)
         if row is None:
             return None, {}
-        return row, r.log(iid, row.record.get("run", 0))
+        return row, r.entries(iid, row.record.run)
 
     row, log = await system.journal.read(read)
     if row is None:
         return None, {}
-    return system._procs.get(row.process), children_in_log(log)
+    return system._procs.get(row.process), children_named(log)
 
 
 async def _recent_restarts(
     system: SystemAPI, actor: ActorAPI, siblings: dict[str, int], since: float
 ) -> list[float]:
-    times = [r["at"] for r in actor.record.get("restarts", []) if r["at"] > since]
+    times = [r["at"] for r in actor.record.restarts if r["at"] > since]
     others = [instance_id(a) for a in siblings if a != actor.address]
 
     def read(r: Any) -> list[float]:
         found = []
         for iid in others:
             live = system._live.get(iid)
-            record = live.record if live is not None and live.loaded else None
-            if record is None:
+            if live is not None and live.loaded:
+                restarts = live.record.restarts
+            else:
                 row = r.instance(iid)
-                record = row.record if row is not None else {}
-            found += [x["at"] for x in record.get("restarts", []) if x["at"] > since]
+                restarts = row.record.restarts if row is not None else []
+            found += [x["at"] for x in restarts if x["at"] > since]
         return found
 
     if others:
@@ -302,7 +308,7 @@ async def escalate(actor: ActorAPI) -> None:
             f"child {actor.address!r} crashed past its restart limit "
             f"({strategy.max_restarts} within {strategy.within} s): {why}"
         ),
-        "error": actor.record.get("error") or error,
+        "error": actor.record.error or error,
     }
     await system._send_system(instance_id(parent), parent, ESCALATE, payload)
 

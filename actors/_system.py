@@ -1,18 +1,18 @@
-"""`ActorSystem` and `open_system`: the public calls, routing and the system's life.
+"""`ActorSystem`: the public calls, routing and the system's state.
 
 Bringing instances into memory and out (activation, passivation, stalls,
 recovery, shutdown) is in `_activation`; the internals of cancelling and
-restarting in `_cancels`. Both are bases of `ActorSystem`, so each method
-still has one owner and one place to read it.
+restarting in `_cancels`; `query`, `cleanup` and settling stuck
+compensations in `_upkeep`; `send_many` in `_batches`. Each is a base of
+`ActorSystem`, so each method still has one owner and one place to read it.
+`open_system` (in `_open`) runs a system.
 """
 
 from __future__ import annotations
 
 import math
 import random as _random
-import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
@@ -20,35 +20,45 @@ import trio
 from storage import (
     MAX_ADDRESS_BYTES,
     STATUS_WORDS,
-    STATUSES,
-    TERMINAL_STATUSES,
-    CorruptRecord,
+    InstanceRecord,
     Journal,
-    LMDBJournal,
+    Txn,
     decode,
     encode,
     instance_id,
 )
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
-from . import _control, _events, _guard, _protocol, _tracing
+from . import _events, _guard, _protocol, _tracing
 from ._checks import check_name, check_seconds, check_text
-from ._activation import YIELD_EVERY, Activation
+from ._activation import Activation
+from ._asks import Asks
+from ._batches import Batches
 from ._cancels import Cancels
 from ._context import Context
 from ._handles import Handle
 from ._instance import Actor
+from ._keys import KeyedSends
 from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
-from ._records import InstanceInfo, Signal
+from ._flow import FlowControl
+from ._queues import Queue, QueueService
+from ._records import Signal
+from ._schedules import ScheduleService
 from ._streams import Stream
 from ._timers import TimerService
-from .errors import InvalidArguments, LimitExceeded, NotDelivered, UnknownProcess
+from ._upkeep import Upkeep
+from .errors import AlreadyStarted, InvalidArguments, LimitExceeded, NotDelivered, UnknownProcess
 
-__all__ = ["ActorSystem", "open_system"]
+__all__ = ["ActorSystem"]
 
-class ActorSystem(Activation, Cancels):
+# What `_snapshot` gives for an instance it cannot read: incarnation 0 is
+# none a handle holds, so a handle reads it as replaced.
+NO_RECORD = InstanceRecord(incarnation=0)
+
+
+class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
     """The runtime: owns a journal, routes messages, runs live instances.
 
     Get one from `open_system`; every method is safe to call from any task
@@ -65,6 +75,7 @@ class ActorSystem(Activation, Cancels):
         max_sync_steps: int,
         max_payload: int,
         now: Callable[[], float],
+        queues: Iterable[Queue] = (),
     ) -> None:
         if passivate_after != math.inf:  # inf: never passivate
             passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
@@ -101,7 +112,7 @@ class ActorSystem(Activation, Cancels):
         self._activating: set[bytes] = set()
         self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
-        self._ends: dict[bytes, tuple[str, dict[str, Any]]] = {}  # see _ended
+        self._ends: dict[bytes, tuple[str, InstanceRecord]] = {}  # see _ended
         self._creating: dict[bytes, trio.Event] = {}
         self._stalled_iids: set[bytes] = set()  # see _stalled
         self._resuming = False
@@ -117,6 +128,10 @@ class ActorSystem(Activation, Cancels):
         self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
+        self.queues = QueueService(self, queues)
+        self.schedules = ScheduleService(self)
+        self.asks = Asks(self)
+        self.keys = KeyedSends(self)
 
     # -- time ------------------------------------------------------------------
 
@@ -144,7 +159,7 @@ class ActorSystem(Activation, Cancels):
     def _make_context(self, actor: Actor) -> Context:
         return Context(actor)
 
-    def _snapshot(self, iid: bytes) -> tuple[str, dict[str, Any]]:
+    def _snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]:
         actor = self._live.get(iid)
         if actor is not None and actor.loaded and self.nodes.trusted(iid):
             return actor.status, actor.record
@@ -155,36 +170,72 @@ class ActorSystem(Activation, Cancels):
             with self.journal.reader() as r:
                 row = r.instance(iid)
         except JournalCorrupt:
-            return "corrupt", {}
+            return "corrupt", NO_RECORD
         if row is None:
-            return "unknown", {}
+            return "unknown", NO_RECORD
         return row.status, row.record
 
     # -- public API ------------------------------------------------------------
 
-    async def start(self, proc: ProcessDef | str, *params: str, **input: Any) -> Handle:
+    async def start(
+        self,
+        proc: ProcessDef | str,
+        *params: str,
+        if_exists: str = "return",
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> Handle:
         """Start an instance of ``proc`` at the address its params give.
 
-        Idempotent: an existing live or finished instance at that address is
-        returned as it is; a cancelled one starts afresh. Returns once the
-        instance is durably recorded.
+        A cancelled instance at that address (or none) starts afresh, as a
+        new incarnation. Any other one (running, suspended, completed,
+        failed, compensation_stuck, corrupt) is kept as it is: with
+        ``if_exists="return"`` (the default) its handle is returned, so a
+        retried start is harmless; with ``"error"`` `AlreadyStarted` is
+        raised. Returns once the instance is durably recorded.
 
         Args:
             proc: a registered definition, or its path template.
             *params: fill the template's path params, in order.
+            if_exists: ``"return"`` or ``"error"``, for an instance that is there.
+            queue: a `Queue` registered with ``open_system(queues=...)`` (or
+                its name): the instance is stored ``"queued"`` and starts
+                when the queue's limits allow, in ``priority`` then FIFO order.
+            priority: with ``queue``: lower numbers start first (default 0).
             **input: the process's keyword input.
 
         Raises:
+            AlreadyStarted: (``if_exists="error"``) an instance is there;
+                the error names it and its status. Nothing is written.
             UnknownProcess: ``proc`` is not registered with this system.
-            InvalidArguments: wrong params or input for the process.
+            InvalidArguments: wrong params or input for the process, or a
+                queue that is not registered.
             EncodeError: input the codec cannot store (nothing is written).
         """
         _guard.refuse(
             "system.start()",
             "start children with ctx.call or ctx.spawn",
         )
-        handle, _ = await self._start(self._proc(proc), params, input, None)
+        if if_exists not in ("return", "error"):
+            raise InvalidArguments(
+                f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
+            )
+        queued = self.queues.choose(queue, priority)
+        handle, created = await self._start(
+            self._proc(proc), params, input, None, queued=queued
+        )
+        if not created and if_exists == "error":
+            status = handle.status
+            raise AlreadyStarted(
+                f"an instance is already at {handle.id!r} ({status}); use its "
+                "handle (system.get), cancel it to start a new incarnation, or start "
+                "with if_exists='return'",
+                address=handle.id,
+                status=status,
+            )
         return handle
+
 
     async def signal_with_start(
         self,
@@ -215,6 +266,8 @@ class ActorSystem(Activation, Cancels):
         *,
         parent: str | None = None,
         address: str | None = None,
+        queued: tuple[Queue, int] | None = None,
+        extra: Callable[[Txn], None] | None = None,
     ) -> tuple[Handle, bool]:
         for param in params:
             if isinstance(param, str):
@@ -236,7 +289,7 @@ class ActorSystem(Activation, Cancels):
             if actor is not None and actor.loaded and not actor.done:
                 if message is not None:
                     await self._send_iid(iid, address, *message)
-                return Handle(self, iid, address, actor.record.get("inc", 1)), False
+                return Handle(self, iid, address, actor.record.incarnation), False
             waiting = self._creating.get(iid)
             if waiting is None:
                 break
@@ -251,15 +304,21 @@ class ActorSystem(Activation, Cancels):
             if row is not None and row.status != "cancelled":
                 if message is not None:
                     await self._send_iid(iid, address, *message)
-                return Handle(self, iid, address, row.record.get("inc", 1)), False
+                return Handle(self, iid, address, row.record.incarnation), False
             start = _protocol.start_txn(
                 iid, address=address, process=proc.template, params=params, input=input,
                 parent=parent, previous=row,  # a cancelled one starts afresh
                 now=self.epoch_now(), max_payload=self.max_payload,
                 message=None if message is None else (message[0].name, message[1]),
                 trace=_tracing.traceparent(self),
+                status="running" if queued is None else "queued",
             )  # fmt: skip
             record = start.record
+            if extra is not None:  # what the caller records with the start (a schedule's tick)
+                extra(start.txn)
+            if queued is not None:  # it waits for a slot: the queue's pump starts it
+                await self._enqueue(start.txn, queued, iid, address)
+                return Handle(self, iid, address, record.incarnation), True
             results = await self.journal.commit(start.txn)
             try:
                 epoch = await self.journal.claim(iid)
@@ -268,21 +327,29 @@ class ActorSystem(Activation, Cancels):
                 raise
             self.nodes.claimed(iid, epoch)
             if epoch is None:  # another node took it over at once: it runs there
-                return Handle(self, iid, address, record["inc"]), True
+                return Handle(self, iid, address, record.incarnation), True
             actor = self._run_created(iid, address, proc, record, epoch)
             if start.message is not None and results:
                 actor.deliver(results[start.message.slot], *_unpack_message(start.message.message))
             self._status_changed(iid)
-            return Handle(self, iid, address, record["inc"]), True
+            return Handle(self, iid, address, record.incarnation), True
         finally:
             del self._creating[iid]
             done.set()
 
-    async def send(self, address: str, signal: Signal, payload: Any = None) -> None:
+    async def send(
+        self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
+    ) -> None:
         """Persist a message in the mailbox of the instance at ``address``.
 
         Returns once the message is durable (not once it is processed). A
         passivated instance is live: the message wakes it.
+
+        With ``key`` (a client's request id, say), a send whose key this
+        incarnation of the instance has had already stores nothing and
+        returns normally, so a retried send is taken once. Keys are kept
+        for the incarnation's life (across continue-as-new, restarts and
+        reopens); a new incarnation after a cancel takes them afresh.
 
         Raises:
             NotDelivered: no live instance has that address (unknown, or
@@ -299,12 +366,46 @@ class ActorSystem(Activation, Cancels):
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
         check_name(address, "send's address")
-        await self._send_iid(instance_id(address), address, signal, payload)
+        if key is None:
+            await self._send_iid(instance_id(address), address, signal, payload)
+        else:
+            await self.keys.send(instance_id(address), address, signal, payload, key, self._send_iid)
 
-    async def _send_iid(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
+    async def ask(
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Send ``signal`` to the instance at ``address`` as an ask and wait
+        for the value its process gives ``ctx.reply`` after taking it.
+
+        The ask is durable before the wait begins, like `send`; the reply is
+        recorded in the replier's log, so a restart of the replier between
+        taking and replying neither loses nor repeats it, and an asker on
+        another node of a shared journal gets it too (see `actors._asks`).
+
+        Raises:
+            NotDelivered: no live instance at ``address`` (nothing stored),
+                or it ended without replying (the message says so).
+            AskTimeout: no reply within ``timeout`` seconds of the ask
+                being stored (a `TimeoutError` too); the message stays asked.
+            EncodeError: a payload the codec cannot store; nothing is stored.
+        """
+        _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
+        check_name(address, "ask's address")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "ask(timeout=...)")
+        return await self.asks.ask(
+            instance_id(address), address, signal, payload, timeout, self._send_iid
+        )
+
+    async def _send_iid(
+        self, iid: bytes, address: str, signal: Signal, payload: Any, *,
+        ask: list[Any] | None = None, key: str | None = None,
+    ) -> None:  # fmt: skip
         txn, notice = _protocol.send_txn(
             iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
-            trace=_tracing.traceparent(self),
+            trace=_tracing.traceparent(self), ask=ask, key=key,
         )
         try:
             (seq,) = await self.journal.commit(txn)
@@ -335,6 +436,12 @@ class ActorSystem(Activation, Cancels):
         txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
         (seq,) = await self.journal.commit(txn)
         self._route(iid, seq, notice.message)
+
+    def _mail_noticed(self, iid: bytes) -> None:
+        """Another node wrote mail for ``iid``: a reply to an ask of this
+        system's, or a message for an instance this node owns."""
+        if not self.asks.noticed(iid):
+            self.nodes.mail_noticed(iid)
 
     @property
     def closing(self) -> bool:
@@ -368,10 +475,10 @@ class ActorSystem(Activation, Cancels):
         iid = instance_id(check_name(address, "get's address"))
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
-            return Handle(self, iid, address, actor.record.get("inc", 1))
+            return Handle(self, iid, address, actor.record.incarnation)
         ended = self._ends.get(iid)
         if ended is not None:
-            return Handle(self, iid, address, ended[1].get("inc", 1))
+            return Handle(self, iid, address, ended[1].incarnation)
         try:
             with self.journal.reader() as r:
                 row = r.instance(iid)
@@ -379,48 +486,7 @@ class ActorSystem(Activation, Cancels):
             return Handle(self, iid, address, 0)
         if row is None:
             return None
-        return Handle(self, iid, address, row.record.get("inc", 1))
-
-    async def query(
-        self, status: str | None = None, process: ProcessDef | str | None = None
-    ) -> AsyncIterator[InstanceInfo]:
-        """Iterate instances (live and on disk) with that status and process.
-
-        Args:
-            status: one of the statuses, or None for any.
-            process: a definition or its template, or None for any.
-        """
-        template = None
-        if process is not None:
-            template = process.template if isinstance(process, ProcessDef) else process
-            check_name(template, "query(process=...)")
-        if status is not None and status not in STATUSES:
-            raise InvalidArguments(f"status must be one of {STATUSES}, not {status!r}")
-        broken: list[CorruptRecord] = []  # a record that does not decode hides only itself
-        rows = await self.journal.read(lambda r: list(r.instances(None, template, corrupt=broken)))
-        for bad in broken:
-            if bad.address is not None and status in (None, "corrupt"):
-                yield InstanceInfo(
-                    id=bad.address, process=bad.process, status="corrupt", created=None,
-                    updated=None, last_error=str(bad.error),
-                )  # fmt: skip
-        for n, row in enumerate(rows, 1):
-            if n % YIELD_EVERY == 0:
-                await trio.lowlevel.checkpoint()  # a long listing starves no one
-            actor = self._live.get(row.iid)
-            mine = actor is not None and actor.loaded and self.nodes.trusted(row.iid)
-            current = actor.status if mine else row.status  # type: ignore[union-attr]
-            record = actor.record if mine else row.record  # type: ignore[union-attr]
-            if status is not None and current != status:
-                continue
-            yield InstanceInfo(
-                id=row.address,
-                process=row.process,
-                status=current,
-                created=record.get("created"),
-                updated=record.get("updated"),
-                last_error=record.get("last_error"),
-            )
+        return Handle(self, iid, address, row.record.incarnation)
 
     async def cancel(self, address: str) -> bool:
         """Cancel the instance at ``address``.
@@ -472,81 +538,6 @@ class ActorSystem(Activation, Cancels):
         """
         return Stream(self, address, consumer, from_)
 
-    async def resume_compensation(self, address: str) -> bool:
-        """Retry the compensation of a ``compensation_stuck`` instance from
-        where it stopped. Returns False if it is not stuck."""
-        iid = instance_id(check_name(address, "resume_compensation's address"))
-        row = await self.journal.read(lambda r: r.instance(iid))
-        if row is None or row.status != "compensation_stuck":
-            return False
-        txn = _protocol.resume_compensation_txn(row, self.epoch_now())
-        await self.journal.commit(txn, durable=True)
-        self._status_changed(iid)
-        self._activate(iid)
-        return True
-
-    async def abandon_compensation(self, address: str) -> bool:
-        """End a ``compensation_stuck`` instance as failed, keeping its record
-        (which compensations ran, which did not, and why). Returns False if
-        it is not stuck."""
-        iid = instance_id(check_name(address, "abandon_compensation's address"))
-        row = await self.journal.read(lambda r: r.instance(iid))
-        if row is None or row.status != "compensation_stuck":
-            return False
-        txn = _protocol.abandon_compensation_txn(row, self.epoch_now())
-        await self.journal.commit(txn, durable=True)
-        self._status_changed(iid)
-        return True
-
-    async def cleanup(
-        self,
-        older_than: float,
-        statuses: Iterable[str] = tuple(sorted(TERMINAL_STATUSES)),
-    ) -> int:
-        """Remove finished instances last updated more than ``older_than``
-        seconds ago, with every record they own (log, mailbox, stream,
-        cursors, timers, index entries). Returns how many were removed.
-
-        Raises:
-            InvalidArguments: a status that is not finished (running,
-                suspended and parked instances are never cleaned up).
-        """
-        wanted = tuple(statuses)
-        for status in wanted:
-            if status not in TERMINAL_STATUSES:
-                raise InvalidArguments(
-                    f"cleanup removes finished instances only; {status!r} is not one of "
-                    "'completed', 'failed', 'cancelled'"
-                )
-        cutoff = self.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
-
-        def scan(r: Any) -> list[bytes]:
-            return [
-                row.iid
-                for status in wanted
-                for row in r.instances(status)
-                if (row.record.get("updated") or 0) <= cutoff
-            ]
-
-        removed = 0
-        victims = await self.journal.read(scan)
-        for iid in victims:
-            self._ends.pop(iid, None)
-        for start in range(0, len(victims), 500):
-            txn = _protocol.cleanup_txn(victims[start : start + 500], wanted)
-            try:
-                await self.journal.commit(txn, durable=True)
-                removed += len(victims[start : start + 500])
-            except Conflict:  # one changed meanwhile: go one by one
-                for iid in victims[start : start + 500]:
-                    one = _protocol.cleanup_txn([iid], wanted)
-                    try:
-                        await self.journal.commit(one, durable=True)
-                        removed += 1
-                    except Conflict:
-                        pass
-        return removed
-
     # -- status notifications ------------------------------------------------------
 
     def _status_event(self, iid: bytes) -> trio.Event:
@@ -556,6 +547,8 @@ class ActorSystem(Activation, Cancels):
         return event
 
     def _status_changed(self, iid: bytes) -> None:
+        self.queues.status_changed(iid)
+        self.schedules.status_changed(iid)
         actor = self._live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
@@ -564,97 +557,11 @@ class ActorSystem(Activation, Cancels):
             event.set()
 
 
-@asynccontextmanager
-async def open_system(
-    journal: Journal,
-    processes: Iterable[ProcessDef] = (),
-    random: _random.Random | None = None,
-    *,
-    passivate_after: float = 60.0,
-    max_sync_steps: int = 64,
-    max_payload: int = 1 << 20,
-    now: Callable[[], float] = time.time,
-    node: str | None = None,
-    control: bool = True,
-) -> AsyncIterator[ActorSystem]:
-    """Open the journal, recover every unfinished instance, and run the system.
-
-    Use as ``async with actors.open_system(LMDBJournal("./state"), processes=[...]) as system:``.
-    Leaving the block stops the live instances without cancelling them
-    (they resume on the next open), drains pending writes and closes the
-    journal, so the same path can be opened again at once.
-
-    Args:
-        journal: where instances live (`storage.LMDBJournal`, `MemoryJournal`, ...).
-        processes: the definitions this system runs (nothing is global).
-        random: the random source for ``ctx.random()``, ``ctx.uuid()`` and
-            retry jitter (seed it for reproducible tests).
-        passivate_after: seconds an instance with nothing to do stays in
-            memory before it is dropped (it is replayed when a message or
-            timer arrives); 0 passivates at every suspension, ``math.inf``
-            never.
-        max_sync_steps: how many sync steps run in worker threads at once.
-        max_payload: the largest encoded message payload, in bytes.
-        now: the wall clock read once at open to map trio's clock onto epoch
-            time (tests pass a fixed one so virtual time carries across reopens).
-        node: this node's name, to share a journal that several nodes open
-            at once (`storage.PostgresJournal`): each instance runs on one
-            live node at a time, messages reach it from any node, and the
-            instances of a node that dies or freezes move to the others.
-        control: on an `LMDBJournal`, serve the control socket
-            (``control.sock`` in its directory, owner only) through which
-            the ``actors`` command line sends, cancels and resumes beside
-            the running system; False serves none.
-
-    Raises:
-        JournalLocked: another system has the journal open.
-        InvalidArguments: an option that is not a sane number (nothing is opened).
-    """
-    system = ActorSystem(
-        journal, processes, random,
-        passivate_after=passivate_after, max_sync_steps=max_sync_steps,
-        max_payload=max_payload, now=now,
-    )  # fmt: skip
-    if node is not None:
-        journal.set_node(node)
-    journal.check_shapes = True  # a record of another shape marks its instance corrupt
-    await journal.open()
-    body_error: BaseException | None = None
-    try:
-        system._offset = now() - trio.current_time()
-        async with trio.open_nursery() as nursery:
-            system._nursery = system.outages.nursery = nursery
-            await system._recover()
-            nursery.start_soon(
-                system.outages.keep_running, system.timers.run, "the timer service",
-                name="actors timer service",
-            )  # fmt: skip
-            nursery.start_soon(system._sweep_idle, name="actors idle sweep")
-            if journal.shared:
-                journal.on_mail(system.nodes.mail_noticed)
-                nursery.start_soon(
-                    system.outages.keep_running, system._take_over, "the takeover scan",
-                    name="actors takeover",
-                )  # fmt: skip
-            if control and isinstance(journal, LMDBJournal):
-                _control.start(nursery, system, journal.path)
-            try:
-                yield system
-            except BaseException as exc:
-                # Re-raised below as itself, not wrapped in the nursery's
-                # ExceptionGroup: the caller's own error stays catchable.
-                body_error = exc
-            finally:
-                await system._shutdown()
-                nursery.cancel_scope.cancel()
-    finally:
-        with trio.CancelScope(shield=True):
-            await journal.close()
-    if body_error is not None:
-        raise body_error
-
-
-def _unpack_message(message: bytes) -> tuple[str, Any, str | None]:
-    """(signal name, payload, sender's traceparent or None) of an encoded mailbox record."""
+def _unpack_message(message: bytes) -> tuple[str, Any, str | None, list[Any] | None]:
+    """(signal name, payload, sender's traceparent or None, ask or None) of
+    an encoded mailbox record."""
     decoded = decode(message)
-    return decoded[0], decoded[1], decoded[3] if len(decoded) > 3 else None
+    size = len(decoded)
+    return (
+        decoded[0], decoded[1], decoded[3] if size > 3 else None, decoded[4] if size > 4 else None
+    )

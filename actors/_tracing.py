@@ -98,7 +98,7 @@ def begin_run(actor: Any) -> Any:
         return None
     span = _tracer().start_span(
         f"process {actor.proc.template}",
-        context=_context_of(actor.record.get("trace")),
+        context=_context_of(actor.record.trace),
         attributes={"actors.address": actor.address, "actors.run": actor.run},
     )
     return span, _otel_context.attach(_trace.set_span_in_context(span))
@@ -157,5 +157,5 @@ def loaded(actor: Any, mail: Any) -> None:
     if not actor.system.tracing:
         return
     for seq, message in mail:
-        if len(message) > 3:
+        if len(message) > 3 and message[3] is not None:  # (None: asked outside a trace)
             delivered(actor, seq, message[0], message[3])

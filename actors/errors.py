@@ -24,6 +24,7 @@ __all__ = [
     "StepTimeout", "NonDeterminismError", "ChildFailed", "EncodeError", "JournalCorrupt",
     "JournalFull", "JournalLocked", "JournalClosed", "UnknownProcess", "InvalidArguments",
     "ContextError", "Conflict", "LimitExceeded", "JournalUnavailable", "JournalDiskFull",
+    "AskTimeout", "AlreadyStarted",
 ]  # fmt: skip
 
 
@@ -113,3 +114,23 @@ class ContextError(ActorError, RuntimeError):
 class LimitExceeded(ActorError, ValueError):
     """A configured limit was hit (payload size, scope size, ...); the message
     names the limit and the setting that raises it."""
+
+
+class AskTimeout(ActorError, TimeoutError):
+    """An ask got no reply within its ``timeout``. The message stays asked:
+    the instance may still take it and reply, to no one."""
+
+    def __init__(self, message: str, *, address: str = "", timeout: float = 0.0) -> None:
+        super().__init__(message)
+        self.address = address
+        self.timeout = timeout
+
+
+class AlreadyStarted(ActorError):
+    """``start(..., if_exists="error")`` found an instance at the address that
+    does not start afresh; ``status`` is its status."""
+
+    def __init__(self, message: str, *, address: str = "", status: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+        self.status = status

@@ -37,7 +37,8 @@ from storage import Journal, JournalLocked, LMDBJournal, MemoryJournal
 
 from ._instance import Actor
 from ._process import ProcessDef
-from ._system import ActorSystem, open_system
+from ._open import open_system
+from ._system import ActorSystem
 
 __all__ = ["open_test_system", "replay_check", "ReplayProblem", "TEST_EPOCH"]
 
@@ -144,7 +145,7 @@ async def replay_check(
 
         def scan(r: Any) -> list[Any]:
             return [
-                (row, r.log(row.iid, row.record.get("run", 0)))
+                (row, r.entries(row.iid, row.record.run))
                 for status in statuses
                 for row in r.instances(status)
             ]

@@ -1,19 +1,33 @@
-"""``python -m bench [SUITE ...] [--quick] [--json PATH]``: run benchmark suites."""
+"""``python -m bench [SUITE ...] [--full] [--json PATH] [--plot PATH]``: run benchmark suites.
+
+The default run takes about a minute: 3 samples of 0.3 s per figure, and the
+smaller N for the figures that build many instances. ``--full`` is the long
+run (5 samples of 1 s, the largest N; several minutes).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 import tempfile
 from pathlib import Path
 
 from ._registry import SUITES, Options, Result, progress
-from ._table import format_table, write_json
+from ._table import format_markdown, format_table, write_json
 
 # Suites register themselves on import. The journal suite always exists; the
 # others arrive with the runtime and the PostgreSQL journal.
-_SUITE_MODULES = ("bench.journal", "bench.runtime", "bench.postgres")
+_SUITE_MODULES = (
+    "bench.journal", "bench.runtime", "bench.asks", "bench.queues", "bench.postgres",
+)
+
+# (samples per figure, seconds per sample) of the default run and of --full.
+DEFAULT_RUN = (3, 0.3)
+FULL_RUN = (5, 1.0)
+
+PLOT_INSTALL = "pip install -e '.[plot]'"
 
 
 def _load_suites() -> None:
@@ -27,41 +41,98 @@ def _load_suites() -> None:
             progress(f"bench: skipping {module}: {exc}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    _load_suites()
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
         "suites",
         nargs="*",
         metavar="SUITE",
-        help=f"suites to run (default: all of {', '.join(SUITES)})",
+        help=(
+            f"suites to run (default: {', '.join(s for s in SUITES if s != 'postgres')}; "
+            "postgres only when named)"
+        ),
     )
     parser.add_argument(
         "--backend",
         choices=["postgres"],
         help="run the suite for this journal backend (postgres: the postgres suite)",
     )
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter samples")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument(
+        "--full",
+        action="store_true",
+        help=f"the long run: {FULL_RUN[0]} samples of {FULL_RUN[1]:g} s, the largest N",
+    )
+    length.add_argument(
+        "--quick",
+        action="store_true",
+        help="the default run (the flag is kept so older command lines work)",
+    )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write results as JSON")
-    parser.add_argument("--repeats", type=int, help="samples per measurement (default 5, quick 3)")
-    parser.add_argument("--seconds", type=float, help="length of one sample (default 1, quick 0.3)")
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        metavar="PATH",
+        help="also write README's table (figures with a baseline or a target) as Markdown",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help=f"samples per figure (default {DEFAULT_RUN[0]}, --full {FULL_RUN[0]})",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        help=f"length of one sample (default {DEFAULT_RUN[1]:g}, --full {FULL_RUN[1]:g})",
+    )
     parser.add_argument(
         "--dir",
         type=Path,
         default=Path(tempfile.gettempdir()),
         help="where the fresh directories go (default: the temp dir); all on one filesystem",
     )
-    parser.add_argument("--plot", type=Path, metavar="PATH", help="also draw a PNG chart")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PATH",
+        help=f"also draw a PNG chart (needs matplotlib: {PLOT_INSTALL})",
+    )
+    return parser
+
+
+def _quiet_expected_crashes() -> None:
+    """The saga figure's processes fail on purpose, a dozen times a run: the
+    runtime's crash warnings for them (with tracebacks) would bury the
+    progress lines. Whatever else the runtime logs still reaches stderr."""
+    handler = logging.StreamHandler()
+    handler.addFilter(
+        lambda record: not str(getattr(record, "actors_address", "")).startswith("saga/")
+    )
+    logging.getLogger("actors").addHandler(handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _load_suites()
+    parser = _parser()
     args = parser.parse_args(argv)
+    # Checked before anything runs: a minute of measuring must not end in
+    # "matplotlib is missing".
+    if args.plot is not None and not _has_matplotlib():
+        parser.exit(
+            2,
+            f"python -m bench: --plot needs matplotlib, which is not installed; "
+            f"install it with:\n    {PLOT_INSTALL}\n",
+        )
     if args.backend is not None and args.backend not in args.suites:
         args.suites.append(args.backend)
     unknown = [name for name in args.suites if name not in SUITES]
     if unknown:
         parser.error(f"unknown suite {', '.join(unknown)}; available: {', '.join(SUITES)}")
+    repeats, seconds = FULL_RUN if args.full else DEFAULT_RUN
     options = Options(
-        quick=args.quick,
-        repeats=args.repeats or (3 if args.quick else 5),
-        seconds=args.seconds or (0.3 if args.quick else 1.0),
+        full=args.full,
+        repeats=args.repeats or repeats,
+        seconds=args.seconds or seconds,
         workdir=args.dir,
     )
     results: list[Result] = []
@@ -72,40 +143,24 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(results, options))
     if args.json is not None:
         write_json(args.json, results, options)
+    if args.markdown is not None:
+        args.markdown.write_text(format_markdown(results, options) + "\n")
     if args.plot is not None:
-        plot(args.plot, results)
+        from ._plot import plot  # matplotlib is optional: imported only when asked for
+
+        plot(args.plot, results, options)
+        progress(f"bench: wrote {args.plot}")
     return 0
 
 
-def plot(path: Path, results: list[Result]) -> None:
-    """A PNG chart: each figure as a ratio to its first baseline (log scale)."""
+def _has_matplotlib() -> bool:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
-        progress("bench: --plot needs matplotlib: pip install -e '.[plot]'")
-        return
-    rows = [(r.name, next(iter(r.ratios.items()))) for r in results if r.ratios]
-    if not rows:
-        progress("bench: nothing to plot (no figure has a baseline)")
-        return
-    names = [name for name, _ in rows]
-    values = [ratio for _, (_, ratio) in rows]
-    figure, axes = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
-    axes.barh(names, values, color=["tab:green" if v >= 1 else "tab:blue" for v in values])
-    axes.set_xscale("log")
-    axes.axvline(1.0, color="black", linewidth=0.8)
-    axes.invert_yaxis()
-    axes.set_xlabel("ratio to its baseline (log scale)")
-    for i, (name, (baseline, ratio)) in enumerate(rows):
-        axes.annotate(f"{ratio:.3g}x {baseline}", (ratio, i), xytext=(4, 0),
-                      textcoords="offset points", va="center", fontsize=7)  # fmt: skip
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    progress(f"bench: wrote {path}")
+        return False
+    return True
 
 
 if __name__ == "__main__":
+    _quiet_expected_crashes()
     sys.exit(main())

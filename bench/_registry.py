@@ -1,38 +1,122 @@
-"""The suite registry, the `Result` record, and the repeat-and-take-the-median loop.
+"""The suite registry, the `Result` record, targets, and the repeat-and-take-the-median loop.
 
 A suite is a function ``fn(options) -> list[Result]`` registered with
-``@suite("name")``. Most suites describe their measurements as `Measurement`
+``@suite("name")``. Most suites describe their figures as `Measurement`
 values and hand them to `run_measurements`, which runs each on a fresh
-directory, repeats, and reports medians and ratios to the baselines.
+directory, repeats, and reports medians, ratios to the baselines, and
+whether each figure meets its `Target`.
 """
 
 from __future__ import annotations
 
+import math
 import shutil
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 import attrs
 
-__all__ = ["SUITES", "Measurement", "Options", "Result", "progress", "run_measurements", "suite"]
+__all__ = [
+    "NOISY_SPREAD",
+    "SUITES",
+    "Measurement",
+    "Options",
+    "Result",
+    "Target",
+    "at_least",
+    "at_most",
+    "format_number",
+    "format_ratio",
+    "format_value",
+    "lower_is_better",
+    "progress",
+    "run_measurements",
+    "suite",
+]
+
+# Samples of one figure whose largest is more than this many times their
+# smallest were taken on a noisy machine: the table says so beside the figure.
+NOISY_SPREAD = 2.0
+
+# Units where less is better (latency, memory, CPU); every other unit is a
+# rate, where more is better.
+_LOWER_IS_BETTER_UNITS = frozenset({"ns", "µs", "us", "ms", "s", "B", "KB", "MB", "% of a core"})
+
+_STARTED = time.monotonic()
 
 
 @attrs.frozen
 class Options:
     """How long and where to measure; the same for every suite in one run."""
 
-    quick: bool
+    full: bool  # the long run (--full): more and longer samples, the largest N
     repeats: int  # samples per measurement; the table shows their median
     seconds: float  # length of one sample's measuring window
     workdir: Path  # parent of every fresh directory, so all share one filesystem
 
+    @property
+    def quick(self) -> bool:
+        """The default, short run (suites written before --full read this)."""
+        return not self.full
+
+
+def lower_is_better(unit: str) -> bool:
+    """Whether a smaller value is the better one for a figure in ``unit``."""
+    return unit in _LOWER_IS_BETTER_UNITS
+
+
+@attrs.frozen
+class Target:
+    """What a figure should reach: its ratio to ``baseline``, or with no
+    baseline its value in its own unit, ``>=`` or ``<=`` ``bound``.
+
+    Declare one with `at_least` or `at_most`. The direction also says which
+    way is better for the figure (charts colour by it).
+    """
+
+    op: Literal[">=", "<="]
+    bound: float
+    baseline: str | None = None
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.op == "<="
+
+    def met(self, measured: float) -> bool:
+        """Whether ``measured`` (a ratio, or a value for a target with no
+        baseline) meets the target; a NaN never does."""
+        if math.isnan(measured):
+            return False
+        return measured >= self.bound if self.op == ">=" else measured <= self.bound
+
+    def describe(self, unit: str = "") -> str:
+        """``>= 0.08x`` for a ratio, ``<= 100 MB`` for a value."""
+        if self.baseline is not None:
+            return f"{self.op} {self.bound:g}x"
+        return f"{self.op} {self.bound:,g} {unit}".rstrip()
+
+
+def at_least(bound: float, baseline: str | None = None) -> Target:
+    """The figure's ratio to ``baseline`` (its value, with no baseline) must
+    be ``>= bound``: for rates, where more is better."""
+    return Target(">=", bound, baseline)
+
+
+def at_most(bound: float, baseline: str | None = None) -> Target:
+    """The figure's ratio to ``baseline`` (its value, with no baseline) must
+    be ``<= bound``: for latency and memory, where less is better."""
+    return Target("<=", bound, baseline)
+
 
 @attrs.frozen
 class Result:
-    """One measurement: the median of its samples, and ratios to its baselines.
+    """One figure: the median of its samples, its ratios to its baselines,
+    and its target if it has one.
 
     ``ratios`` maps a baseline's name (another result of the same suite) to
     this measurement's ratio to it: the median, over rounds, of the ratio of
@@ -45,6 +129,53 @@ class Result:
     unit: str
     samples: tuple[float, ...] = ()
     ratios: Mapping[str, float] = attrs.field(factory=dict)
+    target: Target | None = None
+
+    @property
+    def lower_is_better(self) -> bool:
+        """From the target's direction, else from the unit."""
+        if self.target is not None:
+            return self.target.lower_is_better
+        return lower_is_better(self.unit)
+
+    @property
+    def measured(self) -> float | None:
+        """What the target is checked against: the ratio to the target's
+        baseline, or the value; None with no target or a missing baseline."""
+        if self.target is None:
+            return None
+        if self.target.baseline is None:
+            return self.value
+        return self.ratios.get(self.target.baseline)
+
+    @property
+    def verdict(self) -> Literal["met", "missed"] | None:
+        """``met`` or ``missed``; None for a figure with no target (or whose
+        target's baseline was not measured in this run)."""
+        measured = self.measured
+        if measured is None:
+            return None
+        return "met" if self.target is not None and self.target.met(measured) else "missed"
+
+    @property
+    def spread(self) -> float | None:
+        """Largest sample over smallest; None with fewer than two samples
+        or a sample that is not positive."""
+        if len(self.samples) < 2 or min(self.samples) <= 0:
+            return None
+        return max(self.samples) / min(self.samples)
+
+    @property
+    def noisy(self) -> bool:
+        """The samples spread more than `NOISY_SPREAD` times: a noisy machine."""
+        spread = self.spread
+        return spread is not None and spread > NOISY_SPREAD
+
+    def baselines(self) -> list[str]:
+        """Baseline names, the target's first."""
+        target = self.target.baseline if self.target is not None else None
+        first = [target] if target is not None and target in self.ratios else []
+        return first + [b for b in self.ratios if b not in first]
 
 
 @attrs.frozen
@@ -52,13 +183,22 @@ class Measurement:
     """What to measure: ``sample(directory, seconds)`` returns one value in ``unit``.
 
     ``directory`` is fresh and empty for every sample. ``baselines`` name
-    other measurements of the same suite to divide by.
+    other measurements of the same suite to divide by; ``target`` is what
+    the figure should reach (its baseline is measured as one of the
+    baselines, whether listed there or not).
     """
 
     name: str
     unit: str
     sample: Callable[[Path, float], float]
     baselines: tuple[str, ...] = ()
+    target: Target | None = None
+
+    def all_baselines(self) -> tuple[str, ...]:
+        extra = self.target.baseline if self.target is not None else None
+        if extra is None or extra in self.baselines:
+            return self.baselines
+        return (*self.baselines, extra)
 
 
 SuiteFn = Callable[[Options], list[Result]]
@@ -90,10 +230,24 @@ def run_measurements(
     Repeats are interleaved (round 1 of every measurement, then round 2, ...)
     rather than run back to back, so a noisy neighbour that slows the
     machine for a few seconds hits every measurement alike and the ratios
-    stay meaningful.
+    stay meaningful. Progress: a line as each round starts, and a line per
+    figure as its last sample is in.
     """
+    names = {m.name for m in measurements}
+    for m in measurements:
+        missing = [b for b in m.all_baselines() if b not in names]
+        if missing:
+            raise ValueError(
+                f"{suite_name}: figure {m.name!r} names baseline {missing[0]!r}, which is not "
+                "a measurement of the same suite; add it to the suite or fix the name"
+            )
     samples: dict[str, list[float]] = {m.name: [] for m in measurements}
     for round_ in range(1, options.repeats + 1):
+        if options.repeats > 1:
+            progress(
+                f"{_elapsed()} {suite_name}: round {round_}/{options.repeats} "
+                f"of {len(measurements)} figures"
+            )
         for m in measurements:
             directory = Path(tempfile.mkdtemp(prefix="bench-", dir=options.workdir))
             try:
@@ -101,18 +255,66 @@ def run_measurements(
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
             samples[m.name].append(value)
-            progress(f"{suite_name}: {m.name} [{round_}/{options.repeats}] {value:,.0f} {m.unit}")
-    return [
-        Result(
-            suite=suite_name,
-            name=m.name,
-            value=statistics.median(samples[m.name]),
-            unit=m.unit,
-            samples=tuple(samples[m.name]),
-            ratios={b: _paired_ratio(samples[m.name], samples[b]) for b in m.baselines},
-        )
-        for m in measurements
-    ]
+            if round_ == options.repeats:
+                progress(f"{_elapsed()} {suite_name}: {_summary(_result(suite_name, m, samples))}")
+    return [_result(suite_name, m, samples) for m in measurements]
+
+
+def _result(suite_name: str, m: Measurement, samples: Mapping[str, list[float]]) -> Result:
+    ratios = {
+        b: _paired_ratio(samples[m.name], samples[b])
+        for b in m.all_baselines()
+        # A baseline later in the round has a sample fewer until the round ends.
+        if len(samples[b]) == len(samples[m.name])
+    }
+    return Result(
+        suite=suite_name,
+        name=m.name,
+        value=statistics.median(samples[m.name]),
+        unit=m.unit,
+        samples=tuple(samples[m.name]),
+        ratios=ratios,
+        target=m.target,
+    )
+
+
+def _summary(result: Result) -> str:
+    line = f"{result.name}: {format_number(result.value)} {result.unit}"
+    if result.target is not None:
+        measured = result.measured
+        if measured is None:  # its baseline comes later in the round
+            line += f" (target {result.target.describe(result.unit)})"
+        else:
+            if result.target.baseline is not None:
+                line += f", {format_ratio(measured)}"
+            line += f" (target {result.target.describe(result.unit)}: {result.verdict})"
+    if result.noisy:
+        line += f"; noisy: samples spread {result.spread:.1f}x"
+    return line
+
+
+def format_number(value: float) -> str:
+    """``12,345`` from 100 up, three significant digits below (``0.52``)."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def format_value(value: float, unit: str) -> str:
+    """``12,345/s`` for a rate, ``415 µs``, ``8,949 B``, ``0.52 ms``: short, for the table."""
+    number = format_number(value)
+    if unit.endswith("/s"):
+        return f"{number}/s"
+    if unit == "% of a core":
+        return f"{number}%"
+    return f"{number} {unit}"
+
+
+def format_ratio(x: float) -> str:
+    """Two decimals, except that small ratios keep two significant digits."""
+    return f"{x:.2f}x" if x >= 0.1 else f"{x:.2g}x"
+
+
+def _elapsed() -> str:
+    return f"[{time.monotonic() - _STARTED:4.0f} s]"
 
 
 def _paired_ratio(values: list[float], baseline: list[float]) -> float:

@@ -51,7 +51,7 @@ from typing import Any
 import psycopg  # the suite needs the PostgreSQL extra; without it it is skipped
 import trio
 
-from ._registry import Options, Result, progress, suite
+from ._registry import Options, Result, at_least, progress, suite
 from .postgres_node import Counter, open_node, process_load, signal_load, start_sinks
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -439,6 +439,12 @@ def postgres(options: Options) -> list[Result]:
         "signals-3node-remote": ("signals-3node",),
         "procs-2node": ("raw-commit-1conn", "procs-1node"),
     }
+    targets = {
+        "signals-1node": at_least(5, "raw-commit-1conn"),
+        "signals-2node": at_least(1.3, "signals-1node"),
+        "signals-2node-remote": at_least(0.8, "signals-2node"),
+        "signals-3node-remote": at_least(0.8, "signals-3node"),
+    }
     results = [
         Result(
             suite="postgres",
@@ -447,6 +453,7 @@ def postgres(options: Options) -> list[Result]:
             unit=_UNITS[name],
             samples=tuple(values),
             ratios={b: _paired(values, samples[b]) for b in baselines.get(name, ())},
+            target=targets.get(name),
         )
         for name, values in samples.items()
     ]

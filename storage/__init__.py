@@ -7,6 +7,8 @@ the embedded LMDB journal (the default) and an in-memory one.
 from ._codec import decode as decode, digest as digest, encode as encode
 from ._codec import Opaque as Opaque, lenient_decoding as lenient_decoding
 from ._codec import serializable as serializable
+from ._records import NO_VALUE as NO_VALUE
+from ._records import InstanceRecord as InstanceRecord, LogEntry as LogEntry
 from ._journal import (
     LIVE_STATUSES as LIVE_STATUSES,
     MAX_ADDRESS_BYTES as MAX_ADDRESS_BYTES,
@@ -24,6 +26,7 @@ from ._journal import (
     instance_id as instance_id,
 )
 from ._lmdb import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
+from ._states import StateOps as StateOps, StateRow as StateRow
 from ._memory import MemoryJournal as MemoryJournal
 from .errors import (
     ActorError as ActorError,

@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 import attrs
 
 from ._codec import decode, encode
+from ._records import InstanceRecord, LogEntry, RecordShapeError
+from ._states import StateOps, StateRow
 from .errors import Conflict, EncodeError, JournalCorrupt
 
 __all__ = [
@@ -61,6 +63,7 @@ STATUSES: tuple[str, ...] = (
     "cancelled",
     "compensation_stuck",
     "corrupt",
+    "queued",  # waiting in a queue for a slot (see actors._queues); not yet run
 )
 STATUS_CODE: dict[str, int] = {name: i + 1 for i, name in enumerate(STATUSES)}
 STATUS_NAME: dict[int, str] = {i + 1: name for i, name in enumerate(STATUSES)}
@@ -69,9 +72,10 @@ LIVE_STATUSES: frozenset[str] = frozenset({"running", "suspended"})
 # Terminal: the instance ended and never runs again (a cancelled address may
 # be started afresh, as a new incarnation).
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-# Unfinished: live, or parked until compensation is resumed or abandoned;
-# what a cancel can still end.
-UNFINISHED_STATUSES: frozenset[str] = LIVE_STATUSES | {"compensation_stuck"}
+# Unfinished: live, queued, or parked until compensation is resumed or
+# abandoned; what a cancel can still end. (Queued is not live: it has not
+# run yet and takes no messages.)
+UNFINISHED_STATUSES: frozenset[str] = LIVE_STATUSES | {"compensation_stuck", "queued"}
 # How messages say why an instance takes no more messages ("no live instance
 # at 'orders/o-17' (it completed)").
 STATUS_WORDS: dict[str, str] = {
@@ -80,6 +84,7 @@ STATUS_WORDS: dict[str, str] = {
     "cancelled": "it was cancelled",
     "compensation_stuck": "it is parked in compensation_stuck",
     "corrupt": "its records are corrupt",
+    "queued": "it is queued and takes messages once it starts",
 }
 
 T = TypeVar("T")
@@ -101,6 +106,10 @@ def instance_id(address: str) -> bytes:
     return hashlib.blake2b(address.encode(), digest_size=16).digest()
 
 
+# status names -> their codes, for Txn.require
+_CODES: dict[frozenset[str], frozenset[int]] = {}
+
+
 @attrs.frozen(slots=True)
 class InstanceRow:
     """An instance's record as stored: identity, status and the runtime's snapshot."""
@@ -109,7 +118,7 @@ class InstanceRow:
     address: str
     process: str
     status: str
-    record: dict[str, Any]
+    record: InstanceRecord
 
 
 @attrs.frozen(slots=True)
@@ -160,11 +169,13 @@ def due_us(due: float) -> int:
 
 
 @attrs.define(slots=True)
-class Txn:
+class Txn(StateOps):
     """A write transaction: preconditions, then operations, applied atomically.
 
     Every method encodes its values at once, so a bad value raises
-    `EncodeError` here and the journal never sees the transaction.
+    `EncodeError` here and the journal never sees the transaction. The state
+    row operations (`put_state`, `delete_state`, `expect_state`) come from
+    its base `StateOps`.
     """
 
     ops: list[tuple[Any, ...]] = attrs.field(factory=list)
@@ -173,6 +184,10 @@ class Txn:
     # (iid, epoch): this node must still own the instance at that epoch
     fences: list[tuple[bytes, int]] = attrs.field(factory=list)
     results: int = 0  # how many ops give a result (appends)
+    # (state key, version): see `StateOps.expect_state`
+    expects: list[tuple[str, int]] = attrs.field(factory=list)
+    # (iid, node): tell that node, once this commits, that iid has new mail
+    wakes: list[tuple[bytes, str]] = attrs.field(factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.ops)
@@ -180,7 +195,12 @@ class Txn:
     def require(self, iid: bytes, statuses: frozenset[str] | None = None) -> None:
         """Fail the whole transaction with `Conflict` unless the instance
         exists (and, if given, has one of ``statuses``) when it is applied."""
-        codes = None if statuses is None else frozenset(STATUS_CODE[s] for s in statuses)
+        codes = None
+        if statuses is not None:
+            statuses = frozenset(statuses)  # (no copy of a frozenset)
+            codes = _CODES.get(statuses)  # every send requires one of a few sets
+            if codes is None:
+                codes = _CODES[statuses] = frozenset(STATUS_CODE[s] for s in statuses)
         self.requires.append((iid, codes, ""))
 
     def fence(self, iid: bytes, epoch: int) -> None:
@@ -189,8 +209,15 @@ class Txn:
         `Journal.claim`). Journals with a single owner accept every fence."""
         self.fences.append((iid, epoch))
 
+    def wake(self, iid: bytes, node: str) -> None:
+        """On a journal shared between nodes, tell ``node`` once this commits
+        (and only if it does) that ``iid`` has new mail, as an append to an
+        instance that node owns does (`Journal.on_mail`); for mail under an
+        id no node owns. Single-owner journals ignore it."""
+        self.wakes.append((iid, node))
+
     def put_instance(
-        self, iid: bytes, *, address: str, process: str, status: str, record: Any
+        self, iid: bytes, *, address: str, process: str, status: str, record: InstanceRecord
     ) -> None:
         """Create or replace the instance's record and index it under ``status``.
 
@@ -199,7 +226,7 @@ class Txn:
         """
         self.put_instance_encoded(
             iid, address=address, process=process, status=status,
-            record=encode(record, what="record"),
+            record=encode(record.to_stored(), what="record"),
         )  # fmt: skip
 
     def put_instance_encoded(
@@ -334,6 +361,12 @@ class Reader(abc.ABC):
         """The effect log of one run: ``{seq: entry}``."""
 
     @abc.abstractmethod
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        """`log`, typed: each entry read and checked in one pass (an entry of
+        the wrong shape is `JournalCorrupt` naming its key, whatever
+        `Journal.check_shapes` says). What the runtime replays from."""
+
+    @abc.abstractmethod
     def log_runs(self, iid: bytes) -> list[int]:
         """The runs that have log entries, ascending."""
 
@@ -385,6 +418,15 @@ class Reader(abc.ABC):
     @abc.abstractmethod
     def cursors(self, iid: bytes) -> dict[str, int]:
         """Each consumer's position (index of its next value)."""
+
+    def cursor(self, iid: bytes, consumer: str) -> int | None:
+        """``consumer``'s position in that instance's stream, or None if it has none."""
+        return self.cursors(iid).get(consumer)
+
+    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
+        """State rows whose key starts with ``prefix``, by key, at most
+        ``limit`` of them (see `storage._states`)."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no state rows")
 
     @abc.abstractmethod
     def has_records(self, iid: bytes) -> bool:
@@ -439,7 +481,7 @@ class Journal(abc.ABC):
             Conflict, JournalFull: see `Ticket.wait`; nothing was written.
         """
         ticket = self.submit(txn)
-        if durable or self.durability == "sync" or txn.requires:
+        if durable or self.durability == "sync" or txn.requires or txn.expects:
             return await ticket.wait()
         return []
 
@@ -553,6 +595,33 @@ def decode_record(
     if problem is not None:
         raise corrupt(database, key, f"has the wrong shape: {problem}")
     return value
+
+
+def read_instance_record(data: bytes, key: bytes, process: str) -> InstanceRecord:
+    """Decode an instance's stored record and check its shape, including its
+    path params against ``process``; any failure is `JournalCorrupt` naming
+    the database and ``key``."""
+    value = decode_record(data, "instances", key)
+    try:
+        record = InstanceRecord.from_stored(value)
+    except RecordShapeError as exc:
+        raise corrupt("instances", key, f"has the wrong shape: {exc}") from None
+    except TypeError as exc:  # not a map of field names
+        raise corrupt("instances", key, f"has the wrong shape: {exc}") from None
+    problem = record.params_problem(process)
+    if problem is not None:
+        raise corrupt("instances", key, f"has the wrong shape: {problem}")
+    return record
+
+
+def read_entry(data: bytes, key: bytes) -> LogEntry:
+    """Decode a stored log entry into a `LogEntry`; any failure is
+    `JournalCorrupt` naming the database and ``key``."""
+    value = decode_record(data, "log", key)
+    try:
+        return LogEntry.from_stored(value)
+    except RecordShapeError as exc:
+        raise corrupt("log", key, f"has the wrong shape: {exc}") from None
 
 
 def number(data: bytes, database: str, key: bytes) -> int:

@@ -12,7 +12,9 @@ import trio
 
 from . import _journal as j
 from . import _shapes
+from . import _states
 from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
+from ._records import LogEntry
 from .errors import JournalClosed, JournalCorrupt, JournalLocked
 
 __all__ = ["MemoryJournal"]
@@ -59,6 +61,7 @@ class MemoryJournal(Journal):
         self._timer_heap: list[tuple[int, bytes, int, int]] = []
         self._streams: dict[bytes, list[bytes]] = {}
         self._cursors: dict[bytes, dict[str, int]] = {}
+        self._states: dict[str, tuple[int, bytes]] = {}  # key -> (version, value)
 
     async def open(self) -> None:
         if self._open:
@@ -82,6 +85,7 @@ class MemoryJournal(Journal):
         self._check_open()
         try:
             j.check_requires(txn.requires, self._status_code)
+            _states.check_expects(txn.expects, self._state_version)
         except Exception as exc:
             return _Done([], exc)
         try:
@@ -116,6 +120,10 @@ class MemoryJournal(Journal):
                         "already exists where a new one was to be written (the instance's "
                         "message counter was damaged or lost); nothing was overwritten",
                     )  # fmt: skip
+
+    def _state_version(self, key: str) -> int:
+        found = self._states.get(key)
+        return 0 if found is None else found[0]
 
     def _status_code(self, iid: bytes) -> int | None:
         row = self._instances.get(iid)
@@ -172,6 +180,10 @@ class MemoryJournal(Journal):
             self._cursors.pop(iid, None)
             for key in [k for k in self._timers if k[0] == iid]:
                 del self._timers[key]
+        elif code == _states.PUT_STATE:
+            self._states[op[1]] = (self._state_version(op[1]) + 1, op[2])
+        elif code == _states.DELETE_STATE:
+            self._states.pop(op[1], None)
         else:  # pragma: no cover - a programming error in the runtime
             raise ValueError(f"unknown journal op {code}")
 
@@ -190,23 +202,18 @@ def _mail_key(iid: bytes, seq: int) -> bytes:
 
 
 class _MemoryReader(Reader):
-    __slots__ = ("_j", "_record", "_entry", "_message")
+    __slots__ = ("_j", "_entry", "_message")
 
     def __init__(self, journal: MemoryJournal) -> None:
         self._j = journal
         # The shape checks of `Journal.check_shapes`, or None.
         shapes = journal.check_shapes
-        self._record = _shapes.record_problem if shapes else None
         self._entry = _shapes.entry_problem if shapes else None
         self._message = _shapes.message_problem if shapes else None
 
     def _row(self, iid: bytes, row: tuple[int, str, str, bytes]) -> InstanceRow:
         status, process, address, data = row
-        record = j.decode_record(data, "instances", iid, self._record)
-        if self._record is not None:
-            problem = _shapes.params_problem(record, process)
-            if problem is not None:
-                raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
+        record = j.read_instance_record(data, iid, process)
         return InstanceRow(iid, address, process, j.STATUS_NAME[status], record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -247,6 +254,13 @@ class _MemoryReader(Reader):
             seq: j.decode_record(
                 v, "log", iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"), self._entry
             )
+            for seq, v in sorted(entries.items())
+        }
+
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        entries = self._j._logs.get(iid, {}).get(run, {})
+        return {
+            seq: j.read_entry(v, iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"))
             for seq, v in sorted(entries.items())
         }
 
@@ -317,8 +331,19 @@ class _MemoryReader(Reader):
     def stream_length(self, iid: bytes) -> int:
         return len(self._j._streams.get(iid, []))
 
+    def cursor(self, iid: bytes, consumer: str) -> int | None:
+        return self._j._cursors.get(iid, {}).get(consumer)
+
     def cursors(self, iid: bytes) -> dict[str, int]:
         return dict(self._j._cursors.get(iid, {}))
+
+    def states(self, prefix: str, limit: int | None = None) -> list[_states.StateRow]:
+        keys = sorted(key for key in self._j._states if key.startswith(prefix))[:limit]
+        found = []
+        for key in keys:
+            version, value = self._j._states[key]
+            found.append(_states.StateRow(key, version, j.decode_record(value, "states", key.encode())))
+        return found
 
     def has_records(self, iid: bytes) -> bool:
         jr = self._j

@@ -23,7 +23,14 @@ import trio
 
 import actors
 from actors import Retry, Signal, process
-from storage import JournalClosed, JournalCorrupt, LMDBJournal, Txn, instance_id
+from storage import (
+    InstanceRecord,
+    JournalClosed,
+    JournalCorrupt,
+    LMDBJournal,
+    Txn,
+    instance_id,
+)
 from tests.runtime_helpers import wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -397,7 +404,7 @@ def test_cancel_cancels_children_first_as_the_runtime_does(journal):
 
     def statuses(r):
         return {
-            a: (row.status, row.record.get("reason"))
+            a: (row.status, row.record.reason)
             for a in doc["cancelled"] + ["orders/o-1/pay/p1"]
             for row in [r.instance(instance_id(a))]
         }
@@ -610,7 +617,7 @@ GROWER = textwrap.dedent(
 
     import trio
 
-    from storage import LMDBJournal, Txn, instance_id
+    from storage import InstanceRecord, LMDBJournal, Txn, instance_id
 
 
     async def main(path):
@@ -621,8 +628,9 @@ GROWER = textwrap.dedent(
                 txn = Txn()
                 for n in range(50):
                     address = f"big/{batch}-{n}"
+                    record = InstanceRecord(params=[f"{batch}-{n}"], input={"blob": b"x" * 1000})
                     txn.put_instance(instance_id(address), address=address, process="big/:id",
-                                     status="completed", record={"blob": b"x" * 1000})
+                                     status="completed", record=record)
                 await journal.commit(txn)
             print("grown", flush=True)
             await trio.to_thread.run_sync(sys.stdin.readline)

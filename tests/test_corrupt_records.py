@@ -14,7 +14,15 @@ import pytest
 
 import actors
 from actors import Context, Signal, process
-from storage import CorruptRecord, JournalCorrupt, LMDBJournal, MemoryJournal, Txn, instance_id
+from storage import (
+    CorruptRecord,
+    InstanceRecord,
+    JournalCorrupt,
+    LMDBJournal,
+    MemoryJournal,
+    Txn,
+    instance_id,
+)
 from tests.conftest import BACKENDS
 from tests.pg import fresh_schema
 from tests.runtime_helpers import Opener, wait_status
@@ -63,7 +71,7 @@ async def _three_instances(journal) -> None:
     for name in ("x", "y", "z"):
         iid = instance_id(f"p/{name}")
         txn.put_instance(iid, address=f"p/{name}", process="p/:n", status="running",
-                         record={"n": name})  # fmt: skip
+                         record=InstanceRecord(params=[name]))  # fmt: skip
     await journal.commit(txn)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import attrs
 import lmdb
 import msgpack
 import pytest
@@ -15,7 +16,15 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from storage import JournalCorrupt, LMDBJournal, MemoryJournal, Txn, instance_id
+from storage import (
+    InstanceRecord,
+    JournalCorrupt,
+    LMDBJournal,
+    MemoryJournal,
+    Txn,
+    encode,
+    instance_id,
+)
 from tests import journal_damage as jd
 from tests.runtime_helpers import virtual_wall
 
@@ -48,7 +57,7 @@ async def _filled(path: Path) -> None:
         txn = Txn()
         for iid, address in ((IID, "p/x"), (OTHER, "p/y")):
             txn.put_instance(iid, address=address, process="p/:n", status="running",
-                             record={"run": 0, "inc": 1, "params": ["x"], "input": {}})  # fmt: skip
+                             record=InstanceRecord(params=["x"], input={}))  # fmt: skip
             txn.put_log(iid, 0, 1, {"k": "step", "n": "s", "v": 1})
             txn.append_message(iid, ["go", 1, 0.0])
             txn.add_timer(iid, 0, 2, 100.0)
@@ -114,7 +123,9 @@ async def test_an_instance_record_of_another_shape_is_reported(tmp_path, record)
     await _filled(path)
     async with LMDBJournal(path) as journal:
         txn = Txn()
-        txn.put_instance(IID, address="p/x", process="p/:n", status="running", record=record)
+        txn.put_instance_encoded(
+            IID, address="p/x", process="p/:n", status="running", record=encode(record)
+        )
         await journal.commit(txn)
         journal.check_shapes = True
         with journal.reader() as r:
@@ -363,7 +374,7 @@ async def test_input_the_process_does_not_take_does_not_end_the_system(tmp_path,
             row = r.instance(instance_id("kw/a"))
         txn = Txn()
         txn.put_instance(row.iid, address=row.address, process=row.process, status="running",
-                         record={**row.record, "input": {"y": 1}})  # fmt: skip
+                         record=attrs.evolve(row.record, input={"y": 1}))  # fmt: skip
         await journal.commit(txn)
     async with actors.open_system(LMDBJournal(path), processes=[takes_x], now=virtual_wall) as s:
         handle = s.get("kw/a")

@@ -53,6 +53,17 @@ def test_signals():
     ] == run_example("signals.py")
 
 
+def test_asks():
+    assert [
+        "ask add 5: 5",
+        "ask total: 6",  # the retried keyed send was stored once
+        "AskTimeout: True",
+        "replay problems with v2: []",
+        "old history, v2, add 1: 7",  # patched() said False: the old arithmetic
+        "new instance, v2, add 1: 2",
+    ] == run_example("asks.py")
+
+
 def test_timers():
     assert [
         "nudge 1 to bob on day 3",

@@ -68,6 +68,22 @@ def test_fan_out(tmp_path):
     assert lines[-1].startswith("100 item children completed, e.g. batches/b1/items/")
 
 
+def test_accounts(tmp_path):
+    lines = run_example("accounts.py", tmp_path / "journal")
+    assert [
+        "ann deposits 50: {'ok': True, 'balance': 150}",
+        "bob after a retried deposit: 30",  # the retry with the same key stored nothing
+        "bob withdraws 80: {'ok': False, 'why': 'bob has 30, not 80'}",
+        "-- closed and opened again --",
+        "ann's balance: 150",
+        "t1: moved 120 from ann to bob",
+        "t2: refused: bob has 150, not 500",
+        "ann's balance: 30",
+        "bob's balance: 150",
+        "cy: unknown",
+    ] == lines
+
+
 @pytest.mark.slow  # two interpreters, a SIGKILL and real-time sleeps: about 3 s
 def test_restart_demo(tmp_path):
     lines = run_example("restart_demo.py", "demo", tmp_path / "journal", timeout=30)
@@ -84,3 +100,22 @@ def test_restart_demo(tmp_path):
     ]  # steps 1-3 were recorded, so they did not run again
     assert any(line.endswith("counters/demo finished, total 21") for line in second)
     assert lines[-1] == "steps run twice: none"
+
+
+def test_queue_fan_out(tmp_path):
+    lines = run_example("queue_fan_out.py", tmp_path / "journal")
+    assert lines[0].startswith("queued: ")
+    assert "page urgent" in lines
+    assert "200 fetches done; at most 10 at once" in lines
+    assert int(lines[-1].split("ahead of ")[1].split(" ")[0]) > 0  # it jumped the line
+
+
+def test_nightly_schedule(tmp_path):
+    lines = run_example("nightly_schedule.py", tmp_path / "journal")
+    assert lines[0].startswith("schedule eu-reports: next tick 20")
+    count = int(lines[1].split()[0])
+    assert 3 <= count <= 6  # about one a second, the missed one caught up once
+    reports = [line.strip() for line in lines[2 : 2 + count]]
+    assert all(line.startswith("report for eu at 20") for line in reports)
+    assert len(set(reports)) == count
+    assert lines[-1].startswith("paused after reports/eu/20")

@@ -9,6 +9,7 @@ import trio
 
 from storage import (
     Conflict,
+    InstanceRecord,
     EncodeError,
     JournalClosed,
     JournalLocked,
@@ -22,7 +23,11 @@ B = instance_id("orders/o-2")
 
 def put(txn: Txn, iid: bytes, status: str = "running", process: str = "orders/:id", **record):
     address = {A: "orders/o-1", B: "orders/o-2"}.get(iid, iid.hex())
-    txn.put_instance(iid, address=address, process=process, status=status, record=record)
+    params = [address.rsplit("/", 1)[-1]] * process.count(":")
+    txn.put_instance(
+        iid, address=address, process=process, status=status,
+        record=InstanceRecord(params=params, input=record),
+    )  # fmt: skip
 
 
 async def commit(journal, build) -> list[int]:
@@ -37,7 +42,7 @@ async def test_instance_roundtrip_and_status_index(make_journal):
         await commit(j, lambda t: put(t, A, "completed", n=3))
         with j.reader() as r:
             row = r.instance(A)
-            assert (row.address, row.process, row.status, row.record) == (
+            assert (row.address, row.process, row.status, row.record.input) == (
                 "orders/o-1", "orders/:id", "completed", {"n": 3},
             )
             assert [x.iid for x in r.instances(status="completed")] == [A]
@@ -55,7 +60,7 @@ async def test_set_status_keeps_record_and_moves_index(make_journal):
         await commit(j, lambda t: t.set_status(A, "suspended"))
         with j.reader() as r:
             assert r.instance(A).status == "suspended"
-            assert r.instance(A).record == {"n": 1}
+            assert r.instance(A).record.input == {"n": 1}
             assert r.count_by_status() == {"suspended": 1}
 
 
@@ -261,7 +266,7 @@ async def test_reopen_reads_everything_back(make_journal):
         await commit(j, build)
     async with make_journal() as j:
         with j.reader() as r:
-            assert r.instance(A).record == {"payload": {"x": (1, 2)}}
+            assert r.instance(A).record.input == {"payload": {"x": (1, 2)}}
             assert r.instance(A).status == "suspended"
             assert r.log(A, 2) == {7: {"ok": 1}}
             assert [m for _, m in r.mailbox(A)] == ["hello"]
@@ -284,7 +289,7 @@ async def test_flush_and_read_helper(make_journal):
     async with make_journal() as j:
         j.submit(_with(lambda t: put(t, A, "running", n=1)))
         await j.flush()
-        assert await j.read(lambda r: r.instance(A).record) == {"n": 1}
+        assert await j.read(lambda r: r.instance(A).record.input) == {"n": 1}
 
 
 def _with(build) -> Txn:

@@ -10,7 +10,7 @@ import lmdb
 import pytest
 
 import actors
-from storage import JournalCorrupt, LMDBJournal, Txn, instance_id
+from storage import InstanceRecord, JournalCorrupt, LMDBJournal, Txn, instance_id
 
 A = instance_id("a")
 
@@ -40,7 +40,7 @@ def _get_format(path) -> bytes | None:
 async def _journal_with_an_instance(path) -> None:
     async with LMDBJournal(path) as j:
         txn = Txn()
-        txn.put_instance(A, address="a", process="p", status="running", record={"run": 0})
+        txn.put_instance(A, address="a", process="p", status="running", record=InstanceRecord(input={"n": 0}))
         await j.commit(txn)
 
 
@@ -50,7 +50,7 @@ async def test_a_new_journal_records_its_format_and_reopens(tmp_path):
     assert b"1" == _get_format(path)
     async with LMDBJournal(path) as j:
         with j.reader() as r:
-            assert {"run": 0} == r.instance(A).record
+            assert {"n": 0} == r.instance(A).record.input
 
 
 @pytest.mark.parametrize("readonly", [False, True])

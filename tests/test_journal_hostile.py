@@ -22,6 +22,7 @@ import trio
 import actors
 from actors import LimitExceeded, Signal, process
 from storage import (
+    InstanceRecord,
     MAX_ADDRESS_BYTES,
     EncodeError,
     JournalCorrupt,
@@ -363,7 +364,7 @@ async def test_a_transaction_lmdb_refuses_fails_alone_in_its_batch(make_lmdb):
 
     async with make_lmdb() as j:
         setup = Txn()
-        setup.put_instance(iid, address="a", process="p", status="running", record={})
+        setup.put_instance(iid, address="a", process="p", status="running", record=InstanceRecord())
         await j.commit(setup)
         async with trio.open_nursery() as n:
             for i in range(100):
@@ -396,7 +397,7 @@ def test_an_address_over_the_limit_is_refused_when_the_transaction_is_built():
     with pytest.raises(EncodeError, match=f"{MAX_ADDRESS_BYTES} \\(MAX_ADDRESS_BYTES\\)"):
         Txn().put_instance(
             instance_id("x"), address="x" * (MAX_ADDRESS_BYTES + 1), process="p",
-            status="running", record={},
+            status="running", record=InstanceRecord(),
         )  # fmt: skip
 
 

@@ -29,7 +29,7 @@ import pytest
 import trio
 
 import actors
-from storage import Conflict, JournalLocked, Txn, instance_id
+from storage import Conflict, InstanceRecord, JournalLocked, Txn, instance_id
 from tests.pg import fresh_schema
 
 if os.environ.get("ACTORS_TEST_POSTGRES", "1") == "0":
@@ -78,7 +78,10 @@ def owner(pg, iid: bytes) -> tuple[str | None, int] | None:
 
 
 def put(txn: Txn, iid: bytes, status: str = "suspended") -> None:
-    txn.put_instance(iid, address=iid.hex(), process="orders/:id", status=status, record={})
+    txn.put_instance(
+        iid, address=iid.hex(), process="orders/:id", status=status,
+        record=InstanceRecord(params=[iid.hex()]),
+    )  # fmt: skip
 
 
 async def create(journal, *iids: bytes, status: str = "suspended") -> None:

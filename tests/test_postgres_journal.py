@@ -15,6 +15,7 @@ import trio
 
 import actors
 from storage import (
+    InstanceRecord,
     STATUSES,
     ActorError,
     Conflict,
@@ -60,7 +61,10 @@ def sql(dsn: str, query: str, params=None) -> list[tuple]:
 
 
 def put(txn: Txn, iid: bytes, status: str = "running", **record) -> None:
-    txn.put_instance(iid, address=iid.hex(), process="orders/:id", status=status, record=record)
+    txn.put_instance(
+        iid, address=iid.hex(), process="orders/:id", status=status,
+        record=InstanceRecord(params=[iid.hex()], input=record),
+    )  # fmt: skip
 
 
 async def commit(journal, build) -> list[int]:
@@ -78,7 +82,7 @@ async def test_migration_is_versioned_and_idempotent(make_pg, pg):
         await commit(j, lambda t: put(t, A, n=1))
     async with make_pg() as j:  # a second open migrates nothing and keeps the data
         with j.reader() as r:
-            assert {"n": 1} == r.instance(A).record
+            assert {"n": 1} == r.instance(A).record.input
     from storage._postgres import SCHEMA_VERSION
 
     versions = sql(dsn, f'SELECT version FROM "{schema}".schema_version ORDER BY version')
@@ -88,7 +92,7 @@ async def test_migration_is_versioned_and_idempotent(make_pg, pg):
     )
     assert {
         "schema_version", "instances", "log", "mail", "timers", "stream", "cursors", "counters",
-        "nodes",
+        "nodes", "states",
     } == {name for (name,) in tables}  # fmt: skip
 
 
@@ -439,9 +443,9 @@ async def test_a_reader_sees_one_snapshot(make_pg, pg):
     async with make_pg() as j:
         await commit(j, lambda t: put(t, A, n=1))
         with j.reader() as r:
-            assert {"n": 1} == r.instance(A).record
+            assert {"n": 1} == r.instance(A).record.input
             sql(dsn, f'DELETE FROM "{schema}".instances')
-            assert {"n": 1} == r.instance(A).record
+            assert {"n": 1} == r.instance(A).record.input
             assert {"running": 1} == r.count_by_status()
         with j.reader() as r:
             assert r.instance(A) is None
@@ -555,3 +559,23 @@ async def test_random_batches_match_the_memory_journal(make_pg, seed, savepoints
                 assert outcome(results[0]) == outcome(results[1])
             with mem.reader() as m, pgj.reader() as p:
                 assert snapshot(m, now) == snapshot(p, now)
+
+
+async def test_records_of_another_shape_read_as_corrupt_on_postgres(make_pg):
+    """Like LMDB's: a log entry or a message of the wrong shape is
+    `JournalCorrupt` where it is read (with check_shapes, as a system reads)."""
+    async with make_pg() as j:
+        txn = Txn()
+        put(txn, A)
+        txn.put_log(A, 0, 1, {"k": 5})  # a kind that is not a name
+        txn.append_message(A, {"not": "a message"})
+        await j.commit(txn)
+        with j.reader() as r:  # without the checks, the stored maps come back
+            assert r.log(A, 0) == {1: {"k": 5}}
+        j.check_shapes = True
+        with j.reader() as r:
+            for read, database in ((lambda: r.entries(A, 0), "log"), (lambda: r.log(A, 0), "log"),
+                                   (lambda: r.mailbox(A), "mail")):  # fmt: skip
+                with pytest.raises(JournalCorrupt) as info:
+                    read()
+                assert info.value.database == database and "wrong shape" in str(info.value)

@@ -23,7 +23,7 @@ CONTRACT = {
     actors: "open_system process Signal Retry Context Outcome current_step serializable OneForOne "
     "OneForAll RestForOne ActorError NotDelivered ProcessFailed ProcessCancelled StepFailed "
     "StepTimeout NonDeterminismError ChildFailed EncodeError JournalCorrupt JournalFull "
-    "UnknownProcess ActorSystem Handle ChildHandle InstanceInfo",
+    "UnknownProcess ActorSystem Handle ChildHandle InstanceInfo AskTimeout AlreadyStarted",
     storage: "LMDBJournal MemoryJournal Journal Txn Reader encode decode serializable",
 }
 

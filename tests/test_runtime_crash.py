@@ -200,14 +200,14 @@ async def test_sigkill_under_load_loses_nothing_and_repeats_no_recorded_step(tmp
     assert all(("A", i) in keys for i in handled)
     shared = {k: sorted(v) for k, v in ids_of_key.items() if len(v) > 1}
     assert not shared, f"one step key ran for several messages: {list(shared.items())[:5]}"
-    assert row.status == "suspended" and row.record.get("last_error") is None, (
+    assert row.status == "suspended" and row.record.last_error is None, (
         row.status,
-        row.record.get("last_error"),
+        row.record.last_error,
     )
     assert left == 0
     # The count carried by continue_as_new matches the handlings of earlier runs.
-    run = row.record["run"]
-    assert row.record["input"]["handled"] == child.EVERY * run
+    run = row.record.run
+    assert row.record.input["handled"] == child.EVERY * run
     assert sum(1 for h in handlings if h[0] < run) == child.EVERY * run
     # 1. None lost, over the final side file.
     assert acked <= handled, sorted(acked - handled)[:20]

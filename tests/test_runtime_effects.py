@@ -396,7 +396,7 @@ async def test_continue_as_new_drops_the_log_and_keeps_the_mailbox(opener):
         with system.journal.reader() as r:
             iid = instance_id("loop/l")
             assert r.log_runs(iid) == [1]
-            assert r.instance(iid).record["run"] == 1
+            assert r.instance(iid).record.run == 1
     async with opener(loop) as system:
         for _ in range(11):
             await system.send("loop/l", ping, 2)

@@ -54,7 +54,7 @@ def _run_script(tmp_path: Path, mode: str) -> subprocess.CompletedProcess:
 async def _recorded_names(path: Path) -> list[str]:
     async with LMDBJournal(path) as journal:
         row = await journal.read(lambda r: r.instance(instance_id("shop/o1")))
-    return [c["fn"] for c in row.record["compensations"]]
+    return [c["fn"] for c in row.record.compensations]
 
 
 def _ledger(tmp_path: Path) -> list[str]:

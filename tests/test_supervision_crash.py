@@ -139,7 +139,7 @@ def _hub_state(system: actors.ActorSystem) -> tuple[int, int, dict[int, dict]]:
     """(unread jobs, hub run, the current run's log) as the journal has them."""
     with system.journal.reader() as r:
         row = r.instance(HUB_IID)
-        run = row.record.get("run", 0)
+        run = row.record.run
         return len(r.mailbox(HUB_IID)), run, r.log(HUB_IID, run)
 
 
@@ -213,15 +213,15 @@ async def test_sigkill_under_load_keeps_the_supervisor_tree_consistent(tmp_path)
     try:
         with journal.reader() as r:
             hub_row = r.instance(HUB_IID)
-            run = hub_row.record["run"]
+            run = hub_row.record.run
             hub_log = r.log(HUB_IID, run)
             hub_mail = r.mailbox(HUB_IID)
             rows = {row.address: row for row in r.instances(None, WORKER)}
-            logs = {a: r.log(row.iid, row.record.get("run", 0)) for a, row in rows.items()}
+            logs = {a: r.log(row.iid, row.record.run) for a, row in rows.items()}
             parents = {
-                a: r.instance(instance_id(row.record["parent"]))
+                a: r.instance(instance_id(row.record.parent))
                 for a, row in rows.items()
-                if row.record.get("parent")
+                if row.record.parent
             }
     finally:
         await journal.close()
@@ -253,12 +253,12 @@ async def test_sigkill_under_load_keeps_the_supervisor_tree_consistent(tmp_path)
     )
 
     # The hub is healthy, has taken every job, and nothing else is left over.
-    assert hub_row.status == "suspended" and hub_row.record.get("last_error") is None, (
+    assert hub_row.status == "suspended" and hub_row.record.last_error is None, (
         hub_row.status,
-        hub_row.record.get("last_error"),
+        hub_row.record.last_error,
     )
     assert hub_mail == []
-    errors = {a: r.record["last_error"] for a, r in rows.items() if r.record.get("last_error")}
+    errors = {a: r.record.last_error for a, r in rows.items() if r.record.last_error}
     assert not errors, f"children stuck with errors: {list(errors.items())[:5]}"
     assert set(status.values()) <= {"completed", "suspended", "cancelled"}, count
 
@@ -269,20 +269,20 @@ async def test_sigkill_under_load_keeps_the_supervisor_tree_consistent(tmp_path)
         n, awaited = _job_of(address)
         assert n in sent, f"a child for a job never sent: {address}"
         record = row.record
-        assert record["input"] == (
+        assert record.input == (
             {"n": n, "side": str(side)} if awaited
             else {"n": n, "side": str(side), "hold": child.holds(n)}
-        ), (address, record["input"])  # fmt: skip
-        assert (record.get("inc"), record.get("run"), record.get("restarts")) == (1, 0, []), (
-            f"{address} was started more than once: inc {record.get('inc')}, run "
-            f"{record.get('run')}, restarts {record.get('restarts')}"
+        ), (address, record.input)  # fmt: skip
+        assert (record.incarnation, record.run, list(record.restarts)) == (1, 0, []), (
+            f"{address} was started more than once: inc {record.incarnation}, run "
+            f"{record.run}, restarts {record.restarts}"
         )
-        assert record.get("awaited") is awaited, address
+        assert record.awaited is awaited, address
         if awaited:
             assert _spawned(n) in rows, f"{address} without the spawned child of its job"
     # No job was taken twice: the hub's count (carried across continue-as-new)
     # matches the distinct jobs that made a child, and a run takes an id once.
-    assert hub_row.record["input"]["handled"] == child.EVERY * run
+    assert hub_row.record.input["handled"] == child.EVERY * run
     assert len(taken) == len(set(taken)), sorted(i for i in taken if taken.count(i) > 1)[:10]
     assert child.EVERY * run + len(taken) == len(spawned), (
         f"the hub handled {child.EVERY * run + len(taken)} jobs, which made "
@@ -331,23 +331,23 @@ async def test_sigkill_under_load_keeps_the_supervisor_tree_consistent(tmp_path)
     )
     for address in current:
         assert address in rows, f"the hub's log names {address}, which does not exist"
-        assert rows[address].record.get("parent") == HUB, (address, rows[address].record)
-        assert status[address] != "cancelled", (address, rows[address].record.get("reason"))
+        assert rows[address].record.parent == HUB, (address, rows[address].record)
+        assert status[address] != "cancelled", (address, rows[address].record.reason)
     for address, row in rows.items():
-        parent = row.record.get("parent")
+        parent = row.record.parent
         assert parent == HUB, (address, parent)
         assert parents.get(address) is not None, f"{address} names a parent that does not exist"
         if address not in current:
             # A child of an earlier run: done, or cancelled when that run ended.
             assert status[address] in ("completed", "cancelled"), (address, status[address])
         if status[address] == "cancelled":
-            assert row.record.get("reason") == "continued as new", (
+            assert row.record.reason == "continued as new", (
                 address,
-                row.record.get("reason"),
+                row.record.reason,
             )
             assert not _job_of(address)[1], f"awaited child {address} was cancelled"
         if status[address] == "suspended":
-            assert row.record["input"].get("hold"), f"{address} is suspended but not held"
+            assert row.record.input.get("hold"), f"{address} is suspended but not held"
 
     # 4. The fresh job's children and the released child.
     assert status[_called(fresh)] == "completed"

@@ -5,6 +5,7 @@ close and reopen of the system. Without a tracer provider nothing is stored."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 
@@ -162,7 +163,7 @@ async def test_the_stored_context_is_beside_the_payload_in_the_journal(
         with tracer.start_as_current_span("sender") as sender:
             await system.send("hold/h", Signal("other"), {"x": 1})
     record, mail = await _stored(opener, "hold/h")
-    assert traceparent_of(caller) == record["trace"]
+    assert traceparent_of(caller) == record.trace
     ((seq, message),) = mail
     assert ["other", {"x": 1}] == message[:2]
     assert traceparent_of(sender) == message[3]
@@ -217,7 +218,7 @@ async def test_without_a_tracer_provider_nothing_is_stored_or_recorded(
         await system.send("hold/n", Signal("other"), 1)
     record, mail = await _stored(opener, "hold/n")
     ((_, message),) = mail
-    assert "trace" not in record
+    assert record.trace is None
     assert 3 == len(message)
 
 
@@ -229,7 +230,7 @@ async def test_a_provider_without_a_current_span_stores_no_context(
         await system.send("hold/q", Signal("other"), 1)
     record, mail = await _stored(opener, "hold/q")
     ((_, message),) = mail
-    assert "trace" not in record
+    assert record.trace is None
     assert 3 == len(message)
     (run,) = by_name(exporter, "process hold/:id")
     assert run.parent is None
@@ -247,7 +248,7 @@ async def test_a_stored_context_that_is_not_a_traceparent_starts_a_trace_of_its_
         txn = Txn()
         txn.put_instance(
             row.iid, address=row.address, process=row.process, status="running",
-            record=dict(row.record, trace="00-not-a-trace"),
+            record=attrs.evolve(row.record, trace="00-not-a-trace"),
         )  # fmt: skip
         await journal.commit(txn)
     exporter.clear()

@@ -296,7 +296,7 @@ async def test_an_instance_page_shows_input_result_and_log(app):
 
 async def test_an_error_with_its_traceback_and_compensations(app, opened):
     with opened.reader() as r:
-        stored = r.instance(instance_id("sagas/s-1")).record["error"]["traceback"]
+        stored = r.instance(instance_id("sagas/s-1")).record.error["traceback"]
     assert "Traceback (most recent call last)" in stored
     _, _, body = await call(app, href("sagas/s-1"))
     error = body[body.index('<div id="error">') :]
@@ -471,14 +471,22 @@ def test_the_command_serves_on_127_0_0_1_and_says_so(journal):
 
 
 def test_the_command_refuses_what_it_cannot_serve(journal, tmp_path):
+    # A directory or a postgresql:// URL (test_web_postgres.py serves one).
     done = subprocess.run(
-        [sys.executable, "-m", "actors", "web", "--journal", "postgresql://localhost/db"],
+        [sys.executable, "-m", "actors", "web", "--journal", "mysql://localhost/db"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
         timeout=60,
     )  # fmt: skip
     assert 2 == done.returncode
-    assert "reads LMDB journals (a directory)" in done.stderr
-    assert "PostgreSQL journals are not supported yet" in done.stderr
+    assert "give an LMDB journal's directory, or a PostgreSQL journal's URL" in done.stderr
+
+    done = subprocess.run(
+        [sys.executable, "-m", "actors", "web", "--journal", str(journal), "--schema", "orders"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert 2 == done.returncode
+    assert "--schema names the schema of a PostgreSQL journal" in done.stderr
 
     done = subprocess.run(
         [sys.executable, "-m", "actors", "--journal", str(tmp_path / "none"), "web"],

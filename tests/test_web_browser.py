@@ -1,5 +1,6 @@
 """The web inspector in a real headless browser (Debian's chromium), beside a
-system that runs in a child process and holds the journal.
+system that runs in a child process and holds the journal (LMDB), or runs
+on a schema of its own (PostgreSQL, tests/pg.py).
 
 The inspector is served here, in the test's trio run, with the app that
 ``actors web`` serves, over the journal opened read-only as the command opens
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import quote
@@ -27,7 +30,9 @@ pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("hypercorn", reason="install the 'web' extra")
 
 from actors._web import create_app, serve_app  # noqa: E402
-from storage import LMDBJournal  # noqa: E402
+import storage  # noqa: E402
+from storage import Journal, LMDBJournal  # noqa: E402
+from tests.pg import fresh_schema  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "build" / "test-output" / "web"
@@ -48,7 +53,7 @@ SYSTEM = textwrap.dedent(
     import sys
     import trio
     import actors
-    from storage import LMDBJournal
+    from storage import LMDBJournal, PostgresJournal
     from tests.runtime_helpers import wait_status
 
     go = actors.Signal("go")
@@ -88,9 +93,10 @@ SYSTEM = textwrap.dedent(
     async def quote(ctx, id, *, amount):
         return {"total": amount * 1.2}
 
-    async def main(path, xss):
+    async def main(path, xss, schema=None):
         processes = [job, note, payment, order, quote]
-        async with actors.open_system(LMDBJournal(path), processes=processes) as system:
+        journal = PostgresJournal(path, schema=schema) if schema else LMDBJournal(path)
+        async with actors.open_system(journal, processes=processes) as system:
             await (await system.start(quote, "q-1", amount=100)).result()
             try:
                 await (await system.start(payment, "p-1", card="4242")).result()
@@ -109,7 +115,7 @@ SYSTEM = textwrap.dedent(
                 await wait_status(h, "suspended")
                 print("started", flush=True)
 
-    trio.run(main, sys.argv[1], sys.argv[2])
+    trio.run(main, *sys.argv[1:])
     """
 )
 
@@ -172,23 +178,39 @@ class _Recorder:
         self.page_served.set()
 
 
-@pytest.fixture
-def system(tmp_path):
-    """A system in a child process holding an LMDB journal; yields (journal path, process)."""
-    path = tmp_path / "journal"
+@contextmanager
+def _running(tmp_path: Path, where: str, *schema: str) -> Iterator[subprocess.Popen]:
+    """SYSTEM in a child process, on the journal at ``where`` (in ``schema``, for PostgreSQL)."""
     script = tmp_path / "system.py"
     script.write_text(SYSTEM)
     child = subprocess.Popen(
-        [sys.executable, str(script), str(path), XSS], cwd=ROOT,
+        [sys.executable, str(script), where, XSS, *schema], cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert "ready\n" == child.stdout.readline(), child.stderr.read()
-        yield path, child
+        yield child
     finally:
         child.stdin.close()
         assert 0 == child.wait(timeout=30), child.stderr.read()
+
+
+@pytest.fixture
+def system(tmp_path):
+    """A system in a child process holding an LMDB journal; yields (journal path, process)."""
+    path = tmp_path / "journal"
+    with _running(tmp_path, str(path)) as child:
+        yield path, child
+
+
+@pytest.fixture
+def pg_system(request, tmp_path):
+    """A system in a child process on a PostgreSQL schema; yields (dsn, schema, process)."""
+    pytest.importorskip("psycopg", reason="install the 'postgres' extra")
+    dsn, schema = fresh_schema(request)
+    with _running(tmp_path, dsn, schema) as child:
+        yield dsn, schema, child
 
 
 async def browse(url: str, *, screenshot: Path | None = None, wait_ms: int = 0) -> str:
@@ -213,8 +235,8 @@ async def _chromium(args: list[str]) -> str:
     return done.stdout.decode()
 
 
-async def _serve(nursery, journal: LMDBJournal, path: Path, wrap=lambda app: app):
-    app = wrap(create_app(journal, source=str(path), poll=0.5))
+async def _serve(nursery, journal: Journal, source: Path | str, wrap=lambda app: app):
+    app = wrap(create_app(journal, source=str(source), poll=0.5))
     url = await nursery.start(serve_app, app, "127.0.0.1", 0)
     return app, url
 
@@ -293,4 +315,55 @@ async def test_a_new_instance_appears_without_reload(system):
     dom = _DOM(dom_text[0])
     assert "jobs/j-new" == dom.rows[0]  # the newest, on top
     assert {"jobs/j-1", "jobs/j-2", "jobs/j-3"} <= set(dom.rows)
+    assert "all 9" in "".join(dom.text)
+
+
+async def test_on_postgresql_the_pages_show_the_running_system_and_update_live(pg_system):
+    dsn, schema, child = pg_system
+    opened = storage.PostgresJournal(dsn, schema=schema, pool_size=2, readonly=True)
+    async with opened as journal, trio.open_nursery() as nursery:
+        source = journal.describe()
+        _, url = await _serve(nursery, journal, source)
+        recorder, live_url = await _serve(nursery, journal, source, _Recorder)
+        listed = _DOM(await browse(url, screenshot=SHOTS / "list-postgres.png", wait_ms=1500))
+        page = f"{url}instance?address=jobs%2Fj-3"
+        shown = _DOM(await browse(page, screenshot=SHOTS / "instance-postgres.png", wait_ms=1500))
+
+        recorder.release = trio.Event()  # hold the page's polls until the instance exists
+        dom_text: list[str] = []
+
+        async def load() -> None:
+            dom_text.append(await browse(live_url, wait_ms=4000))
+
+        nursery.start_soon(load)
+        with trio.fail_after(90):
+            await recorder.page_served.wait()
+
+        def start_one() -> str:
+            child.stdin.write("j-new\n")
+            child.stdin.flush()
+            return child.stdout.readline()
+
+        assert "started\n" == await trio.to_thread.run_sync(start_one)
+        recorder.release.set()
+        with trio.fail_after(120):
+            while not dom_text:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert {"quotes/q-1", "payments/p-1", "orders/o-1", "orders/o-1/jobs/j-0", "jobs/j-1",
+            "jobs/j-2", "jobs/j-3", f"notes/{XSS}"} == set(listed.rows)  # fmt: skip
+    assert f"notes/{XSS}" == listed.rows[0]
+    text = "".join(listed.text)
+    assert "all 8" in text and "suspended 6" in text and "card 4242 declined" in text
+    assert f"schema='{schema}'" in text and "live, updated" in text
+    assert (0, None) == (listed.images, listed.body.get("data-pwned"))
+    text = "".join(shown.text)
+    for line in ("reserved item-0", "reserved item-1", "reserved item-2", "charged", "sleep"):
+        assert line in text, line
+    assert "Timers: 1 timer" in text and "live, updated" in text
+    # A new instance, started by the running system, appears without a reload.
+    assert 1 == len(recorder.pages) and "jobs/j-new" not in recorder.pages[0]
+    assert recorder.polls >= 1
+    dom = _DOM(dom_text[0])
+    assert "jobs/j-new" == dom.rows[0]
     assert "all 9" in "".join(dom.text)

@@ -84,7 +84,7 @@ def not_live(address: str, row: InstanceRow | None) -> NotDelivered:
             address=address, reason="unknown",
         )  # fmt: skip
     words = STATUS_WORDS.get(row.status, f"it is {row.status}")
-    when = row.record.get("updated")
+    when = row.record.updated
     at = f" at {local_time(when)}" if when and row.status in TERMINAL_STATUSES else ""
     return NotDelivered(
         f"no live instance at {address!r} ({words}{at}); start a new one or check the address",

@@ -18,6 +18,7 @@ from storage.errors import ActorError, JournalCorrupt, JournalLocked
 
 from ..errors import NotDelivered
 from ._errors import CORRUPT, HELD, INTERRUPTED, NOT_FOUND, REFUSED, USAGE, CLIError
+from ._flow import queues, schedules
 from ._inspect import list_instances, show, stats
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
 from ._tail import consumers, tail
@@ -30,6 +31,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "list": list_instances, "show": show, "send": send, "cancel": cancel,
     "resume-compensation": resume_compensation, "abandon-compensation": abandon_compensation,
     "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats, "web": web,
+    "schedules": schedules, "queues": queues,
 }  # fmt: skip
 
 
@@ -115,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_count, default=50, metavar="N",
                    help="show at most N (default 50; 0 for all)")  # fmt: skip
 
+    command("schedules", "the journal's schedules: paused or not, last and next tick")
+    command("queues", "the journal's queues: how many wait, how many run, the oldest wait")
+
     p = command("show", "everything recorded about one instance")
     p.add_argument("address", help=_ADDRESS)
     p.add_argument("--traceback", action="store_true", help="include the error's traceback")
@@ -127,6 +132,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("signal", help="the signal's name")
     p.add_argument("payload", nargs="?", metavar="JSON",
                    help="the payload as JSON ('-' reads stdin; default null)")  # fmt: skip
+    p.add_argument("--key", metavar="KEY",
+                   help="an idempotency key: a second send with the same key to the same "
+                   "incarnation stores nothing")  # fmt: skip
 
     p = command("cancel", "cancel a live instance and its children")
     p.add_argument("address", help=_ADDRESS)
@@ -169,7 +177,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="forget consumer NAME's cursor (only with no system running)")  # fmt: skip
 
     command("stats", "counts by status, size, mail, timers")
-    add_web_arguments(command("web", "serve a read-only web inspector (needs the 'web' extra)"))
+    add_web_arguments(command("web", "serve a read-only web inspector (needs the 'web' extra); "
+                              "--journal may be a postgresql:// URL, with --schema"))  # fmt: skip
     return parser
 
 

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from storage import (
+    InstanceRecord,
     LIVE_STATUSES,
     STATUSES,
     TERMINAL_STATUSES,
@@ -23,7 +24,9 @@ from storage import (
 )
 from storage.errors import JournalCorrupt
 
-from .. import _supervision as _sup
+from .._log import LogEntry, children_named
+from .._protocol import KEY_PREFIX
+from .._queues import queue_place
 from ._access import find_instance, journal_dir, reading
 from ._errors import CORRUPT, OK, CLIError
 from ._render import (
@@ -50,12 +53,12 @@ _FAR = 100 * 365 * 86400.0  # past every timer: `stats` counts them all
 
 def _detail(row: InstanceRow) -> str:
     record = row.record
-    if record.get("last_error"):
-        text = str(record["last_error"])
+    if record.last_error:
+        text = str(record.last_error)
     elif row.status == "failed":
-        text = error_text(record.get("error"))
-    elif row.status == "cancelled" and record.get("reason"):
-        text = f"reason: {record['reason']}"
+        text = error_text(record.error)
+    elif row.status == "cancelled" and record.reason:
+        text = f"reason: {record.reason}"
     else:
         return ""
     # The row names the instance already; say the rest sooner.
@@ -69,8 +72,8 @@ def _list_item(row: InstanceRow | CorruptRecord) -> dict[str, Any]:
                 "detail": str(row.error), "corrupt": True}  # fmt: skip
     record = row.record
     return {"address": row.address, "process": row.process, "status": row.status,
-            "created": record.get("created"), "updated": record.get("updated"),
-            "last_error": record.get("last_error"), "detail": _detail(row),
+            "created": record.created, "updated": record.updated,
+            "last_error": record.last_error, "detail": _detail(row),
             "corrupt": False}  # fmt: skip
 
 
@@ -195,11 +198,11 @@ def _done_outcome(kind: Any, entry: dict[str, Any]) -> str:
     return f"got: {value}" if kind == "wait" else f"ok: {value}"
 
 
-def _children(r: Reader, log: dict[int, Any], seen: set[bytes]) -> list[dict[str, Any]]:
+def _children(r: Reader, log: dict[int, LogEntry], seen: set[bytes]) -> list[dict[str, Any]]:
     """The children a run's log names (call/spawn), each with its own, recursively."""
     nodes = []
-    for address, seq in _sup.children_in_log(log).items():
-        node: dict[str, Any] = {"address": address, "how": log[seq].get("k"), "seq": seq,
+    for address, seq in children_named(log).items():
+        node: dict[str, Any] = {"address": address, "how": log[seq].kind, "seq": seq,
                                 "status": "gone", "children": []}  # fmt: skip
         iid = instance_id(address)
         if iid in seen:
@@ -210,8 +213,8 @@ def _children(r: Reader, log: dict[int, Any], seen: set[bytes]) -> list[dict[str
                 row = r.instance(iid)
                 if row is not None:
                     node["status"] = row.status
-                    node["restart"] = row.record.get("restart")
-                    node["children"] = _children(r, r.log(iid, row.record.get("run", 0)), seen)
+                    node["restart"] = row.record.restart
+                    node["children"] = _children(r, r.entries(iid, row.record.run), seen)
             except JournalCorrupt:
                 node["status"] = "corrupt"
         nodes.append(node)
@@ -222,13 +225,15 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
     """Everything recorded about the instance of ``row``; for ``show`` and the web
     inspector. Raises `CLIError` (exit 5) when its log or mailbox does not decode."""
     iid, record = row.iid, row.record
-    run = record.get("run", 0)
+    run = record.run
     try:
         log = r.log(iid, run)
         mail = r.mailbox(iid)
     except JournalCorrupt as exc:
         raise CLIError(f"records of {row.address!r} are corrupt: {exc}", CORRUPT) from None
     length, cursors = r.stream_length(iid), r.cursors(iid)
+    keys = sorted(name[len(KEY_PREFIX) :] for name in cursors if name.startswith(KEY_PREFIX))
+    cursors = {name: pos for name, pos in cursors.items() if not name.startswith(KEY_PREFIX)}
     ended = row.status in TERMINAL_STATUSES
     return {
         "address": row.address,
@@ -236,18 +241,20 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
         "status": row.status,
         "id": iid.hex(),
         "run": run,
-        "incarnation": record.get("inc", 1),
-        **{key: record.get(key) for key in _SHOWN},
-        "params": record.get("params", []),
+        "incarnation": record.incarnation,
+        **{key: getattr(record, key) for key in _SHOWN},
+        "exports_version": record.exports_version or None,  # None: nothing published
+        "params": record.params,
         "log": [_log_item(seq, entry, ended) for seq, entry in sorted(log.items())],
         "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
         "mailbox": [_mail_item(seq, message) for seq, message in mail],
         "messages_ever": r.last_message_seq(iid),
+        "send_keys": keys,  # the idempotency keys this incarnation had (see send --key)
         "timers": [
             {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
             for t in r.timers(iid)
         ],
-        "children": _children(r, log, {iid}),
+        "children": _children(r, r.entries(iid, run), {iid}),
         "stream": {
             "length": length,
             "consumers": {
@@ -255,9 +262,9 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
                 for name, pos in sorted(cursors.items())
             },
         },
-        "restarts": record.get("restarts", []),
+        "restarts": record.restarts,
         "compensations": _compensations(record),
-        "compensation_failure": record.get("stuck"),
+        "compensation_failure": record.stuck,
     }
 
 
@@ -268,6 +275,8 @@ async def show(args: argparse.Namespace) -> int:
         with journal.reader() as r:
             row = find_instance(r, args.address, path)
             doc = describe(r, row)
+            if row.status == "queued":  # which queue, since when
+                doc["queued"] = queue_place(r, row.iid)
     if row.status in LIVE_STATUSES:
         doc["waiting"] = _waiting(doc["log"], doc["mailbox"])
     doc["log_entries"], doc["mailbox_messages"] = len(doc["log"]), len(doc["mailbox"])
@@ -287,16 +296,16 @@ def _mail_item(seq: int, message: Any) -> dict[str, Any]:
     return {"seq": seq, "signal": signal_label(message[0]), "payload": message[1], "sent": sent}
 
 
-def _compensations(record: dict[str, Any]) -> list[dict[str, Any]]:
-    done = set(record.get("compensated", []))
-    attempts = record.get("comp_attempts", {})
+def _compensations(record: InstanceRecord) -> list[dict[str, Any]]:
+    done = set(record.compensated)
+    attempts = record.comp_attempts
     return [
         {"step": c.get("name"), "function": c.get("fn"), "args": c.get("args"),
          "kwargs": c.get("kwargs"), "step_result": c.get("result"),
          "state": "done" if c.get("id") in done else "pending",
          "attempts": attempts.get(c.get("id"), 0), "possibly_applied": c.get("possibly_applied"),
          "key": c.get("id")}
-        for c in record.get("compensations", [])
+        for c in record.compensations
     ]  # fmt: skip
 
 

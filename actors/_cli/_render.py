@@ -222,6 +222,11 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
             out.extend("    " + line for line in trace.rstrip().splitlines())
         elif trace:
             field("", "(--traceback shows where it was raised)")
+    if doc.get("queued"):
+        place = doc["queued"]
+        since = place["since"]
+        field("queued in", f"{place['queue']} (priority {place['priority']}) since "
+              f"{local_time(since)} ({relative(since, now)})")  # fmt: skip
     if doc["last_error"]:
         field("last error", str(doc["last_error"]))
     if doc["reason"]:

@@ -140,7 +140,7 @@ def _victims(r: Reader, statuses: list[str], cutoff: float) -> list[bytes]:
         row.iid
         for status in statuses
         for row in r.instances(status)
-        if (row.record.get("updated") or 0) <= cutoff
+        if (row.record.updated or 0) <= cutoff
     ]
 
 

@@ -18,6 +18,9 @@ def add_web_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")  # fmt: skip
     p.add_argument("--port", type=_port, default=8080, help="port (default 8080; 0 picks one)")
+    p.add_argument("--schema", metavar="NAME",
+                   help="with --journal postgresql://USER@HOST:PORT/DATABASE: the schema "
+                   "holding the journal (default actors)")  # fmt: skip
     p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
                    help="how often open pages refresh themselves (default 1)")  # fmt: skip
 

@@ -25,8 +25,9 @@ from storage import (
 )
 from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalLocked
 
-from .. import _protocol, _saga
-from .. import _supervision as _sup
+from .. import _asks, _protocol, _saga
+from .._log import children_named
+from .._queues import waiting_rows
 from .._records import Signal
 from ._access import find_instance, journal_dir, not_live, read_row, reading, writing
 from ._errors import CORRUPT, OK, USAGE, CLIError
@@ -63,19 +64,27 @@ async def send(args: argparse.Namespace) -> int:
             f"{args.signal!r} is not a signal name: give a non-empty name", USAGE
         ) from None
     payload = _payload(args.payload)
+    key = args.key
+    if key is not None and not key:
+        raise CLIError("--key takes a non-empty key, e.g. a request id", USAGE)
     iid = instance_id(args.address)
+    seen: int | None = None
     try:
         async with writing(path) as journal:
             with journal.reader() as r:
                 row = read_row(r, iid)
-            txn, _ = _protocol.send_txn(
-                iid, signal.name, payload, time.time(), max_payload=_MAX_PAYLOAD
-            )
-            try:
-                (seq,) = await journal.commit(txn, durable=True)
-            except Conflict:
-                with journal.reader() as r:
-                    raise not_live(args.address, read_row(r, iid)) from None
+                if key is not None:
+                    seen = r.cursor(iid, _protocol.KEY_PREFIX + key)
+            seq = None
+            if seen is None:  # (a key this incarnation had already: nothing is stored)
+                txn, _ = _protocol.send_txn(
+                    iid, signal.name, payload, time.time(), max_payload=_MAX_PAYLOAD, key=key
+                )
+                try:
+                    (seq,) = await journal.commit(txn, durable=True)
+                except Conflict:
+                    with journal.reader() as r:
+                        raise not_live(args.address, read_row(r, iid)) from None
         held = None
     except JournalLocked as exc:
         held, seq = exc, None
@@ -85,12 +94,17 @@ async def send(args: argparse.Namespace) -> int:
         await through_system(
             path, held, "send", doing=f"send to {args.address!r}", instead="send",
             address=args.address, signal=signal.name, payload=payload,
+            **({"key": key} if key is not None else {}),
         )  # fmt: skip
     status = row.status if row is not None else "live"
-    doc = {"sent": True, "address": args.address, "signal": signal.name, "payload": payload,
-           "message": seq, "status": status, "through_system": held is not None}  # fmt: skip
+    doc = {"sent": seen is None, "address": args.address, "signal": signal.name,
+           "payload": payload, "message": seq, "status": status,
+           "through_system": held is not None, "key": key}  # fmt: skip
 
     def render() -> str:
+        if seen is not None:
+            return (f"{args.address} had key {key!r} already (this incarnation): the message "
+                    "was sent before, and nothing was stored")  # fmt: skip
         if held is not None:
             return (f"sent {signal.name!r} to {args.address} through {owner(held)}; it was "
                     f"{status}, and the system delivers it now")  # fmt: skip
@@ -118,8 +132,17 @@ async def cancel(args: argparse.Namespace) -> int:
                     "the application can run them; cancel through the application "
                     "(system.cancel), or pass --force to cancel without compensating"
                 )
+            with journal.reader() as r:  # the asks they owe an answer (see actors._asks)
+                owed = [
+                    ask
+                    for c in plan
+                    for ask in _asks.unanswered_on_disk(
+                        r.entries(c.row.iid, c.row.record.run), r.mailbox(c.row.iid)
+                    )
+                ]
             try:  # one transaction for the whole subtree
                 txn, _ = _protocol.cancel_txn(plan, time.time())
+                _asks.answer_offline(txn, owed, "cancelled", time.time())
             except EncodeError as exc:
                 raise CLIError(
                     f"not cancelled: a record under {args.address!r} holds values of a class "
@@ -145,7 +168,7 @@ async def cancel(args: argparse.Namespace) -> int:
         async with reading(path) as journal:
             with journal.reader() as r:
                 after = read_row(r, root.iid)
-        reason = after.record.get("reason") if after is not None else None
+        reason = after.record.reason if after is not None else None
         if args.reason != DEFAULT_REASON:
             print(f"actors: --reason is not recorded through a running system: it records "
                   f"{reason!r}", file=sys.stderr)  # fmt: skip
@@ -177,7 +200,7 @@ def _cancel_plan(
     root = find_instance(r, args.address, path)
     if root.status not in UNFINISHED_STATUSES:
         words = STATUS_WORDS.get(root.status, f"it is {root.status}")
-        at = root.record.get("updated")
+        at = root.record.updated
         ended = at and root.status in TERMINAL_STATUSES
         raise CLIError(
             f"nothing to cancel at {args.address!r}: {words}"
@@ -200,9 +223,9 @@ def _plan_cancel(
     """Add ``row`` to ``plan`` after its live descendants (depth first, as the runtime)."""
     seen.add(row.iid)
     try:
-        log = r.log(row.iid, row.record.get("run", 0))
+        log = r.entries(row.iid, row.record.run)
         timers = r.timers(row.iid)
-        children = _sup.children_in_log(log)
+        children = children_named(log)
         for address in children:
             iid = instance_id(address)
             if iid in seen:
@@ -216,4 +239,4 @@ def _plan_cancel(
             "system on the journal, which marks corrupt instances, and cancel from there",
             CORRUPT,
         ) from None
-    plan.append(_protocol.Cancel(row, timers, reason))
+    plan.append(_protocol.Cancel(row, timers, reason, states=waiting_rows(r, row.iid)))

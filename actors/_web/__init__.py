@@ -1,4 +1,6 @@
-"""The web inspector: ``python -m actors web --journal PATH [--port 8080] [--host 127.0.0.1]``.
+"""The web inspector: ``python -m actors web --journal PATH [--port 8080] [--host 127.0.0.1]``
+(PATH: an LMDB journal's directory, or ``postgresql://USER@HOST:PORT/DATABASE``
+with ``--schema NAME``).
 
 A read-only page over a journal: the instances (filtered by status, process
 and address prefix, counted by status, most recently updated first, paged)
@@ -7,10 +9,13 @@ supervision tree and restart history, effect log, unread mail, timers,
 stream cursors, exports and compensations. Pages refresh themselves: a
 small script polls the server and swaps in what changed.
 
-It opens the journal as the other reading commands do (``LMDBJournal(path,
-readonly=True)``: no owner lock, nothing written), so it runs beside a system
-that holds the journal in another process, and builds its documents with the
-same helpers as ``list`` and ``show`` (`actors._cli._inspect`). It binds to
+It opens the journal read-only: an LMDB one as the other reading commands
+do (``LMDBJournal(path, readonly=True)``: no owner lock, nothing written), a
+PostgreSQL one with ``PostgresJournal(url, schema=NAME, readonly=True)`` (no
+migration, read-only sessions, the schema's version checked). So it runs
+beside the systems that use the journal in other processes. It builds its
+documents with the same helpers as ``list`` and ``show``
+(`actors._cli._inspect`). It binds to
 127.0.0.1 unless ``--host`` says otherwise, answers only Host names of this
 machine then, escapes every value it renders, and forbids inline script.
 

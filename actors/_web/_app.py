@@ -2,13 +2,16 @@
 
 Each request reads the journal in one `Reader` (one consistent snapshot), in
 a worker thread so a long scan never stalls the server, and renders with
-`_pages`. The app never writes: given a read-only `LMDBJournal` it works
-beside a system that runs on the journal in another process.
+`_pages`. The app never writes: given a read-only `LMDBJournal` or
+`PostgresJournal` it works beside the systems that run on the journal in
+other processes (a PostgreSQL reader's snapshot is its transaction's, so
+each request, and each poll, sees what was committed before it).
 
 Answers: 200 pages; 400 for a query it cannot act on (unknown status,
 a page that is not a number, an unknown or repeated parameter); 404 for an
 unknown address or path; 405 for anything but GET and HEAD; 500 with a page
-naming the record when a record does not decode. Every response carries a
+naming the record when a record does not decode; 503 while the journal's
+server cannot be reached (the next request connects again). Every response carries a
 Content-Security-Policy that allows no inline script and nothing from
 elsewhere.
 """
@@ -28,7 +31,8 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from storage import Journal, JournalCorrupt, Reader, instance_id, lenient_decoding
+from storage import Journal, JournalCorrupt, JournalUnavailable, Reader, instance_id
+from storage import lenient_decoding
 
 from .._cli._errors import CLIError
 from .._cli._inspect import describe, list_items
@@ -69,8 +73,8 @@ def create_app(
 
     Args:
         journal: an open journal whose `reader` may be used from a worker thread
-            (`LMDBJournal`, read-only or not).
-        source: how pages name the journal (its path).
+            (`LMDBJournal` or `PostgresJournal`, read-only or not).
+        source: how pages name the journal (its path, or its description).
         poll: seconds between the pages' live updates.
         hosts: the Host header names answered (``["*"]`` for any).
     """
@@ -119,6 +123,9 @@ def create_app(
     async def on_corrupt(request: Request, exc: Exception) -> Response:
         return problem(500, "corrupt record", str(exc))
 
+    async def on_unavailable(request: Request, exc: Exception) -> Response:
+        return problem(503, "journal unavailable", str(exc))
+
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         detail = exc.detail
@@ -141,6 +148,7 @@ def create_app(
             BadQuery: on_bad_query,
             _NotFound: on_not_found,
             JournalCorrupt: on_corrupt,
+            JournalUnavailable: on_unavailable,
             HTTPException: on_http,
             Exception: on_error,
         },

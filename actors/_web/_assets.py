@@ -50,6 +50,7 @@ td.nowrap, td.nowrap.mono { white-space: nowrap; word-break: normal; }
 .badge.running { color: var(--accent); } .badge.suspended { color: var(--idle); }
 .badge.completed { color: var(--ok); } .badge.failed, .badge.corrupt { color: var(--bad); }
 .badge.cancelled { color: var(--warn); } .badge.compensation_stuck { color: var(--bad); }
+.badge.queued { color: var(--idle); border-style: dashed; }
 .badge.all { color: var(--fg); }
 .badge b { font-weight: 600; }
 .pager { margin: .6rem 0; display: flex; gap: 1rem; color: var(--muted); }

@@ -1,4 +1,12 @@
-"""``actors web``: serve the inspector over a journal opened read-only."""
+"""``actors web``: serve the inspector over a journal opened read-only.
+
+``--journal`` names an LMDB journal's directory, or a PostgreSQL journal by
+its URL (``postgresql://USER@HOST:PORT/DATABASE``, with ``--schema``,
+default ``actors``, as `PostgresJournal`'s). Both are opened read-only: LMDB
+with ``readonly=True`` (no owner lock), PostgreSQL with ``readonly=True``
+(no migration, read-only sessions; the schema must be at this library's
+version), so the inspector runs beside the systems that use the journal.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,8 @@ import argparse
 import ipaddress
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 
 import trio
@@ -14,11 +23,17 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from starlette.types import ASGIApp
 
+import storage
+from storage import Journal
+
 from .._cli._access import journal_dir, reading
 from .._cli._errors import OK, REFUSED, USAGE, CLIError
 from ._app import LOCAL_HOSTS, create_app
 
 __all__ = ["web", "serve_app"]
+
+# URLs that name a PostgreSQL journal (libpq's two schemes).
+_POSTGRES = ("postgresql://", "postgres://")
 
 
 async def serve_app(
@@ -62,22 +77,60 @@ def _loopback(host: str) -> bool:
         return False
 
 
+@asynccontextmanager
+async def _reading(args: argparse.Namespace) -> AsyncIterator[tuple[Journal, str]]:
+    """The journal ``--journal`` names, opened read-only, and how pages name it.
+
+    Raises:
+        CLIError: no journal there, or a bad URL or schema name.
+        JournalUnavailable, JournalCorrupt: from opening a PostgreSQL journal.
+    """
+    if not args.journal.startswith(_POSTGRES):
+        if "://" in args.journal:
+            raise CLIError(
+                f"--journal {args.journal!r}: give an LMDB journal's directory, or a "
+                "PostgreSQL journal's URL (postgresql://USER@HOST:PORT/DATABASE)",
+                USAGE,
+            )
+        if args.schema is not None:
+            raise CLIError(
+                f"--schema names the schema of a PostgreSQL journal, and --journal "
+                f"{args.journal!r} is a directory (an LMDB journal); drop --schema, or "
+                "give a postgresql:// URL",
+                USAGE,
+            )
+        path = journal_dir(args)
+        async with reading(path) as lmdb:
+            yield lmdb, str(path)
+        return
+    try:
+        cls = storage.PostgresJournal  # the optional 'postgres' extra
+    except ImportError as exc:
+        raise CLIError(
+            f"reading a PostgreSQL journal needs the 'postgres' extra ({exc}); "
+            "install it with: pip install 'trio-actors[postgres]'",
+            USAGE,
+        ) from None
+    try:
+        # Two connections: the app reads in at most two threads at once.
+        pg: Journal = cls(
+            args.journal, schema=args.schema or "actors", pool_size=2, readonly=True
+        )
+    except ValueError as exc:
+        raise CLIError(f"--journal/--schema: {exc}", USAGE) from None
+    async with pg:
+        yield pg, pg.describe()
+
+
 async def web(args: argparse.Namespace) -> int:
     """``actors web``: the inspector on http://HOST:PORT/ until interrupted."""
-    if "://" in args.journal:
-        raise CLIError(
-            f"--journal {args.journal!r}: the web inspector reads LMDB journals (a directory), "
-            "like the rest of the actors command line; PostgreSQL journals are not supported yet",
-            USAGE,
-        )
-    path = journal_dir(args)
     local = _loopback(args.host)
     hosts = LOCAL_HOSTS if args.host in LOCAL_HOSTS else ["*"]
     reach = ("this machine only" if local else
              "WARNING: not a loopback address, anyone who can reach it reads every "
              "payload in the journal")  # fmt: skip
-    async with reading(path) as journal:
-        app = create_app(journal, source=str(path), poll=args.interval, hosts=hosts)
+    async with _reading(args) as (journal, source):
+        app = create_app(journal, source=source, poll=args.interval, hosts=hosts)
         # Ctrl-C and SIGTERM end the server gracefully, never inside a response.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
@@ -87,7 +140,7 @@ async def web(args: argparse.Namespace) -> int:
 
             async with trio.open_nursery() as nursery:
                 url = await nursery.start(serve_app, app, args.host, args.port, stopped)
-                print(f"actors web: inspecting {path} read-only at {url}", flush=True)
+                print(f"actors web: inspecting {source} read-only at {url}", flush=True)
                 print(f"listening on {args.host} ({reach}); Ctrl-C stops it", flush=True)
                 if not local:
                     print(f"actors web: {reach}", file=sys.stderr, flush=True)

@@ -30,6 +30,7 @@ from .._journal import (
     SET_STATUS,
     TAKE_MESSAGE,
 )
+from .._states import DELETE_STATE, PUT_STATE, STATE_PREFIX
 from ._layout import _H, _MAIL_COUNTER, _Q, _RUN_SEQ, _STREAM_COUNTER
 
 
@@ -37,7 +38,7 @@ class _Applier:
     """Applies Txn operations inside one LMDB write transaction."""
 
     __slots__ = ("txn", "instances", "status", "log", "mail", "timers", "timer_ids",
-                 "stream", "cursors", "counters")  # fmt: skip
+                 "stream", "cursors", "counters", "meta")  # fmt: skip
 
     def __init__(self, txn: lmdb.Transaction, dbs: tuple[Any, ...]) -> None:
         # ``dbs``: the handles in slot order (`LMDBJournal._handles`); one
@@ -45,13 +46,19 @@ class _Applier:
         # an applier per commit.
         self.txn = txn
         (self.instances, self.status, self.log, self.mail, self.timers, self.timer_ids,
-         self.stream, self.cursors, self.counters) = dbs  # fmt: skip
+         self.stream, self.cursors, self.counters, self.meta) = dbs  # fmt: skip
 
     def status_of(self, iid: bytes) -> int | None:
         value = self.txn.get(iid, db=self.instances)
         if value is None:
             return None
         return value[0] if value else 0  # an emptied record: no status (its reads report it)
+
+    def state_version(self, key: str) -> int:
+        """The version of state row ``key`` (0 if absent); see `storage._states`."""
+        name = STATE_PREFIX + key.encode()
+        value = self.txn.get(name, db=self.meta)
+        return 0 if value is None else j.number(value[:8], "meta", name)
 
     def _next(self, iid: bytes, kind: bytes) -> int:
         key = iid + kind
@@ -153,6 +160,11 @@ class _Applier:
                 txn.delete(op[1] + op[2].encode(), db=self.cursors)
             elif code == DELETE_INSTANCE:
                 self._delete_instance(op[1])
+            elif code == PUT_STATE:
+                version = self.state_version(op[1]) + 1
+                txn.put(STATE_PREFIX + op[1].encode(), _Q.pack(version) + op[2], db=self.meta)
+            elif code == DELETE_STATE:
+                txn.delete(STATE_PREFIX + op[1].encode(), db=self.meta)
             else:  # pragma: no cover - a programming error in the runtime
                 raise ValueError(f"unknown journal op {code}")
         return results

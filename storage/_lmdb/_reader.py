@@ -20,6 +20,9 @@ import msgpack
 from .. import _journal as j
 from .. import _shapes
 from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
+from .._codec import decode as _decode
+from .._records import LogEntry
+from .._states import STATE_PREFIX, StateRow
 from ..errors import JournalCorrupt
 from ._layout import (
     _H,
@@ -62,13 +65,12 @@ def _missing_value(iid: bytes, index: int, why: str) -> JournalCorrupt:
 
 
 class _LMDBReader(Reader):
-    __slots__ = ("_txn", "_dbs", "_record", "_entry", "_message")
+    __slots__ = ("_txn", "_dbs", "_entry", "_message")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any], shapes: bool) -> None:
         self._txn = txn
         self._dbs = dbs
         # The shape checks of `Journal.check_shapes`, or None.
-        self._record = _shapes.record_problem if shapes else None
         self._entry = _shapes.entry_problem if shapes else None
         self._message = _shapes.message_problem if shapes else None
 
@@ -96,11 +98,7 @@ class _LMDBReader(Reader):
                 database="instances",
                 key=iid,
             ) from exc
-        record = j.decode_record(value[3 + hlen :], "instances", iid, self._record)
-        if self._record is not None:
-            problem = _shapes.params_problem(record, process)
-            if problem is not None:
-                raise j.corrupt("instances", iid, f"has the wrong shape: {problem}")
+        record = j.read_instance_record(value[3 + hlen :], iid, process)
         return InstanceRow(iid, address, process, status, record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -153,6 +151,22 @@ class _LMDBReader(Reader):
             )
             for key, value in self._scan("log", prefix)
         }
+
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        # A wake reads every entry of the run: the loop is inlined, and
+        # anything unusual takes the checked path, which names the key.
+        prefix = iid + struct.pack(">I", run)
+        read, decode, run_seq = LogEntry.from_stored, _decode, _RUN_SEQ.unpack_from
+        found = {}
+        for key, value in self._scan("log", prefix):
+            try:
+                if len(key) != 24:
+                    raise ValueError("a key of another size")
+                found[run_seq(key, 16)[1]] = read(decode(value))
+            except Exception:
+                seq = _RUN_SEQ.unpack_from(j.key_size(key, 24, "log"), 16)[1]
+                found[seq] = j.read_entry(value, key)
+        return found
 
     def log_runs(self, iid: bytes) -> list[int]:
         runs: list[int] = []
@@ -263,6 +277,11 @@ class _LMDBReader(Reader):
         found = self._txn.get(key, db=self._dbs["counters"])
         return 0 if found is None else j.number(found, "counters", key)
 
+    def cursor(self, iid: bytes, consumer: str) -> int | None:
+        key = iid + consumer.encode()
+        value = self._txn.get(key, db=self._dbs["cursors"])
+        return None if value is None else j.number(bytes(value), "cursors", key)
+
     def cursors(self, iid: bytes) -> dict[str, int]:
         found = {}
         for key, value in self._scan("cursors", iid):
@@ -277,6 +296,16 @@ class _LMDBReader(Reader):
                 "cursors", iid + consumer.encode(),
                 f"puts consumer {consumer!r} at {found[consumer]}, past the values emitted",
             )  # fmt: skip
+        return found
+
+    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
+        found: list[StateRow] = []
+        for key, value in self._scan("meta", STATE_PREFIX + prefix.encode()):
+            if limit is not None and len(found) >= limit:
+                break
+            version = j.number(value[:8], "meta", key)
+            decoded = j.decode_record(value[8:], "meta", key)
+            found.append(StateRow(key[len(STATE_PREFIX) :].decode(), version, decoded))
         return found
 
     def has_records(self, iid: bytes) -> bool:

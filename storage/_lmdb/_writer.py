@@ -38,6 +38,7 @@ from outcome import Error, Value
 from .. import _journal as j
 from .._clock import AutojumpHold
 from .._journal import CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Ticket, Txn
+from .._states import check_expects
 from ..errors import (
     ActorError,
     Conflict,
@@ -166,7 +167,7 @@ class _GroupCommit:
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         if self.readonly:
             self._refuse_write()
-        if not (durable or self.durability == "sync" or txn.requires):
+        if not (durable or self.durability == "sync" or txn.requires or txn.expects):
             # "async" durability: queued is enough, within the window (see
             # ASYNC_WINDOW_TXNS); past it, wait for this commit like "sync".
             # Still a checkpoint, so a loop of such commits cannot starve
@@ -504,9 +505,10 @@ class _GroupCommit:
         outcomes: list[Any] = []
         apply = _Applier(wtxn, self._handles)
         for txn in txns:
-            if txn.requires:
+            if txn.requires or txn.expects:
                 try:
                     j.check_requires(txn.requires, apply.status_of)
+                    check_expects(txn.expects, apply.state_version)
                 except Conflict as exc:
                     outcomes.append(exc)
                     continue

@@ -37,6 +37,7 @@ from ._leases import _Lease
 from ._pump import _MailPump
 from ._pool import _ReadPool
 from ._reader import _PostgresReader
+from ._readonly import open_read_only
 from ._schema import _SQL, _writer_key, migrate
 from ._server import _Server, _Threads
 from ._writer import _Writer
@@ -65,11 +66,18 @@ class PostgresJournal(Journal):
         lease_timeout: seconds after which the server ends the lease of a
             node that stopped answering (frozen, partitioned), so that other
             nodes take its instances over.
+        readonly: open an existing journal for reading only, as the web
+            inspector does: nothing is created, migrated or written (every
+            session is read-only), so a role with USAGE on the schema and
+            SELECT on its tables is enough, beside running systems; a write
+            raises `JournalClosed`.
 
     Raises (from ``open``):
         JournalUnavailable: the server cannot be reached; the message names
             the DSN.
-        JournalCorrupt: the schema was written by a newer version.
+        JournalCorrupt: the schema was written by a newer version (with
+            ``readonly``: is missing, or is at any other version; the
+            message names both).
         JournalLocked: another process runs as this node (see below).
 
     Nodes. With ``set_node(name)`` before ``open`` (what
@@ -150,6 +158,7 @@ class PostgresJournal(Journal):
         pool_size: int = 8,
         durability: str = "sync",
         lease_timeout: float = 1.0,
+        readonly: bool = False,
     ) -> None:
         if not lease_timeout > 0:
             raise ValueError(f"lease_timeout must be positive seconds, not {lease_timeout!r}")
@@ -166,7 +175,10 @@ class PostgresJournal(Journal):
         self.pool_size = pool_size
         self.durability = durability
         self.lease_timeout = lease_timeout
+        self.readonly = readonly
         self._server = _Server(dsn, schema, durability, lease_timeout)
+        if readonly:
+            self._server.read_only_sessions()
         self._sql = _SQL(schema)
         self._pool: _ReadPool | None = None
         self._threads: _Threads | None = None  # made at open, in the trio thread
@@ -188,7 +200,15 @@ class PostgresJournal(Journal):
                 f"{self.describe()} is already open; close it first, or create another "
                 "PostgresJournal object (several may share one schema)"
             )
+        if self.readonly and self.node is not None:
+            raise ValueError(f"{self.describe()} is read-only; a node needs to write")
         self._threads = threads = _Threads(self.pool_size)
+        if self.readonly:  # no migration, no committer (see _readonly)
+            with threads.holding():
+                self._pool = await trio.to_thread.run_sync(
+                    open_read_only, self._server, self.pool_size
+                )
+            return
         with threads.holding():
             self._pool, conn = await trio.to_thread.run_sync(self._open_sync)
         self._writer.start(conn, threads)
@@ -223,7 +243,8 @@ class PostgresJournal(Journal):
         if self._pool is None:
             return
         await self._mail.stop()
-        await self._writer.stop()
+        if self._writer.running:  # not with readonly
+            await self._writer.stop()
         pool, self._pool = self._pool, None
         await trio.to_thread.run_sync(pool.close)
         # Last, once every write has drained: other nodes may take over now.
@@ -248,6 +269,13 @@ class PostgresJournal(Journal):
             )
         assert self._threads is not None
         return pool, self._threads
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.readonly:
+            raise JournalClosed(
+                f"{self.describe()} is open read-only; open it without readonly=True to write"
+            )
 
     # -- nodes (see the class doc) ---------------------------------------------
 
@@ -283,10 +311,11 @@ class PostgresJournal(Journal):
     # -- writing (see storage._postgres._writer) ---------------------------------
 
     def submit(self, txn: Txn) -> Ticket:
-        self._check_open()
+        self._check_writable()
         return self._writer.submit(txn, durable=False)
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
+        self._check_writable()
         if durable and self.durability == "async":
             self._check_open()
             return await self._writer.submit(txn, durable=True).wait()
@@ -296,7 +325,7 @@ class PostgresJournal(Journal):
         return await super().commit(txn, durable=durable)
 
     async def flush(self) -> None:
-        self._check_open()
+        self._check_writable()
         await self._writer.submit(Txn(), durable=True).wait()
 
     # -- reading -----------------------------------------------------------
@@ -305,7 +334,7 @@ class PostgresJournal(Journal):
     def reader(self) -> Iterator[Reader]:
         pool, _ = self._check_open()
         with self._server.mapped():
-            reader = _PostgresReader(pool, self._sql)
+            reader = _PostgresReader(pool, self._sql, self.check_shapes)
             try:
                 yield reader
             finally:

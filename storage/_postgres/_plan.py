@@ -140,6 +140,9 @@ def _notices(
                 found = owned.get(op[1])
                 if found is not None and found[0] is not None and found[0] != node:
                     by_owner.setdefault(found[0], set()).add(op[1].hex())
+        for iid, owner in txn.wakes:
+            if owner != node:
+                by_owner.setdefault(owner, set()).add(iid.hex())
     channels: list[str] = []
     payloads: list[str] = []
     for owner, ids in by_owner.items():

@@ -15,7 +15,10 @@ from typing import Any
 import psycopg
 
 from .. import _journal as j
+from .. import _shapes
 from .._journal import InstanceRow, Reader, TimerRow
+from .._records import LogEntry
+from .._states import StateRow
 from ..errors import JournalClosed, JournalCorrupt
 from ._pool import _ReadPool
 from ._schema import _SQL
@@ -25,11 +28,14 @@ _PAGE = 1000  # rows per query when a reader iterates instances
 
 
 class _PostgresReader(Reader):
-    __slots__ = ("_conn", "_pool", "_sql", "_started")
+    __slots__ = ("_conn", "_pool", "_sql", "_started", "_entry", "_message")
 
-    def __init__(self, pool: _ReadPool, sql: _SQL) -> None:
+    def __init__(self, pool: _ReadPool, sql: _SQL, shapes: bool = False) -> None:
         self._pool = pool
         self._sql = sql
+        # The shape checks of `Journal.check_shapes`, or None.
+        self._entry = _shapes.entry_problem if shapes else None
+        self._message = _shapes.message_problem if shapes else None
         self._conn: psycopg.Connection | None = pool.getconn()
         self._started = False  # whether the snapshot has been taken
 
@@ -76,7 +82,9 @@ class _PostgresReader(Reader):
                 database="instances",
                 key=iid,
             )
-        return InstanceRow(iid, address, process, status, j.decode_record(record, "instances", iid))
+        return InstanceRow(
+            iid, address, process, status, j.read_instance_record(record, iid, process)
+        )
 
     def instance(self, iid: bytes) -> InstanceRow | None:
         rows = self._rows(self._sql.instance, [iid])
@@ -119,8 +127,13 @@ class _PostgresReader(Reader):
 
     def log(self, iid: bytes, run: int) -> dict[int, Any]:
         return {
-            seq: j.decode_record(entry, "log", iid)
+            seq: j.decode_record(entry, "log", iid, self._entry)
             for seq, entry in self._rows(self._sql.log, [iid, run])
+        }
+
+    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
+        return {
+            seq: j.read_entry(entry, iid) for seq, entry in self._rows(self._sql.log, [iid, run])
         }
 
     def log_runs(self, iid: bytes) -> list[int]:
@@ -128,7 +141,7 @@ class _PostgresReader(Reader):
 
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
         return [
-            (seq, j.decode_record(message, "mail", iid))
+            (seq, j.decode_record(message, "mail", iid, self._message))
             for seq, message in self._rows(self._sql.mailbox, [iid])
         ]
 
@@ -136,7 +149,7 @@ class _PostgresReader(Reader):
         found: dict[bytes, list[tuple[int, Any]]] = {iid: [] for iid in iids}
         for iid, seq, message in self._rows(self._sql.mailboxes, [iids]):
             iid = bytes(iid)
-            found[iid].append((seq, j.decode_record(message, "mail", iid)))
+            found[iid].append((seq, j.decode_record(message, "mail", iid, self._message)))
         return found
 
     def last_message_seq(self, iid: bytes) -> int:
@@ -180,6 +193,12 @@ class _PostgresReader(Reader):
 
     def cursors(self, iid: bytes) -> dict[str, int]:
         return dict(self._rows(self._sql.cursors, [iid]))  # type: ignore[arg-type]
+
+    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
+        return [
+            StateRow(key, version, j.decode_record(bytes(value), "states", key.encode()))
+            for key, version, value in self._rows(self._sql.states, [prefix, limit])
+        ]
 
     def has_records(self, iid: bytes) -> bool:
         return bool(self._one(self._sql.has_records, {"i": iid}))

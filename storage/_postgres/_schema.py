@@ -40,6 +40,7 @@ import hashlib
 import psycopg
 
 from .. import _journal as j
+from .._states import DELETE_STATE, PUT_STATE
 from ..errors import JournalCorrupt
 from ._server import _safe_dsn, _Server
 
@@ -76,6 +77,10 @@ _MIGRATIONS: list[tuple[str, ...]] = [
             channel text NOT NULL, started_at timestamptz NOT NULL DEFAULT now())""",
         "CREATE SEQUENCE {s}.epochs",
         "CREATE INDEX instances_owner ON {s}.instances (owner) WHERE status IN (1, 2)",
+    ),
+    (  # 3: state rows of queues and schedules (see storage._states)
+        """CREATE TABLE {s}.states (key text PRIMARY KEY, version bigint NOT NULL,
+            value bytea NOT NULL)""",
     ),
 ]
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -181,6 +186,23 @@ class _SQL:
                 "iid, kind", "next = excluded.next",
             ),
         }  # fmt: skip
+        # State rows (see storage._states): writers of a key take its
+        # transaction-scoped advisory lock first, so a compare-and-set reads
+        # a version no one else can change before it commits.
+        self.write[PUT_STATE] = (
+            f"INSERT INTO {s}.states AS t (key, version, value) "
+            f"SELECT u.key, 1, u.value FROM {rows('text', 'bytea')} AS u(key, value) "
+            "ON CONFLICT (key) DO UPDATE SET version = t.version + 1, value = excluded.value"
+        )
+        self.write[DELETE_STATE] = delete("states", "key", ("text",))
+        self.lock_states = (
+            f"SELECT pg_advisory_xact_lock(hashtextextended({schema!r} || k, 7)) "
+            "FROM unnest(%s::text[]) AS k ORDER BY k"
+        )
+        self.state_versions = f"SELECT key, version FROM {s}.states WHERE key = ANY(%s::text[])"
+        self.states = (
+            f"SELECT key, version, value FROM {s}.states WHERE starts_with(key, %s) ORDER BY key LIMIT %s"
+        )
         # A new instance belongs to the node that creates it (the committer's
         # session names it; see _Server.connect). An existing one
         # keeps its owner and epoch: only claim changes them.

@@ -14,6 +14,7 @@ the pool's size at once, and holds an autojump clock still while they run.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,6 +79,12 @@ class _Server:
 
     def describe(self) -> str:
         return f"PostgresJournal({_safe_dsn(self.dsn)!r}, schema={self.schema!r})"
+
+    def read_only_sessions(self) -> None:
+        """Start every session opened from now on read-only
+        (``default_transaction_read_only``), so the server refuses any write."""
+        given = conninfo_to_dict(self.dsn).get("options") or os.environ.get("PGOPTIONS", "")
+        self.connect_kwargs["options"] = f"{given} -c default_transaction_read_only=on".strip()
 
     @property
     def lease_ms(self) -> int:

@@ -44,6 +44,7 @@ import trio
 
 from .. import _journal as j
 from .._journal import Ticket, Txn
+from .._states import DELETE_STATE, PUT_STATE, check_expects
 from ..errors import (
     CommitOutcomeUnknown,
     Conflict,
@@ -215,7 +216,7 @@ class _Writer:
         txns = batch.txns
         durable = batch.durable and self._server.durability == "async"
         fenced = self._server.node is not None and any(t.fences for t in txns)
-        if not durable and not fenced and not any(t.ops or t.requires for t in txns):
+        if not durable and not fenced and not any(t.ops or t.requires or t.expects for t in txns):
             batch.outcomes = [[] for _ in txns]  # a flush: every earlier batch is durable
             return
         where = self._server.describe()
@@ -230,7 +231,7 @@ class _Writer:
                 continue
             run = _Attempt()
             try:
-                if not self.force_savepoints:
+                if not self.force_savepoints and not any(map(_has_states, txns)):
                     try:
                         self._run_batch(conn, txns, durable, run)
                     except psycopg.errors.TransactionRollback:
@@ -457,6 +458,8 @@ class _Writer:
                         j.check_requires(txn.requires, found.get)
                         owned.update((row[0], (row[2], row[3])) for row in rows if row[0] in owned)
                         _check_fences(txn, owned, node)
+                    if _has_states(txn):
+                        _check_states(cur, sql, txn)
                     results: list[int] = []
                     for op in txn.ops:
                         params = _params(op)
@@ -488,6 +491,27 @@ class _Writer:
             cur.execute("COMMIT")
         if self.fault is not None:
             self.fault("commit answered", conn, txns)
+
+
+def _has_states(txn: Txn) -> bool:
+    """Whether ``txn`` expects or writes state rows: such a batch takes the
+    savepoint path, where each transaction locks its keys before it checks."""
+    return bool(txn.expects) or any(op[0] in (PUT_STATE, DELETE_STATE) for op in txn.ops)
+
+
+def _check_states(cur: psycopg.Cursor[Any], sql: _SQL, txn: Txn) -> None:
+    """Lock the state keys ``txn`` touches (advisory, until the commit), then
+    raise `Conflict` unless each expected version holds."""
+    keys = sorted(
+        {key for key, _ in txn.expects}
+        | {op[1] for op in txn.ops if op[0] in (PUT_STATE, DELETE_STATE)}
+    )
+    cur.execute(sql.lock_states, [keys])
+    cur.fetchall()
+    if txn.expects:
+        cur.execute(sql.state_versions, [[key for key, _ in txn.expects]])
+        versions = dict(cur.fetchall())
+        check_expects(txn.expects, lambda key: versions.get(key, 0))
 
 
 def _txn_error(exc: psycopg.Error, where: str) -> Exception:

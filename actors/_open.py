@@ -1,0 +1,113 @@
+"""`open_system`: open a journal, recover, run the system, close."""
+
+from __future__ import annotations
+
+import random as _random
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+
+import trio
+
+from storage import Journal, LMDBJournal
+
+from . import _control
+from ._process import ProcessDef
+from ._queues import Queue
+from ._system import ActorSystem
+
+__all__ = ["open_system"]
+
+
+@asynccontextmanager
+async def open_system(
+    journal: Journal,
+    processes: Iterable[ProcessDef] = (),
+    random: _random.Random | None = None,
+    *,
+    passivate_after: float = 60.0,
+    max_sync_steps: int = 64,
+    max_payload: int = 1 << 20,
+    now: Callable[[], float] = time.time,
+    node: str | None = None,
+    control: bool = True,
+    queues: Iterable[Queue] = (),
+) -> AsyncIterator[ActorSystem]:
+    """Open the journal, recover every unfinished instance, and run the system.
+
+    Use as ``async with actors.open_system(LMDBJournal("./state"), processes=[...]) as system:``.
+    Leaving the block stops the live instances without cancelling them
+    (they resume on the next open), drains pending writes and closes the
+    journal, so the same path can be opened again at once.
+
+    Args:
+        journal: where instances live (`storage.LMDBJournal`, `MemoryJournal`, ...).
+        processes: the definitions this system runs (nothing is global).
+        random: the random source for ``ctx.random()``, ``ctx.uuid()`` and
+            retry jitter (seed it for reproducible tests).
+        passivate_after: seconds an instance with nothing to do stays in
+            memory before it is dropped (it is replayed when a message or
+            timer arrives); 0 passivates at every suspension, ``math.inf``
+            never.
+        max_sync_steps: how many sync steps run in worker threads at once.
+        max_payload: the largest encoded message payload, in bytes.
+        now: the wall clock read once at open to map trio's clock onto epoch
+            time (tests pass a fixed one so virtual time carries across reopens).
+        node: this node's name, to share a journal that several nodes open
+            at once (`storage.PostgresJournal`): each instance runs on one
+            live node at a time, messages reach it from any node, and the
+            instances of a node that dies or freezes move to the others.
+        control: on an `LMDBJournal`, serve the control socket
+            (``control.sock`` in its directory, owner only) through which
+            the ``actors`` command line sends, cancels and resumes beside
+            the running system; False serves none.
+        queues: the `Queue` objects that ``start(..., queue=...)`` and
+            ``ctx.call``/``spawn``/``scope(..., queue=...)`` may name.
+
+    Raises:
+        JournalLocked: another system has the journal open.
+        InvalidArguments: an option that is not a sane number (nothing is opened).
+    """
+    system = ActorSystem(
+        journal, processes, random,
+        passivate_after=passivate_after, max_sync_steps=max_sync_steps,
+        max_payload=max_payload, now=now, queues=queues,
+    )  # fmt: skip
+    if node is not None:
+        journal.set_node(node)
+    journal.check_shapes = True  # a record of another shape marks its instance corrupt
+    await journal.open()
+    body_error: BaseException | None = None
+    try:
+        system._offset = now() - trio.current_time()
+        async with trio.open_nursery() as nursery:
+            system._nursery = system.outages.nursery = nursery
+            await system._recover()
+            system._start_flow(nursery)  # queue pumps and the scheduler
+            nursery.start_soon(
+                system.outages.keep_running, system.timers.run, "the timer service",
+                name="actors timer service",
+            )  # fmt: skip
+            nursery.start_soon(system._sweep_idle, name="actors idle sweep")
+            if journal.shared:
+                journal.on_mail(system._mail_noticed)
+                nursery.start_soon(
+                    system.outages.keep_running, system._take_over, "the takeover scan",
+                    name="actors takeover",
+                )  # fmt: skip
+            if control and isinstance(journal, LMDBJournal):
+                _control.start(nursery, system, journal.path)
+            try:
+                yield system
+            except BaseException as exc:
+                # Re-raised below as itself, not wrapped in the nursery's
+                # ExceptionGroup: the caller's own error stays catchable.
+                body_error = exc
+            finally:
+                await system._shutdown()
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await journal.close()
+    if body_error is not None:
+        raise body_error

@@ -1,0 +1,493 @@
+"""Queues: start many instances without running more than a limit at once.
+
+A `Queue` is registered with ``open_system(..., queues=[...])``. Starting an
+instance with ``queue=`` stores it with the status ``"queued"`` and returns
+its handle at once; a pump task per queue starts queued instances, in
+priority then FIFO order, as slots free.
+
+Everything a limit needs is in the journal, as state rows (`storage._states`):
+
+- ``queue/<name>``: the holders (instances the queue started that may still
+  be live, each with the node that started it) and the recent start times
+  (for the rate limit). Every admission rewrites it with a compare-and-set on
+  its version, in the same transaction that turns the instances from
+  ``queued`` to ``running``; so two nodes (or two pumps) that read the same
+  holders cannot both fill the last slot: one gets `Conflict` and reads again.
+- ``queue-wait/<name>/<priority>/<order>/<id>``: one per waiting instance;
+  the key sorts in start order (priority, then enqueue time and a counter).
+- ``queue-of/<id>``: which waiting row an instance has (for a cancel).
+
+Invariant: an instance counts against its queue's limit from the
+transaction that admits it until it is seen not live (completed, failed,
+cancelled, parked). Holders are released lazily: a local end pokes the pump,
+which reads the holder's status and drops it; holders of other nodes (or of
+an earlier run of this one) are checked when the queue looks full. So a
+crash between an end and its release holds a slot a little longer, never
+lets one more in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import trio
+
+from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
+from storage.errors import Conflict, JournalCorrupt
+
+from ._checks import check_name
+from ._interfaces import SystemAPI
+from .errors import InvalidArguments
+
+
+__all__ = ["Queue", "QueueInfo", "Rate", "QueueService"]
+
+log = logging.getLogger("actors.queues")
+
+POLL_SHARED = 0.2  # seconds between rounds on a shared journal while work waits
+RETRY_AFTER_ERROR = 5.0  # seconds before a queue whose state did not read tries again
+_PRIORITY_BIAS = 1 << 31  # priorities are 32-bit signed ints, stored biased to sort as text
+
+
+def _rate(value: Any) -> Rate | None:
+    if value is None or isinstance(value, Rate):
+        return value
+    if isinstance(value, tuple) and len(value) == 2:
+        return Rate(*value)
+    raise InvalidArguments(
+        f"Queue(rate=...) takes a (count, seconds) pair or an actors.Rate, not {value!r}; "
+        "e.g. rate=(100, 60.0) for at most 100 starts in any 60 seconds"
+    )
+
+
+def _limit(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArguments(f"Queue({what}=...) takes a whole number, 1 or more, or None, not {value!r}")
+    return value
+
+
+@attrs.frozen
+class Rate:
+    """At most ``count`` starts in any window of ``per`` seconds."""
+
+    count: int
+    per: float
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise InvalidArguments(f"Rate(count=...) takes a whole number, 1 or more, not {self.count!r}")
+        if isinstance(self.per, bool) or not isinstance(self.per, (int, float)) or not 0 < self.per < math.inf:
+            raise InvalidArguments(f"Rate(per=...) takes positive seconds, not {self.per!r}")
+
+
+@attrs.frozen
+class Queue:
+    """A named limit on how many instances run at once, and how fast they start.
+
+    Args:
+        name: the queue's name (its state in the journal is keyed by it).
+        concurrency: at most this many of its instances live at once, over
+            every node sharing the journal (None: no limit).
+        per_node: at most this many at once started by each node (None: no limit).
+        rate: at most ``count`` starts in any ``per`` seconds, as a
+            ``(count, per)`` pair or a `Rate`, over every node (None: no limit).
+
+    Raises:
+        InvalidArguments: a name with ``/`` or a limit that is not a positive number.
+    """
+
+    name: str
+    concurrency: int | None = attrs.field(default=None, kw_only=True)
+    per_node: int | None = attrs.field(default=None, kw_only=True)
+    rate: Rate | None = attrs.field(default=None, kw_only=True, converter=_rate)
+
+    def __attrs_post_init__(self) -> None:
+        check_name(self.name, "Queue's name")
+        if "/" in self.name:
+            raise InvalidArguments(f"a queue's name has no '/': {self.name!r}")
+        _limit(self.concurrency, "concurrency")
+        _limit(self.per_node, "per_node")
+
+
+@attrs.frozen
+class QueueInfo:
+    """A queue's state as read from the journal: ``waiting`` instances (its
+    depth), ``running`` (holding a slot), and how long the oldest waiting
+    one has waited (``oldest_wait``, seconds, None with none waiting)."""
+
+    name: str
+    waiting: int
+    running: int
+    oldest_wait: float | None
+    concurrency: int | None
+    per_node: int | None
+    rate: Rate | None
+
+
+def held_key(name: str) -> str:
+    return f"queue/{name}"
+
+
+def wait_prefix(name: str) -> str:
+    return f"queue-wait/{name}/"
+
+
+def index_key(iid: bytes) -> str:
+    return f"queue-of/{iid.hex()}"
+
+
+def _iid_of(key: str) -> bytes:
+    """The instance id at the end of a waiting row's key."""
+    return bytes.fromhex(key.rsplit("/", 1)[1])
+
+
+def waiting_rows(r: Reader, iid: bytes) -> list[str]:
+    """The state rows of a queued instance's place in its queue (empty if it
+    has none): what a cancel of it deletes."""
+    key = index_key(iid)
+    for row in r.states(key):
+        if row.key == key:
+            return [row.value, key]
+    return []
+
+
+def queue_place(r: Reader, iid: bytes) -> dict[str, Any] | None:
+    """Where a queued instance waits: its ``queue``, ``priority`` and the
+    epoch time it was queued (``since``); None if it waits in no queue."""
+    rows = waiting_rows(r, iid)
+    if not rows:
+        return None
+    for row in r.states(rows[0]):
+        if row.key == rows[0]:
+            _, name, priority, _ = row.key.split("/", 3)
+            return {"queue": name, "priority": int(priority) - _PRIORITY_BIAS, "since": row.value["at"]}
+    return None
+
+
+@attrs.frozen
+class _Entry:
+    """A waiting row: its key (which sorts in start order) and its instance."""
+
+    key: str
+    iid: bytes
+
+
+def _read_held(r: Reader, name: str) -> tuple[int, dict[str, Any]]:
+    key = held_key(name)
+    for row in r.states(key):
+        if row.key == key:
+            return row.version, row.value
+    return 0, {"held": {}, "starts": []}
+
+
+class QueueService:
+    """The queues of one system: enqueueing, the pumps, release on ends."""
+
+    def __init__(self, system: SystemAPI, queues: Iterable[Queue]) -> None:
+        self.system = system
+        self.queues: dict[str, Queue] = {}
+        for queue in queues:
+            if not isinstance(queue, Queue):
+                raise InvalidArguments(f"queues=[...] takes actors.Queue objects, got {queue!r}")
+            if queue.name in self.queues and self.queues[queue.name] != queue:
+                raise InvalidArguments(f"two queues share the name {queue.name!r}")
+            self.queues[queue.name] = queue
+        self._events: dict[str, trio.Event] = {name: trio.Event() for name in self.queues}
+        # iid -> queue name: holders this node started and has not seen end
+        self._holding: dict[bytes, str] = {}
+        self._ended: dict[str, set[bytes]] = {name: set() for name in self.queues}
+        # holders seen ending here, with their final status: released without a read
+        self._known: dict[bytes, str] = {}
+        self._order = itertools.count()
+        self.admitted = 0  # instances this node started from queues (for tests and benches)
+
+    @property
+    def node(self) -> str:
+        return self.system.journal.node or ""
+
+    def find(self, queue: Queue | str) -> Queue:
+        """The registered queue ``queue`` names.
+
+        Raises:
+            InvalidArguments: it is not registered with this system.
+        """
+        name = queue.name if isinstance(queue, Queue) else queue
+        found = self.queues.get(name) if isinstance(name, str) else None
+        if found is None:
+            known = ", ".join(sorted(self.queues)) or "none"
+            raise InvalidArguments(
+                f"queue {name!r} is not registered with this system (registered: {known}); "
+                "pass it in open_system(journal, queues=[...])"
+            )
+        return found
+
+    def choose(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None:
+        """``(queue, priority)`` of a start's ``queue=`` and ``priority=``
+        arguments, checked; None for a start without a queue.
+
+        Raises:
+            InvalidArguments: an unregistered queue, a priority that is not a
+                32-bit whole number, or a priority without a queue.
+        """
+        if isinstance(priority, bool) or not isinstance(priority, int) or not (
+            -_PRIORITY_BIAS <= priority < _PRIORITY_BIAS
+        ):
+            raise InvalidArguments(
+                f"priority= takes a whole number (lower starts first; default 0), not {priority!r}"
+            )
+        if queue is None:
+            if priority:
+                raise InvalidArguments(
+                    "priority= orders a queue; pass queue= too (a Queue registered with "
+                    "open_system(queues=[...]))"
+                )
+            return None
+        return self.find(queue), priority
+
+    def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None:
+        """Add the waiting entry of a queued instance to ``txn`` (which also
+        writes its record with status ``"queued"``); ``priority`` as checked
+        by `choose`."""
+        now = self.system.epoch_now()
+        order = f"{round(now * 1e6):017d}{next(self._order) % 1_000_000:06d}"
+        key = f"{wait_prefix(queue.name)}{priority + _PRIORITY_BIAS:010d}/{order}/{iid.hex()}"
+        txn.put_state(key, {"address": address, "node": self.node, "at": now})
+        txn.put_state(index_key(iid), key)
+
+    def poke(self, name: str) -> None:
+        """Ask the pump of queue ``name`` for a round."""
+        event = self._events.get(name)
+        if event is not None:
+            event.set()
+
+    def status_changed(self, iid: bytes) -> None:
+        """Hook: an instance's status changed; a holder that ended frees a
+        slot (its status is read from the journal)."""
+        name = self._holding.get(iid)
+        if name is not None:
+            self._ended[name].add(iid)
+            self.poke(name)
+
+    def ended(self, iid: bytes, status: str) -> None:
+        """Hook: an instance that ran here ended (durably) with ``status``;
+        a holder that is no longer live frees its slot without a read."""
+        name = self._holding.get(iid)
+        if name is not None and status not in LIVE_STATUSES:
+            self._known[iid] = status
+            self._ended[name].add(iid)
+            self.poke(name)
+
+    async def run(self) -> None:
+        """Run a pump per queue (until the system closes)."""
+        async with trio.open_nursery() as nursery:
+            for queue in self.queues.values():
+                nursery.start_soon(self._pump, queue)
+
+    async def _pump(self, queue: Queue) -> None:
+        while True:
+            self._events[queue.name] = event = trio.Event()
+            try:
+                delay = await self._round(queue)
+            except JournalCorrupt as exc:  # one queue's damaged state stops only that queue
+                log.error(
+                    "queue %r cannot read its state (%s); it tries again in %s s",
+                    queue.name, exc, RETRY_AFTER_ERROR,
+                )  # fmt: skip
+                delay = RETRY_AFTER_ERROR
+            with trio.move_on_after(delay):
+                await event.wait()
+
+    async def _round(self, queue: Queue) -> float:
+        """Admit what the limits allow; return the seconds until a round
+        could admit more without a poke (inf: only a poke can tell)."""
+        system = self.system
+        name = queue.name
+        while True:
+            if system.closing:
+                return math.inf
+            ended, self._ended[name] = self._ended[name], set()
+            now = system.epoch_now()
+
+            spare = _SPARE if system.journal.shared else 0
+
+            def read(r: Reader) -> tuple[
+                int, dict[str, Any], dict[str, str | None], list[Any],
+                dict[bytes, InstanceRow | None], int,
+            ]:  # fmt: skip
+                version, state = _read_held(r, name)
+                held: dict[str, Any] = state["held"]
+                # Which holders to read the status of: those seen ending here,
+                # and those not known to run here (another node's, or started
+                # before this system opened): a local end pokes, theirs cannot.
+                check = [
+                    h for h in held
+                    if bytes.fromhex(h) in ended or bytes.fromhex(h) not in self._holding
+                ]  # fmt: skip
+                statuses: dict[str, str | None] = {}
+                for h in check:
+                    known = self._known.get(bytes.fromhex(h))
+                    if known is not None:
+                        statuses[h] = known
+                        continue
+                    try:
+                        row = r.instance(bytes.fromhex(h))
+                    except JournalCorrupt:  # it will never run again: its slot is free
+                        statuses[h] = "corrupt"
+                        continue
+                    statuses[h] = None if row is None else row.status
+                # As many waiting rows as could start (at least one, to know
+                # whether any waits; a few more on a shared journal, for the
+                # ones another node may take first): a deep queue is not
+                # read whole at every round.
+                room = self._room(queue, state, statuses, now)
+                waiting = r.states(wait_prefix(name), max(room, 1) + spare)
+                rows: dict[bytes, InstanceRow | None] = {}
+                for entry in waiting[:room]:  # their records, to run them once started
+                    iid = _iid_of(entry.key)
+                    try:
+                        rows[iid] = r.instance(iid)
+                    except JournalCorrupt:
+                        rows[iid] = None  # started the usual way, which marks it corrupt
+                return version, state, statuses, waiting, rows, room
+
+            version, state, statuses, waiting, rows, room = await system.journal.read(read)
+            held = dict(state["held"])
+            for iid in ended:
+                if iid.hex() not in held:  # released already (by another node's round)
+                    self._holding.pop(iid, None)
+                    self._known.pop(iid, None)
+            for h, status in statuses.items():
+                if status not in LIVE_STATUSES:
+                    held.pop(h, None)
+                    self._holding.pop(bytes.fromhex(h), None)
+                    self._known.pop(bytes.fromhex(h), None)
+                elif held[h][0] == self.node:  # started here before: its end pokes
+                    self._holding[bytes.fromhex(h)] = name
+            # Only the starts inside the rate window are kept (none without a rate).
+            starts = [t for t in state["starts"] if queue.rate is not None and t > now - queue.rate.per]
+            free = min(len(waiting), room)
+            wait_more = math.inf
+            if waiting and system.journal.shared:
+                wait_more = POLL_SHARED  # other nodes' ends are not told here
+            if queue.rate is not None and waiting and len(starts) >= queue.rate.count:
+                wait_more = min(wait_more, max(0.0, min(starts) + queue.rate.per - now))
+            changed = held != state["held"] or len(starts) != len(state["starts"])
+            if free <= 0 and not changed:
+                return wait_more
+            chosen: list[tuple[_Entry, int]] = []
+            for row in waiting:
+                if len(chosen) >= max(free, 0):
+                    break
+                entry = _Entry(row.key, _iid_of(row.key))
+                record = rows.get(entry.iid)
+                if record is not None and record.process not in system._procs:
+                    continue  # another system, which registers its process, starts it
+                epoch = 0
+                if system.journal.shared:
+                    claimed = await system.journal.claim(entry.iid)
+                    system.nodes.claimed(entry.iid, claimed)
+                    if claimed is None:
+                        continue  # its node lives and will start it
+                    epoch = claimed
+                chosen.append((entry, epoch))
+            if not chosen and not changed:
+                return wait_more
+            txn = Txn()
+            txn.expect_state(held_key(name), version)
+            for entry, epoch in chosen:
+                txn.require(entry.iid, frozenset({"queued"}))
+                if system.journal.shared:
+                    txn.fence(entry.iid, epoch)
+                txn.set_status(entry.iid, "running")
+                txn.delete_state(entry.key)
+                txn.delete_state(index_key(entry.iid))
+                held[entry.iid.hex()] = [self.node, now]
+                if queue.rate is not None:
+                    starts.append(now)
+            txn.put_state(held_key(name), {"held": held, "starts": starts})
+            try:
+                await system.journal.commit(txn)
+            except Conflict as exc:
+                if exc.reason != "state":
+                    await self._drop_stale([entry for entry, _ in chosen])
+                for iid in ended:
+                    self._ended[name].add(iid)
+                continue  # another writer moved first: read again
+            for entry, epoch in chosen:
+                self._holding[entry.iid] = name
+                self.admitted += 1
+                system._status_changed(entry.iid)
+                record = rows.get(entry.iid)
+                if record is not None and record.status == "queued":
+                    system._run_admitted(record, epoch)
+                else:
+                    system._activate(entry.iid)
+            if not chosen:
+                return wait_more
+
+    def _room(
+        self, queue: Queue, state: dict[str, Any], statuses: dict[str, str | None], now: float
+    ) -> int:
+        """How many more of ``queue``'s instances the limits let start now,
+        by the holders and starts in ``state`` less the holders ``statuses``
+        shows ended."""
+        live = [
+            h for h in state["held"] if h not in statuses or statuses[h] in LIVE_STATUSES
+        ]  # fmt: skip
+        room = _WANT
+        if queue.concurrency is not None:
+            room = min(room, queue.concurrency - len(live))
+        if queue.per_node is not None:
+            mine = sum(1 for h in live if state["held"][h][0] == self.node)
+            room = min(room, queue.per_node - mine)
+        if queue.rate is not None:
+            recent = sum(1 for t in state["starts"] if t > now - queue.rate.per)
+            room = min(room, queue.rate.count - recent)
+        return max(room, 0)
+
+    async def _drop_stale(self, entries: list[_Entry]) -> None:
+        """Remove the waiting rows of instances no longer queued (cancelled,
+        cleaned up) that an admission met."""
+
+        def read(r: Reader) -> list[_Entry]:
+            stale = []
+            for entry in entries:
+                row = r.instance(entry.iid)
+                if row is None or row.status != "queued":
+                    stale.append(entry)
+            return stale
+
+        stale = await self.system.journal.read(read)
+        if stale:
+            txn = Txn()
+            for entry in stale:
+                txn.delete_state(entry.key)
+                txn.delete_state(index_key(entry.iid))
+            await self.system.journal.commit(txn)
+
+    async def info(self, queue: Queue | str) -> QueueInfo:
+        """The queue's depth, holders and oldest wait, read from the journal."""
+        found = self.find(queue)
+        now = self.system.epoch_now()
+
+        def read(r: Reader) -> tuple[dict[str, Any], list[Any]]:
+            return _read_held(r, found.name)[1], r.states(wait_prefix(found.name))
+
+        state, waiting = await self.system.journal.read(read)
+        oldest = min((row.value["at"] for row in waiting), default=None)
+        return QueueInfo(
+            name=found.name, waiting=len(waiting), running=len(state["held"]),
+            oldest_wait=None if oldest is None else max(0.0, now - oldest),
+            concurrency=found.concurrency, per_node=found.per_node, rate=found.rate,
+        )  # fmt: skip
+
+
+_WANT = 1000  # waiting rows read per round without a concurrency limit
+_SPARE = 8  # waiting rows read past the free slots on a shared journal

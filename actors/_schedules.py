@@ -1,0 +1,358 @@
+"""Schedules: start an instance of a process at every tick of a cron
+expression or an interval, durably, once per tick.
+
+A schedule is a state row ``schedule/<name>`` (`storage._states`): its
+definition, whether it is paused, the last tick handled and the address of
+the last instance it started. Each tick starts one instance whose last path
+param is the tick's time in ISO 8601 UTC (``2026-01-01T03:00:00Z``), so the
+tick's address is known before it starts.
+
+Invariant: a tick is started in the same transaction that moves the
+schedule's ``last`` past it, on condition that the row is still at the
+version read (a compare-and-set). So a crash before that commit leaves the
+tick to be handled again, a crash after it leaves it done, and of two nodes
+handling one tick only one commits: a tick never starts twice.
+
+Cron expressions are parsed and iterated by ``cronsim``, in the schedule's
+time zone (``zoneinfo``); interval ticks fall on whole multiples of the
+interval since the Unix epoch, so every node computes the same ones.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import math
+import zoneinfo
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import cronsim
+import trio
+
+from storage import UNFINISHED_STATUSES, Txn, instance_id
+from storage.errors import ActorError, Conflict, JournalClosed, JournalCorrupt
+
+from ._interfaces import SystemAPI
+from ._process import ProcessDef
+from .errors import InvalidArguments
+
+
+__all__ = ["ScheduleInfo", "ScheduleService", "OVERLAP_POLICIES"]
+
+OVERLAP_POLICIES = ("skip", "buffer_one", "allow")
+log = logging.getLogger("actors.schedules")
+
+POLL_SHARED = 1.0  # seconds between looks on a shared journal (other nodes' changes)
+RETRY = 60.0  # seconds before a schedule whose tick failed to start tries again
+
+
+@attrs.frozen
+class ScheduleInfo:
+    """A schedule as stored: its definition, ``paused``, the last tick handled
+    (``last_tick``, ISO 8601 UTC), the address of the last instance it started
+    (``last_started``, or None) and the next tick due (``next_tick``)."""
+
+    name: str
+    process: str
+    cron: str | None
+    every: float | None
+    params: tuple[str, ...]
+    input: dict[str, Any]
+    overlap: str
+    catch_up: int
+    timezone: str
+    paused: bool
+    last_tick: str | None
+    last_started: str | None
+    next_tick: str | None
+
+
+def schedule_key(name: str) -> str:
+    return f"schedule/{name}"
+
+
+def tick_text(epoch: float) -> str:
+    """A tick's time as its path param: ISO 8601 UTC to the second (``...Z``),
+    with milliseconds when the tick falls between seconds."""
+    millis = round(epoch * 1000)
+    moment = _dt.datetime.fromtimestamp(millis // 1000, _dt.timezone.utc)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{text}.{millis % 1000:03d}Z" if millis % 1000 else f"{text}Z"
+
+
+def ticks_after(spec: dict[str, Any], after: float) -> Iterator[float]:
+    """The schedule's tick times (epoch seconds) strictly after ``after``."""
+    every = spec.get("every")
+    if every is not None:
+        n = math.floor(after / every) + 1
+        while True:
+            yield n * every
+            n += 1
+    zone = zoneinfo.ZoneInfo(spec["timezone"])
+    start = _dt.datetime.fromtimestamp(math.floor(after), zone)
+    for moment in cronsim.CronSim(spec["cron"], start):
+        value = moment.timestamp()
+        if value > after:
+            yield value
+
+
+def due_ticks(spec: dict[str, Any], after: float, now: float, keep: int) -> list[float]:
+    """The latest ``keep`` ticks in ``(after, now]``, oldest first; found from
+    ``now`` backwards, so a long downtime costs no walk over every tick."""
+    every = spec.get("every")
+    if every is not None:
+        latest = math.floor(now / every) * every
+        first = (math.floor(after / every) + 1) * every
+        count = 0 if latest < first else round((latest - first) / every) + 1
+        return [latest - k * every for k in reversed(range(min(keep, count)))]
+    zone = zoneinfo.ZoneInfo(spec["timezone"])
+    found: list[float] = []
+    # cronsim's reverse walk gives ticks strictly before its start.
+    for moment in cronsim.CronSim(spec["cron"], _dt.datetime.fromtimestamp(math.floor(now) + 1, zone), reverse=True):
+        value = moment.timestamp()
+        if value <= after or len(found) >= keep:
+            break
+        found.append(value)
+    return found[::-1]
+
+
+def check_spec(
+    proc: ProcessDef, *, cron: str | None, every: float | None, params: tuple[str, ...],
+    overlap: str, catch_up: int, timezone: str,
+) -> None:  # fmt: skip
+    """Raise `InvalidArguments` (saying what to pass) for a bad schedule."""
+    if (cron is None) == (every is None):
+        raise InvalidArguments("schedule takes one of cron='0 3 * * *' or every=seconds")
+    if cron is not None:
+        try:
+            cronsim.CronSim(cron, _dt.datetime.now(_dt.timezone.utc))
+        except (cronsim.CronSimError, TypeError, ValueError) as exc:
+            raise InvalidArguments(
+                f"cron={cron!r} is not a cron expression ({exc}); e.g. '0 3 * * *' for 03:00 daily"
+            ) from None
+    if every is not None and (
+        isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 < every < math.inf
+    ):
+        raise InvalidArguments(f"every= takes positive seconds, not {every!r}")
+    if overlap not in OVERLAP_POLICIES:
+        raise InvalidArguments(f"overlap= takes one of {OVERLAP_POLICIES}, not {overlap!r}")
+    if isinstance(catch_up, bool) or not isinstance(catch_up, int) or catch_up < 1:
+        raise InvalidArguments(
+            f"catch_up= takes a whole number, 1 or more (how many of the ticks due at once "
+            f"after a downtime run, the latest ones), not {catch_up!r}"
+        )
+    try:
+        zoneinfo.ZoneInfo(timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+        raise InvalidArguments(f"timezone={timezone!r} is not an IANA zone name like 'Europe/Paris'") from None
+    if len(params) + 1 != len(proc.params):
+        raise InvalidArguments(
+            f"{proc.template!r} has {len(proc.params)} path param(s); a schedule fills all "
+            f"but the last with params= (got {len(params)}) and the last with the tick's time"
+        )
+
+
+class ScheduleService:
+    """The schedules of one system: definitions in the journal, one task
+    that starts each tick."""
+
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self._wake = trio.Event()
+        self._watched: set[bytes] = set()  # last started instances a buffered tick waits for
+        # name -> (version, epoch): a schedule whose tick failed to start
+        # waits until then, unless its definition changes meanwhile
+        self._failed: dict[str, tuple[int, float]] = {}
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def status_changed(self, iid: bytes) -> None:
+        """Hook: an instance's status changed; a buffered tick may start now."""
+        if iid in self._watched:
+            self._wake.set()
+
+    async def rows(self) -> list[Any]:
+        return await self.system.journal.read(lambda r: r.states("schedule/"))
+
+    async def put(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """Create the schedule, or change its definition (keeping its last
+        tick and pause state). Idempotent."""
+        key = schedule_key(name)
+        while True:
+            rows = await self.system.journal.read(lambda r: r.states(key))
+            found = next((row for row in rows if row.key == key), None)
+            now = self.system.epoch_now()
+            if found is None:
+                stored = dict(spec, paused=False, last=now, latest=None, pending=None)
+            else:
+                stored = dict(found.value, **spec)
+                if stored == found.value:
+                    return stored
+            txn = Txn()
+            txn.expect_state(key, 0 if found is None else found.version)
+            txn.put_state(key, stored)
+            try:
+                await self.system.journal.commit(txn)
+            except Conflict:
+                continue
+            self.poke()
+            return stored
+
+    async def change(self, name: str, **fields: Any) -> bool:
+        """Set ``fields`` of a schedule (pause, resume); False if there is none.
+        Deleting is ``change(name, deleted=True)``."""
+        key = schedule_key(name)
+        while True:
+            rows = await self.system.journal.read(lambda r: r.states(key))
+            found = next((row for row in rows if row.key == key), None)
+            if found is None:
+                return False
+            txn = Txn()
+            txn.expect_state(key, found.version)
+            if fields.get("deleted"):
+                txn.delete_state(key)
+            else:
+                if fields.get("paused") is False and found.value["paused"]:
+                    # Resumed: the ticks while paused are not caught up.
+                    fields = dict(fields, last=max(found.value["last"], self.system.epoch_now()))
+                txn.put_state(key, dict(found.value, **fields))
+            try:
+                await self.system.journal.commit(txn)
+            except Conflict:
+                continue
+            self.poke()
+            return True
+
+    def info(self, name: str, value: dict[str, Any]) -> ScheduleInfo:
+        following = None
+        if not value["paused"]:
+            following = tick_text(next(ticks_after(value, value["last"])))
+        return ScheduleInfo(
+            name=name, process=value["process"], cron=value.get("cron"), every=value.get("every"),
+            params=tuple(value["params"]), input=value["input"], overlap=value["overlap"],
+            catch_up=value["catch_up"], timezone=value["timezone"], paused=value["paused"],
+            last_tick=value.get("last_tick"), last_started=value.get("latest"), next_tick=following,
+        )  # fmt: skip
+
+    async def run(self) -> None:
+        """Start ticks as they fall due, until the system closes."""
+        system = self.system
+        while True:
+            self._wake = wake = trio.Event()
+            soonest = math.inf
+            try:
+                rows = await self.rows()
+            except JournalCorrupt as exc:
+                log.error("the schedules cannot be read (%s); trying again in %s s", exc, RETRY)
+                rows, soonest = [], system.epoch_now() + RETRY
+            for row in rows:
+                name = row.key[len("schedule/") :]
+                waiting = self._failed.get(name)
+                if waiting is not None and waiting[0] == row.version:
+                    if waiting[1] > system.epoch_now():
+                        soonest = min(soonest, waiting[1])
+                        continue  # it failed lately and is unchanged: wait it out
+                self._failed.pop(name, None)
+                try:
+                    due = await self._handle(name, row.version, row.value)
+                except Conflict:
+                    due = 0.0  # changed meanwhile (another node, a pause): look again
+                except JournalClosed:
+                    raise  # the journal is away (keep_running waits) or closing
+                except (ActorError, ValueError) as exc:
+                    # Say, the process's code changed and the stored input no
+                    # longer fits: this schedule waits, the others go on.
+                    log.error(
+                        "schedule %r could not start its tick (%s); it tries again in %s s",
+                        name, exc, RETRY, extra={"actors_schedule": name},
+                    )  # fmt: skip
+                    due = system.epoch_now() + RETRY
+                    self._failed[name] = (row.version, due)
+                soonest = min(soonest, due)
+            if system.journal.shared:
+                soonest = min(soonest, system.epoch_now() + POLL_SHARED)
+            if soonest == math.inf:
+                await wake.wait()
+            else:
+                with trio.move_on_at(system.trio_time(soonest)):
+                    await wake.wait()
+
+    async def _handle(self, name: str, version: int, spec: dict[str, Any]) -> float:
+        """Start what is due of one schedule; return when to look again
+        (epoch seconds; inf: only on a change)."""
+        system = self.system
+        if spec["paused"] or spec["process"] not in system._procs:
+            return math.inf
+        now = system.epoch_now()
+        proc = system._procs[spec["process"]]
+        latest = spec.get("latest")
+        live = False
+        if latest is not None:
+            iid = instance_id(latest)
+            actor = system._live.get(iid)
+            if actor is not None and actor.loaded:
+                status = actor.status
+            else:  # read off the trio thread: a remote journal's read is a round trip
+                try:
+                    row = await system.journal.read(lambda r: r.instance(iid))
+                    status = "unknown" if row is None else row.status
+                except JournalCorrupt:  # it will not run again: no overlap with it
+                    status = "corrupt"
+            live = status in UNFINISHED_STATUSES
+            self._watched.discard(iid)
+            if live and spec["overlap"] != "allow":
+                self._watched.add(iid)
+        pending = spec.get("pending")
+        if pending is not None and not live:  # the buffered tick starts now
+            await self._start_tick(name, version, spec, proc, pending, pending=None)
+            return now
+        due = due_ticks(spec, spec["last"], now, spec["catch_up"])  # older ones are passed over
+        if not due:
+            return next(ticks_after(spec, spec["last"]))
+        tick = due[0]
+        if live and spec["overlap"] == "skip":
+            await self._advance(name, version, spec, last=tick)
+            return now
+        if live and spec["overlap"] == "buffer_one":
+            # One buffered: the first one waiting is kept, later ones skipped.
+            await self._advance(name, version, spec, last=tick, pending=pending or tick)
+            return now
+        await self._start_tick(name, version, spec, proc, tick)
+        return now  # look again at once: more may be due
+
+    async def _advance(self, name: str, version: int, spec: dict[str, Any], **fields: Any) -> None:
+        txn = Txn()
+        key = schedule_key(name)
+        txn.expect_state(key, version)
+        last = fields.get("last")
+        stored = dict(spec, **fields)
+        if last is not None:
+            stored["last_tick"] = tick_text(last)
+        txn.put_state(key, stored)
+        await self.system.journal.commit(txn)
+
+    async def _start_tick(
+        self, name: str, version: int, spec: dict[str, Any], proc: ProcessDef, tick: float,
+        **fields: Any,
+    ) -> None:  # fmt: skip
+        """Start the instance of ``tick`` in the transaction that records it."""
+        key = schedule_key(name)
+        params = (*spec["params"], tick_text(tick))
+        address = proc.resolve(*params)
+        stored = dict(spec, latest=address, **fields)
+        if "pending" not in fields:
+            stored["last"] = tick
+            stored["last_tick"] = tick_text(tick)
+
+        def record(txn: Txn) -> None:
+            txn.expect_state(key, version)
+            txn.put_state(key, stored)
+
+        _, created = await self.system._start(proc, params, dict(spec["input"]), None, extra=record)
+        if not created:  # it exists already (started before a crash): record the tick alone
+            txn = Txn()
+            record(txn)
+            await self.system.journal.commit(txn)

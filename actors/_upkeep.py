@@ -1,0 +1,150 @@
+"""Reading the journal's instances and tidying it: `ActorSystem.query`,
+`cleanup`, and settling stuck compensations. `Upkeep` is a base of
+`ActorSystem` (see `_system`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+import trio
+
+from storage import STATUSES, TERMINAL_STATUSES, CorruptRecord, InstanceRow, Txn, instance_id
+from storage.errors import Conflict
+
+from . import _protocol
+from ._activation import YIELD_EVERY
+from ._checks import check_name, check_seconds
+from ._process import ProcessDef
+from ._records import InstanceInfo
+from .errors import InvalidArguments
+
+__all__ = ["Upkeep"]
+
+
+class Upkeep:
+    """The query and tidying half of `ActorSystem` (see the module docstring)."""
+
+    async def query(
+        self, status: str | None = None, process: ProcessDef | str | None = None
+    ) -> AsyncIterator[InstanceInfo]:
+        """Iterate instances (live and on disk) with that status and process.
+
+        Args:
+            status: one of the statuses, or None for any.
+            process: a definition or its template, or None for any.
+        """
+        template = None
+        if process is not None:
+            template = process.template if isinstance(process, ProcessDef) else process
+            check_name(template, "query(process=...)")
+        if status is not None and status not in STATUSES:
+            raise InvalidArguments(f"status must be one of {STATUSES}, not {status!r}")
+        broken: list[CorruptRecord] = []  # a record that does not decode hides only itself
+        rows = await self.journal.read(lambda r: list(r.instances(None, template, corrupt=broken)))
+        for bad in broken:
+            if bad.address is not None and status in (None, "corrupt"):
+                yield InstanceInfo(
+                    id=bad.address, process=bad.process, status="corrupt", created=None,
+                    updated=None, last_error=str(bad.error),
+                )  # fmt: skip
+        for n, row in enumerate(rows, 1):
+            if n % YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()  # a long listing starves no one
+            actor = self._live.get(row.iid)
+            mine = actor is not None and actor.loaded and self.nodes.trusted(row.iid)
+            current = actor.status if mine else row.status  # type: ignore[union-attr]
+            record = actor.record if mine else row.record  # type: ignore[union-attr]
+            if status is not None and current != status:
+                continue
+            yield InstanceInfo(
+                id=row.address,
+                process=row.process,
+                status=current,
+                created=record.created,
+                updated=record.updated,
+                last_error=record.last_error,
+            )
+
+    async def resume_compensation(self, address: str) -> bool:
+        """Retry the compensation of a ``compensation_stuck`` instance from
+        where it stopped. Returns False if it is not stuck."""
+        iid = await self._settle_stuck(
+            address, "resume_compensation", _protocol.resume_compensation_txn
+        )
+        if iid is None:
+            return False
+        self._activate(iid)
+        return True
+
+    async def abandon_compensation(self, address: str) -> bool:
+        """End a ``compensation_stuck`` instance as failed, keeping its record
+        (which compensations ran, which did not, and why). Returns False if
+        it is not stuck."""
+        found = await self._settle_stuck(
+            address, "abandon_compensation", _protocol.abandon_compensation_txn
+        )
+        return found is not None
+
+    async def _settle_stuck(
+        self, address: str, call: str, build: Callable[[InstanceRow, float], Txn]
+    ) -> bytes | None:
+        """Commit ``build(row, now)`` for the stuck instance at ``address``;
+        its id, or None if it is not stuck."""
+        iid = instance_id(check_name(address, f"{call}'s address"))
+        row = await self.journal.read(lambda r: r.instance(iid))
+        if row is None or row.status != "compensation_stuck":
+            return None
+        await self.journal.commit(build(row, self.epoch_now()), durable=True)
+        self._status_changed(iid)
+        return iid
+
+    async def cleanup(
+        self,
+        older_than: float,
+        statuses: Iterable[str] = tuple(sorted(TERMINAL_STATUSES)),
+    ) -> int:
+        """Remove finished instances last updated more than ``older_than``
+        seconds ago, with every record they own (log, mailbox, stream,
+        cursors, timers, index entries). Returns how many were removed.
+
+        Raises:
+            InvalidArguments: a status that is not finished (running,
+                suspended and parked instances are never cleaned up).
+        """
+        wanted = tuple(statuses)
+        for status in wanted:
+            if status not in TERMINAL_STATUSES:
+                raise InvalidArguments(
+                    f"cleanup removes finished instances only; {status!r} is not one of "
+                    "'completed', 'failed', 'cancelled'"
+                )
+        cutoff = self.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
+
+        def scan(r: Any) -> list[bytes]:
+            return [
+                row.iid
+                for status in wanted
+                for row in r.instances(status)
+                if (row.record.updated or 0) <= cutoff
+            ]
+
+        removed = 0
+        victims = await self.journal.read(scan)
+        for iid in victims:
+            self._ends.pop(iid, None)
+        for start in range(0, len(victims), 500):
+            txn = _protocol.cleanup_txn(victims[start : start + 500], wanted)
+            try:
+                await self.journal.commit(txn, durable=True)
+                removed += len(victims[start : start + 500])
+            except Conflict:  # one changed meanwhile: go one by one
+                for iid in victims[start : start + 500]:
+                    one = _protocol.cleanup_txn([iid], wanted)
+                    try:
+                        await self.journal.commit(one, durable=True)
+                        removed += 1
+                    except Conflict:
+                        pass
+        return removed

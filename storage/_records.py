@@ -1,0 +1,358 @@
+"""The journal's records, typed: `InstanceRecord` (the runtime's snapshot
+of one instance) and `LogEntry` (one position of a run's effect log).
+
+A journal stores it as a msgpack map beside the instance's status and
+address (see `Txn.put_instance`) and hands it back as an `InstanceRecord`
+in `InstanceRow.record`; nothing reads it with string keys.
+
+The stored map keeps the short field names written since the first
+journal format (``inc`` for the incarnation) and leaves out fields at
+their defaults, so records written by earlier versions read unchanged and
+new ones stay small. A field this version does not know is kept in
+``extra`` and written back as it was, never dropped.
+
+Reading checks the type of every field the runtime uses: valid msgpack of
+another shape (a damaged byte that still decodes) is reported as corrupt
+where it is read, naming database and key, instead of failing deep in the
+runtime with an AttributeError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+__all__ = ["InstanceRecord", "LogEntry", "NO_VALUE", "RecordShapeError"]
+
+
+class RecordShapeError(ValueError):
+    """A stored record decoded to a value of the wrong shape; the message
+    says what is wrong (the journal turns it into `JournalCorrupt`)."""
+
+
+# The default of the record's container fields: shared and immutable, so a
+# record allocates nothing for the fields it does not use (there is one per
+# live instance).
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@attrs.frozen(slots=True)
+class InstanceRecord:
+    """What the runtime keeps about one instance, beside its status.
+
+    Frozen: a change is a new record (`attrs.evolve`), written by the
+    transaction that records it, so a write that fails to encode leaves the
+    record in memory as it was.
+    """
+
+    # -- identity and input
+    #: the path params, one per ``:name`` of the process template
+    params: Sequence[str] = ()
+    #: the keyword input the process was started with (or continued as new with)
+    input: dict[str, Any] | None = None
+    #: the run number: one on per restart and continue-as-new (keys the log)
+    run: int = 0
+    #: the incarnation: one on each time the address starts afresh after an end
+    incarnation: int = 1
+    created: float | None = None
+    updated: float | None = None
+    #: the starter's W3C traceparent, when tracing was on
+    trace: str | None = None
+
+    # -- supervision
+    #: the parent's address, for a child
+    parent: str | None = None
+    #: whether the parent waits for this child's end (``ctx.call``)
+    awaited: bool = False
+    #: the child's restart type ("permanent", "transient", "temporary")
+    restart: str | None = None
+    #: each restart so far: ``{"at": epoch, "reason": ..., "count": n}``
+    restarts: Sequence[dict[str, Any]] = ()
+
+    # -- how it ended, or why it is parked
+    result: Any = None
+    #: the error record (`describe_error`) of a failed instance
+    error: dict[str, Any] | None = None
+    #: why it was cancelled
+    reason: str | None = None
+    #: why a live instance is suspended or stuck (e.g. a NonDeterminismError)
+    last_error: str | None = None
+
+    # -- saga
+    #: the failure being compensated, and the end it leads to ("failed", "cancelled")
+    failure: dict[str, Any] | None = None
+    failure_end: str | None = None
+    #: the error record of a compensation that is stuck
+    stuck: dict[str, Any] | None = None
+    #: set when an operator abandoned a stuck compensation
+    abandoned: bool = False
+    #: each registered compensation, in order: ``{"id": ..., "name": ..., ...}``
+    compensations: Sequence[dict[str, Any]] = ()
+    #: the ids of the compensations that ran to completion
+    compensated: Sequence[str] = ()
+    #: compensation id -> attempts made so far
+    comp_attempts: Mapping[str, int] = _EMPTY
+
+    # -- exports
+    exports: Any = None
+    #: one on per publish; 0 before any
+    exports_version: int = 0
+
+    #: stored fields this version does not know, kept as they were
+    extra: Mapping[str, Any] = _EMPTY
+
+    def to_stored(self) -> dict[str, Any]:
+        """The map to encode: the fields away from their defaults."""
+        stored: dict[str, Any] = {}
+        for name, key, default in _STORED:
+            value = getattr(self, name)
+            if name in _ALWAYS or not (value == default or (default in _NOTHING and not value)):
+                stored[key] = value
+        if self.extra:
+            stored.update(self.extra)
+        return stored
+
+    @classmethod
+    def from_stored(cls, value: Any) -> InstanceRecord:
+        """The record a stored map holds.
+
+        Raises:
+            RecordShapeError: the value is not a map, or a field has a type
+                the runtime cannot use.
+        """
+        if not isinstance(value, dict):
+            raise RecordShapeError(f"the record is a {type(value).__name__}, not a map")
+        fields: dict[str, Any] = {}
+        extra: dict[str, Any] | None = None
+        for key, field in value.items():
+            known = _READ.get(key)
+            if known is None:
+                if extra is None:
+                    extra = {}
+                extra[key] = field
+                continue
+            name, types = known
+            if types and (
+                not isinstance(field, types) or (isinstance(field, bool) and bool not in types)
+            ):
+                raise RecordShapeError(
+                    f"the record's {key!r} is {field!r}, a {type(field).__name__}"
+                )
+            fields[name] = field
+        if extra is not None:
+            fields["extra"] = extra
+        record = cls(**fields)
+        if not 0 <= record.run <= 0xFFFFFFFF:  # journals key log entries by a 4-byte run
+            raise RecordShapeError(f"the record's run number {record.run} is out of range")
+        for name, items, part in (
+            ("restarts", record.restarts, "at"), ("compensations", record.compensations, "id"),
+        ):
+            for item in items:
+                if not isinstance(item, dict) or part not in item:
+                    raise RecordShapeError(
+                        f"the record's {name!r} holds {item!r}, not a map with {part!r}"
+                    )
+        return record
+
+    def params_problem(self, process: str) -> str | None:
+        """What is wrong with the path params for ``process`` (one non-empty
+        str without "/" per ``:name`` segment), if anything."""
+        wanted = sum(part.startswith(":") for part in process.split("/"))
+        if len(self.params) != wanted:
+            return f"the record has {len(self.params)} path param(s) where {process!r} takes {wanted}"
+        for param in self.params:
+            if not isinstance(param, str) or not param or "/" in param:
+                return f"the record's path param {param!r} is not a non-empty str without '/'"
+        return None
+
+
+_ATTRS = attrs.fields(InstanceRecord)
+_NUMBER = (int, float)
+_NONE = type(None)
+# stored key -> (field, the types its value may have, () for any); a stored
+# key is the field's name except where the first format chose a shorter one
+_READ: dict[str, tuple[str, tuple[type, ...]]] = {
+    "params": ("params", (list,)), "input": ("input", (dict, _NONE)), "run": ("run", (int,)),
+    "inc": ("incarnation", (int,)), "created": ("created", (*_NUMBER, _NONE)),
+    "updated": ("updated", (*_NUMBER, _NONE)), "trace": ("trace", (str, _NONE)),
+    "parent": ("parent", (str, _NONE)), "awaited": ("awaited", (bool,)),
+    "restart": ("restart", (str, _NONE)), "restarts": ("restarts", (list,)),
+    "result": ("result", ()), "error": ("error", (dict, _NONE)),
+    "reason": ("reason", (str, _NONE)), "last_error": ("last_error", (str, _NONE)),
+    "failure": ("failure", (dict, _NONE)), "failure_end": ("failure_end", (str, _NONE)),
+    "stuck": ("stuck", (dict, _NONE)), "abandoned": ("abandoned", (bool,)),
+    "compensations": ("compensations", (list,)), "compensated": ("compensated", (list,)),
+    "comp_attempts": ("comp_attempts", (dict,)), "exports": ("exports", ()),
+    "exports_version": ("exports_version", (int,)),
+}  # fmt: skip
+# (field, stored key, default) for each stored field, in a stable order
+_STORED: tuple[tuple[str, str, Any], ...] = tuple(
+    (name, key, getattr(_ATTRS, name).default) for key, (name, _) in _READ.items()
+)
+# the empty containers that mean "the default": a record read with an empty
+# list is stored like one never given any
+_NOTHING = ((), _EMPTY)
+# stored even at their defaults: every record names its run and incarnation
+_ALWAYS = frozenset({"run", "incarnation"})
+
+
+# -- log entries ------------------------------------------------------------------
+
+
+class _NoValue:
+    """The value of a log entry that holds none (``None`` is a value)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_VALUE"
+
+
+#: The ``value`` of an entry that holds none (``None`` is a value).
+NO_VALUE: Any = _NoValue()
+
+
+@attrs.define(slots=True, eq=True)
+class LogEntry:
+    """One position of a run's log.
+
+    An entry holding a value or an error is an *outcome*; one without is a
+    *started* record (a step attempt, a timer's due time, a call's child)
+    that lets a resumed run continue where the last one stopped.
+
+    In the journal an entry is a map with short keys; `to_stored` and
+    `from_stored` are the only code that knows them. Keys this version
+    does not know are kept (``extra``) and written back as they were.
+
+    =====  =============================================
+    key    field
+    =====  =============================================
+    k      kind (the effect's kind: "step", "wait", ...)
+    n      name
+    h      argument hash
+    v      value (present only in an outcome)
+    e      error record (present only in a failed outcome)
+    m      seq of the message a wait or call took
+    s      signal name of the message a ``receive`` took
+    a      attempt (steps, from 1)
+    f      failed attempts so far (steps)
+    c      attempts cut short by closing the system (steps)
+    key    idempotency key (steps)
+    due    due time, epoch seconds (timers)
+    child  address of the child a call created
+    q      the ask a wait took: ``[ask id, reply-to address, asker's node]``
+    =====  =============================================
+    """
+
+    kind: str
+    name: str = ""
+    hash: bytes = b""
+    value: Any = NO_VALUE
+    error: dict[str, Any] | None = None
+    message: int | None = None
+    signal: str | None = None
+    attempt: int | None = None
+    failures: int | None = None
+    closed: int | None = None
+    key: str | None = None
+    due: float | None = None
+    child: str | None = None
+    ask: list[Any] | None = None
+    extra: dict[str, Any] | None = None  # keys of another version, kept as they were
+
+    @property
+    def is_outcome(self) -> bool:
+        """True if the entry holds the effect's value or error."""
+        return self.value is not NO_VALUE or self.error is not None
+
+    def to_stored(self) -> dict[str, Any]:
+        """The map the journal stores."""
+        stored: dict[str, Any] = {"k": self.kind, "n": self.name, "h": self.hash}
+        if self.value is not NO_VALUE:
+            stored["v"] = self.value
+        if self.error is not None:
+            stored["e"] = self.error
+        if self.message is not None:
+            stored["m"] = self.message
+        if self.signal is not None:
+            stored["s"] = self.signal
+        if self.attempt is not None:
+            stored["a"] = self.attempt
+        if self.failures is not None:
+            stored["f"] = self.failures
+        if self.closed is not None:
+            stored["c"] = self.closed
+        if self.key is not None:
+            stored["key"] = self.key
+        if self.due is not None:
+            stored["due"] = self.due
+        if self.child is not None:
+            stored["child"] = self.child
+        if self.ask is not None:
+            stored["q"] = self.ask
+        if self.extra:
+            stored.update(self.extra)
+        return stored
+
+    @classmethod
+    def from_stored(cls, stored: Any) -> LogEntry:
+        """The entry of a map the journal stored.
+
+        Raises:
+            RecordShapeError: not a map, no kind, a timer without its due
+                time, or a field of a type the runtime cannot use.
+        """
+        if type(stored) is not dict:
+            raise RecordShapeError(f"the log entry is a {type(stored).__name__}, not a map")
+        # One pass over the keys present, checking and filling positional
+        # arguments: a wake replays every entry of the run's log, so this
+        # is its hot loop.
+        args = _ENTRY_DEFAULTS.copy()
+        extra = None
+        for key, value in stored.items():
+            i = _ENTRY_POSITION.get(key)
+            if i is None:
+                if extra is None:
+                    extra = {}
+                extra[key] = value
+                continue
+            types = _ENTRY_TYPES[i]
+            if types is not None and (
+                not isinstance(value, types) or (value.__class__ is bool and bool not in types)
+            ):
+                raise RecordShapeError(
+                    f"the log entry's {key!r} is {value!r}, a {type(value).__name__}"
+                )
+            args[i] = value
+        if "k" not in stored:
+            raise RecordShapeError("the log entry has no kind ('k')")
+        if args[0] == "sleep" and args[11] is None:
+            raise RecordShapeError("the timer's log entry has no due time ('due')")
+        return cls(*args, extra)
+
+    def identity(self) -> dict[str, str]:
+        """``{"k": kind, "n": name}``: how `NonDeterminismError` reports an effect."""
+        return {"k": self.kind, "n": self.name}
+
+    def show(self) -> str:
+        """``step 'charge'``: kind and name, for messages."""
+        return f"{self.kind} {self.name!r}" if self.name else self.kind
+
+
+# The stored keys, in the order of LogEntry's fields (from_stored fills
+# positional arguments by these positions), each field's value when its key
+# is absent, and the types a present value may have (None: any).
+_ENTRY_KEYS = ("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child", "q")
+_ENTRY_POSITION = {key: i for i, key in enumerate(_ENTRY_KEYS)}
+_ENTRY_DEFAULTS: list[Any] = ["", "", b"", NO_VALUE] + [None] * 10
+_ENTRY_TYPES: tuple[tuple[type, ...] | None, ...] = (
+    (str,), (str, _NONE), None, None, (dict,), (int,), (str,), (int,), None, None, None,
+    _NUMBER, None, (list,),
+)  # fmt: skip
+assert [f.name for f in attrs.fields(LogEntry)] == [
+    "kind", "name", "hash", "value", "error", "message", "signal", "attempt", "failures",
+    "closed", "key", "due", "child", "ask", "extra",
+]  # fmt: skip
