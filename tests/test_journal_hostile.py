@@ -9,7 +9,12 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import trio
@@ -518,41 +523,126 @@ async def test_a_sigkill_under_async_load_loses_at_most_the_window(tmp_path, dis
 
 
 # -- a CPU-busy neighbour ----------------------------------------------------------
+#
+# A trio task that computes for 1 ms and then checkpoints keeps the GIL nearly
+# always, yet drops it on every pass of the run loop, which restarts CPython's
+# hand-over clock for a thread waiting for it: the journal's writer thread
+# waited seconds to run a line (see storage/_lmdb/_handoff.py). It loses its
+# race for the GIL when it runs on another core than the trio thread (on the
+# same core the kernel lets it in as it wakes). Where the kernel puts it
+# depends on what else the host runs: unplaced, the stall showed in 0-100%
+# of runs as the host's load changed. So the test places the threads; then
+# the code before the fix managed 1-12 sends in 3 s in every one of 29 runs,
+# with and without other CPU-bound processes on the host.
+
+SLOW = 0.05  # s: a send beside the busy task that takes longer is late
+# Late time allowed in all. A starved writer is let through within
+# NUDGE_AFTER + NUDGE_WAIT (15 ms) of each step it waits at; in 30 runs of
+# this test on a 2-core machine beside one or two other CPU-bound processes
+# (30,666 sends beside the sleep(0) task) the slowest took 83 ms and the
+# most late in one run was 43 ms. The budget leaves room for one send
+# delayed by a busy host (a thread waiting 100 ms for a core) besides what
+# `_compute_and_checkpoint` sees the host take.
+LATE_BUDGET = 0.05
 
 
-@pytest.mark.slow  # real time: a task that computes 1 ms between checkpoints
-@pytest.mark.xfail(
-    strict=False,
-    reason="known, open (issue: a CPU-busy neighbour starves commits): in some full-suite "
-    "runs one send beside a task that checkpoints with sleep(0) takes 3-50 s; not yet "
-    "found why the hand-back waits",
-)
-@pytest.mark.parametrize("pause", [0, 0.001], ids=["sleep0", "sleep1ms"])
-async def test_sync_sends_return_promptly_beside_a_cpu_busy_task(tmp_path, pause):
-    async with actors.open_system(LMDBJournal(tmp_path / "journal"), processes=[sink]) as system:
+@contextmanager
+def _trio_thread_on_a_core_of_its_own() -> Iterator[None]:
+    """Run this (the trio) thread on one core and the process's other
+    threads on the others, as they are on an idle multi-core host; as they
+    were afterwards. Where there is one core, or no affinity, nothing."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_setaffinity") else []
+    if len(cpus) < 2 or not os.path.isdir("/proc/self/task"):
+        yield
+        return
+    me = threading.get_native_id()
+    saved = {}
+    for tid in map(int, os.listdir("/proc/self/task")):
+        try:
+            saved[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, {cpus[0]} if tid == me else set(cpus[1:]))
+        except OSError:  # it ended meanwhile
+            pass
+    try:
+        yield
+    finally:
+        for tid, cpus_before in saved.items():
+            try:
+                os.sched_setaffinity(tid, cpus_before)
+            except OSError:
+                pass
+
+
+async def _compute_and_checkpoint(pause: float, stolen: list[float]) -> None:
+    """Compute for 1 ms between checkpoints, forever. ``stolen[0]`` sums the
+    time the host kept this (the trio) thread off its core while it
+    computed: its wall time beyond its CPU time. A send waits that long too,
+    and no journal can help it, so the test does not count it as late."""
+    while True:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        until = wall + 0.001
+        while time.perf_counter() < until:
+            pass
+        stolen[0] += max(0.0, time.perf_counter() - wall - (time.thread_time() - cpu))
+        await trio.sleep(pause)
+
+
+async def _send_beside_a_busy_task(
+    path: Path, durability: str, pause: float, seconds: float
+) -> tuple[list[float], float]:
+    """Send for ``seconds`` (a send still waiting then is cut short and
+    counted with the time it had taken) beside a task that computes; the
+    time each send took, and the time the host took from the trio thread."""
+    times: list[float] = []
+    stolen = [0.0]
+    journal = LMDBJournal(path, durability=durability)
+    async with actors.open_system(journal, processes=[sink]) as system:
         await system.start(sink, "target")
-        times: list[float] = []
-        async with trio.open_nursery() as n:
+        with _trio_thread_on_a_core_of_its_own():
+            async with trio.open_nursery() as n:
+                n.start_soon(_compute_and_checkpoint, pause, stolen)
+                with trio.move_on_after(seconds):
+                    while True:
+                        t0 = time.perf_counter()
+                        try:
+                            await system.send("sink/target", ping, len(times))
+                        finally:
+                            times.append(time.perf_counter() - t0)
+                n.cancel_scope.cancel()
+    return times, stolen[0]
 
-            async def busy() -> None:
-                while True:
-                    until = time.perf_counter() + 0.001
-                    while time.perf_counter() < until:
-                        pass
-                    await trio.sleep(pause)
 
-            n.start_soon(busy)
-            for i in range(50):
-                t0 = time.perf_counter()
-                await system.send("sink/target", ping, i)
-                times.append(time.perf_counter() - t0)
-            n.cancel_scope.cancel()
+@pytest.fixture
+def memory_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory in memory (tmpfs) where there is one: what is measured is
+    the hand-over between threads, and a host's busy disk (fsyncs of 0.3 s
+    were seen) would only add noise."""
+    if not os.access("/dev/shm", os.W_OK):
+        yield tmp_path
+        return
+    with tempfile.TemporaryDirectory(dir="/dev/shm", prefix="busy-neighbour-") as path:
+        yield Path(path)
+
+
+@pytest.mark.slow  # real time: 3 s of sends (1 s with the mild neighbour)
+@pytest.mark.parametrize("durability", ["sync", "async"])
+@pytest.mark.parametrize("pause", [0, 0.001], ids=["sleep0", "sleep1ms"])
+async def test_sends_return_promptly_beside_a_cpu_busy_task(memory_dir, pause, durability):
+    # "async" acknowledges once queued but waits for its commit once the
+    # window is full; with the writer starved that came after 1 s (the
+    # window's age bound), and then sends took 1.6-9 s.
+    times, stolen = await _send_beside_a_busy_task(
+        memory_dir / "journal", durability, pause, seconds=3.0 if pause == 0 else 1.0
+    )
+    late = sum(max(0.0, t - SLOW) for t in times)
     times.sort()
-    shown = [round(t, 3) for t in times]
-    # Single sends took 6.5-19 s beside such a task. The bounds leave room
-    # for a loaded 2-core machine, where a thread may wait 100 ms for a core.
-    assert times[25] < 0.1, shown  # the median
-    assert times[-2] < 1.0, shown  # p98
+    shown = [round(t, 3) for t in times[-10:]]
+    assert len(times) >= 50, (len(times), shown)
+    # The issue's bounds, kept: they leave room for a loaded 2-core machine.
+    assert times[len(times) // 2] < 0.1, shown  # the median
+    assert times[len(times) * 98 // 100] < 1.0, shown  # p98
+    # Late beyond what a busy host took from every task alike.
+    assert late - stolen < LATE_BUDGET, (round(late, 3), round(stolen, 3), len(times), shown)
 
 
 def test_journal_errors_are_the_runtimes_errors():

@@ -30,6 +30,7 @@ from .._clock import AutojumpHold
 from .._journal import Journal, Reader
 from ..errors import JournalClosed, JournalCorrupt, JournalLocked
 from ._applier import _Applier
+from ._handoff import Handoff
 from ._layout import _DBS, _FORMAT, _format_mismatch
 from ._reader import _LMDBReader
 from ._writer import _NO_SPLIT, _Batch, _GroupCommit
@@ -173,6 +174,9 @@ class LMDBJournal(_GroupCommit, Journal):
         self._unfinished: deque[_Batch] = deque()
         self._inline_claimed = False  # a caller is trying the fast path (trio thread)
         self._hold: AutojumpHold | None = None
+        # Lets the GIL go to the writer and waker threads when a busy trio
+        # thread starves them (real clocks only: see `_handoff`).
+        self._handoff = Handoff(lambda: self._inflight > 0)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -224,6 +228,8 @@ class LMDBJournal(_GroupCommit, Journal):
         )
         self._writer.start()
         self._waker.start()
+        if self._hold is None:  # under a MockClock its looks would move virtual time
+            self._handoff.start()
         _open_journals.add(self)
 
     def _make_private_dir(self) -> None:
@@ -353,6 +359,7 @@ class LMDBJournal(_GroupCommit, Journal):
         while self._inflight:
             await trio.sleep(0)
         self._writer = self._waker = None
+        self._handoff.stop()
         _open_journals.discard(self)
         self._release()
 

@@ -9,7 +9,9 @@ the trio thread reschedules each caller with its own outcome: one fsync and
 one wake-up of the event loop per batch. A small second thread, the waker,
 makes that call when the writer is busy with the next batch (see
 `_GroupCommit._write_loop` for why). A lone caller skips all this and
-commits in the trio thread (`_GroupCommit._commit_inline`).
+commits in the trio thread (`_GroupCommit._commit_inline`). Both threads
+need the GIL at every step, which a busy trio thread can keep from them for
+seconds; `_handoff` watches for that and lets it go.
 
 When a batch does not fit or one of its transactions is refused, the
 careful path (`_GroupCommit._write`) grows the map, then applies each
@@ -47,6 +49,7 @@ from ..errors import (
     JournalFull,
 )
 from ._applier import _Applier
+from ._handoff import Handoff
 
 _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
@@ -141,6 +144,7 @@ class _GroupCommit:
     _unfinished: deque[_Batch]
     _inline_claimed: bool
     _hold: AutojumpHold | None
+    _handoff: Handoff
 
     if TYPE_CHECKING:  # defined by LMDBJournal
 
@@ -239,8 +243,10 @@ class _GroupCommit:
                 pending.append(batch)
                 self._unfinished.append(batch)
                 self._inflight += 1
-                if self._inflight == 1 and self._hold is not None:
-                    self._hold.acquire()
+                if self._inflight == 1:
+                    if self._hold is not None:
+                        self._hold.acquire()
+                    self._handoff.wake()
                 if len(pending) == 1:
                     self._cond.notify()  # the writer may be idle
             batch.txns.append(txn)
@@ -292,6 +298,7 @@ class _GroupCommit:
                 batch = self._pending.popleft() if self._pending else None
                 if batch is not None:
                     self._split_at = self._next_split(batch, committed)
+            self._handoff.step()
             if batch is None:
                 if committed is None:  # closing, and everything is handed back
                     return
@@ -307,7 +314,9 @@ class _GroupCommit:
             if committed is not None:
                 self._queue_wake(committed)
             if wtxn is not None:
+                self._handoff.committing()
                 self._commit_batch(wtxn, batch)
+            self._handoff.step()
             committed = batch
 
     def _next_split(self, taken: _Batch, committed: _Batch | None) -> int:
@@ -346,6 +355,7 @@ class _GroupCommit:
             self._token.run_sync_soon(self._finish, batch)
         except trio.RunFinishedError:  # pragma: no cover - the loop is gone
             pass
+        self._handoff.handed_back()
 
     def _apply_batch(self, batch: _Batch) -> lmdb.Transaction[bytes] | None:
         """Apply ``batch`` in a new LMDB transaction and return it, uncommitted.
