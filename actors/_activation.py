@@ -217,6 +217,21 @@ class Activation(_SystemAPI):
         await self._set_corrupt(actor.iid, exc)
         self._status_changed(actor.iid)
 
+    async def _stream_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
+        """A record of the instance that its run never reads (a stream value,
+        a consumer's cursor) is damaged: the instance is marked corrupt all
+        the same, as if its run had met the record. A live one stops at its
+        next suspension (see `Actor.corrupted`), writing nothing more."""
+        actor = self._live.get(iid)
+        if actor is not None and not actor.done:
+            actor.corrupted(exc)
+            return
+        if iid in self._corrupt:
+            return
+        _events.corrupt(address, exc)
+        await self._set_corrupt(iid, exc)
+        self._status_changed(iid)
+
     async def _set_corrupt(self, iid: bytes, exc: JournalCorrupt) -> None:
         """Record that the instance is corrupt (status only: its records stay
         as they are, for a restore or a cleanup)."""

@@ -114,6 +114,15 @@ class Ends(_ActorAPI):
                 # Cancelled mid-step: it may have applied, so it is compensated too.
                 _saga.register(self, leaf, None, possibly_applied=True)
             self._abandon(leaf)
+        if kind == "corrupt":
+            # Its ridden writes are dropped: it stays as last committed, for a
+            # restore or a cleanup, like an instance found corrupt at load.
+            self.txn = Txn()
+            self.status = "corrupt"
+            self.done = True
+            await self.system._mark_corrupt(self, detail)
+            self.system._forget(self)
+            return
         if kind == "restart":
             await _sup.restart_actor(self, detail, 0.0)
             return

@@ -246,6 +246,13 @@ class Actor(Ends):
             self.interrupt = ("cancel", reason)
         self.wakeup()
 
+    def corrupted(self, exc: JournalCorrupt) -> None:
+        """Stop the instance at its next suspension and mark it corrupt: a
+        record of it was found damaged elsewhere (see `_stream_damaged`).
+        Over any other request: a corrupt instance does nothing more."""
+        self.interrupt = ("corrupt", exc)
+        self.wakeup()
+
     def restart(self, reason: str) -> None:
         """Ask the driver to restart the instance afresh (a sibling crashed)."""
         if self.interrupt is None:

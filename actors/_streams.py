@@ -24,6 +24,7 @@ from typing import Any
 import trio
 
 from storage import TERMINAL_STATUSES, Txn, decode, encode, instance_id
+from storage.errors import JournalCorrupt
 
 from . import _effects as fx
 from ._checks import check_name
@@ -89,7 +90,11 @@ class Stream:
         def read(r: Any) -> tuple[Any, int | None, int]:
             return r.instance(iid), r.cursors(iid).get(consumer), r.stream_length(iid)
 
-        row, cursor, length = await self._system.journal.read(read)
+        try:
+            row, cursor, length = await self._system.journal.read(read)
+        except JournalCorrupt as exc:
+            await self._system._stream_damaged(iid, self.address, exc)
+            raise
         if row is None:
             raise NotDelivered(
                 f"no instance at {self.address!r} to stream from; check the address",
@@ -123,9 +128,13 @@ class Stream:
                 await trio.lowlevel.checkpoint()
             event = system._status_event(self._iid)
             start, iid = self._next, self._iid
-            rows, length = await system.journal.read(
-                lambda r: (r.stream(iid, start, _BATCH), r.stream_length(iid))
-            )
+            try:
+                rows, length = await system.journal.read(
+                    lambda r: (r.stream(iid, start, _BATCH), r.stream_length(iid))
+                )
+            except JournalCorrupt as exc:
+                await system._stream_damaged(iid, self.address, exc)
+                raise
             if rows:
                 self._buffer.extend(rows)
                 self._next = rows[-1][0] + 1

@@ -277,7 +277,7 @@ def test_a_damaged_instance_is_marked_corrupt_and_shown(base, tmp_path, database
 
 
 @pytest.mark.parametrize(("value", "index"), [(b"\x01\x02\x03", None), (None, 0)])
-def test_a_damaged_cursor_or_a_lost_stream_value_is_reported_to_the_consumer(
+def test_a_damaged_cursor_or_a_lost_stream_value_marks_its_instance_corrupt(
     base, tmp_path, value, index
 ):
     path = tmp_path / "j"
@@ -295,9 +295,21 @@ def test_a_damaged_cursor_or_a_lost_stream_value_is_reported_to_the_consumer(
                     async for _ in s:
                         pass
             assert_names(info.value, database, key)
+            # The emitter (live, waiting) is stopped and marked corrupt, as if
+            # its run had met the record; calls on it say so.
+            with trio.fail_after(10):
+                async for status in system.get(jd.EMITTER).status_changes():
+                    if status == "corrupt":
+                        break
+            with pytest.raises(JournalCorrupt):
+                await system.send(jd.EMITTER, jd.stop)
             # The other instances work.
             await system.send(jd.WAITER, Signal("a"), "a1")
             assert ["a1", "b1"] == await system.get(jd.WAITER).result()
+        async with jd.open_system(path) as system:  # still corrupt after a restart
+            assert "corrupt" == system.get(jd.EMITTER).status
+            with pytest.raises(JournalCorrupt):
+                await system.get(jd.EMITTER).result()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
 
