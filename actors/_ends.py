@@ -78,7 +78,7 @@ class Ends(_ActorAPI):
         error = describe_error(exc)
         if _saga.pending(self.record):
             if txn is not None:
-                self.txn.ops.extend(txn.ops)
+                self.txn.extend(txn)
             await self._finish_compensation(error, "failed")
             return
         txn = txn or Txn()
@@ -198,7 +198,7 @@ class Ends(_ActorAPI):
             for after in answers:
                 after(results)
         else:
-            self.txn.ops.extend(txn.ops)
+            self.txn.extend(txn)
             self.flush()
         self.driver.load({})
         return self.new_coroutine()

@@ -221,7 +221,7 @@ class Actor(Ends):
         if self.done or not self.mailbox.accepts(seq):
             return
         if ask is not None:
-            self.mailbox.asks[seq] = ask
+            self.mailbox.remember_ask(seq, ask)
         if trace is not None:
             _tracing.delivered(self, seq, name, trace)
         if self.system.log_debug:
@@ -380,14 +380,13 @@ class Actor(Ends):
             self.txn = Txn()
 
     async def barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]:
-        """Commit the ridden writes (plus ``txn``'s) and wait for them."""
+        """Commit the ridden writes (plus ``txn``'s) and wait for them;
+        ``txn``'s results, by its own slots (all of them without one)."""
         self._sync_status()
         pending = self.txn
         self.txn = Txn()
-        if txn is not None:
-            pending.ops.extend(txn.ops)
-            pending.requires.extend(txn.requires)
-            pending.wakes.extend(txn.wakes)
+        # The caller's results, by its own slots: the ridden writes go first.
+        offset = 0 if txn is None else pending.extend(txn)
         if self.fenced:
             pending.fence(self.iid, self.epoch)
         prior = self.ticket
@@ -395,7 +394,7 @@ class Actor(Ends):
         results = await self.journal.commit(pending, durable=durable)
         if prior is not None:
             await prior.wait()  # already done (submitted earlier); raises its error
-        return results
+        return results[offset:]
 
     def ride_log(self, seq: int, entry: LogEntry) -> None:
         """Log ``entry`` at ``seq`` in this run; it rides on the next commit."""

@@ -181,13 +181,16 @@ class Txn(StateOps):
     ops: list[tuple[Any, ...]] = attrs.field(factory=list)
     # (iid, allowed status codes or None for "any existing", message)
     requires: list[tuple[bytes, frozenset[int] | None, str]] = attrs.field(factory=list)
+    # The parts most transactions never use start as a shared empty tuple
+    # and become a list at their first entry: a Txn is made per send, and
+    # each live instance holds one.
     # (iid, epoch): this node must still own the instance at that epoch
-    fences: list[tuple[bytes, int]] = attrs.field(factory=list)
+    fences: Sequence[tuple[bytes, int]] = ()
     results: int = 0  # how many ops give a result (appends)
     # (state key, version): see `StateOps.expect_state`
-    expects: list[tuple[str, int]] = attrs.field(factory=list)
+    expects: Sequence[tuple[str, int]] = ()
     # (iid, node): tell that node, once this commits, that iid has new mail
-    wakes: list[tuple[bytes, str]] = attrs.field(factory=list)
+    wakes: Sequence[tuple[bytes, str]] = ()
 
     def __bool__(self) -> bool:
         return bool(self.ops)
@@ -207,14 +210,14 @@ class Txn(StateOps):
         """Fail the whole transaction with `Conflict` (reason ``"epoch"``)
         unless this node still owns the instance at ``epoch`` (see
         `Journal.claim`). Journals with a single owner accept every fence."""
-        self.fences.append((iid, epoch))
+        self.fences = [*self.fences, (iid, epoch)]
 
     def wake(self, iid: bytes, node: str) -> None:
         """On a journal shared between nodes, tell ``node`` once this commits
         (and only if it does) that ``iid`` has new mail, as an append to an
         instance that node owns does (`Journal.on_mail`); for mail under an
         id no node owns. Single-owner journals ignore it."""
-        self.wakes.append((iid, node))
+        self.wakes = [*self.wakes, (iid, node)]
 
     def put_instance(
         self, iid: bytes, *, address: str, process: str, status: str, record: InstanceRecord
@@ -299,6 +302,25 @@ class Txn(StateOps):
         """Forget ``consumer``'s cursor (a missing one is ignored): the name
         starts afresh, as a new consumer, next time."""
         self.ops.append((DELETE_CURSOR, iid, consumer))
+
+    def _expect(self, key: str, version: int) -> None:
+        self.expects = [*self.expects, (key, version)]
+
+    def extend(self, other: Txn) -> int:
+        """Add everything of ``other`` after what this holds, as one
+        transaction; returns how many results come before ``other``'s, so
+        ``other``'s slot ``k`` is slot ``offset + k`` of this one."""
+        offset = self.results
+        self.ops.extend(other.ops)
+        self.requires.extend(other.requires)
+        if other.fences:
+            self.fences = [*self.fences, *other.fences]
+        if other.expects:
+            self.expects = [*self.expects, *other.expects]
+        if other.wakes:
+            self.wakes = [*self.wakes, *other.wakes]
+        self.results += other.results
+        return offset
 
     def _result_slot(self) -> int:
         self.results += 1

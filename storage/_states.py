@@ -46,13 +46,16 @@ class StateOps:
 
     __slots__ = ()
     ops: list[tuple[Any, ...]]
-    expects: list[tuple[str, int]]
+    expects: Sequence[tuple[str, int]]
+
+    def _expect(self, key: str, version: int) -> None:  # Txn's: it owns the field
+        raise NotImplementedError
 
     def expect_state(self, key: str, version: int) -> None:
         """Fail the whole transaction with `Conflict` (reason ``"state"``)
         unless state row ``key`` is at ``version`` when it is applied (0: the
         row must be absent)."""
-        self.expects.append((key, version))
+        self._expect(key, version)
 
     def put_state(self, key: str, value: Any) -> None:
         """Create or replace state row ``key``; its version goes one up."""

@@ -296,3 +296,17 @@ def _with(build) -> Txn:
     txn = Txn()
     build(txn)
     return txn
+
+
+async def test_extended_transactions_keep_each_ones_result_slots(make_journal):
+    async with make_journal() as j:
+        await commit(j, lambda t: put(t, A))
+        first, second = Txn(), Txn()
+        first.append_message(A, "a")
+        slot = second.append_message(A, "b")
+        second.require(A)
+        offset = first.extend(second)
+        results = await j.commit(first)
+        assert offset == 1 and len(results) == 2
+        with j.reader() as r:
+            assert dict(r.mailbox(A))[results[offset + slot]] == "b"
