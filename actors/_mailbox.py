@@ -48,7 +48,9 @@ class Mailbox:
         # has not committed yet: remember what was taken, so it is not re-read.
         self.taken: set[int] | None = set() if remember_taken else None
         self.waits: list[Wait[Any]] = []
-        self.asks: dict[int, list[Any]] = {}  # unread asked messages: seq -> ask
+        # unread asked messages: seq -> ask; made at the first (most
+        # instances are never asked, and there is one mailbox per live instance)
+        self.asks: dict[int, list[Any]] | None = None
 
     def accepts(self, seq: int) -> bool:
         """True if message ``seq`` is neither unread here nor taken already."""
@@ -78,16 +80,23 @@ class Mailbox:
         messages = self.messages
         for seq in [s for s in messages if s <= floor and s not in listed]:
             del messages[seq]
-            self.asks.pop(seq, None)
+            if self.asks:
+                self.asks.pop(seq, None)
         added = []
         for seq, message in unread:
             if seq not in messages:
                 added.append((seq, message[0], message[1]))
                 messages[seq] = (message[0], message[1])
                 if len(message) > 4 and message[4]:
-                    self.asks[seq] = message[4]
+                    self.remember_ask(seq, message[4])
         self.order = sorted(messages)
         return added
+
+    def remember_ask(self, seq: int, ask: list[Any]) -> None:
+        """Message ``seq`` (unread) was asked with ``ask``."""
+        if self.asks is None:
+            self.asks = {}
+        self.asks[seq] = ask
 
     def add_wait(self, wait: Wait[Any]) -> None:
         """Register a live wait; it takes a message at the next `take_match`."""
