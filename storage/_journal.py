@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 
 import attrs
 
-from ._codec import decode, encode
-from ._records import InstanceRecord, LogEntry, RecordShapeError
+from ._codec import encode
+from ._records import InstanceRecord, LogEntry
 from ._states import StateOps, StateRow
 from .errors import Conflict, EncodeError, JournalCorrupt
 
@@ -588,76 +588,6 @@ class Journal(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def corrupt(database: str, key: bytes, problem: str) -> JournalCorrupt:
-    """The error for stored record ``key`` of ``database`` that is unusable."""
-    return JournalCorrupt(
-        f"record {key.hex()} in database {database!r} {problem}; the instance it belongs "
-        "to is marked corrupt and every other instance keeps working; restore the journal "
-        "from a backup or clean the instance up",
-        database=database,
-        key=key,
-    )
-
-
-def decode_record(
-    data: bytes, database: str, key: bytes, shape: Callable[[Any], str | None] | None = None
-) -> Any:
-    """Decode a stored value, turning any failure into `JournalCorrupt`.
-
-    ``shape`` (a ``*_problem`` function of `storage._shapes`) checks what decoded:
-    valid msgpack of the wrong shape is as corrupt as bytes that do not decode.
-    """
-    try:
-        value = decode(data)
-    except Exception as exc:
-        raise corrupt(database, key, f"does not decode ({exc})") from exc
-    problem = None if shape is None else shape(value)
-    if problem is not None:
-        raise corrupt(database, key, f"has the wrong shape: {problem}")
-    return value
-
-
-def read_instance_record(data: bytes, key: bytes, process: str) -> InstanceRecord:
-    """Decode an instance's stored record and check its shape, including its
-    path params against ``process``; any failure is `JournalCorrupt` naming
-    the database and ``key``."""
-    value = decode_record(data, "instances", key)
-    try:
-        record = InstanceRecord.from_stored(value)
-    except RecordShapeError as exc:
-        raise corrupt("instances", key, f"has the wrong shape: {exc}") from None
-    except TypeError as exc:  # not a map of field names
-        raise corrupt("instances", key, f"has the wrong shape: {exc}") from None
-    problem = record.params_problem(process)
-    if problem is not None:
-        raise corrupt("instances", key, f"has the wrong shape: {problem}")
-    return record
-
-
-def read_entry(data: bytes, key: bytes) -> LogEntry:
-    """Decode a stored log entry into a `LogEntry`; any failure is
-    `JournalCorrupt` naming the database and ``key``."""
-    value = decode_record(data, "log", key)
-    try:
-        return LogEntry.from_stored(value)
-    except RecordShapeError as exc:
-        raise corrupt("log", key, f"has the wrong shape: {exc}") from None
-
-
-def number(data: bytes, database: str, key: bytes) -> int:
-    """A stored 8-byte big-endian number (a counter, a cursor, a due time)."""
-    if len(data) != 8:
-        raise corrupt(database, key, f"holds {len(data)} bytes where an 8-byte number belongs")
-    return int.from_bytes(data, "big")
-
-
-def key_size(key: bytes, size: int, database: str) -> bytes:
-    """``key``, checked to be ``size`` bytes long as its database's layout says."""
-    if len(key) != size:
-        raise corrupt(database, key, f"has a {len(key)}-byte key where the layout has {size}")
-    return key
 
 
 def check_requires(

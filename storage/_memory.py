@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from . import _journal as j
+from . import _reading as rd
 from . import _shapes
 from . import _states
 from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
@@ -115,7 +116,7 @@ class MemoryJournal(Journal):
                 seq = next_seq.get(iid) or self._mail_next.get(iid, 1)
                 next_seq[iid] = seq + 1
                 if iid not in emptied and seq in self._mail.get(iid, {}):
-                    raise j.corrupt(
+                    raise rd.corrupt(
                         "mail", _mail_key(iid, seq),
                         "already exists where a new one was to be written (the instance's "
                         "message counter was damaged or lost); nothing was overwritten",
@@ -213,7 +214,7 @@ class _MemoryReader(Reader):
 
     def _row(self, iid: bytes, row: tuple[int, str, str, bytes]) -> InstanceRow:
         status, process, address, data = row
-        record = j.read_instance_record(data, iid, process)
+        record = rd.read_instance_record(data, iid, process)
         return InstanceRow(iid, address, process, j.STATUS_NAME[status], record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -251,7 +252,7 @@ class _MemoryReader(Reader):
     def log(self, iid: bytes, run: int) -> dict[int, Any]:
         entries = self._j._logs.get(iid, {}).get(run, {})
         return {
-            seq: j.decode_record(
+            seq: rd.decode_record(
                 v, "log", iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"), self._entry
             )
             for seq, v in sorted(entries.items())
@@ -260,7 +261,7 @@ class _MemoryReader(Reader):
     def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
         entries = self._j._logs.get(iid, {}).get(run, {})
         return {
-            seq: j.read_entry(v, iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"))
+            seq: rd.read_entry(v, iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"))
             for seq, v in sorted(entries.items())
         }
 
@@ -269,11 +270,11 @@ class _MemoryReader(Reader):
 
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
         box = [
-            (seq, j.decode_record(v, "mail", _mail_key(iid, seq), self._message))
+            (seq, rd.decode_record(v, "mail", _mail_key(iid, seq), self._message))
             for seq, v in sorted(self._j._mail.get(iid, {}).items())
         ]
         if box and box[-1][0] > self.last_message_seq(iid):
-            raise j.corrupt(
+            raise rd.corrupt(
                 "counters", iid + b"m",
                 f"says fewer messages were sent than the mailbox holds (up to {box[-1][0]})",
             )  # fmt: skip
@@ -324,7 +325,7 @@ class _MemoryReader(Reader):
     def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
         values = self._j._streams.get(iid, [])
         return [
-            (i, j.decode_record(values[i], "stream", iid + i.to_bytes(8, "big")))
+            (i, rd.decode_record(values[i], "stream", iid + i.to_bytes(8, "big")))
             for i in range(max(0, start), min(len(values), start + limit))
         ]
 
@@ -342,7 +343,7 @@ class _MemoryReader(Reader):
         found = []
         for key in keys:
             version, value = self._j._states[key]
-            found.append(_states.StateRow(key, version, j.decode_record(value, "states", key.encode())))
+            found.append(_states.StateRow(key, version, rd.decode_record(value, "states", key.encode())))
         return found
 
     def has_records(self, iid: bytes) -> bool:

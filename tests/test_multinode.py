@@ -643,7 +643,7 @@ class Cluster:
     def emitted(self) -> dict[str, list[str]]:
         """id -> the addresses whose stream holds it (each sink emits the id
         of each message it handles), over every stream in the schema."""
-        from storage._journal import decode_record
+        from storage._reading import decode_record
 
         found: dict[str, list[str]] = defaultdict(list)
         rows = self.query(

@@ -15,7 +15,7 @@ from typing import Any
 import lmdb
 import msgpack
 
-from .. import _journal as j
+from .. import _reading as rd
 from .._journal import (
     ADD_TIMER,
     APPEND_MESSAGE,
@@ -58,12 +58,12 @@ class _Applier:
         """The version of state row ``key`` (0 if absent); see `storage._states`."""
         name = STATE_PREFIX + key.encode()
         value = self.txn.get(name, db=self.meta)
-        return 0 if value is None else j.number(value[:8], "meta", name)
+        return 0 if value is None else rd.number(value[:8], "meta", name)
 
     def _next(self, iid: bytes, kind: bytes) -> int:
         key = iid + kind
         found = self.txn.get(key, db=self.counters)
-        number = 0 if found is None else j.number(found, "counters", key)
+        number = 0 if found is None else rd.number(found, "counters", key)
         self.txn.put(key, _Q.pack(number + 1), db=self.counters)
         return number
 
@@ -76,7 +76,7 @@ class _Applier:
         the number held.
         """
         if not self.txn.put(key, value, db=db, overwrite=False):
-            raise j.corrupt(
+            raise rd.corrupt(
                 database, key,
                 "already exists where a new one was to be written (the instance's counter "
                 "in database 'counters' was damaged or lost); nothing was overwritten",

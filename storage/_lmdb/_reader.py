@@ -18,6 +18,7 @@ import lmdb
 import msgpack
 
 from .. import _journal as j
+from .. import _reading as rd
 from .. import _shapes
 from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
 from .._codec import decode as _decode
@@ -50,7 +51,7 @@ def _check_index(iid: bytes, expected: int, found: int, length: int) -> None:
     """Raise `JournalCorrupt` unless the stream index ``found`` of ``iid`` is
     the one expected next, below the stream's counter ``length``."""
     if found >= length:
-        raise j.corrupt(
+        raise rd.corrupt(
             "counters", iid + _STREAM_COUNTER,
             f"says {length} values were emitted, but the stream holds index {found}",
         )  # fmt: skip
@@ -59,7 +60,7 @@ def _check_index(iid: bytes, expected: int, found: int, length: int) -> None:
 
 
 def _missing_value(iid: bytes, index: int, why: str) -> JournalCorrupt:
-    return j.corrupt(
+    return rd.corrupt(
         "stream", iid + _Q.pack(index), f"is missing ({why}), so value {index} was lost"
     )
 
@@ -98,7 +99,7 @@ class _LMDBReader(Reader):
                 database="instances",
                 key=iid,
             ) from exc
-        record = j.read_instance_record(value[3 + hlen :], iid, process)
+        record = rd.read_instance_record(value[3 + hlen :], iid, process)
         return InstanceRow(iid, address, process, status, record)
 
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -146,7 +147,7 @@ class _LMDBReader(Reader):
     def log(self, iid: bytes, run: int) -> dict[int, Any]:
         prefix = iid + struct.pack(">I", run)
         return {
-            _RUN_SEQ.unpack_from(j.key_size(key, 24, "log"), 16)[1]: j.decode_record(
+            _RUN_SEQ.unpack_from(rd.key_size(key, 24, "log"), 16)[1]: rd.decode_record(
                 value, "log", key, self._entry
             )
             for key, value in self._scan("log", prefix)
@@ -164,8 +165,8 @@ class _LMDBReader(Reader):
                     raise ValueError("a key of another size")
                 found[run_seq(key, 16)[1]] = read(decode(value))
             except Exception:
-                seq = _RUN_SEQ.unpack_from(j.key_size(key, 24, "log"), 16)[1]
-                found[seq] = j.read_entry(value, key)
+                seq = _RUN_SEQ.unpack_from(rd.key_size(key, 24, "log"), 16)[1]
+                found[seq] = rd.read_entry(value, key)
         return found
 
     def log_runs(self, iid: bytes) -> list[int]:
@@ -176,7 +177,7 @@ class _LMDBReader(Reader):
                 key = cur.key()
                 if not key.startswith(iid):
                     break
-                run = _RUN_SEQ.unpack_from(j.key_size(key, 24, "log"), 16)[0]
+                run = _RUN_SEQ.unpack_from(rd.key_size(key, 24, "log"), 16)[0]
                 runs.append(run)
                 key_from = iid + struct.pack(">I", run + 1)
                 if run == 0xFFFFFFFF:
@@ -185,12 +186,12 @@ class _LMDBReader(Reader):
 
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
         box = [
-            (_Q.unpack_from(j.key_size(key, 24, "mail"), 16)[0],
-             j.decode_record(value, "mail", key, self._message))
+            (_Q.unpack_from(rd.key_size(key, 24, "mail"), 16)[0],
+             rd.decode_record(value, "mail", key, self._message))
             for key, value in self._scan("mail", iid)
         ]  # fmt: skip
         if box and box[-1][0] > self.last_message_seq(iid):
-            raise j.corrupt(
+            raise rd.corrupt(
                 "counters", iid + _MAIL_COUNTER,
                 f"says fewer messages were sent than the mailbox holds (up to {box[-1][0]})",
             )  # fmt: skip
@@ -199,7 +200,7 @@ class _LMDBReader(Reader):
     def last_message_seq(self, iid: bytes) -> int:
         key = iid + _MAIL_COUNTER
         found = self._txn.get(key, db=self._dbs["counters"])
-        return 0 if found is None else j.number(found, "counters", key)
+        return 0 if found is None else rd.number(found, "counters", key)
 
     def instances_with_mail(self) -> Iterator[bytes]:
         with self._txn.cursor(db=self._dbs["mail"]) as cur:
@@ -215,12 +216,12 @@ class _LMDBReader(Reader):
     def timers(self, iid: bytes) -> list[TimerRow]:
         rows = []
         for key, value in self._scan("timer_ids", iid):
-            run, seq = _RUN_SEQ.unpack_from(j.key_size(key, 24, "timer_ids"), 16)
-            due = j.number(value, "timer_ids", key)
+            run, seq = _RUN_SEQ.unpack_from(rd.key_size(key, 24, "timer_ids"), 16)
+            due = rd.number(value, "timer_ids", key)
             # Invariant: a timer is in both databases; one missing from the
             # due-time index would never fire.
             if self._txn.get(value + key, db=self._dbs["timers"]) is None:
-                raise j.corrupt("timers", value + key, "is missing, so the timer would never fire")
+                raise rd.corrupt("timers", value + key, "is missing, so the timer would never fire")
             rows.append(TimerRow(due / 1e6, iid, run, seq))
         rows.sort(key=lambda t: (t.due, t.run, t.seq))
         return rows
@@ -266,9 +267,9 @@ class _LMDBReader(Reader):
                 for key, value in cur:
                     if not key.startswith(iid) or len(rows) >= limit:
                         break
-                    index = _Q.unpack_from(j.key_size(key, 24, "stream"), 16)[0]
+                    index = _Q.unpack_from(rd.key_size(key, 24, "stream"), 16)[0]
                     _check_index(iid, start + len(rows), index, length)
-                    rows.append((index, j.decode_record(value, "stream", key)))
+                    rows.append((index, rd.decode_record(value, "stream", key)))
         if len(rows) < limit and start + len(rows) < length:
             raise _missing_value(iid, start + len(rows), f"the counter says {length} were emitted")
         return rows
@@ -276,12 +277,12 @@ class _LMDBReader(Reader):
     def stream_length(self, iid: bytes) -> int:
         key = iid + _STREAM_COUNTER
         found = self._txn.get(key, db=self._dbs["counters"])
-        return 0 if found is None else j.number(found, "counters", key)
+        return 0 if found is None else rd.number(found, "counters", key)
 
     def cursor(self, iid: bytes, consumer: str) -> int | None:
         key = iid + consumer.encode()
         value = self._txn.get(key, db=self._dbs["cursors"])
-        return None if value is None else j.number(bytes(value), "cursors", key)
+        return None if value is None else rd.number(bytes(value), "cursors", key)
 
     def cursors(self, iid: bytes) -> dict[str, int]:
         found = {}
@@ -289,11 +290,11 @@ class _LMDBReader(Reader):
             try:
                 consumer = key[16:].decode()
             except UnicodeDecodeError as exc:
-                raise j.corrupt("cursors", key, "names its consumer in broken UTF-8") from exc
-            found[consumer] = j.number(value, "cursors", key)
+                raise rd.corrupt("cursors", key, "names its consumer in broken UTF-8") from exc
+            found[consumer] = rd.number(value, "cursors", key)
         if found and max(found.values()) > self.stream_length(iid):
             consumer = max(found, key=found.__getitem__)
-            raise j.corrupt(
+            raise rd.corrupt(
                 "cursors", iid + consumer.encode(),
                 f"puts consumer {consumer!r} at {found[consumer]}, past the values emitted",
             )  # fmt: skip
@@ -304,8 +305,8 @@ class _LMDBReader(Reader):
         for key, value in self._scan("meta", STATE_PREFIX + prefix.encode()):
             if limit is not None and len(found) >= limit:
                 break
-            version = j.number(value[:8], "meta", key)
-            decoded = j.decode_record(value[8:], "meta", key)
+            version = rd.number(value[:8], "meta", key)
+            decoded = rd.decode_record(value[8:], "meta", key)
             found.append(StateRow(key[len(STATE_PREFIX) :].decode(), version, decoded))
         return found
 

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from .. import _journal as j
+from .. import _reading as rd
 from .. import _shapes
 from .._journal import InstanceRow, Reader, TimerRow
 from .._records import LogEntry
@@ -83,7 +84,7 @@ class _PostgresReader(Reader):
                 key=iid,
             )
         return InstanceRow(
-            iid, address, process, status, j.read_instance_record(record, iid, process)
+            iid, address, process, status, rd.read_instance_record(record, iid, process)
         )
 
     def instance(self, iid: bytes) -> InstanceRow | None:
@@ -127,13 +128,13 @@ class _PostgresReader(Reader):
 
     def log(self, iid: bytes, run: int) -> dict[int, Any]:
         return {
-            seq: j.decode_record(entry, "log", iid, self._entry)
+            seq: rd.decode_record(entry, "log", iid, self._entry)
             for seq, entry in self._rows(self._sql.log, [iid, run])
         }
 
     def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
         return {
-            seq: j.read_entry(entry, iid) for seq, entry in self._rows(self._sql.log, [iid, run])
+            seq: rd.read_entry(entry, iid) for seq, entry in self._rows(self._sql.log, [iid, run])
         }
 
     def log_runs(self, iid: bytes) -> list[int]:
@@ -141,7 +142,7 @@ class _PostgresReader(Reader):
 
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
         return [
-            (seq, j.decode_record(message, "mail", iid, self._message))
+            (seq, rd.decode_record(message, "mail", iid, self._message))
             for seq, message in self._rows(self._sql.mailbox, [iid])
         ]
 
@@ -149,7 +150,7 @@ class _PostgresReader(Reader):
         found: dict[bytes, list[tuple[int, Any]]] = {iid: [] for iid in iids}
         for iid, seq, message in self._rows(self._sql.mailboxes, [iids]):
             iid = bytes(iid)
-            found[iid].append((seq, j.decode_record(message, "mail", iid, self._message)))
+            found[iid].append((seq, rd.decode_record(message, "mail", iid, self._message)))
         return found
 
     def last_message_seq(self, iid: bytes) -> int:
@@ -184,7 +185,7 @@ class _PostgresReader(Reader):
         if limit <= 0:
             return []
         return [
-            (idx, j.decode_record(value, "stream", iid))
+            (idx, rd.decode_record(value, "stream", iid))
             for idx, value in self._rows(self._sql.stream, [iid, max(0, start), start + limit])
         ]
 
@@ -196,7 +197,7 @@ class _PostgresReader(Reader):
 
     def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
         return [
-            StateRow(key, version, j.decode_record(bytes(value), "states", key.encode()))
+            StateRow(key, version, rd.decode_record(bytes(value), "states", key.encode()))
             for key, version, value in self._rows(self._sql.states, [prefix, limit])
         ]
 
