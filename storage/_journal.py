@@ -492,6 +492,21 @@ class Journal(abc.ABC):
         Transactions are applied in the order they were submitted.
         """
 
+    def defer(self, txn: Txn) -> Ticket:
+        """Queue ``txn`` to go with the next transaction anyone submits or
+        commits, in the same commit (or at `submit_deferred`, `flush`,
+        ``ticket.wait()`` or close, whichever comes first).
+
+        For writes nobody waits for, that would otherwise start a commit of
+        their own just before someone else's. Order is kept: a deferred
+        transaction is applied before everything submitted after it. A
+        journal that cannot hold one back submits it at once (the default).
+        """
+        return self.submit(txn)
+
+    def submit_deferred(self) -> None:
+        """Submit what `defer` holds back, now, without waiting."""
+
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         """Submit ``txn`` and wait for it, as the journal's durability says
         (or always until durable, with ``durable=True``).

@@ -112,6 +112,43 @@ class _Ticket(Ticket):
         return _unwrap(batch.outcomes[self._index])
 
 
+class _Deferred(Ticket):
+    """A transaction `defer` holds back: a `_Ticket` once it goes with a
+    batch, a `_Settled` once it went with an inline commit."""
+
+    __slots__ = ("txn", "_journal", "ticket")
+
+    def __init__(self, journal: _GroupCommit, txn: Txn) -> None:
+        self.txn = txn
+        self._journal = journal
+        self.ticket: Ticket | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.ticket is not None and self.ticket.done
+
+    async def wait(self) -> list[int]:
+        if self.ticket is None:  # still held back: send it now
+            self._journal.submit_deferred()
+        assert self.ticket is not None
+        return await self.ticket.wait()
+
+
+class _Settled(Ticket):
+    __slots__ = ("_outcome",)
+
+    def __init__(self, outcome: list[int] | BaseException) -> None:
+        self._outcome = outcome
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    async def wait(self) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        return _unwrap(self._outcome)
+
+
 def _unwrap(outcome: list[int] | BaseException) -> list[int]:
     if isinstance(outcome, BaseException):
         raise outcome
@@ -143,6 +180,7 @@ class _GroupCommit:
     _uncommitted: int
     _unfinished: deque[_Batch]
     _inline_claimed: bool
+    _deferred: list[_Deferred]
     _hold: AutojumpHold | None
     _handoff: Handoff
 
@@ -216,7 +254,35 @@ class _GroupCommit:
             self._inline_claimed = False
         if self._inflight or trio.lowlevel.current_statistics().tasks_runnable:
             return None
-        return self._write_inline(self._check_open(), txn)
+        env = self._check_open()
+        if not self._deferred:
+            return self._write_inline(env, [txn])
+        # What defer held back goes first, in this same commit.
+        deferred, self._deferred = self._deferred, []
+        outcomes = self._write_inline(env, [d.txn for d in deferred] + [txn])
+        if outcomes is None:
+            self._deferred[:0] = deferred  # to the writer thread, still first
+            return None
+        for d, outcome in zip(deferred, outcomes):
+            d.ticket = _Settled(outcome)
+        return outcomes[len(deferred) :]
+
+    def defer(self, txn: Txn) -> Ticket:
+        if self.readonly:
+            self._refuse_write()
+        self._check_open()
+        deferred = _Deferred(self, txn)
+        self._deferred.append(deferred)
+        return deferred
+
+    def submit_deferred(self) -> None:
+        # Invariant: _deferred is empty whenever a batch is enqueued (every
+        # enqueue and inline commit takes it first), so what it holds was
+        # deferred after everything already submitted, and goes before
+        # anything submitted later.
+        deferred, self._deferred = self._deferred, []
+        for d in deferred:
+            d.ticket = self.submit(d.txn)
 
     def submit(self, txn: Txn) -> Ticket:
         if self.readonly:
@@ -234,6 +300,8 @@ class _GroupCommit:
     def _enqueue(self, txn: Txn, waiter: trio.lowlevel.Task | None) -> tuple[_Batch, int]:
         if self._env is None or self._closing or self._forked:
             self._check_open()  # raises, saying why
+        if self._deferred:
+            self.submit_deferred()  # first, into the same batch
         with self._lock:
             pending = self._pending
             if pending and len(pending[-1].txns) < self._split_at:
@@ -388,11 +456,12 @@ class _GroupCommit:
         except Exception:  # a failed commit aborts: nothing of it was written
             batch.outcomes = self._write(batch.txns)
 
-    def _write_inline(self, env: lmdb.Environment, txn: Txn) -> list[Any] | None:
-        """Commit one transaction in the calling thread; None if that failed
-        (the map is full, say): the writer thread then retries it carefully."""
+    def _write_inline(self, env: lmdb.Environment, txns: list[Txn]) -> list[Any] | None:
+        """Commit ``txns`` in the calling thread; their outcomes, or None if
+        that failed (the map is full, say): the writer thread then retries
+        them carefully."""
         try:
-            return self._apply(env, [txn], isolate=False)
+            return self._apply(env, txns, isolate=False)
         except Exception:
             return None
 
