@@ -327,7 +327,7 @@ class Actor(Ends):
                 await self._park()
                 continue
             self._set_status("suspended")
-            self.flush()
+            self.flush(defer=True)
             if passivate_now:
                 # Wake-ups before this point are accounted for by the loop's
                 # checks; _passivate stays only for one that comes meanwhile.
@@ -361,7 +361,7 @@ class Actor(Ends):
     def _set_status(self, status: str) -> None:
         if self.status != status:
             self.status = status
-            self.system._status_changed(self.iid)
+            self.system._activity_changed(self.iid)
 
     # -- journal writes ------------------------------------------------------
 
@@ -370,13 +370,19 @@ class Actor(Ends):
             self.txn.set_status(self.iid, self.status)
             self.persisted_status = self.status
 
-    def flush(self) -> None:
-        """Submit the ridden writes without waiting."""
+    def flush(self, *, defer: bool = False) -> None:
+        """Submit the ridden writes without waiting; with ``defer``, with
+        the next transaction anyone submits (the instance suspends: see
+        `_rides`)."""
         self._sync_status()
         if self.txn.ops:
             if self.fenced:
                 self.txn.fence(self.iid, self.epoch)
-            self.ticket = self.journal.submit(self.txn)
+            if defer:
+                self.ticket = self.journal.defer(self.txn)
+                self.system.rides.deferred()
+            else:
+                self.ticket = self.journal.submit(self.txn)
             self.txn = Txn()
 
     async def barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]:
@@ -550,7 +556,7 @@ class Actor(Ends):
 
     def _match_mail(self) -> None:
         mailbox = self.mailbox
-        while True:
+        while mailbox.messages and mailbox.waits:
             found = mailbox.take_match(self.live)
             if found is None:
                 return

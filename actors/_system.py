@@ -46,6 +46,7 @@ from ._process import ProcessDef
 from ._flow import FlowControl
 from ._queues import Queue, QueueService
 from ._records import Signal
+from ._rides import Rides
 from ._schedules import ScheduleService
 from ._streams import Stream
 from ._timers import TimerService
@@ -60,6 +61,7 @@ R = TypeVar("R")  # its result
 # What `_snapshot` gives for an instance it cannot read: incarnation 0 is
 # none a handle holds, so a handle reads it as replaced.
 NO_RECORD = InstanceRecord(incarnation=0)
+_IIDS_KEPT = 4096  # addresses whose instance ids are kept (see _address_iid)
 
 
 class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
@@ -117,6 +119,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
         self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
         self._ends: dict[bytes, tuple[str, InstanceRecord]] = {}  # see _ended
+        self._iids: dict[str, bytes] = {}  # see _address_iid
         self._creating: dict[bytes, trio.Event] = {}
         self._stalled_iids: set[bytes] = set()  # see _stalled
         self._resuming = False
@@ -135,6 +138,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
         self.queues = QueueService(self, queues)
         self.schedules = ScheduleService(self)
         self.asks = Asks(self)
+        self.rides = Rides(journal)
         self.keys = KeyedSends(self)
 
     # -- time ------------------------------------------------------------------
@@ -159,6 +163,20 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
                 f"{known}); pass it in open_system(journal, processes=[...])"
             )
         return found
+
+    def _address_iid(self, address: Any, what: str) -> bytes:
+        """The instance id of ``address`` (`InvalidArguments` naming ``what``
+        if it is not a name). Ids of addresses seen lately are kept: a
+        sender that sends to the same few instances pays for the check and
+        the hash once."""
+        iids = self._iids
+        iid = iids.get(address) if type(address) is str else None
+        if iid is None:
+            iid = instance_id(check_name(address, what))
+            if len(iids) >= _IIDS_KEPT:
+                iids.clear()
+            iids[address] = iid
+        return iid
 
     def _make_context(self, actor: ActorAPI) -> Context:
         return Context(actor)
@@ -419,11 +437,11 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
         )
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
-        check_name(address, "send's address")
+        iid = self._address_iid(address, "send's address")
         if key is None:
-            await self._send_iid(instance_id(address), address, signal, payload)
+            await self._send_iid(iid, address, signal, payload)
         else:
-            await self.keys.send(instance_id(address), address, signal, payload, key, self._send_iid)
+            await self.keys.send(iid, address, signal, payload, key, self._send_iid)
 
     async def ask(
         self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
@@ -446,11 +464,11 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
         _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
-        check_name(address, "ask's address")
+        iid = self._address_iid(address, "ask's address")
         if timeout is not None:
             timeout = check_seconds(timeout, "ask(timeout=...)")
         return await self.asks.ask(
-            instance_id(address), address, signal, payload, timeout, self._send_iid
+            iid, address, signal, payload, timeout, self._send_iid
         )
 
     async def _send_iid(
@@ -459,7 +477,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
     ) -> None:  # fmt: skip
         txn, notice = _protocol.send_txn(
             iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
-            trace=_tracing.traceparent(self), ask=ask, key=key,
+            trace=_tracing.traceparent(self) if self.tracing else None, ask=ask, key=key,
         )
         try:
             (seq,) = await self.journal.commit(txn)
@@ -526,7 +544,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
     def get(self, address: str) -> Handle[Any] | None:
         """The handle of the instance at ``address``, live, passivated or
         finished; None if there is none."""
-        iid = instance_id(check_name(address, "get's address"))
+        iid = self._address_iid(address, "get's address")
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             return Handle(self, iid, address, actor.record.incarnation)
@@ -562,7 +580,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
             "system.cancel()",
             "cancel from a step (ctx.step), or let the child end with its parent",
         )
-        iid = instance_id(check_name(address, "cancel's address"))
+        iid = self._address_iid(address, "cancel's address")
         if self._snapshot(iid)[0] == "corrupt":
             raise self._corrupt_error(iid, address)
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
@@ -606,6 +624,13 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
         actor = self._live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
+        self._activity_changed(iid)
+
+    def _activity_changed(self, iid: bytes) -> None:
+        """A live instance went from running to suspended or back (twice
+        per message it takes): only its status watchers need to know. The
+        queue and schedule services wait for instances to end, which comes
+        through `_status_changed`; no end of it is cached while it is live."""
         event = self._status_events.pop(iid, None)
         if event is not None:
             event.set()

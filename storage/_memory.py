@@ -85,14 +85,17 @@ class MemoryJournal(Journal):
     def submit(self, txn: Txn) -> Ticket:
         self._check_open()
         try:
-            j.check_requires(txn.requires, self._status_code)
-            _states.check_expects(txn.expects, self._state_version)
+            if txn.requires:
+                j.check_requires(txn.requires, self._status_code)
+            if txn.expects:
+                _states.check_expects(txn.expects, self._state_version)
         except Exception as exc:
             return _Done([], exc)
-        try:
-            self._check_appends(txn)
-        except JournalCorrupt as exc:
-            return _Done([], exc)
+        if txn.results:  # it appends
+            try:
+                self._check_appends(txn)
+            except JournalCorrupt as exc:
+                return _Done([], exc)
         results: list[int] = []
         for op in txn.ops:
             self._apply(op, results)
