@@ -18,14 +18,14 @@ write in a crash only makes replay take the same message again.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import trio
 
 import attrs
 
 from storage import InstanceRecord, Ticket, Txn
-from storage.errors import Conflict, JournalCorrupt, JournalFull
+from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _asks
 from . import _effects as fx
@@ -47,13 +47,16 @@ from ._supervision import CANCEL, ESCALATE
 from .errors import InvalidArguments, NonDeterminismError
 
 
-def _journal_full(exc: BaseException) -> JournalFull | None:
-    """``exc`` if it is a `JournalFull`, or a group holding nothing else."""
+E = TypeVar("E", bound=BaseException)
+
+
+def _alone(exc: BaseException, kind: type[E]) -> E | None:
+    """``exc`` if it is a ``kind``, or a group holding nothing else."""
     while isinstance(exc, BaseExceptionGroup):
-        if exc.split(JournalFull)[1] is not None:
+        if exc.split(kind)[1] is not None:
             return None  # something else failed too: that must not be hidden
         exc = exc.exceptions[0]
-    return exc if isinstance(exc, JournalFull) else None
+    return exc if isinstance(exc, kind) else None
 
 
 def _lost_ownership(exc: BaseException) -> Conflict | None:
@@ -156,7 +159,7 @@ class Actor(Ends):
                             await self._interrupted()
                 nursery.cancel_scope.cancel()
         except Exception as exc:
-            full = _journal_full(exc)
+            full = _alone(exc, JournalFull)
             if full is not None:
                 # Our own write found no room: nothing of it was written, so
                 # the journal still holds a state replay resumes from. Never
@@ -165,6 +168,12 @@ class Actor(Ends):
                 self.status = "suspended"
                 self.record = attrs.evolve(self.record, last_error=f"{type(full).__name__}: {full}")
                 self.system._stalled(self, full)
+                return
+            unavailable = _alone(exc, JournalUnavailable)
+            if unavailable is not None:
+                # The journal's connection was lost (a database outage): load
+                # the instance again once it answers, from what was committed.
+                self.system._journal_lost(self.iid, unavailable)
                 return
             lost = _lost_ownership(exc)
             if lost is None:
@@ -301,17 +310,9 @@ class Actor(Ends):
             self.parked = None
             trio.lowlevel.reschedule(task)
 
-    async def _park(self) -> None:
-        # One reschedule per wake-up: cheaper than a trio.Event per suspension.
-        if not self.woken:
-            self.parked = trio.lowlevel.current_task()
-
-            def abort(_: Any) -> trio.lowlevel.Abort:
-                self.parked = None
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
-        self.woken = False
+    def _unpark(self, _: Any) -> trio.lowlevel.Abort:
+        self.parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
@@ -324,22 +325,27 @@ class Actor(Ends):
                 raise Interrupted()
             if self.busy:
                 self.status = "running"
-                await self._park()
-                continue
-            self._set_status("suspended")
-            self.flush(defer=True)
-            if passivate_now:
-                # Wake-ups before this point are accounted for by the loop's
-                # checks; _passivate stays only for one that comes meanwhile.
-                self.woken = False
-                await self._passivate()
-                continue
-            self.idle_since = trio.current_time()
-            self.system._instance_idle()
-            await self._park()
+            else:
+                self._set_status("suspended")
+                self.flush(defer=True)
+                if passivate_now:
+                    # Wake-ups before this point are accounted for by the loop's
+                    # checks; _passivate stays only for one that comes meanwhile.
+                    self.woken = False
+                    await self._passivate()
+                    continue
+                self.idle_since = trio.current_time()
+                self.system._instance_idle()
+            # Parked here, not in a helper (one coroutine frame less per
+            # live instance), with one reschedule per wake-up: cheaper than
+            # a trio.Event per suspension.
+            if not self.woken:
+                self.parked = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._unpark)
+            self.woken = False
             if self.passivate_requested:
                 self.passivate_requested = False
-                if not self.woken and not effect.done and self.interrupt is None:
+                if not effect.done and self.interrupt is None:
                     await self._passivate()
         self.root = None
         self._set_status("running")

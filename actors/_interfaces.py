@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import trio
 
 from storage import InstanceRecord, Journal, Txn
-from storage.errors import JournalCorrupt, JournalFull
+from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _effects as fx
 from ._driver import Driver
@@ -86,6 +86,8 @@ class SystemAPI(Protocol):
     def _run_admitted(self, row: Any, epoch: int) -> None: ...
 
     def _instance_idle(self) -> None: ...
+
+    def _journal_lost(self, iid: bytes, exc: JournalUnavailable) -> None: ...
 
     def _activity_changed(self, iid: bytes) -> None: ...
 
