@@ -227,7 +227,7 @@ class Actor(Ends):
         """A message was committed to this instance's mailbox (``trace``: the
         sender's trace context, see `_tracing`; ``ask``: the ask, if it was
         asked, see `_asks`)."""
-        if self.done or not self.mailbox.accepts(seq):
+        if self.done or not self.mailbox.put(seq, name, payload):
             return
         if ask is not None:
             self.mailbox.remember_ask(seq, ask)
@@ -236,7 +236,6 @@ class Actor(Ends):
         if self.system.log_debug:
             _events.delivered(self.address, seq, name)
         self._receive_system(seq, name, payload)
-        self.mailbox.put(seq, name, payload)
         if self.loaded:
             self._match_mail()
         self.wakeup()
@@ -466,6 +465,10 @@ class Actor(Ends):
 
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
         """Start the leaves of ``effect`` that replay left open."""
+        if not isinstance(effect, fx.Composite):  # a lone leaf (most awaits): no race
+            if not effect.done:
+                self._start_live(effect, started.get(effect))
+            return
         for leaf in effect.leaves():
             if effect.done:
                 break
