@@ -31,6 +31,7 @@ from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import attrs
+import trio
 
 from ._codec import encode
 from ._records import InstanceRecord, LogEntry
@@ -345,6 +346,26 @@ class Ticket(abc.ABC):
     @abc.abstractmethod
     def done(self) -> bool:
         """Whether the outcome is known."""
+
+
+class Settled(Ticket):
+    """The ticket of a transaction whose outcome is known when it is made:
+    its results, or the exception it failed with."""
+
+    __slots__ = ("_outcome",)
+
+    def __init__(self, outcome: list[int] | BaseException) -> None:
+        self._outcome = outcome
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    async def wait(self) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        return self._outcome
 
 
 class Reader(abc.ABC):

@@ -37,7 +37,7 @@ from outcome import Error, Value
 
 from .. import _journal as j
 from .._clock import AutojumpHold
-from .._journal import CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Ticket, Txn
+from .._journal import CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Settled, Ticket, Txn
 from .._states import check_expects
 from ..errors import (
     ActorError,
@@ -114,7 +114,7 @@ class _Ticket(Ticket):
 
 class _Deferred(Ticket):
     """A transaction `defer` holds back: a `_Ticket` once it goes with a
-    batch, a `_Settled` once it went with an inline commit."""
+    batch, a `Settled` once it went with an inline commit."""
 
     __slots__ = ("txn", "_journal", "ticket")
 
@@ -132,21 +132,6 @@ class _Deferred(Ticket):
             self._journal.submit_deferred()
         assert self.ticket is not None
         return await self.ticket.wait()
-
-
-class _Settled(Ticket):
-    __slots__ = ("_outcome",)
-
-    def __init__(self, outcome: list[int] | BaseException) -> None:
-        self._outcome = outcome
-
-    @property
-    def done(self) -> bool:
-        return True
-
-    async def wait(self) -> list[int]:
-        await trio.lowlevel.checkpoint()
-        return _unwrap(self._outcome)
 
 
 def _unwrap(outcome: list[int] | BaseException) -> list[int]:
@@ -264,7 +249,7 @@ class _GroupCommit:
             self._deferred[:0] = deferred  # to the writer thread, still first
             return None
         for d, outcome in zip(deferred, outcomes):
-            d.ticket = _Settled(outcome)
+            d.ticket = Settled(outcome)
         return outcomes[len(deferred) :]
 
     def defer(self, txn: Txn) -> Ticket:
