@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-
 from . import _journal as j
 from . import _reading as rd
 from . import _shapes
