@@ -116,10 +116,11 @@ class _Deferred(Ticket):
     """A transaction `defer` holds back: a `_Ticket` once it goes with a
     batch, a `Settled` once it went with an inline commit."""
 
-    __slots__ = ("txn", "_journal", "ticket")
+    __slots__ = ("_journal", "ticket")
 
-    def __init__(self, journal: _GroupCommit, txn: Txn) -> None:
-        self.txn = txn
+    def __init__(self, journal: _GroupCommit) -> None:
+        # (The transaction is held by the journal, not here: a suspended
+        # instance keeps its last ticket, and should not keep its ops.)
         self._journal = journal
         self.ticket: Ticket | None = None
 
@@ -165,7 +166,7 @@ class _GroupCommit:
     _uncommitted: int
     _unfinished: deque[_Batch]
     _inline_claimed: bool
-    _deferred: list[_Deferred]
+    _deferred: list[tuple[Txn, _Deferred]]
     _hold: AutojumpHold | None
     _handoff: Handoff
 
@@ -244,21 +245,21 @@ class _GroupCommit:
             return self._write_inline(env, [txn])
         # What defer held back goes first, in this same commit.
         deferred, self._deferred = self._deferred, []
-        outcomes = self._write_inline(env, [d.txn for d in deferred] + [txn])
+        outcomes = self._write_inline(env, [held for held, _ in deferred] + [txn])
         if outcomes is None:
             self._deferred[:0] = deferred  # to the writer thread, still first
             return None
-        for d, outcome in zip(deferred, outcomes):
-            d.ticket = Settled(outcome)
+        for (_, ticket), outcome in zip(deferred, outcomes):
+            ticket.ticket = Settled(outcome)
         return outcomes[len(deferred) :]
 
     def defer(self, txn: Txn) -> Ticket:
         if self.readonly:
             self._refuse_write()
         self._check_open()
-        deferred = _Deferred(self, txn)
-        self._deferred.append(deferred)
-        return deferred
+        ticket = _Deferred(self)
+        self._deferred.append((txn, ticket))
+        return ticket
 
     def submit_deferred(self) -> None:
         # Invariant: _deferred is empty whenever a batch is enqueued (every
@@ -266,8 +267,8 @@ class _GroupCommit:
         # deferred after everything already submitted, and goes before
         # anything submitted later.
         deferred, self._deferred = self._deferred, []
-        for d in deferred:
-            d.ticket = self.submit(d.txn)
+        for txn, ticket in deferred:
+            ticket.ticket = self.submit(txn)
 
     def submit(self, txn: Txn) -> Ticket:
         if self.readonly:
@@ -315,6 +316,9 @@ class _GroupCommit:
             self._hold.release()
         batch.finished = True
         self._uncommitted -= len(batch.txns)
+        # Its tickets need only the outcomes (an instance keeps the ticket of
+        # its last writes while it is suspended): let the transactions go.
+        batch.txns = []
         unfinished = self._unfinished
         while unfinished and unfinished[0].finished:
             unfinished.popleft()
