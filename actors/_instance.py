@@ -9,10 +9,14 @@ actor's nursery. Those tasks report back through the actor's methods
 
 Durability barrier: writes that are not visible outside the instance
 (taking a message, logging a timer's start, status changes) collect in
-``self.txn`` and ride on the next commit; they are submitted when the
-instance suspends, and awaited only at a barrier (before a step's side
-effect, before completing). Replay is deterministic, so losing a ridden
-write in a crash only makes replay take the same message again.
+``self.txn`` and ride on the next commit; they are deferred when the
+instance suspends (they go with the next commit anyone makes, see
+`_rides`), and awaited only at a barrier (before a step's side effect,
+before completing). Replay is deterministic, so losing a ridden write in a
+crash only makes replay take the same message again.
+
+What arrives from outside (messages, due timers, stop requests) is in
+`_arrivals`; how a run ends in `_ends`: both are bases of `Actor`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from . import _streams
 from . import _supervision as _sup
 from ._context import Context
 from ._driver import Driver, Interrupted, Passivated
+from ._arrivals import Arrivals
 from ._effects import Effect
 from ._ends import Ends
 from ._handles import ChildHandle
@@ -43,7 +48,6 @@ from ._log import LogEntry
 from ._mailbox import Mailbox
 from ._process import ProcessDef
 from ._steps import run_step
-from ._supervision import CANCEL, ESCALATE
 from .errors import InvalidArguments, NonDeterminismError
 
 
@@ -70,7 +74,7 @@ def _lost_ownership(exc: BaseException) -> Conflict | None:
     return None
 
 
-class Actor(Ends):
+class Actor(Ends, Arrivals):
     """A live instance. Created and owned by `ActorSystem`."""
 
     __slots__ = (
@@ -219,53 +223,6 @@ class Actor(Ends):
                 self.txn.cancel_timer(iid, timer.run, timer.seq)
         self.loaded = True
         return True
-
-    def deliver(
-        self, seq: int, name: str, payload: Any, trace: str | None = None,
-        ask: list[Any] | None = None,
-    ) -> None:  # fmt: skip
-        """A message was committed to this instance's mailbox (``trace``: the
-        sender's trace context, see `_tracing`; ``ask``: the ask, if it was
-        asked, see `_asks`)."""
-        if self.done or not self.mailbox.put(seq, name, payload):
-            return
-        if ask is not None:
-            self.mailbox.remember_ask(seq, ask)
-        if trace is not None:
-            _tracing.delivered(self, seq, name, trace)
-        if self.system.log_debug:
-            _events.delivered(self.address, seq, name)
-        self._receive_system(seq, name, payload)
-        if self.loaded:
-            self._match_mail()
-        self.wakeup()
-
-    def _receive_system(self, seq: int, name: str, payload: Any) -> None:
-        if name == ESCALATE.name and self.interrupt is None:
-            self.interrupt = ("escalate", payload, seq)
-            self.wakeup()
-        elif name == CANCEL.name:
-            self.txn.take_message(self.iid, seq)
-            self.cancel(payload["reason"])
-
-    def cancel(self, reason: str) -> None:
-        """Ask the driver to cancel the instance at its next suspension."""
-        if self.interrupt is None or self.interrupt[0] != "cancel":
-            self.interrupt = ("cancel", reason)
-        self.wakeup()
-
-    def corrupted(self, exc: JournalCorrupt) -> None:
-        """Stop the instance at its next suspension and mark it corrupt: a
-        record of it was found damaged elsewhere (see `_stream_damaged`).
-        Over any other request: a corrupt instance does nothing more."""
-        self.interrupt = ("corrupt", exc)
-        self.wakeup()
-
-    def restart(self, reason: str) -> None:
-        """Ask the driver to restart the instance afresh (a sibling crashed)."""
-        if self.interrupt is None:
-            self.interrupt = ("restart", reason)
-        self.wakeup()
 
     # -- the driver ------------------------------------------------------------
 
@@ -480,6 +437,10 @@ class Actor(Ends):
             if type(leaf) is fx.Timer:
                 self.txn.cancel_timer(self.iid, self.run, leaf.seq)
 
+    def add_child(self, address: str, seq: int) -> None:
+        """Count ``address`` among this run's children (made by effect ``seq``)."""
+        self.children.setdefault(address, seq)
+
     def child_handle(self, address: str) -> ChildHandle[Any]:
         """The handle a replayed spawn gives the process."""
         return ChildHandle(self.system, address)
@@ -552,76 +513,6 @@ class Actor(Ends):
             self.mailbox.remove_wait(leaf)  # a late reply stays unread
         # An Emit or Publish that lost a race still completes its write.
 
-    # -- mail and timers -----------------------------------------------------------
-
-    def add_child(self, address: str, seq: int) -> None:
-        """Count ``address`` among this run's children (made by effect ``seq``)."""
-        self.children.setdefault(address, seq)
-
-    def add_wait(self, wait: fx.Wait[Any]) -> None:
-        """Register a live wait and give it a message if one is already here."""
-        self.mailbox.add_wait(wait)
-        self._match_mail()
-
-    def _match_mail(self) -> None:
-        mailbox = self.mailbox
-        while mailbox.messages and mailbox.waits:
-            found = mailbox.take_match(self.live)
-            if found is None:
-                return
-            wait, signal, mseq, payload = found
-            # Taking rides on the next commit, with the wait's log entry:
-            # the message leaves the mailbox as it enters the log.
-            self.txn.take_message(self.iid, mseq)
-            if type(wait) is fx.Call:
-                value, error, entry = _sup.end_outcome(wait, payload)
-                entry.message = mseq
-                self.finish(wait, value, error, entry)
-                continue
-            if type(wait) is fx.Ask:
-                self.finish(wait, *_asks.reply_outcome(wait, payload, mseq))
-                continue
-            entry = wait.describe()
-            entry.value = payload
-            entry.message = mseq
-            if wait.pair:
-                entry.signal = signal.name
-            ask = mailbox.asks.pop(mseq, None) if mailbox.asks else None
-            entry.ask = ask
-            self.driver.took(wait.seq, ask)
-            self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
-
-    def _start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None:
-        if entry is not None:
-            due = entry.due
-            assert due is not None  # a sleep entry without one reads as corrupt (_shapes)
-        else:
-            due = timer.until if timer.until is not None else self.system.epoch_now() + (
-                timer.delay or 0.0
-            )
-            started = timer.describe()
-            started.due = due
-            self.txn.put_log(self.iid, self.run, timer.seq, started.to_stored())
-            self.txn.add_timer(self.iid, self.run, timer.seq, due)
-        timer.due = due
-        self.timers[timer.seq] = timer
-        if due <= self.system.epoch_now():
-            self._fire(timer)
-        else:
-            self.system.timers.schedule(due, self.iid)
-
-    def timers_due(self, now: float) -> None:
-        """Fire every live timer due at epoch ``now`` (called by the timer service)."""
-        for timer in [t for t in self.timers.values() if t.due is not None and t.due <= now]:
-            self._fire(timer)
-
-    def _fire(self, timer: fx.Timer) -> None:
-        self.timers.pop(timer.seq, None)
-        self.txn.cancel_timer(self.iid, self.run, timer.seq)
-        entry = timer.describe()
-        entry.value = None
-        entry.due = timer.due
-        self.finish(timer, None, None, entry)
 
 
 def _under_done(leaf: Effect[Any]) -> bool:
