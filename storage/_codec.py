@@ -315,6 +315,9 @@ def _ext_hook(code: int, data: bytes, depth: int = 0) -> Any:
 
 _EXT_HOOK = _ext_hook
 _HOOKS = [functools.partial(_ext_hook, depth=depth) for depth in range(MAX_NESTING + 2)]
+_FAST_DECODE = functools.partial(
+    msgpack.unpackb, ext_hook=_HOOKS[0], strict_map_key=False, raw=False
+)  # what _unpack does at depth 0
 
 
 def _hook(depth: int) -> Any:
@@ -364,6 +367,16 @@ def decode(data: bytes) -> Any:
         raise
     except Exception as exc:  # msgpack raises a zoo of types on garbage
         raise ValueError(f"undecodable record: {exc!r}") from exc
+
+
+def fast_decoder() -> Callable[[bytes], Any]:
+    """`decode` without its wrapping, for a loop over many values (a run's
+    log): raises whatever msgpack raises on bytes that are not a valid
+    encoding, so the caller catches `Exception` and decodes again with
+    `decode` (or `_reading.decode_record`) to say what is wrong."""
+    if _ext_hook is _EXT_HOOK:
+        return _FAST_DECODE
+    return decode
 
 
 def digest(value: Any, *, what: str = "arguments") -> bytes:
