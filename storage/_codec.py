@@ -315,9 +315,6 @@ def _ext_hook(code: int, data: bytes, depth: int = 0) -> Any:
 
 _EXT_HOOK = _ext_hook
 _HOOKS = [functools.partial(_ext_hook, depth=depth) for depth in range(MAX_NESTING + 2)]
-_FAST_DECODE = functools.partial(
-    msgpack.unpackb, ext_hook=_HOOKS[0], strict_map_key=False, raw=False
-)  # what _unpack does at depth 0
 
 
 def _hook(depth: int) -> Any:
@@ -369,14 +366,16 @@ def decode(data: bytes) -> Any:
         raise ValueError(f"undecodable record: {exc!r}") from exc
 
 
-def fast_decoder() -> Callable[[bytes], Any]:
-    """`decode` without its wrapping, for a loop over many values (a run's
-    log): raises whatever msgpack raises on bytes that are not a valid
-    encoding, so the caller catches `Exception` and decodes again with
-    `decode` (or `_reading.decode_record`) to say what is wrong."""
-    if _ext_hook is _EXT_HOOK:
-        return _FAST_DECODE
-    return decode
+def stream_unpacker() -> Any:
+    """A msgpack unpacker that decodes values fed one after another as
+    `decode` decodes each, for a loop over many (a run's log), without a
+    call of `decode` per value. The caller checks that ``tell()`` moved by
+    exactly the length of each value it fed (else the value held more than
+    one encoding, or part of one), and on any exception decodes again with
+    `decode`, which says what is wrong."""
+    return msgpack.Unpacker(
+        None, ext_hook=_hook(0), strict_map_key=False, raw=False, max_buffer_size=0
+    )  # max_buffer_size 0: no limit below unpackb's, which is the value's length
 
 
 def digest(value: Any, *, what: str = "arguments") -> bytes:

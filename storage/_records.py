@@ -310,10 +310,7 @@ class LogEntry:
         # order) takes the reader made for that shape; anything it does
         # not take goes the checked way, which says what is wrong.
         if type(stored) is dict:
-            keys = tuple(stored)
-            read = _SHAPE_READERS.get(keys, _NOT_MADE)
-            if read is _NOT_MADE:
-                read = _shape_reader(keys)
+            read = _SHAPE_READERS[tuple(stored)]
             if read is not None:
                 entry = read(stored)
                 if entry is not None:
@@ -379,7 +376,7 @@ assert [f.name for f in attrs.fields(LogEntry)] == [
 #
 # The writer stores every entry of a kind with the same keys in the same
 # order, so a log holds a handful of shapes. For each shape made only of
-# known keys (a kind among them), `_shape_reader` writes a function, as
+# known keys (a kind among them), `_write_shape_reader` writes a function, as
 # attrs writes an __init__, that unpacks the values by position, checks
 # each field whose type matters by its exact class (msgpack gives exactly
 # str, int, float, list, dict or None for those) and fills a new entry's
@@ -388,11 +385,22 @@ assert [f.name for f in attrs.fields(LogEntry)] == [
 # `LogEntry._checked` decides. The fast way takes only what the checked one
 # takes, and builds the same entry from it.
 
-_NOT_MADE: Any = object()
 _Reader = Callable[[dict[Any, Any]], "LogEntry | None"]
-# keys of a stored entry, in their order -> its reader, or None: the checked way
-_SHAPE_READERS: dict[tuple[Any, ...], _Reader | None] = {}
 _SHAPES_KEPT = 64  # a damaged journal may hold any number of shapes; these many are kept
+
+
+class _ShapeReaders(dict[tuple[Any, ...], "_Reader | None"]):
+    """The keys of a stored entry, in their order -> its reader, or None:
+    the checked way. A shape's reader is written at its first entry."""
+
+    def __missing__(self, keys: tuple[Any, ...]) -> _Reader | None:
+        read = _write_shape_reader(keys)
+        if len(self) < _SHAPES_KEPT:
+            self[keys] = read
+        return read
+
+
+_SHAPE_READERS = _ShapeReaders()
 # LogEntry's fields in order; a reader fills them all, as LogEntry.__init__
 # would (there is nothing else it does: no validator, no converter).
 _FIELDS = [f.name for f in attrs.fields(LogEntry)]
@@ -400,16 +408,8 @@ assert all(f.validator is None and f.converter is None for f in attrs.fields(Log
 assert not hasattr(LogEntry, "__attrs_post_init__")
 
 
-def _shape_reader(keys: tuple[Any, ...]) -> _Reader | None:
-    """The reader of entries stored with ``keys`` (kept for the next), or
-    None if the shape goes the checked way."""
-    read = _write_shape_reader(keys)
-    if len(_SHAPE_READERS) < _SHAPES_KEPT:
-        _SHAPE_READERS[keys] = read
-    return read
-
-
 def _write_shape_reader(keys: tuple[Any, ...]) -> _Reader | None:
+    """The reader of entries stored with ``keys``, or None for the checked way."""
     if "k" not in keys or not all(type(key) is str and key in _ENTRY_POSITION for key in keys):
         return None
     given = {_ENTRY_POSITION[key]: f"_{_ENTRY_POSITION[key]}" for key in keys}

@@ -22,7 +22,7 @@ from .. import _journal as j
 from .. import _reading as rd
 from .. import _shapes
 from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
-from .._codec import fast_decoder
+from .._codec import stream_unpacker
 from .._records import LogEntry
 from .._states import STATE_PREFIX, StateRow
 from ..errors import JournalCorrupt
@@ -170,17 +170,28 @@ class _LMDBReader(Reader):
         }
 
     def _entries_fast(self, prefix: bytes) -> dict[int, LogEntry]:
-        read, decode, log_key = LogEntry.from_stored, fast_decoder(), _LOG_KEY.unpack
+        read, log_key = LogEntry.from_stored, _LOG_KEY.unpack
+        unpacker = stream_unpacker()
+        feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell
         end = _prefix_end(prefix)
+        found: dict[int, LogEntry] = {}
+        fed = 0
         with self._txn.cursor(db=self._dbs["log"]) as cur:
             if not cur.set_range(prefix):
-                return {}
+                return found
             # The pairs whose key sorts below the prefix's end: those that
             # start with the prefix (a tuple (key, value) sorts below (end,)
             # exactly when key < end).
             pairs = cur.iternext() if end is None else takewhile((end,).__gt__, cur.iternext())
-            # _LOG_KEY.unpack refuses a key of another size than the layout's.
-            return {log_key(key)[1]: read(decode(value)) for key, value in pairs}
+            for key, value in pairs:
+                feed(value)
+                entry = read(unpack())
+                fed += len(value)
+                if tell() != fed:
+                    raise ValueError("a log entry holds more than one value")
+                # _LOG_KEY.unpack refuses a key of another size than the layout's.
+                found[log_key(key)[1]] = entry
+        return found
 
     def log_runs(self, iid: bytes) -> list[int]:
         runs: list[int] = []
