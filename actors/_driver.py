@@ -49,7 +49,8 @@ class Host(Protocol):
     interrupt: Any  # not None: stop at the next effect (raise `Interrupted`)
 
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
-        """Start the leaves of ``effect`` that replay left open."""
+        """Start the leaves of ``effect`` that replay left open (called only
+        if it left some: ``effect`` is not done, or ``started`` is not empty)."""
 
     async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; False to stop driving (nothing more to run)."""
