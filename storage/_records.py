@@ -412,6 +412,8 @@ def _write_shape_reader(keys: tuple[Any, ...]) -> _Reader | None:
     """The reader of entries stored with ``keys``, or None for the checked way."""
     if "k" not in keys or not all(type(key) is str and key in _ENTRY_POSITION for key in keys):
         return None
+    # The source holds only names of ours: every key is one of _ENTRY_KEYS,
+    # and its value is named by its field's position.
     given = {_ENTRY_POSITION[key]: f"_{_ENTRY_POSITION[key]}" for key in keys}
     refused = [_refused(given[i], types) for i, types in enumerate(_ENTRY_TYPES) if i in given]
     if _ENTRY_POSITION["due"] not in given:
