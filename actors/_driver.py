@@ -335,9 +335,12 @@ class Driver:
                     throw = fx._reused(effect)
                     continue
                 try:
-                    started = self.replay(effect)
-                    if started or not effect.done:  # else replay left nothing to begin
-                        host.begin(effect, started)
+                    if effect.seq > self.last and not isinstance(effect, fx.Composite):
+                        host.begin(effect, {})  # past the log: nothing to replay
+                    else:
+                        started = self.replay(effect)
+                        if started or not effect.done:  # else replay left nothing to begin
+                            host.begin(effect, started)
                 except NonDeterminismError as exc:
                     await host.diverge(exc)
                     return
