@@ -138,6 +138,14 @@ class Driver:
         self.occurrences = None
         self._reset_run_state()
 
+    def unload(self) -> None:
+        """The instance left memory: let go of its log now. The actor and
+        its driver refer to each other, so its entries would otherwise wait
+        for the cycle collector, which walks every one of them on the way
+        (a wake reads the whole log; a passivated actor is garbage at once)."""
+        self.log = _NO_LOG
+        self.last = 0
+
     def took(self, seq: int, ask: list[Any] | None) -> None:
         """Wait ``seq`` took a message, asked with ``ask`` (None: sent)."""
         if seq >= self.taken_seq:
