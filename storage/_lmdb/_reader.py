@@ -170,6 +170,7 @@ class _LMDBReader(Reader):
         }
 
     def _entries_fast(self, prefix: bytes) -> dict[int, LogEntry]:
+        # The loop of `_reading.read_entries`, inlined in the cursor's pass.
         read, log_key = LogEntry.from_stored, _LOG_KEY.unpack
         unpacker = stream_unpacker()
         feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell
