@@ -45,6 +45,7 @@ class Arrivals(_ActorAPI):
         live: set[fx.Effect[Any]]
         loaded: bool
         interrupt: tuple[Any, ...] | None
+        root: fx.Effect[Any] | None
 
     def deliver(
         self, seq: int, name: str, payload: Any, trace: str | None = None,
@@ -69,6 +70,7 @@ class Arrivals(_ActorAPI):
     def _receive_system(self, seq: int, name: str, payload: Any) -> None:
         if name == ESCALATE.name and self.interrupt is None:
             self.interrupt = ("escalate", payload, seq)
+            self._stop_inline_step()
             self.wakeup()
         elif name == CANCEL.name:
             self.txn.take_message(self.iid, seq)
@@ -78,6 +80,7 @@ class Arrivals(_ActorAPI):
         """Ask the driver to cancel the instance at its next suspension."""
         if self.interrupt is None or self.interrupt[0] != "cancel":
             self.interrupt = ("cancel", reason)
+        self._stop_inline_step()
         self.wakeup()
 
     def corrupted(self, exc: JournalCorrupt) -> None:
@@ -85,13 +88,24 @@ class Arrivals(_ActorAPI):
         record of it was found damaged elsewhere (see `_stream_damaged`).
         Over any other request: a corrupt instance does nothing more."""
         self.interrupt = ("corrupt", exc)
+        self._stop_inline_step()
         self.wakeup()
 
     def restart(self, reason: str) -> None:
         """Ask the driver to restart the instance afresh (a sibling crashed)."""
         if self.interrupt is None:
             self.interrupt = ("restart", reason)
+        self._stop_inline_step()
         self.wakeup()
+
+    def _stop_inline_step(self) -> None:
+        # A step awaited alone runs in the actor's own task (see wait_for),
+        # so the driver cannot abandon it at the request, as it does a step
+        # in a task of its own: it is cancelled here, and the driver then
+        # acts on the request (it stays live, unfinished, for `_interrupted`).
+        root = self.root
+        if type(root) is fx.Step and root.scope is not None:
+            root.scope.cancel()
 
     def add_wait(self, wait: fx.Wait[Any]) -> None:
         """Register a live wait and give it a message if one is already here."""

@@ -4,8 +4,10 @@ The `Mailbox` holds unread messages and the waits that take them; the
 `Driver` steps the process coroutine against the run's log and hands the
 actor what replay cannot answer (`Actor.begin`), which it runs live: waits
 and timers here, steps, children, emits and publishes as tasks in the
-actor's nursery. Those tasks report back through the actor's methods
-(`finish`, `task_finished`, ...), never by writing its state.
+actor's nursery, except a step awaited alone, which `wait_for` runs in the
+actor's own task (nothing races it, so no task need be spawned and woken
+for it). Those tasks report back through the actor's methods (`finish`,
+`task_finished`, ...), never by writing its state.
 
 Durability barrier: writes that are not visible outside the instance
 (taking a message, logging a timer's start, status changes) collect in
@@ -82,7 +84,7 @@ class Actor(Ends, Arrivals):
         "mailbox", "timers", "live", "busy", "txn",
         "ticket", "status", "persisted_status", "woken", "parked", "idle_since",
         "passivate_requested", "root", "loaded", "epoch", "fenced", "interrupt",
-        "children", "escalate_to", "done", "nursery",
+        "children", "escalate_to", "done", "nursery", "inline",
     )  # fmt: skip
 
     def __init__(
@@ -127,6 +129,9 @@ class Actor(Ends, Arrivals):
         # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: tuple[Any, ...] | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
+        # A step awaited on its own, run by wait_for in the actor's own task
+        # (no task to spawn and wake for it), with its started entry.
+        self.inline: tuple[fx.Step[Any], LogEntry | None] | None = None
         self.escalate_to: tuple[Any, ...] | None = None
         self.done = False
 
@@ -276,6 +281,15 @@ class Actor(Ends, Arrivals):
         if type(effect) is fx.Reply and effect in self.live:
             await _asks.send_reply(self, effect)  # type: ignore[arg-type]  # see start_reply
         self.root = effect
+        if self.inline is not None:
+            step, started = self.inline
+            self.inline = None
+            if self.interrupt is None:
+                # A stop request meanwhile cancels it (see Arrivals), as the
+                # driver would abandon a step running in a task of its own.
+                await run_step(self, step, started)
+            else:
+                self.busy -= 1  # never run: the loop below stops for the request
         passivate_now = self.system.passivate_after <= 0
         while not effect.done:
             if self.interrupt is not None:
@@ -453,7 +467,11 @@ class Actor(Ends, Arrivals):
         elif type(leaf) is fx.Timer:
             self._start_timer(leaf, entry)
         elif type(leaf) is fx.Step:
-            self.start_task(run_step, self, leaf, entry)
+            if leaf.parent is None:  # awaited alone: nothing races it
+                self.busy += 1  # as start_task counts it; run_step ends with task_finished
+                self.inline = (leaf, entry)
+            else:
+                self.start_task(run_step, self, leaf, entry)
         elif type(leaf) is fx.Call or type(leaf) is fx.Spawn:
             _sup.start_child_effect(self, leaf, entry)
         elif type(leaf) is fx.Reply:
