@@ -193,6 +193,7 @@ class Actor(Ends, Arrivals):
         finally:
             _tracing.end_run(run_span)
             self.done = True
+            self.driver.unload()
             self.system._forget(self)
 
     async def _load(self) -> bool:
