@@ -281,6 +281,9 @@ class Actor(Ends, Arrivals):
         self.root = effect
         if self.inline is not None:
             fn, leaf, args = self.inline
+            # Invariant: only the effect being awaited leaves work here (it
+            # was begun just now, and such work never completes it at once).
+            assert leaf is effect
             self.inline = None
             if self.interrupt is None:
                 # A stop request meanwhile cancels a step (see Arrivals), as
