@@ -1,14 +1,18 @@
 """LMDB group commit, seen from its callers: each caller of a batch gets its
 own outcome, and a caller cancelled while it waits stops waiting but its
-transaction still commits (and the caller can commit again at once)."""
+transaction still commits (and the caller can commit again at once). And
+the doorbell that hands committed batches back to the trio thread."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import trio
 import trio.testing
 
 from storage import Conflict, LMDBJournal, Txn, instance_id
+from storage._lmdb._handoff import Doorbell
 
 MAIL = [instance_id(f"mail/{i}") for i in range(4)]
 MISSING = instance_id("nobody/here")
@@ -118,3 +122,35 @@ async def test_a_caller_cancelled_while_it_waits_stops_waiting_and_its_write_com
             if cancelled >= 8:
                 break
         assert cancelled > 0
+
+
+async def test_the_doorbell_delivers_in_the_trio_thread_in_the_order_rung():
+    trio_thread = threading.get_ident()
+    delivered: list[tuple[int, bool]] = []
+    bell: Doorbell[int] = Doorbell(
+        lambda n: delivered.append((n, threading.get_ident() == trio_thread))
+    )
+    bell.open()
+    try:
+
+        def ring_from_a_thread() -> None:
+            for n in range(2000):
+                bell.ring(n)
+
+        await trio.to_thread.run_sync(ring_from_a_thread)
+        with trio.fail_after(5):
+            while len(delivered) < 2000:
+                await trio.sleep(0.001)
+    finally:
+        bell.close()
+    assert [(n, True) for n in range(2000)] == delivered
+
+
+async def test_a_journal_closes_its_doorbell_and_opens_again(make_lmdb):
+    for round_ in range(3):
+        async with make_lmdb() as journal:
+            async with trio.open_nursery() as nursery:
+                for k in range(8):
+                    nursery.start_soon(journal.commit, _append(MAIL[0], [round_, k]))
+    async with make_lmdb() as journal:
+        assert 24 == len(_mailbox(journal, MAIL[0]))

@@ -4,14 +4,14 @@ One writer thread owns every write transaction (py-lmdb binds a write
 transaction to the OS thread that began it). Transactions submitted while a
 commit is in flight wait in the next batch; each batch is one LMDB
 transaction, committed with LMDB's own synced commit (data fsync, then the
-meta page). Then one call through the trio token hands the batch back, and
-the trio thread reschedules each caller with its own outcome: one fsync and
-one wake-up of the event loop per batch. A small second thread, the waker,
-makes that call when the writer is busy with the next batch (see
-`_GroupCommit._write_loop` for why). A lone caller skips all this and
-commits in the trio thread (`_GroupCommit._commit_inline`). Both threads
-need the GIL at every step, which a busy trio thread can keep from them for
-seconds; `_handoff` watches for that and lets it go.
+meta page). Then the writer hands the batch back through a doorbell (a
+pipe the trio thread waits on, rung without letting go of the GIL: see
+`_GroupCommit._write_loop` for why), and the trio thread reschedules each
+caller with its own outcome: one fsync and one wake-up of the event loop
+per batch. A lone caller skips all this and commits in the trio thread
+(`_GroupCommit._commit_inline`). The writer needs the GIL at every step,
+which a busy trio thread can keep from it for seconds; `_handoff` watches
+for that and lets it go.
 
 When a batch does not fit or one of its transactions is refused, the
 careful path (`_GroupCommit._write`) grows the map, then applies each
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import os
-import queue
 import threading
 import time
 from collections import deque
@@ -49,7 +48,7 @@ from ..errors import (
     JournalFull,
 )
 from ._applier import _Applier
-from ._handoff import Handoff
+from ._handoff import Doorbell, Handoff
 
 _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
@@ -155,10 +154,7 @@ class _GroupCommit:
     _pending: deque[_Batch]
     _split_at: int
     _closing: bool
-    _to_wake: queue.SimpleQueue[_Batch | None]
-    _wakes_queued: int
-    _wakes_done: int
-    _token: trio.lowlevel.TrioToken | None
+    _doorbell: Doorbell[_Batch]
     _read_lock: threading.Lock
     _inflight: int
     _uncommitted: int
@@ -295,19 +291,15 @@ class _GroupCommit:
         """The writer thread: apply and commit batches in submission order.
 
         While batch N+1 is being applied, batch N (committed) waits; it is
-        handed to the waker thread just before N+1's commit. Handing a batch
-        back to trio means a socket write, which releases the GIL; done here,
-        the trio thread would grab the GIL to wake N's callers and this
-        thread would sit out a whole switch interval (5 ms) before it could
-        even call commit. From the waker, N's callers run in the trio thread
+        handed back to trio just before N+1's commit, by the doorbell (see
+        `_handoff.Doorbell`), which wakes the trio thread without letting go
+        of the GIL: had the trio thread taken it, to wake N's callers, this
+        thread would wait for it up to a whole switch interval (5 ms) before
+        it could even call commit. So N's callers run in the trio thread
         while this thread's commit is on the disk, with the GIL released.
+        Woken while N+1 is applied, they would take the GIL from the
+        writer at each put (py-lmdb releases it for each).
         """
-        try:
-            self._write_batches()
-        finally:
-            self._to_wake.put(None)  # the waker stops after what it has queued
-
-    def _write_batches(self) -> None:
         committed: _Batch | None = None  # on disk, its callers not yet woken
         while True:
             with self._cond:
@@ -320,17 +312,12 @@ class _GroupCommit:
             if batch is None:
                 if committed is None:  # closing, and everything is handed back
                     return
-                # Nothing to overlap with: hand back from here, unless the
-                # waker still has batches to hand back (they go first).
-                if self._wakes_done == self._wakes_queued:
-                    self._hand_back(committed)
-                else:
-                    self._queue_wake(committed)
+                self._hand_back(committed)  # nothing to overlap with
                 committed = None
                 continue
             wtxn = self._apply_batch(batch)
             if committed is not None:
-                self._queue_wake(committed)
+                self._hand_back(committed)
             if wtxn is not None:
                 self._handoff.committing()
                 self._commit_batch(wtxn, batch)
@@ -354,25 +341,10 @@ class _GroupCommit:
             in_flight += len(committed.txns)
         return _NO_SPLIT if in_flight < 2 * _MIN_SPLIT else (in_flight + 1) // 2
 
-    def _queue_wake(self, batch: _Batch) -> None:
-        self._wakes_queued += 1
-        self._to_wake.put(batch)  # C code: does not release the GIL
-
-    def _wake_loop(self) -> None:
-        """The waker thread: hands committed batches back to trio, in order."""
-        while True:
-            batch = self._to_wake.get()
-            if batch is None:
-                return
-            self._hand_back(batch)
-            self._wakes_done += 1
-
     def _hand_back(self, batch: _Batch) -> None:
-        assert self._token is not None
-        try:
-            self._token.run_sync_soon(self._finish, batch)
-        except trio.RunFinishedError:  # pragma: no cover - the loop is gone
-            pass
+        """Have the trio thread `_finish` ``batch`` (committed batches are
+        handed back in the order they were committed)."""
+        self._doorbell.ring(batch)
         self._handoff.handed_back()
 
     def _apply_batch(self, batch: _Batch) -> lmdb.Transaction[bytes] | None:
