@@ -194,7 +194,7 @@ class _GroupCommit:
                 not self._unfinished
                 or time.monotonic() - self._unfinished[0].born < ASYNC_WINDOW_SECONDS
             ):
-                self.submit(txn)
+                self._enqueue(txn, None)  # (no Ticket: nobody waits for it)
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return []
         elif self._inflight == 0 and not self._inline_claimed:
