@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -72,11 +71,14 @@ class Activation(_SystemAPI):
         actor = Actor(self, iid, address, proc, record, loaded=True, epoch=epoch)
         self._live[iid] = actor
         self.nodes.running(iid)
-        assert self._nursery is not None
-        self._nursery.start_soon(
-            self._run_or_reload, actor.main, iid, name=f"actor {address}"
-        )
+        self._run_actor(actor)
         return actor
+
+    def _run_actor(self, actor: Actor) -> None:
+        # The actor's task runs its main alone (it handles a lost journal
+        # itself): no frame of ours stays beneath every live instance.
+        assert self._nursery is not None
+        self._nursery.start_soon(actor.main, name=f"actor {actor.address}")
 
     def _run_admitted(self, row: InstanceRow, epoch: int) -> None:
         """Run an instance a queue just turned from queued to running; ``row``
@@ -95,23 +97,18 @@ class Activation(_SystemAPI):
             return
         self._activating.add(iid)
         assert self._nursery is not None
-        self._nursery.start_soon(self._run_or_reload, lambda: self._activate_task(iid), iid)
+        self._nursery.start_soon(self._activate_task, iid)
 
-    async def _run_or_reload(self, run: Callable[[], Any], iid: bytes) -> None:
-        """``await run()``; if the journal's connection is lost meanwhile, load
-        the instance again later (from what was committed), never end the system."""
-        lost: list[BaseException] = []
-        try:
-            await run()
-        except* JournalUnavailable as group:
-            lost.extend(group.exceptions)
-        if lost:
-            log.warning(
-                "instance %s lost its journal (%s); loading it again once the journal answers",
-                iid.hex(), lost[0],
-                extra={"actors_address": iid.hex()},
-            )  # fmt: skip
-            await self._reload_when_back(iid)
+    def _journal_lost(self, iid: bytes, exc: JournalUnavailable) -> None:
+        """Loading or running the instance met a lost journal connection:
+        load it again once the journal answers (from what was committed);
+        never end the system for it."""
+        log.warning(
+            "instance %s lost its journal (%s); loading it again once the journal answers",
+            iid.hex(), exc,
+            extra={"actors_address": iid.hex()},
+        )  # fmt: skip
+        self._spawn_system_task(self._reload_when_back, iid)
 
     async def _reload_when_back(self, iid: bytes) -> None:
         await trio.sleep(RELOAD_AFTER)
@@ -121,36 +118,46 @@ class Activation(_SystemAPI):
 
     async def _activate_task(self, iid: bytes) -> None:
         try:
-            try:
-                row = await self.journal.read(lambda r: r.instance(iid))
-            except JournalCorrupt as exc:
-                _events.corrupt(iid.hex(), exc)
-                await self._set_corrupt(iid, exc)
-                return
-            if row is None or row.status not in LIVE_STATUSES:
-                return
-            proc = self._procs.get(row.process)
-            if proc is None:
-                self._foreign.add(iid)
-                log.warning(
-                    "instance %r belongs to process %r, which this system does not register; "
-                    "it stays on disk until a system that registers it opens the journal",
-                    row.address,
-                    row.process,
-                )
-                return
-            if iid in self._live:
-                return  # a concurrent activation won: claiming again would fence it out
-            epoch = await self.journal.claim(iid)
-            self.nodes.claimed(iid, epoch)
-            if epoch is None or iid in self._live:
-                return  # another live node owns it (and was told of its mail)
-            actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
-            self._live[iid] = actor
-            self._ends.pop(iid, None)  # a stalled instance's last state (see _stalled)
+            actor = await self._load_actor(iid)
+        except JournalUnavailable as exc:
+            self._journal_lost(iid, exc)
+            return
         finally:
             self._activating.discard(iid)
-        await actor.main()
+        if actor is not None:
+            self._run_actor(actor)
+
+    async def _load_actor(self, iid: bytes) -> Actor | None:
+        """The actor of a live instance on disk, claimed and in the live
+        table; None if there is none to run here."""
+        try:
+            row = await self.journal.read(lambda r: r.instance(iid))
+        except JournalCorrupt as exc:
+            _events.corrupt(iid.hex(), exc)
+            await self._set_corrupt(iid, exc)
+            return None
+        if row is None or row.status not in LIVE_STATUSES:
+            return None
+        proc = self._procs.get(row.process)
+        if proc is None:
+            self._foreign.add(iid)
+            log.warning(
+                "instance %r belongs to process %r, which this system does not register; "
+                "it stays on disk until a system that registers it opens the journal",
+                row.address,
+                row.process,
+            )
+            return None
+        if iid in self._live:
+            return None  # a concurrent activation won: claiming again would fence it out
+        epoch = await self.journal.claim(iid)
+        self.nodes.claimed(iid, epoch)
+        if epoch is None or iid in self._live:
+            return None  # another live node owns it (and was told of its mail)
+        actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
+        self._live[iid] = actor
+        self._ends.pop(iid, None)  # a stalled instance's last state (see _stalled)
+        return actor
 
     def _forget(self, actor: ActorAPI) -> None:
         if self._live.get(actor.iid) is actor:

@@ -325,7 +325,10 @@ class Driver:
                     throw = fx._reused(effect)
                     continue
                 try:
-                    host.begin(effect, self.replay(effect))
+                    if effect.seq > self.last and not isinstance(effect, fx.Composite):
+                        host.begin(effect, {})  # past the log: nothing to replay
+                    else:
+                        host.begin(effect, self.replay(effect))
                 except NonDeterminismError as exc:
                     await host.diverge(exc)
                     return

@@ -4,28 +4,34 @@ The `Mailbox` holds unread messages and the waits that take them; the
 `Driver` steps the process coroutine against the run's log and hands the
 actor what replay cannot answer (`Actor.begin`), which it runs live: waits
 and timers here, steps, children, emits and publishes as tasks in the
-actor's nursery. Those tasks report back through the actor's methods
-(`finish`, `task_finished`, ...), never by writing its state.
+actor's nursery, except a step awaited alone, which `wait_for` runs in the
+actor's own task (nothing races it, so no task need be spawned and woken
+for it). Those tasks report back through the actor's methods (`finish`,
+`task_finished`, ...), never by writing its state.
 
 Durability barrier: writes that are not visible outside the instance
 (taking a message, logging a timer's start, status changes) collect in
-``self.txn`` and ride on the next commit; they are submitted when the
-instance suspends, and awaited only at a barrier (before a step's side
-effect, before completing). Replay is deterministic, so losing a ridden
-write in a crash only makes replay take the same message again.
+``self.txn`` and ride on the next commit; they are deferred when the
+instance suspends (they go with the next commit anyone makes, see
+`_rides`), and awaited only at a barrier (before a step's side effect,
+before completing). Replay is deterministic, so losing a ridden write in a
+crash only makes replay take the same message again.
+
+What arrives from outside (messages, due timers, stop requests) is in
+`_arrivals`; how a run ends in `_ends`: both are bases of `Actor`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import trio
 
 import attrs
 
 from storage import InstanceRecord, Ticket, Txn
-from storage.errors import Conflict, JournalCorrupt, JournalFull
+from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _asks
 from . import _effects as fx
@@ -35,6 +41,7 @@ from . import _streams
 from . import _supervision as _sup
 from ._context import Context
 from ._driver import Driver, Interrupted, Passivated
+from ._arrivals import Arrivals
 from ._effects import Effect
 from ._ends import Ends
 from ._handles import ChildHandle
@@ -43,17 +50,19 @@ from ._log import LogEntry
 from ._mailbox import Mailbox
 from ._process import ProcessDef
 from ._steps import run_step
-from ._supervision import CANCEL, ESCALATE
 from .errors import InvalidArguments, NonDeterminismError
 
 
-def _journal_full(exc: BaseException) -> JournalFull | None:
-    """``exc`` if it is a `JournalFull`, or a group holding nothing else."""
+E = TypeVar("E", bound=BaseException)
+
+
+def _alone(exc: BaseException, kind: type[E]) -> E | None:
+    """``exc`` if it is a ``kind``, or a group holding nothing else."""
     while isinstance(exc, BaseExceptionGroup):
-        if exc.split(JournalFull)[1] is not None:
+        if exc.split(kind)[1] is not None:
             return None  # something else failed too: that must not be hidden
         exc = exc.exceptions[0]
-    return exc if isinstance(exc, JournalFull) else None
+    return exc if isinstance(exc, kind) else None
 
 
 def _lost_ownership(exc: BaseException) -> Conflict | None:
@@ -67,7 +76,7 @@ def _lost_ownership(exc: BaseException) -> Conflict | None:
     return None
 
 
-class Actor(Ends):
+class Actor(Ends, Arrivals):
     """A live instance. Created and owned by `ActorSystem`."""
 
     __slots__ = (
@@ -75,7 +84,7 @@ class Actor(Ends):
         "mailbox", "timers", "live", "busy", "txn",
         "ticket", "status", "persisted_status", "woken", "parked", "idle_since",
         "passivate_requested", "root", "loaded", "epoch", "fenced", "interrupt",
-        "children", "escalate_to", "done", "nursery",
+        "children", "escalate_to", "done", "nursery", "inline",
     )  # fmt: skip
 
     def __init__(
@@ -120,6 +129,9 @@ class Actor(Ends):
         # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: tuple[Any, ...] | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
+        # A step awaited on its own, run by wait_for in the actor's own task
+        # (no task to spawn and wake for it), with its started entry.
+        self.inline: tuple[fx.Step[Any], LogEntry | None] | None = None
         self.escalate_to: tuple[Any, ...] | None = None
         self.done = False
 
@@ -156,7 +168,7 @@ class Actor(Ends):
                             await self._interrupted()
                 nursery.cancel_scope.cancel()
         except Exception as exc:
-            full = _journal_full(exc)
+            full = _alone(exc, JournalFull)
             if full is not None:
                 # Our own write found no room: nothing of it was written, so
                 # the journal still holds a state replay resumes from. Never
@@ -165,6 +177,12 @@ class Actor(Ends):
                 self.status = "suspended"
                 self.record = attrs.evolve(self.record, last_error=f"{type(full).__name__}: {full}")
                 self.system._stalled(self, full)
+                return
+            unavailable = _alone(exc, JournalUnavailable)
+            if unavailable is not None:
+                # The journal's connection was lost (a database outage): load
+                # the instance again once it answers, from what was committed.
+                self.system._journal_lost(self.iid, unavailable)
                 return
             lost = _lost_ownership(exc)
             if lost is None:
@@ -211,54 +229,6 @@ class Actor(Ends):
         self.loaded = True
         return True
 
-    def deliver(
-        self, seq: int, name: str, payload: Any, trace: str | None = None,
-        ask: list[Any] | None = None,
-    ) -> None:  # fmt: skip
-        """A message was committed to this instance's mailbox (``trace``: the
-        sender's trace context, see `_tracing`; ``ask``: the ask, if it was
-        asked, see `_asks`)."""
-        if self.done or not self.mailbox.accepts(seq):
-            return
-        if ask is not None:
-            self.mailbox.remember_ask(seq, ask)
-        if trace is not None:
-            _tracing.delivered(self, seq, name, trace)
-        if self.system.log_debug:
-            _events.delivered(self.address, seq, name)
-        self._receive_system(seq, name, payload)
-        self.mailbox.put(seq, name, payload)
-        if self.loaded:
-            self._match_mail()
-        self.wakeup()
-
-    def _receive_system(self, seq: int, name: str, payload: Any) -> None:
-        if name == ESCALATE.name and self.interrupt is None:
-            self.interrupt = ("escalate", payload, seq)
-            self.wakeup()
-        elif name == CANCEL.name:
-            self.txn.take_message(self.iid, seq)
-            self.cancel(payload["reason"])
-
-    def cancel(self, reason: str) -> None:
-        """Ask the driver to cancel the instance at its next suspension."""
-        if self.interrupt is None or self.interrupt[0] != "cancel":
-            self.interrupt = ("cancel", reason)
-        self.wakeup()
-
-    def corrupted(self, exc: JournalCorrupt) -> None:
-        """Stop the instance at its next suspension and mark it corrupt: a
-        record of it was found damaged elsewhere (see `_stream_damaged`).
-        Over any other request: a corrupt instance does nothing more."""
-        self.interrupt = ("corrupt", exc)
-        self.wakeup()
-
-    def restart(self, reason: str) -> None:
-        """Ask the driver to restart the instance afresh (a sibling crashed)."""
-        if self.interrupt is None:
-            self.interrupt = ("restart", reason)
-        self.wakeup()
-
     # -- the driver ------------------------------------------------------------
 
     def new_coroutine(self) -> Coroutine[Any, Any, Any]:
@@ -301,45 +271,51 @@ class Actor(Ends):
             self.parked = None
             trio.lowlevel.reschedule(task)
 
-    async def _park(self) -> None:
-        # One reschedule per wake-up: cheaper than a trio.Event per suspension.
-        if not self.woken:
-            self.parked = trio.lowlevel.current_task()
-
-            def abort(_: Any) -> trio.lowlevel.Abort:
-                self.parked = None
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
-        self.woken = False
+    def _unpark(self, _: Any) -> trio.lowlevel.Abort:
+        self.parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
         if type(effect) is fx.Reply and effect in self.live:
             await _asks.send_reply(self, effect)  # type: ignore[arg-type]  # see start_reply
         self.root = effect
+        if self.inline is not None:
+            step, started = self.inline
+            self.inline = None
+            if self.interrupt is None:
+                # A stop request meanwhile cancels it (see Arrivals), as the
+                # driver would abandon a step running in a task of its own.
+                await run_step(self, step, started)
+            else:
+                self.busy -= 1  # never run: the loop below stops for the request
         passivate_now = self.system.passivate_after <= 0
         while not effect.done:
             if self.interrupt is not None:
                 raise Interrupted()
             if self.busy:
                 self.status = "running"
-                await self._park()
-                continue
-            self._set_status("suspended")
-            self.flush()
-            if passivate_now:
-                # Wake-ups before this point are accounted for by the loop's
-                # checks; _passivate stays only for one that comes meanwhile.
-                self.woken = False
-                await self._passivate()
-                continue
-            self.idle_since = trio.current_time()
-            self.system._instance_idle()
-            await self._park()
+            else:
+                self._set_status("suspended")
+                self.flush(defer=True)
+                if passivate_now:
+                    # Wake-ups before this point are accounted for by the loop's
+                    # checks; _passivate stays only for one that comes meanwhile.
+                    self.woken = False
+                    await self._passivate()
+                    continue
+                self.idle_since = trio.current_time()
+                self.system._instance_idle()
+            # Parked here, not in a helper (one coroutine frame less per
+            # live instance), with one reschedule per wake-up: cheaper than
+            # a trio.Event per suspension.
+            if not self.woken:
+                self.parked = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._unpark)
+            self.woken = False
             if self.passivate_requested:
                 self.passivate_requested = False
-                if not self.woken and not effect.done and self.interrupt is None:
+                if not effect.done and self.interrupt is None:
                     await self._passivate()
         self.root = None
         self._set_status("running")
@@ -361,7 +337,7 @@ class Actor(Ends):
     def _set_status(self, status: str) -> None:
         if self.status != status:
             self.status = status
-            self.system._status_changed(self.iid)
+            self.system._activity_changed(self.iid)
 
     # -- journal writes ------------------------------------------------------
 
@@ -370,13 +346,19 @@ class Actor(Ends):
             self.txn.set_status(self.iid, self.status)
             self.persisted_status = self.status
 
-    def flush(self) -> None:
-        """Submit the ridden writes without waiting."""
+    def flush(self, *, defer: bool = False) -> None:
+        """Submit the ridden writes without waiting; with ``defer``, with
+        the next transaction anyone submits (the instance suspends: see
+        `_rides`)."""
         self._sync_status()
         if self.txn.ops:
             if self.fenced:
                 self.txn.fence(self.iid, self.epoch)
-            self.ticket = self.journal.submit(self.txn)
+            if defer:
+                self.ticket = self.journal.defer(self.txn)
+                self.system.rides.deferred()
+            else:
+                self.ticket = self.journal.submit(self.txn)
             self.txn = Txn()
 
     async def barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]:
@@ -454,6 +436,10 @@ class Actor(Ends):
 
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
         """Start the leaves of ``effect`` that replay left open."""
+        if not isinstance(effect, fx.Composite):  # a lone leaf (most awaits): no race
+            if not effect.done:
+                self._start_live(effect, started.get(effect))
+            return
         for leaf in effect.leaves():
             if effect.done:
                 break
@@ -464,6 +450,10 @@ class Actor(Ends):
             # race was decided without it: drop what it left behind.
             if type(leaf) is fx.Timer:
                 self.txn.cancel_timer(self.iid, self.run, leaf.seq)
+
+    def add_child(self, address: str, seq: int) -> None:
+        """Count ``address`` among this run's children (made by effect ``seq``)."""
+        self.children.setdefault(address, seq)
 
     def child_handle(self, address: str) -> ChildHandle[Any]:
         """The handle a replayed spawn gives the process."""
@@ -476,7 +466,11 @@ class Actor(Ends):
         elif type(leaf) is fx.Timer:
             self._start_timer(leaf, entry)
         elif type(leaf) is fx.Step:
-            self.start_task(run_step, self, leaf, entry)
+            if leaf.parent is None:  # awaited alone: nothing races it
+                self.busy += 1  # as start_task counts it; run_step ends with task_finished
+                self.inline = (leaf, entry)
+            else:
+                self.start_task(run_step, self, leaf, entry)
         elif type(leaf) is fx.Call or type(leaf) is fx.Spawn:
             _sup.start_child_effect(self, leaf, entry)
         elif type(leaf) is fx.Reply:
@@ -537,76 +531,6 @@ class Actor(Ends):
             self.mailbox.remove_wait(leaf)  # a late reply stays unread
         # An Emit or Publish that lost a race still completes its write.
 
-    # -- mail and timers -----------------------------------------------------------
-
-    def add_child(self, address: str, seq: int) -> None:
-        """Count ``address`` among this run's children (made by effect ``seq``)."""
-        self.children.setdefault(address, seq)
-
-    def add_wait(self, wait: fx.Wait[Any]) -> None:
-        """Register a live wait and give it a message if one is already here."""
-        self.mailbox.add_wait(wait)
-        self._match_mail()
-
-    def _match_mail(self) -> None:
-        mailbox = self.mailbox
-        while True:
-            found = mailbox.take_match(self.live)
-            if found is None:
-                return
-            wait, signal, mseq, payload = found
-            # Taking rides on the next commit, with the wait's log entry:
-            # the message leaves the mailbox as it enters the log.
-            self.txn.take_message(self.iid, mseq)
-            if type(wait) is fx.Call:
-                value, error, entry = _sup.end_outcome(wait, payload)
-                entry.message = mseq
-                self.finish(wait, value, error, entry)
-                continue
-            if type(wait) is fx.Ask:
-                self.finish(wait, *_asks.reply_outcome(wait, payload, mseq))
-                continue
-            entry = wait.describe()
-            entry.value = payload
-            entry.message = mseq
-            if wait.pair:
-                entry.signal = signal.name
-            ask = mailbox.asks.pop(mseq, None) if mailbox.asks else None
-            entry.ask = ask
-            self.driver.took(wait.seq, ask)
-            self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
-
-    def _start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None:
-        if entry is not None:
-            due = entry.due
-            assert due is not None  # a sleep entry without one reads as corrupt (_shapes)
-        else:
-            due = timer.until if timer.until is not None else self.system.epoch_now() + (
-                timer.delay or 0.0
-            )
-            started = timer.describe()
-            started.due = due
-            self.txn.put_log(self.iid, self.run, timer.seq, started.to_stored())
-            self.txn.add_timer(self.iid, self.run, timer.seq, due)
-        timer.due = due
-        self.timers[timer.seq] = timer
-        if due <= self.system.epoch_now():
-            self._fire(timer)
-        else:
-            self.system.timers.schedule(due, self.iid)
-
-    def timers_due(self, now: float) -> None:
-        """Fire every live timer due at epoch ``now`` (called by the timer service)."""
-        for timer in [t for t in self.timers.values() if t.due is not None and t.due <= now]:
-            self._fire(timer)
-
-    def _fire(self, timer: fx.Timer) -> None:
-        self.timers.pop(timer.seq, None)
-        self.txn.cancel_timer(self.iid, self.run, timer.seq)
-        entry = timer.describe()
-        entry.value = None
-        entry.due = timer.due
-        self.finish(timer, None, None, entry)
 
 
 def _under_done(leaf: Effect[Any]) -> bool:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import trio
 
 from storage import InstanceRecord, Journal, Txn
-from storage.errors import JournalCorrupt, JournalFull
+from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _effects as fx
 from ._driver import Driver
@@ -47,6 +47,7 @@ class SystemAPI(Protocol):
     queues: Any  # the QueueService (actors._queues)
     nodes: Any  # the NodeView (actors._nodes)
     asks: Any  # the Asks in flight (see _asks)
+    rides: Any  # the timer of deferred writes (see _rides)
     max_payload: int
 
     @property
@@ -85,6 +86,10 @@ class SystemAPI(Protocol):
     def _run_admitted(self, row: Any, epoch: int) -> None: ...
 
     def _instance_idle(self) -> None: ...
+
+    def _journal_lost(self, iid: bytes, exc: JournalUnavailable) -> None: ...
+
+    def _activity_changed(self, iid: bytes) -> None: ...
 
     def _stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
 
@@ -188,7 +193,7 @@ class ActorAPI(Protocol):
 
     def request_passivation(self) -> None: ...
 
-    def flush(self) -> None: ...
+    def flush(self, *, defer: bool = False) -> None: ...
 
     async def barrier(
         self, txn: Txn | None = None, *, durable: bool | None = None

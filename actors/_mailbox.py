@@ -52,20 +52,20 @@ class Mailbox:
         # instances are never asked, and there is one mailbox per live instance)
         self.asks: dict[int, list[Any]] | None = None
 
-    def accepts(self, seq: int) -> bool:
-        """True if message ``seq`` is neither unread here nor taken already."""
+    def put(self, seq: int, name: str, payload: Any) -> bool:
+        """Add message ``seq`` as unread, unless it is unread here or was
+        taken already (a late or repeated hand-over): then False."""
         if seq in self.messages or seq <= self.floor:
             return False
-        return self.taken is None or seq not in self.taken
-
-    def put(self, seq: int, name: str, payload: Any) -> None:
-        """Add an unread message (one that `accepts` said is new)."""
+        if self.taken is not None and seq in self.taken:
+            return False
         self.messages[seq] = (name, payload)
         order = self.order
         if not order or seq > order[-1]:
             order.append(seq)  # the common case: messages arrive in commit order
         else:
             bisect.insort(order, seq)
+        return True
 
     def reload(self, floor: int, unread: Iterable[tuple[int, Any]]) -> list[tuple[int, str, Any]]:
         """Bring the mailbox in line with what the journal holds.

@@ -90,6 +90,7 @@ async def open_system(
                 name="actors timer service",
             )  # fmt: skip
             nursery.start_soon(system._sweep_idle, name="actors idle sweep")
+            nursery.start_soon(system.rides.run, name="actors deferred writes")
             if journal.shared:
                 journal.on_mail(system._mail_noticed)
                 nursery.start_soon(

@@ -63,6 +63,7 @@ __all__ = [
     "send_txn",
     "start_txn",
     "system_send_txn",
+    "unpack_message",
 ]
 
 
@@ -143,6 +144,16 @@ def add_message(
                 "path) instead, or raise open_system(max_payload=...)"
             )
     return Notice(iid, message, slot)
+
+
+def unpack_message(message: bytes) -> tuple[str, Any, str | None, list[Any] | None]:
+    """(signal name, payload, sender's traceparent or None, ask or None) of
+    an encoded mailbox record."""
+    decoded = decode(message)
+    size = len(decoded)
+    return (
+        decoded[0], decoded[1], decoded[3] if size > 3 else None, decoded[4] if size > 4 else None
+    )
 
 
 KEY_PREFIX = "\x00key "  # a send's idempotency key, as a cursor name (see the module doc)

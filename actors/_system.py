@@ -3,7 +3,8 @@
 Bringing instances into memory and out (activation, passivation, stalls,
 recovery, shutdown) is in `_activation`; the internals of cancelling and
 restarting in `_cancels`; `query`, `cleanup` and settling stuck
-compensations in `_upkeep`; `send_many` in `_batches`. Each is a base of
+compensations in `_upkeep`; `send`, `ask` and `send_many`, and how a
+committed message reaches its instance, in `_sending`. Each is a base of
 `ActorSystem`, so each method still has one owner and one place to read it.
 `open_system` (in `_open`) runs a system.
 """
@@ -17,23 +18,13 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import trio
 
-from storage import (
-    MAX_ADDRESS_BYTES,
-    STATUS_WORDS,
-    InstanceRecord,
-    Journal,
-    Txn,
-    decode,
-    encode,
-    instance_id,
-)
-from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
+from storage import MAX_ADDRESS_BYTES, InstanceRecord, Journal, Txn, encode, instance_id
+from storage.errors import JournalCorrupt, JournalUnavailable
 
 from . import _events, _guard, _protocol, _tracing
 from ._checks import check_name, check_seconds, check_text
 from ._activation import Activation
 from ._asks import Asks
-from ._batches import Batches
 from ._cancels import Cancels
 from ._context import Context
 from ._handles import Handle
@@ -46,11 +37,13 @@ from ._process import ProcessDef
 from ._flow import FlowControl
 from ._queues import Queue, QueueService
 from ._records import Signal
+from ._rides import Rides
 from ._schedules import ScheduleService
+from ._sending import Sending
 from ._streams import Stream
 from ._timers import TimerService
 from ._upkeep import Upkeep
-from .errors import AlreadyStarted, InvalidArguments, LimitExceeded, NotDelivered, UnknownProcess
+from .errors import AlreadyStarted, InvalidArguments, LimitExceeded, UnknownProcess
 
 __all__ = ["ActorSystem"]
 
@@ -60,9 +53,10 @@ R = TypeVar("R")  # its result
 # What `_snapshot` gives for an instance it cannot read: incarnation 0 is
 # none a handle holds, so a handle reads it as replaced.
 NO_RECORD = InstanceRecord(incarnation=0)
+_IIDS_KEPT = 4096  # addresses whose instance ids are kept (see _address_iid)
 
 
-class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
+class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
     """The runtime: owns a journal, routes messages, runs live instances.
 
     Get one from `open_system`; every method is safe to call from any task
@@ -117,6 +111,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
         self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
         self._ends: dict[bytes, tuple[str, InstanceRecord]] = {}  # see _ended
+        self._iids: dict[str, bytes] = {}  # see _address_iid
         self._creating: dict[bytes, trio.Event] = {}
         self._stalled_iids: set[bytes] = set()  # see _stalled
         self._resuming = False
@@ -135,6 +130,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
         self.queues = QueueService(self, queues)
         self.schedules = ScheduleService(self)
         self.asks = Asks(self)
+        self.rides = Rides(journal)
         self.keys = KeyedSends(self)
 
     # -- time ------------------------------------------------------------------
@@ -159,6 +155,20 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
                 f"{known}); pass it in open_system(journal, processes=[...])"
             )
         return found
+
+    def _address_iid(self, address: Any, what: str) -> bytes:
+        """The instance id of ``address`` (`InvalidArguments` naming ``what``
+        if it is not a name). Ids of addresses seen lately are kept: a
+        sender that sends to the same few instances pays for the check and
+        the hash once."""
+        iids = self._iids
+        iid = iids.get(address) if type(address) is str else None
+        if iid is None:
+            iid = instance_id(check_name(address, what))
+            if len(iids) >= _IIDS_KEPT:
+                iids.clear()
+            iids[address] = iid
+        return iid
 
     def _make_context(self, actor: ActorAPI) -> Context:
         return Context(actor)
@@ -384,118 +394,12 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
                 return Handle(self, iid, address, record.incarnation), True
             actor = self._run_created(iid, address, proc, record, epoch)
             if start.message is not None and results:
-                actor.deliver(results[start.message.slot], *_unpack_message(start.message.message))
+                actor.deliver(results[start.message.slot], *_protocol.unpack_message(start.message.message))
             self._status_changed(iid)
             return Handle(self, iid, address, record.incarnation), True
         finally:
             del self._creating[iid]
             done.set()
-
-    async def send(
-        self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
-    ) -> None:
-        """Persist a message in the mailbox of the instance at ``address``.
-
-        Returns once the message is durable (not once it is processed). A
-        passivated instance is live: the message wakes it.
-
-        With ``key`` (a client's request id, say), a send whose key this
-        incarnation of the instance has had already stores nothing and
-        returns normally, so a retried send is taken once. Keys are kept
-        for the incarnation's life (across continue-as-new, restarts and
-        reopens); a new incarnation after a cancel takes them afresh.
-
-        Raises:
-            NotDelivered: no live instance has that address (unknown, or
-                finished, cancelled, parked); ``reason`` says which. Nothing
-                is stored.
-            EncodeError: a payload the codec cannot store; nothing is stored.
-            JournalCorrupt: the instance's records do not decode (it is
-                marked ``corrupt``); the error names the database and key.
-        """
-        _guard.refuse(
-            "system.send()",
-            "send from a step (ctx.step) so the send is recorded",
-        )
-        if not isinstance(signal, Signal):
-            raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
-        check_name(address, "send's address")
-        if key is None:
-            await self._send_iid(instance_id(address), address, signal, payload)
-        else:
-            await self.keys.send(instance_id(address), address, signal, payload, key, self._send_iid)
-
-    async def ask(
-        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
-    ) -> Any:
-        """Send ``signal`` to the instance at ``address`` as an ask and wait
-        for the value its process gives ``ctx.reply`` after taking it.
-
-        The ask is durable before the wait begins, like `send`; the reply is
-        recorded in the replier's log, so a restart of the replier between
-        taking and replying neither loses nor repeats it, and an asker on
-        another node of a shared journal gets it too (see `actors._asks`).
-
-        Raises:
-            NotDelivered: no live instance at ``address`` (nothing stored),
-                or it ended without replying (the message says so).
-            AskTimeout: no reply within ``timeout`` seconds of the ask
-                being stored (a `TimeoutError` too); the message stays asked.
-            EncodeError: a payload the codec cannot store; nothing is stored.
-        """
-        _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
-        if not isinstance(signal, Signal):
-            raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
-        check_name(address, "ask's address")
-        if timeout is not None:
-            timeout = check_seconds(timeout, "ask(timeout=...)")
-        return await self.asks.ask(
-            instance_id(address), address, signal, payload, timeout, self._send_iid
-        )
-
-    async def _send_iid(
-        self, iid: bytes, address: str, signal: Signal, payload: Any, *,
-        ask: list[Any] | None = None, key: str | None = None,
-    ) -> None:  # fmt: skip
-        txn, notice = _protocol.send_txn(
-            iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
-            trace=_tracing.traceparent(self), ask=ask, key=key,
-        )
-        try:
-            (seq,) = await self.journal.commit(txn)
-        except Conflict as exc:
-            if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
-                raise self._corrupt_error(iid, address) from None
-            raise self._not_delivered(address, exc) from None
-        self._route(iid, seq, notice.message)
-
-    def _route(self, iid: bytes, seq: int, message: bytes) -> None:
-        """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
-
-        ``message`` is the mailbox record as encoded for the journal.
-        Invariant: a live receiver gets the payload decoded from those bytes,
-        never the sender's object, so what it sees is what a replay reads
-        (a tuple stays what the codec makes of it; a sender mutating its
-        dict after ``send`` returns changes nothing)."""
-        actor = self._live.get(iid)
-        if actor is not None and not actor.done:
-            actor.deliver(seq, *_unpack_message(message))
-        elif not self.nodes.owned_elsewhere(iid):
-            # (Owned elsewhere: the commit notified the owner. If that node
-            # dies, the takeover scan finds the instance and its mail.)
-            self._activate(iid)
-
-    async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
-        """Send a runtime message (no liveness check: the receiver decides)."""
-        txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
-        (seq,) = await self.journal.commit(txn)
-        self._route(iid, seq, notice.message)
-
-    def _mail_noticed(self, iid: bytes) -> None:
-        """Another node wrote mail for ``iid``: a reply to an ask of this
-        system's, or a message for an instance this node owns."""
-        if not self.asks.noticed(iid):
-            self.nodes.mail_noticed(iid)
 
     @property
     def closing(self) -> bool:
@@ -507,26 +411,10 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
         """This system's node name on a shared journal, or None."""
         return self.journal.node
 
-    def _not_delivered(self, address: str, exc: Conflict) -> NotDelivered:
-        if exc.reason == "missing":
-            return NotDelivered(
-                f"no instance at {address!r}; start one first (system.start or "
-                "signal_with_start) or check the address",
-                address=address,
-                reason="unknown",
-            )
-        status = exc.status or "finished"
-        words = STATUS_WORDS.get(status, f"it is {status}")
-        return NotDelivered(
-            f"no live instance at {address!r} ({words}); start a new one or check the address",
-            address=address,
-            reason=status,
-        )
-
     def get(self, address: str) -> Handle[Any] | None:
         """The handle of the instance at ``address``, live, passivated or
         finished; None if there is none."""
-        iid = instance_id(check_name(address, "get's address"))
+        iid = self._address_iid(address, "get's address")
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             return Handle(self, iid, address, actor.record.incarnation)
@@ -562,7 +450,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
             "system.cancel()",
             "cancel from a step (ctx.step), or let the child end with its parent",
         )
-        iid = instance_id(check_name(address, "cancel's address"))
+        iid = self._address_iid(address, "cancel's address")
         if self._snapshot(iid)[0] == "corrupt":
             raise self._corrupt_error(iid, address)
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
@@ -606,16 +494,13 @@ class ActorSystem(Activation, Cancels, Upkeep, Batches, FlowControl):
         actor = self._live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
+        self._activity_changed(iid)
+
+    def _activity_changed(self, iid: bytes) -> None:
+        """A live instance went from running to suspended or back (twice
+        per message it takes): only its status watchers need to know. The
+        queue and schedule services wait for instances to end, which comes
+        through `_status_changed`; no end of it is cached while it is live."""
         event = self._status_events.pop(iid, None)
         if event is not None:
             event.set()
-
-
-def _unpack_message(message: bytes) -> tuple[str, Any, str | None, list[Any] | None]:
-    """(signal name, payload, sender's traceparent or None, ask or None) of
-    an encoded mailbox record."""
-    decoded = decode(message)
-    size = len(decoded)
-    return (
-        decoded[0], decoded[1], decoded[3] if size > 3 else None, decoded[4] if size > 4 else None
-    )

@@ -31,6 +31,7 @@ from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import attrs
+import trio
 
 from ._codec import encode
 from ._records import InstanceRecord, LogEntry
@@ -354,6 +355,26 @@ class Ticket(abc.ABC):
         """Whether the outcome is known."""
 
 
+class Settled(Ticket):
+    """The ticket of a transaction whose outcome is known when it is made:
+    its results, or the exception it failed with."""
+
+    __slots__ = ("_outcome",)
+
+    def __init__(self, outcome: list[int] | BaseException) -> None:
+        self._outcome = outcome
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    async def wait(self) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        return self._outcome
+
+
 class Reader(abc.ABC):
     """A consistent read view of a journal. Never hold one across an ``await``.
 
@@ -498,6 +519,21 @@ class Journal(abc.ABC):
 
         Transactions are applied in the order they were submitted.
         """
+
+    def defer(self, txn: Txn) -> Ticket:
+        """Queue ``txn`` to go with the next transaction anyone submits or
+        commits, in the same commit (or at `submit_deferred`, `flush`,
+        ``ticket.wait()`` or close, whichever comes first).
+
+        For writes nobody waits for, that would otherwise start a commit of
+        their own just before someone else's. Order is kept: a deferred
+        transaction is applied before everything submitted after it. A
+        journal that cannot hold one back submits it at once (the default).
+        """
+        return self.submit(txn)
+
+    def submit_deferred(self) -> None:
+        """Submit what `defer` holds back, now, without waiting."""
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         """Submit ``txn`` and wait for it, as the journal's durability says

@@ -8,35 +8,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import trio
-
 from . import _journal as j
 from . import _reading as rd
 from . import _shapes
 from . import _states
-from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Ticket, TimerRow, Txn
+from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Settled, Ticket, TimerRow, Txn
 from ._records import LogEntry
 from .errors import JournalClosed, JournalCorrupt, JournalLocked
 
 __all__ = ["MemoryJournal"]
-
-
-class _Done(Ticket):
-    __slots__ = ("_results", "_error")
-
-    def __init__(self, results: list[int], error: BaseException | None) -> None:
-        self._results = results
-        self._error = error
-
-    @property
-    def done(self) -> bool:
-        return True
-
-    async def wait(self) -> list[int]:
-        await trio.lowlevel.checkpoint()
-        if self._error is not None:
-            raise self._error
-        return self._results
 
 
 class MemoryJournal(Journal):
@@ -85,18 +65,21 @@ class MemoryJournal(Journal):
     def submit(self, txn: Txn) -> Ticket:
         self._check_open()
         try:
-            j.check_requires(txn.requires, self._status_code)
-            _states.check_expects(txn.expects, self._state_version)
+            if txn.requires:
+                j.check_requires(txn.requires, self._status_code)
+            if txn.expects:
+                _states.check_expects(txn.expects, self._state_version)
         except Exception as exc:
-            return _Done([], exc)
-        try:
-            self._check_appends(txn)
-        except JournalCorrupt as exc:
-            return _Done([], exc)
+            return Settled(exc)
+        if txn.results:  # it appends
+            try:
+                self._check_appends(txn)
+            except JournalCorrupt as exc:
+                return Settled(exc)
         results: list[int] = []
         for op in txn.ops:
             self._apply(op, results)
-        return _Done(results, None)
+        return Settled(results)
 
     def _check_appends(self, txn: Txn) -> None:
         """Fail the transaction, before any of it applies, if a message it

@@ -310,3 +310,42 @@ async def test_extended_transactions_keep_each_ones_result_slots(make_journal):
         assert offset == 1 and len(results) == 2
         with j.reader() as r:
             assert dict(r.mailbox(A))[results[offset + slot]] == "b"
+
+
+async def test_a_deferred_transaction_goes_first_with_the_next_one(make_journal):
+    async with make_journal() as j:
+        await commit(j, lambda t: put(t, A))
+        await commit(j, lambda t: put(t, B))
+        deferred = j.defer(_with(lambda t: t.append_message(A, "deferred")))
+        # Whatever is submitted next, by anyone, is applied after it.
+        results = await commit(j, lambda t: t.append_message(A, "next"))
+        assert deferred.done
+        (first,) = await deferred.wait()
+        with j.reader() as r:
+            assert [m for _, m in r.mailbox(A)] == ["deferred", "next"]
+            assert first < results[0]
+        # A deferred transaction fails alone: the one it goes with commits.
+        refused = j.defer(_with(lambda t: (t.require(A, {"completed"}), t.append_message(A, "x"))))
+        await commit(j, lambda t: t.append_message(B, "b"))
+        with pytest.raises(Conflict):
+            await refused.wait()
+        with j.reader() as r:
+            assert [m for _, m in r.mailbox(A)] == ["deferred", "next"]
+            assert [m for _, m in r.mailbox(B)] == ["b"]
+
+
+async def test_a_deferred_transaction_is_sent_by_waiting_flushing_or_closing(make_journal):
+    async with make_journal() as j:
+        await commit(j, lambda t: put(t, A))
+        waited = j.defer(_with(lambda t: t.set_cursor(A, "waited", 0)))
+        assert await waited.wait() == []
+        j.defer(_with(lambda t: t.set_cursor(A, "flushed", 0)))
+        await j.flush()
+        with j.reader() as r:
+            assert r.cursors(A) == {"waited": 0, "flushed": 0}
+        j.defer(_with(lambda t: t.set_cursor(A, "submitted", 0)))
+        j.submit_deferred()
+        j.defer(_with(lambda t: t.set_cursor(A, "closed", 0)))
+    async with make_journal() as j:
+        with j.reader() as r:
+            assert r.cursors(A) == dict.fromkeys(["waited", "flushed", "submitted", "closed"], 0)

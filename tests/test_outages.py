@@ -18,7 +18,7 @@ import trio
 import actors
 from actors import Context, Signal, process
 from storage import MemoryJournal, Txn
-from storage._memory import _Done
+from storage._journal import Settled
 from storage.errors import JournalUnavailable
 
 ping = Signal("ping")
@@ -56,7 +56,7 @@ class Unreachable(MemoryJournal):
 
     def submit(self, txn: Txn):
         if self.down:
-            return _Done([], JournalUnavailable("the test's journal is down"))
+            return Settled(JournalUnavailable("the test's journal is down"))
         return super().submit(txn)
 
 

@@ -166,6 +166,8 @@ class LMDBJournal(_GroupCommit, Journal):
         self._uncommitted = 0
         self._unfinished: deque[_Batch] = deque()
         self._inline_claimed = False  # a caller is trying the fast path (trio thread)
+        # What `defer` holds back until the next submission (trio thread)
+        self._deferred: list[Any] = []
         self._hold: AutojumpHold | None = None
         # Lets the GIL go to the writer thread when a busy trio
         # thread starves them (real clocks only: see `_handoff`).
@@ -337,6 +339,8 @@ class LMDBJournal(_GroupCommit, Journal):
     async def close(self) -> None:
         if self._env is None:
             return
+        if self._deferred and not self._forked:
+            self.submit_deferred()  # drained with the rest below
         with self._cond:
             self._closing = True
             self._cond.notify()

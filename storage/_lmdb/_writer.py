@@ -36,7 +36,7 @@ from outcome import Error, Value
 
 from .. import _journal as j
 from .._clock import AutojumpHold
-from .._journal import CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Ticket, Txn
+from .._journal import CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Settled, Ticket, Txn
 from .._states import check_expects
 from ..errors import (
     ActorError,
@@ -132,6 +132,29 @@ class _Ticket(Ticket):
         return _unwrap(batch.outcomes[self._index])
 
 
+class _Deferred(Ticket):
+    """A transaction `defer` holds back: a `_Ticket` once it goes with a
+    batch, a `Settled` once it went with an inline commit."""
+
+    __slots__ = ("_journal", "ticket")
+
+    def __init__(self, journal: _GroupCommit) -> None:
+        # (The transaction is held by the journal, not here: a suspended
+        # instance keeps its last ticket, and should not keep its ops.)
+        self._journal = journal
+        self.ticket: Ticket | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.ticket is not None and self.ticket.done
+
+    async def wait(self) -> list[int]:
+        if self.ticket is None:  # still held back: send it now
+            self._journal.submit_deferred()
+        assert self.ticket is not None
+        return await self.ticket.wait()
+
+
 def _unwrap(outcome: list[int] | BaseException) -> list[int]:
     if isinstance(outcome, BaseException):
         raise outcome
@@ -160,6 +183,7 @@ class _GroupCommit:
     _uncommitted: int
     _unfinished: deque[_Batch]
     _inline_claimed: bool
+    _deferred: list[tuple[Txn, _Deferred]]
     _hold: AutojumpHold | None
     _handoff: Handoff
 
@@ -228,7 +252,35 @@ class _GroupCommit:
             self._inline_claimed = False
         if self._inflight or trio.lowlevel.current_statistics().tasks_runnable:
             return None
-        return self._write_inline(self._check_open(), txn)
+        env = self._check_open()
+        if not self._deferred:
+            return self._write_inline(env, [txn])
+        # What defer held back goes first, in this same commit.
+        deferred, self._deferred = self._deferred, []
+        outcomes = self._write_inline(env, [held for held, _ in deferred] + [txn])
+        if outcomes is None:
+            self._deferred[:0] = deferred  # to the writer thread, still first
+            return None
+        for (_, ticket), outcome in zip(deferred, outcomes):
+            ticket.ticket = Settled(outcome)
+        return outcomes[len(deferred) :]
+
+    def defer(self, txn: Txn) -> Ticket:
+        if self.readonly:
+            self._refuse_write()
+        self._check_open()
+        ticket = _Deferred(self)
+        self._deferred.append((txn, ticket))
+        return ticket
+
+    def submit_deferred(self) -> None:
+        # Invariant: _deferred is empty whenever a batch is enqueued (every
+        # enqueue and inline commit takes it first), so what it holds was
+        # deferred after everything already submitted, and goes before
+        # anything submitted later.
+        deferred, self._deferred = self._deferred, []
+        for txn, ticket in deferred:
+            ticket.ticket = self.submit(txn)
 
     def submit(self, txn: Txn) -> Ticket:
         if self.readonly:
@@ -248,6 +300,8 @@ class _GroupCommit:
         """Add ``txn`` to the batch that takes transactions; return that batch."""
         if self._env is None or self._closing or self._forked:
             self._check_open()  # raises, saying why
+        if self._deferred:
+            self.submit_deferred()  # first, into the same batch
         with self._lock:
             pending = self._pending
             if pending and len(pending[-1].txns) < self._split_at:
@@ -276,6 +330,9 @@ class _GroupCommit:
             self._hold.release()
         batch.finished = True
         self._uncommitted -= len(batch.txns)
+        # Its tickets need only the outcomes (an instance keeps the ticket of
+        # its last writes while it is suspended): let the transactions go.
+        batch.txns = []
         unfinished = self._unfinished
         while unfinished and unfinished[0].finished:
             unfinished.popleft()
@@ -378,11 +435,12 @@ class _GroupCommit:
         except Exception:  # a failed commit aborts: nothing of it was written
             batch.outcomes = self._write(batch.txns)
 
-    def _write_inline(self, env: lmdb.Environment, txn: Txn) -> list[Any] | None:
-        """Commit one transaction in the calling thread; None if that failed
-        (the map is full, say): the writer thread then retries it carefully."""
+    def _write_inline(self, env: lmdb.Environment, txns: list[Txn]) -> list[Any] | None:
+        """Commit ``txns`` in the calling thread; their outcomes, or None if
+        that failed (the map is full, say): the writer thread then retries
+        them carefully."""
         try:
-            return self._apply(env, [txn], isolate=False)
+            return self._apply(env, txns, isolate=False)
         except Exception:
             return None
 

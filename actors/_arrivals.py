@@ -1,0 +1,173 @@
+"""What reaches a live instance from outside: messages its senders
+committed, timers that fell due, and requests to stop (cancel, restart,
+escalation, a damaged record found elsewhere).
+
+`Arrivals` is a base of `Actor` (see `_instance`), as `Ends` is: a message
+or a due timer completes the wait or sleep it answers (taking the message,
+logging the outcome, both riding on the next commit) and wakes the driver;
+a request to stop is noted as the actor's ``interrupt`` for the driver to
+act on at its next suspension.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import _asks
+from . import _effects as fx
+from . import _events, _tracing
+from . import _supervision as _sup
+from ._log import LogEntry
+from ._supervision import CANCEL, ESCALATE
+
+if TYPE_CHECKING:
+    from storage import Txn
+    from storage.errors import JournalCorrupt
+
+    from ._interfaces import ActorAPI as _ActorAPI
+    from ._mailbox import Mailbox
+else:
+    _ActorAPI = object  # for type checkers only: what Actor provides
+
+__all__ = ["Arrivals"]
+
+
+class Arrivals(_ActorAPI):
+    """Messages, due timers and stop requests arriving at `Actor` (which
+    holds all the state)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # the rest of Actor that arrivals use
+        txn: Txn
+        mailbox: Mailbox
+        timers: dict[int, fx.Timer]
+        live: set[fx.Effect[Any]]
+        loaded: bool
+        interrupt: tuple[Any, ...] | None
+        root: fx.Effect[Any] | None
+
+    def deliver(
+        self, seq: int, name: str, payload: Any, trace: str | None = None,
+        ask: list[Any] | None = None,
+    ) -> None:  # fmt: skip
+        """A message was committed to this instance's mailbox (``trace``: the
+        sender's trace context, see `_tracing`; ``ask``: the ask, if it was
+        asked, see `_asks`)."""
+        if self.done or not self.mailbox.put(seq, name, payload):
+            return
+        if ask is not None:
+            self.mailbox.remember_ask(seq, ask)
+        if trace is not None:
+            _tracing.delivered(self, seq, name, trace)
+        if self.system.log_debug:
+            _events.delivered(self.address, seq, name)
+        self._receive_system(seq, name, payload)
+        if self.loaded:
+            self._match_mail()
+        self.wakeup()
+
+    def _receive_system(self, seq: int, name: str, payload: Any) -> None:
+        if name == ESCALATE.name and self.interrupt is None:
+            self.interrupt = ("escalate", payload, seq)
+            self._stop_inline_step()
+            self.wakeup()
+        elif name == CANCEL.name:
+            self.txn.take_message(self.iid, seq)
+            self.cancel(payload["reason"])
+
+    def cancel(self, reason: str) -> None:
+        """Ask the driver to cancel the instance at its next suspension."""
+        if self.interrupt is None or self.interrupt[0] != "cancel":
+            self.interrupt = ("cancel", reason)
+        self._stop_inline_step()
+        self.wakeup()
+
+    def corrupted(self, exc: JournalCorrupt) -> None:
+        """Stop the instance at its next suspension and mark it corrupt: a
+        record of it was found damaged elsewhere (see `_stream_damaged`).
+        Over any other request: a corrupt instance does nothing more."""
+        self.interrupt = ("corrupt", exc)
+        self._stop_inline_step()
+        self.wakeup()
+
+    def restart(self, reason: str) -> None:
+        """Ask the driver to restart the instance afresh (a sibling crashed)."""
+        if self.interrupt is None:
+            self.interrupt = ("restart", reason)
+        self._stop_inline_step()
+        self.wakeup()
+
+    def _stop_inline_step(self) -> None:
+        # A step awaited alone runs in the actor's own task (see wait_for),
+        # so the driver cannot abandon it at the request, as it does a step
+        # in a task of its own: it is cancelled here, and the driver then
+        # acts on the request (it stays live, unfinished, for `_interrupted`).
+        root = self.root
+        if type(root) is fx.Step and root.scope is not None:
+            root.scope.cancel()
+
+    def add_wait(self, wait: fx.Wait[Any]) -> None:
+        """Register a live wait and give it a message if one is already here."""
+        self.mailbox.add_wait(wait)
+        self._match_mail()
+
+    def _match_mail(self) -> None:
+        mailbox = self.mailbox
+        while mailbox.messages and mailbox.waits:
+            found = mailbox.take_match(self.live)
+            if found is None:
+                return
+            wait, signal, mseq, payload = found
+            # Taking rides on the next commit, with the wait's log entry:
+            # the message leaves the mailbox as it enters the log.
+            self.txn.take_message(self.iid, mseq)
+            if type(wait) is fx.Call:
+                value, error, entry = _sup.end_outcome(wait, payload)
+                entry.message = mseq
+                self.finish(wait, value, error, entry)
+                continue
+            if type(wait) is fx.Ask:
+                self.finish(wait, *_asks.reply_outcome(wait, payload, mseq))
+                continue
+            entry = wait.describe()
+            entry.value = payload
+            entry.message = mseq
+            if wait.pair:
+                entry.signal = signal.name
+            ask = mailbox.asks.pop(mseq, None) if mailbox.asks else None
+            entry.ask = ask
+            self.driver.took(wait.seq, ask)
+            self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
+
+    def _start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None:
+        if entry is not None:
+            due = entry.due
+            assert due is not None  # a sleep entry without one reads as corrupt (_shapes)
+        else:
+            due = timer.until if timer.until is not None else self.system.epoch_now() + (
+                timer.delay or 0.0
+            )
+            started = timer.describe()
+            started.due = due
+            self.txn.put_log(self.iid, self.run, timer.seq, started.to_stored())
+            self.txn.add_timer(self.iid, self.run, timer.seq, due)
+        timer.due = due
+        self.timers[timer.seq] = timer
+        if due <= self.system.epoch_now():
+            self._fire(timer)
+        else:
+            self.system.timers.schedule(due, self.iid)
+
+    def timers_due(self, now: float) -> None:
+        """Fire every live timer due at epoch ``now`` (called by the timer service)."""
+        for timer in [t for t in self.timers.values() if t.due is not None and t.due <= now]:
+            self._fire(timer)
+
+    def _fire(self, timer: fx.Timer) -> None:
+        self.timers.pop(timer.seq, None)
+        self.txn.cancel_timer(self.iid, self.run, timer.seq)
+        entry = timer.describe()
+        entry.value = None
+        entry.due = timer.due
+        self.finish(timer, None, None, entry)

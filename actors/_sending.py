@@ -1,0 +1,231 @@
+"""How messages reach instances: `ActorSystem.send`, `ask` and `send_many`,
+and the hand-over of a committed message to its live instance (or the
+activation of a passivated one). `Sending` is a base of `ActorSystem` (see
+`_system`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from storage import LIVE_STATUSES, STATUS_WORDS, instance_id
+from storage.errors import Conflict, JournalCorrupt
+
+from . import _guard, _protocol, _tracing
+from ._checks import check_name, check_seconds
+from ._records import Signal
+from .errors import InvalidArguments, NotDelivered
+
+if TYPE_CHECKING:
+    from ._interfaces import SystemAPI as _SystemAPI
+else:
+    _SystemAPI = object  # for type checkers only: what ActorSystem provides
+
+__all__ = ["Sending"]
+
+
+class Sending(_SystemAPI):
+    """The sending part of `ActorSystem`."""
+
+    if TYPE_CHECKING:  # the rest of ActorSystem that sending uses
+
+        def _address_iid(self, address: Any, what: str) -> bytes: ...
+
+        def _activate(self, iid: bytes) -> None: ...
+
+        keys: Any  # the KeyedSends (see _keys)
+
+    async def send(
+        self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
+    ) -> None:
+        """Persist a message in the mailbox of the instance at ``address``.
+
+        Returns once the message is durable (not once it is processed). A
+        passivated instance is live: the message wakes it.
+
+        With ``key`` (a client's request id, say), a send whose key this
+        incarnation of the instance has had already stores nothing and
+        returns normally, so a retried send is taken once. Keys are kept
+        for the incarnation's life (across continue-as-new, restarts and
+        reopens); a new incarnation after a cancel takes them afresh.
+
+        Raises:
+            NotDelivered: no live instance has that address (unknown, or
+                finished, cancelled, parked); ``reason`` says which. Nothing
+                is stored.
+            EncodeError: a payload the codec cannot store; nothing is stored.
+            JournalCorrupt: the instance's records do not decode (it is
+                marked ``corrupt``); the error names the database and key.
+        """
+        _guard.refuse(
+            "system.send()",
+            "send from a step (ctx.step) so the send is recorded",
+        )
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
+        iid = self._address_iid(address, "send's address")
+        if key is None:
+            await self._send_iid(iid, address, signal, payload)
+        else:
+            await self.keys.send(iid, address, signal, payload, key, self._send_iid)
+
+    async def ask(
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Send ``signal`` to the instance at ``address`` as an ask and wait
+        for the value its process gives ``ctx.reply`` after taking it.
+
+        The ask is durable before the wait begins, like `send`; the reply is
+        recorded in the replier's log, so a restart of the replier between
+        taking and replying neither loses nor repeats it, and an asker on
+        another node of a shared journal gets it too (see `actors._asks`).
+
+        Raises:
+            NotDelivered: no live instance at ``address`` (nothing stored),
+                or it ended without replying (the message says so).
+            AskTimeout: no reply within ``timeout`` seconds of the ask
+                being stored (a `TimeoutError` too); the message stays asked.
+            EncodeError: a payload the codec cannot store; nothing is stored.
+        """
+        _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
+        iid = self._address_iid(address, "ask's address")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "ask(timeout=...)")
+        return await self.asks.ask(
+            iid, address, signal, payload, timeout, self._send_iid
+        )
+
+    async def _send_iid(
+        self, iid: bytes, address: str, signal: Signal, payload: Any, *,
+        ask: list[Any] | None = None, key: str | None = None,
+    ) -> None:  # fmt: skip
+        txn, notice = _protocol.send_txn(
+            iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
+            trace=_tracing.traceparent(self) if self.tracing else None, ask=ask, key=key,
+        )
+        try:
+            (seq,) = await self.journal.commit(txn)
+        except Conflict as exc:
+            if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
+                raise self._corrupt_error(iid, address) from None
+            raise self._not_delivered(address, exc) from None
+        self._route(iid, seq, notice.message)
+
+    def _route(self, iid: bytes, seq: int, message: bytes) -> None:
+        """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
+
+        ``message`` is the mailbox record as encoded for the journal.
+        Invariant: a live receiver gets the payload decoded from those bytes,
+        never the sender's object, so what it sees is what a replay reads
+        (a tuple stays what the codec makes of it; a sender mutating its
+        dict after ``send`` returns changes nothing)."""
+        actor = self._live.get(iid)
+        if actor is not None and not actor.done:
+            actor.deliver(seq, *_protocol.unpack_message(message))
+        elif not self.nodes.owned_elsewhere(iid):
+            # (Owned elsewhere: the commit notified the owner. If that node
+            # dies, the takeover scan finds the instance and its mail.)
+            self._activate(iid)
+
+    async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
+        """Send a runtime message (no liveness check: the receiver decides)."""
+        txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
+        (seq,) = await self.journal.commit(txn)
+        self._route(iid, seq, notice.message)
+
+    def _mail_noticed(self, iid: bytes) -> None:
+        """Another node wrote mail for ``iid``: a reply to an ask of this
+        system's, or a message for an instance this node owns."""
+        if not self.asks.noticed(iid):
+            self.nodes.mail_noticed(iid)
+
+    def _not_delivered(self, address: str, exc: Conflict) -> NotDelivered:
+        if exc.reason == "missing":
+            return NotDelivered(
+                f"no instance at {address!r}; start one first (system.start or "
+                "signal_with_start) or check the address",
+                address=address,
+                reason="unknown",
+            )
+        status = exc.status or "finished"
+        words = STATUS_WORDS.get(status, f"it is {status}")
+        return NotDelivered(
+            f"no live instance at {address!r} ({words}); start a new one or check the address",
+            address=address,
+            reason=status,
+        )
+
+    async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
+        """Persist many messages, ``(address, signal, payload)`` each, in one
+        durable commit: all of them are stored, or none.
+
+        The cheap way to fan a batch of events out to many instances: one
+        commit (one fsync) for the whole batch. Messages to one address keep
+        their order.
+
+        Raises:
+            NotDelivered: an address has no live instance; it names the
+                first such address and nothing is stored.
+            EncodeError, LimitExceeded: a payload the codec cannot store (a
+                note names its position); nothing is stored.
+            InvalidArguments: an item that is not ``(address, Signal, payload)``.
+            JournalCorrupt: an addressed instance's records do not decode.
+        """
+        _guard.refuse("system.send_many()", "send from a step (ctx.step) so the send is recorded")
+        batch = []
+        addresses: dict[bytes, str] = {}
+        for n, item in enumerate(messages):
+            if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], Signal)):
+                raise InvalidArguments(
+                    f"send_many takes (address, actors.Signal, payload) tuples; item {n} is "
+                    f"{item!r}"
+                )
+            check_name(item[0], f"send_many's address (item {n})")
+            iid = instance_id(item[0])
+            addresses.setdefault(iid, item[0])
+            batch.append((iid, item[1].name, item[2]))
+        if not batch:
+            return
+        txn, notices = _protocol.send_many_txn(
+            batch, self.epoch_now(), max_payload=self.max_payload,
+            trace=_tracing.traceparent(self),
+        )  # fmt: skip
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict as exc:
+            raise await self._first_undeliverable(addresses, exc) from None
+        for notice in notices:
+            self._route(notice.iid, results[notice.slot], notice.message)
+
+    async def _first_undeliverable(self, addresses: dict[bytes, str], exc: Conflict) -> Exception:
+        """The error for a `send_many` that one of its instances refused: the
+        first address (in the batch's order) that is not live now, as read
+        after the refusal."""
+
+        def statuses(r: Any) -> dict[bytes, str]:
+            found = {}
+            for iid in addresses:
+                try:
+                    row = r.instance(iid)
+                except JournalCorrupt:
+                    found[iid] = "corrupt"
+                    continue
+                found[iid] = "missing" if row is None else row.status
+            return found
+
+        for iid, status in (await self.journal.read(statuses)).items():
+            address = addresses[iid]
+            if status == "corrupt":
+                return self._corrupt_error(iid, address)
+            if status == "missing":
+                return self._not_delivered(address, Conflict("", reason="missing"))
+            if status not in LIVE_STATUSES:
+                return self._not_delivered(address, Conflict("", reason="status", status=status))
+        return NotDelivered(
+            f"an instance addressed by send_many ended while the batch was committed "
+            f"({exc}); nothing was stored: send the batch again",
+            address=next(iter(addresses.values())), reason="finished",
+        )
