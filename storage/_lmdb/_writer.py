@@ -323,7 +323,7 @@ class _GroupCommit:
             return batch
 
     def _finish(self, batch: _Batch) -> None:
-        # Runs in the trio thread (via the token), once per batch: one
+        # Runs in the trio thread (from the doorbell), once per batch: one
         # wake-up of the trio loop serves every caller in the batch.
         self._inflight -= 1
         if self._inflight == 0 and self._hold is not None:
