@@ -169,8 +169,8 @@ class LMDBJournal(_GroupCommit, Journal):
         # What `defer` holds back until the next submission (trio thread)
         self._deferred: list[Any] = []
         self._hold: AutojumpHold | None = None
-        # Lets the GIL go to the writer thread when a busy trio
-        # thread starves them (real clocks only: see `_handoff`).
+        # Lets the GIL go to the writer thread when a busy trio thread
+        # starves it (real clocks only: see `_handoff`).
         self._handoff = Handoff(lambda: self._inflight > 0)
 
     # -- lifecycle ---------------------------------------------------------

@@ -195,15 +195,18 @@ class _GroupCommit:
 
     # -- writing -----------------------------------------------------------
     #
-    # Where the time goes, with many writers (see bench/journal.py): trio's
-    # own cost of waking a task and parking it again (~3 us), the caller
-    # building its Txn (~1.5 us), LMDB copying each leaf page a batch touches
-    # (~2 us per instance, under the GIL) and writing it out at commit (no
-    # GIL). So the trio thread and the writer thread take turns on the GIL,
-    # and the disk work only overlaps the trio thread's if the writer never
+    # Where the time goes, with many writers (see bench/journal.py and
+    # bench/journal_cpu.py): trio's own cost of waking a task and parking it
+    # again (~2 us), the caller building its Txn (~0.6 us), the garbage
+    # collector (~1 us: its runs follow the objects each waiting caller
+    # keeps alive), LMDB copying each leaf page a batch touches (~1-1.5 us
+    # per instance, under the GIL) and writing it out at commit (no GIL).
+    # So the trio thread and the writer thread take turns on the GIL, and
+    # the disk work only overlaps the trio thread's if the writer never
     # waits for the GIL between applying a batch and committing it (see
     # `_write_loop`). The Python here is kept to one frame per caller, one
-    # lock round per submission and one reschedule per caller.
+    # lock round per submission, one reschedule per caller and one object
+    # (`_Waiter`) alive per waiting caller beside its Txn.
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         if self.readonly:
