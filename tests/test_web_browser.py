@@ -110,7 +110,9 @@ SYSTEM = textwrap.dedent(
             h = await system.start(note, xss, text=xss)
             await wait_status(h, "suspended")
             print("ready", flush=True)
-            for line in sys.stdin:
+            # Read in a worker thread: a read in the trio thread would stop
+            # the system meanwhile (its deferred writes among the rest).
+            while line := await trio.to_thread.run_sync(sys.stdin.readline):
                 h = await system.start(job, line.strip(), items=["late"])
                 await wait_status(h, "suspended")
                 print("started", flush=True)
