@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -46,7 +47,7 @@ class Activation(_SystemAPI):
     _live: dict[bytes, Actor]
     _activating: set[bytes]
     _foreign: set[bytes]
-    _ends: dict[bytes, tuple[str, InstanceRecord]]
+    _ends: OrderedDict[bytes, tuple[str, InstanceRecord]]
     _stalled_iids: set[bytes]
     _resuming: bool
     _status_events: dict[bytes, trio.Event]
@@ -176,7 +177,7 @@ class Activation(_SystemAPI):
         # is a blocking round trip on the trio thread. Bounded, oldest out.
         self._ends[actor.iid] = (status, actor.record)
         if len(self._ends) > ENDS_KEPT:
-            del self._ends[next(iter(self._ends))]
+            self._ends.popitem(last=False)
 
     def _stalled(self, actor: ActorAPI, exc: JournalFull) -> None:
         """``actor``'s own write found the journal full (or its disk): it

@@ -61,7 +61,6 @@ __all__ = [
     "no_reply",
     "reply_outcome",
     "start_ask",
-    "send_reply",
     "start_reply",
     "unanswered_on_disk",
 ]
@@ -266,15 +265,13 @@ def _nothing(results: list[int]) -> None:
 
 def start_reply(actor: ActorAPI, reply: fx.Reply) -> None:
     """Begin a live ``ctx.reply``: a recorded no-op for a message that was
-    sent, not asked. A reply awaited alone (the common case) is sent by the
-    actor's own task as it waits for it (`send_reply`), saving a task per
-    reply; one inside ``first``/``all`` gets a task of its own."""
+    sent, not asked; else the reply is sent (`send_reply`)."""
     if reply.ask is None:
         entry = reply.describe()
         entry.value = None
         actor.finish(reply, None, None, entry)  # rides on the next commit
-    elif reply.parent is not None:
-        actor.start_task(_reply_task, actor, reply)
+    else:
+        actor.start_task(_reply_task, reply)
 
 
 async def _reply_task(actor: ActorAPI, reply: fx.Reply) -> None:
@@ -332,7 +329,7 @@ def start_ask(actor: ActorAPI, ask: fx.Ask, started: LogEntry | None) -> None:
     if started is not None:  # sent in an earlier activation of this run
         actor.add_wait(ask)
         return
-    actor.start_task(_send_ask, actor, ask)
+    actor.start_task(_send_ask, ask)
 
 
 async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:

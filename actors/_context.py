@@ -122,8 +122,9 @@ class Context:
 
         Messages that arrived earlier and match are taken first; others stay
         in the mailbox."""
-        _check_signals((signal,))
-        return fx.Wait(self._live().driver.next_seq(), (signal,), pair=False)
+        if type(signal) is not Signal:  # (a subclass goes the long way too)
+            _check_signals((signal,))
+        return fx.Wait(self._live().driver.next_seq(), (signal,), False)  # pair=False
 
     async def receive(self, *signals: Signal) -> tuple[Signal, Any]:
         """Wait for the oldest message of any of ``signals``: ``(signal, payload)``."""
@@ -131,7 +132,7 @@ class Context:
             raise InvalidArguments("ctx.receive needs at least one Signal")
         _check_signals(signals)
         effect: fx.Wait[tuple[Signal, Any]]
-        effect = fx.Wait(self._live().driver.next_seq(), signals, pair=True)
+        effect = fx.Wait(self._live().driver.next_seq(), signals, True)  # pair=True
         return await effect
 
     # -- request and reply ------------------------------------------------------------

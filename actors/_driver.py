@@ -49,7 +49,8 @@ class Host(Protocol):
     interrupt: Any  # not None: stop at the next effect (raise `Interrupted`)
 
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
-        """Start the leaves of ``effect`` that replay left open."""
+        """Start the leaves of ``effect`` that replay left open (called only
+        if it left some: ``effect`` is not done, or ``started`` is not empty)."""
 
     async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; False to stop driving (nothing more to run)."""
@@ -137,6 +138,14 @@ class Driver:
         self.occurrences = None
         self._reset_run_state()
 
+    def unload(self) -> None:
+        """The instance left memory: let go of its log now. The actor and
+        its driver refer to each other, so its entries would otherwise wait
+        for the cycle collector, which walks every one of them on the way
+        (a wake reads the whole log; a passivated actor is garbage at once)."""
+        self.log = _NO_LOG
+        self.last = 0
+
     def took(self, seq: int, ask: list[Any] | None) -> None:
         """Wait ``seq`` took a message, asked with ``ask`` (None: sent)."""
         if seq >= self.taken_seq:
@@ -203,19 +212,22 @@ class Driver:
         if entry is None:
             return None
         if entry.kind != effect.kind or entry.name != effect.name or entry.hash != effect.hash:
-            raise NonDeterminismError(
-                f"instance {self.address!r} replayed a different effect at position "
-                f"{effect.seq}: the log holds {entry.show()}, the code asked for "
-                f"{effect.describe().show()}. The code changed in a way that does not "
-                "match this instance's history: deploy code that makes the same effects "
-                "in the same order (add new effects after the existing ones), or cancel "
-                "the instance. It stays suspended until then.",
-                address=self.address,
-                position=effect.seq,
-                expected=entry.identity(),
-                found=effect.describe().identity(),
-            )
+            raise self._mismatch(effect, entry)
         return entry
+
+    def _mismatch(self, effect: Effect[Any], entry: LogEntry) -> NonDeterminismError:
+        return NonDeterminismError(
+            f"instance {self.address!r} replayed a different effect at position "
+            f"{effect.seq}: the log holds {entry.show()}, the code asked for "
+            f"{effect.describe().show()}. The code changed in a way that does not "
+            "match this instance's history: deploy code that makes the same effects "
+            "in the same order (add new effects after the existing ones), or cancel "
+            "the instance. It stays suspended until then.",
+            address=self.address,
+            position=effect.seq,
+            expected=entry.identity(),
+            found=effect.describe().identity(),
+        )
 
     def replay(self, effect: Effect[Any]) -> dict[Effect[Any], LogEntry]:
         """Give every leaf of ``effect`` its logged outcome, if it has one.
@@ -223,34 +235,40 @@ class Driver:
         Returns the leaves that have only a "started" record. Raises
         `NonDeterminismError` for a leaf that does not match its log entry.
         """
+        # A wake replays every effect of the run through here: `logged` is
+        # inlined, and a lone effect is its own only leaf.
         started: dict[Effect[Any], LogEntry] = {}
-        for leaf in effect.leaves():
-            entry = self.logged(leaf)
+        composite = isinstance(effect, fx.Composite)
+        log = self.log
+        for leaf in effect.leaves() if composite else (effect,):
+            entry = log.get(leaf.seq)
             if entry is None:
                 continue
-            if leaf.kind in ("call", "spawn"):
+            kind = leaf.kind
+            if entry.kind != kind or entry.name != leaf.name or entry.hash != leaf.hash:
+                raise self._mismatch(leaf, entry)
+            if kind == "call" or kind == "spawn":
                 self.owner.add_child(leaf.name, leaf.seq)
-            if entry.value is not NO_VALUE:
+            value = entry.value
+            if value is not NO_VALUE:
                 leaf.done = True
-                leaf.value = self._replayed_value(leaf, entry)
-                if leaf.kind == "wait":
+                # What the process gets: the value as logged, except for these.
+                if type(leaf) is fx.Wait:
+                    if leaf.pair:
+                        value = (leaf.matches(entry.signal or ""), value)
+                elif type(leaf) is fx.Spawn:
+                    value = self.owner.child_handle(value)
+                leaf.value = value
+                if kind == "wait":
                     self.took(leaf.seq, entry.ask)
             elif entry.error is not None:
                 leaf.done = True
                 leaf.error = error_from_entry(entry)
             else:
                 started[leaf] = entry
-        if isinstance(effect, fx.Composite):
+        if composite and isinstance(effect, fx.Composite):
             _settle_tree(effect)
         return started
-
-    def _replayed_value(self, leaf: Effect[Any], entry: LogEntry) -> Any:
-        value = entry.value
-        if type(leaf) is fx.Wait and leaf.pair:
-            return (leaf.matches(entry.signal or ""), value)
-        if type(leaf) is fx.Spawn:
-            return self.owner.child_handle(value)
-        return value
 
     def check_consumed(self) -> None:
         """Raise `NonDeterminismError` if the log goes on past the last effect."""
@@ -328,7 +346,9 @@ class Driver:
                     if effect.seq > self.last and not isinstance(effect, fx.Composite):
                         host.begin(effect, {})  # past the log: nothing to replay
                     else:
-                        host.begin(effect, self.replay(effect))
+                        started = self.replay(effect)
+                        if started or not effect.done:  # else replay left nothing to begin
+                            host.begin(effect, started)
                 except NonDeterminismError as exc:
                     await host.diverge(exc)
                     return

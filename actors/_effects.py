@@ -28,6 +28,9 @@ class Effect(Generic[T]):
     __slots__ = ("seq", "name", "hash", "done", "value", "error", "parent")
     kind = "effect"
 
+    # Subclasses call ``Effect.__init__(self, ...)``, not ``super().__init__``:
+    # a replay makes one effect per log entry, and super() costs one more call.
+
     def __init__(self, seq: int, name: str = "", hash: bytes = b"") -> None:
         self.seq = seq
         self.name = name
@@ -66,7 +69,7 @@ class Wait(Effect[T]):
 
     def __init__(self, seq: int, signals: tuple[Signal, ...], pair: bool) -> None:
         name = signals[0].name if len(signals) == 1 else ",".join(s.name for s in signals)
-        super().__init__(seq, name)
+        Effect.__init__(self, seq, name)
         self.signals = signals
         self.pair = pair  # receive() gives (signal, payload); wait() the payload
 
@@ -109,7 +112,7 @@ class Spawn(Effect[T]):
         self, seq: int, hash: bytes, proc: Any, params: tuple[str, ...],
         input: dict[str, Any], address: str, restart: str,
     ) -> None:  # fmt: skip
-        super().__init__(seq, address, hash)
+        Effect.__init__(self, seq, address, hash)
         self.proc = proc
         self.params = params
         self.input = input
@@ -146,7 +149,7 @@ class Reply(Effect[None]):
     kind = "reply"
 
     def __init__(self, seq: int, hash: bytes, payload: Any, ask: list[Any] | None) -> None:
-        super().__init__(seq, ask[0] if ask is not None else "", hash)
+        Effect.__init__(self, seq, ask[0] if ask is not None else "", hash)
         self.payload = payload
         self.ask = ask
 
@@ -165,7 +168,7 @@ class Emit(Effect[None]):
     kind = "emit"
 
     def __init__(self, seq: int, hash: bytes, payload: Any) -> None:
-        super().__init__(seq, "", hash)
+        Effect.__init__(self, seq, "", hash)
         self.payload = payload
 
 
@@ -176,7 +179,7 @@ class Publish(Effect[None]):
     kind = "publish"
 
     def __init__(self, seq: int, hash: bytes, payload: Any) -> None:
-        super().__init__(seq, "", hash)
+        Effect.__init__(self, seq, "", hash)
         self.payload = payload
 
 
@@ -203,7 +206,7 @@ class Timer(Effect[None]):
     kind = "sleep"
 
     def __init__(self, seq: int, hash: bytes, delay: float | None, until: float | None) -> None:
-        super().__init__(seq, "", hash)
+        Effect.__init__(self, seq, "", hash)
         self.delay = delay
         self.until = until
         self.due: float | None = None
@@ -233,7 +236,7 @@ class Step(Effect[T]):
         key: str,
         thread: bool = True,
     ) -> None:
-        super().__init__(seq, name, hash)
+        Effect.__init__(self, seq, name, hash)
         self.thread = thread
         self.fn = fn
         self.args = args
@@ -253,7 +256,7 @@ class Recorded(Effect[Any]):
     __slots__ = ("kind",)
 
     def __init__(self, seq: int, kind: str) -> None:
-        super().__init__(seq, kind)
+        Effect.__init__(self, seq, kind)
         self.kind = kind
 
 
@@ -264,7 +267,7 @@ class ContinueAsNew(Effect[Any]):
     kind = "continue_as_new"
 
     def __init__(self, seq: int, input: dict[str, Any]) -> None:
-        super().__init__(seq)
+        Effect.__init__(self, seq)
         self.input = input
 
 
@@ -274,7 +277,7 @@ class Composite(Effect[T]):
     __slots__ = ("children", "names", "remaining")
 
     def __init__(self, children: list[Effect[Any]], names: list[str] | None) -> None:
-        super().__init__(-1)
+        Effect.__init__(self, -1)
         self.children = children
         self.names = names
         self.remaining = len(children)  # children not done yet

@@ -129,9 +129,9 @@ class Actor(Ends, Arrivals):
         # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: tuple[Any, ...] | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
-        # A step awaited on its own, run by wait_for in the actor's own task
-        # (no task to spawn and wake for it), with its started entry.
-        self.inline: tuple[fx.Step[Any], LogEntry | None] | None = None
+        # The live work of a leaf awaited alone, for wait_for to run in the
+        # actor's own task (see start_task): (fn, effect, more args).
+        self.inline: tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]] | None = None
         self.escalate_to: tuple[Any, ...] | None = None
         self.done = False
 
@@ -193,6 +193,7 @@ class Actor(Ends, Arrivals):
         finally:
             _tracing.end_run(run_span)
             self.done = True
+            self.driver.unload()
             self.system._forget(self)
 
     async def _load(self) -> bool:
@@ -277,16 +278,15 @@ class Actor(Ends, Arrivals):
 
     async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
-        if type(effect) is fx.Reply and effect in self.live:
-            await _asks.send_reply(self, effect)  # type: ignore[arg-type]  # see start_reply
         self.root = effect
         if self.inline is not None:
-            step, started = self.inline
+            fn, leaf, args = self.inline
             self.inline = None
             if self.interrupt is None:
-                # A stop request meanwhile cancels it (see Arrivals), as the
-                # driver would abandon a step running in a task of its own.
-                await run_step(self, step, started)
+                # A stop request meanwhile cancels a step (see Arrivals), as
+                # the driver would abandon one running in a task of its own;
+                # the other kinds of work are a commit or two, seen through.
+                await fn(self, leaf, *args)
             else:
                 self.busy -= 1  # never run: the loop below stops for the request
         passivate_now = self.system.passivate_after <= 0
@@ -407,13 +407,19 @@ class Actor(Ends, Arrivals):
 
     # -- tasks: steps, children, emits -------------------------------------------
 
-    def start_task(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Run ``fn(*args)`` in the actor's nursery; it calls `task_finished` last.
+    def start_task(self, fn: Callable[..., Awaitable[Any]], effect: Effect[Any], *args: Any) -> None:
+        """Run ``fn(self, effect, *args)``, the live work of leaf ``effect``;
+        it calls `task_finished` last. A leaf awaited alone (no parent:
+        nothing races it) has it run by `wait_for` in the actor's own task,
+        saving a task spawned and woken; any other in the actor's nursery.
 
-        Invariant: ``busy`` counts these tasks; the instance neither
+        Invariant: ``busy`` counts these runs; the instance neither
         suspends nor passivates while one runs."""
         self.busy += 1
-        self.nursery.start_soon(fn, *args)
+        if effect.parent is None:
+            self.inline = (fn, effect, args)
+        else:
+            self.nursery.start_soon(fn, self, effect, *args)
 
     def task_finished(self) -> None:
         """A task of `start_task` is done (whatever its outcome)."""
@@ -466,11 +472,7 @@ class Actor(Ends, Arrivals):
         elif type(leaf) is fx.Timer:
             self._start_timer(leaf, entry)
         elif type(leaf) is fx.Step:
-            if leaf.parent is None:  # awaited alone: nothing races it
-                self.busy += 1  # as start_task counts it; run_step ends with task_finished
-                self.inline = (leaf, entry)
-            else:
-                self.start_task(run_step, self, leaf, entry)
+            self.start_task(run_step, leaf, entry)
         elif type(leaf) is fx.Call or type(leaf) is fx.Spawn:
             _sup.start_child_effect(self, leaf, entry)
         elif type(leaf) is fx.Reply:

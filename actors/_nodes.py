@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from storage.errors import JournalUnavailable
 
 from . import _events
@@ -35,7 +37,7 @@ class NodeView:
         self._terms: dict[bytes, int | None] = {}  # live instance -> term claimed in
         self._term_seen: int | None = None
         self._stale: set[bytes] = set()  # claimed in a lost term, still in memory
-        self._elsewhere: dict[bytes, None] = {}
+        self._elsewhere: OrderedDict[bytes, None] = OrderedDict()  # oldest first
         self._noticed: dict[bytes, None] = {}
         self._reading = False  # a task reads noticed mail
 
@@ -46,7 +48,7 @@ class NodeView:
         if epoch is None:
             self._elsewhere[iid] = None
             if len(self._elsewhere) > _ELSEWHERE_KEPT:
-                del self._elsewhere[next(iter(self._elsewhere))]
+                self._elsewhere.popitem(last=False)
             return
         self._elsewhere.pop(iid, None)
         self._terms[iid] = self.journal.lease_term()  # the claim just confirmed it

@@ -36,7 +36,7 @@ _BATCH = 256
 
 def start(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
     """Begin a live emit/publish (called by the driver)."""
-    actor.start_task(_write, actor, effect)
+    actor.start_task(_write, effect)
 
 
 async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:

@@ -55,7 +55,7 @@ def start_child_effect(
     if type(effect) is fx.Call and started is not None:
         _await_end(actor, effect)  # created in an earlier activation of this run
         return
-    actor.start_task(_create, actor, effect)
+    actor.start_task(_create, effect)
 
 
 def _await_end(actor: ActorAPI, call: fx.Call[Any]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random as _random
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -110,7 +111,9 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         self._activating: set[bytes] = set()
         self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
-        self._ends: dict[bytes, tuple[str, InstanceRecord]] = {}  # see _ended
+        # (An OrderedDict: dropping the oldest of a plain dict, del d[next(iter(d))],
+        # scans the slots emptied before it, ~1.5 us a time at 10k entries.)
+        self._ends: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()  # see _ended
         self._iids: dict[str, bytes] = {}  # see _address_iid
         self._creating: dict[bytes, trio.Event] = {}
         self._stalled_iids: set[bytes] = set()  # see _stalled

@@ -389,6 +389,18 @@ def decode(data: bytes) -> Any:
         raise ValueError(f"undecodable record: {exc!r}") from exc
 
 
+def stream_unpacker() -> Any:
+    """A msgpack unpacker that decodes values fed one after another as
+    `decode` decodes each, for a loop over many (a run's log), without a
+    call of `decode` per value. The caller checks that ``tell()`` moved by
+    exactly the length of each value it fed (else the value held more than
+    one encoding, or part of one), and on any exception decodes again with
+    `decode`, which says what is wrong."""
+    return msgpack.Unpacker(
+        None, ext_hook=_hook(0), strict_map_key=False, raw=False, max_buffer_size=0
+    )  # max_buffer_size 0: no limit below unpackb's, which is the value's length
+
+
 def digest(value: Any, *, what: str = "arguments") -> bytes:
     """An 8-byte hash of ``value``'s canonical encoding, stable across processes."""
     return hashlib.blake2b(encode(value, what=what), digest_size=8).digest()

@@ -243,10 +243,8 @@ class _MemoryReader(Reader):
 
     def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
         entries = self._j._logs.get(iid, {}).get(run, {})
-        return {
-            seq: rd.read_entry(v, iid + run.to_bytes(4, "big") + seq.to_bytes(4, "big"))
-            for seq, v in sorted(entries.items())
-        }
+        prefix = iid + run.to_bytes(4, "big")
+        return rd.read_entries(sorted(entries.items()), lambda seq: prefix + seq.to_bytes(4, "big"))
 
     def log_runs(self, iid: bytes) -> list[int]:
         return sorted(run for run, entries in self._j._logs.get(iid, {}).items() if entries)

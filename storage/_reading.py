@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._codec import decode
+from ._codec import decode, stream_unpacker
 from ._records import InstanceRecord, LogEntry, RecordShapeError
 from .errors import JournalCorrupt
 
 __all__ = [
-    "corrupt", "decode_record", "read_instance_record", "read_entry", "number", "key_size",
+    "corrupt", "decode_record", "read_instance_record", "read_entry", "read_entries", "number",
+    "key_size",
 ]  # fmt: skip
 
 
@@ -70,6 +71,32 @@ def read_entry(data: bytes, key: bytes) -> LogEntry:
         return LogEntry.from_stored(value)
     except RecordShapeError as exc:
         raise corrupt("log", key, f"has the wrong shape: {exc}") from None
+
+
+def read_entries(rows: list[tuple[int, bytes]], key: Callable[[int], bytes]) -> dict[int, LogEntry]:
+    """The log entries of ``rows`` (seq, stored value), by seq: a run's log.
+
+    Read the fast way (one unpacker for all; the LMDB reader does the same
+    in its cursor's pass); if any entry will not read so, all are read again
+    one by one, and the first damaged one is `JournalCorrupt` naming the
+    database and ``key(seq)``."""
+    read = LogEntry.from_stored
+    unpacker = stream_unpacker()
+    feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell
+    found: dict[int, LogEntry] = {}
+    fed = 0
+    try:
+        for seq, value in rows:
+            feed(value)
+            entry = read(unpack())
+            fed += len(value)
+            if tell() != fed:
+                raise ValueError("a log entry holds more than one value")
+            found[seq] = entry
+        return found
+    except Exception:  # noqa: BLE001 - the checked reading says what it was
+        pass
+    return {seq: read_entry(value, key(seq)) for seq, value in rows}
 
 
 def number(data: bytes, database: str, key: bytes) -> int:

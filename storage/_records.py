@@ -19,7 +19,7 @@ runtime with an AttributeError.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -305,11 +305,24 @@ class LogEntry:
             RecordShapeError: not a map, no kind, a timer without its due
                 time, or a field of a type the runtime cannot use.
         """
+        # A wake reads every entry of the run's log, so this is its hot
+        # loop: an entry of a shape seen before (the same keys in the same
+        # order) takes the reader made for that shape; anything it does
+        # not take goes the checked way, which says what is wrong.
+        if type(stored) is dict:
+            read = _SHAPE_READERS[tuple(stored)]
+            if read is not None:
+                entry = read(stored)
+                if entry is not None:
+                    return entry
+        return cls._checked(stored)
+
+    @classmethod
+    def _checked(cls, stored: Any) -> LogEntry:
+        """`from_stored`, field by field: every shape, and the words for
+        what is wrong with one."""
         if type(stored) is not dict:
             raise RecordShapeError(f"the log entry is a {type(stored).__name__}, not a map")
-        # One pass over the keys present, checking and filling positional
-        # arguments: a wake replays every entry of the run's log, so this
-        # is its hot loop.
         args = _ENTRY_DEFAULTS.copy()
         extra = None
         for key, value in stored.items():
@@ -357,3 +370,81 @@ assert [f.name for f in attrs.fields(LogEntry)] == [
     "kind", "name", "hash", "value", "error", "message", "signal", "attempt", "failures",
     "closed", "key", "due", "child", "ask", "extra",
 ]  # fmt: skip
+
+
+# -- reading one shape of entry fast -------------------------------------------------
+#
+# The writer stores every entry of a kind with the same keys in the same
+# order, so a log holds a handful of shapes. For each shape made only of
+# known keys (a kind among them), `_write_shape_reader` writes a function, as
+# attrs writes an __init__, that unpacks the values by position, checks
+# each field whose type matters by its exact class (msgpack gives exactly
+# str, int, float, list, dict or None for those) and fills a new entry's
+# fields. It returns None for anything it does not take (a subclass, a
+# value of another type, a timer without its due time): then
+# `LogEntry._checked` decides. The fast way takes only what the checked one
+# takes, and builds the same entry from it.
+
+_Reader = Callable[[dict[Any, Any]], "LogEntry | None"]
+_SHAPES_KEPT = 64  # a damaged journal may hold any number of shapes; these many are kept
+
+
+class _ShapeReaders(dict[tuple[Any, ...], "_Reader | None"]):
+    """The keys of a stored entry, in their order -> its reader, or None:
+    the checked way. A shape's reader is written at its first entry."""
+
+    def __missing__(self, keys: tuple[Any, ...]) -> _Reader | None:
+        read = _write_shape_reader(keys)
+        if len(self) < _SHAPES_KEPT:
+            self[keys] = read
+        return read
+
+
+_SHAPE_READERS = _ShapeReaders()
+# LogEntry's fields in order; a reader fills them all, as LogEntry.__init__
+# would (there is nothing else it does: no validator, no converter).
+_FIELDS = [f.name for f in attrs.fields(LogEntry)]
+assert all(f.validator is None and f.converter is None for f in attrs.fields(LogEntry))
+assert not hasattr(LogEntry, "__attrs_post_init__")
+
+
+def _write_shape_reader(keys: tuple[Any, ...]) -> _Reader | None:
+    """The reader of entries stored with ``keys``, or None for the checked way."""
+    if "k" not in keys or not all(type(key) is str and key in _ENTRY_POSITION for key in keys):
+        return None
+    # The source holds only names of ours: every key is one of _ENTRY_KEYS,
+    # and its value is named by its field's position.
+    given = {_ENTRY_POSITION[key]: f"_{_ENTRY_POSITION[key]}" for key in keys}
+    refused = [_refused(given[i], types) for i, types in enumerate(_ENTRY_TYPES) if i in given]
+    if _ENTRY_POSITION["due"] not in given:
+        refused.append('_0 == "sleep"')  # a timer's entry without its due time ('due')
+    values = [given.get(i, _literal(default)) for i, default in enumerate(_ENTRY_DEFAULTS)]
+    values.append("None")  # extra: every key is known
+    source = "\n    ".join(
+        [
+            "def read(stored):",
+            f"{', '.join(given[_ENTRY_POSITION[key]] for key in keys)}, = stored.values()",
+            f"if {' or '.join(r for r in refused if r)}:",
+            "    return None",
+            "entry = new(LogEntry)",
+            *(f"entry.{field} = {value}" for field, value in zip(_FIELDS, values)),
+            "return entry",
+        ]
+    )
+    scope: dict[str, Any] = {"LogEntry": LogEntry, "NO_VALUE": NO_VALUE, "new": object.__new__}
+    exec(compile(source, f"<LogEntry reader of {keys!r}>", "exec"), scope)  # noqa: S102
+    read: _Reader = scope["read"]
+    return read
+
+
+def _refused(name: str, types: tuple[type, ...] | None) -> str:
+    """Source text that is true when ``name`` is not of an exact class of ``types``."""
+    if types is None:
+        return ""
+    exact = [f"{name} is None" if t is _NONE else f"{name}.__class__ is {t.__name__}" for t in types]
+    return f"not ({' or '.join(exact)})"
+
+
+def _literal(default: Any) -> str:
+    """A field's default as source text."""
+    return "NO_VALUE" if default is NO_VALUE else repr(default)

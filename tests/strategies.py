@@ -226,6 +226,21 @@ def msgpack_shapes() -> st.SearchStrategy[Any]:
     return near | far | st.lists(st.text(max_size=4) | _scalars, min_size=2, max_size=3)
 
 
+# Every key a log entry may store, and one no version knows.
+_ENTRY_KEYS = ["k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child", "q",
+               "later"]  # fmt: skip
+_entry_values = st.one_of(
+    _scalars, st.sampled_from(["sleep", "wait", "step"]),
+    st.lists(_scalars, max_size=2), st.dictionaries(st.text(max_size=2), _scalars, max_size=2),
+)  # fmt: skip
+
+
+def log_entry_maps() -> st.SearchStrategy[dict[str, Any]]:
+    """Maps with a log entry's keys, in any order, each holding a value of
+    any type: most read as an entry, many are reported as corrupt."""
+    return st.dictionaries(st.sampled_from(_ENTRY_KEYS), _entry_values, max_size=6)
+
+
 def journal_mutations(kind: str) -> st.SearchStrategy[Any]:
     """The argument of one mutation of ``kind`` (see `tests.journal_damage.damage`)."""
     if kind == "flip":

@@ -15,6 +15,7 @@ import pytest
 import trio
 
 import actors
+import storage
 from actors import Context, Signal, process
 from storage import (
     InstanceRecord,
@@ -111,6 +112,62 @@ async def test_every_damaged_shape_reads_as_journal_corrupt(
             assert [(1, ["go", 1, 0.0])] == r.mailbox(OTHER)
             assert [(0, {"i": 0})] == r.stream(OTHER)
             assert {1: {"k": "step", "n": "s", "v": 1}} == r.log(OTHER, 0)
+
+
+def _seq(seq: int) -> bytes:
+    return IID + RUN_SEQ[:4] + seq.to_bytes(4, "big")
+
+
+_ENTRY = msgpack.packb({"k": "wait", "n": "go", "h": b"", "v": 1, "m": 1})
+_OTHER_ENTRY = msgpack.packb({"k": "step", "n": "s", "h": b"", "v": {"x": [1, 2]}})
+
+
+# {seq or key: stored bytes} written into a log that has a good entry at seq 1,
+# and the key the error names: a run's log is read in one pass, and each entry
+# must still hold exactly one value of the entry's shape.
+ENTRY_DAMAGE = [
+    ({2: _ENTRY + _ENTRY}, _seq(2)),  # two values in one
+    ({2: _ENTRY[:-1]}, _seq(2)),  # cut short
+    ({2: b""}, _seq(2)),
+    ({2: msgpack.packb({"k": 5})}, _seq(2)),
+    ({2: msgpack.packb({"k": "sleep", "n": "", "h": b""})}, _seq(2)),  # a timer without its due
+    # one and a half values, then the other half: read in one stream they
+    # would make two whole entries
+    ({1: _ENTRY + _OTHER_ENTRY[:5], 2: _OTHER_ENTRY[5:]}, _seq(1)),
+    ({_seq(2) + b"x": _ENTRY}, _seq(2) + b"x"),  # a key longer than the layout's
+]
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"), ENTRY_DAMAGE,
+    ids=["two values", "cut short", "empty", "a kind of 5", "a timer without its due time",
+         "one value over two entries", "a longer key"],
+)  # fmt: skip
+async def test_a_damaged_entry_in_a_run_s_log_is_named(tmp_path, damage, named):
+    path = tmp_path / "j"
+    await _filled(path)
+    for where, value in damage.items():
+        put(path, "log", _seq(where) if isinstance(where, int) else where, value)
+    async with LMDBJournal(path) as journal:
+        with journal.reader() as r:
+            with pytest.raises(JournalCorrupt) as info:
+                r.entries(IID, 0)
+            assert_names(info.value, "log", named)
+            assert [1] == list(r.entries(OTHER, 0))
+
+
+async def test_a_run_s_log_of_several_shapes_reads_in_order(tmp_path):
+    path = tmp_path / "j"
+    await _filled(path)
+    for seq, value in ((2, _OTHER_ENTRY), (3, _ENTRY), (4, msgpack.packb({"k": "emit"}))):
+        put(path, "log", _seq(seq), value)
+    async with LMDBJournal(path) as journal:
+        with journal.reader() as r:
+            log = r.entries(IID, 0)
+    assert [1, 2, 3, 4] == list(log)
+    assert [("step", 1), ("step", {"x": [1, 2]}), ("wait", 1), ("emit", storage.NO_VALUE)] == [
+        (entry.kind, entry.value) for entry in log.values()
+    ]
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,16 @@ meets the same history with the same verdict, at the same position."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import trio
 
 import actors
 from actors import Context, Signal, process
 from actors.testing import open_test_system, replay_check
-from storage import LMDBJournal
+from storage import LMDBJournal, LogEntry
+from tests.runtime_helpers import until_passivated
 
 go = Signal("go")
 
@@ -94,3 +97,31 @@ async def test_replay_check_follows_the_live_answer_to_a_non_effect(tmp_path, au
     [problem] = await replay_check(path, [order_awaits_trio])
     assert ("order/o-1", 2) == (problem.address, problem.position)
     assert "replayed a different effect" in problem.message
+
+
+@process("ticker/:id")
+async def ticker(ctx: Context, id: str) -> None:
+    while True:
+        await ctx.wait(go)
+
+
+async def test_a_passivated_instance_lets_go_of_its_log_at_once(autojump_clock):
+    # The actor and its driver refer to each other, so the actor leaves as
+    # cyclic garbage; its log (every entry of the run, read at each wake)
+    # must not wait in it for the cycle collector.
+    def entries_alive() -> int:
+        return sum(type(o) is LogEntry for o in gc.get_objects())
+
+    async with open_test_system([ticker], always_replay=True) as system:
+        await system.start(ticker, "t")
+        for _ in range(20):
+            await system.send("ticker/t", go)
+            await until_passivated(system)
+        gc.collect()
+        gc.disable()
+        try:
+            await system.send("ticker/t", go)  # woken: 20 entries read and replayed
+            await until_passivated(system)
+            assert 0 == entries_alive()
+        finally:
+            gc.enable()

@@ -6,11 +6,18 @@ test_postgres_journal.py.)"""
 
 from __future__ import annotations
 
+from typing import Any
+
+import attrs
 import lmdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import actors
 from storage import InstanceRecord, JournalCorrupt, LMDBJournal, Txn, instance_id
+
+from tests import strategies as S
 
 A = instance_id("a")
 
@@ -112,6 +119,32 @@ def test_a_log_entry_round_trips_through_its_stored_map_keeping_unknown_keys():
     outcome = {"k": "wait", "n": "go", "h": b"", "v": None, "m": 7, "s": "go"}
     assert outcome == LogEntry.from_stored(outcome).to_stored()  # a None value is a value
     assert LogEntry.from_stored(outcome).is_outcome
+
+
+@settings(max_examples=500, deadline=None)
+@given(S.log_entry_maps(), st.booleans())
+def test_a_log_entry_reads_the_same_whether_its_shape_was_seen_before_or_not(stored, seen):
+    from storage import LogEntry
+    from storage._records import RecordShapeError
+
+    def read(value: Any) -> LogEntry | str:
+        try:
+            return LogEntry.from_stored(value)
+        except RecordShapeError as exc:
+            return f"RecordShapeError: {exc}"
+
+    if seen:  # a well-formed entry of the same shape came first
+        read(dict.fromkeys(stored, None) | {"k": "wait"})
+    first, again = read(stored), read(stored)
+    try:
+        expected: LogEntry | str = LogEntry._checked(stored)
+    except RecordShapeError as exc:
+        expected = f"RecordShapeError: {exc}"
+    assert expected == first == again
+    if isinstance(first, LogEntry):
+        assert [type(v) for v in attrs.astuple(expected, recurse=False)] == [
+            type(v) for v in attrs.astuple(first, recurse=False)
+        ]
 
 
 go = actors.Signal("go")

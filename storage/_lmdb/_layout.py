@@ -29,6 +29,7 @@ from pathlib import Path
 from ..errors import JournalCorrupt
 
 _RUN_SEQ = struct.Struct(">II")
+_LOG_KEY = struct.Struct(">16xII")  # a whole log key: iid(16) run(4) seq(4), read as (run, seq)
 _Q = struct.Struct(">Q")
 _H = struct.Struct(">H")
 _DBS = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from itertools import takewhile
 from typing import Any
 
 import lmdb
@@ -21,12 +22,13 @@ from .. import _journal as j
 from .. import _reading as rd
 from .. import _shapes
 from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
-from .._codec import decode as _decode
+from .._codec import stream_unpacker
 from .._records import LogEntry
 from .._states import STATE_PREFIX, StateRow
 from ..errors import JournalCorrupt
 from ._layout import (
     _H,
+    _LOG_KEY,
     _MAIL_COUNTER,
     _Q,
     _RUN_SEQ,
@@ -154,19 +156,42 @@ class _LMDBReader(Reader):
         }
 
     def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
-        # A wake reads every entry of the run: the loop is inlined, and
-        # anything unusual takes the checked path, which names the key.
+        # A wake reads every entry of the run: one pass of one cursor, each
+        # entry read the fast way; if any of them will not read so, they are
+        # all read again the checked way, which names the damaged one.
         prefix = iid + struct.pack(">I", run)
-        read, decode, run_seq = LogEntry.from_stored, _decode, _RUN_SEQ.unpack_from
-        found = {}
-        for key, value in self._scan("log", prefix):
-            try:
-                if len(key) != 24:
-                    raise ValueError("a key of another size")
-                found[run_seq(key, 16)[1]] = read(decode(value))
-            except Exception:
-                seq = _RUN_SEQ.unpack_from(rd.key_size(key, 24, "log"), 16)[1]
-                found[seq] = rd.read_entry(value, key)
+        try:
+            return self._entries_fast(prefix)
+        except Exception:  # noqa: BLE001 - the checked reading says what it was
+            pass
+        return {
+            _RUN_SEQ.unpack_from(rd.key_size(key, 24, "log"), 16)[1]: rd.read_entry(value, key)
+            for key, value in self._scan("log", prefix)
+        }
+
+    def _entries_fast(self, prefix: bytes) -> dict[int, LogEntry]:
+        # The loop of `_reading.read_entries`, inlined in the cursor's pass.
+        read, log_key = LogEntry.from_stored, _LOG_KEY.unpack
+        unpacker = stream_unpacker()
+        feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell
+        end = _prefix_end(prefix)
+        found: dict[int, LogEntry] = {}
+        fed = 0
+        with self._txn.cursor(db=self._dbs["log"]) as cur:
+            if not cur.set_range(prefix):
+                return found
+            # The pairs whose key sorts below the prefix's end: those that
+            # start with the prefix (a tuple (key, value) sorts below (end,)
+            # exactly when key < end).
+            pairs = cur.iternext() if end is None else takewhile((end,).__gt__, cur.iternext())
+            for key, value in pairs:
+                feed(value)
+                entry = read(unpack())
+                fed += len(value)
+                if tell() != fed:
+                    raise ValueError("a log entry holds more than one value")
+                # _LOG_KEY.unpack refuses a key of another size than the layout's.
+                found[log_key(key)[1]] = entry
         return found
 
     def log_runs(self, iid: bytes) -> list[int]:

@@ -133,9 +133,8 @@ class _PostgresReader(Reader):
         }
 
     def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
-        return {
-            seq: rd.read_entry(entry, iid) for seq, entry in self._rows(self._sql.log, [iid, run])
-        }
+        rows = self._rows(self._sql.log, [iid, run])
+        return rd.read_entries(rows, lambda seq: iid)  # each row is (seq, entry)
 
     def log_runs(self, iid: bytes) -> list[int]:
         return [run for (run,) in self._rows(self._sql.log_runs, [iid])]
