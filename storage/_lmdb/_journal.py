@@ -13,7 +13,6 @@ import errno
 import fcntl
 import logging
 import os
-import queue
 import threading
 import weakref
 from collections import deque
@@ -30,7 +29,7 @@ from .._clock import AutojumpHold
 from .._journal import Journal, Reader
 from ..errors import JournalClosed, JournalCorrupt, JournalLocked
 from ._applier import _Applier
-from ._handoff import Handoff
+from ._handoff import Doorbell, Handoff
 from ._layout import _DBS, _FORMAT, _format_mismatch
 from ._reader import _LMDBReader
 from ._writer import _NO_SPLIT, _Batch, _GroupCommit
@@ -155,14 +154,8 @@ class LMDBJournal(_GroupCommit, Journal):
         self._split_at = _NO_SPLIT  # start a new pending batch at this size
         self._closing = False
         self._writer: threading.Thread | None = None
-        self._waker: threading.Thread | None = None
-        # Committed batches for the waker thread to hand back (None: stop),
-        # and how many the writer queued and the waker handed back; each
-        # counter has a single writing thread.
-        self._to_wake: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
-        self._wakes_queued = 0
-        self._wakes_done = 0
-        self._token: trio.lowlevel.TrioToken | None = None
+        # Committed batches, from the writer thread to `_finish` in the trio thread.
+        self._doorbell: Doorbell[_Batch] = Doorbell(self._finish)
         # Readers hold this while a read transaction is open; the writer takes
         # it to resize the map (set_mapsize needs no transaction open).
         self._read_lock = threading.Lock()
@@ -176,8 +169,8 @@ class LMDBJournal(_GroupCommit, Journal):
         # What `defer` holds back until the next submission (trio thread)
         self._deferred: list[Any] = []
         self._hold: AutojumpHold | None = None
-        # Lets the GIL go to the writer and waker threads when a busy trio
-        # thread starves them (real clocks only: see `_handoff`).
+        # Lets the GIL go to the writer thread when a busy trio thread
+        # starves it (real clocks only: see `_handoff`).
         self._handoff = Handoff(lambda: self._inflight > 0)
 
     # -- lifecycle ---------------------------------------------------------
@@ -218,18 +211,14 @@ class LMDBJournal(_GroupCommit, Journal):
         except BaseException:
             self._release()
             raise
-        self._token = trio.lowlevel.current_trio_token()
         self._hold = AutojumpHold.current()
         self._closing = False
         self._split_at = _NO_SPLIT
+        self._doorbell.open()
         self._writer = threading.Thread(
             target=self._write_loop, name=f"journal-writer {self.path}", daemon=True
         )
-        self._waker = threading.Thread(
-            target=self._wake_loop, name=f"journal-waker {self.path}", daemon=True
-        )
         self._writer.start()
-        self._waker.start()
         if self._hold is None:  # under a MockClock its looks would move virtual time
             self._handoff.start()
         _open_journals.add(self)
@@ -355,14 +344,13 @@ class LMDBJournal(_GroupCommit, Journal):
         with self._cond:
             self._closing = True
             self._cond.notify()
-        for thread in (self._writer, self._waker):
-            # The writer drains every pending batch, then stops the waker.
-            if thread is not None:
-                await trio.to_thread.run_sync(thread.join)
-        # Let the finish callbacks the threads queued run before the env goes.
+        if self._writer is not None:  # it drains every pending batch, then stops
+            await trio.to_thread.run_sync(self._writer.join)
+        # Let the batches it handed back be finished before the env goes.
         while self._inflight:
             await trio.sleep(0)
-        self._writer = self._waker = None
+        self._writer = None
+        self._doorbell.close()
         self._handoff.stop()
         _open_journals.discard(self)
         self._release()

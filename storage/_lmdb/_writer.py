@@ -4,14 +4,14 @@ One writer thread owns every write transaction (py-lmdb binds a write
 transaction to the OS thread that began it). Transactions submitted while a
 commit is in flight wait in the next batch; each batch is one LMDB
 transaction, committed with LMDB's own synced commit (data fsync, then the
-meta page). Then one call through the trio token hands the batch back, and
-the trio thread reschedules each caller with its own outcome: one fsync and
-one wake-up of the event loop per batch. A small second thread, the waker,
-makes that call when the writer is busy with the next batch (see
-`_GroupCommit._write_loop` for why). A lone caller skips all this and
-commits in the trio thread (`_GroupCommit._commit_inline`). Both threads
-need the GIL at every step, which a busy trio thread can keep from them for
-seconds; `_handoff` watches for that and lets it go.
+meta page). Then the writer hands the batch back through a doorbell (a
+pipe the trio thread waits on, rung without letting go of the GIL: see
+`_GroupCommit._write_loop` for why), and the trio thread reschedules each
+caller with its own outcome: one fsync and one wake-up of the event loop
+per batch. A lone caller skips all this and commits in the trio thread
+(`_GroupCommit._commit_inline`). The writer needs the GIL at every step,
+which a busy trio thread can keep from it for seconds; `_handoff` watches
+for that and lets it go.
 
 When a batch does not fit or one of its transactions is refused, the
 careful path (`_GroupCommit._write`) grows the map, then applies each
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import os
-import queue
 import threading
 import time
 from collections import deque
@@ -49,7 +48,7 @@ from ..errors import (
     JournalFull,
 )
 from ._applier import _Applier
-from ._handoff import Handoff
+from ._handoff import Doorbell, Handoff
 
 _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
@@ -82,12 +81,33 @@ class _Batch:
     def __init__(self) -> None:
         self.born = time.monotonic()  # for the "async" window (see ASYNC_WINDOW_SECONDS)
         self.txns: list[Txn] = []
-        # Parallel to txns: the task parked in `LMDBJournal.commit` for that
-        # txn, or None (submitted without waiting, or its waiter was cancelled).
-        self.waiters: list[trio.lowlevel.Task | None] = []
+        # Parallel to txns: the caller parked in `LMDBJournal.commit` for
+        # that txn, or None (submitted without waiting).
+        self.waiters: list[_Waiter | None] = []
         self.outcomes: list[Any] = []  # per txn: its results, or the exception it failed with
         self.finished = False  # set in the trio thread once outcomes are final
         self.event: trio.Event | None = None  # made only when a `_Ticket` waits
+
+
+class _Waiter:
+    """A caller parked in `LMDBJournal.commit` until its batch is finished,
+    and the abort callback trio calls if that caller is cancelled first.
+
+    One object per parked caller: a closure over its batch and index would
+    be four (the function, its cells and their tuple), each tracked by the
+    garbage collector, whose collections, with a thousand callers in
+    flight, took a sixth of the CPU time of a commit.
+    """
+
+    __slots__ = ("task",)
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task: trio.lowlevel.Task | None = task
+
+    def __call__(self, _: Any) -> trio.lowlevel.Abort:
+        # The transaction still commits; only its caller stops waiting.
+        self.task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 class _Ticket(Ticket):
@@ -157,10 +177,7 @@ class _GroupCommit:
     _pending: deque[_Batch]
     _split_at: int
     _closing: bool
-    _to_wake: queue.SimpleQueue[_Batch | None]
-    _wakes_queued: int
-    _wakes_done: int
-    _token: trio.lowlevel.TrioToken | None
+    _doorbell: Doorbell[_Batch]
     _read_lock: threading.Lock
     _inflight: int
     _uncommitted: int
@@ -178,15 +195,18 @@ class _GroupCommit:
 
     # -- writing -----------------------------------------------------------
     #
-    # Where the time goes, with many writers (see bench/journal.py): trio's
-    # own cost of waking a task and parking it again (~3 us), the caller
-    # building its Txn (~1.5 us), LMDB copying each leaf page a batch touches
-    # (~2 us per instance, under the GIL) and writing it out at commit (no
-    # GIL). So the trio thread and the writer thread take turns on the GIL,
-    # and the disk work only overlaps the trio thread's if the writer never
+    # Where the time goes, with many writers (see bench/journal.py and
+    # bench/journal_cpu.py): trio's own cost of waking a task and parking it
+    # again (~2 us), the caller building its Txn (~0.6 us), the garbage
+    # collector (~1 us: its runs follow the objects each waiting caller
+    # keeps alive), LMDB copying each leaf page a batch touches (~1-1.5 us
+    # per instance, under the GIL) and writing it out at commit (no GIL).
+    # So the trio thread and the writer thread take turns on the GIL, and
+    # the disk work only overlaps the trio thread's if the writer never
     # waits for the GIL between applying a batch and committing it (see
     # `_write_loop`). The Python here is kept to one frame per caller, one
-    # lock round per submission and one reschedule per caller.
+    # lock round per submission, one reschedule per caller and one object
+    # (`_Waiter`) alive per waiting caller beside its Txn.
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         if self.readonly:
@@ -201,7 +221,7 @@ class _GroupCommit:
                 not self._unfinished
                 or time.monotonic() - self._unfinished[0].born < ASYNC_WINDOW_SECONDS
             ):
-                self.submit(txn)
+                self._enqueue(txn, None)  # (no Ticket: nobody waits for it)
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return []
         elif self._inflight == 0 and not self._inline_claimed:
@@ -210,16 +230,11 @@ class _GroupCommit:
                 return _unwrap(outcomes[0])
         else:
             await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
-        batch, index = self._enqueue(txn, trio.lowlevel.current_task())
-
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            # The transaction still commits; only its caller stops waiting.
-            batch.waiters[index] = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
+        waiter = _Waiter(trio.lowlevel.current_task())
+        self._enqueue(txn, waiter)
         # Parked without a Ticket or an Event: `_finish` reschedules this task
         # with its own outcome, which saves an allocation and a frame per call.
-        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+        return await trio.lowlevel.wait_task_rescheduled(waiter)  # type: ignore[no-any-return]
 
     async def _commit_inline(self, txn: Txn) -> list[Any] | None:
         """The fast path for an uncontended writer: commit in the trio thread.
@@ -273,8 +288,9 @@ class _GroupCommit:
     def submit(self, txn: Txn) -> Ticket:
         if self.readonly:
             self._refuse_write()
-        batch, index = self._enqueue(txn, None)
-        return _Ticket(batch, index)
+        batch = self._enqueue(txn, None)
+        # Only the trio thread appends to a batch, so txn is still its last.
+        return _Ticket(batch, len(batch.txns) - 1)
 
     def _refuse_write(self) -> None:
         self._check_open()
@@ -283,7 +299,8 @@ class _GroupCommit:
             "(which needs the journal not to be held by a running system)"
         )
 
-    def _enqueue(self, txn: Txn, waiter: trio.lowlevel.Task | None) -> tuple[_Batch, int]:
+    def _enqueue(self, txn: Txn, waiter: _Waiter | None) -> _Batch:
+        """Add ``txn`` to the batch that takes transactions; return that batch."""
         if self._env is None or self._closing or self._forked:
             self._check_open()  # raises, saying why
         if self._deferred:
@@ -306,10 +323,10 @@ class _GroupCommit:
             batch.txns.append(txn)
             batch.waiters.append(waiter)
             self._uncommitted += 1
-            return batch, len(batch.txns) - 1
+            return batch
 
     def _finish(self, batch: _Batch) -> None:
-        # Runs in the trio thread (via the token), once per batch: one
+        # Runs in the trio thread (from the doorbell), once per batch: one
         # wake-up of the trio loop serves every caller in the batch.
         self._inflight -= 1
         if self._inflight == 0 and self._hold is not None:
@@ -323,8 +340,8 @@ class _GroupCommit:
         while unfinished and unfinished[0].finished:
             unfinished.popleft()
         reschedule = trio.lowlevel.reschedule
-        for task, result in zip(batch.waiters, batch.outcomes):
-            if task is not None:
+        for waiter, result in zip(batch.waiters, batch.outcomes):
+            if waiter is not None and (task := waiter.task) is not None:
                 failed = isinstance(result, BaseException)
                 reschedule(task, Error(result) if failed else Value(result))
         if batch.event is not None:
@@ -334,19 +351,15 @@ class _GroupCommit:
         """The writer thread: apply and commit batches in submission order.
 
         While batch N+1 is being applied, batch N (committed) waits; it is
-        handed to the waker thread just before N+1's commit. Handing a batch
-        back to trio means a socket write, which releases the GIL; done here,
-        the trio thread would grab the GIL to wake N's callers and this
-        thread would sit out a whole switch interval (5 ms) before it could
-        even call commit. From the waker, N's callers run in the trio thread
+        handed back to trio just before N+1's commit, by the doorbell (see
+        `_handoff.Doorbell`), which wakes the trio thread without letting go
+        of the GIL: had the trio thread taken it, to wake N's callers, this
+        thread would wait for it up to a whole switch interval (5 ms) before
+        it could even call commit. So N's callers run in the trio thread
         while this thread's commit is on the disk, with the GIL released.
+        Woken while N+1 is applied, they would take the GIL from the
+        writer at each put (py-lmdb releases it for each).
         """
-        try:
-            self._write_batches()
-        finally:
-            self._to_wake.put(None)  # the waker stops after what it has queued
-
-    def _write_batches(self) -> None:
         committed: _Batch | None = None  # on disk, its callers not yet woken
         while True:
             with self._cond:
@@ -359,17 +372,12 @@ class _GroupCommit:
             if batch is None:
                 if committed is None:  # closing, and everything is handed back
                     return
-                # Nothing to overlap with: hand back from here, unless the
-                # waker still has batches to hand back (they go first).
-                if self._wakes_done == self._wakes_queued:
-                    self._hand_back(committed)
-                else:
-                    self._queue_wake(committed)
+                self._hand_back(committed)  # nothing to overlap with
                 committed = None
                 continue
             wtxn = self._apply_batch(batch)
             if committed is not None:
-                self._queue_wake(committed)
+                self._hand_back(committed)
             if wtxn is not None:
                 self._handoff.committing()
                 self._commit_batch(wtxn, batch)
@@ -393,25 +401,10 @@ class _GroupCommit:
             in_flight += len(committed.txns)
         return _NO_SPLIT if in_flight < 2 * _MIN_SPLIT else (in_flight + 1) // 2
 
-    def _queue_wake(self, batch: _Batch) -> None:
-        self._wakes_queued += 1
-        self._to_wake.put(batch)  # C code: does not release the GIL
-
-    def _wake_loop(self) -> None:
-        """The waker thread: hands committed batches back to trio, in order."""
-        while True:
-            batch = self._to_wake.get()
-            if batch is None:
-                return
-            self._hand_back(batch)
-            self._wakes_done += 1
-
     def _hand_back(self, batch: _Batch) -> None:
-        assert self._token is not None
-        try:
-            self._token.run_sync_soon(self._finish, batch)
-        except trio.RunFinishedError:  # pragma: no cover - the loop is gone
-            pass
+        """Have the trio thread `_finish` ``batch`` (committed batches are
+        handed back in the order they were committed)."""
+        self._doorbell.ring(batch)
         self._handoff.handed_back()
 
     def _apply_batch(self, batch: _Batch) -> lmdb.Transaction[bytes] | None:
