@@ -277,13 +277,21 @@ class _GroupCommit:
         return ticket
 
     def submit_deferred(self) -> None:
-        # Invariant: _deferred is empty whenever a batch is enqueued (every
-        # enqueue and inline commit takes it first), so what it holds was
-        # deferred after everything already submitted, and goes before
-        # anything submitted later.
+        if self._deferred:
+            if self._env is None or self._closing or self._forked:
+                self._check_open()  # raises, saying why
+            with self._lock:
+                self._enqueue_deferred()
+
+    def _enqueue_deferred(self) -> None:
+        # (Under the lock.) Invariant: _deferred is empty whenever a batch is
+        # enqueued (every enqueue and inline commit takes it first), so what
+        # it holds was deferred after everything already submitted, and goes
+        # before anything submitted later.
         deferred, self._deferred = self._deferred, []
         for txn, ticket in deferred:
-            ticket.ticket = self.submit(txn)
+            batch = self._append(txn, None)
+            ticket.ticket = _Ticket(batch, len(batch.txns) - 1)
 
     def submit(self, txn: Txn) -> Ticket:
         if self.readonly:
@@ -303,27 +311,31 @@ class _GroupCommit:
         """Add ``txn`` to the batch that takes transactions; return that batch."""
         if self._env is None or self._closing or self._forked:
             self._check_open()  # raises, saying why
-        if self._deferred:
-            self.submit_deferred()  # first, into the same batch
         with self._lock:
-            pending = self._pending
-            if pending and len(pending[-1].txns) < self._split_at:
-                batch = pending[-1]
-            else:
-                batch = _Batch()
-                pending.append(batch)
-                self._unfinished.append(batch)
-                self._inflight += 1
-                if self._inflight == 1:
-                    if self._hold is not None:
-                        self._hold.acquire()
-                    self._handoff.wake()
-                if len(pending) == 1:
-                    self._cond.notify()  # the writer may be idle
-            batch.txns.append(txn)
-            batch.waiters.append(waiter)
-            self._uncommitted += 1
-            return batch
+            if self._deferred:
+                self._enqueue_deferred()  # first, into the same batch
+            return self._append(txn, waiter)
+
+    def _append(self, txn: Txn, waiter: _Waiter | None) -> _Batch:
+        # (Under the lock.)
+        pending = self._pending
+        if pending and len(pending[-1].txns) < self._split_at:
+            batch = pending[-1]
+        else:
+            batch = _Batch()
+            pending.append(batch)
+            self._unfinished.append(batch)
+            self._inflight += 1
+            if self._inflight == 1:
+                if self._hold is not None:
+                    self._hold.acquire()
+                self._handoff.wake()
+            if len(pending) == 1:
+                self._cond.notify()  # the writer may be idle
+        batch.txns.append(txn)
+        batch.waiters.append(waiter)
+        self._uncommitted += 1
+        return batch
 
     def _finish(self, batch: _Batch) -> None:
         # Runs in the trio thread (from the doorbell), once per batch: one
