@@ -1,0 +1,47 @@
+"""The status vocabulary of instances: names, the codes journals store, and
+the sets the runtime reasons with. Defined once, here; `storage` exports it."""
+
+from __future__ import annotations
+
+__all__ = [
+    "STATUSES",
+    "STATUS_CODE",
+    "STATUS_NAME",
+    "LIVE_STATUSES",
+    "TERMINAL_STATUSES",
+    "UNFINISHED_STATUSES",
+    "STATUS_WORDS",
+]
+
+# Invariant: a status's code never changes (codes are stored in journals).
+STATUSES: tuple[str, ...] = (
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "cancelled",
+    "compensation_stuck",
+    "corrupt",
+    "queued",  # waiting in a queue for a slot (see actors._queues); not yet run
+)
+STATUS_CODE: dict[str, int] = {name: i + 1 for i, name in enumerate(STATUSES)}
+STATUS_NAME: dict[int, str] = {i + 1: name for i, name in enumerate(STATUSES)}
+# Live: the instance runs (or waits) and takes messages.
+LIVE_STATUSES: frozenset[str] = frozenset({"running", "suspended"})
+# Terminal: the instance ended and never runs again (a cancelled address may
+# be started afresh, as a new incarnation).
+TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+# Unfinished: live, queued, or parked until compensation is resumed or
+# abandoned; what a cancel can still end. (Queued is not live: it has not
+# run yet and takes no messages.)
+UNFINISHED_STATUSES: frozenset[str] = LIVE_STATUSES | {"compensation_stuck", "queued"}
+# How messages say why an instance takes no more messages ("no live instance
+# at 'orders/o-17' (it completed)").
+STATUS_WORDS: dict[str, str] = {
+    "completed": "it completed",
+    "failed": "it failed",
+    "cancelled": "it was cancelled",
+    "compensation_stuck": "it is parked in compensation_stuck",
+    "corrupt": "its records are corrupt",
+    "queued": "it is queued and takes messages once it starts",
+}

@@ -1,0 +1,227 @@
+"""`Txn`, the write transaction every journal applies: its preconditions,
+its operations (each a tuple whose first item is one of the codes below),
+and the check of its preconditions that single-owner journals share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from ._codec import encode
+from ._records import InstanceRecord
+from ._states import StateOps
+from ._statuses import STATUS_CODE, STATUS_NAME
+from .errors import Conflict, EncodeError
+
+__all__ = ["Txn", "MAX_ADDRESS_BYTES", "check_requires", "due_us"]
+
+# Invariant: an instance's address and its process template are each at most
+# this many bytes of utf-8, so an instance record's header (both of them)
+# always fits a journal's length field (LMDB's is 2 bytes). `Txn.put_instance`
+# checks it; the runtime checks addresses before it builds a transaction.
+MAX_ADDRESS_BYTES = 16 * 1024
+
+# status names -> their codes, for Txn.require
+_CODES: dict[frozenset[str], frozenset[int]] = {}
+
+
+# Operation codes of a Txn. Each op is a tuple whose first item is the code.
+PUT_INSTANCE = 1  # (op, iid, status_code, process, address, record_bytes)
+DELETE_INSTANCE = 2  # (op, iid)  -- the instance and every record it owns
+PUT_LOG = 3  # (op, iid, run, seq, entry_bytes)
+DROP_LOG = 4  # (op, iid, run)
+APPEND_MESSAGE = 5  # (op, iid, message_bytes) -> result: the message's seq
+TAKE_MESSAGE = 6  # (op, iid, seq)
+ADD_TIMER = 7  # (op, iid, run, seq, due_us)
+CANCEL_TIMER = 8  # (op, iid, run, seq)
+APPEND_STREAM = 9  # (op, iid, value_bytes) -> result: the value's index
+SET_CURSOR = 10  # (op, iid, consumer, position)
+SET_STATUS = 11  # (op, iid, status_code)  -- status only, record kept
+DELETE_CURSOR = 12  # (op, iid, consumer)
+
+
+def due_us(due: float) -> int:
+    """Epoch seconds as the integer microseconds journals store timers under."""
+    return max(0, round(due * 1_000_000))
+
+
+@attrs.define(slots=True)
+class Txn(StateOps):
+    """A write transaction: preconditions, then operations, applied atomically.
+
+    Every method encodes its values at once, so a bad value raises
+    `EncodeError` here and the journal never sees the transaction. The state
+    row operations (`put_state`, `delete_state`, `expect_state`) come from
+    its base `StateOps`.
+    """
+
+    ops: list[tuple[Any, ...]] = attrs.field(factory=list)
+    # The parts many transactions never use start as a shared empty tuple
+    # and become a list at their first entry: a Txn is made per send, and
+    # each live instance holds one.
+    # (iid, allowed status codes or None for "any existing", message)
+    requires: Sequence[tuple[bytes, frozenset[int] | None, str]] = ()
+    # (iid, epoch): this node must still own the instance at that epoch
+    fences: Sequence[tuple[bytes, int]] = ()
+    results: int = 0  # how many ops give a result (appends)
+    # (state key, version): see `StateOps.expect_state`
+    expects: Sequence[tuple[str, int]] = ()
+    # (iid, node): tell that node, once this commits, that iid has new mail
+    wakes: Sequence[tuple[bytes, str]] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.ops)
+
+    def require(self, iid: bytes, statuses: frozenset[str] | None = None) -> None:
+        """Fail the whole transaction with `Conflict` unless the instance
+        exists (and, if given, has one of ``statuses``) when it is applied."""
+        codes = None
+        if statuses is not None:
+            statuses = frozenset(statuses)  # (no copy of a frozenset)
+            codes = _CODES.get(statuses)  # every send requires one of a few sets
+            if codes is None:
+                codes = _CODES[statuses] = frozenset(STATUS_CODE[s] for s in statuses)
+        entry = (iid, codes, "")
+        if isinstance(self.requires, list):  # (send_many requires thousands)
+            self.requires.append(entry)
+        else:
+            self.requires = [entry]
+
+    def fence(self, iid: bytes, epoch: int) -> None:
+        """Fail the whole transaction with `Conflict` (reason ``"epoch"``)
+        unless this node still owns the instance at ``epoch`` (see
+        `Journal.claim`). Journals with a single owner accept every fence."""
+        self.fences = [*self.fences, (iid, epoch)]
+
+    def wake(self, iid: bytes, node: str) -> None:
+        """On a journal shared between nodes, tell ``node`` once this commits
+        (and only if it does) that ``iid`` has new mail, as an append to an
+        instance that node owns does (`Journal.on_mail`); for mail under an
+        id no node owns. Single-owner journals ignore it."""
+        self.wakes = [*self.wakes, (iid, node)]
+
+    def put_instance(
+        self, iid: bytes, *, address: str, process: str, status: str, record: InstanceRecord
+    ) -> None:
+        """Create or replace the instance's record and index it under ``status``.
+
+        Raises:
+            EncodeError: the address or template is over `MAX_ADDRESS_BYTES`.
+        """
+        self.put_instance_encoded(
+            iid, address=address, process=process, status=status,
+            record=encode(record.to_stored(), what="record"),
+        )  # fmt: skip
+
+    def put_instance_encoded(
+        self, iid: bytes, *, address: str, process: str, status: str, record: bytes
+    ) -> None:
+        """`put_instance` with a record already encoded by `storage.encode`."""
+        for what, name in (("address", address), ("process template", process)):
+            size = len(name.encode())
+            if size > MAX_ADDRESS_BYTES:
+                raise EncodeError(
+                    f"the instance's {what} is {size} bytes, over the journal's limit of "
+                    f"{MAX_ADDRESS_BYTES} (MAX_ADDRESS_BYTES); use short ids in addresses "
+                    "and put the data in the input",
+                    path=what,
+                    value_type="str",
+                )
+        self.ops.append((PUT_INSTANCE, iid, STATUS_CODE[status], process, address, record))
+
+    def set_status(self, iid: bytes, status: str) -> None:
+        """Change only the status (and its index entry) of an existing instance."""
+        self.ops.append((SET_STATUS, iid, STATUS_CODE[status]))
+
+    def delete_instance(self, iid: bytes) -> None:
+        """Remove the instance and everything it owns: log, mailbox, timers,
+        stream, cursors and index entries."""
+        self.ops.append((DELETE_INSTANCE, iid))
+
+    def put_log(self, iid: bytes, run: int, seq: int, entry: Any) -> None:
+        """Write (or overwrite) effect ``seq`` of run ``run``."""
+        self.ops.append((PUT_LOG, iid, run, seq, encode(entry, what="log entry")))
+
+    def put_log_encoded(self, iid: bytes, run: int, seq: int, entry: bytes) -> None:
+        """`put_log` with an entry already encoded."""
+        self.ops.append((PUT_LOG, iid, run, seq, entry))
+
+    def drop_log(self, iid: bytes, run: int) -> None:
+        """Delete every log entry of run ``run``."""
+        self.ops.append((DROP_LOG, iid, run))
+
+    def append_message(self, iid: bytes, message: Any) -> int:
+        """Append to the mailbox; the commit's results hold the new message's
+        sequence number at the index returned here. A message is never
+        written over another: if the number is taken (a damaged counter),
+        the transaction fails alone with `JournalCorrupt`."""
+        self.ops.append((APPEND_MESSAGE, iid, encode(message, what="payload")))
+        return self._result_slot()
+
+    def take_message(self, iid: bytes, seq: int) -> None:
+        """Remove message ``seq`` from the mailbox (a missing one is ignored)."""
+        self.ops.append((TAKE_MESSAGE, iid, seq))
+
+    def add_timer(self, iid: bytes, run: int, seq: int, due: float) -> None:
+        """Add the timer of effect ``seq`` of run ``run``, due at epoch ``due``."""
+        self.ops.append((ADD_TIMER, iid, run, seq, due_us(due)))
+
+    def cancel_timer(self, iid: bytes, run: int, seq: int) -> None:
+        """Remove that timer (a missing one is ignored)."""
+        self.ops.append((CANCEL_TIMER, iid, run, seq))
+
+    def append_stream(self, iid: bytes, value: Any) -> int:
+        """Append to the stream; results hold the value's index (from 0)."""
+        self.ops.append((APPEND_STREAM, iid, encode(value, what="emitted value")))
+        return self._result_slot()
+
+    def set_cursor(self, iid: bytes, consumer: str, position: int) -> None:
+        """Record that ``consumer`` has consumed every value before ``position``."""
+        self.ops.append((SET_CURSOR, iid, consumer, position))
+
+    def delete_cursor(self, iid: bytes, consumer: str) -> None:
+        """Forget ``consumer``'s cursor (a missing one is ignored): the name
+        starts afresh, as a new consumer, next time."""
+        self.ops.append((DELETE_CURSOR, iid, consumer))
+
+    def _expect(self, key: str, version: int) -> None:
+        self.expects = [*self.expects, (key, version)]
+
+    def extend(self, other: Txn) -> int:
+        """Add everything of ``other`` after what this holds, as one
+        transaction; returns how many results come before ``other``'s, so
+        ``other``'s slot ``k`` is slot ``offset + k`` of this one."""
+        offset = self.results
+        self.ops.extend(other.ops)
+        if isinstance(self.requires, list):
+            self.requires.extend(other.requires)
+        elif other.requires:
+            self.requires = list(other.requires)  # a list of its own, not other's
+        if other.fences:
+            self.fences = [*self.fences, *other.fences]
+        if other.expects:
+            self.expects = [*self.expects, *other.expects]
+        if other.wakes:
+            self.wakes = [*self.wakes, *other.wakes]
+        self.results += other.results
+        return offset
+
+    def _result_slot(self) -> int:
+        self.results += 1
+        return self.results - 1
+
+
+def check_requires(
+    requires: Sequence[tuple[bytes, frozenset[int] | None, str]],
+    status_of: Callable[[bytes], int | None],
+) -> None:  # Single-owner journals ignore Txn.fences: there is no other owner.
+    """Raise `Conflict` for the first precondition that does not hold."""
+    for iid, codes, _ in requires:
+        code = status_of(iid)
+        if code is None:
+            raise Conflict(f"no instance with id {iid.hex()}", reason="missing")
+        if codes is not None and code not in codes:
+            name = STATUS_NAME.get(code, "unknown")
+            raise Conflict(f"instance {iid.hex()} is {name}", reason="status", status=name)
