@@ -220,6 +220,20 @@ async def _start_many(
             nursery.start_soon(starter, k)
 
 
+async def _long_and_short(system: Any, effects: int, first_token: int = 1) -> int:
+    """Start ``sink/long`` with a log of ``effects`` + 1 waits and
+    ``sink/short`` with a log of 1 (the replay figures wake them); returns
+    the next free probe token."""
+    await system.start(sink, "long", ticks=effects)
+    await system.start(sink, "short")
+    async with trio.open_nursery() as nursery:
+        for _ in range(effects):
+            nursery.start_soon(system.send, "sink/long", tick, None)
+    for token, address in enumerate(("sink/long", "sink/short"), start=first_token):
+        await _ping(system, address, token)
+    return first_token + 2
+
+
 async def _ping(system: Any, address: str, token: int) -> float:
     """Seconds from before ``send`` until the process code has the message."""
     event = _probe.expect(token)

@@ -111,6 +111,7 @@ from ._kit import (
     _Sampler,
     _count_rate,
     _lmdb,
+    _long_and_short,
     _open,
     _passivated,
     _ping,
@@ -122,7 +123,6 @@ from ._kit import (
     job,
     ping,
     sink,
-    tick,
 )
 
 # -- 1, 2: signals -----------------------------------------------------------------
@@ -406,16 +406,8 @@ def replay(
 
     async def main() -> dict[str, float]:
         _probe.reset()
-        token = 0
         async with _open(_lmdb(directory)) as system:
-            await system.start(sink, "long", ticks=effects)
-            await system.start(sink, "short")
-            async with trio.open_nursery() as nursery:
-                for _ in range(effects):
-                    nursery.start_soon(system.send, "sink/long", tick, None)
-            for address in ("sink/long", "sink/short"):  # their logs: effects + 1, and 1
-                token += 1
-                await _ping(system, address, token)
+            token = await _long_and_short(system, effects) - 1
         # Reopened: both are suspended on disk; each message activates and replays one.
         times: dict[str, list[float]] = {"sink/long": [], "sink/short": []}
         async with _open(_lmdb(directory), passivate_after=0) as system:

@@ -35,20 +35,14 @@ import trio
 from actors._instance import Actor
 from storage import instance_id
 
-from ._kit import _lmdb, _open, _passivated, _ping, _probe, _until, ping, sink, tick
+from ._kit import _lmdb, _long_and_short, _open, _passivated, _probe, _until, ping
 
 _ADDRESSES = ("sink/long", "sink/short")
 
 
 async def _build(directory: Path, effects: int) -> None:
     async with _open(_lmdb(directory)) as system:
-        await system.start(sink, "long", ticks=effects)
-        await system.start(sink, "short")
-        async with trio.open_nursery() as nursery:
-            for _ in range(effects):
-                nursery.start_soon(system.send, "sink/long", tick, None)
-        for token, address in enumerate(_ADDRESSES, start=1):
-            await _ping(system, address, token)
+        await _long_and_short(system, effects)
 
 
 async def _wakes(directory: Path, wakes: int, profile: str | None) -> dict[str, list[float]]:
