@@ -106,14 +106,7 @@ class InstanceRecord:
 
     def to_stored(self) -> dict[str, Any]:
         """The map to encode: the fields away from their defaults."""
-        stored: dict[str, Any] = {}
-        for name, key, default in _STORED:
-            value = getattr(self, name)
-            if name in _ALWAYS or not (value == default or (default in _NOTHING and not value)):
-                stored[key] = value
-        if self.extra:
-            stored.update(self.extra)
-        return stored
+        return _record_to_stored(self)  # written below, once its fields are known
 
     @classmethod
     def from_stored(cls, value: Any) -> InstanceRecord:
@@ -188,15 +181,41 @@ _READ: dict[str, tuple[str, tuple[type, ...]]] = {
     "comp_attempts": ("comp_attempts", (dict,)), "exports": ("exports", ()),
     "exports_version": ("exports_version", (int,)),
 }  # fmt: skip
-# (field, stored key, default) for each stored field, in a stable order
-_STORED: tuple[tuple[str, str, Any], ...] = tuple(
-    (name, key, getattr(_ATTRS, name).default) for key, (name, _) in _READ.items()
-)
 # the empty containers that mean "the default": a record read with an empty
 # list is stored like one never given any
 _NOTHING = ((), _EMPTY)
 # stored even at their defaults: every record names its run and incarnation
 _ALWAYS = frozenset({"run", "incarnation"})
+
+
+def _write_record_to_stored() -> Callable[[InstanceRecord], dict[str, Any]]:
+    """`InstanceRecord.to_stored`, written out field by field as attrs writes
+    ``__init__`` (a record is stored at every change of an instance's state;
+    a loop over the fields cost three times as much). The source holds only
+    names of ours: field names and stored keys from `_READ`, defaults by name."""
+    lines = ["def to_stored(self):", "    stored = {}"]
+    scope: dict[str, Any] = {}
+    for key, (name, _) in _READ.items():
+        default = getattr(_ATTRS, name).default
+        if name in _ALWAYS:
+            lines.append(f"    stored[{key!r}] = self.{name}")
+            continue
+        lines.append(f"    value = self.{name}")
+        if default in _NOTHING:
+            lines.append("    if value:")  # an empty container means the default
+        elif default is None:
+            lines.append("    if value is not None:")
+        else:
+            scope[f"default_{name}"] = default
+            lines.append(f"    if value != default_{name}:")
+        lines.append(f"        stored[{key!r}] = value")
+    lines += ["    if self.extra:", "        stored.update(self.extra)", "    return stored"]
+    exec(compile("\n".join(lines), "<InstanceRecord.to_stored>", "exec"), scope)  # noqa: S102
+    to_stored: Callable[[InstanceRecord], dict[str, Any]] = scope["to_stored"]
+    return to_stored
+
+
+_record_to_stored = _write_record_to_stored()
 
 
 # -- log entries ------------------------------------------------------------------

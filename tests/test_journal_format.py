@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import actors
 from storage import InstanceRecord, JournalCorrupt, LMDBJournal, Txn, instance_id
 
+from storage._records import _EMPTY, _READ
 from tests import strategies as S
 
 A = instance_id("a")
@@ -181,3 +182,30 @@ async def test_the_log_a_run_writes_keeps_the_stored_format(tmp_path, autojump_c
     assert step["key"].startswith("fmt/1/")
     assert {"k": "wait", "n": "go", "h": b"", "v": "p", "m": wait["m"], "s": "go"} == wait
     assert {"k", "n", "h", "v", "due"} == set(sleep) and sleep["v"] is None
+
+
+_RECORD_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False),
+    st.text(max_size=3), st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2), st.just(()),
+)  # fmt: skip
+
+
+@given(st.dictionaries(st.sampled_from([f.name for f in attrs.fields(InstanceRecord)
+                                        if f.name != "extra"]), _RECORD_VALUES),
+       st.dictionaries(st.sampled_from(["zz", "new_field"]), st.integers(), max_size=2))
+def test_a_record_is_stored_as_its_fields_away_from_their_defaults(fields, extra):
+    # The definition to_stored is written out from (see _write_record_to_stored):
+    # run and incarnation always; a container field when not empty; any other
+    # field when it is not its default; unknown fields as they were.
+    record = attrs.evolve(InstanceRecord(), **fields, extra=extra)
+    expected: dict[str, Any] = {}
+    for key, (name, _) in _READ.items():
+        value, default = getattr(record, name), getattr(attrs.fields(InstanceRecord), name).default
+        if name in ("run", "incarnation") or (
+            bool(value) if default in ((), _EMPTY) else not value == default
+        ):
+            expected[key] = value
+    expected.update(extra)
+    assert expected == record.to_stored()
+    assert list(expected) == list(record.to_stored())  # in a stable order
