@@ -2,9 +2,11 @@
 
 - `_journal`: `LMDBJournal`'s lifecycle: the private directory, the owner
   lock and who holds it, opening (read-only too) and closing, read snapshots;
-- `_writer`: group commit: the writer and waker threads, batches, the
-  "async" window, map growth, and the careful path that isolates a
-  transaction that fails;
+- `_writer`: group commit: the writer thread, batches, deferred
+  transactions, the "async" window, map growth, and the careful path that
+  isolates a transaction that fails;
+- `_handoff`: the trio side of the writer thread: the doorbell that hands
+  committed batches back, and the watch that lends it the GIL;
 - `_applier`: a `Txn`'s operations as puts and deletes in one LMDB
   write transaction;
 - `_reader`: the `Reader`, one LMDB read transaction;
