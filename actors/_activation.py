@@ -46,6 +46,7 @@ class Activation(_SystemAPI):
     # Set up by ActorSystem.__init__ (see there for what each holds).
     _live: dict[bytes, Actor]
     _activating: set[bytes]
+    _routed_absent: set[bytes]
     _foreign: set[bytes]
     _ends: OrderedDict[bytes, tuple[str, InstanceRecord]]
     _stalled_iids: set[bytes]
@@ -68,8 +69,23 @@ class Activation(_SystemAPI):
         record: InstanceRecord,
         epoch: int = 0,
     ) -> Actor:
-        """Run an instance whose record was just written (so nothing to read back)."""
-        actor = Actor(self, iid, address, proc, record, loaded=True, epoch=epoch)
+        """Run an instance whose record was just written (so nothing to read
+        back, unless mail for it was routed meanwhile).
+
+        Between the commit of the record and this call, a sender can commit
+        a message to the instance and find no actor to hand it to: it asks
+        for an activation (`_route`). Invariant: such mail is never left
+        unread. The activation may have run already, loading the instance
+        from the journal: then its actor is the one, and it is returned.
+        Else the new actor reads its state from the journal before it runs,
+        as an activated one does (its mailbox holds the message).
+        """
+        existing = self._live.get(iid)
+        if existing is not None:
+            return existing
+        loaded = iid not in self._routed_absent
+        self._routed_absent.discard(iid)
+        actor = Actor(self, iid, address, proc, record, loaded=loaded, epoch=epoch)
         self._live[iid] = actor
         self.nodes.running(iid)
         self._run_actor(actor)
@@ -138,6 +154,7 @@ class Activation(_SystemAPI):
             await self._set_corrupt(iid, exc)
             return None
         if row is None or row.status not in LIVE_STATUSES:
+            self._routed_absent.discard(iid)  # nothing to create meanwhile: it ended
             return None
         proc = self._procs.get(row.process)
         if proc is None:
@@ -157,6 +174,7 @@ class Activation(_SystemAPI):
             return None  # another live node owns it (and was told of its mail)
         actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
         self._live[iid] = actor
+        self._routed_absent.discard(iid)  # it loads its mailbox (see _run_created)
         self._ends.pop(iid, None)  # a stalled instance's last state (see _stalled)
         return actor
 

@@ -109,6 +109,8 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         self._offset = 0.0
         self._live: dict[bytes, Actor] = {}
         self._activating: set[bytes] = set()
+        # Instances mail was routed to while no actor was live (see _run_created)
+        self._routed_absent: set[bytes] = set()
         self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
         # (An OrderedDict: dropping the oldest of a plain dict, del d[next(iter(d))],
