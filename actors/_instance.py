@@ -4,9 +4,9 @@ The `Mailbox` holds unread messages and the waits that take them; the
 `Driver` steps the process coroutine against the run's log and hands the
 actor what replay cannot answer (`Actor.begin`), which it runs live: waits
 and timers here, steps, children, emits and publishes as tasks in the
-actor's nursery, except a step awaited alone, which `wait_for` runs in the
-actor's own task (nothing races it, so no task need be spawned and woken
-for it). Those tasks report back through the actor's methods (`finish`,
+actor's nursery, except for a leaf awaited alone, whose work `wait_for`
+runs in the actor's own task (nothing races it, so no task need be spawned
+and woken for it; see `start_task`). Those tasks report back through the actor's methods (`finish`,
 `task_finished`, ...), never by writing its state.
 
 Durability barrier: writes that are not visible outside the instance
