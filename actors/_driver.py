@@ -236,9 +236,12 @@ class Driver:
         `NonDeterminismError` for a leaf that does not match its log entry.
         """
         # A wake replays every effect of the run through here: `logged` is
-        # inlined, and a lone effect is its own only leaf.
+        # inlined, and a lone effect is its own only leaf. Every live effect
+        # comes through here too: one past the log has nothing to look up.
         started: dict[Effect[Any], LogEntry] = {}
         composite = isinstance(effect, fx.Composite)
+        if not composite and effect.seq > self.last:
+            return started
         log = self.log
         for leaf in effect.leaves() if composite else (effect,):
             entry = log.get(leaf.seq)
@@ -343,12 +346,9 @@ class Driver:
                     throw = fx._reused(effect)
                     continue
                 try:
-                    if effect.seq > self.last and not isinstance(effect, fx.Composite):
-                        host.begin(effect, {})  # past the log: nothing to replay
-                    else:
-                        started = self.replay(effect)
-                        if started or not effect.done:  # else replay left nothing to begin
-                            host.begin(effect, started)
+                    started = self.replay(effect)
+                    if started or not effect.done:  # else replay left nothing to begin
+                        host.begin(effect, started)
                 except NonDeterminismError as exc:
                     await host.diverge(exc)
                     return
