@@ -70,8 +70,7 @@ class Arrivals(_ActorAPI):
     def _receive_system(self, seq: int, name: str, payload: Any) -> None:
         if name == ESCALATE.name and self.interrupt is None:
             self.interrupt = ("escalate", payload, seq)
-            self._stop_inline_step()
-            self.wakeup()
+            self._act_on_request()
         elif name == CANCEL.name:
             self.txn.take_message(self.iid, seq)
             self.cancel(payload["reason"])
@@ -80,32 +79,30 @@ class Arrivals(_ActorAPI):
         """Ask the driver to cancel the instance at its next suspension."""
         if self.interrupt is None or self.interrupt[0] != "cancel":
             self.interrupt = ("cancel", reason)
-        self._stop_inline_step()
-        self.wakeup()
+        self._act_on_request()
 
     def corrupted(self, exc: JournalCorrupt) -> None:
         """Stop the instance at its next suspension and mark it corrupt: a
         record of it was found damaged elsewhere (see `_stream_damaged`).
         Over any other request: a corrupt instance does nothing more."""
         self.interrupt = ("corrupt", exc)
-        self._stop_inline_step()
-        self.wakeup()
+        self._act_on_request()
 
     def restart(self, reason: str) -> None:
         """Ask the driver to restart the instance afresh (a sibling crashed)."""
         if self.interrupt is None:
             self.interrupt = ("restart", reason)
-        self._stop_inline_step()
-        self.wakeup()
+        self._act_on_request()
 
-    def _stop_inline_step(self) -> None:
-        # A step awaited alone runs in the actor's own task (see wait_for),
-        # so the driver cannot abandon it at the request, as it does a step
-        # in a task of its own: it is cancelled here, and the driver then
-        # acts on the request (it stays live, unfinished, for `_interrupted`).
+    def _act_on_request(self) -> None:
+        """Wake the driver to act on ``interrupt``. A step awaited alone runs
+        in the actor's own task (see wait_for), so the driver cannot abandon
+        it at the request, as it does a step in a task of its own: it is
+        cancelled here (it stays live, unfinished, for `_interrupted`)."""
         root = self.root
         if type(root) is fx.Step and root.scope is not None:
             root.scope.cancel()
+        self.wakeup()
 
     def add_wait(self, wait: fx.Wait[Any]) -> None:
         """Register a live wait and give it a message if one is already here."""
