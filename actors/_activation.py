@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from storage import LIVE_STATUSES, CorruptRecord, InstanceRecord, InstanceRow, Txn, instance_id
+from storage._parking import Parking
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
@@ -56,7 +57,7 @@ class Activation(_SystemAPI):
     takeover_interval: float
     _nursery: trio.Nursery | None
     _closing: bool
-    _sweep_parked: trio.lowlevel.Task | None
+    _sweep_parking: Parking
     nodes: NodeView
 
     # -- activation ------------------------------------------------------------
@@ -324,15 +325,9 @@ class Activation(_SystemAPI):
                     else:
                         earliest = min(earliest, actor.idle_since)
             if earliest == math.inf:
-                # Invariant: _sweep_parked is set only while nothing is parked,
+                # Invariant: the sweep is parked only while nothing is parked,
                 # and no instance can park between the scan and this wait.
-                self._sweep_parked = trio.lowlevel.current_task()
-
-                def abort(_: Any) -> trio.lowlevel.Abort:
-                    self._sweep_parked = None
-                    return trio.lowlevel.Abort.SUCCEEDED
-
-                await trio.lowlevel.wait_task_rescheduled(abort)
+                await self._sweep_parking.park()
                 continue
             # An instance parking meanwhile is due at now + after or later,
             # past this wake-up (earliest + after <= now + after).
@@ -340,10 +335,7 @@ class Activation(_SystemAPI):
 
     def _instance_idle(self) -> None:
         """An instance parked with nothing to do: give the idle sweep a deadline."""
-        task = self._sweep_parked
-        if task is not None:
-            self._sweep_parked = None
-            trio.lowlevel.reschedule(task)
+        self._sweep_parking.wake()
 
     async def _take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone,

@@ -18,11 +18,10 @@ other readers see).
 
 from __future__ import annotations
 
-from typing import Any
-
 import trio
 
 from storage import Journal
+from storage._parking import Parking
 
 __all__ = ["Rides", "WINDOW"]
 
@@ -33,35 +32,26 @@ WINDOW = 0.005
 class Rides:
     """The timer that submits deferred writes nobody took along."""
 
-    __slots__ = ("_journal", "_armed", "_parked")
+    __slots__ = ("_journal", "_armed", "_idle")
 
     def __init__(self, journal: Journal) -> None:
         self._journal = journal
         self._armed = False  # writes were deferred since the last submission here
-        self._parked: trio.lowlevel.Task | None = None  # `run`, while disarmed
+        self._idle = Parking()  # `run`, while disarmed
 
     def deferred(self) -> None:
         """Writes were just deferred: see that they go within `WINDOW`."""
         if not self._armed:
             self._armed = True
-            task = self._parked
-            if task is not None:
-                self._parked = None
-                trio.lowlevel.reschedule(task)
+            self._idle.wake()
 
     async def run(self) -> None:
         """The system task: submit deferred writes `WINDOW` after the first."""
         while True:
             if not self._armed:
-                # Invariant: _parked is set only while disarmed (deferred()
-                # reschedules it), so no deferral goes unnoticed.
-                self._parked = trio.lowlevel.current_task()
-
-                def abort(_: Any) -> trio.lowlevel.Abort:
-                    self._parked = None
-                    return trio.lowlevel.Abort.SUCCEEDED
-
-                await trio.lowlevel.wait_task_rescheduled(abort)
+                # Invariant: parked only while disarmed (deferred() wakes it),
+                # so no deferral goes unnoticed.
+                await self._idle.park()
             await trio.sleep(WINDOW)
             self._armed = False
             self._journal.submit_deferred()

@@ -20,6 +20,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 import trio
 
 from storage import MAX_ADDRESS_BYTES, InstanceRecord, Journal, Txn, encode, instance_id
+from storage._parking import Parking
 from storage.errors import JournalCorrupt, JournalUnavailable
 
 from . import _events, _guard, _protocol, _tracing
@@ -129,7 +130,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         self.takeover_interval = 0.25
         self._nursery: trio.Nursery | None = None
         self._closing = False
-        self._sweep_parked: trio.lowlevel.Task | None = None  # see _sweep_idle
+        self._sweep_parking = Parking()  # see _sweep_idle
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
         self.queues = QueueService(self, queues)

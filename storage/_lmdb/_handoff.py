@@ -38,9 +38,11 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import trio
+
+from .._parking import Parking
 
 __all__ = ["Doorbell", "Handoff", "NUDGE_AFTER", "NUDGE_WAIT", "NUDGE_AFTER_MAX"]
 
@@ -70,7 +72,7 @@ class Handoff:
     """
 
     __slots__ = (
-        "_busy", "_steps", "_on_disk", "_waiting", "_reached", "_parked", "_scope", "nudges",
+        "_busy", "_steps", "_on_disk", "_waiting", "_reached", "_idle", "_scope", "nudges",
     )  # fmt: skip
 
     def __init__(self, busy: Callable[[], bool]) -> None:
@@ -81,7 +83,7 @@ class Handoff:
         self._on_disk = False  # the writer is in a commit (until its next step)
         self._waiting = False  # the trio thread waits for `_reached`
         self._reached = threading.Event()
-        self._parked: trio.lowlevel.Task | None = None  # the looking task, idle
+        self._idle = Parking()  # the looking task, while no writes are in flight
         self._scope: trio.CancelScope | None = None
         self.nudges = 0  # looks that found nothing done and let the GIL go
 
@@ -113,10 +115,7 @@ class Handoff:
 
     def wake(self) -> None:
         """Writes went in flight: start looking if idle."""
-        task = self._parked
-        if task is not None:
-            self._parked = None
-            trio.lowlevel.reschedule(task)
+        self._idle.wake()
 
     async def _look(self) -> None:
         assert self._scope is not None
@@ -124,7 +123,7 @@ class Handoff:
             after = NUDGE_AFTER
             while True:
                 if not self._busy():
-                    await self._park()
+                    await self._idle.park()
                     after = NUDGE_AFTER
                 seen = self._steps
                 await trio.sleep(after)
@@ -134,15 +133,6 @@ class Handoff:
                     after = NUDGE_AFTER
                 else:  # a slow disk: look less often until the commit returns
                     after = min(after * 2, NUDGE_AFTER_MAX)
-
-    async def _park(self) -> None:
-        self._parked = trio.lowlevel.current_task()
-
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            self._parked = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _let_go(self) -> bool:
         """Block this (the trio) thread, the GIL released, until a batch is

@@ -1,0 +1,44 @@
+"""`Parking`: where one background task sleeps until another wakes it.
+
+The runtime's and the journal's background tasks (the idle sweep, the timer
+of deferred writes, the writer's hand-over watch) sleep while they have
+nothing to do and are woken, from the trio thread, when something comes
+up. A `trio.Event` per sleep would do; this is cheaper (no object per
+sleep, one reschedule per wake-up), and a wake-up with nobody parked does
+nothing, so the caller decides, under its own invariant, that nothing is
+missed: the task checks its condition, then parks, with no checkpoint in
+between.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+__all__ = ["Parking"]
+
+
+class Parking:
+    """One task's place to sleep until `wake` (call both from the trio thread)."""
+
+    __slots__ = ("_task",)
+
+    def __init__(self) -> None:
+        self._task: trio.lowlevel.Task | None = None
+
+    async def park(self) -> None:
+        """Sleep until `wake` (or a cancellation)."""
+        self._task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def wake(self) -> None:
+        """Wake the parked task, if one is parked."""
+        task = self._task
+        if task is not None:
+            self._task = None
+            trio.lowlevel.reschedule(task)
+
+    def _abort(self, _: Any) -> trio.lowlevel.Abort:
+        self._task = None
+        return trio.lowlevel.Abort.SUCCEEDED
