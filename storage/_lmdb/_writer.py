@@ -256,8 +256,6 @@ class _GroupCommit:
         if self._inflight or trio.lowlevel.current_statistics().tasks_runnable:
             return None
         env = self._check_open()
-        if not self._deferred:
-            return self._write_inline(env, [txn])
         # What defer held back goes first, in this same commit.
         deferred, self._deferred = self._deferred, []
         outcomes = self._write_inline(env, [held for held, _ in deferred] + [txn])
@@ -278,8 +276,7 @@ class _GroupCommit:
 
     def submit_deferred(self) -> None:
         if self._deferred:
-            if self._env is None or self._closing or self._forked:
-                self._check_open()  # raises, saying why
+            self._check_writable()
             with self._lock:
                 self._enqueue_deferred()
 
@@ -309,12 +306,15 @@ class _GroupCommit:
 
     def _enqueue(self, txn: Txn, waiter: _Waiter | None) -> _Batch:
         """Add ``txn`` to the batch that takes transactions; return that batch."""
-        if self._env is None or self._closing or self._forked:
-            self._check_open()  # raises, saying why
+        self._check_writable()
         with self._lock:
             if self._deferred:
                 self._enqueue_deferred()  # first, into the same batch
             return self._append(txn, waiter)
+
+    def _check_writable(self) -> None:
+        if self._env is None or self._closing or self._forked:
+            self._check_open()  # raises, saying why
 
     def _append(self, txn: Txn, waiter: _Waiter | None) -> _Batch:
         # (Under the lock.)
