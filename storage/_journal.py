@@ -168,9 +168,14 @@ class Settled(Ticket):
 
     async def wait(self) -> list[int]:
         await trio.lowlevel.checkpoint()
-        if isinstance(self._outcome, BaseException):
-            raise self._outcome
-        return self._outcome
+        return unwrap(self._outcome)
+
+
+def unwrap(outcome: list[int] | BaseException) -> list[int]:
+    """A transaction's results, or raise the exception it failed with."""
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
 
 
 class Reader(abc.ABC):

@@ -36,7 +36,9 @@ from outcome import Error, Value
 
 from .. import _journal as j
 from .._clock import AutojumpHold
-from .._journal import CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Settled, Ticket, Txn
+from .._journal import (
+    CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Settled, Ticket, Txn, unwrap,
+)  # fmt: skip
 from .._states import check_expects
 from ..errors import (
     ActorError,
@@ -129,7 +131,7 @@ class _Ticket(Ticket):
             if batch.event is None:
                 batch.event = trio.Event()
             await batch.event.wait()
-        return _unwrap(batch.outcomes[self._index])
+        return unwrap(batch.outcomes[self._index])
 
 
 class _Deferred(Ticket):
@@ -153,12 +155,6 @@ class _Deferred(Ticket):
             self._journal.submit_deferred()
         assert self.ticket is not None
         return await self.ticket.wait()
-
-
-def _unwrap(outcome: list[int] | BaseException) -> list[int]:
-    if isinstance(outcome, BaseException):
-        raise outcome
-    return outcome
 
 
 class _GroupCommit:
@@ -227,7 +223,7 @@ class _GroupCommit:
         elif self._inflight == 0 and not self._inline_claimed:
             outcomes = await self._commit_inline(txn)
             if outcomes is not None:
-                return _unwrap(outcomes[0])
+                return unwrap(outcomes[0])
         else:
             await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
         waiter = _Waiter(trio.lowlevel.current_task())
