@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from storage import LIVE_STATUSES, STATUS_WORDS, instance_id
+from storage import LIVE_STATUSES, STATUS_WORDS
 from storage.errors import Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
-from ._checks import check_name, check_seconds
+from ._checks import check_seconds
 from ._records import Signal
 from .errors import InvalidArguments, NotDelivered
 
@@ -185,8 +185,11 @@ class Sending(_SystemAPI):
                     f"send_many takes (address, actors.Signal, payload) tuples; item {n} is "
                     f"{item!r}"
                 )
-            check_name(item[0], f"send_many's address (item {n})")
-            iid = instance_id(item[0])
+            try:
+                iid = self._address_iid(item[0], "send_many's address")
+            except InvalidArguments as exc:
+                exc.add_note(f"(item {n} of the batch; none was sent)")
+                raise
             addresses.setdefault(iid, item[0])
             batch.append((iid, item[1].name, item[2]))
         if not batch:
