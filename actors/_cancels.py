@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-import attrs
 
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, Txn
 from storage.errors import Conflict
@@ -155,7 +154,7 @@ class Cancels(_SystemAPI):
         txn.require(iid, LIVE_STATUSES)
         _protocol.next_run(
             txn, iid, address=address, process=row.process,
-            record=attrs.evolve(row.record, restarts=restarts, updated=self.epoch_now()),
+            record=row.record.evolve(restarts=restarts, updated=self.epoch_now()),
             timers=[(timer.run, timer.seq) for timer in timers],
         )  # fmt: skip
         owed = _asks.unanswered_on_disk(log, ())  # taken by the run that ends here

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-import attrs
 
 from storage import InstanceRecord, Txn
 from storage.errors import EncodeError
@@ -139,7 +138,7 @@ class Ends(_ActorAPI):
         self.children = {}
         await _sup.cancel_children(self.system, children, reason)
         if self.proc.compensate_on_cancel and _saga.pending(self.record):
-            self.record = attrs.evolve(self.record, reason=detail)
+            self.record = self.record.evolve(reason=detail)
             await self._finish_compensation(
                 {"type": "actors.errors.ProcessCancelled", "message": detail}, "cancelled"
             )
@@ -208,9 +207,7 @@ class Ends(_ActorAPI):
         run (with ``changes`` to the record), status running."""
         timers = [(self.run, seq) for seq in self.timers]
         self.timers.clear()
-        record = attrs.evolve(
-            self.record, run=self.run, updated=self.system.epoch_now(), **changes
-        )
+        record = self.record.evolve(run=self.run, updated=self.system.epoch_now(), **changes)
         self.record = _protocol.next_run(
             txn, self.iid, address=self.address, process=self.proc.template, record=record,
             timers=timers,

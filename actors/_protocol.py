@@ -238,8 +238,10 @@ def start_txn(
     a cancelled one whole (log, mailbox, timers, stream) and counts on from
     its incarnation number.
     """
+    # The process runs on what was stored, never on the caller's objects:
+    # its input is a decoded copy of the encoding (params are strs).
     record = InstanceRecord(
-        params=list(params), input=input, run=0,
+        params=list(params), input=decode(encode(input, what="input")), run=0,
         incarnation=(previous.record.incarnation + 1) if previous is not None else 1,
         created=now, updated=now, parent=parent, trace=trace,  # the starter's traceparent
         **(child or {}),
@@ -254,8 +256,7 @@ def start_txn(
         notice = add_message(
             txn, iid, message[0], message[1], now, max_payload=max_payload, trace=trace
         )
-    # The process runs on what was stored, never on the caller's objects.
-    return Start(txn, InstanceRecord.from_stored(decode(stored)), notice)
+    return Start(txn, record, notice)
 
 
 # -- ends ----------------------------------------------------------------------------
@@ -330,7 +331,7 @@ def next_run(
     txn.drop_log(iid, run)
     for timer_run, seq in timers:
         txn.cancel_timer(iid, timer_run, seq)
-    following = attrs.evolve(record, run=run + 1)
+    following = record.evolve(run=run + 1)
     txn.put_instance(iid, address=address, process=process, status="running", record=following)
     return following
 
@@ -349,7 +350,7 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
     notices: list[Notice] = []
     for cancel in cancels:
         row = cancel.row
-        record = attrs.evolve(row.record, reason=cancel.reason, updated=now, last_error=None)
+        record = row.record.evolve(reason=cancel.reason, updated=now, last_error=None)
         txn.require(row.iid, UNFINISHED_STATUSES)
         if cancel.epoch is not None:
             txn.fence(row.iid, cancel.epoch)
@@ -386,7 +387,7 @@ def resume_compensation_txn(row: InstanceRow, now: float) -> Txn:
     """Put a ``compensation_stuck`` instance back to running, so that its
     next activation retries the compensation where it stopped; on condition
     that it is still stuck."""
-    record = attrs.evolve(row.record, last_error=None, stuck=None, updated=now)
+    record = row.record.evolve(last_error=None, stuck=None, updated=now)
     txn = Txn()
     txn.require(row.iid, STUCK)
     txn.put_instance(row.iid, address=row.address, process=row.process, status="running", record=record)
@@ -397,7 +398,7 @@ def abandon_compensation_txn(row: InstanceRow, now: float) -> Txn:
     """End a ``compensation_stuck`` instance as failed, keeping its record
     (which compensations ran, which did not, and why); on condition that it
     is still stuck."""
-    record = attrs.evolve(row.record, error=row.record.failure, abandoned=True, updated=now)
+    record = row.record.evolve(error=row.record.failure, abandoned=True, updated=now)
     txn = Txn()
     txn.require(row.iid, STUCK)
     txn.put_instance(row.iid, address=row.address, process=row.process, status="failed", record=record)

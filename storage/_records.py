@@ -43,7 +43,7 @@ _EMPTY: Mapping[str, Any] = MappingProxyType({})
 class InstanceRecord:
     """What the runtime keeps about one instance, beside its status.
 
-    Frozen: a change is a new record (`attrs.evolve`), written by the
+    Frozen: a change is a new record (`evolve`), written by the
     transaction that records it, so a write that fails to encode leaves the
     record in memory as it was.
     """
@@ -108,6 +108,12 @@ class InstanceRecord:
         """The map to encode: the fields away from their defaults."""
         return _record_to_stored(self)  # written below, once its fields are known
 
+    def evolve(self, **changes: Any) -> InstanceRecord:
+        """A copy with ``changes`` (field names), as `attrs.evolve` makes
+        one at half its cost: a record is replaced at every change of an
+        instance's state."""
+        return _record_evolve(self, changes)
+
     @classmethod
     def from_stored(cls, value: Any) -> InstanceRecord:
         """The record a stored map holds.
@@ -116,6 +122,16 @@ class InstanceRecord:
             RecordShapeError: the value is not a map, or a field has a type
                 the runtime cannot use.
         """
+        # Every send and wake reads a record: a map of a shape seen before
+        # takes the reader written for that shape (as log entries do, below);
+        # anything it does not take goes the checked way, which says why.
+        record: InstanceRecord | None = _RECORD_READERS.read(value)
+        return record if record is not None else cls._checked(value)
+
+    @classmethod
+    def _checked(cls, value: Any) -> InstanceRecord:
+        """`from_stored`, field by field: every shape, and the words for
+        what is wrong with one."""
         if not isinstance(value, dict):
             raise RecordShapeError(f"the record is a {type(value).__name__}, not a map")
         fields: dict[str, Any] = {}
@@ -153,7 +169,11 @@ class InstanceRecord:
     def params_problem(self, process: str) -> str | None:
         """What is wrong with the path params for ``process`` (one non-empty
         str without "/" per ``:name`` segment), if anything."""
-        wanted = sum(part.startswith(":") for part in process.split("/"))
+        wanted = _PARAMS_WANTED.get(process)
+        if wanted is None:
+            wanted = sum(part.startswith(":") for part in process.split("/"))
+            if len(_PARAMS_WANTED) < _SHAPES_KEPT:
+                _PARAMS_WANTED[process] = wanted
         if len(self.params) != wanted:
             return f"the record has {len(self.params)} path param(s) where {process!r} takes {wanted}"
         for param in self.params:
@@ -216,6 +236,66 @@ def _write_record_to_stored() -> Callable[[InstanceRecord], dict[str, Any]]:
 
 
 _record_to_stored = _write_record_to_stored()
+
+
+def _write_record_evolve() -> Callable[[InstanceRecord, dict[str, Any]], InstanceRecord]:
+    """`InstanceRecord.evolve`, written out field by field: copy every slot,
+    then set the changed ones (a name that is no field is refused)."""
+    names = [f.name for f in _ATTRS]
+    lines = ["def evolve(self, changes):", "    new = object_new(InstanceRecord)"]
+    lines += [f"    set_{name}(new, self.{name})" for name in names]
+    lines += [
+        "    for name, value in changes.items():",
+        "        if name not in NAMES:",
+        "            raise TypeError(f'InstanceRecord has no field {name!r}')",
+        "        object_setattr(new, name, value)",
+        "    return new",
+    ]
+    scope: dict[str, Any] = {
+        "InstanceRecord": InstanceRecord, "object_new": object.__new__,
+        "object_setattr": object.__setattr__, "NAMES": frozenset(names),
+        **{f"set_{name}": getattr(InstanceRecord, name).__set__ for name in names},
+    }  # fmt: skip
+    exec(compile("\n".join(lines), "<InstanceRecord.evolve>", "exec"), scope)  # noqa: S102
+    evolve: Callable[[InstanceRecord, dict[str, Any]], InstanceRecord] = scope["evolve"]
+    return evolve
+
+
+_record_evolve = _write_record_evolve()
+# process template -> how many path params it takes (params_problem)
+_PARAMS_WANTED: dict[str, int] = {}
+
+
+def _write_record_reader(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any] | None:
+    """The reader of records stored with ``keys`` (a `_ShapeReaders` writer),
+    or None for the checked way. It takes what `InstanceRecord._checked`
+    takes, checking each field by the exact class msgpack gives, and returns
+    None for anything else."""
+    if not all(type(key) is str and key in _READ for key in keys):
+        return None  # a field of another version: kept in extra, the checked way
+    names = {key: f"_{i}" for i, key in enumerate(keys)}
+    refused = [_refused(names[key], _READ[key][1] or None) for key in keys]
+    if "run" in names:  # journals key log entries by a 4-byte run
+        refused.append(f"not 0 <= {names['run']} <= 0xFFFFFFFF")
+    for key, part in (("restarts", "at"), ("compensations", "id")):
+        if key in names:
+            refused.append(f"not all(i.__class__ is dict and {part!r} in i for i in {names[key]})")
+    condition = " or ".join(r for r in refused if r) or "False"
+    # The source holds only names of ours: keys of _READ, fields by name.
+    arguments = ", ".join(f"{_READ[key][0]}={names[key]}" for key in keys)
+    source = "\n    ".join(
+        [
+            "def read(stored):",
+            f"{', '.join(names.values())}, = stored.values()" if keys else "pass",
+            f"if {condition}:",
+            "    return None",
+            f"return InstanceRecord({arguments})",
+        ]
+    )
+    scope: dict[str, Any] = {"InstanceRecord": InstanceRecord}
+    exec(compile(source, f"<InstanceRecord reader of {keys!r}>", "exec"), scope)  # noqa: S102
+    read: Callable[[dict[Any, Any]], Any] = scope["read"]
+    return read
 
 
 # -- log entries ------------------------------------------------------------------
@@ -328,13 +408,8 @@ class LogEntry:
         # loop: an entry of a shape seen before (the same keys in the same
         # order) takes the reader made for that shape; anything it does
         # not take goes the checked way, which says what is wrong.
-        if type(stored) is dict:
-            read = _SHAPE_READERS[tuple(stored)]
-            if read is not None:
-                entry = read(stored)
-                if entry is not None:
-                    return entry
-        return cls._checked(stored)
+        entry: LogEntry | None = _SHAPE_READERS.read(stored)
+        return entry if entry is not None else cls._checked(stored)
 
     @classmethod
     def _checked(cls, stored: Any) -> LogEntry:
@@ -408,18 +483,30 @@ _Reader = Callable[[dict[Any, Any]], "LogEntry | None"]
 _SHAPES_KEPT = 64  # a damaged journal may hold any number of shapes; these many are kept
 
 
-class _ShapeReaders(dict[tuple[Any, ...], "_Reader | None"]):
-    """The keys of a stored entry, in their order -> its reader, or None:
-    the checked way. A shape's reader is written at its first entry."""
+class _ShapeReaders(dict[tuple[Any, ...], Any]):
+    """The keys of a stored map, in their order -> its reader, or None: the
+    checked way. A shape's reader is written (by ``write``) at its first map."""
 
-    def __missing__(self, keys: tuple[Any, ...]) -> _Reader | None:
-        read = _write_shape_reader(keys)
+    def __init__(self, write: Callable[[tuple[Any, ...]], Any]) -> None:
+        super().__init__()
+        self._write = write
+
+    def __missing__(self, keys: tuple[Any, ...]) -> Any:
+        read = self._write(keys)
         if len(self) < _SHAPES_KEPT:
             self[keys] = read
         return read
 
+    def read(self, stored: Any) -> Any:
+        """What the reader of ``stored``'s shape makes of it; None where the
+        checked way is to decide (not a map, a shape or value it does not take)."""
+        if type(stored) is not dict:
+            return None
+        read = self[tuple(stored)]
+        return None if read is None else read(stored)
 
-_SHAPE_READERS = _ShapeReaders()
+
+_RECORD_READERS = _ShapeReaders(_write_record_reader)
 # LogEntry's fields in order; a reader fills them all, as LogEntry.__init__
 # would (there is nothing else it does: no validator, no converter).
 _FIELDS = [f.name for f in attrs.fields(LogEntry)]
@@ -454,6 +541,9 @@ def _write_shape_reader(keys: tuple[Any, ...]) -> _Reader | None:
     exec(compile(source, f"<LogEntry reader of {keys!r}>", "exec"), scope)  # noqa: S102
     read: _Reader = scope["read"]
     return read
+
+
+_SHAPE_READERS = _ShapeReaders(_write_shape_reader)
 
 
 def _refused(name: str, types: tuple[type, ...] | None) -> str:

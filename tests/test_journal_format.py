@@ -6,6 +6,7 @@ test_postgres_journal.py.)"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 import actors
 from storage import InstanceRecord, JournalCorrupt, LMDBJournal, Txn, instance_id
 
-from storage._records import _EMPTY, _READ
+from storage._records import _EMPTY, _READ, RecordShapeError
 from tests import strategies as S
 
 A = instance_id("a")
@@ -122,25 +123,23 @@ def test_a_log_entry_round_trips_through_its_stored_map_keeping_unknown_keys():
     assert LogEntry.from_stored(outcome).is_outcome
 
 
+def _outcome(read: Callable[[Any], Any], stored: Any) -> Any:
+    """What ``read`` makes of ``stored``: its value, or the words of its refusal."""
+    try:
+        return read(stored)
+    except RecordShapeError as exc:
+        return f"RecordShapeError: {exc}"
+
+
 @settings(max_examples=500, deadline=None)
 @given(S.log_entry_maps(), st.booleans())
 def test_a_log_entry_reads_the_same_whether_its_shape_was_seen_before_or_not(stored, seen):
     from storage import LogEntry
-    from storage._records import RecordShapeError
-
-    def read(value: Any) -> LogEntry | str:
-        try:
-            return LogEntry.from_stored(value)
-        except RecordShapeError as exc:
-            return f"RecordShapeError: {exc}"
 
     if seen:  # a well-formed entry of the same shape came first
-        read(dict.fromkeys(stored, None) | {"k": "wait"})
-    first, again = read(stored), read(stored)
-    try:
-        expected: LogEntry | str = LogEntry._checked(stored)
-    except RecordShapeError as exc:
-        expected = f"RecordShapeError: {exc}"
+        _outcome(LogEntry.from_stored, dict.fromkeys(stored, None) | {"k": "wait"})
+    first, again = _outcome(LogEntry.from_stored, stored), _outcome(LogEntry.from_stored, stored)
+    expected = _outcome(LogEntry._checked, stored)
     assert expected == first == again
     if isinstance(first, LogEntry):
         assert [type(v) for v in attrs.astuple(expected, recurse=False)] == [
@@ -209,3 +208,37 @@ def test_a_record_is_stored_as_its_fields_away_from_their_defaults(fields, extra
     expected.update(extra)
     assert expected == record.to_stored()
     assert list(expected) == list(record.to_stored())  # in a stable order
+
+
+_RECORD_KEYS = [*_READ, "zz"]  # the stored keys, and one of another version
+_STORED_VALUES = st.one_of(
+    _RECORD_VALUES, st.integers(-1, 2**33), st.just([{"at": 1.0, "id": "c"}]),
+    st.lists(st.one_of(st.just({"at": 1}), st.just({"id": "x"}), st.integers()), max_size=2),
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.sampled_from(_RECORD_KEYS), _STORED_VALUES))
+def test_a_record_reads_the_same_by_its_shape_reader_as_field_by_field(stored):
+    read = InstanceRecord.from_stored
+    first, again = _outcome(read, stored), _outcome(read, stored)
+    expected = _outcome(InstanceRecord._checked, stored)
+    assert expected == first == again
+    if isinstance(first, InstanceRecord):
+        assert [type(v) for v in attrs.astuple(expected, recurse=False)] == [
+            type(v) for v in attrs.astuple(first, recurse=False)
+        ]
+
+
+_FIELD_NAMES = [f.name for f in attrs.fields(InstanceRecord)]
+
+
+@given(st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES),
+       st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES))  # fmt: skip
+def test_a_record_evolves_as_attrs_evolve_makes_it(fields, changes):
+    record = attrs.evolve(InstanceRecord(), **fields)
+    changed = record.evolve(**changes)
+    assert attrs.evolve(record, **changes) == changed
+    assert attrs.evolve(InstanceRecord(), **fields) == record  # the original is untouched
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        record.evolve(nope=1)
