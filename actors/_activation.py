@@ -22,7 +22,7 @@ from storage._parking import Parking
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
-from ._instance import Actor
+from ._instance import Actor, LoadedState, read_state
 from ._interfaces import ActorAPI
 from ._process import ProcessDef
 
@@ -148,8 +148,21 @@ class Activation(_SystemAPI):
     async def _load_actor(self, iid: bytes) -> Actor | None:
         """The actor of a live instance on disk, claimed and in the live
         table; None if there is none to run here."""
+        # One read brings all the instance's run needs (a wake reads once),
+        # where nothing can run between it and the actor taking its place in
+        # the live table (where mail for it arrives from then on): a journal
+        # whose read and claim yield (a remote one) leaves the rest to the
+        # actor's own read, after that. So does a record that does not read.
+        state: LoadedState | None = None
+        if self.journal.reads_at_once:
+            try:
+                state = await self.journal.read(lambda r: read_state(r, iid, live_only=True))
+            except JournalCorrupt:
+                pass
         try:
-            row = await self.journal.read(lambda r: r.instance(iid))
+            row = state[0] if state is not None else await self.journal.read(
+                lambda r: r.instance(iid)
+            )
         except JournalCorrupt as exc:
             _events.corrupt(iid.hex(), exc)
             await self._set_corrupt(iid, exc)
@@ -175,6 +188,8 @@ class Activation(_SystemAPI):
             return None  # another live node owns it (and was told of its mail)
         actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
         self._live[iid] = actor
+        if state is not None:
+            actor.preload(state)
         self._routed_absent.discard(iid)  # it loads its mailbox (see _run_created)
         self._ends.pop(iid, None)  # a stalled instance's last state (see _stalled)
         return actor

@@ -28,9 +28,8 @@ from typing import Any, TypeVar, cast
 
 import trio
 
-import attrs
 
-from storage import InstanceRecord, Ticket, Txn
+from storage import LIVE_STATUSES, InstanceRecord, Ticket, Txn
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _asks
@@ -54,6 +53,24 @@ from .errors import InvalidArguments, NonDeterminismError
 
 
 E = TypeVar("E", bound=BaseException)
+
+# What an activation reads of an instance, in one read: its row (None if
+# there is none), its run's log, its unread mail, its timers, and the
+# highest message seq its mailbox had.
+LoadedState = tuple[Any, dict[int, LogEntry], list[Any], list[Any], int]
+
+
+def read_state(r: Any, iid: bytes, *, live_only: bool = False) -> LoadedState:
+    """All an instance's run needs from the journal (reader ``r``); with
+    ``live_only``, only the row of one that is not running or suspended."""
+    row = r.instance(iid)
+    if row is None or (live_only and row.status not in LIVE_STATUSES):
+        return row, {}, [], [], 0
+    return (
+        row, r.entries(iid, row.record.run), r.mailbox(iid), r.timers(iid),
+        r.last_message_seq(iid),
+    )  # fmt: skip
+
 
 
 def _alone(exc: BaseException, kind: type[E]) -> E | None:
@@ -84,7 +101,7 @@ class Actor(Ends, Arrivals):
         "mailbox", "timers", "live", "busy", "txn",
         "ticket", "status", "persisted_status", "woken", "parked", "idle_since",
         "passivate_requested", "root", "loaded", "epoch", "fenced", "interrupt",
-        "children", "escalate_to", "done", "nursery", "inline",
+        "children", "escalate_to", "done", "nursery", "inline", "preloaded",
     )  # fmt: skip
 
     def __init__(
@@ -134,6 +151,7 @@ class Actor(Ends, Arrivals):
         self.inline: tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]] | None = None
         self.escalate_to: tuple[Any, ...] | None = None
         self.done = False
+        self.preloaded: LoadedState | None = None
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -175,7 +193,7 @@ class Actor(Ends, Arrivals):
                 # take the system down for it; it retries when there is room.
                 self.done = True
                 self.status = "suspended"
-                self.record = attrs.evolve(self.record, last_error=f"{type(full).__name__}: {full}")
+                self.record = self.record.evolve(last_error=f"{type(full).__name__}: {full}")
                 self.system._stalled(self, full)
                 return
             unavailable = _alone(exc, JournalUnavailable)
@@ -197,24 +215,16 @@ class Actor(Ends, Arrivals):
             self.system._forget(self)
 
     async def _load(self) -> bool:
-        iid, run = self.iid, self.run
-        try:
-
-            def read(r: Any) -> tuple[Any, ...]:
-                row = r.instance(iid)
-                if row is None:
-                    return None, {}, [], [], 0
-                run_now = row.record.run
-                return (
-                    row, r.entries(iid, run_now), r.mailbox(iid), r.timers(iid),
-                    r.last_message_seq(iid),
-                )  # fmt: skip
-
-            row, log, mail, timers, floor = await self.journal.read(read)
-        except JournalCorrupt as exc:
-            self.status = "corrupt"
-            await self.system._mark_corrupt(self, exc)
-            return False
+        iid = self.iid
+        state, self.preloaded = self.preloaded, None
+        if state is None:
+            try:
+                state = await self.journal.read(lambda r: read_state(r, iid))
+            except JournalCorrupt as exc:
+                self.status = "corrupt"
+                await self.system._mark_corrupt(self, exc)
+                return False
+        row, log, mail, timers, floor = state
         if row is None or row.status not in ("running", "suspended"):
             return False
         self.record = row.record
@@ -229,6 +239,12 @@ class Actor(Ends, Arrivals):
                 self.txn.cancel_timer(iid, timer.run, timer.seq)
         self.loaded = True
         return True
+
+    def preload(self, state: LoadedState) -> None:
+        """Load from ``state`` (what `read_state` read) instead of reading:
+        its activation read it, and nothing was written to the instance
+        since (see `Activation._load_actor`)."""
+        self.preloaded = state
 
     # -- the driver ------------------------------------------------------------
 
@@ -388,7 +404,7 @@ class Actor(Ends, Arrivals):
     def put_record(self, txn: Txn, status: str, **changes: Any) -> None:
         # The record changes only once its write is in ``txn``: a value that
         # does not encode leaves it as it was.
-        record = attrs.evolve(self.record, updated=self.system.epoch_now(), **changes)
+        record = self.record.evolve(updated=self.system.epoch_now(), **changes)
         txn.put_instance(
             self.iid, address=self.address, process=self.proc.template, status=status,
             record=record,

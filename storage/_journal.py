@@ -367,6 +367,15 @@ class Journal(abc.ABC):
         with self.reader() as r:
             return fn(r)
 
+    @property
+    def reads_at_once(self) -> bool:
+        """True if `read` and `claim` are this base class's: they return
+        without a schedule point, so no other task runs between a read and
+        what its caller does next (a journal that reads in a worker thread
+        overrides `read`, and is False)."""
+        cls = type(self)
+        return cls.read is Journal.read and cls.claim is Journal.claim
+
     def describe(self) -> str:
         """A short human description for messages and the CLI."""
         return type(self).__name__
