@@ -113,6 +113,24 @@ class Activation(_SystemAPI):
         """Bring the instance into memory if it is on disk (replaying it)."""
         if iid in self._live or iid in self._activating or self._closing:
             return
+        if self.journal.reads_at_once:
+            # A local journal reads at once: one read here brings all the
+            # instance's run needs, and its actor takes its place in the
+            # live table (where mail for it arrives from then on) before
+            # anything else runs; its task is the only one it gets. A read
+            # that fails goes the task's way, which reports it.
+            try:
+                with self.journal.reader() as r:
+                    state = read_state(r, iid, live_only=True)
+            except Exception:  # noqa: BLE001 - read again below, and reported
+                pass
+            else:
+                row = state[0]
+                proc = self._proc_to_run(iid, row)
+                if proc is not None:
+                    self.nodes.claimed(iid, 0)  # the base claim: 0, at once
+                    self._run_actor(self._take_in(iid, row, proc, 0, state))
+                return
         self._activating.add(iid)
         assert self._nursery is not None
         self._nursery.start_soon(self._activate_task, iid)
@@ -147,26 +165,27 @@ class Activation(_SystemAPI):
 
     async def _load_actor(self, iid: bytes) -> Actor | None:
         """The actor of a live instance on disk, claimed and in the live
-        table; None if there is none to run here."""
-        # One read brings all the instance's run needs (a wake reads once),
-        # where nothing can run between it and the actor taking its place in
-        # the live table (where mail for it arrives from then on): a journal
-        # whose read and claim yield (a remote one) leaves the rest to the
-        # actor's own read, after that. So does a record that does not read.
-        state: LoadedState | None = None
-        if self.journal.reads_at_once:
-            try:
-                state = await self.journal.read(lambda r: read_state(r, iid, live_only=True))
-            except JournalCorrupt:
-                pass
+        table; None if there is none to run here. Its actor reads the rest
+        of its state itself, once in the live table (see `_activate`)."""
         try:
-            row = state[0] if state is not None else await self.journal.read(
-                lambda r: r.instance(iid)
-            )
+            row = await self.journal.read(lambda r: r.instance(iid))
         except JournalCorrupt as exc:
             _events.corrupt(iid.hex(), exc)
             await self._set_corrupt(iid, exc)
             return None
+        proc = self._proc_to_run(iid, row)
+        if proc is None:
+            return None
+        assert row is not None  # an absent row has no process to run
+        epoch = await self.journal.claim(iid)
+        self.nodes.claimed(iid, epoch)
+        if epoch is None or iid in self._live:
+            return None  # another live node owns it (and was told of its mail)
+        return self._take_in(iid, row, proc, epoch, None)
+
+    def _proc_to_run(self, iid: bytes, row: InstanceRow | None) -> ProcessDef[..., Any] | None:
+        """The process to run the instance of ``row`` with; None if it is
+        not live, not this system's, or already in memory."""
         if row is None or row.status not in LIVE_STATUSES:
             self._routed_absent.discard(iid)  # nothing to create meanwhile: it ended
             return None
@@ -182,10 +201,18 @@ class Activation(_SystemAPI):
             return None
         if iid in self._live:
             return None  # a concurrent activation won: claiming again would fence it out
-        epoch = await self.journal.claim(iid)
-        self.nodes.claimed(iid, epoch)
-        if epoch is None or iid in self._live:
-            return None  # another live node owns it (and was told of its mail)
+        return proc
+
+    def _take_in(
+        self,
+        iid: bytes,
+        row: InstanceRow,
+        proc: ProcessDef[..., Any],
+        epoch: int,
+        state: LoadedState | None,
+    ) -> Actor:
+        """The actor of a claimed instance, in the live table; it loads from
+        ``state`` if given (read where nothing ran since), else reads."""
         actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
         self._live[iid] = actor
         if state is not None:

@@ -369,10 +369,11 @@ class Journal(abc.ABC):
 
     @property
     def reads_at_once(self) -> bool:
-        """True if `read` and `claim` are this base class's: they return
-        without a schedule point, so no other task runs between a read and
-        what its caller does next (a journal that reads in a worker thread
-        overrides `read`, and is False)."""
+        """True if `read` and `claim` are this base class's: a read runs at
+        once (``with journal.reader()`` is all it does, without a schedule
+        point) and a claim gives 0, so the runtime may read in a step of its
+        own and claim without asking. A journal that reads in a worker
+        thread overrides `read`, and is False."""
         cls = type(self)
         return cls.read is Journal.read and cls.claim is Journal.claim
 
