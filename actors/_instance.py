@@ -54,6 +54,10 @@ from .errors import InvalidArguments, NonDeterminismError
 
 E = TypeVar("E", bound=BaseException)
 
+# The record of an actor that has not loaded its own yet (records are
+# frozen: one serves them all).
+_BLANK = InstanceRecord()
+
 # What an activation reads of an instance, in one read: its row (None if
 # there is none), its run's log, its unread mail, its timers, and the
 # highest message seq its mailbox had.
@@ -120,7 +124,7 @@ class Actor(Ends, Arrivals):
         self.iid = iid
         self.address = address
         self.proc = proc
-        self.record: InstanceRecord = record or InstanceRecord()
+        self.record: InstanceRecord = record or _BLANK
         self.run = self.record.run
         self.ctx: Context = system._make_context(self)
         self.driver = Driver(self, address)
@@ -184,7 +188,8 @@ class Actor(Ends, Arrivals):
                             pass
                         except Interrupted:
                             await self._interrupted()
-                nursery.cancel_scope.cancel()
+                if nursery.child_tasks:  # what it left running (abandoned steps, ...)
+                    nursery.cancel_scope.cancel()
         except Exception as exc:
             full = _alone(exc, JournalFull)
             if full is not None:

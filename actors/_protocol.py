@@ -228,11 +228,13 @@ def start_txn(
     child: dict[str, Any] | None = None,
     trace: str | None = None,
     status: str = "running",
+    encoded_input: bytes | None = None,
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
     ``previous``), with a first message for ``signal_with_start``; for a
     child of ``parent``, ``child`` holds its supervision fields (``restart``
-    type, ``awaited``, ``restarts`` history).
+    type, ``awaited``, ``restarts`` history). ``encoded_input`` is
+    ``input``'s encoding, if the caller made it already.
 
     Invariant: an address has one incarnation at a time; a new one replaces
     a cancelled one whole (log, mailbox, timers, stream) and counts on from
@@ -240,8 +242,12 @@ def start_txn(
     """
     # The process runs on what was stored, never on the caller's objects:
     # its input is a decoded copy of the encoding (params are strs).
-    record = InstanceRecord(
-        params=list(params), input=decode(encode(input, what="input")), run=0,
+    if input:
+        stored_input = decode(encoded_input or encode(input, what="input"))
+    else:
+        stored_input = {}  # what an empty map decodes to, without the codec
+    record = InstanceRecord.new(
+        params=list(params), input=stored_input, run=0,
         incarnation=(previous.record.incarnation + 1) if previous is not None else 1,
         created=now, updated=now, parent=parent, trace=trace,  # the starter's traceparent
         **(child or {}),

@@ -352,7 +352,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                 "params and put the data in the input"
             )
         proc.check_input(params, input)
-        encode(input, what="input")
+        encoded_input = encode(input, what="input") if input else None  # refused before a read
         iid = instance_id(address)
         while True:
             actor = self._live.get(iid)
@@ -381,7 +381,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                 now=self.epoch_now(), max_payload=self.max_payload,
                 message=None if message is None else (message[0].name, message[1]),
                 trace=_tracing.traceparent(self),
-                status="running" if queued is None else "queued",
+                status="running" if queued is None else "queued", encoded_input=encoded_input,
             )  # fmt: skip
             record = start.record
             if extra is not None:  # what the caller records with the start (a schedule's tick)

@@ -115,6 +115,12 @@ class InstanceRecord:
         return _record_evolve(self, changes)
 
     @classmethod
+    def new(cls, **fields: Any) -> InstanceRecord:
+        """``InstanceRecord(**fields)`` at a third of its cost: every start
+        makes one (see `_Unfrozen`)."""
+        return _record_evolve(_DEFAULT_RECORD, fields)
+
+    @classmethod
     def from_stored(cls, value: Any) -> InstanceRecord:
         """The record a stored map holds.
 
@@ -183,6 +189,12 @@ class InstanceRecord:
 
 
 _ATTRS = attrs.fields(InstanceRecord)
+# Records are also built without __init__ (evolve, new, the shape readers),
+# which is right only while __init__ does nothing but store its arguments
+# and every default is one immutable value.
+assert all(f.validator is None and f.converter is None for f in _ATTRS)
+assert not any(isinstance(f.default, attrs.Factory) for f in _ATTRS)  # type: ignore[arg-type]
+assert not hasattr(InstanceRecord, "__attrs_post_init__")
 _NUMBER = (int, float)
 _NONE = type(None)
 # stored key -> (field, the types its value may have, () for any); a stored
@@ -238,23 +250,37 @@ def _write_record_to_stored() -> Callable[[InstanceRecord], dict[str, Any]]:
 _record_to_stored = _write_record_to_stored()
 
 
+class _Unfrozen(InstanceRecord):
+    """An `InstanceRecord` while it is being filled in: the same slots, with
+    plain attribute stores (a frozen class sets each field through
+    ``object.__setattr__``, three times the cost). A record is built as one
+    of these and turned into an `InstanceRecord` before anyone else sees
+    it (``__class__`` is reassigned: the layout is the same), so every
+    record anyone holds is frozen."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__  # both, or the type keeps the slow setattr path
+
+
 def _write_record_evolve() -> Callable[[InstanceRecord, dict[str, Any]], InstanceRecord]:
-    """`InstanceRecord.evolve`, written out field by field: copy every slot,
-    then set the changed ones (a name that is no field is refused)."""
+    """`InstanceRecord.evolve`, written out field by field: copy every slot
+    into an `_Unfrozen`, set the changed ones (a name that is no field is
+    refused), freeze it."""
     names = [f.name for f in _ATTRS]
-    lines = ["def evolve(self, changes):", "    new = object_new(InstanceRecord)"]
-    lines += [f"    set_{name}(new, self.{name})" for name in names]
+    lines = ["def evolve(self, changes):", "    new = object_new(Unfrozen)"]
+    lines += [f"    new.{name} = self.{name}" for name in names]
     lines += [
         "    for name, value in changes.items():",
         "        if name not in NAMES:",
         "            raise TypeError(f'InstanceRecord has no field {name!r}')",
-        "        object_setattr(new, name, value)",
+        "        setattr(new, name, value)",
+        "    new.__class__ = InstanceRecord",
         "    return new",
     ]
     scope: dict[str, Any] = {
-        "InstanceRecord": InstanceRecord, "object_new": object.__new__,
-        "object_setattr": object.__setattr__, "NAMES": frozenset(names),
-        **{f"set_{name}": getattr(InstanceRecord, name).__set__ for name in names},
+        "InstanceRecord": InstanceRecord, "Unfrozen": _Unfrozen, "object_new": object.__new__,
+        "NAMES": frozenset(names),
     }  # fmt: skip
     exec(compile("\n".join(lines), "<InstanceRecord.evolve>", "exec"), scope)  # noqa: S102
     evolve: Callable[[InstanceRecord, dict[str, Any]], InstanceRecord] = scope["evolve"]
@@ -262,6 +288,7 @@ def _write_record_evolve() -> Callable[[InstanceRecord, dict[str, Any]], Instanc
 
 
 _record_evolve = _write_record_evolve()
+_DEFAULT_RECORD = InstanceRecord()
 # process template -> how many path params it takes (params_problem)
 _PARAMS_WANTED: dict[str, int] = {}
 
@@ -281,18 +308,28 @@ def _write_record_reader(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], An
         if key in names:
             refused.append(f"not all(i.__class__ is dict and {part!r} in i for i in {names[key]})")
     condition = " or ".join(r for r in refused if r) or "False"
-    # The source holds only names of ours: keys of _READ, fields by name.
-    arguments = ", ".join(f"{_READ[key][0]}={names[key]}" for key in keys)
+    # The source holds only names of ours: keys of _READ, fields by name;
+    # a field the map leaves out takes its default (each is immutable).
+    given = {_READ[key][0]: names[key] for key in keys}
+    fields = [
+        f"new.{f.name} = {given.get(f.name, f'default_{f.name}')}" for f in _ATTRS
+    ]
     source = "\n    ".join(
         [
             "def read(stored):",
             f"{', '.join(names.values())}, = stored.values()" if keys else "pass",
             f"if {condition}:",
             "    return None",
-            f"return InstanceRecord({arguments})",
+            "new = object_new(Unfrozen)",  # filled in, then frozen (see _Unfrozen)
+            *fields,
+            "new.__class__ = InstanceRecord",
+            "return new",
         ]
     )
-    scope: dict[str, Any] = {"InstanceRecord": InstanceRecord}
+    scope: dict[str, Any] = {
+        "InstanceRecord": InstanceRecord, "Unfrozen": _Unfrozen, "object_new": object.__new__,
+        **{f"default_{f.name}": f.default for f in _ATTRS},
+    }  # fmt: skip
     exec(compile(source, f"<InstanceRecord reader of {keys!r}>", "exec"), scope)  # noqa: S102
     read: Callable[[dict[Any, Any]], Any] = scope["read"]
     return read
