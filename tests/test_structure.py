@@ -3,12 +3,17 @@
 The import graph is read from the source with `ast` (nothing is imported):
 module-level imports are runtime edges, imports under ``if TYPE_CHECKING:``
 are annotation-only edges, and imports inside functions are listed apart.
+
+The drawing of `actors/` in docs/structure.md is made from the same graph
+(`python -m tests.test_structure` writes it again); a test fails when it
+differs from the code, and no drawing can be made of a graph with a circle.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,3 +212,79 @@ def test_the_write_patterns_catch_writes():
                "actor.status = 'running'"]  # fmt: skip
     assert [True] * len(samples) == [any(p.search(s) for p in WRITES) for s in samples]
     assert not any(p.search("if actor.status == 'running':") for p in WRITES)
+
+
+# -- the drawing -------------------------------------------------------------------
+
+DRAWING = ROOT / "docs" / "structure.md"
+_DRAWING_HEAD = """# Structure
+
+How the modules of `actors/` import each other, floor by floor: a module
+imports (at run time) only modules on floors below its own, so the graph
+has no circle. Floor 0 imports nothing of `actors`; everything may import
+`storage`, which never imports `actors`. Made from the source by
+`python -m tests.test_structure`; `tests/test_structure.py` fails when it
+differs from the code.
+"""
+
+
+def _floors(package: str = "actors") -> dict[str, int]:
+    """Each module of ``package`` -> its floor: one above the highest floor
+    it imports from (0 for none). Raises ValueError naming a circle."""
+    runtime, _, _ = _graph()
+    inside = {m: {t for t in runtime[m] if _package(t) == package} for m in MODULES
+              if _package(m) == package}  # fmt: skip
+    floors: dict[str, int] = {}
+    while len(floors) < len(inside):
+        ready = [m for m in inside if m not in floors and inside[m] <= floors.keys()]
+        if not ready:
+            stuck = sorted(m for m in inside if m not in floors)
+            raise ValueError(f"no floor for {stuck}: they import each other in a circle")
+        for m in ready:
+            floors[m] = 1 + max((floors[t] for t in inside[m]), default=-1)
+    return floors
+
+
+def draw(package: str = "actors") -> str:
+    """The drawing: the floors top down, then what each module imports."""
+    runtime, _, _ = _graph()
+    floors = _floors(package)
+
+    def short(module: str) -> str:
+        return module[len(package) + 1 :] or package
+
+    lines = [_DRAWING_HEAD, "```text"]
+    for floor in range(max(floors.values()), -1, -1):
+        names = sorted(short(m) for m, f in floors.items() if f == floor)
+        lines.append(f"floor {floor:2}  " + "  ".join(names))
+    lines += ["```", "", "What each module imports from `actors` (at run time):", "", "```text"]
+    for module in sorted(floors, key=lambda m: (-floors[m], m)):
+        targets = sorted(short(t) for t in runtime[module] if _package(t) == package)
+        lines.append(f"{short(module):22} {floors[module]:2}  <- {', '.join(targets) or '-'}")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def test_the_drawing_of_actors_is_the_code():
+    assert draw() == DRAWING.read_text(), (
+        "docs/structure.md differs from the import graph: run python -m tests.test_structure"
+    )
+
+
+def test_a_circle_has_no_floors(monkeypatch):
+    # A guard: the drawing cannot be made of a graph with a circle.
+    runtime, typing_only, lazy = _graph()
+    bent = {m: set(t) for m, t in runtime.items()}
+    bent["actors._driver"].add("actors._instance")  # _instance imports _driver
+    monkeypatch.setitem(globals(), "_graph", lambda: (bent, typing_only, lazy))
+    try:
+        _floors()
+    except ValueError as exc:
+        assert "actors._driver" in str(exc) and "actors._instance" in str(exc)
+    else:
+        raise AssertionError("a circle was given floors")
+
+
+if __name__ == "__main__":
+    DRAWING.write_text(draw())
+    sys.stdout.write(f"wrote {DRAWING.relative_to(ROOT)}\n")
