@@ -13,9 +13,17 @@ import datetime as _dt
 import math
 from typing import Any
 
-from .errors import InvalidArguments
+from collections.abc import Callable
 
-__all__ = ["MAX_SECONDS", "check_seconds", "check_text", "check_name", "check_deadline"]
+from .errors import InvalidArguments, LimitExceeded
+
+__all__ = [
+    "MAX_SCOPE", "MAX_SECONDS", "check_seconds", "check_text", "check_name", "check_deadline",
+    "check_scope",
+]  # fmt: skip
+
+#: The most children one ``ctx.scope`` starts.
+MAX_SCOPE = 1000
 
 #: The longest duration a timer, timeout or age may have: 1,000 years. Every
 #: due time within it fits the journals' timer index (int64 microseconds) and
@@ -100,3 +108,34 @@ def _show(value: Any) -> str:
         return f"a value of type {type(value).__qualname__}"
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{text} (of type {type(value).__qualname__})"
+
+
+def check_scope(items: Any, key: Callable[[Any], Any] | None) -> tuple[list[Any], list[Any]]:
+    """The items of a ``ctx.scope`` and their keys (``key(item)``, or the
+    item itself): at most `MAX_SCOPE` items (`LimitExceeded`), keys
+    hashable and unique."""
+    try:
+        items = list(items)
+    except TypeError:
+        raise InvalidArguments(
+            f"ctx.scope takes an iterable of items (a list of params or tuples), not {items!r}"
+        ) from None
+    if len(items) > MAX_SCOPE:
+        raise LimitExceeded(
+            f"ctx.scope takes at most {MAX_SCOPE} items, got {len(items)}; split the "
+            "work into batches (e.g. a scope per 1000 items) or spawn children"
+        )
+    keys = [key(item) if key is not None else item for item in items]
+    seen: set[Any] = set()
+    for k in keys:
+        try:
+            repeated = k in seen
+        except TypeError:
+            raise InvalidArguments(
+                f"ctx.scope keys must be hashable, not {k!r}; pass key=... giving "
+                "a str, int or tuple for each item"
+            ) from None
+        if repeated:
+            raise InvalidArguments(f"ctx.scope keys must be unique; {k!r} repeats")
+        seen.add(k)
+    return items, keys

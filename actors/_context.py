@@ -12,18 +12,17 @@ from storage import decode, digest, encode
 
 from . import _asks
 from . import _effects as fx
-from ._checks import check_deadline, check_name, check_seconds, check_text
+from ._checks import check_deadline, check_name, check_scope, check_seconds, check_text
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI
 from ._process import RESTART_TYPES, ProcessDef
 from ._queues import Queue
 from ._records import Retry, Signal
 from ._steps import step_key
-from .errors import AskTimeout, ContextError, InvalidArguments, LimitExceeded
+from .errors import AskTimeout, ContextError, InvalidArguments
 
 __all__ = ["Context"]
 
-MAX_SCOPE = 1000
 
 P = ParamSpec("P")
 R = TypeVar("R")  # a child process's result
@@ -521,31 +520,7 @@ class Context:
             ChildFailed: (when awaited) the first child failure; its
                 siblings are cancelled.
         """
-        try:
-            items = list(items)
-        except TypeError:
-            raise InvalidArguments(
-                f"ctx.scope takes an iterable of items (a list of params or tuples), "
-                f"not {items!r}"
-            ) from None
-        if len(items) > MAX_SCOPE:
-            raise LimitExceeded(
-                f"ctx.scope takes at most {MAX_SCOPE} items, got {len(items)}; split the "
-                "work into batches (e.g. a scope per 1000 items) or spawn children"
-            )
-        keys = [key(item) if key is not None else item for item in items]
-        seen: set[Any] = set()
-        for k in keys:
-            try:
-                repeated = k in seen
-            except TypeError:
-                raise InvalidArguments(
-                    f"ctx.scope keys must be hashable, not {k!r}; pass key=... giving "
-                    "a str, int or tuple for each item"
-                ) from None
-            if repeated:
-                raise InvalidArguments(f"ctx.scope keys must be unique; {k!r} repeats")
-            seen.add(k)
+        items, keys = check_scope(items, key)
         calls = [
             self.call(proc, *(item if isinstance(item, tuple) else (item,)), queue=queue,
                       priority=priority, **(input(item) if input is not None else {}))
