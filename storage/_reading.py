@@ -80,6 +80,8 @@ def read_entries(rows: list[tuple[int, bytes]], key: Callable[[int], bytes]) -> 
     in its cursor's pass); if any entry will not read so, all are read again
     one by one, and the first damaged one is `JournalCorrupt` naming the
     database and ``key(seq)``."""
+    if not rows:
+        return {}
     read = LogEntry.from_stored
     unpacker = stream_unpacker()
     feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell

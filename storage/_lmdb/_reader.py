@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from itertools import takewhile
+from itertools import chain, takewhile
 from typing import Any
 
 import lmdb
@@ -172,8 +172,6 @@ class _LMDBReader(Reader):
     def _entries_fast(self, prefix: bytes) -> dict[int, LogEntry]:
         # The loop of `_reading.read_entries`, inlined in the cursor's pass.
         read, log_key = LogEntry.from_stored, _LOG_KEY.unpack
-        unpacker = stream_unpacker()
-        feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell
         end = _prefix_end(prefix)
         found: dict[int, LogEntry] = {}
         fed = 0
@@ -184,7 +182,12 @@ class _LMDBReader(Reader):
             # start with the prefix (a tuple (key, value) sorts below (end,)
             # exactly when key < end).
             pairs = cur.iternext() if end is None else takewhile((end,).__gt__, cur.iternext())
-            for key, value in pairs:
+            first = next(pairs, None)
+            if first is None:
+                return found  # no log yet (a fresh run): no unpacker made for it
+            unpacker = stream_unpacker()
+            feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell
+            for key, value in chain((first,), pairs):
                 feed(value)
                 entry = read(unpack())
                 fed += len(value)
