@@ -1,11 +1,13 @@
-"""The workloads `bench.instructions` counts, run as a script in a child process.
+"""The workloads `bench.instructions` counts, run in a child process.
 
-``python bench/_workloads.py WORKLOAD N``: runs WORKLOAD with N operations
-on a `MemoryJournal` and exits. Only the public API (and the system's live
-table, to see instances leave memory), so it runs against older trees of
-this repository too: the caller puts the tree to measure first on
-``PYTHONPATH``. Waiting polls every ``POLL`` seconds (environment; 0.05 by
-default): under callgrind a poll costs instructions, so few are taken.
+``python -c RUNNER TREE WORKLOAD N`` (see `bench.instructions.count`): runs
+WORKLOAD with N operations on a `MemoryJournal` and exits, with ``actors``
+and ``storage`` imported from TREE, a checkout of this repository (this
+one, or an older commit's worktree), and these workloads from this one.
+They use only what older trees have too: the public API, the system's live
+table (to see instances leave memory) and the processes of `bench._kit`
+that take nothing newer. Waiting polls every ``POLL`` seconds (environment;
+0.05 by default): under callgrind a poll costs instructions, so few are taken.
 
 Workloads (N operations each):
 
@@ -29,21 +31,12 @@ from typing import Any
 import trio
 
 import actors
-from actors import Context, Signal, process
+from actors import Context, process
 from storage import MemoryJournal
 
-ping = Signal("ping")
+from ._kit import _probe, branch, leaf, ping, root, sink, twig
+
 POLL = float(os.environ.get("POLL", "0.05"))
-
-
-class _Seen:
-    count = 0
-    event: trio.Event | None = None
-
-
-@process("leaf/:n")
-async def leaf(ctx: Context, n: str) -> str:
-    return n
 
 
 @process("caller/:id")
@@ -53,45 +46,18 @@ async def caller(ctx: Context, id: str, *, n: int) -> int:
     return n
 
 
-@process("waiter/:id")
-async def waiter(ctx: Context, id: str) -> None:
-    while True:
-        await ctx.wait(ping)
-        _Seen.count += 1
-        if _Seen.event is not None:
-            _Seen.event.set()
-
-
 async def _one(i: int) -> int:
     return i
 
 
 @process("job/:id")
 async def job(ctx: Context, id: str) -> int:
-    return await ctx.step(_one, 1)
-
-
-@process("root/:id")
-async def root(ctx: Context, id: str, *, fanout: int) -> None:
-    await ctx.all(*[ctx.spawn(branch, str(i), fanout=fanout) for i in range(fanout)])
-    await ctx.wait(ping)
-
-
-@process("branch/:id")
-async def branch(ctx: Context, id: str, *, fanout: int) -> None:
-    await ctx.all(*[ctx.spawn(twig, str(i)) for i in range(fanout)])
-    await ctx.wait(ping)
-
-
-@process("twig/:id")
-async def twig(ctx: Context, id: str) -> None:
-    _Seen.count += 1
-    await ctx.wait(ping)
+    return await ctx.step(_one, 1)  # (bench._kit's job takes thread=, which older trees lack)
 
 
 def _open(passivate_after: float = 1e9) -> Any:
     return actors.open_system(
-        MemoryJournal(), processes=[leaf, caller, waiter, job, root, branch, twig],
+        MemoryJournal(), processes=[leaf, caller, sink, job, root, branch, twig],
         random=random.Random(0), passivate_after=passivate_after,
     )  # fmt: skip
 
@@ -101,15 +67,9 @@ async def _until(done: Any) -> None:
         await trio.sleep(POLL)
 
 
-async def _create(system: Any, n: int) -> None:
-    for i in range(n):
-        await system.start(waiter, str(i))
-    await _until(lambda: not system._live)
-
-
 async def run(workload: str, n: int) -> None:
     """Run ``workload`` with ``n`` operations (see the module docstring)."""
-    _Seen.count, _Seen.event = 0, None
+    _probe.reset()
     if workload == "call":
         async with _open() as system:
             await (await system.start(caller, "c", n=n)).result()
@@ -121,18 +81,20 @@ async def run(workload: str, n: int) -> None:
                     await handle.result()
     elif workload in ("create", "wake"):
         async with _open(passivate_after=0) as system:
-            await _create(system, n)
+            for i in range(n):
+                await system.start(sink, str(i))
+            await _until(lambda: not system._live)
             if workload == "wake":
                 for i in range(n):
-                    _Seen.event = trio.Event()
-                    await system.send(f"waiter/{i}", ping)
-                    await _Seen.event.wait()
+                    seen = _probe.expect(i + 1)
+                    await system.send(f"sink/{i}", ping, i + 1)
+                    await seen.wait()
     elif workload == "cascade":
         async with _open() as system:
             await system.start(root, "r", fanout=n)
             everyone = n + n * n + 1
             await _until(
-                lambda: _Seen.count == n * n and len(system._live) == everyone
+                lambda: _probe.count == n * n and len(system._live) == everyone
                 and all(a.status == "suspended" for a in system._live.values())
             )  # fmt: skip
             if os.environ.get("CANCEL"):
@@ -143,4 +105,5 @@ async def run(workload: str, n: int) -> None:
 
 
 if __name__ == "__main__":
+    sys.stderr.write(f"actors from {os.path.dirname(os.path.dirname(actors.__file__))}\n")
     trio.run(run, sys.argv[1], int(sys.argv[2]))

@@ -37,7 +37,13 @@ import attrs
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-WORKLOADS = HERE / "_workloads.py"
+# Run in this checkout (so `bench` is this one's) with the tree measured
+# first on sys.path, put there after `bench` is imported: `actors` and
+# `storage` come from the tree, the workloads from here.
+RUNNER = (
+    "import runpy, sys, bench; sys.path.insert(0, sys.argv[1]); del sys.argv[1]; "
+    "runpy.run_module('bench._workloads', run_name='__main__')"
+)
 
 
 @attrs.frozen
@@ -65,15 +71,17 @@ FIGURES = [
 
 def count(tree: Path, workload: str, n: int, env: dict[str, str]) -> int:
     """Instructions of ``python bench/_workloads.py WORKLOAD N`` against ``tree``."""
-    environ = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(tree), POLL="0.5", **env)
+    environ = dict(os.environ, PYTHONHASHSEED="0", POLL="0.5", **env)
     done = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-         sys.executable, str(WORKLOADS), workload, str(n)],
-        cwd=tree, env=environ, capture_output=True, text=True, check=False,
+         sys.executable, "-c", RUNNER, str(tree), workload, str(n)],
+        cwd=ROOT, env=environ, capture_output=True, text=True, check=False,
     )  # fmt: skip
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode or found is None:
         raise RuntimeError(f"{workload} {n} in {tree} failed:\n{done.stderr[-2000:]}")
+    if f"actors from {tree}\n" not in done.stderr:
+        raise RuntimeError(f"{workload} {n} did not run {tree}'s actors:\n{done.stderr[-2000:]}")
     return int(found.group(1))
 
 
