@@ -242,3 +242,23 @@ def test_a_record_evolves_as_attrs_evolve_makes_it(fields, changes):
     assert attrs.evolve(InstanceRecord(), **fields) == record  # the original is untouched
     with pytest.raises(TypeError, match="no field 'nope'"):
         record.evolve(nope=1)
+
+
+@given(st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES),
+       st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES))  # fmt: skip
+def test_every_way_of_making_a_record_gives_a_frozen_instance_record(fields, changes):
+    # new, evolve and the shape readers fill in an unfrozen twin and freeze
+    # it (see storage._records._Unfrozen): what they hand out is exactly an
+    # InstanceRecord, equal to what __init__ makes, and refuses assignment.
+    made = InstanceRecord.new(**fields)
+    evolved = made.evolve(**changes)
+    stored = {"params": ["p"], "run": 2, "inc": 3, "updated": 1.5}
+    read = InstanceRecord.from_stored(dict(stored))
+    assert (InstanceRecord(**fields), attrs.evolve(made, **changes)) == (made, evolved)
+    assert InstanceRecord(params=["p"], run=2, incarnation=3, updated=1.5) == read
+    for record in (made, evolved, read):
+        assert InstanceRecord is type(record)
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            record.run = 9  # type: ignore[misc]
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            del record.run  # type: ignore[misc]
