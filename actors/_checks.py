@@ -82,6 +82,8 @@ def check_text(value: Any, what: str) -> str:
     """``value`` if it is a str that UTF-8 can carry (no lone surrogates)."""
     if not isinstance(value, str):
         raise InvalidArguments(f"{what} must be a str, not {_show(value)}")
+    if value.isascii():
+        return value  # the common case, and always valid
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:

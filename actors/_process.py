@@ -75,6 +75,15 @@ class ProcessDef(Generic[P, R]):
     # names ctx and the path params already bind if it takes **kwargs (else
     # None); None where the signature needs bind().
     keywords: tuple[frozenset[str], frozenset[str], frozenset[str] | None] | None = None
+    # The template as a format string, a field per path param ("orders/{}").
+    address_format: str = attrs.field(init=False)
+
+    @address_format.default
+    def _address_format(self) -> str:
+        return "/".join(
+            "{}" if part.startswith(":") else part.replace("{", "{{").replace("}", "}}")
+            for part in self.template.split("/")
+        )
 
     def resolve(self, *params: Any) -> str:
         """The address of the instance with these path params.
@@ -89,21 +98,13 @@ class ProcessDef(Generic[P, R]):
                 f"process {self.template!r} takes {len(self.params)} path param(s) "
                 f"({names}), got {len(params)}: {params!r}"
             )
-        parts = self.template.split("/")
-        values = iter(params)
-        out = []
-        for part in parts:
-            if part.startswith(":"):
-                value = next(values)
-                if not isinstance(value, str) or not value or "/" in value:
-                    raise InvalidArguments(
-                        f"path param {part[1:]!r} of {self.template!r} must be a non-empty "
-                        f"str without '/', got {value!r}"
-                    )
-                out.append(value)
-            else:
-                out.append(part)
-        return "/".join(out)
+        for name, value in zip(self.params, params):
+            if not isinstance(value, str) or not value or "/" in value:
+                raise InvalidArguments(
+                    f"path param {name!r} of {self.template!r} must be a non-empty "
+                    f"str without '/', got {value!r}"
+                )
+        return self.address_format.format(*params)
 
     def check_input(self, params: tuple[Any, ...], input: dict[str, Any]) -> None:
         """Raise `InvalidArguments` unless ``fn(ctx, *params, **input)`` binds."""
