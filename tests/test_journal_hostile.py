@@ -29,6 +29,7 @@ from storage import (
     JournalDiskFull,
     JournalFull,
     LMDBJournal,
+    Journal,
     Txn,
     instance_id,
 )
@@ -527,7 +528,7 @@ async def test_a_sigkill_under_async_load_loses_at_most_the_window(tmp_path, dis
 # A trio task that computes for 1 ms and then checkpoints keeps the GIL nearly
 # always, yet drops it on every pass of the run loop, which restarts CPython's
 # hand-over clock for a thread waiting for it: the journal's writer thread
-# waited seconds to run a line (see storage/_lmdb/_handoff.py). It loses its
+# waited seconds to run a line (see storage/_handoff.py). It loses its
 # race for the GIL when it runs on another core than the trio thread (on the
 # same core the kernel lets it in as it wakes). Where the kernel puts it
 # depends on what else the host runs: unplaced, the stall showed in 0-100%
@@ -587,16 +588,15 @@ async def _compute_and_checkpoint(pause: float, stolen: list[float]) -> None:
         await trio.sleep(pause)
 
 
-async def _send_beside_a_busy_task(
-    path: Path, durability: str, pause: float, seconds: float
+async def send_beside_a_busy_task(
+    journal: Journal, pause: float, seconds: float
 ) -> tuple[list[float], float]:
     """Send for ``seconds`` (a send still waiting then is cut short and
     counted with the time it had taken) beside a task that computes; the
     time each send took, and the time the host took from the trio thread."""
     times: list[float] = []
     stolen = [0.0]
-    journal = LMDBJournal(path, durability=durability)
-    async with actors.open_system(journal, processes=[sink]) as system:
+    async with actors.open_system(journal, processes=[sink], control=False) as system:
         await system.start(sink, "target")
         with _trio_thread_on_a_core_of_its_own():
             async with trio.open_nursery() as n:
@@ -631,9 +631,15 @@ async def test_sends_return_promptly_beside_a_cpu_busy_task(memory_dir, pause, d
     # "async" acknowledges once queued but waits for its commit once the
     # window is full; with the writer starved that came after 1 s (the
     # window's age bound), and then sends took 1.6-9 s.
-    times, stolen = await _send_beside_a_busy_task(
-        memory_dir / "journal", durability, pause, seconds=3.0 if pause == 0 else 1.0
-    )
+    times, stolen = await send_beside_a_busy_task(
+        LMDBJournal(memory_dir / "journal", durability=durability), pause,
+        seconds=3.0 if pause == 0 else 1.0,
+    )  # fmt: skip
+    check_prompt(times, stolen)
+
+
+def check_prompt(times: list[float], stolen: float) -> None:
+    """The sends of `send_beside_a_busy_task` returned promptly."""
     late = sum(max(0.0, t - SLOW) for t in times)
     times.sort()
     shown = [round(t, 3) for t in times[-10:]]

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from storage import Conflict, LMDBJournal, Txn, instance_id
-from storage._lmdb._handoff import Doorbell
+from storage._handoff import Doorbell
 
 MAIL = [instance_id(f"mail/{i}") for i in range(4)]
 MISSING = instance_id("nobody/here")

@@ -5,8 +5,9 @@
 - `_writer`: group commit: the writer thread, batches, deferred
   transactions, the "async" window, map growth, and the careful path that
   isolates a transaction that fails;
-- `_handoff`: the trio side of the writer thread: the doorbell that hands
-  committed batches back, and the watch that lends it the GIL;
+- (`storage._handoff`, shared with PostgreSQL: the trio side of the writer
+  thread: the doorbell that hands committed batches back, and the watch
+  that lends it the GIL;)
 - `_applier`: a `Txn`'s operations as puts and deletes in one LMDB
   write transaction;
 - `_reader`: the `Reader`, one LMDB read transaction;

@@ -29,7 +29,7 @@ from .._clock import AutojumpHold
 from .._journal import Journal, Reader
 from ..errors import JournalClosed, JournalCorrupt, JournalLocked
 from ._applier import _Applier
-from ._handoff import Doorbell, Handoff
+from .._handoff import Doorbell, Handoff
 from ._layout import _DBS, _FORMAT, _format_mismatch
 from ._reader import _LMDBReader
 from ._writer import _NO_SPLIT, _Batch, _GroupCommit
@@ -170,7 +170,7 @@ class LMDBJournal(_GroupCommit, Journal):
         self._deferred: list[Any] = []
         self._hold: AutojumpHold | None = None
         # Lets the GIL go to the writer thread when a busy trio thread
-        # starves it (real clocks only: see `_handoff`).
+        # starves it (real clocks only: see `storage._handoff`).
         self._handoff = Handoff(lambda: self._inflight > 0)
 
     # -- lifecycle ---------------------------------------------------------

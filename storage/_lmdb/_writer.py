@@ -10,8 +10,8 @@ pipe the trio thread waits on, rung without letting go of the GIL: see
 caller with its own outcome: one fsync and one wake-up of the event loop
 per batch. A lone caller skips all this and commits in the trio thread
 (`_GroupCommit._commit_inline`). The writer needs the GIL at every step,
-which a busy trio thread can keep from it for seconds; `_handoff` watches
-for that and lets it go.
+which a busy trio thread can keep from it for seconds; `storage._handoff`
+watches for that and lets it go.
 
 When a batch does not fit or one of its transactions is refused, the
 careful path (`_GroupCommit._write`) grows the map, then applies each
@@ -50,7 +50,7 @@ from ..errors import (
     JournalFull,
 )
 from ._applier import _Applier
-from ._handoff import Doorbell, Handoff
+from .._handoff import Doorbell, Handoff
 
 _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
@@ -360,7 +360,7 @@ class _GroupCommit:
 
         While batch N+1 is being applied, batch N (committed) waits; it is
         handed back to trio just before N+1's commit, by the doorbell (see
-        `_handoff.Doorbell`), which wakes the trio thread without letting go
+        `storage._handoff.Doorbell`), which wakes the trio thread without letting go
         of the GIL: had the trio thread taken it, to wake N's callers, this
         thread would wait for it up to a whole switch interval (5 ms) before
         it could even call commit. So N's callers run in the trio thread

@@ -202,7 +202,7 @@ class PostgresJournal(Journal):
             )
         if self.readonly and self.node is not None:
             raise ValueError(f"{self.describe()} is read-only; a node needs to write")
-        self._threads = threads = _Threads(self.pool_size)
+        self._threads = threads = _Threads(self.pool_size, lambda: self._writer.inflight)
         if self.readonly:  # no migration, no committer (see _readonly)
             with threads.holding():
                 self._pool = await trio.to_thread.run_sync(
@@ -250,6 +250,8 @@ class PostgresJournal(Journal):
         # Last, once every write has drained: other nodes may take over now.
         await self._lease.release()
         self._mail.forget()
+        if self._threads is not None:
+            self._threads.close()
 
     def describe(self) -> str:
         return self._server.describe()

@@ -26,6 +26,7 @@ import trio
 from psycopg.conninfo import conninfo_to_dict
 
 from .._clock import AutojumpHold
+from .._handoff import Handoff
 from ..errors import JournalCorrupt, JournalUnavailable
 
 T = TypeVar("T")
@@ -174,15 +175,27 @@ class _Server:
 
 class _Threads:
     """Worker threads for the journal's blocking calls, made in the trio
-    thread at open: the loop's token, the pool-sized limiter, and the
-    autojump clock's hold (virtual time stands still while a thread runs)."""
+    thread at open: the loop's token, the pool-sized limiter, the autojump
+    clock's hold (virtual time stands still while a thread runs), and the
+    handoff that lends the GIL to these threads and the committer when a
+    busy trio thread starves them of it (see storage._handoff)."""
 
-    __slots__ = ("hold", "limiter", "token")
+    __slots__ = ("handoff", "hold", "limiter", "running", "token")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, writes: Callable[[], int] = lambda: 0) -> None:
         self.token = trio.lowlevel.current_trio_token()
         self.hold = AutojumpHold.current()
         self.limiter = trio.CapacityLimiter(size)
+        self.running = 0  # calls of `run` in worker threads (trio thread)
+        # In flight: a call in a worker thread, or a batch of the committer's
+        # (``writes`` counts those).
+        self.handoff = Handoff(lambda: self.running > 0 or writes() > 0)
+        if self.hold is None:  # under a MockClock its looks would move virtual time
+            self.handoff.start()
+
+    def close(self) -> None:
+        """Stop the handoff's looks (in the trio thread, as the journal closes)."""
+        self.handoff.stop()
 
     @contextmanager
     def holding(self) -> Iterator[None]:
@@ -198,4 +211,22 @@ class _Threads:
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread, at most the pool's size at once."""
         with self.holding():
-            return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+            self.running += 1
+            if self.running == 1:
+                self.handoff.wake()
+            try:
+                return await trio.to_thread.run_sync(
+                    self._on_the_server, fn, args, limiter=self.limiter
+                )
+            finally:
+                self.running -= 1
+
+    def _on_the_server(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        # In the worker thread. A call is a round trip or two to the server:
+        # the handoff counts it as one step there, as it counts a commit
+        # of the committer's, and lets the GIL go to a call that took none.
+        self.handoff.committing()
+        try:
+            return fn(*args)
+        finally:
+            self.handoff.handed_back()

@@ -175,8 +175,10 @@ class _Writer:
                 batch = self._pending = _Batch()
                 self.inflight += 1
                 hold = self._threads.hold if self._threads is not None else None
-                if self.inflight == 1 and hold is not None:
-                    hold.acquire()
+                if self.inflight == 1 and self._threads is not None:
+                    if hold is not None:
+                        hold.acquire()
+                    self._threads.handoff.wake()  # writes in flight: it looks again
                 self._cond.notify()
             batch.txns.append(txn)
             batch.durable = batch.durable or durable
@@ -200,12 +202,20 @@ class _Writer:
                     self._pending = None
                     if batch is None:
                         return
-                self.write(batch)
+                # A batch is a few round trips to the server, each ending by
+                # taking the GIL back: the handoff (see storage._handoff)
+                # counts the write as one step on the server's side, as
+                # LMDB's counts a commit as one on the disk.
                 assert self._threads is not None
+                handoff = self._threads.handoff
+                handoff.committing()
+                self.write(batch)
+                handoff.step()
                 try:
                     self._threads.token.run_sync_soon(self._finish, batch)
                 except trio.RunFinishedError:  # pragma: no cover - loop already gone
                     return
+                handoff.handed_back()
         finally:
             if self._conn is not None:
                 self._conn.close()

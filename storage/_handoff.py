@@ -1,34 +1,39 @@
-"""Lending the GIL to the writer thread when the trio thread keeps it.
+"""Lending the GIL to a journal's writer thread when the trio thread keeps it.
 
-The writer is a Python thread, and every step it takes ends by taking the
-GIL back: waking from a wait, each LMDB call (py-lmdb makes each put and the
-commit with the GIL released). CPython forces a hand-over only for a thread
-that has waited a whole switch interval (5 ms) with no other thread taking
-the GIL; when the holder drops it, the waiter is woken and starts a new
-interval. Trio's run loop drops the GIL for an instant on every pass (an
-``epoll_wait`` with timeout 0 while any task is runnable) and takes it
-straight back, usually before the woken thread runs. So beside a task that
-computes and checkpoints often (``await trio.sleep(0)`` after each
-millisecond of work) the trio thread holds the GIL nearly always but never
-for a whole interval: a waiting thread is woken and beaten a thousand times
-a second and may wait seconds to run a line. A commit then takes seconds,
-though its fsync took 0.3 ms. (Measured: with no trio and no LMDB, a thread
-sleeping 0.3 ms in a loop beside one that spins 1 ms and polls epoll with
-timeout 0 waited up to 0.3-1.2 s for the GIL in runs of 5 s.)
+Both journals commit in a writer thread of their own (LMDB's writer,
+PostgreSQL's committer). The writer is a Python thread, and every step it
+takes ends by taking the GIL back: waking from a wait, each LMDB call
+(py-lmdb makes each put and the commit with the GIL released), each round
+trip to the PostgreSQL server (psycopg waits on its socket with the GIL
+released). CPython forces a hand-over only for a thread that has waited a
+whole switch interval (5 ms) with no other thread taking the GIL; when the
+holder drops it, the waiter is woken and starts a new interval. Trio's run
+loop drops the GIL for an instant on every pass (an ``epoll_wait`` with
+timeout 0 while any task is runnable) and takes it straight back, usually
+before the woken thread runs. So beside a task that computes and
+checkpoints often (``await trio.sleep(0)`` after each millisecond of work)
+the trio thread holds the GIL nearly always but never for a whole
+interval: a waiting thread is woken and beaten a thousand times a second
+and may wait seconds to run a line. A commit then takes seconds, though
+its fsync took 0.3 ms, or its round trips to PostgreSQL 1 ms (beside such
+a task 18 sends got through to PostgreSQL in 3 s, 127 ms each at the
+median, against 3.6 ms without it). (Measured: with no trio and no LMDB, a
+thread sleeping 0.3 ms in a loop beside one that spins 1 ms and polls
+epoll with timeout 0 waited up to 0.3-1.2 s for the GIL in runs of 5 s.)
 
 Only the trio thread can let go, so the cure lives there: while writes are
 in flight, a system task looks every `NUDGE_AFTER` whether the writer took a
 step since its last look; if it did not, it blocks the trio thread with the
 GIL released until a batch is handed back to trio, for at most `NUDGE_WAIT`.
-While the writer is in a commit, waiting for the disk, such a wait may be in
-vain (a slow fsync, not a starved thread); when one is, the looks space out
-(doubling, up to `NUDGE_AFTER_MAX`) until the commit returns, so a slow disk
-costs the loop a few percent of its time at most. Anywhere else a thread
-that took no step is starved (of the GIL, or of a core on a loaded machine),
-and the looks stay `NUDGE_AFTER` apart.
+While the writer is in a commit, waiting for the disk (or the server), such
+a wait may be in vain (a slow fsync, not a starved thread); when one is,
+the looks space out (doubling, up to `NUDGE_AFTER_MAX`) until the commit
+returns, so a slow disk costs the loop a few percent of its time at most.
+Anywhere else a thread that took no step is starved (of the GIL, or of a
+core on a loaded machine), and the looks stay `NUDGE_AFTER` apart.
 
-The writer hands batches back through a `Doorbell`, which wakes the trio
-thread without the writer letting go of the GIL.
+LMDB's writer hands batches back through a `Doorbell`, which wakes the
+trio thread without the writer letting go of the GIL.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from typing import Generic, TypeVar
 
 import trio
 
-from .._parking import Parking
+from ._parking import Parking
 
 __all__ = ["Doorbell", "Handoff", "NUDGE_AFTER", "NUDGE_WAIT", "NUDGE_AFTER_MAX"]
 
