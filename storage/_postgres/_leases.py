@@ -261,9 +261,8 @@ class _Lease:
                     while self._claims:
                         batch, self._claims = self._claims, []
                         try:
-                            epochs = await trio.to_thread.run_sync(
-                                self._claim_sync, [r.iid for r in batch], limiter=threads.limiter
-                            )
+                            # (through `threads.run`, so the handoff counts it)
+                            epochs = await threads.run(self._claim_sync, [r.iid for r in batch])
                         except Exception as exc:  # noqa: BLE001 - every claimant learns of it
                             for r in batch:
                                 r.error = exc
