@@ -117,12 +117,12 @@ class Activation(_SystemAPI):
             # A local journal reads at once: one read here brings all the
             # instance's run needs, and its actor takes its place in the
             # live table (where mail for it arrives from then on) before
-            # anything else runs; its task is the only one it gets. A read
-            # that fails goes the task's way, which reports it.
+            # anything else runs; its task is the only one it gets. A record
+            # that does not read goes the task's way, which marks it corrupt.
             try:
                 with self.journal.reader() as r:
                     state = read_state(r, iid, live_only=True)
-            except Exception:  # noqa: BLE001 - read again below, and reported
+            except JournalCorrupt:
                 pass
             else:
                 row = state[0]

@@ -340,7 +340,8 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         extra: Callable[[Txn], None] | None = None,
     ) -> tuple[Handle[Any], bool]:
         for param in params:
-            if isinstance(param, str) and not param.isascii():  # (ASCII is always valid)
+            # ASCII is always valid: only other text pays for the message.
+            if isinstance(param, str) and not param.isascii():
                 check_text(param, f"a path param of {proc.template!r}")
         own_address = proc.resolve(*params)
         address = address or own_address

@@ -70,8 +70,8 @@ _REPEATS = 3
 _WARMUP = 0.5
 # A process load first has every worker's start go through the journal's
 # threads before any process ends (on a slow day 1000 workers saw their
-# first end after 3.7 s): its window opens once a wave of them has ended.
-_PROCESS_WARMUP_MAX = 30.0
+# first end after 3.7 s): a window opens once a round of the load is done.
+_WARMUP_MAX = 30.0
 _SETTLE = 0.3  # after stopping a load, for delivered messages to land
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -271,12 +271,13 @@ async def _window(
             assert await node.ask(cmd) == "ok"
         nursery.start_soon(load, system, *args)
         await trio.sleep(_WARMUP)
-        if load is process_load:
-            # Until as many processes as this node has workers have ended.
-            wave = Counter.count + args[1]
-            with trio.move_on_after(_PROCESS_WARMUP_MAX):
-                while Counter.count < wave:
-                    await trio.sleep(0.05)
+        # And until the load has done a round (as many signals taken, or
+        # processes ended, as this node has workers): a signal load has by
+        # now, a process load may not have (see _WARMUP_MAX).
+        wave = Counter.count + args[1]
+        with trio.move_on_after(_WARMUP_MAX):
+            while Counter.count < wave:
+                await trio.sleep(0.05)
         for node, _ in others:
             node.send("mark")
         if cpu is not None:
