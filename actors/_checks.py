@@ -5,12 +5,21 @@ what to pass instead, before anything is written or scheduled: a value that
 passed would otherwise fail later, far from its cause (a NaN timer in the
 journal writer, a lone surrogate in the key encoder), or be replayed into
 the same failure on every open.
+
+Names and text the runtime stores (path params, and so addresses; stream
+consumers, queue, schedule and signal names, send keys, step names) hold no
+NUL and no other control character (Unicode's category Cc: U+0000-U+001F,
+U+007F-U+009F): PostgreSQL's text cannot hold NUL, a control character in a
+name is invisible in every listing, and the runtime names its own records
+with prefixes that start with one (see `_protocol.KEY_PREFIX`), which no
+user's name can then take.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from typing import Any
 
 from collections.abc import Callable
@@ -78,24 +87,41 @@ def check_deadline(when: Any, what: str) -> float:
     return epoch
 
 
+# Unicode's control characters (category Cc), refused in names (see the module doc).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def check_text(value: Any, what: str) -> str:
-    """``value`` if it is a str that UTF-8 can carry (no lone surrogates)."""
+    """``value`` if it is a str that every journal can store as text: valid
+    Unicode (no lone surrogates) without NUL or another control character."""
     if not isinstance(value, str):
         raise InvalidArguments(f"{what} must be a str, not {_show(value)}")
     if value.isascii():
-        return value  # the common case, and always valid
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidArguments(
-            f"{what} {_show(value)} is not valid Unicode (a lone surrogate at index "
-            f"{exc.start}); decode bytes with errors='replace' before using them as a name"
-        ) from None
-    return value
+        if value.isprintable():  # ASCII's unprintables are its control characters
+            return value  # the common case
+    else:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArguments(
+                f"{what} {_show(value)} is not valid Unicode (a lone surrogate at index "
+                f"{exc.start}); decode bytes with errors='replace' before using them as a name"
+            ) from None
+    found = _CONTROL.search(value)
+    if found is None:
+        return value
+    code = ord(found.group())
+    char = "NUL" if code == 0 else f"U+{code:04X}"
+    raise InvalidArguments(
+        f"{what} {_show(value)} holds a control character ({char} at index "
+        f"{found.start()}), which no name may: remove it, or encode the value "
+        "(e.g. urllib.parse.quote) before using it as a name"
+    )
 
 
 def check_name(value: Any, what: str) -> str:
-    """``value`` if it is a non-empty str that UTF-8 can carry."""
+    """``value`` if it is a non-empty str that every journal can store as
+    text (see `check_text`)."""
     check_text(value, what)
     if not value:
         raise InvalidArguments(f"{what} is empty; pass a non-empty str")

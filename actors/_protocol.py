@@ -47,6 +47,8 @@ from .errors import LimitExceeded
 
 __all__ = [
     "KEY_PREFIX",
+    "LEGACY_KEY_PREFIX",
+    "MAX_KEY_BYTES",
     "STUCK",
     "Cancel",
     "Notice",
@@ -58,6 +60,9 @@ __all__ = [
     "end_notice",
     "end_of_run",
     "end_payload",
+    "key_cursor",
+    "key_of",
+    "legacy_key_cursor",
     "next_run",
     "resume_compensation_txn",
     "send_txn",
@@ -156,7 +161,52 @@ def unpack_message(message: bytes) -> tuple[str, Any, str | None, list[Any] | No
     )
 
 
-KEY_PREFIX = "\x00key "  # a send's idempotency key, as a cursor name (see the module doc)
+# A send's idempotency key is a cursor named KEY_PREFIX + key (see the module
+# doc). Invariant: no stream consumer has such a name. The prefix starts with
+# a control character (U+001F, the unit separator), which consumer names may
+# not hold (`_checks.check_text`), and has no NUL, which PostgreSQL's text
+# cannot hold.
+KEY_PREFIX = "\x1fkey "
+
+# Where journals written before hold their keys: LMDB (and memory) ones
+# only, since PostgreSQL refused the NUL. Keys are read under it too (see
+# `legacy_key_cursor`), never written.
+LEGACY_KEY_PREFIX = "\x00key "
+
+#: The longest send key, in bytes of UTF-8, on every journal. With its
+#: prefix after a 16-byte instance id it fits LMDB's 511-byte keys with room
+#: to spare (a stream consumer's name has the same limit, see `_streams`).
+MAX_KEY_BYTES = 200
+
+
+def key_cursor(key: str) -> str:
+    """The name of the cursor that holds send key ``key`` (a checked name,
+    see `_checks.check_name`).
+
+    Raises:
+        LimitExceeded: ``key`` is over `MAX_KEY_BYTES` bytes of UTF-8.
+    """
+    # (A str of n characters is at most 4n bytes: short keys are not encoded.)
+    if len(key) > MAX_KEY_BYTES // 4 and len(key.encode()) > MAX_KEY_BYTES:
+        raise LimitExceeded(
+            f"a send key is at most {MAX_KEY_BYTES} bytes of UTF-8, and {key[:20]!r}... is "
+            f"{len(key.encode())}; pass a shorter key (a hash of a long one, say)"
+        )
+    return KEY_PREFIX + key
+
+
+def legacy_key_cursor(key: str) -> str:
+    """Where a journal written before `KEY_PREFIX` holds send key ``key``."""
+    return LEGACY_KEY_PREFIX + key
+
+
+def key_of(cursor: str) -> str | None:
+    """The send key a cursor of that name holds (under either prefix), or
+    None if it is a stream consumer's."""
+    for prefix in (KEY_PREFIX, LEGACY_KEY_PREFIX):
+        if cursor.startswith(prefix):
+            return cursor[len(prefix) :]
+    return None
 
 
 def send_txn(
@@ -172,7 +222,7 @@ def send_txn(
         txn, iid, name, payload, now, max_payload=max_payload, trace=trace, ask=ask
     )
     if key is not None:
-        txn.set_cursor(iid, KEY_PREFIX + key, 0)
+        txn.set_cursor(iid, key_cursor(key), 0)
     return txn, notice
 
 

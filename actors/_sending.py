@@ -13,7 +13,7 @@ from storage import LIVE_STATUSES, STATUS_WORDS
 from storage.errors import Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
-from ._checks import check_seconds
+from ._checks import check_name, check_seconds
 from ._records import Signal
 from .errors import InvalidArguments, NotDelivered
 
@@ -49,13 +49,18 @@ class Sending(_SystemAPI):
         incarnation of the instance has had already stores nothing and
         returns normally, so a retried send is taken once. Keys are kept
         for the incarnation's life (across continue-as-new, restarts and
-        reopens); a new incarnation after a cancel takes them afresh.
+        reopens); a new incarnation after a cancel takes them afresh. A
+        key is a non-empty str of at most 200 bytes of UTF-8 without
+        control characters; it shares no names with stream consumers.
 
         Raises:
             NotDelivered: no live instance has that address (unknown, or
                 finished, cancelled, parked); ``reason`` says which. Nothing
                 is stored.
             EncodeError: a payload the codec cannot store; nothing is stored.
+            InvalidArguments: a key that is not a non-empty str, or holds a
+                control character (NUL included); nothing is stored.
+            LimitExceeded: a key over 200 bytes of UTF-8; nothing is stored.
             JournalCorrupt: the instance's records do not decode (it is
                 marked ``corrupt``); the error names the database and key.
         """
@@ -69,6 +74,8 @@ class Sending(_SystemAPI):
         if key is None:
             await self._send_iid(iid, address, signal, payload)
         else:
+            # Refused before anything is read: the same on every journal.
+            _protocol.key_cursor(check_name(key, "send(key=...)"))
             await self.keys.send(iid, address, signal, payload, key, self._send_iid)
 
     async def ask(
@@ -103,6 +110,14 @@ class Sending(_SystemAPI):
         self, iid: bytes, address: str, signal: Signal, payload: Any, *,
         ask: list[Any] | None = None, key: str | None = None,
     ) -> None:  # fmt: skip
+        if key is not None and not self.journal.shared:
+            # (See _keys: this incarnation has not had the key under KEY_PREFIX.)
+            # Journals written before KEY_PREFIX hold keys under the legacy
+            # prefix: LMDB ones, as a shared journal (PostgreSQL) refused its
+            # NUL. Nothing writes under it now, so one read settles it.
+            legacy = _protocol.legacy_key_cursor(key)
+            if await self.journal.read(lambda r: r.cursor(iid, legacy)) is not None:
+                return  # sent already to this incarnation: nothing more is stored
         txn, notice = _protocol.send_txn(
             iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
             trace=_tracing.traceparent(self) if self.tracing else None, ask=ask, key=key,

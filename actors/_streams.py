@@ -66,6 +66,8 @@ class Stream:
     def __init__(self, system: SystemAPI, address: str, consumer: str, from_: str) -> None:
         if from_ not in ("start", "latest"):
             raise InvalidArguments(f"from_ must be 'start' or 'latest', not {from_!r}")
+        # Invariant: a consumer's name holds no control character (check_name),
+        # so it never takes a send key's cursor (`_protocol.KEY_PREFIX` + key).
         check_name(consumer, "the stream's consumer")
         if len(consumer.encode()) > 200:
             raise InvalidArguments(
