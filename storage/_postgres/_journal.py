@@ -68,7 +68,8 @@ class PostgresJournal(Journal):
             nodes take its instances over.
         readonly: open an existing journal for reading only, as the web
             inspector does: nothing is created, migrated or written (every
-            session is read-only), so a role with USAGE on the schema and
+            session is read-only, and named ``actors inspector <schema>``
+            unless the DSN names it), so a role with USAGE on the schema and
             SELECT on its tables is enough, beside running systems; a write
             raises `JournalClosed`.
 
@@ -95,7 +96,18 @@ class PostgresJournal(Journal):
       be granted later, a lock nobody knows it holds.) If the heartbeat
       finds the connection gone, it reconnects and takes the lock again;
       meanwhile other nodes may have claimed its instances, and fencing
-      (below) refuses its writes to them. The committer's connection gets
+      (below) refuses its writes to them. A process whose lease session
+      alone is ended (``pg_terminate_backend`` of the ``actors lease
+      <node>`` session, a proxy or firewall cutting that one connection)
+      is a frozen node to the others, only sooner: its lock is free at
+      once, so their next scan ends its committer sessions and takes its
+      instances over, while it runs on, its lease believed held, until its
+      heartbeat finds the session gone (within a quarter of
+      ``lease_timeout``) and takes the lease again under a new term. Then,
+      as after a freeze, its writes to what the others took meanwhile are
+      refused (fencing) and the runtime lets go of what it claimed in the
+      earlier term (see `lease_term`). Nothing tells the two apart, and
+      nothing needs to. The committer's connection gets
       ``idle_in_transaction_session_timeout`` too, so a node frozen in the
       middle of a commit does not keep its row locks (which would stall
       every node writing those instances): the first round trip of a batch
@@ -106,7 +118,14 @@ class PostgresJournal(Journal):
       advisory lock keyed by its node, and the takeover scan (`orphans`)
       terminates the sessions holding the key of any node whose lease
       lapsed, before it claims (this needs every node to run as one
-      database role, or ``pg_signal_backend``). Claims run with a short
+      database role, or ``pg_signal_backend``). So a node holds that key
+      only while it holds its lease: ``open`` migrates first, takes the
+      lease, and only then has the committer take the key (a node restarted
+      under its own name, while the others scan and see its lease free, is
+      never ended as it opens); the scan ends a node's sessions while it
+      holds that node's lease lock itself, so it never ends those of a node
+      that took its lease since the scan saw it free; and ``close`` gives
+      the lease back once the committer's session is gone. Claims run with a short
       ``lock_timeout`` and try a busy row again. `lease_term` tells the
       runtime whether the lease holds, and since when (what this node holds
       in memory from an earlier term may be another node's now). The ``nodes`` table lists
@@ -211,12 +230,18 @@ class PostgresJournal(Journal):
             return
         with threads.holding():
             self._pool, conn = await trio.to_thread.run_sync(self._open_sync)
+        if self.node is not None:
+            await self._open_node(threads, conn)
         self._writer.start(conn, threads)
         if self.node is not None:
-            await self._open_node(threads)
+            self._lease.start_heartbeat()
+            self._mail.start(threads)
 
     def _open_sync(self) -> tuple[_ReadPool, psycopg.Connection]:
-        conn = self._server.connect()
+        # The committer's connection migrates, before it holds the writer
+        # key (see _open_node_sync): a node may wait here for another one's
+        # migration, or for its turn, for as long as that takes.
+        conn = self._server.connect(writer_key=False)
         try:
             migrate(conn, self._server)
         except BaseException:
@@ -224,19 +249,25 @@ class PostgresJournal(Journal):
             raise
         return _ReadPool(self._server, self.pool_size), conn
 
-    async def _open_node(self, threads: _Threads) -> None:
+    async def _open_node(self, threads: _Threads, conn: psycopg.Connection) -> None:
         try:
             with threads.holding():
-                await trio.to_thread.run_sync(self._open_node_sync)
+                await trio.to_thread.run_sync(self._open_node_sync, conn)
         except BaseException:
+            conn.close()
             with trio.CancelScope(shield=True):
                 await self.close()
             raise
-        self._lease.start_heartbeat()
-        self._mail.start(threads)
 
-    def _open_node_sync(self) -> None:
+    def _open_node_sync(self, conn: psycopg.Connection) -> None:
+        # Invariant: a session holding this node's writer key while its lease
+        # is free belongs to a process that lost the lease, and any node's
+        # takeover scan may end it at any moment (_Lease.orphans_sync). So
+        # the lease comes first, then the committer takes the key: a node
+        # that opens (restarted under its own name, say, while the others
+        # scan and see its lease free) never holds the key before its lease.
         self._lease.take_sync()
+        self._server.take_writer_key(conn)
         self._mail.listen_sync()
 
     async def close(self) -> None:

@@ -230,6 +230,22 @@ class _Lease:
                 node = self._server.node
                 if conn is not None and not (conn.closed or conn.broken) and node is not None:
                     key = _node_key(self._server.schema, node)
+                    writers = _writer_key(self._server.schema, node)
+                    try:
+                        # Invariant: no session holds a node's writer key while
+                        # its lease is free but one of a process that lost the
+                        # lease (see _end_sessions). The committer has closed
+                        # its connection, but its backend may hold the key a
+                        # moment longer: wait for that (up to this session's
+                        # lock_timeout) before giving the lease back, or a scan
+                        # would end it and report this node lapsed.
+                        conn.execute(
+                            "SELECT pg_advisory_lock(%s), pg_advisory_unlock(%s)",
+                            [writers, writers],
+                        )
+                    except psycopg.Error:
+                        pass  # lock_timeout (an older process's session: scans end
+                        # it), or the connection is lost (the lease goes with it)
                     try:  # at once, rather than when the server notices the session end
                         conn.execute("SELECT pg_advisory_unlock(%s)", [key])
                     except psycopg.Error:
@@ -318,8 +334,38 @@ class _Lease:
         return {} if result is _NO_LEASE else result  # type: ignore[return-value]
 
     def _end_sessions(self, conn: psycopg.Connection, lapsed: list[str]) -> None:
-        """End the committer sessions of the ``lapsed`` nodes (on the lease
-        connection, autocommit)."""
+        """End the committer sessions of those ``lapsed`` nodes whose lease is
+        still free (on the lease connection, autocommit)."""
+        # Invariant: the sessions of node n are ended only while this session
+        # holds n's lease lock itself. A node takes its writer key only once
+        # it holds its lease (PostgresJournal._open_node_sync), so n cannot
+        # be opening meanwhile: what holds n's key now is left from a
+        # process of n's that lost the lease (frozen, cut off), never the
+        # committer of an n that took its lease since `lapsed` was read
+        # (that one's lease lock is not free, and it is left alone).
+        schema = self._server.schema
+        by_key = {_node_key(schema, name): name for name in lapsed}
+        held = [
+            key
+            for (key,) in conn.execute(
+                "SELECT k FROM unnest(%s::bigint[]) AS u(k) WHERE pg_try_advisory_lock(k)",
+                [list(by_key)],
+            ).fetchall()
+        ]
+        if not held:
+            return
+        try:
+            self._end_sessions_held(conn, [by_key[key] for key in held])
+        finally:
+            # (A lost connection gave them back already.)
+            if not (conn.closed or conn.broken):
+                conn.execute(
+                    "SELECT pg_advisory_unlock(k) FROM unnest(%s::bigint[]) AS u(k)", [held]
+                )
+
+    def _end_sessions_held(self, conn: psycopg.Connection, lapsed: list[str]) -> None:
+        """End the committer sessions of the ``lapsed`` nodes, whose lease
+        locks this session holds."""
         keys = [_writer_key(self._server.schema, name) for name in lapsed]
         try:
             (ended,) = conn.execute(self._sql.end_sessions, [keys]).fetchone()  # type: ignore[misc]

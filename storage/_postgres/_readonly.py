@@ -12,7 +12,10 @@ set in the connection's options), and its reads run in REPEATABLE READ, READ
 ONLY transactions like any journal's (`_pool`): a statement that writes is
 refused by the server itself, whatever the role may do. So it needs a role
 with no more than USAGE on the schema and SELECT on its tables, and works
-beside the systems that run on the schema.
+beside the systems that run on the schema. Its sessions are named
+``actors inspector <schema>`` (unless the DSN names them), not ``actors
+journal <schema>`` as the nodes' committers are: pg_stat_activity tells
+them apart, and they hold no node's writer key, so no takeover ends them.
 """
 
 from __future__ import annotations

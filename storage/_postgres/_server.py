@@ -83,9 +83,14 @@ class _Server:
 
     def read_only_sessions(self) -> None:
         """Start every session opened from now on read-only
-        (``default_transaction_read_only``), so the server refuses any write."""
+        (``default_transaction_read_only``), so the server refuses any write,
+        and name them ``actors inspector <schema>`` (unless the DSN names
+        them): pg_stat_activity tells them from the nodes' sessions, and
+        whatever ends a journal's sessions by name leaves them alone."""
         given = conninfo_to_dict(self.dsn).get("options") or os.environ.get("PGOPTIONS", "")
         self.connect_kwargs["options"] = f"{given} -c default_transaction_read_only=on".strip()
+        if "application_name" in self.connect_kwargs:  # the DSN did not name one
+            self.connect_kwargs["application_name"] = f"actors inspector {self.schema}"[:63]
 
     @property
     def lease_ms(self) -> int:
@@ -99,28 +104,46 @@ class _Server:
             "PostgresJournal('postgresql://USER@HOST:PORT/DATABASE')"
         )
 
-    def connect(self) -> psycopg.Connection:
-        """A committer's connection."""
+    def connect(self, *, writer_key: bool = True) -> psycopg.Connection:
+        """A committer's connection; a node's holds its writer key, unless
+        ``writer_key`` is false (then `take_writer_key` does, later)."""
         try:
             # Autocommit: the committer sends BEGIN and COMMIT itself, inside the
             # pipeline, which costs no round trip of its own.
             conn = psycopg.Connection.connect(self.dsn, autocommit=True, **self.connect_kwargs)
-            if self.durability == "async":
-                conn.execute("SET synchronous_commit = off")
-            if self.node is not None:
-                # New instances this connection writes belong to this node
-                # (see _SQL.write); and a node frozen mid-commit must not
-                # keep its row locks past its lease.
-                conn.execute("SELECT set_config('actors.node', %s, false)", [self.node])
-                conn.execute(f"SET idle_in_transaction_session_timeout = {self.lease_ms}")
-                # And a node frozen in the middle of a batch's statement
-                # (no Sync yet: the server waits "active", no timeout ends
-                # it) is found by this lock and ended by the node that sees
-                # its lease lapse (_Lease.orphans_sync).
+        except psycopg.Error as exc:
+            raise self.unreachable(exc) from exc
+        try:
+            with self.setting_up(conn):  # closes it if this fails
+                if self.durability == "async":
+                    conn.execute("SET synchronous_commit = off")
+                if self.node is not None:
+                    # New instances this connection writes belong to this node
+                    # (see _SQL.write); and a node frozen mid-commit must not
+                    # keep its row locks past its lease.
+                    conn.execute("SELECT set_config('actors.node', %s, false)", [self.node])
+                    conn.execute(f"SET idle_in_transaction_session_timeout = {self.lease_ms}")
+        except psycopg.Error as exc:
+            raise self.unreachable(exc) from exc
+        if writer_key and self.node is not None:
+            self.take_writer_key(conn)
+        return conn
+
+    def take_writer_key(self, conn: psycopg.Connection) -> None:
+        """Have the committer's ``conn`` hold this node's writer key.
+
+        A node frozen in the middle of a batch's statement (no Sync yet: the
+        server waits "active", no timeout ends it) is found by this lock and
+        ended by the node that sees its lease lapse (`_Lease.orphans_sync`):
+        a session that holds it while the node's lease is free may be ended
+        at any moment, so a node opening takes it only once its lease is
+        held (see `PostgresJournal.open`). Raises `JournalUnavailable` (and
+        closes ``conn``) if that fails."""
+        try:
+            with self.setting_up(conn):  # closes it if this fails
                 conn.execute("SELECT pg_advisory_lock_shared(%s)", [self.writer_key])
         except psycopg.Error as exc:
             raise self.unreachable(exc) from exc
-        return conn
 
     def node_connect(self, role: str) -> psycopg.Connection:
         """A connection of this node's own (lease or mail), autocommit, that
