@@ -199,11 +199,15 @@ class Context:
     def patched(self, patch_id: str) -> bool:
         """Whether this run takes the code path of patch ``patch_id``.
 
-        Live, the first call for a patch id records a marker and gives True;
-        replaying a history recorded before the patch existed gives False
-        there (nothing is consumed from the history, so the old effects
-        that follow still match) and a history recorded with the marker
-        gives True. The first answer holds for the rest of the run::
+        Where the run executes this point for the first time, the first
+        call for a patch id records a marker and gives True. Where it
+        executed it before, it gives True if its history holds the marker
+        here, else False (the run got here on code without the patch;
+        nothing is consumed from the history, so the old effects that
+        follow still match). That covers all the code an earlier
+        activation ran, up to where it stopped, logged or not: a run
+        suspended at its first `wait` has logged nothing and still gets
+        False. The first answer holds for the rest of the run::
 
             if ctx.patched("fee-v2"):
                 await ctx.step(charge_with_fee, order)   # new code

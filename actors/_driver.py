@@ -15,6 +15,15 @@ non-determinism checks:
 - each effect must match the log entry at its position (kind, name and
   argument hash), else `NonDeterminismError`;
 - a run that ends (returns or raises) must have consumed its whole log.
+
+What ran before. An activation that loads a run which ran before re-runs
+code an earlier activation already ran, up to the first effect replay
+cannot answer: that is where the earlier one stopped (it awaited that
+effect; whatever it did that anyone could see is in the log). Past the log's
+last entry this stretch is still history, though the log holds nothing of
+it: a pending `wait` writes nothing until it takes a message, so a run
+suspended at its first wait has an empty log. `ctx.patched` decides from
+it (see `Driver.patched`).
 """
 
 from __future__ import annotations
@@ -69,7 +78,13 @@ class Host(Protocol):
 
 
 class Owner(Protocol):
-    """What replaying a logged child effect tells the instance it belongs to."""
+    """The instance a driver belongs to: what replaying a logged child effect
+    tells it, and the status its journal row had when its run was loaded."""
+
+    @property
+    def persisted_status(self) -> str | None:
+        """The status the journal holds for the instance (None: not read),
+        as of `Driver.load`."""
 
     def add_child(self, address: str, seq: int) -> None: ...
 
@@ -102,7 +117,7 @@ class Driver:
 
     __slots__ = (
         "owner", "address", "log", "last", "seq", "occurrences", "taken", "taken_seq",
-        "unanswered", "patches",
+        "unanswered", "patches", "rerun",
     )  # fmt: skip
 
     def __init__(self, owner: Owner, address: str) -> None:
@@ -117,6 +132,11 @@ class Driver:
         # step name -> how many so far; made at the first step (a suspended
         # instance that never ran one keeps none: there is one per live instance)
         self.occurrences: dict[str, int] | None = None
+        # Invariant: rerun is True while the coroutine runs code an earlier
+        # activation of this run already ran (see the module docstring):
+        # from a load of a run that ran before, up to the first effect
+        # begun live. A run made in memory never ran before.
+        self.rerun = False
         self._reset_run_state()
 
     def _reset_run_state(self) -> None:
@@ -136,6 +156,15 @@ class Driver:
         self.last = max(log, default=0)  # the last logged position
         self.seq = 0
         self.occurrences = None
+        # The run ran before if it logged anything, or if it suspended: only
+        # a suspension writes "suspended" (and a run's start, restart or
+        # continue-as-new writes "running" with the run, in one commit), so
+        # "suspended" with an empty log is a run that waits at a wait it
+        # reached with nothing logged before. Both are what every version
+        # of the runtime wrote, so a journal of an earlier version needs
+        # nothing more. A suspension that was never committed (a crash
+        # first) counts as not run: nothing of that activation was seen.
+        self.rerun = bool(log) or self.owner.persisted_status == "suspended"
         self._reset_run_state()
 
     def unload(self) -> None:
@@ -161,14 +190,22 @@ class Driver:
 
     def patched(self, patch_id: str) -> bool | None:
         """Whether the history being replayed was recorded with ``patch_id``
-        here; None when no history is being replayed (the caller records the
-        marker). The first answer for a patch id holds for the rest of the run."""
+        here; None when the code runs for the first time (the caller records
+        the marker). The first answer for a patch id holds for the rest of
+        the run.
+
+        Temporal's rule: True on a run's first execution; on a re-run, True
+        only if the history holds the marker here. The history covers
+        everything an earlier activation ran, not only the logged effects:
+        past the last entry, up to the first effect begun live (`rerun`),
+        the code ran before without the marker, on code without the patch.
+        """
         if self.patches is None:
             self.patches = {}
         known = self.patches.get(patch_id)
         if known is not None:
             return known
-        if self.seq >= self.last:
+        if self.seq >= self.last and not self.rerun:
             return None
         entry = self.log.get(self.seq + 1)
         found = entry is not None and entry.kind == "patch" and entry.name == patch_id
@@ -348,6 +385,7 @@ class Driver:
                 try:
                     started = self.replay(effect)
                     if started or not effect.done:  # else replay left nothing to begin
+                        self.rerun = False  # where the earlier activation stopped
                         host.begin(effect, started)
                 except NonDeterminismError as exc:
                     await host.diverge(exc)

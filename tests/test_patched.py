@@ -1,16 +1,27 @@
 """Changing the code of running processes with ``ctx.patched`` and
 ``ctx.deprecate_patch``: each version of one process (one template) runs on
 the histories the earlier versions recorded, across a close and reopen, and
-``actors.testing.replay_check`` agrees."""
+``actors.testing.replay_check`` agrees.
+
+A run that ran before on code without the patch gets False wherever it had
+got to, logged or not: suspended at its first wait (nothing logged), or past
+its last logged effect; also after a SIGKILL. A run that is new gets True,
+whether it runs at once or is first loaded from the journal (a restart)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+import trio
 
 import actors
 from actors import Context, Signal, process
 from actors.testing import replay_check
-from tests.runtime_helpers import Opener, wait_status
+from storage import LMDBJournal
+from tests.crash_kit import acked_ids, kill_after_acks
+from tests.runtime_helpers import Opener, until_passivated, virtual_wall, wait_status
 
 go = Signal("go")
 CALLS: list[str] = []
@@ -63,6 +74,33 @@ async def v3(ctx: Context, id: str) -> list[str]:
 async def unpatched(ctx: Context, id: str) -> list[str]:
     done = [await ctx.step(charge_with_fee, id)]  # changed without a patch
     done.append(await ctx.wait(go))
+    return done
+
+
+# A wait first: a run suspended there has logged nothing yet.
+@process("orders/:id")
+async def w1(ctx: Context, id: str) -> list[str]:
+    got = await ctx.wait(go)
+    return [got, await ctx.step(charge, id)]
+
+
+@process("orders/:id")
+async def w2(ctx: Context, id: str) -> list[str]:
+    fee = ctx.patched("fee")
+    got = await ctx.wait(go)
+    if fee:
+        return [got, await ctx.step(charge_with_fee, id)]
+    return [got, await ctx.step(charge, id)]
+
+
+# The patch after the last logged effect of v1's history (its charge).
+@process("orders/:id")
+async def v2_late(ctx: Context, id: str) -> list[str]:
+    done = [await ctx.step(charge, id)]
+    audited = ctx.patched("audit")
+    done.append(await ctx.wait(go))
+    if audited:
+        done.append(await ctx.step(audit, id))
     return done
 
 
@@ -143,3 +181,128 @@ async def test_patch_ids_must_be_names(opener):
         handle = await system.start(bad, "x")
         with pytest.raises(actors.ProcessFailed, match="patch id is empty"):
             await handle.result()
+
+
+async def test_a_run_suspended_at_its_first_wait_keeps_the_old_branch(any_opener):
+    async with any_opener(w1) as system:
+        await wait_status(await system.start(w1, "old"), "suspended")  # nothing logged
+    async with any_opener(w2) as system:
+        new = await system.start(w2, "new")
+        await system.send("orders/old", go, "ok")
+        await system.send("orders/new", go, "ok")
+        # The old order ran v1 to its wait: no fee. The new one was placed on v2.
+        assert ["ok", "charged old"] == await system.get("orders/old").result()
+        assert ["ok", "charged new with a fee"] == await new.result()
+    assert ["charge old", "charge+fee new"] == sorted(CALLS)  # the two ran concurrently
+
+
+async def test_a_run_past_its_last_logged_effect_keeps_the_old_branch(any_opener):
+    async with any_opener(v1) as system:
+        await wait_status(await system.start(v1, "old"), "suspended")  # charged, waits
+    async with any_opener(v2_late) as system:
+        new = await system.start(v2_late, "new")
+        await system.send("orders/old", go, "ok")
+        await system.send("orders/new", go, "ok")
+        assert ["charged old", "ok"] == await system.get("orders/old").result()
+        assert ["charged new", "ok", "audited"] == await new.result()
+    assert ["audit new", "charge new", "charge old"] == sorted(CALLS)
+
+
+async def test_the_old_branch_holds_over_every_wake_of_the_run(any_opener):
+    # Dropped from memory at every suspension: each wake replays the run.
+    @process("orders/:id")
+    async def w1_twice(ctx: Context, id: str) -> list[str]:
+        return [await ctx.wait(go), await ctx.wait(go)]
+
+    @process("orders/:id")
+    async def w2_twice(ctx: Context, id: str) -> list[str]:
+        fee = ctx.patched("fee")
+        got = [await ctx.wait(go), await ctx.wait(go)]
+        return [*got, await ctx.step(charge_with_fee if fee else charge, id)]
+
+    async with any_opener(w1_twice) as system:
+        await wait_status(await system.start(w1_twice, "old"), "suspended")
+    async with any_opener(w2_twice, passivate_after=0) as system:
+        await system.send("orders/old", go, "a")
+        await until_passivated(system)  # suspended at the second wait, on v2
+        await system.send("orders/old", go, "b")
+        assert ["a", "b", "charged old"] == await system.get("orders/old").result()
+
+
+async def test_a_run_started_on_the_patched_code_keeps_the_new_branch(any_opener):
+    async with any_opener(w2) as system:
+        await wait_status(await system.start(w2, "a"), "suspended")  # its marker is logged
+    async with any_opener(w2, passivate_after=0) as system:
+        await system.send("orders/a", go, "ok")
+        assert ["ok", "charged a with a fee"] == await system.get("orders/a").result()
+    assert ["charge+fee a"] == CALLS
+
+
+async def test_a_patch_after_the_first_wait_is_new_code_for_a_run_waiting_there(any_opener):
+    # v1 stopped at the wait; what follows it runs for the first time on v2.
+    @process("orders/:id")
+    async def w2_after(ctx: Context, id: str) -> list[str]:
+        got = await ctx.wait(go)
+        if ctx.patched("fee"):
+            return [got, await ctx.step(charge_with_fee, id)]
+        return [got, await ctx.step(charge, id)]
+
+    async with any_opener(w1) as system:
+        await wait_status(await system.start(w1, "old"), "suspended")
+    async with any_opener(w2_after) as system:
+        await system.send("orders/old", go, "ok")
+        assert ["ok", "charged old with a fee"] == await system.get("orders/old").result()
+
+
+@process("restarting/:id", restart="transient")
+async def restarting(ctx: Context, id: str) -> list[object]:
+    fee = ctx.patched("fee")
+    got = await ctx.wait(go)
+    if ctx.run == 0:
+        raise RuntimeError("crash")  # restarted: the next run is new
+    return [fee, got]
+
+
+async def test_a_restarted_run_is_new_though_loaded_from_the_journal(any_opener, autojump_clock):
+    # The first run suspended (status "suspended"), then crashed; the restart
+    # is a new run that the system loads from the journal before it runs.
+    async with any_opener(restarting, passivate_after=0) as system:
+        handle = await system.start(restarting, "r")
+        await wait_status(handle, "suspended")
+        await system.send("restarting/r", go, 1)
+        while not handle.restarts:
+            await trio.sleep(0.01)
+        await wait_status(handle, "suspended")
+        await system.send("restarting/r", go, 2)
+        assert [True, 2] == await handle.result()
+
+
+# -- SIGKILL: the v1 program is killed while its instance waits ------------------
+
+
+async def _child(journal: str, acks: str) -> None:
+    async with actors.open_system(
+        LMDBJournal(journal), processes=[w1], passivate_after=0, now=virtual_wall
+    ) as system:
+        await wait_status(await system.start(w1, "old"), "suspended")
+        await until_passivated(system)  # its suspension is durable
+        Path(acks).write_text("S 1\n")
+        await trio.sleep_forever()
+
+
+async def test_a_run_killed_at_its_first_wait_keeps_the_old_branch(tmp_path):
+    journal, acks = tmp_path / "journal", tmp_path / "acks"
+    kill_after_acks(
+        ["-m", "tests.test_patched", str(journal), str(acks)],
+        stderr_path=tmp_path / "stderr", acked=lambda: len(acked_ids(acks)), min_acks=1,
+        start_timeout=60.0, delay=0.0, label="the v1 program",
+    )  # fmt: skip
+    opener = Opener(tmp_path)
+    async with opener(w2) as system:
+        await system.send("orders/old", go, "ok")
+        assert ["ok", "charged old"] == await system.get("orders/old").result()
+    assert ["charge old"] == CALLS
+
+
+if __name__ == "__main__":  # the v1 program of the SIGKILL test
+    trio.run(_child, sys.argv[1], sys.argv[2])
