@@ -21,9 +21,24 @@ Invariant: an instance counts against its queue's limit from the
 transaction that admits it until it is seen not live (completed, failed,
 cancelled, parked). Holders are released lazily: a local end pokes the pump,
 which reads the holder's status and drops it; holders of other nodes (or of
-an earlier run of this one) are checked when the queue looks full. So a
-crash between an end and its release holds a slot a little longer, never
-lets one more in.
+an earlier run of this one) are read at every round, and their end here
+(after a takeover) pokes too. So a crash between an end and its release
+holds a slot a little longer, never lets one more in.
+
+On a shared journal a pump also looks again on its own, every
+`POLL_SHARED` seconds while work waits and every `POLL_IDLE_SHARED`
+seconds while none does: what other nodes do (their ends, the work a
+node that died left queued) pokes nobody here.
+
+A round skips the waiting instances of processes this system does not
+register (another node may): they hold up nobody behind them.
+
+A pump rides out a journal that refuses it for a while (full, its disk
+full, its server away): it says so once, tries again with backoff
+(`RETRY_FIRST` doubling to `RETRY_MAX` seconds; after a lost connection,
+once the journal answers reads), and says when it admits again. Nothing
+of a refused admission was written, but for `CommitOutcomeUnknown`: what
+it chose is loaded again at the next round, and runs if it went through.
 """
 
 from __future__ import annotations
@@ -38,7 +53,13 @@ import attrs
 import trio
 
 from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
-from storage.errors import Conflict, JournalCorrupt
+from storage.errors import (
+    CommitOutcomeUnknown,
+    Conflict,
+    JournalCorrupt,
+    JournalFull,
+    JournalUnavailable,
+)
 
 from ._checks import check_name
 from ._interfaces import SystemAPI
@@ -49,8 +70,11 @@ __all__ = ["Queue", "QueueInfo", "Rate", "QueueService"]
 
 log = logging.getLogger("actors.queues")
 
-POLL_SHARED = 0.2  # seconds between rounds on a shared journal while work waits
+POLL_SHARED = 0.2  # seconds between rounds on a shared journal while work waits,
+POLL_IDLE_SHARED = 1.0  # and while none does (a node that dies leaves its queued work)
 RETRY_AFTER_ERROR = 5.0  # seconds before a queue whose state did not read tries again
+RETRY_FIRST = 0.1  # seconds before a pump the journal refused tries again: at first,
+RETRY_MAX = 10.0  # and at most (doubling in between)
 _PRIORITY_BIAS = 1 << 31  # priorities are 32-bit signed ints, stored biased to sort as text
 
 
@@ -187,6 +211,21 @@ def _read_held(r: Reader, name: str) -> tuple[int, dict[str, Any]]:
     return 0, {"held": {}, "starts": []}
 
 
+@attrs.frozen
+class _Look:
+    """What a round read of its queue, in one read."""
+
+    version: int  # of the queue's state row (0: none yet)
+    state: dict[str, Any]  # its holders and recent starts
+    statuses: dict[str, str | None]  # holders read (hex id -> status; None: gone)
+    room: int  # how many more the limits let start, by what was read
+    # The first waiting rows this system may start, in start order, each with
+    # its record (None: gone, or it does not read).
+    candidates: list[tuple[_Entry, InstanceRow | None]]
+    # Waiting rows met whose process this system does not register: id -> process.
+    foreign: dict[bytes, str]
+
+
 class QueueService:
     """The queues of one system: enqueueing, the pumps, release on ends."""
 
@@ -205,6 +244,14 @@ class QueueService:
         self._ended: dict[str, set[bytes]] = {name: set() for name in self.queues}
         # holders seen ending here, with their final status: released without a read
         self._known: dict[bytes, str] = {}
+        # iid -> queue name: live holders of other nodes (or of an earlier run of
+        # this one) as the last round read them; their end here (a takeover) pokes
+        self._others: dict[bytes, str] = {}
+        # admitted by a commit of unknown outcome: loaded again at the next round
+        self._unsure: dict[str, set[bytes]] = {name: set() for name in self.queues}
+        # waiting instances met whose process this system does not register
+        self._foreign: dict[bytes, str] = {}
+        self._said_foreign: set[tuple[str, str]] = set()  # (queue, process) logged
         self._order = itertools.count()
         self.admitted = 0  # instances this node started from queues (for tests and benches)
 
@@ -270,7 +317,7 @@ class QueueService:
     def status_changed(self, iid: bytes) -> None:
         """Hook: an instance's status changed; a holder that ended frees a
         slot (its status is read from the journal)."""
-        name = self._holding.get(iid)
+        name = self._holding.get(iid) or self._others.get(iid)
         if name is not None:
             self._ended[name].add(iid)
             self.poke(name)
@@ -278,7 +325,7 @@ class QueueService:
     def ended(self, iid: bytes, status: str) -> None:
         """Hook: an instance that ran here ended (durably) with ``status``;
         a holder that is no longer live frees its slot without a read."""
-        name = self._holding.get(iid)
+        name = self._holding.get(iid) or self._others.get(iid)
         if name is not None and status not in LIVE_STATUSES:
             self._known[iid] = status
             self._ended[name].add(iid)
@@ -291,16 +338,40 @@ class QueueService:
                 nursery.start_soon(self._pump, queue)
 
     async def _pump(self, queue: Queue) -> None:
+        name = queue.name
+        refused: Exception | None = None  # what the journal answered while it refuses
+        since = 0.0
+        backoff = RETRY_FIRST
         while True:
-            self._events[queue.name] = event = trio.Event()
+            self._events[name] = event = trio.Event()
             try:
                 delay = await self._round(queue)
             except JournalCorrupt as exc:  # one queue's damaged state stops only that queue
                 log.error(
                     "queue %r cannot read its state (%s); it tries again in %s s",
-                    queue.name, exc, RETRY_AFTER_ERROR,
+                    name, exc, RETRY_AFTER_ERROR,
                 )  # fmt: skip
                 delay = RETRY_AFTER_ERROR
+            except (JournalFull, JournalUnavailable) as exc:
+                # Nothing of the round was written (see the module docstring for
+                # CommitOutcomeUnknown): try it again later, never end the system.
+                if refused is None:
+                    since = trio.current_time()
+                    log.warning(
+                        "queue %r cannot admit for now (%s: %s); it tries again with backoff",
+                        name, type(exc).__name__, exc,
+                    )  # fmt: skip
+                refused = exc
+                await trio.sleep(backoff)
+                backoff = min(2 * backoff, RETRY_MAX)
+                if isinstance(exc, JournalUnavailable):
+                    await self.system.outages.back()
+                continue
+            if refused is not None:
+                log.warning(
+                    "queue %r admits again after %.1f s", name, trio.current_time() - since
+                )  # fmt: skip
+                refused, backoff = None, RETRY_FIRST
             with trio.move_on_after(delay):
                 await event.wait()
 
@@ -312,125 +383,178 @@ class QueueService:
         while True:
             if system.closing:
                 return math.inf
+            unsure, self._unsure[name] = self._unsure[name], set()
+            for iid in unsure:  # it runs if its admission went through
+                system._status_changed(iid)
+                system._activate(iid)
             ended, self._ended[name] = self._ended[name], set()
-            now = system.epoch_now()
-
-            spare = _SPARE if system.journal.shared else 0
-
-            def read(r: Reader) -> tuple[
-                int, dict[str, Any], dict[str, str | None], list[Any],
-                dict[bytes, InstanceRow | None], int,
-            ]:  # fmt: skip
-                version, state = _read_held(r, name)
-                held: dict[str, Any] = state["held"]
-                # Which holders to read the status of: those seen ending here,
-                # and those not known to run here (another node's, or started
-                # before this system opened): a local end pokes, theirs cannot.
-                check = [
-                    h for h in held
-                    if bytes.fromhex(h) in ended or bytes.fromhex(h) not in self._holding
-                ]  # fmt: skip
-                statuses: dict[str, str | None] = {}
-                for h in check:
-                    known = self._known.get(bytes.fromhex(h))
-                    if known is not None:
-                        statuses[h] = known
-                        continue
-                    try:
-                        row = r.instance(bytes.fromhex(h))
-                    except JournalCorrupt:  # it will never run again: its slot is free
-                        statuses[h] = "corrupt"
-                        continue
-                    statuses[h] = None if row is None else row.status
-                # As many waiting rows as could start (at least one, to know
-                # whether any waits; a few more on a shared journal, for the
-                # ones another node may take first): a deep queue is not
-                # read whole at every round.
-                room = self._room(queue, state, statuses, now)
-                waiting = r.states(wait_prefix(name), max(room, 1) + spare)
-                rows: dict[bytes, InstanceRow | None] = {}
-                for entry in waiting[:room]:  # their records, to run them once started
-                    iid = _iid_of(entry.key)
-                    try:
-                        rows[iid] = r.instance(iid)
-                    except JournalCorrupt:
-                        rows[iid] = None  # started the usual way, which marks it corrupt
-                return version, state, statuses, waiting, rows, room
-
-            version, state, statuses, waiting, rows, room = await system.journal.read(read)
-            held = dict(state["held"])
-            for iid in ended:
-                if iid.hex() not in held:  # released already (by another node's round)
-                    self._holding.pop(iid, None)
-                    self._known.pop(iid, None)
-            for h, status in statuses.items():
-                if status not in LIVE_STATUSES:
-                    held.pop(h, None)
-                    self._holding.pop(bytes.fromhex(h), None)
-                    self._known.pop(bytes.fromhex(h), None)
-                elif held[h][0] == self.node:  # started here before: its end pokes
-                    self._holding[bytes.fromhex(h)] = name
-            # Only the starts inside the rate window are kept (none without a rate).
-            starts = [t for t in state["starts"] if queue.rate is not None and t > now - queue.rate.per]
-            free = min(len(waiting), room)
-            wait_more = math.inf
-            if waiting and system.journal.shared:
-                wait_more = POLL_SHARED  # other nodes' ends are not told here
-            if queue.rate is not None and waiting and len(starts) >= queue.rate.count:
-                wait_more = min(wait_more, max(0.0, min(starts) + queue.rate.per - now))
-            changed = held != state["held"] or len(starts) != len(state["starts"])
-            if free <= 0 and not changed:
-                return wait_more
-            chosen: list[tuple[_Entry, int]] = []
-            for row in waiting:
-                if len(chosen) >= max(free, 0):
-                    break
-                entry = _Entry(row.key, _iid_of(row.key))
-                record = rows.get(entry.iid)
-                if record is not None and record.process not in system._procs:
-                    continue  # another system, which registers its process, starts it
-                epoch = 0
-                if system.journal.shared:
-                    claimed = await system.journal.claim(entry.iid)
-                    system.nodes.claimed(entry.iid, claimed)
-                    if claimed is None:
-                        continue  # its node lives and will start it
-                    epoch = claimed
-                chosen.append((entry, epoch))
-            if not chosen and not changed:
-                return wait_more
-            txn = Txn()
-            txn.expect_state(held_key(name), version)
-            for entry, epoch in chosen:
-                txn.require(entry.iid, frozenset({"queued"}))
-                if system.journal.shared:
-                    txn.fence(entry.iid, epoch)
-                txn.set_status(entry.iid, "running")
-                txn.delete_state(entry.key)
-                txn.delete_state(index_key(entry.iid))
-                held[entry.iid.hex()] = [self.node, now]
-                if queue.rate is not None:
-                    starts.append(now)
-            txn.put_state(held_key(name), {"held": held, "starts": starts})
             try:
-                await system.journal.commit(txn)
-            except Conflict as exc:
-                if exc.reason != "state":
-                    await self._drop_stale([entry for entry, _ in chosen])
-                for iid in ended:
-                    self._ended[name].add(iid)
-                continue  # another writer moved first: read again
-            for entry, epoch in chosen:
-                self._holding[entry.iid] = name
-                self.admitted += 1
-                system._status_changed(entry.iid)
-                record = rows.get(entry.iid)
-                if record is not None and record.status == "queued":
-                    system._run_admitted(record, epoch)
-                else:
-                    system._activate(entry.iid)
-            if not chosen:
-                return wait_more
+                delay = await self._admit(queue, ended)
+            except BaseException:
+                self._ended[name] |= ended  # read again at the next round
+                raise
+            if delay is not None:
+                return delay
+
+    async def _admit(self, queue: Queue, ended: set[bytes]) -> float | None:
+        """One read and at most one commit of a round: what `_round`
+        returns, or None to read again (some were admitted, or another
+        writer moved first)."""
+        system = self.system
+        name = queue.name
+        shared = system.journal.shared
+        now = system.epoch_now()
+        look = await system.journal.read(lambda r: self._look(r, queue, ended, now))
+        self._note_foreign(name, look.foreign)
+        held = dict(look.state["held"])
+        for iid in ended:
+            if iid.hex() not in held:  # released already (by another node's round)
+                self._holding.pop(iid, None)
+                self._known.pop(iid, None)
+        for iid in [i for i, n in self._others.items() if n == name and i.hex() not in held]:
+            del self._others[iid]  # released already (by another node's round)
+        for h, status in look.statuses.items():
+            iid = bytes.fromhex(h)
+            if status not in LIVE_STATUSES:
+                held.pop(h, None)
+                self._holding.pop(iid, None)
+                self._known.pop(iid, None)
+                self._others.pop(iid, None)
+            elif held[h][0] == self.node:
+                self._holding[iid] = name  # started here before: its end pokes
+            else:
+                self._others[iid] = name  # its end here (after a takeover) pokes
+        # Only the starts inside the rate window are kept (none without a rate).
+        starts = [t for t in look.state["starts"] if queue.rate is not None and t > now - queue.rate.per]
+        wait_more = math.inf
+        if shared:  # other nodes' ends, and the work of nodes that die, are not told here
+            wait_more = POLL_SHARED if look.candidates else POLL_IDLE_SHARED
+        if queue.rate is not None and look.candidates and len(starts) >= queue.rate.count:
+            wait_more = min(wait_more, max(0.0, min(starts) + queue.rate.per - now))
+        changed = held != look.state["held"] or len(starts) != len(look.state["starts"])
+        if look.room <= 0 and not changed:
+            return wait_more
+        chosen: list[tuple[_Entry, InstanceRow | None, int]] = []
+        for entry, record in look.candidates:
+            if len(chosen) >= look.room:
+                break
+            epoch = 0
+            if shared:
+                claimed = await system.journal.claim(entry.iid)
+                system.nodes.claimed(entry.iid, claimed)
+                if claimed is None:
+                    continue  # its node lives and will start it
+                epoch = claimed
+            chosen.append((entry, record, epoch))
+        if not chosen and not changed:
+            return wait_more
+        txn = Txn()
+        txn.expect_state(held_key(name), look.version)
+        for entry, _, epoch in chosen:
+            txn.require(entry.iid, frozenset({"queued"}))
+            if shared:
+                txn.fence(entry.iid, epoch)
+            txn.set_status(entry.iid, "running")
+            txn.delete_state(entry.key)
+            txn.delete_state(index_key(entry.iid))
+            held[entry.iid.hex()] = [self.node, now]
+            if queue.rate is not None:
+                starts.append(now)
+        txn.put_state(held_key(name), {"held": held, "starts": starts})
+        try:
+            await system.journal.commit(txn)
+        except Conflict as exc:
+            self._ended[name] |= ended  # another writer moved first: read again
+            if exc.reason != "state":
+                await self._drop_stale([entry for entry, _, _ in chosen])
+            return None
+        except CommitOutcomeUnknown:
+            self._unsure[name].update(entry.iid for entry, _, _ in chosen)
+            raise
+        for entry, record, epoch in chosen:
+            self._holding[entry.iid] = name
+            self.admitted += 1
+            system._status_changed(entry.iid)
+            if record is not None and record.status == "queued":
+                system._run_admitted(record, epoch)
+            else:
+                system._activate(entry.iid)
+        return None if chosen else wait_more
+
+    def _look(self, r: Reader, queue: Queue, ended: set[bytes], now: float) -> _Look:
+        """Read the queue's state, the statuses of the holders whose end is
+        not known here, and its first waiting rows this system may start
+        (off the trio thread on a remote journal: it reads, never writes)."""
+        name = queue.name
+        version, state = _read_held(r, name)
+        held: dict[str, Any] = state["held"]
+        # Which holders to read the status of: those seen ending here, and
+        # those not known to run here (another node's, or started before
+        # this system opened): a local end pokes, theirs cannot.
+        check = [
+            h for h in held
+            if bytes.fromhex(h) in ended or bytes.fromhex(h) not in self._holding
+        ]  # fmt: skip
+        statuses: dict[str, str | None] = {}
+        for h in check:
+            known = self._known.get(bytes.fromhex(h))
+            if known is not None:
+                statuses[h] = known
+                continue
+            try:
+                found = r.instance(bytes.fromhex(h))
+            except JournalCorrupt:  # it will never run again: its slot is free
+                statuses[h] = "corrupt"
+                continue
+            statuses[h] = None if found is None else found.status
+        room = self._room(queue, state, statuses, now)
+        # As many waiting rows as could start (at least one, to know whether
+        # any waits; a few more on a shared journal, for the ones another
+        # node may take first): a deep queue is not read whole at every
+        # round. Rows of processes this system does not run are passed
+        # over, reading further (up to _SCAN_MAX rows) for the ones it does.
+        want = max(room, 1) + (_SPARE if self.system.journal.shared else 0)
+        procs = self.system._procs
+        foreign: dict[bytes, str] = {}
+        records: dict[bytes, InstanceRow | None] = {}
+        limit = want
+        while True:
+            candidates: list[tuple[_Entry, InstanceRow | None]] = []
+            rows = r.states(wait_prefix(name), limit)
+            for row in rows:
+                if len(candidates) >= want:
+                    break
+                iid = _iid_of(row.key)
+                if iid in self._foreign or iid in foreign:
+                    continue
+                if iid not in records:
+                    try:
+                        records[iid] = r.instance(iid)
+                    except JournalCorrupt:
+                        records[iid] = None  # started the usual way, which marks it corrupt
+                record = records[iid]
+                if record is not None and record.process not in procs:
+                    foreign[iid] = record.process  # another node, which registers it, may
+                    continue
+                candidates.append((_Entry(row.key, iid), record))
+            if len(candidates) >= want or len(rows) < limit or limit >= _SCAN_MAX:
+                return _Look(version, state, statuses, room, candidates, foreign)
+            limit = min(4 * limit, _SCAN_MAX)
+
+    def _note_foreign(self, name: str, foreign: dict[bytes, str]) -> None:
+        """Remember waiting instances this system cannot run (so later
+        rounds pass them without a read) and say so once per process."""
+        if len(self._foreign) + len(foreign) > _FOREIGN_KEPT:
+            self._foreign.clear()  # some may have started elsewhere: read them again
+        self._foreign.update(foreign)
+        for process in sorted(set(foreign.values())):
+            if (name, process) not in self._said_foreign:
+                self._said_foreign.add((name, process))
+                log.warning(
+                    "queue %r: its waiting instances of process %r are left to a node that "
+                    "registers it (this system does not); those behind them start meanwhile",
+                    name, process,
+                )  # fmt: skip
 
     def _room(
         self, queue: Queue, state: dict[str, Any], statuses: dict[str, str | None], now: float
@@ -491,3 +615,5 @@ class QueueService:
 
 _WANT = 1000  # waiting rows read per round without a concurrency limit
 _SPARE = 8  # waiting rows read past the free slots on a shared journal
+_SCAN_MAX = 10_000  # waiting rows a round reads at most, passing over others' work
+_FOREIGN_KEPT = 100_000  # waiting instances remembered as others' work

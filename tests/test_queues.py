@@ -3,6 +3,8 @@ priority then FIFO order, rate windows, cancel of a queued instance."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import trio
 
@@ -231,3 +233,38 @@ async def test_per_node_limits_one_node(autojump_clock):
         for handle in handles:
             await handle.result()
     assert RUNNING["max"] == 2
+
+
+@process("elsewhere/:name")
+async def elsewhere(ctx: Context, name: str) -> str:
+    return name
+
+
+@pytest.mark.parametrize("ahead", [1, 20])
+async def test_queued_work_of_a_process_this_system_does_not_run_holds_nothing_up(
+    tmp_path, autojump_clock, caplog, ahead
+):
+    # Instances of "elsewhere" (another node registers it) wait at the head
+    # of the queue; those behind them, of a process this system runs, start.
+    q = Queue("mixed", concurrency=1)
+    path = tmp_path / "j"
+    async with actors.open_system(LMDBJournal(path), processes=[job, elsewhere], queues=[q], now=clock) as system:
+        await system.start(job, "blocker", queue=q, seconds=5.0)
+        await trio.sleep(1)  # it holds the only slot
+        for i in range(ahead):
+            await system.start(elsewhere, f"e{i}", queue=q, priority=-1)
+        for i in range(4):
+            await system.start(job, f"w{i}", queue=q)
+        assert (await system.queue_info(q)).waiting == ahead + 4
+    caplog.set_level(logging.WARNING, logger="actors")
+    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+        with trio.fail_after(60):
+            results = [await system.get(f"job/w{i}").result() for i in range(4)]
+        assert [f"w{i}" for i in range(4)] == results
+        await trio.sleep(1)  # the last one's slot is released
+        info = await system.queue_info(q)
+        assert (ahead, 0) == (info.waiting, info.running)  # left for a node that runs them
+        assert ["queued"] * ahead == [system.get(f"elsewhere/e{i}").status for i in range(ahead)]
+    said = [r.getMessage() for r in caplog.records if "elsewhere/:name" in r.getMessage()]
+    assert 1 == len(said), said  # said once, not at every round
+    assert RUNNING["max"] == 1
