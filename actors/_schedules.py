@@ -16,6 +16,23 @@ handling one tick only one commits: a tick never starts twice.
 Cron expressions are parsed and iterated by ``cronsim``, in the schedule's
 time zone (``zoneinfo``); interval ticks fall on whole multiples of the
 interval since the Unix epoch, so every node computes the same ones.
+
+Interval ticks are counted in whole microseconds, never in float seconds:
+the interval is taken to its nearest microsecond (``step``) and tick ``n``
+is exactly ``n * step`` microseconds after the epoch. A time compared with
+ticks (the last tick handled, the clock) is first taken to its nearest
+microsecond, exactly (`_micros`), and a tick's float seconds give back that
+tick: a float epoch before the year 2242 is within half a microsecond of
+the time it stands for. So the tick after the last one handled is strictly after it,
+whatever the interval; in floats, ``floor(n * every / every)`` can be
+``n - 1`` and hand the same tick out again.
+
+The scheduler runs under `JournalWatch.keep_running`: when the journal says
+to try again later (full, its disk full, its server away) the scheduler
+lets the error go there, which logs it and runs the scheduler again with
+backoff, from what was committed. A tick whose commit's outcome is unknown
+(`CommitOutcomeUnknown`) is brought into memory on the next look if it was
+written.
 """
 
 from __future__ import annotations
@@ -32,7 +49,14 @@ import cronsim
 import trio
 
 from storage import UNFINISHED_STATUSES, Txn, instance_id
-from storage.errors import ActorError, Conflict, JournalClosed, JournalCorrupt
+from storage.errors import (
+    ActorError,
+    CommitOutcomeUnknown,
+    Conflict,
+    JournalClosed,
+    JournalCorrupt,
+    JournalFull,
+)
 
 from ._interfaces import SystemAPI
 from ._process import ProcessDef
@@ -46,6 +70,7 @@ log = logging.getLogger("actors.schedules")
 
 POLL_SHARED = 1.0  # seconds between looks on a shared journal (other nodes' changes)
 RETRY = 60.0  # seconds before a schedule whose tick failed to start tries again
+MICROS = 1_000_000  # interval ticks are counted in whole microseconds
 
 
 @attrs.frozen
@@ -73,22 +98,42 @@ def schedule_key(name: str) -> str:
     return f"schedule/{name}"
 
 
+def _micros(epoch: float) -> int:
+    """``epoch`` seconds as the nearest whole number of microseconds, computed
+    exactly (from the float's ratio of integers, not a float product)."""
+    num, den = float(epoch).as_integer_ratio()
+    return (2 * num * MICROS + den) // (2 * den)
+
+
+def _step(every: float) -> int:
+    """The interval ``every`` in whole microseconds (at least one;
+    `check_spec` refuses intervals shorter than that)."""
+    return max(1, _micros(every))
+
+
 def tick_text(epoch: float) -> str:
     """A tick's time as its path param: ISO 8601 UTC to the second (``...Z``),
-    with milliseconds when the tick falls between seconds."""
-    millis = round(epoch * 1000)
-    moment = _dt.datetime.fromtimestamp(millis // 1000, _dt.timezone.utc)
+    with milliseconds when the tick falls between seconds and microseconds
+    when it falls between milliseconds."""
+    seconds, micros = divmod(_micros(epoch), MICROS)
+    moment = _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc)
     text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{text}.{millis % 1000:03d}Z" if millis % 1000 else f"{text}Z"
+    if micros % 1000:
+        return f"{text}.{micros:06d}Z"
+    return f"{text}.{micros // 1000:03d}Z" if micros else f"{text}Z"
 
 
 def ticks_after(spec: dict[str, Any], after: float) -> Iterator[float]:
-    """The schedule's tick times (epoch seconds) strictly after ``after``."""
+    """The schedule's tick times (epoch seconds) strictly after ``after``
+    (for an interval, ``after`` taken to the microsecond)."""
     every = spec.get("every")
     if every is not None:
-        n = math.floor(after / every) + 1
+        step = _step(every)
+        # Invariant: n * step > after in microseconds, so the tick handled
+        # last (``after``) is never handed out again.
+        n = _micros(after) // step + 1
         while True:
-            yield n * every
+            yield n * step / MICROS  # int / int: the float nearest the tick
             n += 1
     zone = zoneinfo.ZoneInfo(spec["timezone"])
     start = _dt.datetime.fromtimestamp(math.floor(after), zone)
@@ -103,10 +148,11 @@ def due_ticks(spec: dict[str, Any], after: float, now: float, keep: int) -> list
     ``now`` backwards, so a long downtime costs no walk over every tick."""
     every = spec.get("every")
     if every is not None:
-        latest = math.floor(now / every) * every
-        first = (math.floor(after / every) + 1) * every
-        count = 0 if latest < first else round((latest - first) / every) + 1
-        return [latest - k * every for k in reversed(range(min(keep, count)))]
+        step = _step(every)
+        first = _micros(after) // step + 1  # the same count as ticks_after's
+        latest = _micros(now) // step  # a clock at a tick's float has reached it
+        count = max(0, latest - first + 1)
+        return [(latest - k) * step / MICROS for k in reversed(range(min(keep, count)))]
     zone = zoneinfo.ZoneInfo(spec["timezone"])
     found: list[float] = []
     # cronsim's reverse walk gives ticks strictly before its start.
@@ -136,6 +182,11 @@ def check_spec(
         isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 < every < math.inf
     ):
         raise InvalidArguments(f"every= takes positive seconds, not {every!r}")
+    if every is not None and _micros(every) < 1:
+        raise InvalidArguments(
+            f"every= takes at least 0.000001 seconds (ticks are counted in whole "
+            f"microseconds), not {every!r}"
+        )
     if overlap not in OVERLAP_POLICIES:
         raise InvalidArguments(f"overlap= takes one of {OVERLAP_POLICIES}, not {overlap!r}")
     if isinstance(catch_up, bool) or not isinstance(catch_up, int) or catch_up < 1:
@@ -152,6 +203,10 @@ def check_spec(
             f"{proc.template!r} has {len(proc.params)} path param(s); a schedule fills all "
             f"but the last with params= (got {len(params)}) and the last with the tick's time"
         )
+    try:  # the rule every address follows, checked now rather than at each tick
+        proc.resolve(*params, tick_text(0.0))
+    except InvalidArguments as exc:
+        raise InvalidArguments(f"params={list(params)!r} do not fit: {exc}") from None
 
 
 class ScheduleService:
@@ -165,6 +220,9 @@ class ScheduleService:
         # name -> (version, epoch): a schedule whose tick failed to start
         # waits until then, unless its definition changes meanwhile
         self._failed: dict[str, tuple[int, float]] = {}
+        # ticks' instances whose start's commit had an unknown outcome: the
+        # next look brings each into memory if it was written
+        self._unsure: set[bytes] = set()
 
     def poke(self) -> None:
         self._wake.set()
@@ -248,6 +306,8 @@ class ScheduleService:
             except JournalCorrupt as exc:
                 log.error("the schedules cannot be read (%s); trying again in %s s", exc, RETRY)
                 rows, soonest = [], system.epoch_now() + RETRY
+            while self._unsure:
+                system._activate(self._unsure.pop())  # nothing on disk: nothing to do
             for row in rows:
                 name = row.key[len("schedule/") :]
                 waiting = self._failed.get(name)
@@ -260,8 +320,11 @@ class ScheduleService:
                     due = await self._handle(name, row.version, row.value)
                 except Conflict:
                     due = 0.0  # changed meanwhile (another node, a pause): look again
-                except JournalClosed:
-                    raise  # the journal is away (keep_running waits) or closing
+                except (JournalClosed, JournalFull):
+                    # Try again later (JournalUnavailable, JournalFull) or closing:
+                    # keep_running runs this again once the journal answers, or
+                    # with backoff, from what the rows say was committed.
+                    raise
                 except (ActorError, ValueError) as exc:
                     # Say, the process's code changed and the stored input no
                     # longer fits: this schedule waits, the others go on.
@@ -351,7 +414,11 @@ class ScheduleService:
             txn.expect_state(key, version)
             txn.put_state(key, stored)
 
-        _, created = await self.system._start(proc, params, dict(spec["input"]), None, extra=record)
+        try:
+            _, created = await self.system._start(proc, params, dict(spec["input"]), None, extra=record)
+        except CommitOutcomeUnknown:
+            self._unsure.add(instance_id(address))  # run() activates it, if it was written
+            raise
         if not created:  # it exists already (started before a crash): record the tick alone
             txn = Txn()
             record(txn)

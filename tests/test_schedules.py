@@ -3,12 +3,17 @@ after downtime, overlap policies, pause/resume, idempotent definitions."""
 
 from __future__ import annotations
 
+import collections
+import logging
+
 import pytest
 import trio
 
 import actors
 from actors import Context, Signal, process
-from storage import LMDBJournal, MemoryJournal
+from storage import LMDBJournal, MemoryJournal, Txn
+from storage._journal import Settled, Ticket
+from storage.errors import CommitOutcomeUnknown, JournalDiskFull, JournalFull, JournalUnavailable
 
 DAY = 86400.0
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -126,6 +131,32 @@ async def test_bad_schedules_say_what_to_pass(autojump_clock):
             await system.schedule("x", nightly, every=5, timezone="Mars/Base")
 
 
+async def test_params_that_no_address_takes_are_refused_at_the_call(autojump_clock):
+    # Accepted, they would fail at every tick, long after the call.
+    async with actors.open_system(MemoryJournal(), processes=[report]) as system:
+        for bad in ("a/b", ""):
+            with pytest.raises(actors.InvalidArguments) as caught:
+                await system.schedule("x", report, every=5, params=[bad])
+            assert (
+                f"params=[{bad!r}] do not fit: path param 'region' of 'report/:region/:tick' "
+                f"must be a non-empty str without '/', got {bad!r}"
+            ) == str(caught.value)
+        assert [] == await system.list_schedules()  # nothing was stored
+
+
+async def test_intervals_are_whole_microseconds(autojump_clock):
+    async with actors.open_system(MemoryJournal(), processes=[nightly], now=clock) as system:
+        for bad, said in (
+            (0, "positive seconds"), (-1.0, "positive seconds"), (float("nan"), "positive seconds"),
+            (True, "positive seconds"), (1e-7, "at least 0.000001 seconds"),
+        ):  # fmt: skip
+            with pytest.raises(actors.InvalidArguments, match=said):
+                await system.schedule("x", nightly, every=bad)
+        info = await system.schedule("x", nightly, every=0.000125)
+        assert "2026-01-01T00:00:00.000125Z" == info.next_tick  # to the microsecond
+        await system.delete_schedule("x")
+
+
 @process("paris/:tick")
 async def paris(ctx: Context, tick: str) -> str:
     return tick
@@ -198,3 +229,65 @@ async def test_a_schedule_whose_input_no_longer_fits_waits_and_the_others_go_on(
         await system.schedule("strict", strict_v2, every=3600, input={"size": 1, "color": "red"})
         await trio.sleep(1)
         assert await ids(system, strict_v2) == ["strict/2026-01-01T03:00:00Z"]
+
+
+ran: collections.Counter[str] = collections.Counter()
+
+
+@process("counted/:tick")
+async def counted(ctx: Context, tick: str) -> str:
+    ran[tick] += 1
+    return tick
+
+
+class RefusesOneTick(MemoryJournal):
+    """Answers the next commit of a tick (a transaction that expects a
+    ``schedule/`` row and starts an instance) with ``fault``, once; with
+    ``applied``, after writing it (an outcome the caller cannot know)."""
+
+    fault: Exception | None = None
+    applied = False
+
+    def submit(self, txn: Txn) -> Ticket:
+        fault = self.fault
+        records = any(key.startswith("schedule/") for key, _ in txn.expects)
+        if fault is not None and records and len(txn.ops) > 1:  # more than the row alone
+            self.fault = None
+            if self.applied:
+                super().submit(txn)
+            return Settled(fault)
+        return super().submit(txn)
+
+
+@pytest.mark.parametrize(
+    "fault, applied",
+    [
+        (JournalFull("the map is full (test)"), False),
+        (JournalDiskFull("no space left on device (test)", path="/nowhere"), False),
+        (JournalUnavailable("the server does not answer (test)"), False),
+        (CommitOutcomeUnknown("lost after COMMIT (test)"), True),
+    ],
+    ids=["JournalFull", "JournalDiskFull", "JournalUnavailable", "CommitOutcomeUnknown"],
+)
+async def test_a_tick_rides_out_a_journal_that_says_try_again_later(
+    fault, applied, autojump_clock, caplog
+):
+    ran.clear()
+    caplog.set_level(logging.WARNING)
+    journal = RefusesOneTick()
+    async with actors.open_system(journal, processes=[counted], now=clock) as system:
+        await system.schedule("c", counted, every=60, overlap="allow")
+        journal.fault, journal.applied = fault, applied
+        await trio.sleep(3 * 60 + 30)
+        assert journal.fault is None  # the first tick met it
+        started = await ids(system, counted)
+        assert [f"counted/2026-01-01T00:0{m}:00Z" for m in (1, 2, 3)] == started
+        assert {1} == set(ran.values()) and 3 == len(ran)  # each tick ran once, late or not
+        for address in started:
+            assert address.split("/")[1] == await system.get(address).result()
+        (info,) = await system.list_schedules()
+        assert "2026-01-01T00:03:00Z" == info.last_tick
+    said = [r for r in caplog.records if "the scheduler" in r.getMessage()]
+    assert 1 == len(said), [r.getMessage() for r in said]
+    assert logging.WARNING == said[0].levelno
+    assert [] == [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
