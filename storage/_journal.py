@@ -47,6 +47,7 @@ from ._statuses import (
     UNFINISHED_STATUSES as UNFINISHED_STATUSES,
 )
 from ._txn import (
+    ABSENT as ABSENT,
     ADD_TIMER as ADD_TIMER,
     APPEND_MESSAGE as APPEND_MESSAGE,
     APPEND_STREAM as APPEND_STREAM,
@@ -63,6 +64,7 @@ from ._txn import (
     Txn as Txn,
     check_requires as check_requires,
     due_us as due_us,
+    stored_incarnation as stored_incarnation,
 )
 from .errors import JournalCorrupt
 

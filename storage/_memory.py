@@ -66,7 +66,7 @@ class MemoryJournal(Journal):
         self._check_open()
         try:
             if txn.requires:
-                j.check_requires(txn.requires, self._status_code)
+                j.check_requires(txn.requires, self._status_code, self._incarnation)
             if txn.expects:
                 _states.check_expects(txn.expects, self._state_version)
         except Exception as exc:
@@ -112,6 +112,9 @@ class MemoryJournal(Journal):
     def _status_code(self, iid: bytes) -> int | None:
         row = self._instances.get(iid)
         return None if row is None else row[0]
+
+    def _incarnation(self, iid: bytes) -> int:
+        return j.stored_incarnation(self._instances[iid][3], iid)
 
     def _apply(self, op: tuple[Any, ...], results: list[int]) -> None:
         code = op[0]

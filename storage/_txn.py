@@ -10,12 +10,13 @@ from typing import Any
 import attrs
 
 from ._codec import encode
+from ._reading import corrupt, decode_record
 from ._records import InstanceRecord
 from ._states import StateOps
 from ._statuses import STATUS_CODE, STATUS_NAME
 from .errors import Conflict, EncodeError
 
-__all__ = ["Txn", "MAX_ADDRESS_BYTES", "check_requires", "due_us"]
+__all__ = ["Txn", "MAX_ADDRESS_BYTES", "ABSENT", "check_requires", "due_us", "stored_incarnation"]
 
 # Invariant: an instance's address and its process template are each at most
 # this many bytes of utf-8, so an instance record's header (both of them)
@@ -25,6 +26,11 @@ MAX_ADDRESS_BYTES = 16 * 1024
 
 # status names -> their codes, for Txn.require
 _CODES: dict[frozenset[str], frozenset[int]] = {}
+
+# In a precondition's status codes: "or there is no instance" (no status has
+# this code). `Txn.require_absent` requires exactly this.
+ABSENT = 0
+_ABSENT_ONLY = frozenset({ABSENT})
 
 
 # Operation codes of a Txn. Each op is a tuple whose first item is the code.
@@ -61,8 +67,9 @@ class Txn(StateOps):
     # The parts many transactions never use start as a shared empty tuple
     # and become a list at their first entry: a Txn is made per send, and
     # each live instance holds one.
-    # (iid, allowed status codes or None for "any existing", message)
-    requires: Sequence[tuple[bytes, frozenset[int] | None, str]] = ()
+    # (iid, allowed status codes or None for "any existing", incarnation or
+    # None for "any"); codes holding ABSENT also accept no instance at all
+    requires: Sequence[tuple[bytes, frozenset[int] | None, int | None]] = ()
     # (iid, epoch): this node must still own the instance at that epoch
     fences: Sequence[tuple[bytes, int]] = ()
     results: int = 0  # how many ops give a result (appends)
@@ -74,16 +81,32 @@ class Txn(StateOps):
     def __bool__(self) -> bool:
         return bool(self.ops)
 
-    def require(self, iid: bytes, statuses: frozenset[str] | None = None) -> None:
+    def require(
+        self, iid: bytes, statuses: frozenset[str] | None = None, *, incarnation: int | None = None
+    ) -> None:
         """Fail the whole transaction with `Conflict` unless the instance
-        exists (and, if given, has one of ``statuses``) when it is applied."""
+        exists (and, if given, has one of ``statuses``, and is incarnation
+        ``incarnation``) when it is applied."""
         codes = None
         if statuses is not None:
             statuses = frozenset(statuses)  # (no copy of a frozenset)
             codes = _CODES.get(statuses)  # every send requires one of a few sets
             if codes is None:
                 codes = _CODES[statuses] = frozenset(STATUS_CODE[s] for s in statuses)
-        entry = (iid, codes, "")
+        self._add_require((iid, codes, incarnation))
+
+    def require_absent(self, iid: bytes) -> None:
+        """Fail the whole transaction with `Conflict` (reason ``"exists"``)
+        if the instance exists when it is applied.
+
+        With `require` and its ``incarnation``, this is a start's
+        compare-and-set: a start commits only over what it read (nothing, or
+        the incarnation it replaces), so of two starts that read the same,
+        one commits and the other learns of the winner, on every journal,
+        however many nodes share it."""
+        self._add_require((iid, _ABSENT_ONLY, None))
+
+    def _add_require(self, entry: tuple[bytes, frozenset[int] | None, int | None]) -> None:
         if isinstance(self.requires, list):  # (send_many requires thousands)
             self.requires.append(entry)
         else:
@@ -214,14 +237,42 @@ class Txn(StateOps):
 
 
 def check_requires(
-    requires: Sequence[tuple[bytes, frozenset[int] | None, str]],
+    requires: Sequence[tuple[bytes, frozenset[int] | None, int | None]],
     status_of: Callable[[bytes], int | None],
+    incarnation_of: Callable[[bytes], int] | None = None,
 ) -> None:  # Single-owner journals ignore Txn.fences: there is no other owner.
-    """Raise `Conflict` for the first precondition that does not hold."""
-    for iid, codes, _ in requires:
+    """Raise `Conflict` for the first precondition that does not hold.
+
+    ``incarnation_of`` reads an existing instance's incarnation; it is
+    called only for a precondition that names one (a start over an ended
+    incarnation), so the common checks read statuses alone."""
+    for iid, codes, incarnation in requires:
         code = status_of(iid)
         if code is None:
+            if codes is not None and ABSENT in codes:
+                continue
             raise Conflict(f"no instance with id {iid.hex()}", reason="missing")
         if codes is not None and code not in codes:
             name = STATUS_NAME.get(code, "unknown")
-            raise Conflict(f"instance {iid.hex()} is {name}", reason="status", status=name)
+            reason = "exists" if codes is _ABSENT_ONLY else "status"
+            raise Conflict(f"instance {iid.hex()} is {name}", reason=reason, status=name)
+        if incarnation is not None:
+            assert incarnation_of is not None, "this journal cannot check incarnations"
+            found = incarnation_of(iid)
+            if found != incarnation:
+                name = STATUS_NAME.get(code, "unknown")
+                raise Conflict(
+                    f"instance {iid.hex()} is incarnation {found}, not {incarnation}",
+                    reason="incarnation",
+                    status=name,
+                )
+
+
+def stored_incarnation(record: bytes, iid: bytes) -> int:
+    """The incarnation of an instance's stored record (`JournalCorrupt` if
+    it does not read)."""
+    value = decode_record(record, "instances", iid)
+    incarnation = value.get("inc", 1) if isinstance(value, dict) else None
+    if not isinstance(incarnation, int):
+        raise corrupt("instances", iid, f"has the wrong shape: incarnation {incarnation!r}")
+    return incarnation

@@ -349,3 +349,94 @@ async def test_a_deferred_transaction_is_sent_by_waiting_flushing_or_closing(mak
     async with make_journal() as j:
         with j.reader() as r:
             assert r.cursors(A) == dict.fromkeys(["waited", "flushed", "submitted", "closed"], 0)
+
+
+# -- a start's compare-and-set (Txn.require_absent, Txn.require(incarnation=))
+
+
+def incarnated(txn: Txn, iid: bytes, status: str, incarnation: int, **input) -> None:
+    address = {A: "orders/o-1", B: "orders/o-2"}[iid]
+    txn.put_instance(
+        iid, address=address, process="orders/:id", status=status,
+        record=InstanceRecord(params=[address.rsplit("/", 1)[-1]], input=input, incarnation=incarnation),
+    )  # fmt: skip
+
+
+def start_over(txn: Txn, iid: bytes, incarnation: int, previous, **input) -> None:
+    if previous is None:
+        txn.require_absent(iid)
+    else:
+        txn.require(iid, frozenset({previous[0]}), incarnation=previous[1])
+        txn.delete_instance(iid)
+    incarnated(txn, iid, "running", incarnation, **input)
+
+
+async def test_a_start_over_nothing_commits_once(make_journal):
+    async with make_journal() as j:
+        await commit(j, lambda t: (start_over(t, A, 1, None, who="first"), t.append_message(A, "m1")))
+        with pytest.raises(Conflict) as info:
+            await commit(j, lambda t: start_over(t, A, 1, None, who="second"))
+        assert ("exists", "running") == (info.value.reason, info.value.status)
+        with j.reader() as r:
+            assert {"who": "first"} == r.instance(A).record.input
+            assert ["m1"] == [m for _, m in r.mailbox(A)]
+
+
+async def test_a_start_replaces_only_the_incarnation_it_read(make_journal):
+    async with make_journal() as j:
+        await commit(j, lambda t: incarnated(t, A, "cancelled", 1))
+        # Two starts read incarnation 1, cancelled; the first to commit wins.
+        await commit(j, lambda t: (start_over(t, A, 2, ("cancelled", 1), who="first"), t.append_message(A, "kept")))
+        with pytest.raises(Conflict) as info:
+            await commit(j, lambda t: start_over(t, A, 2, ("cancelled", 1), who="second"))
+        assert ("status", "running") == (info.value.reason, info.value.status)
+        # Incarnation 2 ends cancelled too: a late start that read incarnation
+        # 1 must still not replace it (nor its mailbox).
+        await commit(j, lambda t: incarnated(t, A, "cancelled", 2, who="first"))
+        with pytest.raises(Conflict) as info:
+            await commit(j, lambda t: start_over(t, A, 2, ("cancelled", 1), who="late"))
+        assert ("incarnation", "cancelled") == (info.value.reason, info.value.status)
+        with j.reader() as r:
+            row = r.instance(A)
+            assert (2, {"who": "first"}) == (row.record.incarnation, row.record.input)
+            assert ["kept"] == [m for _, m in r.mailbox(A)]
+        # A completed instance is never replaced by a start that read it cancelled.
+        await commit(j, lambda t: incarnated(t, B, "completed", 4, who="done"))
+        with pytest.raises(Conflict) as info:
+            await commit(j, lambda t: start_over(t, B, 5, ("cancelled", 4)))
+        assert "status" == info.value.reason
+        # And one that read it absent fails too; nothing of either is written.
+        with pytest.raises(Conflict):
+            await commit(j, lambda t: (start_over(t, B, 1, None), t.append_message(B, "no")))
+        with j.reader() as r:
+            row = r.instance(B)
+            assert ("completed", 4, {"who": "done"}) == (row.status, row.record.incarnation, row.record.input)
+            assert [] == list(r.mailbox(B))
+
+
+async def test_starts_of_one_address_in_one_batch_commit_once(make_journal):
+    async with make_journal() as j:
+        await commit(j, lambda t: incarnated(t, B, "cancelled", 3))
+        txns = []
+        for n in range(4):
+            txn = Txn()
+            start_over(txn, A, 1, None, n=n)
+            txn.append_message(A, n)
+            txns.append(txn)
+            txn = Txn()
+            start_over(txn, B, 4, ("cancelled", 3), n=n)
+            txn.append_message(B, n)
+            txns.append(txn)
+        tickets = [j.submit(t) for t in txns]  # one batch
+        outcomes = []
+        for ticket in tickets:
+            try:
+                await ticket.wait()
+                outcomes.append("ok")
+            except Conflict:
+                outcomes.append("lost")
+        assert ["ok", "ok"] + ["lost"] * 6 == outcomes
+        with j.reader() as r:
+            assert [0] == [m for _, m in r.mailbox(A)]
+            assert [0] == [m for _, m in r.mailbox(B)]
+            assert {"n": 0} == r.instance(B).record.input

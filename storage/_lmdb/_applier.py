@@ -29,6 +29,7 @@ from .._journal import (
     SET_CURSOR,
     SET_STATUS,
     TAKE_MESSAGE,
+    stored_incarnation,
 )
 from .._states import DELETE_STATE, PUT_STATE, STATE_PREFIX
 from ._layout import _H, _MAIL_COUNTER, _Q, _RUN_SEQ, _STREAM_COUNTER
@@ -53,6 +54,16 @@ class _Applier:
         if value is None:
             return None
         return value[0] if value else 0  # an emptied record: no status (its reads report it)
+
+    def incarnation_of(self, iid: bytes) -> int:
+        """The incarnation of the existing instance ``iid``."""
+        value = self.txn.get(iid, db=self.instances)
+        assert value is not None  # its status was just read
+        try:
+            hlen = _H.unpack_from(value, 1)[0]
+        except Exception as exc:
+            raise rd.corrupt("instances", iid, f"has a broken header ({exc!r})") from exc
+        return stored_incarnation(value[3 + hlen :], iid)
 
     def state_version(self, key: str) -> int:
         """The version of state row ``key`` (0 if absent); see `storage._states`."""

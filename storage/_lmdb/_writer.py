@@ -568,7 +568,7 @@ class _GroupCommit:
         for txn in txns:
             if txn.requires or txn.expects:
                 try:
-                    j.check_requires(txn.requires, apply.status_of)
+                    j.check_requires(txn.requires, apply.status_of, apply.incarnation_of)
                     check_expects(txn.expects, apply.state_version)
                 except Conflict as exc:
                     outcomes.append(exc)
