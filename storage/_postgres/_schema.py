@@ -117,6 +117,25 @@ class _SQL:
             "coalesce((SELECT array_agg(owner ORDER BY iid) FROM locked), '{}'), "
             "coalesce((SELECT array_agg(epoch ORDER BY iid) FROM locked), '{}')"
         )
+        # A start over no instance (Txn.require_absent) locks its address
+        # first, transaction-scoped, in a statement of its own: a row lock
+        # cannot hold a row that is not there, and the next statement's
+        # snapshot then sees a start that committed while this one waited.
+        self.lock_starts = (
+            f"SELECT count(pg_advisory_xact_lock(hashtextextended({schema!r} || "
+            "encode(k, 'hex'), 11))) FROM unnest(%b::bytea[]) AS k"
+        )
+        # The records of instances a start replaces (Txn.require's incarnation).
+        self.records = f"SELECT iid, record FROM {s}.instances WHERE iid = ANY(%b::bytea[])"
+        # The savepoint path takes every counter row its appends use up
+        # front, in key order, with the instances' row locks held (so only
+        # counters of instances that exist; a new one's are its start's).
+        self.lock_counters = (
+            f"INSERT INTO {s}.counters AS c (iid, kind, next) "
+            "SELECT u.iid, u.kind, 0 FROM unnest(%b::bytea[], %b::smallint[]) AS u(iid, kind) "
+            f"WHERE EXISTS (SELECT 1 FROM {s}.instances i WHERE i.iid = u.iid) ORDER BY 1, 2 "
+            "ON CONFLICT (iid, kind) DO UPDATE SET next = c.next"
+        )
         self.durable_commit = "SET LOCAL synchronous_commit = on"
         # A transaction id lets a commit whose connection broke be looked up, and
         # makes even an empty durable commit wait for the WAL.

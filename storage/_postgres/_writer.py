@@ -132,7 +132,7 @@ class _Writer:
         self.force_savepoints = False  # tests: take the per-transaction SAVEPOINT path
         # Tests: called as fault(moment, conn, txns) at "locked" (the first
         # statement, which takes the row locks, is in the pipeline, its Sync
-        # not yet), "commit sent" (COMMIT
+        # not yet; on the savepoint path, every lock is taken), "commit sent" (COMMIT
         # is in the pipeline; the server may or may not have it yet) and
         # "commit answered" (the server committed; an error raised now
         # stands for an answer lost on the way).
@@ -244,10 +244,8 @@ class _Writer:
                 if not self.force_savepoints and not any(map(_has_states, txns)):
                     try:
                         self._run_batch(conn, txns, durable, run)
-                    except psycopg.errors.TransactionRollback:
-                        raise
                     except psycopg.Error as exc:
-                        if _session_lost(exc, conn):
+                        if _retryable(exc) or _session_lost(exc, conn):
                             raise
                         # A statement failed: find out which transaction's it was.
                         _rollback(conn)
@@ -257,13 +255,14 @@ class _Writer:
                 batch.outcomes = run.outcomes  # type: ignore[assignment]
                 self.commits += 1
                 return
-            except psycopg.errors.TransactionRollback as exc:
-                # A deadlock with another node, or a serialization failure:
-                # nothing was committed; run the batch again.
-                _rollback(conn)
-                failure = JournalUnavailable(f"commit to {where} kept failing: {exc}")
-                failure.__cause__ = exc
             except psycopg.Error as exc:
+                if _retryable(exc) and not _session_lost(exc, conn):
+                    # A deadlock with another node, or a serialization failure:
+                    # nothing was committed; run the batch again.
+                    _rollback(conn)
+                    failure = JournalUnavailable(f"commit to {where} kept failing: {exc}")
+                    failure.__cause__ = exc
+                    continue
                 if not _session_lost(exc, conn):
                     _rollback(conn)
                     failure = _txn_error(exc, where)
@@ -354,15 +353,22 @@ class _Writer:
         for txn in txns:
             plan.add(txn.ops)  # as if no precondition fails; redone below if one does
         required = sorted({iid for t in txns for iid, _, _ in t.requires} | _watched(txns, node))
+        starts, replaced = _starts(txns)
+        records: dict[bytes, bytes] = {}
         with conn.pipeline() as pipeline:
             conn.execute("BEGIN")
             if durable:
                 conn.execute(sql.durable_commit)
             totals: dict[tuple[bytes, int], int] = {}
             if required or plan.wanted:
-                # 1. One round trip: lock the instances named by preconditions,
-                # then take sequence numbers for every append (both in key order).
+                # 1. One round trip: lock the addresses of starts over nothing,
+                # the instances named by preconditions, then take sequence
+                # numbers for every append (each in key order, in that order
+                # on every path: see _lock_batch).
+                if starts:
+                    conn.execute(sql.lock_starts, [starts])
                 first = conn.execute(sql.lock_and_allocate, [required, *plan.allocation()])
+                found = conn.execute(sql.records, [replaced]) if replaced else None
                 if self.fault is not None:
                     self.fault("locked", conn, txns)
                 # A Sync, not just a flush: the server then counts the wait for
@@ -374,6 +380,8 @@ class _Writer:
                 xid, locked, statuses, iids, kinds, counts, owners, epochs = row
                 run.xid = int(xid)
                 totals = dict(zip(zip(iids, kinds), counts))
+                if found is not None:
+                    records.update(found.fetchall())
             elif any(plan.appends):
                 # Appends after a delete in this batch take no numbers up front,
                 # but a batch that appends must not run twice: learn its id, so
@@ -391,9 +399,10 @@ class _Writer:
                 status.update(zip(locked, statuses))
                 owned = dict.fromkeys(required)
                 owned.update(zip(locked, zip(owners, epochs)))
+                incarnation = _incarnation_of(records)
                 for i, txn in enumerate(txns):
                     try:
-                        j.check_requires(txn.requires, status.get)
+                        j.check_requires(txn.requires, status.get, incarnation)
                         _check_fences(txn, owned, node)
                     except Conflict as exc:
                         outcomes[i] = exc
@@ -402,6 +411,7 @@ class _Writer:
                         if op[1] in status:
                             _track_owner(owned, op, node)
                             _track_status(status, op)
+                            _track_record(records, op)
             # Before the batch, each counter stood at its total less what we took.
             before = {key: n - plan.wanted[key] for key, n in totals.items()}
             if any(outcomes):
@@ -453,19 +463,28 @@ class _Writer:
             if durable:
                 cur.execute(sql.durable_commit)
             run.xid = int(cur.execute(sql.take_xid).fetchone()[0])  # type: ignore[index]
+            _lock_batch(cur, sql, txns, node)
+            if self.fault is not None:
+                self.fault("locked", conn, txns)
             for txn in txns:
                 cur.execute("SAVEPOINT txn")
                 try:
                     watched = _watched([txn], node)
                     owned: Owned = dict.fromkeys(watched)
                     if txn.requires or watched:
+                        # Held already (_lock_batch): this reads what the
+                        # earlier transactions of the batch left.
                         cur.execute(
                             sql.lock_instances,
                             [sorted({iid for iid, _, _ in txn.requires} | watched)],
                         )
                         rows = cur.fetchall()
                         found = {row[0]: row[1] for row in rows}
-                        j.check_requires(txn.requires, found.get)
+                        _, replaced = _starts([txn])
+                        records: dict[bytes, bytes] = {}
+                        if replaced:
+                            records.update(cur.execute(sql.records, [replaced]).fetchall())
+                        j.check_requires(txn.requires, found.get, _incarnation_of(records))
                         owned.update((row[0], (row[2], row[3])) for row in rows if row[0] in owned)
                         _check_fences(txn, owned, node)
                     if _has_states(txn):
@@ -489,10 +508,8 @@ class _Writer:
                 except Conflict as exc:
                     cur.execute("ROLLBACK TO SAVEPOINT txn")
                     outcomes.append(exc)
-                except psycopg.errors.TransactionRollback:
-                    raise
                 except psycopg.Error as exc:
-                    if _session_lost(exc, conn):
+                    if _retryable(exc) or _session_lost(exc, conn):
                         raise
                     cur.execute("ROLLBACK TO SAVEPOINT txn")
                     outcomes.append(_txn_error(exc, self._server.describe()))
@@ -501,6 +518,65 @@ class _Writer:
             cur.execute("COMMIT")
         if self.fault is not None:
             self.fault("commit answered", conn, txns)
+
+
+def _starts(txns: list[Txn]) -> tuple[list[bytes], list[bytes]]:
+    """The instances ``txns`` start over nothing (`Txn.require_absent`) and
+    those they start over an ended incarnation, each sorted."""
+    absent: set[bytes] = set()
+    replaced: set[bytes] = set()
+    for txn in txns:
+        for iid, codes, incarnation in txn.requires:
+            if codes is not None and j.ABSENT in codes:
+                absent.add(iid)
+            if incarnation is not None:
+                replaced.add(iid)
+    return sorted(absent), sorted(replaced)
+
+
+def _incarnation_of(records: dict[bytes, bytes]) -> Callable[[bytes], int]:
+    return lambda iid: j.stored_incarnation(records[iid], iid)
+
+
+def _track_record(records: dict[bytes, bytes], op: tuple[Any, ...]) -> None:
+    """Apply ``op``'s effect on a record the batch reads (see `_starts`)."""
+    if op[0] == j.PUT_INSTANCE and op[1] in records:
+        records[op[1]] = op[5]
+
+
+def _lock_batch(cur: psycopg.Cursor[Any], sql: _SQL, txns: list[Txn], node: str | None) -> None:
+    """Take every lock the savepoint path's transactions will want, up front
+    and in one global order: the addresses of starts over nothing, then the
+    instances' rows, then state keys, then counter rows, each in key order.
+
+    Invariant: every batch, on either path and on every node, takes its
+    locks in this order (the fast path takes the first two and the
+    counters), so no two committers wait on each other: no deadlocks.
+    """
+    starts, _ = _starts(txns)
+    if starts:
+        cur.execute(sql.lock_starts, [starts])
+    required = sorted({iid for t in txns for iid, _, _ in t.requires} | _watched(txns, node))
+    if required:
+        cur.execute(sql.lock_instances, [required])
+        cur.fetchall()
+    keys = sorted(
+        {key for t in txns for key, _ in t.expects}
+        | {op[1] for t in txns for op in t.ops if op[0] in (PUT_STATE, DELETE_STATE)}
+    )
+    if keys:
+        cur.execute(sql.lock_states, [keys])
+        cur.fetchall()
+    counters = sorted(
+        {
+            (op[1], _MAIL if op[0] == j.APPEND_MESSAGE else _STREAM)
+            for t in txns
+            for op in t.ops
+            if op[0] in (j.APPEND_MESSAGE, j.APPEND_STREAM)
+        }
+    )
+    if counters:
+        cur.execute(sql.lock_counters, [[k[0] for k in counters], [k[1] for k in counters]])
 
 
 def _has_states(txn: Txn) -> bool:
@@ -538,6 +614,17 @@ def _txn_error(exc: psycopg.Error, where: str) -> Exception:
         error = JournalCorrupt(f"commit to {where} failed: {exc}", database="", key=b"")
     error.__cause__ = exc
     return error
+
+
+# SQLSTATEs of a transaction the server rolled back for its own reasons,
+# which runs again as it is: serialization_failure, deadlock_detected. By
+# code, not class: psycopg files DeadlockDetected under OperationalError.
+_RETRYABLE = frozenset({"40001", "40P01"})
+
+
+def _retryable(exc: psycopg.Error) -> bool:
+    """Whether ``exc`` is a deadlock or serialization failure (see `_RETRYABLE`)."""
+    return exc.sqlstate in _RETRYABLE or isinstance(exc, psycopg.errors.TransactionRollback)
 
 
 def _session_lost(exc: psycopg.Error, conn: psycopg.Connection) -> bool:
