@@ -48,6 +48,7 @@ class Activation(_SystemAPI):
     _live: dict[bytes, Actor]
     _activating: set[bytes]
     _routed_absent: set[bytes]
+    _creating: dict[bytes, trio.Event]
     _foreign: set[bytes]
     _ends: OrderedDict[bytes, tuple[str, InstanceRecord]]
     _stalled_iids: set[bytes]
@@ -108,6 +109,19 @@ class Activation(_SystemAPI):
             self._activate(row.iid)
             return
         self._run_created(row.iid, row.address, proc, row.record, epoch)
+
+    def _activate_for_mail(self, iid: bytes) -> None:
+        """Mail for ``iid`` was committed (here, or by another node that
+        notified this one) and no actor here took it: bring the instance in.
+
+        Invariant: such mail is never left unread. An instance being created
+        here meanwhile reads its mailbox as it starts (`_run_created`); one
+        whose start on this system is still deciding is activated once that
+        start is over (see `ActorSystem._start`), never claimed under it (a
+        second claim here would fence out the actor the start makes)."""
+        self._routed_absent.add(iid)
+        if iid not in self._creating:
+            self._activate(iid)
 
     def _activate(self, iid: bytes) -> None:
         """Bring the instance into memory if it is on disk (replaying it)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Generic, TypeVar, cast
 
+import trio
+
 from storage import TERMINAL_STATUSES, InstanceRecord, instance_id
 
 from . import _guard
@@ -18,6 +20,8 @@ __all__ = ["Handle"]
 _SETTLED = TERMINAL_STATUSES | {"corrupt"}
 
 R = TypeVar("R", covariant=True)  # the process's result
+
+REMOTE_POLL = 0.25  # seconds between looks at an instance another node may run
 
 
 class Handle(Generic[R]):
@@ -44,6 +48,12 @@ class Handle(Generic[R]):
     def id(self) -> str:
         """The instance's address, e.g. ``"orders/o-17"``."""
         return self._address
+
+    @property
+    def incarnation(self) -> int:
+        """The incarnation this handle was obtained for: 1 for an address's
+        first start, one more for each start after it was cancelled."""
+        return self._incarnation
 
     @property
     def status(self) -> str:
@@ -147,7 +157,7 @@ class Handle(Generic[R]):
                 yield record.exports
             if status in _SETTLED:
                 return
-            await event.wait()
+            await self._changed(event)
 
     async def cancel(self) -> bool:
         """Cancel the instance; see `ActorSystem.cancel`."""
@@ -175,7 +185,17 @@ class Handle(Generic[R]):
                 yield status
             if status in _SETTLED:
                 return
+            await self._changed(event)
+
+    async def _changed(self, event: trio.Event) -> None:
+        """Wait for ``event`` (a status change here) or, on a shared journal,
+        at most `REMOTE_POLL`: another node may run the instance (or take it
+        over), and its changes wake nobody here."""
+        if self._system.journal.node is None:
             await event.wait()
+        else:
+            with trio.move_on_after(REMOTE_POLL):
+                await event.wait()
 
     def __repr__(self) -> str:
         return f"<Handle {self._address!r}>"

@@ -48,6 +48,7 @@ from ._interfaces import SystemAPI
 from ._log import LogEntry
 from ._mailbox import Mailbox
 from ._process import ProcessDef
+from ._protocol import START_RACED
 from ._steps import run_step
 from .errors import InvalidArguments, NonDeterminismError
 
@@ -391,13 +392,26 @@ class Actor(Ends, Arrivals):
         self._sync_status()
         pending = self.txn
         self.txn = Txn()
+        # ``txn`` may fail its own preconditions (a child's start that lost a
+        # race): the ridden writes are then kept for the next commit, never
+        # dropped with it. Copied only for such a ``txn``.
+        ridden = None
+        if txn is not None and txn.requires:
+            ridden = Txn()
+            ridden.extend(pending)
         # The caller's results, by its own slots: the ridden writes go first.
         offset = 0 if txn is None else pending.extend(txn)
         if self.fenced:
             pending.fence(self.iid, self.epoch)
         prior = self.ticket
         self.ticket = None
-        results = await self.journal.commit(pending, durable=durable)
+        try:
+            results = await self.journal.commit(pending, durable=durable)
+        except Conflict as exc:
+            if ridden is not None and exc.reason in START_RACED:
+                ridden.extend(self.txn)
+                self.txn = ridden
+            raise
         if prior is not None:
             await prior.wait()  # already done (submitted earlier); raises its error
         return results[offset:]

@@ -101,7 +101,7 @@ class NodeView:
         """Another node added mail for ``iid``, which this node owns."""
         self._elsewhere.pop(iid, None)
         if iid not in self.system._live:
-            self.system._activate(iid)  # its load reads the mailbox
+            self.system._activate_for_mail(iid)  # its load reads the mailbox
             return
         self._noticed[iid] = None
         if not self._reading:
@@ -129,7 +129,7 @@ class NodeView:
         for iid in iids:
             actor = self.system._live.get(iid)
             if actor is None:
-                self.system._activate(iid)
+                self.system._activate_for_mail(iid)
                 continue
             for seq, message in mail.get(iid, ()):
                 trace = message[3] if len(message) > 3 else None  # see _tracing

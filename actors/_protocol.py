@@ -49,6 +49,7 @@ __all__ = [
     "KEY_PREFIX",
     "LEGACY_KEY_PREFIX",
     "MAX_KEY_BYTES",
+    "START_RACED",
     "STUCK",
     "Cancel",
     "Notice",
@@ -262,6 +263,10 @@ def system_send_txn(iid: bytes, name: str, payload: Any, now: float) -> tuple[Tx
 
 # -- start ---------------------------------------------------------------------------
 
+# `Conflict.reason`s of a start that lost a race: the instance it read is not
+# what is there now (another start or an end committed first). Read again.
+START_RACED = frozenset({"exists", "incarnation", "status", "missing"})
+
 
 def start_txn(
     iid: bytes,
@@ -304,8 +309,16 @@ def start_txn(
     )  # fmt: skip
     stored = encode(record.to_stored(), what="record")
     txn = Txn()
+    # Invariant: a start commits only over what it read (nothing, or the
+    # ended incarnation it replaces), on every journal; else it fails with
+    # `Conflict` (a reason in START_RACED) and writes nothing, so a start
+    # racing another (a second node, the command line) never overwrites or
+    # deletes what the other's acknowledged.
     if previous is not None:
+        txn.require(iid, frozenset({previous.status}), incarnation=previous.record.incarnation)
         txn.delete_instance(iid)
+    else:
+        txn.require_absent(iid)
     txn.put_instance_encoded(iid, address=address, process=process, status=status, record=stored)
     notice = None
     if message is not None:

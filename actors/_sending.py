@@ -35,7 +35,6 @@ class Sending(_SystemAPI):
         def _activate(self, iid: bytes) -> None: ...
 
         keys: Any  # the KeyedSends (see _keys)
-        _routed_absent: set[bytes]  # see Activation._run_created
 
     async def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
@@ -144,8 +143,7 @@ class Sending(_SystemAPI):
         elif not self.nodes.owned_elsewhere(iid):
             # (Owned elsewhere: the commit notified the owner. If that node
             # dies, the takeover scan finds the instance and its mail.)
-            self._routed_absent.add(iid)  # see _run_created: it may be being created
-            self._activate(iid)
+            self._activate_for_mail(iid)
 
     async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         """Send a runtime message (no liveness check: the receiver decides)."""

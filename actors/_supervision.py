@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from storage import LIVE_STATUSES, InstanceRecord, Txn, instance_id
+from storage.errors import Conflict
 
 from . import _asks
 from . import _effects as fx
@@ -35,7 +36,7 @@ from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, children_named
 from ._process import OneForAll, OneForOne, RestForOne
-from ._protocol import end_payload, start_txn
+from ._protocol import START_RACED, end_payload, start_txn
 from ._records import Signal, describe_error, error_summary
 from .errors import ChildFailed
 
@@ -104,6 +105,16 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     Returns the end payload of an awaited child that had already finished
     (a call to an existing, finished address), else None.
     """
+    while True:
+        try:
+            return await _create_once(system, parent, effect)
+        except Conflict as exc:
+            if exc.reason not in START_RACED:
+                raise
+            # Another start of that address committed first: read it again.
+
+
+async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict[str, Any] | None:
     proc = system._proc(effect.proc)
     address = effect.address
     iid = instance_id(address)

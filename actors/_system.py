@@ -11,6 +11,7 @@ committed message reaches its instance, in `_sending`. Each is a base of
 
 from __future__ import annotations
 
+import functools
 import math
 import random as _random
 from collections import OrderedDict
@@ -21,7 +22,7 @@ import trio
 
 from storage import MAX_ADDRESS_BYTES, InstanceRecord, Journal, Txn, encode, instance_id
 from storage._parking import Parking
-from storage.errors import JournalCorrupt, JournalUnavailable
+from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
 from . import _events, _guard, _protocol, _tracing
 from ._checks import check_name, check_seconds, check_text
@@ -179,11 +180,21 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
     def _make_context(self, actor: ActorAPI) -> Context:
         return Context(actor)
 
+    def _final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None:
+        """The end of ``iid`` that ran here, as kept (`_ended`), if it is
+        still what the journal holds: on a shared journal another node may
+        have started a cancelled address afresh, so only a completion is
+        taken from memory there."""
+        ended = self._ends.get(iid)
+        if ended is not None and self.journal.node is not None and ended[0] != "completed":
+            return None
+        return ended
+
     def _snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]:
         actor = self._live.get(iid)
         if actor is not None and actor.loaded and self.nodes.trusted(iid):
             return actor.status, actor.record
-        ended = self._ends.get(iid)
+        ended = self._final_end(iid)
         if ended is not None:
             return ended
         try:
@@ -341,7 +352,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
     ) -> tuple[Handle[Any], bool]:
         for param in params:
             # ASCII is always valid: only other text pays for the message.
-            if isinstance(param, str) and not param.isascii():
+            if isinstance(param, str) and not (param.isascii() and param.isprintable()):
                 check_text(param, f"a path param of {proc.template!r}")
         own_address = proc.resolve(*params)
         address = address or own_address
@@ -367,30 +378,37 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
             await waiting.wait()
         self._creating[iid] = done = trio.Event()
         try:
-            row = await self.journal.read(lambda r: r.instance(iid))
-            if row is not None and row.address != address:
-                raise InvalidArguments(
-                    f"address {address!r} collides with {row.address!r} in the journal"
-                )
-            if row is not None and row.status != "cancelled":
-                if message is not None:
-                    await self._send_iid(iid, address, *message)
-                return Handle(self, iid, address, row.record.incarnation), False
-            start = _protocol.start_txn(
-                iid, address=address, process=proc.template, params=params, input=input,
-                parent=parent, previous=row,  # a cancelled one starts afresh
-                now=self.epoch_now(), max_payload=self.max_payload,
-                message=None if message is None else (message[0].name, message[1]),
-                trace=_tracing.traceparent(self),
-                status="running" if queued is None else "queued", encoded_input=encoded_input,
-            )  # fmt: skip
-            record = start.record
-            if extra is not None:  # what the caller records with the start (a schedule's tick)
-                extra(start.txn)
-            if queued is not None:  # it waits for a slot: the queue's pump starts it
-                await self._enqueue(start.txn, queued, iid, address)
-                return Handle(self, iid, address, record.incarnation), True
-            results = await self.journal.commit(start.txn)
+            while True:  # once more each time another start (another node's) commits first
+                row = await self.journal.read(lambda r: r.instance(iid))
+                if row is not None and row.address != address:
+                    raise InvalidArguments(
+                        f"address {address!r} collides with {row.address!r} in the journal"
+                    )
+                if row is not None and row.status != "cancelled":
+                    if message is not None:
+                        await self._send_iid(iid, address, *message)
+                    return Handle(self, iid, address, row.record.incarnation), False
+                start = _protocol.start_txn(
+                    iid, address=address, process=proc.template, params=params, input=input,
+                    parent=parent, previous=row,  # a cancelled one starts afresh
+                    now=self.epoch_now(), max_payload=self.max_payload,
+                    message=None if message is None else (message[0].name, message[1]),
+                    trace=_tracing.traceparent(self),
+                    status="running" if queued is None else "queued", encoded_input=encoded_input,
+                )  # fmt: skip
+                record = start.record
+                if extra is not None:  # what the caller records with the start (a schedule's tick)
+                    extra(start.txn)
+                try:
+                    if queued is not None:  # it waits for a slot: the queue's pump starts it
+                        await self._enqueue(start.txn, queued, iid, address)
+                        return Handle(self, iid, address, record.incarnation), True
+                    results = await self.journal.commit(start.txn)
+                except Conflict as exc:
+                    if exc.reason not in _protocol.START_RACED:
+                        raise
+                    continue
+                break
             try:
                 epoch = await self.journal.claim(iid)
             except JournalUnavailable:  # it is written: it runs once the journal answers
@@ -407,6 +425,8 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         finally:
             del self._creating[iid]
             done.set()
+            if iid in self._routed_absent and iid not in self._live:
+                self._activate(iid)  # mail noticed meanwhile (see _activate_for_mail)
 
     @property
     def closing(self) -> bool:
@@ -425,7 +445,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             return Handle(self, iid, address, actor.record.incarnation)
-        ended = self._ends.get(iid)
+        ended = self._final_end(iid)
         if ended is not None:
             return Handle(self, iid, address, ended[1].incarnation)
         try:
@@ -463,8 +483,13 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         return await self._cancel_iid(iid, address, "cancelled by system.cancel")
 
     def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` in the background; a full or lost journal runs it
+        again (backing off) rather than ending the system."""
         if self._nursery is not None and not self._closing:
-            self._nursery.start_soon(fn, *args)
+            task = functools.partial(fn, *args)
+            self._nursery.start_soon(
+                self.outages.keep_running, task, f"the system task {fn.__name__}"
+            )
 
     async def _activate_later(self, iid: bytes, delay: float) -> None:
         await trio.sleep(delay)

@@ -202,13 +202,6 @@ class Refusing(MemoryJournal):
         return super().submit(txn)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the cancel of a race's losing child runs as a bare system task "
-    "(_supervision.abandon_child_effect -> _system._spawn_system_task): a full "
-    "journal there ends the system; _spawn_system_task should run its task "
-    "through outages.keep_running",
-)
 async def test_the_cancel_of_a_losing_child_rides_out_a_full_journal(autojump_clock):
     journal = Refusing()
     journal.iid = instance_id("racer/r/waiter/r")
