@@ -351,7 +351,7 @@ class Journal(abc.ABC):
             Conflict, JournalFull: see `Ticket.wait`; nothing was written.
         """
         ticket = self.submit(txn)
-        if durable or self.durability == "sync" or txn.requires or txn.expects:
+        if durable or self.durability == "sync" or txn.must_wait(self.node is not None):
             return await ticket.wait()
         return []
 

@@ -77,6 +77,9 @@ class Txn(StateOps):
     expects: Sequence[tuple[str, int]] = ()
     # (iid, node): tell that node, once this commits, that iid has new mail
     wakes: Sequence[tuple[bytes, str]] = ()
+    # how many of ``requires`` are a start's compare-and-set (`require_absent`,
+    # or `require` with an incarnation): see `Txn.must_wait`
+    starts: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.ops)
@@ -93,6 +96,8 @@ class Txn(StateOps):
             codes = _CODES.get(statuses)  # every send requires one of a few sets
             if codes is None:
                 codes = _CODES[statuses] = frozenset(STATUS_CODE[s] for s in statuses)
+        if incarnation is not None:
+            self.starts += 1
         self._add_require((iid, codes, incarnation))
 
     def require_absent(self, iid: bytes) -> None:
@@ -104,7 +109,21 @@ class Txn(StateOps):
         the incarnation it replaces), so of two starts that read the same,
         one commits and the other learns of the winner, on every journal,
         however many nodes share it."""
+        self.starts += 1
         self._add_require((iid, _ABSENT_ONLY, None))
+
+    def must_wait(self, shared: bool) -> bool:
+        """Whether a caller must learn this transaction's outcome before it
+        goes on, whatever the journal's durability: it has preconditions
+        that can fail. On a journal with one owner (``shared`` False) a
+        start's compare-and-set cannot: that owner makes one start of an
+        address at a time and nobody else writes, so it is checked (and
+        would write nothing if it failed) but need not be awaited."""
+        if self.expects:
+            return True
+        if shared:
+            return bool(self.requires)
+        return len(self.requires) > self.starts
 
     def _add_require(self, entry: tuple[bytes, frozenset[int] | None, int | None]) -> None:
         if isinstance(self.requires, list):  # (send_many requires thousands)
@@ -228,6 +247,7 @@ class Txn(StateOps):
             self.expects = [*self.expects, *other.expects]
         if other.wakes:
             self.wakes = [*self.wakes, *other.wakes]
+        self.starts += other.starts
         self.results += other.results
         return offset
 

@@ -207,7 +207,7 @@ class _GroupCommit:
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         if self.readonly:
             self._refuse_write()
-        if not (durable or self.durability == "sync" or txn.requires or txn.expects):
+        if not (durable or self.durability == "sync" or txn.must_wait(False)):
             # "async" durability: queued is enough, within the window (see
             # ASYNC_WINDOW_TXNS); past it, wait for this commit like "sync".
             # Still a checkpoint, so a loop of such commits cannot starve
