@@ -34,6 +34,7 @@ from storage import (
     UNFINISHED_STATUSES,
     InstanceRecord,
     InstanceRow,
+    Reader,
     TimerRow,
     Txn,
     decode,
@@ -58,6 +59,9 @@ __all__ = [
     "cancel_txn",
     "abandon_compensation_txn",
     "cleanup_txn",
+    "cleanup_victims",
+    "floor_key",
+    "read_for_start",
     "end_notice",
     "end_of_run",
     "end_payload",
@@ -278,6 +282,7 @@ def start_txn(
     parent: str | None,
     previous: InstanceRow | None,
     now: float,
+    floor: int = 0,
     message: tuple[str, Any] | None = None,
     max_payload: int | None = None,
     child: dict[str, Any] | None = None,
@@ -286,7 +291,8 @@ def start_txn(
     encoded_input: bytes | None = None,
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
-    ``previous``), with a first message for ``signal_with_start``; for a
+    ``previous``, or the first after a cleanup that left ``floor``: see
+    `read_for_start`), with a first message for ``signal_with_start``; for a
     child of ``parent``, ``child`` holds its supervision fields (``restart``
     type, ``awaited``, ``restarts`` history). ``encoded_input`` is
     ``input``'s encoding, if the caller made it already.
@@ -303,7 +309,7 @@ def start_txn(
         stored_input = {}  # what an empty map decodes to, without the codec
     record = InstanceRecord.new(
         params=list(params), input=stored_input, run=0,
-        incarnation=(previous.record.incarnation + 1) if previous is not None else 1,
+        incarnation=(previous.record.incarnation if previous is not None else floor) + 1,
         created=now, updated=now, parent=parent, trace=trace,  # the starter's traceparent
         **(child or {}),
     )  # fmt: skip
@@ -436,15 +442,54 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
     return txn, notices
 
 
-def cleanup_txn(iids: Iterable[bytes], statuses: Iterable[str]) -> Txn:
+def cleanup_victims(
+    r: Reader, statuses: Iterable[str], cutoff: float
+) -> list[tuple[bytes, int]]:
+    """``(iid, incarnation)`` of each instance with one of ``statuses``
+    last updated at or before ``cutoff`` (epoch seconds): what a cleanup removes."""
+    return [
+        (row.iid, row.record.incarnation)
+        for status in statuses
+        for row in r.instances(status)
+        if (row.record.updated or 0) <= cutoff
+    ]
+
+
+def cleanup_txn(victims: Iterable[tuple[bytes, int]], statuses: Iterable[str]) -> Txn:
     """Remove each instance and every record it owns, on condition that it
-    still has one of ``statuses`` (finished ones: see `ActorSystem.cleanup`)."""
+    still has one of ``statuses`` (finished ones: see `ActorSystem.cleanup`)
+    and is the incarnation given; keep its incarnation as the address's floor.
+
+    Invariant: an address's incarnations only ever go up, cleanup or not
+    (see `read_for_start`), so a step's idempotency key, which names the
+    incarnation, never repeats for an address.
+    """
     wanted = frozenset(statuses)
     txn = Txn()
-    for iid in iids:
-        txn.require(iid, wanted)
+    for iid, incarnation in victims:
+        txn.require(iid, wanted, incarnation=incarnation)
         txn.delete_instance(iid)
+        txn.put_state(floor_key(iid), incarnation)
     return txn
+
+
+def floor_key(iid: bytes) -> str:
+    """The state row that keeps the last incarnation a cleanup removed at ``iid``."""
+    return f"floor/{iid.hex()}"
+
+
+def read_for_start(r: Reader, iid: bytes) -> tuple[InstanceRow | None, int]:
+    """The instance at ``iid`` as a start reads it, and, where there is
+    none, the last incarnation a cleanup removed there (0 if none): a new
+    start counts on from it."""
+    row = r.instance(iid)
+    if row is not None:
+        return row, 0
+    key = floor_key(iid)
+    for found in r.states(key, 1):
+        if found.key == key and isinstance(found.value, int):
+            return None, found.value
+    return None, 0
 
 
 # -- stuck compensations ------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from storage import LIVE_STATUSES, InstanceRecord, Txn, instance_id
-from storage.errors import Conflict
+from storage.errors import Conflict, JournalClosed, JournalFull
 
 from . import _asks
 from . import _effects as fx
@@ -36,9 +36,14 @@ from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, children_named
 from ._process import OneForAll, OneForOne, RestForOne
-from ._protocol import START_RACED, end_payload, start_txn
+from ._protocol import START_RACED, end_payload, read_for_start, start_txn
 from ._records import Signal, describe_error, error_summary
 from .errors import ChildFailed
+
+# Errors of the journal itself while a child is created: they go to the
+# actor's task as a step's do (see `Actor.main`), never into the process.
+# (A start that lost a race is not one: `create_child` reads again.)
+JOURNAL_ERRORS = (JournalFull, JournalClosed, Conflict)
 
 ESCALATE = Signal._system("\x00escalate")
 CANCEL = Signal._system("\x00cancel")  # to the owner on another node
@@ -74,6 +79,13 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
         with trio.CancelScope(shield=True):
             try:
                 ended = await create_child(system, actor, effect)
+            except JOURNAL_ERRORS:
+                # The journal's trouble, not the parent's: nothing of the
+                # creation was written, and the actor rides it out as it does
+                # a step's write (stalled while the journal is full, loaded
+                # again once a lost journal answers), its replay making the
+                # child then.
+                raise
             except Exception as exc:  # a bad definition or input: raise it in the parent
                 actor.finish(effect, None, exc, None)
                 return
@@ -118,7 +130,7 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     proc = system._proc(effect.proc)
     address = effect.address
     iid = instance_id(address)
-    row = await system.journal.read(lambda r: r.instance(iid))
+    row, floor = await system.journal.read(lambda r: read_for_start(r, iid))
     entry = effect.describe()
     if type(effect) is fx.Spawn:
         entry.value = address
@@ -131,7 +143,8 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
         # The child runs on its stored input, never on the parent's objects.
         start = start_txn(
             iid, address=address, process=proc.template, params=effect.params,
-            input=effect.input, parent=parent.address, previous=row, now=system.epoch_now(),
+            input=effect.input, parent=parent.address, previous=row, floor=floor,
+            now=system.epoch_now(),
             child={
                 "restart": getattr(effect, "restart", "temporary"),
                 "awaited": type(effect) is fx.Call, "restarts": [],

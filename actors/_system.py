@@ -379,7 +379,9 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         self._creating[iid] = done = trio.Event()
         try:
             while True:  # once more each time another start (another node's) commits first
-                row = await self.journal.read(lambda r: r.instance(iid))
+                row, floor = await self.journal.read(
+                    lambda r: _protocol.read_for_start(r, iid)
+                )
                 if row is not None and row.address != address:
                     raise InvalidArguments(
                         f"address {address!r} collides with {row.address!r} in the journal"
@@ -391,7 +393,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                 start = _protocol.start_txn(
                     iid, address=address, process=proc.template, params=params, input=input,
                     parent=parent, previous=row,  # a cancelled one starts afresh
-                    now=self.epoch_now(), max_payload=self.max_payload,
+                    floor=floor, now=self.epoch_now(), max_payload=self.max_payload,
                     message=None if message is None else (message[0].name, message[1]),
                     trace=_tracing.traceparent(self),
                     status="running" if queued is None else "queued", encoded_input=encoded_input,

@@ -142,17 +142,9 @@ class Upkeep(_SystemAPI):
                 )
         cutoff = self.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
 
-        def scan(r: Any) -> list[bytes]:
-            return [
-                row.iid
-                for status in wanted
-                for row in r.instances(status)
-                if (row.record.updated or 0) <= cutoff
-            ]
-
         removed = 0
-        victims = await self.journal.read(scan)
-        for iid in victims:
+        victims = await self.journal.read(lambda r: _protocol.cleanup_victims(r, wanted, cutoff))
+        for iid, _ in victims:
             self._ends.pop(iid, None)
         for start in range(0, len(victims), 500):
             txn = _protocol.cleanup_txn(victims[start : start + 500], wanted)
@@ -160,8 +152,8 @@ class Upkeep(_SystemAPI):
                 await self.journal.commit(txn, durable=True)
                 removed += len(victims[start : start + 500])
             except Conflict:  # one changed meanwhile: go one by one
-                for iid in victims[start : start + 500]:
-                    one = _protocol.cleanup_txn([iid], wanted)
+                for victim in victims[start : start + 500]:
+                    one = _protocol.cleanup_txn([victim], wanted)
                     try:
                         await self.journal.commit(one, durable=True)
                         removed += 1

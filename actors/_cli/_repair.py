@@ -134,16 +134,6 @@ def span_text(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-def _victims(r: Reader, statuses: list[str], cutoff: float) -> list[bytes]:
-    # As ActorSystem.cleanup chooses them.
-    return [
-        row.iid
-        for status in statuses
-        for row in r.instances(status)
-        if (row.record.updated or 0) <= cutoff
-    ]
-
-
 async def cleanup(args: argparse.Namespace) -> int:
     """``actors cleanup``: remove finished instances older than ``--older-than``."""
     path = journal_dir(args)
@@ -152,7 +142,7 @@ async def cleanup(args: argparse.Namespace) -> int:
     try:
         async with writing(path) as journal:
             with journal.reader() as r:
-                victims = _victims(r, statuses, time.time() - args.older_than)
+                victims = _protocol.cleanup_victims(r, statuses, time.time() - args.older_than)
             removed = 0
             for start in range(0, len(victims), _BATCH):
                 chunk = victims[start : start + _BATCH]
