@@ -102,12 +102,14 @@ class Activation(_SystemAPI):
     def _run_admitted(self, row: InstanceRow, epoch: int) -> None:
         """Run an instance a queue just turned from queued to running; ``row``
         is its record as read before (a queued instance never ran, so it has
-        no log, mail or timers to load). One being cancelled or activated
-        meanwhile goes the usual way, through `_activate`."""
+        no log or timers; its mailbox may hold what was sent to it while it
+        waited, which it reads as it starts). One being cancelled or
+        activated meanwhile goes the usual way, through `_activate`."""
         proc = self._procs.get(row.process)
         if proc is None or row.iid in self._live or row.iid in self._activating:
             self._activate(row.iid)
             return
+        self._routed_absent.add(row.iid)  # its mail: see _run_created
         self._run_created(row.iid, row.address, proc, row.record, epoch)
 
     def _activate_for_mail(self, iid: bytes) -> None:

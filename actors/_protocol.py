@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 
 from storage import (
-    LIVE_STATUSES,
+    MAIL_STATUSES,
     UNFINISHED_STATUSES,
     InstanceRecord,
     InstanceRow,
@@ -218,11 +218,12 @@ def send_txn(
     iid: bytes, name: str, payload: Any, now: float, *, max_payload: int,
     trace: str | None = None, ask: list[Any] | None = None, key: str | None = None,
 ) -> tuple[Txn, Notice]:  # fmt: skip
-    """A user's send: the message, on condition that the instance is live
-    (else the commit raises `Conflict` and stores nothing); with ``key``,
-    the key too (the caller checked that the incarnation has not seen it)."""
+    """A user's send: the message, on condition that the instance takes
+    mail (live or queued: `MAIL_STATUSES`; else the commit raises `Conflict`
+    and stores nothing); with ``key``, the key too (the caller checked that
+    the incarnation has not seen it)."""
     txn = Txn()
-    txn.require(iid, LIVE_STATUSES)
+    txn.require(iid, MAIL_STATUSES)
     notice = add_message(
         txn, iid, name, payload, now, max_payload=max_payload, trace=trace, ask=ask
     )
@@ -236,8 +237,8 @@ def send_many_txn(
     trace: str | None = None,
 ) -> tuple[Txn, list[Notice]]:  # fmt: skip
     """Many user sends in one transaction: ``(iid, signal name, payload)``
-    each, on condition that every instance addressed is live (else the
-    commit raises `Conflict` and stores none of them).
+    each, on condition that every instance addressed takes mail (as
+    `send_txn`; else the commit raises `Conflict` and stores none of them).
 
     Raises:
         EncodeError, LimitExceeded: as `add_message`, with a note naming the
@@ -245,7 +246,7 @@ def send_many_txn(
     """
     txn = Txn()
     for iid in dict.fromkeys(iid for iid, _, _ in messages):
-        txn.require(iid, LIVE_STATUSES)
+        txn.require(iid, MAIL_STATUSES)
     notices = []
     for n, (iid, name, payload) in enumerate(messages):
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from storage import LIVE_STATUSES, STATUS_WORDS
+from storage import MAIL_STATUSES, STATUS_WORDS
 from storage.errors import Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
@@ -240,7 +240,7 @@ class Sending(_SystemAPI):
                 return self._corrupt_error(iid, address)
             if status == "missing":
                 return self._not_delivered(address, Conflict("", reason="missing"))
-            if status not in LIVE_STATUSES:
+            if status not in MAIL_STATUSES:
                 return self._not_delivered(address, Conflict("", reason="status", status=status))
         return NotDelivered(
             f"an instance addressed by send_many ended while the batch was committed "

@@ -13,6 +13,7 @@ from ._records import NO_VALUE as NO_VALUE
 from ._records import InstanceRecord as InstanceRecord, LogEntry as LogEntry
 from ._journal import (
     LIVE_STATUSES as LIVE_STATUSES,
+    MAIL_STATUSES as MAIL_STATUSES,
     MAX_ADDRESS_BYTES as MAX_ADDRESS_BYTES,
     STATUS_WORDS as STATUS_WORDS,
     STATUSES as STATUSES,

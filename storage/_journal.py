@@ -39,6 +39,7 @@ from ._records import InstanceRecord, LogEntry
 from ._states import StateRow
 from ._statuses import (
     LIVE_STATUSES as LIVE_STATUSES,
+    MAIL_STATUSES as MAIL_STATUSES,
     STATUS_CODE as STATUS_CODE,
     STATUS_NAME as STATUS_NAME,
     STATUS_WORDS as STATUS_WORDS,
@@ -78,6 +79,7 @@ __all__ = [
     "CorruptRecord",
     "STATUSES",
     "LIVE_STATUSES",
+    "MAIL_STATUSES",
     "TERMINAL_STATUSES",
     "UNFINISHED_STATUSES",
     "STATUS_WORDS",

@@ -10,6 +10,7 @@ __all__ = [
     "LIVE_STATUSES",
     "TERMINAL_STATUSES",
     "UNFINISHED_STATUSES",
+    "MAIL_STATUSES",
     "STATUS_WORDS",
 ]
 
@@ -35,6 +36,9 @@ TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled
 # abandoned; what a cancel can still end. (Queued is not live: it has not
 # run yet and takes no messages.)
 UNFINISHED_STATUSES: frozenset[str] = LIVE_STATUSES | {"compensation_stuck", "queued"}
+# Taking mail: live, or queued (it exists; its mail waits in its mailbox and
+# is read once it runs, as an early message to any instance is).
+MAIL_STATUSES: frozenset[str] = LIVE_STATUSES | {"queued"}
 # How messages say why an instance takes no more messages ("no live instance
 # at 'orders/o-17' (it completed)").
 STATUS_WORDS: dict[str, str] = {

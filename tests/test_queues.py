@@ -179,16 +179,6 @@ async def test_queued_children_end_with_their_parent_and_leave_the_queue(tmp_pat
     assert "k0" not in STARTED
 
 
-async def test_a_queued_instance_takes_no_messages_until_it_starts(autojump_clock):
-    q = Queue("one", concurrency=1)
-    async with actors.open_system(MemoryJournal(), processes=[job], queues=[q]) as system:
-        await system.start(job, "first", queue=q, seconds=5.0)
-        await system.start(job, "second", queue=q)
-        with pytest.raises(actors.NotDelivered, match="queued") as caught:
-            await system.send("job/second", actors.Signal("hello"))
-        assert caught.value.reason == "queued"
-
-
 async def test_queued_instances_survive_a_restart_before_any_starts(tmp_path, autojump_clock):
     q = Queue("slow", rate=(1, 60.0))
     path = tmp_path / "j"
