@@ -302,10 +302,11 @@ class Activation(_SystemAPI):
         await self._set_corrupt(actor.iid, exc)
         self._status_changed(actor.iid)
 
-    async def _stream_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
+    async def _records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
         """A record of the instance that its run never reads (a stream value,
-        a consumer's cursor) is damaged: the instance is marked corrupt all
-        the same, as if its run had met the record. A live one stops at its
+        a consumer's cursor, the mail counter a sender met) is damaged: the
+        instance is marked corrupt all the same, as if its run had met the
+        record, so its handles raise instead of waiting on it. A live one stops at its
         next suspension (see `Actor.corrupted`), writing nothing more."""
         actor = self._live.get(iid)
         if actor is not None and not actor.done:

@@ -466,7 +466,7 @@ def cleanup_txn(victims: Iterable[tuple[bytes, int]], statuses: Iterable[str]) -
     incarnation, never repeats for an address.
     """
     wanted = frozenset(statuses)
-    txn = Txn()
+    txn = Txn(frees=True)  # a floor row is far smaller than what it replaces
     for iid, incarnation in victims:
         txn.require(iid, wanted, incarnation=incarnation)
         txn.delete_instance(iid)

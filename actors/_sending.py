@@ -127,6 +127,10 @@ class Sending(_SystemAPI):
             if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
                 raise self._corrupt_error(iid, address) from None
             raise self._not_delivered(address, exc) from None
+        except JournalCorrupt as exc:
+            if exc.database in ("mail", "counters"):  # its mailbox cannot take mail
+                await self._records_damaged(iid, address, exc)
+            raise
         self._route(iid, seq, notice.message)
 
     def _route(self, iid: bytes, seq: int, message: bytes) -> None:

@@ -95,7 +95,7 @@ class Stream:
         try:
             row, cursor, length = await self._system.journal.read(read)
         except JournalCorrupt as exc:
-            await self._system._stream_damaged(iid, self.address, exc)
+            await self._system._records_damaged(iid, self.address, exc)
             raise
         if row is None:
             raise NotDelivered(
@@ -135,7 +135,7 @@ class Stream:
                     lambda r: (r.stream(iid, start, _BATCH), r.stream_length(iid))
                 )
             except JournalCorrupt as exc:
-                await system._stream_damaged(iid, self.address, exc)
+                await system._records_damaged(iid, self.address, exc)
                 raise
             if rows:
                 self._buffer.extend(rows)

@@ -80,6 +80,10 @@ class Txn(StateOps):
     # how many of ``requires`` are a start's compare-and-set (`require_absent`,
     # or `require` with an incarnation): see `Txn.must_wait`
     starts: int = 0
+    # It removes instances and writes only small state rows beside them (a
+    # cleanup and its incarnation floors): on a full map it may use the room
+    # kept for freeing (see storage._lmdb._writer).
+    frees: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.ops)

@@ -468,3 +468,53 @@ async def test_a_damaged_timer_key_stops_no_timer_scan(tmp_path):
                 r.timers(IID)
             assert_names(info.value, "timers", lost)
             assert [2] == [t.seq for t in r.timers(OTHER)]
+
+
+async def test_a_send_that_meets_a_damaged_mail_counter_marks_its_instance_corrupt(
+    base, tmp_path, autojump_clock
+):
+    """The counter says the next message takes a number an unread message
+    holds: the send writes nothing and raises, and the instance is marked
+    corrupt, so result() and cancel() raise at once instead of waiting on
+    an instance that can never take mail again."""
+    path = tmp_path / "j"
+    jd.copy_journal(base, path)
+    put(path, "counters", _key(base, "counters", jd.WAITER), b"\x00" * 8)  # next: 1, taken
+    async with jd.open_system(path) as system:
+        handle = system.get(jd.WAITER)
+        with pytest.raises(storage.JournalCorrupt) as sent:
+            await system.send(jd.WAITER, jd.a, "a1")
+        assert "mail" == sent.value.database
+        assert "corrupt" == handle.status
+        with trio.fail_after(5), pytest.raises(storage.JournalCorrupt):
+            await handle.result()
+        with pytest.raises(storage.JournalCorrupt):
+            await system.cancel(jd.WAITER)
+        # The others are untouched.
+        assert 2 == await system.get(jd.SLEEPER).result()
+    async with jd.open_system(path) as system:
+        assert "corrupt" == system.get(jd.WAITER).status
+
+
+@pytest.mark.skipif(
+    __import__("os").environ.get("ACTORS_TEST_POSTGRES", "1") == "0", reason="PostgreSQL off"
+)
+async def test_a_damaged_mail_counter_on_postgresql_marks_its_instance_corrupt(request):
+    import psycopg
+
+    from storage import PostgresJournal
+    from tests.pg import fresh_schema
+
+    dsn, schema = fresh_schema(request)
+    async with actors.open_system(PostgresJournal(dsn, schema=schema), processes=[jd.waiter]) as system:
+        handle = await system.start(jd.waiter, "w")
+        await system.send(jd.WAITER, jd.b, "b1")  # unread: it waits for a first
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'UPDATE "{schema}".counters SET next = 0 WHERE kind = 1')
+        with pytest.raises(storage.JournalCorrupt) as sent:
+            await system.send(jd.WAITER, jd.a, "a1")
+        assert "mail" == sent.value.database
+        # The live instance stops where it waits and is marked corrupt.
+        with trio.fail_after(5), pytest.raises(storage.JournalCorrupt):
+            await handle.result()
+        assert "corrupt" == handle.status

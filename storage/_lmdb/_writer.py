@@ -39,7 +39,7 @@ from .._clock import AutojumpHold
 from .._journal import (
     CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Settled, Ticket, Txn, unwrap,
 )  # fmt: skip
-from .._states import check_expects
+from .._states import PUT_STATE, check_expects
 from ..errors import (
     ActorError,
     Conflict,
@@ -488,7 +488,9 @@ class _GroupCommit:
         # raced for.
         freeing = [
             i for i, (txn, outcome) in enumerate(zip(txns, outcomes))
-            if type(outcome) is JournalFull and all(op[0] in _FREEING_OPS for op in txn.ops)
+            if type(outcome) is JournalFull and all(
+                op[0] in _FREEING_OPS or (txn.frees and op[0] == PUT_STATE) for op in txn.ops
+            )
         ]  # fmt: skip
         if freeing and self._grow(env, into_reserve=True):
             again = self._write([txns[i] for i in freeing], isolate=True)

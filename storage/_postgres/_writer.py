@@ -610,6 +610,16 @@ def _txn_error(exc: psycopg.Error, where: str) -> Exception:
         )
     elif state.startswith("22"):  # data exception: a value the columns cannot hold
         error = EncodeError(f"{where} cannot store a value of this transaction: {exc}")
+    elif state == "23505" and exc.diag.table_name in ("mail", "stream"):
+        # A counter handed out a number again: what the number holds stays.
+        table = exc.diag.table_name
+        error = JournalCorrupt(
+            f"a {'message' if table == 'mail' else 'stream value'} in table {table!r} of "
+            f"{where} already exists where a new one was to be written (the instance's "
+            "counter in table 'counters' was damaged or lost); nothing was overwritten",
+            database=table,
+            key=b"",
+        )
     else:
         error = JournalCorrupt(f"commit to {where} failed: {exc}", database="", key=b"")
     error.__cause__ = exc
