@@ -149,7 +149,12 @@ def process(
         path: the template, segments separated by "/"; ``:name`` segments are params.
         restart: what the system does when a top-level instance crashes:
             ``"temporary"`` (default, never restarted), ``"transient"``,
-            ``"permanent"``.
+            ``"permanent"``. A restart runs the process from the top as a
+            new run: its completed steps run again, under new idempotency
+            keys (the run is part of the key). Work that must not repeat
+            goes before the restartable part (in a parent that does not
+            restart, or a step whose result a child receives), or into a
+            child that restarts instead.
         supervision: the strategy for this process's children (default
             ``OneForOne(max_restarts=3, within=5)``).
         compensate_on_cancel: also run the saga compensations of completed
