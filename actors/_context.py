@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime as _dt
 import inspect
 import uuid as _uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 from storage import decode, digest, encode
 
 from . import _asks
+from . import _sends
 from . import _effects as fx
 from ._checks import check_deadline, check_name, check_scope, check_seconds, check_text
 from ._handles import ChildHandle
@@ -193,6 +194,58 @@ class Context:
                 timeout=timeout,
             )
         return value
+
+    async def send(
+        self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
+    ) -> None:
+        """Send ``signal`` with ``payload`` to the mailbox of the instance at
+        ``address`` (this one's own included), durably and once.
+
+        The message is written in one commit with this effect's log entry
+        (and what the process did before it): a restart neither sends it
+        twice nor loses it. Returning means "stored", not "processed"; the
+        receiver gets the payload as encoded, never this object. Messages
+        from one process to one address arrive in the order sent. A send
+        runs where it is awaited, never in a race (`send_many` sends
+        several in one commit).
+
+        Args:
+            key: as for `ActorSystem.send`: a key the receiving incarnation
+                has had already stores nothing and the send returns normally.
+
+        Raises:
+            NotDelivered: no instance at ``address`` takes mail (there is
+                none, or it finished, was cancelled or is parked; a queued
+                one takes it); nothing is stored. Recorded: a replay raises
+                it again and sends nothing.
+            EncodeError: (at the call) a payload the codec cannot store,
+                naming the path inside it; nothing is stored.
+            LimitExceeded: (at the call) a payload over ``max_payload``, or a
+                key over 200 bytes of UTF-8.
+            InvalidArguments: (at the call) not a Signal, or an address or
+                key that is not a non-empty name without control characters.
+        """
+        await _sends.new_send(self._live(), address, signal, payload, key)
+
+    async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
+        """Send many messages, ``(address, signal, payload)`` each, in one
+        commit with this effect's log entry: all of them are stored, or none.
+
+        As `send`, without keys; messages to one address keep their order.
+        No messages: nothing is sent or recorded.
+
+        Raises:
+            NotDelivered: an address takes no mail (it names the first
+                such, in the batch's order); nothing is stored.
+                Recorded, as for `send`.
+            EncodeError, LimitExceeded: (at the call) a payload the codec
+                cannot store (a note names its position); nothing is stored.
+            InvalidArguments: (at the call) an item that is not
+                ``(address, Signal, payload)``.
+        """
+        effect = _sends.new_send_many(self._live(), messages)
+        if effect is not None:  # (no messages: nothing to send or record)
+            await effect
 
     # -- versioning -------------------------------------------------------------------
 

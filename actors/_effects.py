@@ -183,6 +183,33 @@ class Publish(Effect[None]):
         self.payload = payload
 
 
+class Send(Effect[None]):
+    """``ctx.send``: a message to another instance's mailbox, written in
+    one transaction with this effect's log entry (see `_sends`)."""
+
+    __slots__ = ("targets", "key", "prepared")
+    kind = "send"
+
+    def __init__(
+        self, seq: int, name: str, hash: bytes, targets: tuple[tuple[str, bytes], ...],
+        key: str | None, prepared: Any,
+    ) -> None:  # fmt: skip
+        Effect.__init__(self, seq, name, hash)
+        self.targets = targets  # (address, instance id) of each message, in order
+        self.key = key
+        # What `_sends` built at the call for a live run (its transaction);
+        # None when the log answers the effect.
+        self.prepared = prepared
+
+
+class SendMany(Send):
+    """``ctx.send_many``: several messages, all written or none, in one
+    transaction with this effect's log entry."""
+
+    __slots__ = ()
+    kind = "send_many"
+
+
 END_PREFIX = "\x00end "
 
 

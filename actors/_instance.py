@@ -36,6 +36,7 @@ from . import _asks
 from . import _effects as fx
 from . import _events, _tracing
 from . import _saga
+from . import _sends
 from . import _streams
 from . import _supervision as _sup
 from ._context import Context
@@ -517,6 +518,8 @@ class Actor(Ends, Arrivals):
             _asks.start_reply(self, leaf)
         elif type(leaf) is fx.Ask:
             _asks.start_ask(self, leaf, entry)
+        elif isinstance(leaf, fx.Send):
+            _sends.start(self, leaf)
         else:  # Emit, Publish: the only other leaves
             _streams.start(self, cast("fx.Emit | fx.Publish", leaf))
 

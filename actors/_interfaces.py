@@ -47,6 +47,7 @@ class SystemAPI(Protocol):
     queues: Any  # the QueueService (actors._queues)
     nodes: Any  # the NodeView (actors._nodes)
     asks: Any  # the Asks in flight (see _asks)
+    keys: Any  # the KeyedSends: keyed sends in flight (see _keys)
     rides: Any  # the timer of deferred writes (see _rides)
     max_payload: int
 
