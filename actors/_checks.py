@@ -28,7 +28,7 @@ from .errors import InvalidArguments, LimitExceeded
 
 __all__ = [
     "MAX_SCOPE", "MAX_SECONDS", "check_seconds", "check_text", "check_name", "check_deadline",
-    "check_scope",
+    "check_scope", "check_count", "check_many",
 ]  # fmt: skip
 
 #: The most children one ``ctx.scope`` starts.
@@ -62,6 +62,29 @@ def check_seconds(value: Any, what: str, *, positive: bool = False) -> float:
         return float(value)
     except OverflowError:  # an int too large for a float is over MAX_SECONDS anyway
         raise InvalidArguments(f"{what} got {value!r} seconds; pass a smaller number") from None
+
+
+def check_count(value: Any, what: str) -> int:
+    """``value`` if it is an int (not a bool) of 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArguments(f"{what} takes a whole number (int), not {_show(value)}")
+    if value < 0:
+        raise InvalidArguments(f"{what} needs a count of 0 or more, not {value!r}")
+    return value
+
+
+def check_many(value: Any, what: str, items: str) -> list[Any]:
+    """The items of ``value`` as a list, if it is an iterable other than a
+    str or bytes (whose characters are never the items meant)."""
+    try:
+        if isinstance(value, (str, bytes, bytearray)):
+            raise TypeError
+        found = iter(value)
+    except TypeError:
+        raise InvalidArguments(
+            f"{what} takes a collection (a list or tuple) of {items}, not {_show(value)}"
+        ) from None
+    return list(found)
 
 
 def check_deadline(when: Any, what: str) -> float:

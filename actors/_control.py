@@ -12,8 +12,9 @@ The protocol, one request and one reply per connection, each a frame: a
 an object ``{"op": ..., ...}`` naming one of `OPS`; the reply is
 ``{"ok": result}`` or ``{"error": {"type": ..., "message": ..., "reason":
 ...}}`` (``reason`` only for `NotDelivered`). A request over `MAX_REQUEST`
-bytes, one that does not decode, or one naming an unknown operation gets
-an error reply of type ``BadRequest``; a truncated one, or one that does
+bytes, one that does not decode, one that nests arrays and objects more
+than `MAX_DEPTH` levels deep, or one naming an unknown operation gets an
+error reply of type ``BadRequest``; a truncated one, or one that does
 not arrive within `READ_TIMEOUT` seconds, a closed connection. None of them
 reaches the system.
 
@@ -45,8 +46,8 @@ from ._records import Signal
 from .errors import ActorError
 
 __all__ = [
-    "SOCKET_NAME", "MAX_REQUEST", "READ_TIMEOUT", "OPS", "ControlUnavailable", "RemoteError",
-    "start", "request",
+    "SOCKET_NAME", "MAX_REQUEST", "MAX_DEPTH", "READ_TIMEOUT", "OPS", "ControlUnavailable",
+    "RemoteError", "start", "request",
 ]  # fmt: skip
 
 log = logging.getLogger("actors.control")
@@ -54,6 +55,10 @@ log = logging.getLogger("actors.control")
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 4 << 20  # bytes of JSON: room for a 1 MiB payload however it is escaped
 MAX_REPLY = 1 << 20
+# Levels of JSON arrays and objects a request may nest (the request object
+# itself is one): well within what the decoder's recursion allows, so depth
+# is refused by this rule, never by a RecursionError.
+MAX_DEPTH = 500
 READ_TIMEOUT = 10.0  # seconds a client has to send its whole request
 _CONNECTIONS = 16  # requests served at once; more wait in the listen backlog
 _BACKLOG = 64
@@ -126,13 +131,37 @@ async def _read_frame(stream: trio.abc.ReceiveStream, cap: int) -> dict[str, Any
     body = await _read_exactly(stream, size)
     if body is None:
         return None
+    too_deep = _BadRequest(
+        f"the frame nests JSON arrays and objects deeper than a request may (at most "
+        f"{MAX_DEPTH} levels); send a flatter payload"
+    )
     try:
         doc = json.loads(body.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise _BadRequest(f"the frame is not UTF-8 JSON ({exc})") from None
+    except RecursionError:
+        raise too_deep from None
     if not isinstance(doc, dict):
         raise _BadRequest(f"the frame is JSON {type(doc).__name__}, not an object")
+    if _depth_over(doc, MAX_DEPTH):
+        raise too_deep
     return doc
+
+
+def _depth_over(doc: Any, limit: int) -> bool:
+    """Whether ``doc`` nests lists and dicts more than ``limit`` levels deep
+    (without recursion: the walk must not fail where the decoder did not)."""
+    level: list[Any] = [doc]
+    for _ in range(limit):
+        level = [
+            inner
+            for outer in level
+            for inner in (outer.values() if isinstance(outer, dict) else outer)
+            if isinstance(inner, (list, dict))
+        ]
+        if not level:
+            return False
+    return True
 
 
 # -- where the socket is ----------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import attrs
 
+from ._checks import check_count, check_seconds
 from .errors import InvalidArguments
 
 __all__ = ["process", "ProcessDef", "OneForOne", "OneForAll", "RestForOne", "RESTART_TYPES"]
@@ -31,12 +32,27 @@ _ALL_RESERVED = set().union(*RESERVED.values())
 
 @attrs.frozen(slots=True)
 class _Strategy:
+    """At most ``max_restarts`` restarts of a parent's children within
+    ``within`` seconds; past that the failure escalates to the parent.
+
+    Raises:
+        InvalidArguments: ``max_restarts`` is not an int of 0 or more, or
+            ``within`` is not a finite number of seconds above 0 (NaN would
+            let no restart limit ever trip).
+    """
+
     max_restarts: int = 3
     within: float = 5.0
 
     def __attrs_post_init__(self) -> None:
-        if self.max_restarts < 0 or self.within <= 0:
-            raise ValueError("supervision needs max_restarts >= 0 and within > 0")
+        # The values stay as given (their repr is what restart logs print).
+        name = type(self).__name__
+        check_count(self.max_restarts, f"{name}(max_restarts=...)")
+        if check_seconds(self.within, f"{name}(within=...)") == 0:
+            raise InvalidArguments(
+                f"{name}(within=...) needs seconds above 0, not {self.within!r}: the restart "
+                "limit counts restarts within that window"
+            )
 
 
 @attrs.frozen(slots=True)

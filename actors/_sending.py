@@ -13,7 +13,7 @@ from storage import MAIL_STATUSES, STATUS_WORDS
 from storage.errors import Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
-from ._checks import check_name, check_seconds
+from ._checks import check_many, check_name, check_seconds
 from ._records import Signal
 from .errors import InvalidArguments, NotDelivered
 
@@ -196,7 +196,7 @@ class Sending(_SystemAPI):
         _guard.refuse("system.send_many()", "send from a step (ctx.step) so the send is recorded")
         batch = []
         addresses: dict[bytes, str] = {}
-        for n, item in enumerate(messages):
+        for n, item in enumerate(check_many(messages, "send_many", "(address, signal, payload)")):
             if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], Signal)):
                 raise InvalidArguments(
                     f"send_many takes (address, actors.Signal, payload) tuples; item {n} is "

@@ -23,7 +23,7 @@ from storage.errors import Conflict
 
 from . import _protocol
 from ._activation import YIELD_EVERY
-from ._checks import check_name, check_seconds
+from ._checks import check_many, check_name, check_seconds
 from ._process import ProcessDef
 from ._records import InstanceInfo
 from .errors import InvalidArguments
@@ -133,7 +133,7 @@ class Upkeep(_SystemAPI):
             InvalidArguments: a status that is not finished (running,
                 suspended and parked instances are never cleaned up).
         """
-        wanted = tuple(statuses)
+        wanted = tuple(check_many(statuses, "cleanup(statuses=...)", "status names"))
         for status in wanted:
             if status not in TERMINAL_STATUSES:
                 raise InvalidArguments(

@@ -46,12 +46,14 @@ async def reading(path: Path) -> AsyncIterator[LMDBJournal]:
 
 @asynccontextmanager
 async def writing(path: Path) -> AsyncIterator[LMDBJournal]:
-    """The journal opened as a system would (taking the owner lock).
+    """The journal opened as a system would (taking the owner lock), as a
+    brief holder: a system opening meanwhile waits for the write to end
+    rather than being refused, as does another command's write.
 
     Raises:
         JournalLocked: a running system holds it (``pid`` names that system).
     """
-    journal = LMDBJournal(path)
+    journal = LMDBJournal(path, brief=True)
     journal.check_shapes = True  # what the runtime would not read is reported corrupt
     await journal.open()
     try:

@@ -18,6 +18,10 @@ def add_web_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only)")  # fmt: skip
     p.add_argument("--port", type=_port, default=8080, help="port (default 8080; 0 picks one)")
+    p.add_argument("--allow-host", type=_host_name, action="append", default=[], metavar="NAME",
+                   help="a Host name to answer besides IP addresses, localhost and this "
+                   "machine's name (repeatable); any other is refused, against DNS "
+                   "rebinding")  # fmt: skip
     p.add_argument("--schema", metavar="NAME",
                    help="with --journal postgresql://USER@HOST:PORT/DATABASE: the schema "
                    "holding the journal (default actors)")  # fmt: skip
@@ -42,6 +46,14 @@ def _port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to 65535)")
     return int(text)
+
+
+def _host_name(text: str) -> str:
+    if not text or any(c in text for c in ":/[]*@ ") or not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a host name (give a name such as inspector.example, no port)"
+        )
+    return text.lower()
 
 
 def _seconds(text: str) -> float:

@@ -16,8 +16,11 @@ migration, read-only sessions, the schema's version checked). So it runs
 beside the systems that use the journal in other processes. It builds its
 documents with the same helpers as ``list`` and ``show``
 (`actors._cli._inspect`). It binds to
-127.0.0.1 unless ``--host`` says otherwise, answers only Host names of this
-machine then, escapes every value it renders, and forbids inline script.
+127.0.0.1 unless ``--host`` says otherwise; on every address it answers
+only a Host header that is an IP address, localhost, the ``--host`` name,
+this machine's name (bound beyond it) or an ``--allow-host`` name (against
+DNS rebinding); it escapes every value it renders, and forbids inline
+script.
 
 The package: `_query` (query strings), `_pages` (HTML), `_assets` (CSS and the
 polling script), `_app` (the starlette app) and `_serve` (hypercorn's trio

@@ -8,7 +8,9 @@ other processes (a PostgreSQL reader's snapshot is its transaction's, so
 each request, and each poll, sees what was committed before it).
 
 Answers: 200 pages; 400 for a query it cannot act on (unknown status,
-a page that is not a number, an unknown or repeated parameter); 404 for an
+a page that is not a number, an unknown or repeated parameter), or for a
+Host header that is neither an IP address nor a name it was given (so a
+page elsewhere cannot read it through DNS rebinding); 404 for an
 unknown address or path; 405 for anything but GET and HEAD; 500 with a page
 naming the record when a record does not decode; 503 while the journal's
 server cannot be reached (the next request connects again). Every response carries a
@@ -18,16 +20,18 @@ elsewhere.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import trio
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -40,13 +44,17 @@ from ._assets import ASSETS
 from ._pages import instance_fragment, layout, list_filters, list_fragment, problem_page
 from ._query import BadQuery, InstanceQuery, ListQuery, parse_instance, parse_list
 
-__all__ = ["create_app", "LOCAL_HOSTS"]
+__all__ = ["create_app", "host_allowed", "LOCAL_HOSTS"]
 
 T = TypeVar("T")
 
-# Host headers a loopback-bound inspector answers; any other name is refused
-# (400), so a web page elsewhere cannot read it through DNS rebinding.
-LOCAL_HOSTS = ("127.0.0.1", "localhost")
+# Host names a loopback-bound inspector answers besides IP addresses; any
+# other name is refused (400), so a web page elsewhere cannot read it
+# through DNS rebinding.
+LOCAL_HOSTS = ("localhost",)
+
+# A Host header: a name or IPv4 address, or an IPv6 address in brackets; a port.
+_HOST = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::\d*)?")
 
 _HEADERS = {
     "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -76,7 +84,8 @@ def create_app(
             (`LMDBJournal` or `PostgresJournal`, read-only or not).
         source: how pages name the journal (its path, or its description).
         poll: seconds between the pages' live updates.
-        hosts: the Host header names answered (``["*"]`` for any).
+        hosts: the Host header names answered besides IP addresses (see
+            `host_allowed`).
     """
     limiter = trio.CapacityLimiter(2)
 
@@ -152,7 +161,7 @@ def create_app(
             HTTPException: on_http,
             Exception: on_error,
         },
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))],
+        middleware=[Middleware(_HostCheck, names=hosts)],
     )
     return _SecurityHeaders(app)
 
@@ -185,6 +194,49 @@ def _describe(r: Reader, query: InstanceQuery) -> dict[str, Any]:
         return describe(r, row)
     except CLIError as exc:  # its log or mailbox does not decode
         raise JournalCorrupt(str(exc), database="", key=b"") from exc
+
+
+def host_allowed(header: str, names: Sequence[str]) -> bool:
+    """Whether a request with this Host header is answered: its host is an
+    IP address (v4, or v6 in brackets), or one of ``names`` (any case).
+
+    An address is always safe to answer: DNS rebinding needs a name that the
+    attacker's DNS resolves, which the browser then sends as the Host.
+    """
+    found = _HOST.fullmatch(header)
+    if found is None:
+        return False
+    host = found["host"].lower()
+    if host in (name.lower() for name in names):
+        return True
+    try:
+        ipaddress.ip_address(host[1:-1] if host.startswith("[") else host)
+    except ValueError:
+        return False
+    return True
+
+
+class _HostCheck:
+    """Refuses (400) requests whose Host header `host_allowed` refuses."""
+
+    def __init__(self, app: ASGIApp, names: Sequence[str]) -> None:
+        self.app = app
+        self.names = tuple(names)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            header = Headers(scope=scope).get("host", "")
+            if not host_allowed(header, self.names):
+                answered = ", ".join(("IP addresses", *self.names))
+                response = PlainTextResponse(
+                    f"refused: the Host {header!r} is not one this inspector answers to "
+                    f"({answered}); open it by its address, or start it with "
+                    "--allow-host NAME",
+                    status_code=400,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _SecurityHeaders:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import signal
+import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 
@@ -30,7 +31,7 @@ from .._cli._access import journal_dir, reading
 from .._cli._errors import OK, REFUSED, USAGE, CLIError
 from ._app import LOCAL_HOSTS, create_app
 
-__all__ = ["web", "serve_app"]
+__all__ = ["web", "serve_app", "host_names"]
 
 # URLs that name a PostgreSQL journal (libpq's two schemes).
 _POSTGRES = ("postgresql://", "postgres://")
@@ -75,6 +76,27 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def host_names(bind: str, allowed: Sequence[str]) -> list[str]:
+    """The Host names the inspector bound to ``bind`` answers besides IP
+    addresses: localhost, ``bind`` itself if it is a name, this machine's
+    own name when bound beyond it, and the ``--allow-host`` names.
+
+    Whatever the address, the Host header is checked: a loopback address
+    is no protection against DNS rebinding, which reaches it through the
+    browser of someone on this machine.
+    """
+    names = list(LOCAL_HOSTS)
+    try:
+        ipaddress.ip_address(bind)
+    except ValueError:
+        names.append(bind)  # a name the user gave: their DNS, not an attacker's
+    if not _loopback(bind):
+        own = socket.gethostname()
+        names += [own, own.partition(".")[0]]
+    names += allowed
+    return list(dict.fromkeys(name.lower() for name in names if name))
 
 
 @asynccontextmanager
@@ -125,7 +147,7 @@ async def _reading(args: argparse.Namespace) -> AsyncIterator[tuple[Journal, str
 async def web(args: argparse.Namespace) -> int:
     """``actors web``: the inspector on http://HOST:PORT/ until interrupted."""
     local = _loopback(args.host)
-    hosts = LOCAL_HOSTS if args.host in LOCAL_HOSTS else ["*"]
+    hosts = host_names(args.host, args.allow_host)
     reach = ("this machine only" if local else
              "WARNING: not a loopback address, anyone who can reach it reads every "
              "payload in the journal")  # fmt: skip

@@ -5,6 +5,14 @@ the owner lock (one system per journal across processes) and who holds it,
 opening (the format check of `_layout`), read-only opening for inspection,
 closing, and the read snapshots (`_reader`). Writing, group commit and map
 growth are `_writer._GroupCommit`, which `LMDBJournal` inherits.
+
+The owner lock is an exclusive ``flock`` on ``owner.lock``. A *brief* holder
+(``LMDBJournal(path, brief=True)``: the command line writing while no
+system runs) also holds a shared ``flock`` on ``brief.lock``, taken before
+the owner lock and dropped after it. So an opener that finds the owner lock
+taken can tell a brief holder, which it waits for (up to `LOCK_WAIT`
+seconds), from a system, which it refuses at once: it asks whether
+``brief.lock`` is held, just before and just after its try.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
@@ -38,7 +47,13 @@ __all__ = ["LMDBJournal", "JournalHolder"]
 
 _DIR_MODE = 0o700  # see LMDBJournal._make_private_dir
 _FILE_MODE = 0o600
-_FILES = ("data.mdb", "lock.mdb", "owner.lock")
+_FILES = ("data.mdb", "lock.mdb", "owner.lock", "brief.lock")
+
+#: Seconds `LMDBJournal.open` waits for a brief holder of the owner lock (a
+#: command-line write while no system runs) to finish before it refuses.
+LOCK_WAIT = 5.0
+_LOCK_POLL = 0.02  # seconds between tries while a brief holder has the lock
+_HELD = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)  # flock's "someone has it"
 
 _log = logging.getLogger("storage")
 
@@ -116,9 +131,15 @@ class LMDBJournal(_GroupCommit, Journal):
             does: no owner lock is taken (so it works while a system in
             another process holds the journal) and no writer thread is
             started; ``submit`` and ``commit`` raise `JournalClosed`.
+        brief: hold the journal only for a short write, as the CLI's
+            commands do while no system runs: a journal opening meanwhile
+            waits for it to close (up to `LOCK_WAIT` seconds) instead of
+            being refused.
 
     Raises (from ``open``):
-        JournalLocked: another system holds the directory (not with ``readonly``).
+        JournalLocked: another system holds the directory (not with
+            ``readonly``), or a brief holder has held it for `LOCK_WAIT`
+            seconds.
         JournalCorrupt: there is no readable journal at ``path`` (with ``readonly``).
     """
 
@@ -130,6 +151,7 @@ class LMDBJournal(_GroupCommit, Journal):
         max_map_size: int = 1 << 40,
         durability: str = "sync",
         readonly: bool = False,
+        brief: bool = False,
     ) -> None:
         if durability not in ("sync", "async"):
             raise ValueError(f"durability must be 'sync' or 'async', not {durability!r}")
@@ -138,10 +160,12 @@ class LMDBJournal(_GroupCommit, Journal):
         self.max_map_size = max(max_map_size, map_size)
         self.durability = durability
         self.readonly = readonly
+        self.brief = brief
         self._env: lmdb.Environment | None = None
         self._dbs: dict[str, Any] = {}
         self._handles: tuple[Any, ...] = ()  # the databases a `_Applier` writes, in its order
         self._lock_fd: int | None = None
+        self._brief_fd: int | None = None  # our share of brief.lock, with ``brief``
         self._forked = False
         # The lock guards the three fields below; the condition (on the same
         # lock) wakes the writer thread when a batch starts or on close. The
@@ -159,6 +183,9 @@ class LMDBJournal(_GroupCommit, Journal):
         # Readers hold this while a read transaction is open; the writer takes
         # it to resize the map (set_mapsize needs no transaction open).
         self._read_lock = threading.Lock()
+        # Per thread: the read transaction open there, if any (``txn``), which
+        # a reader nested in it shares (see `reader`).
+        self._reading = threading.local()
         self._inflight = 0  # batches submitted and not yet finished (trio thread)
         # The trio thread's view of the "async" window: transactions queued
         # and not yet finished, and the batches holding them, oldest first
@@ -182,7 +209,7 @@ class LMDBJournal(_GroupCommit, Journal):
             self._open_readonly()
             return
         self._make_private_dir()
-        self._lock_fd = self._take_lock()
+        self._lock_fd = await self._wait_for_lock()
         try:
             self._env = lmdb.open(
                 str(self.path),
@@ -280,9 +307,52 @@ class LMDBJournal(_GroupCommit, Journal):
             raise _format_mismatch(self.path, found)
         _open_journals.add(self)
 
-    def _take_lock(self) -> int:
-        lock_path = self.path / "owner.lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, _FILE_MODE)
+    async def _wait_for_lock(self) -> int:
+        """The owner lock's descriptor, once taken; while a brief holder has
+        it, tried again every `_LOCK_POLL` seconds for up to `LOCK_WAIT`.
+
+        The pauses are real time, in a worker thread: the holder is another
+        program, which a MockClock's virtual time does not move.
+        """
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            fd, brief, holder = self._take_lock()
+            if fd is not None:
+                return fd
+            pid = int(holder) if holder.isdigit() else None
+            by = f" (pid {holder})" if holder else ""
+            if not brief:
+                raise JournalLocked(
+                    f"the journal at {self.path} is owned by another open system{by}; "
+                    "close that system first, or open a different path",
+                    pid=pid,
+                )
+            if time.monotonic() >= deadline:
+                raise JournalLocked(
+                    f"the journal at {self.path} is held by a command-line write{by} that "
+                    f"has not finished within {LOCK_WAIT:g} s; let that command end (or "
+                    "stop it), then open the journal again",
+                    pid=pid,
+                )
+            await trio.to_thread.run_sync(time.sleep, _LOCK_POLL, abandon_on_cancel=True)
+
+    def _take_lock(self) -> tuple[int | None, bool, str]:
+        """One try at the owner lock: its descriptor (with ``brief``, our
+        share of brief.lock is in ``_brief_fd``), or None, whether a brief
+        holder has it, and the pid its file names."""
+        before = self._brief_held()
+        if self.brief:
+            share = os.open(self.path / "brief.lock", os.O_RDWR | os.O_CREAT, _FILE_MODE)
+            try:
+                fcntl.flock(share, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(share)
+                if exc.errno not in _HELD:
+                    raise
+                return None, True, ""  # another opener is asking; try again
+        else:
+            share = None
+        fd = os.open(self.path / "owner.lock", os.O_RDWR | os.O_CREAT, _FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -292,17 +362,32 @@ class LMDBJournal(_GroupCommit, Journal):
             except OSError:
                 pass
             os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise JournalLocked(
-                    f"the journal at {self.path} is owned by another open system"
-                    + (f" (pid {holder})" if holder else "")
-                    + "; close that system first, or open a different path",
-                    pid=int(holder) if holder.isdigit() else None,
-                ) from None
-            raise
+            if share is not None:
+                os.close(share)
+            if exc.errno not in _HELD:
+                raise
+            # Invariant: a brief holder holds brief.lock from before it takes
+            # the owner lock until after it drops it. So if brief.lock was
+            # free both before and after our try, a system held the owner
+            # lock (or a brief holder came and went within those two looks).
+            return None, before or self._brief_held(), holder
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
-        return fd
+        self._brief_fd = share
+        return fd, False, ""
+
+    def _brief_held(self) -> bool:
+        """Whether a brief holder (or another opener asking) holds brief.lock."""
+        fd = os.open(self.path / "brief.lock", os.O_RDWR | os.O_CREAT, _FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in _HELD:
+                raise
+            return True
+        finally:
+            os.close(fd)  # closing the fd drops the flock
+        return False
 
     def holder(self) -> JournalHolder:
         """Whether a system (in any process) holds this journal, and its pid.
@@ -335,6 +420,9 @@ class LMDBJournal(_GroupCommit, Journal):
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the fd drops the flock
             self._lock_fd = None
+        if self._brief_fd is not None:  # after the owner lock: see _take_lock
+            os.close(self._brief_fd)
+            self._brief_fd = None
 
     async def close(self) -> None:
         if self._env is None:
@@ -382,6 +470,14 @@ class LMDBJournal(_GroupCommit, Journal):
     @contextmanager
     def reader(self) -> Iterator[Reader]:
         env = self._check_open()
+        outer = getattr(self._reading, "txn", None)
+        if outer is not None:
+            # A read nested in a read on this thread (``system.get()`` inside
+            # ``journal.read(fn)``): the read lock is taken already, and
+            # taking it again would wait for itself. It reads the outer
+            # snapshot, which the outer reader ends.
+            yield _LMDBReader(outer, self._dbs, self.check_shapes)
+            return
         with self._read_lock:
             try:
                 txn = env.begin(buffers=False)
@@ -390,7 +486,9 @@ class LMDBJournal(_GroupCommit, Journal):
                 # map; adopt its size (no transaction is open here) and retry.
                 env.set_mapsize(0)
                 txn = env.begin(buffers=False)
+            self._reading.txn = txn
             try:
                 yield _LMDBReader(txn, self._dbs, self.check_shapes)
             finally:
+                self._reading.txn = None
                 txn.abort()
