@@ -23,7 +23,7 @@ import trio
 
 from storage import Txn, decode, encode
 from storage._clock import AutojumpHold
-from storage.errors import EncodeError
+from storage.errors import Conflict, EncodeError
 
 from . import _tracing
 from ._effects import Step
@@ -67,6 +67,26 @@ def step_key(address: str, incarnation: int, run: int, name: str, occurrence: in
 
 
 _current: contextvars.ContextVar[StepInfo] = contextvars.ContextVar("actors_step")
+
+
+def _check_lease(actor: ActorAPI) -> None:
+    """On a shared journal, do not run a step's body once this node's lease
+    lapsed since it claimed the instance (it was frozen, or its lease
+    connection was cut): another node may own the instance now, and the
+    attempt just recorded is then that node's to count. Raises what a
+    failed fence raises, so the actor lets go of the instance.
+
+    The check is in memory (the heartbeat keeps the lease term); it narrows
+    the window in which two nodes run one step body, it cannot close it: a
+    node frozen right after it still runs the body when it wakes (see
+    README's limits)."""
+    system = actor.system
+    if system.journal.node is not None and not system.nodes.trusted(actor.iid):
+        raise Conflict(
+            f"{actor.address}: this node's lease lapsed since it claimed the instance; "
+            "the step's body is left to its owner",
+            reason="epoch",
+        )
 
 
 def current_step() -> StepInfo:
@@ -183,6 +203,7 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                 record.key = step.key
                 in_attempt = True
                 await actor.barrier(_log_txn(actor, step.seq, record))
+                _check_lease(actor)
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
                 try:
