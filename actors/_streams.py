@@ -131,8 +131,10 @@ class Stream:
             event = system._status_event(self._iid)
             start, iid = self._next, self._iid
             try:
-                rows, length = await system.journal.read(
-                    lambda r: (r.stream(iid, start, _BATCH), r.stream_length(iid))
+                # (Its status in the same read: on a remote journal, the
+                # trio thread reads nothing itself.)
+                rows, length, row = await system.journal.read(
+                    lambda r: (r.stream(iid, start, _BATCH), r.stream_length(iid), r.instance(iid))
                 )
             except JournalCorrupt as exc:
                 await system._records_damaged(iid, self.address, exc)
@@ -141,7 +143,7 @@ class Stream:
                 self._buffer.extend(rows)
                 self._next = rows[-1][0] + 1
                 continue
-            if system._snapshot(iid)[0] in TERMINAL_STATUSES and self._next >= length:
+            if (row is None or row.status in TERMINAL_STATUSES) and self._next >= length:
                 raise StopAsyncIteration
             await event.wait()
             self._unyielded = 0
