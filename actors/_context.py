@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import inspect
+import sys
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, NoReturn, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from storage import decode, digest, encode
 
@@ -29,6 +30,8 @@ P = ParamSpec("P")
 R = TypeVar("R")  # a child process's result
 T = TypeVar("T")  # a step function's result
 V = TypeVar("V")  # what a step's validate_output returns
+E = TypeVar("E", bound=fx.Effect[Any])  # an effect made for the process
+C = TypeVar("C", bound=fx.Composite[Any])  # a composite made for the process
 
 
 class Context:
@@ -40,6 +43,11 @@ class Context:
     running it, so a process must create effects deterministically: read time
     and randomness through ``ctx``, and make concurrency through
     ``first``/``all``/``settled`` or children, not trio tasks.
+
+    An effect made and then dropped without being awaited (``ctx.step(f)``
+    with no ``await``) raises `ContextError` in the process at its next
+    effect, naming the call and where it was made; one still held when the
+    process returns or continues as new raises it there.
     """
 
     __slots__ = ("_actor",)
@@ -80,6 +88,27 @@ class Context:
                 "use ctx only inside the process function"
             )
         return actor
+
+    # Called last by each method that gives the process an effect to await,
+    # directly (the caller's caller is the code that made the effect).
+
+    def _made(self, effect: E) -> E:
+        """Hand ``effect`` to the process: the driver tracks it until it is awaited."""
+        # Where it was made, cheaply: the code and the instruction offset;
+        # the line is looked up only if the effect is never awaited.
+        frame = sys._getframe(2)
+        effect.made_in = frame.f_code
+        effect.made_at = frame.f_lasti
+        self._actor.driver.made(effect)
+        return effect
+
+    def _joined(self, effect: C) -> C:
+        """As `_made`, for a composite: its children are the composite's now."""
+        frame = sys._getframe(2)
+        effect.made_in = frame.f_code
+        effect.made_at = frame.f_lasti
+        self._actor.driver.joined(effect)
+        return effect
 
     # -- replay-stable values ------------------------------------------------------
 
@@ -124,16 +153,27 @@ class Context:
         in the mailbox."""
         if type(signal) is not Signal:  # (a subclass goes the long way too)
             _check_signals((signal,))
-        return fx.Wait(self._live().driver.next_seq(), (signal,), False)  # pair=False
+        effect: fx.Wait[Any] = fx.Wait(self._live().driver.next_seq(), (signal,), False)
+        return self._made(effect)  # pair=False: the payload
 
-    async def receive(self, *signals: Signal) -> tuple[Signal, Any]:
-        """Wait for the oldest message of any of ``signals``: ``(signal, payload)``."""
+    def receive(self, *signals: Signal) -> fx.Wait[tuple[Signal, Any]]:
+        """An effect that gives the oldest message of any of ``signals`` as
+        ``(signal, payload)``. As `wait`, await it alone or race it::
+
+            which, got = await ctx.first(msg=ctx.receive(paid, status),
+                                         late=ctx.sleep(3600))
+            if which == "msg":
+                signal, payload = got
+
+        Logged as `wait` logs (the signal taken with the payload), so
+        replay gives the same pair.
+        """
         if not signals:
             raise InvalidArguments("ctx.receive needs at least one Signal")
         _check_signals(signals)
         effect: fx.Wait[tuple[Signal, Any]]
         effect = fx.Wait(self._live().driver.next_seq(), signals, True)  # pair=True
-        return await effect
+        return self._made(effect)
 
     # -- request and reply ------------------------------------------------------------
 
@@ -156,20 +196,22 @@ class Context:
         ask = driver.taken
         if ask is not None and not driver.answered(ask):
             ask = None  # answered already: the first reply stands
-        return fx.Reply(driver.next_seq(), digest(value, what="reply"), value, ask)
+        return self._made(fx.Reply(driver.next_seq(), digest(value, what="reply"), value, ask))
 
-    async def ask(
+    def ask(
         self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
-    ) -> Any:
-        """Send ``signal`` to the instance at ``address`` as an ask and give
-        the value its process replies with (``ctx.reply``); durable: the
-        send and the reply are recorded in this process's log, so a restart
-        neither sends it twice nor loses the reply.
+    ) -> fx.Effect[Any]:
+        """An effect that sends ``signal`` to the instance at ``address`` as
+        an ask and gives the value its process replies with (``ctx.reply``);
+        durable: the send and the reply are recorded in this process's log,
+        so a restart neither sends it twice nor loses the reply. Await it
+        alone, or pass it to `first`/`all`/`settled`.
 
         Raises:
-            NotDelivered: no live instance at ``address``, or it ended
-                without replying.
-            AskTimeout: no reply within ``timeout`` seconds (a durable timer).
+            NotDelivered: (when awaited) no live instance at ``address``, or
+                it ended without replying.
+            AskTimeout: (when awaited) no reply within ``timeout`` seconds
+                (a durable timer).
             EncodeError: (at the call) a payload the codec cannot store.
         """
         actor = self._live()
@@ -183,17 +225,23 @@ class Context:
         arg_hash = digest([address, signal.name, payload], what=f"payload of ask {signal.name!r}")
         effect = fx.Ask(seq, arg_hash, address, signal, payload, ask_id)
         if timeout is None:
-            return await effect
-        timer = self.sleep(timeout)
-        which, value = await fx.First([effect, timer], ["reply", "timeout"])
-        if which == "timeout":
-            raise AskTimeout(
-                f"no reply from {address!r} to {signal.name!r} within {timeout} s; a "
-                "late reply is dropped; ask again or raise timeout=",
-                address=address,
-                timeout=timeout,
-            )
-        return value
+            return self._made(effect)
+        within = timeout
+
+        def reply_or_timeout(outcome: tuple[str, Any]) -> Any:
+            which, value = outcome
+            if which == "timeout":
+                raise AskTimeout(
+                    f"no reply from {address!r} to {signal.name!r} within {within} s; a "
+                    "late reply is dropped; ask again or raise timeout=",
+                    address=address,
+                    timeout=within,
+                )
+            return value
+
+        race = self._joined(fx.First([effect, self.sleep(timeout)], ["reply", "timeout"]))
+        shown = f"ctx.ask({address!r}, {signal.name}, timeout={timeout!r})"
+        return self._joined(fx.Then(race, reply_or_timeout, shown))
 
     async def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
@@ -300,7 +348,7 @@ class Context:
                 number from 0 to `MAX_SECONDS` (1,000 years).
         """
         seconds = check_seconds(seconds, "ctx.sleep")
-        return fx.Timer(self._live().driver.next_seq(), digest(seconds), seconds, None)
+        return self._made(fx.Timer(self._live().driver.next_seq(), digest(seconds), seconds, None))
 
     def sleep_until(self, when: _dt.datetime) -> fx.Timer:
         """A durable timer effect, done at ``when`` (an aware datetime; one
@@ -311,7 +359,7 @@ class Context:
                 datetime with a point in time.
         """
         until = check_deadline(when, "ctx.sleep_until")
-        return fx.Timer(self._live().driver.next_seq(), digest(until), None, until)
+        return self._made(fx.Timer(self._live().driver.next_seq(), digest(until), None, until))
 
     # -- steps --------------------------------------------------------------------
 
@@ -422,12 +470,12 @@ class Context:
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         occurrence = actor.driver.occurrence(step_name)
         key = step_key(actor.address, actor.record.incarnation, actor.run, step_name, occurrence)
-        return fx.Step(
+        return self._made(fx.Step(
             actor.driver.next_seq(), step_name, arg_hash, fn, args, kwargs,
             retry=retry, timeout=timeout, compensate=compensate,
             validate_input=validate_input, validate_output=validate_output, key=key,
             thread=thread,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     # -- children -------------------------------------------------------------------
 
@@ -487,7 +535,7 @@ class Context:
         call: fx.Call[Any]
         call = fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
         call.queue = self._queue(queue, priority)
-        return call
+        return self._made(call)
 
     def _queue(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None:
         chosen: tuple[Queue, int] | None = self._live().system.queues.choose(queue, priority)
@@ -527,10 +575,10 @@ class Context:
             self._actor.driver.next_seq(), arg_hash, definition, params, input, address, restart
         )
         spawn.queue = self._queue(queue, priority)
-        return spawn
+        return self._made(spawn)
 
     @overload
-    async def scope(
+    def scope(
         self,
         items: Any,
         proc: ProcessDef[..., R],
@@ -539,10 +587,10 @@ class Context:
         *,
         queue: Queue | str | None = None,
         priority: int = 0,
-    ) -> dict[Any, R]: ...
+    ) -> fx.Effect[dict[Any, R]]: ...
 
     @overload
-    async def scope(
+    def scope(
         self,
         items: Any,
         proc: str,
@@ -551,9 +599,9 @@ class Context:
         *,
         queue: Queue | str | None = None,
         priority: int = 0,
-    ) -> dict[Any, Any]: ...
+    ) -> fx.Effect[dict[Any, Any]]: ...
 
-    async def scope(
+    def scope(
         self,
         items: Any,
         proc: ProcessDef[..., Any] | str,
@@ -562,8 +610,9 @@ class Context:
         *,
         queue: Queue | str | None = None,
         priority: int = 0,
-    ) -> dict[Any, Any]:
-        """One awaited child per item, run concurrently: ``{key(item): result}``.
+    ) -> fx.Effect[dict[Any, Any]]:
+        """An effect: one awaited child per item, run concurrently:
+        ``{key(item): result}``.
 
         A tuple item fills the child's path params; anything else fills its
         single path param. ``input(item)`` (optional) gives the child's
@@ -578,13 +627,18 @@ class Context:
                 siblings are cancelled.
         """
         items, keys = check_scope(items, key)
-        calls = [
-            self.call(proc, *(item if isinstance(item, tuple) else (item,)), queue=queue,
-                      priority=priority, **(input(item) if input is not None else {}))
-            for item in items
-        ]  # fmt: skip
-        values = await fx.All(list(calls), settled=False)
-        return dict(zip(keys, values))
+        calls: list[fx.Effect[Any]] = []
+        try:
+            for item in items:
+                calls.append(self.call(
+                    proc, *(item if isinstance(item, tuple) else (item,)), queue=queue,
+                    priority=priority, **(input(item) if input is not None else {}),
+                ))  # fmt: skip
+        except BaseException:
+            self._actor.driver.unmade(calls)  # the process never gets them
+            raise
+        joined = self._joined(fx.All(calls, settled=False))
+        return self._joined(fx.Then(joined, lambda values: dict(zip(keys, values)), "ctx.scope(...)"))
 
     # -- races and joins ----------------------------------------------------------
 
@@ -595,20 +649,29 @@ class Context:
         deleted, losing waits take nothing, losing steps are cancelled."""
         if not effects:
             raise InvalidArguments("ctx.first needs at least one effect, by name")
-        _check_effects(effects.values())
-        return fx.First(list(effects.values()), list(effects))
+        names = list(effects)
+        race = self._compose(lambda each: fx.First(each, names), list(effects.values()))
+        return self._joined(race)
 
     def all(self, *effects: fx.Effect[Any]) -> fx.All:
         """Run the effects together; their values in argument order. The
         failure of the lowest-numbered failing effect is raised (the rest are
         cancelled)."""
-        _check_effects(effects)
-        return fx.All(list(effects), settled=False)
+        return self._joined(self._compose(lambda each: fx.All(each, settled=False), [*effects]))
 
     def settled(self, *effects: fx.Effect[Any]) -> fx.All:
         """Run the effects together; an `Outcome` for each, never raising."""
-        _check_effects(effects)
-        return fx.All(list(effects), settled=True)
+        return self._joined(self._compose(lambda each: fx.All(each, settled=True), [*effects]))
+
+    def _compose(self, make: Callable[[list[fx.Effect[Any]]], C], children: list[Any]) -> C:
+        """``make(children)``, once they are known to be effects; if it
+        raises, the process no longer holds them as unawaited."""
+        try:
+            _check_effects(children)
+            return make(children)
+        except BaseException:
+            self._actor.driver.unmade(children)  # refused: the process has them no more
+            raise
 
     # -- output -------------------------------------------------------------------------
 
@@ -620,29 +683,31 @@ class Context:
         Raises:
             EncodeError: (at the call) a value the codec cannot store.
         """
-        return fx.Emit(self._live().driver.next_seq(), digest(value, what="emitted value"), value)
+        seq = self._live().driver.next_seq()
+        return self._made(fx.Emit(seq, digest(value, what="emitted value"), value))
 
     def publish(self, exports: Any) -> fx.Publish:
         """Replace this instance's exports (`Handle.exports`, `Handle.watch`).
 
         Durable before watchers see it; kept across restarts and continue-as-new.
         """
-        return fx.Publish(self._live().driver.next_seq(), digest(exports, what="exports"), exports)
+        seq = self._live().driver.next_seq()
+        return self._made(fx.Publish(seq, digest(exports, what="exports"), exports))
 
     # -- the run --------------------------------------------------------------------
 
-    async def continue_as_new(self, **input: Any) -> NoReturn:
-        """End this run and start a fresh one under the same id with ``input``.
+    def continue_as_new(self, **input: Any) -> fx.ContinueAsNew:
+        """An effect that, awaited, ends this run and starts a fresh one
+        under the same id with ``input``.
 
         The log is dropped (replay cost stays bounded); unread messages, the
         stream, cursors and exports carry over; the run's timers are deleted.
-        Never returns."""
+        Awaiting it never returns; it cannot go into `first`/`all`/`settled`."""
         actor = self._live()
         actor.proc.check_input(tuple(actor.record.params), input)
         # The next run gets its input as stored, never the objects of this one.
         input = decode(encode(input, what="input"))
-        await fx.ContinueAsNew(actor.driver.next_seq(), input)
-        raise AssertionError("unreachable: continue_as_new never returns")  # pragma: no cover
+        return self._made(fx.ContinueAsNew(actor.driver.next_seq(), input))
 
 
 def _check_signals(signals: tuple[Signal, ...]) -> None:
@@ -657,4 +722,9 @@ def _check_effects(effects: Any) -> None:
             raise InvalidArguments(
                 f"ctx.first/all/settled take effects (ctx.wait(...), ctx.sleep(...), "
                 f"ctx.step(...), ...), got {effect!r}"
+            )
+        if type(effect) is fx.ContinueAsNew:
+            raise InvalidArguments(
+                "ctx.continue_as_new(...) ends the run, so it races and joins nothing: "
+                "await it alone"
             )

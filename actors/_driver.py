@@ -14,7 +14,11 @@ non-determinism checks:
 
 - each effect must match the log entry at its position (kind, name and
   argument hash), else `NonDeterminismError`;
-- a run that ends (returns or raises) must have consumed its whole log.
+- a run that ends (returns or raises) must have consumed its whole log;
+- every effect `Context` handed the process must be awaited (alone or in a
+  `first`/`all`/`settled`): one dropped unawaited raises `ContextError` in
+  the process at its next effect, one still unawaited when the run returns
+  or continues as new fails it there (see `Driver.made`).
 
 What ran before. An activation that loads a run which ran before re-runs
 code an earlier activation already ran, up to the first effect replay
@@ -28,7 +32,8 @@ it (see `Driver.patched`).
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+import sys
+from collections.abc import Coroutine, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -117,7 +122,7 @@ class Driver:
 
     __slots__ = (
         "owner", "address", "log", "last", "seq", "occurrences", "taken", "taken_seq",
-        "unanswered", "patches", "rerun",
+        "unanswered", "patches", "rerun", "fresh",
     )  # fmt: skip
 
     def __init__(self, owner: Owner, address: str) -> None:
@@ -137,6 +142,11 @@ class Driver:
         # from a load of a run that ran before, up to the first effect
         # begun live. A run made in memory never ran before.
         self.rerun = False
+        # Invariant: fresh holds the effects `Context` handed the coroutine
+        # that it has neither awaited nor put in a composite, in the order
+        # made: None, the one such effect (the usual case: made, then
+        # awaited at once, costs no list), or a list.
+        self.fresh: Effect[Any] | list[Effect[Any]] | None = None
         self._reset_run_state()
 
     def _reset_run_state(self) -> None:
@@ -156,6 +166,7 @@ class Driver:
         self.last = max(log, default=0)  # the last logged position
         self.seq = 0
         self.occurrences = None
+        self.fresh = None
         # The run ran before if it logged anything, or if it suspended: only
         # a suspension writes "suspended" (and a run's start, restart or
         # continue-as-new writes "running" with the run, in one commit), so
@@ -226,6 +237,81 @@ class Driver:
         """Number a new effect."""
         self.seq += 1
         return self.seq
+
+    # -- effects made and not yet awaited --------------------------------------------
+
+    def made(self, effect: Effect[Any]) -> None:
+        """The coroutine was handed ``effect``: it must await it (alone or in
+        a composite) before it returns. One it drops unawaited raises
+        `ContextError` at its next effect (see `forgotten`)."""
+        fresh = self.fresh
+        if fresh is None:
+            self.fresh = effect
+        elif isinstance(fresh, list):
+            fresh.append(effect)
+        else:
+            self.fresh = [fresh, effect]
+
+    def joined(self, composite: fx.Composite[Any]) -> None:
+        """As `made`, for a composite: its children are its to await now."""
+        self.unmade(composite.children)
+        self.made(composite)
+
+    def unmade(self, effects: list[Effect[Any]]) -> None:
+        """Stop tracking ``effects`` (a composite took them, or the process
+        never got them: the call that made them raised half-way)."""
+        fresh = self.fresh
+        if fresh is None or not effects:
+            return
+        if not isinstance(fresh, list):
+            if any(fresh is effect for effect in effects):
+                self.fresh = None
+            return
+        taken = {id(effect) for effect in effects}
+        self._keep([each for each in fresh if id(each) not in taken])
+
+    def _keep(self, effects: list[Effect[Any]]) -> None:
+        self.fresh = None if not effects else effects[0] if len(effects) == 1 else effects
+
+    def forgotten(self, awaited: object, ending: bool) -> ContextError | None:
+        """The coroutine awaits ``awaited`` (None: it returned); the error
+        naming the effects it was handed and will never await, if any.
+
+        Those are the ones nothing refers to any more (the coroutine dropped
+        them: ``ctx.step(charge)`` without ``await``) and, when ``ending``
+        (the run returns or continues as new), all the rest. An effect the
+        coroutine still holds may yet be awaited; so it is kept. Reference
+        counts are deterministic, so replay raises at the same effect."""
+        # Counted below: no reference but the list `pending` may remain here
+        # (so the caller keeps none either).
+        fresh, self.fresh = self.fresh, None
+        pending = [
+            each for each in (fresh if isinstance(fresh, list) else (fresh,))
+            if each is not None and each is not awaited
+        ]  # fmt: skip
+        del fresh
+        lost: list[Effect[Any]] = []
+        kept: list[Effect[Any]] = []
+        if ending:
+            lost = pending
+        else:
+            for each, count in zip(pending, _refcounts(pending)):
+                # A composite is referred to by its children's parent pointers too.
+                own = len(each.children) if isinstance(each, fx.Composite) else 0
+                (lost if count <= _ALONE + own else kept).append(each)
+        self._keep(kept)
+        if not lost:
+            return None
+        made = " and ".join(f"{each.as_call()} made at {each.made_where()}" for each in lost)
+        if len(lost) == 1:
+            return ContextError(
+                f"{made} was never awaited, so it never ran: await it, or pass it to "
+                "ctx.first/all/settled"
+            )
+        return ContextError(
+            f"{made} were never awaited, so they never ran: await each, or pass them to "
+            "ctx.first/all/settled"
+        )
 
     def occurrence(self, name: str) -> int:
         """Count one more step called ``name`` in this run: 1 for the first."""
@@ -336,6 +422,7 @@ class Driver:
         send: Any = None
         throw: BaseException | None = None
         replayed = 0
+        self.fresh = None
         try:
             while True:
                 if host.interrupt is not None:
@@ -352,6 +439,11 @@ class Driver:
                     finally:
                         _guard.running = None
                 except StopIteration as stop:
+                    if self.fresh is not None:
+                        forgotten = self.forgotten(None, ending=True)
+                        if forgotten is not None:
+                            await host.fail(forgotten)
+                            return
                     await host.complete(stop.value)
                     return
                 except (Interrupted, Passivated):
@@ -365,6 +457,14 @@ class Driver:
                     await host.fail(exc)
                     return
                 send = throw = None
+                if self.fresh is not None:  # (no local: `forgotten` counts references)
+                    if self.fresh is effect:  # made, then awaited at once: the usual case
+                        self.fresh = None
+                    else:
+                        ending = type(effect) is fx.ContinueAsNew
+                        throw = self.forgotten(effect, ending)
+                        if throw is not None:
+                            continue
                 if type(effect) is fx.ContinueAsNew:
                     coro.close()
                     following = await host.continue_as_new(effect)
@@ -447,6 +547,15 @@ class _Checker:
             self.driver.check_consumed()
         except NonDeterminismError as exc:
             self.problem = exc
+
+
+def _refcounts(objects: Sequence[object]) -> list[int]:
+    return [sys.getrefcount(each) for each in objects]
+
+
+# What `_refcounts` gives for an object only its list refers to: measured
+# through the same code, so it holds for any interpreter that counts references.
+_ALONE = _refcounts([object()])[0]
 
 
 def _settle_tree(effect: fx.Composite[Any]) -> bool:

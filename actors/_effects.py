@@ -10,8 +10,10 @@ outcome follows from their children's.
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Callable, Generator
-from typing import Any, Generic, TypeVar
+from types import CodeType
+from typing import Any, Generic, NoReturn, TypeVar
 
 from ._log import LogEntry
 from ._records import Outcome, Retry, Signal
@@ -25,8 +27,13 @@ class Effect(Generic[T]):
 
     ``Effect[T]``: awaiting it gives a ``T`` (for type checkers)."""
 
-    __slots__ = ("seq", "name", "hash", "done", "value", "error", "parent")
+    # made_in, made_at: the code object and instruction offset that made the
+    # effect, set by `Context` (never by __init__: a replay pays nothing for
+    # them); read only to say where a forgotten effect was made.
+    __slots__ = ("seq", "name", "hash", "done", "value", "error", "parent", "made_in", "made_at")
     kind = "effect"
+    made_in: CodeType
+    made_at: int
 
     # Subclasses call ``Effect.__init__(self, ...)``, not ``super().__init__``:
     # a replay makes one effect per log entry, and super() costs one more call.
@@ -57,6 +64,21 @@ class Effect(Generic[T]):
         """A log entry with kind, name and argument hash: what replay compares."""
         return LogEntry(self.kind, self.name, self.hash)
 
+    def as_call(self) -> str:
+        """The call that made it, as process code reads: ``ctx.emit(...)``."""
+        return f"ctx.{self.kind}({self.name!r})" if self.name else f"ctx.{self.kind}(...)"
+
+    def made_where(self) -> str:
+        """``file:line`` of the code that made it (``?`` if `Context` did not say)."""
+        try:
+            code, offset = self.made_in, self.made_at
+        except AttributeError:
+            return "?"
+        for start, end, line in code.co_lines():
+            if start <= offset < end and line is not None:
+                return f"{code.co_filename}:{line}"
+        return f"{code.co_filename}:{code.co_firstlineno}"  # pragma: no cover
+
     def __repr__(self) -> str:
         return f"<{self.kind} effect #{self.seq} {self.name!r}>"
 
@@ -79,6 +101,10 @@ class Wait(Effect[T]):
                 return signal
         return None
 
+    def as_call(self) -> str:
+        names = ", ".join(signal.name for signal in self.signals)
+        return f"ctx.receive({names})" if self.pair else f"ctx.wait({names})"
+
 
 class Call(Wait[T]):
     """An awaited child: done when the child's end message arrives."""
@@ -99,6 +125,9 @@ class Call(Wait[T]):
         self.address = address
         self.creating = False
         self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
+
+    def as_call(self) -> str:
+        return f"ctx.call({self.address!r})"
 
 
 class Spawn(Effect[T]):
@@ -140,6 +169,9 @@ class Ask(Wait[Any]):
         self.payload = payload
         self.ask_id = ask_id
 
+    def as_call(self) -> str:
+        return f"ctx.ask({self.address!r}, {self.signal.name})"
+
 
 class Reply(Effect[None]):
     """``ctx.reply``: answer the ask ``ask`` (``[id, reply-to, node]``), or,
@@ -152,6 +184,9 @@ class Reply(Effect[None]):
         Effect.__init__(self, seq, ask[0] if ask is not None else "", hash)
         self.payload = payload
         self.ask = ask
+
+    def as_call(self) -> str:
+        return "ctx.reply(...)"
 
 
 class Marker(Effect[Any]):
@@ -238,6 +273,14 @@ class Timer(Effect[None]):
         self.until = until
         self.due: float | None = None
 
+    def as_call(self) -> str:
+        if self.until is None:
+            delay = self.delay
+            shown = int(delay) if delay is not None and delay.is_integer() else delay
+            return f"ctx.sleep({shown!r})"
+        when = _dt.datetime.fromtimestamp(self.until, tz=_dt.timezone.utc)
+        return f"ctx.sleep_until({when.isoformat()})"
+
 
 class Step(Effect[T]):
     """Run ``fn`` at least once and record its result exactly once."""
@@ -276,6 +319,9 @@ class Step(Effect[T]):
         self.key = key
         self.scope: Any = None  # the trio.CancelScope of a live run
 
+    def as_call(self) -> str:
+        return f"ctx.step({self.name})"
+
 
 class Recorded(Effect[Any]):
     """A value computed once and replayed: ``ctx.now()``, ``random()``, ``uuid()``."""
@@ -287,7 +333,7 @@ class Recorded(Effect[Any]):
         self.kind = kind
 
 
-class ContinueAsNew(Effect[Any]):
+class ContinueAsNew(Effect[NoReturn]):
     """End this run and start a fresh one under the same id with new input."""
 
     __slots__ = ("input",)
@@ -350,6 +396,10 @@ class First(Composite[tuple[str, Any]]):
                 return True
         return False
 
+    def as_call(self) -> str:
+        named = zip(self.names or (), self.children)
+        return f"ctx.first({', '.join(f'{name}={each.as_call()}' for name, each in named)})"
+
 
 class All(Composite[list[Any]]):
     """``all``: a list of values, or the error of the lowest-numbered failure.
@@ -389,3 +439,39 @@ class All(Composite[list[Any]]):
                 self.value = [c.value for c in self.children]
             return True
         return False
+
+    def as_call(self) -> str:
+        verb = "settled" if self.settled else "all"
+        return f"ctx.{verb}({', '.join(each.as_call() for each in self.children)})"
+
+
+class Then(Composite[T]):
+    """One child's value passed through ``fn`` (which may raise instead):
+    what ``ctx.ask(..., timeout=)`` and ``ctx.scope`` give. The child's
+    error passes through unchanged. As any composite, it logs nothing of its
+    own, so replay decides it from the child's outcome again."""
+
+    __slots__ = ("fn", "call")
+    kind = "then"
+
+    def __init__(self, child: Effect[Any], fn: Callable[[Any], T], call: str) -> None:
+        Composite.__init__(self, [child], None)
+        self.fn = fn
+        self.call = call  # what as_call says
+
+    def settle_from_children(self, child: Effect[Any] | None = None) -> bool:
+        only = self.children[0]
+        if not only.done:
+            return False
+        self.done = True
+        if only.error is not None:
+            self.error = only.error
+        else:
+            try:
+                self.value = self.fn(only.value)
+            except Exception as exc:  # noqa: BLE001 - raised in the process, as if it ran there
+                self.error = exc
+        return True
+
+    def as_call(self) -> str:
+        return self.call
