@@ -243,9 +243,9 @@ class Context:
         shown = f"ctx.ask({address!r}, {signal.name}, timeout={timeout!r})"
         return self._joined(fx.Then(race, reply_or_timeout, shown))
 
-    async def send(
+    def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
-    ) -> None:
+    ) -> fx.Send:
         """Send ``signal`` with ``payload`` to the mailbox of the instance at
         ``address`` (this one's own included), durably and once.
 
@@ -273,9 +273,9 @@ class Context:
             InvalidArguments: (at the call) not a Signal, or an address or
                 key that is not a non-empty name without control characters.
         """
-        await _sends.new_send(self._live(), address, signal, payload, key)
+        return self._made(_sends.new_send(self._live(), address, signal, payload, key))
 
-    async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
+    def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> Awaitable[None]:
         """Send many messages, ``(address, signal, payload)`` each, in one
         commit with this effect's log entry: all of them are stored, or none.
 
@@ -292,8 +292,9 @@ class Context:
                 ``(address, Signal, payload)``.
         """
         effect = _sends.new_send_many(self._live(), messages)
-        if effect is not None:  # (no messages: nothing to send or record)
-            await effect
+        if effect is None:  # (no messages: nothing to send or record)
+            return _nothing()
+        return self._made(effect)
 
     # -- versioning -------------------------------------------------------------------
 
@@ -728,3 +729,14 @@ def _check_effects(effects: Any) -> None:
                 "ctx.continue_as_new(...) ends the run, so it races and joins nothing: "
                 "await it alone"
             )
+        if type(effect) is fx.Send or type(effect) is fx.SendMany:
+            # A send is written with its log entry whatever a race decides,
+            # so a replay could pick another winner than the live run did.
+            raise InvalidArguments(
+                "ctx.send(...) and ctx.send_many(...) take effect where they are awaited, "
+                "so they race and join nothing: await them alone"
+            )
+
+
+async def _nothing() -> None:
+    """What ``ctx.send_many([])`` awaits: nothing is sent or recorded."""

@@ -426,3 +426,31 @@ async def test_sigkill_while_sending_one_by_one_loses_and_repeats_nothing(tmp_pa
     assert acked <= set(taken), sorted(acked - set(taken))[:20]
     assert list(range(COUNT)) == taken, f"seed {seed}: {duplicates} duplicates, lost {lost[:20]}"
     assert COUNT + 1 == stored  # every item once, and done: nothing was ever stored twice
+
+
+@process("careless/:name")
+async def careless(ctx: Context, name: str, *, how: str) -> str:
+    if how == "forgotten":
+        ctx.send("inbox/c", item, 1)  # no await: it must not pass silently
+        await ctx.sleep(1)
+    else:
+        await ctx.first(sent=ctx.send("inbox/c", item, 1), late=ctx.sleep(1))
+    return "over"
+
+
+@pytest.mark.parametrize(
+    ("how", "words"),
+    [
+        ("forgotten", "ctx.send('inbox/c') made at"),
+        ("raced", "take effect where they are awaited, so they race and join nothing"),
+    ],
+)
+async def test_a_send_must_be_awaited_alone(any_opener, autojump_clock, how, words):
+    async with any_opener(inbox, careless) as system:
+        await system.start(inbox, "c")
+        handle = await system.start(careless, "x", how=how)
+        with pytest.raises(actors.ProcessFailed, match="ContextError|InvalidArguments") as failed:
+            await handle.result()
+        assert words in str(failed.value)
+        with system.journal.reader() as r:
+            assert [] == r.mailbox(instance_id("inbox/c"))  # nothing was sent
