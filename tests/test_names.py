@@ -147,11 +147,6 @@ async def test_non_ascii_path_params_with_control_characters_are_refused(make_jo
         assert len(PRINTABLE) == len(await addresses(system))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ActorSystem._start (actors/_system.py) skips check_text for ASCII params; "
-    "it should skip it only for `param.isascii() and param.isprintable()`",
-)
 async def test_ascii_path_params_with_control_characters_are_refused(make_journal):
     async with open_on(make_journal, job) as system:
         for param in ("a\x00b", "\x00", "line\n", "tab\t", "del\x7f"):
