@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
 from storage import LIVE_STATUSES, CorruptRecord, InstanceRecord, InstanceRow, Txn, instance_id
 from storage._parking import Parking
-from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
+from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
 from ._instance import Actor, LoadedState, read_state
@@ -39,6 +40,8 @@ YIELD_EVERY = 256  # items a long loop handles between schedule points
 STALL_RETRY_FIRST = 1.0  # seconds; see Activation._resume_stalled
 STALL_RETRY_MAX = 60.0
 ENDS_KEPT = 10_000  # ended instances whose final state is kept for handle reads
+STUCK_NAMED = 20  # instances of one unregistered process named at open; then a count
+HOLD_BATCH = 2_000  # writes per transaction marking instances stuck at open
 
 
 class Activation(_SystemAPI):
@@ -50,6 +53,7 @@ class Activation(_SystemAPI):
     _routed_absent: set[bytes]
     _creating: dict[bytes, trio.Event]
     _foreign: set[bytes]
+    _said_stuck: dict[bytes, str]
     _ends: OrderedDict[bytes, tuple[str, InstanceRecord]]
     _stalled_iids: set[bytes]
     _resuming: bool
@@ -207,13 +211,9 @@ class Activation(_SystemAPI):
             return None
         proc = self._procs.get(row.process)
         if proc is None:
-            self._foreign.add(iid)
-            log.warning(
-                "instance %r belongs to process %r, which this system does not register; "
-                "it stays on disk until a system that registers it opens the journal",
-                row.address,
-                row.process,
-            )
+            if iid not in self._foreign:  # said once (at open, for a local journal)
+                self._foreign.add(iid)
+                _events.unregistered(row.address, row.process)
             return None
         if iid in self._live:
             return None  # a concurrent activation won: claiming again would fence it out
@@ -273,6 +273,13 @@ class Activation(_SystemAPI):
         if not self._resuming:
             self._resuming = True
             self._spawn_system_task(self._resume_stalled)
+
+    def _stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None:
+        """``actor``'s replay is stuck (``held``, see `Ends.diverge`): it left
+        memory suspended. Said once per reason: mail to it replays it again."""
+        if self._said_stuck.get(actor.iid) != held:
+            self._said_stuck[actor.iid] = held
+            _events.stuck(actor.address, held, exc)
 
     async def _resume_stalled(self) -> None:
         # One task for every stalled instance, backing off while the journal
@@ -407,12 +414,15 @@ class Activation(_SystemAPI):
             await trio.sleep(self.takeover_interval)
 
     async def _recover(self) -> None:
-        def scan(r: Any) -> tuple[list[bytes], list[tuple[bytes, str, str]], list[CorruptRecord]]:
-            wanted = []
-            orphans = []
+        procs = self._procs
+        # On a shared journal another node may run what this one does not register.
+        local = not self.journal.shared
+
+        def scan(r: Any) -> _Found:
+            found = _Found()
             # One bad record must not keep the system (and every other
             # instance) down: the scan goes past each and reports it here.
-            broken: list[CorruptRecord] = []
+            broken = found.broken
             # (Queued ones too: a queued child whose parent ended is cancelled,
             # not started later; the rest wait for their queue's pump.)
             for status in sorted(LIVE_STATUSES | {"queued"}):
@@ -420,28 +430,90 @@ class Activation(_SystemAPI):
                     parent = row.record.parent
                     gone = _parent_gone(r, parent) if parent else None
                     if gone is not None:
-                        orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
+                        found.orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
                         continue
-                    if status == "running" or row.record.last_error:
-                        wanted.append(row.iid)
-            wanted.extend(r.instances_with_mail())
-            return wanted, orphans, broken
+                    if status in LIVE_STATUSES:
+                        if local and row.process not in procs:
+                            found.unregistered.append(row)
+                            continue
+                        found.live.add(row.iid)
+                    held = row.record.held
+                    if status == "running" or row.record.last_error or held:
+                        found.wanted[row.iid] = held
+            for iid in r.instances_with_mail():
+                found.wanted.setdefault(iid, None)
+            return found
 
-        wanted, orphans, broken = await self.journal.read(scan)
-        for bad in broken:
+        found = await self.journal.read(scan)
+        for bad in found.broken:
             _events.corrupt(bad.address or bad.iid.hex(), bad.error, at_open=True)
             await self._set_corrupt(bad.iid, bad.error)
         # A child whose parent ended while the system was down is not stranded.
-        for iid, address, reason in orphans:
+        for iid, address, reason in found.orphans:
             try:
                 await self._cancel_iid(iid, address, reason)
             except JournalFull as exc:  # the next open (with room) finishes it
                 log.error("could not cancel %r (%s): %s", address, reason, exc)
-        _events.opened(self.journal, resumed=len(wanted), orphans=len(orphans), corrupt=len(broken))
-        for n, iid in enumerate(wanted, 1):
+        await self._hold_unregistered(found.unregistered)
+        # Stuck as an earlier run recorded (held by this system's own
+        # processes): replayed on this code all the same, each warning again
+        # if it is still stuck (see Ends.diverge).
+        stuck = Counter(
+            _events.held_kind(held)
+            for held in found.wanted.values()
+            if held and _events.held_kind(held) != _events.UNREGISTERED
+        )
+        stuck[_events.UNREGISTERED] += len(found.unregistered)
+        recorded_stuck = sum(stuck.values()) - len(found.unregistered)
+        resumed = sum(iid in found.live for iid in found.wanted) - recorded_stuck
+        _events.opened(
+            self.journal, resumed=resumed, stuck=stuck, orphans=len(found.orphans),
+            corrupt=len(found.broken),
+        )  # fmt: skip
+        for n, iid in enumerate(found.wanted, 1):
             self._activate(iid)
             if n % YIELD_EVERY == 0:
                 await trio.lowlevel.checkpoint()  # let the first ones start running
+
+    async def _hold_unregistered(self, rows: list[InstanceRow]) -> None:
+        """Say that the instances of ``rows`` cannot run here (their process
+        is not registered), and record it (``held``, ``last_error``) for
+        `list`, `show` and handles; a system that registers the process
+        clears it when it runs them (see `Actor._load`)."""
+        named: Counter[str] = Counter()
+        txn = Txn()
+        for row in rows:
+            self._foreign.add(row.iid)
+            named[row.process] += 1
+            if named[row.process] <= STUCK_NAMED:
+                _events.unregistered(row.address, row.process)
+            held = _events.held_unregistered(row.process)
+            if row.record.held == held:
+                continue  # recorded at an earlier open
+            record = row.record.evolve(
+                held=held, last_error=_events.unregistered_fix(row.address, row.process)
+            )
+            txn.require(row.iid, LIVE_STATUSES)
+            txn.put_instance(
+                row.iid, address=row.address, process=row.process, status=row.status,
+                record=record,
+            )  # fmt: skip
+            if len(txn.ops) >= HOLD_BATCH:
+                await self._commit_held(txn)
+                txn = Txn()
+        for process, count in named.items():
+            if count > STUCK_NAMED:
+                _events.unregistered_more(process, count - STUCK_NAMED)
+        if txn.ops:
+            await self._commit_held(txn)
+
+    async def _commit_held(self, txn: Txn) -> None:
+        try:
+            await self.journal.commit(txn)
+        except (Conflict, JournalFull) as exc:
+            # The marks only inform list, show and handles (the warnings are
+            # out); the next open writes them again.
+            log.error("could not record which instances are stuck: %s", exc)
 
     async def _shutdown(self) -> None:
         # Closing is not a cancel: instances stay as they are in the journal
@@ -455,6 +527,21 @@ class Activation(_SystemAPI):
                 except Exception:  # noqa: BLE001
                     log.exception("could not flush %r on close", actor.address)
 
+
+
+@attrs.define
+class _Found:
+    """What recovery's scan of the journal found."""
+
+    #: instances to activate, with the ``held`` each was recorded with (None: not stuck)
+    wanted: dict[bytes, str | None] = attrs.Factory(dict)
+    #: the live instances among those of registered processes
+    live: set[bytes] = attrs.Factory(set)
+    #: live instances of processes this system does not register (local journals)
+    unregistered: list[InstanceRow] = attrs.Factory(list)
+    #: (iid, address, why) of children whose parent ended
+    orphans: list[tuple[bytes, str, str]] = attrs.Factory(list)
+    broken: list[CorruptRecord] = attrs.Factory(list)
 
 
 def _parent_gone(r: Any, parent: str) -> str | None:

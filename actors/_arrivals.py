@@ -73,12 +73,16 @@ class Arrivals(_ActorAPI):
             self._act_on_request()
         elif name == CANCEL.name:
             self.txn.take_message(self.iid, seq)
-            self.cancel(payload["reason"])
+            self.cancel(payload["reason"], compensate=bool(payload.get("compensate")))
 
-    def cancel(self, reason: str) -> None:
-        """Ask the driver to cancel the instance at its next suspension."""
-        if self.interrupt is None or self.interrupt[0] != "cancel":
-            self.interrupt = ("cancel", reason)
+    def cancel(self, reason: str, *, compensate: bool = False) -> None:
+        """Ask the driver to cancel the instance at its next suspension;
+        with ``compensate``, running its saga compensations first."""
+        interrupt = self.interrupt
+        if interrupt is None or interrupt[0] != "cancel":
+            self.interrupt = ("cancel", reason, compensate)
+        elif compensate and not interrupt[2]:  # the first reason stays; compensating is asked
+            self.interrupt = ("cancel", interrupt[1], True)
         self._act_on_request()
 
     def corrupted(self, exc: JournalCorrupt) -> None:

@@ -16,10 +16,11 @@ import trio
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, Txn
 from storage.errors import Conflict
 
-from . import _asks, _protocol
+from . import _asks, _protocol, _saga
 from . import _supervision as _sup
 from ._log import children_named
 from ._queues import waiting_rows
+from .errors import UnknownProcess
 
 if TYPE_CHECKING:
     from ._instance import Actor
@@ -35,8 +36,11 @@ class Cancels(_SystemAPI):
     _live: dict[bytes, Actor]
     _activating: set[bytes]
     _cancelling: dict[bytes, trio.Event]
+    _closing: bool
 
-    async def _cancel_iid(self, iid: bytes, address: str, reason: str) -> bool:
+    async def _cancel_iid(
+        self, iid: bytes, address: str, reason: str, *, compensate: bool = False
+    ) -> bool:
         # Invariant: a cancel wins over a restart. An actor told to cancel
         # while it crashes may still write its restart and leave memory
         # (the next run waits out a delay in _activate_later, or is being
@@ -45,7 +49,7 @@ class Cancels(_SystemAPI):
         while True:
             actor = self._live.get(iid)
             if actor is not None and not actor.done:
-                actor.cancel(reason)
+                actor.cancel(reason, compensate=compensate)
                 while not actor.done and self._live.get(iid) is actor:
                     await self._status_event(iid).wait()
                 if actor.done and actor.status not in LIVE_STATUSES:
@@ -67,33 +71,46 @@ class Cancels(_SystemAPI):
             self._activating.add(iid)  # _activate leaves it alone while this is written
             self._cancelling[iid] = writing = trio.Event()
             try:
-                return await self._cancel_on_disk(iid, address, reason)
+                done = await self._cancel_on_disk(iid, address, reason, compensate)
             finally:
                 del self._cancelling[iid]
                 self._activating.discard(iid)
                 writing.set()
+            if done is not None:
+                return done
+            if self._closing:
+                return False  # it compensates, and ends cancelled, after the next open
+            self._activate(iid)  # to run its compensations; it ends cancelled after them
 
-    async def _cancel_on_disk(self, iid: bytes, address: str, reason: str) -> bool:
+    async def _cancel_on_disk(
+        self, iid: bytes, address: str, reason: str, compensate: bool = False
+    ) -> bool | None:
         """Cancel an instance that is not in memory here (the caller holds
-        off its activation)."""
+        off its activation). None: it runs its compensations first, as
+        recorded now (or before), once activated."""
         row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
         if row is None or row.status not in UNFINISHED_STATUSES:
             return False
         if row.status == "queued":
-            return await self._cancel_queued(row, address, reason)
+            return await self._cancel_queued(row, address, reason, compensate)
+        compensating = self._compensates(row, compensate)
         epoch = await self.journal.claim(iid)
         if epoch is None:
-            return await self._cancel_remote(iid, address, reason)
+            return await self._cancel_remote(iid, address, reason, compensate)
+        if compensating and row.record.failure is not None:
+            return None  # compensating already: it ends once they have run
         # Depth first: its children go before it records its own end.
         children = children_named(log)
         await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         fence = epoch if self.journal.shared else None
         txn, notices = _protocol.cancel_txn(
-            [_protocol.Cancel(row, timers, reason, fence)], self.epoch_now()
+            [_protocol.Cancel(row, timers, reason, fence, compensate=compensating)],
+            self.epoch_now(),
         )
-        # Every ask it owes an answer hears that it ended without one.
+        # Every ask it owes an answer hears that it ended without one (one
+        # that compensates first: those its run took; its end, the unread).
         mail = await self.journal.read(lambda r: r.mailbox(iid))
-        owed = _asks.unanswered_on_disk(log, mail)
+        owed = _asks.unanswered_on_disk(log, () if compensating else mail)
         answers = [_asks.answer(self, txn, ask, {"ended": "cancelled"}) for ask in owed]
         try:
             results = await self.journal.commit(txn)
@@ -104,9 +121,33 @@ class Cancels(_SystemAPI):
             self._route(notice.iid, results[notice.slot], notice.message)
         for after in answers:
             after(results)
-        return True
+        return None if compensating else True
 
-    async def _cancel_queued(self, row: Any, address: str, reason: str) -> bool:
+    def _compensates(self, row: Any, compensate: bool) -> bool:
+        """Whether cancelling the live instance of ``row`` runs its pending
+        saga compensations first: asked for, its process says so
+        (``compensate_on_cancel``), or it is compensating already. Only a
+        system that registers its process can run them.
+
+        Raises:
+            UnknownProcess: they were asked for, but its process is not registered here.
+        """
+        if row.status not in LIVE_STATUSES or not _saga.pending(row.record):
+            return False
+        proc = self._procs.get(row.process)
+        if proc is None:
+            if compensate:
+                raise UnknownProcess(
+                    f"cannot run the compensations of {row.address!r} here: its process "
+                    f"{row.process!r} is not registered by this system; pass it in "
+                    "open_system(processes=[...]), or cancel without compensate=True"
+                )
+            return False
+        return compensate or proc.compensate_on_cancel or row.record.failure is not None
+
+    async def _cancel_queued(
+        self, row: Any, address: str, reason: str, compensate: bool = False
+    ) -> bool | None:
         """Cancel a queued instance: nothing runs it, so no node need own it;
         it leaves its queue in the same transaction."""
         iid = row.iid
@@ -120,15 +161,20 @@ class Cancels(_SystemAPI):
         try:
             results = await self.journal.commit(txn)
         except Conflict:
-            return await self._cancel_on_disk(iid, address, reason)
+            return await self._cancel_on_disk(iid, address, reason, compensate)
         self._status_changed(iid)
         for notice in notices:
             self._route(notice.iid, results[notice.slot], notice.message)
         return True
 
-    async def _cancel_remote(self, iid: bytes, address: str, reason: str) -> bool:
+    async def _cancel_remote(
+        self, iid: bytes, address: str, reason: str, compensate: bool = False
+    ) -> bool:
         """Cancel an instance another live node owns: ask it, and wait (a while)."""
-        await self._send_system(iid, address, _sup.CANCEL, {"reason": reason})
+        payload: dict[str, Any] = {"reason": reason}
+        if compensate:
+            payload["compensate"] = True
+        await self._send_system(iid, address, _sup.CANCEL, payload)
         with trio.move_on_after(10):
             while True:
                 row = await self.journal.read(lambda r: r.instance(iid))

@@ -90,7 +90,7 @@ class Controlled(Protocol):
     async def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
     ) -> None: ...
-    async def cancel(self, address: str) -> bool: ...
+    async def cancel(self, address: str, *, compensate: bool = False) -> bool: ...
     async def resume_compensation(self, address: str) -> bool: ...
     async def abandon_compensation(self, address: str) -> bool: ...
     async def cleanup(self, older_than: float, statuses: Iterable[str] = ...) -> int: ...
@@ -343,7 +343,10 @@ async def _send(system: Controlled, request: dict[str, Any]) -> None:
 
 
 async def _cancel(system: Controlled, request: dict[str, Any]) -> bool:
-    return await system.cancel(_text(request, "address"))
+    compensate = request.get("compensate", False)
+    if not isinstance(compensate, bool):
+        raise _BadRequest(f"'compensate' must be true or false, not {compensate!r}")
+    return await system.cancel(_text(request, "address"), compensate=compensate)
 
 
 async def _resume(system: Controlled, request: dict[str, Any]) -> bool:

@@ -137,11 +137,11 @@ class Ends(_ActorAPI):
         children = {**children_named(self.driver.log), **self.children}
         self.children = {}
         await _sup.cancel_children(self.system, children, reason)
-        if self.proc.compensate_on_cancel and _saga.pending(self.record):
+        # (Asked for by this cancel, or by another that came during the cascade.)
+        asked = self.interrupt is not None and self.interrupt[0] == "cancel" and self.interrupt[2]
+        if (self.proc.compensate_on_cancel or asked) and _saga.pending(self.record):
             self.record = self.record.evolve(reason=detail)
-            await self._finish_compensation(
-                {"type": "actors.errors.ProcessCancelled", "message": detail}, "cancelled"
-            )
+            await self._finish_compensation(_protocol.cancel_failure(detail), "cancelled")
             return
         txn = Txn()
         self.put_record(txn, "cancelled", reason=detail, last_error=None)
@@ -175,13 +175,16 @@ class Ends(_ActorAPI):
             after(results)
 
     async def diverge(self, exc: BaseException) -> None:
-        """Keep the instance suspended with ``last_error`` (never failed or lost)."""
+        """Keep the instance suspended with ``last_error`` and ``held`` (never
+        failed or lost), and say so (see `_events.stuck`)."""
+        held = _events.held_diverged(exc)
         txn = Txn()
-        self.put_record(txn, "suspended", last_error=f"{type(exc).__name__}: {exc}")
+        self.put_record(txn, "suspended", last_error=f"{type(exc).__name__}: {exc}", held=held)
         self.status = "suspended"
         await self.barrier(txn, durable=True)
         self.system._status_changed(self.iid)
         self.system._forget(self)
+        self.system._stuck(self, held, exc)
 
     async def continue_as_new(self, effect: fx.ContinueAsNew) -> Coroutine[Any, Any, Any]:
         """End this run and start the next with ``effect.input``; its coroutine."""

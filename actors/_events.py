@@ -11,10 +11,13 @@ Levels:
 
 - WARNING: a process or child crashed (with the exception), a restart
   (which instance, count, strategy, delay), a lease lost (each instance the
-  node lets go of), an instance given up because another node took it over.
+  node lets go of), an instance given up because another node took it over,
+  an instance stuck (kept from running until the code or the system's
+  configuration changes: see `held_diverged`, `held_unregistered`).
 - ERROR: a top-level process failed, a child failed past its parent's
   restart limit, an instance parked ``compensation_stuck``, a corrupt record.
-- INFO: the system opened (with what recovery found) and closed.
+- INFO: the system opened (with what recovery found: resumed, stuck by
+  kind, orphans, corrupt) and closed.
 - DEBUG: messages delivered to live instances and effects completed. These
   are on the hot path: callers check `debug_enabled` once (the system
   caches it when it opens) and call `delivered`/`effect_done` only then,
@@ -28,12 +31,16 @@ text, never as the object: its ``__str__`` is user code and may raise.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from . import _tracing
 from ._records import exception_text
 
 __all__ = [
+    "NON_DETERMINISM",
+    "UNREGISTERED",
+    "UNFIT_INPUT",
     "closing",
     "compensation_stuck",
     "corrupt",
@@ -43,11 +50,18 @@ __all__ = [
     "effect_done",
     "failed",
     "gave_up",
+    "held_diverged",
+    "held_kind",
+    "held_unregistered",
     "lease_lost",
     "opened",
     "restarting",
     "sibling_restarting",
+    "stuck",
     "taken_over",
+    "unregistered",
+    "unregistered_fix",
+    "unregistered_more",
 ]
 
 _system = logging.getLogger("actors.system")
@@ -80,11 +94,22 @@ def _journal(journal: Any) -> str:
     return f"{name}({str(path)!r})" if path is not None else name
 
 
-def opened(journal: Any, *, resumed: int, orphans: int, corrupt: int) -> None:
-    """INFO: the system opened ``journal`` and recovery found this much."""
+def opened(
+    journal: Any, *, resumed: int, stuck: Mapping[str, int], orphans: int, corrupt: int
+) -> None:
+    """INFO: the system opened ``journal`` and recovery found this much.
+
+    ``stuck`` counts the live instances that cannot run, by kind (`held_kind`):
+    those of processes this system does not register, and those recorded
+    stuck by an earlier run (non-determinism, input that does not fit), which
+    are replayed on this code all the same and warn again if still stuck.
+    """
+    total = sum(stuck.values())
+    kinds = ", ".join(f"{stuck[kind]} {kind}" for kind in _KINDS if stuck.get(kind))
     _system.info(
-        "system opened on %s: %d instance(s) to resume, %d orphaned child(ren) to "
-        "cancel, %d corrupt", _journal(journal), resumed, orphans, corrupt, extra=_at(None),
+        "system opened on %s: resumed %d, stuck %d%s, %d orphaned child(ren) to cancel, "
+        "%d corrupt", _journal(journal), resumed, total, f" ({kinds})" if kinds else "",
+        orphans, corrupt, extra=_at(None),
     )  # fmt: skip
 
 
@@ -197,3 +222,73 @@ def effect_done(address: str, seq: int, kind: str, error: BaseException | None) 
             "effect %d (%s) of %r raised %s", seq, kind, address, _summary(error),
             extra=_at(address),
         )  # fmt: skip
+
+
+# -- stuck instances ------------------------------------------------------------------
+#
+# A live instance that cannot run until its code or the system's configuration
+# changes is kept as it is (never failed or lost) with its record's ``held``
+# saying why in a few words, which `list`, `show` and the web inspector show
+# as "stuck: <held>". Its handle's result() keeps waiting: a redeploy resumes it.
+
+UNREGISTERED = "unregistered process"
+NON_DETERMINISM = "non-determinism"
+UNFIT_INPUT = "input that does not fit"
+_KINDS = (UNREGISTERED, NON_DETERMINISM, UNFIT_INPUT)  # in the order the INFO line counts them
+
+
+def held_unregistered(process: str) -> str:
+    """``held`` of an instance whose process the system does not register."""
+    return f"process {process!r} not registered"
+
+
+def held_diverged(exc: BaseException) -> str:
+    """``held`` of an instance whose replay raised ``exc`` (a
+    `NonDeterminismError`, or `InvalidArguments` for stored params or input
+    the function does not take)."""
+    position = getattr(exc, "position", None)
+    if isinstance(position, int):
+        return f"{NON_DETERMINISM} at effect {position}"
+    return "its stored params or input do not fit the code"
+
+
+def held_kind(held: str) -> str:
+    """The kind of a ``held`` text, as the open's INFO line counts them."""
+    if held.startswith("process "):
+        return UNREGISTERED
+    if held.startswith(NON_DETERMINISM):
+        return NON_DETERMINISM
+    return UNFIT_INPUT
+
+
+_UNREGISTERED_TEXT = (
+    "instance %r belongs to process %r, which this system does not register: pass it "
+    "in open_system(processes=[...]); until then it stays as it is on disk and result() waits"
+)
+
+
+def unregistered_fix(address: str, process: str) -> str:
+    """The warning's text, which is also the ``last_error`` recorded, for an
+    instance whose process is not registered."""
+    return _UNREGISTERED_TEXT % (address, process)
+
+
+def unregistered(address: str, process: str) -> None:
+    """WARNING: the instance is stuck: its process is not registered here."""
+    _system.warning(_UNREGISTERED_TEXT, address, process, extra=_at(address))
+
+
+def unregistered_more(process: str, count: int) -> None:
+    """WARNING: ``count`` more instances of ``process`` are stuck, beyond those named."""
+    _system.warning(
+        "and %d more instance(s) of process %r, which this system does not register: "
+        "pass it in open_system(processes=[...])", count, process, extra=_at(None),
+    )  # fmt: skip
+
+
+def stuck(address: str, held: str, error: BaseException) -> None:
+    """WARNING: replaying the instance raised ``error`` (whose message names
+    the fix); it is kept suspended, ``held``."""
+    _instance.warning(
+        "instance %r is stuck (%s): %s", address, held, _summary(error), extra=_at(address)
+    )

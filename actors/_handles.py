@@ -7,7 +7,7 @@ from typing import Any, Generic, TypeVar, cast
 
 import trio
 
-from storage import TERMINAL_STATUSES, InstanceRecord, instance_id
+from storage import LIVE_STATUSES, TERMINAL_STATUSES, InstanceRecord, instance_id
 
 from . import _guard
 from ._interfaces import SystemAPI
@@ -80,10 +80,28 @@ class Handle(Generic[R]):
         """Why the instance is stuck (e.g. a `NonDeterminismError`), or None."""
         return self._system._snapshot(self._iid)[1].last_error
 
+    @property
+    def stuck(self) -> str | None:
+        """Why the live instance cannot run until its code or the system's
+        configuration changes, in a few words (``"non-determinism at effect
+        4"``, ``"process 'shipment/:id' not registered"``; `last_error` has
+        the whole story and the fix); None if nothing holds it. A stuck
+        instance is neither failed nor lost: it runs again once fixed code,
+        or a system that registers its process, opens the journal."""
+        status, record = self._system._snapshot(self._iid)
+        if record.incarnation != self._incarnation or status not in LIVE_STATUSES:
+            return None
+        return record.held
+
     async def result(self) -> R:
         """Wait for the instance to finish and return its result.
 
-        Follows continue-as-new runs and restarts.
+        Follows continue-as-new runs and restarts. A stuck instance (see
+        `stuck`: its replay met non-determinism, or its process is not
+        registered) is not finished, and this keeps waiting: code that fits,
+        once deployed, resumes it, and then it finishes. To stop waiting on
+        one, read `stuck` (the system also logs a warning naming the fix)
+        and bound the wait, e.g. ``with trio.move_on_after(...)``.
 
         Raises:
             ProcessFailed: it failed; the message carries the original
@@ -159,14 +177,15 @@ class Handle(Generic[R]):
                 return
             await self._changed(event)
 
-    async def cancel(self) -> bool:
-        """Cancel the instance; see `ActorSystem.cancel`."""
+    async def cancel(self, *, compensate: bool = False) -> bool:
+        """Cancel the instance; with ``compensate=True`` it runs its pending
+        saga compensations first. See `ActorSystem.cancel`."""
         _guard.refuse(
             "handle.cancel()",
             "a child ends with its parent; to stop one earlier, send it a signal it "
             "handles",
         )
-        return await self._system.cancel(self._address)
+        return await self._system.cancel(self._address, compensate=compensate)
 
     async def status_changes(self) -> AsyncIterator[str]:
         """Yield the current status, then each new one, ending after a

@@ -149,7 +149,7 @@ class Actor(Ends, Arrivals):
         self.epoch = epoch  # ownership epoch every write is fenced with (shared journals)
         self.fenced = system.journal.shared
         self.mailbox = Mailbox(remember_taken=self.fenced)
-        # ("cancel", reason) | ("restart", reason) | ("escalate", payload, mseq)
+        # ("cancel", reason, compensate) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: tuple[Any, ...] | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
         # The live work of a leaf awaited alone, for wait_for to run in the
@@ -237,6 +237,10 @@ class Actor(Ends, Arrivals):
         self.record = row.record
         self.run = run = row.record.run
         self.persisted_status = row.status
+        if row.record.held is not None:
+            # Stuck until now: a fresh try, on this code and in a system that
+            # registers its process. Still stuck, its replay says so again.
+            self.update_record(held=None, last_error=None)
         self.driver.load(log)
         _tracing.loaded(self, mail)
         for seq, name, payload in self.mailbox.reload(floor, mail):

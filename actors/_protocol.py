@@ -108,6 +108,8 @@ class Cancel:
     ``epoch`` fences the write on a shared journal (`Journal.claim`); None
     writes unfenced (single-owner journals, the CLI). ``states``: state rows
     that go with it (a queued instance's waiting entry, see `_queues.waiting_rows`).
+    ``compensate``: a live instance with saga compensations pending runs
+    them first (see `cancel_txn`); the caller has checked that it has some.
     """
 
     row: InstanceRow
@@ -115,6 +117,13 @@ class Cancel:
     reason: str
     epoch: int | None = None
     states: Sequence[str] = ()
+    compensate: bool = False
+
+
+def cancel_failure(reason: str) -> dict[str, Any]:
+    """The failure a cancel that compensates is recorded with (the error
+    record of the `ProcessCancelled` its ``result()`` raises)."""
+    return {"type": "actors.errors.ProcessCancelled", "message": reason}
 
 
 # -- messages -----------------------------------------------------------------------
@@ -417,7 +426,12 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
     their parent), each on condition that it is still unfinished.
 
     Per instance: the cancelled record (with the reason), its timers
-    removed, and the end message to its parent if one awaits it.
+    removed, and the end message to its parent if one awaits it. One that
+    compensates (`Cancel.compensate`) is recorded compensating instead:
+    running, with the cancel as its ``failure`` and ``failure_end``
+    "cancelled", as `_saga.compensate` records it, so whichever system runs
+    it next runs its pending compensations, newest first, then ends it
+    cancelled and tells its parent (see `Actor.main`).
 
     Raises:
         EncodeError: a record holds a value this process cannot encode.
@@ -426,17 +440,24 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
     notices: list[Notice] = []
     for cancel in cancels:
         row = cancel.row
-        record = row.record.evolve(reason=cancel.reason, updated=now, last_error=None)
+        record = row.record.evolve(reason=cancel.reason, updated=now, last_error=None, held=None)
         txn.require(row.iid, UNFINISHED_STATUSES)
         if cancel.epoch is not None:
             txn.fence(row.iid, cancel.epoch)
-        txn.put_instance(
-            row.iid, address=row.address, process=row.process, status="cancelled", record=record
-        )
         for timer in cancel.timers:
             txn.cancel_timer(row.iid, timer.run, timer.seq)
         for key in cancel.states:  # a queued instance leaves its queue
             txn.delete_state(key)
+        if cancel.compensate:
+            record = record.evolve(failure=cancel_failure(cancel.reason), failure_end="cancelled")
+            txn.put_instance(
+                row.iid, address=row.address, process=row.process, status="running",
+                record=record,
+            )  # fmt: skip
+            continue
+        txn.put_instance(
+            row.iid, address=row.address, process=row.process, status="cancelled", record=record
+        )
         notice = end_notice(txn, row.address, record, "cancelled", now)
         if notice is not None:
             notices.append(notice)

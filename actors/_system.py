@@ -115,6 +115,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         self._routed_absent: set[bytes] = set()
         self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
         self._foreign: set[bytes] = set()  # instances of processes not registered here
+        self._said_stuck: dict[bytes, str] = {}  # see _stuck
         # (An OrderedDict: dropping the oldest of a plain dict, del d[next(iter(d))],
         # scans the slots emptied before it, ~1.5 us a time at 10k entries.)
         self._ends: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()  # see _ended
@@ -459,21 +460,39 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
             return None
         return Handle(self, iid, address, row.record.incarnation)
 
-    async def cancel(self, address: str) -> bool:
-        """Cancel the instance at ``address``.
+    async def cancel(self, address: str, *, compensate: bool = False) -> bool:
+        """Cancel the instance at ``address`` (and its live children, first).
 
         A cancel wins over a restart: an instance that crashes as the cancel
         comes, or is waiting out its restart delay, ends cancelled and does
         not run again.
 
-        Returns True once it is recorded as cancelled (also when another
-        cancel of it was under way); False if there was nothing live to
-        cancel (it had ended, or ended otherwise meanwhile, e.g. failed past
-        its restart limit). A cancelled address can be started afresh.
+        Saga compensations run on a cancel only when asked: by default a
+        cancelled instance's registered compensations never run (they run
+        when it fails). With ``compensate=True`` (or for a process defined
+        with ``compensate_on_cancel=True``) it runs its pending
+        compensations first, newest first, as after a failure: the cancel is
+        recorded before the first one starts, so a restart of the system
+        meanwhile finishes them (each that returned is not run again), and
+        it ends cancelled after the last. Its children are cancelled as usual.
+
+        Args:
+            address: the instance's address.
+            compensate: run its pending compensations before it ends.
+
+        Returns True once it is recorded as cancelled (after its
+        compensations, if it ran them; also when another cancel of it was
+        under way); False if there was nothing live to cancel (it had ended,
+        or ended otherwise meanwhile, e.g. failed past its restart limit),
+        or a compensation gave up and parked it ``compensation_stuck``. A
+        cancelled address can be started afresh.
 
         Raises:
             JournalCorrupt: the instance's records do not decode; the error
                 names the database and key of the one that fails.
+            UnknownProcess: ``compensate=True``, and its process is not
+                registered by this system, which cannot run them (nothing is
+                written).
         """
         _guard.refuse(
             "system.cancel()",
@@ -482,7 +501,9 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         iid = self._address_iid(address, "cancel's address")
         if self._snapshot(iid)[0] == "corrupt":
             raise self._corrupt_error(iid, address)
-        return await self._cancel_iid(iid, address, "cancelled by system.cancel")
+        return await self._cancel_iid(
+            iid, address, "cancelled by system.cancel", compensate=compensate
+        )
 
     def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` in the background; a full or lost journal runs it

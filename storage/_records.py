@@ -80,6 +80,10 @@ class InstanceRecord:
     reason: str | None = None
     #: why a live instance is suspended or stuck (e.g. a NonDeterminismError)
     last_error: str | None = None
+    #: why a live instance cannot run until its code or the system's
+    #: configuration changes, in a few words ("non-determinism at effect 4",
+    #: "process 'shipment/:id' not registered"); cleared when it runs again
+    held: str | None = None
 
     # -- saga
     #: the failure being compensated, and the end it leads to ("failed", "cancelled")
@@ -207,6 +211,7 @@ _READ: dict[str, tuple[str, tuple[type, ...]]] = {
     "restart": ("restart", (str, _NONE)), "restarts": ("restarts", (list,)),
     "result": ("result", ()), "error": ("error", (dict, _NONE)),
     "reason": ("reason", (str, _NONE)), "last_error": ("last_error", (str, _NONE)),
+    "held": ("held", (str, _NONE)),
     "failure": ("failure", (dict, _NONE)), "failure_end": ("failure_end", (str, _NONE)),
     "stuck": ("stuck", (dict, _NONE)), "abandoned": ("abandoned", (bool,)),
     "compensations": ("compensations", (list,)), "compensated": ("compensated", (list,)),

@@ -307,7 +307,10 @@ def test_show_results_errors_streams_exports_and_compensations(journal):
     ]
     assert "ValueError" in saga["error"]["traceback"]
     trip = run_cli(journal, "show", "trips/t-1").stdout
-    assert "Compensations: 1 (1 pending)" in trip
+    assert (
+        "Compensations: 1 — registered; run only if the instance fails (or is cancelled "
+        "with --compensate)\n  registered book -> tests.test_cli:unbook  attempts 0"
+    ) in trip
 
     cancelled = run_json(journal, "show", "approvals/a-2")
     assert "cancelled by system.cancel" == cancelled["reason"]
@@ -443,6 +446,7 @@ def test_cancel_refuses_pending_compensations_unless_forced(journal):
     done = run_cli(journal, "cancel", "trips/t-1")
     assert 1 == done.returncode
     assert "saga compensations are pending in trips/t-1 (1)" in done.stderr
+    assert "pass --compensate to run them before it ends cancelled" in done.stderr
     assert "suspended" == run_json(journal, "show", "trips/t-1")["status"]
     done = run_cli(journal, "cancel", "trips/t-1", "--force")
     assert 0 == done.returncode and "compensations not run (--force): trips/t-1" in done.stdout
@@ -887,4 +891,4 @@ def test_resume_and_abandon_a_stuck_compensation_without_a_system(tmp_path):
     resumed = run_json(path, "show", "stuck/s-1")
     assert ("failed", ["done"]) == (resumed["status"], [c["state"] for c in resumed["compensations"]])
     abandoned = run_json(path, "show", "stuck/s-2")
-    assert ("failed", ["pending"]) == (abandoned["status"], [c["state"] for c in abandoned["compensations"]])
+    assert ("failed", ["abandoned"]) == (abandoned["status"], [c["state"] for c in abandoned["compensations"]])

@@ -169,7 +169,7 @@ async def test_open_and_close_are_info_with_what_recovery_found(opener, caplog):
     path = repr(str(opener.path))
     assert [
         ("actors.system", logging.INFO, None,
-         f"system opened on LMDBJournal({path}): 0 instance(s) to resume, 0 orphaned "
+         f"system opened on LMDBJournal({path}): resumed 0, stuck 0, 0 orphaned "
          "child(ren) to cancel, 0 corrupt"),
         ("actors.system", logging.INFO, None,
          f"system closing on LMDBJournal({path}): 2 live instance(s) stay as they are and "
@@ -180,7 +180,7 @@ async def test_open_and_close_are_info_with_what_recovery_found(opener, caplog):
         pass
     # The step cut short by the close runs again; the waiting one stays on disk.
     assert (
-        f"system opened on LMDBJournal({path}): 1 instance(s) to resume, 0 orphaned "
+        f"system opened on LMDBJournal({path}): resumed 1, stuck 0, 0 orphaned "
         "child(ren) to cancel, 0 corrupt"
     ) == events(caplog)[0][3]
 

@@ -135,13 +135,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="an idempotency key: a second send with the same key to the same "
                    "incarnation stores nothing")  # fmt: skip
 
-    p = command("cancel", "cancel a live instance and its children")
+    p = command("cancel", "cancel a live instance and its children (--compensate: undo "
+                "its saga steps first)")
     p.add_argument("address", help=_ADDRESS)
     p.add_argument("--reason", default=DEFAULT_REASON,
                    help="the reason recorded (a running system records its own)")  # fmt: skip
     p.add_argument("--force", action="store_true",
                    help="with no system running: cancel even with saga compensations "
                    "pending (they do not run)")  # fmt: skip
+    p.add_argument("--compensate", action="store_true",
+                   help="run the instance's pending saga compensations (newest first, as "
+                   "after a failure) before it ends cancelled; by default a cancel runs "
+                   "none. With no system running they run when one that runs its process "
+                   "next opens the journal")  # fmt: skip
 
     p = command("resume-compensation", "retry a stuck saga compensation where it stopped")
     p.add_argument("address", help=_ADDRESS + "; its status is compensation_stuck")

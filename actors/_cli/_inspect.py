@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from storage import (
-    InstanceRecord,
     LIVE_STATUSES,
     STATUSES,
     TERMINAL_STATUSES,
@@ -54,6 +53,8 @@ _FAR = 100 * 365 * 86400.0  # past every timer: `stats` counts them all
 
 def _detail(row: InstanceRow) -> str:
     record = row.record
+    if record.held and row.status in LIVE_STATUSES:
+        return f"stuck: {record.held}"  # what keeps it from running, in a few words
     if record.last_error:
         text = str(record.last_error)
     elif row.status == "failed":
@@ -263,8 +264,10 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
                 for name, pos in sorted(cursors.items())
             },
         },
+        "stuck": record.held if row.status in LIVE_STATUSES else None,
         "restarts": record.restarts,
-        "compensations": _compensations(record),
+        "compensations": _compensations(row),
+        "compensations_fate": _compensations_fate(row),
         "compensation_failure": record.stuck,
     }
 
@@ -297,17 +300,67 @@ def _mail_item(seq: int, message: Any) -> dict[str, Any]:
     return {"seq": seq, "signal": signal_label(message[0]), "payload": message[1], "sent": sent}
 
 
-def _compensations(record: InstanceRecord) -> list[dict[str, Any]]:
+# What becomes of a compensation that has not run, by the instance's status:
+# "registered" (live: it runs only if the instance fails, or on a cancel
+# that compensates), "to run" (compensating now), "stuck" (the one that gave
+# up) and "waiting" (those after it), "not run" (the instance ended without
+# running it), "abandoned" (an operator ended the instance without it).
+def _unrun_state(row: InstanceRow) -> str:
+    record = row.record
+    if row.status == "compensation_stuck":
+        return "waiting"
+    if row.status in TERMINAL_STATUSES:
+        return "abandoned" if record.abandoned else "not run"
+    return "to run" if record.failure is not None else "registered"
+
+
+def _compensations(row: InstanceRow) -> list[dict[str, Any]]:
+    record = row.record
     done = set(record.compensated)
     attempts: Mapping[Any, int] = record.comp_attempts  # looked up by ids that may be None
+    unrun = _unrun_state(row)
+    # Compensations run newest first: the one that gave up is the newest not done.
+    stuck = next((c.get("id") for c in reversed(record.compensations) if c.get("id") not in done),
+                 None) if row.status == "compensation_stuck" else None  # fmt: skip
     return [
         {"step": c.get("name"), "function": c.get("fn"), "args": c.get("args"),
          "kwargs": c.get("kwargs"), "step_result": c.get("result"),
-         "state": "done" if c.get("id") in done else "pending",
+         "state": "done" if c.get("id") in done else "stuck" if c.get("id") == stuck else unrun,
          "attempts": attempts.get(c.get("id"), 0), "possibly_applied": c.get("possibly_applied"),
          "key": c.get("id")}
         for c in record.compensations
     ]  # fmt: skip
+
+
+def _compensations_fate(row: InstanceRow) -> str | None:
+    """What has become, or will become, of the instance's compensations, in
+    words (None without any): `show` and the web inspector print it."""
+    record = row.record
+    total = len(record.compensations)
+    if not total:
+        return None
+    done = len(set(record.compensated) & {c.get("id") for c in record.compensations})
+    left = total - done
+    after = "the cancel" if record.failure_end == "cancelled" else "the failure"
+    status = row.status
+    if status == "compensation_stuck":
+        return (f"stuck with {done} of {total} run, newest first, after {after}; "
+                "resume-compensation retries it, abandon-compensation ends the instance "
+                "failed without the rest")  # fmt: skip
+    if status in LIVE_STATUSES or status == "queued":
+        if record.failure is not None:
+            return f"running after {after}, newest first: {done} done, {left} to run"
+        return "registered; run only if the instance fails (or is cancelled with --compensate)"
+    if not left:
+        ended = {"cancelled": "the cancel", "failed": "the failure"}.get(status, "the end")
+        return f"all run, newest first, after {ended}"
+    if record.abandoned:
+        return f"abandoned by an operator: {left} of {total} never run"
+    ended = {"completed": "completed", "cancelled": "was cancelled"}.get(status, status)
+    ran = f"{done} run, {left} " if done else ""
+    return f"{ran}not run: the instance {ended}" + (
+        " (without --compensate)" if status == "cancelled" else ""
+    )
 
 
 # -- stats --------------------------------------------------------------------------

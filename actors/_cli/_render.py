@@ -227,6 +227,8 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
         since = place["since"]
         field("queued in", f"{place['queue']} (priority {place['priority']}) since "
               f"{local_time(since)} ({relative(since, now)})")  # fmt: skip
+    if doc["stuck"]:
+        field("stuck", f"{doc['stuck']} (it runs again once fixed; last error says how)")
     if doc["last_error"]:
         field("last error", str(doc["last_error"]))
     if doc["reason"]:
@@ -290,11 +292,10 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
         out.append(f"Exports (version {doc['exports_version']}): {compact(doc['exports'], 200)}")
     comps = doc["compensations"]
     if comps:
-        pending = sum(c["state"] == "pending" for c in comps)
-        out.append(f"Compensations: {len(comps)} ({pending} pending)")
+        out.append(f"Compensations: {len(comps)} — {doc['compensations_fate']}")
         for c in comps:
             maybe = ", step may have applied" if c["possibly_applied"] else ""
-            out.append(f"  {c['state']:<8} {c['step']} -> {c['function']}  "
+            out.append(f"  {c['state']:<10} {c['step']} -> {c['function']}  "
                        f"attempts {c['attempts']}{maybe}")  # fmt: skip
         if doc["compensation_failure"]:
             out.append(f"  stuck on: {error_text(doc['compensation_failure'])}")

@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from storage import (
+    LIVE_STATUSES,
     STATUS_WORDS,
     TERMINAL_STATUSES,
     UNFINISHED_STATUSES,
@@ -117,27 +120,30 @@ async def send(args: argparse.Namespace) -> int:
 
 
 async def cancel(args: argparse.Namespace) -> int:
-    """``actors cancel``: cancel a live instance and its live descendants."""
+    """``actors cancel``: cancel a live instance and its live descendants;
+    with ``--compensate``, the instance runs its pending saga compensations
+    first (by default a cancel runs none)."""
     path = journal_dir(args)
     held: JournalLocked | None = None
+    compensate: bool = args.compensate
     try:
         async with writing(path) as journal:
             with journal.reader() as r:
                 root, plan = _cancel_plan(r, args, path)
+            to_run = _saga.pending(root.record) if compensate and root.status in LIVE_STATUSES else []
+            if to_run:  # it compensates when a system that runs its process opens the journal
+                plan[-1] = attrs.evolve(plan[-1], compensate=True)
             pending = _pending(plan)
             if pending and not args.force:
-                which = ", ".join(f"{a} ({n})" for a, n in pending)
-                raise CLIError(
-                    f"not cancelled: saga compensations are pending in {which}, and only "
-                    "the application can run them; cancel through the application "
-                    "(system.cancel), or pass --force to cancel without compensating"
-                )
+                raise CLIError(_refusal(root, pending, compensate))
             with journal.reader() as r:  # the asks they owe an answer (see actors._asks)
                 owed = [
                     ask
                     for c in plan
                     for ask in _asks.unanswered_on_disk(
-                        r.entries(c.row.iid, c.row.record.run), r.mailbox(c.row.iid)
+                        r.entries(c.row.iid, c.row.record.run),
+                        # (one that compensates first answers its unread ones as it ends)
+                        () if c.compensate else r.mailbox(c.row.iid),
                     )
                 ]
             try:  # one transaction for the whole subtree
@@ -154,28 +160,45 @@ async def cancel(args: argparse.Namespace) -> int:
             except Conflict as exc:  # pragma: no cover - we hold the journal
                 raise CLIError(f"not cancelled: {exc}; try again") from None
         reason = args.reason
+        ran: list[tuple[str, str]] = []
+        not_run = [(a, name) for a, names in pending for name in names]
     except JournalLocked as exc:
-        held, pending = exc, []  # the application runs the compensations
+        held = exc  # the application runs the compensations
         async with reading(path) as journal:
             with journal.reader() as r:
                 root, plan = _cancel_plan(r, args, path)
         done = await through_system(
             path, held, "cancel", doing=f"cancel {args.address!r}", instead="cancel",
-            address=args.address,
+            address=args.address, **({"compensate": True} if compensate else {}),
         )  # fmt: skip
-        if not done:
-            raise CLIError(f"nothing to cancel at {args.address!r}: it ended meanwhile")
         async with reading(path) as journal:
             with journal.reader() as r:
-                after = read_row(r, root.iid)
-        reason = after.record.reason if after is not None else None
+                after = {c.row.iid: read_row(r, c.row.iid) for c in plan}
+        last = after[root.iid]
+        if not done:
+            if last is not None and last.status == "compensation_stuck":
+                raise CLIError(
+                    f"{args.address} was cancelled through {owner(held)}, but a compensation "
+                    f"gave up: {last.record.last_error}; it is parked compensation_stuck: fix "
+                    f"the cause and run 'actors resume-compensation {args.address}' to retry "
+                    f"it, or 'actors abandon-compensation {args.address}' to end it failed "
+                    "without the rest"
+                )
+            raise CLIError(f"nothing to cancel at {args.address!r}: it ended meanwhile")
+        reason = last.record.reason if last is not None else None
         if args.reason != DEFAULT_REASON:
             print(f"actors: --reason is not recorded through a running system: it records "
                   f"{reason!r}", file=sys.stderr)  # fmt: skip
+        ran, not_run = _fates(plan, after)
+        to_run, pending = [], []
     cancelled = [c.row.address for c in plan]
     descendants = cancelled[:-1]
     doc = {"cancelled": cancelled, "address": args.address, "reason": reason,
-           "uncompensated": [a for a, _ in pending],
+           "uncompensated": sorted({a for a, _ in not_run}),
+           "compensations": {
+               "ran": [{"address": a, "step": s} for a, s in ran],
+               "not_run": [{"address": a, "step": s} for a, s in not_run],
+               "to_run": [{"address": root.address, "step": c["name"]} for c in to_run]},
            "through_system": held is not None}  # fmt: skip
 
     def render() -> str:
@@ -184,12 +207,67 @@ async def cancel(args: argparse.Namespace) -> int:
         if descendants:
             lines.append(f"and its {counted(len(descendants), 'live descendant')}, children first:")
             lines += [f"  {a}" for a in descendants]
-        if pending:
-            lines.append("compensations not run (--force): " + ", ".join(a for a, _ in pending))
+        if to_run:
+            lines.append(
+                f"its {counted(len(to_run), 'compensation')} ({', '.join(c['name'] for c in to_run)}) "
+                f"run first, newest first, when a system that runs {root.process!r} next opens "
+                "this journal; it is running until then, and ends cancelled after them"
+            )  # fmt: skip
+        if ran:
+            lines.append(f"ran {counted(len(ran), 'compensation')} first, newest first: "
+                         + ", ".join(f"{a}: {s}" for a, s in ran))  # fmt: skip
+        if not_run:
+            why = "--force" if pending else "a cancel runs them only with --compensate"
+            lines.append(f"compensations not run ({why}): "
+                         + ", ".join(f"{a}: {s}" for a, s in not_run))  # fmt: skip
+        elif not ran and not to_run:
+            lines.append("no compensations to run")
         return "\n".join(lines)
 
     emit(args, doc, render)
     return OK
+
+
+def _refusal(root: InstanceRow, pending: list[tuple[str, list[str]]], compensate: bool) -> str:
+    """Why an offline cancel that would drop pending compensations does not write."""
+    which = ", ".join(f"{a} ({len(names)})" for a, names in pending)
+    own = any(a == root.address for a, _ in pending)
+    if own and root.status == "compensation_stuck":
+        fix = (
+            f"its compensation is stuck: 'resume-compensation {root.address}' retries it, "
+            f"'abandon-compensation {root.address}' ends it failed without the rest; or pass "
+            "--force to cancel without compensating"
+        )
+    elif own and not compensate:
+        fix = (
+            "pass --compensate to run them before it ends cancelled (when a system that "
+            "runs its process next opens this journal), or --force to cancel without "
+            "compensating"
+        )
+    else:
+        fix = (
+            "cancel each of those with --compensate first (a descendant's are not run by "
+            "its ancestor's cancel), or pass --force to cancel without compensating them"
+        )
+    return (
+        f"not cancelled: saga compensations are pending in {which}, and a cancel does not "
+        f"run them by default; {fix}"
+    )
+
+
+def _fates(
+    plan: list[_protocol.Cancel], after: dict[bytes, InstanceRow | None]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The compensations pending in ``plan`` before a cancel that ran
+    through the system, as (address, step): (those it ran, those it did not)."""
+    ran: list[tuple[str, str]] = []
+    not_run: list[tuple[str, str]] = []
+    for c in plan:
+        row = after.get(c.row.iid)
+        finished = set(row.record.compensated) if row is not None else set()
+        for comp in _saga.pending(c.row.record):
+            (ran if comp["id"] in finished else not_run).append((c.row.address, comp["name"]))
+    return ran, not_run
 
 
 def _cancel_plan(
@@ -211,10 +289,11 @@ def _cancel_plan(
     return root, plan
 
 
-def _pending(plan: list[_protocol.Cancel]) -> list[tuple[str, int]]:
-    """(address, how many) of the saga compensations pending in ``plan``."""
-    return [(c.row.address, len(_saga.pending(c.row.record))) for c in plan
-            if _saga.pending(c.row.record)]  # fmt: skip
+def _pending(plan: list[_protocol.Cancel]) -> list[tuple[str, list[str]]]:
+    """(address, step names) of the saga compensations pending in ``plan``
+    that its cancel would not run (of instances that do not compensate first)."""
+    return [(c.row.address, [comp["name"] for comp in _saga.pending(c.row.record)])
+            for c in plan if not c.compensate and _saga.pending(c.row.record)]  # fmt: skip
 
 
 def _plan_cancel(

@@ -241,6 +241,9 @@ def instance_fragment(doc: dict[str, Any], query: InstanceQuery) -> str:
     ]  # fmt: skip
     if doc["reason"]:
         facts.append(("reason", esc(doc["reason"])))
+    if doc["stuck"]:
+        facts.append(("stuck", f'<span class="error" id="stuck">{esc(doc["stuck"])}</span> '
+                      "(it runs again once fixed; last error says how)"))  # fmt: skip
     if doc["last_error"]:
         facts.append(("last error", f'<span class="error">{esc(doc["last_error"])}</span>'))
     out = [f'<h1 id="address">{esc(doc["address"])}</h1>', _facts(facts)]
@@ -299,9 +302,9 @@ def instance_fragment(doc: dict[str, Any], query: InstanceQuery) -> str:
         out.append('<p class="muted">nothing published</p>')
 
     comps = doc["compensations"]
-    pending = sum(c["state"] == "pending" for c in comps)
-    out.append(f"<h2>Compensations: {len(comps)} ({pending} pending)</h2>" if comps
-               else "<h2>Compensations</h2>")  # fmt: skip
+    out.append(f"<h2>Compensations: {len(comps)}</h2>" if comps else "<h2>Compensations</h2>")
+    if comps:
+        out.append(f'<p id="compensations-fate">{esc(doc["compensations_fate"])}</p>')
     rows = [[esc(c["state"]), f'<span class="mono">{esc(c["step"])}</span>',
              f'<span class="mono">{esc(c["function"])}</span>', esc(c["attempts"]),
              "step may have applied" if c["possibly_applied"] else "",
