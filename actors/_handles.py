@@ -38,7 +38,9 @@ class Handle(Generic[R]):
 
     __slots__ = ("_system", "_iid", "_address", "_incarnation")
 
-    def __init__(self, system: SystemAPI, iid: bytes, address: str, incarnation: int) -> None:
+    def __init__(
+        self, system: SystemAPI, iid: bytes, address: str, incarnation: int | None
+    ) -> None:
         self._system = system
         self._iid = iid
         self._address = address
@@ -52,15 +54,26 @@ class Handle(Generic[R]):
     @property
     def incarnation(self) -> int:
         """The incarnation this handle was obtained for: 1 for an address's
-        first start, one more for each start after it was cancelled."""
-        return self._incarnation
+        first start, one more for each start after it was cancelled (0 for
+        a child's handle on a remote journal not read yet: see `refresh`)."""
+        self._state()
+        return self._incarnation or 0
+
+    def _state(self) -> tuple[str, InstanceRecord]:
+        status, record = self._system._snapshot(self._iid)
+        if self._incarnation is None and record.incarnation:
+            self._incarnation = record.incarnation  # a child's handle: the first it sees
+        return status, record
 
     @property
     def status(self) -> str:
         """``"queued"`` (waiting in a queue), ``"running"``, ``"suspended"``,
         ``"completed"``, ``"failed"``, ``"cancelled"``, ``"compensation_stuck"``
-        or ``"corrupt"``."""
-        status, record = self._system._snapshot(self._iid)
+        or ``"corrupt"``; ``"unknown"`` on a remote journal for an instance
+        this system has not read yet (`refresh` reads it)."""
+        status, record = self._state()
+        if status == "unread":
+            return "unknown"
         if status != "corrupt" and record.incarnation != self._incarnation:
             return "cancelled"  # this handle's incarnation was cancelled and replaced
         return status
@@ -68,17 +81,17 @@ class Handle(Generic[R]):
     @property
     def reason(self) -> str | None:
         """Why it was cancelled ("parent orders/o-17 completed", ...), or None."""
-        return self._system._snapshot(self._iid)[1].reason
+        return self._state()[1].reason
 
     @property
     def restarts(self) -> list[dict[str, Any]]:
         """Each restart so far: ``{"at": epoch, "reason": "restart 1 after ...", "count": 1}``."""
-        return list(self._system._snapshot(self._iid)[1].restarts)
+        return list(self._state()[1].restarts)
 
     @property
     def last_error(self) -> str | None:
         """Why the instance is stuck (e.g. a `NonDeterminismError`), or None."""
-        return self._system._snapshot(self._iid)[1].last_error
+        return self._state()[1].last_error
 
     @property
     def stuck(self) -> str | None:
@@ -88,7 +101,7 @@ class Handle(Generic[R]):
         the whole story and the fix); None if nothing holds it. A stuck
         instance is neither failed nor lost: it runs again once fixed code,
         or a system that registers its process, opens the journal."""
-        status, record = self._system._snapshot(self._iid)
+        status, record = self._state()
         if record.incarnation != self._incarnation or status not in LIVE_STATUSES:
             return None
         return record.held
@@ -121,7 +134,7 @@ class Handle(Generic[R]):
         async for status in self.status_changes():
             if status in _SETTLED or status == "compensation_stuck":
                 break
-        status, record = self._system._snapshot(self._iid)
+        status, record = self._state()
         if status == "corrupt":
             raise self._system._corrupt_error(self._iid, self._address)
         if record.incarnation != self._incarnation or status == "cancelled":
@@ -158,7 +171,7 @@ class Handle(Generic[R]):
     @property
     def exports(self) -> Any:
         """The latest value published with ``ctx.publish`` (None before any)."""
-        return self._system._snapshot(self._iid)[1].exports
+        return self._state()[1].exports
 
     async def watch(self) -> AsyncIterator[Any]:
         """Yield the current exports, then each newly published value; a slow
@@ -168,7 +181,7 @@ class Handle(Generic[R]):
         seen = None
         while True:
             event = self._system._status_event(self._iid)
-            status, record = self._system._snapshot(self._iid)
+            status, record = self._state()
             version = record.exports_version  # 0 before the first publish
             if version and version != seen:
                 seen = version
@@ -208,13 +221,24 @@ class Handle(Generic[R]):
 
     async def _changed(self, event: trio.Event) -> None:
         """Wait for ``event`` (a status change here) or, on a shared journal,
-        at most `REMOTE_POLL`: another node may run the instance (or take it
-        over), and its changes wake nobody here."""
+        at most `REMOTE_POLL`, then read the journal: another node may run
+        the instance (or take it over), and its changes wake nobody here."""
         if self._system.journal.node is None:
             await event.wait()
-        else:
-            with trio.move_on_after(REMOTE_POLL):
-                await event.wait()
+            return
+        with trio.move_on_after(REMOTE_POLL):
+            await event.wait()
+            return
+        await self._system._refresh(self._iid)
+
+    async def refresh(self) -> str:
+        """Read the instance's state from the journal (off the trio thread)
+        and return its status: what `status` and the other properties give
+        from then on. They read what this system holds in memory, and on a
+        remote journal (PostgreSQL) an instance another node runs changes
+        there only when read."""
+        await self._system._refresh(self._iid)
+        return self.status
 
     def __repr__(self) -> str:
         return f"<Handle {self._address!r}>"
@@ -239,4 +263,6 @@ class ChildHandle(Handle[R]):
 
     def __init__(self, system: SystemAPI, address: str) -> None:
         iid = instance_id(address)
-        super().__init__(system, iid, address, system._snapshot(iid)[1].incarnation)
+        # What this system knows of the child (on a remote journal, nothing
+        # may be known: the handle then takes the incarnation it first sees).
+        super().__init__(system, iid, address, system._snapshot(iid)[1].incarnation or None)

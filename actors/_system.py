@@ -20,7 +20,15 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 import trio
 
-from storage import MAX_ADDRESS_BYTES, InstanceRecord, Journal, Txn, encode, instance_id
+from storage import (
+    MAX_ADDRESS_BYTES,
+    InstanceRecord,
+    InstanceRow,
+    Journal,
+    Txn,
+    encode,
+    instance_id,
+)
 from storage._parking import Parking
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
@@ -56,6 +64,11 @@ R = TypeVar("R")  # its result
 # What `_snapshot` gives for an instance it cannot read: incarnation 0 is
 # none a handle holds, so a handle reads it as replaced.
 NO_RECORD = InstanceRecord(incarnation=0)
+SEEN_KEPT = 10_000  # instances of a remote journal whose last read state is kept
+
+
+def _state_of(row: InstanceRow | None) -> tuple[str, InstanceRecord]:
+    return ("unknown", NO_RECORD) if row is None else (row.status, row.record)
 _IIDS_KEPT = 4096  # addresses whose instance ids are kept (see _address_iid)
 
 
@@ -119,6 +132,8 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         # (An OrderedDict: dropping the oldest of a plain dict, del d[next(iter(d))],
         # scans the slots emptied before it, ~1.5 us a time at 10k entries.)
         self._ends: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()  # see _ended
+        # A remote journal's instances as last read off the trio thread (see _snapshot).
+        self._seen: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
         self._iids: dict[str, bytes] = {}  # see _address_iid
         self._creating: dict[bytes, trio.Event] = {}
         self._stalled_iids: set[bytes] = set()  # see _stalled
@@ -192,20 +207,59 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         return ended
 
     def _snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]:
+        """The instance's status and record, as this system knows them.
+
+        Invariant: no journal I/O on the trio thread for a remote journal (a
+        read there is a round trip, unbounded when the server is slow, and
+        every task would wait on it): what is not in memory is what the
+        last read off the thread found (`_refresh`), or ``"unread"``.
+        A local journal reads at once."""
         actor = self._live.get(iid)
-        if actor is not None and actor.loaded and self.nodes.trusted(iid):
-            return actor.status, actor.record
+        if actor is not None and actor.loaded:
+            if self.nodes.trusted(iid):
+                return actor.status, actor.record
+            if not self.journal.reads_at_once:  # its memory may be stale: only a read tells
+                return self._seen.get(iid) or ("unread", NO_RECORD)
         ended = self._final_end(iid)
         if ended is not None:
             return ended
+        if not self.journal.reads_at_once:
+            return self._seen.get(iid) or ("unread", NO_RECORD)
         try:
             with self.journal.reader() as r:
                 row = r.instance(iid)
         except JournalCorrupt:
             return "corrupt", NO_RECORD
-        if row is None:
-            return "unknown", NO_RECORD
-        return row.status, row.record
+        return _state_of(row)
+
+    async def _refresh(self, iid: bytes) -> tuple[str, InstanceRecord]:
+        """`_snapshot`, reading the journal (off the trio thread) for what
+        is not in memory."""
+        if self.journal.reads_at_once:
+            return self._snapshot(iid)
+        actor = self._live.get(iid)
+        if (actor is not None and actor.loaded and self.nodes.trusted(iid)) or (
+            self._final_end(iid) is not None
+        ):
+            return self._snapshot(iid)
+        try:
+            row = await self.journal.read(lambda r: r.instance(iid))
+        except JournalCorrupt:
+            state = ("corrupt", NO_RECORD)
+        else:
+            state = _state_of(row)
+        self._remember(iid, state)
+        return self._snapshot(iid)  # (it may have come into memory meanwhile)
+
+    def _remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None:
+        """Keep what a read off the thread found (remote journals), oldest out."""
+        if self.journal.reads_at_once:
+            return
+        seen = self._seen
+        seen[iid] = state
+        seen.move_to_end(iid)
+        if len(seen) > SEEN_KEPT:
+            seen.popitem(last=False)
 
     # -- public API ------------------------------------------------------------
 
@@ -388,6 +442,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                         f"address {address!r} collides with {row.address!r} in the journal"
                     )
                 if row is not None and row.status != "cancelled":
+                    self._remember(iid, _state_of(row))
                     if message is not None:
                         await self._send_iid(iid, address, *message)
                     return Handle(self, iid, address, row.record.incarnation), False
@@ -400,6 +455,8 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                     status="running" if queued is None else "queued", encoded_input=encoded_input,
                 )  # fmt: skip
                 record = start.record
+                if queued is not None:  # not in memory: what handles read
+                    self._remember(iid, ("queued", record))
                 if extra is not None:  # what the caller records with the start (a schedule's tick)
                     extra(start.txn)
                 try:
@@ -443,21 +500,48 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
 
     def get(self, address: str) -> Handle[Any] | None:
         """The handle of the instance at ``address``, live, passivated or
-        finished; None if there is none."""
+        finished; None if there is none.
+
+        On a remote journal (PostgreSQL) an instance this system holds
+        nothing of in memory is read on the trio thread, one round trip that
+        every task waits for: there, prefer ``await system.lookup(address)``."""
         iid = self._address_iid(address, "get's address")
+        known = self._in_memory(iid, address)
+        if known is not None:
+            return known
+        try:
+            with self.journal.reader() as r:
+                row = r.instance(iid)
+        except JournalCorrupt:
+            return Handle(self, iid, address, 0)
+        return self._found(iid, address, row)
+
+    async def lookup(self, address: str) -> Handle[Any] | None:
+        """`get`, reading the journal off the trio thread: the way to find an
+        instance on a remote journal without stalling the other tasks."""
+        iid = self._address_iid(address, "lookup's address")
+        known = self._in_memory(iid, address)
+        if known is not None:
+            return known
+        try:
+            row = await self.journal.read(lambda r: r.instance(iid))
+        except JournalCorrupt:
+            return Handle(self, iid, address, 0)
+        return self._found(iid, address, row)
+
+    def _in_memory(self, iid: bytes, address: str) -> Handle[Any] | None:
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             return Handle(self, iid, address, actor.record.incarnation)
         ended = self._final_end(iid)
         if ended is not None:
             return Handle(self, iid, address, ended[1].incarnation)
-        try:
-            with self.journal.reader() as r:
-                row = r.instance(iid)
-        except JournalCorrupt:
-            return Handle(self, iid, address, 0)
+        return None
+
+    def _found(self, iid: bytes, address: str, row: InstanceRow | None) -> Handle[Any] | None:
         if row is None:
             return None
+        self._remember(iid, _state_of(row))
         return Handle(self, iid, address, row.record.incarnation)
 
     async def cancel(self, address: str, *, compensate: bool = False) -> bool:

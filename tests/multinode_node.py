@@ -193,9 +193,9 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         return None
     if cmd == "loaded":  # how many instances this node holds in memory
         return sum(1 for actor in system._live.values() if actor.loaded and not actor.done)
-    if cmd == "status":  # what a handle on this node says
-        handle = system.get(request["address"])
-        return None if handle is None else handle.status
+    if cmd == "status":  # what a handle on this node says, read from the journal
+        handle = await system.lookup(request["address"])
+        return None if handle is None else await handle.refresh()
     if cmd == "load":
         nursery.start_soon(
             _load, system, request["targets"], request["first"], request["count"],
