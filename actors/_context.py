@@ -578,6 +578,38 @@ class Context:
         spawn.queue = self._queue(queue, priority)
         return self._made(spawn)
 
+    def join(self, child: ChildHandle[R] | str) -> fx.Join[R]:
+        """An effect that waits for a child this run spawned to end for good
+        and gives its result; usable alone or in `first`/`all`/`settled`.
+
+        A supervised restart of the child is not its end: the join waits
+        through it. Replay gives the same outcome. While it waits, this
+        instance stays in memory.
+
+        Raises:
+            ChildFailed: (awaited) the child failed or was cancelled, or its
+                address was cancelled and started afresh (the join is for
+                the incarnation spawned).
+            InvalidArguments: (at the call) ``child`` is not a handle or
+                address of a child this run spawned (``ctx.spawn``).
+        """
+        if isinstance(child, ChildHandle):
+            address, incarnation = child.id, child.incarnation or None
+        elif isinstance(child, str):
+            address, incarnation = child, None
+        else:
+            raise InvalidArguments(
+                f"ctx.join takes the ChildHandle ctx.spawn gave (or its address), not {child!r}"
+            )
+        actor = self._live()
+        if address not in actor.children:
+            raise InvalidArguments(
+                f"ctx.join takes a child this run spawned; {address!r} is not one (spawn it "
+                "with ctx.spawn first, or wait for another instance with a signal it sends)"
+            )
+        arg_hash = digest(address, what="join")
+        return self._made(fx.Join(actor.driver.next_seq(), arg_hash, address, incarnation))
+
     @overload
     def scope(
         self,

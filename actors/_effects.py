@@ -151,6 +151,24 @@ class Spawn(Effect[T]):
         self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
 
 
+class Join(Effect[T]):
+    """``ctx.join``: done when the child at ``address`` (the incarnation
+    ``incarnation``, once known) has ended for good: its result, or
+    `ChildFailed` (see `_joins`)."""
+
+    __slots__ = ("address", "incarnation", "scope")
+    kind = "join"
+
+    def __init__(self, seq: int, hash: bytes, address: str, incarnation: int | None) -> None:
+        Effect.__init__(self, seq, address, hash)
+        self.address = address
+        self.incarnation = incarnation
+        self.scope: Any = None  # the trio.CancelScope of its live wait
+
+    def as_call(self) -> str:
+        return f"ctx.join({self.address!r})"
+
+
 class Ask(Wait[Any]):
     """``ctx.ask``: send a message that asks (once, recorded), then wait for
     the reply message its ask id names (see `_asks`)."""

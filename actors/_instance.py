@@ -33,6 +33,7 @@ from storage import LIVE_STATUSES, InstanceRecord, Ticket, Txn
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _asks
+from . import _joins
 from . import _effects as fx
 from . import _events, _tracing
 from . import _saga
@@ -524,6 +525,8 @@ class Actor(Ends, Arrivals):
             _asks.start_ask(self, leaf, entry)
         elif isinstance(leaf, fx.Send):
             _sends.start(self, leaf)
+        elif type(leaf) is fx.Join:
+            _joins.start(self, leaf)
         else:  # Emit, Publish: the only other leaves
             _streams.start(self, cast("fx.Emit | fx.Publish", leaf))
 
@@ -576,6 +579,8 @@ class Actor(Ends, Arrivals):
             _sup.abandon_child_effect(self, leaf)
         elif type(leaf) is fx.Ask:
             self.mailbox.remove_wait(leaf)  # a late reply stays unread
+        elif type(leaf) is fx.Join:
+            _joins.abandon(leaf)
         # An Emit or Publish that lost a race still completes its write.
 
 

@@ -168,8 +168,10 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     return ended
 
 
-def end_outcome(call: fx.Call[Any], payload: dict[str, Any]) -> tuple[Any, Any, LogEntry]:
-    """(value, error, log entry) of a call effect from its child's end payload."""
+def end_outcome(
+    call: fx.Call[Any] | fx.Join[Any], payload: dict[str, Any]
+) -> tuple[Any, Any, LogEntry]:
+    """(value, error, log entry) of a call or join effect from its child's end payload."""
     entry = call.describe()
     if payload.get("status") == "completed":
         entry.value = payload.get("result")
