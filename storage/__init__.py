@@ -1,5 +1,6 @@
 """Journals for the actor runtime: the `Journal` interface, the msgpack codec,
-the embedded LMDB journal (the default) and an in-memory one.
+the embedded LMDB journal (the default), an in-memory one, and a simulated
+one for deterministic simulation (`actors.testing.simulate`).
 
 `storage` never imports `actors`; the runtime builds on it.
 """
@@ -31,6 +32,12 @@ from ._journal import (
 from ._lmdb import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
 from ._states import StateOps as StateOps, StateRow as StateRow
 from ._memory import MemoryJournal as MemoryJournal
+from ._simulated import (
+    HostCrashed as HostCrashed,
+    JournalFaults as JournalFaults,
+    SimulatedJournal as SimulatedJournal,
+    WriteLog as WriteLog,
+)
 from .errors import (
     ActorError as ActorError,
     CommitOutcomeUnknown as CommitOutcomeUnknown,

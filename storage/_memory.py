@@ -64,22 +64,27 @@ class MemoryJournal(Journal):
 
     def submit(self, txn: Txn) -> Ticket:
         self._check_open()
+        return Settled(self._run(txn))
+
+    def _run(self, txn: Txn) -> list[int] | Exception:
+        """Check ``txn``'s preconditions and apply it, all or nothing: its
+        results, or the exception it failed with (nothing applied)."""
         try:
             if txn.requires:
                 j.check_requires(txn.requires, self._status_code, self._incarnation)
             if txn.expects:
                 _states.check_expects(txn.expects, self._state_version)
         except Exception as exc:
-            return Settled(exc)
+            return exc
         if txn.results:  # it appends
             try:
                 self._check_appends(txn)
             except JournalCorrupt as exc:
-                return Settled(exc)
+                return exc
         results: list[int] = []
         for op in txn.ops:
             self._apply(op, results)
-        return Settled(results)
+        return results
 
     def _check_appends(self, txn: Txn) -> None:
         """Fail the transaction, before any of it applies, if a message it

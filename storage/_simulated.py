@@ -1,0 +1,506 @@
+"""`SimulatedJournal`: `MemoryJournal` committing the way a real journal
+does, in virtual time, with every choice drawn from a seeded random source.
+
+`MemoryJournal` applies a transaction the moment it is submitted. A real
+journal does not: LMDB's writer gathers what is submitted while a commit is
+in flight into the next batch, makes that batch durable with one fsync, and
+only then lets readers see it and wakes its callers; what it holds back
+(`Journal.defer`) and what "async" durability acknowledged before its
+commit are lost when the host dies. This journal does the same with one
+committer task sleeping on trio's clock, so under a ``MockClock`` a commit
+takes virtual time. Each choice a real journal leaves to chance (how long a
+commit takes, where a batch ends, which commit fails and how, when the host
+dies) is drawn from the `random.Random` it is given, so a seed fixes the
+sequence of writes, and `WriteLog` hashes that sequence into a digest.
+
+Faults (`JournalFaults`, probabilities per batch):
+
+- slow: the commit takes a good part of a second or more;
+- full: one transaction of the batch fails alone with `JournalFull` (LMDB's
+  map at its limit), the rest commits;
+- disk: the whole batch fails with `JournalDiskFull`;
+- unavailable: the whole batch fails with `JournalUnavailable`, nothing written;
+- unknown: `CommitOutcomeUnknown` for the whole batch, written or not (even odds);
+- outage: the journal answers nothing, reads included, for a while.
+
+A crash (`SimulatedJournal.crash`, or armed with ``crash_at``) keeps
+exactly what was committed: the batch in flight, those waiting, deferred
+transactions and "async" writes already acknowledged are dropped, every
+waiter gets `HostCrashed`, and the journal refuses writes until `recover`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random as _random
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from . import _journal as j
+from ._journal import Reader, Ticket, Txn, unwrap
+from ._memory import MemoryJournal
+from ._states import DELETE_STATE, PUT_STATE
+from .errors import (
+    CommitOutcomeUnknown,
+    JournalClosed,
+    JournalDiskFull,
+    JournalFull,
+    JournalUnavailable,
+)
+
+__all__ = ["HostCrashed", "JournalFaults", "SimulatedJournal", "WriteLog"]
+
+
+class HostCrashed(JournalClosed):
+    """The simulated host crashed: what was not committed is gone, and the
+    journal writes nothing more until `SimulatedJournal.recover`."""
+
+
+@attrs.frozen
+class JournalFaults:
+    """How a `SimulatedJournal` commits and how often it fails.
+
+    ``latency`` is the mean of a commit's duration in seconds (drawn from
+    an exponential distribution); the others are the chances per batch of
+    each fault in the module docstring, with the durations of a slow commit
+    and of an outage drawn uniformly from their ranges. ``split`` is the
+    chance that a batch takes only part of the transactions waiting.
+    """
+
+    latency: float = 0.0002
+    slow: float = 0.0
+    slow_seconds: tuple[float, float] = (0.2, 3.0)
+    full: float = 0.0
+    disk: float = 0.0
+    unavailable: float = 0.0
+    unknown: float = 0.0
+    outage: float = 0.0
+    outage_seconds: tuple[float, float] = (0.1, 2.0)
+    split: float = 0.2
+
+    def quiet(self) -> JournalFaults:
+        """The same timing with no faults: for settling after a run."""
+        return attrs.evolve(
+            self, full=0.0, disk=0.0, unavailable=0.0, unknown=0.0, outage=0.0
+        )
+
+
+_OP_NAMES = {
+    PUT_STATE: "state", DELETE_STATE: "state-",
+    j.PUT_INSTANCE: "put", j.DELETE_INSTANCE: "delete", j.PUT_LOG: "log",
+    j.DROP_LOG: "drop-log", j.APPEND_MESSAGE: "mail+", j.TAKE_MESSAGE: "mail-",
+    j.ADD_TIMER: "timer+", j.CANCEL_TIMER: "timer-", j.APPEND_STREAM: "emit",
+    j.SET_CURSOR: "cursor", j.SET_STATUS: "status", j.DELETE_CURSOR: "cursor-",
+}  # fmt: skip
+
+
+class WriteLog:
+    """Every write a simulated journal committed, in order, as one digest,
+    with the last ``keep`` lines kept readable for a failure's trace.
+
+    Each committed batch adds its number, the time, and per transaction
+    its outcome (the results, or the error's type) and its operations as
+    stored (``repr`` of each: codes, ids, numbers and encoded bytes), so
+    the digest changes with any byte written. Faults and crashes are lines
+    of their own.
+    """
+
+    def __init__(self, keep: int = 40) -> None:
+        self._hash = hashlib.blake2b(digest_size=16)
+        self.commits = 0  # batches committed (or failed) so far, over every life
+        self.writes = 0  # transactions written
+        self.recent: deque[str] = deque(maxlen=keep)
+        self._addresses: dict[bytes, str] = {}  # iid -> address, for the trace
+
+    def hexdigest(self) -> str:
+        """The digest of everything logged so far."""
+        return self._hash.hexdigest()
+
+    def event(self, text: str) -> None:
+        """Log a fault, a crash or a recovery."""
+        self._hash.update(f"! {text}\n".encode())
+        self.recent.append(f"{_now():.6f} {text}")
+
+    def note(self, text: str) -> None:
+        """Add a line to the trace only (not to the digest)."""
+        self.recent.append(f"{_now():.6f} ({text})")
+
+    def batch(self, txns: list[Txn], outcomes: list[Any]) -> None:
+        """Log a batch of transactions and their outcomes."""
+        self.commits += 1
+        update = self._hash.update
+        update(f"batch {self.commits} {_now()!r} {len(txns)}\n".encode())
+        parts = []
+        for txn, outcome in zip(txns, outcomes):
+            if isinstance(outcome, BaseException):
+                what = type(outcome).__name__
+            else:
+                what = f"ok {outcome!r}"
+                self.writes += 1
+            update(f"txn {what}\n".encode())
+            for op in txn.ops:
+                update(repr(op).encode())
+                update(b"\n")
+            parts.append(self._describe(txn, what))
+        self.recent.append(f"{_now():.6f} commit {self.commits}: " + " | ".join(parts))
+
+    def _describe(self, txn: Txn, outcome: str) -> str:
+        ops = []
+        for op in txn.ops:
+            if op[0] == j.PUT_INSTANCE:
+                self._addresses[op[1]] = op[4]
+            name = _OP_NAMES.get(op[0], str(op[0]))
+            subject = op[1] if len(op) > 1 else ""
+            if isinstance(subject, bytes):  # an instance id
+                address = self._addresses.get(subject) or subject.hex()[:8]
+            else:  # a state row's key
+                address = str(subject)
+            extra = ""
+            if op[0] in (j.PUT_INSTANCE, j.SET_STATUS):
+                extra = " " + j.STATUS_NAME.get(op[2], str(op[2]))
+            elif op[0] in (j.PUT_LOG, j.ADD_TIMER, j.CANCEL_TIMER):
+                extra = f" {op[2]}.{op[3]}"
+            elif op[0] == j.TAKE_MESSAGE:
+                extra = f" #{op[2]}"
+            ops.append(f"{name} {address}{extra}")
+        tag = "ok" if outcome.startswith("ok") else outcome
+        return f"[{tag}] " + ", ".join(ops)
+
+
+def _now() -> float:
+    try:
+        return trio.current_time()
+    except RuntimeError:  # outside a run (a trace printed afterwards)
+        return 0.0
+
+
+class _Entry:
+    """One submitted transaction until its outcome is known."""
+
+    __slots__ = ("done", "event", "held", "outcome", "txn")
+
+    def __init__(self, txn: Txn, held: bool = False) -> None:
+        self.txn = txn
+        self.outcome: Any = None
+        self.done = False
+        self.held = held  # held back by `defer`, not yet submitted
+        self.event: trio.Event | None = None
+
+    def settle(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.done = True
+        self.held = False
+        if self.event is not None:
+            self.event.set()
+
+
+class _SimTicket(Ticket):
+    __slots__ = ("_entry", "_journal")
+
+    def __init__(self, journal: SimulatedJournal, entry: _Entry) -> None:
+        self._journal = journal
+        self._entry = entry
+
+    @property
+    def done(self) -> bool:
+        return self._entry.done
+
+    async def wait(self) -> list[int]:
+        entry = self._entry
+        if entry.held:  # still held back by defer: it goes now
+            self._journal.submit_deferred()
+        if entry.done:
+            await trio.lowlevel.checkpoint()
+        else:
+            if entry.event is None:
+                entry.event = trio.Event()
+            await entry.event.wait()
+        return unwrap(entry.outcome)
+
+
+class SimulatedJournal(MemoryJournal):
+    """A `MemoryJournal` that commits in batches in virtual time, fails as
+    ``faults`` and ``random`` say, and can crash (see the module docstring).
+
+    It keeps its committed data across `close`, `crash` and `recover`, so
+    the next system opened on it recovers from exactly what was committed.
+
+    Args:
+        random: the source of every choice the journal makes.
+        faults: how it commits and fails (default: no faults).
+        durability: ``"sync"`` or ``"async"``, as `LMDBJournal`'s.
+        log: where committed writes are logged (default: a new `WriteLog`).
+    """
+
+    def __init__(
+        self,
+        random: _random.Random,
+        *,
+        faults: JournalFaults | None = None,
+        durability: str = "sync",
+        log: WriteLog | None = None,
+    ) -> None:
+        super().__init__()
+        if durability not in ("sync", "async"):
+            raise ValueError(f"durability must be 'sync' or 'async', not {durability!r}")
+        self.durability = durability
+        self.random = random
+        self.faults = faults if faults is not None else JournalFaults()
+        self.log = log if log is not None else WriteLog()
+        #: called (in the trio thread) when the host crashes, to stop it
+        self.on_crash: Callable[[], None] | None = None
+        #: the number of the commit (`WriteLog.commits` + 1) at which the
+        #: host crashes, and whether that batch is written first
+        self.crash_at: int | None = None
+        self.crash_after_write = False
+        self.crashed = False
+        self._pending: deque[_Entry] = deque()
+        self._held: list[_Entry] = []
+        self._inflight: list[_Entry] = []
+        self._wake: trio.Event | None = None
+        self._stopped: trio.Event | None = None
+        self._closing = False
+        self._down_until = 0.0
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self.crashed:
+            raise HostCrashed(
+                "this journal's host crashed; call recover() before opening it again"
+            )
+        await super().open()
+        self._closing = False
+        self._stopped = trio.Event()
+        trio.lowlevel.spawn_system_task(self._commit_loop, name="simulated journal committer")
+
+    async def close(self) -> None:
+        if not self._open:
+            return
+        if not self.crashed:
+            self.submit_deferred()
+            self._closing = True
+            self._poke()
+            assert self._stopped is not None
+            with trio.CancelScope(shield=True):
+                await self._stopped.wait()
+        await super().close()
+
+    def crash(self, why: str = "crash") -> None:
+        """The host dies now: keep what was committed, drop the rest (see
+        the module docstring), and call `on_crash`."""
+        if self.crashed:
+            return
+        self.crashed = True
+        lost = len(self._inflight) + len(self._pending) + len(self._held)
+        self.log.event(f"{why}: host crashed, {lost} uncommitted transaction(s) lost")
+        error = HostCrashed(f"the simulated host crashed ({why}); nothing more is written")
+        for entry in (*self._inflight, *self._pending, *self._held):
+            entry.settle(error)
+        self._inflight, self._held = [], []
+        self._pending.clear()
+        self._poke()
+        if self.on_crash is not None:
+            self.on_crash()
+
+    def recover(self) -> None:
+        """Make the journal usable again after a crash (and close), holding
+        exactly what was committed: the host restarted."""
+        self.crashed = False
+        self.crash_at = None
+        self._open = False
+        self._down_until = 0.0
+        self.log.event("host restarted")
+
+    def describe(self) -> str:
+        return f"SimulatedJournal(durability={self.durability!r})"
+
+    # -- writing ---------------------------------------------------------------
+
+    def submit(self, txn: Txn) -> Ticket:
+        entry = _Entry(txn)
+        self._queue(entry)
+        return _SimTicket(self, entry)
+
+    def defer(self, txn: Txn) -> Ticket:
+        self._check_writable()
+        entry = _Entry(txn, held=True)
+        self._held.append(entry)
+        return _SimTicket(self, entry)
+
+    def submit_deferred(self) -> None:
+        if self._held and not self.crashed:
+            self._check_open()
+            held, self._held = self._held, []
+            for entry in held:
+                entry.held = False
+                self._admit(entry)
+            self._poke()
+
+    def _check_writable(self) -> None:
+        if self.crashed:
+            raise HostCrashed("the simulated host crashed; nothing more is written")
+        self._check_open()
+
+    def _queue(self, entry: _Entry) -> None:
+        self._check_writable()
+        # Invariant (as LMDB's): what defer holds goes before anything
+        # submitted after it, in the same batch or an earlier one.
+        held, self._held = self._held, []
+        for other in held:
+            other.held = False
+            self._admit(other)
+        self._admit(entry)
+        self._poke()
+
+    def _admit(self, entry: _Entry) -> None:
+        if self._down():
+            entry.settle(self._unavailable())
+        else:
+            self._pending.append(entry)
+
+    async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
+        await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
+        ticket = self.submit(txn)
+        if durable or self.durability == "sync" or txn.must_wait(self.node is not None):
+            return await ticket.wait()
+        # "async": queued is enough (and lost if the host dies first).
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return []
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    # -- the committer -----------------------------------------------------------
+
+    async def _commit_loop(self) -> None:
+        stopped = self._stopped
+        assert stopped is not None
+        try:
+            while not self.crashed:
+                if not self._pending:
+                    if self._closing:
+                        return
+                    self._wake = trio.Event()
+                    await self._wake.wait()
+                    self._wake = None
+                    continue
+                # The batch: what waits now, or (by chance) only its oldest part.
+                # Whatever is submitted during the commit goes to the next one.
+                count = len(self._pending)
+                if count > 1 and self.random.random() < self.faults.split:
+                    count = self.random.randint(1, count - 1)
+                self._inflight = [self._pending.popleft() for _ in range(count)]
+                await trio.sleep(self._duration())
+                if self.crashed:  # the batch died with the host (crash() settled it)
+                    return
+                batch, self._inflight = self._inflight, []
+                self._commit(batch)
+        finally:
+            stopped.set()
+
+    def _duration(self) -> float:
+        faults = self.faults
+        if faults.slow and self.random.random() < faults.slow:
+            return self.random.uniform(*faults.slow_seconds)
+        return self.random.expovariate(1 / faults.latency) if faults.latency > 0 else 0.0
+
+    def _commit(self, batch: list[_Entry]) -> None:
+        number = self.log.commits + 1
+        if self.crash_at == number and not self.crash_after_write:
+            self._inflight = batch
+            self.crash(f"crash before commit {number}")
+            return
+        txns = [entry.txn for entry in batch]
+        outcomes = self._outcomes(txns, number)
+        self.log.batch(txns, outcomes)
+        if self.crash_at == number:
+            self._inflight = batch
+            self.crash(f"crash after commit {number} was written")
+            return
+        for entry, outcome in zip(batch, outcomes):
+            entry.settle(outcome)
+
+    def _outcomes(self, txns: list[Txn], number: int) -> list[Any]:
+        """Apply ``txns`` (or fail them, as the faults say); their outcomes."""
+        faults, draw = self.faults, self.random.random
+        if self._down():
+            return [self._unavailable() for _ in txns]
+        if faults.outage and draw() < faults.outage:
+            seconds = self.random.uniform(*faults.outage_seconds)
+            self._down_until = trio.current_time() + seconds
+            self.log.event(f"outage of {seconds:.3f} s from commit {number}")
+            for entry in self._pending:  # they would meet the outage too
+                entry.settle(self._unavailable())
+            self._pending.clear()
+            return [self._unavailable() for _ in txns]
+        if faults.unavailable and draw() < faults.unavailable:
+            self.log.event(f"commit {number} lost the connection, nothing written")
+            return [self._unavailable() for _ in txns]
+        if faults.disk and draw() < faults.disk:
+            self.log.event(f"commit {number} met a full disk, nothing written")
+            return [
+                JournalDiskFull(
+                    "the simulated disk is full; nothing of this transaction was written",
+                    path="<simulated>",
+                )
+                for _ in txns
+            ]
+        if faults.unknown and draw() < faults.unknown:
+            written = draw() < 0.5
+            self.log.event(
+                f"commit {number}'s outcome unknown to its callers; "
+                + ("it was written" if written else "it was not written")
+            )
+            if written:
+                for txn in txns:
+                    self._run(txn)
+            return [
+                CommitOutcomeUnknown(
+                    "the simulated connection was lost after COMMIT; the transaction may "
+                    "or may not be in the journal"
+                )
+                for _ in txns
+            ]
+        refused = -1
+        if faults.full and draw() < faults.full:
+            refused = self.random.randrange(len(txns))
+            self.log.event(f"commit {number}: transaction {refused} did not fit")
+        outcomes: list[Any] = []
+        for i, txn in enumerate(txns):
+            if i == refused:
+                outcomes.append(JournalFull(
+                    "the simulated journal is full; nothing of this transaction was written"
+                ))  # fmt: skip
+            else:
+                outcomes.append(self._run(txn))
+        return outcomes
+
+    # -- outages -----------------------------------------------------------------
+
+    def _down(self) -> bool:
+        """Whether an outage holds now (never outside a trio run)."""
+        if not self._down_until:
+            return False
+        try:
+            return trio.current_time() < self._down_until
+        except RuntimeError:
+            return False
+
+    def _unavailable(self) -> JournalUnavailable:
+        return JournalUnavailable(
+            "the simulated journal does not answer (an outage); try again later"
+        )
+
+    @contextmanager
+    def reader(self) -> Iterator[Reader]:
+        if self._down():
+            raise self._unavailable()
+        with super().reader() as r:
+            yield r

@@ -1,0 +1,157 @@
+"""The invariants, checked once the run has settled (no faults for a while).
+
+Each failure is an `InvariantBroken` named by the first word of its line:
+
+- ``acked-lost``: a message whose send was acknowledged (an ask that timed
+  out counts: it was stored first) was never handled;
+- ``handled-twice``: a message handled under two idempotency keys (a step
+  run again under its own key is the documented at-least-once; two keys
+  means the message was taken twice);
+- ``sent-lost``: a completed job's durable ``ctx.send`` never arrived;
+- ``start-lost``: an acknowledged start with no instance in the journal;
+- ``stuck``: an instance that is neither ended nor waiting for something
+  that can still happen (a job still live after settling, a sink with
+  unread mail, anything corrupt or stuck in compensation);
+- ``orphan``: a live instance whose parent has ended (cascade);
+- ``result-changed``: a completed result that differs from one seen before;
+- ``key-reused``: one idempotency key used for two different pieces of work;
+- ``attempt-repeated``: one attempt of one step run twice (the attempt's
+  start is durable before its side effect runs);
+- ``attempts-exceeded``: a step run more often than its retry budget;
+- ``two-incarnations``: a step of an older incarnation of an address ran
+  after a newer incarnation's step had run;
+- ``saga``: a job that failed on purpose without its compensation run, or a
+  completed one whose compensation ran;
+- ``queue-limit``: more queued instances running at once than the queue allows;
+- ``replay``: a stored history that the current code does not replay.
+
+Two more are checked while the run goes (`workload`): ``ask-reply`` (an
+ask answered with another message's reply) and ``error-group`` (a public
+call that raised an ``ExceptionGroup`` of the runtime's errors rather than
+the error). And ``runtime-error:<type>`` (`run`) is an error that escaped
+the runtime and ended the system, outside a crash.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from actors.testing import TEST_EPOCH, Simulation, replay_check
+
+from . import processes as p
+from .world import World
+
+_ENDED = {"completed", "failed", "cancelled"}
+
+
+async def check(world: World, sim: Simulation) -> None:
+    """Raise `InvariantBroken` for the first invariant that does not hold."""
+    timers: dict[str, list[float]] = {}
+
+    def scan(r: Any) -> dict[str, tuple[Any, list[Any]]]:
+        rows = {}
+        for row in r.instances():
+            live = row.status not in _ENDED
+            rows[row.address] = (row, r.mailbox(row.iid) if live else [])
+            if live:
+                timers[row.address] = [t.due - TEST_EPOCH for t in r.timers(row.iid)]
+        return rows
+
+    rows = await sim.journal.read(scan)
+    _check_ledger(world)
+    _check_messages(world, rows)
+    _check_instances(world, rows, timers)
+    if world.queue_most > (p.QUEUE.concurrency or 0):
+        detail = f"{world.queue_most} ran at once; the queue allows {p.QUEUE.concurrency}"
+        world.fail("queue-limit", detail)
+    problems = await replay_check(sim.journal, p.PROCESSES, include_finished=True)
+    if problems:
+        world.fail("replay", "; ".join(str(problem) for problem in problems[:3]))
+
+
+def _check_ledger(world: World) -> None:
+    work_of_key: dict[str, tuple[str, str]] = {}
+    attempts: set[tuple[str, int]] = set()
+    newest: dict[str, int] = {}
+    for run in world.ledger:
+        work = (run.tag, run.ident)
+        seen = work_of_key.setdefault(run.key, work)
+        if seen != work:
+            world.fail("key-reused", f"key {run.key} served {seen} and {work}")
+        if (run.key, run.attempt) in attempts:
+            world.fail("attempt-repeated", f"attempt {run.attempt} of {run.key} ran twice")
+        attempts.add((run.key, run.attempt))
+        if run.attempt > p.RETRY.attempts:
+            detail = f"{run.key} ran attempt {run.attempt}; its budget is {p.RETRY.attempts}"
+            world.fail("attempts-exceeded", detail)
+        address, before = run.address, newest.get(run.address, 0)
+        if run.incarnation < before:
+            detail = f"{address} ran {run.key} after a step of incarnation {before} had run"
+            world.fail("two-incarnations", detail)
+        newest[address] = max(before, run.incarnation)
+
+
+def _check_messages(world: World, rows: dict[str, tuple[Any, list[Any]]]) -> None:
+    keys: dict[str, set[str]] = defaultdict(set)
+    for run in world.ledger:
+        if run.tag == "W":
+            keys[run.ident].add(run.key)
+    for message, handled in sorted(keys.items()):
+        if len(handled) > 1:
+            world.fail("handled-twice", f"message {message} handled under {sorted(handled)}")
+    for message, address in sorted(world.acked.items()):
+        if message not in keys:
+            detail = f"message {message} to {address} was acknowledged and never handled"
+            world.fail("acked-lost", detail)
+    for address, plan in sorted(world.plans.items()):
+        found = rows.get(address)
+        if found is None or found[0].status != "completed" or not plan["send"]:
+            continue
+        receiver, message = plan["send"]
+        if found[0].record.result.get("sent") and message not in keys:
+            detail = f"{address} completed having sent {message} to {receiver}, never handled"
+            world.fail("sent-lost", detail)
+
+
+def _check_instances(
+    world: World, rows: dict[str, tuple[Any, list[Any]]], timers: dict[str, list[float]]
+) -> None:
+    for address in sorted(world.started):
+        if address not in rows:
+            detail = f"the start of {address} was acknowledged; no instance is there"
+            world.fail("start-lost", detail)
+    undone = {run.address for run in world.ledger if run.tag == "U"}
+    ran_a = {run.ident for run in world.ledger if run.tag == "A"}
+    for address, (row, mail) in sorted(rows.items()):
+        status, record = row.status, row.record
+        if status in ("corrupt", "compensation_stuck"):
+            world.fail("stuck", f"{address} is {status}: {record.last_error or record.stuck}")
+        if status not in _ENDED and row.process not in p.LONG_LIVED:
+            why = record.last_error or record.held or "no reason recorded"
+            detail = (
+                f"{address} is still {status} after settling ({why}; {len(mail)} unread, "
+                f"timers due at {timers.get(address)}, now {world.now():.3f})"
+            )
+            world.fail("stuck", detail)
+        if status not in _ENDED and mail:
+            detail = f"{address} is {status} with {len(mail)} unread message(s) after settling"
+            world.fail("stuck", detail + " (a lost wake-up)")
+        parent = record.parent
+        if parent is not None and status not in _ENDED:
+            found = rows.get(parent)
+            if found is None or found[0].status in _ENDED:
+                its = found[0].status if found else "gone"
+                world.fail("orphan", f"{address} is {status}; its parent {parent} is {its}")
+        seen = world.results.get((address, record.incarnation))
+        if status == "completed" and seen is not None and seen != record.result:
+            detail = f"{address} completed with {seen!r}, now {record.result!r}"
+            world.fail("result-changed", detail)
+        plan = world.plans.get(address)
+        if plan is None or record.incarnation != 1:
+            continue
+        if status == "completed" and address in undone:
+            world.fail("saga", f"{address} completed, yet its compensation ran")
+        on_purpose = "on purpose" in str((record.error or {}).get("message", ""))
+        if status == "failed" and on_purpose and address in ran_a and address not in undone:
+            world.fail("saga", f"{address} failed after step a; its compensation never ran")

@@ -1,0 +1,279 @@
+"""The clients: a plan of operations drawn from the seed, and the driver
+that runs it against each life of the host.
+
+The plan is made once, before the run, from the workload's random source.
+The driver runs its operations in order, each after a drawn pause, some
+awaited and some in the background (so they race each other and the
+host); a crash cancels whatever is in flight, whose outcome the clients
+then never learn, and the next life carries on with the next operation.
+Each operation records in the `World` what was tried and what was
+acknowledged; that is all the checker trusts.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import attrs
+import trio
+
+import actors
+from actors.testing import Simulation
+
+from . import processes as p
+from .world import World
+
+#: Errors a client may meet while the journal fails or the host dies: the
+#: request then counts as not acknowledged. Anything else is a bug.
+EXPECTED = (actors.ActorError,)
+
+
+@attrs.frozen
+class Op:
+    """One client operation: ``kind`` with ``args``, after ``pause`` seconds."""
+
+    kind: str
+    args: dict[str, Any]
+    pause: float
+    background: bool
+
+
+_KINDS = [
+    ("send", 24), ("ksend", 10), ("ask", 8), ("job", 14), ("job_race", 3), ("sws", 4),
+    ("poke", 8), ("cancel", 7), ("parent", 6), ("queued", 8), ("jump", 3), ("result", 5),
+]  # fmt: skip
+
+
+def plan(rng: random.Random) -> tuple[list[str], list[Op]]:
+    """The sinks to start and the operations to run, drawn from ``rng``."""
+    sinks = [f"sink/s{i}" for i in range(rng.randint(1, 3))]
+    count = rng.randint(25, 60)
+    kinds = [k for k, _ in _KINDS]
+    weights = [w for _, w in _KINDS]
+    ops: list[Op] = []
+    jobs: list[str] = []  # addresses of jobs and parents planned so far
+    messages = 0
+    for n in range(count):
+        kind = rng.choices(kinds, weights)[0]
+        args: dict[str, Any] = {}
+        if kind in ("send", "ksend", "ask"):
+            messages += 1
+            args = {"address": rng.choice(sinks), "m": f"m{messages}"}
+            if kind == "ask":
+                args["timeout"] = rng.choice([0.5, 5.0, 60.0])
+        elif kind in ("job", "job_race", "sws"):
+            name = f"j{n}"
+            jobs.append(f"job/{name}")
+            args = {"id": name, "plan": _job_plan(rng, name, sinks)}
+        elif kind == "parent":
+            name = f"p{n}"
+            strategy = rng.choice(list(p.PARENTS))
+            jobs.append(f"parent-{strategy}/{name}")
+            kids = [
+                {
+                    "restart": rng.choice(["transient", "transient", "permanent", "temporary"]),
+                    "seconds": rng.choice([0.1, 1.0, 5.0]),
+                    "crash": rng.choice([0, 0, 1, 2]),
+                }
+                for _ in range(rng.randint(1, 3))
+            ]
+            args = {"id": name, "strategy": strategy, "kids": kids,
+                    "wait": rng.choice([3.0, 30.0, 300.0])}  # fmt: skip
+        elif kind in ("poke", "cancel", "result"):
+            if not jobs:
+                continue
+            args = {"address": rng.choice(jobs)}
+        elif kind == "queued":
+            args = {"id": f"q{n}", "seconds": rng.choice([0.05, 0.5, 2.0])}
+        elif kind == "jump":
+            args = {"seconds": rng.choice([1.0, 30.0, 600.0])}
+        pause = rng.expovariate(2.0) if rng.random() < 0.8 else 0.0
+        ops.append(Op(kind, args, pause, background=rng.random() < 0.5))
+    return sinks, ops
+
+
+def _job_plan(rng: random.Random, name: str, sinks: list[str]) -> dict[str, Any]:
+    return {
+        "sleep": rng.choice([0, 0, 0.5, 10.0, 3600.0]),
+        "child": rng.choice([0, 0, 0.2, 5.0]),
+        "wait": rng.choice([0.1, 2.0, 60.0]),
+        "send": [rng.choice(sinks), f"{name}-sent"] if rng.random() < 0.4 else None,
+        "ask": [rng.choice(sinks), f"{name}-asked"] if rng.random() < 0.3 else None,
+        "slow": rng.choice([0.01, 0.3]),
+        "fail": rng.random() < 0.15,
+    }
+
+
+class Driver:
+    """The workload `actors.testing.simulate` calls at each life of the host."""
+
+    def __init__(self, world: World, sinks: list[str], ops: list[Op]) -> None:
+        self.world = world
+        self.sinks = sinks
+        self.ops = ops
+
+    async def __call__(self, sim: Simulation) -> None:
+        world = self.world
+        world.sim = sim
+        await self._observe(sim)
+        for address in self.sinks:  # idempotent: as a client makes sure of its receivers
+            await self._start_quietly(sim, p.sink, address.split("/", 1)[1], {})
+        async with trio.open_nursery() as nursery:
+            while world.next_op < len(self.ops):
+                op = self.ops[world.next_op]
+                world.next_op += 1
+                await trio.sleep(op.pause)
+                if op.background:
+                    nursery.start_soon(self._run, sim, op)
+                else:
+                    await self._run(sim, op)
+
+    async def _observe(self, sim: Simulation) -> None:
+        """Note every completed instance's result (see the check of results)."""
+
+        def completed(r: Any) -> list[tuple[str, int, Any]]:
+            return [
+                (row.address, row.record.incarnation, row.record.result)
+                for row in r.instances("completed")
+            ]
+
+        try:
+            found = await sim.journal.read(completed)
+        except actors.JournalUnavailable:
+            return
+        for address, incarnation, result in found:
+            self._saw_result(address, incarnation, result)
+
+    def _saw_result(self, address: str, incarnation: int, result: Any) -> None:
+        world = self.world
+        before = world.results.setdefault((address, incarnation), result)
+        if before != result:
+            world.fail(
+                "result-changed",
+                f"{address} (incarnation {incarnation}) completed with {before!r}, "
+                f"later {result!r}",
+            )
+
+    async def _run(self, sim: Simulation, op: Op) -> None:
+        try:
+            await getattr(self, f"_op_{op.kind}")(sim, **op.args)
+        except EXPECTED as exc:
+            self.world.note(f"{op.kind} {op.args.get('address') or op.args.get('id')}: "
+                            f"{type(exc).__name__}")  # fmt: skip
+        except ExceptionGroup as group:
+            # A public call answers with its error, never a group of them
+            # (a caller's 'except JournalUnavailable' would miss it).
+            expected, rest = group.split(EXPECTED)
+            if rest is not None or expected is None or sim.journal.crashed:
+                raise
+            kinds = sorted({type(exc).__name__ for exc in _leaves(expected)})
+            self.world.fail("error-group", f"{op.kind} {op.args} raised an ExceptionGroup of "
+                            f"{', '.join(kinds)} instead of the error itself")  # fmt: skip
+
+    async def _start(self, sim: Simulation, proc: Any, name: str, input: dict[str, Any]) -> None:
+        handle = await sim.system.start(proc, name, **input)
+        self.world.started[handle.id] = "start"
+
+    # -- operations ------------------------------------------------------------------
+
+    async def _op_send(self, sim: Simulation, address: str, m: str, key: str | None = None) -> None:
+        world = self.world
+        world.tried[m] = address
+        try:
+            await sim.system.send(address, p.work, {"m": m}, key=key)
+        except actors.NotDelivered:
+            return
+        world.acked[m] = address
+
+    async def _op_ksend(self, sim: Simulation, address: str, m: str) -> None:
+        # A client retrying one request under one key: stored once.
+        for attempt in range(3):
+            try:
+                return await self._op_send(sim, address, m, key=m)
+            except (actors.JournalUnavailable, actors.JournalFull):
+                if attempt == 2:
+                    raise
+                await trio.sleep(0.5)
+
+    async def _op_ask(self, sim: Simulation, address: str, m: str, timeout: float) -> None:
+        world = self.world
+        world.tried[m] = address
+        try:
+            reply = await sim.system.ask(address, p.work, {"m": m}, timeout=timeout)
+        except actors.AskTimeout:
+            world.acked[m] = address  # stored before the wait began: it is handled later
+            return
+        except actors.NotDelivered as exc:
+            if exc.reason != "unknown":  # stored, and the instance ended without replying
+                world.note(f"ask {m}: NotDelivered {exc.reason}")
+            return
+        world.acked[m] = address
+        if reply != m:
+            world.fail("ask-reply", f"ask {m} to {address} was answered {reply!r}")
+
+    async def _op_job(self, sim: Simulation, id: str, plan: dict[str, Any]) -> None:
+        self.world.plans[f"job/{id}"] = plan
+        await self._start(sim, p.job, id, {"plan": plan})
+
+    async def _op_job_race(self, sim: Simulation, id: str, plan: dict[str, Any]) -> None:
+        # Two starts of one address at once: one incarnation, both acknowledged.
+        self.world.plans[f"job/{id}"] = plan
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                nursery.start_soon(self._start_quietly, sim, p.job, id, {"plan": plan})
+
+    async def _start_quietly(
+        self, sim: Simulation, proc: Any, name: str, input: dict[str, Any]
+    ) -> None:
+        try:
+            await self._start(sim, proc, name, input)
+        except EXPECTED as exc:
+            self.world.note(f"start {name}: {type(exc).__name__}")
+
+    async def _op_sws(self, sim: Simulation, id: str, plan: dict[str, Any]) -> None:
+        self.world.plans[f"job/{id}"] = plan
+        handle = await sim.system.signal_with_start(
+            p.job, id, signal=p.poke, payload=None, plan=plan
+        )
+        self.world.started[handle.id] = "signal_with_start"
+
+    async def _op_poke(self, sim: Simulation, address: str) -> None:
+        try:
+            await sim.system.send(address, p.poke)
+        except actors.NotDelivered:
+            pass
+
+    async def _op_cancel(self, sim: Simulation, address: str) -> None:
+        cancelled = await sim.system.cancel(address)
+        self.world.note(f"cancel {address}: {cancelled}")
+
+    async def _op_parent(
+        self, sim: Simulation, id: str, strategy: str, kids: list[dict[str, Any]], wait: float
+    ) -> None:
+        await self._start(sim, p.PARENTS[strategy], id, {"kids": kids, "wait": wait})
+
+    async def _op_queued(self, sim: Simulation, id: str, seconds: float) -> None:
+        handle = await sim.system.start(p.qjob, id, queue=p.QUEUE, seconds=seconds)
+        self.world.started[handle.id] = "queued"
+
+    async def _op_jump(self, sim: Simulation, seconds: float) -> None:
+        sim.jump(seconds)
+
+    async def _op_result(self, sim: Simulation, address: str) -> None:
+        handle = await sim.system.lookup(address)
+        if handle is None:
+            return
+        with trio.move_on_after(30):
+            try:
+                result = await handle.result()
+            except (actors.ProcessFailed, actors.ProcessCancelled):
+                return
+            self._saw_result(address, handle.incarnation, result)
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return found

@@ -1,0 +1,127 @@
+"""The world outside the journal: what clients were told, and what step
+functions really did.
+
+The checker compares the journal with this model, never the journal with
+itself. Clients record what they tried and what was acknowledged; every
+step function appends one `Run` to the side-effect ledger when it runs (an
+attempt, with its idempotency key), so the checker counts real executions.
+One `World` serves one seed; `current()` finds it from the step functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+import trio
+
+from actors.testing import Simulation
+
+
+class InvariantBroken(AssertionError):
+    """An invariant of the runtime did not hold; ``name`` says which."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"{name}: {detail}")
+        self.name = name
+        self.detail = detail
+
+
+@attrs.frozen
+class Run:
+    """One execution of a step's side effect (one attempt)."""
+
+    tag: str  # what kind of work: W (a message handled), A, B, H, K, Q, U (an undo)
+    ident: str  # which work: a message id, an instance's address
+    key: str  # the step's idempotency key
+    attempt: int
+    life: int
+    at: float
+
+    @property
+    def address(self) -> str:
+        """The address of the instance the step belongs to (from its key:
+        ``<address>/<incarnation>/<run>/<name>/<occurrence>[/compensate]``)."""
+        parts = self.key.split("/")
+        if parts[-1] == "compensate":
+            parts.pop()
+        return "/".join(parts[:-4])
+
+    @property
+    def incarnation(self) -> int:
+        parts = self.key.split("/")
+        if parts[-1] == "compensate":
+            parts.pop()
+        return int(parts[-4])
+
+
+@attrs.define
+class World:
+    """One seed's model: the ledger, the clients' view, and the plan."""
+
+    seed: int
+    sim: Simulation | None = None
+    fail_rate: float = 0.0  # chance that an attempt of a step fails (or hangs)
+    ledger: list[Run] = attrs.Factory(list)
+    #: message id -> address, for messages whose send was acknowledged
+    acked: dict[str, str] = attrs.Factory(dict)
+    #: message id -> address, for every message a client or process tried to send
+    tried: dict[str, str] = attrs.Factory(dict)
+    #: addresses whose start was acknowledged
+    started: dict[str, str] = attrs.Factory(dict)
+    #: (address, incarnation) -> result, for every completed instance seen
+    results: dict[tuple[str, int], Any] = attrs.Factory(dict)
+    #: job address -> its plan, for every job a client tried to start
+    plans: dict[str, dict[str, Any]] = attrs.Factory(dict)
+    #: queued steps running now, and the most ever at once
+    queue_running: int = 0
+    queue_most: int = 0
+    next_op: int = 0  # the workload's progress, across lives
+    events: list[str] = attrs.Factory(list)  # what clients saw, for the trace
+
+    @property
+    def life(self) -> int:
+        return self.sim.life if self.sim is not None else 0
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    def ran(self, tag: str, ident: str, key: str, attempt: int) -> None:
+        """Record an execution of a step's side effect."""
+        self.ledger.append(Run(tag, ident, key, attempt, self.life, self.now()))
+
+    def flaky(self, key: str, attempt: int, what: str = "fail") -> bool:
+        """Whether attempt ``attempt`` of the step with ``key`` fails (or
+        hangs): a function of the seed, the key and the attempt only, so
+        the same attempt fails however the run got there. Only the first
+        few attempts fail, so every step succeeds within its budget."""
+        if attempt > 3 or not self.fail_rate:
+            return False
+        digest = hashlib.blake2b(f"{self.seed}:{what}:{key}:{attempt}".encode(), digest_size=8)
+        return int.from_bytes(digest.digest(), "big") / 2**64 < self.fail_rate
+
+    def note(self, text: str) -> None:
+        self.events.append(f"{self.now():.6f} {text}")
+        if self.sim is not None:
+            self.sim.note(text)
+
+    def fail(self, name: str, detail: str) -> None:
+        """Raise `InvariantBroken` (noted in the trace first)."""
+        self.note(f"INVARIANT {name}: {detail}")
+        raise InvariantBroken(name, detail)
+
+
+_current: World | None = None
+
+
+def current() -> World:
+    """The world of the seed being run (for step functions)."""
+    assert _current is not None, "no simulation is running"
+    return _current
+
+
+def install(world: World | None) -> None:
+    """Make ``world`` the one `current` gives (None: none)."""
+    global _current
+    _current = world
