@@ -88,7 +88,7 @@ class Cancels(_SystemAPI):
         """Cancel an instance that is not in memory here (the caller holds
         off its activation). None: it runs its compensations first, as
         recorded now (or before), once activated."""
-        row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
+        row, timers, log, mail = await self.journal.read(lambda r: _on_disk(r, iid))
         if row is None or row.status not in UNFINISHED_STATUSES:
             return False
         if row.status == "queued":
@@ -99,17 +99,27 @@ class Cancels(_SystemAPI):
             return await self._cancel_remote(iid, address, reason, compensate)
         if compensating and row.record.failure is not None:
             return None  # compensating already: it ends once they have run
-        # Depth first: its children go before it records its own end.
-        children = children_named(log)
-        await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         fence = epoch if self.journal.shared else None
+        # Depth first: its children go before it records its own end; and
+        # before them, that its cancel has begun (unless a CANCEL in its
+        # mailbox says so already): see _supervision's cascade.
+        children = children_named(log)
+        if children and not _sup.cancel_marks(mail):
+            try:
+                await _sup.record_cancel(self, iid, reason, compensate=compensate, epoch=fence)
+            except Conflict:
+                return False  # it ended meanwhile (or is owned elsewhere now)
+        await _sup.cancel_children(self, children, f"parent {row.address} cancelled")
         txn, notices = _protocol.cancel_txn(
             [_protocol.Cancel(row, timers, reason, fence, compensate=compensating)],
             self.epoch_now(),
         )
+        mail = await self.journal.read(lambda r: r.mailbox(iid))
+        # The cancel it records is the one each CANCEL asked for.
+        for seq in _sup.cancel_marks(mail):
+            txn.take_message(iid, seq)
         # Every ask it owes an answer hears that it ended without one (one
         # that compensates first: those its run took; its end, the unread).
-        mail = await self.journal.read(lambda r: r.mailbox(iid))
         owed = _asks.unanswered_on_disk(log, () if compensating else mail)
         answers = [_asks.answer(self, txn, ask, {"ended": "cancelled"}) for ask in owed]
         try:
@@ -191,7 +201,7 @@ class Cancels(_SystemAPI):
             return
         if iid in self._cancelling:
             return  # a cancel of it is being written: it wins
-        row, timers, log = await self.journal.read(lambda r: _row_timers_log(r, iid))
+        row, timers, log, _ = await self.journal.read(lambda r: _on_disk(r, iid, mail=False))
         if row is None or row.status not in LIVE_STATUSES:
             return
         await _sup.cancel_children(self, children_named(log), f"{address} is restarting")
@@ -215,8 +225,11 @@ class Cancels(_SystemAPI):
         self._activate(iid)
 
 
-def _row_timers_log(r: Any, iid: bytes) -> tuple[Any, Any, Any]:
+def _on_disk(r: Any, iid: bytes, *, mail: bool = True) -> tuple[Any, Any, Any, Any]:
+    """(row, timers, current run's log, unread mail or [] without ``mail``)
+    of an instance on disk."""
     row = r.instance(iid)
     if row is None:
-        return None, [], {}
-    return row, r.timers(iid), r.entries(iid, row.record.run)
+        return None, [], {}, []
+    unread = r.mailbox(iid) if mail else []
+    return row, r.timers(iid), r.entries(iid, row.record.run), unread

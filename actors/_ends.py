@@ -136,6 +136,15 @@ class Ends(_ActorAPI):
         # instance) comes before replay has named the children: the log does.
         children = {**children_named(self.driver.log), **self.children}
         self.children = {}
+        if children and not _sup.cancel_marks(self.mailbox.messages.items()):
+            # Recorded before it cascades (unless a CANCEL brought it, and
+            # says so already): a crash amid the cascade leaves it to be
+            # finished at the next open, never half done (see _supervision).
+            seq = await _sup.record_cancel(
+                self.system, self.iid, detail, compensate=bool(self.interrupt[2]),
+                epoch=self.epoch if self.fenced else None,
+            )  # fmt: skip
+            self.txn.take_message(self.iid, seq)  # with its end
         await _sup.cancel_children(self.system, children, reason)
         # (Asked for by this cancel, or by another that came during the cascade.)
         asked = self.interrupt is not None and self.interrupt[0] == "cancel" and self.interrupt[2]
@@ -150,7 +159,8 @@ class Ends(_ActorAPI):
     async def _end(self, status: str, txn: Txn) -> None:
         # Depth first, as a trio nursery: live children are cancelled before
         # this end is recorded, so whoever sees it sees no live descendants.
-        # (A crash in between is finished at recovery: see _recover.)
+        # (A crash in between: the instance is still live, and its replay
+        # ends it again; a cancel was recorded first, see _interrupted.)
         children, self.children = self.children, {}
         await _sup.cancel_children(self.system, children, f"parent {self.address} {status}")
         timers = [(self.run, seq) for seq in self.timers]

@@ -22,11 +22,12 @@ RuntimeError('boom')").
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, InstanceRecord, Txn, instance_id
+from storage import LIVE_STATUSES, UNFINISHED_STATUSES, InstanceRecord, Txn, instance_id
 from storage.errors import Conflict, JournalClosed, JournalFull
 
 from . import _asks
@@ -36,7 +37,7 @@ from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, children_named
 from ._process import OneForAll, OneForOne, RestForOne
-from ._protocol import START_RACED, end_payload, read_for_start, start_txn
+from ._protocol import START_RACED, end_payload, read_for_start, start_txn, system_send_txn
 from ._records import Signal, describe_error, error_summary
 from .errors import ChildFailed
 
@@ -203,6 +204,53 @@ def next_restarts(record: InstanceRecord, reason: str, now: float) -> list[dict[
 
 
 # -- cascade -----------------------------------------------------------------------
+#
+# A cancel cascades depth first: the children are cancelled, each in its
+# own commit, before the parent records its own end. So that a crash amid
+# the cascade cannot leave a tree half cancelled for good, a parent records
+# that its cancel has begun first, in one commit: a CANCEL message in its
+# own mailbox (`record_cancel`), taken with its cancelled record.
+# Invariant: an instance whose cancel has cascaded to any child and that is
+# still live has a CANCEL in its mailbox; the next open activates it (it has
+# mail), it reads the CANCEL at load and finishes the cancel, children first.
+# (An end that is not a cancel needs no such record: the instance is still
+# live, and its replay ends it, and cascades, again.)
+
+
+def cancel_marks(mail: Iterable[tuple[int, Any]]) -> list[int]:
+    """The message ids of the CANCELs among ``mail``: ``(id, message)``
+    pairs, each message a sequence whose first item is its signal name
+    (`Reader.mailbox`, or `Mailbox.messages`' items)."""
+    return [seq for seq, message in mail if message[0] == CANCEL.name]
+
+
+async def record_cancel(
+    system: SystemAPI, iid: bytes, reason: str, *, compensate: bool = False,
+    epoch: int | None = None,
+) -> int:  # fmt: skip
+    """Record, before its children are cancelled, that the cancel of the
+    unfinished instance ``iid`` has begun: a CANCEL message in its own
+    mailbox (with ``compensate``, one that asks for its compensations, as
+    `ActorSystem.cancel` may), committed (fenced with ``epoch``, if given)
+    before this returns. The caller takes it (`Txn.take_message`) with the
+    instance's end.
+
+    Returns the message's id.
+
+    Raises:
+        Conflict: the instance is finished (or, fenced, owned elsewhere);
+            nothing was written.
+    """
+    payload: dict[str, Any] = {"reason": reason}
+    if compensate:
+        payload["compensate"] = True
+    txn, notice = system_send_txn(iid, CANCEL.name, payload, system.epoch_now())
+    txn.require(iid, UNFINISHED_STATUSES)  # (so the commit is awaited, whatever the durability)
+    if epoch is not None:
+        txn.fence(iid, epoch)
+    results = await system.journal.commit(txn)
+    seq: int = results[notice.slot]
+    return seq
 
 
 async def cancel_children(system: SystemAPI, children: dict[str, int], reason: str) -> None:
