@@ -94,6 +94,7 @@ class Controlled(Protocol):
     async def resume_compensation(self, address: str) -> bool: ...
     async def abandon_compensation(self, address: str) -> bool: ...
     async def cleanup(self, older_than: float, statuses: Iterable[str] = ...) -> int: ...
+    async def retry(self, address: str, *, input: dict[str, Any] | None = ...) -> Any: ...
 
 
 # -- frames ---------------------------------------------------------------------------
@@ -367,10 +368,18 @@ async def _cleanup(system: Controlled, request: dict[str, Any]) -> int:
     return await system.cleanup(older_than, statuses)
 
 
+async def _retry(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
+    input = request.get("input")
+    if input is not None and not isinstance(input, dict):
+        raise _BadRequest(f"'input' must be an object of keyword input or null, not {input!r}")
+    handle = await system.retry(_text(request, "address"), input=input)
+    return {"incarnation": handle.incarnation, "status": handle.status}
+
+
 # The operations, each onto the `ActorSystem` method of the same name.
 OPS: dict[str, Callable[[Controlled, dict[str, Any]], Awaitable[Any]]] = {
     "send": _send, "cancel": _cancel, "resume_compensation": _resume,
-    "abandon_compensation": _abandon, "cleanup": _cleanup,
+    "abandon_compensation": _abandon, "cleanup": _cleanup, "retry": _retry,
 }  # fmt: skip
 
 

@@ -61,6 +61,7 @@ __all__ = [
     "cleanup_txn",
     "cleanup_victims",
     "floor_key",
+    "history_key",
     "read_for_start",
     "end_notice",
     "end_of_run",
@@ -492,12 +493,19 @@ def cleanup_txn(victims: Iterable[tuple[bytes, int]], statuses: Iterable[str]) -
         txn.require(iid, wanted, incarnation=incarnation)
         txn.delete_instance(iid)
         txn.put_state(floor_key(iid), incarnation)
+        txn.delete_state(history_key(iid))  # earlier incarnations a retry kept (see _retry)
     return txn
 
 
 def floor_key(iid: bytes) -> str:
     """The state row that keeps the last incarnation a cleanup removed at ``iid``."""
     return f"floor/{iid.hex()}"
+
+
+def history_key(iid: bytes) -> str:
+    """The state row that keeps the records of the incarnations at ``iid``
+    that a retry replaced (see `_retry`); a cleanup removes it with the instance."""
+    return f"history/{iid.hex()}"
 
 
 def read_for_start(r: Reader, iid: bytes) -> tuple[InstanceRow | None, int]:

@@ -32,7 +32,7 @@ from storage import (
 from storage._parking import Parking
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
-from . import _events, _guard, _protocol, _tracing
+from . import _events, _guard, _protocol, _retry, _tracing
 from ._checks import check_name, check_seconds, check_text
 from ._activation import Activation
 from ._asks import Asks
@@ -487,6 +487,30 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
             done.set()
             if iid in self._routed_absent and iid not in self._live:
                 self._activate(iid)  # mail noticed meanwhile (see _activate_for_mail)
+
+    async def retry(self, address: str, *, input: dict[str, Any] | None = None) -> Handle[Any]:
+        """Run a failed (or cancelled) instance again: a new incarnation at
+        ``address`` with the params and input it had (or ``input``), running.
+
+        A compare-and-set, like every start: of two retries of one
+        incarnation (here or on another node) one commits, and the other
+        returns its handle. The replaced incarnation's record is kept for
+        ``actors show ADDRESS --incarnation N`` until cleanup; failed
+        children it named start afresh when the new run calls them (see
+        `actors._retry`).
+
+        Returns:
+            The handle of the new incarnation, once it is durably recorded.
+
+        Raises:
+            InvalidArguments: it is live, queued, compensation_stuck or
+                completed, or a child (retry its parent); or ``input`` does
+                not fit the process.
+            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
+            UnknownProcess: its process is not registered with this system.
+            JournalCorrupt: its records do not decode.
+        """
+        return await _retry.retry(self, address, input)
 
     @property
     def closing(self) -> bool:

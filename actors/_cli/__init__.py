@@ -4,6 +4,7 @@
     python -m actors --journal ./state show orders/o-17
     python -m actors --journal ./state send orders/o-17 approved '{"by": "ann"}'
     python -m actors --journal ./state cancel orders/o-17
+    python -m actors --journal ./state retry orders/o-18 --input '{"amount": 5}'
     python -m actors --journal ./state resume-compensation trips/t-9
     python -m actors --journal ./state cleanup --older-than 30d
     python -m actors --journal ./state tail rooms/lobby --consumer archive --follow
@@ -19,19 +20,21 @@ Reading (list, show, stats) opens the journal read-only
 works beside a system that runs on the journal in another process; LMDB gives
 each read a consistent snapshot.
 
-Writing (send, cancel, resume-compensation, abandon-compensation, cleanup)
-goes one of two ways. When no system holds the journal, the CLI opens it as
-a system would (taking the owner lock for the milliseconds the write takes)
-and writes with the transactions of `actors._protocol`, as the runtime does:
-``send`` requires the instance to be live and appends ``[signal, payload,
-time]`` to its mailbox, where the instance finds it when a system next opens
-the journal; ``cancel`` records the instance and its live descendants as
-cancelled, children first, in one transaction, as `ActorSystem.cancel` does
-for an instance not in memory; ``resume-compensation`` puts a
-``compensation_stuck`` instance back to running (the next system to open
-the journal retries its compensation), ``abandon-compensation`` ends it
-failed, ``cleanup`` removes finished instances. The CLI has no process
-definitions, so it cannot run anything itself.
+Writing (send, cancel, retry, resume-compensation, abandon-compensation,
+cleanup) goes one of two ways. When no system holds the journal, the CLI
+opens it as a system would (taking the owner lock for the milliseconds the
+write takes) and writes with the transactions of `actors._protocol`, as the
+runtime does: ``send`` requires the instance to be live and appends
+``[signal, payload, time]`` to its mailbox, where the instance finds it when
+a system next opens the journal; ``cancel`` records the instance and its
+live descendants as cancelled, children first, in one transaction, as
+`ActorSystem.cancel` does for an instance not in memory; ``retry`` records a
+failed or cancelled instance's next incarnation, running (`actors._retry`);
+``resume-compensation`` puts a ``compensation_stuck`` instance back to
+running (the next system to open the journal retries its compensation),
+``abandon-compensation`` ends it failed, ``cleanup`` removes finished
+instances. The CLI has no process definitions, so it cannot run anything
+itself.
 
 When a system holds the journal, the CLI does not write behind its back
 (LMDB would let a second process commit, but the system keeps live
@@ -63,11 +66,11 @@ database and key (exit 5).
 
 The package, by concern: `_commands` (arguments, dispatch, exit codes),
 `_access` (opening the journal, finding an instance), `_inspect` (list,
-show, stats), `_write` (send, cancel), `_repair` (resume-compensation,
-abandon-compensation, cleanup), `_remote` (through a running system's control
-socket), `_tail` (tail, consumers), and `_render` (JSON and text output).
-It reaches storage only through the public `storage` API, and writes with
-the transactions of `actors._protocol`.
+show, stats), `_write` (send, cancel), `_retry` (retry, show --incarnation),
+`_repair` (resume-compensation, abandon-compensation, cleanup), `_remote`
+(through a running system's control socket), `_tail` (tail, consumers), and
+`_render` (JSON and text output). It reaches storage only through the public
+`storage` API, and writes with the transactions of `actors._protocol`.
 
 Exit codes: 0 done; 1 refused (not live, compensations pending); 2 bad usage;
 3 not found (no journal at the path, no instance at the address); 4 the

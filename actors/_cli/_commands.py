@@ -18,8 +18,9 @@ from storage.errors import ActorError, JournalCorrupt, JournalLocked
 from ..errors import NotDelivered
 from ._errors import CORRUPT, HELD, INTERRUPTED, NOT_FOUND, REFUSED, USAGE, CLIError
 from ._flow import queues, schedules
-from ._inspect import list_instances, show, stats
+from ._inspect import list_instances, stats
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
+from ._retry import retry, show_any
 from ._tail import consumers, tail
 from ._web import add_web_arguments, web
 from ._write import DEFAULT_REASON, cancel, send
@@ -27,7 +28,7 @@ from ._write import DEFAULT_REASON, cancel, send
 __all__ = ["main"]
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "list": list_instances, "show": show, "send": send, "cancel": cancel,
+    "list": list_instances, "show": show_any, "send": send, "cancel": cancel, "retry": retry,
     "resume-compensation": resume_compensation, "abandon-compensation": abandon_compensation,
     "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats, "web": web,
     "schedules": schedules, "queues": queues,
@@ -125,6 +126,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=_count, default=50, metavar="N",
                    help="show the last N log entries and mailbox messages "
                    "(default 50; 0 for all)")  # fmt: skip
+    p.add_argument("--incarnation", type=_count, metavar="N",
+                   help="show incarnation N: an earlier one's record, as the retry that "
+                   "replaced it kept it")  # fmt: skip
 
     p = command("send", "put a message in a live instance's mailbox")
     p.add_argument("address", help=_ADDRESS)
@@ -148,6 +152,12 @@ def _parser() -> argparse.ArgumentParser:
                    "after a failure) before it ends cancelled; by default a cancel runs "
                    "none. With no system running they run when one that runs its process "
                    "next opens the journal")  # fmt: skip
+
+    p = command("retry", "run a failed or cancelled instance again, as a new incarnation")
+    p.add_argument("address", help=_ADDRESS + "; its status is failed or cancelled")
+    p.add_argument("--input", metavar="JSON",
+                   help="replace its keyword input with this JSON object ('-' reads stdin; "
+                   "default: the input it had)")  # fmt: skip
 
     p = command("resume-compensation", "retry a stuck saga compensation where it stopped")
     p.add_argument("address", help=_ADDRESS + "; its status is compensation_stuck")
