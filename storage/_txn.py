@@ -119,11 +119,13 @@ class Txn(StateOps):
     def must_wait(self, shared: bool) -> bool:
         """Whether a caller must learn this transaction's outcome before it
         goes on, whatever the journal's durability: it has preconditions
-        that can fail. On a journal with one owner (``shared`` False) a
-        start's compare-and-set cannot: that owner makes one start of an
-        address at a time and nobody else writes, so it is checked (and
-        would write nothing if it failed) but need not be awaited."""
-        if self.expects:
+        that can fail, or appends whose numbers the caller routes (a message
+        is handed to its live receiver by number). On a journal with one
+        owner (``shared`` False) a start's compare-and-set cannot fail: that
+        owner makes one start of an address at a time and nobody else
+        writes, so it is checked (and would write nothing if it failed) but
+        need not be awaited."""
+        if self.expects or self.results:
             return True
         if shared:
             return bool(self.requires)
