@@ -204,14 +204,17 @@ class Ends(_ActorAPI):
             self._abandon(leaf)
         txn = Txn()
         self.begin_run(txn, input=effect.input, last_error=None)
+        answers = []
         if self.driver.unanswered:  # taken by this run, never to be answered by the next
             answers = _asks.no_reply(self, txn, "continued as new", ())
-            results = await self.barrier(txn)
-            for after in answers:
-                after(results)
-        else:
-            self.txn.extend(txn)
-            self.flush()
+        # Invariant: the next run starts in memory only once it is recorded.
+        # Started on a write still in flight, it would run (and key its steps
+        # with its run number) even if the write failed, and the run
+        # replayed from the journal later would hand the same keys to other
+        # work.
+        results = await self.barrier(txn)
+        for after in answers:
+            after(results)
         self.driver.load({})
         return self.new_coroutine()
 
