@@ -411,6 +411,11 @@ class Actor(Ends, Arrivals):
             pending.fence(self.iid, self.epoch)
         prior = self.ticket
         self.ticket = None
+        if prior is not None and prior.done:
+            # Invariant: nothing of this instance commits after a write of
+            # it that failed (the journal keeps that within a batch: see
+            # storage.Chain): its error stops the instance here.
+            await prior.wait()
         try:
             results = await self.journal.commit(pending, durable=durable)
         except Conflict as exc:

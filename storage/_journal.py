@@ -62,6 +62,7 @@ from ._txn import (
     SET_CURSOR as SET_CURSOR,
     SET_STATUS as SET_STATUS,
     TAKE_MESSAGE as TAKE_MESSAGE,
+    Chain as Chain,
     Txn as Txn,
     check_requires as check_requires,
     due_us as due_us,

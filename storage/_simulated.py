@@ -473,13 +473,19 @@ class SimulatedJournal(MemoryJournal):
             refused = self.random.randrange(len(txns))
             self.log.event(f"commit {number}: transaction {refused} did not fit")
         outcomes: list[Any] = []
+        chain = j.Chain()
         for i, txn in enumerate(txns):
-            if i == refused:
-                outcomes.append(JournalFull(
+            outcome: Any = chain.refused(txn)
+            if outcome is not None:
+                pass
+            elif i == refused:
+                outcome = JournalFull(
                     "the simulated journal is full; nothing of this transaction was written"
-                ))  # fmt: skip
+                )
             else:
-                outcomes.append(self._run(txn))
+                outcome = self._run(txn)
+            chain.note(txn, outcome)
+            outcomes.append(outcome)
         return outcomes
 
     # -- outages -----------------------------------------------------------------

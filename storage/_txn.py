@@ -16,7 +16,10 @@ from ._states import StateOps
 from ._statuses import STATUS_CODE, STATUS_NAME
 from .errors import Conflict, EncodeError
 
-__all__ = ["Txn", "MAX_ADDRESS_BYTES", "ABSENT", "check_requires", "due_us", "stored_incarnation"]
+__all__ = [
+    "Txn", "MAX_ADDRESS_BYTES", "ABSENT", "Chain", "check_requires", "due_us",
+    "stored_incarnation",
+]  # fmt: skip
 
 # Invariant: an instance's address and its process template are each at most
 # this many bytes of utf-8, so an instance record's header (both of them)
@@ -302,3 +305,47 @@ def stored_incarnation(record: bytes, iid: bytes) -> int:
     if not isinstance(incarnation, int):
         raise corrupt("instances", iid, f"has the wrong shape: incarnation {incarnation!r}")
     return incarnation
+
+
+# Operations on an instance's own records, which its later writes build on.
+_OWN = frozenset({PUT_INSTANCE, DELETE_INSTANCE, PUT_LOG, DROP_LOG, TAKE_MESSAGE,
+                  ADD_TIMER, CANCEL_TIMER, SET_STATUS})  # fmt: skip
+
+
+class Chain:
+    """Within one batch: a transaction that fails takes down the later ones
+    that write the same instances' own records (log, record, status,
+    timers, taking mail).
+
+    Invariant: an instance's writes commit in the order it made them, or
+    not at all from the first that fails: the later ones were built on it
+    (a run's next write assumes the message its last one took is taken).
+    Without this a batch could keep a continue-as-new whose run's last
+    take failed, and the message would be handled again by the next run.
+    Mail appended to an instance by others is not its own write, and a
+    precondition that fails (`Conflict`) takes down nothing else: the
+    transactions after it checked their own (an instance's writes are
+    fenced alike, so a fence that fails fails them all by itself).
+    """
+
+    __slots__ = ("_failed",)
+
+    def __init__(self) -> None:
+        self._failed: dict[bytes, BaseException] = {}
+
+    def refused(self, txn: Txn) -> BaseException | None:
+        """The error of an earlier failed transaction ``txn`` builds on, or None."""
+        failed = self._failed
+        if failed:
+            for op in txn.ops:
+                if op[0] in _OWN and op[1] in failed:
+                    return failed[op[1]]
+        return None
+
+    def note(self, txn: Txn, outcome: Any) -> None:
+        """Record ``txn``'s outcome (an exception if it failed)."""
+        if isinstance(outcome, BaseException) and not isinstance(outcome, Conflict):
+            for op in txn.ops:
+                if op[0] in _OWN:
+                    self._failed.setdefault(op[1], outcome)
+

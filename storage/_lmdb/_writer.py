@@ -39,7 +39,7 @@ from .._clock import AutojumpHold
 from .._journal import (
     CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Settled, Ticket, Txn, unwrap,
 )  # fmt: skip
-from .._states import PUT_STATE, check_expects
+from .._states import DELETE_STATE, PUT_STATE, check_expects
 from ..errors import (
     ActorError,
     Conflict,
@@ -567,12 +567,17 @@ class _GroupCommit:
         """
         outcomes: list[Any] = []
         apply = _Applier(wtxn, self._handles)
+        chain = j.Chain()
         for txn in txns:
+            broken = chain.refused(txn)  # it builds on one that failed
+            if broken is not None:
+                outcomes.append(broken)
+                continue
             if txn.requires or txn.expects:
                 try:
                     j.check_requires(txn.requires, apply.status_of, apply.incarnation_of)
                     check_expects(txn.expects, apply.state_version)
-                except Conflict as exc:
+                except Conflict as exc:  # (it takes down nothing else: see Chain)
                     outcomes.append(exc)
                     continue
             if not isolate:
@@ -599,4 +604,5 @@ class _GroupCommit:
                 outcomes.append(refused)
             else:
                 outcomes.append(results)
+            chain.note(txn, outcomes[-1])
         return outcomes

@@ -404,7 +404,7 @@ class _Writer:
                     try:
                         j.check_requires(txn.requires, status.get, incarnation)
                         _check_fences(txn, owned, node)
-                    except Conflict as exc:
+                    except Conflict as exc:  # (it takes down nothing else: see Chain)
                         outcomes[i] = exc
                         continue
                     for op in txn.ops:
@@ -466,7 +466,12 @@ class _Writer:
             _lock_batch(cur, sql, txns, node)
             if self.fault is not None:
                 self.fault("locked", conn, txns)
+            chain = j.Chain()
             for txn in txns:
+                broken = chain.refused(txn)  # it builds on one that failed
+                if broken is not None:
+                    outcomes.append(broken)
+                    continue
                 cur.execute("SAVEPOINT txn")
                 try:
                     watched = _watched([txn], node)
@@ -513,6 +518,7 @@ class _Writer:
                         raise
                     cur.execute("ROLLBACK TO SAVEPOINT txn")
                     outcomes.append(_txn_error(exc, self._server.describe()))
+                chain.note(txn, outcomes[-1])
             run.outcomes = outcomes
             run.committing = True
             cur.execute("COMMIT")
