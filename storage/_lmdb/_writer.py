@@ -64,6 +64,8 @@ ASYNC_WINDOW_TXNS = 1000
 ASYNC_WINDOW_SECONDS = 1.0
 # Operations that only remove records (see LMDBJournal._write's reserve).
 _FREEING_OPS = frozenset({DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, CANCEL_TIMER})
+# What a transaction marked `Txn.frees` (a cleanup) may do beside freeing.
+_FREES_BESIDE = frozenset({PUT_STATE, DELETE_STATE})
 # A commit failing with one of these means the filesystem is full (on some,
 # tmpfs among them, a short write shows as EIO) or failing.
 _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
@@ -489,7 +491,7 @@ class _GroupCommit:
         freeing = [
             i for i, (txn, outcome) in enumerate(zip(txns, outcomes))
             if type(outcome) is JournalFull and all(
-                op[0] in _FREEING_OPS or (txn.frees and op[0] == PUT_STATE) for op in txn.ops
+                op[0] in _FREEING_OPS or (txn.frees and op[0] in _FREES_BESIDE) for op in txn.ops
             )
         ]  # fmt: skip
         if freeing and self._grow(env, into_reserve=True):
