@@ -39,7 +39,7 @@ from ._log import LogEntry, children_named
 from ._process import OneForAll, OneForOne, RestForOne
 from ._protocol import START_RACED, end_payload, read_for_start, start_txn, system_send_txn
 from ._records import Signal, describe_error, error_summary
-from .errors import ChildFailed
+from .errors import ActorError, ChildFailed
 
 # Errors of the journal itself while a child is created: they go to the
 # actor's task as a step's do (see `Actor.main`), never into the process.
@@ -254,12 +254,27 @@ async def record_cancel(
 
 
 async def cancel_children(system: SystemAPI, children: dict[str, int], reason: str) -> None:
-    """Cancel every live child (and, through them, their descendants)."""
+    """Cancel every live child (and, through them, their descendants).
+
+    Raises:
+        the first error of the runtime's (`ActorError`) that a child's cancel
+        met, the others chained to it; never an ExceptionGroup of them, so a
+        caller's ``except JournalUnavailable`` sees what happened.
+    """
     if not children:
         return
-    async with trio.open_nursery() as nursery:
-        for address in children:
-            nursery.start_soon(system._cancel_iid, instance_id(address), address, reason)
+    try:
+        async with trio.open_nursery() as nursery:
+            for address in children:
+                nursery.start_soon(system._cancel_iid, instance_id(address), address, reason)
+    except BaseExceptionGroup as group:
+        matched, rest = group.split(ActorError)
+        if matched is None or rest is not None:
+            raise
+        first = matched.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from group
 
 
 # -- crashes and restarts --------------------------------------------------------------
