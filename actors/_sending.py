@@ -9,13 +9,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from storage import MAIL_STATUSES, STATUS_WORDS
-from storage.errors import Conflict, JournalCorrupt
+from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
 from ._checks import check_many, check_name, check_seconds
 from ._records import Signal
 from .errors import InvalidArguments, NotDelivered
+
+RELOAD_AFTER = 0.1  # seconds between asks that a live instance in doubt passivate
 
 if TYPE_CHECKING:
     from ._interfaces import SystemAPI as _SystemAPI
@@ -131,7 +135,34 @@ class Sending(_SystemAPI):
             if exc.database in ("mail", "counters"):  # its mailbox cannot take mail
                 await self._records_damaged(iid, address, exc)
             raise
+        except CommitOutcomeUnknown:
+            self._mail_in_doubt(iid)
+            raise
         self._route(iid, seq, notice.message)
+
+    def _mail_in_doubt(self, iid: bytes) -> None:
+        """A commit that may have added mail for ``iid`` has an unknown
+        outcome (PostgreSQL: the connection was lost after COMMIT): once the
+        journal answers, bring the instance in (its load reads the mailbox),
+        or have a live one on a shared journal read its mailbox as for a mail
+        notice, so a message that was written is not left unread. A live
+        actor on a journal with one owner cannot tell a message read from
+        the journal from one it took and has not yet recorded: it is
+        passivated once idle and loaded again, which reads what is there."""
+
+        async def look() -> None:
+            await self.outages.back()
+            actor = self._live.get(iid)
+            if actor is not None and actor.fenced:  # it remembers what it took
+                self.nodes.mail_noticed(iid)
+                return
+            while actor is not None and self._live.get(iid) is actor:
+                actor.request_passivation()  # (when idle: else look again soon)
+                with trio.move_on_after(RELOAD_AFTER):
+                    await self._status_event(iid).wait()
+            self._activate_for_mail(iid)
+
+        self._spawn_system_task(look)
 
     def _route(self, iid: bytes, seq: int, message: bytes) -> None:
         """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
@@ -152,7 +183,13 @@ class Sending(_SystemAPI):
     async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         """Send a runtime message (no liveness check: the receiver decides)."""
         txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
-        (seq,) = await self.journal.commit(txn)
+        # Durable: a runtime message (a cancel, an escalation) acts once stored,
+        # and its number is only known then, whatever the journal's durability.
+        try:
+            (seq,) = await self.journal.commit(txn, durable=True)
+        except CommitOutcomeUnknown:
+            self._mail_in_doubt(iid)
+            raise
         self._route(iid, seq, notice.message)
 
     def _mail_noticed(self, iid: bytes) -> None:
