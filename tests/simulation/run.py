@@ -118,7 +118,7 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40) -> Outcome:
             "semantics (leases, fencing, late notifications), which is not built yet"
         )
     chosen = setup(seed)
-    world = World(seed, fail_rate=chosen.fail_rate)
+    world = World(seed, fail_rate=chosen.fail_rate, durability=chosen.durability)
     sinks, ops = plan(random.Random(f"{seed}:plan"))
     driver = Driver(world, sinks, ops)
 

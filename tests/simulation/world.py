@@ -63,6 +63,8 @@ class World:
     seed: int
     sim: Simulation | None = None
     fail_rate: float = 0.0  # chance that an attempt of a step fails (or hangs)
+    #: the journal's durability: "async" may lose acknowledged writes (README)
+    durability: str = "sync"
     ledger: list[Run] = attrs.Factory(list)
     #: message id -> address, for messages whose send was acknowledged
     acked: dict[str, str] = attrs.Factory(dict)
