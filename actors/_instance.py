@@ -383,6 +383,7 @@ class Actor(Ends, Arrivals):
         `_rides`)."""
         self._sync_status()
         if self.txn.ops:
+            self.txn.chain = self.iid  # its writes commit in order (storage.Chain)
             if self.fenced:
                 self.txn.fence(self.iid, self.epoch)
             if defer:
@@ -407,6 +408,7 @@ class Actor(Ends, Arrivals):
             ridden.extend(pending)
         # The caller's results, by its own slots: the ridden writes go first.
         offset = 0 if txn is None else pending.extend(txn)
+        pending.chain = self.iid  # its writes commit in order (storage.Chain)
         if self.fenced:
             pending.fence(self.iid, self.epoch)
         prior = self.ticket

@@ -146,6 +146,7 @@ def add_message(
     after: tuple[Any, ...] = (now,) if trace is None else (now, trace)
     if ask is not None:
         after = (now, trace, ask)
+    txn.routed = True  # the caller hands it on by its number
     try:
         slot = txn.append_message(iid, [name, payload, *after])
     except EncodeError:

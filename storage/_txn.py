@@ -83,6 +83,12 @@ class Txn(StateOps):
     # how many of ``requires`` are a start's compare-and-set (`require_absent`,
     # or `require` with an incarnation): see `Txn.must_wait`
     starts: int = 0
+    # Its appends' numbers are handed on once it commits (a message to a live
+    # receiver): its caller waits for them, whatever the durability.
+    routed: bool = False
+    # The writer's own ordered sequence of transactions this one belongs to
+    # (an instance's id, for its own writes), or None: see `Chain`.
+    chain: bytes | None = None
     # It removes instances and writes only small state rows beside them (a
     # cleanup and its incarnation floors): on a full map it may use the room
     # kept for freeing (see storage._lmdb._writer).
@@ -122,13 +128,13 @@ class Txn(StateOps):
     def must_wait(self, shared: bool) -> bool:
         """Whether a caller must learn this transaction's outcome before it
         goes on, whatever the journal's durability: it has preconditions
-        that can fail, or appends whose numbers the caller routes (a message
-        is handed to its live receiver by number). On a journal with one
+        that can fail, or appends whose numbers the caller routes (`routed`:
+        a message is handed to its live receiver by number). On a journal with one
         owner (``shared`` False) a start's compare-and-set cannot fail: that
         owner makes one start of an address at a time and nobody else
         writes, so it is checked (and would write nothing if it failed) but
         need not be awaited."""
-        if self.expects or self.results:
+        if self.expects or self.routed:
             return True
         if shared:
             return bool(self.requires)
@@ -257,6 +263,7 @@ class Txn(StateOps):
         if other.wakes:
             self.wakes = [*self.wakes, *other.wakes]
         self.starts += other.starts
+        self.routed = self.routed or other.routed
         self.results += other.results
         return offset
 
@@ -307,25 +314,18 @@ def stored_incarnation(record: bytes, iid: bytes) -> int:
     return incarnation
 
 
-# Operations on an instance's own records, which its later writes build on.
-_OWN = frozenset({PUT_INSTANCE, DELETE_INSTANCE, PUT_LOG, DROP_LOG, TAKE_MESSAGE,
-                  ADD_TIMER, CANCEL_TIMER, SET_STATUS})  # fmt: skip
-
-
 class Chain:
     """Within one batch: a transaction that fails takes down the later ones
-    that write the same instances' own records (log, record, status,
-    timers, taking mail).
+    of the same chain (`Txn.chain`: one writer's ordered sequence, such as
+    an instance's own writes).
 
-    Invariant: an instance's writes commit in the order it made them, or
-    not at all from the first that fails: the later ones were built on it
-    (a run's next write assumes the message its last one took is taken).
-    Without this a batch could keep a continue-as-new whose run's last
-    take failed, and the message would be handled again by the next run.
-    Mail appended to an instance by others is not its own write, and a
-    precondition that fails (`Conflict`) takes down nothing else: the
-    transactions after it checked their own (an instance's writes are
-    fenced alike, so a fence that fails fails them all by itself).
+    Invariant: a chain's transactions commit in the order they were made,
+    or not at all from the first that fails: the later ones were built on
+    it (a run's next write assumes the message its last one took is
+    taken). Without this a batch could keep an instance's continue-as-new
+    whose run's last take had failed, and the next run handled that
+    message again. Transactions outside a chain fail alone, and so does a
+    precondition (`Conflict`): the later ones checked their own.
     """
 
     __slots__ = ("_failed",)
@@ -335,17 +335,15 @@ class Chain:
 
     def refused(self, txn: Txn) -> BaseException | None:
         """The error of an earlier failed transaction ``txn`` builds on, or None."""
-        failed = self._failed
-        if failed:
-            for op in txn.ops:
-                if op[0] in _OWN and op[1] in failed:
-                    return failed[op[1]]
-        return None
+        if txn.chain is None or not self._failed:
+            return None
+        return self._failed.get(txn.chain)
 
     def note(self, txn: Txn, outcome: Any) -> None:
         """Record ``txn``'s outcome (an exception if it failed)."""
-        if isinstance(outcome, BaseException) and not isinstance(outcome, Conflict):
-            for op in txn.ops:
-                if op[0] in _OWN:
-                    self._failed.setdefault(op[1], outcome)
-
+        if (
+            txn.chain is not None
+            and isinstance(outcome, BaseException)
+            and not isinstance(outcome, Conflict)
+        ):
+            self._failed.setdefault(txn.chain, outcome)
