@@ -292,6 +292,12 @@ class Actor(Ends, Arrivals):
             self.parked = None
             trio.lowlevel.reschedule(task)
 
+    def claimed_again(self, epoch: int) -> None:
+        """This node claimed the live instance afresh (its lease had lapsed,
+        and no other node took the instance): its writes are fenced with
+        ``epoch`` from now on."""
+        self.epoch = epoch
+
     def request_passivation(self) -> None:
         """The system's idle sweep: drop this instance if it is still idle."""
         task = self.parked

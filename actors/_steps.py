@@ -69,24 +69,30 @@ def step_key(address: str, incarnation: int, run: int, name: str, occurrence: in
 _current: contextvars.ContextVar[StepInfo] = contextvars.ContextVar("actors_step")
 
 
-def _check_lease(actor: ActorAPI) -> None:
-    """On a shared journal, do not run a step's body once this node's lease
+async def _check_lease(actor: ActorAPI) -> None:
+    """On a shared journal, before a step's body runs: if this node's lease
     lapsed since it claimed the instance (it was frozen, or its lease
-    connection was cut): another node may own the instance now, and the
-    attempt just recorded is then that node's to count. Raises what a
-    failed fence raises, so the actor lets go of the instance.
+    connection was cut), claim it again. Another node that took it over
+    keeps it: the body is left to that node (this raises what a failed
+    fence raises, so the actor lets go); else the instance goes on here
+    under the new claim, never stranded on a node that no longer runs it.
 
-    The check is in memory (the heartbeat keeps the lease term); it narrows
-    the window in which two nodes run one step body, it cannot close it: a
-    node frozen right after it still runs the body when it wakes (see
-    README's limits)."""
+    The check is in memory (the heartbeat keeps the lease term) unless the
+    lease lapsed; it narrows the window in which two nodes run one step
+    body, it cannot close it: a node frozen right after it still runs the
+    body when it wakes (see README's limits)."""
     system = actor.system
-    if system.journal.node is not None and not system.nodes.trusted(actor.iid):
+    if system.journal.node is None or system.nodes.trusted(actor.iid):
+        return
+    epoch = await system.journal.claim(actor.iid)
+    system.nodes.claimed(actor.iid, epoch)
+    if epoch is None:
         raise Conflict(
-            f"{actor.address}: this node's lease lapsed since it claimed the instance; "
-            "the step's body is left to its owner",
+            f"{actor.address}: this node's lease lapsed and another node took the instance "
+            "over; the step's body is left to it",
             reason="epoch",
         )
+    actor.claimed_again(epoch)
 
 
 def current_step() -> StepInfo:
@@ -203,7 +209,7 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                 record.key = step.key
                 in_attempt = True
                 await actor.barrier(_log_txn(actor, step.seq, record))
-                _check_lease(actor)
+                await _check_lease(actor)
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
                 try:
