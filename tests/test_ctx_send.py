@@ -428,8 +428,8 @@ async def test_sigkill_while_sending_one_by_one_loses_and_repeats_nothing(tmp_pa
     assert COUNT + 1 == stored  # every item once, and done: nothing was ever stored twice
 
 
-@process("careless/:name")
-async def careless(ctx: Context, name: str, *, how: str) -> str:
+@process("hasty/:name")
+async def hasty(ctx: Context, name: str, *, how: str) -> str:
     if how == "forgotten":
         ctx.send("inbox/c", item, 1)  # no await: it must not pass silently
         await ctx.sleep(1)
@@ -446,9 +446,9 @@ async def careless(ctx: Context, name: str, *, how: str) -> str:
     ],
 )
 async def test_a_send_must_be_awaited_alone(any_opener, autojump_clock, how, words):
-    async with any_opener(inbox, careless) as system:
+    async with any_opener(inbox, hasty) as system:
         await system.start(inbox, "c")
-        handle = await system.start(careless, "x", how=how)
+        handle = await system.start(hasty, "x", how=how)
         with pytest.raises(actors.ProcessFailed, match="ContextError|InvalidArguments") as failed:
             await handle.result()
         assert words in str(failed.value)
