@@ -65,6 +65,7 @@ R = TypeVar("R")  # its result
 # none a handle holds, so a handle reads it as replaced.
 NO_RECORD = InstanceRecord(incarnation=0)
 SEEN_KEPT = 10_000  # instances of a remote journal whose last read state is kept
+LEASE_LOOK = 0.1  # seconds between looks at a lost lease (see _activate_when_leased)
 
 
 def _state_of(row: InstanceRow | None) -> tuple[str, InstanceRecord]:
@@ -476,6 +477,10 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                 raise
             self.nodes.claimed(iid, epoch)
             if epoch is None:  # another node took it over at once: it runs there
+                if self.journal.lease_term() is None:
+                    # Or none did: this node claims nothing while its lease
+                    # is lost, and the instance is its own.
+                    self._spawn_system_task(self._activate_when_leased, iid)
                 return Handle(self, iid, address, record.incarnation), True
             actor = self._run_created(iid, address, proc, record, epoch)
             if start.message is not None and results:
@@ -621,6 +626,14 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
             self._nursery.start_soon(
                 self.outages.keep_running, task, f"the system task {fn.__name__}"
             )
+
+    async def _activate_when_leased(self, iid: bytes) -> None:
+        """Bring the instance in once this node holds its lease again (an
+        instance it made while the lease was lost is its own, and would
+        otherwise wait for something to need it)."""
+        while self.journal.lease_term() is None:
+            await trio.sleep(LEASE_LOOK)
+        self._activate(iid)
 
     async def _activate_later(self, iid: bytes, delay: float) -> None:
         await trio.sleep(delay)
