@@ -66,7 +66,7 @@ from storage import (
     encode,
     instance_id,
 )
-from storage.errors import Conflict, JournalUnavailable
+from storage.errors import Conflict
 
 from . import _guard, _protocol, _tracing
 from ._handles import Handle
@@ -281,7 +281,9 @@ class RetryHost(SystemAPI, Protocol):
 
     def _address_iid(self, address: Any, what: str) -> bytes: ...
 
-    async def _reload_when_back(self, iid: bytes) -> None: ...
+    async def _run_started(
+        self, iid: bytes, address: str, proc: Any, record: InstanceRecord
+    ) -> Any: ...
 
 
 @attrs.define
@@ -385,13 +387,6 @@ async def _retry(
     record = start.record
     for child, _ in plan.resets:
         system._status_changed(child.iid)
-    try:
-        epoch = await system.journal.claim(iid)
-    except JournalUnavailable:  # it is written: it runs once the journal answers
-        system._spawn_system_task(system._reload_when_back, iid)
-        raise
-    system.nodes.claimed(iid, epoch)
-    if epoch is not None:  # (None: another node took it over at once: it runs there)
-        system._run_created(iid, address, proc, record, epoch)
+    await system._run_started(iid, address, proc, record)
     system._status_changed(iid)
     return Handle(system, iid, address, record.incarnation)

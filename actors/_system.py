@@ -470,19 +470,9 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                         raise
                     continue
                 break
-            try:
-                epoch = await self.journal.claim(iid)
-            except JournalUnavailable:  # it is written: it runs once the journal answers
-                self._spawn_system_task(self._reload_when_back, iid)
-                raise
-            self.nodes.claimed(iid, epoch)
-            if epoch is None:  # another node took it over at once: it runs there
-                if self.journal.lease_term() is None:
-                    # Or none did: this node claims nothing while its lease
-                    # is lost, and the instance is its own.
-                    self._spawn_system_task(self._activate_when_leased, iid)
+            actor = await self._run_started(iid, address, proc, record)
+            if actor is None:
                 return Handle(self, iid, address, record.incarnation), True
-            actor = self._run_created(iid, address, proc, record, epoch)
             if start.message is not None and results:
                 actor.deliver(results[start.message.slot], *_protocol.unpack_message(start.message.message))
             self._status_changed(iid)
@@ -626,6 +616,26 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
             self._nursery.start_soon(
                 self.outages.keep_running, task, f"the system task {fn.__name__}"
             )
+
+    async def _run_started(
+        self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord
+    ) -> Actor | None:
+        """Claim and run an instance whose start (or retry) was just
+        committed; None where it runs elsewhere (another node took it over
+        at once) or later (this node's lease is lost: once it is back)."""
+        try:
+            epoch = await self.journal.claim(iid)
+        except JournalUnavailable:  # it is written: it runs once the journal answers
+            self._spawn_system_task(self._reload_when_back, iid)
+            raise
+        self.nodes.claimed(iid, epoch)
+        if epoch is None:
+            if self.journal.lease_term() is None:
+                # No node took it: this one claims nothing while its lease
+                # is lost, and the instance is its own.
+                self._spawn_system_task(self._activate_when_leased, iid)
+            return None
+        return self._run_created(iid, address, proc, record, epoch)
 
     async def _activate_when_leased(self, iid: bytes) -> None:
         """Bring the instance in once this node holds its lease again (an
