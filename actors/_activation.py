@@ -22,7 +22,7 @@ from storage import LIVE_STATUSES, CorruptRecord, InstanceRecord, InstanceRow, T
 from storage._parking import Parking
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
-from . import _events
+from . import _events, _protocol
 from ._instance import Actor, LoadedState, read_state
 from ._interfaces import ActorAPI
 from ._process import ProcessDef
@@ -113,7 +113,20 @@ class Activation(_SystemAPI):
         if proc is None or row.iid in self._live or row.iid in self._activating:
             self._activate(row.iid)
             return
-        self._routed_absent.add(row.iid)  # its mail: see _run_created
+        if self.journal.reads_at_once:
+            # A local journal: one look at the mailbox here (most are empty)
+            # instead of a load of the whole instance by its actor.
+            try:
+                with self.journal.reader() as r:
+                    mail = r.mailbox(row.iid)
+            except JournalCorrupt:
+                pass  # its actor's load finds it and marks it corrupt
+            else:
+                actor = self._run_created(row.iid, row.address, proc, row.record, epoch)
+                for seq, message in mail:
+                    actor.deliver(seq, *_protocol.unpack_decoded(message))
+                return
+        self._routed_absent.add(row.iid)  # its actor reads its mailbox: see _run_created
         self._run_created(row.iid, row.address, proc, row.record, epoch)
 
     def _activate_for_mail(self, iid: bytes) -> None:

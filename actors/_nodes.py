@@ -24,6 +24,7 @@ from storage.errors import JournalUnavailable
 
 from . import _events
 from ._interfaces import SystemAPI
+from ._protocol import unpack_decoded
 
 _ELSEWHERE_KEPT = 100_000  # instances remembered as owned elsewhere, oldest out
 
@@ -132,6 +133,4 @@ class NodeView:
                 self.system._activate_for_mail(iid)
                 continue
             for seq, message in mail.get(iid, ()):
-                trace = message[3] if len(message) > 3 else None  # see _tracing
-                ask = message[4] if len(message) > 4 else None  # see _asks
-                actor.deliver(seq, message[0], message[1], trace, ask)
+                actor.deliver(seq, *unpack_decoded(message))

@@ -74,6 +74,7 @@ __all__ = [
     "send_txn",
     "start_txn",
     "system_send_txn",
+    "unpack_decoded",
     "unpack_message",
 ]
 
@@ -170,7 +171,11 @@ def add_message(
 def unpack_message(message: bytes) -> tuple[str, Any, str | None, list[Any] | None]:
     """(signal name, payload, sender's traceparent or None, ask or None) of
     an encoded mailbox record."""
-    decoded = decode(message)
+    return unpack_decoded(decode(message))
+
+
+def unpack_decoded(decoded: Any) -> tuple[str, Any, str | None, list[Any] | None]:
+    """`unpack_message` of a mailbox record as a reader gives it (decoded)."""
     size = len(decoded)
     return (
         decoded[0], decoded[1], decoded[3] if size > 3 else None, decoded[4] if size > 4 else None

@@ -130,12 +130,16 @@ class Stream:
                 await trio.lowlevel.checkpoint()
             event = system._status_event(self._iid)
             start, iid = self._next, self._iid
+            remote = not system.journal.reads_at_once
             try:
-                # (Its status in the same read: on a remote journal, the
-                # trio thread reads nothing itself.)
+                # (On a remote journal its status comes in the same read:
+                # the trio thread reads nothing itself.)
                 rows, length, row = await system.journal.read(
-                    lambda r: (r.stream(iid, start, _BATCH), r.stream_length(iid), r.instance(iid))
-                )
+                    lambda r: (
+                        r.stream(iid, start, _BATCH), r.stream_length(iid),
+                        r.instance(iid) if remote else None,
+                    )
+                )  # fmt: skip
             except JournalCorrupt as exc:
                 await system._records_damaged(iid, self.address, exc)
                 raise
@@ -143,8 +147,13 @@ class Stream:
                 self._buffer.extend(rows)
                 self._next = rows[-1][0] + 1
                 continue
-            if (row is None or row.status in TERMINAL_STATUSES) and self._next >= length:
-                raise StopAsyncIteration
+            if self._next >= length:
+                if remote:
+                    status = "unknown" if row is None else row.status
+                else:
+                    status = system._snapshot(iid)[0]  # a local read, or memory
+                if status in TERMINAL_STATUSES or status == "unknown":
+                    raise StopAsyncIteration
             await event.wait()
             self._unyielded = 0
 
