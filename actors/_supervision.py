@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, InstanceRecord, Txn, instance_id
-from storage.errors import Conflict, JournalClosed, JournalFull
+from storage.errors import CommitOutcomeUnknown, Conflict, JournalClosed, JournalFull
 
 from . import _asks
 from . import _effects as fx
@@ -80,12 +80,19 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
         with trio.CancelScope(shield=True):
             try:
                 ended = await create_child(system, actor, effect)
-            except JOURNAL_ERRORS:
+            except JOURNAL_ERRORS as exc:
                 # The journal's trouble, not the parent's: nothing of the
                 # creation was written, and the actor rides it out as it does
                 # a step's write (stalled while the journal is full, loaded
                 # again once a lost journal answers), its replay making the
-                # child then.
+                # child then. But an outcome unknown may have been written:
+                # then the child exists and nothing runs it, so it is
+                # brought in once the journal answers (if it is not there,
+                # that does nothing).
+                if isinstance(exc, CommitOutcomeUnknown):
+                    system._spawn_system_task(
+                        system._reload_when_back, instance_id(effect.address)
+                    )
                 raise
             except Exception as exc:  # a bad definition or input: raise it in the parent
                 actor.finish(effect, None, exc, None)
