@@ -7,7 +7,7 @@ import inspect
 import sys
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from storage import decode, digest, encode
 
@@ -92,22 +92,19 @@ class Context:
     # Called last by each method that gives the process an effect to await,
     # directly (the caller's caller is the code that made the effect).
 
-    def _made(self, effect: E) -> E:
-        """Hand ``effect`` to the process: the driver tracks it until it is awaited."""
+    def _made(self, effect: E, *, composite: bool = False) -> E:
+        """Hand ``effect`` to the process: the driver tracks it until it is
+        awaited (a ``composite``'s children are the composite's from now on)."""
         # Where it was made, cheaply: the code and the instruction offset;
         # the line is looked up only if the effect is never awaited.
         frame = sys._getframe(2)
         effect.made_in = frame.f_code
         effect.made_at = frame.f_lasti
-        self._actor.driver.made(effect)
-        return effect
-
-    def _joined(self, effect: C) -> C:
-        """As `_made`, for a composite: its children are the composite's now."""
-        frame = sys._getframe(2)
-        effect.made_in = frame.f_code
-        effect.made_at = frame.f_lasti
-        self._actor.driver.joined(effect)
+        driver = self._actor.driver
+        if composite:
+            driver.joined(cast("fx.Composite[Any]", effect))
+        else:
+            driver.made(effect)
         return effect
 
     # -- replay-stable values ------------------------------------------------------
@@ -239,9 +236,11 @@ class Context:
                 )
             return value
 
-        race = self._joined(fx.First([effect, self.sleep(timeout)], ["reply", "timeout"]))
+        race = self._made(
+            fx.First([effect, self.sleep(timeout)], ["reply", "timeout"]), composite=True
+        )
         shown = f"ctx.ask({address!r}, {signal.name}, timeout={timeout!r})"
-        return self._joined(fx.Then(race, reply_or_timeout, shown))
+        return self._made(fx.Then(race, reply_or_timeout, shown), composite=True)
 
     def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
@@ -670,8 +669,11 @@ class Context:
         except BaseException:
             self._actor.driver.unmade(calls)  # the process never gets them
             raise
-        joined = self._joined(fx.All(calls, settled=False))
-        return self._joined(fx.Then(joined, lambda values: dict(zip(keys, values)), "ctx.scope(...)"))
+        joined = self._made(fx.All(calls, settled=False), composite=True)
+        return self._made(
+            fx.Then(joined, lambda values: dict(zip(keys, values)), "ctx.scope(...)"),
+            composite=True,
+        )
 
     # -- races and joins ----------------------------------------------------------
 
@@ -684,17 +686,21 @@ class Context:
             raise InvalidArguments("ctx.first needs at least one effect, by name")
         names = list(effects)
         race = self._compose(lambda each: fx.First(each, names), list(effects.values()))
-        return self._joined(race)
+        return self._made(race, composite=True)
 
     def all(self, *effects: fx.Effect[Any]) -> fx.All:
         """Run the effects together; their values in argument order. The
         failure of the lowest-numbered failing effect is raised (the rest are
         cancelled)."""
-        return self._joined(self._compose(lambda each: fx.All(each, settled=False), [*effects]))
+        return self._made(
+            self._compose(lambda each: fx.All(each, settled=False), [*effects]), composite=True
+        )
 
     def settled(self, *effects: fx.Effect[Any]) -> fx.All:
         """Run the effects together; an `Outcome` for each, never raising."""
-        return self._joined(self._compose(lambda each: fx.All(each, settled=True), [*effects]))
+        return self._made(
+            self._compose(lambda each: fx.All(each, settled=True), [*effects]), composite=True
+        )
 
     def _compose(self, make: Callable[[list[fx.Effect[Any]]], C], children: list[Any]) -> C:
         """``make(children)``, once they are known to be effects; if it
