@@ -24,6 +24,17 @@ R = TypeVar("R", covariant=True)  # the process's result
 REMOTE_POLL = 0.25  # seconds between looks at an instance another node may run
 
 
+async def status_changed(system: SystemAPI, event: trio.Event) -> None:
+    """Wait for ``event`` (an instance's status changed here) or, on a shared
+    journal, at most `REMOTE_POLL`: another node may run the instance (or
+    take it over), and its changes wake nobody here."""
+    if system.journal.node is None:
+        await event.wait()
+        return
+    with trio.move_on_after(REMOTE_POLL):
+        await event.wait()
+
+
 class Handle(Generic[R]):
     """A reference to a process instance, valid across restarts of the system.
 
@@ -223,15 +234,9 @@ class Handle(Generic[R]):
         """Wait for ``event`` (a status change here) or, on a shared journal,
         at most `REMOTE_POLL`, then read the journal: another node may run
         the instance (or take it over), and its changes wake nobody here."""
-        journal = self._system.journal
-        if journal.node is None:
-            await event.wait()
-            if journal.reads_at_once:
-                return  # a local journal's status reads are reads already
-        else:
-            with trio.move_on_after(REMOTE_POLL):
-                await event.wait()
-        await self._system._refresh(self._iid)
+        await status_changed(self._system, event)
+        if not self._system.journal.reads_at_once:  # (a local one's reads are reads)
+            await self._system._refresh(self._iid)
 
     async def refresh(self) -> str:
         """Read the instance's state from the journal (off the trio thread)

@@ -23,7 +23,7 @@ import trio
 from storage import TERMINAL_STATUSES, instance_id
 
 from . import _effects as fx
-from ._handles import REMOTE_POLL
+from ._handles import status_changed
 from ._interfaces import ActorAPI
 from ._protocol import end_payload
 from ._supervision import end_outcome
@@ -45,7 +45,6 @@ def abandon(join: fx.Join[Any]) -> None:
 async def _watch(actor: ActorAPI, join: fx.Join[Any]) -> None:
     system = actor.system
     iid = instance_id(join.address)
-    shared = system.journal.node is not None
     try:
         with trio.CancelScope() as scope:
             join.scope = scope
@@ -70,11 +69,7 @@ async def _watch(actor: ActorAPI, join: fx.Join[Any]) -> None:
                 elif status in TERMINAL_STATUSES:
                     payload = end_payload(status, record)
                 else:
-                    if shared:
-                        with trio.move_on_after(REMOTE_POLL):
-                            await event.wait()
-                    else:
-                        await event.wait()
+                    await status_changed(system, event)
                     continue
                 value, error, entry = end_outcome(join, payload)
                 actor.finish(join, value, error, entry)
