@@ -44,6 +44,7 @@ from .errors import (
     ChildFailed as ChildFailed,
     ContextError as ContextError,
     EncodeError as EncodeError,
+    HistoryFormatError as HistoryFormatError,
     InvalidArguments as InvalidArguments,
     JournalClosed as JournalClosed,
     JournalCorrupt as JournalCorrupt,

@@ -24,7 +24,7 @@ __all__ = [
     "StepTimeout", "NonDeterminismError", "ChildFailed", "EncodeError", "JournalCorrupt",
     "JournalFull", "JournalLocked", "JournalClosed", "UnknownProcess", "InvalidArguments",
     "ContextError", "Conflict", "LimitExceeded", "JournalUnavailable", "JournalDiskFull",
-    "AskTimeout", "AlreadyStarted",
+    "AskTimeout", "AlreadyStarted", "HistoryFormatError",
 ]  # fmt: skip
 
 
@@ -134,3 +134,12 @@ class AlreadyStarted(ActorError):
         super().__init__(message)
         self.address = address
         self.status = status
+
+
+class HistoryFormatError(ActorError, ValueError):
+    """A history file cannot be read: it is not one, it is damaged, or it is
+    of a format ``version`` this code does not read (``version`` holds it)."""
+
+    def __init__(self, message: str, *, version: int | None = None) -> None:
+        super().__init__(message)
+        self.version = version

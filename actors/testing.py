@@ -43,6 +43,7 @@ import trio
 import trio.testing
 
 from storage import (
+    InstanceRow,
     Journal,
     JournalFaults,
     JournalLocked,
@@ -50,8 +51,10 @@ from storage import (
     MemoryJournal,
     SimulatedJournal,
     WriteLog,
+    instance_id,
 )
 
+from . import _history
 from ._instance import Actor
 from ._process import ProcessDef
 from ._open import open_system
@@ -60,6 +63,8 @@ from ._system import ActorSystem
 __all__ = [
     "open_test_system",
     "replay_check",
+    "replay_history",
+    "import_history",
     "ReplayProblem",
     "TEST_EPOCH",
     "simulate",
@@ -161,10 +166,7 @@ async def replay_check(
             raise
         owns = False  # a journal object a system here already has open
     try:
-        system = ActorSystem(
-            journal, processes, _random.Random(0),
-            passivate_after=0, max_sync_steps=1, max_payload=1 << 30, now=_virtual_wall,
-        )  # fmt: skip
+        system = _checking_system(journal, processes)
         statuses = ["running", "suspended", "compensation_stuck"]
         if include_finished:
             statuses += ["completed", "failed", "cancelled"]
@@ -188,6 +190,100 @@ async def replay_check(
     finally:
         if owns:
             await journal.close()
+
+
+def _checking_system(journal: Journal, processes: Iterable[ProcessDef[..., Any]]) -> ActorSystem:
+    """The system a replay check builds its actors in: it never runs one."""
+    return ActorSystem(
+        journal, processes, _random.Random(0),
+        passivate_after=0, max_sync_steps=1, max_payload=1 << 30, now=_virtual_wall,
+    )  # fmt: skip
+
+
+async def replay_history(
+    path: str | os.PathLike[str], processes: Iterable[ProcessDef[..., Any]]
+) -> list[ReplayProblem]:
+    """Replay a history file (``python -m actors export ADDRESS > FILE``)
+    against the current code, running nothing, as `replay_check` replays a
+    journal: for a test that a fix (or a refactoring) still fits what
+    production recorded.
+
+    Every instance in the file (the exported one and its descendants) is
+    replayed from its current run's log, whatever its status (a failed
+    order's history is the usual one to take home). Values of
+    ``@serializable`` classes are read as those classes: import the modules
+    that define them first. See docs/histories.md for the format.
+
+    Args:
+        path: the history file.
+        processes: the current definitions.
+
+    Returns:
+        The problems found, empty if the code makes every recorded effect
+        in its order; an instance whose process is not in ``processes`` is
+        a problem too (its history cannot be checked).
+
+    Raises:
+        HistoryFormatError: the file is not a history, is damaged, or is of
+            a format version this code does not read.
+        OSError: the file cannot be read.
+    """
+    history = _history.loads(await trio.Path(path).read_bytes())
+    journal = MemoryJournal()  # nothing is read from it: the file holds the history
+    await journal.open()
+    try:
+        system = _checking_system(journal, processes)
+        problems = []
+        for one in history.instances:
+            proc = system._procs.get(one.process)
+            row = InstanceRow(
+                instance_id(one.address), one.address, one.process, one.status, one.record
+            )
+            if proc is None:
+                problems.append(ReplayProblem(
+                    address=one.address, process=one.process, status=one.status, position=0,
+                    expected=None, found=None,
+                    message=f"its process {one.process!r} is not among the processes given; "
+                    "pass its definition to check its history",
+                ))  # fmt: skip
+                continue
+            problem = await _replay_one(system, row, proc, one.log)
+            if problem is not None:
+                problems.append(problem)
+        return problems
+    finally:
+        await journal.close()
+
+
+async def import_history(
+    path: str | os.PathLike[str], journal: Journal, *, replace: bool = False
+) -> list[str]:
+    """Put a history file's instances into ``journal``, as ``python -m
+    actors import FILE`` does, so that a system opened on it resumes them
+    (and a debugger can watch them run): in one transaction, all or none.
+
+    Args:
+        path: the history file.
+        journal: a journal no running system holds (opened and closed here).
+        replace: put each instance in place of one at its address, instead
+            of refusing.
+
+    Returns:
+        The addresses imported, the exported instance first.
+
+    Raises:
+        HistoryFormatError: the file is not a history this code reads.
+        AlreadyStarted: an instance is at one of its addresses (without
+            ``replace``); nothing was written.
+        JournalLocked: a running system holds ``journal``.
+    """
+    history = _history.loads(await trio.Path(path).read_bytes())
+    await journal.open()
+    try:
+        await _history.import_history(journal, history, replace=replace)
+    finally:
+        await journal.close()
+    return [one.address for one in history.instances]
 
 
 async def _replay_one(

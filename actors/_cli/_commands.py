@@ -18,6 +18,7 @@ from storage.errors import ActorError, JournalCorrupt, JournalLocked
 from ..errors import NotDelivered
 from ._errors import CORRUPT, HELD, INTERRUPTED, NOT_FOUND, REFUSED, USAGE, CLIError
 from ._flow import queues, schedules
+from ._history import add_history_arguments, export, import_
 from ._inspect import list_instances, stats
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
 from ._retry import retry, show_any
@@ -32,6 +33,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "resume-compensation": resume_compensation, "abandon-compensation": abandon_compensation,
     "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats, "web": web,
     "schedules": schedules, "queues": queues,
+    "export": export, "import": import_,
 }  # fmt: skip
 
 
@@ -191,6 +193,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--delete", metavar="NAME",
                    help="forget consumer NAME's cursor (only with no system running)")  # fmt: skip
 
+    add_history_arguments(
+        command("export", "write an instance's history (record, logs, mail) as a portable file"),
+        command("import", "put a history file's instances into this journal"),
+    )
     command("stats", "counts by status, size, mail, timers")
     add_web_arguments(command("web", "serve a read-only web inspector (needs the 'web' extra); "
                               "--journal may be a postgresql:// URL, with --schema"))  # fmt: skip

@@ -1,0 +1,182 @@
+"""``export`` and ``import``: an instance's history, to a file and back.
+
+``export ADDRESS`` prints the history of the instance at ADDRESS and its
+descendants (the format of `actors._history`, documented in
+docs/histories.md) to stdout, or to ``--output FILE``. It reads as ``show``
+does: read-only, beside a running system too.
+
+``import FILE`` writes a history's instances into the journal, in one
+transaction, with the transaction `actors._history.import_txn` builds for
+`actors.testing.import_history` too; the instances run when a system that
+runs their processes next opens the journal. It refuses an address where an
+instance is (exit 1) unless ``--replace``, and a journal that a running
+system holds (exit 4): that system would not see the change, and its
+control socket offers no import.
+
+Both take ``--journal postgresql://USER@HOST:PORT/DATABASE`` (with
+``--schema``, default ``actors``) as well as an LMDB journal's directory.
+A PostgreSQL journal is shared by its nodes: an import there runs once a
+node recovers or activates the instance (a running node does not know of
+it before).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import storage
+from storage import Journal
+from storage.errors import Conflict, EncodeError, JournalLocked
+
+from .. import _history
+from ..errors import AlreadyStarted, HistoryFormatError, NotDelivered
+from ._access import journal_dir, reading, writing
+from ._errors import CORRUPT, HELD, NOT_FOUND, OK, REFUSED, USAGE, CLIError
+from ._render import emit, plural
+
+__all__ = ["add_history_arguments", "export", "import_"]
+
+_POSTGRES = ("postgresql://", "postgres://")
+
+
+def add_history_arguments(export_p: argparse.ArgumentParser, import_p: argparse.ArgumentParser) -> None:
+    """The ``export`` and ``import`` commands' own options."""
+    export_p.add_argument("address", help="the instance's address, e.g. orders/o-17 ('actors "
+                          "list' shows them); its descendants come with it")  # fmt: skip
+    export_p.add_argument("--output", "-o", metavar="FILE",
+                          help="write the history to FILE (default: stdout)")  # fmt: skip
+    import_p.add_argument("file", metavar="FILE", help="a history file ('-' reads stdin)")
+    import_p.add_argument("--replace", action="store_true",
+                          help="put each instance in place of the one at its address, "
+                          "instead of refusing")  # fmt: skip
+    for p in (export_p, import_p):
+        p.add_argument("--schema", metavar="NAME",
+                       help="with --journal postgresql://USER@HOST:PORT/DATABASE: the schema "
+                       "holding the journal (default actors)")  # fmt: skip
+
+
+@asynccontextmanager
+async def _postgres(args: argparse.Namespace, *, readonly: bool) -> AsyncIterator[Journal]:
+    try:
+        cls = storage.PostgresJournal  # the optional 'postgres' extra
+    except ImportError as exc:
+        raise CLIError(
+            f"a PostgreSQL journal needs the 'postgres' extra ({exc}); install it with: "
+            "pip install 'trio-actors[postgres]'",
+            USAGE,
+        ) from None
+    try:
+        journal: Journal = cls(
+            args.journal, schema=args.schema or "actors", pool_size=1, readonly=readonly
+        )
+    except ValueError as exc:
+        raise CLIError(f"--journal/--schema: {exc}", USAGE) from None
+    async with journal:
+        yield journal
+
+
+def _is_postgres(args: argparse.Namespace) -> bool:
+    if args.journal.startswith(_POSTGRES):
+        return True
+    if "://" in args.journal:
+        raise CLIError(
+            f"--journal {args.journal!r}: give an LMDB journal's directory, or a PostgreSQL "
+            "journal's URL (postgresql://USER@HOST:PORT/DATABASE)",
+            USAGE,
+        )
+    if args.schema is not None:
+        raise CLIError(
+            f"--schema names the schema of a PostgreSQL journal, and --journal {args.journal!r} "
+            "is a directory (an LMDB journal); drop --schema, or give a postgresql:// URL",
+            USAGE,
+        )
+    return False
+
+
+async def export(args: argparse.Namespace) -> int:
+    """``actors export``: the history of one instance (and its descendants)."""
+    try:
+        if _is_postgres(args):
+            async with _postgres(args, readonly=True) as journal:
+                history = await _history.read_history(journal, args.address)
+        else:
+            path = journal_dir(args)
+            async with reading(path) as lmdb:
+                history = await _history.read_history(lmdb, args.address)
+    except NotDelivered as exc:
+        raise CLIError(str(exc), NOT_FOUND) from None
+    data = _history.dumps(history)
+    if args.output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return OK
+    try:
+        Path(args.output).write_bytes(data)
+    except OSError as exc:
+        raise CLIError(f"cannot write {args.output}: {exc}") from None
+    print(
+        f"exported {args.address} ({plural(len(history.instances), 'instance')}) to "
+        f"{args.output}",
+        file=sys.stderr,
+    )
+    return OK
+
+
+def _read_file(name: str) -> _history.History:
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise CLIError(f"cannot read {name}: {exc}", NOT_FOUND) from None
+    try:
+        return _history.loads(data)
+    except HistoryFormatError as exc:
+        raise CLIError(f"{name}: {exc}", CORRUPT) from None
+
+
+async def import_(args: argparse.Namespace) -> int:
+    """``actors import``: a history's instances, into this journal."""
+    history = _read_file(args.file)
+    try:
+        if _is_postgres(args):
+            async with _postgres(args, readonly=False) as journal:
+                await _history.import_history(journal, history, replace=args.replace)
+        else:
+            path = journal_dir(args)
+            try:
+                async with writing(path) as lmdb:
+                    await _history.import_history(lmdb, history, replace=args.replace)
+            except JournalLocked as exc:
+                owner = f" (pid {exc.pid})" if exc.pid else ""
+                raise CLIError(
+                    f"cannot import into {path}: a running system{owner} holds it, and would "
+                    "not see instances written behind its back (its control socket offers no "
+                    "import); stop it, import, and open it again, or import into another "
+                    "journal",
+                    HELD,
+                ) from None
+    except AlreadyStarted as exc:
+        raise CLIError(str(exc), REFUSED) from None
+    except Conflict as exc:
+        raise CLIError(f"not imported: the journal changed meanwhile ({exc}); try again") from None
+    except EncodeError as exc:
+        raise CLIError(
+            f"not imported: the history holds a value of a class this process has not "
+            f"imported; pass --import MODULE for the module that defines it ({exc})"
+        ) from None
+    addresses = [one.address for one in history.instances]
+    doc = {"imported": True, "addresses": addresses, "replaced": args.replace,
+           "statuses": {one.address: one.status for one in history.instances}}  # fmt: skip
+
+    def render() -> str:
+        head = (f"imported {plural(len(addresses), 'instance')} from {args.file}; they run "
+                "when a system that runs their processes next opens this journal:")  # fmt: skip
+        lines = [head]
+        lines += [f"  {one.address}  ({one.status})" for one in history.instances]
+        return "\n".join(lines)
+
+    emit(args, doc, render)
+    return OK

@@ -1,0 +1,689 @@
+"""Histories you can take home: an instance's records in a portable file.
+
+``python -m actors export ADDRESS`` writes one; `actors.testing.replay_history`
+replays it against local code, and ``python -m actors import FILE`` puts it
+into another journal, where a system resumes the instance. docs/histories.md
+documents the format field by field; this module is its only reader and
+writer.
+
+The file is one JSON document (UTF-8): ``{"format": "actors-history",
+"version": 1, "exported": ..., "address": ..., "instances": [...]}``, the
+exported instance first, then its descendants (the children its runs name
+that are still in the journal, depth first). Each instance carries its
+record, every run's log the journal holds, unread mail, timers, stream,
+consumer cursors, send keys, and the records of earlier incarnations a
+retry kept. Nothing in it is the journal's own encoding: records and log
+entries have their fields' full names, values are JSON, and a value JSON
+cannot carry (a tuple, bytes, a datetime, a ``@serializable`` class, ...)
+is an object with one ``"$tag"`` key (see `to_plain`). A reader refuses a
+``version`` it does not know, with `HistoryFormatError`, rather than
+misreading it.
+
+Importing writes every instance of the file in one transaction, on
+condition that none exists at its address (or, with ``replace``, that each
+one there is still what was read): all or nothing. Unread messages get new
+ids in the new journal, in their order (the log never refers to an unread
+one); an asked message is imported as sent (its asker is in the other
+journal).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import json
+import math
+import time
+import uuid
+import zoneinfo
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import attrs
+import msgpack
+
+from storage import (
+    NO_VALUE,
+    InstanceRecord,
+    Opaque,
+    InstanceRow,
+    Journal,
+    LogEntry,
+    Reader,
+    Txn,
+    decode,
+    encode,
+    instance_id,
+)
+
+from ._log import children_named
+from ._protocol import history_key, key_cursor, key_of
+from ._retry import KEPT_INCARNATIONS, Kept, read_kept
+from .errors import AlreadyStarted, HistoryFormatError, NotDelivered
+
+__all__ = [
+    "FORMAT", "VERSION", "History", "InstanceHistory", "Message", "Timer",
+    "to_plain", "from_plain", "dumps", "loads", "read_history", "import_txn",
+    "import_history",
+]  # fmt: skip
+
+#: The ``format`` field of every history file.
+FORMAT = "actors-history"
+#: The version of the format this module writes, and the only one it reads.
+VERSION = 1
+
+# The ext type code of ``@serializable`` records in `storage`'s codec
+# (released codes keep their meaning forever: see storage._codec).
+_CODEC_RECORD = 11
+_JSON_SAFE_INT = 1 << 53  # past this, JSON tools lose digits: written as text
+_STREAM_PAGE = 1000
+
+
+# -- values -------------------------------------------------------------------------
+
+
+def to_plain(value: Any) -> Any:
+    """``value`` (anything the codec carries) as JSON data.
+
+    None, bool, str, finite floats, ints within ±2**53, lists and maps with
+    str keys are themselves; anything else is a one-key object:
+    ``{"$tuple": [...]}``, ``{"$set": [...]}``, ``{"$frozenset": [...]}``,
+    ``{"$bytes": base64}``, ``{"$int": "digits"}``, ``{"$float": "nan" |
+    "inf" | "-inf"}``, ``{"$datetime": [naive ISO, zone, fold]}``,
+    ``{"$date": ISO}``, ``{"$time": [naive ISO, zone, fold]}``,
+    ``{"$timedelta": [days, seconds, microseconds]}``, ``{"$decimal":
+    text}``, ``{"$uuid": text}``, ``{"$class": [codec name, {field: value}]}``
+    and ``{"$map": [[key, value], ...]}`` (a map with a key that is no str,
+    or that would read as a tag). A zone is null (naive), an IANA name, or
+    an offset in microseconds.
+    """
+    kind = type(value)
+    if value is None or kind is bool or kind is str:
+        return value
+    if kind is int:
+        return value if -_JSON_SAFE_INT < value < _JSON_SAFE_INT else {"$int": str(value)}
+    if kind is float:
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if kind is list:
+        return [to_plain(item) for item in value]
+    if kind is dict:
+        if all(type(k) is str for k in value) and not _looks_tagged(value):
+            return {k: to_plain(v) for k, v in value.items()}
+        return {"$map": [[to_plain(k), to_plain(v)] for k, v in value.items()]}
+    if kind is tuple:
+        return {"$tuple": [to_plain(item) for item in value]}
+    if kind is set or kind is frozenset:
+        # The codec's canonical order: sorted by each element's encoding.
+        items = sorted(value, key=lambda item: encode(item))
+        return {"$set" if kind is set else "$frozenset": [to_plain(item) for item in items]}
+    if kind is bytes:
+        return {"$bytes": base64.b64encode(value).decode()}
+    if kind is _dt.datetime or kind is _dt.time:
+        naive = value.replace(tzinfo=None).isoformat()
+        sample = value if kind is _dt.datetime else None
+        tag = "$datetime" if kind is _dt.datetime else "$time"
+        return {tag: [naive, _zone(value.tzinfo, sample), value.fold]}
+    if kind is _dt.date:
+        return {"$date": value.isoformat()}
+    if kind is _dt.timedelta:
+        return {"$timedelta": [value.days, value.seconds, value.microseconds]}
+    if kind is decimal.Decimal:
+        return {"$decimal": str(value)}
+    if kind is uuid.UUID:
+        return {"$uuid": str(value)}
+    # A @serializable record (or an `Opaque` one, read without its class):
+    # the codec writes it as [name, fields]; read that back from its encoding.
+    name, fields = _record_parts(value)
+    return {"$class": [name, to_plain(fields)]}
+
+
+def _looks_tagged(value: dict[str, Any]) -> bool:
+    return len(value) == 1 and next(iter(value)).startswith("$")
+
+
+def _zone(tz: _dt.tzinfo | None, sample: Any) -> Any:
+    if tz is None:
+        return None
+    key = getattr(tz, "key", None)
+    if isinstance(key, str):
+        return key
+    offset = tz.utcoffset(sample)
+    return None if offset is None else offset // _dt.timedelta(microseconds=1)
+
+
+def _record_parts(value: Any) -> tuple[str, dict[str, Any]]:
+    if isinstance(value, Opaque):
+        return value.name, value.fields
+    ext = msgpack.unpackb(encode(value), ext_hook=msgpack.ExtType)
+    if not isinstance(ext, msgpack.ExtType) or ext.code != _CODEC_RECORD:
+        raise TypeError(f"{type(value).__qualname__} is not a value the codec carries")
+    name, fields = decode(ext.data)
+    return name, fields
+
+
+def from_plain(value: Any, where: str = "value") -> Any:
+    """The value `to_plain` gave ``value`` for.
+
+    Raises:
+        HistoryFormatError: ``value`` is not what `to_plain` writes (an
+            unknown tag, a tag of the wrong shape), naming ``where``; or it
+            holds a ``@serializable`` class no imported module registers.
+    """
+    kind = type(value)
+    if value is None or kind in (bool, str, int, float):
+        return value
+    if kind is list:
+        return [from_plain(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    if kind is not dict:
+        raise _bad(where, f"is a {kind.__name__}, which JSON does not give")
+    if not _looks_tagged(value):
+        return {k: from_plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+    ((tag, inner),) = value.items()
+    at = f"{where}[{tag!r}]"
+    try:
+        return _untag(tag, inner, at)
+    except HistoryFormatError:
+        raise
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise _bad(at, f"does not read as {tag} ({exc})") from None
+
+
+def _untag(tag: str, inner: Any, at: str) -> Any:
+    if tag in ("$tuple", "$set", "$frozenset"):
+        if type(inner) is not list:
+            raise ValueError("not a list")
+        items = [from_plain(item, f"{at}[{i}]") for i, item in enumerate(inner)]
+        return {"$tuple": tuple, "$set": set, "$frozenset": frozenset}[tag](items)
+    if tag == "$map":
+        pairs = [(from_plain(k, f"{at}[{i}][0]"), from_plain(v, f"{at}[{i}][1]"))
+                 for i, (k, v) in enumerate(inner)]  # fmt: skip
+        return dict(pairs)
+    if tag == "$bytes":
+        return base64.b64decode(_text(inner), validate=True)
+    if tag == "$int":
+        return int(_text(inner))
+    if tag == "$float":
+        if inner not in ("nan", "inf", "-inf"):
+            raise ValueError(f"{inner!r} is not nan, inf or -inf")
+        return float(inner)
+    if tag in ("$datetime", "$time"):
+        naive, zone, fold = inner
+        cls = _dt.datetime if tag == "$datetime" else _dt.time
+        return cls.fromisoformat(_text(naive)).replace(tzinfo=_tz(zone), fold=fold)
+    if tag == "$date":
+        return _dt.date.fromisoformat(_text(inner))
+    if tag == "$timedelta":
+        days, seconds, micros = inner
+        return _dt.timedelta(days=days, seconds=seconds, microseconds=micros)
+    if tag == "$decimal":
+        return decimal.Decimal(_text(inner))
+    if tag == "$uuid":
+        return uuid.UUID(_text(inner))
+    if tag == "$class":
+        return _record_value(inner, at)
+    raise _bad(at, f"is an unknown tag {tag!r} (a map whose one key starts with '$' is $map)")
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        raise ValueError(f"{value!r} is not a str")
+    return value
+
+
+def _tz(zone: Any) -> _dt.tzinfo | None:
+    if zone is None:
+        return None
+    if isinstance(zone, str):
+        return zoneinfo.ZoneInfo(zone)
+    if zone == 0:
+        return _dt.timezone.utc
+    return _dt.timezone(_dt.timedelta(microseconds=zone))
+
+
+def _record_value(inner: Any, at: str) -> Any:
+    name, fields = inner
+    fields = from_plain(fields, f"{at}[1]")
+    if not isinstance(name, str) or not isinstance(fields, dict):
+        raise ValueError("not [codec name, {field: value}]")
+    # Built by the codec from its own encoding of a record, so the class
+    # registered under ``name`` makes it, exactly as a journal read would.
+    data = msgpack.packb(msgpack.ExtType(_CODEC_RECORD, encode([name, fields])))
+    try:
+        return decode(data)
+    except ValueError as exc:
+        raise HistoryFormatError(
+            f"the history's {at} is a {name!r}, which no imported module registers: import "
+            "the module that defines it (decorated with @actors.serializable) first, or pass "
+            f"--import MODULE to the command line ({exc})"
+        ) from None
+
+
+def _bad(where: str, what: str) -> HistoryFormatError:
+    return HistoryFormatError(
+        f"not a readable history: {where} {what}; export it again with "
+        "'python -m actors export ADDRESS'"
+    )
+
+
+# -- the document --------------------------------------------------------------------
+
+
+@attrs.frozen
+class Message:
+    """An unread message: its id in the journal it came from, signal name,
+    payload, when it was sent, and the sender's traceparent (or None)."""
+
+    id: int
+    signal: str
+    payload: Any
+    sent: float | None
+    trace: str | None = None
+
+
+@attrs.frozen
+class Timer:
+    """A durable timer: effect ``effect`` of run ``run``, due at epoch ``due``."""
+
+    run: int
+    effect: int
+    due: float
+
+
+@attrs.frozen
+class InstanceHistory:
+    """Everything a history holds of one instance."""
+
+    address: str
+    process: str
+    status: str
+    record: InstanceRecord
+    runs: dict[int, dict[int, LogEntry]]  # run -> effect -> entry
+    mail: list[Message]
+    timers: list[Timer]
+    stream: list[Any]
+    consumers: dict[str, int]
+    send_keys: list[str]
+    incarnations: list[Kept]  # earlier incarnations a retry kept, oldest first
+
+    @property
+    def log(self) -> dict[int, LogEntry]:
+        """The current run's log."""
+        return self.runs.get(self.record.run, {})
+
+
+@attrs.frozen
+class History:
+    """A history file: the exported instance (``address``) first, then its descendants."""
+
+    address: str
+    exported: float
+    source: str
+    instances: list[InstanceHistory]
+    version: int = VERSION
+
+
+_RECORD_FIELDS = [f.name for f in attrs.fields(InstanceRecord) if f.name != "extra"]
+_ENTRY_FIELDS = [f.name for f in attrs.fields(LogEntry) if f.name != "extra"]
+
+
+def _record_doc(record: InstanceRecord) -> dict[str, Any]:
+    doc = {name: to_plain(_stored_form(getattr(record, name))) for name in _RECORD_FIELDS}
+    if record.extra:
+        doc["extra"] = to_plain(dict(record.extra))
+    return doc
+
+
+def _stored_form(value: Any) -> Any:
+    """A record field as the journal stores it: its read-only containers as a list or map."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    return list(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
+
+
+def _entry_doc(seq: int, entry: LogEntry) -> dict[str, Any]:
+    doc: dict[str, Any] = {"effect": seq}
+    for name in _ENTRY_FIELDS:
+        value = getattr(entry, name)
+        if name == "hash":
+            doc["hash"] = value.hex()
+        elif value is not None and value is not NO_VALUE:
+            doc[name] = to_plain(value)
+    if entry.extra:
+        doc["extra"] = to_plain(entry.extra)
+    return doc
+
+
+def _instance_doc(one: InstanceHistory) -> dict[str, Any]:
+    return {
+        "address": one.address, "process": one.process, "status": one.status,
+        "record": _record_doc(one.record),
+        "runs": [
+            {"run": run, "log": [_entry_doc(seq, e) for seq, e in sorted(log.items())]}
+            for run, log in sorted(one.runs.items())
+        ],
+        "mail": [
+            {"id": m.id, "signal": m.signal, "payload": to_plain(m.payload), "sent": m.sent,
+             **({"trace": m.trace} if m.trace is not None else {})}
+            for m in one.mail
+        ],
+        "timers": [{"run": t.run, "effect": t.effect, "due": t.due} for t in one.timers],
+        "stream": [to_plain(v) for v in one.stream],
+        "consumers": dict(one.consumers),
+        "send_keys": list(one.send_keys),
+        "incarnations": [
+            {"incarnation": k.incarnation, "process": k.process, "status": k.status,
+             "replaced": k.replaced, "record": _record_doc(k.record)}
+            for k in one.incarnations
+        ],
+    }  # fmt: skip
+
+
+def dumps(history: History) -> bytes:
+    """The history as the bytes of its file (JSON, UTF-8, one line per instance field)."""
+    doc = {
+        "format": FORMAT, "version": VERSION, "exported": history.exported,
+        "source": history.source, "address": history.address,
+        "instances": [_instance_doc(one) for one in history.instances],
+    }  # fmt: skip
+    return (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def loads(data: bytes) -> History:
+    """The history a file's bytes hold.
+
+    Raises:
+        HistoryFormatError: the bytes are not a history (not JSON, another
+            format, a field of the wrong shape), or one of a ``version``
+            this code does not read (``error.version`` says which).
+    """
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HistoryFormatError(
+            f"not a history file: it is not JSON ({exc}); a history is what "
+            "'python -m actors export ADDRESS' writes"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else None
+        raise HistoryFormatError(
+            f"not a history file: its 'format' is {found!r}, not {FORMAT!r}; a history is "
+            "what 'python -m actors export ADDRESS' writes"
+        )
+    version = doc.get("version")
+    if type(version) is not int or version != VERSION:
+        newer = type(version) is int and version > VERSION
+        hint = ("upgrade trio-actors to read it, or export it again with this version"
+                if newer else "export it again with this version of trio-actors")  # fmt: skip
+        raise HistoryFormatError(
+            f"the history is format version {version!r}, and this version of trio-actors "
+            f"reads version {VERSION} only; {hint}",
+            version=version if type(version) is int else None,
+        )
+    return _Doc(doc).history()
+
+
+class _Doc:
+    """Reading a parsed document, field by field, naming where a shape is wrong."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+
+    def history(self) -> History:
+        doc = self.doc
+        instances = self.field(doc, "instances", list, "history")
+        if not instances:
+            raise _bad("history['instances']", "is empty")
+        return History(
+            address=self.field(doc, "address", str, "history"),
+            exported=float(self.field(doc, "exported", (int, float), "history")),
+            source=str(doc.get("source", "")),
+            instances=[self.instance(one, f"instances[{i}]") for i, one in enumerate(instances)],
+        )
+
+    def field(self, doc: Any, name: str, types: Any, where: str, default: Any = NO_VALUE) -> Any:
+        if not isinstance(doc, dict):
+            raise _bad(where, "is not an object")
+        if name not in doc:
+            if default is not NO_VALUE:
+                return default
+            raise _bad(where, f"has no {name!r}")
+        value = doc[name]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
+            raise _bad(f"{where}[{name!r}]", f"is {value!r}")
+        return value
+
+    def instance(self, doc: Any, at: str) -> InstanceHistory:
+        f = self.field
+        runs: dict[int, dict[int, LogEntry]] = {}
+        for i, run in enumerate(f(doc, "runs", list, at)):
+            where = f"{at}['runs'][{i}]"
+            log = {}
+            for j, entry in enumerate(f(run, "log", list, where)):
+                seq, value = self.entry(entry, f"{where}['log'][{j}]")
+                log[seq] = value
+            runs[f(run, "run", int, where)] = log
+        mail = [
+            Message(
+                f(m, "id", int, w), f(m, "signal", str, w),
+                from_plain(m.get("payload"), f"{w}['payload']"),
+                f(m, "sent", (int, float, type(None)), w, None), f(m, "trace", (str, type(None)), w, None),
+            )
+            for i, m in enumerate(f(doc, "mail", list, at)) if (w := f"{at}['mail'][{i}]")
+        ]  # fmt: skip
+        timers = [
+            Timer(f(t, "run", int, w), f(t, "effect", int, w), float(f(t, "due", (int, float), w)))
+            for i, t in enumerate(f(doc, "timers", list, at)) if (w := f"{at}['timers'][{i}]")
+        ]  # fmt: skip
+        consumers = f(doc, "consumers", dict, at, {})
+        for name, position in consumers.items():
+            if type(position) is not int or position < 0:
+                raise _bad(f"{at}['consumers'][{name!r}]", f"is {position!r}, not a position")
+        keys = f(doc, "send_keys", list, at, [])
+        if not all(isinstance(k, str) for k in keys):
+            raise _bad(f"{at}['send_keys']", "holds a key that is no str")
+        kept = [
+            Kept(f(k, "incarnation", int, w), f(k, "process", str, w), f(k, "status", str, w),
+                 self.record(f(k, "record", dict, w), f"{w}['record']"),
+                 float(f(k, "replaced", (int, float), w)))
+            for i, k in enumerate(f(doc, "incarnations", list, at, []))
+            if (w := f"{at}['incarnations'][{i}]")
+        ]  # fmt: skip
+        return InstanceHistory(
+            address=f(doc, "address", str, at), process=f(doc, "process", str, at),
+            status=f(doc, "status", str, at),
+            record=self.record(f(doc, "record", dict, at), f"{at}['record']"),
+            runs=runs, mail=mail, timers=timers,
+            stream=[from_plain(v, f"{at}['stream'][{i}]")
+                    for i, v in enumerate(f(doc, "stream", list, at, []))],
+            consumers=dict(consumers), send_keys=list(keys), incarnations=kept,
+        )  # fmt: skip
+
+    def record(self, doc: dict[str, Any], at: str) -> InstanceRecord:
+        unknown = set(doc) - {*_RECORD_FIELDS, "extra"}
+        if unknown:
+            raise _bad(at, f"has fields no record has: {sorted(unknown)}")
+        fields = {name: from_plain(value, f"{at}[{name!r}]") for name, value in doc.items()}
+        try:
+            record = InstanceRecord.new(**fields)
+            # The journal's own check of every field's type, on the stored form.
+            return InstanceRecord.from_stored(record.to_stored())
+        except (TypeError, ValueError) as exc:
+            raise _bad(at, f"is not an instance record ({exc})") from None
+
+    def entry(self, doc: Any, at: str) -> tuple[int, LogEntry]:
+        seq = self.field(doc, "effect", int, at)
+        unknown = set(doc) - {*_ENTRY_FIELDS, "effect", "extra"}
+        if unknown:
+            raise _bad(at, f"has fields no log entry has: {sorted(unknown)}")
+        fields = {
+            name: from_plain(value, f"{at}[{name!r}]")
+            for name, value in doc.items() if name not in ("effect", "hash")
+        }  # fmt: skip
+        try:
+            fields["hash"] = bytes.fromhex(self.field(doc, "hash", str, at, ""))
+            entry = LogEntry(**fields)
+            return seq, LogEntry.from_stored(entry.to_stored())
+        except (TypeError, ValueError) as exc:
+            raise _bad(at, f"is not a log entry ({exc})") from None
+
+
+def _tuple(types: Any) -> tuple[Any, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+# -- reading from a journal ------------------------------------------------------------
+
+
+def _read_one(r: Reader, row: InstanceRow) -> InstanceHistory:
+    iid = row.iid
+    runs = {run: r.entries(iid, run) for run in r.log_runs(iid)}
+    mail = []
+    for seq, message in r.mailbox(iid):
+        sent = message[2] if len(message) > 2 else None
+        trace = message[3] if len(message) > 3 else None
+        mail.append(Message(seq, message[0], message[1], sent, trace))
+    stream: list[Any] = []
+    while len(stream) < r.stream_length(iid):
+        page = r.stream(iid, len(stream), _STREAM_PAGE)
+        if not page:
+            break
+        stream += [value for _, value in page]
+    consumers, keys = {}, []
+    for name, position in sorted(r.cursors(iid).items()):
+        key = key_of(name)
+        if key is None:
+            consumers[name] = position
+        else:
+            keys.append(key)
+    return InstanceHistory(
+        address=row.address, process=row.process, status=row.status, record=row.record,
+        runs=runs, mail=mail,
+        timers=[Timer(t.run, t.seq, t.due) for t in r.timers(iid)],
+        stream=stream, consumers=consumers, send_keys=keys, incarnations=read_kept(r, iid)[1],
+    )  # fmt: skip
+
+
+def _descendants(r: Reader, one: InstanceHistory, seen: set[str]) -> Iterator[InstanceHistory]:
+    named: dict[str, int] = {}
+    for run in sorted(one.runs):
+        named.update(children_named(one.runs[run]))
+    for address in named:
+        if address in seen:
+            continue
+        seen.add(address)
+        row = r.instance(instance_id(address))
+        if row is None or row.record.parent != one.address:
+            continue  # cleaned up, or another instance's now
+        child = _read_one(r, row)
+        yield child
+        yield from _descendants(r, child, seen)
+
+
+def read_from(r: Reader, address: str, *, source: str, now: float) -> History:
+    """The history of ``address`` (and its descendants) as reader ``r`` sees them.
+
+    Raises:
+        NotDelivered: no instance at ``address`` (reason ``"unknown"``).
+        JournalCorrupt: a record of it does not decode.
+    """
+    row = r.instance(instance_id(address))
+    if row is None or row.address != address:
+        raise NotDelivered(
+            f"no instance at {address!r} to export; check the address ('actors list' shows "
+            "the addresses)",
+            address=address, reason="unknown",
+        )  # fmt: skip
+    root = _read_one(r, row)
+    return History(
+        address=address, exported=now, source=source,
+        instances=[root, *_descendants(r, root, {address})],
+    )  # fmt: skip
+
+
+async def read_history(journal: Journal, address: str) -> History:
+    """`read_from` on an open journal, in one consistent read."""
+    now = time.time()
+    source = journal.describe()
+    return await journal.read(lambda r: read_from(r, address, source=source, now=now))
+
+
+# -- writing into a journal ------------------------------------------------------------
+
+
+def import_txn(history: History, present: dict[str, InstanceRow], kept_versions: dict[str, int],
+               *, replace: bool) -> Txn:  # fmt: skip
+    """The transaction that imports ``history``: every instance as it was
+    exported, over no instance at its address (or, with ``replace``, over
+    exactly the one in ``present``, read just before), its incarnations
+    kept over the history rows at the versions read (``kept_versions``).
+
+    Raises:
+        AlreadyStarted: an instance is at one of the addresses, without ``replace``.
+        EncodeError: a value cannot be stored (an `Opaque` one: import its class).
+    """
+    txn = Txn()
+    for one in history.instances:
+        iid = instance_id(one.address)
+        there = present.get(one.address)
+        if there is not None and not replace:
+            raise AlreadyStarted(
+                f"cannot import {one.address!r}: an instance is there already ({there.status}, "
+                f"incarnation {there.record.incarnation}); pass --replace (replace=True) to "
+                "put the history's in its place, or import into another journal",
+                address=one.address, status=there.status,
+            )  # fmt: skip
+        if there is not None:
+            txn.require(iid, frozenset({there.status}), incarnation=there.record.incarnation)
+            txn.delete_instance(iid)
+        else:
+            txn.require_absent(iid)
+        status = "running" if one.status == "queued" else one.status  # (no queue here)
+        txn.put_instance(iid, address=one.address, process=one.process, status=status,
+                         record=one.record)  # fmt: skip
+        for run, log in one.runs.items():
+            for seq, entry in log.items():
+                txn.put_log(iid, run, seq, entry.to_stored())
+        for m in one.mail:
+            tail = [m.sent] if m.trace is None else [m.sent, m.trace]
+            txn.append_message(iid, [m.signal, m.payload, *tail])
+        for t in one.timers:
+            txn.add_timer(iid, t.run, t.effect, t.due)
+        for value in one.stream:
+            txn.append_stream(iid, value)
+        for name, position in one.consumers.items():
+            txn.set_cursor(iid, name, position)
+        for key in one.send_keys:
+            txn.set_cursor(iid, key_cursor(key), 0)
+        key = history_key(iid)
+        txn.expect_state(key, kept_versions.get(one.address, 0))
+        if one.incarnations:
+            txn.put_state(key, [k.to_stored() for k in one.incarnations[-KEPT_INCARNATIONS:]])
+        elif kept_versions.get(one.address, 0):
+            txn.delete_state(key)
+    return txn
+
+
+def read_for_import(r: Reader, history: History) -> tuple[dict[str, InstanceRow], dict[str, int]]:
+    """What `import_txn` is built over: the instances at the history's
+    addresses, and the versions of their history rows."""
+    present, versions = {}, {}
+    for one in history.instances:
+        iid = instance_id(one.address)
+        row = r.instance(iid)
+        if row is not None:
+            present[one.address] = row
+        versions[one.address] = read_kept(r, iid)[0]
+    return present, versions
+
+
+async def import_history(journal: Journal, history: History, *, replace: bool = False) -> None:
+    """Write ``history`` into ``journal`` (open, held by no running system):
+    all its instances in one transaction, or none.
+
+    Raises:
+        AlreadyStarted: an instance is at one of its addresses (without ``replace``).
+        Conflict: the journal changed between the read and the write; nothing was written.
+    """
+    present, versions = await journal.read(lambda r: read_for_import(r, history))
+    await journal.commit(import_txn(history, present, versions, replace=replace), durable=True)
