@@ -1,4 +1,7 @@
-"""The ``actors`` command line, run as a subprocess against journals written here.
+"""The ``actors`` command line against journals written here: in this process
+(tests/cli_runner.py), and as a subprocess where a second process is the
+point (the entry point, Ctrl-C, what ``--import`` brings in, a journal this
+process holds open).
 
 A journal with one instance in each interesting state is built once per
 module (on real time: its timers are days away, and nothing waits on them);
@@ -31,6 +34,7 @@ from storage import (
     Txn,
     instance_id,
 )
+from tests.cli_runner import run_in_process
 from tests.runtime_helpers import wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,6 +198,18 @@ def run_json(journal: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+def cli(journal: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess:
+    """What `run_cli` runs, in this process (see tests/cli_runner.py for when
+    a subprocess is the point instead)."""
+    return run_in_process(["--journal", str(journal), *args], input)
+
+
+def cli_json(journal: Path, *args: str) -> dict:
+    done = cli(journal, "--json", *args)
+    assert 0 == done.returncode, done.stderr + done.stdout
+    return json.loads(done.stdout)
+
+
 def read_back(path: Path, fn):
     """Read the journal in this process, read-only."""
 
@@ -209,7 +225,7 @@ def read_back(path: Path, fn):
 
 
 def test_list_is_a_table_newest_first_with_counts(journal):
-    done = run_cli(journal, "list")
+    done = cli(journal, "list")
     assert 0 == done.returncode, done.stderr
     lines = done.stdout.splitlines()
     assert ["ADDRESS", "PROCESS", "STATUS", "UPDATED", "(UTC)", "DETAIL"] == lines[0].split()
@@ -228,7 +244,7 @@ def test_list_is_a_table_newest_first_with_counts(journal):
 
 
 def test_list_filters_and_limits(journal):
-    done = run_cli(journal, "list", "--status", "suspended", "--limit", "2")
+    done = cli(journal, "list", "--status", "suspended", "--limit", "2")
     assert 0 == done.returncode, done.stderr
     lines = done.stdout.splitlines()
     assert 2 == len(lines) - 3  # header, 2 rows, "showing", counts
@@ -236,7 +252,7 @@ def test_list_filters_and_limits(journal):
     assert (
         "showing the 2 most recently updated of 7 instances matching --status suspended" in lines[3]
     )
-    doc = run_json(journal, "list", "--process", "approvals/:id")
+    doc = cli_json(journal, "list", "--process", "approvals/:id")
     assert ["approvals/a-2", "approvals/a-1"] == [i["address"] for i in doc["instances"]] or [
         "approvals/a-1",
         "approvals/a-2",
@@ -244,12 +260,12 @@ def test_list_filters_and_limits(journal):
     assert {"approvals/:id"} == {i["process"] for i in doc["instances"]}
     assert 12 == doc["total"] and 2 == doc["matching"] == doc["shown"]
     assert {"suspended": 7, "completed": 2, "failed": 2, "cancelled": 1} == doc["counts"]
-    done = run_cli(journal, "list", "--status", "sleeping")
+    done = cli(journal, "list", "--status", "sleeping")
     assert 2 == done.returncode and "invalid choice" in done.stderr
 
 
 def test_show_a_suspended_instance_with_mail_and_a_timer(journal):
-    done = run_cli(journal, "show", "approvals/a-1")
+    done = cli(journal, "show", "approvals/a-1")
     assert 0 == done.returncode, done.stderr
     text = done.stdout
     assert text.startswith("approvals/a-1  ·  suspended\n")
@@ -261,7 +277,7 @@ def test_show_a_suspended_instance_with_mail_and_a_timer(journal):
     assert "note  sent " in text and '{"text": "call me"}' in text
     assert "Timers: 1 timer" in text and "effect #2" in text and "(in 2 d 23 h)" in text
 
-    doc = run_json(journal, "show", "approvals/a-1")
+    doc = cli_json(journal, "show", "approvals/a-1")
     assert "suspended" == doc["status"] and {"amount": 100} == doc["input"]
     assert [{"seq": 1, "signal": "note", "payload": {"text": "call me"}}] == [
         {k: m[k] for k in ("seq", "signal", "payload")} for m in doc["mailbox"]
@@ -272,7 +288,7 @@ def test_show_a_suspended_instance_with_mail_and_a_timer(journal):
 
 
 def test_show_a_parent_with_its_tree_of_children(journal):
-    done = run_cli(journal, "show", "orders/o-1")
+    done = cli(journal, "show", "orders/o-1")
     assert 0 == done.returncode, done.stderr
     tree = done.stdout.split("Children: 2 children\n")[1].split("Stream:")[0]
     assert [
@@ -281,47 +297,47 @@ def test_show_a_parent_with_its_tree_of_children(journal):
         "     └─ orders/o-1/ship/s1/track/t1  suspended  (spawn #1)",
     ] == tree.splitlines()
     assert 'child completed: {"paid": true}' in done.stdout
-    doc = run_json(journal, "show", "orders/o-1/ship/s1")
+    doc = cli_json(journal, "show", "orders/o-1/ship/s1")
     assert "orders/o-1" == doc["parent"] and "transient" == doc["restart"]
     assert ["orders/o-1/ship/s1/track/t1"] == [c["address"] for c in doc["children"]]
 
 
 def test_show_results_errors_streams_exports_and_compensations(journal):
-    completed = run_cli(journal, "show", "greet/ann").stdout
+    completed = cli(journal, "show", "greet/ann").stdout
     assert '  result        "hello ann"' in completed
     assert "key greet/ann/1/0/make_greeting/1" in completed
 
-    failed = run_cli(journal, "show", "boom/1")
+    failed = cli(journal, "show", "boom/1")
     assert "StepFailed: step 'explode' failed on attempt 2" in failed.stdout
     assert "Traceback" not in failed.stdout and "--traceback" in failed.stdout
-    traced = run_cli(journal, "show", "boom/1", "--traceback").stdout
+    traced = cli(journal, "show", "boom/1", "--traceback").stdout
     assert "Traceback (most recent call last)" in traced and 'raise ValueError("the flux' in traced
 
-    feed_text = run_cli(journal, "show", "feeds/f-1").stdout
+    feed_text = cli(journal, "show", "feeds/f-1").stdout
     assert "Stream: 5 values, 1 consumer\n  reader: cursor 2 (3 unread)" in feed_text
     assert 'Exports (version 1): {"last": 4}' in feed_text
 
-    saga = run_json(journal, "show", "sagas/s-1")
+    saga = cli_json(journal, "show", "sagas/s-1")
     assert [("book", "done", 1)] == [
         (c["step"], c["state"], c["attempts"]) for c in saga["compensations"]
     ]
     assert "ValueError" in saga["error"]["traceback"]
-    trip = run_cli(journal, "show", "trips/t-1").stdout
+    trip = cli(journal, "show", "trips/t-1").stdout
     assert (
         "Compensations: 1 — registered; run only if the instance fails (or is cancelled "
         "with --compensate)\n  registered book -> tests.test_cli:unbook  attempts 0"
     ) in trip
 
-    cancelled = run_json(journal, "show", "approvals/a-2")
+    cancelled = cli_json(journal, "show", "approvals/a-2")
     assert "cancelled by system.cancel" == cancelled["reason"]
 
 
 def test_stats(journal):
-    done = run_cli(journal, "stats")
+    done = cli(journal, "stats")
     assert 0 == done.returncode, done.stderr
     assert "held by       no running system" in done.stdout
     assert "mail          1 unread message in 1 instance" in done.stdout
-    doc = run_json(journal, "stats")
+    doc = cli_json(journal, "stats")
     assert 12 == doc["instances"] and 7 == doc["by_status"]["suspended"]
     assert (1, 1, 1, 0) == (
         doc["with_mail"],
@@ -333,17 +349,17 @@ def test_stats(journal):
 
 
 def test_user_errors_are_messages_with_exit_codes(journal, tmp_path):
-    done = run_cli(journal, "show", "orders/nope")
+    done = cli(journal, "show", "orders/nope")
     assert (3, "") == (done.returncode, done.stdout)
     assert "actors: no instance at 'orders/nope'" in done.stderr and "Traceback" not in done.stderr
-    doc = json.loads(run_cli(journal, "--json", "show", "orders/nope").stdout)
+    doc = json.loads(cli(journal, "--json", "show", "orders/nope").stdout)
     assert 3 == doc["error"]["exit_code"] and "no instance" in doc["error"]["message"]
     for path, why in ((tmp_path / "missing", "does not exist"), (tmp_path, "holds no data.mdb")):
-        done = run_cli(path, "list")
+        done = cli(path, "list")
         assert 3 == done.returncode and f"no journal at {path}: it {why}" in done.stderr.replace(
             "the directory does", "it does"
         )
-    done = run_cli(journal, "send", "approvals/a-1", "approve", "{not json")
+    done = cli(journal, "send", "approvals/a-1", "approve", "{not json")
     assert 2 == done.returncode and "the payload is not JSON" in done.stderr
 
 
@@ -359,21 +375,21 @@ def test_a_corrupt_record_is_listed_and_reported(journal):
         txn.put(key, value[:header_end] + b"\xc1", db=db)  # 0xc1: never valid msgpack
     env.close()
 
-    done = run_cli(journal, "list")
+    done = cli(journal, "list")
     assert 0 == done.returncode, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("greet/ann"))
     assert "completed" in row and "does not decode" in row
     assert 12 == len(done.stdout.splitlines()) - 2
-    done = run_cli(journal, "show", "greet/ann")
+    done = cli(journal, "show", "greet/ann")
     assert 5 == done.returncode and "the record of 'greet/ann' is corrupt" in done.stderr
-    assert 0 == run_cli(journal, "stats").returncode
+    assert 0 == cli(journal, "stats").returncode
 
 
 # -- writing ---------------------------------------------------------------------------
 
 
 def test_send_appends_to_the_mailbox_and_the_instance_takes_it_on_the_next_open(journal):
-    done = run_cli(journal, "send", "approvals/a-1", "approve", '{"by": "ann"}')
+    done = cli(journal, "send", "approvals/a-1", "approve", '{"by": "ann"}')
     assert 0 == done.returncode, done.stderr
     assert done.stdout.startswith("sent 'approve' to approvals/a-1 as message #2; it is suspended")
 
@@ -385,12 +401,12 @@ def test_send_appends_to_the_mailbox_and_the_instance_takes_it_on_the_next_open(
 
 
 def test_send_refuses_what_is_not_live(journal):
-    done = run_cli(journal, "send", "greet/ann", "approve")
+    done = cli(journal, "send", "greet/ann", "approve")
     assert 1 == done.returncode
     assert "no live instance at 'greet/ann' (it completed at " in done.stderr
-    done = run_cli(journal, "send", "orders/o-404", "approve")
+    done = cli(journal, "send", "orders/o-404", "approve")
     assert 3 == done.returncode and "no instance at 'orders/o-404'" in done.stderr
-    doc = json.loads(run_cli(journal, "--json", "send", "approvals/a-2", "approve").stdout)
+    doc = json.loads(cli(journal, "--json", "send", "approvals/a-2", "approve").stdout)
     assert 1 == doc["error"]["exit_code"] and "it was cancelled" in doc["error"]["message"]
     mail = read_back(
         journal,
@@ -400,7 +416,7 @@ def test_send_refuses_what_is_not_live(journal):
 
 
 def test_cancel_cancels_children_first_as_the_runtime_does(journal):
-    doc = run_json(journal, "cancel", "orders/o-1")
+    doc = cli_json(journal, "cancel", "orders/o-1")
     assert [
         "orders/o-1/ship/s1/track/t1", "orders/o-1/ship/s1", "orders/o-1",
     ] == doc["cancelled"]  # fmt: skip
@@ -418,7 +434,7 @@ def test_cancel_cancels_children_first_as_the_runtime_does(journal):
         "orders/o-1/ship/s1/track/t1": ("cancelled", "parent orders/o-1/ship/s1 cancelled"),
         "orders/o-1/pay/p1": ("completed", None),
     } == read_back(journal, statuses)
-    done = run_cli(journal, "cancel", "orders/o-1")
+    done = cli(journal, "cancel", "orders/o-1")
     assert (
         1 == done.returncode
         and "nothing to cancel at 'orders/o-1': it was cancelled" in done.stderr
@@ -437,20 +453,20 @@ def test_cancel_cancels_children_first_as_the_runtime_does(journal):
 
 
 def test_cancel_removes_timers_and_tells_an_awaiting_parent(journal):
-    assert 0 == run_cli(journal, "cancel", "approvals/a-1", "--reason", "ops: duplicate").returncode
+    assert 0 == cli(journal, "cancel", "approvals/a-1", "--reason", "ops: duplicate").returncode
     assert [] == read_back(journal, lambda r: r.timers(instance_id("approvals/a-1")))
-    assert "ops: duplicate" == run_json(journal, "show", "approvals/a-1")["reason"]
+    assert "ops: duplicate" == cli_json(journal, "show", "approvals/a-1")["reason"]
 
 
 def test_cancel_refuses_pending_compensations_unless_forced(journal):
-    done = run_cli(journal, "cancel", "trips/t-1")
+    done = cli(journal, "cancel", "trips/t-1")
     assert 1 == done.returncode
     assert "saga compensations are pending in trips/t-1 (1)" in done.stderr
     assert "pass --compensate to run them before it ends cancelled" in done.stderr
-    assert "suspended" == run_json(journal, "show", "trips/t-1")["status"]
-    done = run_cli(journal, "cancel", "trips/t-1", "--force")
+    assert "suspended" == cli_json(journal, "show", "trips/t-1")["status"]
+    done = cli(journal, "cancel", "trips/t-1", "--force")
     assert 0 == done.returncode and "compensations not run (--force): trips/t-1" in done.stdout
-    assert "cancelled" == run_json(journal, "show", "trips/t-1")["status"]
+    assert "cancelled" == cli_json(journal, "show", "trips/t-1")["status"]
 
 
 def test_records_of_classes_the_cli_does_not_know(journal):
@@ -464,22 +480,22 @@ def test_records_of_classes_the_cli_does_not_know(journal):
 
 
 def test_tail_prints_from_the_cursor_and_moves_it(journal):
-    done = run_cli(journal, "tail", "feeds/f-1", "--consumer", "reader")
+    done = cli(journal, "tail", "feeds/f-1", "--consumer", "reader")
     assert 0 == done.returncode, done.stderr
     assert ['2  {"n": 2}', '3  {"n": 3}', '4  {"n": 4}'] == [
         line.strip() for line in done.stdout.splitlines()
     ]
     assert "consumer 'reader': cursor 2, moved to 5 of 5 values" in done.stderr
-    doc = run_json(journal, "tail", "feeds/f-1", "--consumer", "reader")
+    doc = cli_json(journal, "tail", "feeds/f-1", "--consumer", "reader")
     assert ([], 5, 5, False) == (
         doc["values"],
         doc["cursor_before"],
         doc["cursor_after"],
         doc["read_only"],
     )
-    doc = run_json(journal, "tail", "feeds/f-1", "--consumer", "late", "--from", "latest")
+    doc = cli_json(journal, "tail", "feeds/f-1", "--consumer", "late", "--from", "latest")
     assert ([], None, 5) == (doc["values"], doc["cursor_before"], doc["cursor_after"])
-    doc = run_json(journal, "tail", "feeds/f-1", "--consumer", "new")
+    doc = cli_json(journal, "tail", "feeds/f-1", "--consumer", "new")
     assert [{"n": n} for n in range(5)] == [v["value"] for v in doc["values"]]
     assert {"reader": 5, "late": 5, "new": 5} == read_back(
         journal, lambda r: r.cursors(instance_id("feeds/f-1"))
@@ -487,7 +503,7 @@ def test_tail_prints_from_the_cursor_and_moves_it(journal):
 
 
 def test_tail_follow_ends_when_the_instance_has_finished(journal):
-    done = run_cli(journal, "--json", "tail", "greet/ann", "--consumer", "c", "--follow")
+    done = cli(journal, "--json", "tail", "greet/ann", "--consumer", "c", "--follow")
     assert (0, "") == (done.returncode, done.stdout)  # nothing emitted, and it has completed
 
 
@@ -546,41 +562,41 @@ def test_beside_a_running_system_reads_work_and_writes_refuse(journal, tmp_path)
     try:
         assert "ready\n" == holder.stdout.readline()
 
-        listed = run_cli(journal, "list", "--status", "suspended")
+        listed = cli(journal, "list", "--status", "suspended")
         assert 0 == listed.returncode and "approvals/a-1" in listed.stdout
-        shown = run_cli(journal, "show", "approvals/a-1")
+        shown = cli(journal, "show", "approvals/a-1")
         assert 0 == shown.returncode and "Mailbox: 1 unread message" in shown.stdout
-        stats = run_json(journal, "stats")
+        stats = cli_json(journal, "stats")
         assert (True, holder.pid) == (stats["held"], stats["held_by_pid"])
 
         for args in (("send", "approvals/a-1", "approve", '{"by": "ann"}'),
                      ("cancel", "approvals/a-1")):  # fmt: skip
-            done = run_cli(journal, *args)
+            done = cli(journal, *args)
             assert 4 == done.returncode, done.stderr
             assert f"is owned by a running system (pid {holder.pid})" in done.stderr
             assert f"{args[0]} through that application" in done.stderr
-        assert "suspended" == run_json(journal, "show", "approvals/a-1")["status"]
-        assert 1 == len(run_json(journal, "show", "approvals/a-1")["mailbox"])
+        assert "suspended" == cli_json(journal, "show", "approvals/a-1")["status"]
+        assert 1 == len(cli_json(journal, "show", "approvals/a-1")["mailbox"])
 
-        done = run_cli(journal, "tail", "feeds/f-1", "--consumer", "reader")
+        done = cli(journal, "tail", "feeds/f-1", "--consumer", "reader")
         assert 0 == done.returncode, done.stderr
         assert ["2", "3", "4"] == [line.split()[0] for line in done.stdout.splitlines()]
         assert "without moving it" in done.stderr
-        done = run_cli(journal, "consumers", "feeds/f-1", "--delete", "reader")
+        done = cli(journal, "consumers", "feeds/f-1", "--delete", "reader")
         assert 4 == done.returncode and "cannot delete consumer 'reader'" in done.stderr
         assert (
-            2 == run_json(journal, "show", "feeds/f-1")["stream"]["consumers"]["reader"]["cursor"]
+            2 == cli_json(journal, "show", "feeds/f-1")["stream"]["consumers"]["reader"]["cursor"]
         )
 
         holder.stdin.write("start\n")
         holder.stdin.flush()
         assert "started\n" == holder.stdout.readline()
-        done = run_cli(journal, "--json", "tail", "ticks/t-1", "--consumer", "w", "--follow",
+        done = cli(journal, "--json", "tail", "ticks/t-1", "--consumer", "w", "--follow",
                        "--interval", "0.02")  # fmt: skip
         assert 0 == done.returncode, done.stderr
         values = [json.loads(line) for line in done.stdout.splitlines()]
         assert [{"index": n, "value": n} for n in range(30)] == values
-        assert "completed" == run_json(journal, "show", "ticks/t-1")["status"]
+        assert "completed" == cli_json(journal, "show", "ticks/t-1")["status"]
     finally:
         holder.stdin.close()
         assert 0 == holder.wait(timeout=30), holder.stderr.read()
@@ -689,7 +705,7 @@ def test_tail_follow_stops_quietly_on_ctrl_c(journal):
     rest = tail.stdout.read()
     assert (130, "") == (tail.wait(timeout=30), tail.stderr.read())
     assert ["2", "3", "4"] == [line.split()[0] for line in (first + rest).splitlines()]
-    assert 5 == run_json(journal, "show", "feeds/f-1")["stream"]["consumers"]["reader"]["cursor"]
+    assert 5 == cli_json(journal, "show", "feeds/f-1")["stream"]["consumers"]["reader"]["cursor"]
 
 
 # -- a first-time user's path ------------------------------------------------------------
@@ -705,12 +721,17 @@ def run_bare(*args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+def bare(*args: str) -> subprocess.CompletedProcess:
+    """What `run_bare` runs, in this process."""
+    return run_in_process(list(args))
+
+
 def test_global_options_come_before_or_after_the_command(journal):
-    before = run_bare("--journal", str(journal), "--json", "list")
-    after = run_bare("list", "--journal", str(journal), "--json")
+    before = bare("--journal", str(journal), "--json", "list")
+    after = bare("list", "--journal", str(journal), "--json")
     assert (0, 0) == (before.returncode, after.returncode), after.stderr
     assert json.loads(before.stdout)["instances"] == json.loads(after.stdout)["instances"]
-    mixed = run_bare("--json", "show", "greet/ann", "--journal", str(journal))
+    mixed = bare("--json", "show", "greet/ann", "--journal", str(journal))
     assert "completed" == json.loads(mixed.stdout)["status"]
     # --import before and after the command: both modules are imported.
     both = run_bare("--import", "json", "show", "invoices/i-1", "--journal", str(journal),
@@ -721,24 +742,24 @@ def test_global_options_come_before_or_after_the_command(journal):
 
 
 def test_version_help_and_usage_errors(tmp_path):
-    done = run_bare("--version")
+    done = run_bare("--version")  # the entry point itself, once
     assert 0 == done.returncode and done.stdout.startswith("actors ")
     for command in ("list", "show", "send", "cancel", "resume-compensation",
                     "abandon-compensation", "cleanup", "tail", "consumers", "stats"):  # fmt: skip
-        done = run_bare(command, "--help")
+        done = bare(command, "--help")
         assert 0 == done.returncode and "--journal PATH" in done.stdout, command
-    done = run_bare("list")
+    done = bare("list")
     assert 2 == done.returncode and "--journal PATH is required" in done.stderr
-    done = run_bare("frobnicate", "--journal", str(tmp_path))
+    done = bare("frobnicate", "--journal", str(tmp_path))
     assert 2 == done.returncode and "invalid choice: 'frobnicate'" in done.stderr
     for args, why in ((("list", "--limit", "x"), "'x' is not a count"),
                       (("show", "a/b", "--limit", "-1"), "'-1' is not a count"),
                       (("cleanup",), "--older-than"),
                       (("cleanup", "--older-than", "soon"), "'soon' is not a duration"),
                       (("tail", "a/b", "--consumer", "c", "--interval", "0"), "positive")):  # fmt: skip
-        done = run_bare(*args, "--journal", str(tmp_path))
+        done = bare(*args, "--journal", str(tmp_path))
         assert 2 == done.returncode and why in done.stderr, (args, done.stderr)
-    done = run_bare("stats", "--journal", str(tmp_path / "missing"))
+    done = bare("stats", "--journal", str(tmp_path / "missing"))
     assert 3 == done.returncode and "no journal at" in done.stderr
 
 
@@ -757,90 +778,90 @@ def test_every_argument_has_help():
 
 
 def test_list_a_subtree_and_plurals(journal):
-    done = run_cli(journal, "list", "--prefix", "orders/o-1/ship")
+    done = cli(journal, "list", "--prefix", "orders/o-1/ship")
     assert 0 == done.returncode, done.stderr
     lines = done.stdout.splitlines()
     assert ["orders/o-1/ship/s1/track/t1", "orders/o-1/ship/s1"] == [
         line.split()[0] for line in lines[1:-1]
     ]
     assert "12 instances in" in lines[-1]
-    doc = run_json(journal, "list", "--prefix", "orders/o-1/")
+    doc = cli_json(journal, "list", "--prefix", "orders/o-1/")
     assert 4 == doc["matching"]
-    assert 0 == run_json(journal, "list", "--prefix", "orders/o")["matching"]  # not a prefix of words
-    assert run_cli(journal, "list", "--prefix", "orders", "--limit", "1").stdout.splitlines()[-2] == (
+    assert 0 == cli_json(journal, "list", "--prefix", "orders/o")["matching"]  # not a prefix of words
+    assert cli(journal, "list", "--prefix", "orders", "--limit", "1").stdout.splitlines()[-2] == (
         "showing the 1 most recently updated of 4 instances matching --prefix orders "
         "(--limit N for more, 0 for all)"
     )
 
 
 def test_show_limits_and_says_what_a_live_instance_waits_for(journal):
-    doc = run_json(journal, "show", "orders/o-1", "--limit", "1")
+    doc = cli_json(journal, "show", "orders/o-1", "--limit", "1")
     assert (2, [2]) == (doc["log_entries"], [i["seq"] for i in doc["log"]])
-    text = run_cli(journal, "show", "orders/o-1", "--limit", "1").stdout
+    text = cli(journal, "show", "orders/o-1", "--limit", "1").stdout
     assert "Effect log, run 0: 2 entries (the last 1 shown; --limit 0 for all)" in text
-    assert 2 == len(run_json(journal, "show", "orders/o-1", "--limit", "0")["log"])
+    assert 2 == len(cli_json(journal, "show", "orders/o-1", "--limit", "0")["log"])
 
-    doc = run_json(journal, "show", "approvals/a-1")
+    doc = cli_json(journal, "show", "approvals/a-1")
     assert [2] == [t["seq"] for t in doc["waiting"]["timers"]]
     assert ([], ["note"]) == (doc["waiting"]["children"], doc["waiting"]["unread_signals"])
-    text = run_cli(journal, "show", "approvals/a-1").stdout
+    text = cli(journal, "show", "approvals/a-1").stdout
     assert "Waiting for (as far as the journal records):\n  timer #2, due " in text
     assert "(unread mail: note)" in text
-    assert "waiting" not in run_json(journal, "show", "greet/ann")
+    assert "waiting" not in cli_json(journal, "show", "greet/ann")
 
 
 def test_a_finished_instance_shows_no_pending_effect(journal):
-    assert 0 == run_cli(journal, "send", "approvals/a-1", "approve", "true").returncode
+    assert 0 == cli(journal, "send", "approvals/a-1", "approve", "true").returncode
 
     async def finish():
         async with actors.open_system(LMDBJournal(journal), processes=PROCESSES) as system:
             assert "ok" == await system.get("approvals/a-1").result()
 
     trio.run(finish)
-    doc = run_json(journal, "show", "approvals/a-1")
+    doc = cli_json(journal, "show", "approvals/a-1")
     assert {"unfinished"} == {i["state"] for i in doc["log"] if i["kind"] == "sleep"}
-    text = run_cli(journal, "show", "approvals/a-1").stdout
+    text = cli(journal, "show", "approvals/a-1").stdout
     assert "pending" not in text and "not fired (the instance ended first)" in text
 
 
 def test_tail_peek_leaves_the_cursor(journal):
-    done = run_cli(journal, "tail", "feeds/f-1", "--consumer", "reader", "--peek")
+    done = cli(journal, "tail", "feeds/f-1", "--consumer", "reader", "--peek")
     assert ["2", "3", "4"] == [line.split()[0] for line in done.stdout.splitlines()]
     assert "actors: consumer 'reader': cursor 2, left at 2 of 5 values\n" == done.stderr
-    assert 2 == run_json(journal, "show", "feeds/f-1")["stream"]["consumers"]["reader"]["cursor"]
-    doc = run_json(journal, "tail", "feeds/f-1", "--consumer", "new", "--peek")
+    assert 2 == cli_json(journal, "show", "feeds/f-1")["stream"]["consumers"]["reader"]["cursor"]
+    doc = cli_json(journal, "tail", "feeds/f-1", "--consumer", "new", "--peek")
     assert (True, None, 5) == (doc["read_only"], doc["cursor_before"], len(doc["values"]))
-    assert ["reader"] == list(run_json(journal, "consumers", "feeds/f-1")["consumers"])
+    assert ["reader"] == list(cli_json(journal, "consumers", "feeds/f-1")["consumers"])
 
 
 def test_consumers_lists_and_deletes_cursors(journal):
-    done = run_cli(journal, "consumers", "feeds/f-1")
+    done = cli(journal, "consumers", "feeds/f-1")
     assert 0 == done.returncode, done.stderr
     assert done.stdout.startswith("feeds/f-1: a stream of 5 values, 1 consumer\n")
     assert ["reader", "2", "3"] == done.stdout.splitlines()[2].split()
-    done = run_cli(journal, "consumers", "feeds/f-1", "--delete", "nobody")
+    done = cli(journal, "consumers", "feeds/f-1", "--delete", "nobody")
     assert 3 == done.returncode and "no consumer 'nobody' on 'feeds/f-1' (its consumers: reader)" in done.stderr
-    done = run_cli(journal, "consumers", "feeds/f-1", "--delete", "reader")
+    done = cli(journal, "consumers", "feeds/f-1", "--delete", "reader")
     assert 0 == done.returncode, done.stderr
-    assert {} == run_json(journal, "consumers", "feeds/f-1")["consumers"]
-    done = run_cli(journal, "tail", "feeds/f-1", "--consumer", "reader")
+    assert {} == cli_json(journal, "consumers", "feeds/f-1")["consumers"]
+    done = cli(journal, "tail", "feeds/f-1", "--consumer", "reader")
     assert ["0", "1", "2", "3", "4"] == [line.split()[0] for line in done.stdout.splitlines()]
-    assert 3 == run_cli(journal, "consumers", "feeds/nope").returncode
+    assert 3 == cli(journal, "consumers", "feeds/nope").returncode
 
 
 def test_cleanup_without_a_system(journal):
-    done = run_cli(journal, "cleanup", "--older-than", "1d")
+    done = cli(journal, "cleanup", "--older-than", "1d")
     assert (0, "removed 0 instances (cancelled, completed, failed, last updated more than 1 d ago)\n") == (
         done.returncode, done.stdout)  # fmt: skip
-    doc = run_json(journal, "cleanup", "--older-than", "0", "--status", "completed",
+    doc = cli_json(journal, "cleanup", "--older-than", "0", "--status", "completed",
                    "--status", "cancelled")  # fmt: skip
     assert (3, False) == (doc["removed"], doc["through_system"])
-    assert {"suspended": 7, "failed": 2} == run_json(journal, "list")["counts"]
-    done = run_cli(journal, "cleanup", "--older-than", "0s", "--status", "failed")
+    assert {"suspended": 7, "failed": 2} == cli_json(journal, "list")["counts"]
+    done = cli(journal, "cleanup", "--older-than", "0s", "--status", "failed")
     assert "removed 2 instances (failed, last updated more than 0 s ago)\n" == done.stdout
-    done = run_cli(journal, "cancel", "approvals/a-1")
+    done = cli(journal, "cancel", "approvals/a-1")
     assert 0 == done.returncode, done.stderr
-    done = run_cli(journal, "cleanup", "--older-than", "0")
+    done = cli(journal, "cleanup", "--older-than", "0")
     assert done.stdout.startswith("removed 1 instance (cancelled, completed, failed,")
 
 
@@ -869,15 +890,15 @@ def test_resume_and_abandon_a_stuck_compensation_without_a_system(tmp_path):
                 assert "compensation_stuck" == await wait_status(handle, "compensation_stuck")
 
     trio.run(strand)
-    done = run_cli(path, "resume-compensation", "stuck/s-1")
+    done = cli(path, "resume-compensation", "stuck/s-1")
     assert 0 == done.returncode, done.stderr
     assert done.stdout.startswith("resumed stuck/s-1: it is running again, and retries 1 compensation")
-    assert "running" == run_json(path, "show", "stuck/s-1")["status"]
-    done = run_cli(path, "resume-compensation", "stuck/s-1")
+    assert "running" == cli_json(path, "show", "stuck/s-1")["status"]
+    done = cli(path, "resume-compensation", "stuck/s-1")
     assert 1 == done.returncode and "it is not stuck compensating" in done.stderr
-    assert 3 == run_cli(path, "abandon-compensation", "stuck/nope").returncode
+    assert 3 == cli(path, "abandon-compensation", "stuck/nope").returncode
 
-    doc = run_json(path, "abandon-compensation", "stuck/s-2")
+    doc = cli_json(path, "abandon-compensation", "stuck/s-2")
     assert (["book"], False) == (doc["never_run"], doc["through_system"])
 
     async def reopen():
@@ -888,7 +909,7 @@ def test_resume_and_abandon_a_stuck_compensation_without_a_system(tmp_path):
             assert "failed" == system.get("stuck/s-2").status
 
     trio.run(reopen)
-    resumed = run_json(path, "show", "stuck/s-1")
+    resumed = cli_json(path, "show", "stuck/s-1")
     assert ("failed", ["done"]) == (resumed["status"], [c["state"] for c in resumed["compensations"]])
-    abandoned = run_json(path, "show", "stuck/s-2")
+    abandoned = cli_json(path, "show", "stuck/s-2")
     assert ("failed", ["abandoned"]) == (abandoned["status"], [c["state"] for c in abandoned["compensations"]])
