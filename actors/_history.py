@@ -504,6 +504,7 @@ class _Doc:
         if unknown:
             raise _bad(at, f"has fields no record has: {sorted(unknown)}")
         fields = {name: from_plain(value, f"{at}[{name!r}]") for name, value in doc.items()}
+        _check_types(fields, _RECORD_TYPES, at)
         try:
             record = InstanceRecord.new(**fields)
             # The journal's own check of every field's type, on the stored form.
@@ -520,12 +521,42 @@ class _Doc:
             name: from_plain(value, f"{at}[{name!r}]")
             for name, value in doc.items() if name not in ("effect", "hash")
         }  # fmt: skip
+        _check_types(fields, _ENTRY_TYPES, at)
         try:
             fields["hash"] = bytes.fromhex(self.field(doc, "hash", str, at, ""))
             entry = LogEntry(**fields)
             return seq, LogEntry.from_stored(entry.to_stored())
         except (TypeError, ValueError) as exc:
             raise _bad(at, f"is not a log entry ({exc})") from None
+
+
+_N = type(None)
+_NUM = (int, float)
+# The type each field may have, by its name in the file (the journal checks
+# them again, by its own names, on the stored form).
+_RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "params": (list,), "input": (dict, _N), "run": (int,), "incarnation": (int,),
+    "created": (*_NUM, _N), "updated": (*_NUM, _N), "trace": (str, _N), "parent": (str, _N),
+    "awaited": (bool,), "restart": (str, _N), "restarts": (list,), "error": (dict, _N),
+    "reason": (str, _N), "last_error": (str, _N), "held": (str, _N), "failure": (dict, _N),
+    "failure_end": (str, _N), "stuck": (dict, _N), "abandoned": (bool,),
+    "compensations": (list,), "compensated": (list,), "comp_attempts": (dict,),
+    "exports_version": (int,), "extra": (dict,),
+}  # fmt: skip
+_ENTRY_TYPES: dict[str, tuple[type, ...]] = {
+    "kind": (str,), "name": (str,), "error": (dict,), "message": (int,), "signal": (str,),
+    "attempt": (int,), "failures": (int,), "closed": (int,), "key": (str,), "due": _NUM,
+    "child": (str,), "ask": (list,), "extra": (dict,),
+}  # fmt: skip
+
+
+def _check_types(fields: dict[str, Any], types: dict[str, tuple[type, ...]], at: str) -> None:
+    for name, value in fields.items():
+        allowed = types.get(name)
+        if allowed is not None and (
+            not isinstance(value, allowed) or (type(value) is bool and bool not in allowed)
+        ):
+            raise _bad(f"{at}[{name!r}]", f"is {value!r}, a {type(value).__name__}")
 
 
 def _tuple(types: Any) -> tuple[Any, ...]:
