@@ -16,6 +16,7 @@ from storage import (
     LIVE_STATUSES,
     STATUSES,
     TERMINAL_STATUSES,
+    UNFINISHED_STATUSES,
     CorruptRecord,
     InstanceRow,
     LMDBJournal,
@@ -143,7 +144,7 @@ def _under(address: str | None, prefix: str | None) -> bool:
 # -- show ---------------------------------------------------------------------------
 
 
-def _log_item(seq: int, entry: dict[str, Any], ended: bool) -> dict[str, Any]:
+def _log_item(seq: int, entry: dict[str, Any], ended: bool, armed: set[int]) -> dict[str, Any]:
     kind = entry.get("k")
     item: dict[str, Any] = {"seq": seq, "kind": kind, "name": entry.get("n") or ""}
     if kind == "wait":
@@ -165,6 +166,12 @@ def _log_item(seq: int, entry: dict[str, Any], ended: bool) -> dict[str, Any]:
             "sleep": "not fired (the instance ended first)",
             "call": "the instance ended first",
         }.get(kind or "", "never finished")  # fmt: skip
+    elif kind == "sleep" and seq not in armed:
+        # Invariant: a timer's row is deleted in the transaction that logs
+        # its outcome, or the outcome of the race it lost; so a sleep with
+        # neither an outcome nor a row lost a race, and waits for nothing.
+        item["state"] = "lost"
+        item["outcome"] = "not pending: it lost a race"
     else:
         item["state"] = "started"
         item["outcome"] = {
@@ -174,17 +181,21 @@ def _log_item(seq: int, entry: dict[str, Any], ended: bool) -> dict[str, Any]:
     return item
 
 
-def _waiting(log: list[dict[str, Any]], mail: list[dict[str, Any]]) -> dict[str, Any]:
-    """What an unfinished instance waits for, as far as its journal says:
-    the timers and children of effects without an outcome. A wait for a
-    signal is logged only once one is taken, so the signals it waits for
-    are not known; the unread mail is what it has not taken."""
+def _waiting(doc: dict[str, Any]) -> dict[str, Any]:
+    """What an unfinished instance waits for now, as far as its journal
+    says: the armed timers and the unfinished children of effects without
+    an outcome (not those of a race it decided already: their timers are
+    gone, their children cancelled). A wait for a signal is logged only
+    once one is taken, so the signals it waits for are not known; the
+    unread mail is what it has not taken."""
+    log = doc["log"]
+    live = {n["address"] for n in doc["children"] if n["status"] in UNFINISHED_STATUSES}
     return {
         "timers": [{"seq": i["seq"], "due": i.get("due")} for i in log
                    if i["kind"] == "sleep" and i["state"] == "started"],
         "children": [{"seq": i["seq"], "address": i["name"]} for i in log
-                     if i["kind"] == "call" and i["state"] == "started"],
-        "unread_signals": sorted({m["signal"] for m in mail}),
+                     if i["kind"] == "call" and i["state"] == "started" and i["name"] in live],
+        "unread_signals": sorted({m["signal"] for m in doc["mailbox"]}),
     }  # fmt: skip
 
 
@@ -237,6 +248,8 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
     keys = sorted(name[len(KEY_PREFIX) :] for name in cursors if name.startswith(KEY_PREFIX))
     cursors = {name: pos for name, pos in cursors.items() if not name.startswith(KEY_PREFIX)}
     ended = row.status in TERMINAL_STATUSES
+    timers = r.timers(iid)
+    armed = {t.seq for t in timers if t.run == run}
     return {
         "address": row.address,
         "process": row.process,
@@ -247,14 +260,14 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
         **{key: getattr(record, key) for key in _SHOWN},
         "exports_version": record.exports_version or None,  # None: nothing published
         "params": record.params,
-        "log": [_log_item(seq, entry, ended) for seq, entry in sorted(log.items())],
+        "log": [_log_item(seq, entry, ended, armed) for seq, entry in sorted(log.items())],
         "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
         "mailbox": [_mail_item(seq, message) for seq, message in mail],
         "messages_ever": r.last_message_seq(iid),
         "send_keys": keys,  # the idempotency keys this incarnation had (see send --key)
         "timers": [
             {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
-            for t in r.timers(iid)
+            for t in timers
         ],
         "children": _children(r, r.entries(iid, run), {iid}),
         "stream": {
@@ -282,7 +295,7 @@ async def show(args: argparse.Namespace) -> int:
             if row.status == "queued":  # which queue, since when
                 doc["queued"] = queue_place(r, row.iid)
     if row.status in LIVE_STATUSES:
-        doc["waiting"] = _waiting(doc["log"], doc["mailbox"])
+        doc["waiting"] = _waiting(doc)
     doc["log_entries"], doc["mailbox_messages"] = len(doc["log"]), len(doc["mailbox"])
     if args.limit:  # the latest effects, the oldest messages (taken first)
         doc["log"], doc["mailbox"] = doc["log"][-args.limit :], doc["mailbox"][: args.limit]

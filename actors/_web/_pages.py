@@ -12,15 +12,17 @@ import html
 import json
 import math
 import time
+from collections.abc import Collection
 from typing import Any
+from urllib.parse import urlencode
 
-from storage import STATUSES
+from storage import STATUSES, TERMINAL_STATUSES
 
 from .._cli._render import counted, error_text, jsonable, local_time, relative, zone_name
 from ._query import PER_PAGE, InstanceQuery, ListQuery, instance_href, list_href
 
-__all__ = ["esc", "value_block", "layout", "list_fragment", "list_filters", "instance_fragment",
-           "problem_page"]  # fmt: skip
+__all__ = ["esc", "value_block", "confirm_href", "layout", "list_fragment", "list_filters",
+           "instance_fragment", "problem_page"]  # fmt: skip
 
 _VALUE_LIMIT = 20_000  # characters of one value shown; the rest is cut with a note
 
@@ -51,8 +53,11 @@ def _when(t: float | None, now: float) -> str:
     return f'<span title="{esc(relative(t, now))}">{esc(local_time(t))}</span>'
 
 
-def layout(title: str, source: str, body: str, *, live: str | None, poll: float) -> str:
-    """A whole page. ``live`` is the content of the polled ``<main>`` (None: no polling)."""
+def layout(
+    title: str, source: str, body: str, *, live: str | None, poll: float, mode: str = "read-only"
+) -> str:
+    """A whole page. ``live`` is the content of the polled ``<main>`` (None:
+    no polling); ``mode`` says in the header whether actions are allowed."""
     controls = main = ""
     if live is not None:
         controls = ('<span class="live" id="live-state">live</span>'
@@ -65,9 +70,15 @@ def layout(title: str, source: str, body: str, *, live: str | None, poll: float)
         '<link rel="stylesheet" href="/static/inspector.css">'
         '<script src="/static/live.js" defer></script></head><body>'
         f'<header><a href="/">actors inspector</a><span class="source">{esc(source)}</span>'
-        f'<span class="muted">read-only</span>{controls}</header>'
+        f'<span class="muted" id="mode">{esc(mode)}</span>{controls}</header>'
         f'<div class="wrap">{body}{main}</div></body></html>'
     )
+
+
+def confirm_href(action: str, address: str, **fields: object) -> str:
+    """The URL of the page that confirms ``action`` on ``address``."""
+    params = [("action", action), ("address", address), *((k, str(v)) for k, v in fields.items())]
+    return "/confirm?" + urlencode(params)
 
 
 # -- the list -----------------------------------------------------------------------
@@ -187,7 +198,25 @@ def _error(error: Any, name: str) -> str:
     return out
 
 
-def _log(doc: dict[str, Any], query: InstanceQuery, now: float) -> str:
+def _whole(item: dict[str, Any]) -> str:
+    """The entry's whole value, or its error with its summary and traceback,
+    folded under its outcome line (which cuts a value at 60 characters)."""
+    fold = ""
+    if "value" in item and len(json.dumps(jsonable(item["value"]), ensure_ascii=False)) > 50:
+        fold = value_block(item["value"])
+    error = item.get("error")
+    if isinstance(error, dict):
+        if len(error_text(error)) > 60 or error.get("traceback") or error.get("summary"):
+            words = "\n".join(w for w in (error_text(error), error.get("summary")) if w)
+            fold = f'<pre class="value">{esc(words)}</pre>'
+        if error.get("traceback"):
+            fold += f'<pre class="trace">{esc(error["traceback"])}</pre>'
+    if not fold:
+        return ""
+    return f'<details id="entry-{esc(item["seq"])}"><summary>whole</summary>{fold}</details>'
+
+
+def _log(doc: dict[str, Any], query: InstanceQuery, now: float, fork: bool) -> str:
     log = doc["log"]
     pages = max(1, math.ceil(len(log) / query.per))
     shown = log[(query.logpage - 1) * query.per : query.logpage * query.per]
@@ -205,11 +234,16 @@ def _log(doc: dict[str, Any], query: InstanceQuery, now: float) -> str:
         if "key" in item:
             detail.append(f"key <span class=\"mono\">{esc(item['key'])}</span>")
         cls = ' class="error"' if item["state"] == "failed" else ""
-        rows.append([esc(item["seq"]), esc(item["kind"]), f'<span class="mono">{esc(item["name"])}</span>',
-                     esc(item.get("attempt", "")), f"<span{cls}>{esc(item['outcome'])}</span>",
-                     ", ".join(detail)])  # fmt: skip
-    out = _table("log", ["seq", "kind", "name", "attempt", "outcome", "detail"], rows,
-                 "no entries on this page" if log else "no entries yet")  # fmt: skip
+        row = [esc(item["seq"]), esc(item["kind"]), f'<span class="mono">{esc(item["name"])}</span>',
+               esc(item.get("attempt", "")),
+               f"<span{cls}>{esc(item['outcome'])}</span>{_whole(item)}",
+               ", ".join(detail)]  # fmt: skip
+        if fork:
+            there = confirm_href("fork", doc["address"], **{"from": item["seq"]})
+            row.append(f'<a class="fork" href="{esc(there)}">fork from here…</a>')
+        rows.append(row)
+    headers = ["seq", "kind", "name", "attempt", "outcome", "detail"] + (["action"] if fork else [])
+    out = _table("log", headers, rows, "no entries on this page" if log else "no entries yet")
     pager = []
     if log:
         entries = counted(len(log), "entry", "entries")
@@ -227,8 +261,12 @@ def _log(doc: dict[str, Any], query: InstanceQuery, now: float) -> str:
     return out + f'<div class="pager">{"".join(pager)}</div>'
 
 
-def instance_fragment(doc: dict[str, Any], query: InstanceQuery) -> str:
-    """Everything `actors._cli.describe` found about one instance, as sections."""
+def instance_fragment(
+    doc: dict[str, Any], query: InstanceQuery, actions: Collection[str] = ()
+) -> str:
+    """Everything `actors._cli.describe` found about one instance, as
+    sections; with ``actions`` (the names of the allowed ones), links to
+    confirm a fork from a log entry and a drop of a message."""
     now = time.time()
     zone = zone_name(doc["created"])
     facts = [
@@ -275,14 +313,19 @@ def instance_fragment(doc: dict[str, Any], query: InstanceQuery) -> str:
     out.append(_table("restarts", ["at", "reason"], restarts, "no restarts"))
 
     out.append(f"<h2>Effect log, run {esc(doc['run'])}</h2>")
-    out.append(_log(doc, query, now))
+    out.append(_log(doc, query, now, "fork" in actions and doc["status"] in TERMINAL_STATUSES))
 
     ever = f" ({doc['messages_ever']} received in all)" if doc["messages_ever"] else ""
     unread = counted(len(doc["mailbox"]), "unread message")
     out.append(f"<h2>Mailbox: {esc(unread)}{esc(ever)}</h2>")
+    drop = "drop" in actions
     mail = [[esc(m["seq"]), f'<span class="mono">{esc(m["signal"])}</span>', _when(m["sent"], now),
-             value_block(m["payload"])] for m in doc["mailbox"]]  # fmt: skip
-    out.append(_table("mailbox", ["#", "signal", "sent", "payload"], mail, "no unread messages"))
+             value_block(m["payload"])]
+            + ([f'<a class="drop" href="{esc(confirm_href("drop", doc["address"], message=m["seq"]))}">'
+                "drop…</a>"] if drop else [])
+            for m in doc["mailbox"]]  # fmt: skip
+    headers = ["#", "signal", "sent", "payload"] + (["action"] if drop else [])
+    out.append(_table("mailbox", headers, mail, "no unread messages"))
 
     out.append(f"<h2>Timers: {esc(counted(len(doc['timers']), 'timer'))}</h2>")
     timers = [[_when(t["due"], now), esc(relative(t["due"], now)), f"#{esc(t['seq'])}",
