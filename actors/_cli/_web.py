@@ -27,6 +27,10 @@ def add_web_arguments(p: argparse.ArgumentParser) -> None:
                    "holding the journal (default actors)")  # fmt: skip
     p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
                    help="how often open pages refresh themselves (default 1)")  # fmt: skip
+    p.add_argument("--allow-actions", action="store_true",
+                   help="offer cancel, retry, fork, send, drop and the compensation repairs "
+                   "on instances' pages, each confirmed first and done by this command "
+                   "line (LMDB journals only; off by default: the inspector only reads)")  # fmt: skip
 
 
 async def web(args: argparse.Namespace) -> int:

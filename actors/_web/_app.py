@@ -2,16 +2,25 @@
 
 Each request reads the journal in one `Reader` (one consistent snapshot), in
 a worker thread so a long scan never stalls the server, and renders with
-`_pages`. The app never writes: given a read-only `LMDBJournal` or
+`_pages`. The app itself never writes: given a read-only `LMDBJournal` or
 `PostgresJournal` it works beside the systems that run on the journal in
 other processes (a PostgreSQL reader's snapshot is its transaction's, so
 each request, and each poll, sees what was committed before it).
 
+With a `Runner` (``actors web --allow-actions``) it also offers actions
+(`_actions`): an instance's page links to a confirmation page (GET, which
+changes nothing) that says what will happen and holds the one form that
+POSTs to ``/act``, with the session's token (`_guard`); ``/act`` refuses
+(403) a POST whose Origin is not this inspector or whose token is not the
+session's, then runs the command line's command and shows what it did.
+
 Answers: 200 pages; 400 for a query it cannot act on (unknown status,
 a page that is not a number, an unknown or repeated parameter), or for a
 Host header that is neither an IP address nor a name it was given (so a
-page elsewhere cannot read it through DNS rebinding); 404 for an
-unknown address or path; 405 for anything but GET and HEAD; 500 with a page
+page elsewhere cannot read it through DNS rebinding); 403 for a POST
+refused by `_guard`; 404 for an unknown address or path; 405 for anything
+but GET and HEAD (and the actions' POST, when they are allowed); 409 for
+an action the instance's status, or the command, refuses; 500 with a page
 naming the record when a record does not decode; 503 while the journal's
 server cannot be reached (the next request connects again). Every response carries a
 Content-Security-Policy that allows no inline script and nothing from
@@ -22,8 +31,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
+from urllib.parse import parse_qs
 
 import trio
 from starlette.applications import Starlette
@@ -40,7 +50,10 @@ from storage import lenient_decoding
 
 from .._cli._errors import CLIError
 from .._cli._inspect import describe, list_items
+from ._action_pages import action_panel, confirm_body, outcome_body
+from ._actions import Action, BadAction, Runner, audit, check_fields
 from ._assets import ASSETS
+from ._guard import Guard
 from ._pages import instance_fragment, layout, list_filters, list_fragment, problem_page
 from ._query import BadQuery, InstanceQuery, ListQuery, parse_instance, parse_list
 
@@ -66,8 +79,23 @@ _HEADERS = {
 }
 
 
+# The most a POST's body may hold: a 1 MiB payload, however it is escaped.
+MAX_FORM = 4 << 20
+
+# HTTP status of the page that shows an action's outcome, by the CLI's exit code.
+_ANSWER = {0: 200, 1: 409, 2: 400, 3: 404, 4: 409, 5: 500, 124: 504}
+
+
 class _NotFound(LookupError):
     """No instance at the address asked for."""
+
+
+class _Refused(Exception):
+    """A request for an action that is not taken: ``status`` is the HTTP answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def create_app(
@@ -76,6 +104,9 @@ def create_app(
     source: str,
     poll: float = 1.0,
     hosts: Sequence[str] = LOCAL_HOSTS,
+    runner: Runner | None = None,
+    actions: Mapping[str, Action] | None = None,
+    guard: Guard | None = None,
 ) -> ASGIApp:
     """The inspector's ASGI app over ``journal`` (open; the caller closes it).
 
@@ -86,8 +117,16 @@ def create_app(
         poll: seconds between the pages' live updates.
         hosts: the Host header names answered besides IP addresses (see
             `host_allowed`).
+        runner: runs the actions' commands on this journal; None (the
+            default) serves a read-only inspector, which offers no action
+            and refuses every POST.
+        actions: the actions offered (with ``runner``), by name.
+        guard: the session tokens' secret (a fresh one by default).
     """
     limiter = trio.CapacityLimiter(2)
+    allowed: Mapping[str, Action] = (actions or {}) if runner is not None else {}
+    guard = guard or Guard()
+    mode = "actions allowed" if allowed else "read-only"
 
     async def read(fn: Callable[[Reader], T]) -> T:
         def run() -> T:
@@ -102,16 +141,77 @@ def create_app(
         fragment = list_fragment(query, items, counts)
         if query.partial:
             return HTMLResponse(fragment)
-        page = layout("instances", source, list_filters(query, processes), live=fragment, poll=poll)
-        return HTMLResponse(page)
+        filters = list_filters(query, processes)
+        return HTMLResponse(layout("instances", source, filters, live=fragment, poll=poll, mode=mode))
 
     async def instance(request: Request) -> Response:
         query = parse_instance(_params(request))
         doc = await read(lambda r: _describe(r, query))
-        fragment = instance_fragment(doc, query)
+        fragment = instance_fragment(doc, query, allowed)
         if query.partial:
             return HTMLResponse(fragment)
-        return HTMLResponse(layout(query.address, source, "", live=fragment, poll=poll))
+        # The panel is outside the polled part, so what is typed in it stays.
+        panel = action_panel(doc, allowed) if allowed else ""
+        page = layout(query.address, source, panel, live=fragment, poll=poll, mode=mode)
+        return HTMLResponse(page)
+
+    def wanted(params: Mapping[str, str]) -> tuple[Action, str, dict[str, str]]:
+        """The action, address and fields a request names; `_Refused` if not offered."""
+        if not allowed:
+            raise _Refused(405, "this inspector only reads: start it with --allow-actions "
+                           "to take actions")  # fmt: skip
+        rest = dict(params)
+        name, address = rest.pop("action", ""), rest.pop("address", "")
+        action = allowed.get(name)
+        if action is None:
+            raise _Refused(400, f"unknown action {name!r}; one of {', '.join(allowed)}")
+        if not address:
+            raise _Refused(400, "address is missing: name the instance to act on")
+        try:
+            return action, address, check_fields(action, rest)
+        except BadAction as exc:
+            raise _Refused(400, str(exc)) from None
+
+    async def confirm(request: Request) -> Response:
+        action, address, fields = wanted(_single(_params(request)))
+        doc = await read(lambda r: _describe(r, InstanceQuery(address=address, per=1 << 30)))
+        if doc["status"] not in action.statuses:
+            raise _Refused(409, f"cannot {action.title.lower()} {address!r}: it is "
+                           f"{doc['status']}; the page of the instance shows what applies")  # fmt: skip
+        assert runner is not None  # (actions are offered only with one)
+        session = guard.session(request.cookies)
+        fresh = session is None
+        session = session or guard.new_session()
+        body = confirm_body(action, address, action.says(doc, fields), fields,
+                            guard.token(session), runner.argv(action, address, fields))  # fmt: skip
+        page = layout(f"{action.title}: {address}", source, body, live=None, poll=0, mode=mode)
+        response = HTMLResponse(page)
+        if fresh:
+            response.set_cookie(guard.cookie, session, httponly=True, samesite="strict", path="/")
+        return response
+
+    async def act(request: Request) -> Response:
+        if not allowed:
+            wanted({})  # refused: this inspector only reads
+        client = _client(request)
+        form = _single(await _form(request))
+        token = form.pop("token", None)
+        why = guard.refusal(
+            origin=request.headers.get("origin"), host=request.headers.get("host", ""),
+            fetch_site=request.headers.get("sec-fetch-site"),
+            session=guard.session(request.cookies), token=token,
+        )  # fmt: skip
+        if why is not None:
+            audit(form.get("action", "?"), form.get("address", "?"), {}, client, "refused", why)
+            raise _Refused(403, why)
+        action, address, fields = wanted(form)
+        assert runner is not None
+        outcome = await runner.run(action, address, fields)
+        audit(action.name, address, fields, client, outcome.word, outcome.text)
+        then = fields.get("to", address) if outcome.code == 0 else address
+        body = outcome_body(action, address, outcome, then)
+        page = layout(f"{action.title}: {address}", source, body, live=None, poll=0, mode=mode)
+        return HTMLResponse(page, status_code=_ANSWER.get(outcome.code, 500))
 
     async def asset(request: Request) -> Response:
         found = ASSETS.get(request.path_params["name"])
@@ -129,6 +229,10 @@ def create_app(
     async def on_not_found(request: Request, exc: Exception) -> Response:
         return problem(404, "not found", str(exc))
 
+    async def on_refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, _Refused)
+        return problem(exc.status, "refused", str(exc))
+
     async def on_corrupt(request: Request, exc: Exception) -> Response:
         return problem(500, "corrupt record", str(exc))
 
@@ -141,7 +245,8 @@ def create_app(
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"nothing at {request.url.path!r}; the list of instances is at /"
         if exc.status_code == 405:
-            detail = "this inspector only reads: use GET"
+            detail = ("this inspector only reads: use GET" if not allowed else
+                      "use GET; actions are POSTed from their confirmation page")  # fmt: skip
         return problem(exc.status_code, "not found" if exc.status_code == 404 else "refused", detail)
 
     async def on_error(request: Request, exc: Exception) -> Response:
@@ -151,11 +256,14 @@ def create_app(
         routes=[
             Route("/", instances, methods=["GET"]),
             Route("/instance", instance, methods=["GET"]),
+            Route("/confirm", confirm, methods=["GET"]),
+            Route("/act", act, methods=["POST"]),
             Route("/static/{name}", asset, methods=["GET"]),
         ],
         exception_handlers={
             BadQuery: on_bad_query,
             _NotFound: on_not_found,
+            _Refused: on_refused,
             JournalCorrupt: on_corrupt,
             JournalUnavailable: on_unavailable,
             HTTPException: on_http,
@@ -169,6 +277,38 @@ def create_app(
 def _params(request: Request) -> dict[str, list[str]]:
     qp = request.query_params
     return {name: qp.getlist(name) for name in qp.keys()}
+
+
+def _single(params: Mapping[str, list[str]]) -> dict[str, str]:
+    """One value per parameter; a repeated one is refused."""
+    repeated = sorted(name for name, values in params.items() if len(values) != 1)
+    if repeated:
+        raise _Refused(400, f"{', '.join(repeated)} given more than once; give each once")
+    return {name: values[0] for name, values in params.items()}
+
+
+async def _form(request: Request) -> dict[str, list[str]]:
+    """A POST's url-encoded form, of at most `MAX_FORM` bytes."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise _Refused(415, f"an action is a form (application/x-www-form-urlencoded), not {kind!r}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            raise _Refused(413, f"the form is over {MAX_FORM} bytes")
+    try:
+        return parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _Refused(400, f"the form does not decode: {exc}") from None
+
+
+def _client(request: Request) -> str:
+    """Who asked, for the audit line: the peer, and what a proxy in front says."""
+    peer = request.client.host if request.client is not None else "?"
+    said = [f"{name} {request.headers[name]!r}" for name in ("x-forwarded-user", "x-forwarded-for")
+            if name in request.headers]  # fmt: skip
+    return peer + (f" ({', '.join(said)})" if said else "")
 
 
 def _list(r: Reader, query: ListQuery) -> tuple[list[dict[str, Any]], dict[str, int], list[str]]:

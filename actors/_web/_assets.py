@@ -71,6 +71,23 @@ ul.tree li { margin: .15rem 0; }
 .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(28rem, 1fr)); gap: 0 1.6rem; }
 .problem { background: var(--card); border: 1px solid var(--line); padding: 1rem 1.2rem;
   max-width: 50rem; }
+#actions { background: var(--card); border: 1px solid var(--line); padding: .4rem .8rem .6rem;
+  margin-bottom: .8rem; }
+#actions h2 { margin-top: .2rem; }
+form.action { display: inline-flex; gap: .4rem; align-items: end; margin: .2rem 1rem .2rem 0;
+  flex-wrap: wrap; }
+form.action label { display: flex; flex-direction: column; font-size: 12px; color: var(--muted); }
+form.action input, .confirm input { font: inherit; padding: .2rem .4rem;
+  border: 1px solid var(--line); border-radius: 4px; }
+form.action button, .confirm button { font: inherit; padding: .25rem .8rem; border-radius: 4px;
+  border: 1px solid var(--accent); background: #fff; color: var(--accent); cursor: pointer; }
+.confirm { background: var(--card); border: 1px solid var(--line); padding: 1rem 1.2rem;
+  max-width: 60rem; }
+.confirm button.danger { background: var(--bad); border-color: var(--bad); color: #fff; }
+.confirm code { font: 12.5px ui-monospace, monospace; word-break: break-all; }
+#outcome.done { color: var(--ok); font-weight: 600; }
+#outcome.error { color: var(--bad); font-weight: 600; }
+details summary { cursor: pointer; color: var(--muted); font-size: 12px; }
 """
 
 _JS = """\

@@ -240,7 +240,7 @@ def _log(doc: dict[str, Any], query: InstanceQuery, now: float, fork: bool) -> s
                ", ".join(detail)]  # fmt: skip
         if fork:
             there = confirm_href("fork", doc["address"], **{"from": item["seq"]})
-            row.append(f'<a class="fork" href="{esc(there)}">fork from here…</a>')
+            row.append(f'<a class="fork" href="{esc(there)}">fork after this…</a>')
         rows.append(row)
     headers = ["seq", "kind", "name", "attempt", "outcome", "detail"] + (["action"] if fork else [])
     out = _table("log", headers, rows, "no entries on this page" if log else "no entries yet")

@@ -6,12 +6,18 @@ default ``actors``, as `PostgresJournal`'s). Both are opened read-only: LMDB
 with ``readonly=True`` (no owner lock), PostgreSQL with ``readonly=True``
 (no migration, read-only sessions; the schema must be at this library's
 version), so the inspector runs beside the systems that use the journal.
+
+With ``--allow-actions`` (LMDB journals only: the command line writes to
+no other) the pages offer actions, each done by the command line in a
+child process (`_actions`), and each an audit line on the
+``actors.control`` logger, which the command prints to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
 import signal
 import socket
 import sys
@@ -27,8 +33,10 @@ from starlette.types import ASGIApp
 import storage
 from storage import Journal
 
+from .._cli import _commands
 from .._cli._access import journal_dir, reading
 from .._cli._errors import OK, REFUSED, USAGE, CLIError
+from ._actions import Runner, available
 from ._app import LOCAL_HOSTS, create_app
 
 __all__ = ["web", "serve_app", "host_names"]
@@ -144,15 +152,41 @@ async def _reading(args: argparse.Namespace) -> AsyncIterator[tuple[Journal, str
         yield pg, pg.describe()
 
 
+def _audit_to_stderr() -> None:
+    """Print the ``actors.control`` log (the actions' audit lines) on stderr,
+    unless the application configured a handler for it already."""
+    log = logging.getLogger("actors.control")
+    if log.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
 async def web(args: argparse.Namespace) -> int:
     """``actors web``: the inspector on http://HOST:PORT/ until interrupted."""
     local = _loopback(args.host)
     hosts = host_names(args.host, args.allow_host)
+    acting = getattr(args, "allow_actions", False)
+    if acting and args.journal.startswith(_POSTGRES):
+        raise CLIError(
+            "--allow-actions needs an LMDB journal: the actions are the command line's "
+            "commands, which write to LMDB journals; on PostgreSQL act through the "
+            "application (ActorSystem's methods), or drop --allow-actions",
+            USAGE,
+        )
     reach = ("this machine only" if local else
              "WARNING: not a loopback address, anyone who can reach it reads every "
-             "payload in the journal")  # fmt: skip
+             "payload in the journal" + (" and can act on every instance" if acting else ""))  # fmt: skip
     async with _reading(args) as (journal, source):
-        app = create_app(journal, source=source, poll=args.interval, hosts=hosts)
+        runner = actions = None
+        if acting:
+            _audit_to_stderr()
+            runner = Runner(str(journal_dir(args).resolve()), tuple(args.imports))
+            actions = available(list(_commands._COMMANDS))
+        app = create_app(journal, source=source, poll=args.interval, hosts=hosts,
+                         runner=runner, actions=actions)  # fmt: skip
         # Ctrl-C and SIGTERM end the server gracefully, never inside a response.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
@@ -162,7 +196,11 @@ async def web(args: argparse.Namespace) -> int:
 
             async with trio.open_nursery() as nursery:
                 url = await nursery.start(serve_app, app, args.host, args.port, stopped)
-                print(f"actors web: inspecting {source} read-only at {url}", flush=True)
+                how = "with actions allowed" if acting else "read-only"
+                print(f"actors web: inspecting {source} {how} at {url}", flush=True)
+                if actions is not None:
+                    print(f"actions: {', '.join(actions)}; each is confirmed first and "
+                          "logged (actors.control)", flush=True)
                 print(f"listening on {args.host} ({reach}); Ctrl-C stops it", flush=True)
                 if not local:
                     print(f"actors web: {reach}", file=sys.stderr, flush=True)

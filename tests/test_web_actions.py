@@ -1,0 +1,374 @@
+"""The inspector's actions at the HTTP level (``actors web --allow-actions``):
+the session token and the Origin check, the confirmation page, what a
+read-only inspector refuses, and an action done by the command line with its
+audit line. The app is called directly over a journal no system holds, so
+the command line writes to it directly; test_web_actions_browser.py drives
+every action in Chromium beside a running system.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import re
+import shutil
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+import trio
+
+pytest.importorskip("starlette", reason="install the 'web' extra")
+
+import actors  # noqa: E402
+from actors import Signal, process  # noqa: E402
+from actors._web import create_app  # noqa: E402
+from actors._web._actions import ACTIONS, Runner  # noqa: E402
+from actors._web._guard import Guard, origin_matches  # noqa: E402
+from storage import LMDBJournal, instance_id  # noqa: E402
+from tests.runtime_helpers import wait_status  # noqa: E402
+
+go = Signal("go")
+ORIGIN = "http://127.0.0.1:8080"
+
+
+def book(item: str) -> str:
+    return f"booked {item}"
+
+
+def unbook(item: str) -> None:
+    pass
+
+
+def decline(card: str) -> None:
+    raise ValueError(f"card {card} declined")
+
+
+@process("holds/:id")
+async def hold(ctx, id):
+    await ctx.step(book, id, compensate=unbook)
+    await ctx.wait(go)
+
+
+@process("payments/:id")
+async def payment(ctx, id):
+    await ctx.step(decline, id)
+
+
+@process("greet/:name")
+async def greet(ctx, name):
+    return f"hello {name}"
+
+
+async def build(path: Path) -> None:
+    async with actors.open_system(LMDBJournal(path), processes=[hold, payment, greet]) as system:
+        await wait_status(await system.start(hold, "h-1"), "suspended")
+        await wait_status(await system.start(payment, "p-1"), "failed")
+        await (await system.start(greet, "ann")).result()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("actions") / "journal"
+    trio.run(build, path)
+    return path
+
+
+@pytest.fixture
+def journal(built, tmp_path) -> Path:
+    """A copy of the built journal: the tests act on it."""
+    copy = tmp_path / "journal"
+    shutil.copytree(built, copy)
+    return copy
+
+
+@pytest.fixture
+async def opened(journal):
+    async with LMDBJournal(journal, readonly=True) as j:
+        yield j
+
+
+GUARD = Guard()
+
+
+@pytest.fixture
+def app(opened, journal):
+    return create_app(opened, source=str(journal), runner=Runner(str(journal)), actions=ACTIONS,
+                      guard=GUARD)  # fmt: skip
+
+
+@pytest.fixture
+def read_only(opened, journal):
+    return create_app(opened, source=str(journal))
+
+
+async def call(app, target: str, *, method: str = "GET", headers=(), body: bytes = b""):
+    """One request through the ASGI app: (status, headers, body text)."""
+    path, _, query = target.partition("?")
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+        "query_string": query.encode(),
+        "headers": [(b"host", b"127.0.0.1:8080"), *((k.encode(), v.encode()) for k, v in headers)],
+        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
+    }  # fmt: skip
+    sent: list[dict] = []
+    chunks = [body]
+
+    async def receive():
+        return {"type": "http.request", "body": chunks.pop() if chunks else b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    got = {}
+    for k, v in start["headers"]:
+        got.setdefault(k.decode().lower(), []).append(v.decode())
+    return start["status"], got, text.decode()
+
+
+def session_cookie(session: str) -> tuple[str, str]:
+    return "cookie", f"{GUARD.cookie}={session}"
+
+
+async def post(app, fields: dict, *, origin: str | None = ORIGIN, session: str | None = None,
+               token: str | None = None, extra=()):  # fmt: skip
+    headers = [("content-type", "application/x-www-form-urlencoded"), *extra]
+    if origin is not None:
+        headers.append(("origin", origin))
+    if session is not None:
+        headers.append(session_cookie(session))
+    form = dict(fields, **({"token": token} if token is not None else {}))
+    return await call(app, "/act", method="POST", headers=headers, body=urlencode(form).encode())
+
+
+def record(journal: LMDBJournal, address: str):
+    """What an action would change: the instance's status, record and mail."""
+    with journal.reader() as r:
+        row = r.instance(instance_id(address))
+        return row.status, row.record, r.mailbox(row.iid)
+
+
+def text_of(body: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", body))
+
+
+# -- the token and the origin ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "origin, host, ok",
+    [
+        ("http://127.0.0.1:8080", "127.0.0.1:8080", True),
+        ("https://inspector.example", "inspector.example", True),  # TLS ends at a proxy
+        ("http://LOCALHOST:8080", "localhost:8080", True),
+        ("http://127.0.0.1:8081", "127.0.0.1:8080", False),  # another port: another origin
+        ("http://evil.example", "127.0.0.1:8080", False),
+        ("http://127.0.0.1:8080.evil.example", "127.0.0.1:8080", False),
+        ("http://user@127.0.0.1:8080", "127.0.0.1:8080", False),
+        ("http://127.0.0.1:8080/", "127.0.0.1:8080", False),
+        ("ftp://127.0.0.1:8080", "127.0.0.1:8080", False),
+        ("null", "127.0.0.1:8080", False),
+        ("", "127.0.0.1:8080", False),
+        (None, "127.0.0.1:8080", False),
+    ],
+)
+def test_origin_must_name_the_host_the_request_went_to(origin, host, ok):
+    assert ok == origin_matches(origin, host)
+
+
+def test_a_token_belongs_to_one_session_of_one_server():
+    guard = Guard()
+    one, two = guard.new_session(), guard.new_session()
+    assert one != two and 43 == len(one)
+    assert guard.token_ok(one, guard.token(one))
+    assert not guard.token_ok(two, guard.token(one))  # another session's
+    assert not guard.token_ok(one, Guard().token(one))  # another server's (or before a restart)
+    assert not guard.token_ok(one, guard.token(one)[:-1])
+    assert not guard.token_ok(one, "") and not guard.token_ok(None, guard.token(one))
+    assert not guard.token_ok(one, "é" * 64)
+    assert one == guard.session({guard.cookie: one})
+    assert None is guard.session({guard.cookie: "short"}) is guard.session({})
+    assert guard.cookie != Guard().cookie  # two inspectors on one host keep their own
+
+
+def test_the_refusals_say_why():
+    s = GUARD.new_session()
+    ok = dict(origin=ORIGIN, host="127.0.0.1:8080", fetch_site="same-origin", session=s,
+              token=GUARD.token(s))  # fmt: skip
+    assert None is GUARD.refusal(**ok)
+    assert None is GUARD.refusal(**dict(ok, fetch_site=None))  # an older browser says nothing
+    assert "comes from http://evil.example, not from this inspector" in GUARD.refusal(
+        **dict(ok, origin="http://evil.example"))  # fmt: skip
+    assert "from a page that does not say where" in GUARD.refusal(**dict(ok, origin=None))
+    assert "cross-site, not same-origin" in GUARD.refusal(**dict(ok, fetch_site="cross-site"))
+    assert "no inspector session" in GUARD.refusal(**dict(ok, session=None))
+    assert "token is missing or not this session's" in GUARD.refusal(**dict(ok, token=None))
+
+
+# -- read-only unless allowed ---------------------------------------------------------
+
+
+async def test_a_read_only_inspector_offers_nothing_and_refuses_every_post(read_only, opened):
+    status, _, body = await call(read_only, "/instance?address=holds%2Fh-1")
+    assert 200 == status
+    assert 'id="actions"' not in body and "/confirm" not in body
+    assert '<span class="muted" id="mode">read-only</span>' in body
+    before = record(opened, "holds/h-1")
+    status, _, body = await call(read_only, "/confirm?action=cancel&address=holds%2Fh-1")
+    assert 405 == status and "start it with --allow-actions" in body
+    s = GUARD.new_session()
+    for token in (GUARD.token(s), None):
+        status, _, body = await post(read_only, {"action": "cancel", "address": "holds/h-1"},
+                                     session=s, token=token)  # fmt: skip
+        assert 405 == status and "this inspector only reads" in body
+    assert before == record(opened, "holds/h-1")
+
+
+async def test_the_panel_offers_what_applies_to_the_status(app):
+    def offered(body: str) -> list[str]:
+        return re.findall(r'data-action="([^"]+)"', body)
+
+    _, _, body = await call(app, "/instance?address=holds%2Fh-1")
+    assert ["cancel", "cancel-compensate", "send"] == offered(body)
+    assert '<span class="muted" id="mode">actions allowed</span>' in body
+    assert 'class="fork"' not in body  # a live instance cannot be forked
+    _, _, body = await call(app, "/instance?address=payments%2Fp-1")
+    assert ["retry"] == offered(body)
+    assert "To fork, pick a log entry below" in body
+    fork = "/confirm?action=fork&amp;address=payments%2Fp-1&amp;from=1"
+    assert f'<a class="fork" href="{fork}">fork after this…</a>' in body  # on each entry
+    _, _, body = await call(app, "/instance?address=greet%2Fann")
+    assert [] == offered(body) and 'class="fork"' not in body  # no entries to fork from
+
+
+# -- the confirmation -----------------------------------------------------------------
+
+
+async def test_the_confirmation_says_what_will_happen_and_holds_the_token(app, journal):
+    status, headers, body = await call(app, "/confirm?action=cancel&address=holds%2Fh-1")
+    assert 200 == status
+    said = text_of(body)
+    assert "Cancels holds/h-1 (now suspended)" in said
+    assert "Its 1 saga compensation (book) do NOT run" in said
+    assert f"actors --journal {journal} cancel holds/h-1 --force" in said
+    (cookie,) = headers["set-cookie"]
+    session = re.match(rf"{GUARD.cookie}=([A-Za-z0-9_-]+);", cookie)[1]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    form = re.search(r'<form id="confirm" method="post" action="/act">(.*?)</form>', body)[1]
+    assert f'name="token" value="{GUARD.token(session)}"' in form
+    # The same session keeps its cookie and its token.
+    _, headers, body = await call(app, "/confirm?action=cancel-compensate&address=holds%2Fh-1",
+                                  headers=[session_cookie(session)])  # fmt: skip
+    assert "set-cookie" not in headers and GUARD.token(session) in body
+    assert "run first, newest first: book; then it ends cancelled" in text_of(body)
+
+    _, _, body = await call(app, "/confirm?" + urlencode(
+        {"action": "send", "address": "holds/h-1", "signal": "go", "payload": '{"by": "ann"}'}))  # fmt: skip
+    assert "Puts the message 'go' with payload {\"by\": \"ann\"} in the mailbox of holds/h-1" in text_of(body)
+    _, _, body = await call(app, "/confirm?action=retry&address=payments%2Fp-1")
+    assert "as incarnation 2, with the same params and the input it had" in text_of(body)
+    _, _, body = await call(app, "/confirm?action=fork&address=payments%2Fp-1&from=1")
+    assert "it keeps 1 log entry (#1 step decline)" in text_of(body)
+    assert "runs on after entry #1 with the current code" in text_of(body)
+
+
+@pytest.mark.parametrize(
+    "query, status, says",
+    [
+        ({"action": "retry", "address": "holds/h-1"}, 409, "cannot retry 'holds/h-1': it is suspended"),
+        ({"action": "cancel", "address": "greet/ann"}, 409, "cannot cancel 'greet/ann': it is completed"),
+        ({"action": "explode", "address": "holds/h-1"}, 400, "unknown action 'explode'"),
+        ({"action": "cancel"}, 400, "address is missing"),
+        ({"action": "cancel", "address": "holds/nope"}, 404, "no instance at 'holds/nope'"),
+        ({"action": "send", "address": "holds/h-1"}, 400, "signal is missing"),
+        ({"action": "send", "address": "holds/h-1", "signal": "go", "payload": "{nope"}, 400,
+         "payload is not JSON"),
+        ({"action": "retry", "address": "payments/p-1", "input": "[1]"}, 400,
+         "input must be a JSON object"),
+        ({"action": "fork", "address": "greet/ann", "from": "-1"}, 400,
+         "from must be a log entry's number"),
+        ({"action": "cancel", "address": "holds/h-1", "force": "1"}, 400,
+         "cancel takes no fields, not force"),
+    ],
+)  # fmt: skip
+async def test_what_cannot_be_confirmed_is_a_4xx_page(app, query, status, says):
+    got, _, body = await call(app, "/confirm?" + urlencode(query))
+    assert status == got, body
+    assert says in html.unescape(body)
+
+
+# -- a POST from elsewhere ------------------------------------------------------------
+
+
+async def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothing(
+    app, opened, caplog
+):
+    caplog.set_level(logging.INFO, logger="actors.control")
+    before = record(opened, "holds/h-1")
+    s = GUARD.new_session()
+    cancel = {"action": "cancel", "address": "holds/h-1"}
+    refused = [
+        await post(app, cancel, session=s),  # no token
+        await post(app, cancel, session=s, token=GUARD.token(GUARD.new_session())),  # another's
+        await post(app, cancel, session=None, token=GUARD.token(s)),  # no session cookie
+        await post(app, cancel, session=s, token=GUARD.token(s), origin="http://evil.example"),
+        await post(app, cancel, session=s, token=GUARD.token(s), origin=None),
+        await post(app, cancel, session=s, token=GUARD.token(s),
+                   extra=[("sec-fetch-site", "cross-site")]),  # fmt: skip
+    ]
+    assert [403] * 6 == [status for status, _, _ in refused]
+    assert "not from this inspector" in html.unescape(refused[3][2])
+    assert before == record(opened, "holds/h-1")
+    lines = [r for r in caplog.records if r.name == "actors.control"]
+    assert 6 == len(lines) and all(r.levelno == logging.WARNING for r in lines)
+    assert "web inspector: cancel 'holds/h-1' from 127.0.0.1: refused: refused: the request " \
+           "comes from http://evil.example" in lines[3].getMessage()  # fmt: skip
+    # Not a form, or a form repeated: refused before anything is read.
+    status, _, _ = await call(app, "/act", method="POST", headers=[("origin", ORIGIN)],
+                              body=b'{"action": "cancel"}')  # fmt: skip
+    assert 415 == status
+    assert 405 == (await call(app, "/act"))[0]
+
+
+# -- an action, done by the command line ----------------------------------------------
+
+
+async def test_an_action_is_the_commands_and_is_audited(app, opened, caplog):
+    caplog.set_level(logging.INFO, logger="actors.control")
+    s = GUARD.new_session()
+    token = GUARD.token(s)
+    send = {"action": "send", "address": "holds/h-1", "signal": "go", "payload": '{"by": "ann"}'}
+    status, _, body = await post(app, send, session=s, token=token)
+    assert 200 == status, body
+    said = text_of(body)
+    assert "done" in said and "sent 'go' to holds/h-1 as message #1" in said
+    status, _, mail = record(opened, "holds/h-1")
+    assert "suspended" == status
+    assert [("go", {"by": "ann"})] == [(m[0], m[1]) for _, m in mail]
+
+    status, _, body = await post(app, {"action": "cancel", "address": "holds/h-1"}, session=s,
+                                 token=token)  # fmt: skip
+    assert 200 == status, body
+    assert "cancelled holds/h-1 (suspended before)" in text_of(body)
+    assert "cancelled" == record(opened, "holds/h-1")[0]
+
+    # The command's refusal is the page's, with its exit code's answer.
+    status, _, body = await post(app, {"action": "retry", "address": "greet/ann"}, session=s,
+                                 token=token)  # fmt: skip
+    assert 409 == status
+    assert "refused" in text_of(body) and "greet/ann" in text_of(body)
+    assert "completed" == record(opened, "greet/ann")[0]
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "actors.control"]
+    assert 3 == len(lines)
+    assert lines[0].startswith("web inspector: send 'holds/h-1' (payload='{\"by\": \"ann\"}' "
+                               "signal='go') from 127.0.0.1: done: sent 'go'")  # fmt: skip
+    assert lines[1].startswith("web inspector: cancel 'holds/h-1' from 127.0.0.1: done: cancelled")
+    assert lines[2].startswith("web inspector: retry 'greet/ann' from 127.0.0.1: refused: ")
+    actions_of = [r.actors_action for r in caplog.records if r.name == "actors.control"]
+    assert ["send", "cancel", "retry"] == actions_of
+
