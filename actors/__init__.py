@@ -63,6 +63,55 @@ from .errors import (
 )
 
 
+# The public names, one place: `from actors import *` gives these, and a
+# test checks that the documentation site renders each with its docstring.
+__all__ = [
+    "ActorError",
+    "ActorSystem",
+    "AlreadyStarted",
+    "AskTimeout",
+    "ChildFailed",
+    "ChildHandle",
+    "Context",
+    "ContextError",
+    "EncodeError",
+    "Handle",
+    "HistoryFormatError",
+    "InstanceInfo",
+    "InvalidArguments",
+    "JournalClosed",
+    "JournalCorrupt",
+    "JournalDiskFull",
+    "JournalFull",
+    "JournalLocked",
+    "JournalUnavailable",
+    "LimitExceeded",
+    "NonDeterminismError",
+    "NotDelivered",
+    "OneForAll",
+    "OneForOne",
+    "Outcome",
+    "ProcessCancelled",
+    "ProcessDef",
+    "ProcessFailed",
+    "Queue",
+    "QueueInfo",
+    "Rate",
+    "RestForOne",
+    "Retry",
+    "ScheduleInfo",
+    "Signal",
+    "StepFailed",
+    "StepInfo",
+    "StepTimeout",
+    "UnknownProcess",
+    "current_step",
+    "open_system",
+    "process",
+    "serializable",
+]
+
+
 def _find_version() -> str:
     """The installed distribution's version; from a checkout that was never
     installed, the one its pyproject.toml names."""

@@ -52,6 +52,56 @@ from .errors import (
 )
 
 
+# The public names, one place (PostgresJournal is left out: it needs the
+# optional 'postgres' extra, so `from storage import *` must not import it).
+# A test checks that the documentation site renders each with its docstring.
+__all__ = [
+    "LIVE_STATUSES",
+    "MAIL_STATUSES",
+    "MAX_ADDRESS_BYTES",
+    "NO_VALUE",
+    "STATUSES",
+    "STATUS_WORDS",
+    "TERMINAL_STATUSES",
+    "UNFINISHED_STATUSES",
+    "ActorError",
+    "CommitOutcomeUnknown",
+    "Conflict",
+    "CorruptRecord",
+    "EncodeError",
+    "HostCrashed",
+    "InstanceRecord",
+    "InstanceRow",
+    "Journal",
+    "JournalClosed",
+    "JournalCorrupt",
+    "JournalDiskFull",
+    "JournalFaults",
+    "JournalFull",
+    "JournalHolder",
+    "JournalLocked",
+    "JournalUnavailable",
+    "LMDBJournal",
+    "LogEntry",
+    "MemoryJournal",
+    "Opaque",
+    "Reader",
+    "SimulatedJournal",
+    "StateOps",
+    "StateRow",
+    "Ticket",
+    "TimerRow",
+    "Txn",
+    "WriteLog",
+    "decode",
+    "digest",
+    "encode",
+    "instance_id",
+    "lenient_decoding",
+    "serializable",
+]
+
+
 if _typing.TYPE_CHECKING:
     from ._postgres import PostgresJournal as PostgresJournal
 else:

@@ -25,22 +25,27 @@ STATUSES: tuple[str, ...] = (
     "corrupt",
     "queued",  # waiting in a queue for a slot (see actors._queues); not yet run
 )
+"""Every status an instance can have, in the order of their stored codes."""
+
 STATUS_CODE: dict[str, int] = {name: i + 1 for i, name in enumerate(STATUSES)}
 STATUS_NAME: dict[int, str] = {i + 1: name for i, name in enumerate(STATUSES)}
-# Live: the instance runs (or waits) and takes messages.
+
 LIVE_STATUSES: frozenset[str] = frozenset({"running", "suspended"})
-# Terminal: the instance ended and never runs again (a cancelled address may
-# be started afresh, as a new incarnation).
+"""Live: the instance runs (or waits) and takes messages."""
+
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-# Unfinished: live, queued, or parked until compensation is resumed or
-# abandoned; what a cancel can still end. (Queued is not live: it has not
-# run yet and takes no messages.)
+"""Terminal: the instance ended and never runs again (a cancelled address may
+be started afresh, as a new incarnation)."""
+
 UNFINISHED_STATUSES: frozenset[str] = LIVE_STATUSES | {"compensation_stuck", "queued"}
-# Taking mail: live, or queued (it exists; its mail waits in its mailbox and
-# is read once it runs, as an early message to any instance is).
+"""Unfinished: live, queued, or parked until compensation is resumed or
+abandoned; what a cancel can still end. (Queued is not live: it has not
+run yet.)"""
+
 MAIL_STATUSES: frozenset[str] = LIVE_STATUSES | {"queued"}
-# How messages say why an instance takes no more messages ("no live instance
-# at 'orders/o-17' (it completed)").
+"""Taking mail: live, or queued (it exists; its mail waits in its mailbox and
+is read once it runs, as an early message to any instance is)."""
+
 STATUS_WORDS: dict[str, str] = {
     "completed": "it completed",
     "failed": "it failed",
@@ -49,3 +54,5 @@ STATUS_WORDS: dict[str, str] = {
     "corrupt": "its records are corrupt",
     "queued": "it is queued and takes messages once it starts",
 }
+"""How messages say why an instance takes no more messages ("no live instance
+at 'orders/o-17' (it completed)")."""

@@ -8,7 +8,10 @@ when mkdocs is installed (the 'docs' extra).
 
 from __future__ import annotations
 
+import html
+import importlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -180,9 +183,87 @@ def test_every_example_is_tested_and_included_in_a_page():
             assert example.name in tested, example.name
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
-                    reason="mkdocs is not installed (pip install -e '.[docs]')")  # fmt: skip
-def test_the_site_builds_with_warnings_as_errors(tmp_path):
-    run(sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", tmp_path / "site",
+def test_the_tutorial_index_lists_every_tutorial_page():
+    index = (ROOT / "docs" / "tutorial" / "index.md").read_text()
+    listed = re.findall(r"^\d+\. \[[^]]+\]\(([^)#]+)\)", index, re.M)
+    pages = sorted(p.name for p in (ROOT / "docs" / "tutorial").glob("*.md") if p.name != "index.md")
+    assert pages == sorted(listed)
+    nav = (ROOT / "mkdocs.yml").read_text()
+    assert [] == [page for page in pages if f"tutorial/{page}" not in nav]
+
+
+def test_readme_is_short_its_commands_are_ci_s_and_its_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 350  # the reference material lives under docs/
+    command = "pip install -e '.[test,postgres]' && python -m pytest -q"
+    assert f"```sh\n{command}\n```" in text
+    ci = (ROOT / ".ci" / "run").read_text().replace("pip install -q ", "pip install ")
+    assert command in ci.splitlines()  # CI runs the command README gives (quietly)
+    assert '`python -m pytest -q -m "not slow"`' in text
+    assert "```sh\npip install -e . && python -m bench\n```" in text
+    links = re.findall(r"\]\((?!https?:)([^)#]+)(?:#[^)]*)?\)", text)
+    assert [] == [link for link in links if not (ROOT / link).exists()]
+    for page in ("guarantees", "limits", "operating", "postgresql", "benchmarks", "changing-code"):
+        assert f"](docs/{page}.md)" in text, page  # every moved section, one click away
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The documentation site, built once with warnings as errors."""
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.skip("mkdocs is not installed (pip install -e '.[docs]')")
+    directory = tmp_path_factory.mktemp("site")
+    run(sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", directory,
         timeout=300)  # fmt: skip
-    assert (tmp_path / "site" / "index.html").is_file()
+    return directory
+
+
+@pytest.mark.slow  # the build takes 3-10 s
+def test_the_site_builds_with_warnings_as_errors(site):
+    assert (site / "index.html").is_file()
+
+
+def _page_text(path: Path) -> tuple[set[str], str]:
+    """The anchors of a built page, and its text with tags and runs of space dropped."""
+    page = path.read_text()
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    return set(re.findall(r'id="([^"]+)"', page)), re.sub(r"\s+", " ", text)
+
+
+def _summary(value: object) -> str:
+    """A docstring's first sentence as the site shows it (no code quotes)."""
+    first = (inspect.getdoc(value) or "").strip().split("\n\n")[0]
+    first = re.sub(r"\s+", " ", first).replace("`", "")
+    return re.split(r"(?<=\.)\s", first)[0]
+
+
+@pytest.mark.slow  # it builds the site, unless the build test did
+@pytest.mark.parametrize("module_name, page", [
+    ("actors", "actors"), ("storage", "storage"), ("actors.testing", "testing"),
+    ("actors.errors", "errors"),
+])  # fmt: skip
+def test_the_reference_renders_every_public_name_with_its_docstring(site, module_name, page):
+    module = importlib.import_module(module_name)
+    errors = importlib.import_module("actors.errors")
+    names = getattr(module, "__all__", None) or [  # actors.errors: every exception it holds
+        name for name, value in vars(module).items()
+        if not name.startswith("_") and inspect.isclass(value) and issubclass(value, Exception)
+    ]  # fmt: skip
+    assert names, module_name
+    anchors, text = _page_text(site / "reference" / page / "index.html")
+    error_anchors, error_text = _page_text(site / "reference" / "errors" / "index.html")
+    missing, undocumented = [], []
+    for name in names:
+        value = getattr(module, name)
+        if f"{module_name}.{name}" in anchors:
+            shown = text
+        elif getattr(errors, name, None) is value and f"actors.errors.{name}" in error_anchors:
+            shown = error_text  # errors are rendered once, on actors.errors' page
+        else:
+            missing.append(name)
+            continue
+        if (inspect.isclass(value) or inspect.isfunction(value)) and _summary(value) not in shown:
+            undocumented.append(name)
+    assert ([], []) == (missing, undocumented)
+    markdown = (ROOT / "docs" / "reference" / f"{page}.md").read_text()
+    assert [] == [name for name in names if f"[`{name}`]" not in markdown]  # for a reader of the repository
