@@ -256,9 +256,10 @@ class _Sampler:
         self._last: dict[str, float] = {}
 
     def measurements(self, rows: Sequence[tuple[Any, ...]]) -> list[Measurement]:
-        """``rows``: (name, unit, key of the sample's dict, baselines[, target])."""
+        """``rows``: (name, unit, key of the sample's dict, baselines[, target
+        [, meaning[, floor]]]): the rest as `Measurement` takes them."""
         out = []
-        for i, (name, unit, key, baselines, *target) in enumerate(rows):
+        for i, (name, unit, key, baselines, *rest) in enumerate(rows):
             if i == 0:
 
                 def sample(directory: Path, seconds: float, key: str = key) -> float:
@@ -270,5 +271,5 @@ class _Sampler:
                 def sample(directory: Path, seconds: float, key: str = key) -> float:
                     return self._last[key]
 
-            out.append(Measurement(name, unit, sample, baselines, *target))
+            out.append(Measurement(name, unit, sample, baselines, *rest))
         return out

@@ -25,11 +25,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from ._registry import Options, Result  # noqa: E402
-from ._table import format_ratio, format_value, machine, run_settings  # noqa: E402
+from ._table import (  # noqa: E402
+    format_ratio,
+    format_value,
+    format_verdict,
+    machine,
+    run_settings,
+)
 
 __all__ = ["plot"]
 
-MET, MISSED = "#2e9d3e", "#d1342f"
+MET, MISSED, RERUN = "#2e9d3e", "#d1342f", "#b0b0b0"
 BETTER, WORSE = "#a9dcb0", "#f2b0ae"
 
 
@@ -97,6 +103,7 @@ def plot(path: Path, results: Sequence[Result], options: Options) -> None:
         handles=[
             Patch(color=MET, label="target met"),
             Patch(color=MISSED, label="target missed"),
+            Patch(color=RERUN, label="too noisy to judge: rerun"),
             Patch(color=BETTER, label="no target; better than its baseline"),
             Patch(color=WORSE, label="no target; worse than its baseline"),
             Patch(
@@ -126,19 +133,19 @@ def _bar(r: Result, with_suite: bool) -> _Bar | None:
     if target is not None and target.baseline is None:  # a plain value: drawn against it
         x, tick = r.value / target.bound, 1.0
         text = f"{value} ({format_ratio(x)} the target's), target {target.describe(r.unit)}: "
-        text += str(r.verdict)
+        text += format_verdict(r.verdict)
     elif baselines:
         x = r.ratios[baselines[0]]
         tick = target.bound if target is not None else None
         text = f"{format_ratio(x)} {baselines[0]} ({value})"
         if target is not None:
-            text += f", target {target.describe(r.unit)}: {r.verdict}"
+            text += f", target {target.describe(r.unit)}: {format_verdict(r.verdict)}"
     else:
         return None
     if not math.isfinite(x) or x <= 0:
         return None
     if r.verdict is not None:
-        colour = MET if r.verdict == "met" else MISSED
+        colour = {"met": MET, "missed": MISSED}.get(str(r.verdict), RERUN)
     else:
         colour = BETTER if (x < 1) == r.lower_is_better else WORSE
     if r.noisy:

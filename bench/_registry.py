@@ -24,18 +24,21 @@ import attrs
 __all__ = [
     "NOISY_SPREAD",
     "SUITES",
+    "Floor",
     "Measurement",
     "Options",
     "Result",
     "Target",
     "at_least",
     "at_most",
+    "contains",
     "format_number",
     "format_ratio",
     "format_value",
     "lower_is_better",
     "progress",
     "run_measurements",
+    "spread_of",
     "suite",
 ]
 
@@ -114,13 +117,46 @@ def at_most(bound: float, baseline: str | None = None) -> Target:
 
 
 @attrs.frozen
+class Floor:
+    """What physics allows a figure against a baseline whose work it contains.
+
+    A durable send contains a synced commit: its latency is at least ``times``
+    the commit's (its rate at most ``1 / times`` the commits'). A ratio on the
+    wrong side of that was not measured on a steady machine (the baseline had
+    a slow spell), so its verdict is "noisy", never "met". Declare one with
+    `contains`.
+    """
+
+    baseline: str
+    times: float
+    why: str
+
+    def allows(self, ratio: float, lower_is_better: bool) -> bool:
+        """Whether ``ratio`` (the figure over the baseline) is physically possible."""
+        if math.isnan(ratio):
+            return True  # no ratio, nothing to refuse: the verdict says missed
+        return ratio >= self.times if lower_is_better else ratio <= 1 / self.times
+
+
+def contains(baseline: str, why: str, times: float = 1.0) -> Floor:
+    """The figure does at least ``times`` the work of ``baseline`` (another
+    measurement of the suite): a ratio better than that is impossible."""
+    return Floor(baseline, times, why)
+
+
+Verdict = Literal["met", "missed", "noisy"]
+
+
+@attrs.frozen
 class Result:
     """One figure: the median of its samples, its ratios to its baselines,
     and its target if it has one.
 
     ``ratios`` maps a baseline's name (another result of the same suite) to
     this measurement's ratio to it: the median, over rounds, of the ratio of
-    the two samples taken in that round.
+    the two samples taken in that round; ``baseline_spreads`` maps it to the
+    spread of that baseline's samples. ``meaning`` says in one line what the
+    figure is for a user.
     """
 
     suite: str
@@ -130,6 +166,9 @@ class Result:
     samples: tuple[float, ...] = ()
     ratios: Mapping[str, float] = attrs.field(factory=dict)
     target: Target | None = None
+    meaning: str = ""
+    baseline_spreads: Mapping[str, float] = attrs.field(factory=dict)
+    floor: Floor | None = None
 
     @property
     def lower_is_better(self) -> bool:
@@ -149,21 +188,43 @@ class Result:
         return self.ratios.get(self.target.baseline)
 
     @property
-    def verdict(self) -> Literal["met", "missed"] | None:
-        """``met`` or ``missed``; None for a figure with no target (or whose
-        target's baseline was not measured in this run)."""
+    def verdict(self) -> Verdict | None:
+        """``met``, ``missed``, or ``noisy`` (rerun) when the figure's samples,
+        or those of its target's baseline, spread more than `NOISY_SPREAD`
+        times, or its ratio is one physics does not allow (`impossible`);
+        None for a figure with no target (or whose target's baseline was not
+        measured in this run).
+
+        A noisy run never says ``met``: a busy spell in the baseline's samples
+        makes a figure look better than it is as easily as worse.
+        """
         measured = self.measured
-        if measured is None:
+        if measured is None or self.target is None:
             return None
-        return "met" if self.target is not None and self.target.met(measured) else "missed"
+        if self.noisy or self.noisy_baseline(self.target.baseline) or self.impossible:
+            return "noisy"
+        return "met" if self.target.met(measured) else "missed"
+
+    def noisy_baseline(self, baseline: str | None) -> bool:
+        """Whether ``baseline``'s samples spread more than `NOISY_SPREAD` times."""
+        if baseline is None:
+            return False
+        spread = self.baseline_spreads.get(baseline)
+        return spread is not None and spread > NOISY_SPREAD
+
+    @property
+    def impossible(self) -> bool:
+        """The ratio to the `Floor`'s baseline is better than the work the
+        figure contains allows (a durable send faster than its commit)."""
+        if self.floor is None or self.floor.baseline not in self.ratios:
+            return False
+        return not self.floor.allows(self.ratios[self.floor.baseline], self.lower_is_better)
 
     @property
     def spread(self) -> float | None:
         """Largest sample over smallest; None with fewer than two samples
         or a sample that is not positive."""
-        if len(self.samples) < 2 or min(self.samples) <= 0:
-            return None
-        return max(self.samples) / min(self.samples)
+        return spread_of(self.samples)
 
     @property
     def noisy(self) -> bool:
@@ -185,7 +246,10 @@ class Measurement:
     ``directory`` is fresh and empty for every sample. ``baselines`` name
     other measurements of the same suite to divide by; ``target`` is what
     the figure should reach (its baseline is measured as one of the
-    baselines, whether listed there or not).
+    baselines, whether listed there or not). ``meaning`` is the line under
+    the figure in the table: what it is for a user ("a durable 1-step
+    process, start to result, 100 in flight"). ``floor`` names a baseline
+    whose work the figure contains (`contains`): a better ratio is noise.
     """
 
     name: str
@@ -193,12 +257,15 @@ class Measurement:
     sample: Callable[[Path, float], float]
     baselines: tuple[str, ...] = ()
     target: Target | None = None
+    meaning: str = ""
+    floor: Floor | None = None
 
     def all_baselines(self) -> tuple[str, ...]:
-        extra = self.target.baseline if self.target is not None else None
-        if extra is None or extra in self.baselines:
-            return self.baselines
-        return (*self.baselines, extra)
+        extra = [
+            b.baseline for b in (self.target, self.floor)
+            if b is not None and b.baseline is not None
+        ]  # fmt: skip
+        return tuple(dict.fromkeys((*self.baselines, *extra)))
 
 
 SuiteFn = Callable[[Options], list[Result]]
@@ -275,7 +342,18 @@ def _result(suite_name: str, m: Measurement, samples: Mapping[str, list[float]])
         samples=tuple(samples[m.name]),
         ratios=ratios,
         target=m.target,
+        meaning=m.meaning,
+        baseline_spreads={b: s for b in ratios if (s := spread_of(samples[b])) is not None},
+        floor=m.floor,
     )
+
+
+def spread_of(samples: Sequence[float]) -> float | None:
+    """Largest sample over smallest; None with fewer than two samples or a
+    sample that is not positive."""
+    if len(samples) < 2 or min(samples) <= 0:
+        return None
+    return max(samples) / min(samples)
 
 
 def _summary(result: Result) -> str:
@@ -287,7 +365,8 @@ def _summary(result: Result) -> str:
         else:
             if result.target.baseline is not None:
                 line += f", {format_ratio(measured)}"
-            line += f" (target {result.target.describe(result.unit)}: {result.verdict})"
+            verdict = "noisy: rerun" if result.verdict == "noisy" else result.verdict
+            line += f" (target {result.target.describe(result.unit)}: {verdict})"
     if result.noisy:
         line += f"; noisy: samples spread {result.spread:.1f}x"
     return line
@@ -299,12 +378,11 @@ def format_number(value: float) -> str:
 
 
 def format_value(value: float, unit: str) -> str:
-    """``12,345/s`` for a rate, ``415 µs``, ``8,949 B``, ``0.52 ms``: short, for the table."""
+    """The value with its unit: ``12,345 signals/s``, ``415 µs``, ``8,949 B``,
+    ``97% of a core``."""
     number = format_number(value)
-    if unit.endswith("/s"):
-        return f"{number}/s"
-    if unit == "% of a core":
-        return f"{number}%"
+    if unit.startswith("%"):
+        return f"{number}{unit}"
     return f"{number} {unit}"
 
 

@@ -1,9 +1,12 @@
 """The shared output: a plain-text table for people, JSON for machines.
 
 The table has one row per figure (and a row under it per further baseline):
-its value, its ratio to its baseline, its target, whether the target is met,
-and a warning beside it when its samples spread more than 2x. It fits in
-`WIDTH` columns: the figure and baseline names are shortened if it would not.
+its value with its unit, its ratio to its baseline, its target, the verdict
+(met, MISSED, or "noisy: rerun"). Under the figure, an indented line says
+what it is for a user, and a line starting ``!`` says why not to trust it
+when its samples or its baseline's spread more than 2x or its ratio is one
+physics does not allow. It fits in `WIDTH` columns: the figure and baseline
+names are shortened if it would not.
 """
 
 from __future__ import annotations
@@ -18,7 +21,15 @@ from typing import Any
 
 import attrs
 
-from ._registry import NOISY_SPREAD, Options, Result, format_ratio, format_value
+from ._registry import (
+    NOISY_SPREAD,
+    Options,
+    Result,
+    Verdict,
+    format_number,
+    format_ratio,
+    format_value,
+)
 
 __all__ = [
     "WIDTH",
@@ -26,6 +37,7 @@ __all__ = [
     "format_ratio",
     "format_table",
     "format_value",
+    "format_verdict",
     "json_document",
     "machine",
     "run_settings",
@@ -33,8 +45,19 @@ __all__ = [
     "write_json",
 ]
 
-WIDTH = 100
+WIDTH = 120
 _GAP = "  "
+_MEANING = "    "  # the indent of the line under a figure that says what it means
+
+_VERDICTS: dict[Verdict | None, str] = {
+    "met": "met", "missed": "MISSED", "noisy": "noisy: rerun", None: "(no baseline)",
+}  # fmt: skip
+
+
+def format_verdict(verdict: Verdict | None) -> str:
+    """``met``, ``MISSED``, ``noisy: rerun``, or ``(no baseline)`` when the
+    target's baseline was not measured."""
+    return _VERDICTS[verdict]
 
 
 def machine() -> str:
@@ -55,12 +78,16 @@ def format_table(results: Sequence[Result], options: Options) -> str:
     table per suite; every line at most `WIDTH` characters."""
     targets = [r for r in results if r.verdict is not None]
     met = sum(r.verdict == "met" for r in targets)
+    rerun = sum(r.verdict == "noisy" for r in targets)
     noisy = sum(r.noisy for r in results)
     out = [
         _fit(f"# {datetime.date.today().isoformat()}, python {platform.python_version()}, "
              f"on {machine()}"),
         _fit(f"# {run_settings(options)}" + ("" if options.full else " (--full: the long run)")),
-        f"# ratios are medians of same-round ratios; targets met: {met} of {len(targets)}",
+        f"# targets met: {met} of {len(targets)}"
+        + (f"; too noisy to judge: {rerun} (noisy: rerun)" if rerun else ""),
+        "# a row: the figure, its value, its ratio to the baseline named beside it (a median of",
+        "# same-round ratios), its target and verdict; the indented line says what it is for you",
     ]  # fmt: skip
     if noisy:
         out.append(
@@ -77,44 +104,65 @@ def _fit(line: str) -> str:
 
 
 def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
-    """One suite's rows: figure, value, ratio to a baseline, target and
-    verdict, and a note when the figure's samples are noisy."""
-    header = [suite, "value", "x baseline", "target", "note"]
+    """One suite's rows: figure, value with its unit, ratio to a baseline,
+    target and verdict; under each figure, an indented line saying what it
+    is, and a line starting ``!`` when its figures are not to be trusted."""
+    header = [suite, "value", "x baseline", "target"]
+    numbers = [format_number(r.value) for r in results]
+    digits = max((len(n) for n in numbers), default=0)
     rows: list[list[str]] = []
-    for r in results:
+    under: dict[int, list[str]] = {}  # lines that go under a row: meaning, warnings
+    for r, number in zip(results, numbers):
         baselines = r.baselines()
         target = ""
         if r.target is not None:
-            verdict = {"met": "met", "missed": "MISSED", None: "(no baseline)"}[r.verdict]
             op, bound = r.target.describe(r.unit).split(" ", 1)
-            target = f"{op}{bound} {verdict}"  # ">=0.08x MISSED": narrow, and plain enough
-        rows.append([
-            r.name,
-            format_value(r.value, r.unit),
-            _versus(r, baselines[0]) if baselines else "",
-            target,
-            f"noisy {r.spread:.1f}x" if r.noisy else "",
-        ])  # fmt: skip
-        rows += [["", "", _versus(r, b), "", ""] for b in baselines[1:]]
+            # ">=0.08x MISSED": narrow, and plain enough
+            target = f"{op}{bound} {format_verdict(r.verdict)}"
+        # Numbers right-aligned, each followed by its unit.
+        value = number.rjust(digits) + ("" if r.unit.startswith("%") else " ") + r.unit
+        rows.append([r.name, value, _versus(r, baselines[0]) if baselines else "", target])
+        rows += [["", "", _versus(r, b), ""] for b in baselines[1:]]
+        lines = [_MEANING + r.meaning] if r.meaning else []
+        if warnings := _warnings(r):
+            lines.append(_MEANING + "! " + "; ".join(warnings))
+        under[len(rows) - 1] = lines
     widths = _widths(header, rows)
-    if _excess(widths) > 0:  # first drop the spread from the notes (the JSON has it)
-        rows = [[*row[:4], "noisy" if row[4] else ""] for row in rows]
-        widths = _widths(header, rows)
-    # Still too wide: shorten the wider of the figure and baseline columns,
-    # a character at a time, down to 24 and 16 (the JSON has the names whole).
+    # Too wide: shorten the wider of the figure and baseline columns, a
+    # character at a time, down to 24 and 16 (the JSON has the names whole).
     while _excess(widths) > 0 and (widths[0] > 24 or widths[2] > 16):
         widths[0 if widths[0] - 24 >= widths[2] - 16 else 2] -= 1
-    right = {1}
 
     def line(row: list[str]) -> str:
         cells = []
-        for i, (cell, width) in enumerate(zip(row, widths)):
+        for cell, width in zip(row, widths):
             if len(cell) > width:
                 cell = cell[: width - 1] + "…"
-            cells.append(cell.rjust(width) if i in right else cell.ljust(width))
+            cells.append(cell.ljust(width))
         return _fit(_GAP.join(cells).rstrip())
 
-    return [line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)]
+    out = [line(header), line(["-" * w for w in widths])]
+    for i, row in enumerate(rows):
+        out.append(line(row))
+        out += [_fit(text) for text in under.get(i, [])]
+    return out
+
+
+def _warnings(r: Result) -> list[str]:
+    """Why a figure is not to be trusted, if it is not: its samples spread,
+    a baseline's did, or its ratio is one physics does not allow."""
+    out = []
+    if r.noisy:
+        out.append(f"noisy: its samples spread {r.spread:.1f}x")
+    out += [
+        f"{b}'s samples spread {r.baseline_spreads[b]:.1f}x"
+        for b in r.baselines() if r.noisy_baseline(b)
+    ]  # fmt: skip
+    if r.impossible and r.floor is not None:
+        out.append(
+            f"impossible: better than the {r.floor.baseline} it contains ({r.floor.why})"
+        )
+    return out
 
 
 def _widths(header: list[str], rows: list[list[str]]) -> list[int]:
@@ -135,15 +183,17 @@ def format_markdown(results: Sequence[Result], options: Options) -> str:
     figures measured against it, not in a row of its own."""
     targets = [r for r in results if r.verdict is not None]
     met = sum(r.verdict == "met" for r in targets)
+    rerun = sum(r.verdict == "noisy" for r in targets)
     noisy = sum(r.noisy for r in results)
     out = [
         f"Measured {datetime.date.today().isoformat()} on {machine()}, Python "
         f"{platform.python_version()}; {run_settings(options)}. Targets met: {met} of "
-        f"{len(targets)}. Samples of {noisy} of {len(results)} figures spread more than "
+        f"{len(targets)}" + (f" ({rerun} too noisy to judge)" if rerun else "") + ". "
+        f"Samples of {noisy} of {len(results)} figures spread more than "
         f"{NOISY_SPREAD:g}x (marked *noisy*).",
         "",
-        "| figure | value | baseline | ratio | target |",
-        "|---|---|---|---|---|",
+        "| figure | value | baseline | ratio | target | what it is |",
+        "|---|---|---|---|---|---|",
     ]
     values = {(r.suite, r.name): r for r in results}
     used = {(r.suite, b) for r in results for b in r.ratios}
@@ -159,10 +209,11 @@ def format_markdown(results: Sequence[Result], options: Options) -> str:
             ratio = format_ratio(r.ratios[baselines[0]])
         target = ""
         if r.target is not None:
-            target = f"{r.target.describe(r.unit)}: " + (
-                "met" if r.verdict == "met" else "**missed**"
-            )
-        out.append(f"| {r.suite}: {r.name} | {value} | {baseline} | {ratio} | {target} |")
+            verdict = {"met": "met", "noisy": "*noisy: rerun*"}.get(str(r.verdict), "**missed**")
+            target = f"{r.target.describe(r.unit)}: {verdict}"
+        out.append(
+            f"| {r.suite}: {r.name} | {value} | {baseline} | {ratio} | {target} | {r.meaning} |"
+        )
     return "\n".join(out)
 
 
@@ -179,7 +230,11 @@ def json_document(results: Sequence[Result], options: Options) -> dict[str, Any]
         "machine": machine(),
         "python": platform.python_version(),
         "options": {**attrs.asdict(options), "workdir": str(options.workdir)},
-        "targets": {"count": len(targets), "met": sum(r.verdict == "met" for r in targets)},
+        "targets": {
+            "count": len(targets),
+            "met": sum(r.verdict == "met" for r in targets),
+            "noisy": sum(r.verdict == "noisy" for r in targets),
+        },
         "results": [_json_result(r) for r in results],
     }
 
@@ -198,6 +253,9 @@ def _json_result(r: Result) -> dict[str, Any]:
         "spread": r.spread,
         "noisy": r.noisy,
         "ratios": dict(r.ratios),
+        "baseline_spreads": dict(r.baseline_spreads),
+        "impossible": r.impossible,
+        "meaning": r.meaning,
         "target": target,
         "measured": r.measured,  # what the target is checked against: a ratio, or the value
         "verdict": r.verdict,

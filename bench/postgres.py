@@ -55,7 +55,7 @@ from typing import Any
 import psycopg  # the suite needs the PostgreSQL extra; without it it is skipped
 import trio
 
-from ._registry import Options, Result, at_least, progress, suite
+from ._registry import Options, Result, at_least, progress, spread_of, suite
 from .postgres_node import Counter, open_node, process_load, signal_load, start_sinks
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -316,6 +316,19 @@ _UNITS = {
     "procs-2node": "procs/s",
 }
 
+# The line under each figure in the table: what it is for a user.
+_MEANINGS = {
+    "raw-commit-1conn": "baseline: raw PostgreSQL, INSERT + COMMIT in a loop on one connection",
+    "raw-commit-8conn": "baseline: the same on 8 connections at once",
+    "signals-1node": "durable messages from 1000 senders into 1000 processes, one node",
+    "signals-2node": "the same load split over two nodes on one database",
+    "signals-2node-remote": "the same, each node sending into the other node's processes",
+    "signals-3node": "three nodes, each sending into its own processes",
+    "signals-3node-remote": "three nodes, each sending into the next node's processes",
+    "procs-1node": "a durable 1-step process, start to result, 100 in flight, one node",
+    "procs-2node": "the same load split over two nodes",
+}
+
 
 async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
     samples: dict[str, list[float]] = {name: [] for name in _RAW + _OURS}
@@ -470,6 +483,10 @@ def postgres(options: Options) -> list[Result]:
             samples=tuple(values),
             ratios={b: _paired(values, samples[b]) for b in baselines.get(name, ())},
             target=targets.get(name),
+            meaning=_MEANINGS[name],
+            baseline_spreads={
+                b: s for b in baselines.get(name, ()) if (s := spread_of(samples[b])) is not None
+            },
         )
         for name, values in samples.items()
     ]
@@ -482,6 +499,7 @@ def postgres(options: Options) -> list[Result]:
                     value=statistics.median(values),
                     unit="% of a core",
                     samples=tuple(values),
+                    meaning=f"CPU used by {group} while the {name} figure was measured",
                 )
             )
     _verdict(results, cpu)
