@@ -10,6 +10,8 @@
     python -m actors --journal ./state tail rooms/lobby --consumer archive --follow
     python -m actors --journal ./state consumers rooms/lobby
     python -m actors stats --journal ./state
+    python -m actors --journal ./state export orders/o-17 > order-17.history
+    python -m actors --journal ./laptop import order-17.history
 
 Options go before or after the command. ``--json`` prints one JSON document
 instead of text (``tail --follow --json``: one per value, a line each); times
@@ -67,7 +69,8 @@ database and key (exit 5).
 The package, by concern: `_commands` (arguments, dispatch, exit codes),
 `_access` (opening the journal, finding an instance), `_inspect` (list,
 show, stats), `_write` (send, cancel), `_retry` (retry, show --incarnation),
-`_repair` (resume-compensation, abandon-compensation, cleanup), `_remote`
+`_repair` (resume-compensation, abandon-compensation, cleanup), `_history`
+(export, import: see docs/histories.md), `_remote`
 (through a running system's control socket), `_tail` (tail, consumers), and
 `_render` (JSON and text output). It reaches storage only through the public
 `storage` API, and writes with the transactions of `actors._protocol`.
