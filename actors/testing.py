@@ -16,6 +16,12 @@ A pytest recipe (pytest-trio with ``trio_mode = true``)::
         with pytest.raises(actors.ProcessFailed, match="no approval"):
             await handle.result()           # three days pass in milliseconds
 
+Wait until the system has nothing left to do, then read what it did::
+
+    await system.send("orders/o-1", approve)
+    await wait_quiescent(system)            # taken, handled, written
+    assert "completed" == system.get("orders/o-1").status
+
 Before deploying changed code, check it against recorded histories::
 
     problems = await replay_check("./state", [order, payment])
@@ -30,6 +36,7 @@ seed picks, replayable from that seed (see `simulate`)::
 
 from __future__ import annotations
 
+import math
 import os
 import random as _random
 import uuid as _uuid
@@ -62,6 +69,7 @@ from ._system import ActorSystem
 
 __all__ = [
     "open_test_system",
+    "wait_quiescent",
     "replay_check",
     "replay_history",
     "import_history",
@@ -112,6 +120,94 @@ async def open_test_system(
         **options,
     ) as system:
         yield system
+
+
+async def wait_quiescent(system: ActorSystem, *, timeout: float | None = None) -> None:
+    """Wait until ``system`` has nothing left to do until something new
+    arrives: then what a test reads (statuses, the journal) stays as it is.
+
+    Quiescent means, all at once:
+
+    - no instance is runnable: every instance in memory is parked on its
+      waits (a signal, a timer, a child), with no step in flight (a sync
+      step's thread included), no cancel or restart being handled, and none
+      waiting out a restart delay; none is being loaded, created or cancelled;
+    - no write is pending: every instance's writes are durable (a suspended
+      instance's deferred take and status too), and so is everything else
+      submitted to the journal before the last check;
+    - no task of the trio run can take a step (`trio.testing.wait_all_tasks_blocked`).
+
+    An instance waiting on a timer that is not due yet is quiescent: no
+    virtual time passes once the system is quiescent, so under
+    ``autojump_clock`` this returns before the next timer fires, and a test
+    moves time on itself (``await trio.sleep(...)``). Until then, waiting
+    lets the clock autojump as usual (a deferred write goes within its
+    window; a restart delay passes). On a real clock, a timer falling due
+    during the final check is seen by the next call.
+
+    A "nothing happened twice" check reads the journal after this: it can
+    still fail, since everything the system would do is done by then.
+
+    Args:
+        timeout: give up after this many seconds of trio's clock (virtual
+            time under a MockClock).
+
+    Raises:
+        trio.TooSlowError: ``timeout`` passed first; the message says what
+            was still busy.
+    """
+    busy: str | None = "not checked yet"
+    poll = _POLL_FIRST
+    try:
+        with trio.fail_after(math.inf if timeout is None else timeout):
+            while True:
+                await trio.testing.wait_all_tasks_blocked()
+                busy = _busy(system)
+                if busy is None:
+                    # Writes of the system's own tasks (a timer's delivery,
+                    # a queue's admission) are in no instance's ticket: wait
+                    # for everything submitted so far, then look once more.
+                    await system.journal.flush()
+                    await trio.testing.wait_all_tasks_blocked()
+                    busy = _busy(system)
+                    if busy is None:
+                        return
+                await trio.sleep(poll)
+                poll = min(2 * poll, _POLL_MAX)
+    except trio.TooSlowError:
+        raise trio.TooSlowError(
+            f"the system was not quiescent within {timeout} s: {busy}"
+        ) from None
+
+
+# Seconds between looks while something is busy: soon at first, then less
+# often (a long step under a real clock, a timeout under autojump).
+_POLL_FIRST = 0.001
+_POLL_MAX = 0.01
+
+
+def _busy(system: ActorSystem) -> str | None:
+    """What keeps ``system`` from being quiescent (see `wait_quiescent`), or None."""
+    for what, iids in (
+        ("being loaded", system._activating),
+        ("being created", system._creating),
+        ("being cancelled", system._cancelling),
+    ):
+        if iids:
+            return f"{len(iids)} instance(s) {what}"
+    for actor in system._live.values():
+        if actor.done:
+            why = "ending"
+        elif actor.busy:
+            why = "running a step (or other work of an effect)"
+        elif actor.parked is None or actor.woken or actor.interrupt is not None:
+            why = "runnable"
+        elif actor.txn.ops or (actor.ticket is not None and not actor.ticket.done):
+            why = "writing to the journal"
+        else:
+            continue
+        return f"{actor.address} is {why}"
+    return None
 
 
 @attrs.frozen

@@ -36,11 +36,3 @@ async def wait_status(handle, *statuses: str) -> str:
         if status in statuses:
             return status
     return handle.status
-
-
-async def until_passivated(system, timeout: float = 10.0) -> None:
-    """Wait until no instance is in memory (with ``passivate_after=0``): every
-    write they made is then durable, so the journal can be read directly."""
-    with trio.fail_after(timeout):
-        while system._live or system._activating:
-            await trio.sleep(0.001)

@@ -10,9 +10,8 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from actors.testing import open_test_system, replay_check
+from actors.testing import open_test_system, replay_check, wait_quiescent
 from storage import LMDBJournal, LogEntry
-from tests.runtime_helpers import until_passivated
 
 go = Signal("go")
 
@@ -116,12 +115,12 @@ async def test_a_passivated_instance_lets_go_of_its_log_at_once(autojump_clock):
         await system.start(ticker, "t")
         for _ in range(20):
             await system.send("ticker/t", go)
-            await until_passivated(system)
+            await wait_quiescent(system)
         gc.collect()
         gc.disable()
         try:
             await system.send("ticker/t", go)  # woken: 20 entries read and replayed
-            await until_passivated(system)
+            await wait_quiescent(system)
             assert 0 == entries_alive()
         finally:
             gc.enable()

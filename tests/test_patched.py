@@ -18,10 +18,10 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from actors.testing import replay_check
+from actors.testing import replay_check, wait_quiescent
 from storage import LMDBJournal
 from tests.crash_kit import acked_ids, kill_after_acks
-from tests.runtime_helpers import Opener, until_passivated, virtual_wall, wait_status
+from tests.runtime_helpers import Opener, virtual_wall, wait_status
 
 go = Signal("go")
 CALLS: list[str] = []
@@ -224,7 +224,7 @@ async def test_the_old_branch_holds_over_every_wake_of_the_run(any_opener):
         await wait_status(await system.start(w1_twice, "old"), "suspended")
     async with any_opener(w2_twice, passivate_after=0) as system:
         await system.send("orders/old", go, "a")
-        await until_passivated(system)  # suspended at the second wait, on v2
+        await wait_quiescent(system)  # suspended at the second wait, on v2
         await system.send("orders/old", go, "b")
         assert ["a", "b", "charged old"] == await system.get("orders/old").result()
 
@@ -285,7 +285,7 @@ async def _child(journal: str, acks: str) -> None:
         LMDBJournal(journal), processes=[w1], passivate_after=0, now=virtual_wall
     ) as system:
         await wait_status(await system.start(w1, "old"), "suspended")
-        await until_passivated(system)  # its suspension is durable
+        await wait_quiescent(system)  # its suspension is durable
         Path(acks).write_text("S 1\n")
         await trio.sleep_forever()
 

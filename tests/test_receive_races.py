@@ -13,9 +13,9 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from actors.testing import replay_check
+from actors.testing import replay_check, wait_quiescent
 from storage import instance_id
-from tests.runtime_helpers import EPOCH, until_passivated, wait_status
+from tests.runtime_helpers import EPOCH, wait_status
 
 paid = Signal("paid")
 status = Signal("status")
@@ -137,7 +137,7 @@ async def test_a_decided_race_replays_to_the_same_pair_from_the_log_it_always_wr
         handle = await system.start(decided, "d")
         await system.send("decided/d", status, {"n": 1})
         await wait_status(handle, "suspended")
-        await until_passivated(system)  # the take is durable by then
+        await wait_quiescent(system)  # the take is durable by then
         with system.journal.reader() as r:
             entry = r.log(instance_id("decided/d"), 0)[1]
     # A lone receive of these signals writes this entry too: the shape an

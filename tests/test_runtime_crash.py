@@ -39,9 +39,9 @@ from tests.crash_kit import acked_ids, kill_after_acks
 import trio
 
 import actors
+from actors.testing import wait_quiescent
 from storage import LMDBJournal, MemoryJournal, instance_id
 from tests import crash_child_runtime as child
-from tests.runtime_helpers import until_passivated
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "crash_child_runtime.py"
@@ -258,7 +258,7 @@ async def test_message_whose_sender_wakes_late_is_taken_once():
         _LateWakingJournal(), processes=[_late_sink], passivate_after=0
     ) as system:
         await system.start(_late_sink, "s")
-        await until_passivated(system)
+        await wait_quiescent(system)
 
         async def send_x_and_wake_late() -> None:
             _late.set(True)

@@ -12,8 +12,9 @@ import trio
 
 import actors
 from actors import Context, Retry, Signal, process
+from actors.testing import wait_quiescent
 from storage import instance_id
-from tests.runtime_helpers import EPOCH, until_passivated, wait_status
+from tests.runtime_helpers import EPOCH, wait_status
 
 approve = Signal("approve")
 ping = Signal("ping")
@@ -392,7 +393,7 @@ async def test_continue_as_new_drops_the_log_and_keeps_the_mailbox(opener):
         handle = await system.start(loop, "l")
         for _ in range(4):
             await system.send("loop/l", ping, 2)
-        await until_passivated(system)
+        await wait_quiescent(system)
         with system.journal.reader() as r:
             iid = instance_id("loop/l")
             assert r.log_runs(iid) == [1]

@@ -8,8 +8,9 @@ import trio
 
 import actors
 from actors import Context, Retry, Signal, process
+from actors.testing import wait_quiescent
 from storage import instance_id
-from tests.runtime_helpers import until_passivated, wait_status
+from tests.runtime_helpers import wait_status
 
 more = Signal("more")
 stop = Signal("stop")
@@ -80,9 +81,9 @@ async def test_replay_never_emits_twice(opener):
     async with opener(feed, passivate_after=0) as system:
         await system.start(feed, "g")
         await system.send("feed/g", more, ["x", "y"])
-        await until_passivated(system)
+        await wait_quiescent(system)
         await system.send("feed/g", more, ["z"])
-        await until_passivated(system)
+        await wait_quiescent(system)
     async with opener(feed) as system:
         await system.send("feed/g", stop)
         assert await system.get("feed/g").result() == 3

@@ -8,8 +8,9 @@ import trio
 
 import actors
 from actors import Context, OneForAll, OneForOne, RestForOne, Signal, process
+from actors.testing import wait_quiescent
 from storage import Txn, instance_id
-from tests.runtime_helpers import until_passivated, wait_status
+from tests.runtime_helpers import wait_status
 
 go = Signal("go")
 executions: list[str] = []
@@ -85,7 +86,7 @@ async def test_parent_suspended_on_call_resumes_after_restart_and_child_runs_onc
     async with opener(parent, child, passivate_after=0) as system:
         await system.start(parent, "p")
         await _send_when_ready(system, "parent/p/child/c", Signal("nothing"))
-        await until_passivated(system)
+        await wait_quiescent(system)
     async with opener(parent, child) as system:
         await system.send("parent/p/child/c", go, "later")
         assert await system.get("parent/p").result() == "parent got c:later"
@@ -174,7 +175,7 @@ class _nothing:
 async def test_cancel_of_a_passivated_tree_after_restart(opener):
     async with opener(tree, passivate_after=0) as system:
         await _three_levels(system, "wait")
-        await until_passivated(system)
+        await wait_quiescent(system)
     async with opener(tree) as system:
         assert await system.cancel("tree/r")
         deepest = system.get("tree/r/tree/t/tree/t/tree/t")
@@ -346,7 +347,7 @@ async def test_scope_failure_cancels_siblings_and_bad_scopes_start_nothing(opene
 async def test_orphan_is_cancelled_at_recovery(opener):
     async with opener(tree, passivate_after=0) as system:
         await _three_levels(system, "wait")
-        await until_passivated(system)
+        await wait_quiescent(system)
         # As if the system died right after the root completed, before its cascade:
         txn = Txn()
         txn.set_status(instance_id("tree/r"), "completed")

@@ -7,7 +7,7 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from actors.testing import open_test_system, replay_check
+from actors.testing import open_test_system, replay_check, wait_quiescent
 from storage import LMDBJournal, MemoryJournal
 
 tick = Signal("tick")
@@ -45,7 +45,7 @@ async def test_always_replay_catches_state_kept_in_memory(always_replay, expecte
         handle = await system.start(keeps_state_in_a_global, "g")
         for _ in range(3):
             await system.send("global/g", tick)
-            await trio.sleep(0.01)
+            await wait_quiescent(system)  # taken alone: one resume (and replay) per tick
         # In memory the bug hides (3); replaying at every resume exposes it.
         assert await handle.result() == expected
 
