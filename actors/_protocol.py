@@ -60,6 +60,7 @@ __all__ = [
     "abandon_compensation_txn",
     "cleanup_txn",
     "cleanup_victims",
+    "dead_key",
     "floor_key",
     "history_key",
     "read_for_start",
@@ -306,13 +307,16 @@ def start_txn(
     trace: str | None = None,
     status: str = "running",
     encoded_input: bytes | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
     ``previous``, or the first after a cleanup that left ``floor``: see
     `read_for_start`), with a first message for ``signal_with_start``; for a
     child of ``parent``, ``child`` holds its supervision fields (``restart``
     type, ``awaited``, ``restarts`` history). ``encoded_input`` is
-    ``input``'s encoding, if the caller made it already.
+    ``input``'s encoding, if the caller made it already; ``fields``, other
+    record fields the new incarnation starts with (a fork's kept
+    compensations, see `_fork`).
 
     Invariant: an address has one incarnation at a time; a new one replaces
     a cancelled one whole (log, mailbox, timers, stream) and counts on from
@@ -328,7 +332,7 @@ def start_txn(
         params=list(params), input=stored_input, run=0,
         incarnation=(previous.record.incarnation if previous is not None else floor) + 1,
         created=now, updated=now, parent=parent, trace=trace,  # the starter's traceparent
-        **(child or {}),
+        **(child or {}), **(fields or {}),
     )  # fmt: skip
     stored = encode(record.to_stored(), what="record")
     txn = Txn()
@@ -500,6 +504,7 @@ def cleanup_txn(victims: Iterable[tuple[bytes, int]], statuses: Iterable[str]) -
         txn.delete_instance(iid)
         txn.put_state(floor_key(iid), incarnation)
         txn.delete_state(history_key(iid))  # earlier incarnations a retry kept (see _retry)
+        txn.delete_state(dead_key(iid))  # messages dropped from it (see _mail)
     return txn
 
 
@@ -512,6 +517,12 @@ def history_key(iid: bytes) -> str:
     """The state row that keeps the records of the incarnations at ``iid``
     that a retry replaced (see `_retry`); a cleanup removes it with the instance."""
     return f"history/{iid.hex()}"
+
+
+def dead_key(iid: bytes) -> str:
+    """The state row that keeps the messages dropped from the instances at
+    ``iid`` (see `_mail`); a cleanup removes it with the instance."""
+    return f"dead/{iid.hex()}"
 
 
 def read_for_start(r: Reader, iid: bytes) -> tuple[InstanceRow | None, int]:

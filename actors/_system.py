@@ -32,7 +32,7 @@ from storage import (
 from storage._parking import Parking
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
-from . import _events, _guard, _protocol, _retry, _tracing
+from . import _events, _fork, _guard, _mail, _protocol, _retry, _tracing
 from ._checks import check_name, check_seconds, check_text
 from ._activation import Activation
 from ._asks import Asks
@@ -506,6 +506,91 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
             JournalCorrupt: its records do not decode.
         """
         return await _retry.retry(self, address, input)
+
+    async def fork(
+        self,
+        address: str,
+        *,
+        from_effect: int | None = None,
+        after_step: str | None = None,
+        to: str | None = None,
+        input: dict[str, Any] | None = None,
+    ) -> Handle[Any]:
+        """Run an ended instance again from a point in its log: a new
+        incarnation (at ``address``, or at ``to``) whose run keeps the first
+        ``from_effect`` positions of the source's last run, replayed and
+        never run again (a payment step before the fork point is not
+        charged twice), and runs the rest on the current code.
+
+        ``after_step="charge_card"`` forks just after the first step of that
+        name with an outcome (it is kept). A compare-and-set, like every
+        start: of two forks or starts of one address, one commits.
+
+        What becomes of the rest (see `actors._fork` for all of it):
+        children that the discarded part made were cancelled when the source
+        ended, and the fork removes them (their records kept in their
+        address's history), so the new run starts them afresh if it calls
+        them again; children of the kept part stay as they are. Compensations
+        the kept steps registered are kept (not run); a kept step whose
+        compensation already ran refuses the fork. Timers the discarded part
+        armed are gone with the source's run. Stream values the discarded
+        part emitted are dropped; earlier ones are kept. Messages the
+        discarded part took are put back in the mailbox, ahead of the
+        source's unread ones, except those dropped to the dead letters.
+        The replaced record (the source, or an ended instance at ``to``) is
+        kept for ``actors show ADDRESS --incarnation N`` until cleanup.
+
+        Returns:
+            The handle of the new incarnation, once it is durably recorded.
+
+        Raises:
+            InvalidArguments: the source is live, queued or
+                compensation_stuck, or a child (fork its parent); the fork
+                point is past the end of its log, or has no step of that
+                name; the kept part does not replay on the current code;
+                ``to`` is live or completed, or another process's address;
+                ``input`` does not fit the process.
+            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
+            UnknownProcess: its process is not registered with this system.
+            JournalCorrupt: its records do not decode.
+        """
+        return await _fork.fork(
+            self, address, from_effect=from_effect, after_step_name=after_step, to=to,
+            input=input,
+        )  # fmt: skip
+
+    async def mail(self, address: str) -> list[_mail.Message]:
+        """The unread messages of the instance at ``address``, oldest first,
+        as stored (each with ``.id``, ``.signal``, ``.payload``, ``.sent``).
+
+        Raises:
+            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
+        """
+        return await _mail.mail(self, address)
+
+    async def dropped(self, address: str) -> list[_mail.DeadLetter]:
+        """The messages dropped from the instances at ``address``
+        (`drop_message`), oldest first; kept until the cleanup that removes
+        the instance."""
+        return await _mail.dropped(self, address)
+
+    async def drop_message(self, address: str, message_id: int) -> _mail.Message:
+        """Move an unread message (or the message a failed instance was
+        handling when it failed) to the address's dead letters, in one
+        transaction: the instance never takes it, and a fork does not put
+        it back. Kept for `dropped` and ``actors mail --dropped`` until
+        cleanup.
+
+        Returns:
+            The message dropped.
+
+        Raises:
+            InvalidArguments: there is no such unread message (or it was
+                dropped already); or the instance is running a step in this
+                system's memory (try again once it waits).
+            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
+        """
+        return await _mail.drop_message(self, address, message_id)
 
     @property
     def closing(self) -> bool:

@@ -1,0 +1,541 @@
+"""Forking an ended instance from a step: `ActorSystem.fork` and the
+command line's ``fork``.
+
+A fork makes a new incarnation, of the same address or of another one
+(``to``), whose run starts with the first ``from_effect`` positions of the
+source's last run (positions 1 to ``from_effect``, as ``actors show`` numbers
+the log) and runs the rest on the current code. The kept entries are
+replayed, never run again: a payment step before the fork point is not
+charged twice, and its idempotency key stays the one it was recorded with.
+It is a start like any other: one compare-and-set transaction
+(`_protocol.start_txn` with ``previous`` = the row read), so of two forks
+(or a fork and a start or retry) of one address exactly one commits.
+
+What the new incarnation holds, besides the kept log:
+
+- params: the source's (with ``to``, those of the new address under the
+  same process: a kept step whose arguments came from the params then does
+  not replay, and the replay check refuses the fork); input: the source's,
+  or ``input``.
+- mail: the messages the discarded part of the log took are put back, in
+  the order they arrived, ahead of the source's unread messages (copied, the
+  source's asks left out: they were answered when it ended), so the new run
+  can take them again. A message dropped to the dead letters is not among
+  them (see `actors._mail`).
+- compensations: those the kept steps registered are kept, not yet run; a
+  kept step whose compensation already ran (the source failed and
+  compensated) refuses the fork, since its outcome was undone: fork from
+  before it.
+- stream: the values emitted before the fork point (by earlier runs, and by
+  the kept part of the last one) are kept; those the discarded part emitted
+  are dropped. Consumers' cursors are not kept: a consumer reads the new
+  incarnation's stream from where it asks, as after any new incarnation.
+- timers: a timer the discarded part armed is gone with its run (no timer
+  outlives the incarnation it belongs to); one the kept part armed and that
+  had not fired is armed again, at its recorded due time, when the new run
+  reaches it.
+- exports: none until the new run publishes (a publish is not replayed).
+- children: those the kept part made are kept as they are (a completed
+  call gives its recorded result). Those the discarded part made were
+  cancelled when the source ended (a parent's end cancels its live
+  children); the fork removes their records (and their descendants'), each
+  kept in its address's history with its incarnation as the address's
+  floor, so a new run that calls them again starts them afresh, as new
+  incarnations. A child of the discarded part that is still live refuses
+  the fork (cancel it first). A fork ``to`` another address refuses a kept
+  part that made children: they belong to the source's address.
+
+What is refused, with `InvalidArguments` saying what to do: a source that
+is live (running, suspended), queued or ``compensation_stuck``; a child (its
+parent's run decides its children); a fork point past the end of the log;
+a kept part that does not replay on the current code (checked as
+`actors.testing.replay_check` checks a history, before anything is
+written); a ``to`` address that is live or completed, or that the source's
+process does not resolve.
+
+The record the fork replaces (the source, or an ended instance at ``to``)
+is kept in its address's history (``actors show ADDRESS --incarnation N``),
+as a retry keeps it (`actors._retry`).
+
+The transaction is built here (`fork_txn`), from what `read_for_fork` read,
+for the runtime and the command line alike; `fork` is the runtime's half.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from storage import (
+    LIVE_STATUSES,
+    STATUS_WORDS,
+    TERMINAL_STATUSES,
+    InstanceRecord,
+    InstanceRow,
+    Reader,
+    encode,
+    instance_id,
+)
+from storage.errors import Conflict
+
+from . import _guard, _mail, _protocol, _tracing
+from ._handles import Handle
+from ._instance import Actor
+from ._interfaces import SystemAPI
+from ._log import LogEntry, children_named
+from ._retry import Kept, _keep, read_kept
+from .errors import InvalidArguments, NotDelivered
+
+__all__ = [
+    "FORKED", "ForkPlan", "after_step", "fork", "fork_txn", "params_of", "read_for_fork",
+    "refusal",
+]  # fmt: skip
+
+#: The statuses a fork starts from: ended ones.
+FORKED = TERMINAL_STATUSES
+
+# What a target at ``to`` may be: nothing, or an instance that failed or was
+# cancelled (a completed one is never run again, as for a retry).
+_REPLACEABLE = frozenset({"failed", "cancelled"})
+
+_STREAM_BATCH = 1000
+_RACED = _protocol.START_RACED | {"state"}
+
+
+@attrs.frozen
+class ForkPlan:
+    """What a fork read: the source, its last run's log split at the fork
+    point, what is at the target address, the children of the discarded
+    part to reset (children first), the mail to put in the new incarnation's
+    mailbox, and the stream values it keeps."""
+
+    source: InstanceRow
+    from_effect: int
+    prefix: dict[int, LogEntry]
+    suffix: dict[int, LogEntry]
+    target_address: str
+    target_iid: bytes
+    target: InstanceRow | None
+    floor: int
+    kept: tuple[int, list[Kept]]
+    resets: list[tuple[InstanceRow, tuple[int, list[Kept]]]]
+    live_children: list[InstanceRow]
+    mail: list[list[Any]]
+    stream: list[Any]
+    dead: frozenset[int]
+
+    @property
+    def last(self) -> int:
+        """The last position of the source's log (0: empty)."""
+        return max([*self.prefix, *self.suffix], default=0)
+
+
+def after_step(entries: dict[int, LogEntry], name: str) -> int | None:
+    """The fork point just after the first step named ``name`` that has an
+    outcome in ``entries`` (its position: the step is kept, what follows
+    runs again); None if the log has none."""
+    for seq, entry in sorted(entries.items()):
+        if entry.kind == "step" and entry.name == name and entry.is_outcome:
+            return seq
+    return None
+
+
+def params_of(template: str, address: str) -> list[str] | None:
+    """The path params that make ``address`` from ``template``; None if the
+    template cannot make it."""
+    parts, given = template.split("/"), address.split("/")
+    if len(parts) != len(given):
+        return None
+    params = []
+    for part, value in zip(parts, given):
+        if part.startswith(":"):
+            if not value:
+                return None
+            params.append(value)
+        elif part != value:
+            return None
+    return params
+
+
+def read_for_fork(
+    r: Reader, iid: bytes, from_effect: int, to: str | None
+) -> tuple[ForkPlan | None, int]:
+    """The plan of a fork of ``iid`` from ``from_effect`` (to ``to``, or the
+    same address), or None if there is no instance (and then the last
+    incarnation a cleanup removed there, 0 if none). Reads everything a
+    refusal looks at; `refusal` says whether the fork may go ahead.
+
+    Raises:
+        JournalCorrupt: a record it reads does not decode.
+    """
+    row, floor = _protocol.read_for_start(r, iid)
+    if row is None:
+        return None, floor
+    entries = r.entries(iid, row.record.run) if row.status != "corrupt" else {}
+    prefix = {s: e for s, e in entries.items() if s <= from_effect}
+    suffix = {s: e for s, e in entries.items() if s > from_effect}
+    target: InstanceRow | None
+    if to is None or to == row.address:
+        target_address, target_iid, target, target_floor = row.address, iid, row, 0
+    else:
+        target_address, target_iid = to, instance_id(to)
+        target, target_floor = _protocol.read_for_start(r, target_iid)
+    kept = read_kept(r, target_iid) if target is not None else (0, [])
+    resets: list[tuple[InstanceRow, tuple[int, list[Kept]]]] = []
+    live: list[InstanceRow] = []
+    named_before = children_named(prefix)
+    seen = {iid, target_iid}
+    for address in children_named(suffix):
+        if address not in named_before:
+            _descendants(r, address, row.address, resets, live, seen)
+    dead = _mail.dead_ids(r, iid)
+    mail = _put_back(suffix, dead) + [_copied(m) for _, m in r.mailbox(iid)]
+    return ForkPlan(
+        row, from_effect, prefix, suffix, target_address, target_iid, target, target_floor,
+        kept, resets, live, mail, _kept_stream(r, iid, entries, prefix), dead,
+    ), 0  # fmt: skip
+
+
+def _descendants(
+    r: Reader, address: str, parent: str,
+    into: list[tuple[InstanceRow, tuple[int, list[Kept]]]], live: list[InstanceRow],
+    seen: set[bytes],
+) -> None:  # fmt: skip
+    """Add the child at ``address`` (if it is ``parent``'s) to ``into``,
+    after its own descendants; a live one to ``live`` instead."""
+    iid = instance_id(address)
+    if iid in seen:
+        return
+    seen.add(iid)
+    child = r.instance(iid)
+    if child is None or child.record.parent != parent:
+        return
+    if child.status not in TERMINAL_STATUSES:
+        live.append(child)
+        return
+    if child.status != "corrupt":
+        for grandchild in children_named(r.entries(iid, child.record.run)):
+            _descendants(r, grandchild, address, into, live, seen)
+    into.append((child, read_kept(r, iid)))
+
+
+def _put_back(suffix: dict[int, LogEntry], dead: frozenset[int]) -> list[list[Any]]:
+    """The messages the discarded part took, in the order they arrived, as
+    mailbox records (their sent time is not in the log: the fork's own
+    stands in, see `fork_txn`). Children's end messages are left out: the
+    children of the discarded part are reset."""
+    taken = sorted(
+        (entry.message, entry.signal or entry.name, entry.value)
+        for entry in suffix.values()
+        if entry.kind == "wait" and entry.message is not None and entry.is_outcome
+        and entry.message not in dead
+    )  # fmt: skip
+    return [[name, value] for _, name, value in taken]
+
+
+def _copied(message: Any) -> list[Any]:
+    """An unread message as the new mailbox holds it: signal, payload, sent
+    time and trace, its ask left out (the source answered it when it ended)."""
+    return list(message[:4])
+
+
+def _kept_stream(
+    r: Reader, iid: bytes, entries: dict[int, LogEntry], prefix: dict[int, LogEntry]
+) -> list[Any]:
+    """The stream values emitted before the fork point. Only the last run
+    emits, one value per emit entry, in order, so the run's values are the
+    stream's last ``emits`` ones."""
+    emits = sum(1 for e in entries.values() if e.kind == "emit")
+    kept_emits = sum(1 for e in prefix.values() if e.kind == "emit")
+    keep = max(0, r.stream_length(iid) - emits + kept_emits)
+    values: list[Any] = []
+    while len(values) < keep:
+        batch = r.stream(iid, len(values), min(_STREAM_BATCH, keep - len(values)))
+        if not batch:
+            break
+        values.extend(v for _, v in batch)
+    return values
+
+
+def refusal(address: str, plan: ForkPlan, to: str | None) -> str | None:
+    """Why ``plan`` cannot go ahead (short of the replay check, which needs
+    the code), as a message that says what to do instead; None if it can."""
+    row = plan.source
+    cannot = f"cannot fork {address!r}"
+    status = row.status
+    if row.record.parent:
+        return (
+            f"{cannot}: it is a child of {row.record.parent!r}, whose run decides its "
+            f"children; fork {row.record.parent!r} instead"
+        )
+    if status not in FORKED:
+        words = STATUS_WORDS.get(status, f"it is {status}")
+        if status == "compensation_stuck":
+            return (
+                f"{cannot}: {words}; resume its compensation (resume_compensation) or "
+                "abandon it (abandon_compensation), then fork it"
+            )
+        return (
+            f"{cannot}: {words}; only an ended (completed, failed or cancelled) instance is "
+            "forked: wait for it to end, or cancel it first"
+        )
+    if not isinstance(plan.from_effect, int) or plan.from_effect < 0:
+        return f"{cannot}: from_effect must be a position >= 0, not {plan.from_effect!r}"
+    if plan.from_effect > plan.last:
+        return (
+            f"{cannot} from effect {plan.from_effect}: its log ends at position {plan.last}; "
+            f"fork from 0 to {plan.last} ('actors show {address}' lists the log)"
+        )
+    keys = {e.key for e in plan.prefix.values() if e.key}
+    undone = [c for c in row.record.compensations if c.get("id") in keys
+              and c.get("id") in row.record.compensated]  # fmt: skip
+    if undone:
+        first = min(
+            seq for seq, e in plan.prefix.items() if e.key == undone[0].get("id")
+        )
+        return (
+            f"{cannot} from effect {plan.from_effect}: the kept step {undone[0].get('name')!r} "
+            f"(effect {first}) was compensated when it ended, so its outcome was undone; fork "
+            f"from before it (from_effect={first - 1}) so that it runs again"
+        )
+    for child in plan.live_children:
+        return (
+            f"{cannot}: its child {child.address!r}, made after the fork point, is still "
+            f"{child.status}; cancel it first ('actors cancel {child.address}')"
+        )
+    if to is not None and to != row.address:
+        made = children_named(plan.prefix)
+        if made:
+            first_child = min(made, key=made.__getitem__)
+            return (
+                f"{cannot} to {to!r}: the kept part made the child {first_child!r} (effect "
+                f"{made[first_child]}), which belongs to {row.address!r}; fork to the same "
+                f"address, or from before effect {made[first_child]}"
+            )
+        if params_of(row.process, to) is None:
+            return (
+                f"{cannot} to {to!r}: its process {row.process!r} does not make that "
+                "address; give an address of the same process"
+            )
+        target = plan.target
+        if target is not None and target.status not in _REPLACEABLE:
+            words = STATUS_WORDS.get(target.status, f"it is {target.status}")
+            return (
+                f"{cannot} to {to!r}: there is an instance there, and {words}; fork to a "
+                "free address, or to one whose instance failed or was cancelled"
+            )
+    return None
+
+
+def fork_txn(
+    plan: ForkPlan,
+    *,
+    input: dict[str, Any] | None,
+    now: float,
+    max_payload: int | None = None,
+    trace: str | None = None,
+    encoded_input: bytes | None = None,
+) -> _protocol.Start:
+    """The fork of ``plan`` (checked by `refusal` and the replay check): a
+    new incarnation at the target address, running, whose run 0 holds the
+    kept log; the replaced record (if any) kept in the address's history;
+    each child of the discarded part reset; the mail and stream described in
+    the module doc.
+
+    Invariant: it commits only over what it read (the instance at the
+    target, each reset child and each history row at the version read),
+    else it fails with `Conflict` (a reason in `_protocol.START_RACED`, or
+    ``"state"``) and writes nothing. The source, at another address, is
+    left as it was.
+
+    Raises:
+        EncodeError: a record or the input holds a value that cannot be stored.
+    """
+    source = plan.source
+    record = source.record
+    params: Sequence[str] = record.params
+    if plan.target_iid != source.iid:
+        params = params_of(source.process, plan.target_address) or []
+    keys = {e.key for e in plan.prefix.values() if e.key}
+    compensations = [c for c in record.compensations if c.get("id") in keys]
+    start = _protocol.start_txn(
+        plan.target_iid, address=plan.target_address, process=source.process, params=params,
+        input=dict(record.input or {}) if input is None else input, parent=None,
+        previous=plan.target, floor=plan.floor, now=now, max_payload=max_payload,
+        trace=trace, encoded_input=encoded_input,
+        fields={"compensations": compensations} if compensations else None,
+    )  # fmt: skip
+    txn = start.txn
+    if plan.target is not None:
+        _keep(txn, plan.target, plan.kept, now)
+    if plan.target_iid != source.iid:
+        # The source stays as it is: on condition that it still is.
+        txn.require(source.iid, frozenset({source.status}), incarnation=record.incarnation)
+    iid = plan.target_iid
+    for seq, entry in sorted(plan.prefix.items()):
+        txn.put_log(iid, 0, seq, entry.to_stored())
+    for message in plan.mail:  # a message put back has no sent time: the fork's
+        txn.append_message(iid, message if len(message) > 2 else [*message, now])
+    for value in plan.stream:
+        txn.append_stream(iid, value)
+    for child, kept in plan.resets:
+        txn.require(child.iid, frozenset({child.status}), incarnation=child.record.incarnation)
+        txn.delete_instance(child.iid)
+        txn.put_state(_protocol.floor_key(child.iid), child.record.incarnation)
+        _keep(txn, child, kept, now)
+    return start
+
+
+# -- the runtime's half ----------------------------------------------------------------
+
+
+class ForkHost(SystemAPI, Protocol):
+    """What `fork` asks of the system beside `SystemAPI`."""
+
+    _creating: dict[bytes, trio.Event]
+    _routed_absent: set[bytes]
+
+    def _address_iid(self, address: Any, what: str) -> bytes: ...
+
+    async def _run_started(
+        self, iid: bytes, address: str, proc: Any, record: InstanceRecord
+    ) -> Any: ...
+
+
+async def fork(
+    system: ForkHost, address: str, *, from_effect: int | None, after_step_name: str | None,
+    to: str | None, input: dict[str, Any] | None,
+) -> Handle[Any]:  # fmt: skip
+    """`ActorSystem.fork` (see there)."""
+    _guard.refuse("system.fork()", "fork from outside a process (a step is retried, not forked)")
+    iid = system._address_iid(address, "fork's address")
+    if to is not None:
+        system._address_iid(to, "fork's to=")
+    if (from_effect is None) == (after_step_name is None):
+        raise InvalidArguments(
+            "fork takes one of from_effect= (a log position) or after_step= (a step's name)"
+        )
+    if from_effect is not None and (
+        isinstance(from_effect, bool) or not isinstance(from_effect, int) or from_effect < 0
+    ):
+        raise InvalidArguments(
+            f"fork(from_effect=...) takes a log position >= 0, not {from_effect!r}; "
+            f"'actors show {address}' lists the log"
+        )
+    if input is not None and not isinstance(input, dict):
+        raise InvalidArguments(f"fork(input=...) takes a dict of keyword input or None, not {input!r}")
+    encoded_input = encode(input, what="input") if input else None
+    target_iid = iid if to is None else instance_id(to)
+    waiting_for = {iid, target_iid}
+    for key in waiting_for:  # one start of an address at a time here (as `_start`)
+        while (waiting := system._creating.get(key)) is not None:
+            await waiting.wait()
+    done = trio.Event()
+    for key in waiting_for:
+        system._creating[key] = done
+    try:
+        return await _fork(
+            system, iid, address, from_effect, after_step_name, to, input, encoded_input
+        )
+    finally:
+        for key in waiting_for:
+            del system._creating[key]
+        done.set()
+
+
+async def _fork(
+    system: ForkHost, iid: bytes, address: str, from_effect: int | None,
+    after_step_name: str | None, to: str | None, input: dict[str, Any] | None,
+    encoded_input: bytes | None,
+) -> Handle[Any]:  # fmt: skip
+    while True:  # once more each time another start commits first
+        if after_step_name is not None:
+            point = await system.journal.read(lambda r: _point(r, iid, after_step_name))
+            if point is None:
+                raise InvalidArguments(
+                    f"cannot fork {address!r} after step {after_step_name!r}: its last run has "
+                    "no outcome of a step of that name ('actors show' lists the log)"
+                )
+        else:
+            assert from_effect is not None
+            point = from_effect
+        plan, floor = await system.journal.read(lambda r: read_for_fork(r, iid, point, to))
+        if plan is None:
+            gone = f" (incarnation {floor} was cleaned up)" if floor else ""
+            raise NotDelivered(
+                f"no instance at {address!r} to fork{gone}; check the address",
+                address=address, reason="unknown",
+            )  # fmt: skip
+        row = plan.source
+        if row.address != address:
+            raise InvalidArguments(f"address {address!r} collides with {row.address!r} in the journal")
+        if row.status == "corrupt":
+            raise system._corrupt_error(iid, address)
+        why = refusal(address, plan, to)
+        if why is not None:
+            raise InvalidArguments(why)
+        if plan.target_iid in system._live or iid in system._live:
+            with trio.move_on_after(0.05):  # still leaving memory (it just ended)
+                await system._status_event(plan.target_iid).wait()
+            continue
+        proc = system._proc(row.process)
+        params = tuple(row.record.params)
+        if plan.target_iid != iid:
+            params = tuple(params_of(row.process, plan.target_address) or ())
+            if proc.resolve(*params) != plan.target_address:
+                raise InvalidArguments(
+                    f"cannot fork {address!r} to {plan.target_address!r}: {proc.template!r} "
+                    "does not make that address"
+                )
+        new_input = dict(row.record.input or {}) if input is None else input
+        proc.check_input(params, new_input)
+        start = fork_txn(
+            plan, input=input, now=system.epoch_now(), max_payload=system.max_payload,
+            trace=_tracing.traceparent(system), encoded_input=encoded_input,
+        )  # fmt: skip
+        problem = await _replays(system, plan, proc, start.record)
+        if problem is not None:
+            raise InvalidArguments(
+                f"cannot fork {address!r} from effect {plan.from_effect}: the kept part does "
+                f"not replay on the current code ({problem}); fork from an earlier effect, or "
+                "deploy code that matches the history up to the fork point"
+            )
+        try:
+            await system.journal.commit(start.txn)
+        except Conflict as exc:
+            if exc.reason not in _RACED:
+                raise
+            continue
+        break
+    for child, _ in plan.resets:
+        system._status_changed(child.iid)
+    # Brought in as a start's is, except that it reads what the fork wrote
+    # (its kept log and mail) before it runs, as an instance that mail was
+    # routed to meanwhile does (see `_run_created`).
+    system._routed_absent.add(plan.target_iid)
+    await system._run_started(plan.target_iid, plan.target_address, proc, start.record)
+    # Handles read the new incarnation from now on, not what was last seen
+    # of the one it replaced (a remote journal's reads are cached).
+    await system._refresh(plan.target_iid)
+    system._status_changed(plan.target_iid)
+    return Handle(system, plan.target_iid, plan.target_address, start.record.incarnation)
+
+
+def _point(r: Reader, iid: bytes, name: str) -> int | None:
+    row = r.instance(iid)
+    if row is None or row.status == "corrupt":
+        return 0  # read_for_fork says what is wrong
+    return after_step(r.entries(iid, row.record.run), name)
+
+
+async def _replays(
+    system: ForkHost, plan: ForkPlan, proc: Any, record: InstanceRecord
+) -> str | None:
+    """The first way the kept part does not replay on ``proc``'s code, as
+    `actors.testing.replay_check` finds it; None if it replays."""
+    actor = Actor(system, plan.target_iid, plan.target_address, proc, record)
+    exc = await actor.check_history(dict(plan.prefix))
+    return None if exc is None else str(exc)
