@@ -467,7 +467,7 @@ class _Doc:
             Message(
                 f(m, "id", int, w), f(m, "signal", str, w),
                 from_plain(m.get("payload"), f"{w}['payload']"),
-                f(m, "sent", (int, float, type(None)), w, None), f(m, "trace", (str, type(None)), w, None),
+                f(m, "sent", (int, float, _N), w, None), f(m, "trace", (str, _N), w, None),
             )
             for i, m in enumerate(f(doc, "mail", list, at)) if (w := f"{at}['mail'][{i}]")
         ]  # fmt: skip

@@ -201,9 +201,7 @@ async def test_an_imported_instance_resumes_and_finishes_without_repeating_a_ste
     path = tmp_path / "order-17.history"
     await export(production, "orders/o-17", path)
 
-    laptop = lmdb_store(tmp_path / "laptop")
-    async with laptop.open(order):
-        pass  # an empty journal, as a test's would be
+    laptop = lmdb_store(tmp_path / "laptop")  # no journal there yet: import makes one
     assert 0 == await laptop.cli("import", str(path))
     async with laptop.open(order) as system:
         handle = system.get("orders/o-17")

@@ -8,10 +8,11 @@ does: read-only, beside a running system too.
 ``import FILE`` writes a history's instances into the journal, in one
 transaction, with the transaction `actors._history.import_txn` builds for
 `actors.testing.import_history` too; the instances run when a system that
-runs their processes next opens the journal. It refuses an address where an
-instance is (exit 1) unless ``--replace``, and a journal that a running
-system holds (exit 4): that system would not see the change, and its
-control socket offers no import.
+runs their processes next opens the journal. A ``--journal`` directory
+that does not exist yet is made into a new journal (the one to debug in).
+It refuses an address where an instance is (exit 1) unless ``--replace``,
+and a journal that a running system holds (exit 4): that system would not
+see the change, and its control socket offers no import.
 
 Both take ``--journal postgresql://USER@HOST:PORT/DATABASE`` (with
 ``--schema``, default ``actors``) as well as an LMDB journal's directory.
@@ -43,7 +44,9 @@ __all__ = ["add_history_arguments", "export", "import_"]
 _POSTGRES = ("postgresql://", "postgres://")
 
 
-def add_history_arguments(export_p: argparse.ArgumentParser, import_p: argparse.ArgumentParser) -> None:
+def add_history_arguments(
+    export_p: argparse.ArgumentParser, import_p: argparse.ArgumentParser
+) -> None:
     """The ``export`` and ``import`` commands' own options."""
     export_p.add_argument("address", help="the instance's address, e.g. orders/o-17 ('actors "
                           "list' shows them); its descendants come with it")  # fmt: skip
@@ -140,12 +143,16 @@ def _read_file(name: str) -> _history.History:
 async def import_(args: argparse.Namespace) -> int:
     """``actors import``: a history's instances, into this journal."""
     history = _read_file(args.file)
+    created = False
     try:
         if _is_postgres(args):
             async with _postgres(args, readonly=False) as journal:
                 await _history.import_history(journal, history, replace=args.replace)
         else:
-            path = journal_dir(args)
+            path = Path(args.journal)
+            created = not path.exists()  # a new journal, made for the import
+            if not created:
+                path = journal_dir(args)
             try:
                 async with writing(path) as lmdb:
                     await _history.import_history(lmdb, history, replace=args.replace)
@@ -168,11 +175,12 @@ async def import_(args: argparse.Namespace) -> int:
             f"imported; pass --import MODULE for the module that defines it ({exc})"
         ) from None
     addresses = [one.address for one in history.instances]
-    doc = {"imported": True, "addresses": addresses, "replaced": args.replace,
+    made = f" into a new journal at {args.journal}" if created else ""
+    doc = {"imported": True, "addresses": addresses, "replaced": args.replace, "created": created,
            "statuses": {one.address: one.status for one in history.instances}}  # fmt: skip
 
     def render() -> str:
-        head = (f"imported {plural(len(addresses), 'instance')} from {args.file}; they run "
+        head = (f"imported {plural(len(addresses), 'instance')} from {args.file}{made}; they run "
                 "when a system that runs their processes next opens this journal:")  # fmt: skip
         lines = [head]
         lines += [f"  {one.address}  ({one.status})" for one in history.instances]
