@@ -49,7 +49,7 @@ from .errors import InvalidArguments, NotDelivered
 
 __all__ = [
     "Message", "DeadLetter", "dead_ids", "drop_txn", "handling", "read_dead", "read_mail",
-    "drop_message", "mail", "dropped",
+    "drop_message", "mail", "dropped", "poison",
 ]  # fmt: skip
 
 # How long a drop waits, in seconds, for an instance in memory to leave it.
@@ -220,6 +220,25 @@ async def mail(system: MailHost, address: str) -> list[Message]:
             f"no instance at {address!r}; check the address", address=address, reason="unknown"
         )
     return messages
+
+
+async def poison(system: MailHost, address: str) -> Message | None:
+    """`ActorSystem.poison` (see there)."""
+    iid = system._address_iid(address, "poison's address")
+
+    def read(r: Reader) -> tuple[InstanceRow | None, Message | None]:
+        row = r.instance(iid)
+        if row is None or row.status != "failed":
+            return row, None
+        found = handling(r.entries(iid, row.record.run))
+        return row, None if found is None else found[1]
+
+    row, message = await system.journal.read(read)
+    if row is None:
+        raise NotDelivered(
+            f"no instance at {address!r}; check the address", address=address, reason="unknown"
+        )
+    return message
 
 
 async def dropped(system: MailHost, address: str) -> list[DeadLetter]:
