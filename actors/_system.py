@@ -568,6 +568,18 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         """
         return await _mail.mail(self, address)
 
+    async def poison(self, address: str) -> _mail.Message | None:
+        """The message a failed instance was handling when it failed (the
+        latest its last run took: for one that crashed past its restart
+        limit, the message of the last crash), read from its run's log,
+        which stays with it until cleanup; None if it is not failed or took
+        none. ``actors show`` names it; `drop_message` takes its id.
+
+        Raises:
+            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
+        """
+        return await _mail.poison(self, address)
+
     async def dropped(self, address: str) -> list[_mail.DeadLetter]:
         """The messages dropped from the instances at ``address``
         (`drop_message`), oldest first; kept until the cleanup that removes
