@@ -46,6 +46,7 @@ import trio
 
 import actors
 from actors import Context, Retry, Signal, process
+from actors.testing import wait_quiescent
 from storage import PostgresJournal, instance_id
 
 work = Signal("work")
@@ -190,6 +191,9 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         return await system.cancel(request["address"])
     if cmd == "freeze_in_batch":  # SIGSTOP this process once a batch holds the address's row
         _freeze_in_next_batch(system.journal, instance_id(request["address"]))
+        return None
+    if cmd == "quiescent":  # wait until this node has nothing left to do
+        await wait_quiescent(system, timeout=request.get("timeout", 15.0))
         return None
     if cmd == "loaded":  # how many instances this node holds in memory
         return sum(1 for actor in system._live.values() if actor.loaded and not actor.done)

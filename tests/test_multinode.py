@@ -29,6 +29,7 @@ import pytest
 import trio
 
 import actors
+from actors.testing import wait_quiescent
 from storage import Conflict, InstanceRecord, JournalLocked, Txn, instance_id
 from tests.pg import fresh_schema
 
@@ -328,7 +329,7 @@ async def test_mail_for_another_nodes_instance_notifies_it(node, savepoints):
         b._writer.force_savepoints = savepoints
         seen: list[bytes] = []
         a.on_mail(seen.append)
-        await create(a, X)
+        await create(a, X, Z)
         await create(b, Y)
         txn = Txn()
         txn.require(X, frozenset({"running", "suspended"}))
@@ -344,8 +345,13 @@ async def test_mail_for_another_nodes_instance_notifies_it(node, savepoints):
         mine = Txn()
         mine.append_message(X, ["work", 4, 0.0])
         await a.commit(mine)  # a's own: no notice
-        await trio.sleep(0.3)
-        assert [X] == seen
+        # A last notice, from b: notices come in commit order, so one for
+        # the refused or for a's own commit would have come before it.
+        last = Txn()
+        last.append_message(Z, ["work", 5, 0.0])
+        await b.commit(last)
+        await until(lambda: Z in seen, what="the last notice")
+        assert [X, Z] == seen
 
 
 async def test_many_notices_in_one_batch(node):
@@ -457,7 +463,9 @@ async def test_a_notice_during_an_unfinished_take_does_not_deliver_it_twice(node
         await until(lambda: 2 in actor.mailbox.messages, what="the second message to reach a")
         gate.set()
         await until(lambda: 2 in handled_here, what="both messages handled")
-        await trio.sleep(0.3)
+        # A second handling of either would come before both are quiescent.
+        await wait_quiescent(a)
+        await wait_quiescent(b)
     assert [1, 2] == handled_here
 
 
@@ -597,6 +605,14 @@ class Cluster:
     def end(self) -> None:
         for n in self.nodes:
             n.end()
+
+    def quiescent(self) -> None:
+        """Wait until every running node has nothing left to do
+        (`actors.testing.wait_quiescent` in each): a message handled a
+        second time, by whichever node, is in the side file by then."""
+        for n in self.nodes:
+            if n.proc.poll() is None:
+                n.call("quiescent")
 
     def query(self, query: str, params=None) -> list[tuple]:
         return sql(self.dsn, query.replace("{s}", f'"{self.schema}"'), params)
@@ -765,7 +781,7 @@ def test_sigkill_under_load_loses_nothing_and_moves_the_instances(cluster):
     assert not errors
     assert len(acked) == 2 * 4 * 60
     wait_for(lambda: acked <= set(cluster.handled()), 30, "every acknowledged message handled")
-    time.sleep(0.3)  # anything handled twice would show up by now
+    cluster.quiescent()  # anything handled twice is in the side file by now
     doubled = audit_exactly_once(cluster, acked, killed="a")
     wait_for(lambda: acked <= set(cluster.emitted()), 5, "every handled message's emit")
     emitted = cluster.emitted()
@@ -784,7 +800,7 @@ def test_sigstop_past_the_lease_moves_the_instances_and_fences_the_sleeper(clust
     for i, address in enumerate(frozen):
         b.call("send", address=address, payload={"id": i})
     wait_for(lambda: len(cluster.handled()) == 4, 5, "a to handle the first messages")
-    time.sleep(0.2)  # a is idle: its instances wait for mail
+    a.call("quiescent")  # a is idle: its instances wait for mail
     stopped_at = time.monotonic()
     a.signal(signal.SIGSTOP)
     try:
@@ -802,7 +818,7 @@ def test_sigstop_past_the_lease_moves_the_instances_and_fences_the_sleeper(clust
         a.call("send", address=address, payload={"id": 20 + i})
     wait_for(lambda: len(cluster.handled()) == 12, 5, "the mail a sent after waking")
     wait_for(lambda: a.log.read_text().count("gave up 'sink/f") == 4, 5, "a to give them up")
-    time.sleep(0.3)
+    cluster.quiescent()
     handled = cluster.handled()
     assert all(len(lines) == 1 for lines in handled.values()), handled
     late = [str(i) for i in range(10, 24) if str(i) in handled]  # sent once a was frozen
@@ -832,7 +848,7 @@ def test_a_timer_due_while_its_owner_is_dead_fires_once_elsewhere(cluster):
     cluster.start("b", "c")
     wait_for(lambda: len(cluster.handled("T")) == len(sleepers), 10, "the timers to fire")
     wait_for(lambda: all(cluster.status(s) == "completed" for s in sleepers), 5, "completion")
-    time.sleep(0.5)
+    cluster.quiescent()
     fired = cluster.handled("T")
     assert {s.split("/")[1] for s in sleepers} == set(fired)
     assert all(len(lines) == 1 and lines[0][0] in ("b", "c") for lines in fired.values()), fired
