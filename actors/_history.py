@@ -15,7 +15,7 @@ consumer cursors, send keys, and the records of earlier incarnations a
 retry kept. Nothing in it is the journal's own encoding: records and log
 entries have their fields' full names, values are JSON, and a value JSON
 cannot carry (a tuple, bytes, a datetime, a ``@serializable`` class, ...)
-is an object with one ``"$tag"`` key (see `to_plain`). A reader refuses a
+is an object with one ``"$tag"`` key (see `_history_values`). A reader refuses a
 ``version`` it does not know, with `HistoryFormatError`, rather than
 misreading it.
 
@@ -29,34 +29,25 @@ journal).
 
 from __future__ import annotations
 
-import base64
-import datetime as _dt
-import decimal
 import json
-import math
 import time
-import uuid
-import zoneinfo
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
-import msgpack
 
 from storage import (
     NO_VALUE,
     InstanceRecord,
-    Opaque,
     InstanceRow,
     Journal,
     LogEntry,
     Reader,
     Txn,
-    decode,
-    encode,
     instance_id,
 )
 
+from ._history_values import bad, from_plain, to_plain
 from ._log import children_named
 from ._protocol import history_key, key_cursor, key_of
 from ._retry import KEPT_INCARNATIONS, Kept, read_kept
@@ -64,7 +55,7 @@ from .errors import AlreadyStarted, HistoryFormatError, NotDelivered
 
 __all__ = [
     "FORMAT", "VERSION", "History", "InstanceHistory", "Message", "Timer",
-    "to_plain", "from_plain", "dumps", "loads", "read_history", "import_txn",
+    "dumps", "loads", "read_from", "read_history", "read_for_import", "import_txn",
     "import_history",
 ]  # fmt: skip
 
@@ -73,197 +64,7 @@ FORMAT = "actors-history"
 #: The version of the format this module writes, and the only one it reads.
 VERSION = 1
 
-# The ext type code of ``@serializable`` records in `storage`'s codec
-# (released codes keep their meaning forever: see storage._codec).
-_CODEC_RECORD = 11
-_JSON_SAFE_INT = 1 << 53  # past this, JSON tools lose digits: written as text
 _STREAM_PAGE = 1000
-
-
-# -- values -------------------------------------------------------------------------
-
-
-def to_plain(value: Any) -> Any:
-    """``value`` (anything the codec carries) as JSON data.
-
-    None, bool, str, finite floats, ints within ±2**53, lists and maps with
-    str keys are themselves; anything else is a one-key object:
-    ``{"$tuple": [...]}``, ``{"$set": [...]}``, ``{"$frozenset": [...]}``,
-    ``{"$bytes": base64}``, ``{"$int": "digits"}``, ``{"$float": "nan" |
-    "inf" | "-inf"}``, ``{"$datetime": [naive ISO, zone, fold]}``,
-    ``{"$date": ISO}``, ``{"$time": [naive ISO, zone, fold]}``,
-    ``{"$timedelta": [days, seconds, microseconds]}``, ``{"$decimal":
-    text}``, ``{"$uuid": text}``, ``{"$class": [codec name, {field: value}]}``
-    and ``{"$map": [[key, value], ...]}`` (a map with a key that is no str,
-    or that would read as a tag). A zone is null (naive), an IANA name, or
-    an offset in microseconds.
-    """
-    kind = type(value)
-    if value is None or kind is bool or kind is str:
-        return value
-    if kind is int:
-        return value if -_JSON_SAFE_INT < value < _JSON_SAFE_INT else {"$int": str(value)}
-    if kind is float:
-        return value if math.isfinite(value) else {"$float": repr(value)}
-    if kind is list:
-        return [to_plain(item) for item in value]
-    if kind is dict:
-        if all(type(k) is str for k in value) and not _looks_tagged(value):
-            return {k: to_plain(v) for k, v in value.items()}
-        return {"$map": [[to_plain(k), to_plain(v)] for k, v in value.items()]}
-    if kind is tuple:
-        return {"$tuple": [to_plain(item) for item in value]}
-    if kind is set or kind is frozenset:
-        # The codec's canonical order: sorted by each element's encoding.
-        items = sorted(value, key=lambda item: encode(item))
-        return {"$set" if kind is set else "$frozenset": [to_plain(item) for item in items]}
-    if kind is bytes:
-        return {"$bytes": base64.b64encode(value).decode()}
-    if kind is _dt.datetime or kind is _dt.time:
-        naive = value.replace(tzinfo=None).isoformat()
-        sample = value if kind is _dt.datetime else None
-        tag = "$datetime" if kind is _dt.datetime else "$time"
-        return {tag: [naive, _zone(value.tzinfo, sample), value.fold]}
-    if kind is _dt.date:
-        return {"$date": value.isoformat()}
-    if kind is _dt.timedelta:
-        return {"$timedelta": [value.days, value.seconds, value.microseconds]}
-    if kind is decimal.Decimal:
-        return {"$decimal": str(value)}
-    if kind is uuid.UUID:
-        return {"$uuid": str(value)}
-    # A @serializable record (or an `Opaque` one, read without its class):
-    # the codec writes it as [name, fields]; read that back from its encoding.
-    name, fields = _record_parts(value)
-    return {"$class": [name, to_plain(fields)]}
-
-
-def _looks_tagged(value: dict[str, Any]) -> bool:
-    return len(value) == 1 and next(iter(value)).startswith("$")
-
-
-def _zone(tz: _dt.tzinfo | None, sample: Any) -> Any:
-    if tz is None:
-        return None
-    key = getattr(tz, "key", None)
-    if isinstance(key, str):
-        return key
-    offset = tz.utcoffset(sample)
-    return None if offset is None else offset // _dt.timedelta(microseconds=1)
-
-
-def _record_parts(value: Any) -> tuple[str, dict[str, Any]]:
-    if isinstance(value, Opaque):
-        return value.name, value.fields
-    ext = msgpack.unpackb(encode(value), ext_hook=msgpack.ExtType)
-    if not isinstance(ext, msgpack.ExtType) or ext.code != _CODEC_RECORD:
-        raise TypeError(f"{type(value).__qualname__} is not a value the codec carries")
-    name, fields = decode(ext.data)
-    return name, fields
-
-
-def from_plain(value: Any, where: str = "value") -> Any:
-    """The value `to_plain` gave ``value`` for.
-
-    Raises:
-        HistoryFormatError: ``value`` is not what `to_plain` writes (an
-            unknown tag, a tag of the wrong shape), naming ``where``; or it
-            holds a ``@serializable`` class no imported module registers.
-    """
-    kind = type(value)
-    if value is None or kind in (bool, str, int, float):
-        return value
-    if kind is list:
-        return [from_plain(item, f"{where}[{i}]") for i, item in enumerate(value)]
-    if kind is not dict:
-        raise _bad(where, f"is a {kind.__name__}, which JSON does not give")
-    if not _looks_tagged(value):
-        return {k: from_plain(v, f"{where}[{k!r}]") for k, v in value.items()}
-    ((tag, inner),) = value.items()
-    at = f"{where}[{tag!r}]"
-    try:
-        return _untag(tag, inner, at)
-    except HistoryFormatError:
-        raise
-    except (TypeError, ValueError, KeyError, OverflowError) as exc:
-        raise _bad(at, f"does not read as {tag} ({exc})") from None
-
-
-def _untag(tag: str, inner: Any, at: str) -> Any:
-    if tag in ("$tuple", "$set", "$frozenset"):
-        if type(inner) is not list:
-            raise ValueError("not a list")
-        items = [from_plain(item, f"{at}[{i}]") for i, item in enumerate(inner)]
-        return {"$tuple": tuple, "$set": set, "$frozenset": frozenset}[tag](items)
-    if tag == "$map":
-        pairs = [(from_plain(k, f"{at}[{i}][0]"), from_plain(v, f"{at}[{i}][1]"))
-                 for i, (k, v) in enumerate(inner)]  # fmt: skip
-        return dict(pairs)
-    if tag == "$bytes":
-        return base64.b64decode(_text(inner), validate=True)
-    if tag == "$int":
-        return int(_text(inner))
-    if tag == "$float":
-        if inner not in ("nan", "inf", "-inf"):
-            raise ValueError(f"{inner!r} is not nan, inf or -inf")
-        return float(inner)
-    if tag in ("$datetime", "$time"):
-        naive, zone, fold = inner
-        cls = _dt.datetime if tag == "$datetime" else _dt.time
-        return cls.fromisoformat(_text(naive)).replace(tzinfo=_tz(zone), fold=fold)
-    if tag == "$date":
-        return _dt.date.fromisoformat(_text(inner))
-    if tag == "$timedelta":
-        days, seconds, micros = inner
-        return _dt.timedelta(days=days, seconds=seconds, microseconds=micros)
-    if tag == "$decimal":
-        return decimal.Decimal(_text(inner))
-    if tag == "$uuid":
-        return uuid.UUID(_text(inner))
-    if tag == "$class":
-        return _record_value(inner, at)
-    raise _bad(at, f"is an unknown tag {tag!r} (a map whose one key starts with '$' is $map)")
-
-
-def _text(value: Any) -> str:
-    if type(value) is not str:
-        raise ValueError(f"{value!r} is not a str")
-    return value
-
-
-def _tz(zone: Any) -> _dt.tzinfo | None:
-    if zone is None:
-        return None
-    if isinstance(zone, str):
-        return zoneinfo.ZoneInfo(zone)
-    if zone == 0:
-        return _dt.timezone.utc
-    return _dt.timezone(_dt.timedelta(microseconds=zone))
-
-
-def _record_value(inner: Any, at: str) -> Any:
-    name, fields = inner
-    fields = from_plain(fields, f"{at}[1]")
-    if not isinstance(name, str) or not isinstance(fields, dict):
-        raise ValueError("not [codec name, {field: value}]")
-    # Built by the codec from its own encoding of a record, so the class
-    # registered under ``name`` makes it, exactly as a journal read would.
-    data = msgpack.packb(msgpack.ExtType(_CODEC_RECORD, encode([name, fields])))
-    try:
-        return decode(data)
-    except ValueError as exc:
-        raise HistoryFormatError(
-            f"the history's {at} is a {name!r}, which no imported module registers: import "
-            "the module that defines it (decorated with @actors.serializable) first, or pass "
-            f"--import MODULE to the command line ({exc})"
-        ) from None
-
-
-def _bad(where: str, what: str) -> HistoryFormatError:
-    return HistoryFormatError(
-        f"not a readable history: {where} {what}; export it again with "
-        "'python -m actors export ADDRESS'"
-    )
 
 
 # -- the document --------------------------------------------------------------------
@@ -433,7 +234,7 @@ class _Doc:
         doc = self.doc
         instances = self.field(doc, "instances", list, "history")
         if not instances:
-            raise _bad("history['instances']", "is empty")
+            raise bad("history['instances']", "is empty")
         return History(
             address=self.field(doc, "address", str, "history"),
             exported=float(self.field(doc, "exported", (int, float), "history")),
@@ -443,14 +244,14 @@ class _Doc:
 
     def field(self, doc: Any, name: str, types: Any, where: str, default: Any = NO_VALUE) -> Any:
         if not isinstance(doc, dict):
-            raise _bad(where, "is not an object")
+            raise bad(where, "is not an object")
         if name not in doc:
             if default is not NO_VALUE:
                 return default
-            raise _bad(where, f"has no {name!r}")
+            raise bad(where, f"has no {name!r}")
         value = doc[name]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
-            raise _bad(f"{where}[{name!r}]", f"is {value!r}")
+            raise bad(f"{where}[{name!r}]", f"is {value!r}")
         return value
 
     def instance(self, doc: Any, at: str) -> InstanceHistory:
@@ -478,10 +279,10 @@ class _Doc:
         consumers = f(doc, "consumers", dict, at, {})
         for name, position in consumers.items():
             if type(position) is not int or position < 0:
-                raise _bad(f"{at}['consumers'][{name!r}]", f"is {position!r}, not a position")
+                raise bad(f"{at}['consumers'][{name!r}]", f"is {position!r}, not a position")
         keys = f(doc, "send_keys", list, at, [])
         if not all(isinstance(k, str) for k in keys):
-            raise _bad(f"{at}['send_keys']", "holds a key that is no str")
+            raise bad(f"{at}['send_keys']", "holds a key that is no str")
         kept = [
             Kept(f(k, "incarnation", int, w), f(k, "process", str, w), f(k, "status", str, w),
                  self.record(f(k, "record", dict, w), f"{w}['record']"),
@@ -502,7 +303,7 @@ class _Doc:
     def record(self, doc: dict[str, Any], at: str) -> InstanceRecord:
         unknown = set(doc) - {*_RECORD_FIELDS, "extra"}
         if unknown:
-            raise _bad(at, f"has fields no record has: {sorted(unknown)}")
+            raise bad(at, f"has fields no record has: {sorted(unknown)}")
         fields = {name: from_plain(value, f"{at}[{name!r}]") for name, value in doc.items()}
         _check_types(fields, _RECORD_TYPES, at)
         try:
@@ -510,13 +311,13 @@ class _Doc:
             # The journal's own check of every field's type, on the stored form.
             return InstanceRecord.from_stored(record.to_stored())
         except (TypeError, ValueError) as exc:
-            raise _bad(at, f"is not an instance record ({exc})") from None
+            raise bad(at, f"is not an instance record ({exc})") from None
 
     def entry(self, doc: Any, at: str) -> tuple[int, LogEntry]:
         seq = self.field(doc, "effect", int, at)
         unknown = set(doc) - {*_ENTRY_FIELDS, "effect", "extra"}
         if unknown:
-            raise _bad(at, f"has fields no log entry has: {sorted(unknown)}")
+            raise bad(at, f"has fields no log entry has: {sorted(unknown)}")
         fields = {
             name: from_plain(value, f"{at}[{name!r}]")
             for name, value in doc.items() if name not in ("effect", "hash")
@@ -527,7 +328,7 @@ class _Doc:
             entry = LogEntry(**fields)
             return seq, LogEntry.from_stored(entry.to_stored())
         except (TypeError, ValueError) as exc:
-            raise _bad(at, f"is not a log entry ({exc})") from None
+            raise bad(at, f"is not a log entry ({exc})") from None
 
 
 _N = type(None)
@@ -556,7 +357,7 @@ def _check_types(fields: dict[str, Any], types: dict[str, tuple[type, ...]], at:
         if allowed is not None and (
             not isinstance(value, allowed) or (type(value) is bool and bool not in allowed)
         ):
-            raise _bad(f"{at}[{name!r}]", f"is {value!r}, a {type(value).__name__}")
+            raise bad(f"{at}[{name!r}]", f"is {value!r}, a {type(value).__name__}")
 
 
 def _tuple(types: Any) -> tuple[Any, ...]:

@@ -24,7 +24,7 @@ import trio.testing
 
 import actors
 from actors import _history
-from actors._history import from_plain, to_plain
+from actors._history_values import from_plain, to_plain
 from actors.testing import import_history, replay_history
 from storage import LMDBJournal, Opaque, encode
 from tests import strategies
