@@ -13,7 +13,7 @@ deposit; its asks are recorded, so they are never sent twice.
 Run:  python examples/accounts.py [JOURNAL_DIR]   (a temporary journal by default)
 """
 
-import sys
+import argparse
 import tempfile
 
 import trio
@@ -78,5 +78,12 @@ async def main(path: str) -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+    )
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="accounts-") as scratch:
-        trio.run(main, sys.argv[1] if len(sys.argv) > 1 else scratch)
+        trio.run(main, args.journal or scratch)

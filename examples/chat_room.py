@@ -11,7 +11,7 @@ journal, so this works across restarts of the program too).
 Run:  python examples/chat_room.py [JOURNAL_DIR]   (a temporary journal by default)
 """
 
-import sys
+import argparse
 import tempfile
 
 import trio
@@ -85,5 +85,12 @@ async def main(path: str) -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+    )
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chat-room-") as scratch:
-        trio.run(main, sys.argv[1] if len(sys.argv) > 1 else scratch)
+        trio.run(main, args.journal or scratch)

@@ -11,7 +11,7 @@ Run:  python examples/fan_out.py [JOURNAL_DIR] [ITEMS]
 (a temporary journal and 100 items by default; at most 1000 items per scope)
 """
 
-import sys
+import argparse
 import tempfile
 
 import trio
@@ -78,6 +78,13 @@ async def main(path: str, size: int) -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+    )
+    parser.add_argument("items", nargs="?", type=int, default=100, help="how many items (default: 100)")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fan-out-") as scratch:
-        journal = sys.argv[1] if len(sys.argv) > 1 else scratch
-        trio.run(main, journal, int(sys.argv[2]) if len(sys.argv) > 2 else 100)
+        trio.run(main, args.journal or scratch, args.items)

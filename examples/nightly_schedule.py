@@ -8,7 +8,7 @@ closing and reopening the system keeps it (and catches up a missed tick).
 Run:  python examples/nightly_schedule.py [JOURNAL_DIR]
 """
 
-import sys
+import argparse
 import tempfile
 
 import trio
@@ -41,4 +41,12 @@ async def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp())
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nightly-schedule-") as scratch:
+        trio.run(main, args.journal or scratch)

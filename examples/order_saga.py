@@ -12,7 +12,7 @@ journal directory and nothing runs again: `start` is idempotent, so the
 finished orders are returned as they are.
 """
 
-import sys
+import argparse
 import tempfile
 
 import trio
@@ -82,6 +82,14 @@ async def main(path: str, timeout: float) -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+    )
+    parser.add_argument("approval_window", nargs="?", type=float, default=1.0,
+                        help="seconds an order waits for approval (default: 1.0)")  # fmt: skip
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="order-saga-") as scratch:
-        journal = sys.argv[1] if len(sys.argv) > 1 else scratch
-        trio.run(main, journal, float(sys.argv[2]) if len(sys.argv) > 2 else 1.0)
+        trio.run(main, args.journal or scratch, args.approval_window)

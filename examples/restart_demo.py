@@ -12,6 +12,7 @@ each step prints its idempotency key (``actors.current_step().key``).
         journal) and waits for its result, printing progress.
 """
 
+import argparse
 import os
 import signal
 import subprocess
@@ -89,10 +90,21 @@ def demo(path: str) -> int:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args[:1] == ["run"] and len(args) == 2:
-        trio.run(run, args[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s [-h] [demo] [JOURNAL_DIR] | %(prog)s run JOURNAL_DIR",
+    )  # fmt: skip
+    parser.add_argument("words", nargs="*", metavar="[demo|run] JOURNAL_DIR",
+                        help="the mode (demo by default) and a journal directory "
+                        "(for demo, a temporary one by default)")  # fmt: skip
+    words = parser.parse_args().words
+    if words[:1] == ["run"]:
+        if len(words) != 2:
+            parser.error("run takes one JOURNAL_DIR")
+        trio.run(run, words[1])
     else:
+        words = words[1:] if words[:1] == ["demo"] else words
+        if len(words) > 1:
+            parser.error(f"unexpected arguments: {' '.join(words[1:])}")
         with tempfile.TemporaryDirectory(prefix="restart-demo-") as scratch:
-            args = args[1:] if args[:1] == ["demo"] else args
-            sys.exit(demo(args[0] if args else scratch))
+            sys.exit(demo(words[0] if words else scratch))

@@ -16,7 +16,7 @@ Run:  python examples/typed_orders.py [JOURNAL_DIR]
 
 from __future__ import annotations
 
-import sys
+import argparse
 import tempfile
 
 import attrs
@@ -74,5 +74,12 @@ async def main(path: str) -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+    )
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        trio.run(main, sys.argv[1] if len(sys.argv) > 1 else scratch)
+        trio.run(main, args.journal or scratch)

@@ -129,3 +129,27 @@ def test_nightly_schedule(tmp_path):
     assert all(line.startswith("report for eu at 20") for line in reports)
     assert len(set(reports)) == count
     assert lines[-1].startswith("paused after reports/eu/20")
+
+
+HELPED = [
+    *[("examples", path.name) for path in sorted((ROOT / "examples").glob("*.py"))],
+    *[("docs/examples", path.name) for path in sorted((ROOT / "docs" / "examples").glob("*.py"))
+      if path.name != "testing_example.py"],  # a pytest module, run by pytest
+    ("-m", "actors"), ("-m", "actors web"), ("-m", "bench"), ("-m", "bench.instructions"),
+    ("-m", "bench.journal_cpu"), ("-m", "bench.wake_cpu"), ("-m", "tests.simulation"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("where, name", HELPED, ids=[f"{w}/{n}" for w, n in HELPED])
+def test_every_example_and_command_takes_help(tmp_path, where, name):
+    """`--help` prints a usage and exits 0, creating nothing: no journal named '--help'."""
+    if where == "-m":
+        command = [sys.executable, "-m", *name.split(), "--help"]
+    else:
+        command = [sys.executable, str(ROOT / where / name), "--help"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert (0, "") == (done.returncode, done.stderr)
+    assert done.stdout.startswith("usage: "), done.stdout
+    assert [] == list(tmp_path.iterdir())

@@ -5,6 +5,8 @@ reply; a retried send with one key is stored once; a second version of the
 counter's code, patched, runs on the history the first one recorded.
 """
 
+import argparse
+
 import trio
 
 import actors
@@ -55,4 +57,6 @@ async def main() -> None:
         print("new instance, v2, add 1:", await system.ask("counters/b", add, 1))
 
 
-trio.run(main)
+if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
+    trio.run(main)

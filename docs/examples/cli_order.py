@@ -1,6 +1,6 @@
 """An order that waits for approval; the CLI tutorial runs it twice around a `send`."""
 
-import sys
+import argparse
 
 import trio
 
@@ -27,4 +27,6 @@ async def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("journal", help="the journal directory")
+    trio.run(main, parser.parse_args().journal)

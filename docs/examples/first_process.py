@@ -1,6 +1,6 @@
 """A first process: start it, wait for its result, and find it again after a restart."""
 
-import sys
+import argparse
 import tempfile
 
 import trio
@@ -32,4 +32,8 @@ async def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp())
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("journal", nargs="?", help="a journal directory (default: a temporary one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        trio.run(main, args.journal or scratch)

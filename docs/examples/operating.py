@@ -1,5 +1,7 @@
 """Operating it: list instances, inspect one, cancel, and clean up finished ones."""
 
+import argparse
+
 import trio
 import trio.testing
 
@@ -35,4 +37,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

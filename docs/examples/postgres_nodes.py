@@ -4,7 +4,7 @@ Needs the 'postgres' extra and a server:
     python docs/examples/postgres_nodes.py postgresql://postgres@127.0.0.1:5432/test tutorial
 """
 
-import sys
+import argparse
 
 import trio
 
@@ -33,4 +33,8 @@ async def main(dsn: str, schema: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], sys.argv[2])
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("dsn", help="a PostgreSQL URL, e.g. postgresql://app@localhost:5432/app")
+    parser.add_argument("schema", help="the schema the journal creates (or uses) for its tables")
+    args = parser.parse_args()
+    trio.run(main, args.dsn, args.schema)

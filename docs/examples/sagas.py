@@ -1,5 +1,7 @@
 """Sagas: steps with compensate= are undone newest first when the process fails."""
 
+import argparse
+
 import trio
 import trio.testing
 
@@ -42,4 +44,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -1,6 +1,8 @@
 """Signals and selective receive: a process takes the message it asks for;
 other messages wait in its mailbox, oldest first."""
 
+import argparse
+
 import trio
 
 import actors
@@ -38,4 +40,5 @@ async def main() -> None:
             print("NotDelivered:", exc.reason)
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
     trio.run(main)

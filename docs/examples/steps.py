@@ -1,5 +1,7 @@
 """Steps, retries and idempotency keys: the way a process touches the world."""
 
+import argparse
+
 import trio
 import trio.testing
 
@@ -51,4 +53,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -1,5 +1,7 @@
 """Streams and exports: emit values for durable consumers, publish a current state."""
 
+import argparse
+
 import trio
 
 from actors import Context, Signal, process
@@ -46,4 +48,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
     trio.run(main)

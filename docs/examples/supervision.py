@@ -1,5 +1,7 @@
 """Supervision: awaited children, a fan-out, and a supervised child restarted after a crash."""
 
+import argparse
+
 import trio
 import trio.testing
 
@@ -45,4 +47,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -4,6 +4,8 @@ open_test_system follows trio's clock, so under a MockClock that jumps ahead
 whenever every task is waiting, three days pass in milliseconds.
 """
 
+import argparse
+
 import trio
 import trio.testing
 
@@ -41,4 +43,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
