@@ -51,11 +51,11 @@ from ._history_values import bad, from_plain, to_plain
 from ._log import children_named
 from ._protocol import history_key, key_cursor, key_of
 from ._retry import KEPT_INCARNATIONS, Kept, read_kept
-from .errors import AlreadyStarted, HistoryFormatError, NotDelivered
+from .errors import AlreadyStarted, HistoryFormatError, InvalidArguments, NotDelivered
 
 __all__ = [
     "FORMAT", "VERSION", "History", "InstanceHistory", "Message", "Timer",
-    "dumps", "loads", "read_from", "read_history", "read_for_import", "import_txn",
+    "ImportPlan", "dumps", "loads", "read_from", "read_history", "read_for_import", "import_txn",
     "import_history",
 ]  # fmt: skip
 
@@ -443,21 +443,63 @@ async def read_history(journal: Journal, address: str) -> History:
 # -- writing into a journal ------------------------------------------------------------
 
 
-def import_txn(history: History, present: dict[str, InstanceRow], kept_versions: dict[str, int],
-               *, replace: bool) -> Txn:  # fmt: skip
+@attrs.frozen
+class ImportPlan:
+    """What an import read of the journal it writes to: the instance at
+    each of the history's addresses (if any), the version of each one's
+    history row (0: none), and which parents outside the history are there."""
+
+    present: dict[str, InstanceRow]
+    versions: dict[str, int]
+    parents: frozenset[str]
+
+
+def read_for_import(r: Reader, history: History) -> ImportPlan:
+    """The `ImportPlan` of ``history`` as reader ``r`` sees the journal."""
+    present, versions = {}, {}
+    addresses = {one.address for one in history.instances}
+    parents = set()
+    for one in history.instances:
+        iid = instance_id(one.address)
+        row = r.instance(iid)
+        if row is not None:
+            present[one.address] = row
+        versions[one.address] = read_kept(r, iid)[0]
+        parent = one.record.parent
+        if parent is not None and parent not in addresses:
+            if r.instance(instance_id(parent)) is not None:
+                parents.add(parent)
+    return ImportPlan(present, versions, frozenset(parents))
+
+
+def import_txn(history: History, plan: ImportPlan, *, replace: bool) -> Txn:
     """The transaction that imports ``history``: every instance as it was
     exported, over no instance at its address (or, with ``replace``, over
-    exactly the one in ``present``, read just before), its incarnations
-    kept over the history rows at the versions read (``kept_versions``).
+    exactly the one the plan read), its incarnations kept over the history
+    rows at the versions read.
+
+    Invariant: it commits only over what ``plan`` read, else it fails with
+    `Conflict` and writes nothing.
 
     Raises:
         AlreadyStarted: an instance is at one of the addresses, without ``replace``.
+        InvalidArguments: a child comes without its parent (neither in the
+            history nor in the journal): the runtime would cancel it.
         EncodeError: a value cannot be stored (an `Opaque` one: import its class).
     """
     txn = Txn()
+    addresses = {one.address for one in history.instances}
     for one in history.instances:
         iid = instance_id(one.address)
-        there = present.get(one.address)
+        parent = one.record.parent
+        if parent is not None and parent not in addresses and parent not in plan.parents:
+            raise InvalidArguments(
+                f"cannot import {one.address!r} without its parent {parent!r}, which is neither "
+                "in the history nor in this journal (a child without its parent is cancelled "
+                f"when it is found); export {parent!r} (or the top of its tree) instead: an "
+                "export brings the instance's descendants along",
+            )
+        there = plan.present.get(one.address)
         if there is not None and not replace:
             raise AlreadyStarted(
                 f"cannot import {one.address!r}: an instance is there already ({there.status}, "
@@ -488,25 +530,12 @@ def import_txn(history: History, present: dict[str, InstanceRow], kept_versions:
         for key in one.send_keys:
             txn.set_cursor(iid, key_cursor(key), 0)
         key = history_key(iid)
-        txn.expect_state(key, kept_versions.get(one.address, 0))
+        txn.expect_state(key, plan.versions.get(one.address, 0))
         if one.incarnations:
             txn.put_state(key, [k.to_stored() for k in one.incarnations[-KEPT_INCARNATIONS:]])
-        elif kept_versions.get(one.address, 0):
+        elif plan.versions.get(one.address, 0):
             txn.delete_state(key)
     return txn
-
-
-def read_for_import(r: Reader, history: History) -> tuple[dict[str, InstanceRow], dict[str, int]]:
-    """What `import_txn` is built over: the instances at the history's
-    addresses, and the versions of their history rows."""
-    present, versions = {}, {}
-    for one in history.instances:
-        iid = instance_id(one.address)
-        row = r.instance(iid)
-        if row is not None:
-            present[one.address] = row
-        versions[one.address] = read_kept(r, iid)[0]
-    return present, versions
 
 
 async def import_history(journal: Journal, history: History, *, replace: bool = False) -> None:
@@ -515,7 +544,8 @@ async def import_history(journal: Journal, history: History, *, replace: bool = 
 
     Raises:
         AlreadyStarted: an instance is at one of its addresses (without ``replace``).
+        InvalidArguments: a child comes without its parent (see `import_txn`).
         Conflict: the journal changed between the read and the write; nothing was written.
     """
-    present, versions = await journal.read(lambda r: read_for_import(r, history))
-    await journal.commit(import_txn(history, present, versions, replace=replace), durable=True)
+    plan = await journal.read(lambda r: read_for_import(r, history))
+    await journal.commit(import_txn(history, plan, replace=replace), durable=True)

@@ -370,3 +370,48 @@ async def test_replay_history_refuses_what_it_cannot_read(tmp_path):
     path.write_bytes(b"\xff\xfe")
     with pytest.raises(actors.HistoryFormatError, match="not JSON"):
         await replay_history(path, [order])
+
+
+async def test_a_child_exported_alone_replays_but_is_not_imported_without_its_parent(tmp_path):
+    source = lmdb_store(tmp_path / "production")
+    async with source.open(shipment, parcel) as system:
+        await system.start(shipment, "s-1")
+        child = None
+        while child is None:
+            await trio.sleep(0.01)
+            child = system.get("shipments/s-1/parcel/p-1")
+        await wait_status(child, "suspended")
+    alone = tmp_path / "p-1.history"
+    doc = await export(source, "shipments/s-1/parcel/p-1", alone)
+    assert ["shipments/s-1/parcel/p-1"] == [one["address"] for one in doc["instances"]]
+    assert [] == await replay_history(alone, [parcel])
+
+    laptop = LMDBJournal(tmp_path / "laptop")
+    with pytest.raises(actors.InvalidArguments, match=r"without its parent 'shipments/s-1'.*export"):
+        await import_history(alone, laptop)
+    async with laptop:
+        with laptop.reader() as r:
+            assert [] == list(r.instances())  # nothing was written
+
+    # With its parent in the journal, the child alone may replace its own copy.
+    await export(source, "shipments/s-1", tmp_path / "s-1.history")
+    await import_history(tmp_path / "s-1.history", LMDBJournal(tmp_path / "laptop"))
+    imported = await import_history(alone, LMDBJournal(tmp_path / "laptop"), replace=True)
+    assert ["shipments/s-1/parcel/p-1"] == imported
+
+
+@pytest.mark.slow  # the command line runs in a subprocess beside the system
+async def test_beside_a_running_system_export_reads_and_import_is_refused(tmp_path):
+    store = lmdb_store(tmp_path / "production")
+    await run_until_waiting(store, (order, ("o-1",), {"amount": 1}))
+    await export(store, "orders/o-1", tmp_path / "o-1.history")
+    async with store.open(order) as system:
+        exported, imported = await trio.to_thread.run_sync(lambda: (
+            run_cli(store.argv[0], "export", "orders/o-1"),
+            run_cli(store.argv[0], "import", str(tmp_path / "o-1.history"), "--replace"),
+        ))  # fmt: skip
+        assert "suspended" == system.get("orders/o-1").status
+    assert 0 == exported.returncode, exported.stderr
+    assert "orders/o-1" == json.loads(exported.stdout)["address"]
+    assert 4 == imported.returncode
+    assert "a running system (pid" in imported.stderr and "stop it, import" in imported.stderr
