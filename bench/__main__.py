@@ -2,7 +2,9 @@
 
 The default run takes about a minute: 3 samples of 0.3 s per figure, and the
 smaller N for the figures that build many instances. ``--full`` is the long
-run (5 samples of 1 s, the largest N; several minutes).
+run (5 samples of 1 s, the largest N; several minutes). ``python -m bench
+peers`` runs our runtime beside DBOS Transact (the ``peers`` extra);
+``python -m bench postgres`` the PostgreSQL journal.
 """
 
 from __future__ import annotations
@@ -16,12 +18,17 @@ from pathlib import Path
 
 from ._registry import SUITES, Options, Result, progress
 from ._table import format_markdown, format_table, write_json
+from .peers import missing as missing_peer
 
 # Suites register themselves on import. The journal suite always exists; the
 # others arrive with the runtime and the PostgreSQL journal.
 _SUITE_MODULES = (
     "bench.journal", "bench.runtime", "bench.asks", "bench.queues", "bench.postgres",
+    "bench.peers",
 )
+# Suites that run only when named: they need a server (postgres) or another
+# library (peers: DBOS).
+OPT_IN = ("postgres", "peers")
 
 # (samples per figure, seconds per sample) of the default run and of --full.
 DEFAULT_RUN = (3, 0.3)
@@ -48,8 +55,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="*",
         metavar="SUITE",
         help=(
-            f"suites to run (default: {', '.join(s for s in SUITES if s != 'postgres')}; "
-            "postgres only when named)"
+            f"suites to run (default: {', '.join(s for s in SUITES if s not in OPT_IN)}; "
+            f"{' and '.join(OPT_IN)} only when named; peers: ours beside DBOS)"
         ),
     )
     parser.add_argument(
@@ -123,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             f"python -m bench: --plot needs matplotlib, which is not installed; "
             f"install it with:\n    {PLOT_INSTALL}\n",
         )
+    if "peers" in args.suites and (problem := missing_peer()) is not None:
+        parser.exit(2, f"python -m bench peers: {problem}\n")
     if args.backend is not None and args.backend not in args.suites:
         args.suites.append(args.backend)
     unknown = [name for name in args.suites if name not in SUITES]
@@ -136,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir=args.dir,
     )
     results: list[Result] = []
-    # The main job is the embedded LMDB default: the PostgreSQL suite runs
-    # when asked for (a suite name or --backend postgres).
-    for name in args.suites or [s for s in SUITES if s != "postgres"]:
+    # The main job is the embedded LMDB default: the PostgreSQL and peers
+    # suites run when asked for (a suite name, or --backend postgres).
+    for name in args.suites or [s for s in SUITES if s not in OPT_IN]:
         results += SUITES[name](options)
     print(format_table(results, options))
     if args.json is not None:

@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import platform
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,7 @@ def format_table(results: Sequence[Result], options: Options) -> str:
         _fit(f"# {datetime.date.today().isoformat()}, python {platform.python_version()}, "
              f"on {machine()}"),
         _fit(f"# {run_settings(options)}" + ("" if options.full else " (--full: the long run)")),
-        f"# targets met: {met} of {len(targets)}"
+        (f"# targets met: {met} of {len(targets)}" if targets else "# no targets in this run")
         + (f"; too noisy to judge: {rerun} (noisy: rerun)" if rerun else ""),
         "# a row: the figure, its value, its ratio to the baseline named beside it (a median of",
         "# same-round ratios), its target and verdict; the indented line says what it is for you",
@@ -123,9 +124,10 @@ def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
         value = number.rjust(digits) + ("" if r.unit.startswith("%") else " ") + r.unit
         rows.append([r.name, value, _versus(r, baselines[0]) if baselines else "", target])
         rows += [["", "", _versus(r, b), ""] for b in baselines[1:]]
-        lines = [_MEANING + r.meaning] if r.meaning else []
-        if warnings := _warnings(r):
-            lines.append(_MEANING + "! " + "; ".join(warnings))
+        # Wrapped, never cut: these lines are what a reader needs whole.
+        lines = _wrap(r.meaning, _MEANING, _MEANING + "  ") if r.meaning else []
+        for warning in _warnings(r):
+            lines += _wrap(warning, _MEANING + "! ", _MEANING + "  ")
         under[len(rows) - 1] = lines
     widths = _widths(header, rows)
     # Too wide: shorten the wider of the figure and baseline columns, a
@@ -144,8 +146,12 @@ def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
     out = [line(header), line(["-" * w for w in widths])]
     for i, row in enumerate(rows):
         out.append(line(row))
-        out += [_fit(text) for text in under.get(i, [])]
+        out += under.get(i, [])
     return out
+
+
+def _wrap(text: str, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest)
 
 
 def _warnings(r: Result) -> list[str]:

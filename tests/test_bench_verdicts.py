@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import attrs
@@ -228,3 +229,63 @@ def test_latencies_that_contain_a_commit_declare_it(declared) -> None:
     floors = {m.name: m.floor.baseline for m in declared if m.floor is not None}
     assert "raw-commit" == floors["send->resumed p50"] == floors["send->resumed p99"]
     assert "raw-commit" == floors["lmdb ask round trip p50"] == floors["journal 1 writer"]
+
+
+# -- the peers suite: DBOS beside ours -------------------------------------------------
+
+
+def test_peers_without_dbos_says_which_pip_command_installs_it(monkeypatch, capsys) -> None:
+    from bench import _registry
+    from bench.__main__ import main
+
+    monkeypatch.setitem(sys.modules, "dbos", None)  # import dbos fails
+
+    def must_not_run(options: Options) -> list[Result]:
+        raise AssertionError("a suite ran although DBOS is missing")
+
+    monkeypatch.setitem(_registry.SUITES, "peers", must_not_run)
+    monkeypatch.setitem(_registry.SUITES, "journal", must_not_run)
+    with pytest.raises(SystemExit) as exc:
+        main(["journal", "peers"])
+    assert 2 == exc.value.code
+    out, err = capsys.readouterr()
+    assert "" == out
+    assert "DBOS is not installed" in err and "pip install -e '.[peers]'" in err
+
+
+def test_the_default_run_leaves_out_postgres_and_peers(monkeypatch, tmp_path, capsys) -> None:
+    from bench import _registry
+    from bench.__main__ import main
+
+    ran: list[str] = []
+    for name in list(_registry.SUITES):
+        monkeypatch.setitem(_registry.SUITES, name, lambda options, name=name: ran.append(name)
+                            or [])  # fmt: skip
+    assert 0 == main(["--dir", str(tmp_path)])
+    assert {"journal", "runtime", "ask", "queues"} == set(ran)
+
+
+def test_peers_pairs_each_of_our_shapes_with_dbos_and_reads_ours_against_it(
+    monkeypatch,
+) -> None:
+    pytest.importorskip("dbos")
+    import bench.peers
+
+    seen: list[Measurement] = []
+
+    def record(suite_name: str, measurements, options) -> list[Result]:
+        seen.extend(measurements)
+        return []
+
+    monkeypatch.setattr(bench.peers, "run_measurements", record)
+    bench.peers.peers_suite(OPTIONS)
+    ours = {m.name: m for m in seen if m.name.startswith("ours ")}
+    dbos = {m.name for m in seen if m.name.startswith("DBOS ")}
+    assert {
+        "ours 1-step, sequential", "ours 1-step, 100 at once", "ours 10-step, sequential",
+        "ours 10-step, 100 at once", "ours send->resumed p50", "ours send->resumed p99",
+    } == set(ours)  # fmt: skip
+    for m in ours.values():
+        # The ratio is ours/DBOS: each figure of ours is read against DBOS's same shape.
+        assert 1 == len(m.baselines) and m.baselines[0] in dbos, m.name
+    assert [] == [m.name for m in seen if not m.meaning]
