@@ -9,7 +9,8 @@ system-wide events (opened, closed) carry None there.
 
 Levels:
 
-- WARNING: a process or child crashed (with the exception), a restart
+- WARNING: a process or child crashed (one line; its traceback at DEBUG
+  when the process's own code raised it, on the WARNING otherwise), a restart
   (which instance, count, strategy, delay), a lease lost (each instance the
   node lets go of), an instance given up because another node took it over,
   an instance stuck (kept from running until the code or the system's
@@ -30,6 +31,7 @@ text, never as the object: its ``__str__`` is user code and may raise.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -135,20 +137,54 @@ def corrupt(address: str, error: BaseException, *, at_open: bool = False) -> Non
 # -- supervision ------------------------------------------------------------------------
 
 
+# Modules whose frames are the runtime's (and the libraries it drives), not a process's code.
+_RUNTIME = ("actors.", "storage.", "trio.", "outcome.")
+
+
+def _raised_by_process(exc: BaseException) -> bool:
+    """True if ``exc`` came out of the process's own code: its traceback runs
+    through a coroutine outside the runtime (the process function), so the
+    process raised it or let it through (an uncaught `StepFailed`, say). An
+    error the runtime made around the process (its result did not encode, a
+    forgotten await found at its end) has no such frame."""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_flags & inspect.CO_COROUTINE and not str(
+            frame.f_globals.get("__name__", "")
+        ).startswith(_RUNTIME):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def crashed(address: str, exc: BaseException, *, parent: str | None) -> None:
     """WARNING: the process raised ``exc`` (its supervisor decides what follows);
-    recorded on its process span too."""
+    recorded on its process span too.
+
+    One line when the process's own code raised it (the usual case: a process
+    that fails on purpose, or lets a failed step through), with the traceback
+    in a DEBUG record after it; the traceback rides on the WARNING itself when
+    the runtime raised it around the process.
+    """
     summary = _summary(exc)
     _tracing.record_crash(exc, summary)
+    own = _raised_by_process(exc)
     if parent:
         _supervision.warning(
-            "child %r of %r crashed: %s", address, parent, summary, exc_info=exc,
-            extra=_at(address),
+            "child %r of %r crashed: %s", address, parent, summary,
+            exc_info=None if own else exc, extra=_at(address),
         )  # fmt: skip
     else:
         _supervision.warning(
-            "process %r crashed: %s", address, summary, exc_info=exc, extra=_at(address)
-        )
+            "process %r crashed: %s", address, summary, exc_info=None if own else exc,
+            extra=_at(address),
+        )  # fmt: skip
+    if own and _supervision.isEnabledFor(logging.DEBUG):
+        _supervision.debug(
+            "traceback of the crash of %r: %s", address, summary, exc_info=exc,
+            extra=_at(address),
+        )  # fmt: skip
 
 
 def restarting(address: str, *, count: int, reason: str, strategy: Any, delay: float) -> None:

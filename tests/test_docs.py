@@ -105,6 +105,19 @@ def test_sagas():
     assert lines[-1].endswith("RuntimeError: no cars left")
 
 
+def test_sagas_log_the_failure_in_two_lines_as_the_page_shows():
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "sagas.py")], cwd=ROOT, capture_output=True, text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60, check=True,
+    )  # fmt: skip
+    page = (ROOT / "docs" / "tutorial" / "sagas.md").read_text()
+    lines = done.stderr.splitlines()
+    assert [line.split(": ")[0] for line in lines] == [
+        "process 'trips/t-2' crashed", "process 'trips/t-2' failed",
+    ]  # fmt: skip
+    assert all(line in page for line in lines)  # no traceback: that is at DEBUG
+
+
 def test_supervision():
     assert [
         "shops/s-1/worker/w1 -> w1 done",

@@ -69,7 +69,7 @@ async def test_a_child_crashing_past_the_limit_logs_each_crash_restart_and_the_e
         f"child {kid!r} of 'boss/b' crashed: RuntimeError: flaky k broke",
     ) == crashes[0]  # fmt: skip
     crash_records = [r for r in caplog.records if r.getMessage() == crashes[0][3]]
-    assert RuntimeError == crash_records[0].exc_info[0]  # the traceback goes with it
+    assert None is crash_records[0].exc_info  # its own raise: one line (traceback at DEBUG)
     restarts = [w[3] for w in warnings if w[3].startswith("restarting")]
     assert [
         f"restarting {kid!r} (restart 1, restart 1 after RuntimeError('flaky k broke')) in "
@@ -106,6 +106,42 @@ async def test_a_top_level_crash_is_a_warning_and_its_failure_an_error(opener, c
         ("actors.supervision", logging.ERROR, "flaky/t",
          "process 'flaky/t' failed: RuntimeError: flaky t broke"),
     ] == [e for e in events(caplog) if e[1] >= logging.WARNING]  # fmt: skip
+
+
+@process("unsendable/:name")
+async def unsendable(ctx: Context, name: str) -> object:
+    return object()  # a result the codec cannot carry: the runtime fails it, not the code
+
+
+async def test_a_crash_the_process_raised_is_one_line_with_its_traceback_at_debug(
+    opener, caplog
+):
+    caplog.set_level(logging.DEBUG, logger="actors.supervision")
+    async with opener(flaky) as system:
+        with pytest.raises(actors.ProcessFailed):
+            await (await system.start(flaky, "d")).result()
+    records = [r for r in caplog.records if getattr(r, "actors_address", None) == "flaky/d"
+               and r.name == "actors.supervision"]  # fmt: skip
+    assert [
+        (logging.WARNING, "process 'flaky/d' crashed: RuntimeError: flaky d broke", None),
+        (logging.DEBUG, "traceback of the crash of 'flaky/d': RuntimeError: flaky d broke",
+         RuntimeError),
+        (logging.ERROR, "process 'flaky/d' failed: RuntimeError: flaky d broke", None),
+    ] == [(r.levelno, r.getMessage(), r.exc_info and r.exc_info[0]) for r in records]  # fmt: skip
+    trace = logging.Formatter().formatException(records[1].exc_info)
+    assert "raise RuntimeError(f\"flaky {name} broke\")" in trace  # down to the process's line
+
+
+async def test_a_crash_the_runtime_raised_around_the_process_keeps_its_traceback_on_the_warning(
+    opener, caplog
+):
+    async with opener(unsendable) as system:
+        with pytest.raises(actors.ProcessFailed):
+            await (await system.start(unsendable, "u")).result()
+    crashes = [r for r in caplog.records if r.levelno == logging.WARNING
+               and r.getMessage().startswith("process 'unsendable/u' crashed: EncodeError")]  # fmt: skip
+    assert 1 == len(crashes)
+    assert actors.EncodeError == crashes[0].exc_info[0]  # not the process's code: shown at once
 
 
 # -- stuck compensations ------------------------------------------------------------------
