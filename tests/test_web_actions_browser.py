@@ -36,9 +36,8 @@ import trio
 pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("hypercorn", reason="install the 'web' extra")
 
-from actors._cli._commands import _COMMANDS  # noqa: E402
 from actors._web import create_app, serve_app  # noqa: E402
-from actors._web._actions import Runner, available  # noqa: E402
+from actors._web._actions import ACTIONS, Runner  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import HTMLResponse, Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
@@ -55,7 +54,6 @@ if CHROMIUM is None:
 
 pytestmark = pytest.mark.slow  # a browser, a system and the command line, on real time
 
-ACTIONS = available(list(_COMMANDS))
 
 SYSTEM = textwrap.dedent(
     """
@@ -362,7 +360,6 @@ async def test_each_action_from_its_page_through_the_running_system(tmp_path, ca
     assert all(": done: " in line for line in lines), lines
 
 
-@pytest.mark.skipif(not {"fork", "drop"} <= set(ACTIONS), reason="this CLI has no fork or mail")
 async def test_fork_after_a_step_and_drop_a_message(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="actors.control")
     with _running(tmp_path) as (path, fixed, charges):

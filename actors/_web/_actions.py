@@ -3,8 +3,8 @@ is, when it applies, what its confirmation page says, and how it is done.
 
 An action is done by the command line itself: the inspector runs
 ``python -m actors --journal PATH COMMAND ...`` (``cancel``, ``retry``,
-``send``, ``resume-compensation``, ``abandon-compensation``, and ``fork`` and
-``mail --drop`` where this version has them) in a child process, and shows
+``send``, ``resume-compensation``, ``abandon-compensation``, ``fork`` and
+``mail --drop``) in a child process, and shows
 what it printed and its exit code. So an action takes the CLI's path
 exactly, refusals included: written directly with the transactions of
 `actors._protocol` when no system holds the journal, and otherwise through
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -33,7 +33,7 @@ from storage import MAIL_STATUSES, STATUSES, TERMINAL_STATUSES, UNFINISHED_STATU
 
 from .._cli._render import compact, counted
 
-__all__ = ["Action", "ACTIONS", "Outcome", "BadAction", "Runner", "audit", "available"]
+__all__ = ["Action", "ACTIONS", "Outcome", "BadAction", "Runner", "audit", "check_fields"]
 
 log = logging.getLogger("actors.control")
 
@@ -262,11 +262,6 @@ ACTIONS: dict[str, Action] = {
                _STUCK, (), _address_only, _abandon_says),
     )
 }  # fmt: skip
-
-
-def available(commands: Sequence[str]) -> dict[str, Action]:
-    """The actions whose command this version's CLI has."""
-    return {name: a for name, a in ACTIONS.items() if a.command in commands}
 
 
 def check_fields(action: Action, fields: Mapping[str, str]) -> dict[str, str]:

@@ -33,10 +33,9 @@ from starlette.types import ASGIApp
 import storage
 from storage import Journal
 
-from .._cli import _commands
 from .._cli._access import journal_dir, reading
 from .._cli._errors import OK, REFUSED, USAGE, CLIError
-from ._actions import Runner, available
+from ._actions import ACTIONS, Runner
 from ._app import LOCAL_HOSTS, create_app
 
 __all__ = ["web", "serve_app", "host_names"]
@@ -184,7 +183,7 @@ async def web(args: argparse.Namespace) -> int:
         if acting:
             _audit_to_stderr()
             runner = Runner(str(journal_dir(args).resolve()), tuple(args.imports))
-            actions = available(list(_commands._COMMANDS))
+            actions = ACTIONS
         app = create_app(journal, source=source, poll=args.interval, hosts=hosts,
                          runner=runner, actions=actions)  # fmt: skip
         # Ctrl-C and SIGTERM end the server gracefully, never inside a response.
