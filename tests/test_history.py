@@ -415,3 +415,21 @@ async def test_beside_a_running_system_export_reads_and_import_is_refused(tmp_pa
     assert "orders/o-1" == json.loads(exported.stdout)["address"]
     assert 4 == imported.returncode
     assert "a running system (pid" in imported.stderr and "stop it, import" in imported.stderr
+
+
+async def test_a_history_imported_into_postgresql_beside_a_running_node_takes_mail(
+    request, tmp_path
+):
+    source = lmdb_store(tmp_path / "production")
+    await run_until_waiting(source, (order, ("o-2",), {"amount": 2}))
+    path = tmp_path / "o-2.history"
+    await export(source, "orders/o-2", path)
+    target = postgres_store(request)
+    async with target.open(order) as system:
+        assert 0 == await target.cli("import", str(path))
+        assert "suspended" == system.get("orders/o-2").status
+        await system.send("orders/o-2", approved, {"by": "cy"})
+        with trio.fail_after(10):
+            result = await system.get("orders/o-2").result()
+    assert {"order": "o-2", "by": "cy", "charged": 2} == result
+    assert ["o-2"] == CHARGED
