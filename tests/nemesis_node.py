@@ -72,6 +72,7 @@ import trio
 
 import actors
 from actors import Context, Queue, Retry, Signal, process
+from actors.testing import wait_quiescent
 from storage import PostgresJournal
 from storage.errors import JournalLocked, JournalUnavailable
 
@@ -206,6 +207,10 @@ class Ops:
             return
         append("acks", f"A {msg} {address} {reply} {NODE} {tag}\n")
         append("acks", f"S {msg} {address} ask {NODE} {tag}\n")
+
+    async def quiescent(self, op: dict[str, Any], tag: str) -> None:
+        """Wait until this node has nothing left to do (`wait_quiescent`)."""
+        await wait_quiescent(self.system, timeout=op.get("timeout", 15.0))
 
     async def until_sent(self, op: dict[str, Any], tag: str) -> None:
         address, msg = op["address"], op["msg"]

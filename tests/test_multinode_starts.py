@@ -142,8 +142,11 @@ class Pair:
             raise AssertionError(f"{len(missing)} acknowledged, never handled: {shown}")
         took = time.monotonic() - began
         print(f"round {tag}: every acknowledged message handled {took:.2f} s after the round")
-        time.sleep(0.3)  # a second handling would show up by now
+        for name in self.nodes:  # a second handling is recorded by then
+            self.batch(name, [{"op": "quiescent", "tag": tag}])
         r.refresh()
+        errors = [e for e in r.errors if e.tag == tag]
+        assert not errors, f"a node was not quiescent after round {tag}: {errors[:5]}"
         handled = r.handled("W")
         twice = {m: handled[f"W:{m}"] for m in acked if len({s.key for s in handled[f"W:{m}"]}) > 1}
         assert not twice, f"handled under two keys: {list(twice.items())[:5]}"
