@@ -95,6 +95,11 @@ class Controlled(Protocol):
     async def abandon_compensation(self, address: str) -> bool: ...
     async def cleanup(self, older_than: float, statuses: Iterable[str] = ...) -> int: ...
     async def retry(self, address: str, *, input: dict[str, Any] | None = ...) -> Any: ...
+    async def fork(
+        self, address: str, *, from_effect: int | None = ..., after_step: str | None = ...,
+        to: str | None = ..., input: dict[str, Any] | None = ...,
+    ) -> Any: ...  # fmt: skip
+    async def drop_message(self, address: str, message_id: int) -> Any: ...
 
 
 # -- frames ---------------------------------------------------------------------------
@@ -376,10 +381,35 @@ async def _retry(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
     return {"incarnation": handle.incarnation, "status": handle.status}
 
 
+async def _fork(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
+    input = request.get("input")
+    if input is not None and not isinstance(input, dict):
+        raise _BadRequest(f"'input' must be an object of keyword input or null, not {input!r}")
+    from_effect = request.get("from_effect")
+    if from_effect is not None and (isinstance(from_effect, bool) or not isinstance(from_effect, int)):
+        raise _BadRequest(f"'from_effect' must be a whole number or null, not {from_effect!r}")
+    after_step = _text(request, "after_step") if request.get("after_step") is not None else None
+    to = _text(request, "to") if request.get("to") is not None else None
+    handle = await system.fork(
+        _text(request, "address"), from_effect=from_effect, after_step=after_step, to=to,
+        input=input,
+    )  # fmt: skip
+    return {"address": handle.id, "incarnation": handle.incarnation, "status": handle.status}
+
+
+async def _drop_message(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
+    message_id = request.get("message_id")
+    if isinstance(message_id, bool) or not isinstance(message_id, int):
+        raise _BadRequest(f"'message_id' must be a whole number, not {message_id!r}")
+    m = await system.drop_message(_text(request, "address"), message_id)
+    return {"id": m.id, "signal": m.signal, "payload": m.payload, "sent": m.sent}
+
+
 # The operations, each onto the `ActorSystem` method of the same name.
 OPS: dict[str, Callable[[Controlled, dict[str, Any]], Awaitable[Any]]] = {
     "send": _send, "cancel": _cancel, "resume_compensation": _resume,
     "abandon_compensation": _abandon, "cleanup": _cleanup, "retry": _retry,
+    "fork": _fork, "drop_message": _drop_message,
 }  # fmt: skip
 
 

@@ -70,7 +70,6 @@ import attrs
 import trio
 
 from storage import (
-    LIVE_STATUSES,
     STATUS_WORDS,
     TERMINAL_STATUSES,
     InstanceRecord,
@@ -90,8 +89,8 @@ from ._retry import Kept, _keep, read_kept
 from .errors import InvalidArguments, NotDelivered
 
 __all__ = [
-    "FORKED", "ForkPlan", "after_step", "fork", "fork_txn", "params_of", "read_for_fork",
-    "refusal",
+    "FORKED", "ForkPlan", "after_step", "fork", "fork_point", "fork_txn", "not_replayed",
+    "params_of", "read_for_fork", "refusal", "replay_problem",
 ]  # fmt: skip
 
 #: The statuses a fork starts from: ended ones.
@@ -453,7 +452,7 @@ async def _fork(
 ) -> Handle[Any]:  # fmt: skip
     while True:  # once more each time another start commits first
         if after_step_name is not None:
-            point = await system.journal.read(lambda r: _point(r, iid, after_step_name))
+            point = await system.journal.read(lambda r: fork_point(r, iid, after_step_name))
             if point is None:
                 raise InvalidArguments(
                     f"cannot fork {address!r} after step {after_step_name!r}: its last run has "
@@ -496,13 +495,9 @@ async def _fork(
             plan, input=input, now=system.epoch_now(), max_payload=system.max_payload,
             trace=_tracing.traceparent(system), encoded_input=encoded_input,
         )  # fmt: skip
-        problem = await _replays(system, plan, proc, start.record)
+        problem = await replay_problem(system, plan, proc, start.record)
         if problem is not None:
-            raise InvalidArguments(
-                f"cannot fork {address!r} from effect {plan.from_effect}: the kept part does "
-                f"not replay on the current code ({problem}); fork from an earlier effect, or "
-                "deploy code that matches the history up to the fork point"
-            )
+            raise InvalidArguments(not_replayed(address, plan, problem))
         try:
             await system.journal.commit(start.txn)
         except Conflict as exc:
@@ -524,15 +519,27 @@ async def _fork(
     return Handle(system, plan.target_iid, plan.target_address, start.record.incarnation)
 
 
-def _point(r: Reader, iid: bytes, name: str) -> int | None:
+def not_replayed(address: str, plan: ForkPlan, problem: str) -> str:
+    """The refusal of a fork whose kept part does not replay (``problem``)."""
+    return (
+        f"cannot fork {address!r} from effect {plan.from_effect}: the kept part does not "
+        f"replay on the current code ({problem}); fork from an earlier effect, or deploy "
+        "code that matches the history up to the fork point"
+    )
+
+
+def fork_point(r: Reader, iid: bytes, name: str) -> int | None:
+    """`after_step` in the last run's log of the instance at ``iid`` (0 when
+    there is no instance or its record does not read: `read_for_fork` then
+    says what is wrong)."""
     row = r.instance(iid)
     if row is None or row.status == "corrupt":
         return 0  # read_for_fork says what is wrong
     return after_step(r.entries(iid, row.record.run), name)
 
 
-async def _replays(
-    system: ForkHost, plan: ForkPlan, proc: Any, record: InstanceRecord
+async def replay_problem(
+    system: SystemAPI, plan: ForkPlan, proc: Any, record: InstanceRecord
 ) -> str | None:
     """The first way the kept part does not replay on ``proc``'s code, as
     `actors.testing.replay_check` finds it; None if it replays."""

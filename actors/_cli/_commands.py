@@ -18,8 +18,10 @@ from storage.errors import ActorError, JournalCorrupt, JournalLocked
 from ..errors import NotDelivered
 from ._errors import CORRUPT, HELD, INTERRUPTED, NOT_FOUND, REFUSED, USAGE, CLIError
 from ._flow import queues, schedules
+from ._fork import add_fork_arguments, fork
 from ._history import add_history_arguments, export, import_
 from ._inspect import list_instances, stats
+from ._mail import add_mail_arguments, mail
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
 from ._retry import retry, show_any
 from ._tail import consumers, tail
@@ -34,6 +36,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats, "web": web,
     "schedules": schedules, "queues": queues,
     "export": export, "import": import_,
+    "fork": fork, "mail": mail,
 }  # fmt: skip
 
 
@@ -160,6 +163,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input", metavar="JSON",
                    help="replace its keyword input with this JSON object ('-' reads stdin; "
                    "default: the input it had)")  # fmt: skip
+
+    add_fork_arguments(command("fork", "run an ended instance again from a point in its log "
+                               "(the steps before it are not run again)"))  # fmt: skip
+    add_mail_arguments(command("mail", "an instance's unread messages; drop one to the dead "
+                               "letters (--drop ID), or list those (--dropped)"))  # fmt: skip
 
     p = command("resume-compensation", "retry a stuck saga compensation where it stopped")
     p.add_argument("address", help=_ADDRESS + "; its status is compensation_stuck")

@@ -26,6 +26,7 @@ from storage import (
 from storage.errors import JournalCorrupt
 
 from .._log import LogEntry, children_named
+from .._mail import handling, read_dead
 from .._protocol import KEY_PREFIX
 from .._queues import queue_place
 from ._access import find_instance, journal_dir, reading
@@ -279,6 +280,10 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
         },
         "stuck": record.held if row.status in LIVE_STATUSES else None,
         "restarts": record.restarts,
+        # The message a failed run was handling (its poison, if it crashed on
+        # it past its restart limit), and the messages dropped from the address.
+        "handling": _handling(r.entries(iid, run)) if row.status == "failed" else None,
+        "dead_letters": len(read_dead(r, iid)[1]),
         "compensations": _compensations(row),
         "compensations_fate": _compensations_fate(row),
         "compensation_failure": record.stuck,
@@ -306,6 +311,14 @@ async def show(args: argparse.Namespace) -> int:
 # Record fields `show` passes through as they are.
 _SHOWN = ("created", "updated", "parent", "awaited", "restart", "input", "result", "error",
           "last_error", "reason", "exports", "exports_version")  # fmt: skip
+
+
+def _handling(entries: dict[int, LogEntry]) -> dict[str, Any] | None:
+    found = handling(entries)
+    if found is None:
+        return None
+    effect, m = found
+    return {"seq": m.id, "signal": m.signal, "payload": m.payload, "effect": effect}
 
 
 def _mail_item(seq: int, message: Any) -> dict[str, Any]:

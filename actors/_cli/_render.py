@@ -267,6 +267,14 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
             f"  #{m['seq']:<4} {m['signal']}  sent {local_time(m['sent'])}  {compact(m['payload'], 80)}"
         )
 
+    poison = doc.get("handling")
+    if poison is not None:
+        crashes = f", after {counted(len(doc['restarts']), 'restart')}" if doc["restarts"] else ""
+        out.append(f"  failed while handling #{poison['seq']} {poison['signal']} (taken at effect "
+                   f"#{poison['effect']}{crashes})  {compact(poison['payload'], 80)}")  # fmt: skip
+    if doc.get("dead_letters"):
+        out.append(f"  dropped: {counted(doc['dead_letters'], 'message')} ('actors mail "
+                   f"{doc['address']} --dropped')")  # fmt: skip
     out.append(f"Timers: {counted(len(doc['timers']), 'timer')}")
     for t in doc["timers"]:
         stale = f"  (left by run {t['run']})" if t["stale"] else ""
