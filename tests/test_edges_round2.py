@@ -344,16 +344,18 @@ async def test_a_command_line_write_waits_for_another(tmp_path):
     path = tmp_path / "journal"
     await _make(path)
     order = []
+    entered = trio.Event()
 
     async def first() -> None:
         async with writing(path):
             order.append("first in")
+            entered.set()
             await trio.sleep(0.3)
             order.append("first out")
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(first)
-        await trio.sleep(0.1)
+        await entered.wait()
         async with writing(path):
             order.append("second in")
     assert ["first in", "first out", "second in"] == order
