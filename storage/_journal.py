@@ -63,6 +63,7 @@ from ._txn import (
     SET_STATUS as SET_STATUS,
     TAKE_MESSAGE as TAKE_MESSAGE,
     Chain as Chain,
+    LostChains as LostChains,
     Txn as Txn,
     check_requires as check_requires,
     due_us as due_us,
@@ -308,6 +309,32 @@ class Journal(abc.ABC):
     that valid msgpack of another shape raises `JournalCorrupt` naming the
     database and key like bytes that do not decode. `actors.open_system` and
     the command line turn it on; a journal used on its own stores any value."""
+
+    #: Called in the trio thread as ``on_write_lost(chain, error)`` when a
+    #: transaction nobody waited for failed (see `LostChains`): the writer
+    #: of ``chain`` must reload from the journal, then call `resume_chain`.
+    on_write_lost: Callable[[bytes, BaseException], None] | None = None
+
+    #: The chains whose unawaited write failed: each journal makes its own
+    #: in ``__init__``, and one that can fail a write nobody waits for
+    #: applies its transactions through ``Chain(self.lost_chains)``.
+    lost_chains: LostChains
+
+    def resume_chain(self, chain: bytes) -> None:
+        """The writer of ``chain`` reloaded from what is committed: take its
+        transactions again (see `LostChains`)."""
+        failed = self.lost_chains.failed
+        if failed:
+            failed.pop(chain, None)
+
+    def _tell_lost(self) -> None:
+        """Tell `on_write_lost` of the chains lost since the last call (in
+        the trio thread, after a batch's outcomes are known)."""
+        news = self.lost_chains.news
+        while news:
+            chain, error = news.popleft()
+            if self.on_write_lost is not None:
+                self.on_write_lost(chain, error)
 
     @abc.abstractmethod
     async def open(self) -> None:

@@ -30,6 +30,7 @@ class MemoryJournal(Journal):
 
     def __init__(self) -> None:
         self.durability = "sync"
+        self.lost_chains = j.LostChains()  # (none here: every commit is applied at once)
         self._open = False
         # iid -> (status code, process, address, record bytes)
         self._instances: dict[bytes, tuple[int, str, str, bytes]] = {}

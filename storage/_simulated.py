@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import random as _random
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -266,6 +266,9 @@ class SimulatedJournal(MemoryJournal):
         self._stopped: trio.Event | None = None
         self._closing = False
         self._down_until = 0.0
+        #: transactions nobody waited for that failed or died with the host:
+        #: acknowledged writes ("async" durability) the journal lost
+        self.lost_unawaited = 0
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -301,6 +304,7 @@ class SimulatedJournal(MemoryJournal):
         self.log.event(f"{why}: host crashed, {lost} uncommitted transaction(s) lost")
         error = HostCrashed(f"the simulated host crashed ({why}); nothing more is written")
         for entry in (*self._inflight, *self._pending, *self._held):
+            self.lost_unawaited += entry.txn.unawaited
             entry.settle(error)
         self._inflight, self._held = [], []
         self._pending.clear()
@@ -323,12 +327,17 @@ class SimulatedJournal(MemoryJournal):
     # -- writing ---------------------------------------------------------------
 
     def submit(self, txn: Txn) -> Ticket:
+        txn.unawaited = True  # (its ticket may be waited for, later)
+        return self._submit(txn)
+
+    def _submit(self, txn: Txn) -> _SimTicket:
         entry = _Entry(txn)
         self._queue(entry)
         return _SimTicket(self, entry)
 
     def defer(self, txn: Txn) -> Ticket:
         self._check_writable()
+        txn.unawaited = True
         entry = _Entry(txn, held=True)
         self._held.append(entry)
         return _SimTicket(self, entry)
@@ -360,16 +369,33 @@ class SimulatedJournal(MemoryJournal):
 
     def _admit(self, entry: _Entry) -> None:
         if self._down():
-            entry.settle(self._unavailable())
+            self._fail([entry])
         else:
             self._pending.append(entry)
 
+    def _count_lost(self, txns: list[Txn], outcomes: list[Any]) -> None:
+        self.lost_chains.note(txns, outcomes)
+        self.lost_unawaited += sum(
+            1 for txn, outcome in zip(txns, outcomes)
+            if txn.unawaited and isinstance(outcome, BaseException)
+        )  # fmt: skip
+
+    def _fail(self, entries: Iterable[_Entry]) -> None:
+        """Fail ``entries`` now, as an outage does (before any commit)."""
+        entries = list(entries)
+        errors = [self._unavailable() for _ in entries]
+        self._count_lost([entry.txn for entry in entries], errors)
+        for entry, error in zip(entries, errors):
+            entry.settle(error)
+        self._tell_lost()
+
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
-        ticket = self.submit(txn)
         if durable or self.durability == "sync" or txn.must_wait(self.node is not None):
-            return await ticket.wait()
+            return await self._submit(txn).wait()
         # "async": queued is enough (and lost if the host dies first).
+        txn.unawaited = True
+        self._submit(txn)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return []
 
@@ -424,8 +450,10 @@ class SimulatedJournal(MemoryJournal):
             self._inflight = batch
             self.crash(f"crash after commit {number} was written")
             return
+        self._count_lost(txns, outcomes)
         for entry, outcome in zip(batch, outcomes):
             entry.settle(outcome)
+        self._tell_lost()
 
     def _outcomes(self, txns: list[Txn], number: int) -> list[Any]:
         """Apply ``txns`` (or fail them, as the faults say); their outcomes."""
@@ -436,8 +464,7 @@ class SimulatedJournal(MemoryJournal):
             seconds = self.random.uniform(*faults.outage_seconds)
             self._down_until = trio.current_time() + seconds
             self.log.event(f"outage of {seconds:.3f} s from commit {number}")
-            for entry in self._pending:  # they would meet the outage too
-                entry.settle(self._unavailable())
+            self._fail(self._pending)  # they would meet the outage too
             self._pending.clear()
             return [self._unavailable() for _ in txns]
         if faults.unavailable and draw() < faults.unavailable:
@@ -473,7 +500,7 @@ class SimulatedJournal(MemoryJournal):
             refused = self.random.randrange(len(txns))
             self.log.event(f"commit {number}: transaction {refused} did not fit")
         outcomes: list[Any] = []
-        chain = j.Chain()
+        chain = j.Chain(self.lost_chains)
         for i, txn in enumerate(txns):
             outcome: Any = chain.refused(txn)
             if outcome is not None:

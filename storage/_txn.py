@@ -4,6 +4,7 @@ and the check of its preconditions that single-owner journals share."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ from ._reading import corrupt, decode_record
 from ._records import InstanceRecord
 from ._states import StateOps
 from ._statuses import STATUS_CODE, STATUS_NAME
-from .errors import Conflict, EncodeError
+from .errors import Conflict, EncodeError, JournalFull, JournalUnavailable
 
 __all__ = [
     "Txn", "MAX_ADDRESS_BYTES", "ABSENT", "Chain", "check_requires", "due_us",
@@ -93,9 +94,17 @@ class Txn(StateOps):
     # cleanup and its incarnation floors): on a full map it may use the room
     # kept for freeing (see storage._lmdb._writer).
     frees: bool = False
+    # Nobody waits for its commit ("async" durability's acknowledgment, a
+    # submitted or deferred write): a failure reaches its writer late, so
+    # its chain stops there (see `LostChains`). Set by the journal.
+    unawaited: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.ops)
+
+    def receivers(self) -> set[bytes]:
+        """The instances this transaction appends messages to."""
+        return {op[1] for op in self.ops if op[0] == APPEND_MESSAGE}
 
     def require(
         self, iid: bytes, statuses: frozenset[str] | None = None, *, incarnation: int | None = None
@@ -328,16 +337,21 @@ class Chain:
     precondition (`Conflict`): the later ones checked their own.
     """
 
-    __slots__ = ("_failed",)
+    __slots__ = ("_failed", "_lost")
 
-    def __init__(self) -> None:
+    def __init__(self, lost: LostChains | None = None) -> None:
         self._failed: dict[bytes, BaseException] = {}
+        self._lost = lost  # the journal's, across batches
 
     def refused(self, txn: Txn) -> BaseException | None:
         """The error of an earlier failed transaction ``txn`` builds on, or None."""
-        if txn.chain is None or not self._failed:
+        chain = txn.chain
+        if chain is None:
             return None
-        return self._failed.get(txn.chain)
+        if self._failed and (failed := self._failed.get(chain)) is not None:
+            return failed
+        lost = self._lost
+        return lost.failed.get(chain) if lost is not None and lost.failed else None
 
     def note(self, txn: Txn, outcome: Any) -> None:
         """Record ``txn``'s outcome (an exception if it failed)."""
@@ -347,3 +361,45 @@ class Chain:
             and not isinstance(outcome, Conflict)
         ):
             self._failed.setdefault(txn.chain, outcome)
+
+
+#: The failures after which a chain's later transactions would build on
+#: writes that may not be there (a precondition's `Conflict` is not one).
+_LOSING = (JournalFull, JournalUnavailable)
+
+
+class LostChains:
+    """A journal's chains whose write failed with nobody waiting for it.
+
+    `Chain` keeps a chain's order within one batch. A transaction nobody
+    waits for (`Txn.unawaited`: "async" durability acknowledged it when
+    queued) can fail after its writer went on, in a batch of its own; the
+    writer's later transactions, in later batches, build on it. Invariant:
+    from that failure on, every later transaction of the chain fails with
+    the same error until the writer has reloaded from what is committed
+    (`Journal.resume_chain`), and the writer hears of it once, through
+    `Journal.on_write_lost`. So an acknowledged write a full or lost journal
+    could not take leaves no gap behind it: its instance is loaded again,
+    as after a crash in the "async" window.
+    """
+
+    __slots__ = ("failed", "news")
+
+    def __init__(self) -> None:
+        self.failed: dict[bytes, BaseException] = {}
+        # (chain, error) for the trio thread to tell; a deque, because the
+        # writer's thread appends while the trio thread takes
+        self.news: deque[tuple[bytes, BaseException]] = deque()
+
+    def note(self, txns: Sequence[Txn], outcomes: Sequence[Any]) -> None:
+        """Record the chains ``txns`` lost (by the committing thread, once
+        their ``outcomes`` are final and before the next batch is applied)."""
+        for txn, outcome in zip(txns, outcomes):
+            if (
+                txn.unawaited
+                and txn.chain is not None
+                and isinstance(outcome, _LOSING)
+                and txn.chain not in self.failed
+            ):
+                self.failed[txn.chain] = outcome
+                self.news.append((txn.chain, outcome))

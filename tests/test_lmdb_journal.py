@@ -94,3 +94,39 @@ async def test_async_durability_returns_when_queued(make_lmdb):
 def test_bad_durability_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="durability"):
         LMDBJournal(tmp_path, durability="fast")
+
+
+B = instance_id("b")
+
+
+async def test_an_acknowledged_write_that_fails_stops_its_chain_until_resumed(make_lmdb):
+    # "async" durability acknowledges a write when queued; if its commit then
+    # fails (the map is full), the writer's later transactions must not land
+    # on top of the gap it leaves (storage.LostChains): they fail too, the
+    # writer is told once, and after resume_chain its writes go in again.
+    lost: list[tuple[bytes, type]] = []
+    async with make_lmdb(durability="async", map_size=1 << 20, max_map_size=1 << 21) as j:
+        j.on_write_lost = lambda chain, exc: lost.append((chain, type(exc)))
+
+        def write(iid, seq, value, *, chain):
+            txn = Txn()
+            txn.put_log(iid, 0, seq, value)
+            txn.chain = chain
+            return txn
+
+        assert await j.commit(write(A, 1, b"x" * (4 << 20), chain=A)) == []  # acknowledged
+        await j.flush()
+        assert await j.commit(write(A, 2, b"after the gap", chain=A)) == []
+        await j.commit(write(B, 1, b"another chain", chain=B))
+        await j.flush()
+        assert lost == [(A, JournalFull)]  # told once, for the first failure
+        with j.reader() as r:
+            assert r.log(A, 0) == {}  # nothing landed on top of the gap
+            assert r.log(B, 0) == {1: b"another chain"}
+        with pytest.raises(JournalFull):  # an awaited write of the chain learns it
+            await j.commit(write(A, 2, b"again", chain=A), durable=True)
+        j.resume_chain(A)  # its writer reloaded from what is committed
+        await j.commit(write(A, 1, b"reloaded", chain=A), durable=True)
+        with j.reader() as r:
+            assert r.log(A, 0) == {1: b"reloaded"}
+        assert lost == [(A, JournalFull)]

@@ -35,7 +35,7 @@ import lmdb
 import trio
 
 from .._clock import AutojumpHold
-from .._journal import Journal, Reader
+from .._journal import Journal, LostChains, Reader
 from ..errors import JournalClosed, JournalCorrupt, JournalLocked
 from ._applier import _Applier
 from .._handoff import Doorbell, Handoff
@@ -195,6 +195,7 @@ class LMDBJournal(_GroupCommit, Journal):
         self._inline_claimed = False  # a caller is trying the fast path (trio thread)
         # What `defer` holds back until the next submission (trio thread)
         self._deferred: list[Any] = []
+        self.lost_chains = LostChains()  # chains a write nobody awaited lost (both threads)
         self._hold: AutojumpHold | None = None
         # Lets the GIL go to the writer thread when a busy trio thread
         # starves it (real clocks only: see `storage._handoff`).

@@ -184,10 +184,13 @@ class _GroupCommit:
     _deferred: list[tuple[Txn, _Deferred]]
     _hold: AutojumpHold | None
     _handoff: Handoff
+    lost_chains: j.LostChains
 
     if TYPE_CHECKING:  # defined by LMDBJournal
 
         def describe(self) -> str: ...
+
+        def _tell_lost(self) -> None: ...
 
         def _check_open(self) -> lmdb.Environment: ...
 
@@ -330,6 +333,8 @@ class _GroupCommit:
                 self._handoff.wake()
             if len(pending) == 1:
                 self._cond.notify()  # the writer may be idle
+        if waiter is None:
+            txn.unawaited = True  # (see storage._txn.LostChains)
         batch.txns.append(txn)
         batch.waiters.append(waiter)
         self._uncommitted += 1
@@ -356,6 +361,7 @@ class _GroupCommit:
                 reschedule(task, Error(result) if failed else Value(result))
         if batch.event is not None:
             batch.event.set()
+        self._tell_lost()
 
     def _write_loop(self) -> None:
         """The writer thread: apply and commit batches in submission order.
@@ -392,6 +398,8 @@ class _GroupCommit:
                 self._handoff.committing()
                 self._commit_batch(wtxn, batch)
             self._handoff.step()
+            # Before the next batch is applied: it must see what this one lost.
+            self.lost_chains.note(batch.txns, batch.outcomes)
             committed = batch
 
     def _next_split(self, taken: _Batch, committed: _Batch | None) -> int:
@@ -569,7 +577,7 @@ class _GroupCommit:
         """
         outcomes: list[Any] = []
         apply = _Applier(wtxn, self._handles)
-        chain = j.Chain()
+        chain = j.Chain(self.lost_chains)
         for txn in txns:
             broken = chain.refused(txn)  # it builds on one that failed
             if broken is not None:

@@ -31,7 +31,7 @@ from typing import TypeVar
 import psycopg
 import trio
 
-from .._journal import Journal, Reader, Ticket, Txn
+from .._journal import Journal, LostChains, Reader, Ticket, Txn
 from ..errors import JournalClosed, JournalLocked
 from ._leases import _Lease
 from ._pump import _MailPump
@@ -195,6 +195,7 @@ class PostgresJournal(Journal):
         self.durability = durability
         self.lease_timeout = lease_timeout
         self.readonly = readonly
+        self.lost_chains = LostChains()  # see storage._txn.LostChains (not yet kept across batches here)
         self._server = _Server(dsn, schema, durability, lease_timeout)
         if readonly:
             self._server.read_only_sessions()
