@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import html
 import logging
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -28,6 +34,7 @@ from actors._web._guard import Guard, origin_matches  # noqa: E402
 from storage import LMDBJournal, instance_id  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 go = Signal("go")
 ORIGIN = "http://127.0.0.1:8080"
 
@@ -372,3 +379,52 @@ async def test_an_action_is_the_commands_and_is_audited(app, opened, caplog):
     actions_of = [r.actors_action for r in caplog.records if r.name == "actors.control"]
     assert ["send", "cancel", "retry"] == actions_of
 
+
+
+# -- the command ----------------------------------------------------------------------
+
+
+def _web(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "actors", "web", *args], cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, **kw,
+    )  # fmt: skip
+
+
+def test_actions_need_an_lmdb_journal():
+    done = _web("--allow-actions", "--journal", "postgresql://nobody@127.0.0.1:1/none")
+    out, err = done.communicate(timeout=60)
+    assert 2 == done.returncode
+    assert "--allow-actions needs an LMDB journal" in err and "drop --allow-actions" in err
+
+
+@pytest.mark.slow  # a server in a subprocess, on real time
+def test_the_command_with_actions_says_so_and_offers_them(journal):
+    server = _web("--journal", str(journal), "--port", "0", "--allow-actions")
+    try:
+        first = server.stdout.readline()
+        match = re.fullmatch(r"actors web: inspecting (.+) with actions allowed at "
+                             r"(http://127\.0\.0\.1:\d+/)\n", first)  # fmt: skip
+        assert match, first + server.stderr.read()
+        assert server.stdout.readline().startswith(
+            "actions: cancel, cancel-compensate, retry, fork, send, drop, resume-compensation, "
+            "abandon-compensation; each is confirmed first and logged (actors.control)"
+        )
+        with urllib.request.urlopen(match[2] + "instance?address=holds%2Fh-1", timeout=10) as resp:
+            assert 'data-action="cancel"' in resp.read().decode()
+        evil = urllib.request.Request(
+            match[2] + "act", data=b"action=cancel&address=holds%2Fh-1", method="POST",
+            headers={"Origin": "http://evil.example", "Content-Type":
+                     "application/x-www-form-urlencoded"},
+        )  # fmt: skip
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(evil, timeout=10)
+        assert 403 == refused.value.code
+    finally:
+        server.send_signal(signal.SIGINT)
+        out, err = server.communicate(timeout=30)
+    assert 0 == server.returncode, err
+    # The audit line, on stderr: nothing configured logging in the command.
+    assert "actors.control WARNING web inspector: cancel 'holds/h-1' from 127.0.0.1: refused: " \
+           "refused: the request comes from http://evil.example" in err  # fmt: skip

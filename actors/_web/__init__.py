@@ -1,8 +1,9 @@
-"""The web inspector: ``python -m actors web --journal PATH [--port 8080] [--host 127.0.0.1]``
+"""The web inspector: ``python -m actors web --journal PATH [--port 8080] [--host 127.0.0.1]
+[--allow-actions]``
 (PATH: an LMDB journal's directory, or ``postgresql://USER@HOST:PORT/DATABASE``
 with ``--schema NAME``).
 
-A read-only page over a journal: the instances (filtered by status, process
+Pages over a journal, read-only unless told otherwise: the instances (filtered by status, process
 and address prefix, counted by status, most recently updated first, paged)
 and each instance's status, input, result or error with its traceback,
 supervision tree and restart history, effect log, unread mail, timers,
@@ -22,9 +23,18 @@ this machine's name (bound beyond it) or an ``--allow-host`` name (against
 DNS rebinding); it escapes every value it renders, and forbids inline
 script.
 
+With ``--allow-actions`` (LMDB journals; off by default) an instance's page
+also offers cancel (with or without its compensations), retry, fork after
+a log entry, send a signal, drop a message, and resume or abandon a stuck
+compensation. Each is confirmed on a page that says what will happen, then
+POSTed with the session's token from this origin (`_guard`), done by the
+command line's own command (`_actions`), and logged on ``actors.control``.
+
 The package: `_query` (query strings), `_pages` (HTML), `_assets` (CSS and the
-polling script), `_app` (the starlette app) and `_serve` (hypercorn's trio
-worker and the ``web`` command). It needs the ``web`` extra.
+polling script), `_guard` (session tokens, the Origin check), `_actions`
+(what each action does and says), `_action_pages` (their HTML), `_app` (the
+starlette app) and `_serve` (hypercorn's trio worker and the ``web``
+command). It needs the ``web`` extra.
 """
 
 from ._app import create_app as create_app

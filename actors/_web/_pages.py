@@ -326,6 +326,16 @@ def instance_fragment(
             for m in doc["mailbox"]]  # fmt: skip
     headers = ["#", "signal", "sent", "payload"] + (["action"] if drop else [])
     out.append(_table("mailbox", headers, mail, "no unread messages"))
+    poison = doc.get("handling")  # the message a failed run was handling
+    if poison:
+        restarts = f", after {counted(len(doc['restarts']), 'restart')}" if doc["restarts"] else ""
+        out.append(f'<p class="error" id="handling">failed while handling message '
+                   f"#{esc(poison['seq'])} {esc(poison['signal'])} (taken at effect "
+                   f"#{esc(poison['effect'])}{esc(restarts)})</p>{value_block(poison['payload'])}")  # fmt: skip
+    if doc.get("dead_letters"):
+        out.append(f'<p class="muted" id="dropped">dropped: '
+                   f"{esc(counted(doc['dead_letters'], 'message'))} (actors mail "
+                   f"{esc(doc['address'])} --dropped)</p>")  # fmt: skip
 
     out.append(f"<h2>Timers: {esc(counted(len(doc['timers']), 'timer'))}</h2>")
     timers = [[_when(t["due"], now), esc(relative(t["due"], now)), f"#{esc(t['seq'])}",
