@@ -55,6 +55,7 @@ class Activation(_SystemAPI):
     _foreign: set[bytes]
     _said_stuck: dict[bytes, str]
     _ends: OrderedDict[bytes, tuple[str, InstanceRecord]]
+    _seen: OrderedDict[bytes, tuple[str, InstanceRecord]]
     _stalled_iids: set[bytes]
     _resuming: bool
     _status_events: dict[bytes, trio.Event]
@@ -282,10 +283,44 @@ class Activation(_SystemAPI):
         # _activate_task).
         self._status_changed(actor.iid)
         self._ended(actor, "suspended")
-        self._stalled_iids.add(actor.iid)
+        self._resume_later(actor.iid)
+
+    def _resume_later(self, iid: bytes) -> None:
+        """Activate ``iid`` again in the next round of `_resume_stalled`."""
+        self._stalled_iids.add(iid)
         if not self._resuming:
             self._resuming = True
             self._spawn_system_task(self._resume_stalled)
+
+    def _write_lost(self, iid: bytes, exc: BaseException) -> None:
+        """A write of the instance that nobody waited for ("async"
+        durability's acknowledged writes, deferred ones) failed: memory is
+        ahead of the journal, and the journal takes none of the instance's
+        writes until it is loaded again (see `storage.LostChains`). A live
+        instance stops at its next suspension or write and is loaded again
+        as one stalled (`_stalled`); one already out of memory (ended, say)
+        is brought back from what was committed. As after a crash within
+        the "async" window, the steps since its last committed write may
+        run again."""
+        actor = self._live.get(iid)
+        address = iid.hex() if actor is None else actor.address
+        log.error(
+            "a write of instance %s that was acknowledged before its commit failed (%s: %s); "
+            "it is loaded again from what the journal holds",
+            address, type(exc).__name__, exc, extra={"actors_address": address},
+        )  # fmt: skip
+        if actor is not None and not actor.done:
+            actor.write_lost(exc)  # it comes back here (_reload_lost) as it leaves memory
+        else:
+            self._reload_lost(iid)
+
+    def _reload_lost(self, iid: bytes) -> None:
+        """Load ``iid``, out of memory now, again from what the journal
+        holds: a write of its last run was lost (see `_write_lost`)."""
+        self._ends.pop(iid, None)
+        self._seen.pop(iid, None)
+        self._status_changed(iid)
+        self._resume_later(iid)
 
     def _stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None:
         """``actor``'s replay is stuck (``held``, see `Ends.diverge`): it left
@@ -297,15 +332,25 @@ class Activation(_SystemAPI):
     async def _resume_stalled(self) -> None:
         # One task for every stalled instance, backing off while the journal
         # stays full: each retry replays the instance up to its failed write.
+        # An iid leaves the set only once its activation is under way: an
+        # outage met on the way (this task then runs again, see
+        # JournalWatch.keep_running) must not lose the rest of the round.
+        # Sorted, so that a seed of the simulation replays alike.
+        self._resuming = True
         delay = STALL_RETRY_FIRST
         try:
             while True:
                 await trio.sleep(delay)
                 if not self._stalled_iids:
                     return  # nothing stalled again since the last round
-                iids, self._stalled_iids = self._stalled_iids, set()
-                for iid in iids:
+                for iid in sorted(self._stalled_iids):
+                    actor = self._live.get(iid)
+                    if actor is not None:
+                        if not actor.done:  # back in memory meanwhile (loaded afresh)
+                            self._stalled_iids.discard(iid)
+                        continue  # else still on its way out: the next round
                     self._activate(iid)
+                    self._stalled_iids.discard(iid)
                 delay = min(delay * 2, STALL_RETRY_MAX)
         finally:
             self._resuming = False

@@ -41,7 +41,9 @@ class FlowControl:
     async def _enqueue(self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str) -> None:
         """Commit a start transaction as a queued instance's (its waiting entry added)."""
         self.queues.enqueue(txn, queued[0], iid, address, queued[1])
-        await self.journal.commit(txn)
+        # Awaited whatever the durability: the pump poked below reads only
+        # what is committed, and would otherwise miss it until the next poke.
+        await self.journal.commit(txn, durable=True)
         self._status_changed(iid)
         self.queues.poke(queued[0].name)
 

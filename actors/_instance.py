@@ -30,7 +30,13 @@ import trio
 
 
 from storage import LIVE_STATUSES, InstanceRecord, Ticket, Txn
-from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
+from storage.errors import (
+    CommitOutcomeUnknown,
+    Conflict,
+    JournalCorrupt,
+    JournalFull,
+    JournalUnavailable,
+)
 
 from . import _asks
 from . import _joins
@@ -108,7 +114,7 @@ class Actor(Ends, Arrivals):
         "mailbox", "timers", "live", "busy", "txn",
         "ticket", "status", "persisted_status", "woken", "parked", "idle_since",
         "passivate_requested", "root", "loaded", "epoch", "fenced", "interrupt",
-        "children", "escalate_to", "done", "nursery", "inline", "preloaded",
+        "children", "escalate_to", "done", "nursery", "inline", "preloaded", "lost",
     )  # fmt: skip
 
     def __init__(
@@ -159,6 +165,7 @@ class Actor(Ends, Arrivals):
         self.escalate_to: tuple[Any, ...] | None = None
         self.done = False
         self.preloaded: LoadedState | None = None
+        self.lost: BaseException | None = None  # see write_lost
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -221,9 +228,13 @@ class Actor(Ends, Arrivals):
             self.done = True
             self.driver.unload()
             self.system._forget(self)
+            if self.lost is not None:  # what it ended or left memory with was lost
+                self.system._reload_lost(self.iid)
 
     async def _load(self) -> bool:
         iid = self.iid
+        # From what is committed now: the journal takes its writes again.
+        self.journal.resume_chain(iid)
         state, self.preloaded = self.preloaded, None
         if state is None:
             try:
@@ -298,6 +309,14 @@ class Actor(Ends, Arrivals):
         ``epoch`` from now on."""
         self.epoch = epoch
 
+    def write_lost(self, exc: BaseException) -> None:
+        """A write of this instance that nobody waited for failed (see
+        `Activation._write_lost`): stop at the next suspension with ``exc``,
+        as if an awaited write had failed (a busy one's next write fails
+        with it too), and be loaded again from the journal."""
+        self.lost = exc
+        self.wakeup()
+
     def request_passivation(self) -> None:
         """The system's idle sweep: drop this instance if it is still idle."""
         task = self.parked
@@ -328,6 +347,8 @@ class Actor(Ends, Arrivals):
                 self.busy -= 1  # never run: the loop below stops for the request
         passivate_now = self.system.passivate_after <= 0
         while not effect.done:
+            if self.lost is not None:
+                raise self.lost  # memory is ahead of the journal: load again
             if self.interrupt is not None:
                 raise Interrupted()
             if self.busy:
@@ -430,6 +451,12 @@ class Actor(Ends, Arrivals):
             if ridden is not None and exc.reason in START_RACED:
                 ridden.extend(self.txn)
                 self.txn = ridden
+            raise
+        except CommitOutcomeUnknown:
+            # It may be written: mail it carried (a child's end notice to its
+            # parent, a ctx.send) is read again once the journal answers.
+            for receiver in sorted(pending.receivers() - {self.iid}):
+                self.system._mail_in_doubt(receiver)
             raise
         if prior is not None:
             await prior.wait()  # already done (submitted earlier); raises its error

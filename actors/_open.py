@@ -77,6 +77,7 @@ async def open_system(
     if node is not None:
         journal.set_node(node)
     journal.check_shapes = True  # a record of another shape marks its instance corrupt
+    journal.on_write_lost = system._write_lost
     await journal.open()
     body_error: BaseException | None = None
     try:
@@ -111,5 +112,6 @@ async def open_system(
     finally:
         with trio.CancelScope(shield=True):
             await journal.close()
+        journal.on_write_lost = None
     if body_error is not None:
         raise body_error

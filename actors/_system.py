@@ -30,7 +30,7 @@ from storage import (
     instance_id,
 )
 from storage._parking import Parking
-from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
+from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt, JournalUnavailable
 
 from . import _events, _fork, _guard, _mail, _protocol, _retry, _tracing
 from ._checks import check_name, check_seconds, check_text
@@ -465,6 +465,9 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                         await self._enqueue(start.txn, queued, iid, address)
                         return Handle(self, iid, address, record.incarnation), True
                     results = await self.journal.commit(start.txn)
+                except CommitOutcomeUnknown:  # if it is written, it runs once the journal answers
+                    self._spawn_system_task(self._reload_when_back, iid)
+                    raise
                 except Conflict as exc:
                     if exc.reason not in _protocol.START_RACED:
                         raise

@@ -43,13 +43,15 @@ class TimerService:
         journal = system.journal
         while True:
             now = system.epoch_now()
-            due: set[bytes] = set()
+            # A dict, not a set: instances wake in the order their timers
+            # fell due, alike in every process (a simulation seed replays).
+            due: dict[bytes, None] = {}
             heap = self.heap
             while heap and heap[0][0] <= now:
-                due.add(heapq.heappop(heap)[1])
+                due[heapq.heappop(heap)[1]] = None
             after = self.scanned_until
             rows = await journal.read(lambda r: r.due_timers(now, _PAGE, after=after))
-            due.update(row.iid for row in rows)
+            due.update(dict.fromkeys(row.iid for row in rows))
             self.scanned_until = rows[-1].due if len(rows) == _PAGE else now
             for iid in due:
                 system._timer_due(iid, now)
