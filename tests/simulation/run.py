@@ -102,9 +102,9 @@ class _Keep(logging.Handler):
     """Keeps the runtime's last log records for the trace, instead of
     printing them (a run under faults logs plenty, by design)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int) -> None:
         super().__init__(logging.INFO)
-        self.records: deque[str] = deque(maxlen=15)
+        self.records: deque[str] = deque(maxlen=keep)
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append(f"{record.levelname} {record.name}: {record.getMessage()[:300]}")
@@ -125,7 +125,7 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40) -> Outcome:
     async def judge(sim: Simulation) -> None:
         await check(world, sim)
 
-    kept = _Keep()
+    kept = _Keep(keep)
     loggers = [logging.getLogger(name) for name in ("actors", "storage")]
     saved: list[tuple[bool, int]] = []
     for logger in loggers:
