@@ -27,6 +27,11 @@ Before deploying changed code, check it against recorded histories::
     problems = await replay_check("./state", [order, payment])
     assert not problems, "\\n".join(map(str, problems))
 
+or against a history taken home from production (``python -m actors
+export orders/o-17 > order-17.history``; see docs/histories.md)::
+
+    assert [] == await replay_history("order-17.history", [order, payment])
+
 Run a workload under crashes, journal faults and every scheduling order a
 seed picks, replayable from that seed (see `simulate`)::
 
@@ -517,11 +522,11 @@ def simulate(
     with faults and crashes still armed, then ``settle`` more without them,
     and then ``check(sim)`` is called with the last system still open.
 
-    Two runs of a seed write the same bytes in one process, or in two with
-    the same ``PYTHONHASHSEED`` (the runtime wakes instances that fall due
-    together in the order of a set of their ids, which follows the hash
-    seed). Threads, real time and real I/O in the workload or its steps
-    are outside the simulation: use ``trio.sleep`` for time, not ``time``.
+    Two runs of a seed write the same bytes, in one process or in two
+    (whatever their ``PYTHONHASHSEED``: the runtime wakes instances that
+    fall due together in a fixed order). Threads, real time and real I/O in
+    the workload or its steps are outside the simulation: use
+    ``trio.sleep`` for time, not ``time``.
 
     Args:
         processes: the definitions the system runs.
