@@ -71,6 +71,7 @@ from ._instance import Actor
 from ._process import ProcessDef
 from ._open import open_system
 from ._system import ActorSystem
+from .errors import InvalidArguments
 
 __all__ = [
     "open_test_system",
@@ -321,8 +322,8 @@ async def replay_history(
 
     Returns:
         The problems found, empty if the code makes every recorded effect
-        in its order; an instance whose process is not in ``processes`` is
-        a problem too (its history cannot be checked).
+        in its order; an instance whose process is not in ``processes``, or
+        whose params and input its function does not take, is a problem too.
 
     Raises:
         HistoryFormatError: the file is not a history, is damaged, or is of
@@ -348,7 +349,13 @@ async def replay_history(
                     "pass its definition to check its history",
                 ))  # fmt: skip
                 continue
-            problem = await _replay_one(system, row, proc, one.log)
+            try:
+                problem = await _replay_one(system, row, proc, one.log)
+            except InvalidArguments as exc:  # its params or input do not fit the code
+                problem = ReplayProblem(
+                    address=one.address, process=one.process, status=one.status, position=0,
+                    expected=None, found=None, message=str(exc),
+                )  # fmt: skip
             if problem is not None:
                 problems.append(problem)
         return problems

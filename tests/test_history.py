@@ -433,3 +433,17 @@ async def test_a_history_imported_into_postgresql_beside_a_running_node_takes_ma
             result = await system.get("orders/o-2").result()
     assert {"order": "o-2", "by": "cy", "charged": 2} == result
     assert ["o-2"] == CHARGED
+
+
+@process("orders/:order_id")
+async def order_new_input(ctx: Context, order_id: str, *, total: int) -> dict:
+    return {"order": order_id, "total": total}
+
+
+async def test_an_input_the_code_no_longer_takes_is_a_problem(tmp_path):
+    await run_until_waiting(lmdb_store(tmp_path / "p"), (order, ("o-4",), {"amount": 4}))
+    path = tmp_path / "o-4.history"
+    await export(lmdb_store(tmp_path / "p"), "orders/o-4", path)
+    (problem,) = await replay_history(path, [order_new_input])
+    assert ("orders/o-4", 0) == (problem.address, problem.position)
+    assert "do not fit" in problem.message and "'amount'" in problem.message
