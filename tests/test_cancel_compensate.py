@@ -17,6 +17,7 @@ import trio
 import actors
 from actors import Context, Signal, current_step, process
 from storage import LMDBJournal
+from tests.cli_runner import run_in_process
 from tests.runtime_helpers import Opener, wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,6 +167,14 @@ async def cli(journal: Path, *args: str) -> tuple[int, str, str]:
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
+async def offline(journal: Path, *args: str) -> tuple[int, str, str]:
+    """`cli` in this process, for when no system here holds the journal."""
+    done = await trio.to_thread.run_sync(
+        lambda: run_in_process(["--journal", str(journal), *args])
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
 @pytest.fixture
 def short(tmp_path):
     """An opener on a short directory: a unix socket's address holds about 100 bytes."""
@@ -182,18 +191,18 @@ async def test_cli_cancel_says_whether_compensations_run_and_compensate_runs_the
     path = short.path
     ledger.clear()
 
-    code, out, err = await cli(path, "show", "orders/o-1")
+    code, out, err = await offline(path, "show", "orders/o-1")
     assert (
         "Compensations: 2 — registered; run only if the instance fails (or is cancelled with "
         "--compensate)\n"
         "  registered charge -> tests.test_cancel_compensate:refund  attempts 0\n"
         "  registered reserve -> tests.test_cancel_compensate:release  attempts 0\n"
     ) in out
-    code, out, err = await cli(path, "show", "orders/o-3")
+    code, out, err = await offline(path, "show", "orders/o-3")
     assert "Compensations: 2 — not run: the instance completed\n  not run    charge" in out
 
     # No system holds the journal: a plain cancel refuses to drop them.
-    code, out, err = await cli(path, "cancel", "orders/o-1")
+    code, out, err = await offline(path, "cancel", "orders/o-1")
     assert 1 == code
     assert (
         "actors: not cancelled: saga compensations are pending in orders/o-1 (2), and a cancel "
@@ -201,7 +210,7 @@ async def test_cli_cancel_says_whether_compensations_run_and_compensate_runs_the
         "(when a system that runs its process next opens this journal), or --force to cancel "
         "without compensating\n"
     ) == err
-    code, out, err = await cli(path, "cancel", "orders/o-1", "--compensate")
+    code, out, err = await offline(path, "cancel", "orders/o-1", "--compensate")
     assert 0 == code, err
     assert (
         "cancelled orders/o-1 (suspended before): cancelled from the actors CLI\n"
@@ -209,7 +218,7 @@ async def test_cli_cancel_says_whether_compensations_run_and_compensate_runs_the
         "runs 'orders/:id' next opens this journal; it is running until then, and ends "
         "cancelled after them\n"
     ) == out
-    code, out, err = await cli(path, "show", "orders/o-1")
+    code, out, err = await offline(path, "show", "orders/o-1")
     assert "orders/o-1  ·  running" in out
     assert "Compensations: 2 — running after the cancel, newest first: 0 done, 2 to run" in out
 
@@ -238,7 +247,7 @@ async def test_cli_cancel_says_whether_compensations_run_and_compensate_runs_the
         )
         assert undone("o-4") == ledger
 
-    code, out, err = await cli(path, "show", "orders/o-1")
+    code, out, err = await offline(path, "show", "orders/o-1")
     assert "Compensations: 2 — all run, newest first, after the cancel\n  done       charge" in out
-    code, out, err = await cli(path, "show", "orders/o-2")
+    code, out, err = await offline(path, "show", "orders/o-2")
     assert "Compensations: 2 — not run: the instance was cancelled (without --compensate)" in out

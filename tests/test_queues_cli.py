@@ -6,9 +6,7 @@ queued instance from its queue."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ import trio
 import actors
 from actors import Context, Queue, process
 from storage import LMDBJournal
+from tests.cli_runner import run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -38,11 +37,9 @@ async def nightly(ctx: Context, region: str, tick: str) -> str:
 
 
 def run_cli(journal: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TZ="UTC", COLUMNS="160")
-    return subprocess.run(
-        [sys.executable, "-m", "actors", "--journal", str(journal), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+    """``python -m actors --journal JOURNAL ARGS``, run in this process
+    (tests/cli_runner.py): no system holds the journal meanwhile."""
+    return run_in_process(["--journal", str(journal), *args])
 
 
 async def build(path: Path) -> None:

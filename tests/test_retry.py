@@ -22,6 +22,7 @@ from actors import Context, Queue, Retry, Signal, process
 from actors._retry import KEPT_INCARNATIONS, read_kept
 from storage import LMDBJournal, instance_id
 from tests.crash_kit import ROOT, kill_after_acks
+from tests.cli_runner import run_in_process
 from tests.test_cli import read_back, run_cli, run_json
 
 approved = Signal("approved")
@@ -384,8 +385,8 @@ async def test_the_cli_retries_offline_and_shows_the_kept_incarnation(tmp_path):
         await (await system.start(order, "o-9")).result()
         await failed(system, trip, "t-2", broken="t-2-b")  # its second leg fails
 
-    def cli(*args):
-        return trio.to_thread.run_sync(lambda: run_cli(path, *args))
+    def cli(*args):  # no system holds the journal now: the command line runs in this process
+        return trio.to_thread.run_sync(lambda: run_in_process(["--journal", str(path), *args]))
 
     done = await cli("retry", "orders/o-8", "--input", '{"amount": 4}')
     assert (0, "") == (done.returncode, done.stderr)
