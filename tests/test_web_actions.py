@@ -261,7 +261,8 @@ async def test_the_confirmation_says_what_will_happen_and_holds_the_token(app, j
     said = text_of(body)
     assert "Cancels holds/h-1 (now suspended)" in said
     assert "Its 1 saga compensation (book) do NOT run" in said
-    assert f"actors --journal {journal} cancel holds/h-1 --force" in said
+    assert f"actors --journal {journal} cancel --force --reason=cancelled from the web " \
+           "inspector -- holds/h-1" in said  # fmt: skip
     (cookie,) = headers["set-cookie"]
     session = re.match(rf"{GUARD.cookie}=([A-Za-z0-9_-]+);", cookie)[1]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
@@ -379,6 +380,14 @@ async def test_an_action_is_the_commands_and_is_audited(app, opened, caplog):
     actions_of = [r.actors_action for r in caplog.records if r.name == "actors.control"]
     assert ["send", "cancel", "retry"] == actions_of
 
+
+
+async def test_a_value_that_looks_like_an_option_is_not_one(app):
+    s = GUARD.new_session()
+    status, _, body = await post(app, {"action": "cancel", "address": "-h"}, session=s,
+                                 token=GUARD.token(s))  # fmt: skip
+    assert 404 == status  # "-h" is an address here, and there is none
+    assert "no instance at '-h'" in text_of(body)
 
 
 # -- the command ----------------------------------------------------------------------

@@ -210,36 +210,41 @@ def _abandon_says(doc: dict[str, Any], f: Fields) -> list[str]:
 # -- their commands -------------------------------------------------------------------
 
 
+# Options come first, as --name=value, and the positionals after "--": a
+# value that starts with "-" (an address, a signal's name) is never an option.
+
+
 def _cancel_argv(address: str, f: Fields) -> list[str]:
     # The confirmation said the compensations do not run: that is --force.
-    return [address, "--force", "--reason", "cancelled from the web inspector"]
+    return ["--force", f"--reason={_REASON}", "--", address]
 
 
 def _compensate_argv(address: str, f: Fields) -> list[str]:
-    return [address, "--compensate", "--reason", "cancelled from the web inspector"]
+    return ["--compensate", f"--reason={_REASON}", "--", address]
 
 
 def _retry_argv(address: str, f: Fields) -> list[str]:
-    return [address, *(["--input", f["input"]] if f.get("input") else [])]
+    return [*([f"--input={f['input']}"] if f.get("input") else []), "--", address]
 
 
 def _fork_argv(address: str, f: Fields) -> list[str]:
-    return [address, "--from", f["from"], *(["--to", f["to"]] if f.get("to") else [])]
+    return [f"--from={f['from']}", *([f"--to={f['to']}"] if f.get("to") else []), "--", address]
 
 
 def _send_argv(address: str, f: Fields) -> list[str]:
-    return [address, f["signal"], f.get("payload") or "null",
-            *(["--key", f["key"]] if f.get("key") else [])]  # fmt: skip
+    key = [f"--key={f['key']}"] if f.get("key") else []
+    return [*key, "--", address, f["signal"], f.get("payload") or "null"]
 
 
 def _drop_argv(address: str, f: Fields) -> list[str]:
-    return [address, "--drop", f["message"]]
+    return [f"--drop={f['message']}", "--", address]
 
 
 def _address_only(address: str, f: Fields) -> list[str]:
-    return [address]
+    return ["--", address]
 
 
+_REASON = "cancelled from the web inspector"
 _STUCK = frozenset({"compensation_stuck"})
 
 ACTIONS: dict[str, Action] = {
