@@ -647,7 +647,9 @@ class SeedRun:
         deadline = time.monotonic() + self.options.settle
         while time.monotonic() < deadline and not self._settled():
             time.sleep(0.5)
-        time.sleep(1.5)  # a second handling would show up by now
+        for node in self.nodes.values():  # a second handling is recorded by then
+            if node.alive():
+                node.answer(node.post("batch", ops=[{"op": "quiescent"}]), 20)
         self._done.set()
         watcher.join()
         self.records.refresh()
