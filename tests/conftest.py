@@ -14,7 +14,7 @@ if os.environ.get("ACTORS_TEST_POSTGRES", "1") != "0":
 
 
 def _postgres_factory(request, tmp_path):
-    pg = pytest.importorskip("psycopg", reason="install the '[postgres]' extra")
+    pytest.importorskip("psycopg", reason="install the '[postgres]' extra")
     from tests.pg import fresh_schema
 
     dsn, schema = fresh_schema(request)

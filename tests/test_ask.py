@@ -9,7 +9,7 @@ import trio
 import actors
 from actors import Context, Signal, process
 from storage import LMDBJournal, decode, encode, instance_id
-from tests.runtime_helpers import Opener, virtual_wall
+from tests.runtime_helpers import Opener
 
 add = Signal("add")
 get = Signal("get")

@@ -16,7 +16,6 @@ import trio
 
 import actors
 from actors import Context, Signal, current_step, process
-from storage import LMDBJournal
 from tests.cli_runner import run_in_process
 from tests.runtime_helpers import Opener, wait_status
 

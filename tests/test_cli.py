@@ -27,7 +27,6 @@ import trio
 import actors
 from actors import Retry, Signal, process
 from storage import (
-    InstanceRecord,
     JournalClosed,
     JournalCorrupt,
     LMDBJournal,

@@ -12,7 +12,6 @@ from pathlib import Path
 import lmdb
 import pytest
 
-import actors
 from actors import Context, Signal, process
 from storage import (
     CorruptRecord,

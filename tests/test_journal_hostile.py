@@ -8,7 +8,6 @@ import logging
 import os
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import time

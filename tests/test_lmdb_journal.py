@@ -9,7 +9,7 @@ import lmdb
 import pytest
 import trio
 
-from storage import JournalCorrupt, JournalFull, JournalLocked, LMDBJournal, Txn, instance_id
+from storage import JournalCorrupt, JournalFull, LMDBJournal, Txn, instance_id
 
 A = instance_id("a")
 

@@ -390,7 +390,7 @@ async def test_continue_as_new_drops_the_log_and_keeps_the_mailbox(opener):
         await ctx.continue_as_new(total=total, runs=runs + 1)
 
     async with opener(loop, passivate_after=0) as system:
-        handle = await system.start(loop, "l")
+        await system.start(loop, "l")
         for _ in range(4):
             await system.send("loop/l", ping, 2)
         await wait_quiescent(system)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import trio
 
-import actors
 from actors import Context, Signal, process
 from actors.testing import open_test_system, replay_check, wait_quiescent
 from storage import LMDBJournal, MemoryJournal
