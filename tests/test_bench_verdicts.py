@@ -225,6 +225,14 @@ def test_processes_are_read_against_commits_or_each_other_not_batched_records(de
         }, m.name  # fmt: skip
 
 
+def test_journal_appends_are_read_against_commits_and_their_own_access_pattern(
+    declared,
+) -> None:
+    writers = {m.name: m.all_baselines() for m in declared if m.unit == "appends/s"}
+    assert ("raw-commit",) == writers.pop("journal 1 writer")
+    assert {("raw-commit", "raw-scattered")} == set(writers.values())
+
+
 def test_latencies_that_contain_a_commit_declare_it(declared) -> None:
     floors = {m.name: m.floor.baseline for m in declared if m.floor is not None}
     assert "raw-commit" == floors["send->resumed p50"] == floors["send->resumed p99"]
