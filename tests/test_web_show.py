@@ -47,6 +47,17 @@ async def racer(ctx, id):
     await ctx.wait(more)
 
 
+@process("slow/:id")
+async def slow(ctx, id):
+    await ctx.wait(more)
+
+
+@process("callers/:id")
+async def caller(ctx, id):
+    await ctx.first(msg=ctx.wait(msg), child=ctx.call(slow, id))  # the message wins
+    await ctx.wait(more)
+
+
 @process("shipments/:id")
 async def shipment(ctx, id):
     await ctx.step(make_label, id)
@@ -55,14 +66,28 @@ async def shipment(ctx, id):
 
 
 async def build(path: Path) -> None:
-    async with actors.open_system(LMDBJournal(path), processes=[racer, shipment]) as system:
+    processes = [racer, shipment, slow, caller]
+    async with actors.open_system(LMDBJournal(path), processes=processes) as system:
         r = await system.start(racer, "r-1")
         await wait_status(r, "suspended")
         await system.send("racers/r-1", msg, "first")
         await wait_status(await system.start(shipment, "o-1"), "suspended")
+        c = await system.start(caller, "c-1")
+        child = await _until_exists(system, "callers/c-1/slow/c-1")
+        await wait_status(child, "suspended")
+        await system.send("callers/c-1", msg, "first")
+        await wait_status(child, "cancelled")
+        await wait_status(c, "suspended")
         with trio.fail_after(10):  # until it took the message and armed the next timer
             while len(await _log_of(system, "racers/r-1")) < 3 or r.status != "suspended":
                 await trio.sleep(0.01)
+
+
+async def _until_exists(system, address: str) -> actors.Handle:
+    with trio.fail_after(10):
+        while (handle := system.get(address)) is None:
+            await trio.sleep(0.001)
+    return handle
 
 
 async def _log_of(system, address: str) -> dict:
@@ -100,6 +125,16 @@ def test_show_lists_only_the_timer_it_waits_for_now(journal):
     waiting = text[text.index("Waiting for") : text.index("Mailbox")]
     assert "timer #3" in waiting and "timer #2" not in waiting
     assert "not pending: it lost a race" in text
+
+
+def test_show_does_not_wait_for_a_child_that_lost_a_race(journal):
+    doc = json.loads(show(journal, "callers/c-1", "--json").stdout)
+    assert [] == doc["waiting"]["children"]
+    assert [("cancelled", "callers/c-1/slow/c-1")] == [
+        (n["status"], n["address"]) for n in doc["children"]
+    ]
+    text = show(journal, "callers/c-1").stdout
+    assert "callers/c-1/slow/c-1 to end" not in text
 
 
 async def _page(journal: Path, address: str) -> str:
