@@ -18,6 +18,7 @@ import tomllib as _tomllib
 from storage import serializable as serializable
 
 from ._context import Context as Context
+from ._mail import DeadLetter as DeadLetter, Message as Message
 from ._handles import ChildHandle as ChildHandle, Handle as Handle
 from ._process import (
     OneForAll as OneForAll,
@@ -74,6 +75,7 @@ __all__ = [
     "ChildHandle",
     "Context",
     "ContextError",
+    "DeadLetter",
     "EncodeError",
     "Handle",
     "HistoryFormatError",
@@ -86,6 +88,7 @@ __all__ = [
     "JournalLocked",
     "JournalUnavailable",
     "LimitExceeded",
+    "Message",
     "NonDeterminismError",
     "NotDelivered",
     "OneForAll",
