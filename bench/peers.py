@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import trio
 
-from ._kit import _IN_FLIGHT, _Sampler, _lmdb, _open, _repeat_rate, job
+from ._kit import _IN_FLIGHT, _lmdb, _open, _repeat_rate, _Sampler, job
 from ._registry import Measurement, Options, Result, run_measurements, suite
 from .journal import raw_commit
 from .runtime import latency, process_rate
@@ -98,14 +99,14 @@ def peers_suite(options: Options) -> list[Result]:
 
     def pair(shape: str, steps: int, in_flight: int | None, what: str) -> list[Measurement]:
         theirs = f"DBOS {shape}"
+        ours: Callable[[Path, float], float]
+        dbos: Callable[[Path, float], float]
         if in_flight is None:
-            ours: Any = lambda d, s: sequential_rate(d, s, steps=steps)  # noqa: E731
-            dbos: Any = lambda d, s: _dbos.sequential_rate(d, s, steps=steps)  # noqa: E731
-        else:
-            ours = lambda d, s: process_rate(d, s, steps=steps)  # noqa: E731
-            dbos = lambda d, s: _dbos.concurrent_rate(  # noqa: E731
-                d, s, steps=steps, in_flight=in_flight
-            )
+            ours = partial(sequential_rate, steps=steps)
+            dbos = partial(_dbos.sequential_rate, steps=steps)
+        else:  # ours: waves of _IN_FLIGHT, as the runtime suite measures them
+            ours = partial(process_rate, steps=steps)
+            dbos = partial(_dbos.concurrent_rate, steps=steps, in_flight=in_flight)
         return [
             Measurement(theirs, "workflows/s", dbos, meaning=f"DBOS: {what}, on SQLite"),
             Measurement(

@@ -109,8 +109,10 @@ def test_run_measurements_records_baseline_spreads_and_judges_them(tmp_path) -> 
     send, commit = run_measurements(
         "fake",
         [
-            Measurement("send p50", "µs", fixed(500, 559, 540), target=at_most(1.3, "raw-commit"),
-                        floor=SENDS_COMMIT, meaning="one send"),  # fmt: skip
+            Measurement(
+                "send p50", "µs", fixed(500, 559, 540), target=at_most(1.3, "raw-commit"),
+                floor=SENDS_COMMIT, meaning="one send",
+            ),
             # A slow spell in the middle round: 3x spread.
             Measurement("raw-commit", "µs", fixed(400, 1_200, 420)),
         ],
