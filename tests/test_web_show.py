@@ -58,6 +58,12 @@ async def caller(ctx, id):
     await ctx.wait(more)
 
 
+@process("poison/:id")
+async def poisoned(ctx, id):
+    _, payload = await ctx.receive(msg)
+    raise ValueError(f"cannot handle {payload}")
+
+
 @process("shipments/:id")
 async def shipment(ctx, id):
     await ctx.step(make_label, id)
@@ -66,7 +72,7 @@ async def shipment(ctx, id):
 
 
 async def build(path: Path) -> None:
-    processes = [racer, shipment, slow, caller]
+    processes = [racer, shipment, slow, caller, poisoned]
     async with actors.open_system(LMDBJournal(path), processes=processes) as system:
         r = await system.start(racer, "r-1")
         await wait_status(r, "suspended")
@@ -78,6 +84,13 @@ async def build(path: Path) -> None:
         await system.send("callers/c-1", msg, "first")
         await wait_status(child, "cancelled")
         await wait_status(c, "suspended")
+        await system.send("callers/c-1", Signal("junk"), {"spam": 1})
+        (junk,) = [m for m in await system.mail("callers/c-1") if m.signal == "junk"]
+        await system.drop_message("callers/c-1", junk.id)
+        p = await system.start(poisoned, "p-1")
+        await wait_status(p, "suspended")
+        await system.send("poison/p-1", msg, {"bad": 1})
+        await wait_status(p, "failed")
         with trio.fail_after(10):  # until it took the message and armed the next timer
             while len(await _log_of(system, "racers/r-1")) < 3 or r.status != "suspended":
                 await trio.sleep(0.01)
@@ -175,3 +188,11 @@ async def test_the_page_shows_long_values_and_errors_whole(journal):
     assert f"RuntimeError: {REASON}" in page
     assert f"step 'call_carrier' failed on attempt 1 (of 'shipments/o-1'): RuntimeError: {REASON}" in page
     assert 'raise RuntimeError(REASON)' in page  # the traceback, folded too
+
+
+async def test_the_page_names_the_message_a_failed_run_was_handling_and_the_dropped(journal):
+    page = await _page(journal, "poison/p-1")
+    assert "failed while handling message #1 msg (taken at effect #1)" in page
+    assert '"bad": 1' in page
+    page = await _page(journal, "callers/c-1")
+    assert "dropped: 1 message (actors mail callers/c-1 --dropped)" in page
