@@ -18,10 +18,9 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from dbos import DBOS, DBOSConfig
 
@@ -93,7 +92,7 @@ def launched(directory: Path, poll: float = POLL_SECONDS) -> Iterator[None]:
         DBOS.destroy(workflow_completion_timeout_sec=0)
 
 
-def _rate(seconds: float, once: Any) -> float:
+def _rate(seconds: float, once: Callable[[], int]) -> float:
     """Things/s: run ``once`` (returning how many) until ``seconds`` passed; one untimed first."""
     once()
     start, done = time.perf_counter(), 0
