@@ -335,6 +335,10 @@ async def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothi
     assert 6 == len(lines) and all(r.levelno == logging.WARNING for r in lines)
     assert "web inspector: cancel 'holds/h-1' from 127.0.0.1: refused: refused: the request " \
            "comes from http://evil.example" in lines[3].getMessage()  # fmt: skip
+    # What a refused POST names goes to the log quoted, on one line.
+    await post(app, {"action": "x\nforged line", "address": "a\nb"})
+    assert "web inspector: 'x\\nforged line' 'a\\nb' from 127.0.0.1: refused: " in \
+        caplog.records[-1].getMessage()  # fmt: skip
     # Not a form, or a form repeated: refused before anything is read.
     status, _, _ = await call(app, "/act", method="POST", headers=[("origin", ORIGIN)],
                               body=b'{"action": "cancel"}')  # fmt: skip

@@ -359,8 +359,9 @@ def audit(action: str, address: str, fields: Fields, client: str, outcome: str, 
     """The audit line of an action, done or refused, on ``actors.control``."""
     asked = " ".join(f"{k}={v!r}" for k, v in sorted(fields.items()))
     level = logging.INFO if outcome == "done" else logging.WARNING
+    named = action if action in ACTIONS else repr(action)  # (a refused POST's is anyone's)
     log.log(
-        level, "web inspector: %s %r%s from %s: %s: %s", action, address,
+        level, "web inspector: %s %r%s from %s: %s: %s", named, address,
         f" ({asked})" if asked else "", client, outcome, " ".join(text.split())[:500],
         extra={"actors_address": address, "actors_action": action, "actors_outcome": outcome,
                "actors_client": client},
