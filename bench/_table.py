@@ -129,6 +129,8 @@ def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
         for warning in _warnings(r):
             lines += _wrap(warning, _MEANING + "! ", _MEANING + "  ")
         under[len(rows) - 1] = lines
+    if not any(row[3] for row in rows):  # no figure has a target: no empty column
+        header, rows = header[:3], [row[:3] for row in rows]
     widths = _widths(header, rows)
     # Too wide: shorten the wider of the figure and baseline columns, a
     # character at a time, down to 24 and 16 (the JSON has the names whole).

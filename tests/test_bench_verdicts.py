@@ -174,6 +174,16 @@ def test_every_value_in_the_table_carries_its_unit() -> None:
     assert "97.5% of a core" in rows["cpu"]
 
 
+def test_a_suite_without_targets_has_no_target_column() -> None:
+    results = [Result(suite="peers", name="DBOS 1-step", value=30.0, unit="workflows/s"),
+               Result(suite="peers", name="ours 1-step", value=60.0, unit="processes/s",
+                      ratios={"DBOS 1-step": 2.0})]  # fmt: skip
+    table = format_table(results, OPTIONS).splitlines()
+    header = next(line for line in table if line.startswith("peers"))
+    assert ["peers", "value", "x", "baseline"] == header.split()
+    assert "no targets in this run" in table[2]
+
+
 def test_markdown_and_json_carry_the_meaning_and_the_noisy_verdict() -> None:
     markdown = format_markdown(readers_set(), OPTIONS)
     assert (
