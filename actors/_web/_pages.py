@@ -328,10 +328,10 @@ def instance_fragment(
     out.append(_table("mailbox", headers, mail, "no unread messages"))
     poison = doc.get("handling")  # the message a failed run was handling
     if poison:
-        restarts = f", after {counted(len(doc['restarts']), 'restart')}" if doc["restarts"] else ""
+        after = f", after {counted(len(doc['restarts']), 'restart')}" if doc["restarts"] else ""
         out.append(f'<p class="error" id="handling">failed while handling message '
                    f"#{esc(poison['seq'])} {esc(poison['signal'])} (taken at effect "
-                   f"#{esc(poison['effect'])}{esc(restarts)})</p>{value_block(poison['payload'])}")  # fmt: skip
+                   f"#{esc(poison['effect'])}{esc(after)})</p>{value_block(poison['payload'])}")  # fmt: skip
     if doc.get("dead_letters"):
         out.append(f'<p class="muted" id="dropped">dropped: '
                    f"{esc(counted(doc['dead_letters'], 'message'))} (actors mail "
