@@ -394,6 +394,15 @@ async def test_a_value_that_looks_like_an_option_is_not_one(app):
     assert "no instance at '-h'" in text_of(body)
 
 
+async def test_a_command_that_does_not_answer_in_time_is_stopped(journal, opened):
+    before = record(opened, "holds/h-1")
+    slow = Runner(str(journal), timeout=0.01)  # not even Python starts in that time
+    outcome = await slow.run(ACTIONS["cancel"], "holds/h-1", {})
+    assert (124, "no answer in time") == (outcome.code, outcome.word)
+    assert "gave no answer within 0.01 s and was stopped" in outcome.text
+    assert before == record(opened, "holds/h-1")
+
+
 # -- the command ----------------------------------------------------------------------
 
 

@@ -42,7 +42,8 @@ log = logging.getLogger("actors.control")
 TIMEOUT = 120.0
 
 _OUTCOMES = {0: "done", 1: "refused", 2: "bad usage", 3: "not found",
-             4: "journal held, no control socket", 5: "corrupt records"}  # fmt: skip
+             4: "journal held, no control socket", 5: "corrupt records",
+             124: "no answer in time"}  # fmt: skip
 
 
 class BadAction(ValueError):
