@@ -386,6 +386,27 @@ async def test_an_action_is_the_commands_and_is_audited(app, opened, caplog):
 
 
 
+async def test_a_fork_with_no_system_running_takes_the_code_from_the_inspectors_imports(
+    opened, journal
+):
+    runner = Runner(str(journal), imports=("tests.test_web_actions",))
+    app = create_app(opened, source=str(journal), runner=runner, actions=ACTIONS, guard=GUARD)
+    _, _, body = await call(app, "/confirm?action=fork&address=payments%2Fp-1&from=1")
+    assert 'id="fork-to"' in body  # the same fork, to another address instead
+    _, _, body = await call(app, "/confirm?action=fork&address=payments%2Fp-1&from=1&to=payments%2Fp-9")
+    said = text_of(body)
+    assert "Makes a new incarnation of payments/p-9 from run 0 of payments/p-1 (now failed)" in said
+    assert "--import tests.test_web_actions fork --from=1 --to=payments/p-9 -- payments/p-1" in said
+    assert 'id="fork-to"' not in body
+    s = GUARD.new_session()
+    fork = {"action": "fork", "address": "payments/p-1", "from": "1"}
+    status, _, body = await post(app, fork, session=s, token=GUARD.token(s))
+    assert 200 == status, body
+    with opened.reader() as r:
+        row = r.instance(instance_id("payments/p-1"))
+    assert (2, "running") == (row.record.incarnation, row.status)  # it runs when a system opens
+
+
 async def test_a_value_that_looks_like_an_option_is_not_one(app):
     s = GUARD.new_session()
     status, _, body = await post(app, {"action": "cancel", "address": "-h"}, session=s,

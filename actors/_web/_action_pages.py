@@ -72,7 +72,21 @@ def confirm_body(
         f"{esc(shown)}</code></p>"
         f'<form id="confirm" method="post" action="/act">{hidden}'
         f'<button type="submit" class="danger">Confirm: {esc(action.title.lower())}</button> '
-        f'<a href="{esc(instance_href(address))}">no, back to {esc(address)}</a></form></div>'
+        f'<a href="{esc(instance_href(address))}">no, back to {esc(address)}</a></form>'
+        + (_fork_elsewhere(address, fields) if action.name == "fork" and "to" not in fields else "")
+        + "</div>"
+    )
+
+
+def _fork_elsewhere(address: str, fields: Mapping[str, str]) -> str:
+    """A way to confirm the same fork to another address instead (GET: it changes nothing)."""
+    return (
+        '<form class="action" id="fork-to" method="get" action="/confirm">'
+        '<input type="hidden" name="action" value="fork">'
+        f'<input type="hidden" name="address" value="{esc(address)}">'
+        f'<input type="hidden" name="from" value="{esc(fields.get("from", ""))}">'
+        '<label>or fork to another address<input name="to" required placeholder="orders/o-18">'
+        "</label><button type=\"submit\">Say what that does…</button></form>"
     )
 
 

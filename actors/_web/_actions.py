@@ -148,9 +148,11 @@ def _fork_says(doc: dict[str, Any], f: Fields) -> list[str]:
     target = f.get("to") or doc["address"]
     names = ", ".join(f"#{i['seq']} {i['kind']} {i['name']}".rstrip() for i in kept[:12])
     more = f" and {len(kept) - 12} more" if len(kept) > 12 else ""
+    source = (f"its run {doc['run']}" if target == doc["address"]
+              else f"run {doc['run']} of {doc['address']}")  # fmt: skip
     return [
-        f"Makes a new incarnation of {target} from run {doc['run']} of {doc['address']} "
-        f"(now {doc['status']}): it keeps {counted(len(kept), 'log entry', 'log entries')}"
+        f"Makes a new incarnation of {target} from {source} (now {doc['status']}): it "
+        f"keeps {counted(len(kept), 'log entry', 'log entries')}"
         + (f" ({names}{more})" if kept else "")
         + ", whose recorded outcomes are not repeated (a step among them does not run "
         f"again), and runs on after entry #{at} with the current code.",
