@@ -19,8 +19,9 @@ What the new incarnation holds, besides the kept log:
   or ``input``.
 - mail: the messages the discarded part of the log took are put back, in
   the order they arrived, ahead of the source's unread messages (copied, the
-  source's asks left out: they were answered when it ended), so the new run
-  can take them again. A message dropped to the dead letters is not among
+  source's asks left out: they were answered when it ended; the runtime's
+  own messages to the source, such as its children's ends, left out), so
+  the new run can take them again. A message dropped to the dead letters is not among
   them (see `actors._mail`).
 - compensations: those the kept steps registered are kept, not yet run; a
   kept step whose compensation already ran (the source failed and
@@ -47,8 +48,8 @@ What the new incarnation holds, besides the kept log:
 
 What is refused, with `InvalidArguments` saying what to do: a source that
 is live (running, suspended), queued or ``compensation_stuck``; a child (its
-parent's run decides its children); a fork point past the end of the log;
-a kept part that does not replay on the current code (checked as
+parent's run decides its children); a fork point past the end of the log,
+or inside a call whose child had not ended; a kept part that does not replay on the current code (checked as
 `actors.testing.replay_check` checks a history, before anything is
 written); a ``to`` address that is live or completed, or that the source's
 process does not resolve.
@@ -191,7 +192,10 @@ def read_for_fork(
         if address not in named_before:
             _descendants(r, address, row.address, resets, live, seen)
     dead = _mail.dead_ids(r, iid)
-    mail = _put_back(suffix, dead) + [_copied(m) for _, m in r.mailbox(iid)]
+    # The runtime's own messages (children's ends, replies to asks: names
+    # that start with NUL) belong to the source's run, never to the fork's.
+    unread = [_copied(m) for _, m in r.mailbox(iid) if not m[0].startswith("\x00")]
+    mail = _put_back(suffix, dead) + unread
     return ForkPlan(
         row, from_effect, prefix, suffix, target_address, target_iid, target, target_floor,
         kept, resets, live, mail, _kept_stream(r, iid, entries, prefix), dead,
@@ -230,7 +234,7 @@ def _put_back(suffix: dict[int, LogEntry], dead: frozenset[int]) -> list[list[An
         (entry.message, entry.signal or entry.name, entry.value)
         for entry in suffix.values()
         if entry.kind == "wait" and entry.message is not None and entry.is_outcome
-        and entry.message not in dead
+        and entry.message not in dead and not (entry.signal or entry.name).startswith("\x00")
     )  # fmt: skip
     return [[name, value] for _, name, value in taken]
 
@@ -288,6 +292,13 @@ def refusal(address: str, plan: ForkPlan, to: str | None) -> str | None:
             f"{cannot} from effect {plan.from_effect}: its log ends at position {plan.last}; "
             f"fork from 0 to {plan.last} ('actors show {address}' lists the log)"
         )
+    for seq, entry in sorted(plan.prefix.items()):
+        if entry.kind == "call" and not entry.is_outcome:
+            return (
+                f"{cannot} from effect {plan.from_effect}: its call of {entry.name!r} (effect "
+                f"{seq}) had not ended at the fork point; fork from before it "
+                f"(from_effect={seq - 1}), or from after its end"
+            )
     keys = {e.key for e in plan.prefix.values() if e.key}
     undone = [c for c in row.record.compensations if c.get("id") in keys
               and c.get("id") in row.record.compensated]  # fmt: skip

@@ -284,3 +284,53 @@ async def test_messages_the_discarded_part_took_are_put_back(make_journal):
         assert ["third"] == [m.payload for m in await system.mail("inbox/i-1")]
         (left,) = await system.mail("inbox/i-1")
         assert ("item", "third") == (left.signal, left.payload)
+
+
+@process("slow/:id")
+async def slow_leg(ctx: Context, id: str) -> str:
+    return await ctx.wait(stop)
+
+
+@process("calls/:id")
+async def caller(ctx: Context, id: str) -> str:
+    return await ctx.call(slow_leg, id)  # effect 1
+
+
+async def test_fork_inside_an_unfinished_call_is_refused(make_journal):
+    async with actors.open_system(make_journal(), processes=[slow_leg, caller]) as system:
+        await system.start(caller, "c-1")
+        with trio.fail_after(20):
+            while (child := system.get("calls/c-1/slow/c-1")) is None or child.status != "suspended":
+                await trio.sleep(0.01)
+        assert await system.cancel("calls/c-1")
+        with pytest.raises(actors.InvalidArguments, match=r"its call of 'calls/c-1/slow/c-1' "
+                           r"\(effect 1\) had not ended at the fork point; fork from before it "
+                           r"\(from_effect=0\)"):  # fmt: skip
+            await system.fork("calls/c-1", from_effect=1)
+        again = await system.fork("calls/c-1", from_effect=0)
+        with trio.fail_after(20):  # its child was reset: the new run starts it afresh
+            while (child := system.get("calls/c-1/slow/c-1")) is None or child.status != "suspended":
+                await trio.sleep(0.01)
+        assert 2 == child.incarnation
+        await system.send("calls/c-1/slow/c-1", stop, "done")
+        assert "done" == await again.result()
+
+
+async def test_of_two_forks_read_at_once_one_commits(make_journal):
+    from actors._fork import fork_txn, read_for_fork
+    from actors._protocol import START_RACED
+    from storage import instance_id
+    from storage.errors import Conflict
+
+    async with actors.open_system(make_journal(), processes=PROCESSES) as system:
+        await failed(system, order, "o-9")
+        iid = instance_id("orders/o-9")
+        plan, _ = await system.journal.read(lambda r: read_for_fork(r, iid, 1, None))
+        first = fork_txn(plan, input=None, now=system.epoch_now())
+        second = fork_txn(plan, input=None, now=system.epoch_now())
+        await system.journal.commit(first.txn)
+        with pytest.raises(Conflict) as info:
+            await system.journal.commit(second.txn)
+        assert info.value.reason in START_RACED | {"state"}
+        row = await system.journal.read(lambda r: r.instance(iid))
+        assert (2, "running") == (row.record.incarnation, row.status)
