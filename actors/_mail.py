@@ -28,8 +28,11 @@ drop first asks it to leave memory (it does once it is suspended with
 nothing running; one that is running a step is refused, to try again),
 holds its activation while the drop commits, and brings it back after, so
 it reads its mailbox from the journal. On a journal shared by several
-nodes, a node that runs the instance reads its mailbox again before it
-takes a message, and finds the dropped one gone.
+nodes, another node that holds the instance in memory forgets the dropped
+message when it next reads the journal's mailbox (as it does to learn of
+mail sent through other nodes); until then it may still take it. Drop from
+the node that runs the instance, or while it is suspended out of memory,
+to be sure.
 """
 
 from __future__ import annotations
