@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import MAIL_STATUSES, STATUS_WORDS
+from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
@@ -27,6 +27,21 @@ else:
     _SystemAPI = object  # for type checkers only: what ActorSystem provides
 
 __all__ = ["Sending"]
+
+
+async def commit_mail(journal: Journal, txn: Txn, *, durable: bool | None = None) -> list[int]:
+    """Commit ``txn``, which adds mail its caller routes once it commits.
+
+    Invariant: mail committed is routed. A cancellation that comes before
+    the transaction is submitted writes nothing (Cancelled at once); once
+    submitted, the commit is waited for whatever the caller's cancellation,
+    so the caller routes what it wrote (to a live receiver, which would
+    otherwise never learn of it) and meets Cancelled at its next checkpoint.
+    """
+    await trio.lowlevel.checkpoint_if_cancelled()
+    with trio.CancelScope(shield=True):
+        results = await journal.commit(txn, durable=durable)
+    return results
 
 
 class Sending(_SystemAPI):
@@ -126,7 +141,7 @@ class Sending(_SystemAPI):
             trace=_tracing.traceparent(self) if self.tracing else None, ask=ask, key=key,
         )
         try:
-            (seq,) = await self.journal.commit(txn)
+            (seq,) = await commit_mail(self.journal, txn)
         except Conflict as exc:
             if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
                 raise self._corrupt_error(iid, address) from None
@@ -186,7 +201,7 @@ class Sending(_SystemAPI):
         # Durable: a runtime message (a cancel, an escalation) acts once stored,
         # and its number is only known then, whatever the journal's durability.
         try:
-            (seq,) = await self.journal.commit(txn, durable=True)
+            (seq,) = await commit_mail(self.journal, txn, durable=True)
         except CommitOutcomeUnknown:
             self._mail_in_doubt(iid)
             raise
@@ -253,7 +268,7 @@ class Sending(_SystemAPI):
             trace=_tracing.traceparent(self),
         )  # fmt: skip
         try:
-            results = await self.journal.commit(txn)
+            results = await commit_mail(self.journal, txn)
         except Conflict as exc:
             raise await self._first_undeliverable(addresses, exc) from None
         for notice in notices:

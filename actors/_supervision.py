@@ -304,6 +304,11 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
     siblings: dict[str, int] = {actor.address: 0}
     if parent:
         parent_def, siblings = await _parent_view(system, parent)
+        if parent_def is _GONE:
+            # Its parent ended (or its start was lost, with "async"
+            # durability): a parent's end cancels its children, and an
+            # orphan is never restarted, whatever its restart type.
+            return False
         if parent_def is not None:
             strategy = parent_def.supervision
         siblings.setdefault(actor.address, 0)
@@ -351,7 +356,13 @@ async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     system._spawn_system_task(system._activate_later, actor.iid, delay)
 
 
+#: What `_parent_view` gives for a parent that is not live (ended, or gone).
+_GONE: Any = object()
+
+
 async def _parent_view(system: SystemAPI, parent: str) -> tuple[Any, dict[str, int]]:
+    """The parent's process definition (None: not registered here; `_GONE`:
+    no live parent) and its children by address, with their seqs."""
     iid = instance_id(parent)
     live = system._live.get(iid)
     if live is not None and live.loaded:
@@ -364,8 +375,8 @@ async def _parent_view(system: SystemAPI, parent: str) -> tuple[Any, dict[str, i
         return row, r.entries(iid, row.record.run)
 
     row, log = await system.journal.read(read)
-    if row is None:
-        return None, {}
+    if row is None or row.status not in UNFINISHED_STATUSES:
+        return _GONE, {}
     return system._procs.get(row.process), children_named(log)
 
 

@@ -1,0 +1,82 @@
+"""Mail that was committed is routed, whatever happens to its sender.
+
+A sender cancelled while its commit is in flight (the transaction is
+submitted, so it commits) must still hand the message to a live receiver;
+otherwise the receiver, suspended in memory, never learns of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+import actors
+from actors import Context, Signal, process
+from storage import MemoryJournal, Txn, instance_id
+
+ping = Signal("ping")
+slow_box = Signal("slow_box")
+
+
+class SlowCommits(MemoryJournal):
+    """Applies a transaction at once, and answers its caller a while later."""
+
+    delay = 0.0
+
+    async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
+        results = await super().commit(txn, durable=durable)
+        with trio.CancelScope(shield=True):  # the answer comes late, not never
+            await trio.sleep(self.delay)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return results
+
+
+@process("inbox/:id")
+async def inbox(ctx: Context, id: str) -> str:
+    _signal, payload = await ctx.receive(ping)
+    return payload
+
+
+@process("asker/:id")
+async def asker(ctx: Context, id: str, *, to: str) -> str:
+    await ctx.send(to, ping, "from a process")
+    return "sent"
+
+
+async def test_a_send_cancelled_after_its_commit_still_reaches_the_live_receiver(autojump_clock):
+    journal = SlowCommits()
+    async with actors.open_system(journal, processes=[inbox], passivate_after=3600) as system:
+        box = await system.start(inbox, "a")
+        await trio.sleep(1)  # suspended in memory, waiting for ping
+        journal.delay = 1.0
+        began = trio.current_time()
+        with trio.move_on_after(0.5) as scope:
+            await system.send(box.id, ping, "late answer")
+        journal.delay = 0.0
+        assert scope.cancel_called  # the caller gave up while the commit was answered...
+        assert trio.current_time() - began >= 1.0
+        with trio.fail_after(5):
+            assert await box.result() == "late answer"  # ...the message was routed
+
+
+async def test_a_send_cancelled_before_it_is_submitted_writes_nothing(autojump_clock):
+    journal = SlowCommits()
+    async with actors.open_system(journal, processes=[inbox], passivate_after=3600) as system:
+        box = await system.start(inbox, "b")
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await system.send(box.id, ping, "never")
+        with journal.reader() as r:
+            assert r.mailbox(instance_id(box.id)) == []
+
+
+@pytest.mark.parametrize("delay", [0.0, 1.0])
+async def test_a_process_send_reaches_the_receiver_whatever_the_commit_time(autojump_clock, delay):
+    journal = SlowCommits()
+    journal.delay = delay
+    async with actors.open_system(journal, processes=[inbox, asker], passivate_after=3600) as system:
+        box = await system.start(inbox, "c")
+        sender = await system.start(asker, "c", to=box.id)
+        with trio.fail_after(30):
+            assert await sender.result() == "sent"
+            assert await box.result() == "from a process"
