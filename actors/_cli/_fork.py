@@ -15,7 +15,9 @@ runs when a system that runs its process next opens the journal.
 
 ``--dry-run`` writes nothing: it lists, per instance, the fork point, the
 steps kept (not run again) and the effects that run again, the children
-reset, and any refusal, each with the reason.
+reset, and any refusal, each with the reason. With no system running it
+runs the replay check too (with ``--import``); beside a running system it
+reads the journal only, and the replay check is the system's, at the fork.
 """
 
 from __future__ import annotations
