@@ -67,11 +67,22 @@ async def greet(ctx, name):
     return f"hello {name}"
 
 
+@process("poison/:id")
+async def poisoned(ctx, id):
+    _, payload = await ctx.receive(go)
+    raise ValueError(f"cannot handle {payload}")
+
+
 async def build(path: Path) -> None:
-    async with actors.open_system(LMDBJournal(path), processes=[hold, payment, greet]) as system:
+    processes = [hold, payment, greet, poisoned]
+    async with actors.open_system(LMDBJournal(path), processes=processes) as system:
         await wait_status(await system.start(hold, "h-1"), "suspended")
         await wait_status(await system.start(payment, "p-1"), "failed")
         await (await system.start(greet, "ann")).result()
+        p = await system.start(poisoned, "x-1")
+        await wait_status(p, "suspended")
+        await system.send("poison/x-1", go, {"bad": 1})
+        await wait_status(p, "failed")
 
 
 @pytest.fixture(scope="module")
@@ -405,6 +416,21 @@ async def test_a_fork_with_no_system_running_takes_the_code_from_the_inspectors_
     with opened.reader() as r:
         row = r.instance(instance_id("payments/p-1"))
     assert (2, "running") == (row.record.incarnation, row.status)  # it runs when a system opens
+
+
+async def test_drop_the_message_a_failed_run_was_handling(app, opened):
+    _, _, body = await call(app, "/instance?address=poison%2Fx-1")
+    assert '<a class="drop" id="drop-handling" href="/confirm?action=drop&amp;address=' \
+           'poison%2Fx-1&amp;message=1">drop it…</a>' in body  # fmt: skip
+    _, _, body = await call(app, "/confirm?action=drop&address=poison%2Fx-1&message=1")
+    assert "Removes message #1 ('go', payload {\"bad\": 1}) from the message its failed run " \
+           "was handling (now failed)" in text_of(body)  # fmt: skip
+    s = GUARD.new_session()
+    drop = {"action": "drop", "address": "poison/x-1", "message": "1"}
+    status, _, body = await post(app, drop, session=s, token=GUARD.token(s))
+    assert 200 == status, body
+    _, _, body = await call(app, "/instance?address=poison%2Fx-1")
+    assert "dropped: 1 message" in body
 
 
 async def test_a_value_that_looks_like_an_option_is_not_one(app):

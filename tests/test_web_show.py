@@ -194,5 +194,6 @@ async def test_the_page_names_the_message_a_failed_run_was_handling_and_the_drop
     page = await _page(journal, "poison/p-1")
     assert "failed while handling message #1 msg (taken at effect #1)" in page
     assert '"bad": 1' in page
+    assert "drop it…" not in page  # a read-only inspector offers no action
     page = await _page(journal, "callers/c-1")
     assert "dropped: 1 message (actors mail callers/c-1 --dropped)" in page

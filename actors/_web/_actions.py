@@ -179,12 +179,17 @@ def _send_says(doc: dict[str, Any], f: Fields) -> list[str]:
 
 def _drop_says(doc: dict[str, Any], f: Fields) -> list[str]:
     seq = int(f["message"])
+    poison = doc.get("handling") or {}
     found = next((m for m in doc["mailbox"] if m["seq"] == seq), None)
+    if found is None and poison.get("seq") == seq:
+        found, where = poison, "the message its failed run was handling"
+    else:
+        where = f"the unread mail of {doc['address']}"
     what = (f"{found['signal']!r}, payload {compact(found['payload'], 300)}" if found
             else "not among its unread messages now")  # fmt: skip
     return [
-        f"Removes message #{seq} ({what}) from the unread mail of {doc['address']} (now "
-        f"{doc['status']}): the instance never takes it.",
+        f"Removes message #{seq} ({what}) from {where} (now {doc['status']}): the "
+        "instance never takes it, and a fork does not put it back.",
         "It is kept in the instance's dead-letter list ('actors mail "
         f"{doc['address']} --dropped') until a cleanup removes the instance.",
     ]

@@ -176,7 +176,7 @@ def create_app(
 
     async def confirm(request: Request) -> Response:
         action, address, fields = wanted(_single(_params(request)))
-        doc = await read(lambda r: _describe(r, InstanceQuery(address=address, per=1 << 30)))
+        doc = await read(lambda r: _describe(r, InstanceQuery(address=address)))
         if doc["status"] not in action.statuses:
             raise _Refused(409, f"cannot {action.title.lower()} {address!r}: it is "
                            f"{doc['status']}; the page of the instance shows what applies")  # fmt: skip

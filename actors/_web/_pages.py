@@ -332,6 +332,9 @@ def instance_fragment(
         out.append(f'<p class="error" id="handling">failed while handling message '
                    f"#{esc(poison['seq'])} {esc(poison['signal'])} (taken at effect "
                    f"#{esc(poison['effect'])}{esc(after)})</p>{value_block(poison['payload'])}")  # fmt: skip
+        if drop:
+            there = confirm_href("drop", doc["address"], message=poison["seq"])
+            out.append(f'<p><a class="drop" id="drop-handling" href="{esc(there)}">drop it…</a></p>')
     if doc.get("dead_letters"):
         out.append(f'<p class="muted" id="dropped">dropped: '
                    f"{esc(counted(doc['dead_letters'], 'message'))} (actors mail "
