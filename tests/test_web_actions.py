@@ -354,6 +354,12 @@ async def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothi
     status, _, _ = await call(app, "/act", method="POST", headers=[("origin", ORIGIN)],
                               body=b'{"action": "cancel"}')  # fmt: skip
     assert 415 == status
+    assert "'?' '?' from 127.0.0.1: refused: an action is a form" in caplog.records[-1].getMessage()
+    status, _, _ = await post(app, {"action": "cancel", "address": "holds/h-1", "force": "1"},
+                              session=s, token=GUARD.token(s))  # fmt: skip
+    assert 400 == status
+    assert "cancel 'holds/h-1' from 127.0.0.1: refused: cancel takes no fields, not force" in \
+        caplog.records[-1].getMessage()  # fmt: skip
     assert 405 == (await call(app, "/act"))[0]
 
 

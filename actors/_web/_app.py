@@ -196,17 +196,21 @@ def create_app(
         if not allowed:
             wanted({})  # refused: this inspector only reads
         client = _client(request)
-        form = _single(await _form(request))
-        token = form.pop("token", None)
-        why = guard.refusal(
-            origin=request.headers.get("origin"), host=request.headers.get("host", ""),
-            fetch_site=request.headers.get("sec-fetch-site"),
-            session=guard.session(request.cookies), token=token,
-        )  # fmt: skip
-        if why is not None:
-            audit(form.get("action", "?"), form.get("address", "?"), {}, client, "refused", why)
-            raise _Refused(403, why)
-        action, address, fields = wanted(form)
+        form: dict[str, str] = {}
+        try:  # every POST refused is an audit line too
+            form = _single(await _form(request))
+            token = form.pop("token", None)
+            why = guard.refusal(
+                origin=request.headers.get("origin"), host=request.headers.get("host", ""),
+                fetch_site=request.headers.get("sec-fetch-site"),
+                session=guard.session(request.cookies), token=token,
+            )  # fmt: skip
+            if why is not None:
+                raise _Refused(403, why)
+            action, address, fields = wanted(form)
+        except _Refused as exc:
+            audit(form.get("action", "?"), form.get("address", "?"), {}, client, "refused", str(exc))
+            raise
         assert runner is not None
         outcome = await runner.run(action, address, fields)
         audit(action.name, address, fields, client, outcome.word, outcome.text)
