@@ -127,7 +127,8 @@ async def call(app, target: str, *, method: str = "GET", headers=(), body: bytes
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
         "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
         "query_string": query.encode(),
-        "headers": [(b"host", b"127.0.0.1:8080"), *((k.encode(), v.encode()) for k, v in headers)],
+        "headers": [*([] if any(k == "host" for k, _ in headers) else [(b"host", b"127.0.0.1:8080")]),
+                    *((k.encode(), v.encode()) for k, v in headers)],
         "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
     }  # fmt: skip
     sent: list[dict] = []
@@ -346,6 +347,14 @@ async def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothi
     assert 6 == len(lines) and all(r.levelno == logging.WARNING for r in lines)
     assert "web inspector: cancel 'holds/h-1' from 127.0.0.1: refused: refused: the request " \
            "comes from http://evil.example" in lines[3].getMessage()  # fmt: skip
+    # A page elsewhere that points its own name at this address (DNS rebinding)
+    # is refused by its Host, whatever its Origin.
+    status, _, _ = await call(app, "/act", method="POST", headers=[
+        ("host", "evil.example:8080"), ("origin", "http://evil.example:8080"),
+        ("content-type", "application/x-www-form-urlencoded"), session_cookie(s)],
+        body=urlencode(dict(cancel, token=GUARD.token(s))).encode())  # fmt: skip
+    assert 400 == status
+    assert before == record(opened, "holds/h-1")
     # What a refused POST names goes to the log quoted, on one line.
     await post(app, {"action": "x\nforged line", "address": "a\nb"})
     assert "web inspector: 'x\\nforged line' 'a\\nb' from 127.0.0.1: refused: " in \
