@@ -44,6 +44,10 @@ async def test_bulk_fork_after_a_step_with_a_dry_run_first(tmp_path):
     assert 2 == done.returncode, done.stdout
     assert "pass --import MODULE for the module that defines 'orders/:order_id'" in done.stderr
     done = await cli(path, *bulk, "--dry-run", "--import", "tests.test_fork")
+    assert 2 == done.returncode
+    assert ("the --import'ed modules define 'orders/:order_id' 3 times (order, "
+            "order_no_compensation, order_changed); import only the module") in done.stderr
+    done = await cli(path, *bulk, "--dry-run", "--import", "tests.test_fork_cli")
     assert 0 == done.returncode, done.stderr
     lines = done.stdout.splitlines()
     assert [
@@ -54,7 +58,7 @@ async def test_bulk_fork_after_a_step_with_a_dry_run_first(tmp_path):
     async with actors.open_system(LMDBJournal(path), processes=PROCS) as system:
         assert ["failed"] * 3 == [system.get(f"orders/o-{n}").status for n in (1, 2, 3)]
     RAN.clear()
-    doc = json.loads((await cli(path, "--json", *bulk, "--import", "tests.test_fork")).stdout)
+    doc = json.loads((await cli(path, "--json", *bulk, "--import", "tests.test_fork_cli")).stdout)
     assert [2, 2, 2] == [f["incarnation_made"] for f in doc["forks"]]
     assert not doc["dry_run"] and not doc["through_system"]
     async with actors.open_system(LMDBJournal(path), processes=PROCS) as system:
@@ -68,13 +72,13 @@ async def test_bulk_fork_after_a_step_with_a_dry_run_first(tmp_path):
 async def test_fork_of_one_address_directly_and_through_a_running_system(tmp_path):
     path = tmp_path / "journal"
     await _failed_orders(path, "o-4", "o-5")
-    done = await cli(path, "fork", "orders/o-4", "--from", "9", "--import", "tests.test_fork")
+    done = await cli(path, "fork", "orders/o-4", "--from", "9", "--import", "tests.test_fork_cli")
     assert 2 == done.returncode
     assert "its log ends at position 4; fork from 0 to 4" in done.stderr
     done = await cli(path, "fork", "orders/o-4", "--from", "1")
     assert 2 == done.returncode  # no system runs, and the process's code was not given
     assert "pass --import MODULE" in done.stderr
-    done = await cli(path, "fork", "orders/o-4", "--from", "1", "--import", "tests.test_fork")
+    done = await cli(path, "fork", "orders/o-4", "--from", "1", "--import", "tests.test_fork_cli")
     assert 0 == done.returncode, done.stderr
     assert done.stdout.startswith("forked orders/o-4 (failed) from effect 1 as incarnation 2")
     async with actors.open_system(LMDBJournal(path), processes=PROCS) as system:

@@ -95,16 +95,14 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise CLIError("--process and --status choose instances when no ADDRESS is given", USAGE)
 
 
-def _definitions() -> dict[str, ProcessDef[..., Any]]:
-    """The process definitions the ``--import``ed modules hold, by template."""
-    found: dict[str, ProcessDef[..., Any]] = {}
-    for module in list(sys.modules.values()):
-        spec = getattr(module, "__spec__", None)
-        if spec is None or module.__name__.startswith(("actors", "storage", "_")):
-            continue
-        for value in list(vars(module).values()):
-            if isinstance(value, ProcessDef):
-                found.setdefault(value.template, value)
+def _definitions(modules: list[str]) -> dict[str, list[ProcessDef[..., Any]]]:
+    """The process definitions the ``--import``ed ``modules`` hold, by template."""
+    found: dict[str, list[ProcessDef[..., Any]]] = {}
+    for name in modules:
+        module = sys.modules.get(name)
+        for value in list(vars(module).values()) if module is not None else []:
+            if isinstance(value, ProcessDef) and value not in found.get(value.template, []):
+                found.setdefault(value.template, []).append(value)
     return found
 
 
@@ -149,19 +147,27 @@ def _describe(address: str, plan: ForkPlan | None, why: str | None) -> dict[str,
 
 async def _direct(
     journal: Journal, plan: ForkPlan, address: str, new_input: dict[str, Any] | None,
-    dry_run: bool,
+    dry_run: bool, imports: list[str],
 ) -> tuple[str | None, int | None]:  # fmt: skip
     """Check (and unless ``dry_run`` commit) one fork on a journal no system
     holds: the refusal, or the new incarnation (None on a dry run)."""
     source = plan.source
-    proc = _definitions().get(source.process)
-    if proc is None:
+    procs = _definitions(imports).get(source.process, [])
+    if not procs:
         raise CLIError(
             f"cannot fork {address!r} with no system running without its process's code: pass "
             f"--import MODULE for the module that defines {source.process!r} (a fork checks "
             "that the kept part of the log replays on it), or fork through the running system",
             USAGE,
         )
+    if len(procs) > 1:
+        names = ", ".join(p.fn.__qualname__ for p in procs)
+        raise CLIError(
+            f"the --import'ed modules define {source.process!r} {len(procs)} times ({names}); "
+            "import only the module with the code the fork runs on",
+            USAGE,
+        )
+    proc = procs[0]
     try:
         start = fork_txn(plan, input=new_input, now=time.time(), max_payload=_MAX_PAYLOAD)
     except EncodeError as exc:
@@ -201,7 +207,9 @@ async def fork(args: argparse.Namespace) -> int:
             for address, plan, why in plans:
                 incarnation = None
                 if why is None and plan is not None:
-                    why, incarnation = await _direct(journal, plan, address, new_input, args.dry_run)
+                    why, incarnation = await _direct(
+                        journal, plan, address, new_input, args.dry_run, args.imports
+                    )
                 doc = _describe(address, plan, why)
                 doc["incarnation_made"] = incarnation
                 done.append(doc)
