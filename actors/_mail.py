@@ -292,8 +292,11 @@ async def drop_message(system: MailHost, address: str, message_id: int) -> Messa
 async def _out_of_memory(system: MailHost, iid: bytes, address: str) -> None:
     """Have the instance leave this system's memory, or refuse the drop."""
     with trio.move_on_after(_LEAVE):
-        while (actor := system._live.get(iid)) is not None:
-            actor.request_passivation()
+        # Invariant: on return it is neither in memory nor being brought in
+        # (the caller marks it as being brought in before any await).
+        while (actor := system._live.get(iid)) is not None or iid in system._activating:
+            if actor is not None:
+                actor.request_passivation()
             await trio.sleep(0.01)
         return
     raise InvalidArguments(
