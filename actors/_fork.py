@@ -461,6 +461,7 @@ async def _fork(
     after_step_name: str | None, to: str | None, input: dict[str, Any] | None,
     encoded_input: bytes | None,
 ) -> Handle[Any]:  # fmt: skip
+    lost_over: int | None = None  # the incarnation a commit of ours lost a race over
     while True:  # once more each time another start commits first
         if after_step_name is not None:
             point = await system.journal.read(lambda r: fork_point(r, iid, after_step_name))
@@ -484,6 +485,13 @@ async def _fork(
             raise InvalidArguments(f"address {address!r} collides with {row.address!r} in the journal")
         if row.status == "corrupt":
             raise system._corrupt_error(iid, address)
+        target = plan.target
+        if lost_over is not None and target is not None and target.record.incarnation > lost_over:
+            raise InvalidArguments(
+                f"cannot fork {address!r}: another fork, start or retry made incarnation "
+                f"{target.record.incarnation} of {plan.target_address!r} first (it is "
+                f"{target.status}); fork that one once it has ended, if need be"
+            )
         why = refusal(address, plan, to)
         if why is not None:
             raise InvalidArguments(why)
@@ -514,6 +522,7 @@ async def _fork(
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise
+            lost_over = plan.target.record.incarnation if plan.target is not None else 0
             continue
         break
     for child, _ in plan.resets:
