@@ -20,6 +20,17 @@ ROUNDS = 160
 runs: list[str] = []
 
 
+@pytest.fixture(
+    params=[pytest.param("lmdb", marks=pytest.mark.slow), "memory"]  # 160 rounds of fsyncs
+)
+def any_opener(request, tmp_path):
+    """The shared ``any_opener``; its LMDB runs (several seconds of fsyncs
+    on a busy disk) are in the slow lane, the in-memory ones in the fast."""
+    from tests.runtime_helpers import Opener
+
+    return Opener(tmp_path, request.param)
+
+
 @pytest.fixture(autouse=True)
 def _reset():
     runs.clear()

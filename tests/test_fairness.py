@@ -105,8 +105,9 @@ async def many(ctx: Context, name: str) -> None:
 
 async def test_a_long_query_lets_other_tasks_run(any_opener):
     async with any_opener(many, passivate_after=0) as system:
-        for i in range(2000):
-            await system.start(many, str(i))
+        async with trio.open_nursery() as nursery:  # started together: a few group commits
+            for i in range(2000):
+                nursery.start_soon(system.start, many, str(i))
         ticker = Ticker()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ticker.run)
