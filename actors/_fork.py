@@ -311,7 +311,8 @@ def refusal(address: str, plan: ForkPlan, to: str | None) -> str | None:
             f"(effect {first}) was compensated when it ended, so its outcome was undone; fork "
             f"from before it (from_effect={first - 1}) so that it runs again"
         )
-    for child in plan.live_children:
+    if plan.live_children:
+        child = plan.live_children[0]
         return (
             f"{cannot}: its child {child.address!r}, made after the fork point, is still "
             f"{child.status}; cancel it first ('actors cancel {child.address}')"
@@ -323,7 +324,8 @@ def refusal(address: str, plan: ForkPlan, to: str | None) -> str | None:
             return (
                 f"{cannot} to {to!r}: the kept part made the child {first_child!r} (effect "
                 f"{made[first_child]}), which belongs to {row.address!r}; fork to the same "
-                f"address, or from before effect {made[first_child]}"
+                f"address, or from before effect {made[first_child]} "
+                f"(from_effect={made[first_child] - 1})"
             )
         if params_of(row.process, to) is None:
             return (
