@@ -72,6 +72,11 @@ class Cancels(_SystemAPI):
             self._cancelling[iid] = writing = trio.Event()
             try:
                 done = await self._cancel_on_disk(iid, address, reason, compensate)
+            except BaseException:
+                # Not cancelled (a full or lost journal): it stays live, and
+                # mail routed to it meanwhile found its activation held off.
+                self._spawn_system_task(self._activate_later, iid, 0.0)
+                raise
             finally:
                 del self._cancelling[iid]
                 self._activating.discard(iid)

@@ -211,8 +211,9 @@ class Ends(_ActorAPI):
         # Started on a write still in flight, it would run (and key its steps
         # with its run number) even if the write failed, and the run
         # replayed from the journal later would hand the same keys to other
-        # work.
-        results = await self.barrier(txn)
+        # work. So it is awaited whatever the durability ("async" would
+        # acknowledge it once queued).
+        results = await self.barrier(txn, durable=True)
         for after in answers:
             after(results)
         self.driver.load({})

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from storage import Journal, Txn, encode
+from storage.errors import CommitOutcomeUnknown
 
 from ._checks import check_name, check_text
 from ._process import ProcessDef
@@ -33,6 +34,8 @@ class FlowControl:
 
         def _status_changed(self, iid: bytes) -> None: ...
 
+        def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
     def _start_flow(self, nursery: trio.Nursery) -> None:
         """Run the queue pumps and the scheduler (again after each outage)."""
         for run, what in ((self.queues.run, "the queue pumps"), (self.schedules.run, "the scheduler")):
@@ -43,9 +46,18 @@ class FlowControl:
         self.queues.enqueue(txn, queued[0], iid, address, queued[1])
         # Awaited whatever the durability: the pump poked below reads only
         # what is committed, and would otherwise miss it until the next poke.
-        await self.journal.commit(txn, durable=True)
+        try:
+            await self.journal.commit(txn, durable=True)
+        except CommitOutcomeUnknown:  # it may be written: the pump looks once it answers
+            self._spawn_system_task(self._poke_when_back, queued[0].name, iid)
+            raise
         self._status_changed(iid)
         self.queues.poke(queued[0].name)
+
+    async def _poke_when_back(self, name: str, iid: bytes) -> None:
+        await self.outages.back()
+        self._status_changed(iid)
+        self.queues.poke(name)
 
     async def schedule(
         self,

@@ -327,9 +327,21 @@ class QueueService:
         a holder that is no longer live frees its slot without a read."""
         name = self._holding.get(iid) or self._others.get(iid)
         if name is not None and status not in LIVE_STATUSES:
-            self._known[iid] = status
             self._ended[name].add(iid)
-            self.poke(name)
+            if self.system.journal.durability == "async":
+                # Its end was acknowledged, maybe not committed (and an
+                # acknowledged write can still be lost): the pump reads its
+                # status once what is queued has committed, so a lost end
+                # keeps its slot for the run that follows.
+                self.system._spawn_system_task(self._poke_after_flush, name, iid)
+            else:
+                self._known[iid] = status
+                self.poke(name)
+
+    async def _poke_after_flush(self, name: str, iid: bytes) -> None:
+        await self.system.journal.flush()
+        self._ended[name].add(iid)  # (a round meanwhile may have read it still running)
+        self.poke(name)
 
     async def run(self) -> None:
         """Run a pump per queue (until the system closes)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -54,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", action="store_true", help="print a passing seed's trace")
     parser.add_argument("--keep", type=int, default=40, help="journal events and picks to show")
     parser.add_argument("--jobs", type=int, default=1, help="sweep processes (0: a CPU each)")
+    parser.add_argument(
+        "--record", metavar="FILE",
+        help="append the sweep's summary line to FILE (tests/simulation/sweeps.txt keeps "
+        "the sweeps run so far, so that long sweeps add up across machines and days)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.nodes != 1:
         parser.error("--nodes K > 1 needs the simulated shared journal (PostgreSQL's semantics), "
@@ -82,11 +88,26 @@ def main(argv: list[str] | None = None) -> int:
                 if not ok:
                     failed.append(seed)
     seconds = time.monotonic() - began
-    print(
+    summary = (
         f"{len(args.seeds)} seeds: {len(args.seeds) - len(failed)} ok, {len(failed)} failed "
         f"({' '.join(map(str, failed)) or 'none'}) in {seconds:.1f} s"
     )
+    print(summary)
+    if args.record:
+        _record(args.record, args, summary)
     return 1 if failed else 0
+
+
+def _record(path: str, args: argparse.Namespace, summary: str) -> None:
+    """Append one line: when, on which commit, which seeds, and the summary."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip() or "?"
+    seeds = args.seeds
+    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else "*"
+    when = time.strftime("%Y-%m-%d", time.gmtime())
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(f"{when} {commit} nodes={args.nodes} seeds={span} {summary}\n")
 
 
 if __name__ == "__main__":
