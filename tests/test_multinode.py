@@ -227,6 +227,7 @@ async def test_a_frozen_node_loses_its_instances_and_its_late_writes(node, pg):
         assert {a._lease.conn.info.backend_pid} == lease_holders(pg, "a")
 
 
+@pytest.mark.slow  # a commit frozen for 3 s of real time
 async def test_a_node_frozen_mid_commit_does_not_keep_its_row_locks(node, pg, monkeypatch):
     from storage._postgres import _plan
 
