@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         print(outcome.line())
         return 0 if outcome.ok else 1
     began = time.monotonic()
+    commit = _commit()  # what is swept: the checkout as it is now
     failed = []
     jobs = args.jobs or os.cpu_count() or 1
     if jobs == 1:
@@ -94,15 +95,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(summary)
     if args.record:
-        _record(args.record, args, summary)
+        _record(args.record, args, commit, summary)
     return 1 if failed else 0
 
 
-def _record(path: str, args: argparse.Namespace, summary: str) -> None:
+def _commit() -> str:
+    """The checkout's commit, with ``+`` if it has uncommitted changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return (git("rev-parse", "--short", "HEAD") or "?") + ("+" if dirty else "")
+
+
+def _record(path: str, args: argparse.Namespace, commit: str, summary: str) -> None:
     """Append one line: when, on which commit, which seeds, and the summary."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip() or "?"
     seeds = args.seeds
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else "*"
     when = time.strftime("%Y-%m-%d", time.gmtime())
