@@ -141,7 +141,9 @@ async def wait_quiescent(system: ActorSystem, *, timeout: float | None = None) -
     - no write is pending: every instance's writes are durable (a suspended
       instance's deferred take and status too), and so is everything else
       submitted to the journal before the last check;
-    - no task of the trio run can take a step (`trio.testing.wait_all_tasks_blocked`).
+    - no task of the trio run can take a step (`trio.testing.wait_all_tasks_blocked`):
+      a task of the test's own that never blocks (a loop of ``trio.sleep(0)``)
+      keeps this waiting.
 
     An instance waiting on a timer that is not due yet is quiescent: no
     virtual time passes once the system is quiescent, so under
