@@ -1,0 +1,314 @@
+"""The deterministic simulation behind `actors.testing.simulate`: one seed
+fixes the scheduler's order, the clock, the journal's commits and faults,
+and where hosts crash (see `simulate`)."""
+
+from __future__ import annotations
+
+import random as _random
+import uuid as _uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from storage import JournalFaults, SimulatedJournal, WriteLog
+
+from ._open import open_system
+from ._process import ProcessDef
+from ._system import ActorSystem
+
+__all__ = ["TEST_EPOCH", "Simulation", "SimulationReport", "simulate"]
+
+#: The wall-clock epoch that virtual time 0 maps to in `open_test_system`.
+TEST_EPOCH = 1_800_000_000.0
+
+
+def _virtual_wall() -> float:
+    return TEST_EPOCH + trio.current_time()
+
+
+@attrs.frozen
+class SimulationReport:
+    """What `simulate` saw: the digest of the run's journal writes, and a trace.
+
+    Two runs of one seed, with the same code and workload, give the same
+    ``digest`` (of every transaction written, byte for byte, in order, and
+    of every fault and crash). ``failure`` is what ended the run early (an
+    invariant a check found broken, or an error of the runtime), or None.
+    ``trace`` holds the last journal commits, faults, crashes and notes;
+    ``schedule`` the names of the last tasks trio's scheduler ran.
+    """
+
+    seed: int
+    digest: str
+    commits: int
+    writes: int
+    crashes: int
+    seconds: float
+    trace: tuple[str, ...]
+    schedule: tuple[str, ...]
+    failure: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run ended without a failure."""
+        return self.failure is None
+
+    def explain(self) -> str:
+        """The failure (if any), then the trace and the last scheduler picks."""
+        lines = [
+            f"seed {self.seed}: {self.commits} commits, {self.writes} transactions written, "
+            f"{self.crashes} crash(es), {self.seconds:.3f} virtual seconds, digest {self.digest}"
+        ]
+        if self.failure is not None:
+            lines.append(f"failure: {type(self.failure).__name__}: {self.failure}")
+        lines.append("last journal events (virtual time, newest last):")
+        lines += [f"  {line}" for line in self.trace]
+        lines.append("last scheduler picks: " + ", ".join(self.schedule))
+        return "\n".join(lines)
+
+
+class Simulation:
+    """What a workload sees of a run of `simulate`.
+
+    ``system`` is the system of the host's current life (a new one after
+    each crash; ``life`` counts them from 0); ``random`` is the workload's
+    own random source, derived from the seed; ``journal`` the
+    `storage.SimulatedJournal` every life shares.
+    """
+
+    def __init__(
+        self, seed: int, journal: SimulatedJournal, clock: trio.testing.MockClock
+    ) -> None:
+        self.seed = seed
+        self.random = _random.Random(f"{seed}:workload")
+        self.journal = journal
+        self.life = 0
+        self.crashes = 0
+        self._clock = clock
+        self._system: ActorSystem | None = None
+
+    @property
+    def system(self) -> ActorSystem:
+        """The running system of this life.
+
+        Raises:
+            RuntimeError: between lives (no system runs).
+        """
+        if self._system is None:
+            raise RuntimeError("no system runs now: the host is down between two lives")
+        return self._system
+
+    def jump(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds`` at once (a clock jump)."""
+        self.journal.log.event(f"clock jumps {seconds:.3f} s")
+        self._clock.jump(seconds)
+
+    def note(self, text: str) -> None:
+        """Add ``text`` to the trace (the digest leaves notes out)."""
+        self.journal.log.note(text)
+
+
+def simulate(
+    processes: Iterable[ProcessDef[..., Any]],
+    workload: Callable[[Simulation], Awaitable[None]],
+    *,
+    seed: int,
+    crashes: int = 2,
+    crash_within: int = 300,
+    faults: JournalFaults | None = None,
+    durability: str = "sync",
+    settle: float = 600.0,
+    check: Callable[[Simulation], Awaitable[None]] | None = None,
+    trace: int = 40,
+    **options: Any,
+) -> SimulationReport:
+    """Run ``workload`` against a system of ``processes`` in a deterministic
+    simulation: one seed fixes the order in which trio runs tasks, the
+    clock, the journal's commits and faults, and where the host crashes.
+
+    The run is its own ``trio.run`` on a ``MockClock`` (autojump at once:
+    timers of days pass in milliseconds), with trio's scheduler made
+    deterministic and seeded, on a `storage.SimulatedJournal`. Sync steps
+    run on the trio thread (as with ``thread=False``) and take no virtual
+    time; ``uuid.uuid4`` gives seeded values inside the run. The host
+    crashes (0 to ``crashes`` times) at a commit the seed picks among the
+    next ``crash_within``, before or after that commit is written: the
+    system and every task of that life are gone, the journal keeps what was
+    committed, and a new system opens on it; ``workload(sim)`` is called
+    again for each life (keep its progress in its own state, and carry on).
+    Once the workload returns, the host runs ``settle`` virtual seconds
+    with faults and crashes still armed, then ``settle`` more without them,
+    and then ``check(sim)`` is called with the last system still open.
+
+    Two runs of a seed write the same bytes, in one process or in two
+    (whatever their ``PYTHONHASHSEED``: the runtime wakes instances that
+    fall due together in a fixed order). Threads, real time and real I/O in
+    the workload or its steps are outside the simulation: use
+    ``trio.sleep`` for time, not ``time``.
+
+    Args:
+        processes: the definitions the system runs.
+        workload: ``async def workload(sim)``: drives ``sim.system`` as
+            clients would; raise to report a broken expectation.
+        seed: what the whole run is a function of.
+        crashes: the most host crashes in the run.
+        crash_within: how many commits ahead a crash may be placed.
+        faults: the journal's faults (`JournalFaults`; default: none).
+        durability: the journal's (``"sync"`` or ``"async"``).
+        settle: virtual seconds to settle, twice (see above).
+        check: ``async def check(sim)``, run at the end; raise to fail.
+        trace: how many journal events and scheduler picks to keep.
+        **options: passed to `open_system` (``queues``, ``passivate_after``, ...).
+
+    Returns:
+        A `SimulationReport`; its ``failure`` is what the workload, the
+        check or the runtime raised (outside a crash), else None.
+    """
+    processes = list(processes)
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    log = WriteLog(keep=trace)
+    journal = SimulatedJournal(
+        _random.Random(f"{seed}:journal"),
+        faults=faults if faults is not None else JournalFaults(),
+        durability=durability,
+        log=log,
+    )
+    sim = Simulation(seed, journal, clock)
+    picks = _Picks(trace)
+    plan = _random.Random(f"{seed}:crashes")
+    failure: BaseException | None = None
+    root: list[trio.lowlevel.Task] = []
+
+    async def main() -> None:
+        task = trio.lowlevel.current_root_task()
+        assert task is not None
+        root.append(task)
+        planned = plan.randint(0, crashes)
+        calm = journal.faults.quiet()
+        while True:
+            if sim.crashes < planned:
+                journal.crash_at = log.commits + plan.randint(1, crash_within)
+                journal.crash_after_write = plan.random() < 0.5
+            await _live(sim, processes, workload, check, settle, calm, options)
+            if not journal.crashed:
+                return
+            sim.crashes += 1
+            sim.life += 1
+            journal.recover()
+
+    with _deterministic(seed, root):
+        try:
+            trio.run(main, clock=clock, instruments=[picks])
+        except Exception as exc:  # noqa: BLE001 - reported, with the trace
+            failure = exc
+    return SimulationReport(
+        seed=seed,
+        digest=log.hexdigest(),
+        commits=log.commits,
+        writes=log.writes,
+        crashes=sim.crashes,
+        seconds=clock.current_time(),
+        trace=tuple(log.recent),
+        schedule=tuple(picks.picks),
+        failure=failure,
+    )
+
+
+async def _live(
+    sim: Simulation,
+    processes: list[ProcessDef[..., Any]],
+    workload: Callable[[Simulation], Awaitable[None]],
+    check: Callable[[Simulation], Awaitable[None]] | None,
+    settle: float,
+    calm: JournalFaults,
+    options: dict[str, Any],
+) -> None:
+    """One life of the host: open a system, run the workload, settle, check;
+    return early (quietly) if the host crashes."""
+    journal = sim.journal
+    with trio.CancelScope() as host:
+        journal.on_crash = host.cancel
+        try:
+            async with open_system(
+                journal, processes, _random.Random(f"{sim.seed}:system:{sim.life}"),
+                now=_virtual_wall, control=False, **options,
+            ) as system:  # fmt: skip
+                sim._system = system
+                await workload(sim)
+                await trio.sleep(settle)
+                journal.crash_at = None  # the run settles without faults from here
+                journal.faults = calm
+                await trio.sleep(settle)
+                if check is not None:
+                    await check(sim)
+        except BaseException as exc:
+            if not journal.crashed or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            # What a dying host raised (its writes refused, its tasks
+            # cancelled) died with it.
+        finally:
+            sim._system = None
+            journal.on_crash = None
+
+
+class _Picks(trio.abc.Instrument):
+    """Keeps the names of the last tasks the scheduler ran."""
+
+    def __init__(self, keep: int) -> None:
+        self.picks: deque[str] = deque(maxlen=keep)
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.picks.append(task.name)
+
+
+@contextmanager
+def _deterministic(seed: int, root: list[trio.lowlevel.Task]) -> Iterator[None]:
+    """Make a trio run (whose root task ``root`` will hold) a function of ``seed``.
+
+    trio shuffles each batch of runnable tasks with ``trio._core._run._r``;
+    with ``_ALLOW_DETERMINISTIC_SCHEDULING`` (what Hypothesis turns on) it
+    sorts the batch by task creation first, so a seeded ``_r`` gives the
+    same order on every run. Worker threads finish when the OS says, so
+    ``trio.to_thread.run_sync`` runs its function inline in that run; and
+    the runtime draws ask ids from ``uuid.uuid4``, which gives seeded values
+    there. Everything is put back afterwards; other trio runs (in other
+    threads) keep the real ones.
+    """
+    run = trio._core._run
+    saved = (run._ALLOW_DETERMINISTIC_SCHEDULING, run._r.getstate())
+    real_run_sync = trio.to_thread.run_sync
+    real_uuid4 = _uuid.uuid4
+    ids = _random.Random(f"{seed}:uuid")
+
+    def ours() -> bool:
+        return trio.lowlevel.in_trio_run() and bool(root) and (
+            trio.lowlevel.current_root_task() is root[0]
+        )
+
+    async def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if not ours():
+            return await real_run_sync(fn, *args, **kwargs)
+        await trio.lowlevel.checkpoint()
+        return fn(*args)
+
+    def uuid4() -> _uuid.UUID:
+        if not ours():
+            return real_uuid4()
+        return _uuid.UUID(int=ids.getrandbits(128), version=4)
+
+    setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)
+    run._r.seed(f"{seed}:scheduler")
+    setattr(trio.to_thread, "run_sync", run_sync)
+    setattr(_uuid, "uuid4", uuid4)
+    try:
+        yield
+    finally:
+        setattr(_uuid, "uuid4", real_uuid4)
+        setattr(trio.to_thread, "run_sync", real_run_sync)
+        setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", saved[0])
+        run._r.setstate(saved[1])
