@@ -9,8 +9,9 @@ the damaged one is fine, ends the way its calls report, or is corrupt with
 every call raising `JournalCorrupt` naming database and key; and
 ``python -m actors show`` of every instance prints an error, never a traceback.
 
-Bounded for CI (up to 10 examples per pair, some 330 journals in about 20 s; set
-FUZZ_JOURNAL_EXAMPLES for a longer run). What it tried is printed at the end
+Bounded for CI (up to 10 examples per pair, some 460 journals: 2 per pair in
+the fast lane, the rest marked slow; set FUZZ_JOURNAL_EXAMPLES for a longer
+run). What it tried is printed at the end
 (and given to hypothesis as events: ``--hypothesis-show-statistics``).
 """
 
@@ -40,14 +41,37 @@ def base(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", jd.MUTATIONS)
-@pytest.mark.parametrize("database", jd.DATABASES)
-@settings(
-    max_examples=EXAMPLES, deadline=None, database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)  # fmt: skip
-@given(data=st.data())
+def _fuzzed(examples: int):
+    """The fuzzer's settings, over every (database, mutation kind) pair."""
+
+    def wrap(test):
+        test = given(data=st.data())(test)
+        test = settings(
+            max_examples=examples, deadline=None, database=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        )(test)  # fmt: skip
+        test = pytest.mark.parametrize("kind", jd.MUTATIONS)(test)
+        return pytest.mark.parametrize("database", jd.DATABASES)(test)
+
+    return wrap
+
+
+# The fast lane damages each pair twice; the slow lane (CI) tries the rest.
+FAST_EXAMPLES = 2
+
+
+@_fuzzed(FAST_EXAMPLES)
 def test_one_damaged_record_hides_only_its_instance(base, database, kind, data):
+    _damage_one(base, database, kind, data)
+
+
+@pytest.mark.slow  # some 370 damaged journals
+@_fuzzed(max(EXAMPLES - FAST_EXAMPLES, 1))
+def test_more_damaged_records_hide_only_their_instance(base, database, kind, data):
+    _damage_one(base, database, kind, data)
+
+
+def _damage_one(base, database, kind, data) -> None:
     keys = [key for name, key in jd.records(base) if name == database]
     key = data.draw(st.sampled_from(keys), label="key")
     arg = data.draw(journal_mutations(kind), label="arg")
