@@ -14,6 +14,7 @@ import trio
 
 import actors
 from actors import Context, Queue, process
+from actors.testing import wait_quiescent
 from tests.pg import fresh_schema
 
 if os.environ.get("ACTORS_TEST_POSTGRES", "1") == "0":
@@ -103,7 +104,8 @@ async def test_two_nodes_running_one_schedule_start_each_tick_once(request):
                 assert await b.schedule("fast", pgtick, every=0.2, overlap="allow", catch_up=100)
                 await trio.sleep(2.5)
                 await b.pause_schedule("fast")
-                await trio.sleep(0.3)
+                await wait_quiescent(a)  # the ticks in flight have started
+                await wait_quiescent(b)
                 started = sorted([i.id async for i in a.query(process=pgtick)])
                 for address in started:
                     await a.get(address).result()
