@@ -49,7 +49,7 @@ from . import _protocol
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry
 from ._records import Signal
-from ._sending import commit_mail
+from ._sending import commit_through
 from .errors import AskTimeout, NotDelivered
 
 __all__ = [
@@ -348,7 +348,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         if actor.fenced:
             txn.fence(actor.iid, actor.epoch)
         try:
-            (seq,) = await commit_mail(system.journal, txn)
+            (seq,) = await commit_through(system.journal, txn)
         except CommitOutcomeUnknown:  # it may be written: its receiver reads again
             system._mail_in_doubt(iid)
             raise

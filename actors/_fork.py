@@ -87,6 +87,7 @@ from ._instance import Actor
 from ._interfaces import SystemAPI
 from ._log import LogEntry, children_named
 from ._retry import Kept, _keep, read_kept
+from ._sending import commit_through
 from .errors import InvalidArguments, NotDelivered
 
 __all__ = [
@@ -520,7 +521,7 @@ async def _fork(
         if problem is not None:
             raise InvalidArguments(not_replayed(address, plan, problem))
         try:
-            await system.journal.commit(start.txn)
+            await commit_through(system.journal, start.txn)  # (it runs once written)
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise

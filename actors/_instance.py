@@ -57,7 +57,7 @@ from ._log import LogEntry
 from ._mailbox import Mailbox
 from ._process import ProcessDef
 from ._protocol import START_RACED
-from ._sending import commit_mail
+from ._sending import commit_through
 from ._steps import run_step
 from .errors import InvalidArguments, NonDeterminismError
 
@@ -447,8 +447,8 @@ class Actor(Ends, Arrivals):
             # storage.Chain): its error stops the instance here.
             await prior.wait()
         try:
-            if pending.routed:  # mail its caller routes (see commit_mail)
-                results = await commit_mail(self.journal, pending, durable=durable)
+            if pending.routed:  # mail it routes once committed (see commit_through)
+                results = await commit_through(self.journal, pending, durable=durable)
             else:
                 results = await self.journal.commit(pending, durable=durable)
         except Conflict as exc:

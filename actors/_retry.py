@@ -72,6 +72,7 @@ from . import _guard, _protocol, _tracing
 from ._handles import Handle
 from ._interfaces import SystemAPI
 from ._log import children_named
+from ._sending import commit_through
 from .errors import InvalidArguments, NotDelivered
 
 __all__ = [
@@ -377,7 +378,7 @@ async def _retry(
             trace=_tracing.traceparent(system), encoded_input=encoded_input,
         )  # fmt: skip
         try:
-            await system.journal.commit(start.txn)
+            await commit_through(system.journal, start.txn)  # (it runs once written)
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise

@@ -29,14 +29,16 @@ else:
 __all__ = ["Sending"]
 
 
-async def commit_mail(journal: Journal, txn: Txn, *, durable: bool | None = None) -> list[int]:
-    """Commit ``txn``, which adds mail its caller routes once it commits.
+async def commit_through(journal: Journal, txn: Txn, *, durable: bool | None = None) -> list[int]:
+    """Commit ``txn``, whose caller must act once it commits: route the mail
+    it adds, run the instance it starts.
 
-    Invariant: mail committed is routed. A cancellation that comes before
-    the transaction is submitted writes nothing (Cancelled at once); once
-    submitted, the commit is waited for whatever the caller's cancellation,
-    so the caller routes what it wrote (to a live receiver, which would
-    otherwise never learn of it) and meets Cancelled at its next checkpoint.
+    Invariant: what is committed is acted on. A cancellation that comes
+    before the transaction is submitted writes nothing (Cancelled at once);
+    once submitted, the commit is waited for whatever the caller's
+    cancellation, so the caller does what follows (a live receiver would
+    otherwise never learn of its mail, a started instance never run until
+    the next open) and meets Cancelled at its next checkpoint.
     """
     await trio.lowlevel.checkpoint_if_cancelled()
     with trio.CancelScope(shield=True):
@@ -141,7 +143,7 @@ class Sending(_SystemAPI):
             trace=_tracing.traceparent(self) if self.tracing else None, ask=ask, key=key,
         )
         try:
-            (seq,) = await commit_mail(self.journal, txn)
+            (seq,) = await commit_through(self.journal, txn)
         except Conflict as exc:
             if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
                 raise self._corrupt_error(iid, address) from None
@@ -201,7 +203,7 @@ class Sending(_SystemAPI):
         # Durable: a runtime message (a cancel, an escalation) acts once stored,
         # and its number is only known then, whatever the journal's durability.
         try:
-            (seq,) = await commit_mail(self.journal, txn, durable=True)
+            (seq,) = await commit_through(self.journal, txn, durable=True)
         except CommitOutcomeUnknown:
             self._mail_in_doubt(iid)
             raise
@@ -268,7 +270,7 @@ class Sending(_SystemAPI):
             trace=_tracing.traceparent(self),
         )  # fmt: skip
         try:
-            results = await commit_mail(self.journal, txn)
+            results = await commit_through(self.journal, txn)
         except Conflict as exc:
             raise await self._first_undeliverable(addresses, exc) from None
         for notice in notices:

@@ -50,7 +50,7 @@ from ._queues import Queue, QueueService
 from ._records import Signal
 from ._rides import Rides
 from ._schedules import ScheduleService
-from ._sending import Sending
+from ._sending import Sending, commit_through
 from ._streams import Stream
 from ._timers import TimerService
 from ._upkeep import Upkeep
@@ -464,7 +464,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                     if queued is not None:  # it waits for a slot: the queue's pump starts it
                         await self._enqueue(start.txn, queued, iid, address)
                         return Handle(self, iid, address, record.incarnation), True
-                    results = await self.journal.commit(start.txn)
+                    results = await commit_through(self.journal, start.txn)
                 except CommitOutcomeUnknown:  # if it is written, it runs once the journal answers
                     self._spawn_system_task(self._reload_when_back, iid)
                     raise
@@ -724,7 +724,10 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         committed; None where it runs elsewhere (another node took it over
         at once) or later (this node's lease is lost: once it is back)."""
         try:
-            epoch = await self.journal.claim(iid)
+            # Shielded: it is written, so it runs whatever its caller's
+            # cancellation (else a live instance nobody runs until the next open).
+            with trio.CancelScope(shield=True):
+                epoch = await self.journal.claim(iid)
         except JournalUnavailable:  # it is written: it runs once the journal answers
             self._spawn_system_task(self._reload_when_back, iid)
             raise

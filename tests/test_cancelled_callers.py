@@ -1,4 +1,5 @@
-"""Mail that was committed is routed, whatever happens to its sender.
+"""What was committed is acted on, whatever happens to its caller: mail is
+routed, a started instance runs.
 
 A sender cancelled while its commit is in flight (the transaction is
 submitted, so it commits) must still hand the message to a live receiver;
@@ -80,3 +81,25 @@ async def test_a_process_send_reaches_the_receiver_whatever_the_commit_time(auto
         with trio.fail_after(30):
             assert await sender.result() == "sent"
             assert await box.result() == "from a process"
+
+
+@process("worker/:id")
+async def worker(ctx: Context, id: str) -> str:
+    await ctx.sleep(1)
+    return f"done {id}"
+
+
+async def test_a_start_cancelled_after_its_commit_still_runs(autojump_clock):
+    # Written 'running' but never run: a live instance nobody runs until
+    # the next open, and its handle's result() would wait for ever.
+    journal = SlowCommits()
+    async with actors.open_system(journal, processes=[worker], passivate_after=3600) as system:
+        journal.delay = 1.0
+        with trio.move_on_after(0.5) as scope:
+            await system.start(worker, "w")
+        journal.delay = 0.0
+        assert scope.cancel_called
+        handle = system.get("worker/w")
+        assert handle is not None
+        with trio.fail_after(30):
+            assert await handle.result() == "done w"
