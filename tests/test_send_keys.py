@@ -16,7 +16,7 @@ from actors import Context, Signal, process
 from actors._protocol import KEY_PREFIX, LEGACY_KEY_PREFIX, MAX_KEY_BYTES, key_cursor, key_of
 from storage import InstanceRecord, LMDBJournal, MemoryJournal, Txn, instance_id
 from tests.runtime_helpers import virtual_wall
-from tests.test_cli import run_cli, run_json
+from tests.test_cli import cli, cli_json, run_cli
 
 order = Signal("order")
 count = Signal("count")
@@ -207,17 +207,17 @@ def test_cli_send_takes_a_key(tmp_path):
             await system.send("inbox/a", order, "from the system", key="k-sys")
 
     trio.run(start)
-    first = run_json(path, "send", "inbox/a", "order", '"cli"', "--key", "k-cli")
+    first = cli_json(path, "send", "inbox/a", "order", '"cli"', "--key", "k-cli")
     assert (True, "k-cli") == (first["sent"], first["key"])
-    again = run_cli(path, "send", "inbox/a", "order", '"cli retry"', "--key", "k-cli")
+    again = cli(path, "send", "inbox/a", "order", '"cli retry"', "--key", "k-cli")
     assert 0 == again.returncode, again.stderr
     assert "had key 'k-cli' already" in again.stdout
-    doc = run_json(path, "send", "inbox/a", "order", '"dup"', "--key", "k-sys")
+    doc = cli_json(path, "send", "inbox/a", "order", '"dup"', "--key", "k-sys")
     assert (False, None) == (doc["sent"], doc["message"])
-    shown = run_json(path, "show", "inbox/a")
+    shown = cli_json(path, "show", "inbox/a")
     assert ["k-cli", "k-sys"] == shown["send_keys"]
     assert {} == shown["stream"]["consumers"]  # keys are no stream consumers
-    done = run_cli(path, "send", "inbox/a", "order", "--key", "")
+    done = cli(path, "send", "inbox/a", "order", "--key", "")
     assert 2 == done.returncode and "--key takes a non-empty key" in done.stderr
 
     async def read() -> list:
