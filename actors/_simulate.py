@@ -15,7 +15,7 @@ import attrs
 import trio
 import trio.testing
 
-from storage import JournalFaults, SimulatedJournal, WriteLog
+from storage import JournalFaults, SimulatedJournal, WriteLog, simulated_nodes
 
 from ._open import open_system
 from ._process import ProcessDef
@@ -82,26 +82,45 @@ class Simulation:
     """
 
     def __init__(
-        self, seed: int, journal: SimulatedJournal, clock: trio.testing.MockClock
+        self,
+        seed: int,
+        journal: SimulatedJournal,
+        clock: trio.testing.MockClock,
+        journals: list[SimulatedJournal] | None = None,
     ) -> None:
         self.seed = seed
         self.random = _random.Random(f"{seed}:workload")
         self.journal = journal
+        #: every node's journal (one, unless ``simulate(nodes=K)``)
+        self.journals = journals or [journal]
         self.life = 0
         self.crashes = 0
         self._clock = clock
         self._system: ActorSystem | None = None
+        self._systems: list[ActorSystem | None] = [None] * len(self.journals)
+        self._pick = _random.Random(f"{seed}:nodes")
 
     @property
     def system(self) -> ActorSystem:
-        """The running system of this life.
+        """The running system of this life; with several nodes, one of
+        them, drawn at each use (a client talks to any node).
 
         Raises:
             RuntimeError: between lives (no system runs).
         """
-        if self._system is None:
-            raise RuntimeError("no system runs now: the host is down between two lives")
-        return self._system
+        if len(self.journals) > 1:
+            up = [system for system in self._systems if system is not None]
+            if up:
+                return self._pick.choice(up)
+        elif self._system is not None:
+            return self._system
+        raise RuntimeError("no system runs now: the host is down between two lives")
+
+    @property
+    def lost_unawaited(self) -> int:
+        """Writes the journals lost after acknowledging them (see
+        `storage.SimulatedJournal.lost_unawaited`)."""
+        return sum(journal.lost_unawaited for journal in self.journals)
 
     def jump(self, seconds: float) -> None:
         """Move the clock forward by ``seconds`` at once (a clock jump)."""
@@ -125,6 +144,7 @@ def simulate(
     settle: float = 600.0,
     check: Callable[[Simulation], Awaitable[None]] | None = None,
     trace: int = 40,
+    nodes: int = 1,
     **options: Any,
 ) -> SimulationReport:
     """Run ``workload`` against a system of ``processes`` in a deterministic
@@ -163,6 +183,12 @@ def simulate(
         settle: virtual seconds to settle, twice (see above).
         check: ``async def check(sim)``, run at the end; raise to fail.
         trace: how many journal events and scheduler picks to keep.
+        nodes: how many nodes share the journal (`storage.SimulatedNode`,
+            with PostgreSQL's leases, claims, fencing and mail notices).
+            With more than one, a crash is one node's: its lease ends, the
+            other nodes take its instances over, and it opens again; the
+            workload is cancelled and called again at each crash, as with
+            one node, and ``sim.system`` is any node's system.
         **options: passed to `open_system` (``queues``, ``passivate_after``, ...).
 
     Returns:
@@ -172,19 +198,36 @@ def simulate(
     processes = list(processes)
     clock = trio.testing.MockClock(autojump_threshold=0)
     log = WriteLog(keep=trace)
-    journal = SimulatedJournal(
-        _random.Random(f"{seed}:journal"),
-        faults=faults if faults is not None else JournalFaults(),
-        durability=durability,
-        log=log,
-    )
-    sim = Simulation(seed, journal, clock)
+    journal: SimulatedJournal
+    if nodes > 1:
+        journals: list[SimulatedJournal] = list(simulated_nodes(
+            _random.Random(f"{seed}:journal"), [f"n{i}" for i in range(nodes)],
+            faults=faults if faults is not None else JournalFaults(), durability=durability,
+            log=log,
+        ))  # fmt: skip
+        journal = journals[0]
+    else:
+        journal = SimulatedJournal(
+            _random.Random(f"{seed}:journal"),
+            faults=faults if faults is not None else JournalFaults(),
+            durability=durability,
+            log=log,
+        )
+        journals = [journal]
+    sim = Simulation(seed, journal, clock, journals)
     picks = _Picks(trace)
     plan = _random.Random(f"{seed}:crashes")
     failure: BaseException | None = None
     root: list[trio.lowlevel.Task] = []
 
     async def main() -> None:
+        if nodes > 1:
+            task = trio.lowlevel.current_root_task()
+            assert task is not None
+            root.append(task)
+            await _cluster(sim, processes, workload, check, settle, plan, crashes, crash_within,
+                           options)  # fmt: skip
+            return
         task = trio.lowlevel.current_root_task()
         assert task is not None
         root.append(task)
@@ -254,6 +297,93 @@ async def _live(
         finally:
             sim._system = None
             journal.on_crash = None
+
+
+async def _cluster(
+    sim: Simulation,
+    processes: list[ProcessDef[..., Any]],
+    workload: Callable[[Simulation], Awaitable[None]],
+    check: Callable[[Simulation], Awaitable[None]] | None,
+    settle: float,
+    plan: _random.Random,
+    crashes: int,
+    crash_within: int,
+    options: dict[str, Any],
+) -> None:
+    """Several nodes on one store: each runs until the end, opening again
+    after each of its crashes; the workload runs as in `_live`, called
+    again after each crash of any node, once every node is up."""
+    journals = sim.journals
+    calm = journals[0].faults.quiet()
+    over = trio.Event()  # the run has been checked: every node closes
+    up = [trio.Event() for _ in journals]
+    crashed = trio.Event()  # a node crashed in this life of the workload
+
+    async def node(i: int) -> None:
+        journal = journals[i]
+        life = 0
+        while not over.is_set():
+            with trio.CancelScope() as host:
+
+                def died(host: trio.CancelScope = host) -> None:
+                    up[i] = trio.Event()  # (at once: the next life waits for it to open)
+                    host.cancel()
+                    crashed.set()
+
+                journal.on_crash = died
+                try:
+                    async with open_system(
+                        journal, processes, _random.Random(f"{sim.seed}:system:{i}:{life}"),
+                        now=_virtual_wall, control=False, node=journal.node, **options,
+                    ) as system:  # fmt: skip
+                        sim._systems[i] = system
+                        up[i].set()
+                        await over.wait()
+                except BaseException as exc:
+                    if not journal.crashed or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                        raise
+                finally:
+                    sim._systems[i] = None
+                    journal.on_crash = None
+            if journal.crashed:
+                sim.crashes += 1
+                life += 1
+                await trio.sleep(plan.uniform(0.0, 2.0))  # down a while, then restarted
+                journal.recover()
+
+    async with trio.open_nursery() as nursery:
+        for i in range(len(journals)):
+            nursery.start_soon(node, i)
+        planned = plan.randint(0, crashes)
+        while True:
+            for event in list(up):
+                await event.wait()
+            crashed = trio.Event()
+            if sim.crashes < planned:
+                victim = journals[plan.randrange(len(journals))]
+                victim.crash_at = victim.log.commits + plan.randint(1, crash_within)
+                victim.crash_after_write = plan.random() < 0.5
+            with trio.CancelScope() as life:
+
+                async def watch(life: trio.CancelScope = life) -> None:
+                    await crashed.wait()
+                    life.cancel()
+
+                async with trio.open_nursery() as watching:
+                    watching.start_soon(watch)
+                    await workload(sim)
+                    await trio.sleep(settle)
+                    for journal in journals:
+                        journal.crash_at = None  # the run settles without faults from here
+                        journal.faults = calm
+                    await trio.sleep(settle)
+                    if check is not None:
+                        await check(sim)
+                    watching.cancel_scope.cancel()
+            if not life.cancelled_caught:
+                over.set()
+                return
+            sim.life += 1
 
 
 class _Picks(trio.abc.Instrument):

@@ -38,6 +38,7 @@ from ._simulated import (
     SimulatedJournal as SimulatedJournal,
     WriteLog as WriteLog,
 )
+from ._simulated_nodes import SimulatedNode as SimulatedNode, simulated_nodes as simulated_nodes
 from .errors import (
     ActorError as ActorError,
     CommitOutcomeUnknown as CommitOutcomeUnknown,
@@ -87,6 +88,7 @@ __all__ = [
     "Opaque",
     "Reader",
     "SimulatedJournal",
+    "SimulatedNode",
     "StateOps",
     "StateRow",
     "Ticket",
@@ -99,6 +101,7 @@ __all__ = [
     "instance_id",
     "lenient_decoding",
     "serializable",
+    "simulated_nodes",
 ]
 
 

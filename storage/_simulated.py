@@ -439,14 +439,15 @@ class SimulatedJournal(MemoryJournal):
 
     def _commit(self, batch: list[_Entry]) -> None:
         number = self.log.commits + 1
-        if self.crash_at == number and not self.crash_after_write:
+        # (>=: with several nodes, another node's batch may take the number)
+        if self.crash_at is not None and number >= self.crash_at and not self.crash_after_write:
             self._inflight = batch
             self.crash(f"crash before commit {number}")
             return
         txns = [entry.txn for entry in batch]
         outcomes = self._outcomes(txns, number)
         self.log.batch(txns, outcomes)
-        if self.crash_at == number:
+        if self.crash_at is not None and number >= self.crash_at:
             self._inflight = batch
             self.crash(f"crash after commit {number} was written")
             return
@@ -454,6 +455,10 @@ class SimulatedJournal(MemoryJournal):
         for entry, outcome in zip(batch, outcomes):
             entry.settle(outcome)
         self._tell_lost()
+        self._settled()
+
+    def _settled(self) -> None:
+        """Called once a batch's outcomes are out (`SimulatedNode`'s notices)."""
 
     def _outcomes(self, txns: list[Txn], number: int) -> list[Any]:
         """Apply ``txns`` (or fail them, as the faults say); their outcomes."""

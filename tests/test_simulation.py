@@ -50,17 +50,24 @@ def make_journal():
     return lambda: shared
 
 
-def _kept() -> list[tuple[int, str, str, str]]:
+def _kept() -> list[tuple[str, str, str, str]]:
+    """(seed, invariant, status, what); a seed ``N@K`` runs with K nodes."""
     kept = []
     for line in (ROOT / "tests" / "simulation" / "seeds.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             seed, invariant, status, what = line.split(maxsplit=3)
             assert status in ("open", "fixed"), line
-            kept.append((int(seed), invariant, status, what))
+            assert re.fullmatch(r"\d+(@\d+)?", seed), line
+            kept.append((seed, invariant, status, what))
     return kept
 
 
 KEPT = _kept()
+
+
+def _nodes(seed: str) -> tuple[int, int]:
+    number, _, nodes = seed.partition("@")
+    return int(number), int(nodes or 1)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -72,17 +79,23 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 
 @pytest.fixture(scope="module")
-def verdicts() -> dict[int, str]:
+def verdicts() -> dict[str, str]:
     """The last line of every kept seed and every seed of the sweep, from
-    one run of the command line."""
-    seeds = sorted({seed for seed, *_ in KEPT} | set(SWEEP))
-    result = _cli("--seeds", ",".join(map(str, seeds)))
+    one run of the command line per number of nodes."""
+    by_nodes: dict[int, set[int]] = {1: set(SWEEP)}
+    for seed, *_ in KEPT:
+        number, nodes = _nodes(seed)
+        by_nodes.setdefault(nodes, set()).add(number)
     lines = {}
-    for line in result.stdout.splitlines():
-        found = re.match(r"seed (\d+) (ok [0-9a-f]{32}|FAILED \S+)$", line)
-        if found:
-            lines[int(found[1])] = found[2]
-    assert sorted(lines) == seeds, result.stdout[-2000:] + result.stderr[-2000:]
+    for nodes, numbers in sorted(by_nodes.items()):
+        seeds = sorted(numbers)
+        result = _cli("--seeds", ",".join(map(str, seeds)), "--nodes", str(nodes), "--jobs", "2")
+        for line in result.stdout.splitlines():
+            found = re.match(r"seed (\d+) (ok [0-9a-f]{32}|FAILED \S+)$", line)
+            if found:
+                lines[found[1] if nodes == 1 else f"{found[1]}@{nodes}"] = found[2]
+        got = sorted(_nodes(seed)[0] for seed in lines if _nodes(seed)[1] == nodes)
+        assert got == seeds, result.stdout[-2000:] + result.stderr[-2000:]
     return lines
 
 
@@ -105,9 +118,10 @@ def test_a_kept_seed_passes(verdicts, seed, invariant, what):
 def test_the_sweep_finds_nothing_new(verdicts):
     known = {seed: invariant for seed, invariant, *_ in KEPT}
     new = {
-        seed: verdicts[seed]
+        seed: verdicts[str(seed)]
         for seed in SWEEP
-        if not verdicts[seed].startswith("ok ") and verdicts[seed] != f"FAILED {known.get(seed)}"
+        if not verdicts[str(seed)].startswith("ok ")
+        and verdicts[str(seed)] != f"FAILED {known.get(str(seed))}"
     }
     assert new == {}, (
         "seeds of the sweep failed that tests/simulation/seeds.txt does not list; "
@@ -159,10 +173,18 @@ def test_the_command_line_says_failed_and_exits_1():
     assert "last journal events" in result.stdout
 
 
-def test_more_than_one_node_is_refused_for_now():
-    result = _cli("--seed", "1", "--nodes", "3")
+@pytest.mark.slow
+def test_a_seed_of_two_nodes_writes_the_same_bytes_twice():
+    first, second = run_seed(5, nodes=2), run_seed(5, nodes=2)
+    assert first.ok, first.explain()
+    assert first.report.digest == second.report.digest
+    assert first.report.trace == second.report.trace
+
+
+def test_nodes_must_be_one_or_more():
+    result = _cli("--seed", "1", "--nodes", "0")
     assert result.returncode == 2
-    assert "not built yet" in result.stderr
+    assert "1 or more" in result.stderr
 
 
 # -- simulate on a user's processes ---------------------------------------------------
@@ -393,3 +415,54 @@ async def _twenty_appends(journal: SimulatedJournal) -> None:
                 await ticket.wait()
             except JournalFull:
                 pass
+
+
+# -- the nodes of one simulated store ------------------------------------------------
+
+
+async def test_nodes_share_the_store_and_give_each_instance_one_owner(autojump_clock):
+    from storage import Conflict, simulated_nodes
+
+    a, b = simulated_nodes(random.Random(3), ["a", "b"])
+    noticed: list[bytes] = []
+    iid = instance_id("box/1")
+    async with a, b:
+        b.on_mail(noticed.append)
+        start = Txn()
+        start.put_instance(iid, address="box/1", process="box/:id", status="running",
+                           record=InstanceRecord(params=["1"]))  # fmt: skip
+        await a.commit(start)
+        assert await b.claim(iid) is None  # a made it and holds its lease
+        epoch = await a.claim(iid)
+        assert epoch is not None
+        with b.reader() as r:
+            assert r.instance(iid) is not None  # one store
+        assert await b.orphans() == []
+        mail = Txn()
+        mail.append_message(iid, ["ping", None, 0.0])
+        await b.commit(mail)
+        assert noticed == []  # a owns it: a is told, not b
+        stale = Txn()
+        stale.fence(iid, epoch - 1)
+        stale.put_log(iid, 0, 1, "stale")
+        with pytest.raises(Conflict) as refused:
+            await a.commit(stale)
+        assert refused.value.reason == "epoch"
+        a.crash("test")
+        assert await b.orphans() == [iid]  # a's lease ended with it
+        taken = await b.claim(iid)
+        assert taken is not None and taken > epoch
+        a.recover()
+        await a.open()
+        assert a.lease_term() == 2
+        late = Txn()
+        late.fence(iid, epoch)
+        late.put_log(iid, 0, 1, "late")
+        with pytest.raises(Conflict):
+            await a.commit(late)  # fenced out: b owns it now
+        told: list[bytes] = []
+        a.on_mail(told.append)
+        more = Txn()
+        more.append_message(iid, ["ping", None, 0.0])
+        await a.commit(more)
+        assert noticed == [iid] and told == []  # b owns it now: b is told

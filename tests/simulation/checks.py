@@ -23,7 +23,7 @@ Each failure is an `InvariantBroken` named by the first word of its line:
 
 With durability "async", a run in which the journal lost a write it had
 acknowledged (a crash in the window, or a commit that failed after the
-acknowledgment: `SimulatedJournal.lost_unawaited`) is judged as the
+acknowledgment: `Simulation.lost_unawaited`) is judged as the
 guarantees allow: the lost write's instance was loaded again from what was
 committed, so an acknowledged start may be gone, a take may be taken again
 (``handled-twice``) and a result may change; nothing may be stuck.
@@ -68,7 +68,7 @@ async def check(world: World, sim: Simulation) -> None:
         return rows
 
     rows = await sim.journal.read(scan)
-    lossy = world.lossy(sim.journal)
+    lossy = world.lossy(sim)
     _check_ledger(world)
     _check_messages(world, rows, lossy)
     _check_instances(world, rows, timers, lossy)

@@ -112,11 +112,6 @@ class _Keep(logging.Handler):
 
 def run_seed(seed: int, *, nodes: int = 1, keep: int = 40) -> Outcome:
     """Run seed ``seed`` and judge it (see the package docstring)."""
-    if nodes != 1:
-        raise NotImplementedError(
-            "--nodes K > 1 needs a simulated shared journal with the PostgreSQL journal's "
-            "semantics (leases, fencing, late notifications), which is not built yet"
-        )
     chosen = setup(seed)
     world = World(seed, fail_rate=chosen.fail_rate, durability=chosen.durability)
     sinks, ops = plan(random.Random(f"{seed}:plan"))
@@ -139,7 +134,7 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40) -> Outcome:
             p.PROCESSES, driver, seed=seed, crashes=chosen.crashes,
             faults=PROFILES[chosen.profile], durability=chosen.durability,
             check=judge, queues=[p.QUEUE], passivate_after=chosen.passivate_after, settle=SETTLE,
-            trace=keep, crash_within=CRASH_WITHIN,
+            trace=keep, crash_within=CRASH_WITHIN, nodes=nodes,
         )  # fmt: skip
     finally:
         install(None)

@@ -148,7 +148,7 @@ class Driver:
     def _saw_result(self, sim: Simulation, address: str, incarnation: int, result: Any) -> None:
         world = self.world
         before = world.results.setdefault((address, incarnation), result)
-        if before != result and not world.lossy(sim.journal):
+        if before != result and not world.lossy(sim):
             world.fail(
                 "result-changed",
                 f"{address} (incarnation {incarnation}) completed with {before!r}, "
@@ -165,7 +165,7 @@ class Driver:
             # A public call answers with its error, never a group of them
             # (a caller's 'except JournalUnavailable' would miss it).
             expected, rest = group.split(EXPECTED)
-            if rest is not None or expected is None or sim.journal.crashed:
+            if rest is not None or expected is None or any(j.crashed for j in sim.journals):
                 raise
             kinds = sorted({type(exc).__name__ for exc in _leaves(expected)})
             self.world.fail("error-group", f"{op.kind} {op.args} raised an ExceptionGroup of "

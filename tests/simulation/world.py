@@ -108,10 +108,10 @@ class World:
         if self.sim is not None:
             self.sim.note(text)
 
-    def lossy(self, journal: Any) -> bool:
+    def lossy(self, sim: Any) -> bool:
         """Whether the run lost a write it had acknowledged, as durability
         "async" may (see `checks`): then what a client saw may be undone."""
-        return self.durability == "async" and getattr(journal, "lost_unawaited", 0) > 0
+        return self.durability == "async" and sim.lost_unawaited > 0
 
     def fail(self, name: str, detail: str) -> None:
         """Raise `InvariantBroken` (noted in the trace first)."""
