@@ -510,8 +510,11 @@ class Activation(_SystemAPI):
         for iid, address, reason in found.orphans:
             try:
                 await self._cancel_iid(iid, address, reason)
-            except JournalFull as exc:  # the next open (with room) finishes it
-                log.error("could not cancel %r (%s): %s", address, reason, exc)
+            except (JournalFull, JournalUnavailable) as exc:
+                # Never fail the open for it: tried again in the background,
+                # with backoff, until the journal takes it.
+                log.error("could not cancel %r yet (%s): %s; trying again", address, reason, exc)
+                self._spawn_system_task(self._cancel_iid, iid, address, reason)
         await self._hold_unregistered(found.unregistered)
         # Stuck as an earlier run recorded (held by this system's own
         # processes): replayed on this code all the same, each warning again

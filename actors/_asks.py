@@ -345,6 +345,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
             max_payload=system.max_payload, ask=[ask.ask_id, actor.address, None],
         )  # fmt: skip
         txn.put_log(actor.iid, actor.run, ask.seq, ask.describe().to_stored())
+        txn.chain = actor.iid  # after its barrier's writes, or not at all (storage.Chain)
         if actor.fenced:
             txn.fence(actor.iid, actor.epoch)
         try:

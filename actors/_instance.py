@@ -96,6 +96,18 @@ def _alone(exc: BaseException, kind: type[E]) -> E | None:
     return exc if isinstance(exc, kind) else None
 
 
+def _first(exc: BaseException, kind: type[E]) -> E:
+    """The first ``kind`` among ``exc``'s leaves (there is one)."""
+    if isinstance(exc, BaseExceptionGroup):
+        found: BaseException | None = exc.split(kind)[0]
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        assert found is not None
+        exc = found
+    assert isinstance(exc, kind)
+    return exc
+
+
 def _lost_ownership(exc: BaseException) -> Conflict | None:
     if isinstance(exc, Conflict) and exc.reason == "epoch":
         return exc
@@ -202,6 +214,15 @@ class Actor(Ends, Arrivals):
                 if nursery.child_tasks:  # what it left running (abandoned steps, ...)
                     nursery.cancel_scope.cancel()
         except Exception as exc:
+            if (
+                isinstance(exc, BaseExceptionGroup)
+                and _alone(exc, JournalFull) is None
+                and exc.split((JournalFull, JournalUnavailable))[1] is None
+            ):
+                # Its own writes met a full journal and a lost one at once (a
+                # task of its own, an ask, beside its run): load it again
+                # once the journal answers, as for a lost journal alone.
+                exc = _first(exc, JournalUnavailable)
             full = _alone(exc, JournalFull)
             if full is not None:
                 # Our own write found no room: nothing of it was written, so

@@ -347,6 +347,9 @@ def start_txn(
     else:
         txn.require_absent(iid)
     txn.put_instance_encoded(iid, address=address, process=process, status=status, record=stored)
+    # The first of the instance's own writes (storage.Chain): acknowledged
+    # and then lost ("async"), it takes its run's later writes down with it.
+    txn.chain = iid
     notice = None
     if message is not None:
         notice = add_message(
