@@ -466,3 +466,20 @@ async def test_nodes_share_the_store_and_give_each_instance_one_owner(autojump_c
         more.append_message(iid, ["ping", None, 0.0])
         await a.commit(more)
         assert noticed == [iid] and told == []  # b owns it now: b is told
+
+
+def test_simulate_runs_a_users_workload_on_two_nodes_through_their_crashes():
+    # One node's crash leaves its instances to the other (takeover), and the
+    # workload, talking to either node, still sees its five notes handled.
+    crashed = 0
+    for seed in range(1, 6):
+        handled.clear()
+        report = simulate(
+            [inbox], Notes(), seed=seed, crashes=2, crash_within=15, nodes=2, settle=60.0
+        )
+        assert report.ok, report.explain()
+        crashed += report.crashes
+        # Five steps, each under its own key (one run again after a crash
+        # keeps its key), whichever node ran it.
+        assert len({key for key, _ in handled}) == 5
+    assert crashed, "no seed crashed a node"
