@@ -274,8 +274,7 @@ async def _live(
     """One life of the host: open a system, run the workload, settle, check;
     return early (quietly) if the host crashes."""
     journal = sim.journal
-    with trio.CancelScope() as host:
-        journal.on_crash = host.cancel
+    with trio.CancelScope() as host, _hosted(journal, host.cancel):
         try:
             async with open_system(
                 journal, processes, _random.Random(f"{sim.seed}:system:{sim.life}"),
@@ -289,14 +288,22 @@ async def _live(
                 await trio.sleep(settle)
                 if check is not None:
                     await check(sim)
-        except BaseException as exc:
-            if not journal.crashed or isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            # What a dying host raised (its writes refused, its tasks
-            # cancelled) died with it.
         finally:
             sim._system = None
-            journal.on_crash = None
+
+
+@contextmanager
+def _hosted(journal: SimulatedJournal, died: Callable[[], None]) -> Iterator[None]:
+    """A host's life on ``journal``: ``died()`` when it crashes; what a
+    dying host raised (its writes refused, its tasks cancelled) dies with it."""
+    journal.on_crash = died
+    try:
+        yield
+    except BaseException as exc:
+        if not journal.crashed or isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+    finally:
+        journal.on_crash = None
 
 
 async def _cluster(
@@ -330,21 +337,17 @@ async def _cluster(
                     host.cancel()
                     crashed.set()
 
-                journal.on_crash = died
-                try:
-                    async with open_system(
-                        journal, processes, _random.Random(f"{sim.seed}:system:{i}:{life}"),
-                        now=_virtual_wall, control=False, node=journal.node, **options,
-                    ) as system:  # fmt: skip
-                        sim._systems[i] = system
-                        up[i].set()
-                        await over.wait()
-                except BaseException as exc:
-                    if not journal.crashed or isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                        raise
-                finally:
-                    sim._systems[i] = None
-                    journal.on_crash = None
+                with _hosted(journal, died):
+                    try:
+                        async with open_system(
+                            journal, processes, _random.Random(f"{sim.seed}:system:{i}:{life}"),
+                            now=_virtual_wall, control=False, node=journal.node, **options,
+                        ) as system:  # fmt: skip
+                            sim._systems[i] = system
+                            up[i].set()
+                            await over.wait()
+                    finally:
+                        sim._systems[i] = None
             if journal.crashed:
                 sim.crashes += 1
                 life += 1

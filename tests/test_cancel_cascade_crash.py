@@ -118,7 +118,9 @@ class Snapshots(MemoryJournal):
         if self.counting and txn.ops:
             self.commits += 1
             if self.commits == self.at:
-                self.kept = copy.deepcopy({k: v for k, v in vars(self).items() if k != "kept"})
+                # (Its data, not the hook the running system set on it.)
+                skip = ("kept", "on_write_lost")
+                self.kept = copy.deepcopy({k: v for k, v in vars(self).items() if k not in skip})
         return ticket
 
     def restored(self) -> MemoryJournal:

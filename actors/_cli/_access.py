@@ -9,11 +9,20 @@ from pathlib import Path
 
 import trio
 
-from storage import STATUS_WORDS, TERMINAL_STATUSES, InstanceRow, LMDBJournal, Reader, instance_id
+import storage
+from storage import (
+    STATUS_WORDS,
+    TERMINAL_STATUSES,
+    InstanceRow,
+    Journal,
+    LMDBJournal,
+    Reader,
+    instance_id,
+)
 from storage.errors import JournalCorrupt
 
 from ..errors import NotDelivered
-from ._errors import CORRUPT, NOT_FOUND, CLIError
+from ._errors import CORRUPT, NOT_FOUND, USAGE, CLIError
 from ._render import local_time
 
 __all__ = ["journal_dir", "reading", "writing", "find_instance", "not_live", "read_row"]
@@ -100,3 +109,59 @@ def read_row(r: Reader, iid: bytes) -> InstanceRow | None:
         return r.instance(iid)
     except JournalCorrupt:
         return None  # the status precondition still decides
+
+
+# -- PostgreSQL journals named by --journal URL ------------------------------------------
+
+_POSTGRES_URLS = ("postgresql://", "postgres://")
+
+
+def names_postgres(args: argparse.Namespace) -> bool:
+    """Whether ``--journal`` is a PostgreSQL journal's URL (else an LMDB
+    journal's directory).
+
+    Raises:
+        CLIError: another URL, or ``--schema`` given with a directory.
+    """
+    if args.journal.startswith(_POSTGRES_URLS):
+        return True
+    if "://" in args.journal:
+        raise CLIError(
+            f"--journal {args.journal!r}: give an LMDB journal's directory, or a PostgreSQL "
+            "journal's URL (postgresql://USER@HOST:PORT/DATABASE)",
+            USAGE,
+        )
+    if getattr(args, "schema", None) is not None:
+        raise CLIError(
+            f"--schema names the schema of a PostgreSQL journal, and --journal {args.journal!r} "
+            "is a directory (an LMDB journal); drop --schema, or give a postgresql:// URL",
+            USAGE,
+        )
+    return False
+
+
+@asynccontextmanager
+async def opening_postgres(
+    args: argparse.Namespace, *, readonly: bool, pool_size: int = 1
+) -> AsyncIterator[Journal]:
+    """The PostgreSQL journal at ``--journal`` (schema ``--schema``), open.
+
+    Raises:
+        CLIError: the 'postgres' extra is not installed, or a bad URL or schema.
+    """
+    try:
+        cls = storage.PostgresJournal  # the optional 'postgres' extra
+    except ImportError as exc:
+        raise CLIError(
+            f"a PostgreSQL journal needs the 'postgres' extra ({exc}); install it with: "
+            "pip install 'trio-actors[postgres]'",
+            USAGE,
+        ) from None
+    try:
+        journal: Journal = cls(
+            args.journal, schema=args.schema or "actors", pool_size=pool_size, readonly=readonly
+        )
+    except ValueError as exc:
+        raise CLIError(f"--journal/--schema: {exc}", USAGE) from None
+    async with journal:
+        yield journal

@@ -25,23 +25,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import storage
-from storage import Journal
 from storage.errors import Conflict, EncodeError, JournalLocked
 
 from .. import _history
 from ..errors import AlreadyStarted, HistoryFormatError, NotDelivered
-from ._access import journal_dir, reading, writing
-from ._errors import CORRUPT, HELD, NOT_FOUND, OK, REFUSED, USAGE, CLIError
+from ._access import journal_dir, names_postgres, opening_postgres, reading, writing
+from ._errors import CORRUPT, HELD, NOT_FOUND, OK, REFUSED, CLIError
 from ._render import emit, plural
 
 __all__ = ["add_history_arguments", "export", "import_"]
-
-_POSTGRES = ("postgresql://", "postgres://")
 
 
 def add_history_arguments(
@@ -62,49 +56,11 @@ def add_history_arguments(
                        "holding the journal (default actors)")  # fmt: skip
 
 
-@asynccontextmanager
-async def _postgres(args: argparse.Namespace, *, readonly: bool) -> AsyncIterator[Journal]:
-    try:
-        cls = storage.PostgresJournal  # the optional 'postgres' extra
-    except ImportError as exc:
-        raise CLIError(
-            f"a PostgreSQL journal needs the 'postgres' extra ({exc}); install it with: "
-            "pip install 'trio-actors[postgres]'",
-            USAGE,
-        ) from None
-    try:
-        journal: Journal = cls(
-            args.journal, schema=args.schema or "actors", pool_size=1, readonly=readonly
-        )
-    except ValueError as exc:
-        raise CLIError(f"--journal/--schema: {exc}", USAGE) from None
-    async with journal:
-        yield journal
-
-
-def _is_postgres(args: argparse.Namespace) -> bool:
-    if args.journal.startswith(_POSTGRES):
-        return True
-    if "://" in args.journal:
-        raise CLIError(
-            f"--journal {args.journal!r}: give an LMDB journal's directory, or a PostgreSQL "
-            "journal's URL (postgresql://USER@HOST:PORT/DATABASE)",
-            USAGE,
-        )
-    if args.schema is not None:
-        raise CLIError(
-            f"--schema names the schema of a PostgreSQL journal, and --journal {args.journal!r} "
-            "is a directory (an LMDB journal); drop --schema, or give a postgresql:// URL",
-            USAGE,
-        )
-    return False
-
-
 async def export(args: argparse.Namespace) -> int:
     """``actors export``: the history of one instance (and its descendants)."""
     try:
-        if _is_postgres(args):
-            async with _postgres(args, readonly=True) as journal:
+        if names_postgres(args):
+            async with opening_postgres(args, readonly=True) as journal:
                 history = await _history.read_history(journal, args.address)
         else:
             path = journal_dir(args)
@@ -145,8 +101,8 @@ async def import_(args: argparse.Namespace) -> int:
     history = _read_file(args.file)
     created = False
     try:
-        if _is_postgres(args):
-            async with _postgres(args, readonly=False) as journal:
+        if names_postgres(args):
+            async with opening_postgres(args, readonly=False) as journal:
                 await _history.import_history(journal, history, replace=args.replace)
         else:
             path = Path(args.journal)

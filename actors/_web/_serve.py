@@ -30,10 +30,9 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from starlette.types import ASGIApp
 
-import storage
 from storage import Journal
 
-from .._cli._access import journal_dir, reading
+from .._cli._access import journal_dir, names_postgres, opening_postgres, reading
 from .._cli._errors import OK, REFUSED, USAGE, CLIError
 from ._actions import ACTIONS, Runner
 from ._app import LOCAL_HOSTS, create_app
@@ -41,7 +40,6 @@ from ._app import LOCAL_HOSTS, create_app
 __all__ = ["web", "serve_app", "host_names"]
 
 # URLs that name a PostgreSQL journal (libpq's two schemes).
-_POSTGRES = ("postgresql://", "postgres://")
 
 
 async def serve_app(
@@ -114,40 +112,13 @@ async def _reading(args: argparse.Namespace) -> AsyncIterator[tuple[Journal, str
         CLIError: no journal there, or a bad URL or schema name.
         JournalUnavailable, JournalCorrupt: from opening a PostgreSQL journal.
     """
-    if not args.journal.startswith(_POSTGRES):
-        if "://" in args.journal:
-            raise CLIError(
-                f"--journal {args.journal!r}: give an LMDB journal's directory, or a "
-                "PostgreSQL journal's URL (postgresql://USER@HOST:PORT/DATABASE)",
-                USAGE,
-            )
-        if args.schema is not None:
-            raise CLIError(
-                f"--schema names the schema of a PostgreSQL journal, and --journal "
-                f"{args.journal!r} is a directory (an LMDB journal); drop --schema, or "
-                "give a postgresql:// URL",
-                USAGE,
-            )
+    if not names_postgres(args):
         path = journal_dir(args)
         async with reading(path) as lmdb:
             yield lmdb, str(path)
         return
-    try:
-        cls = storage.PostgresJournal  # the optional 'postgres' extra
-    except ImportError as exc:
-        raise CLIError(
-            f"reading a PostgreSQL journal needs the 'postgres' extra ({exc}); "
-            "install it with: pip install 'trio-actors[postgres]'",
-            USAGE,
-        ) from None
-    try:
-        # Two connections: the app reads in at most two threads at once.
-        pg: Journal = cls(
-            args.journal, schema=args.schema or "actors", pool_size=2, readonly=True
-        )
-    except ValueError as exc:
-        raise CLIError(f"--journal/--schema: {exc}", USAGE) from None
-    async with pg:
+    # Two connections: the app reads in at most two threads at once.
+    async with opening_postgres(args, readonly=True, pool_size=2) as pg:
         yield pg, pg.describe()
 
 
@@ -168,7 +139,7 @@ async def web(args: argparse.Namespace) -> int:
     local = _loopback(args.host)
     hosts = host_names(args.host, args.allow_host)
     acting = getattr(args, "allow_actions", False)
-    if acting and args.journal.startswith(_POSTGRES):
+    if acting and names_postgres(args):
         raise CLIError(
             "--allow-actions needs an LMDB journal: the actions are the command line's "
             "commands, which write to LMDB journals; on PostgreSQL act through the "
