@@ -305,8 +305,8 @@ class Activation(_SystemAPI):
         actor = self._live.get(iid)
         address = iid.hex() if actor is None else actor.address
         log.error(
-            "a write of instance %s that was acknowledged before its commit failed (%s: %s); "
-            "it is loaded again from what the journal holds",
+            "a write of instance %s that nobody waited for (acknowledged when queued, or "
+            "deferred) failed (%s: %s); it is loaded again from what the journal holds",
             address, type(exc).__name__, exc, extra={"actors_address": address},
         )  # fmt: skip
         if actor is not None and not actor.done:

@@ -224,6 +224,8 @@ class Actor(Ends, Arrivals):
                 # once the journal answers, as for a lost journal alone.
                 exc = _first(exc, JournalUnavailable)
             full = _alone(exc, JournalFull)
+            if full is not None or _alone(exc, JournalUnavailable) is not None:
+                self.lost = None  # (reloaded below in either case)
             if full is not None:
                 # Our own write found no room: nothing of it was written, so
                 # the journal still holds a state replay resumes from. Never

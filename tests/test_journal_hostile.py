@@ -294,7 +294,11 @@ async def test_a_stalled_instance_resumes_once_cleanup_makes_room(tmp_path, auto
         assert len(fillers) == await system.cleanup(older_than=0.5)
         values = await _stream_when_complete(system, "hostile/a", len(acked))
         assert acked == [v["i"] for v in values]
-        assert handle.last_error is None
+        # Its error clears once it runs with room (a write refused while the
+        # map was full may take one more retry round to go through).
+        with trio.fail_after(60):
+            while handle.last_error is not None:
+                await trio.sleep(0.1)
 
 
 def _mount_tmpfs(where, size: str) -> None:
