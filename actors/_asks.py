@@ -42,7 +42,7 @@ from typing import Any
 import trio
 
 from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
-from storage.errors import CommitOutcomeUnknown, Conflict, JournalClosed
+from storage.errors import Conflict, JournalClosed
 
 from . import _effects as fx
 from . import _protocol
@@ -349,10 +349,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         if actor.fenced:
             txn.fence(actor.iid, actor.epoch)
         try:
-            (seq,) = await commit_through(system.journal, txn)
-        except CommitOutcomeUnknown:  # it may be written: its receiver reads again
-            system._mail_in_doubt(iid)
-            raise
+            (seq,) = await commit_through(system.journal, txn, lambda: system._mail_in_doubt(iid))
         except Conflict as exc:
             if exc.reason == "epoch":
                 raise

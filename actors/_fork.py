@@ -86,7 +86,7 @@ from ._handles import Handle
 from ._instance import Actor
 from ._interfaces import SystemAPI
 from ._log import LogEntry, children_named
-from ._retry import Kept, _keep, read_kept
+from ._retry import Kept, _in_doubt, _keep, read_kept
 from ._sending import commit_through
 from .errors import InvalidArguments, NotDelivered
 
@@ -521,7 +521,7 @@ async def _fork(
         if problem is not None:
             raise InvalidArguments(not_replayed(address, plan, problem))
         try:
-            await commit_through(system.journal, start.txn)  # (it runs once written)
+            await commit_through(system.journal, start.txn, lambda: _in_doubt(system, plan.target_iid))
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise

@@ -31,7 +31,6 @@ import trio
 
 from storage import LIVE_STATUSES, InstanceRecord, Ticket, Txn
 from storage.errors import (
-    CommitOutcomeUnknown,
     Conflict,
     JournalCorrupt,
     JournalFull,
@@ -470,24 +469,24 @@ class Actor(Ends, Arrivals):
             # storage.Chain): its error stops the instance here.
             await prior.wait()
         try:
-            if pending.routed:  # mail it routes once committed (see commit_through)
-                results = await commit_through(self.journal, pending, durable=durable)
-            else:
-                results = await self.journal.commit(pending, durable=durable)
+            # It may be written though its outcome is not learned: mail it
+            # carried (a child's end notice, a ctx.send) is read again once
+            # the journal answers (see commit_through).
+            results = await commit_through(
+                self.journal, pending, lambda: self._mail_in_doubt(pending), durable=durable
+            )
         except Conflict as exc:
             if ridden is not None and exc.reason in START_RACED:
                 ridden.extend(self.txn)
                 self.txn = ridden
             raise
-        except CommitOutcomeUnknown:
-            # It may be written: mail it carried (a child's end notice to its
-            # parent, a ctx.send) is read again once the journal answers.
-            for receiver in sorted(pending.receivers() - {self.iid}):
-                self.system._mail_in_doubt(receiver)
-            raise
         if prior is not None:
             await prior.wait()  # already done (submitted earlier); raises its error
         return results[offset:]
+
+    def _mail_in_doubt(self, txn: Txn) -> None:
+        for receiver in sorted(txn.receivers() - {self.iid}):
+            self.system._mail_in_doubt(receiver)
 
     def ride_log(self, seq: int, entry: LogEntry) -> None:
         """Log ``entry`` at ``seq`` in this run; it rides on the next commit."""

@@ -287,6 +287,12 @@ class RetryHost(SystemAPI, Protocol):
     ) -> Any: ...
 
 
+def _in_doubt(system: SystemAPI, iid: bytes) -> None:
+    """A new incarnation's commit whose outcome was not learned: if it is
+    written, it runs once the journal answers."""
+    system._spawn_system_task(system._reload_when_back, iid)
+
+
 @attrs.define
 class _Flight:
     """A retry under way on one system: those that come meanwhile share its outcome."""
@@ -378,7 +384,7 @@ async def _retry(
             trace=_tracing.traceparent(system), encoded_input=encoded_input,
         )  # fmt: skip
         try:
-            await commit_through(system.journal, start.txn)  # (it runs once written)
+            await commit_through(system.journal, start.txn, lambda: _in_doubt(system, iid))
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise

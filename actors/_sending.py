@@ -6,7 +6,7 @@ activation of a passivated one). `Sending` is a base of `ActorSystem` (see
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -15,6 +15,7 @@ from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
+from ._protocol import Notice
 from ._checks import check_many, check_name, check_seconds
 from ._records import Signal
 from .errors import InvalidArguments, NotDelivered
@@ -29,21 +30,27 @@ else:
 __all__ = ["Sending"]
 
 
-async def commit_through(journal: Journal, txn: Txn, *, durable: bool | None = None) -> list[int]:
+async def commit_through(
+    journal: Journal, txn: Txn, in_doubt: Callable[[], None], *, durable: bool | None = None
+) -> list[int]:
     """Commit ``txn``, whose caller must act once it commits: route the mail
     it adds, run the instance it starts.
 
-    Invariant: what is committed is acted on. A cancellation that comes
-    before the transaction is submitted writes nothing (Cancelled at once);
-    once submitted, the commit is waited for whatever the caller's
-    cancellation, so the caller does what follows (a live receiver would
-    otherwise never learn of its mail, a started instance never run until
-    the next open) and meets Cancelled at its next checkpoint.
+    Invariant: what is committed is acted on. If the caller does not learn
+    the outcome (it is cancelled while the commit is in flight, or the
+    outcome is unknown: `CommitOutcomeUnknown`), the transaction may be in
+    the journal all the same, and ``in_doubt()`` is called before the error
+    goes on: it has what follows done from the journal once it answers
+    (`Sending._mail_in_doubt` reads a receiver's mailbox again; a start's
+    instance is loaded if it is there). A callback, not a shielded wait: a
+    cancel scope per commit costs a third of the signal path.
     """
-    await trio.lowlevel.checkpoint_if_cancelled()
-    with trio.CancelScope(shield=True):
-        results = await journal.commit(txn, durable=durable)
-    return results
+    await trio.lowlevel.checkpoint_if_cancelled()  # cancelled already: nothing is written
+    try:
+        return await journal.commit(txn, durable=durable)
+    except (trio.Cancelled, CommitOutcomeUnknown):
+        in_doubt()
+        raise
 
 
 class Sending(_SystemAPI):
@@ -143,7 +150,7 @@ class Sending(_SystemAPI):
             trace=_tracing.traceparent(self) if self.tracing else None, ask=ask, key=key,
         )
         try:
-            (seq,) = await commit_through(self.journal, txn)
+            (seq,) = await commit_through(self.journal, txn, lambda: self._mail_in_doubt(iid))
         except Conflict as exc:
             if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
                 raise self._corrupt_error(iid, address) from None
@@ -151,9 +158,6 @@ class Sending(_SystemAPI):
         except JournalCorrupt as exc:
             if exc.database in ("mail", "counters"):  # its mailbox cannot take mail
                 await self._records_damaged(iid, address, exc)
-            raise
-        except CommitOutcomeUnknown:
-            self._mail_in_doubt(iid)
             raise
         self._route(iid, seq, notice.message)
 
@@ -181,6 +185,10 @@ class Sending(_SystemAPI):
 
         self._spawn_system_task(look)
 
+    def _all_in_doubt(self, notices: Iterable[Notice]) -> None:
+        for iid in sorted({notice.iid for notice in notices}):
+            self._mail_in_doubt(iid)
+
     def _route(self, iid: bytes, seq: int, message: bytes) -> None:
         """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
 
@@ -202,11 +210,9 @@ class Sending(_SystemAPI):
         txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
         # Durable: a runtime message (a cancel, an escalation) acts once stored,
         # and its number is only known then, whatever the journal's durability.
-        try:
-            (seq,) = await commit_through(self.journal, txn, durable=True)
-        except CommitOutcomeUnknown:
-            self._mail_in_doubt(iid)
-            raise
+        (seq,) = await commit_through(
+            self.journal, txn, lambda: self._mail_in_doubt(iid), durable=True
+        )
         self._route(iid, seq, notice.message)
 
     def _mail_noticed(self, iid: bytes) -> None:
@@ -270,7 +276,7 @@ class Sending(_SystemAPI):
             trace=_tracing.traceparent(self),
         )  # fmt: skip
         try:
-            results = await commit_through(self.journal, txn)
+            results = await commit_through(self.journal, txn, lambda: self._all_in_doubt(notices))
         except Conflict as exc:
             raise await self._first_undeliverable(addresses, exc) from None
         for notice in notices:

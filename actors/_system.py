@@ -30,7 +30,7 @@ from storage import (
     instance_id,
 )
 from storage._parking import Parking
-from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt, JournalUnavailable
+from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
 from . import _events, _fork, _guard, _mail, _protocol, _retry, _tracing
 from ._checks import check_name, check_seconds, check_text
@@ -464,10 +464,11 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                     if queued is not None:  # it waits for a slot: the queue's pump starts it
                         await self._enqueue(start.txn, queued, iid, address)
                         return Handle(self, iid, address, record.incarnation), True
-                    results = await commit_through(self.journal, start.txn)
-                except CommitOutcomeUnknown:  # if it is written, it runs once the journal answers
-                    self._spawn_system_task(self._reload_when_back, iid)
-                    raise
+                    # (If written with its outcome unknown, it runs once the journal answers.)
+                    results = await commit_through(
+                        self.journal, start.txn,
+                        lambda: self._spawn_system_task(self._reload_when_back, iid),
+                    )  # fmt: skip
                 except Conflict as exc:
                     if exc.reason not in _protocol.START_RACED:
                         raise
@@ -724,10 +725,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         committed; None where it runs elsewhere (another node took it over
         at once) or later (this node's lease is lost: once it is back)."""
         try:
-            # Shielded: it is written, so it runs whatever its caller's
-            # cancellation (else a live instance nobody runs until the next open).
-            with trio.CancelScope(shield=True):
-                epoch = await self.journal.claim(iid)
+            epoch = await self._claim_written(iid)
         except JournalUnavailable:  # it is written: it runs once the journal answers
             self._spawn_system_task(self._reload_when_back, iid)
             raise
@@ -739,6 +737,16 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                 self._spawn_system_task(self._activate_when_leased, iid)
             return None
         return self._run_created(iid, address, proc, record, epoch)
+
+    async def _claim_written(self, iid: bytes) -> int | None:
+        """Claim ``iid``, whose start is written: shielded where a claim
+        waits (a shared journal), so it runs whatever its caller's
+        cancellation (else a live instance nobody runs until the next open)."""
+        if not self.journal.shared:
+            return await self.journal.claim(iid)  # (at once: this node owns everything)
+        with trio.CancelScope(shield=True):
+            epoch = await self.journal.claim(iid)
+        return epoch
 
     async def _activate_when_leased(self, iid: bytes) -> None:
         """Bring the instance in once this node holds its lease again (an
