@@ -183,6 +183,7 @@ class Activation(_SystemAPI):
     async def _reload_when_back(self, iid: bytes) -> None:
         await trio.sleep(RELOAD_AFTER)
         await self.outages.back()
+        await self.journal.flush()  # (a write still in flight lands first)
         self._status_changed(iid)  # its handles read what was committed
         self._activate(iid)
 

@@ -173,6 +173,9 @@ class Sending(_SystemAPI):
 
         async def look() -> None:
             await self.outages.back()
+            # What was in flight lands first (a cancelled sender's commit
+            # may still be on its way): the read below must see it.
+            await self.journal.flush()
             actor = self._live.get(iid)
             if actor is not None and actor.fenced:  # it remembers what it took
                 self.nodes.mail_noticed(iid)
