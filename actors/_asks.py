@@ -349,7 +349,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         if actor.fenced:
             txn.fence(actor.iid, actor.epoch)
         try:
-            (seq,) = await commit_through(system.journal, txn, lambda: system._mail_in_doubt(iid))
+            (seq,) = await commit_through(system.journal, txn, system._sent_in_doubt)
         except Conflict as exc:
             if exc.reason == "epoch":
                 raise

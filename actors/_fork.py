@@ -521,7 +521,7 @@ async def _fork(
         if problem is not None:
             raise InvalidArguments(not_replayed(address, plan, problem))
         try:
-            await commit_through(system.journal, start.txn, lambda: _in_doubt(system, plan.target_iid))
+            await commit_through(system.journal, start.txn, lambda _: _in_doubt(system, plan.target_iid))
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise

@@ -223,12 +223,11 @@ class Actor(Ends, Arrivals):
                 # once the journal answers, as for a lost journal alone.
                 exc = _first(exc, JournalUnavailable)
             full = _alone(exc, JournalFull)
-            if full is not None or _alone(exc, JournalUnavailable) is not None:
-                self.lost = None  # (reloaded below in either case)
             if full is not None:
                 # Our own write found no room: nothing of it was written, so
                 # the journal still holds a state replay resumes from. Never
                 # take the system down for it; it retries when there is room.
+                self.lost = None  # (reloaded as one stalled)
                 self.done = True
                 self.status = "suspended"
                 self.record = self.record.evolve(last_error=f"{type(full).__name__}: {full}")
@@ -238,6 +237,7 @@ class Actor(Ends, Arrivals):
             if unavailable is not None:
                 # The journal's connection was lost (a database outage): load
                 # the instance again once it answers, from what was committed.
+                self.lost = None  # (reloaded as one whose journal was lost)
                 self.system._journal_lost(self.iid, unavailable)
                 return
             lost = _lost_ownership(exc)
@@ -473,7 +473,7 @@ class Actor(Ends, Arrivals):
             # carried (a child's end notice, a ctx.send) is read again once
             # the journal answers (see commit_through).
             results = await commit_through(
-                self.journal, pending, lambda: self._mail_in_doubt(pending), durable=durable
+                self.journal, pending, self._mail_in_doubt, durable=durable
             )
         except Conflict as exc:
             if ridden is not None and exc.reason in START_RACED:

@@ -384,7 +384,7 @@ async def _retry(
             trace=_tracing.traceparent(system), encoded_input=encoded_input,
         )  # fmt: skip
         try:
-            await commit_through(system.journal, start.txn, lambda: _in_doubt(system, iid))
+            await commit_through(system.journal, start.txn, lambda _: _in_doubt(system, iid))
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise

@@ -15,7 +15,6 @@ from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
-from ._protocol import Notice
 from ._checks import check_many, check_name, check_seconds
 from ._records import Signal
 from .errors import InvalidArguments, NotDelivered
@@ -31,7 +30,7 @@ __all__ = ["Sending"]
 
 
 async def commit_through(
-    journal: Journal, txn: Txn, in_doubt: Callable[[], None], *, durable: bool | None = None
+    journal: Journal, txn: Txn, in_doubt: Callable[[Txn], None], *, durable: bool | None = None
 ) -> list[int]:
     """Commit ``txn``, whose caller must act once it commits: route the mail
     it adds, run the instance it starts.
@@ -39,7 +38,7 @@ async def commit_through(
     Invariant: what is committed is acted on. If the caller does not learn
     the outcome (it is cancelled while the commit is in flight, or the
     outcome is unknown: `CommitOutcomeUnknown`), the transaction may be in
-    the journal all the same, and ``in_doubt()`` is called before the error
+    the journal all the same, and ``in_doubt(txn)`` is called before the error
     goes on: it has what follows done from the journal once it answers
     (`Sending._mail_in_doubt` reads a receiver's mailbox again; a start's
     instance is loaded if it is there). A callback, not a shielded wait: a
@@ -49,7 +48,7 @@ async def commit_through(
     try:
         return await journal.commit(txn, durable=durable)
     except (trio.Cancelled, CommitOutcomeUnknown):
-        in_doubt()
+        in_doubt(txn)
         raise
 
 
@@ -150,7 +149,7 @@ class Sending(_SystemAPI):
             trace=_tracing.traceparent(self) if self.tracing else None, ask=ask, key=key,
         )
         try:
-            (seq,) = await commit_through(self.journal, txn, lambda: self._mail_in_doubt(iid))
+            (seq,) = await commit_through(self.journal, txn, self._sent_in_doubt)
         except Conflict as exc:
             if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
                 raise self._corrupt_error(iid, address) from None
@@ -188,8 +187,10 @@ class Sending(_SystemAPI):
 
         self._spawn_system_task(look)
 
-    def _all_in_doubt(self, notices: Iterable[Notice]) -> None:
-        for iid in sorted({notice.iid for notice in notices}):
+    def _sent_in_doubt(self, txn: Txn) -> None:
+        """Mail ``txn`` adds may be written (its outcome was not learned):
+        each receiver reads its mailbox again (see `commit_through`)."""
+        for iid in sorted(txn.receivers()):
             self._mail_in_doubt(iid)
 
     def _route(self, iid: bytes, seq: int, message: bytes) -> None:
@@ -213,9 +214,7 @@ class Sending(_SystemAPI):
         txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
         # Durable: a runtime message (a cancel, an escalation) acts once stored,
         # and its number is only known then, whatever the journal's durability.
-        (seq,) = await commit_through(
-            self.journal, txn, lambda: self._mail_in_doubt(iid), durable=True
-        )
+        (seq,) = await commit_through(self.journal, txn, self._sent_in_doubt, durable=True)
         self._route(iid, seq, notice.message)
 
     def _mail_noticed(self, iid: bytes) -> None:
@@ -279,7 +278,7 @@ class Sending(_SystemAPI):
             trace=_tracing.traceparent(self),
         )  # fmt: skip
         try:
-            results = await commit_through(self.journal, txn, lambda: self._all_in_doubt(notices))
+            results = await commit_through(self.journal, txn, self._sent_in_doubt)
         except Conflict as exc:
             raise await self._first_undeliverable(addresses, exc) from None
         for notice in notices:

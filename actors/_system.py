@@ -467,7 +467,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                     # (If written with its outcome unknown, it runs once the journal answers.)
                     results = await commit_through(
                         self.journal, start.txn,
-                        lambda: self._spawn_system_task(self._reload_when_back, iid),
+                        lambda _: self._spawn_system_task(self._reload_when_back, iid),
                     )  # fmt: skip
                 except Conflict as exc:
                     if exc.reason not in _protocol.START_RACED:
