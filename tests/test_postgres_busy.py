@@ -41,6 +41,15 @@ async def waker(ctx, n):
             _seen.pop(token).set()
 
 
+# Late time allowed in all, beside the LMDB journal's 50 ms: the server
+# shares this host, and its own commit (an fsync of its log) is not ours to
+# hurry. In one CI run, one send of 381 took about 150 ms while none of the
+# next nine slowest took over 3 ms. What the test guards against is of
+# another order: without the handoff every send was slow (127 ms at the
+# median, 18 in 3 s).
+SERVER_LATE_BUDGET = 0.25
+
+
 @pytest.mark.slow  # real time: 3 s of sends (1 s with the mild neighbour)
 @pytest.mark.parametrize("durability", ["sync", "async"])
 @pytest.mark.parametrize("pause", [0, 0.001], ids=["sleep0", "sleep1ms"])
@@ -50,7 +59,7 @@ async def test_sends_return_promptly_beside_a_cpu_busy_task(request, pause, dura
     times, stolen = await send_beside_a_busy_task(
         journal, pause, seconds=3.0 if pause == 0 else 1.0
     )
-    check_prompt(times, stolen)
+    check_prompt(times, stolen, SERVER_LATE_BUDGET)
 
 
 @pytest.mark.slow  # real time: 3 s of wakes
