@@ -4,6 +4,7 @@ and where hosts crash (see `simulate`)."""
 
 from __future__ import annotations
 
+import math
 import random as _random
 import uuid as _uuid
 from collections import deque
@@ -15,13 +16,20 @@ import attrs
 import trio
 import trio.testing
 
-from storage import JournalFaults, SimulatedJournal, WriteLog, simulated_nodes
+from storage import (
+    Durability,
+    JournalFaults,
+    SimulatedJournal,
+    SimulatedNode,
+    WriteLog,
+    simulated_nodes,
+)
 
 from ._open import open_system
 from ._process import ProcessDef
 from ._system import ActorSystem
 
-__all__ = ["TEST_EPOCH", "Simulation", "SimulationReport", "simulate"]
+__all__ = ["TEST_EPOCH", "Simulation", "SimulationHung", "SimulationReport", "simulate"]
 
 #: The wall-clock epoch that virtual time 0 maps to in `open_test_system`.
 TEST_EPOCH = 1_800_000_000.0
@@ -122,6 +130,14 @@ class Simulation:
         `storage.SimulatedJournal.lost_unawaited`)."""
         return sum(journal.lost_unawaited for journal in self.journals)
 
+    @property
+    def stale_writes(self) -> list[str]:
+        """Writes, with several nodes, to an instance another node owned,
+        not fenced by the writer's claim (`storage.Cluster.stale`): a node
+        that lost an instance (its lease lapsed) wrote to it. None, ever."""
+        cluster = getattr(self.journal, "cluster", None)
+        return list(cluster.stale) if cluster is not None else []
+
     def jump(self, seconds: float) -> None:
         """Move the clock forward by ``seconds`` at once (a clock jump)."""
         self.journal.log.event(f"clock jumps {seconds:.3f} s")
@@ -132,6 +148,10 @@ class Simulation:
         self.journal.log.note(text)
 
 
+class SimulationHung(Exception):
+    """A simulated run went past its ``limit`` of virtual time."""
+
+
 def simulate(
     processes: Iterable[ProcessDef[..., Any]],
     workload: Callable[[Simulation], Awaitable[None]],
@@ -140,11 +160,13 @@ def simulate(
     crashes: int = 2,
     crash_within: int = 300,
     faults: JournalFaults | None = None,
-    durability: str = "sync",
+    durability: Durability = "sync",
     settle: float = 600.0,
     check: Callable[[Simulation], Awaitable[None]] | None = None,
     trace: int = 40,
     nodes: int = 1,
+    lapses: int = 0,
+    limit: float | None = None,
     **options: Any,
 ) -> SimulationReport:
     """Run ``workload`` against a system of ``processes`` in a deterministic
@@ -189,6 +211,13 @@ def simulate(
             other nodes take its instances over, and it opens again; the
             workload is cancelled and called again at each crash, as with
             one node, and ``sim.system`` is any node's system.
+        lapses: with several nodes, how many times a node's lease lapses
+            while it runs on, unknowing (frozen past its lease, then
+            resumed: `storage.SimulatedNode.lapse`), for up to 10 s each,
+            in the first minute or so; ``sim.stale_writes`` lists any
+            write it then made to an instance it had lost.
+        limit: virtual seconds the whole run may take (None: no bound);
+            past them it fails with `SimulationHung`.
         **options: passed to `open_system` (``queues``, ``passivate_after``, ...).
 
     Returns:
@@ -200,11 +229,15 @@ def simulate(
     log = WriteLog(keep=trace)
     journal: SimulatedJournal
     if nodes > 1:
-        journals: list[SimulatedJournal] = list(simulated_nodes(
-            _random.Random(f"{seed}:journal"), [f"n{i}" for i in range(nodes)],
-            faults=faults if faults is not None else JournalFaults(), durability=durability,
-            log=log,
-        ))  # fmt: skip
+        journals: list[SimulatedJournal] = list(
+            simulated_nodes(
+                _random.Random(f"{seed}:journal"),
+                [f"n{i}" for i in range(nodes)],
+                faults=faults if faults is not None else JournalFaults(),
+                durability=durability,
+                log=log,
+            )
+        )
         journal = journals[0]
     else:
         journal = SimulatedJournal(
@@ -221,12 +254,31 @@ def simulate(
     root: list[trio.lowlevel.Task] = []
 
     async def main() -> None:
+        with trio.move_on_after(math.inf if limit is None else limit) as bounded:
+            await run()
+        if bounded.cancelled_caught:
+            raise SimulationHung(
+                f"seed {seed}: the run went past {limit:g} virtual seconds without "
+                "ending (a workload call that never returns, a lost wake-up)"
+            )
+
+    async def run() -> None:
         if nodes > 1:
             task = trio.lowlevel.current_root_task()
             assert task is not None
             root.append(task)
-            await _cluster(sim, processes, workload, check, settle, plan, crashes, crash_within,
-                           options)  # fmt: skip
+            await _cluster(
+                sim,
+                processes,
+                workload,
+                check,
+                settle,
+                plan,
+                crashes,
+                crash_within,
+                lapses,
+                options,
+            )
             return
         task = trio.lowlevel.current_root_task()
         assert task is not None
@@ -277,9 +329,13 @@ async def _live(
     with trio.CancelScope() as host, _hosted(journal, host.cancel):
         try:
             async with open_system(
-                journal, processes, _random.Random(f"{sim.seed}:system:{sim.life}"),
-                now=_virtual_wall, control=False, **options,
-            ) as system:  # fmt: skip
+                journal,
+                processes,
+                _random.Random(f"{sim.seed}:system:{sim.life}"),
+                now=_virtual_wall,
+                control=False,
+                **options,
+            ) as system:
                 sim._system = system
                 await workload(sim)
                 await trio.sleep(settle)
@@ -315,6 +371,7 @@ async def _cluster(
     plan: _random.Random,
     crashes: int,
     crash_within: int,
+    lapses: int,
     options: dict[str, Any],
 ) -> None:
     """Several nodes on one store: each runs until the end, opening again
@@ -340,9 +397,14 @@ async def _cluster(
                 with _hosted(journal, died):
                     try:
                         async with open_system(
-                            journal, processes, _random.Random(f"{sim.seed}:system:{i}:{life}"),
-                            now=_virtual_wall, control=False, node=journal.node, **options,
-                        ) as system:  # fmt: skip
+                            journal,
+                            processes,
+                            _random.Random(f"{sim.seed}:system:{i}:{life}"),
+                            now=_virtual_wall,
+                            control=False,
+                            node=journal.node,
+                            **options,
+                        ) as system:
                             sim._systems[i] = system
                             up[i].set()
                             await over.wait()
@@ -354,9 +416,20 @@ async def _cluster(
                 await trio.sleep(plan.uniform(0.0, 2.0))  # down a while, then restarted
                 journal.recover()
 
+    async def lapsing() -> None:
+        chance = _random.Random(f"{sim.seed}:lapses")  # (apart: other draws stay)
+        for _ in range(lapses):
+            await trio.sleep(chance.uniform(0.0, 30.0))
+            journal = journals[chance.randrange(len(journals))]
+            assert isinstance(journal, SimulatedNode)
+            journal.lapse()
+            await trio.sleep(chance.uniform(0.5, 10.0))
+            journal.resume()
+
     async with trio.open_nursery() as nursery:
         for i in range(len(journals)):
             nursery.start_soon(node, i)
+        nursery.start_soon(lapsing)
         planned = plan.randint(0, crashes)
         while True:
             for event in list(up):
@@ -419,8 +492,10 @@ def _deterministic(seed: int, root: list[trio.lowlevel.Task]) -> Iterator[None]:
     ids = _random.Random(f"{seed}:uuid")
 
     def ours() -> bool:
-        return trio.lowlevel.in_trio_run() and bool(root) and (
-            trio.lowlevel.current_root_task() is root[0]
+        return (
+            trio.lowlevel.in_trio_run()
+            and bool(root)
+            and (trio.lowlevel.current_root_task() is root[0])
         )
 
     async def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

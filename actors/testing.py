@@ -63,10 +63,18 @@ from storage import (
 )
 
 from . import _history
-from ._simulate import TEST_EPOCH, Simulation, SimulationReport, _virtual_wall, simulate
 from ._instance import Actor
-from ._process import ProcessDef
 from ._open import open_system
+from ._process import ProcessDef
+from ._public import name_public_classes
+from ._simulate import (
+    TEST_EPOCH,
+    Simulation,
+    SimulationHung,
+    SimulationReport,
+    _virtual_wall,
+    simulate,
+)
 from ._system import ActorSystem
 from .errors import InvalidArguments
 
@@ -80,9 +88,11 @@ __all__ = [
     "TEST_EPOCH",
     "simulate",
     "Simulation",
+    "SimulationHung",
     "SimulationReport",
     "JournalFaults",
 ]
+
 
 @asynccontextmanager
 async def open_test_system(
@@ -247,9 +257,7 @@ async def replay_check(
         The problems found; empty if the code matches every history.
     """
     journal = (
-        journal_or_path
-        if isinstance(journal_or_path, Journal)
-        else LMDBJournal(journal_or_path)
+        journal_or_path if isinstance(journal_or_path, Journal) else LMDBJournal(journal_or_path)
     )
     try:
         await journal.open()
@@ -287,10 +295,15 @@ async def replay_check(
 
 def _checking_system(journal: Journal, processes: Iterable[ProcessDef[..., Any]]) -> ActorSystem:
     """The system a replay check builds its actors in: it never runs one."""
-    return ActorSystem(
-        journal, processes, _random.Random(0),
-        passivate_after=0, max_sync_steps=1, max_payload=1 << 30, now=_virtual_wall,
-    )  # fmt: skip
+    return ActorSystem._create(
+        journal,
+        processes,
+        _random.Random(0),
+        passivate_after=0,
+        max_sync_steps=1,
+        max_payload=1 << 30,
+        now=_virtual_wall,
+    )
 
 
 async def replay_history(
@@ -333,20 +346,31 @@ async def replay_history(
                 instance_id(one.address), one.address, one.process, one.status, one.record
             )
             if proc is None:
-                problems.append(ReplayProblem(
-                    address=one.address, process=one.process, status=one.status, position=0,
-                    expected=None, found=None,
-                    message=f"its process {one.process!r} is not among the processes given; "
-                    "pass its definition to check its history",
-                ))  # fmt: skip
+                problems.append(
+                    ReplayProblem(
+                        address=one.address,
+                        process=one.process,
+                        status=one.status,
+                        position=0,
+                        expected=None,
+                        found=None,
+                        message=f"its process {one.process!r} is not among the processes given; "
+                        "pass its definition to check its history",
+                    )
+                )
                 continue
             try:
                 problem = await _replay_one(system, row, proc, one.log)
             except InvalidArguments as exc:  # its params or input do not fit the code
                 problem = ReplayProblem(
-                    address=one.address, process=one.process, status=one.status, position=0,
-                    expected=None, found=None, message=str(exc),
-                )  # fmt: skip
+                    address=one.address,
+                    process=one.process,
+                    status=one.status,
+                    position=0,
+                    expected=None,
+                    found=None,
+                    message=str(exc),
+                )
             if problem is not None:
                 problems.append(problem)
         return problems
@@ -404,3 +428,6 @@ async def _replay_one(
 
 
 # -- deterministic simulation -----------------------------------------------------
+
+
+name_public_classes(globals(), __name__)

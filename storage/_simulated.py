@@ -42,7 +42,7 @@ import attrs
 import trio
 
 from . import _journal as j
-from ._journal import Reader, Ticket, Txn, unwrap
+from ._journal import Durability, Reader, Ticket, Txn, unwrap
 from ._memory import MemoryJournal
 from ._states import DELETE_STATE, PUT_STATE
 from .errors import (
@@ -70,6 +70,10 @@ class JournalFaults:
     each fault in the module docstring, with the durations of a slow commit
     and of an outage drawn uniformly from their ranges. ``split`` is the
     chance that a batch takes only part of the transactions waiting.
+    ``late`` is the chance that a batch's callers hear of its outcome only
+    with the next batch's (or once the committer has nothing else to do),
+    while readers see it at once: LMDB's writer thread tells trio of a
+    commit after it is visible, and tasks that read it may act first.
     """
 
     latency: float = 0.0002
@@ -82,21 +86,29 @@ class JournalFaults:
     outage: float = 0.0
     outage_seconds: tuple[float, float] = (0.1, 2.0)
     split: float = 0.2
+    late: float = 0.0
 
     def quiet(self) -> JournalFaults:
         """The same timing with no faults: for settling after a run."""
-        return attrs.evolve(
-            self, full=0.0, disk=0.0, unavailable=0.0, unknown=0.0, outage=0.0
-        )
+        return attrs.evolve(self, full=0.0, disk=0.0, unavailable=0.0, unknown=0.0, outage=0.0)
 
 
 _OP_NAMES = {
-    PUT_STATE: "state", DELETE_STATE: "state-",
-    j.PUT_INSTANCE: "put", j.DELETE_INSTANCE: "delete", j.PUT_LOG: "log",
-    j.DROP_LOG: "drop-log", j.APPEND_MESSAGE: "mail+", j.TAKE_MESSAGE: "mail-",
-    j.ADD_TIMER: "timer+", j.CANCEL_TIMER: "timer-", j.APPEND_STREAM: "emit",
-    j.SET_CURSOR: "cursor", j.SET_STATUS: "status", j.DELETE_CURSOR: "cursor-",
-}  # fmt: skip
+    PUT_STATE: "state",
+    DELETE_STATE: "state-",
+    j.PUT_INSTANCE: "put",
+    j.DELETE_INSTANCE: "delete",
+    j.PUT_LOG: "log",
+    j.DROP_LOG: "drop-log",
+    j.APPEND_MESSAGE: "mail+",
+    j.TAKE_MESSAGE: "mail-",
+    j.ADD_TIMER: "timer+",
+    j.CANCEL_TIMER: "timer-",
+    j.APPEND_STREAM: "emit",
+    j.SET_CURSOR: "cursor",
+    j.SET_STATUS: "status",
+    j.DELETE_CURSOR: "cursor-",
+}
 
 
 class WriteLog:
@@ -242,7 +254,7 @@ class SimulatedJournal(MemoryJournal):
         random: _random.Random,
         *,
         faults: JournalFaults | None = None,
-        durability: str = "sync",
+        durability: Durability = "sync",
         log: WriteLog | None = None,
     ) -> None:
         super().__init__()
@@ -262,6 +274,7 @@ class SimulatedJournal(MemoryJournal):
         self._pending: deque[_Entry] = deque()
         self._held: list[_Entry] = []
         self._inflight: list[_Entry] = []
+        self._untold: list[tuple[_Entry, Any]] = []  # written; callers not told yet (late)
         self._wake: trio.Event | None = None
         self._stopped: trio.Event | None = None
         self._closing = False
@@ -274,9 +287,7 @@ class SimulatedJournal(MemoryJournal):
 
     async def open(self) -> None:
         if self.crashed:
-            raise HostCrashed(
-                "this journal's host crashed; call recover() before opening it again"
-            )
+            raise HostCrashed("this journal's host crashed; call recover() before opening it again")
         await super().open()
         self._closing = False
         self._stopped = trio.Event()
@@ -306,7 +317,9 @@ class SimulatedJournal(MemoryJournal):
         for entry in (*self._inflight, *self._pending, *self._held):
             self.lost_unawaited += entry.txn.unawaited
             entry.settle(error)
-        self._inflight, self._held = [], []
+        for entry, _ in self._untold:  # written, and their callers die with the host
+            entry.settle(error)
+        self._inflight, self._held, self._untold = [], [], []
         self._pending.clear()
         self._poke()
         if self.on_crash is not None:
@@ -376,9 +389,10 @@ class SimulatedJournal(MemoryJournal):
     def _count_lost(self, txns: list[Txn], outcomes: list[Any]) -> None:
         self.lost_chains.note(txns, outcomes)
         self.lost_unawaited += sum(
-            1 for txn, outcome in zip(txns, outcomes)
+            1
+            for txn, outcome in zip(txns, outcomes)
             if txn.unawaited and isinstance(outcome, BaseException)
-        )  # fmt: skip
+        )
 
     def _fail(self, entries: Iterable[_Entry]) -> None:
         """Fail ``entries`` now, as an outage does (before any commit)."""
@@ -411,6 +425,12 @@ class SimulatedJournal(MemoryJournal):
         try:
             while not self.crashed:
                 if not self._pending:
+                    if self._untold:
+                        # A round in which only readers see the last batch.
+                        await trio.lowlevel.checkpoint()
+                        if not self._pending and not self.crashed:
+                            self._tell()
+                        continue
                     if self._closing:
                         return
                     self._wake = trio.Event()
@@ -452,7 +472,15 @@ class SimulatedJournal(MemoryJournal):
             self.crash(f"crash after commit {number} was written")
             return
         self._count_lost(txns, outcomes)
-        for entry, outcome in zip(batch, outcomes):
+        self._untold += zip(batch, outcomes)
+        faults = self.faults
+        if not (faults.late and self.random.random() < faults.late):
+            self._tell()
+
+    def _tell(self) -> None:
+        """Tell the callers of what was written (see `JournalFaults.late`)."""
+        untold, self._untold = self._untold, []
+        for entry, outcome in untold:
             entry.settle(outcome)
         self._tell_lost()
         self._settled()

@@ -17,27 +17,48 @@ beside the data is a `Cluster`:
   and each `Txn.wake`, calls that node's `on_mail` callback.
 - *Orphans*: live instances whose owner's lease is not held.
 
-What it leaves out: a node frozen past its lease (the lease lapses while it
-runs on), late or lost notifications, and the re-read of owned mailboxes a
-reconnect does.
+- *Lapses*: `lapse` ends a node's lease while it runs on, unknowing (a node
+  frozen past its lease, then resumed); `resume` gives it a new term and
+  the notices for its mail that it missed.
+- *Stale writes*: a write to a live instance another node owns, not fenced
+  by a claim of the writer's, is recorded in `Cluster.stale`: there must be
+  none. (An ended one has no runner to race: anyone may start it afresh.)
+
+What it leaves out: notices later than their commit's outcome (they come
+with it, so a batch late with `JournalFaults.late`; while a lease has
+lapsed, never).
 """
 
 from __future__ import annotations
 
 import random as _random
 from collections.abc import Callable
+
 import attrs
 import trio
 
 from . import _journal as j
-from ._journal import Txn
-from ._simulated import JournalFaults, SimulatedJournal, WriteLog
+from ._journal import Durability, Txn
+from ._simulated import _OP_NAMES, JournalFaults, SimulatedJournal, WriteLog
 from ._statuses import LIVE_STATUSES, STATUS_CODE
 from .errors import Conflict
 
 __all__ = ["Cluster", "SimulatedNode", "simulated_nodes"]
 
 _LIVE_CODES = frozenset(STATUS_CODE[s] for s in LIVE_STATUSES)
+#: Writes that only an instance's owner makes (mail and starts are anyone's).
+_OWNED_OPS = frozenset(
+    {
+        j.PUT_INSTANCE,
+        j.SET_STATUS,
+        j.PUT_LOG,
+        j.DROP_LOG,
+        j.TAKE_MESSAGE,
+        j.ADD_TIMER,
+        j.CANCEL_TIMER,
+        j.DELETE_INSTANCE,
+    }
+)
 
 
 @attrs.define
@@ -49,13 +70,23 @@ class Cluster:
     terms: dict[str, int] = attrs.Factory(dict)  # node -> its lease's latest term
     held: set[str] = attrs.Factory(set)  # nodes whose lease holds
     listeners: dict[str, Callable[[bytes], None]] = attrs.Factory(dict)
+    #: writes to an instance another node owned, not fenced by this node's
+    #: claim (a node that lost an instance wrote to it): none, ever
+    stale: list[str] = attrs.Factory(list)
 
 
 #: The store's data, as `MemoryJournal` keeps it: shared by every node.
 _DATA = (
-    "_instances", "_logs", "_mail", "_mail_next", "_timers", "_timer_heap", "_streams",
-    "_cursors", "_states",
-)  # fmt: skip
+    "_instances",
+    "_logs",
+    "_mail",
+    "_mail_next",
+    "_timers",
+    "_timer_heap",
+    "_streams",
+    "_cursors",
+    "_states",
+)
 
 
 class SimulatedNode(SimulatedJournal):
@@ -63,6 +94,7 @@ class SimulatedNode(SimulatedJournal):
     module docstring); make them with `simulated_nodes`."""
 
     shared = True
+    poll_scale = 8.0  # (see Journal.poll_scale: a takeover scan every 2 s)
 
     def __init__(
         self, store: SimulatedJournal, node: str, cluster: Cluster, random: _random.Random
@@ -73,6 +105,8 @@ class SimulatedNode(SimulatedJournal):
         self.node = node
         self.cluster = cluster
         self._notices: list[tuple[str, bytes]] = []
+        self.lapsed = False  # the lease lapsed; the node has not noticed (`lapse`)
+        self._kept: Callable[[bytes], None] | None = None  # its listener, back at `resume`
 
     @property
     def reads_at_once(self) -> bool:
@@ -85,6 +119,7 @@ class SimulatedNode(SimulatedJournal):
 
     async def open(self) -> None:
         await super().open()
+        self.lapsed, self._kept = False, None
         cluster, node = self.cluster, self._name()
         cluster.terms[node] = cluster.terms.get(node, 0) + 1
         cluster.held.add(node)
@@ -99,6 +134,9 @@ class SimulatedNode(SimulatedJournal):
     def crash(self, why: str = "crash") -> None:
         if not self.crashed:
             self._let_go()  # a killed process's session ends at once
+            # What it wrote notified the others all the same: PostgreSQL
+            # sends a transaction's NOTIFY at its COMMIT, whoever then dies.
+            self._settled()
         super().crash(why)
 
     def _let_go(self) -> None:
@@ -109,7 +147,43 @@ class SimulatedNode(SimulatedJournal):
 
     def lease_term(self) -> int | None:
         node = self._name()
+        if self.lapsed:
+            return self.cluster.terms.get(node)  # it has not noticed yet
         return self.cluster.terms.get(node) if node in self.cluster.held else None
+
+    # -- a lease that lapses while the node runs on -----------------------------------
+
+    def lapse(self) -> None:
+        """The lease lapses while this node runs on, not knowing (frozen past
+        it and resumed, or cut off from its lease connection): other nodes
+        may claim its instances (its writes to them are then refused by
+        their fences), its claims and takeover scans, which go over the
+        lease's connection, fail with `JournalUnavailable`, and mail notices
+        to it are lost, until `resume`."""
+        node = self._name()
+        if self.crashed or not self._open or node not in self.cluster.held:
+            return
+        self.cluster.held.discard(node)
+        self.lapsed, self._kept = True, self.cluster.listeners.pop(node, None)
+        self.log.event(f"node {node}'s lease lapses while it runs on")
+
+    def resume(self) -> None:
+        """The node notices and takes its lease again, a new term (as the
+        PostgreSQL journal's heartbeat reconnects); its mail connection,
+        back, tells it of every instance it owns that has mail."""
+        listener, lapsed, self._kept, self.lapsed = self._kept, self.lapsed, None, False
+        if not lapsed or self.crashed or not self._open:
+            return
+        cluster, node = self.cluster, self._name()
+        cluster.terms[node] += 1
+        cluster.held.add(node)
+        self.log.event(f"node {node} takes its lease again (term {cluster.terms[node]})")
+        if listener is None:
+            return
+        cluster.listeners[node] = listener
+        for iid, (owner, _) in sorted(cluster.owners.items()):
+            if owner == node and self._mail.get(iid):
+                listener(iid)
 
     def on_mail(self, callback: Callable[[bytes], None]) -> None:
         self.cluster.listeners[self._name()] = callback
@@ -126,6 +200,8 @@ class SimulatedNode(SimulatedJournal):
         if self._down():
             raise self._unavailable()
         cluster, node = self.cluster, self._name()
+        if self.lapsed:  # (claims go over the lease's connection, which is gone)
+            raise self._unavailable()
         if node not in cluster.held:
             return None  # no claims while this node's lease is lost
         owner = cluster.owners.get(iid)
@@ -138,7 +214,7 @@ class SimulatedNode(SimulatedJournal):
     async def orphans(self, limit: int = 1000) -> list[bytes]:
         self._check_open()
         await trio.lowlevel.checkpoint()
-        if self._down():
+        if self._down() or self.lapsed:
             raise self._unavailable()
         cluster = self.cluster
         found = []
@@ -164,10 +240,21 @@ class SimulatedNode(SimulatedJournal):
                     f"{owner}); nothing of this transaction was written",
                     reason="epoch",
                 )
+        node = self._name()
+        fenced = {iid for iid, _ in txn.fences}
+        stale = [
+            f"node {node} wrote {_OP_NAMES.get(op[0], op[0])} to an instance node "
+            f"{owners[op[1]][0]} owns (epoch {owners[op[1]][1]}), with no claim of its own"
+            for op in txn.ops
+            if op[0] in _OWNED_OPS
+            and op[1] not in fenced
+            and self._runs(op[1])
+            and owners.get(op[1], (node,))[0] != node
+        ]
         outcome = super()._run(txn)
         if isinstance(outcome, Exception):
             return outcome
-        node = self._name()
+        self.cluster.stale += stale
         for op in txn.ops:
             code = op[0]
             if code == j.PUT_INSTANCE and op[1] not in owners:
@@ -183,6 +270,13 @@ class SimulatedNode(SimulatedJournal):
                 self._notices.append((other, iid))
         return outcome
 
+    def _runs(self, iid: bytes) -> bool:
+        """Whether ``iid`` is live: what its owner runs, and so only it may
+        write. An ended one is anyone's to start afresh or delete (a
+        precondition on its status keeps two such writers apart)."""
+        row = self._instances.get(iid)
+        return row is not None and row[0] in _LIVE_CODES
+
     def _settled(self) -> None:
         # Once a batch's callers know its outcome: the notices it sent.
         notices, self._notices = self._notices, []
@@ -197,7 +291,7 @@ def simulated_nodes(
     nodes: list[str],
     *,
     faults: JournalFaults | None = None,
-    durability: str = "sync",
+    durability: Durability = "sync",
     log: WriteLog | None = None,
 ) -> list[SimulatedNode]:
     """The journals of ``nodes`` on one new simulated store (see the module

@@ -35,6 +35,7 @@ from storage import (
     instance_id,
 )
 from tests.simulation import run_seed
+from tests.simulation.run import WORKLOAD
 
 # The journal contract, run on the simulated journal by this module's
 # make_journal (it must keep every promise the real journals keep).
@@ -51,13 +52,14 @@ def make_journal():
 
 
 def _kept() -> list[tuple[str, str, str, str]]:
-    """(seed, invariant, status, what); a seed ``N@K`` runs with K nodes."""
+    """(seed, invariant, status, what); a seed ``N@K`` runs with K nodes,
+    ``N/wV`` under version V of the workload (1 where it says none)."""
     kept = []
     for line in (ROOT / "tests" / "simulation" / "seeds.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             seed, invariant, status, what = line.split(maxsplit=3)
             assert status in ("open", "fixed"), line
-            assert re.fullmatch(r"\d+(@\d+)?", seed), line
+            assert re.fullmatch(r"\d+(@\d+)?(/w\d+)?", seed), line
             kept.append((seed, invariant, status, what))
     return kept
 
@@ -65,37 +67,57 @@ def _kept() -> list[tuple[str, str, str, str]]:
 KEPT = _kept()
 
 
-def _nodes(seed: str) -> tuple[int, int]:
-    number, _, nodes = seed.partition("@")
-    return int(number), int(nodes or 1)
+def _parts(seed: str) -> tuple[int, int, int]:
+    """(number, nodes, workload) of a kept seed's name."""
+    found = re.fullmatch(r"(\d+)(?:@(\d+))?(?:/w(\d+))?", seed)
+    assert found is not None, seed
+    return int(found[1]), int(found[2] or 1), int(found[3] or 1)
+
+
+def _name(number: int, nodes: int, workload: int) -> str:
+    return f"{number}{f'@{nodes}' if nodes > 1 else ''}{f'/w{workload}' if workload > 1 else ''}"
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tests.simulation", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
 def verdicts() -> dict[str, str]:
     """The last line of every kept seed and every seed of the sweep, from
     one run of the command line per number of nodes."""
-    by_nodes: dict[int, set[int]] = {1: set(SWEEP)}
+    runs: dict[tuple[int, int], set[int]] = {(1, WORKLOAD): set(SWEEP)}
     for seed, *_ in KEPT:
-        number, nodes = _nodes(seed)
-        by_nodes.setdefault(nodes, set()).add(number)
+        number, nodes, workload = _parts(seed)
+        runs.setdefault((nodes, workload), set()).add(number)
     lines = {}
-    for nodes, numbers in sorted(by_nodes.items()):
+    for (nodes, workload), numbers in sorted(runs.items()):
         seeds = sorted(numbers)
-        result = _cli("--seeds", ",".join(map(str, seeds)), "--nodes", str(nodes), "--jobs", "2")
+        result = _cli(
+            "--seeds",
+            ",".join(map(str, seeds)),
+            "--nodes",
+            str(nodes),
+            "--workload",
+            str(workload),
+            "--jobs",
+            "2",
+        )
+        got = []
         for line in result.stdout.splitlines():
             found = re.match(r"seed (\d+) (ok [0-9a-f]{32}|FAILED \S+)$", line)
             if found:
-                lines[found[1] if nodes == 1 else f"{found[1]}@{nodes}"] = found[2]
-        got = sorted(_nodes(seed)[0] for seed in lines if _nodes(seed)[1] == nodes)
-        assert got == seeds, result.stdout[-2000:] + result.stderr[-2000:]
+                lines[_name(int(found[1]), nodes, workload)] = found[2]
+                got.append(int(found[1]))
+        assert sorted(got) == seeds, result.stdout[-2000:] + result.stderr[-2000:]
     return lines
 
 
@@ -103,9 +125,12 @@ def verdicts() -> dict[str, str]:
     "seed, invariant, what",
     [
         pytest.param(
-            seed, invariant, what,
+            seed,
+            invariant,
+            what,
             marks=[pytest.mark.xfail(reason=f"open: {invariant}: {what}", strict=False)]
-            if status == "open" else [],
+            if status == "open"
+            else [],
             id=f"seed-{seed}",
         )
         for seed, invariant, status, what in KEPT
@@ -118,10 +143,10 @@ def test_a_kept_seed_passes(verdicts, seed, invariant, what):
 def test_the_sweep_finds_nothing_new(verdicts):
     known = {seed: invariant for seed, invariant, *_ in KEPT}
     new = {
-        seed: verdicts[str(seed)]
+        seed: verdicts[_name(seed, 1, WORKLOAD)]
         for seed in SWEEP
-        if not verdicts[str(seed)].startswith("ok ")
-        and verdicts[str(seed)] != f"FAILED {known.get(str(seed))}"
+        if not verdicts[_name(seed, 1, WORKLOAD)].startswith("ok ")
+        and verdicts[_name(seed, 1, WORKLOAD)] != f"FAILED {known.get(_name(seed, 1, WORKLOAD))}"
     }
     assert new == {}, (
         "seeds of the sweep failed that tests/simulation/seeds.txt does not list; "
@@ -150,8 +175,13 @@ def test_a_seed_writes_the_same_bytes_whatever_the_hash_seed():
     code = "from tests.simulation import run_seed; print(run_seed(4).report.digest)"
     digests = [
         subprocess.run(
-            [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-            env={**os.environ, "PYTHONHASHSEED": hash_seed}, timeout=600, check=False,
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            timeout=600,
+            check=False,
         ).stdout.strip()
         for hash_seed in ("123", "999")
     ]
@@ -293,8 +323,9 @@ X = instance_id("sim/x")
 
 
 def _put(txn: Txn, status: str = "running") -> Txn:
-    txn.put_instance(X, address="sim/x", process="sim/:id", status=status,
-                     record=InstanceRecord(params=["x"]))  # fmt: skip
+    txn.put_instance(
+        X, address="sim/x", process="sim/:id", status=status, record=InstanceRecord(params=["x"])
+    )
     return txn
 
 
@@ -347,8 +378,9 @@ async def test_a_crash_at_a_commit_keeps_it_only_once_written(autojump_clock, af
 
 
 async def test_async_durability_acknowledges_what_a_crash_then_loses(autojump_clock):
-    journal = SimulatedJournal(random.Random(0), durability="async",
-                               faults=JournalFaults(latency=1.0))  # fmt: skip
+    journal = SimulatedJournal(
+        random.Random(0), durability="async", faults=JournalFaults(latency=1.0)
+    )
     async with journal:
         t0 = trio.current_time()
         assert await journal.commit(_put(Txn())) == []
@@ -429,8 +461,13 @@ async def test_nodes_share_the_store_and_give_each_instance_one_owner(autojump_c
     async with a, b:
         b.on_mail(noticed.append)
         start = Txn()
-        start.put_instance(iid, address="box/1", process="box/:id", status="running",
-                           record=InstanceRecord(params=["1"]))  # fmt: skip
+        start.put_instance(
+            iid,
+            address="box/1",
+            process="box/:id",
+            status="running",
+            record=InstanceRecord(params=["1"]),
+        )
         await a.commit(start)
         assert await b.claim(iid) is None  # a made it and holds its lease
         epoch = await a.claim(iid)
@@ -468,6 +505,70 @@ async def test_nodes_share_the_store_and_give_each_instance_one_owner(autojump_c
         assert noticed == [iid] and told == []  # b owns it now: b is told
 
 
+async def test_a_lapsed_lease_loses_the_instances_and_their_notices_until_resumed(
+    autojump_clock,
+):
+    from storage import Conflict, simulated_nodes
+
+    a, b = simulated_nodes(random.Random(4), ["a", "b"])
+    iid = instance_id("box/2")
+    async with a, b:
+        told: list[bytes] = []
+        a.on_mail(told.append)
+        start = Txn()
+        start.put_instance(
+            iid,
+            address="box/2",
+            process="box/:id",
+            status="running",
+            record=InstanceRecord(params=["2"]),
+        )
+        await a.commit(start)
+        epoch = await a.claim(iid)
+        assert epoch is not None
+        a.lapse()
+        assert a.lapsed and a.lease_term() == 1  # it has not noticed
+        with pytest.raises(JournalUnavailable):
+            await a.claim(iid)  # its lease's connection is gone
+        with pytest.raises(JournalUnavailable):
+            await a.orphans()
+        assert await b.orphans() == [iid]
+        taken = await b.claim(iid)
+        assert taken is not None and taken > epoch
+        mail = Txn()
+        mail.append_message(iid, ["ping", None, 0.0])
+        await b.commit(mail)
+        assert told == []  # b owns it now; and a hears nothing while lapsed
+        write = Txn()
+        write.fence(iid, epoch)
+        write.put_log(iid, 0, 1, "after the lapse")
+        with pytest.raises(Conflict) as refused:
+            await a.commit(write)  # its fence is stale: nothing written
+        assert refused.value.reason == "epoch"
+        assert a.cluster.stale == []
+        unfenced = Txn()
+        unfenced.put_log(iid, 0, 1, "no fence")
+        await a.commit(unfenced)  # the journal takes it; the simulation records it
+        assert a.cluster.stale == [
+            f"node a wrote log to an instance node b owns (epoch {taken}), with no claim of its own"
+        ]
+        ours = instance_id("box/3")
+        own = Txn()
+        own.put_instance(
+            ours,
+            address="box/3",
+            process="box/:id",
+            status="running",
+            record=InstanceRecord(params=["3"]),
+        )
+        own.append_message(ours, ["ping", None, 0.0])
+        await a.commit(own)  # a new instance is its writer's (epoch 0)
+        a.resume()
+        assert not a.lapsed and a.lease_term() == 2
+        assert told == [ours]  # its mail connection, back, tells of what it owns with mail
+        assert await b.orphans() == []
+
+
 def test_simulate_runs_a_users_workload_on_two_nodes_through_their_crashes():
     # One node's crash leaves its instances to the other (takeover), and the
     # workload, talking to either node, still sees its five notes handled.
@@ -483,3 +584,57 @@ def test_simulate_runs_a_users_workload_on_two_nodes_through_their_crashes():
         # keeps its key), whichever node ran it.
         assert len({key for key, _ in handled}) == 5
     assert crashed, "no seed crashed a node"
+
+
+def test_simulate_runs_a_users_workload_on_two_nodes_through_lapsed_leases(monkeypatch):
+    # A node runs on while its lease has lapsed; the other takes its
+    # instances over; nothing is written past a fence, nothing is lost.
+    from storage import SimulatedNode
+
+    lapsed = []
+    real = SimulatedNode.lapse
+    monkeypatch.setattr(SimulatedNode, "lapse", lambda self: (lapsed.append(self.node), real(self)))
+    for seed in range(1, 6):
+        handled.clear()
+        report = simulate(
+            [inbox],
+            Notes(),
+            seed=seed,
+            crashes=0,
+            nodes=2,
+            settle=60.0,
+            lapses=2,
+            check=_no_stale_writes,
+        )
+        assert report.ok, report.explain()
+        assert len({key for key, _ in handled}) == 5
+    assert len(lapsed) == 10
+
+
+async def _no_stale_writes(sim: Simulation) -> None:
+    assert sim.stale_writes == []
+
+
+@process("ticker/:id")
+async def ticker(ctx: Context, id: str, *, count: int) -> int:
+    for i in range(count):
+        await ctx.sleep(1.0)
+        await ctx.emit(i)
+    return count
+
+
+async def test_a_consumer_on_one_node_reads_what_an_instance_on_another_emits(autojump_clock):
+    # Found by the simulation (seed 12@2 of workload 4): the consumer waited
+    # for a status change here, which another node's emits never make.
+    from storage import simulated_nodes
+
+    a, b = simulated_nodes(random.Random(5), ["a", "b"])
+    async with actors.open_system(a, [ticker], control=False, node="a") as on_a:
+        async with actors.open_system(b, [ticker], control=False, node="b") as on_b:
+            await on_a.start(ticker, "t1", count=4)
+            got = []
+            with trio.fail_after(60):
+                async with on_b.stream("ticker/t1", "reader") as values:
+                    async for value in values:
+                        got.append(value)
+            assert got == [0, 1, 2, 3]

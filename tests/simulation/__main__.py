@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 
-from .run import Outcome, run_seed
+from .plants import ENV, PLANTS
+from .run import WORKLOAD, Outcome, run_seed
 
 
 def _seeds(text: str) -> list[int]:
@@ -25,8 +29,35 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
-def _line(seed: int, nodes: int) -> tuple[bool, str, str]:
-    outcome = run_seed(seed, nodes=nodes)
+#: Wall-clock seconds a seed may take in a sweep (a seed takes ~0.1-2 s): a
+#: loop that never yields to trio holds virtual time still, so the run's
+#: own limit cannot end it; past this, the seed fails as ``hung``.
+HANG_SECONDS = 300
+
+
+class _Hung(BaseException):  # (not an Exception: nothing in the run catches it)
+    pass
+
+
+def _hung(signum: int, frame: object) -> None:
+    raise _Hung
+
+
+def _line(seed: int, nodes: int, workload: int = WORKLOAD) -> tuple[bool, str, str]:
+    previous = signal.signal(signal.SIGALRM, _hung)
+    signal.alarm(HANG_SECONDS)
+    try:
+        outcome = run_seed(seed, nodes=nodes, workload=workload)
+    except BaseException as exc:
+        if isinstance(exc, _Hung) or (
+            isinstance(exc, BaseExceptionGroup) and exc.subgroup(_Hung) is not None
+        ):
+            detail = f"seed {seed}: over {HANG_SECONDS} s of wall clock"
+            return False, f"seed {seed} FAILED hung", detail
+        raise
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     return outcome.ok, outcome.line(), "" if outcome.ok else outcome.explain()
 
 
@@ -51,47 +82,82 @@ def main(argv: list[str] | None = None) -> int:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--seed", type=int, help="run one seed (with its trace if it fails)")
     which.add_argument("--seeds", type=_seeds, help="sweep seeds A-B, one line each")
-    parser.add_argument("--nodes", type=int, default=1, help="nodes sharing the journal, as on PostgreSQL")
+    parser.add_argument(
+        "--nodes", type=int, default=1, help="nodes sharing the journal, as on PostgreSQL"
+    )
     parser.add_argument("--trace", action="store_true", help="print a passing seed's trace")
     parser.add_argument("--keep", type=int, default=40, help="journal events and picks to show")
     parser.add_argument("--jobs", type=int, default=1, help="sweep processes (0: a CPU each)")
     parser.add_argument(
-        "--record", metavar="FILE",
+        "--record",
+        metavar="FILE",
         help="append the sweep's summary line to FILE (tests/simulation/sweeps.txt keeps "
         "the sweeps run so far, so that long sweeps add up across machines and days)",
-    )  # fmt: skip
+    )
+    parser.add_argument(
+        "--plant",
+        choices=sorted(PLANTS),
+        metavar="NAME",
+        help="plant a bug this project once had (tests/simulation/plants.py): "
+        + ", ".join(sorted(PLANTS)),
+    )
+    parser.add_argument(
+        "--workload",
+        type=int,
+        default=WORKLOAD,
+        choices=range(1, WORKLOAD + 1),
+        metavar="V",
+        help=f"the workload's version (default {WORKLOAD}; a kept seed names its own: "
+        "tests/simulation/run.py WORKLOAD)",
+    )
+    parser.add_argument("--first", action="store_true", help="stop a sweep at its first failure")
     args = parser.parse_args(argv)
+    if args.plant:  # (in the environment: sweep workers plant it too)
+        os.environ[ENV] = args.plant
     if args.nodes < 1:
         parser.error("--nodes takes a number of nodes, 1 or more")
     if args.seed is not None:
-        outcome: Outcome = run_seed(args.seed, nodes=args.nodes, keep=args.keep)
+        outcome: Outcome = run_seed(
+            args.seed, nodes=args.nodes, keep=args.keep, workload=args.workload
+        )
         if not outcome.ok or args.trace:
             print(outcome.explain())
         print(outcome.line())
         return 0 if outcome.ok else 1
     began = time.monotonic()
     commit = _commit()  # what is swept: the checkout as it is now
-    failed = []
+    failed: list[int] = []
+    swept = 0
     jobs = args.jobs or os.cpu_count() or 1
-    if jobs == 1:
-        results = (_line(seed, args.nodes) for seed in args.seeds)
+    with ProcessPoolExecutor(jobs) if jobs > 1 else nullcontext() as pool:
+        if pool is None:
+            results: Iterator[tuple[bool, str, str]] = (
+                _line(s, args.nodes, args.workload) for s in args.seeds
+            )
+        else:
+            results = pool.map(
+                _line,
+                args.seeds,
+                [args.nodes] * len(args.seeds),
+                [args.workload] * len(args.seeds),
+                chunksize=4,
+            )
         for seed, (ok, line, _) in zip(args.seeds, results):
             print(line, flush=True)
+            swept += 1
             if not ok:
                 failed.append(seed)
-    else:
-        with ProcessPoolExecutor(jobs) as pool:
-            futures = [pool.submit(_line, seed, args.nodes) for seed in args.seeds]
-            for seed, future in zip(args.seeds, futures):
-                ok, line, _ = future.result()
-                print(line, flush=True)
-                if not ok:
-                    failed.append(seed)
+                if args.first:
+                    if pool is not None:
+                        pool.shutdown(wait=False, cancel_futures=True)
+                    break
     seconds = time.monotonic() - began
     summary = (
-        f"{len(args.seeds)} seeds: {len(args.seeds) - len(failed)} ok, {len(failed)} failed "
+        f"{swept} seeds: {swept - len(failed)} ok, {len(failed)} failed "
         f"({' '.join(map(str, failed)) or 'none'}) in {seconds:.1f} s"
     )
+    if args.first and failed:
+        summary += f"; {swept} seed(s) swept to the first failure"
     print(summary)
     if args.record:
         _record(args.record, args, commit, summary)
@@ -100,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _commit() -> str:
     """The checkout's commit, with ``+`` if it has uncommitted changes."""
+
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", *args], capture_output=True, text=True, check=False
@@ -115,7 +182,9 @@ def _record(path: str, args: argparse.Namespace, commit: str, summary: str) -> N
     span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) else "*"
     when = time.strftime("%Y-%m-%d", time.gmtime())
     with open(path, "a", encoding="utf-8") as out:
-        out.write(f"{when} {commit} nodes={args.nodes} seeds={span} {summary}\n")
+        plant = f" plant={args.plant}" if args.plant else ""
+        version = f" workload={args.workload}" if args.workload != WORKLOAD else ""
+        out.write(f"{when} {commit} nodes={args.nodes}{version}{plant} seeds={span} {summary}\n")
 
 
 if __name__ == "__main__":

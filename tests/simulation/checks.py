@@ -13,6 +13,9 @@ Each failure is an `InvariantBroken` named by the first word of its line:
   that can still happen (a job still live after settling, a sink with
   unread mail, anything corrupt or stuck in compensation);
 - ``orphan``: a live instance whose parent has ended (cascade);
+- ``ran-after-cancel``: a step of an instance, or of one of its
+  descendants, that began after a client's cancel of it returned (a cancel
+  wins over a restart, and cascades before it answers);
 - ``result-changed``: a completed result that differs from one seen before;
 - ``key-reused``: one idempotency key used for two different pieces of work;
 - ``attempt-repeated``: one attempt of one step run twice (the attempt's
@@ -32,8 +35,17 @@ committed, so an acknowledged start may be gone, a take may be taken again
 - ``saga``: a job that failed on purpose without its compensation run, or a
   completed one whose compensation ran;
 - ``queue-limit``: more queued instances running at once than the queue allows;
-- ``replay``: a stored history that the current code does not replay.
+- ``replay``: a stored history that the current code does not replay;
+- ``cursor``: a durable consumer got a value out of order, skipped one, or
+  was given one before where its last read that left normally stopped;
+- ``tick-doubled``: a schedule's tick started more than once;
+- ``exports-backwards``: a watcher saw a feed's progress go back (it sees
+  exports only once durable);
+- ``stale-write`` (several nodes): a node wrote to an instance another node
+  owned, with no claim of its own (as a node whose lease lapsed could).
 
+A run that goes past `run.LIMIT` virtual seconds fails as ``hung`` (a
+workload call that never returns: a lost wake-up the end checks cannot see).
 Two more are checked while the run goes (`workload`): ``ask-reply`` (an
 ask answered with another message's reply) and ``error-group`` (a public
 call that raised an ``ExceptionGroup`` of the runtime's errors rather than
@@ -49,9 +61,15 @@ from typing import Any
 from actors.testing import TEST_EPOCH, Simulation, replay_check
 
 from . import processes as p
-from .world import World
+from .world import Run, World
 
 _ENDED = {"completed", "failed", "cancelled"}
+#: Virtual seconds since its last recorded change within which a live
+#: instance is at work, not stuck: a schedule ticks on while the run
+#: settles, so a tick can start just before the check, its step retrying
+#: (RETRY backs off for 16 s at most) on a retry timer the journal does not
+#: hold. Stuck instances are still for thousands of seconds.
+_AT_WORK = 60.0
 
 
 async def check(world: World, sim: Simulation) -> None:
@@ -67,11 +85,19 @@ async def check(world: World, sim: Simulation) -> None:
                 timers[row.address] = [t.due - TEST_EPOCH for t in r.timers(row.iid)]
         return rows
 
+    if sim.stale_writes:
+        world.fail("stale-write", f"{len(sim.stale_writes)}: {sim.stale_writes[0]}")
     rows = await sim.journal.read(scan)
     lossy = world.lossy(sim)
     _check_ledger(world)
     _check_messages(world, rows, lossy)
     _check_instances(world, rows, timers, lossy)
+    if not lossy:
+        _check_cancels(world, rows)
+        _check_streams(world)
+        if world.backwards:
+            world.fail("exports-backwards", world.backwards[0])
+    _check_ticks(world, rows)
     if world.queue_most > (p.QUEUE.concurrency or 0):
         detail = f"{world.queue_most} ran at once; the queue allows {p.QUEUE.concurrency}"
         world.fail("queue-limit", detail)
@@ -141,7 +167,8 @@ def _check_instances(
         status, record = row.status, row.record
         if status in ("corrupt", "compensation_stuck"):
             world.fail("stuck", f"{address} is {status}: {record.last_error or record.stuck}")
-        if status not in _ENDED and row.process not in p.LONG_LIVED:
+        busy = record.updated is not None and world.now() - (record.updated - TEST_EPOCH) < _AT_WORK
+        if status not in _ENDED and row.process not in p.LONG_LIVED and not busy:
             why = record.last_error or record.held or "no reason recorded"
             detail = (
                 f"{address} is still {status} after settling ({why}; {len(mail)} unread, "
@@ -169,3 +196,53 @@ def _check_instances(
         on_purpose = "on purpose" in str((record.error or {}).get("message", ""))
         if status == "failed" and on_purpose and address in ran_a and address not in undone:
             world.fail("saga", f"{address} failed after step a; its compensation never ran")
+
+
+def _check_cancels(world: World, rows: dict[str, tuple[Any, list[Any]]]) -> None:
+    def cancelled_at(run: Run) -> float | None:
+        """When a cancel of the run's incarnation, or of an ancestor's (not
+        started afresh since), first returned."""
+        found = None
+        address, incarnation = run.address, run.incarnation
+        while address in rows:
+            cancel = world.cancels.get(address)
+            if cancel is not None and incarnation <= cancel[1]:
+                found = cancel[0] if found is None else min(found, cancel[0])
+            parent = rows[address][0].record.parent
+            if parent is None or parent not in rows:
+                break
+            address, incarnation = parent, rows[parent][0].record.incarnation
+        return found
+
+    for run in world.ledger:
+        at = cancelled_at(run) if run.tag != "U" else None
+        if at is not None and run.at > at:
+            detail = f"{run.key} began at {run.at:.3f}, after a cancel that returned at {at:.3f}"
+            world.fail("ran-after-cancel", detail)
+
+
+def _check_streams(world: World) -> None:
+    for address, reads in sorted(world.consumed.items()):
+        kept = -1  # the last value of the last read that left normally
+        most = -1  # the highest value any read got
+        for complete, got in reads:
+            if got:
+                first = got[0]
+                if not kept + 1 <= first <= most + 1:
+                    detail = (
+                        f"{address}: a read began at {first}; the last one that left "
+                        f"normally ended at {kept}, the most seen is {most}"
+                    )
+                    world.fail("cursor", detail)
+                if got != list(range(first, first + len(got))):
+                    world.fail("cursor", f"{address}: one read got {got}")
+                most = max(most, got[-1])
+            if complete and got:
+                kept = got[-1]
+
+
+def _check_ticks(world: World, rows: dict[str, tuple[Any, list[Any]]]) -> None:
+    for address, (row, _) in sorted(rows.items()):
+        if row.process == "tick/:name/:at" and row.record.incarnation != 1:
+            detail = f"{address} is incarnation {row.record.incarnation}: its tick started again"
+            world.fail("tick-doubled", detail)

@@ -19,6 +19,9 @@ the same way on every replay of a seed.
   run or two (supervised restarts).
 - ``qjob/:id``: started on a queue of concurrency 2; one async step that
   counts how many run at once.
+- ``feed/:id`` (workload 4): emits its values for durable consumers and
+  publishes its progress for watchers, a step before each;
+- ``tick/:name/:at`` (workload 4): started by a schedule at each tick.
 """
 
 from __future__ import annotations
@@ -101,12 +104,18 @@ async def queued_work(ident: str, seconds: float) -> str:
     """A queued instance's work: counts the queued steps running at once."""
     world = current()
     _ran("Q", ident)
-    world.queue_running += 1
-    world.queue_most = max(world.queue_most, world.queue_running)
+    # Instances, not executions: on two nodes, one whose node's lease lapsed
+    # may still run its step while the node that took it over runs it again
+    # (README's limits); that is one instance holding one slot.
+    running = world.queue_running
+    running[ident] = running.get(ident, 0) + 1
+    world.queue_most = max(world.queue_most, len(running))
     try:
         await trio.sleep(seconds)
     finally:
-        world.queue_running -= 1
+        running[ident] -= 1
+        if not running[ident]:
+            del running[ident]
     return f"Q:{ident}"
 
 
@@ -215,7 +224,28 @@ async def qjob(ctx: Context, id: str, *, seconds: float) -> str:
     return value
 
 
+@process("feed/:id")
+async def feed(ctx: Context, id: str, *, count: int) -> int:
+    """Emits ``0 .. count - 1`` for durable consumers, and publishes how many."""
+    for i in range(count):
+        await ctx.step(effect, "F", f"{ctx.id}:{i}", name="f", retry=RETRY)
+        await ctx.emit(i)
+        await ctx.publish({"done": i + 1})
+        await ctx.sleep(0.5)
+    return count
+
+
+@process("tick/:name/:at")
+async def tick(ctx: Context, name: str, at: str) -> str:
+    """A schedule's tick (its address ends with the tick's time)."""
+    value: str = await ctx.step(effect, "T", ctx.id, name="t", retry=RETRY)
+    return value
+
+
 PARENTS = {"one": parent_one, "all": parent_all, "rest": parent_rest}
-PROCESSES = [sink, helper, job, kid, parent_one, parent_all, parent_rest, qjob]
+PROCESSES = [sink, helper, job, kid, parent_one, parent_all, parent_rest, qjob, feed, tick]
+#: The schedule's interval (virtual seconds): a few ticks while the run
+#: settles, which may overlap a crash or a fault.
+TICK_EVERY = 900.0
 #: Processes whose instances may stay live for ever (waiting for mail).
 LONG_LIVED = {"sink/:id"}

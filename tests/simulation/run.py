@@ -9,10 +9,11 @@ from collections import deque
 
 import attrs
 
-from actors.testing import JournalFaults, Simulation, SimulationReport, simulate
+from actors.testing import JournalFaults, Simulation, SimulationHung, SimulationReport, simulate
 
 from . import processes as p
 from .checks import check
+from .plants import from_environment, planted
 from .workload import Driver, plan
 from .world import InvariantBroken, World, install
 
@@ -31,6 +32,9 @@ PROFILES = {
 #: Virtual seconds to settle, twice (faults on, then off): past every timer
 #: the workload sets (an hour at most) and every retry's backoff.
 SETTLE = 4000.0
+#: Virtual seconds a run may take in all (they take SETTLE twice and a
+#: few minutes of workload): past them it fails as ``hung``.
+LIMIT = 50_000.0
 #: A crash falls within this many commits of a life's start (runs make a
 #: few hundred), so most planned crashes happen.
 CRASH_WITHIN = 150
@@ -45,16 +49,29 @@ class Setup:
     passivate_after: float
     crashes: int
     fail_rate: float
+    late: float  # JournalFaults.late: callers told of a commit after readers see it
+    lapses: int  # leases that lapse while their node runs on (several nodes)
 
     def __str__(self) -> str:
         return (
             f"faults={self.profile} durability={self.durability} "
             f"passivate_after={self.passivate_after} crashes<={self.crashes} "
-            f"fail_rate={self.fail_rate}"
+            f"fail_rate={self.fail_rate} late={self.late} lapses={self.lapses}"
         )
 
 
-def setup(seed: int) -> Setup:
+#: The workload's version. A kept seed replays the run it was kept for
+#: only under the workload it was found with, so what later versions add
+#: is drawn apart and left out of earlier ones:
+#: 1. the plan, faults and checks as up to December 2;
+#: 2. late commit notices (`JournalFaults.late`) and a tail of operations
+#:    after the plan (a start raced by sends to it: the creation race);
+#: 3. with several nodes, leases that lapse while their node runs on;
+#: 4. streams with durable consumers, exports with watchers, a schedule.
+WORKLOAD = 4
+
+
+def setup(seed: int, workload: int = WORKLOAD) -> Setup:
     """The configuration seed ``seed`` runs with."""
     rng = random.Random(f"{seed}:setup")
     return Setup(
@@ -63,6 +80,9 @@ def setup(seed: int) -> Setup:
         passivate_after=rng.choice([0.0, 0.5, 60.0]),
         crashes=rng.choice([0, 1, 2, 3]),
         fail_rate=rng.choice([0.0, 0.1, 0.3]),
+        # (Drawn apart, added later: the draws above stay what they were.)
+        late=random.Random(f"{seed}:late").choice([0.0, 0.0, 0.3]) if workload >= 2 else 0.0,
+        lapses=random.Random(f"{seed}:lapses").randint(0, 2) if workload >= 3 else 0,
     )
 
 
@@ -110,11 +130,12 @@ class _Keep(logging.Handler):
         self.records.append(f"{record.levelname} {record.name}: {record.getMessage()[:300]}")
 
 
-def run_seed(seed: int, *, nodes: int = 1, keep: int = 40) -> Outcome:
-    """Run seed ``seed`` and judge it (see the package docstring)."""
-    chosen = setup(seed)
+def run_seed(seed: int, *, nodes: int = 1, keep: int = 40, workload: int = WORKLOAD) -> Outcome:
+    """Run seed ``seed`` (under version ``workload`` of the workload) and
+    judge it (see the package docstring)."""
+    chosen = setup(seed, workload)
     world = World(seed, fail_rate=chosen.fail_rate, durability=chosen.durability)
-    sinks, ops = plan(random.Random(f"{seed}:plan"))
+    sinks, ops = plan(random.Random(f"{seed}:plan"), tail=workload >= 2, features=workload >= 4)
     driver = Driver(world, sinks, ops)
 
     async def judge(sim: Simulation) -> None:
@@ -130,12 +151,24 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40) -> Outcome:
         logger.setLevel(logging.INFO)
     install(world)
     try:
-        report = simulate(
-            p.PROCESSES, driver, seed=seed, crashes=chosen.crashes,
-            faults=PROFILES[chosen.profile], durability=chosen.durability,
-            check=judge, queues=[p.QUEUE], passivate_after=chosen.passivate_after, settle=SETTLE,
-            trace=keep, crash_within=CRASH_WITHIN, nodes=nodes,
-        )  # fmt: skip
+        with planted(from_environment()):
+            report = simulate(
+                p.PROCESSES,
+                driver,
+                seed=seed,
+                crashes=chosen.crashes,
+                faults=attrs.evolve(PROFILES[chosen.profile], late=chosen.late),
+                durability=chosen.durability,
+                check=judge,
+                queues=[p.QUEUE],
+                passivate_after=chosen.passivate_after,
+                settle=SETTLE,
+                trace=keep,
+                crash_within=CRASH_WITHIN,
+                nodes=nodes,
+                lapses=chosen.lapses,
+                limit=LIMIT,
+            )
     finally:
         install(None)
         for logger, (propagate, level) in zip(loggers, saved):
@@ -156,6 +189,8 @@ def _verdict(failure: BaseException | None) -> tuple[str | None, str]:
         return broken.name, broken.detail
     text = "".join(traceback.format_exception(failure))
     inner = _innermost(failure)
+    if isinstance(inner, SimulationHung):
+        return "hung", str(inner)
     return f"runtime-error:{type(inner).__name__}", f"{inner!r}\n{text}"
 
 
@@ -177,4 +212,4 @@ def _find(exc: BaseException) -> InvariantBroken | None:
     return None
 
 
-__all__ = ["PROFILES", "Outcome", "Setup", "run_seed", "setup"]
+__all__ = ["PROFILES", "WORKLOAD", "Outcome", "Setup", "run_seed", "setup"]

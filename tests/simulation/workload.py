@@ -40,13 +40,26 @@ class Op:
 
 
 _KINDS = [
-    ("send", 24), ("ksend", 10), ("ask", 8), ("job", 14), ("job_race", 3), ("sws", 4),
-    ("poke", 8), ("cancel", 7), ("parent", 6), ("queued", 8), ("jump", 3), ("result", 5),
-]  # fmt: skip
+    ("send", 24),
+    ("ksend", 10),
+    ("ask", 8),
+    ("job", 14),
+    ("job_race", 3),
+    ("sws", 4),
+    ("poke", 8),
+    ("cancel", 7),
+    ("parent", 6),
+    ("queued", 8),
+    ("jump", 3),
+    ("result", 5),
+]
 
 
-def plan(rng: random.Random) -> tuple[list[str], list[Op]]:
-    """The sinks to start and the operations to run, drawn from ``rng``."""
+def plan(
+    rng: random.Random, *, tail: bool = True, features: bool = True
+) -> tuple[list[str], list[Op]]:
+    """The sinks to start and the operations to run, drawn from ``rng``
+    (with `_tail`'s operations after them, unless ``tail`` is false)."""
     sinks = [f"sink/s{i}" for i in range(rng.randint(1, 3))]
     count = rng.randint(25, 60)
     kinds = [k for k, _ in _KINDS]
@@ -78,8 +91,12 @@ def plan(rng: random.Random) -> tuple[list[str], list[Op]]:
                 }
                 for _ in range(rng.randint(1, 3))
             ]
-            args = {"id": name, "strategy": strategy, "kids": kids,
-                    "wait": rng.choice([3.0, 30.0, 300.0])}  # fmt: skip
+            args = {
+                "id": name,
+                "strategy": strategy,
+                "kids": kids,
+                "wait": rng.choice([3.0, 30.0, 300.0]),
+            }
         elif kind in ("poke", "cancel", "result"):
             if not jobs:
                 continue
@@ -90,7 +107,44 @@ def plan(rng: random.Random) -> tuple[list[str], list[Op]]:
             args = {"seconds": rng.choice([1.0, 30.0, 600.0])}
         pause = rng.expovariate(2.0) if rng.random() < 0.8 else 0.0
         ops.append(Op(kind, args, pause, background=rng.random() < 0.5))
+    drawn = rng.random()  # (what the later streams are drawn from)
+    if tail:
+        ops += _tail(random.Random(f"{drawn}:tail"), sinks)
+    if features:
+        ops += _features(random.Random(f"{drawn}:features"))
     return sinks, ops
+
+
+def _features(rng: random.Random) -> list[Op]:
+    """Workload 4: streams with durable consumers, exports and a schedule."""
+    ops: list[Op] = []
+    if rng.random() < 0.5:
+        ops.append(Op("schedule", {}, 0.0, background=False))
+    for n in range(rng.randint(0, 3)):
+        feed = f"feed/f{n}"
+        ops.append(Op("feed", {"id": f"f{n}", "count": rng.randint(2, 8)}, 0.0, False))
+        for _ in range(rng.randint(1, 4)):
+            kind = rng.choice(["consume", "consume", "watch"])
+            args: dict[str, Any] = {"address": feed}
+            if kind == "consume":
+                args["take"] = rng.randint(1, 4)
+            ops.append(Op(kind, args, rng.expovariate(1.0), background=rng.random() < 0.5))
+    return ops
+
+
+def _tail(rng: random.Random, sinks: list[str]) -> list[Op]:
+    """Operations added to the workload after seeds were kept: drawn from a
+    stream of their own and run after the others, so that a kept seed
+    replays the run it was kept for up to its tail."""
+    ops: list[Op] = []
+    for n in range(rng.randint(0, 4)):
+        # A client starts a receiver while others send to it, each a moment
+        # later, as the start's commit lands (commits take ~0.2 ms): the
+        # creation race. Acknowledged messages must all be handled.
+        sends = [(f"t{n}m{i}", rng.uniform(0.0, 0.003)) for i in range(rng.randint(1, 3))]
+        args = {"id": f"t{n}", "sends": sends}
+        ops.append(Op("sink_raced", args, rng.expovariate(2.0), background=rng.random() < 0.5))
+    return ops
 
 
 def _job_plan(rng: random.Random, name: str, sinks: list[str]) -> dict[str, Any]:
@@ -112,6 +166,7 @@ class Driver:
         self.world = world
         self.sinks = sinks
         self.ops = ops
+        self._readers: dict[str, trio.Lock] = {}  # one reader per stream consumer
 
     async def __call__(self, sim: Simulation) -> None:
         world = self.world
@@ -159,8 +214,9 @@ class Driver:
         try:
             await getattr(self, f"_op_{op.kind}")(sim, **op.args)
         except EXPECTED as exc:
-            self.world.note(f"{op.kind} {op.args.get('address') or op.args.get('id')}: "
-                            f"{type(exc).__name__}")  # fmt: skip
+            self.world.note(
+                f"{op.kind} {op.args.get('address') or op.args.get('id')}: {type(exc).__name__}"
+            )
         except ExceptionGroup as group:
             # A public call answers with its error, never a group of them
             # (a caller's 'except JournalUnavailable' would miss it).
@@ -168,8 +224,11 @@ class Driver:
             if rest is not None or expected is None or any(j.crashed for j in sim.journals):
                 raise
             kinds = sorted({type(exc).__name__ for exc in _leaves(expected)})
-            self.world.fail("error-group", f"{op.kind} {op.args} raised an ExceptionGroup of "
-                            f"{', '.join(kinds)} instead of the error itself")  # fmt: skip
+            self.world.fail(
+                "error-group",
+                f"{op.kind} {op.args} raised an ExceptionGroup of "
+                f"{', '.join(kinds)} instead of the error itself",
+            )
 
     async def _start(self, sim: Simulation, proc: Any, name: str, input: dict[str, Any]) -> None:
         handle = await sim.system.start(proc, name, **input)
@@ -180,10 +239,14 @@ class Driver:
     async def _op_send(self, sim: Simulation, address: str, m: str, key: str | None = None) -> None:
         world = self.world
         world.tried[m] = address
+        payload = {"m": m}
         try:
-            await sim.system.send(address, p.work, {"m": m}, key=key)
+            await sim.system.send(address, p.work, payload, key=key)
         except actors.NotDelivered:
             return
+        finally:
+            # A client reusing its dict: the receiver still sees what was sent.
+            payload["m"] = "reused"
         world.acked[m] = address
 
     async def _op_ksend(self, sim: Simulation, address: str, m: str) -> None:
@@ -238,6 +301,53 @@ class Driver:
         )
         self.world.started[handle.id] = "signal_with_start"
 
+    async def _op_sink_raced(
+        self, sim: Simulation, id: str, sends: list[tuple[str, float]]
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._start_quietly, sim, p.sink, id, {})
+            for m, pause in sends:
+                op = Op("send", {"address": f"sink/{id}", "m": m}, pause, False)
+                nursery.start_soon(self._paused, sim, op)
+
+    async def _paused(self, sim: Simulation, op: Op) -> None:
+        await trio.sleep(op.pause)
+        await self._run(sim, op)
+
+    async def _op_feed(self, sim: Simulation, id: str, count: int) -> None:
+        await self._start(sim, p.feed, id, {"count": count})
+
+    async def _op_consume(self, sim: Simulation, address: str, take: int) -> None:
+        # A durable consumer: up to ``take`` values, then it leaves the
+        # block normally (its place is kept); a crash or a fault in between
+        # leaves what it saw unconsumed.
+        # One reader of the consumer at a time, as one consuming service.
+        async with self._readers.setdefault(address, trio.Lock()):
+            seen = self.world.consumed.setdefault(address, [])
+            got: list[int] = []
+            place = len(seen)
+            seen.append((False, got))
+            async with sim.system.stream(address, "c") as values:
+                async for value in values:
+                    got.append(value)
+                    if len(got) >= take:
+                        break
+            seen[place] = (True, got)
+
+    async def _op_watch(self, sim: Simulation, address: str) -> None:
+        handle = await sim.system.lookup(address)
+        if handle is None:
+            return
+        last = 0
+        with trio.move_on_after(30):
+            async for exports in handle.watch():
+                if exports["done"] < last:  # (judged at the end: "async" may lose a publish)
+                    self.world.backwards.append(f"{address} published {exports} after done={last}")
+                last = exports["done"]
+
+    async def _op_schedule(self, sim: Simulation) -> None:
+        await sim.system.schedule("ticks", p.tick, every=p.TICK_EVERY, params=("ticks",))
+
     async def _op_poke(self, sim: Simulation, address: str) -> None:
         try:
             await sim.system.send(address, p.poke)
@@ -247,6 +357,11 @@ class Driver:
     async def _op_cancel(self, sim: Simulation, address: str) -> None:
         cancelled = await sim.system.cancel(address)
         self.world.note(f"cancel {address}: {cancelled}")
+        if cancelled:  # which incarnation it cancelled (a start afresh may follow)
+            returned = self.world.now()
+            handle = await sim.system.lookup(address)
+            if handle is not None and handle.status == "cancelled":
+                self.world.cancels.setdefault(address, (returned, handle.incarnation))
 
     async def _op_parent(
         self, sim: Simulation, id: str, strategy: str, kids: list[dict[str, Any]], wait: float

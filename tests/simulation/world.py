@@ -76,8 +76,16 @@ class World:
     results: dict[tuple[str, int], Any] = attrs.Factory(dict)
     #: job address -> its plan, for every job a client tried to start
     plans: dict[str, dict[str, Any]] = attrs.Factory(dict)
-    #: queued steps running now, and the most ever at once
-    queue_running: int = 0
+    #: address -> when a client's cancel of it first returned True, and the
+    #: incarnation it cancelled
+    cancels: dict[str, tuple[float, int]] = attrs.Factory(dict)
+    #: stream address -> each consumer read in order: (whether it left its
+    #: block normally, the values it got)
+    consumed: dict[str, list[tuple[bool, list[int]]]] = attrs.Factory(dict)
+    #: what watchers saw of exports going back
+    backwards: list[str] = attrs.Factory(list)
+    #: queued instances running a step now, and the most ever at once
+    queue_running: dict[str, int] = attrs.Factory(dict)  # queued instance -> its steps running
     queue_most: int = 0
     next_op: int = 0  # the workload's progress, across lives
     events: list[str] = attrs.Factory(list)  # what clients saw, for the trace

@@ -1,0 +1,179 @@
+"""Bugs this project once had, planted back one at a time, to show that the
+simulation finds them.
+
+A plant is a patch of one function's source, applied in the process that
+runs the seeds and never in the shipped code: the function is compiled
+again from its source with one snippet replaced, and put back when the
+plant is lifted. A snippet that is no longer in the source is an error, so
+a plant cannot silently stop planting anything once the code moves on.
+
+``python -m tests.simulation --plant NAME --seeds 1-500 --first`` sweeps
+until the first seed that fails (the figures in docs/simulation.md);
+tests/test_simulation_plants.py replays each plant's recorded seed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+#: The environment variable that plants a bug in the process that reads it
+#: (sweep workers included); the CLI's ``--plant`` sets it.
+ENV = "ACTORS_SIMULATION_PLANT"
+
+
+@attrs.frozen
+class Plant:
+    """Replace ``old`` with ``new`` in the source of ``module.qualname``."""
+
+    module: str
+    qualname: str
+    old: str
+    new: str
+    what: str  # the bug, as it was
+    nodes: int = 1  # the node count the simulation finds it with
+
+    @contextmanager
+    def planted(self) -> Iterator[None]:
+        module = importlib.import_module(self.module)
+        *owner_path, name = self.qualname.split(".")
+        owner: Any = module
+        for part in owner_path:
+            owner = getattr(owner, part)
+        real = owner.__dict__[name]
+        source = textwrap.dedent(inspect.getsource(real))
+        old, new = textwrap.dedent(self.old).strip("\n"), textwrap.dedent(self.new).strip("\n")
+        lines = source.splitlines()
+        # The snippet matches whole lines, whatever their indent in the source.
+        for start in range(len(lines)):
+            window = lines[start : start + len(old.splitlines())]
+            indent = len(window[0]) - len(window[0].lstrip()) if window else 0
+            if textwrap.dedent("\n".join(window)) == old:
+                lines[start : start + len(window)] = textwrap.indent(new, " " * indent).splitlines()
+                break
+        else:
+            raise AssertionError(f"plant {self.qualname}: the snippet is no longer in its source")
+        space: dict[str, Any] = {}
+        code = compile("\n".join(lines) + "\n", f"<planted {self.qualname}>", "exec")
+        exec(code, vars(module), space)  # noqa: S102 - a test's patch of our own source
+        setattr(owner, name, space[name])
+        try:
+            yield
+        finally:
+            setattr(owner, name, real)
+
+
+PLANTS: dict[str, Plant] = {
+    # The creation race (fixed with `_routed_absent`): a message routed
+    # between an instance's commit and its actor's making found no actor,
+    # asked for an activation that the start held off, and the new actor
+    # never read its mailbox.
+    "creation-race": Plant(
+        "actors._activation",
+        "Activation._run_created",
+        old="loaded = iid not in self._routed_absent",
+        new="loaded = True  # planted: mail routed meanwhile is never read",
+        what="a message routed between a start's commit and its actor stays unread",
+    ),
+    # A cancel lost to a racing restart (f65a239): an actor told to cancel
+    # as it crashed wrote its restart and left memory; the cancel returned.
+    "cancel-restart": Plant(
+        "actors._cancels",
+        "Cancels._cancel_iid",
+        old="continue  # it left memory still live (restarted): cancel that",
+        new="return actor.status == 'cancelled'  # planted: the restart runs on",
+        what="a cancel that meets a restart returns while the instance runs on",
+    ),
+    # A live payload aliased with the stored one (aed007f): a live receiver
+    # got the sender's own object, so the sender's later mutation changed
+    # what the process saw, while its replay reads the stored bytes.
+    "aliased-payload": Plant(
+        "actors._sending",
+        "Sending._send_iid",
+        old="self._route(iid, seq, notice.message)",
+        new="""
+            receiver = self._live.get(iid)
+            if receiver is not None and not receiver.done:  # planted: the sender's object
+                aliased = _protocol.StoredMessage(signal.name, payload, None, None, ask)
+                receiver.deliver(seq, aliased)
+            else:
+                self._route(iid, seq, notice.message)
+        """,
+        what="a live receiver gets the sender's object, not the stored bytes",
+    ),
+    # An ambiguous commit redone (dd36110): the committer took a connection
+    # lost after COMMIT for a failed statement and ran the batch again.
+    "redone-commit": Plant(
+        "storage._simulated",
+        "SimulatedJournal._outcomes",
+        old="""
+            if written:
+                for txn in txns:
+                    self._run(txn)
+            return [
+        """,
+        new="""
+            if written:
+                for txn in txns:
+                    self._run(txn)
+            if not written: return [  # planted: a written batch runs again below
+        """,
+        what="a batch whose commit may have been written runs again",
+    ),
+    # A start whose caller was cancelled after its commit (64@2): written
+    # 'running', never run here, and never taken over (its node lives).
+    "cancelled-start": Plant(
+        "actors._system",
+        "ActorSystem._start",
+        old="""
+            results = await commit_through(
+                self.journal,
+                start.txn,
+                lambda _: self._spawn_system_task(self._reload_when_back, iid),
+            )
+        """,
+        new="results = await self.journal.commit(start.txn)  # planted: no in-doubt path",
+        what="a start committed as its caller is cancelled is never run",
+        nodes=2,
+    ),
+    # Not a bug this project had: the fence that keeps a node whose lease
+    # lapsed from writing to an instance another node took over.
+    "unfenced-barrier": Plant(
+        "actors._instance",
+        "Actor.barrier",
+        old="""
+            if self.fenced:
+                pending.fence(self.iid, self.epoch)
+        """,
+        new="pass  # planted: an actor's writes carry no fence",
+        what="an actor's own writes carry no fencing epoch",
+        nodes=2,
+    ),
+}
+
+
+@contextmanager
+def planted(name: str | None) -> Iterator[None]:
+    """Plant the bug ``name`` (None or a workload's own plant: nothing here)."""
+    plant = PLANTS.get(name) if name else None
+    if plant is None:
+        yield
+        return
+    with plant.planted():
+        yield
+
+
+def from_environment() -> str | None:
+    """The plant `ENV` names, checked against the known ones."""
+    name = os.environ.get(ENV) or None
+    if name is not None and name not in PLANTS and name != "forget-compensation":
+        known = ", ".join(sorted([*PLANTS, "forget-compensation"]))
+        raise SystemExit(f"{ENV}={name!r} names no plant; the plants are {known}")
+    return name

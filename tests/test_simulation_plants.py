@@ -1,0 +1,98 @@
+"""The simulation finds bugs this project once had: each is planted back
+(tests/simulation/plants.py, a patch of one function applied only in the
+process that runs the seeds) and a sweep from the seed it first failed at
+(docs/simulation.md's table) must fail within a window."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.simulation.plants import PLANTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The seed each plant first failed at in a sweep from seed 1 (the table in
+#: docs/simulation.md; ``python -m tests.simulation --plant NAME --seeds
+#: 1-2000 --first`` finds it again). CI sweeps from there, at most
+#: `WINDOW` seeds, so that a change that moves the runs a little still
+#: finds each bug, in seconds rather than minutes.
+FOUND = {
+    "creation-race": 4,
+    "cancel-restart": 434,
+    "aliased-payload": 1,
+    "redone-commit": 1,
+    "cancelled-start": 2,
+    "unfenced-barrier": 8,
+}
+WINDOW = 100
+
+
+def _sweep(*args: str, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.simulation", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+    return result.stdout + result.stderr
+
+
+def test_every_plant_has_its_seed() -> None:
+    assert set(FOUND) == set(PLANTS)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=[pytest.mark.slow] if PLANTS[name].nodes > 1 else [])
+        for name in sorted(PLANTS)
+    ],
+)
+def test_the_simulation_finds_a_planted_bug(name: str) -> None:
+    plant = PLANTS[name]
+    out = _sweep(
+        "--plant",
+        name,
+        "--seeds",
+        f"{FOUND[name]}-{FOUND[name] + WINDOW - 1}",
+        "--first",
+        "--nodes",
+        str(plant.nodes),
+        "--jobs",
+        "2",
+    )
+    failed = re.search(r"^seed (\d+) FAILED (\S+)$", out, re.MULTILINE)
+    assert failed is not None, (
+        f"{name} ({plant.what}) went unseen in {WINDOW} seeds from {FOUND[name]}:\n{out[-1500:]}"
+    )
+    # Without the plant the same seed passes: the bug is what failed it.
+    seed = failed[1]
+    again = _sweep("--seed", seed, "--nodes", str(plant.nodes))
+    assert re.search(rf"^seed {seed} ok [0-9a-f]{{32}}$", again, re.MULTILINE), again[-1500:]
+
+
+def test_a_plant_whose_snippet_is_gone_says_so() -> None:
+    import attrs
+
+    moved = attrs.evolve(PLANTS["creation-race"], old="this line is not in the source")
+    with pytest.raises(AssertionError, match="no longer in its source"):
+        with moved.planted():
+            pass
+
+
+def test_a_plant_is_lifted_afterwards() -> None:
+    import actors._activation as activation
+
+    real = activation.Activation._run_created
+    with PLANTS["creation-race"].planted():
+        assert activation.Activation._run_created is not real
+    assert activation.Activation._run_created is real
