@@ -18,8 +18,9 @@ import tomllib as _tomllib
 from storage import serializable as serializable
 
 from ._context import Context as Context
-from ._mail import DeadLetter as DeadLetter, Message as Message
 from ._handles import ChildHandle as ChildHandle, Handle as Handle
+from ._mail import DeadLetter as DeadLetter, Message as Message
+from ._open import open_system as open_system
 from ._process import (
     OneForAll as OneForAll,
     OneForOne as OneForOne,
@@ -27,16 +28,16 @@ from ._process import (
     RestForOne as RestForOne,
     process as process,
 )
+from ._public import name_public_classes as _name_public_classes
+from ._queues import Queue as Queue, QueueInfo as QueueInfo, Rate as Rate
 from ._records import (
     InstanceInfo as InstanceInfo,
     Outcome as Outcome,
     Retry as Retry,
     Signal as Signal,
 )
-from ._queues import Queue as Queue, QueueInfo as QueueInfo, Rate as Rate
 from ._schedules import ScheduleInfo as ScheduleInfo
 from ._steps import StepInfo as StepInfo, current_step as current_step
-from ._open import open_system as open_system
 from ._system import ActorSystem as ActorSystem
 from .errors import (
     ActorError as ActorError,
@@ -62,7 +63,6 @@ from .errors import (
     StepTimeout as StepTimeout,
     UnknownProcess as UnknownProcess,
 )
-
 
 # The public names, one place: `from actors import *` gives these, and a
 # test checks that the documentation site renders each with its docstring.
@@ -113,6 +113,8 @@ __all__ = [
     "process",
     "serializable",
 ]
+
+_name_public_classes(globals(), __name__)
 
 
 def _find_version() -> str:

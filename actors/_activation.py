@@ -18,13 +18,21 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from storage import LIVE_STATUSES, CorruptRecord, InstanceRecord, InstanceRow, Txn, instance_id
-from storage._parking import Parking
+from storage import (
+    LIVE_STATUSES,
+    CorruptRecord,
+    InstanceRecord,
+    InstanceRow,
+    Parking,
+    Txn,
+    instance_id,
+)
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
-from . import _events, _protocol
+from . import _events
 from ._instance import Actor, LoadedState, read_state
 from ._interfaces import ActorAPI
+from ._messages import StoredMessage
 from ._process import ProcessDef
 
 if TYPE_CHECKING:
@@ -50,6 +58,7 @@ class Activation(_SystemAPI):
     # Set up by ActorSystem.__init__ (see there for what each holds).
     _live: dict[bytes, Actor]
     _activating: set[bytes]
+    _landing: dict[bytes, trio.Event]  # activations waiting for what was in flight ("async")
     _routed_absent: set[bytes]
     _creating: dict[bytes, trio.Event]
     _foreign: set[bytes]
@@ -90,6 +99,10 @@ class Activation(_SystemAPI):
         existing = self._live.get(iid)
         if existing is not None:
             return existing
+        # Its record is what was just written: the journal takes its writes
+        # afresh (an earlier life in memory of this id, its creation lost
+        # with one of its own writes, left its chain refused: LostChains).
+        self.journal.resume_chain(iid)
         loaded = iid not in self._routed_absent
         self._routed_absent.discard(iid)
         actor = Actor(self, iid, address, proc, record, loaded=loaded, epoch=epoch)
@@ -120,12 +133,15 @@ class Activation(_SystemAPI):
             try:
                 with self.journal.reader() as r:
                     mail = r.mailbox(row.iid)
-            except JournalCorrupt:
-                pass  # its actor's load finds it and marks it corrupt
+            except (JournalCorrupt, JournalUnavailable):
+                # Its actor's load finds the damage and marks it corrupt, or
+                # meets the outage and is loaded once the journal answers:
+                # never left admitted with nothing running it.
+                pass
             else:
                 actor = self._run_created(row.iid, row.address, proc, row.record, epoch)
                 for seq, message in mail:
-                    actor.deliver(seq, *_protocol.unpack_decoded(message))
+                    actor.deliver(seq, StoredMessage.from_stored(message))
                 return
         self._routed_absent.add(row.iid)  # its actor reads its mailbox: see _run_created
         self._run_created(row.iid, row.address, proc, row.record, epoch)
@@ -147,6 +163,33 @@ class Activation(_SystemAPI):
         """Bring the instance into memory if it is on disk (replaying it)."""
         if iid in self._live or iid in self._activating or self._closing:
             return
+        if self.journal.durability == "async":
+            # Invariant: an instance is read only once what it wrote has
+            # landed. With "async", an actor that ended or left memory was
+            # told its last writes were done while they were still queued;
+            # read before they land, it would run again from where it was
+            # (a cancelled one would run on).
+            if iid not in self._landing:
+                self._landing[iid] = trio.Event()
+                self._spawn_system_task(self._activate_landed, iid)
+            return
+        self._activate_now(iid)
+
+    async def _activate_landed(self, iid: bytes) -> None:
+        try:
+            await self.journal.flush()
+        except JournalUnavailable as exc:
+            self._journal_lost(iid, exc)
+            return
+        except JournalFull:  # (its empty write did not fit: try again)
+            self._spawn_system_task(self._activate_later, iid, 0.05)
+            return
+        finally:
+            self._landing.pop(iid).set()
+        if not (iid in self._live or iid in self._activating or self._closing):
+            self._activate_now(iid)
+
+    def _activate_now(self, iid: bytes) -> None:
         if self.journal.reads_at_once:
             # A local journal reads at once: one read here brings all the
             # instance's run needs, and its actor takes its place in the
@@ -158,6 +201,9 @@ class Activation(_SystemAPI):
                     state = read_state(r, iid, live_only=True)
             except JournalCorrupt:
                 pass
+            except JournalUnavailable as exc:  # (an outage: never the caller's error)
+                self._journal_lost(iid, exc)
+                return
             else:
                 row = state[0]
                 proc = self._proc_to_run(iid, row)
@@ -175,9 +221,10 @@ class Activation(_SystemAPI):
         never end the system for it."""
         log.warning(
             "instance %s lost its journal (%s); loading it again once the journal answers",
-            iid.hex(), exc,
+            iid.hex(),
+            exc,
             extra={"actors_address": iid.hex()},
-        )  # fmt: skip
+        )
         self._spawn_system_task(self._reload_when_back, iid)
 
     async def _reload_when_back(self, iid: bytes) -> None:
@@ -267,7 +314,10 @@ class Activation(_SystemAPI):
         # The final state of what just ended answers handle reads (result(),
         # status) without a journal read each: on a remote journal that read
         # is a blocking round trip on the trio thread. Bounded, oldest out.
-        self._ends[actor.iid] = (status, actor.record)
+        # Its exports as they are durable: one that left memory with a
+        # publish that never landed (a full journal) shows the one before,
+        # as its reload will.
+        self._ends[actor.iid] = (status, actor.durable_record())
         if len(self._ends) > ENDS_KEPT:
             self._ends.popitem(last=False)
 
@@ -276,9 +326,11 @@ class Activation(_SystemAPI):
         leaves memory suspended with ``last_error``, and is activated again
         (replayed from what the journal holds) once there may be room."""
         log.error(
-            "instance %r is suspended until the journal has room: %s", actor.address, exc,
+            "instance %r is suspended until the journal has room: %s",
+            actor.address,
+            exc,
             extra={"actors_address": actor.address},
-        )  # fmt: skip
+        )
         # Handle reads see the actor's suspended state with last_error (the
         # journal could not take it); the next activation drops it (see
         # _activate_task).
@@ -294,9 +346,10 @@ class Activation(_SystemAPI):
             self._spawn_system_task(self._resume_stalled)
 
     def _write_lost(self, iid: bytes, exc: BaseException) -> None:
-        """A write of the instance that nobody waited for ("async"
-        durability's acknowledged writes, deferred ones) failed: memory is
-        ahead of the journal, and the journal takes none of the instance's
+        """A write of the instance failed (one nobody waited for: "async"
+        durability's acknowledged writes, deferred ones; or one whose waiter
+        may have gone, cancelled, before it learned): memory is ahead of the
+        journal, and the journal takes none of the instance's
         writes until it is loaded again (see `storage.LostChains`). A live
         instance stops at its next suspension or write and is loaded again
         as one stalled (`_stalled`); one already out of memory (ended, say)
@@ -306,10 +359,13 @@ class Activation(_SystemAPI):
         actor = self._live.get(iid)
         address = iid.hex() if actor is None else actor.address
         log.error(
-            "a write of instance %s that nobody waited for (acknowledged when queued, or "
-            "deferred) failed (%s: %s); it is loaded again from what the journal holds",
-            address, type(exc).__name__, exc, extra={"actors_address": address},
-        )  # fmt: skip
+            "a write of instance %s failed (%s: %s); it is loaded again from what the "
+            "journal holds",
+            address,
+            type(exc).__name__,
+            exc,
+            extra={"actors_address": address},
+        )
         if actor is not None and not actor.done:
             actor.write_lost(exc)  # it comes back here (_reload_lost) as it leaves memory
         else:
@@ -529,9 +585,12 @@ class Activation(_SystemAPI):
         recorded_stuck = sum(stuck.values()) - len(found.unregistered)
         resumed = sum(iid in found.live for iid in found.wanted) - recorded_stuck
         _events.opened(
-            self.journal, resumed=resumed, stuck=stuck, orphans=len(found.orphans),
+            self.journal,
+            resumed=resumed,
+            stuck=stuck,
+            orphans=len(found.orphans),
             corrupt=len(found.broken),
-        )  # fmt: skip
+        )
         for n, iid in enumerate(found.wanted, 1):
             self._activate(iid)
             if n % YIELD_EVERY == 0:
@@ -557,9 +616,12 @@ class Activation(_SystemAPI):
             )
             txn.require(row.iid, LIVE_STATUSES)
             txn.put_instance(
-                row.iid, address=row.address, process=row.process, status=row.status,
+                row.iid,
+                address=row.address,
+                process=row.process,
+                status=row.status,
                 record=record,
-            )  # fmt: skip
+            )
             if len(txn.ops) >= HOLD_BATCH:
                 await self._commit_held(txn)
                 txn = Txn()
@@ -588,7 +650,6 @@ class Activation(_SystemAPI):
                     actor.flush()
                 except Exception:  # noqa: BLE001
                     log.exception("could not flush %r on close", actor.address)
-
 
 
 @attrs.define

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _asks
-from . import _effects as fx
-from . import _events, _tracing
-from . import _supervision as _sup
+import attrs
+
+from . import _effects as fx, _events, _tracing
+from ._driver import Interrupt
 from ._log import LogEntry
-from ._supervision import CANCEL, ESCALATE
+from ._records import Signal
+from ._supervision import CANCEL, ESCALATE, RESTART
 
 if TYPE_CHECKING:
     from storage import Txn
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
     from ._interfaces import ActorAPI as _ActorAPI
     from ._mailbox import Mailbox
+    from ._messages import StoredMessage
 else:
     _ActorAPI = object  # for type checkers only: what Actor provides
 
@@ -44,22 +46,18 @@ class Arrivals(_ActorAPI):
         timers: dict[int, fx.Timer]
         live: set[fx.Effect[Any]]
         loaded: bool
-        interrupt: tuple[Any, ...] | None
+        interrupt: Interrupt | None
         root: fx.Effect[Any] | None
 
-    def deliver(
-        self, seq: int, name: str, payload: Any, trace: str | None = None,
-        ask: list[Any] | None = None,
-    ) -> None:  # fmt: skip
-        """A message was committed to this instance's mailbox (``trace``: the
-        sender's trace context, see `_tracing`; ``ask``: the ask, if it was
-        asked, see `_asks`)."""
+    def deliver(self, seq: int, message: StoredMessage) -> None:
+        """Message ``seq`` was committed to this instance's mailbox."""
+        name, payload = message.signal, message.payload
         if self.done or not self.mailbox.put(seq, name, payload):
             return
-        if ask is not None:
-            self.mailbox.remember_ask(seq, ask)
-        if trace is not None:
-            _tracing.delivered(self, seq, name, trace)
+        if message.asker is not None:
+            self.mailbox.remember_ask(seq, message.asker)
+        if message.trace is not None:
+            _tracing.delivered(self, seq, name, message.trace)
         if self.system.log_debug:
             _events.delivered(self.address, seq, name)
         self._receive_system(seq, name, payload)
@@ -69,33 +67,37 @@ class Arrivals(_ActorAPI):
 
     def _receive_system(self, seq: int, name: str, payload: Any) -> None:
         if name == ESCALATE.name and self.interrupt is None:
-            self.interrupt = ("escalate", payload, seq)
+            self.interrupt = Interrupt("escalate", payload, message=seq)
             self._act_on_request()
         elif name == CANCEL.name:
             self.txn.take_message(self.iid, seq)
             self.cancel(payload["reason"], compensate=bool(payload.get("compensate")))
+        elif name == RESTART.name:
+            self.txn.take_message(self.iid, seq)
+            self.restart(payload["reason"])
 
     def cancel(self, reason: str, *, compensate: bool = False) -> None:
         """Ask the driver to cancel the instance at its next suspension;
         with ``compensate``, running its saga compensations first."""
         interrupt = self.interrupt
-        if interrupt is None or interrupt[0] != "cancel":
-            self.interrupt = ("cancel", reason, compensate)
-        elif compensate and not interrupt[2]:  # the first reason stays; compensating is asked
-            self.interrupt = ("cancel", interrupt[1], True)
+        if interrupt is None or interrupt.kind != "cancel":
+            self.interrupt = Interrupt("cancel", reason, compensate)
+        elif compensate and not interrupt.compensate:
+            # The first reason stays; compensating is asked.
+            self.interrupt = attrs.evolve(interrupt, compensate=True)
         self._act_on_request()
 
     def corrupted(self, exc: JournalCorrupt) -> None:
         """Stop the instance at its next suspension and mark it corrupt: a
         record of it was found damaged elsewhere (see `_records_damaged`).
         Over any other request: a corrupt instance does nothing more."""
-        self.interrupt = ("corrupt", exc)
+        self.interrupt = Interrupt("corrupt", exc)
         self._act_on_request()
 
     def restart(self, reason: str) -> None:
         """Ask the driver to restart the instance afresh (a sibling crashed)."""
         if self.interrupt is None:
-            self.interrupt = ("restart", reason)
+            self.interrupt = Interrupt("restart", reason)
         self._act_on_request()
 
     def _act_on_request(self) -> None:
@@ -113,6 +115,10 @@ class Arrivals(_ActorAPI):
         self.mailbox.add_wait(wait)
         self._match_mail()
 
+    def remove_wait(self, wait: fx.Wait[Any]) -> None:
+        """Drop a live wait that will take nothing (it lost a race)."""
+        self.mailbox.remove_wait(wait)
+
     def _match_mail(self) -> None:
         mailbox = self.mailbox
         while mailbox.messages and mailbox.waits:
@@ -123,34 +129,38 @@ class Arrivals(_ActorAPI):
             # Taking rides on the next commit, with the wait's log entry:
             # the message leaves the mailbox as it enters the log.
             self.txn.take_message(self.iid, mseq)
-            if type(wait) is fx.Call:
-                value, error, entry = _sup.end_outcome(wait, payload)
-                entry.message = mseq
-                self.finish(wait, value, error, entry)
-                continue
-            if type(wait) is fx.Ask:
-                self.finish(wait, *_asks.reply_outcome(wait, payload, mseq))
-                continue
-            entry = wait.describe()
-            entry.value = payload
-            entry.message = mseq
-            if wait.pair:
-                entry.signal = signal.name
-            ask = mailbox.asks.pop(mseq, None) if mailbox.asks else None
-            entry.ask = ask
-            self.driver.took(wait.seq, ask)
-            self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
+            wait.behaviour.take(self, wait, signal, mseq, payload)
+
+    def _took(self, wait: fx.Wait[Any], signal: Signal, mseq: int, payload: Any) -> None:
+        """A wait (``ctx.wait``, ``ctx.receive``) took message ``mseq``."""
+        mailbox = self.mailbox
+        asker = mailbox.asks.pop(mseq, None) if mailbox.asks else None
+        entry = wait.describe(
+            value=payload,
+            message=mseq,
+            signal=signal.name if wait.pair else None,
+            ask=None if asker is None else asker.to_stored(),
+        )
+        self.driver.took(wait.seq, asker)
+        self.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
+
+    def _stop_timer(self, timer: fx.Timer) -> None:
+        """A live timer that lost a race: it never fires, and its durable
+        timer goes with the next commit."""
+        self.timers.pop(timer.seq, None)
+        self.txn.cancel_timer(self.iid, self.run, timer.seq)
 
     def _start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None:
         if entry is not None:
             due = entry.due
             assert due is not None  # a sleep entry without one reads as corrupt (_shapes)
         else:
-            due = timer.until if timer.until is not None else self.system.epoch_now() + (
-                timer.delay or 0.0
+            due = (
+                timer.until
+                if timer.until is not None
+                else self.system.epoch_now() + (timer.delay or 0.0)
             )
-            started = timer.describe()
-            started.due = due
+            started = timer.describe(due=due)
             self.txn.put_log(self.iid, self.run, timer.seq, started.to_stored())
             self.txn.add_timer(self.iid, self.run, timer.seq, due)
         timer.due = due
@@ -168,7 +178,35 @@ class Arrivals(_ActorAPI):
     def _fire(self, timer: fx.Timer) -> None:
         self.timers.pop(timer.seq, None)
         self.txn.cancel_timer(self.iid, self.run, timer.seq)
-        entry = timer.describe()
-        entry.value = None
-        entry.due = timer.due
+        entry = timer.describe(value=None, due=timer.due)
         self.finish(timer, None, None, entry)
+
+
+@fx.runs_live(fx.Wait)
+class _Waits(fx.Behaviour):
+    @staticmethod
+    def start(actor: Arrivals, wait: fx.Wait[Any], started: LogEntry | None) -> None:
+        actor.add_wait(wait)
+
+    @staticmethod
+    def abandon(actor: Arrivals, wait: fx.Wait[Any]) -> None:
+        actor.remove_wait(wait)  # it takes nothing
+
+    @staticmethod
+    def take(actor: Arrivals, wait: fx.Wait[Any], signal: Signal, seq: int, payload: Any) -> None:
+        actor._took(wait, signal, seq, payload)
+
+
+@fx.runs_live(fx.Timer)
+class _Timers(fx.Behaviour):
+    @staticmethod
+    def start(actor: Arrivals, timer: fx.Timer, started: LogEntry | None) -> None:
+        actor._start_timer(timer, started)
+
+    @staticmethod
+    def abandon(actor: Arrivals, timer: fx.Timer) -> None:
+        actor._stop_timer(timer)
+
+    @staticmethod
+    def drop(actor: Arrivals, timer: fx.Timer) -> None:
+        actor.txn.cancel_timer(actor.iid, actor.run, timer.seq)

@@ -44,10 +44,10 @@ import trio
 from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
 from storage.errors import Conflict, JournalClosed
 
-from . import _effects as fx
-from . import _protocol
+from . import _effects as fx, _protocol
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry
+from ._messages import Asker, StoredMessage
 from ._records import Signal
 from ._sending import commit_through
 from .errors import AskTimeout, NotDelivered
@@ -61,8 +61,6 @@ __all__ = [
     "ask_id_of",
     "no_reply",
     "reply_outcome",
-    "start_ask",
-    "start_reply",
     "unanswered_on_disk",
 ]
 
@@ -103,9 +101,14 @@ class Asks:
         self._watching = False  # the watch task runs (see _watch)
 
     async def ask(
-        self, iid: bytes, address: str, signal: Signal, payload: Any, timeout: float | None,
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        timeout: float | None,
         send: Callable[..., Any],
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         """Send (durably, with ``send``) and wait for the reply; see `ActorSystem.ask`."""
         ask_id = f"{self._prefix}.{next(self._count)}"
         box_address = BOX_PREFIX + ask_id
@@ -115,7 +118,8 @@ class Asks:
             self._watching = True
             self.system._spawn_system_task(self._watch)
         try:
-            await send(iid, address, signal, payload, ask=[ask_id, box_address, self.system.node])
+            asker = Asker(ask_id, box_address, self.system.node)
+            await send(iid, address, signal, payload, ask=asker)
             if timeout is None:
                 return _result(await self._wait(pending, box, iid), address)
             with trio.move_on_after(timeout):
@@ -150,8 +154,9 @@ class Asks:
             if pending.payload is not None:
                 return pending.payload
             for _, message in mail:
-                if isinstance(message[1], dict):
-                    return message[1]
+                reply = StoredMessage.from_stored(message).payload
+                if isinstance(reply, dict):
+                    return reply
             if row is None:
                 return {"ended": "unknown"}
             if row.status not in UNFINISHED_STATUSES:
@@ -229,11 +234,11 @@ def _ended(address: str, status: str) -> NotDelivered:
 # -- the replier's side -------------------------------------------------------------
 
 
-def answer(system: SystemAPI, txn: Txn, ask: list[Any], payload: dict[str, Any]) -> After:
+def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> After:
     """Write the answer ``payload`` to ``ask`` into ``txn``; returns what to
     run once ``txn`` has committed (handing it to a waiter of this node, or
     routing the message to a live asker)."""
-    ask_id, reply_to, node = ask[0], ask[1], ask[2] if len(ask) > 2 else None
+    ask_id, reply_to, node = ask.ask_id, ask.reply_to, ask.node
     if reply_to.startswith(BOX_PREFIX):
         box = instance_id(reply_to)
         if node is None or node == system.node:
@@ -249,14 +254,14 @@ def answer(system: SystemAPI, txn: Txn, ask: list[Any], payload: dict[str, Any])
     return lambda results: system._route(notice.iid, results[notice.slot], notice.message)
 
 
-def answer_offline(txn: Txn, asks: Iterable[list[Any]], status: str, now: float) -> None:
+def answer_offline(txn: Txn, asks: Iterable[Asker], status: str, now: float) -> None:
     """Into ``txn``, written with no system running (the CLI): tell each
     asking instance among ``asks`` that the instance ended ``status``
     without replying. (A system's asks end with that system.)"""
     for ask in asks:
-        if not ask[1].startswith(BOX_PREFIX):
+        if not ask.reply_to.startswith(BOX_PREFIX):
             _protocol.add_message(
-                txn, instance_id(ask[1]), fx.REPLY_PREFIX + ask[0], {"ended": status}, now
+                txn, instance_id(ask.reply_to), fx.REPLY_PREFIX + ask.ask_id, {"ended": status}, now
             )
 
 
@@ -264,15 +269,16 @@ def _nothing(results: list[int]) -> None:
     pass
 
 
-def start_reply(actor: ActorAPI, reply: fx.Reply) -> None:
-    """Begin a live ``ctx.reply``: a recorded no-op for a message that was
-    sent, not asked; else the reply is sent (`send_reply`)."""
-    if reply.ask is None:
-        entry = reply.describe()
-        entry.value = None
-        actor.finish(reply, None, None, entry)  # rides on the next commit
-    else:
-        actor.start_task(_reply_task, reply)
+@fx.runs_live(fx.Reply)
+class _Replies(fx.Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, reply: fx.Reply, started: LogEntry | None) -> None:
+        """Begin a live ``ctx.reply``: a recorded no-op for a message that
+        was sent, not asked; else the reply is sent (`send_reply`)."""
+        if reply.ask is None:
+            actor.finish(reply, None, None, reply.describe(value=None))  # rides on the next commit
+        else:
+            actor.start_task(_reply_task, reply)
 
 
 async def _reply_task(actor: ActorAPI, reply: fx.Reply) -> None:
@@ -285,8 +291,7 @@ async def _reply_task(actor: ActorAPI, reply: fx.Reply) -> None:
 async def send_reply(actor: ActorAPI, reply: fx.Reply) -> None:
     """Commit the reply's log entry with its answer, then deliver the answer."""
     assert reply.ask is not None
-    entry = reply.describe()
-    entry.value = None
+    entry = reply.describe(value=None)
     txn = Txn()
     txn.put_log(actor.iid, actor.run, reply.seq, entry.to_stored())
     after = answer(actor.system, txn, reply.ask, {"v": reply.payload})
@@ -295,42 +300,53 @@ async def send_reply(actor: ActorAPI, reply: fx.Reply) -> None:
     after(results)
 
 
-def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[list[Any]]) -> list[After]:
+def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[Asker]) -> list[After]:
     """Into ``txn`` (the end of ``actor``'s run): "ended without replying"
     for every ask it took and did not answer, and every ask still ``unread``."""
-    asks = {ask[0]: ask for ask in unread}
+    asks = {ask.ask_id: ask for ask in unread}
     asks.update(actor.driver.unanswered or {})
     actor.driver.unanswered = None
     return [answer(actor.system, txn, ask, {"ended": status}) for ask in asks.values()]
 
 
-def unanswered_on_disk(
-    log: dict[int, LogEntry], mail: Iterable[tuple[int, Any]]
-) -> list[list[Any]]:
+def unanswered_on_disk(log: dict[int, LogEntry], mail: Iterable[tuple[int, Any]]) -> list[Asker]:
     """The asks an instance on disk owes an answer: taken in its current
     run (``log``, `Reader.entries`) without a reply, and unread in its ``mail``."""
-    asks: dict[str, list[Any]] = {}
+    asks: dict[str, Asker] = {}
     for _, entry in sorted(log.items()):
         if entry.kind == "wait" and entry.ask and entry.is_outcome:
-            asks[entry.ask[0]] = entry.ask
+            taken = Asker.from_stored(entry.ask)
+            asks[taken.ask_id] = taken
         elif entry.kind == "reply" and entry.name:
             asks.pop(entry.name, None)
-    for _, message in mail:
-        if len(message) > 4 and message[4]:
-            asks.setdefault(message[4][0], message[4])
+    for _, stored in mail:
+        unread = StoredMessage.from_stored(stored).asker
+        if unread is not None:
+            asks.setdefault(unread.ask_id, unread)
     return list(asks.values())
 
 
 # -- the asking instance's side ----------------------------------------------------------
 
 
-def start_ask(actor: ActorAPI, ask: fx.Ask, started: LogEntry | None) -> None:
-    """Run a live ``ctx.ask``: send it (once: its log entry rides with the
-    message), then wait for the reply like a wait."""
-    if started is not None:  # sent in an earlier activation of this run
-        actor.add_wait(ask)
-        return
-    actor.start_task(_send_ask, ask)
+@fx.runs_live(fx.Ask)
+class _Asks(fx.Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, ask: fx.Ask, started: LogEntry | None) -> None:
+        """Run a live ``ctx.ask``: send it (once: its log entry rides with
+        the message), then wait for the reply like a wait."""
+        if started is not None:  # sent in an earlier activation of this run
+            actor.add_wait(ask)
+            return
+        actor.start_task(_send_ask, ask)
+
+    @staticmethod
+    def abandon(actor: ActorAPI, ask: fx.Ask) -> None:
+        actor.remove_wait(ask)  # a late reply stays unread
+
+    @staticmethod
+    def take(actor: ActorAPI, ask: fx.Ask, signal: Signal, seq: int, payload: Any) -> None:
+        actor.finish(ask, *reply_outcome(ask, payload, seq))  # (its reply message)
 
 
 async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
@@ -341,9 +357,13 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         await actor.barrier()
         iid = instance_id(ask.address)
         txn, notice = _protocol.send_txn(
-            iid, ask.signal.name, ask.payload, system.epoch_now(),
-            max_payload=system.max_payload, ask=[ask.ask_id, actor.address, None],
-        )  # fmt: skip
+            iid,
+            ask.signal.name,
+            ask.payload,
+            system.epoch_now(),
+            max_payload=system.max_payload,
+            ask=Asker(ask.ask_id, actor.address),
+        )
         txn.put_log(actor.iid, actor.run, ask.seq, ask.describe().to_stored())
         txn.chain = actor.iid  # after its barrier's writes, or not at all (storage.Chain)
         if actor.fenced:
@@ -354,9 +374,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
             if exc.reason == "epoch":
                 raise
             error = _not_delivered(ask.address, exc)
-            entry = ask.describe()
-            entry.error = _error_record(error)
-            actor.finish(ask, None, error, entry)
+            actor.finish(ask, None, error, ask.describe(error=_error_record(error)))
             return
         system._route(iid, seq, notice.message)
         if ask in actor.live:
@@ -369,14 +387,16 @@ def _not_delivered(address: str, exc: Conflict) -> NotDelivered:
     if exc.reason == "missing":
         return NotDelivered(
             f"no instance at {address!r} to ask; start one first or check the address",
-            address=address, reason="unknown",
-        )  # fmt: skip
+            address=address,
+            reason="unknown",
+        )
     status = exc.status or "finished"
     return NotDelivered(
         f"no live instance at {address!r} to ask ({STATUS_WORDS.get(status, status)}); "
         "start a new one or check the address",
-        address=address, reason=status,
-    )  # fmt: skip
+        address=address,
+        reason=status,
+    )
 
 
 def reply_outcome(
@@ -384,21 +404,21 @@ def reply_outcome(
 ) -> tuple[Any, BaseException | None, LogEntry]:
     """What a ``ctx.ask`` gets from its reply message ``mseq``: value, error
     and the log entry that records it (the take rides with it)."""
-    entry = ask.describe()
-    entry.message = mseq
     if isinstance(payload, dict) and "v" in payload:
-        entry.value = payload["v"]
-        return payload["v"], None, entry
+        return payload["v"], None, ask.describe(message=mseq, value=payload["v"])
     status = payload.get("ended", "ended") if isinstance(payload, dict) else "ended"
     error = _ended(ask.address, status)
-    entry.error = _error_record(error)
-    return None, error, entry
+    return None, error, ask.describe(message=mseq, error=_error_record(error))
 
 
 def _error_record(error: NotDelivered) -> dict[str, Any]:
     """How a ``NotDelivered`` raised in the process is logged (see
     `_driver.error_from_entry`, which raises it again on replay)."""
     return {
-        "raise": "NotDelivered", "type": "actors.errors.NotDelivered", "message": str(error),
-        "summary": str(error), "address": error.address, "reason": error.reason,
-    }  # fmt: skip
+        "raise": "NotDelivered",
+        "type": "actors.errors.NotDelivered",
+        "message": str(error),
+        "summary": str(error),
+        "address": error.address,
+        "reason": error.reason,
+    }

@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, Txn
 from storage.errors import Conflict
 
-from . import _asks, _protocol, _saga
-from . import _supervision as _sup
+from . import _asks, _protocol, _saga, _supervision as _sup
 from ._log import children_named
 from ._queues import waiting_rows
 from .errors import UnknownProcess
@@ -35,7 +33,9 @@ class Cancels(_SystemAPI):
     # Set up by ActorSystem.__init__ (see there for what each holds).
     _live: dict[bytes, Actor]
     _activating: set[bytes]
+    _landing: dict[bytes, trio.Event]
     _cancelling: dict[bytes, trio.Event]
+    _creating: dict[bytes, trio.Event]
     _closing: bool
 
     async def _cancel_iid(
@@ -62,6 +62,21 @@ class Cancels(_SystemAPI):
                 await writing.wait()
                 if self._snapshot(iid)[0] == "cancelled":
                     return True
+                continue
+            creating = self._creating.get(iid)
+            if creating is not None:
+                # A start of it here (or a retry, a fork) is deciding: its
+                # actor runs with the claim that start makes, later than one
+                # made here, so a cancel written on disk meanwhile would be
+                # overwritten as it runs. Let it finish, then cancel what it
+                # brought into memory.
+                await creating.wait()
+                continue
+            landing = self._landing.get(iid)
+            if landing is not None:
+                # An activation waits for what was in flight ("async"): let
+                # it land, then cancel what it brings into memory.
+                await landing.wait()
                 continue
             if iid in self._activating:
                 # An activation is under way (a read or two): let it finish,
@@ -206,6 +221,16 @@ class Cancels(_SystemAPI):
             return
         if iid in self._cancelling:
             return  # a cancel of it is being written: it wins
+        row = await self.journal.read(lambda r: r.instance(iid))
+        if row is None or row.status not in LIVE_STATUSES:
+            return
+        # Only its owner writes to it: this node, once it claims it (then
+        # read again: what the last owner wrote), else the live node that
+        # runs it, asked as a cancel is (see _cancel_remote).
+        epoch = await self.journal.claim(iid)
+        if epoch is None:
+            await self._send_system(iid, address, _sup.RESTART, {"reason": reason})
+            return
         row, timers, log, _ = await self.journal.read(lambda r: _on_disk(r, iid, mail=False))
         if row is None or row.status not in LIVE_STATUSES:
             return
@@ -213,11 +238,16 @@ class Cancels(_SystemAPI):
         restarts = _sup.next_restarts(row.record, reason, self.epoch_now())
         txn = Txn()
         txn.require(iid, LIVE_STATUSES)
+        if self.journal.shared:
+            txn.fence(iid, epoch)
         _protocol.next_run(
-            txn, iid, address=address, process=row.process,
+            txn,
+            iid,
+            address=address,
+            process=row.process,
             record=row.record.evolve(restarts=restarts, updated=self.epoch_now()),
             timers=[(timer.run, timer.seq) for timer in timers],
-        )  # fmt: skip
+        )
         owed = _asks.unanswered_on_disk(log, ())  # taken by the run that ends here
         answers = [_asks.answer(self, txn, ask, {"ended": "restarted"}) for ask in owed]
         try:

@@ -20,16 +20,22 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-from typing import Any
-
 from collections.abc import Callable
+from typing import Any
 
 from .errors import InvalidArguments, LimitExceeded
 
 __all__ = [
-    "MAX_SCOPE", "MAX_SECONDS", "check_seconds", "check_text", "check_name", "check_deadline",
-    "check_scope", "check_count", "check_many",
-]  # fmt: skip
+    "MAX_SCOPE",
+    "MAX_SECONDS",
+    "check_seconds",
+    "check_text",
+    "check_name",
+    "check_deadline",
+    "check_scope",
+    "check_count",
+    "check_many",
+]
 
 #: The most children one ``ctx.scope`` starts.
 MAX_SCOPE = 1000

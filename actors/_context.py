@@ -11,15 +11,13 @@ from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from storage import decode, digest, encode
 
-from . import _asks
-from . import _sends
-from . import _effects as fx
+from . import _asks, _effects as fx, _sends
 from ._checks import check_deadline, check_name, check_scope, check_seconds, check_text
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI
 from ._process import RESTART_TYPES, ProcessDef
 from ._queues import Queue
-from ._records import Retry, Signal
+from ._records import Restart, Retry, Signal
 from ._steps import step_key
 from .errors import AskTimeout, ContextError, InvalidArguments
 
@@ -117,9 +115,7 @@ class Context:
             replayed: T = entry.value  # what make() gave, as the codec stored it
             return replayed
         value = make()
-        entry = effect.describe()
-        entry.value = value
-        actor.ride_log(effect.seq, entry)
+        actor.ride_log(effect.seq, effect.describe(value=value))
         return value
 
     def now(self) -> _dt.datetime:
@@ -326,9 +322,7 @@ class Context:
         if found is not None:
             return found
         marker = fx.Marker(driver.next_seq(), patch_id)
-        entry = marker.describe()
-        entry.value = True
-        actor.ride_log(marker.seq, entry)
+        actor.ride_log(marker.seq, marker.describe(value=True))
         assert driver.patches is not None  # driver.patched() made it
         driver.patches[patch_id] = True
         return True
@@ -470,12 +464,23 @@ class Context:
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         occurrence = actor.driver.occurrence(step_name)
         key = step_key(actor.address, actor.record.incarnation, actor.run, step_name, occurrence)
-        return self._made(fx.Step(
-            actor.driver.next_seq(), step_name, arg_hash, fn, args, kwargs,
-            retry=retry, timeout=timeout, compensate=compensate,
-            validate_input=validate_input, validate_output=validate_output, key=key,
-            thread=thread,
-        ))  # fmt: skip
+        return self._made(
+            fx.Step(
+                actor.driver.next_seq(),
+                step_name,
+                arg_hash,
+                fn,
+                args,
+                kwargs,
+                retry=retry,
+                timeout=timeout,
+                compensate=compensate,
+                validate_input=validate_input,
+                validate_output=validate_output,
+                key=key,
+                thread=thread,
+            )
+        )
 
     # -- children -------------------------------------------------------------------
 
@@ -500,26 +505,42 @@ class Context:
 
     @overload
     def call(
-        self, proc: ProcessDef[..., R], *params: str, queue: Queue | str | None,
-        priority: int = 0, **input: Any,
-    ) -> fx.Call[R]: ...  # fmt: skip
-
-    @overload
-    def call(
-        self, proc: ProcessDef[..., R], *params: str, queue: Queue | str | None = None,
-        priority: int, **input: Any,
-    ) -> fx.Call[R]: ...  # fmt: skip
-
-    @overload
-    def call(
-        self, proc: str, *params: str, queue: Queue | str | None = None, priority: int = 0,
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        queue: Queue | str | None,
+        priority: int = 0,
         **input: Any,
-    ) -> fx.Call[Any]: ...  # fmt: skip
+    ) -> fx.Call[R]: ...
+
+    @overload
+    def call(
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        queue: Queue | str | None = None,
+        priority: int,
+        **input: Any,
+    ) -> fx.Call[R]: ...
+
+    @overload
+    def call(
+        self,
+        proc: str,
+        *params: str,
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> fx.Call[Any]: ...
 
     def call(  # type: ignore[misc]  # @process refuses these keywords as input
-        self, proc: ProcessDef[..., Any] | str, *params: Any, queue: Queue | str | None = None,
-        priority: int = 0, **input: Any,
-    ) -> fx.Call[Any]:  # fmt: skip
+        self,
+        proc: ProcessDef[..., Any] | str,
+        *params: Any,
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> fx.Call[Any]:
         """An awaited child: start ``proc`` at ``<this id>/<its path>`` and
         give its result.
 
@@ -543,20 +564,35 @@ class Context:
 
     @overload
     def spawn(
-        self, proc: ProcessDef[..., R], *params: str, restart: str = "transient",
-        queue: Queue | str | None = None, priority: int = 0, **input: Any,
-    ) -> fx.Spawn[ChildHandle[R]]: ...  # fmt: skip
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        restart: Restart = "transient",
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> fx.Spawn[ChildHandle[R]]: ...
 
     @overload
     def spawn(
-        self, proc: str, *params: str, restart: str = "transient",
-        queue: Queue | str | None = None, priority: int = 0, **input: Any,
-    ) -> fx.Spawn[ChildHandle[Any]]: ...  # fmt: skip
+        self,
+        proc: str,
+        *params: str,
+        restart: Restart = "transient",
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> fx.Spawn[ChildHandle[Any]]: ...
 
     def spawn(
-        self, proc: ProcessDef[..., Any] | str, *params: str, restart: str = "transient",
-        queue: Queue | str | None = None, priority: int = 0, **input: Any,
-    ) -> fx.Spawn[ChildHandle[Any]]:  # fmt: skip
+        self,
+        proc: ProcessDef[..., Any] | str,
+        *params: str,
+        restart: Restart = "transient",
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> fx.Spawn[ChildHandle[Any]]:
         """A detached, supervised child; awaiting it gives a `ChildHandle` once
         the child exists. Spawning at an existing child's address gives that
         child.
@@ -662,10 +698,15 @@ class Context:
         calls: list[fx.Effect[Any]] = []
         try:
             for item in items:
-                calls.append(self.call(
-                    proc, *(item if isinstance(item, tuple) else (item,)), queue=queue,
-                    priority=priority, **(input(item) if input is not None else {}),
-                ))  # fmt: skip
+                calls.append(
+                    self.call(
+                        proc,
+                        *(item if isinstance(item, tuple) else (item,)),
+                        queue=queue,
+                        priority=priority,
+                        **(input(item) if input is not None else {}),
+                    )
+                )
         except BaseException:
             self._actor.driver.unmade(calls)  # the process never gets them
             raise

@@ -46,9 +46,16 @@ from ._records import Signal
 from .errors import ActorError
 
 __all__ = [
-    "SOCKET_NAME", "MAX_REQUEST", "MAX_DEPTH", "READ_TIMEOUT", "OPS", "ControlUnavailable",
-    "RemoteError", "start", "request",
-]  # fmt: skip
+    "SOCKET_NAME",
+    "MAX_REQUEST",
+    "MAX_DEPTH",
+    "READ_TIMEOUT",
+    "OPS",
+    "ControlUnavailable",
+    "RemoteError",
+    "start",
+    "request",
+]
 
 log = logging.getLogger("actors.control")
 
@@ -96,9 +103,14 @@ class Controlled(Protocol):
     async def cleanup(self, older_than: float, statuses: Iterable[str] = ...) -> int: ...
     async def retry(self, address: str, *, input: dict[str, Any] | None = ...) -> Any: ...
     async def fork(
-        self, address: str, *, from_effect: int | None = ..., after_step: str | None = ...,
-        to: str | None = ..., input: dict[str, Any] | None = ...,
-    ) -> Any: ...  # fmt: skip
+        self,
+        address: str,
+        *,
+        from_effect: int | None = ...,
+        after_step: str | None = ...,
+        to: str | None = ...,
+        input: dict[str, Any] | None = ...,
+    ) -> Any: ...
     async def drop_message(self, address: str, message_id: int) -> Any: ...
 
 
@@ -276,9 +288,7 @@ def _remove(directory: Path, inode: int) -> None:
         pass  # gone already, or the directory with it
 
 
-async def _serve_one(
-    system: Controlled, stream: trio.SocketStream, slots: trio.Semaphore
-) -> None:
+async def _serve_one(system: Controlled, stream: trio.SocketStream, slots: trio.Semaphore) -> None:
     try:
         async with stream:
             if not _peer_allowed(stream.socket):
@@ -386,14 +396,19 @@ async def _fork(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
     if input is not None and not isinstance(input, dict):
         raise _BadRequest(f"'input' must be an object of keyword input or null, not {input!r}")
     from_effect = request.get("from_effect")
-    if from_effect is not None and (isinstance(from_effect, bool) or not isinstance(from_effect, int)):
+    if from_effect is not None and (
+        isinstance(from_effect, bool) or not isinstance(from_effect, int)
+    ):
         raise _BadRequest(f"'from_effect' must be a whole number or null, not {from_effect!r}")
     after_step = _text(request, "after_step") if request.get("after_step") is not None else None
     to = _text(request, "to") if request.get("to") is not None else None
     handle = await system.fork(
-        _text(request, "address"), from_effect=from_effect, after_step=after_step, to=to,
+        _text(request, "address"),
+        from_effect=from_effect,
+        after_step=after_step,
+        to=to,
         input=input,
-    )  # fmt: skip
+    )
     return {"address": handle.id, "incarnation": handle.incarnation, "status": handle.status}
 
 
@@ -407,10 +422,15 @@ async def _drop_message(system: Controlled, request: dict[str, Any]) -> dict[str
 
 # The operations, each onto the `ActorSystem` method of the same name.
 OPS: dict[str, Callable[[Controlled, dict[str, Any]], Awaitable[Any]]] = {
-    "send": _send, "cancel": _cancel, "resume_compensation": _resume,
-    "abandon_compensation": _abandon, "cleanup": _cleanup, "retry": _retry,
-    "fork": _fork, "drop_message": _drop_message,
-}  # fmt: skip
+    "send": _send,
+    "cancel": _cancel,
+    "resume_compensation": _resume,
+    "abandon_compensation": _abandon,
+    "cleanup": _cleanup,
+    "retry": _retry,
+    "fork": _fork,
+    "drop_message": _drop_message,
+}
 
 
 # -- the client ------------------------------------------------------------------------

@@ -34,17 +34,25 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Coroutine, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+import attrs
 import trio
 
-from . import _effects as fx
-from . import _guard
+from . import _effects as fx, _guard
 from ._effects import Effect
 from ._log import NO_VALUE, LogEntry
+from ._messages import Asker
 from ._records import error_summary
-from .errors import ChildFailed, ContextError, NonDeterminismError, NotDelivered
-from .errors import ProcessCancelled, StepFailed, StepTimeout
+from .errors import (
+    ChildFailed,
+    ContextError,
+    NonDeterminismError,
+    NotDelivered,
+    ProcessCancelled,
+    StepFailed,
+    StepTimeout,
+)
 
 __all__ = ["Driver", "Host", "Interrupted", "Passivated", "error_from_entry"]
 
@@ -57,10 +65,29 @@ class Interrupted(Exception):
     """The instance was cancelled, restarted or escalated to from outside."""
 
 
+@attrs.frozen(slots=True)
+class Interrupt:
+    """A request from outside that the driver acts on at the instance's next
+    effect (raising `Interrupted` there): the host's ``interrupt``.
+
+    - ``cancel``: ``detail`` is the reason; ``compensate`` asks for the saga's
+      compensations first.
+    - ``restart``: ``detail`` is the reason (a sibling crashed).
+    - ``escalate``: ``detail`` is the ESCALATE payload, ``message`` its
+      mailbox id (taken with the failure it causes).
+    - ``corrupt``: ``detail`` is the `JournalCorrupt` found elsewhere.
+    """
+
+    kind: Literal["cancel", "restart", "escalate", "corrupt"]
+    detail: Any
+    compensate: bool = False
+    message: int | None = None
+
+
 class Host(Protocol):
     """What the driver asks of whoever runs the effects it does not replay."""
 
-    interrupt: Any  # not None: stop at the next effect (raise `Interrupted`)
+    interrupt: Interrupt | None  # not None: stop at the next effect (raise `Interrupted`)
 
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
         """Start the leaves of ``effect`` that replay left open (called only
@@ -108,22 +135,34 @@ def error_from_entry(entry: LogEntry) -> BaseException:
         return ProcessCancelled(summary, reason=error.get("reason", ""))
     if raised == "NotDelivered":
         return NotDelivered(
-            error.get("message", summary), address=error.get("address", ""),
+            error.get("message", summary),
+            address=error.get("address", ""),
             reason=error.get("reason", ""),
-        )  # fmt: skip
+        )
     cls = StepTimeout if error.get("timeout") else StepFailed
     return cls(summary, error=error)
 
 
 _NO_LOG: dict[int, LogEntry] = {}  # the log of a run that has none (shared, never written)
 
+
 class Driver:
     """The log of an instance's current run and the position in it."""
 
     __slots__ = (
-        "owner", "address", "log", "last", "seq", "occurrences", "taken", "taken_seq",
-        "unanswered", "patches", "rerun", "fresh",
-    )  # fmt: skip
+        "owner",
+        "address",
+        "log",
+        "last",
+        "seq",
+        "occurrences",
+        "taken",
+        "taken_seq",
+        "unanswered",
+        "patches",
+        "rerun",
+        "fresh",
+    )
 
     def __init__(self, owner: Owner, address: str) -> None:
         self.owner = owner
@@ -153,11 +192,11 @@ class Driver:
         # What ctx.reply answers: the ask (or None: a plain message) taken by
         # the highest-numbered wait of this run that took one. Decided by
         # effect numbers, never by arrival order, so replay decides the same.
-        self.taken: list[Any] | None = None
+        self.taken: Asker | None = None
         self.taken_seq = 0
         # Asks taken in this run and not replied to, by ask id (see _asks);
         # and patch id -> what ctx.patched said. Both made when first needed.
-        self.unanswered: dict[str, list[Any]] | None = None
+        self.unanswered: dict[str, Asker] | None = None
         self.patches: dict[str, bool] | None = None
 
     def load(self, log: dict[int, LogEntry]) -> None:
@@ -186,18 +225,18 @@ class Driver:
         self.log = _NO_LOG
         self.last = 0
 
-    def took(self, seq: int, ask: list[Any] | None) -> None:
-        """Wait ``seq`` took a message, asked with ``ask`` (None: sent)."""
+    def took(self, seq: int, ask: Asker | None) -> None:
+        """Wait ``seq`` took a message, asked by ``ask`` (None: sent)."""
         if seq >= self.taken_seq:
             self.taken, self.taken_seq = ask, seq
         if ask is not None:
             if self.unanswered is None:
                 self.unanswered = {}
-            self.unanswered[ask[0]] = ask
+            self.unanswered[ask.ask_id] = ask
 
-    def answered(self, ask: list[Any]) -> bool:
+    def answered(self, ask: Asker) -> bool:
         """Note that ``ask`` is being answered; False if it was already."""
-        return self.unanswered is not None and self.unanswered.pop(ask[0], None) is not None
+        return self.unanswered is not None and self.unanswered.pop(ask.ask_id, None) is not None
 
     def patched(self, patch_id: str) -> bool | None:
         """Whether the history being replayed was recorded with ``patch_id``
@@ -286,9 +325,10 @@ class Driver:
         # (so the caller keeps none either).
         fresh, self.fresh = self.fresh, None
         pending = [
-            each for each in (fresh if isinstance(fresh, list) else (fresh,))
+            each
+            for each in (fresh if isinstance(fresh, list) else (fresh,))
             if each is not None and each is not awaited
-        ]  # fmt: skip
+        ]
         del fresh
         lost: list[Effect[Any]] = []
         kept: list[Effect[Any]] = []
@@ -370,23 +410,14 @@ class Driver:
             entry = log.get(leaf.seq)
             if entry is None:
                 continue
-            kind = leaf.kind
-            if entry.kind != kind or entry.name != leaf.name or entry.hash != leaf.hash:
+            if entry.kind != leaf.kind or entry.name != leaf.name or entry.hash != leaf.hash:
                 raise self._mismatch(leaf, entry)
-            if kind == "call" or kind == "spawn":
+            if leaf.makes_child:
                 self.owner.add_child(leaf.name, leaf.seq)
             value = entry.value
             if value is not NO_VALUE:
                 leaf.done = True
-                # What the process gets: the value as logged, except for these.
-                if type(leaf) is fx.Wait:
-                    if leaf.pair:
-                        value = (leaf.matches(entry.signal or ""), value)
-                elif type(leaf) is fx.Spawn:
-                    value = self.owner.child_handle(value)
-                leaf.value = value
-                if kind == "wait":
-                    self.took(leaf.seq, entry.ask)
+                leaf.value = leaf.replayed(value, entry, self)
             elif entry.error is not None:
                 leaf.done = True
                 leaf.error = error_from_entry(entry)
@@ -423,6 +454,7 @@ class Driver:
         throw: BaseException | None = None
         replayed = 0
         self.fresh = None
+        running = _guard.running  # (this thread's: the run's)
         try:
             while True:
                 if host.interrupt is not None:
@@ -430,14 +462,14 @@ class Driver:
                 try:
                     # Invariant: _guard.running names this instance exactly
                     # while its code runs (never across an await of ours).
-                    _guard.running = self.address
+                    running.address = self.address
                     try:
                         if throw is not None:
                             effect = coro.throw(throw)
                         else:
                             effect = coro.send(send)
                     finally:
-                        _guard.running = None
+                        running.address = None
                 except StopIteration as stop:
                     if self.fresh is not None:
                         forgotten = self.forgotten(None, ending=True)
@@ -521,7 +553,7 @@ class _Checker:
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
-        self.interrupt = None
+        self.interrupt: Interrupt | None = None
         self.problem: NonDeterminismError | None = None
 
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:

@@ -13,13 +13,60 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable, Generator
 from types import CodeType
-from typing import Any, Generic, NoReturn, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from ._log import LogEntry
+from ._messages import Asker
 from ._records import Outcome, Retry, Signal
 from .errors import ContextError
 
 T = TypeVar("T", covariant=True)  # what awaiting the effect gives
+B = TypeVar("B", bound="type[Behaviour]")
+
+
+class Behaviour:
+    """How one kind of leaf effect runs live: the actor calls these (see
+    `_instance.Actor.begin`), and the module of the effect's feature says
+    what they do, registering a subclass with `runs_live`. So the actor
+    knows no kind of effect, and a new kind is its class, its behaviour and
+    its tests. ``actor`` is the live instance (`_interfaces.ActorAPI`)."""
+
+    @staticmethod
+    def start(actor: Any, leaf: Any, started: LogEntry | None) -> None:
+        """Begin ``leaf``, which replay left open; ``started`` is the entry
+        an earlier activation logged for it as it began (a step's attempt,
+        a timer's due time, a call's child), if any."""
+        raise AssertionError(f"{leaf!r} cannot run live: no feature registered its behaviour")
+
+    @staticmethod
+    def abandon(actor: Any, leaf: Any) -> None:
+        """Stop live ``leaf``: it lost a race, or its run is interrupted.
+        (By default nothing: an emit that lost a race still completes its
+        write.)"""
+
+    @staticmethod
+    def drop(actor: Any, leaf: Any) -> None:
+        """Clear what an earlier activation began for ``leaf``, now never
+        run: the race it was in was decided without it."""
+
+    @staticmethod
+    def take(actor: Any, wait: Any, signal: Signal, seq: int, payload: Any) -> None:
+        """Complete ``wait`` (a kind of `Wait`) with message ``seq``, which
+        the mailbox matched to it; the take itself is in the actor's
+        ridden writes already."""
+        raise AssertionError(f"{wait!r} takes no message: it is no wait")
+
+
+def runs_live(*kinds: type[Effect[Any]]) -> Callable[[B], B]:
+    """Class decorator: ``kinds`` of effect run live as the decorated
+    `Behaviour` says (a feature module's hook into the actor)."""
+
+    def register(behaviour: B) -> B:
+        for kind in kinds:
+            kind.behaviour = behaviour
+        return behaviour
+
+    return register
 
 
 class Effect(Generic[T]):
@@ -32,6 +79,8 @@ class Effect(Generic[T]):
     # them); read only to say where a forgotten effect was made.
     __slots__ = ("seq", "name", "hash", "done", "value", "error", "parent", "made_in", "made_at")
     kind = "effect"
+    behaviour: ClassVar[type[Behaviour]] = Behaviour  # how it runs live (`runs_live`)
+    makes_child: ClassVar[bool] = False  # a call or spawn: its log names a child
     made_in: CodeType
     made_at: int
 
@@ -60,9 +109,17 @@ class Effect(Generic[T]):
     def leaves(self) -> list[Effect[Any]]:
         return [self]
 
-    def describe(self) -> LogEntry:
-        """A log entry with kind, name and argument hash: what replay compares."""
-        return LogEntry(self.kind, self.name, self.hash)
+    def replayed(self, value: Any, entry: LogEntry, driver: Any) -> Any:
+        """What the process gets from ``value``, the outcome ``entry`` logged
+        for this effect, as `_driver.Driver.replay` answers it: the value as
+        logged, for most kinds."""
+        return value
+
+    def describe(self, **outcome: Any) -> LogEntry:
+        """The effect's log entry: kind, name and argument hash (what replay
+        compares), with the fields of ``outcome`` (its value, error, the
+        message it took, ...). Entries are immutable: one is built whole."""
+        return LogEntry.build(self.kind, self.name, self.hash, **outcome)
 
     def as_call(self) -> str:
         """The call that made it, as process code reads: ``ctx.emit(...)``."""
@@ -101,6 +158,12 @@ class Wait(Effect[T]):
                 return signal
         return None
 
+    def replayed(self, value: Any, entry: LogEntry, driver: Any) -> Any:
+        # The message it took may have been asked: ctx.reply answers that ask.
+        ask = entry.ask
+        driver.took(self.seq, Asker.from_stored(ask) if ask else None)
+        return (self.matches(entry.signal or ""), value) if self.pair else value
+
     def as_call(self) -> str:
         names = ", ".join(signal.name for signal in self.signals)
         return f"ctx.receive({names})" if self.pair else f"ctx.wait({names})"
@@ -111,11 +174,18 @@ class Call(Wait[T]):
 
     __slots__ = ("proc", "params", "input", "address", "creating", "queue")
     kind = "call"
+    makes_child = True
+    replayed = Effect.replayed  # the child's result, as logged (no message of a wait's)
 
     def __init__(
-        self, seq: int, hash: bytes, proc: Any, params: tuple[str, ...],
-        input: dict[str, Any], address: str,
-    ) -> None:  # fmt: skip
+        self,
+        seq: int,
+        hash: bytes,
+        proc: Any,
+        params: tuple[str, ...],
+        input: dict[str, Any],
+        address: str,
+    ) -> None:
         super().__init__(seq, (end_signal(address),), pair=False)
         self.name = address
         self.hash = hash
@@ -136,11 +206,21 @@ class Spawn(Effect[T]):
 
     __slots__ = ("proc", "params", "input", "address", "restart", "creating", "queue")
     kind = "spawn"
+    makes_child = True
+
+    def replayed(self, value: Any, entry: LogEntry, driver: Any) -> Any:
+        return driver.owner.child_handle(value)  # (``value``: the child's address)
 
     def __init__(
-        self, seq: int, hash: bytes, proc: Any, params: tuple[str, ...],
-        input: dict[str, Any], address: str, restart: str,
-    ) -> None:  # fmt: skip
+        self,
+        seq: int,
+        hash: bytes,
+        proc: Any,
+        params: tuple[str, ...],
+        input: dict[str, Any],
+        address: str,
+        restart: str,
+    ) -> None:
         Effect.__init__(self, seq, address, hash)
         self.proc = proc
         self.params = params
@@ -175,6 +255,7 @@ class Ask(Wait[Any]):
 
     __slots__ = ("address", "signal", "payload", "ask_id")
     kind = "ask"
+    replayed = Effect.replayed  # the answer, as logged (no message of a wait's)
 
     def __init__(
         self, seq: int, hash: bytes, address: str, signal: Signal, payload: Any, ask_id: str
@@ -192,14 +273,14 @@ class Ask(Wait[Any]):
 
 
 class Reply(Effect[None]):
-    """``ctx.reply``: answer the ask ``ask`` (``[id, reply-to, node]``), or,
-    with None, record that the message taken was not asked (a no-op)."""
+    """``ctx.reply``: answer the ask ``ask``, or, with None, record that the
+    message taken was not asked (a no-op)."""
 
     __slots__ = ("payload", "ask")
     kind = "reply"
 
-    def __init__(self, seq: int, hash: bytes, payload: Any, ask: list[Any] | None) -> None:
-        Effect.__init__(self, seq, ask[0] if ask is not None else "", hash)
+    def __init__(self, seq: int, hash: bytes, payload: Any, ask: Asker | None) -> None:
+        Effect.__init__(self, seq, ask.ask_id if ask is not None else "", hash)
         self.payload = payload
         self.ask = ask
 
@@ -244,9 +325,14 @@ class Send(Effect[None]):
     kind = "send"
 
     def __init__(
-        self, seq: int, name: str, hash: bytes, targets: tuple[tuple[str, bytes], ...],
-        key: str | None, prepared: Any,
-    ) -> None:  # fmt: skip
+        self,
+        seq: int,
+        name: str,
+        hash: bytes,
+        targets: tuple[tuple[str, bytes], ...],
+        key: str | None,
+        prepared: Any,
+    ) -> None:
         Effect.__init__(self, seq, name, hash)
         self.targets = targets  # (address, instance id) of each message, in order
         self.key = key
@@ -303,8 +389,19 @@ class Timer(Effect[None]):
 class Step(Effect[T]):
     """Run ``fn`` at least once and record its result exactly once."""
 
-    __slots__ = ("fn", "args", "kwargs", "retry", "timeout", "compensate",
-                 "validate_input", "validate_output", "key", "scope", "thread")  # fmt: skip
+    __slots__ = (
+        "fn",
+        "args",
+        "kwargs",
+        "retry",
+        "timeout",
+        "compensate",
+        "validate_input",
+        "validate_output",
+        "key",
+        "scope",
+        "thread",
+    )
     kind = "step"
 
     def __init__(
@@ -450,8 +547,7 @@ class All(Composite[list[Any]]):
             self.done = True
             if self.settled:
                 self.value = [
-                    Outcome(ok=c.error is None, value=c.value, error=c.error)
-                    for c in self.children
+                    Outcome(ok=c.error is None, value=c.value, error=c.error) for c in self.children
                 ]
             else:
                 self.value = [c.value for c in self.children]

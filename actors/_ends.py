@@ -13,14 +13,10 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-
 from storage import InstanceRecord, Txn
 from storage.errors import EncodeError
 
-from . import _asks
-from . import _effects as fx
-from . import _events, _protocol, _saga
-from . import _supervision as _sup
+from . import _asks, _effects as fx, _events, _protocol, _saga, _supervision as _sup
 from ._log import children_named
 from ._records import describe_error, error_summary
 from .errors import NonDeterminismError
@@ -105,8 +101,9 @@ class Ends(_ActorAPI):
             await _sup.escalate(self)
 
     async def _interrupted(self) -> None:
-        assert self.interrupt is not None
-        kind, detail = self.interrupt[0], self.interrupt[1]
+        interrupt = self.interrupt
+        assert interrupt is not None
+        kind, detail = interrupt.kind, interrupt.detail
         self.woken = False
         for leaf in list(self.live):
             if type(leaf) is fx.Step and leaf.compensate is not None and kind == "cancel":
@@ -127,7 +124,8 @@ class Ends(_ActorAPI):
             return
         if kind == "escalate":
             txn = Txn()
-            txn.take_message(self.iid, self.interrupt[2])
+            assert interrupt.message is not None
+            txn.take_message(self.iid, interrupt.message)
             await self.fail(_sup.escalation_error(detail), txn)
             return
         # Depth first: the children go before the parent records its own end.
@@ -141,13 +139,17 @@ class Ends(_ActorAPI):
             # says so already): a crash amid the cascade leaves it to be
             # finished at the next open, never half done (see _supervision).
             seq = await _sup.record_cancel(
-                self.system, self.iid, detail, compensate=bool(self.interrupt[2]),
+                self.system,
+                self.iid,
+                detail,
+                compensate=interrupt.compensate,
                 epoch=self.epoch if self.fenced else None,
-            )  # fmt: skip
+            )
             self.txn.take_message(self.iid, seq)  # with its end
         await _sup.cancel_children(self.system, children, reason)
         # (Asked for by this cancel, or by another that came during the cascade.)
-        asked = self.interrupt is not None and self.interrupt[0] == "cancel" and self.interrupt[2]
+        now = self.interrupt
+        asked = now is not None and now.kind == "cancel" and now.compensate
         if (self.proc.compensate_on_cancel or asked) and _saga.pending(self.record):
             self.record = self.record.evolve(reason=detail)
             await self._finish_compensation(_protocol.cancel_failure(detail), "cancelled")
@@ -166,12 +168,19 @@ class Ends(_ActorAPI):
         timers = [(self.run, seq) for seq in self.timers]
         self.timers.clear()
         notice = _protocol.end_of_run(
-            txn, self.iid, address=self.address, record=self.record, status=status,
-            timers=timers, now=self.system.epoch_now(),
-        )  # fmt: skip
+            txn,
+            self.iid,
+            address=self.address,
+            record=self.record,
+            status=status,
+            timers=timers,
+            now=self.system.epoch_now(),
+        )
         # Every ask it owes an answer hears that it ended without one.
         unread = self.mailbox.asks.values() if self.mailbox.asks else ()
-        answers = _asks.no_reply(self, txn, status, unread) if unread or self.driver.unanswered else ()
+        answers = (
+            _asks.no_reply(self, txn, status, unread) if unread or self.driver.unanswered else ()
+        )
         results = await self.barrier(txn)
         self.status = status
         self.done = True
@@ -226,8 +235,12 @@ class Ends(_ActorAPI):
         self.timers.clear()
         record = self.record.evolve(run=self.run, updated=self.system.epoch_now(), **changes)
         self.record = _protocol.next_run(
-            txn, self.iid, address=self.address, process=self.proc.template, record=record,
+            txn,
+            self.iid,
+            address=self.address,
+            process=self.proc.template,
+            record=record,
             timers=timers,
-        )  # fmt: skip
+        )
         self.run = self.record.run
         self.persisted_status = "running"

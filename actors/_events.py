@@ -109,27 +109,36 @@ def opened(
     total = sum(stuck.values())
     kinds = ", ".join(f"{stuck[kind]} {kind}" for kind in _KINDS if stuck.get(kind))
     _system.info(
-        "system opened on %s: resumed %d, stuck %d%s, %d orphaned child(ren) to cancel, "
-        "%d corrupt", _journal(journal), resumed, total, f" ({kinds})" if kinds else "",
-        orphans, corrupt, extra=_at(None),
-    )  # fmt: skip
+        "system opened on %s: resumed %d, stuck %d%s, %d orphaned child(ren) to cancel, %d corrupt",
+        _journal(journal),
+        resumed,
+        total,
+        f" ({kinds})" if kinds else "",
+        orphans,
+        corrupt,
+        extra=_at(None),
+    )
 
 
 def closing(journal: Any, *, live: int) -> None:
     """INFO: the system closes, leaving ``live`` instances to resume on the next open."""
     _system.info(
-        "system closing on %s: %d live instance(s) stay as they are and resume on "
-        "the next open", _journal(journal), live, extra=_at(None),
-    )  # fmt: skip
+        "system closing on %s: %d live instance(s) stay as they are and resume on the next open",
+        _journal(journal),
+        live,
+        extra=_at(None),
+    )
 
 
 def corrupt(address: str, error: BaseException, *, at_open: bool = False) -> None:
     """ERROR: an instance's records do not decode; it is marked corrupt."""
     if at_open:
         _system.error(
-            "instance %r is corrupt and is not recovered: %s", address, error,
+            "instance %r is corrupt and is not recovered: %s",
+            address,
+            error,
             extra=_at(address),
-        )  # fmt: skip
+        )
     else:
         _system.error("instance %r is corrupt: %s", address, error, extra=_at(address))
 
@@ -172,27 +181,42 @@ def crashed(address: str, exc: BaseException, *, parent: str | None) -> None:
     own = _raised_by_process(exc)
     if parent:
         _supervision.warning(
-            "child %r of %r crashed: %s", address, parent, summary,
-            exc_info=None if own else exc, extra=_at(address),
-        )  # fmt: skip
+            "child %r of %r crashed: %s",
+            address,
+            parent,
+            summary,
+            exc_info=None if own else exc,
+            extra=_at(address),
+        )
     else:
         _supervision.warning(
-            "process %r crashed: %s", address, summary, exc_info=None if own else exc,
+            "process %r crashed: %s",
+            address,
+            summary,
+            exc_info=None if own else exc,
             extra=_at(address),
-        )  # fmt: skip
+        )
     if own and _supervision.isEnabledFor(logging.DEBUG):
         _supervision.debug(
-            "traceback of the crash of %r: %s", address, summary, exc_info=exc,
+            "traceback of the crash of %r: %s",
+            address,
+            summary,
+            exc_info=exc,
             extra=_at(address),
-        )  # fmt: skip
+        )
 
 
 def restarting(address: str, *, count: int, reason: str, strategy: Any, delay: float) -> None:
     """WARNING: the instance restarts (its ``count``-th restart) after ``delay`` s."""
     _supervision.warning(
-        "restarting %r (restart %d, %s) in %.3g s under %r", address, count, reason,
-        delay, strategy, extra=_at(address),
-    )  # fmt: skip
+        "restarting %r (restart %d, %s) in %.3g s under %r",
+        address,
+        count,
+        reason,
+        delay,
+        strategy,
+        extra=_at(address),
+    )
 
 
 def sibling_restarting(address: str, *, reason: str, strategy: Any) -> None:
@@ -211,17 +235,26 @@ def gave_up(address: str, *, parent: str, why: str, strategy: Any) -> None:
     """ERROR: a child failed past its parent's restart limit; the parent is told to crash."""
     _supervision.error(
         "child %r failed past the restart limit of %r (%d within %s s under %r): %s; "
-        "the parent crashes with ChildFailed", address, parent, strategy.max_restarts,
-        strategy.within, strategy, why, extra=_at(address),
-    )  # fmt: skip
+        "the parent crashes with ChildFailed",
+        address,
+        parent,
+        strategy.max_restarts,
+        strategy.within,
+        strategy,
+        why,
+        extra=_at(address),
+    )
 
 
 def compensation_stuck(address: str, error: str | None) -> None:
     """ERROR: a compensation gave up; the instance is parked ``compensation_stuck``."""
     _supervision.error(
         "instance %r is parked compensation_stuck: %s; resume_compensation or "
-        "abandon_compensation decides", address, error, extra=_at(address),
-    )  # fmt: skip
+        "abandon_compensation decides",
+        address,
+        error,
+        extra=_at(address),
+    )
 
 
 # -- instances ----------------------------------------------------------------------
@@ -230,9 +263,12 @@ def compensation_stuck(address: str, error: str | None) -> None:
 def taken_over(address: str, node: str | None, error: BaseException) -> None:
     """WARNING: another node owns the instance now; this one lets go of it."""
     _instance.warning(
-        "node %r gave up %r: another node took it over (%s)", node, address, error,
+        "node %r gave up %r: another node took it over (%s)",
+        node,
+        address,
+        error,
         extra=_at(address),
-    )  # fmt: skip
+    )
 
 
 def lease_lost(node: str | None, address: str) -> None:
@@ -240,8 +276,11 @@ def lease_lost(node: str | None, address: str) -> None:
     answer) and took it again; it lets go of the instance it held from before."""
     _instance.warning(
         "node %r lost its lease and took it again: it lets go of %r, loaded again "
-        "(from the journal) when needed", node, address, extra=_at(address),
-    )  # fmt: skip
+        "(from the journal) when needed",
+        node,
+        address,
+        extra=_at(address),
+    )
 
 
 def delivered(address: str, seq: int, signal: str) -> None:
@@ -255,9 +294,13 @@ def effect_done(address: str, seq: int, kind: str, error: BaseException | None) 
         _instance.debug("effect %d (%s) of %r done", seq, kind, address, extra=_at(address))
     else:
         _instance.debug(
-            "effect %d (%s) of %r raised %s", seq, kind, address, _summary(error),
+            "effect %d (%s) of %r raised %s",
+            seq,
+            kind,
+            address,
+            _summary(error),
             extra=_at(address),
-        )  # fmt: skip
+        )
 
 
 # -- stuck instances ------------------------------------------------------------------
@@ -318,8 +361,11 @@ def unregistered_more(process: str, count: int) -> None:
     """WARNING: ``count`` more instances of ``process`` are stuck, beyond those named."""
     _system.warning(
         "and %d more instance(s) of process %r, which this system does not register: "
-        "pass it in open_system(processes=[...])", count, process, extra=_at(None),
-    )  # fmt: skip
+        "pass it in open_system(processes=[...])",
+        count,
+        process,
+        extra=_at(None),
+    )
 
 
 def stuck(address: str, held: str, error: BaseException) -> None:

@@ -38,7 +38,10 @@ class FlowControl:
 
     def _start_flow(self, nursery: trio.Nursery) -> None:
         """Run the queue pumps and the scheduler (again after each outage)."""
-        for run, what in ((self.queues.run, "the queue pumps"), (self.schedules.run, "the scheduler")):
+        for run, what in (
+            (self.queues.run, "the queue pumps"),
+            (self.schedules.run, "the scheduler"),
+        ):
             nursery.start_soon(self.outages.keep_running, run, what, name=f"actors: {what}")
 
     async def _enqueue(self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str) -> None:
@@ -102,16 +105,25 @@ class FlowControl:
         for param in given:
             check_text(param, f"a path param of {definition.template!r}")
         check_spec(
-            definition, cron=cron, every=every, params=given, overlap=overlap,
-            catch_up=catch_up, timezone=timezone,
-        )  # fmt: skip
+            definition,
+            cron=cron,
+            every=every,
+            params=given,
+            overlap=overlap,
+            catch_up=catch_up,
+            timezone=timezone,
+        )
         definition.check_input((*given, "tick"), dict(input or {}))
         spec = {
-            "process": definition.template, "cron": cron,
-            "every": None if every is None else float(every), "params": list(given),
-            "input": dict(input or {}), "overlap": overlap, "catch_up": catch_up,
+            "process": definition.template,
+            "cron": cron,
+            "every": None if every is None else float(every),
+            "params": list(given),
+            "input": dict(input or {}),
+            "overlap": overlap,
+            "catch_up": catch_up,
             "timezone": timezone,
-        }  # fmt: skip
+        }
         encode(spec, what="input")
         return self.schedules.info(name, await self.schedules.put(name, spec))
 

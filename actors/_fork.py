@@ -91,9 +91,18 @@ from ._sending import commit_through
 from .errors import InvalidArguments, NotDelivered
 
 __all__ = [
-    "FORKED", "ForkPlan", "after_step", "fork", "fork_point", "fork_txn", "not_replayed",
-    "params_of", "read_for_fork", "refusal", "replay_problem",
-]  # fmt: skip
+    "FORKED",
+    "ForkPlan",
+    "after_step",
+    "fork",
+    "fork_point",
+    "fork_txn",
+    "not_replayed",
+    "params_of",
+    "read_for_fork",
+    "refusal",
+    "replay_problem",
+]
 
 #: The statuses a fork starts from: ended ones.
 FORKED = TERMINAL_STATUSES
@@ -198,16 +207,31 @@ def read_for_fork(
     unread = [_copied(m) for _, m in r.mailbox(iid) if not m[0].startswith("\x00")]
     mail = _put_back(suffix, dead) + unread
     return ForkPlan(
-        row, from_effect, prefix, suffix, target_address, target_iid, target, target_floor,
-        kept, resets, live, mail, _kept_stream(r, iid, entries, prefix), dead,
-    ), 0  # fmt: skip
+        row,
+        from_effect,
+        prefix,
+        suffix,
+        target_address,
+        target_iid,
+        target,
+        target_floor,
+        kept,
+        resets,
+        live,
+        mail,
+        _kept_stream(r, iid, entries, prefix),
+        dead,
+    ), 0
 
 
 def _descendants(
-    r: Reader, address: str, parent: str,
-    into: list[tuple[InstanceRow, tuple[int, list[Kept]]]], live: list[InstanceRow],
+    r: Reader,
+    address: str,
+    parent: str,
+    into: list[tuple[InstanceRow, tuple[int, list[Kept]]]],
+    live: list[InstanceRow],
     seen: set[bytes],
-) -> None:  # fmt: skip
+) -> None:
     """Add the child at ``address`` (if it is ``parent``'s) to ``into``,
     after its own descendants; a live one to ``live`` instead."""
     iid = instance_id(address)
@@ -234,9 +258,12 @@ def _put_back(suffix: dict[int, LogEntry], dead: frozenset[int]) -> list[list[An
     taken = sorted(
         (entry.message, entry.signal or entry.name, entry.value)
         for entry in suffix.values()
-        if entry.kind == "wait" and entry.message is not None and entry.is_outcome
-        and entry.message not in dead and not (entry.signal or entry.name).startswith("\x00")
-    )  # fmt: skip
+        if entry.kind == "wait"
+        and entry.message is not None
+        and entry.is_outcome
+        and entry.message not in dead
+        and not (entry.signal or entry.name).startswith("\x00")
+    )
     return [[name, value] for _, name, value in taken]
 
 
@@ -301,12 +328,13 @@ def refusal(address: str, plan: ForkPlan, to: str | None) -> str | None:
                 f"(from_effect={seq - 1}), or from after its end"
             )
     keys = {e.key for e in plan.prefix.values() if e.key}
-    undone = [c for c in row.record.compensations if c.get("id") in keys
-              and c.get("id") in row.record.compensated]  # fmt: skip
+    undone = [
+        c
+        for c in row.record.compensations
+        if c.get("id") in keys and c.get("id") in row.record.compensated
+    ]
     if undone:
-        first = min(
-            seq for seq, e in plan.prefix.items() if e.key == undone[0].get("id")
-        )
+        first = min(seq for seq, e in plan.prefix.items() if e.key == undone[0].get("id"))
         return (
             f"{cannot} from effect {plan.from_effect}: the kept step {undone[0].get('name')!r} "
             f"(effect {first}) was compensated when it ended, so its outcome was undone; fork "
@@ -375,12 +403,20 @@ def fork_txn(
     keys = {e.key for e in plan.prefix.values() if e.key}
     compensations = [c for c in record.compensations if c.get("id") in keys]
     start = _protocol.start_txn(
-        plan.target_iid, address=plan.target_address, process=source.process, params=params,
-        input=dict(record.input or {}) if input is None else input, parent=None,
-        previous=plan.target, floor=plan.floor, now=now, max_payload=max_payload,
-        trace=trace, encoded_input=encoded_input,
+        plan.target_iid,
+        address=plan.target_address,
+        process=source.process,
+        params=params,
+        input=dict(record.input or {}) if input is None else input,
+        parent=None,
+        previous=plan.target,
+        floor=plan.floor,
+        now=now,
+        max_payload=max_payload,
+        trace=trace,
+        encoded_input=encoded_input,
         fields={"compensations": compensations} if compensations else None,
-    )  # fmt: skip
+    )
     txn = start.txn
     if plan.target is not None:
         _keep(txn, plan.target, plan.kept, now)
@@ -419,9 +455,14 @@ class ForkHost(SystemAPI, Protocol):
 
 
 async def fork(
-    system: ForkHost, address: str, *, from_effect: int | None, after_step_name: str | None,
-    to: str | None, input: dict[str, Any] | None,
-) -> Handle[Any]:  # fmt: skip
+    system: ForkHost,
+    address: str,
+    *,
+    from_effect: int | None,
+    after_step_name: str | None,
+    to: str | None,
+    input: dict[str, Any] | None,
+) -> Handle[Any]:
     """`ActorSystem.fork` (see there)."""
     _guard.refuse("system.fork()", "fork from outside a process (a step is retried, not forked)")
     iid = system._address_iid(address, "fork's address")
@@ -439,7 +480,9 @@ async def fork(
             f"'actors show {address}' lists the log"
         )
     if input is not None and not isinstance(input, dict):
-        raise InvalidArguments(f"fork(input=...) takes a dict of keyword input or None, not {input!r}")
+        raise InvalidArguments(
+            f"fork(input=...) takes a dict of keyword input or None, not {input!r}"
+        )
     encoded_input = encode(input, what="input") if input else None
     target_iid = iid if to is None else instance_id(to)
     waiting_for = {iid, target_iid}
@@ -460,10 +503,15 @@ async def fork(
 
 
 async def _fork(
-    system: ForkHost, iid: bytes, address: str, from_effect: int | None,
-    after_step_name: str | None, to: str | None, input: dict[str, Any] | None,
+    system: ForkHost,
+    iid: bytes,
+    address: str,
+    from_effect: int | None,
+    after_step_name: str | None,
+    to: str | None,
+    input: dict[str, Any] | None,
     encoded_input: bytes | None,
-) -> Handle[Any]:  # fmt: skip
+) -> Handle[Any]:
     lost_over: int | None = None  # the incarnation a commit of ours lost a race over
     while True:  # once more each time another start commits first
         if after_step_name is not None:
@@ -481,11 +529,14 @@ async def _fork(
             gone = f" (incarnation {floor} was cleaned up)" if floor else ""
             raise NotDelivered(
                 f"no instance at {address!r} to fork{gone}; check the address",
-                address=address, reason="unknown",
-            )  # fmt: skip
+                address=address,
+                reason="unknown",
+            )
         row = plan.source
         if row.address != address:
-            raise InvalidArguments(f"address {address!r} collides with {row.address!r} in the journal")
+            raise InvalidArguments(
+                f"address {address!r} collides with {row.address!r} in the journal"
+            )
         if row.status == "corrupt":
             raise system._corrupt_error(iid, address)
         target = plan.target
@@ -514,14 +565,20 @@ async def _fork(
         new_input = dict(row.record.input or {}) if input is None else input
         proc.check_input(params, new_input)
         start = fork_txn(
-            plan, input=input, now=system.epoch_now(), max_payload=system.max_payload,
-            trace=_tracing.traceparent(system), encoded_input=encoded_input,
-        )  # fmt: skip
+            plan,
+            input=input,
+            now=system.epoch_now(),
+            max_payload=system.max_payload,
+            trace=_tracing.traceparent(system),
+            encoded_input=encoded_input,
+        )
         problem = await replay_problem(system, plan, proc, start.record)
         if problem is not None:
             raise InvalidArguments(not_replayed(address, plan, problem))
         try:
-            await commit_through(system.journal, start.txn, lambda _: _in_doubt(system, plan.target_iid))
+            await commit_through(
+                system.journal, start.txn, lambda _: _in_doubt(system, plan.target_iid)
+            )
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise
@@ -539,7 +596,7 @@ async def _fork(
     # of the one it replaced (a remote journal's reads are cached).
     await system._refresh(plan.target_iid)
     system._status_changed(plan.target_iid)
-    return Handle(system, plan.target_iid, plan.target_address, start.record.incarnation)
+    return Handle._create(system, plan.target_iid, plan.target_address, start.record.incarnation)
 
 
 def not_replayed(address: str, plan: ForkPlan, problem: str) -> str:

@@ -10,12 +10,23 @@ first, and process code gets a `ContextError` that says what to use.
 
 from __future__ import annotations
 
+import threading
+
 from .errors import ContextError
 
-# The address whose process code is being stepped, or None. Set by the
-# driver around each ``coro.send``/``coro.throw`` (no task switch can happen
-# inside one, so one slot serves every actor).
-running: str | None = None
+
+class _Running(threading.local):
+    # The address whose process code is being stepped in this thread, or
+    # None. Set by the driver around each ``coro.send``/``coro.throw`` (no
+    # task switch can happen inside one, so one slot serves every actor of
+    # a run). Per thread, so that systems run by trio in two threads never
+    # see each other's: per run in effect (one trio run per thread). Not a
+    # trio RunVar: set and reset around every step of every process, a
+    # RunVar costs 4.1 µs a pair here, this 0.09 µs.
+    address: str | None = None
+
+
+running = _Running()
 
 
 def refuse(what: str, instead: str) -> None:
@@ -25,8 +36,9 @@ def refuse(what: str, instead: str) -> None:
         what: the call, as the user wrote it (``"handle.result()"``).
         instead: what process code should use instead.
     """
-    if running is not None:
+    address = running.address
+    if address is not None:
         raise ContextError(
-            f"process {running!r} awaited {what}, which is not a ctx effect: process "
+            f"process {address!r} awaited {what}, which is not a ctx effect: process "
             f"code may only await ctx effects; {instead}"
         )

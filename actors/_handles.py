@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar, cast
 
 import trio
 
-from storage import LIVE_STATUSES, TERMINAL_STATUSES, InstanceRecord, instance_id
+from storage import LIVE_STATUSES, TERMINAL_STATUSES, InstanceRecord, Status, instance_id
 
 from . import _guard
 from ._interfaces import SystemAPI
+from ._public import NoPublicConstructor
 from ._records import error_summary
 from .errors import ProcessCancelled, ProcessFailed
 
@@ -18,6 +19,8 @@ __all__ = ["Handle"]
 
 # Where waiting on an instance ends: it finished, or its records are corrupt.
 _SETTLED = TERMINAL_STATUSES | {"corrupt"}
+#: What a handle says of its instance: its status, or ``"unknown"`` (not read yet).
+HandleStatus = Status | Literal["unknown"]
 
 R = TypeVar("R", covariant=True)  # the process's result
 
@@ -31,11 +34,11 @@ async def status_changed(system: SystemAPI, event: trio.Event) -> None:
     if system.journal.node is None:
         await event.wait()
         return
-    with trio.move_on_after(REMOTE_POLL):
+    with trio.move_on_after(REMOTE_POLL * system.journal.poll_scale):
         await event.wait()
 
 
-class Handle(Generic[R]):
+class Handle(Generic[R], metaclass=NoPublicConstructor):
     """A reference to a process instance, valid across restarts of the system.
 
     A handle is an address plus the incarnation it was obtained for: after a
@@ -46,6 +49,8 @@ class Handle(Generic[R]):
     For type checkers it is ``Handle[R]``, ``R`` the process function's
     result type: ``await handle.result()`` is an ``R``.
     """
+
+    _made_by = "system.start(...) and system.get(address) give one"
 
     __slots__ = ("_system", "_iid", "_address", "_incarnation")
 
@@ -77,7 +82,7 @@ class Handle(Generic[R]):
         return status, record
 
     @property
-    def status(self) -> str:
+    def status(self) -> HandleStatus:
         """``"queued"`` (waiting in a queue), ``"running"``, ``"suspended"``,
         ``"completed"``, ``"failed"``, ``"cancelled"``, ``"compensation_stuck"``
         or ``"corrupt"``; ``"unknown"`` on a remote journal for an instance
@@ -87,7 +92,7 @@ class Handle(Generic[R]):
             return "unknown"
         if status != "corrupt" and record.incarnation != self._incarnation:
             return "cancelled"  # this handle's incarnation was cancelled and replaced
-        return status
+        return cast(Status, status)  # (one of STATUSES: what was stored)
 
     @property
     def reason(self) -> str | None:
@@ -142,8 +147,8 @@ class Handle(Generic[R]):
             "to wait for a child, start it with ctx.call (or ctx.spawn, then ctx.wait "
             "for a signal it sends)",
         )
-        async for status in self.status_changes():
-            if status in _SETTLED or status == "compensation_stuck":
+        async for seen in self.status_changes():
+            if seen in _SETTLED or seen == "compensation_stuck":
                 break
         status, record = self._state()
         if status == "corrupt":
@@ -157,9 +162,7 @@ class Handle(Generic[R]):
             self._raise_stuck(record)
         if status == "failed":
             error = record.error or {}
-            raise ProcessFailed(
-                f"{self._address!r} failed: {error_summary(error)}", error=error
-            )
+            raise ProcessFailed(f"{self._address!r} failed: {error_summary(error)}", error=error)
         # What the process function returned, as the codec stored it.
         return cast(R, record.result)
 
@@ -188,7 +191,9 @@ class Handle(Generic[R]):
         """Yield the current exports, then each newly published value; a slow
         watcher gets the latest, not a backlog. Waits for the first publish;
         ends once the instance is finished."""
-        _guard.refuse('handle.watch()', "read a child's progress through signals it sends (ctx.wait)")
+        _guard.refuse(
+            "handle.watch()", "read a child's progress through signals it sends (ctx.wait)"
+        )
         seen = None
         while True:
             event = self._system._status_event(self._iid)
@@ -206,12 +211,11 @@ class Handle(Generic[R]):
         saga compensations first. See `ActorSystem.cancel`."""
         _guard.refuse(
             "handle.cancel()",
-            "a child ends with its parent; to stop one earlier, send it a signal it "
-            "handles",
+            "a child ends with its parent; to stop one earlier, send it a signal it handles",
         )
         return await self._system.cancel(self._address, compensate=compensate)
 
-    async def status_changes(self) -> AsyncIterator[str]:
+    async def status_changes(self) -> AsyncIterator[HandleStatus]:
         """Yield the current status, then each new one, ending after a
         terminal status. A slow reader sees the latest status, not a backlog."""
         _guard.refuse(
@@ -238,7 +242,7 @@ class Handle(Generic[R]):
         if not self._system.journal.reads_at_once:  # (a local one's reads are reads)
             await self._system._refresh(self._iid)
 
-    async def refresh(self) -> str:
+    async def refresh(self) -> HandleStatus:
         """Read the instance's state from the journal (off the trio thread)
         and return its status: what `status` and the other properties give
         from then on. They read what this system holds in memory, and on a
@@ -252,8 +256,9 @@ class Handle(Generic[R]):
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Handle) and (self._address, self._incarnation) == (
-            other._address, other._incarnation,
-        )  # fmt: skip
+            other._address,
+            other._incarnation,
+        )
 
     def __hash__(self) -> int:
         return hash((self._address, self._incarnation))
@@ -265,6 +270,8 @@ class ChildHandle(Handle[R]):
     Inside the parent process use only its `id` (e.g. to send it signals):
     waiting on it there would not be an effect. Outside, it is a full `Handle`.
     """
+
+    _made_by = "ctx.spawn(...) gives one"
 
     __slots__ = ()
 

@@ -49,15 +49,27 @@ from storage import (
 
 from ._history_values import bad, from_plain, to_plain
 from ._log import children_named
+from ._messages import StoredMessage
 from ._protocol import history_key, key_cursor, key_of
 from ._retry import KEPT_INCARNATIONS, Kept, read_kept
 from .errors import AlreadyStarted, HistoryFormatError, InvalidArguments, NotDelivered
 
 __all__ = [
-    "FORMAT", "VERSION", "History", "InstanceHistory", "Message", "Timer",
-    "ImportPlan", "dumps", "loads", "read_from", "read_history", "read_for_import", "import_txn",
+    "FORMAT",
+    "VERSION",
+    "History",
+    "InstanceHistory",
+    "Message",
+    "Timer",
+    "ImportPlan",
+    "dumps",
+    "loads",
+    "read_from",
+    "read_history",
+    "read_for_import",
+    "import_txn",
     "import_history",
-]  # fmt: skip
+]
 
 #: The ``format`` field of every history file.
 FORMAT = "actors-history"
@@ -157,15 +169,22 @@ def _entry_doc(seq: int, entry: LogEntry) -> dict[str, Any]:
 
 def _instance_doc(one: InstanceHistory) -> dict[str, Any]:
     return {
-        "address": one.address, "process": one.process, "status": one.status,
+        "address": one.address,
+        "process": one.process,
+        "status": one.status,
         "record": _record_doc(one.record),
         "runs": [
             {"run": run, "log": [_entry_doc(seq, e) for seq, e in sorted(log.items())]}
             for run, log in sorted(one.runs.items())
         ],
         "mail": [
-            {"id": m.id, "signal": m.signal, "payload": to_plain(m.payload), "sent": m.sent,
-             **({"trace": m.trace} if m.trace is not None else {})}
+            {
+                "id": m.id,
+                "signal": m.signal,
+                "payload": to_plain(m.payload),
+                "sent": m.sent,
+                **({"trace": m.trace} if m.trace is not None else {}),
+            }
             for m in one.mail
         ],
         "timers": [{"run": t.run, "effect": t.effect, "due": t.due} for t in one.timers],
@@ -173,20 +192,28 @@ def _instance_doc(one: InstanceHistory) -> dict[str, Any]:
         "consumers": dict(one.consumers),
         "send_keys": list(one.send_keys),
         "incarnations": [
-            {"incarnation": k.incarnation, "process": k.process, "status": k.status,
-             "replaced": k.replaced, "record": _record_doc(k.record)}
+            {
+                "incarnation": k.incarnation,
+                "process": k.process,
+                "status": k.status,
+                "replaced": k.replaced,
+                "record": _record_doc(k.record),
+            }
             for k in one.incarnations
         ],
-    }  # fmt: skip
+    }
 
 
 def dumps(history: History) -> bytes:
     """The history as the bytes of its file (JSON, UTF-8, one line per instance field)."""
     doc = {
-        "format": FORMAT, "version": VERSION, "exported": history.exported,
-        "source": history.source, "address": history.address,
+        "format": FORMAT,
+        "version": VERSION,
+        "exported": history.exported,
+        "source": history.source,
+        "address": history.address,
         "instances": [_instance_doc(one) for one in history.instances],
-    }  # fmt: skip
+    }
     return (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
 
 
@@ -214,8 +241,11 @@ def loads(data: bytes) -> History:
     version = doc.get("version")
     if type(version) is not int or version != VERSION:
         newer = type(version) is int and version > VERSION
-        hint = ("upgrade trio-actors to read it, or export it again with this version"
-                if newer else "export it again with this version of trio-actors")  # fmt: skip
+        hint = (
+            "upgrade trio-actors to read it, or export it again with this version"
+            if newer
+            else "export it again with this version of trio-actors"
+        )
         raise HistoryFormatError(
             f"the history is format version {version!r}, and this version of trio-actors "
             f"reads version {VERSION} only; {hint}",
@@ -266,16 +296,20 @@ class _Doc:
             runs[f(run, "run", int, where)] = log
         mail = [
             Message(
-                f(m, "id", int, w), f(m, "signal", str, w),
+                f(m, "id", int, w),
+                f(m, "signal", str, w),
                 from_plain(m.get("payload"), f"{w}['payload']"),
-                f(m, "sent", (int, float, _N), w, None), f(m, "trace", (str, _N), w, None),
+                f(m, "sent", (int, float, _N), w, None),
+                f(m, "trace", (str, _N), w, None),
             )
-            for i, m in enumerate(f(doc, "mail", list, at)) if (w := f"{at}['mail'][{i}]")
-        ]  # fmt: skip
+            for i, m in enumerate(f(doc, "mail", list, at))
+            if (w := f"{at}['mail'][{i}]")
+        ]
         timers = [
             Timer(f(t, "run", int, w), f(t, "effect", int, w), float(f(t, "due", (int, float), w)))
-            for i, t in enumerate(f(doc, "timers", list, at)) if (w := f"{at}['timers'][{i}]")
-        ]  # fmt: skip
+            for i, t in enumerate(f(doc, "timers", list, at))
+            if (w := f"{at}['timers'][{i}]")
+        ]
         consumers = f(doc, "consumers", dict, at, {})
         for name, position in consumers.items():
             if type(position) is not int or position < 0:
@@ -284,21 +318,32 @@ class _Doc:
         if not all(isinstance(k, str) for k in keys):
             raise bad(f"{at}['send_keys']", "holds a key that is no str")
         kept = [
-            Kept(f(k, "incarnation", int, w), f(k, "process", str, w), f(k, "status", str, w),
-                 self.record(f(k, "record", dict, w), f"{w}['record']"),
-                 float(f(k, "replaced", (int, float), w)))
+            Kept(
+                f(k, "incarnation", int, w),
+                f(k, "process", str, w),
+                f(k, "status", str, w),
+                self.record(f(k, "record", dict, w), f"{w}['record']"),
+                float(f(k, "replaced", (int, float), w)),
+            )
             for i, k in enumerate(f(doc, "incarnations", list, at, []))
             if (w := f"{at}['incarnations'][{i}]")
-        ]  # fmt: skip
+        ]
         return InstanceHistory(
-            address=f(doc, "address", str, at), process=f(doc, "process", str, at),
+            address=f(doc, "address", str, at),
+            process=f(doc, "process", str, at),
             status=f(doc, "status", str, at),
             record=self.record(f(doc, "record", dict, at), f"{at}['record']"),
-            runs=runs, mail=mail, timers=timers,
-            stream=[from_plain(v, f"{at}['stream'][{i}]")
-                    for i, v in enumerate(f(doc, "stream", list, at, []))],
-            consumers=dict(consumers), send_keys=list(keys), incarnations=kept,
-        )  # fmt: skip
+            runs=runs,
+            mail=mail,
+            timers=timers,
+            stream=[
+                from_plain(v, f"{at}['stream'][{i}]")
+                for i, v in enumerate(f(doc, "stream", list, at, []))
+            ],
+            consumers=dict(consumers),
+            send_keys=list(keys),
+            incarnations=kept,
+        )
 
     def record(self, doc: dict[str, Any], at: str) -> InstanceRecord:
         unknown = set(doc) - {*_RECORD_FIELDS, "extra"}
@@ -320,8 +365,9 @@ class _Doc:
             raise bad(at, f"has fields no log entry has: {sorted(unknown)}")
         fields = {
             name: from_plain(value, f"{at}[{name!r}]")
-            for name, value in doc.items() if name not in ("effect", "hash")
-        }  # fmt: skip
+            for name, value in doc.items()
+            if name not in ("effect", "hash")
+        }
         _check_types(fields, _ENTRY_TYPES, at)
         try:
             fields["hash"] = bytes.fromhex(self.field(doc, "hash", str, at, ""))
@@ -336,19 +382,46 @@ _NUM = (int, float)
 # The type each field may have, by its name in the file (the journal checks
 # them again, by its own names, on the stored form).
 _RECORD_TYPES: dict[str, tuple[type, ...]] = {
-    "params": (list,), "input": (dict, _N), "run": (int,), "incarnation": (int,),
-    "created": (*_NUM, _N), "updated": (*_NUM, _N), "trace": (str, _N), "parent": (str, _N),
-    "awaited": (bool,), "restart": (str, _N), "restarts": (list,), "error": (dict, _N),
-    "reason": (str, _N), "last_error": (str, _N), "held": (str, _N), "failure": (dict, _N),
-    "failure_end": (str, _N), "stuck": (dict, _N), "abandoned": (bool,),
-    "compensations": (list,), "compensated": (list,), "comp_attempts": (dict,),
-    "exports_version": (int,), "extra": (dict,),
-}  # fmt: skip
+    "params": (list,),
+    "input": (dict, _N),
+    "run": (int,),
+    "incarnation": (int,),
+    "created": (*_NUM, _N),
+    "updated": (*_NUM, _N),
+    "trace": (str, _N),
+    "parent": (str, _N),
+    "awaited": (bool,),
+    "restart": (str, _N),
+    "restarts": (list,),
+    "error": (dict, _N),
+    "reason": (str, _N),
+    "last_error": (str, _N),
+    "held": (str, _N),
+    "failure": (dict, _N),
+    "failure_end": (str, _N),
+    "stuck": (dict, _N),
+    "abandoned": (bool,),
+    "compensations": (list,),
+    "compensated": (list,),
+    "comp_attempts": (dict,),
+    "exports_version": (int,),
+    "extra": (dict,),
+}
 _ENTRY_TYPES: dict[str, tuple[type, ...]] = {
-    "kind": (str,), "name": (str,), "error": (dict,), "message": (int,), "signal": (str,),
-    "attempt": (int,), "failures": (int,), "closed": (int,), "key": (str,), "due": _NUM,
-    "child": (str,), "ask": (list,), "extra": (dict,),
-}  # fmt: skip
+    "kind": (str,),
+    "name": (str,),
+    "error": (dict,),
+    "message": (int,),
+    "signal": (str,),
+    "attempt": (int,),
+    "failures": (int,),
+    "closed": (int,),
+    "key": (str,),
+    "due": _NUM,
+    "child": (str,),
+    "ask": (list,),
+    "extra": (dict,),
+}
 
 
 def _check_types(fields: dict[str, Any], types: dict[str, tuple[type, ...]], at: str) -> None:
@@ -371,10 +444,9 @@ def _read_one(r: Reader, row: InstanceRow) -> InstanceHistory:
     iid = row.iid
     runs = {run: r.entries(iid, run) for run in r.log_runs(iid)}
     mail = []
-    for seq, message in r.mailbox(iid):
-        sent = message[2] if len(message) > 2 else None
-        trace = message[3] if len(message) > 3 else None
-        mail.append(Message(seq, message[0], message[1], sent, trace))
+    for seq, stored in r.mailbox(iid):
+        message = StoredMessage.from_stored(stored)
+        mail.append(Message(seq, message.signal, message.payload, message.sent_at, message.trace))
     stream: list[Any] = []
     while len(stream) < r.stream_length(iid):
         page = r.stream(iid, len(stream), _STREAM_PAGE)
@@ -389,11 +461,18 @@ def _read_one(r: Reader, row: InstanceRow) -> InstanceHistory:
         else:
             keys.append(key)
     return InstanceHistory(
-        address=row.address, process=row.process, status=row.status, record=row.record,
-        runs=runs, mail=mail,
+        address=row.address,
+        process=row.process,
+        status=row.status,
+        record=row.record,
+        runs=runs,
+        mail=mail,
         timers=[Timer(t.run, t.seq, t.due) for t in r.timers(iid)],
-        stream=stream, consumers=consumers, send_keys=keys, incarnations=read_kept(r, iid)[1],
-    )  # fmt: skip
+        stream=stream,
+        consumers=consumers,
+        send_keys=keys,
+        incarnations=read_kept(r, iid)[1],
+    )
 
 
 def _descendants(r: Reader, one: InstanceHistory, seen: set[str]) -> Iterator[InstanceHistory]:
@@ -424,13 +503,16 @@ def read_from(r: Reader, address: str, *, source: str, now: float) -> History:
         raise NotDelivered(
             f"no instance at {address!r} to export; check the address ('actors list' shows "
             "the addresses)",
-            address=address, reason="unknown",
-        )  # fmt: skip
+            address=address,
+            reason="unknown",
+        )
     root = _read_one(r, row)
     return History(
-        address=address, exported=now, source=source,
+        address=address,
+        exported=now,
+        source=source,
         instances=[root, *_descendants(r, root, {address})],
-    )  # fmt: skip
+    )
 
 
 async def read_history(journal: Journal, address: str) -> History:
@@ -505,22 +587,25 @@ def import_txn(history: History, plan: ImportPlan, *, replace: bool) -> Txn:
                 f"cannot import {one.address!r}: an instance is there already ({there.status}, "
                 f"incarnation {there.record.incarnation}); pass --replace (replace=True) to "
                 "put the history's in its place, or import into another journal",
-                address=one.address, status=there.status,
-            )  # fmt: skip
+                address=one.address,
+                status=there.status,
+            )
         if there is not None:
             txn.require(iid, frozenset({there.status}), incarnation=there.record.incarnation)
             txn.delete_instance(iid)
         else:
             txn.require_absent(iid)
         status = "running" if one.status == "queued" else one.status  # (no queue here)
-        txn.put_instance(iid, address=one.address, process=one.process, status=status,
-                         record=one.record)  # fmt: skip
+        txn.put_instance(
+            iid, address=one.address, process=one.process, status=status, record=one.record
+        )
         for run, log in one.runs.items():
             for seq, entry in log.items():
                 txn.put_log(iid, run, seq, entry.to_stored())
         for m in one.mail:
-            tail = [m.sent] if m.trace is None else [m.sent, m.trace]
-            txn.append_message(iid, [m.signal, m.payload, *tail])
+            txn.append_message(
+                iid, StoredMessage.stored(m.signal, m.payload, m.sent, m.trace, None)
+            )
         for t in one.timers:
             txn.add_timer(iid, t.run, t.effect, t.due)
         for value in one.stream:

@@ -30,7 +30,6 @@ _CODEC_RECORD = 11
 _JSON_SAFE_INT = 1 << 53  # past this, JSON tools lose digits: written as text
 
 
-
 def to_plain(value: Any) -> Any:
     """``value`` (anything the codec carries) as JSON data.
 
@@ -144,8 +143,10 @@ def _untag(tag: str, inner: Any, at: str) -> Any:
         items = [from_plain(item, f"{at}[{i}]") for i, item in enumerate(inner)]
         return {"$tuple": tuple, "$set": set, "$frozenset": frozenset}[tag](items)
     if tag == "$map":
-        pairs = [(from_plain(k, f"{at}[{i}][0]"), from_plain(v, f"{at}[{i}][1]"))
-                 for i, (k, v) in enumerate(inner)]  # fmt: skip
+        pairs = [
+            (from_plain(k, f"{at}[{i}][0]"), from_plain(v, f"{at}[{i}][1]"))
+            for i, (k, v) in enumerate(inner)
+        ]
         return dict(pairs)
     if tag == "$bytes":
         return base64.b64decode(_text(inner), validate=True)

@@ -24,10 +24,9 @@ What arrives from outside (messages, due timers, stop requests) is in
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import trio
-
 
 from storage import LIVE_STATUSES, InstanceRecord, Ticket, Txn
 from storage.errors import (
@@ -37,17 +36,21 @@ from storage.errors import (
     JournalUnavailable,
 )
 
-from . import _asks
-from . import _joins
-from . import _effects as fx
-from . import _events, _tracing
-from . import _saga
-from . import _sends
-from . import _streams
-from . import _supervision as _sup
-from ._context import Context
-from ._driver import Driver, Interrupted, Passivated
+from . import (
+    _asks,
+    _effects as fx,
+    _events,
+    _joins,
+    _saga,
+    _sends,
+    _steps,
+    _streams,
+    _supervision,
+    _tracing,
+)
 from ._arrivals import Arrivals
+from ._context import Context
+from ._driver import Driver, Interrupt, Interrupted, Passivated
 from ._effects import Effect
 from ._ends import Ends
 from ._handles import ChildHandle
@@ -57,9 +60,7 @@ from ._mailbox import Mailbox
 from ._process import ProcessDef
 from ._protocol import START_RACED
 from ._sending import commit_through
-from ._steps import run_step
 from .errors import InvalidArguments, NonDeterminismError
-
 
 E = TypeVar("E", bound=BaseException)
 
@@ -80,10 +81,12 @@ def read_state(r: Any, iid: bytes, *, live_only: bool = False) -> LoadedState:
     if row is None or (live_only and row.status not in LIVE_STATUSES):
         return row, {}, [], [], 0
     return (
-        row, r.entries(iid, row.record.run), r.mailbox(iid), r.timers(iid),
+        row,
+        r.entries(iid, row.record.run),
+        r.mailbox(iid),
+        r.timers(iid),
         r.last_message_seq(iid),
-    )  # fmt: skip
-
+    )
 
 
 def _alone(exc: BaseException, kind: type[E]) -> E | None:
@@ -122,12 +125,41 @@ class Actor(Ends, Arrivals):
     """A live instance. Created and owned by `ActorSystem`."""
 
     __slots__ = (
-        "system", "journal", "iid", "address", "proc", "record", "run", "ctx", "driver",
-        "mailbox", "timers", "live", "busy", "txn",
-        "ticket", "status", "persisted_status", "woken", "parked", "idle_since",
-        "passivate_requested", "root", "loaded", "epoch", "fenced", "interrupt",
-        "children", "escalate_to", "done", "nursery", "inline", "preloaded", "lost",
-    )  # fmt: skip
+        "system",
+        "journal",
+        "iid",
+        "address",
+        "proc",
+        "record",
+        "run",
+        "ctx",
+        "driver",
+        "mailbox",
+        "timers",
+        "live",
+        "busy",
+        "txn",
+        "ticket",
+        "published",
+        "status",
+        "persisted_status",
+        "woken",
+        "parked",
+        "idle_since",
+        "passivate_requested",
+        "root",
+        "loaded",
+        "epoch",
+        "fenced",
+        "interrupt",
+        "children",
+        "escalate_to",
+        "done",
+        "nursery",
+        "inline",
+        "preloaded",
+        "lost",
+    )
 
     def __init__(
         self,
@@ -154,6 +186,9 @@ class Actor(Ends, Arrivals):
         self.busy = 0
         self.txn = Txn()
         self.ticket: Ticket | None = None
+        # While a publish is in flight: the exports (version, value) last
+        # made durable, which is what watchers see (`ActorSystem._snapshot`).
+        self.published: tuple[int, Any] | None = None
         self.status = "running"
         self.persisted_status = "running" if record is None else None
         # Parking: the driver's task, while it waits for something to happen.
@@ -169,11 +204,13 @@ class Actor(Ends, Arrivals):
         self.fenced = system.journal.shared
         self.mailbox = Mailbox(remember_taken=self.fenced)
         # ("cancel", reason, compensate) | ("restart", reason) | ("escalate", payload, mseq)
-        self.interrupt: tuple[Any, ...] | None = None
+        self.interrupt: Interrupt | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
         # The live work of a leaf awaited alone, for wait_for to run in the
         # actor's own task (see start_task): (fn, effect, more args).
-        self.inline: tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]] | None = None
+        self.inline: tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]] | None = (
+            None
+        )
         self.escalate_to: tuple[Any, ...] | None = None
         self.done = False
         self.preloaded: LoadedState | None = None
@@ -333,8 +370,8 @@ class Actor(Ends, Arrivals):
         self.epoch = epoch
 
     def write_lost(self, exc: BaseException) -> None:
-        """A write of this instance that nobody waited for failed (see
-        `Activation._write_lost`): stop at the next suspension with ``exc``,
+        """A write of this instance failed, one nobody may have waited for
+        (see `Activation._write_lost`): stop at the next suspension with ``exc``,
         as if an awaited write had failed (a busy one's next write fails
         with it too), and be loaded again from the journal."""
         self.lost = exc
@@ -446,6 +483,29 @@ class Actor(Ends, Arrivals):
     async def barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]:
         """Commit the ridden writes (plus ``txn``'s) and wait for them;
         ``txn``'s results, by its own slots (all of them without one)."""
+        prior = self.ticket
+        if prior is not None and prior.done:
+            # Invariant: nothing of this instance commits after a write of
+            # it that failed (the journal keeps that: see storage.Chain and
+            # LostChains): its error stops the instance here, and the
+            # ridden writes go with it. (Cancelled meanwhile, the caller
+            # leaves both as they are, for the next barrier.)
+            try:
+                await prior.wait()
+            except trio.Cancelled:
+                raise
+            except BaseException:
+                if self.ticket is prior:
+                    self.ticket = None
+                self.txn = Txn()
+                raise
+            if self.ticket is prior:
+                self.ticket = None
+        # Invariant: from taking the ridden writes to submitting them nothing
+        # yields. Else another task of this actor (an ask's send, its end)
+        # could take and submit its own in between, ahead of these: an end
+        # committed before the writes of the run it ends, which then set
+        # the instance running again.
         self._sync_status()
         pending = self.txn
         self.txn = Txn()
@@ -463,11 +523,6 @@ class Actor(Ends, Arrivals):
             pending.fence(self.iid, self.epoch)
         prior = self.ticket
         self.ticket = None
-        if prior is not None and prior.done:
-            # Invariant: nothing of this instance commits after a write of
-            # it that failed (the journal keeps that within a batch: see
-            # storage.Chain): its error stops the instance here.
-            await prior.wait()
         try:
             # It may be written though its outcome is not learned: mail it
             # carried (a child's end notice, a ctx.send) is read again once
@@ -497,11 +552,39 @@ class Actor(Ends, Arrivals):
         # does not encode leaves it as it was.
         record = self.record.evolve(updated=self.system.epoch_now(), **changes)
         txn.put_instance(
-            self.iid, address=self.address, process=self.proc.template, status=status,
+            self.iid,
+            address=self.address,
+            process=self.proc.template,
+            status=status,
             record=record,
-        )  # fmt: skip
+        )
         self.record = record
         self.persisted_status = status
+
+    def publish(self, txn: Txn, exports: Any) -> int:
+        """Put new exports in ``txn`` (and the record in memory, so every
+        later write carries them); their version. Invariant: watchers see
+        exports only once durable: until this write lands they see the ones
+        before (`published`, read by `ActorSystem._snapshot`)."""
+        record = self.record
+        if self.published is None:
+            self.published = (record.exports_version, record.exports)
+        version = record.exports_version + 1
+        self.put_record(txn, self.status, exports=exports, exports_version=version)
+        return version
+
+    def durable_record(self) -> InstanceRecord:
+        """The record, with the exports as they are durable: while a publish
+        is in flight (or after one failed), the last that landed."""
+        if self.published is None:
+            return self.record
+        version, exports = self.published
+        return self.record.evolve(exports=exports, exports_version=version)
+
+    def published_durably(self, version: int, exports: Any) -> None:
+        """The write of exports ``version`` landed: watchers may see them."""
+        newest = self.record.exports_version
+        self.published = None if newest == version else (version, exports)
 
     def update_record(self, **changes: Any) -> None:
         """Change the record; the write rides on the next commit."""
@@ -517,7 +600,9 @@ class Actor(Ends, Arrivals):
 
     # -- tasks: steps, children, emits -------------------------------------------
 
-    def start_task(self, fn: Callable[..., Awaitable[Any]], effect: Effect[Any], *args: Any) -> None:
+    def start_task(
+        self, fn: Callable[..., Awaitable[Any]], effect: Effect[Any], *args: Any
+    ) -> None:
         """Run ``fn(self, effect, *args)``, the live work of leaf ``effect``;
         it calls `task_finished` last. A leaf awaited alone (no parent:
         nothing races it) has it run by `wait_for` in the actor's own task,
@@ -564,8 +649,7 @@ class Actor(Ends, Arrivals):
         for leaf in started:
             # Started in an earlier activation, and now never run because the
             # race was decided without it: drop what it left behind.
-            if type(leaf) is fx.Timer:
-                self.txn.cancel_timer(self.iid, self.run, leaf.seq)
+            leaf.behaviour.drop(self, leaf)
 
     def add_child(self, address: str, seq: int) -> None:
         """Count ``address`` among this run's children (made by effect ``seq``)."""
@@ -573,28 +657,11 @@ class Actor(Ends, Arrivals):
 
     def child_handle(self, address: str) -> ChildHandle[Any]:
         """The handle a replayed spawn gives the process."""
-        return ChildHandle(self.system, address)
+        return ChildHandle._create(self.system, address)
 
     def _start_live(self, leaf: Effect[Any], entry: LogEntry | None) -> None:
         self.live.add(leaf)
-        if type(leaf) is fx.Wait:
-            self.add_wait(leaf)
-        elif type(leaf) is fx.Timer:
-            self._start_timer(leaf, entry)
-        elif type(leaf) is fx.Step:
-            self.start_task(run_step, leaf, entry)
-        elif type(leaf) is fx.Call or type(leaf) is fx.Spawn:
-            _sup.start_child_effect(self, leaf, entry)
-        elif type(leaf) is fx.Reply:
-            _asks.start_reply(self, leaf)
-        elif type(leaf) is fx.Ask:
-            _asks.start_ask(self, leaf, entry)
-        elif isinstance(leaf, fx.Send):
-            _sends.start(self, leaf)
-        elif type(leaf) is fx.Join:
-            _joins.start(self, leaf)
-        else:  # Emit, Publish: the only other leaves
-            _streams.start(self, cast("fx.Emit | fx.Publish", leaf))
+        leaf.behaviour.start(self, leaf, entry)
 
     def finish(
         self,
@@ -631,24 +698,14 @@ class Actor(Ends, Arrivals):
     def _abandon(self, leaf: Effect[Any]) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
         self.live.discard(leaf)
-        if type(leaf) is fx.Wait:
-            self.mailbox.remove_wait(leaf)  # it takes nothing
-        elif type(leaf) is fx.Timer:
-            self.timers.pop(leaf.seq, None)
-            self.txn.cancel_timer(self.iid, self.run, leaf.seq)
-        elif type(leaf) is fx.Step:
-            if leaf.scope is not None:
-                leaf.scope.cancel()
-        elif type(leaf) is fx.Call or type(leaf) is fx.Spawn:
-            if type(leaf) is fx.Call:
-                self.mailbox.remove_wait(leaf)
-            _sup.abandon_child_effect(self, leaf)
-        elif type(leaf) is fx.Ask:
-            self.mailbox.remove_wait(leaf)  # a late reply stays unread
-        elif type(leaf) is fx.Join:
-            _joins.abandon(leaf)
-        # An Emit or Publish that lost a race still completes its write.
+        leaf.behaviour.abandon(self, leaf)
 
+
+# The features whose effects run live: each module registers how its
+# effects start and stop (`fx.runs_live`; waits and timers: `_arrivals`),
+# so the actor names no kind of effect. Imported here, below the actor,
+# so that every behaviour is registered before any actor runs.
+FEATURES = (_asks, _joins, _sends, _steps, _streams, _supervision)
 
 
 def _under_done(leaf: Effect[Any]) -> bool:
@@ -658,5 +715,3 @@ def _under_done(leaf: Effect[Any]) -> bool:
             return True
         parent = parent.parent
     return False
-
-

@@ -23,8 +23,9 @@ from storage import InstanceRecord, Journal, Txn
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _effects as fx
-from ._driver import Driver
+from ._driver import Driver, Interrupt
 from ._log import LogEntry
+from ._messages import StoredMessage
 from ._process import ProcessDef
 
 __all__ = ["ActorAPI", "SystemAPI"]
@@ -137,8 +138,15 @@ class SystemAPI(Protocol):
     async def cancel(self, address: str, *, compensate: bool = False) -> bool: ...
 
     async def _start(
-        self, proc: ProcessDef[..., Any], params: tuple[Any, ...], input: dict[str, Any],
-        message: Any, *, parent: str | None = None, address: str | None = None, queued: Any = None,
+        self,
+        proc: ProcessDef[..., Any],
+        params: tuple[Any, ...],
+        input: dict[str, Any],
+        message: Any,
+        *,
+        parent: str | None = None,
+        address: str | None = None,
+        queued: Any = None,
         extra: Callable[[Txn], None] | None = None,
     ) -> tuple[Any, bool]: ...
 
@@ -159,12 +167,13 @@ class ActorAPI(Protocol):
     live: set[fx.Effect[Any]]
     children: dict[str, int]
     timers: dict[int, fx.Timer]
-    interrupt: tuple[Any, ...] | None
+    interrupt: Interrupt | None
     escalate_to: tuple[Any, ...] | None
     loaded: bool
     done: bool
     fenced: bool  # writes are fenced with epoch (a shared journal)
     epoch: int
+    published: tuple[int, Any] | None  # the durable exports while a publish is in flight
 
     def finish(
         self,
@@ -190,11 +199,19 @@ class ActorAPI(Protocol):
 
     def add_wait(self, wait: fx.Wait[Any]) -> None: ...
 
+    def remove_wait(self, wait: fx.Wait[Any]) -> None: ...
+
     def ride_log(self, seq: int, entry: LogEntry) -> None: ...
 
     def put_record(self, txn: Txn, status: str, **changes: Any) -> None: ...
 
     def update_record(self, **changes: Any) -> None: ...
+
+    def publish(self, txn: Txn, exports: Any) -> int: ...
+
+    def published_durably(self, version: int, exports: Any) -> None: ...
+
+    def durable_record(self) -> InstanceRecord: ...
 
     def become(self, status: str) -> None: ...
 
@@ -204,10 +221,7 @@ class ActorAPI(Protocol):
 
     def wakeup(self) -> None: ...
 
-    def deliver(
-        self, seq: int, name: str, payload: Any, trace: str | None = None,
-        ask: list[Any] | None = None,
-    ) -> None: ...  # fmt: skip
+    def deliver(self, seq: int, message: StoredMessage) -> None: ...
 
     def request_passivation(self) -> None: ...
 

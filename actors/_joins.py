@@ -25,21 +25,24 @@ from storage import TERMINAL_STATUSES, instance_id
 from . import _effects as fx
 from ._handles import status_changed
 from ._interfaces import ActorAPI
+from ._log import LogEntry
 from ._protocol import end_payload
 from ._supervision import end_outcome
 
-__all__ = ["start", "abandon"]
+__all__: list[str] = []  # the actor runs joins through their behaviour (fx.runs_live)
 
 
-def start(actor: ActorAPI, join: fx.Join[Any]) -> None:
-    """Begin a live join (called by the actor's driver)."""
-    actor.start_task(_watch, join)
+@fx.runs_live(fx.Join)
+class _Joins(fx.Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, join: fx.Join[Any], started: LogEntry | None) -> None:
+        actor.start_task(_watch, join)
 
-
-def abandon(join: fx.Join[Any]) -> None:
-    """A join that lost a race stops watching."""
-    if join.scope is not None:
-        join.scope.cancel()
+    @staticmethod
+    def abandon(actor: ActorAPI, join: fx.Join[Any]) -> None:
+        """A join that lost a race stops watching."""
+        if join.scope is not None:
+            join.scope.cancel()
 
 
 async def _watch(actor: ActorAPI, join: fx.Join[Any]) -> None:
@@ -57,15 +60,22 @@ async def _watch(actor: ActorAPI, join: fx.Join[Any]) -> None:
                     record.incarnation and record.incarnation != join.incarnation
                 ):
                     # Gone (cleaned up), or cancelled and started afresh.
-                    payload: dict[str, Any] = {"status": "cancelled", "reason": (
-                        "it is gone" if status == "unknown"
-                        else "its address was cancelled and started afresh"
-                    )}  # fmt: skip
+                    payload: dict[str, Any] = {
+                        "status": "cancelled",
+                        "reason": (
+                            "it is gone"
+                            if status == "unknown"
+                            else "its address was cancelled and started afresh"
+                        ),
+                    }
                 elif status == "corrupt":
-                    payload = {"status": "corrupt", "error": {
-                        "type": "storage.errors.JournalCorrupt",
-                        "message": "its records do not decode",
-                    }}  # fmt: skip
+                    payload = {
+                        "status": "corrupt",
+                        "error": {
+                            "type": "storage.errors.JournalCorrupt",
+                            "message": "its records do not decode",
+                        },
+                    }
                 elif status in TERMINAL_STATUSES:
                     payload = end_payload(status, record)
                 else:

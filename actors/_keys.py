@@ -35,9 +35,14 @@ class KeyedSends:
         self._writing: dict[tuple[bytes, str], trio.Event] = {}
 
     async def send(
-        self, iid: bytes, address: str, signal: Signal, payload: Any, key: Any,
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        key: Any,
         send: Callable[..., Awaitable[None]],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Send unless the incarnation at ``iid`` has had ``key`` already
         (``send`` writes the message with its key)."""
         key = check_name(key, "send(key=...)")
@@ -55,4 +60,3 @@ class KeyedSends:
         finally:
             del self._writing[slot]
             done.set()
-

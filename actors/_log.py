@@ -15,7 +15,5 @@ def children_named(log: dict[int, LogEntry]) -> dict[str, int]:
     """The child addresses a run's log names (its calls and spawns), each
     with the seq of the effect that made it."""
     return {
-        entry.name: seq
-        for seq, entry in sorted(log.items())
-        if entry.kind in ("call", "spawn")
+        entry.name: seq for seq, entry in sorted(log.items()) if entry.kind in ("call", "spawn")
     }

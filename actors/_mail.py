@@ -51,9 +51,18 @@ from ._log import LogEntry
 from .errors import InvalidArguments, NotDelivered
 
 __all__ = [
-    "Message", "DeadLetter", "dead_ids", "drop_txn", "handling", "read_dead", "read_mail",
-    "drop_message", "mail", "dropped", "poison",
-]  # fmt: skip
+    "Message",
+    "DeadLetter",
+    "dead_ids",
+    "drop_txn",
+    "handling",
+    "read_dead",
+    "read_mail",
+    "drop_message",
+    "mail",
+    "dropped",
+    "poison",
+]
 
 # How long a drop waits, in seconds, for an instance in memory to leave it.
 _LEAVE = 1.0
@@ -85,20 +94,34 @@ class DeadLetter:
     def to_stored(self) -> dict[str, Any]:
         """The map the dead-letter row holds for it."""
         m = self.message
-        return {"id": m.id, "signal": m.signal, "payload": m.payload, "sent": m.sent,
-                "inc": self.incarnation, "at": self.dropped}  # fmt: skip
+        return {
+            "id": m.id,
+            "signal": m.signal,
+            "payload": m.payload,
+            "sent": m.sent,
+            "inc": self.incarnation,
+            "at": self.dropped,
+        }
 
     @classmethod
     def from_stored(cls, value: Any) -> DeadLetter | None:
         """The dead letter a stored map holds; None if it is not one."""
         if not isinstance(value, dict):
             return None
-        mid, signal, inc, at = value.get("id"), value.get("signal"), value.get("inc"), value.get("at")
+        mid, signal, inc, at = (
+            value.get("id"),
+            value.get("signal"),
+            value.get("inc"),
+            value.get("at"),
+        )
         sent = value.get("sent")
         if not (
-            isinstance(mid, int) and isinstance(signal, str) and isinstance(inc, int)
-            and isinstance(at, (int, float)) and (sent is None or isinstance(sent, (int, float)))
-        ):  # fmt: skip
+            isinstance(mid, int)
+            and isinstance(signal, str)
+            and isinstance(inc, int)
+            and isinstance(at, (int, float))
+            and (sent is None or isinstance(sent, (int, float)))
+        ):
             return None
         return cls(Message(mid, signal, value.get("payload"), sent), inc, float(at))
 
@@ -172,8 +195,10 @@ def read_for_drop(r: Reader, iid: bytes, message_id: int) -> DropPlan | None:
 def drop_refusal(address: str, plan: DropPlan, message_id: int) -> str | None:
     """Why the drop cannot go ahead, saying what to do; None if it can."""
     if plan.unread is not None or plan.handled is not None:
-        if any(d.message.id == message_id and d.incarnation == plan.row.record.incarnation
-               for d in plan.dead[1]):  # fmt: skip
+        if any(
+            d.message.id == message_id and d.incarnation == plan.row.record.incarnation
+            for d in plan.dead[1]
+        ):
             return f"message #{message_id} of {address!r} was dropped already ('mail --dropped')"
         return None
     return (
@@ -267,9 +292,10 @@ async def drop_message(system: MailHost, address: str, message_id: int) -> Messa
             plan = await system.journal.read(lambda r: read_for_drop(r, iid, message_id))
             if plan is None:
                 raise NotDelivered(
-                    f"no instance at {address!r}; check the address", address=address,
+                    f"no instance at {address!r}; check the address",
+                    address=address,
                     reason="unknown",
-                )  # fmt: skip
+                )
             why = drop_refusal(address, plan, message_id)
             if why is not None:
                 raise InvalidArguments(why)

@@ -27,6 +27,7 @@ from collections.abc import Collection, Iterable
 from typing import Any
 
 from ._effects import Effect, Wait
+from ._messages import Asker, StoredMessage
 from ._records import Signal
 
 
@@ -50,7 +51,7 @@ class Mailbox:
         self.waits: list[Wait[Any]] = []
         # unread asked messages: seq -> ask; made at the first (most
         # instances are never asked, and there is one mailbox per live instance)
-        self.asks: dict[int, list[Any]] | None = None
+        self.asks: dict[int, Asker] | None = None
 
     def put(self, seq: int, name: str, payload: Any) -> bool:
         """Add message ``seq`` as unread, unless it is unread here or was
@@ -83,17 +84,18 @@ class Mailbox:
             if self.asks:
                 self.asks.pop(seq, None)
         added = []
-        for seq, message in unread:
+        for seq, stored in unread:
             if seq not in messages:
-                added.append((seq, message[0], message[1]))
-                messages[seq] = (message[0], message[1])
-                if len(message) > 4 and message[4]:
-                    self.remember_ask(seq, message[4])
+                message = StoredMessage.from_stored(stored)
+                added.append((seq, message.signal, message.payload))
+                messages[seq] = (message.signal, message.payload)
+                if message.asker is not None:
+                    self.remember_ask(seq, message.asker)
         self.order = sorted(messages)
         return added
 
-    def remember_ask(self, seq: int, ask: list[Any]) -> None:
-        """Message ``seq`` (unread) was asked with ``ask``."""
+    def remember_ask(self, seq: int, ask: Asker) -> None:
+        """Message ``seq`` (unread) was asked by ``ask``."""
         if self.asks is None:
             self.asks = {}
         self.asks[seq] = ask

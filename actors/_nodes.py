@@ -24,7 +24,7 @@ from storage.errors import JournalUnavailable
 
 from . import _events
 from ._interfaces import SystemAPI
-from ._protocol import unpack_decoded
+from ._messages import StoredMessage
 
 _ELSEWHERE_KEPT = 100_000  # instances remembered as owned elsewhere, oldest out
 
@@ -133,4 +133,4 @@ class NodeView:
                 self.system._activate_for_mail(iid)
                 continue
             for seq, message in mail.get(iid, ()):
-                actor.deliver(seq, *unpack_decoded(message))
+                actor.deliver(seq, StoredMessage.from_stored(message))

@@ -69,11 +69,16 @@ async def open_system(
         JournalLocked: another system has the journal open.
         InvalidArguments: an option that is not a sane number (nothing is opened).
     """
-    system = ActorSystem(
-        journal, processes, random,
-        passivate_after=passivate_after, max_sync_steps=max_sync_steps,
-        max_payload=max_payload, now=now, queues=queues,
-    )  # fmt: skip
+    system = ActorSystem._create(
+        journal,
+        processes,
+        random,
+        passivate_after=passivate_after,
+        max_sync_steps=max_sync_steps,
+        max_payload=max_payload,
+        now=now,
+        queues=queues,
+    )
     if node is not None:
         journal.set_node(node)
     journal.check_shapes = True  # a record of another shape marks its instance corrupt
@@ -87,17 +92,21 @@ async def open_system(
             await system._recover()
             system._start_flow(nursery)  # queue pumps and the scheduler
             nursery.start_soon(
-                system.outages.keep_running, system.timers.run, "the timer service",
+                system.outages.keep_running,
+                system.timers.run,
+                "the timer service",
                 name="actors timer service",
-            )  # fmt: skip
+            )
             nursery.start_soon(system._sweep_idle, name="actors idle sweep")
             nursery.start_soon(system.rides.run, name="actors deferred writes")
             if journal.shared:
                 journal.on_mail(system._mail_noticed)
                 nursery.start_soon(
-                    system.outages.keep_running, system._take_over, "the takeover scan",
+                    system.outages.keep_running,
+                    system._take_over,
+                    "the takeover scan",
                     name="actors takeover",
-                )  # fmt: skip
+                )
             if control and isinstance(journal, LMDBJournal):
                 _control.start(nursery, system, journal.path)
             try:

@@ -89,7 +89,7 @@ class JournalWatch:
             log.warning(
                 "the journal answers again after %.1f s; work resumes",
                 trio.current_time() - began,
-            )  # fmt: skip
+            )
         self._answers = None
         answers.set()
 
@@ -111,13 +111,16 @@ class JournalWatch:
                 if isinstance(later, JournalUnavailable):
                     log.warning(
                         "%s lost the journal (%s); it resumes once the journal answers",
-                        what, later,
-                    )  # fmt: skip
+                        what,
+                        later,
+                    )
                 else:
                     log.warning(
                         "%s cannot write to the journal (%s: %s); it runs again with backoff",
-                        what, type(later).__name__, later,
-                    )  # fmt: skip
+                        what,
+                        type(later).__name__,
+                        later,
+                    )
             if isinstance(later, JournalUnavailable):
                 await trio.sleep(_PROBE_FIRST)
                 await self.back()

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Coroutine
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, get_args
 
 import attrs
 
 from ._checks import check_count, check_seconds
+from ._records import Restart
 from .errors import InvalidArguments
 
 __all__ = ["process", "ProcessDef", "OneForOne", "OneForAll", "RestForOne", "RESTART_TYPES"]
 
-RESTART_TYPES = ("permanent", "transient", "temporary")
+RESTART_TYPES: tuple[Restart, ...] = get_args(Restart)
 
 P = ParamSpec("P")  # what the process function takes after ctx: path params, then input
 R = TypeVar("R", covariant=True)  # what it returns: the result `Handle.result` gives
@@ -82,7 +83,7 @@ class ProcessDef(Generic[P, R]):
     template: str
     fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]
     params: tuple[str, ...]
-    restart: str
+    restart: Restart
     supervision: _Strategy
     signature: inspect.Signature
     compensate_on_cancel: bool = False
@@ -149,7 +150,7 @@ class ProcessDef(Generic[P, R]):
 def process(
     path: str,
     *,
-    restart: str = "temporary",
+    restart: Restart = "temporary",
     supervision: _Strategy | None = None,
     compensate_on_cancel: bool = False,
 ) -> Callable[[Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]], ProcessDef[P, R]]:
@@ -194,21 +195,18 @@ def process(
 
     def define(fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> ProcessDef[P, R]:
         if not inspect.iscoroutinefunction(fn):
-            raise InvalidArguments(
-                f"@process({path!r}) needs an 'async def' function, got {fn!r}"
-            )
+            raise InvalidArguments(f"@process({path!r}) needs an 'async def' function, got {fn!r}")
         signature = inspect.signature(fn)
         positional = [
-            p for p in signature.parameters.values()
+            p
+            for p in signature.parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]  # fmt: skip
+        ]
         if not positional:
             raise InvalidArguments(f"{fn.__qualname__} must take ctx as its first parameter")
         fn_params = tuple(p.name for p in positional[1 : 1 + len(names)])
         if len(fn_params) != len(names):
-            raise InvalidArguments(
-                f"{fn.__qualname__} must take the path params {names} after ctx"
-            )
+            raise InvalidArguments(f"{fn.__qualname__} must take the path params {names} after ctx")
         clashes = sorted(
             name for name in list(signature.parameters)[1 + len(names) :] if name in _ALL_RESERVED
         )

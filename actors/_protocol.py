@@ -44,6 +44,7 @@ from storage import (
 from storage.errors import EncodeError
 
 from ._effects import end_signal
+from ._messages import Asker, StoredMessage
 from .errors import LimitExceeded
 
 __all__ = [
@@ -75,7 +76,6 @@ __all__ = [
     "send_txn",
     "start_txn",
     "system_send_txn",
-    "unpack_decoded",
     "unpack_message",
 ]
 
@@ -133,24 +133,27 @@ def cancel_failure(reason: str) -> dict[str, Any]:
 
 
 def add_message(
-    txn: Txn, iid: bytes, name: str, payload: Any, now: float, *,
-    max_payload: int | None = None, trace: str | None = None, ask: list[Any] | None = None,
-) -> Notice:  # fmt: skip
+    txn: Txn,
+    iid: bytes,
+    name: str,
+    payload: Any,
+    now: float,
+    *,
+    max_payload: int | None = None,
+    trace: str | None = None,
+    ask: Asker | None = None,
+) -> Notice:
     """Append a message to ``iid``'s mailbox in ``txn``; returns the notice
     to route once it commits. ``trace``, the sender's W3C traceparent, is
-    stored beside the payload (a 4th element), never in it; so is ``ask``
-    (a 5th).
+    stored beside the payload, never in it; so is ``ask`` (`StoredMessage`).
 
     Raises:
         EncodeError: the payload cannot be stored (naming the path inside it).
         LimitExceeded: it encodes to more than ``max_payload`` bytes.
     """
-    after: tuple[Any, ...] = (now,) if trace is None else (now, trace)
-    if ask is not None:
-        after = (now, trace, ask)
     txn.routed = True  # the caller hands it on by its number
     try:
-        slot = txn.append_message(iid, [name, payload, *after])
+        slot = txn.append_message(iid, StoredMessage.stored(name, payload, now, trace, ask))
     except EncodeError:
         encode(payload, what="payload")  # raises with the path inside the payload
         raise
@@ -159,7 +162,7 @@ def add_message(
     # the same message around None (which encodes to one byte). Measured
     # only when the whole message is over it (the payload is never larger).
     if max_payload is not None and len(message) > max_payload:
-        size = len(message) - (len(encode([name, None, *after])) - 1)
+        size = len(message) - (len(encode(StoredMessage.stored(name, None, now, trace, ask))) - 1)
         if size > max_payload:
             raise LimitExceeded(
                 f"the {name!r} payload encodes to {size} bytes, over the "
@@ -169,18 +172,9 @@ def add_message(
     return Notice(iid, message, slot)
 
 
-def unpack_message(message: bytes) -> tuple[str, Any, str | None, list[Any] | None]:
-    """(signal name, payload, sender's traceparent or None, ask or None) of
-    an encoded mailbox record."""
-    return unpack_decoded(decode(message))
-
-
-def unpack_decoded(decoded: Any) -> tuple[str, Any, str | None, list[Any] | None]:
-    """`unpack_message` of a mailbox record as a reader gives it (decoded)."""
-    size = len(decoded)
-    return (
-        decoded[0], decoded[1], decoded[3] if size > 3 else None, decoded[4] if size > 4 else None
-    )
+def unpack_message(message: bytes) -> StoredMessage:
+    """An encoded mailbox record (a `Notice`'s message)."""
+    return StoredMessage.from_stored(decode(message))
 
 
 # A send's idempotency key is a cursor named KEY_PREFIX + key (see the module
@@ -232,9 +226,16 @@ def key_of(cursor: str) -> str | None:
 
 
 def send_txn(
-    iid: bytes, name: str, payload: Any, now: float, *, max_payload: int,
-    trace: str | None = None, ask: list[Any] | None = None, key: str | None = None,
-) -> tuple[Txn, Notice]:  # fmt: skip
+    iid: bytes,
+    name: str,
+    payload: Any,
+    now: float,
+    *,
+    max_payload: int,
+    trace: str | None = None,
+    ask: Asker | None = None,
+    key: str | None = None,
+) -> tuple[Txn, Notice]:
     """A user's send: the message, on condition that the instance takes
     mail (live or queued: `MAIL_STATUSES`; else the commit raises `Conflict`
     and stores nothing); with ``key``, the key too (the caller checked that
@@ -250,9 +251,12 @@ def send_txn(
 
 
 def send_many_txn(
-    messages: Sequence[tuple[bytes, str, Any]], now: float, *, max_payload: int,
+    messages: Sequence[tuple[bytes, str, Any]],
+    now: float,
+    *,
+    max_payload: int,
     trace: str | None = None,
-) -> tuple[Txn, list[Notice]]:  # fmt: skip
+) -> tuple[Txn, list[Notice]]:
     """Many user sends in one transaction: ``(iid, signal name, payload)``
     each, on condition that every instance addressed takes mail (as
     `send_txn`; else the commit raises `Conflict` and stores none of them).
@@ -329,11 +333,17 @@ def start_txn(
     else:
         stored_input = {}  # what an empty map decodes to, without the codec
     record = InstanceRecord.new(
-        params=list(params), input=stored_input, run=0,
+        params=list(params),
+        input=stored_input,
+        run=0,
         incarnation=(previous.record.incarnation if previous is not None else floor) + 1,
-        created=now, updated=now, parent=parent, trace=trace,  # the starter's traceparent
-        **(child or {}), **(fields or {}),
-    )  # fmt: skip
+        created=now,
+        updated=now,
+        parent=parent,
+        trace=trace,  # the starter's traceparent
+        **(child or {}),
+        **(fields or {}),
+    )
     stored = encode(record.to_stored(), what="record")
     txn = Txn()
     # Invariant: a start commits only over what it read (nothing, or the
@@ -465,9 +475,12 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
         if cancel.compensate:
             record = record.evolve(failure=cancel_failure(cancel.reason), failure_end="cancelled")
             txn.put_instance(
-                row.iid, address=row.address, process=row.process, status="running",
+                row.iid,
+                address=row.address,
+                process=row.process,
+                status="running",
                 record=record,
-            )  # fmt: skip
+            )
             continue
         txn.put_instance(
             row.iid, address=row.address, process=row.process, status="cancelled", record=record
@@ -478,9 +491,7 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
     return txn, notices
 
 
-def cleanup_victims(
-    r: Reader, statuses: Iterable[str], cutoff: float
-) -> list[tuple[bytes, int]]:
+def cleanup_victims(r: Reader, statuses: Iterable[str], cutoff: float) -> list[tuple[bytes, int]]:
     """``(iid, incarnation)`` of each instance with one of ``statuses``
     last updated at or before ``cutoff`` (epoch seconds): what a cleanup removes."""
     return [
@@ -554,7 +565,9 @@ def resume_compensation_txn(row: InstanceRow, now: float) -> Txn:
     record = row.record.evolve(last_error=None, stuck=None, updated=now)
     txn = Txn()
     txn.require(row.iid, STUCK)
-    txn.put_instance(row.iid, address=row.address, process=row.process, status="running", record=record)
+    txn.put_instance(
+        row.iid, address=row.address, process=row.process, status="running", record=record
+    )
     return txn
 
 
@@ -565,5 +578,7 @@ def abandon_compensation_txn(row: InstanceRow, now: float) -> Txn:
     record = row.record.evolve(error=row.record.failure, abandoned=True, updated=now)
     txn = Txn()
     txn.require(row.iid, STUCK)
-    txn.put_instance(row.iid, address=row.address, process=row.process, status="failed", record=record)
+    txn.put_instance(
+        row.iid, address=row.address, process=row.process, status="failed", record=record
+    )
     return txn

@@ -65,7 +65,6 @@ from ._checks import check_name
 from ._interfaces import SystemAPI
 from .errors import InvalidArguments
 
-
 __all__ = ["Queue", "QueueInfo", "Rate", "QueueService"]
 
 log = logging.getLogger("actors.queues")
@@ -93,7 +92,9 @@ def _limit(value: Any, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArguments(f"Queue({what}=...) takes a whole number, 1 or more, or None, not {value!r}")
+        raise InvalidArguments(
+            f"Queue({what}=...) takes a whole number, 1 or more, or None, not {value!r}"
+        )
     return value
 
 
@@ -106,8 +107,14 @@ class Rate:
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
-            raise InvalidArguments(f"Rate(count=...) takes a whole number, 1 or more, not {self.count!r}")
-        if isinstance(self.per, bool) or not isinstance(self.per, (int, float)) or not 0 < self.per < math.inf:
+            raise InvalidArguments(
+                f"Rate(count=...) takes a whole number, 1 or more, not {self.count!r}"
+            )
+        if (
+            isinstance(self.per, bool)
+            or not isinstance(self.per, (int, float))
+            or not 0 < self.per < math.inf
+        ):
             raise InvalidArguments(f"Rate(per=...) takes positive seconds, not {self.per!r}")
 
 
@@ -191,7 +198,11 @@ def queue_place(r: Reader, iid: bytes) -> dict[str, Any] | None:
     for row in r.states(rows[0]):
         if row.key == rows[0]:
             _, name, priority, _ = row.key.split("/", 3)
-            return {"queue": name, "priority": int(priority) - _PRIORITY_BIAS, "since": row.value["at"]}
+            return {
+                "queue": name,
+                "priority": int(priority) - _PRIORITY_BIAS,
+                "since": row.value["at"],
+            }
     return None
 
 
@@ -283,8 +294,10 @@ class QueueService:
             InvalidArguments: an unregistered queue, a priority that is not a
                 32-bit whole number, or a priority without a queue.
         """
-        if isinstance(priority, bool) or not isinstance(priority, int) or not (
-            -_PRIORITY_BIAS <= priority < _PRIORITY_BIAS
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or not (-_PRIORITY_BIAS <= priority < _PRIORITY_BIAS)
         ):
             raise InvalidArguments(
                 f"priority= takes a whole number (lower starts first; default 0), not {priority!r}"
@@ -361,8 +374,10 @@ class QueueService:
             except JournalCorrupt as exc:  # one queue's damaged state stops only that queue
                 log.error(
                     "queue %r cannot read its state (%s); it tries again in %s s",
-                    name, exc, RETRY_AFTER_ERROR,
-                )  # fmt: skip
+                    name,
+                    exc,
+                    RETRY_AFTER_ERROR,
+                )
                 delay = RETRY_AFTER_ERROR
             except (JournalFull, JournalUnavailable) as exc:
                 # Nothing of the round was written (see the module docstring for
@@ -371,8 +386,10 @@ class QueueService:
                     since = trio.current_time()
                     log.warning(
                         "queue %r cannot admit for now (%s: %s); it tries again with backoff",
-                        name, type(exc).__name__, exc,
-                    )  # fmt: skip
+                        name,
+                        type(exc).__name__,
+                        exc,
+                    )
                 refused = exc
                 await trio.sleep(backoff)
                 backoff = min(2 * backoff, RETRY_MAX)
@@ -380,9 +397,7 @@ class QueueService:
                     await self.system.outages.back()
                 continue
             if refused is not None:
-                log.warning(
-                    "queue %r admits again after %.1f s", name, trio.current_time() - since
-                )  # fmt: skip
+                log.warning("queue %r admits again after %.1f s", name, trio.current_time() - since)
                 refused, backoff = None, RETRY_FIRST
             with trio.move_on_after(delay):
                 await event.wait()
@@ -437,10 +452,14 @@ class QueueService:
             else:
                 self._others[iid] = name  # its end here (after a takeover) pokes
         # Only the starts inside the rate window are kept (none without a rate).
-        starts = [t for t in look.state["starts"] if queue.rate is not None and t > now - queue.rate.per]
+        starts = [
+            t for t in look.state["starts"] if queue.rate is not None and t > now - queue.rate.per
+        ]
         wait_more = math.inf
         if shared:  # other nodes' ends, and the work of nodes that die, are not told here
-            wait_more = POLL_SHARED if look.candidates else POLL_IDLE_SHARED
+            wait_more = (
+                POLL_SHARED if look.candidates else POLL_IDLE_SHARED
+            ) * system.journal.poll_scale
         if queue.rate is not None and look.candidates and len(starts) >= queue.rate.count:
             wait_more = min(wait_more, max(0.0, min(starts) + queue.rate.per - now))
         changed = held != look.state["held"] or len(starts) != len(look.state["starts"])
@@ -504,9 +523,8 @@ class QueueService:
         # those not known to run here (another node's, or started before
         # this system opened): a local end pokes, theirs cannot.
         check = [
-            h for h in held
-            if bytes.fromhex(h) in ended or bytes.fromhex(h) not in self._holding
-        ]  # fmt: skip
+            h for h in held if bytes.fromhex(h) in ended or bytes.fromhex(h) not in self._holding
+        ]
         statuses: dict[str, str | None] = {}
         for h in check:
             known = self._known.get(bytes.fromhex(h))
@@ -565,8 +583,9 @@ class QueueService:
                 log.warning(
                     "queue %r: its waiting instances of process %r are left to a node that "
                     "registers it (this system does not); those behind them start meanwhile",
-                    name, process,
-                )  # fmt: skip
+                    name,
+                    process,
+                )
 
     def _room(
         self, queue: Queue, state: dict[str, Any], statuses: dict[str, str | None], now: float
@@ -574,9 +593,7 @@ class QueueService:
         """How many more of ``queue``'s instances the limits let start now,
         by the holders and starts in ``state`` less the holders ``statuses``
         shows ended."""
-        live = [
-            h for h in state["held"] if h not in statuses or statuses[h] in LIVE_STATUSES
-        ]  # fmt: skip
+        live = [h for h in state["held"] if h not in statuses or statuses[h] in LIVE_STATUSES]
         room = _WANT
         if queue.concurrency is not None:
             room = min(room, queue.concurrency - len(live))
@@ -619,10 +636,14 @@ class QueueService:
         state, waiting = await self.system.journal.read(read)
         oldest = min((row.value["at"] for row in waiting), default=None)
         return QueueInfo(
-            name=found.name, waiting=len(waiting), running=len(state["held"]),
+            name=found.name,
+            waiting=len(waiting),
+            running=len(state["held"]),
             oldest_wait=None if oldest is None else max(0.0, now - oldest),
-            concurrency=found.concurrency, per_node=found.per_node, rate=found.rate,
-        )  # fmt: skip
+            concurrency=found.concurrency,
+            per_node=found.per_node,
+            rate=found.rate,
+        )
 
 
 _WANT = 1000  # waiting rows read per round without a concurrency limit

@@ -4,9 +4,11 @@ the error record kept for anything that failed."""
 from __future__ import annotations
 
 import traceback
-from typing import Any
+from typing import Any, Literal
 
 import attrs
+
+from storage import Status
 
 from ._checks import check_name, check_seconds
 from .errors import InvalidArguments
@@ -52,8 +54,7 @@ class Retry:
         attempts = self.attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise InvalidArguments(
-                f"Retry(attempts=...) takes a whole number of attempts, 1 or more, "
-                f"not {attempts!r}"
+                f"Retry(attempts=...) takes a whole number of attempts, 1 or more, not {attempts!r}"
             )
         object.__setattr__(self, "backoff", check_seconds(self.backoff, "Retry(backoff=...)"))
         object.__setattr__(
@@ -83,13 +84,21 @@ class Outcome:
     error: BaseException | None = None
 
 
+#: What `ActorSystem.start` does when the address is taken (see there).
+IfExists = Literal["return", "error"]
+#: When a child is restarted after it ends (see `actors.process`).
+Restart = Literal["permanent", "transient", "temporary"]
+#: Where a new stream consumer begins (see `ActorSystem.stream`).
+StreamFrom = Literal["start", "latest"]
+
+
 @attrs.frozen(slots=True)
 class InstanceInfo:
     """A row of `ActorSystem.query`: an instance as last recorded."""
 
     id: str
     process: str
-    status: str
+    status: Status
     created: float | None
     updated: float | None
     last_error: str | None = None

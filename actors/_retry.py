@@ -76,9 +76,16 @@ from ._sending import commit_through
 from .errors import InvalidArguments, NotDelivered
 
 __all__ = [
-    "KEPT_INCARNATIONS", "RETRIED", "Kept", "RetryPlan", "read_for_retry", "read_kept",
-    "refusal", "retry_txn", "retry",
-]  # fmt: skip
+    "KEPT_INCARNATIONS",
+    "RETRIED",
+    "Kept",
+    "RetryPlan",
+    "read_for_retry",
+    "read_kept",
+    "refusal",
+    "retry_txn",
+    "retry",
+]
 
 #: How many replaced incarnations an address's history keeps (the latest).
 KEPT_INCARNATIONS = 10
@@ -105,9 +112,12 @@ class Kept:
     def to_stored(self) -> dict[str, Any]:
         """The map the history row holds for it."""
         return {
-            "inc": self.incarnation, "process": self.process, "status": self.status,
-            "at": self.replaced, "record": self.record.to_stored(),
-        }  # fmt: skip
+            "inc": self.incarnation,
+            "process": self.process,
+            "status": self.status,
+            "at": self.replaced,
+            "record": self.record.to_stored(),
+        }
 
     @classmethod
     def from_stored(cls, value: Any) -> Kept | None:
@@ -117,9 +127,12 @@ class Kept:
         inc, process, status = value.get("inc"), value.get("process"), value.get("status")
         at = value.get("at")
         if not (
-            isinstance(inc, int) and isinstance(process, str) and isinstance(status, str)
-            and isinstance(at, (int, float)) and not isinstance(at, bool)
-        ):  # fmt: skip
+            isinstance(inc, int)
+            and isinstance(process, str)
+            and isinstance(status, str)
+            and isinstance(at, (int, float))
+            and not isinstance(at, bool)
+        ):
             return None
         try:
             record = InstanceRecord.from_stored(value.get("record"))
@@ -169,9 +182,11 @@ def read_for_retry(r: Reader, iid: bytes) -> tuple[RetryPlan | None, int]:
 
 
 def _failed_descendants(
-    r: Reader, row: InstanceRow, into: list[tuple[InstanceRow, tuple[int, list[Kept]]]],
+    r: Reader,
+    row: InstanceRow,
+    into: list[tuple[InstanceRow, tuple[int, list[Kept]]]],
     seen: set[bytes],
-) -> None:  # fmt: skip
+) -> None:
     """Add to ``into`` the failed children ``row``'s last run named, each
     after its own failed descendants."""
     for address in children_named(r.entries(row.iid, row.record.run)):
@@ -244,11 +259,18 @@ def retry_txn(
     row = plan.row
     record = row.record
     start = _protocol.start_txn(
-        row.iid, address=row.address, process=row.process, params=record.params,
-        input=dict(record.input or {}) if input is None else input, parent=None,
-        previous=row, now=now, max_payload=max_payload, trace=trace,
+        row.iid,
+        address=row.address,
+        process=row.process,
+        params=record.params,
+        input=dict(record.input or {}) if input is None else input,
+        parent=None,
+        previous=row,
+        now=now,
+        max_payload=max_payload,
+        trace=trace,
         encoded_input=encoded_input,
-    )  # fmt: skip
+    )
     txn = start.txn
     _keep(txn, row, plan.kept, now)
     for child, kept in plan.resets:
@@ -344,9 +366,12 @@ async def retry(system: RetryHost, address: str, input: dict[str, Any] | None) -
 
 
 async def _retry(
-    system: RetryHost, iid: bytes, address: str, input: dict[str, Any] | None,
+    system: RetryHost,
+    iid: bytes,
+    address: str,
+    input: dict[str, Any] | None,
     encoded_input: bytes | None,
-) -> Handle[Any]:  # fmt: skip
+) -> Handle[Any]:
     replacing: int | None = None  # the incarnation a commit of ours lost a race over
     while True:  # once more each time another start (another node's) commits first
         plan, floor = await system.journal.read(lambda r: read_for_retry(r, iid))
@@ -355,8 +380,9 @@ async def _retry(
             raise NotDelivered(
                 f"no instance at {address!r} to retry{gone}; start one (system.start) or "
                 "check the address",
-                address=address, reason="unknown",
-            )  # fmt: skip
+                address=address,
+                reason="unknown",
+            )
         row = plan.row
         if row.address != address:
             raise InvalidArguments(
@@ -364,7 +390,7 @@ async def _retry(
             )
         if replacing is not None and row.record.incarnation > replacing:
             # Another retry (or start) replaced it first: that incarnation is the retry.
-            return Handle(system, iid, address, row.record.incarnation)
+            return Handle._create(system, iid, address, row.record.incarnation)
         if row.status == "corrupt":
             raise system._corrupt_error(iid, address)
         why = refusal(address, plan)
@@ -380,9 +406,13 @@ async def _retry(
         params = tuple(row.record.params)
         proc.check_input(params, dict(row.record.input or {}) if input is None else input)
         start = retry_txn(
-            plan, input=input, now=system.epoch_now(), max_payload=system.max_payload,
-            trace=_tracing.traceparent(system), encoded_input=encoded_input,
-        )  # fmt: skip
+            plan,
+            input=input,
+            now=system.epoch_now(),
+            max_payload=system.max_payload,
+            trace=_tracing.traceparent(system),
+            encoded_input=encoded_input,
+        )
         try:
             await commit_through(system.journal, start.txn, lambda _: _in_doubt(system, iid))
         except Conflict as exc:
@@ -396,4 +426,4 @@ async def _retry(
         system._status_changed(child.iid)
     await system._run_started(iid, address, proc, record)
     system._status_changed(iid)
-    return Handle(system, iid, address, record.incarnation)
+    return Handle._create(system, iid, address, record.incarnation)

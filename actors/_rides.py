@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import trio
 
-from storage import Journal
-from storage._parking import Parking
+from storage import Journal, Parking
 
 __all__ = ["Rides", "WINDOW"]
 

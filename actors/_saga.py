@@ -85,11 +85,16 @@ def register(
     _known[name] = step.compensate
     retry = step.retry or DEFAULT_RETRY
     entry = {
-        "id": step.key, "name": step.name, "fn": name, "file": source_file(step.compensate),
-        "args": list(step.args), "kwargs": step.kwargs, "result": result,
+        "id": step.key,
+        "name": step.name,
+        "fn": name,
+        "file": source_file(step.compensate),
+        "args": list(step.args),
+        "kwargs": step.kwargs,
+        "result": result,
         "possibly_applied": possibly_applied,
         "retry": [retry.attempts, retry.backoff, retry.max_backoff],
-    }  # fmt: skip
+    }
     comps = list(actor.record.compensations)
     comps.append(entry)
     actor.update_record(compensations=comps)

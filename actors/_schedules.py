@@ -62,7 +62,6 @@ from ._interfaces import SystemAPI
 from ._process import ProcessDef
 from .errors import InvalidArguments
 
-
 __all__ = ["ScheduleInfo", "ScheduleService", "OVERLAP_POLICIES"]
 
 OVERLAP_POLICIES = ("skip", "buffer_one", "allow")
@@ -156,7 +155,9 @@ def due_ticks(spec: dict[str, Any], after: float, now: float, keep: int) -> list
     zone = zoneinfo.ZoneInfo(spec["timezone"])
     found: list[float] = []
     # cronsim's reverse walk gives ticks strictly before its start.
-    for moment in cronsim.CronSim(spec["cron"], _dt.datetime.fromtimestamp(math.floor(now) + 1, zone), reverse=True):
+    for moment in cronsim.CronSim(
+        spec["cron"], _dt.datetime.fromtimestamp(math.floor(now) + 1, zone), reverse=True
+    ):
         value = moment.timestamp()
         if value <= after or len(found) >= keep:
             break
@@ -165,9 +166,15 @@ def due_ticks(spec: dict[str, Any], after: float, now: float, keep: int) -> list
 
 
 def check_spec(
-    proc: ProcessDef[..., Any], *, cron: str | None, every: float | None, params: tuple[str, ...],
-    overlap: str, catch_up: int, timezone: str,
-) -> None:  # fmt: skip
+    proc: ProcessDef[..., Any],
+    *,
+    cron: str | None,
+    every: float | None,
+    params: tuple[str, ...],
+    overlap: str,
+    catch_up: int,
+    timezone: str,
+) -> None:
     """Raise `InvalidArguments` (saying what to pass) for a bad schedule."""
     if (cron is None) == (every is None):
         raise InvalidArguments("schedule takes one of cron='0 3 * * *' or every=seconds")
@@ -197,7 +204,9 @@ def check_spec(
     try:
         zoneinfo.ZoneInfo(timezone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
-        raise InvalidArguments(f"timezone={timezone!r} is not an IANA zone name like 'Europe/Paris'") from None
+        raise InvalidArguments(
+            f"timezone={timezone!r} is not an IANA zone name like 'Europe/Paris'"
+        ) from None
     if len(params) + 1 != len(proc.params):
         raise InvalidArguments(
             f"{proc.template!r} has {len(proc.params)} path param(s); a schedule fills all "
@@ -289,11 +298,20 @@ class ScheduleService:
         if not value["paused"]:
             following = tick_text(next(ticks_after(value, value["last"])))
         return ScheduleInfo(
-            name=name, process=value["process"], cron=value.get("cron"), every=value.get("every"),
-            params=tuple(value["params"]), input=value["input"], overlap=value["overlap"],
-            catch_up=value["catch_up"], timezone=value["timezone"], paused=value["paused"],
-            last_tick=value.get("last_tick"), last_started=value.get("latest"), next_tick=following,
-        )  # fmt: skip
+            name=name,
+            process=value["process"],
+            cron=value.get("cron"),
+            every=value.get("every"),
+            params=tuple(value["params"]),
+            input=value["input"],
+            overlap=value["overlap"],
+            catch_up=value["catch_up"],
+            timezone=value["timezone"],
+            paused=value["paused"],
+            last_tick=value.get("last_tick"),
+            last_started=value.get("latest"),
+            next_tick=following,
+        )
 
     async def run(self) -> None:
         """Start ticks as they fall due, until the system closes."""
@@ -330,13 +348,16 @@ class ScheduleService:
                     # longer fits: this schedule waits, the others go on.
                     log.error(
                         "schedule %r could not start its tick (%s); it tries again in %s s",
-                        name, exc, RETRY, extra={"actors_schedule": name},
-                    )  # fmt: skip
+                        name,
+                        exc,
+                        RETRY,
+                        extra={"actors_schedule": name},
+                    )
                     due = system.epoch_now() + RETRY
                     self._failed[name] = (row.version, due)
                 soonest = min(soonest, due)
             if system.journal.shared:
-                soonest = min(soonest, system.epoch_now() + POLL_SHARED)
+                soonest = min(soonest, system.epoch_now() + POLL_SHARED * system.journal.poll_scale)
             if soonest == math.inf:
                 await wake.wait()
             else:
@@ -398,9 +419,14 @@ class ScheduleService:
         await self.system.journal.commit(txn)
 
     async def _start_tick(
-        self, name: str, version: int, spec: dict[str, Any], proc: ProcessDef[..., Any],
-        tick: float, **fields: Any,
-    ) -> None:  # fmt: skip
+        self,
+        name: str,
+        version: int,
+        spec: dict[str, Any],
+        proc: ProcessDef[..., Any],
+        tick: float,
+        **fields: Any,
+    ) -> None:
         """Start the instance of ``tick`` in the transaction that records it."""
         key = schedule_key(name)
         params = (*spec["params"], tick_text(tick))
@@ -415,7 +441,9 @@ class ScheduleService:
             txn.put_state(key, stored)
 
         try:
-            _, created = await self.system._start(proc, params, dict(spec["input"]), None, extra=record)
+            _, created = await self.system._start(
+                proc, params, dict(spec["input"]), None, extra=record
+            )
         except CommitOutcomeUnknown:
             self._unsure.add(instance_id(address))  # run() activates it, if it was written
             raise

@@ -16,6 +16,7 @@ from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
 from ._checks import check_many, check_name, check_seconds
+from ._messages import Asker
 from ._records import Signal
 from .errors import InvalidArguments, NotDelivered
 
@@ -128,14 +129,18 @@ class Sending(_SystemAPI):
         iid = self._address_iid(address, "ask's address")
         if timeout is not None:
             timeout = check_seconds(timeout, "ask(timeout=...)")
-        return await self.asks.ask(
-            iid, address, signal, payload, timeout, self._send_iid
-        )
+        return await self.asks.ask(iid, address, signal, payload, timeout, self._send_iid)
 
     async def _send_iid(
-        self, iid: bytes, address: str, signal: Signal, payload: Any, *,
-        ask: list[Any] | None = None, key: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        *,
+        ask: Asker | None = None,
+        key: str | None = None,
+    ) -> None:
         if key is not None and not self.journal.shared:
             # (See _keys: this incarnation has not had the key under KEY_PREFIX.)
             # Journals written before KEY_PREFIX hold keys under the legacy
@@ -145,8 +150,14 @@ class Sending(_SystemAPI):
             if await self.journal.read(lambda r: r.cursor(iid, legacy)) is not None:
                 return  # sent already to this incarnation: nothing more is stored
         txn, notice = _protocol.send_txn(
-            iid, signal.name, payload, self.epoch_now(), max_payload=self.max_payload,
-            trace=_tracing.traceparent(self) if self.tracing else None, ask=ask, key=key,
+            iid,
+            signal.name,
+            payload,
+            self.epoch_now(),
+            max_payload=self.max_payload,
+            trace=_tracing.traceparent(self) if self.tracing else None,
+            ask=ask,
+            key=key,
         )
         try:
             (seq,) = await commit_through(self.journal, txn, self._sent_in_doubt)
@@ -203,7 +214,7 @@ class Sending(_SystemAPI):
         dict after ``send`` returns changes nothing)."""
         actor = self._live.get(iid)
         if actor is not None and not actor.done:
-            actor.deliver(seq, *_protocol.unpack_message(message))
+            actor.deliver(seq, _protocol.unpack_message(message))
         elif not self.nodes.owned_elsewhere(iid):
             # (Owned elsewhere: the commit notified the owner. If that node
             # dies, the takeover scan finds the instance and its mail.)
@@ -274,9 +285,11 @@ class Sending(_SystemAPI):
         if not batch:
             return
         txn, notices = _protocol.send_many_txn(
-            batch, self.epoch_now(), max_payload=self.max_payload,
+            batch,
+            self.epoch_now(),
+            max_payload=self.max_payload,
             trace=_tracing.traceparent(self),
-        )  # fmt: skip
+        )
         try:
             results = await commit_through(self.journal, txn, self._sent_in_doubt)
         except Conflict as exc:
@@ -311,5 +324,6 @@ class Sending(_SystemAPI):
         return NotDelivered(
             f"an instance addressed by send_many ended while the batch was committed "
             f"({exc}); nothing was stored: send the batch again",
-            address=next(iter(addresses.values())), reason="finished",
+            address=next(iter(addresses.values())),
+            reason="finished",
         )

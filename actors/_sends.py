@@ -46,15 +46,15 @@ import attrs
 from storage import MAIL_STATUSES, STATUS_WORDS, Txn, digest, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
-from . import _asks, _protocol, _tracing
-from . import _effects as fx
+from . import _asks, _effects as fx, _protocol, _tracing
 from ._checks import check_name
 from ._interfaces import ActorAPI
+from ._log import LogEntry
 from ._protocol import Notice
 from ._records import Signal
 from .errors import InvalidArguments, NotDelivered
 
-__all__ = ["new_send", "new_send_many", "start"]
+__all__ = ["new_send", "new_send_many"]
 
 
 @attrs.frozen
@@ -69,9 +69,7 @@ class Prepared:
 # -- at the call ---------------------------------------------------------------------
 
 
-def new_send(
-    actor: ActorAPI, address: Any, signal: Any, payload: Any, key: str | None
-) -> fx.Send:
+def new_send(actor: ActorAPI, address: Any, signal: Any, payload: Any, key: str | None) -> fx.Send:
     """The effect of ``ctx.send(address, signal, payload, key=key)``.
 
     Raises:
@@ -95,9 +93,14 @@ def new_send(
     if _runs_live(actor):
         system = actor.system
         txn, notice = _protocol.send_txn(
-            iid, signal.name, payload, system.epoch_now(), max_payload=system.max_payload,
-            trace=_tracing.traceparent(system), key=key,
-        )  # fmt: skip
+            iid,
+            signal.name,
+            payload,
+            system.epoch_now(),
+            max_payload=system.max_payload,
+            trace=_tracing.traceparent(system),
+            key=key,
+        )
         prepared = Prepared(txn, (notice,))
     seq = actor.driver.next_seq()
     return fx.Send(seq, address, arg_hash, ((address, iid),), key, prepared)
@@ -131,9 +134,7 @@ def new_send_many(actor: ActorAPI, messages: Iterable[Any]) -> fx.SendMany | Non
     if not batch:
         return None
     try:
-        arg_hash = digest(
-            [[t[0], b[1], b[2]] for t, b in zip(targets, batch)], what="send_many"
-        )
+        arg_hash = digest([[t[0], b[1], b[2]] for t, b in zip(targets, batch)], what="send_many")
     except EncodeError:
         for n, (_, name, payload) in enumerate(batch):
             try:
@@ -146,9 +147,11 @@ def new_send_many(actor: ActorAPI, messages: Iterable[Any]) -> fx.SendMany | Non
     if _runs_live(actor):
         system = actor.system
         txn, notices = _protocol.send_many_txn(
-            batch, system.epoch_now(), max_payload=system.max_payload,
+            batch,
+            system.epoch_now(),
+            max_payload=system.max_payload,
             trace=_tracing.traceparent(system),
-        )  # fmt: skip
+        )
         prepared = Prepared(txn, notices)
     seq = actor.driver.next_seq()
     name = targets[0][0] if len(targets) == 1 else f"{targets[0][0]} and {len(targets) - 1} more"
@@ -165,9 +168,11 @@ def _runs_live(actor: ActorAPI) -> bool:
 # -- live ------------------------------------------------------------------------------
 
 
-def start(actor: ActorAPI, send: fx.Send) -> None:
-    """Begin a live send (called by the actor for a send replay left open)."""
-    actor.start_task(_run, send)
+@fx.runs_live(fx.Send)  # (and fx.SendMany, its subclass)
+class _Sends(fx.Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, send: fx.Send, started: LogEntry | None) -> None:
+        actor.start_task(_run, send)
 
 
 async def _run(actor: ActorAPI, send: fx.Send) -> None:
@@ -206,8 +211,7 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
         raise AssertionError(f"{send!r} runs live with nothing built at its call")
     send.prepared = None
     txn = prepared.txn
-    entry = send.describe()
-    entry.value = None
+    entry = send.describe(value=None)
     # Invariant: a send's messages and its log entry are written in one
     # transaction (with the sender's ridden writes before them), so replay
     # finds the entry exactly when the messages were stored: none is sent
@@ -219,8 +223,7 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
         if exc.reason not in ("missing", "status"):
             raise  # "epoch": another node took the sender over
         error = await _undelivered(actor, send, exc)
-        entry = send.describe()
-        entry.error = _asks._error_record(error)
+        entry = send.describe(error=_asks._error_record(error))
         actor.finish(send, None, error, entry)  # the entry rides on the next commit
         return
     for notice in prepared.notices:
@@ -231,9 +234,7 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
 def _finish_unsent(actor: ActorAPI, send: fx.Send) -> None:
     """A keyed send the receiving incarnation had already: logged, nothing sent."""
     send.prepared = None
-    entry = send.describe()
-    entry.value = None
-    actor.finish(send, None, None, entry)  # rides: nothing outside changed
+    actor.finish(send, None, None, send.describe(value=None))  # rides: nothing outside changed
 
 
 async def _undelivered(actor: ActorAPI, send: fx.Send, exc: Conflict) -> NotDelivered:
@@ -261,8 +262,9 @@ async def _undelivered(actor: ActorAPI, send: fx.Send, exc: Conflict) -> NotDeli
     return NotDelivered(
         f"an instance addressed by ctx.send_many ended while the batch was committed "
         f"({exc}); nothing was stored",
-        address=targets[0][0], reason="finished",
-    )  # fmt: skip
+        address=targets[0][0],
+        reason="finished",
+    )
 
 
 def _not_delivered(address: str, status: str | None) -> NotDelivered:
@@ -272,11 +274,13 @@ def _not_delivered(address: str, status: str | None) -> NotDelivered:
         return NotDelivered(
             f"no instance at {address!r} to send to; start one first (ctx.spawn, "
             "ctx.call or system.start) or check the address",
-            address=address, reason="unknown",
-        )  # fmt: skip
+            address=address,
+            reason="unknown",
+        )
     words = STATUS_WORDS.get(status, f"it is {status}")
     return NotDelivered(
         f"no live instance at {address!r} to send to ({words}); start a new one or check "
         "the address",
-        address=address, reason=status,
-    )  # fmt: skip
+        address=address,
+        reason=status,
+    )

@@ -21,12 +21,11 @@ from typing import Any
 import attrs
 import trio
 
-from storage import Txn, decode, encode
-from storage._clock import AutojumpHold
+from storage import AutojumpHold, Txn, decode, encode
 from storage.errors import Conflict, EncodeError
 
 from . import _tracing
-from ._effects import Step
+from ._effects import Behaviour, Step, runs_live
 from ._interfaces import ActorAPI
 from ._log import LogEntry
 from ._records import describe_error, error_summary
@@ -110,9 +109,14 @@ def current_step() -> StepInfo:
 
 
 async def call_once(
-    actor: ActorAPI, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-    timeout: float | None, info: StepInfo, thread: bool = True,
-) -> Any:  # fmt: skip
+    actor: ActorAPI,
+    fn: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    timeout: float | None,
+    info: StepInfo,
+    thread: bool = True,
+) -> Any:
     """Run one attempt of ``fn`` with ``info`` as `current_step`, under
     ``timeout``; a sync ``fn`` in a worker thread, or with ``thread=False``
     on the trio thread (no timeout then: nothing can interrupt it)."""
@@ -134,9 +138,13 @@ async def call_once(
             try:
                 with trio.fail_after(timeout if timeout is not None else float("inf")):
                     return await trio.to_thread.run_sync(
-                        _call_sync, fn, args, kwargs, abandon_on_cancel=True,
+                        _call_sync,
+                        fn,
+                        args,
+                        kwargs,
+                        abandon_on_cancel=True,
                         limiter=actor.system.thread_limiter,
-                    )  # fmt: skip
+                    )
             finally:
                 if hold is not None:
                     hold.release()
@@ -155,6 +163,18 @@ def _call_sync(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             "'async def' so the runtime awaits it"
         )
     return result
+
+
+@runs_live(Step)
+class _Steps(Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -> None:
+        actor.start_task(run_step, step, started)
+
+    @staticmethod
+    def abandon(actor: ActorAPI, step: Step[Any]) -> None:
+        if step.scope is not None:
+            step.scope.cancel()
 
 
 async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -> None:
@@ -204,11 +224,15 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                 attempt += 1
                 # A fresh entry (not attrs.evolve of entry_base: three times
                 # the cost, on every attempt of every step).
-                record = step.describe()
-                record.attempt, record.failures, record.closed = attempt, failures, closed
-                record.key = step.key
+                record = step.describe(
+                    attempt=attempt, failures=failures, closed=closed, key=step.key
+                )
                 in_attempt = True
-                await actor.barrier(_log_txn(actor, step.seq, record))
+                # Awaited whatever the journal's durability: the attempt (and
+                # the take it follows) is written before its side effect runs,
+                # so a replay after a lost write never puts other work at this
+                # step, and one idempotency key names one piece of work.
+                await actor.barrier(_log_txn(actor, step.seq, record), durable=True)
                 await _check_lease(actor)
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
@@ -228,7 +252,9 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                         try:
                             value = step.validate_output(value)
                         except Exception as exc:
-                            _finish_failed(actor, step, entry_base, exc, attempt, "output validation")
+                            _finish_failed(
+                                actor, step, entry_base, exc, attempt, "output validation"
+                            )
                             return
                     try:
                         # The process gets what a replay reads from the log,
@@ -237,12 +263,13 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                     except EncodeError as exc:
                         _finish_failed(actor, step, entry_base, exc, attempt, "result encoding")
                         return
-                    # The attempt's entry, with its result (the attempt was
-                    # encoded when logged: changing the entry changes no write).
-                    # The result rides on the next write: the process's next
-                    # barrier, suspension or end makes it durable.
-                    record.value = value
-                    actor.finish_step(step, value, record)
+                    # The attempt's entry, with its result. The result rides
+                    # on the next write: the process's next barrier,
+                    # suspension or end makes it durable.
+                    outcome = step.describe(
+                        value=value, attempt=attempt, failures=failures, closed=closed, key=step.key
+                    )
+                    actor.finish_step(step, value, outcome)
                     return
                 in_attempt = False
                 failures += 1
@@ -324,10 +351,14 @@ def _finish_spent(
     """Fail a resumed step whose attempts were spent, the last ones by crashes."""
     spent = attempt - closed
     crashed = spent - failures
-    which = f"attempt {attempt} of {limit}" if not closed else (
-        f"attempt {attempt} ({spent} of {limit} counted; {closed} cut short by closing "
-        "the system do not count)"
-    )  # fmt: skip
+    which = (
+        f"attempt {attempt} of {limit}"
+        if not closed
+        else (
+            f"attempt {attempt} ({spent} of {limit} counted; {closed} cut short by closing "
+            "the system do not count)"
+        )
+    )
     summary = (
         f"step {step.name!r} of {actor.address!r} spent its attempts: {which} was "
         f"interrupted by a crash, and {crashed} of the {spent} attempt(s) spent did not "
@@ -336,9 +367,13 @@ def _finish_spent(
         "retry=actors.Retry(attempts=...)"
     )
     error = {
-        "type": "actors.errors.StepFailed", "message": summary, "traceback": "",
-        "summary": summary, "crashed": crashed, "attempts": spent,
-    }  # fmt: skip
+        "type": "actors.errors.StepFailed",
+        "message": summary,
+        "traceback": "",
+        "summary": summary,
+        "crashed": crashed,
+        "attempts": spent,
+    }
     # It may have applied before the process went down: undo it too.
     actor.register_compensation(step, None, possibly_applied=True)
     entry = attrs.evolve(entry_base, attempt=attempt, key=step.key, error=error)

@@ -28,31 +28,38 @@ from storage.errors import JournalCorrupt
 
 from . import _effects as fx
 from ._checks import check_name
+from ._handles import status_changed
 from ._interfaces import ActorAPI, SystemAPI
+from ._log import LogEntry
+from ._records import StreamFrom
 from .errors import InvalidArguments, NotDelivered
 
 _BATCH = 256
 
 
-def start(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
-    """Begin a live emit/publish (called by the driver)."""
-    actor.start_task(_write, effect)
+@fx.runs_live(fx.Emit, fx.Publish)
+class _Writes(fx.Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, effect: fx.Emit | fx.Publish, started: LogEntry | None) -> None:
+        actor.start_task(_write, effect)
+
+    # abandon: nothing; an emit or publish that lost a race still completes its write
 
 
 async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
     try:
-        entry = effect.describe()
-        entry.value = None
+        entry = effect.describe(value=None)
         txn = Txn()
         if type(effect) is fx.Emit:
             txn.append_stream(actor.iid, effect.payload)
         else:
-            version = actor.record.exports_version + 1
             # Watchers get the stored exports, never the process's own object.
             exports = decode(encode(effect.payload, what="exports"))
-            actor.put_record(txn, actor.status, exports=exports, exports_version=version)
+            version = actor.publish(txn, exports)
         txn.put_log(actor.iid, actor.run, effect.seq, entry.to_stored())
         await actor.barrier(txn)
+        if type(effect) is fx.Publish:
+            actor.published_durably(version, exports)
         actor.finish(effect, None, None, None)
         actor.system._status_changed(actor.iid)  # wakes consumers and watchers
     finally:
@@ -63,7 +70,7 @@ class Stream:
     """A consumer's view of an instance's stream; use with ``async with``
     and ``async for``. Made by `ActorSystem.stream`."""
 
-    def __init__(self, system: SystemAPI, address: str, consumer: str, from_: str) -> None:
+    def __init__(self, system: SystemAPI, address: str, consumer: str, from_: StreamFrom) -> None:
         if from_ not in ("start", "latest"):
             raise InvalidArguments(f"from_ must be 'start' or 'latest', not {from_!r}")
         # Invariant: a consumer's name holds no control character (check_name),
@@ -136,10 +143,11 @@ class Stream:
                 # the trio thread reads nothing itself.)
                 rows, length, row = await system.journal.read(
                     lambda r: (
-                        r.stream(iid, start, _BATCH), r.stream_length(iid),
+                        r.stream(iid, start, _BATCH),
+                        r.stream_length(iid),
                         r.instance(iid) if remote else None,
                     )
-                )  # fmt: skip
+                )
             except JournalCorrupt as exc:
                 await system._records_damaged(iid, self.address, exc)
                 raise
@@ -154,7 +162,9 @@ class Stream:
                     status = system._snapshot(iid)[0]  # a local read, or memory
                 if status in TERMINAL_STATUSES or status == "unknown":
                     raise StopAsyncIteration
-            await event.wait()
+            # On a shared journal another node may run the instance: its
+            # emits wake nobody here, so this reads again now and then.
+            await status_changed(system, event)
             self._unyielded = 0
 
     def _move(self, position: int) -> None:

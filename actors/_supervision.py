@@ -30,9 +30,7 @@ import trio
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, InstanceRecord, Txn, instance_id
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalClosed, JournalFull
 
-from . import _asks
-from . import _effects as fx
-from . import _events, _tracing
+from . import _asks, _effects as fx, _events, _tracing
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, children_named
@@ -48,6 +46,7 @@ JOURNAL_ERRORS = (JournalFull, JournalClosed, Conflict)
 
 ESCALATE = Signal._system("\x00escalate")
 CANCEL = Signal._system("\x00cancel")  # to the owner on another node
+RESTART = Signal._system("\x00restart")  # likewise (a sibling crashed)
 _DEFAULT = OneForOne()
 RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
 
@@ -55,10 +54,37 @@ RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
 # -- creating children -----------------------------------------------------------
 
 
-def start_child_effect(
-    actor: ActorAPI, effect: fx.Effect[Any], started: LogEntry | None
-) -> None:
-    """Begin a live call/spawn effect (called by the actor's driver)."""
+_Child = fx.Spawn[Any] | fx.Call[Any]
+
+
+@fx.runs_live(fx.Spawn)
+class _Spawns(fx.Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, effect: _Child, started: LogEntry | None) -> None:
+        _start_child_effect(actor, effect, started)
+
+    @staticmethod
+    def abandon(actor: ActorAPI, effect: _Child) -> None:
+        _abandon_child_effect(actor, effect)
+
+
+@fx.runs_live(fx.Call)
+class _Calls(_Spawns):
+    """A call is a spawn whose end it waits for, as a message."""
+
+    @staticmethod
+    def abandon(actor: ActorAPI, effect: _Child) -> None:
+        assert type(effect) is fx.Call
+        actor.remove_wait(effect)
+        _abandon_child_effect(actor, effect)
+
+    @staticmethod
+    def take(actor: ActorAPI, call: fx.Call[Any], signal: Signal, seq: int, payload: Any) -> None:
+        actor.finish(call, *end_outcome(call, payload, seq))  # (its child's end message)
+
+
+def _start_child_effect(actor: ActorAPI, effect: fx.Effect[Any], started: LogEntry | None) -> None:
+    """Begin a live call/spawn effect."""
     if type(effect) is fx.Call and started is not None:
         _await_end(actor, effect)  # created in an earlier activation of this run
         return
@@ -90,9 +116,7 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
                 # brought in once the journal answers (if it is not there,
                 # that does nothing).
                 if isinstance(exc, CommitOutcomeUnknown):
-                    system._spawn_system_task(
-                        system._reload_when_back, instance_id(effect.address)
-                    )
+                    system._spawn_system_task(system._reload_when_back, instance_id(effect.address))
                 raise
             except Exception as exc:  # a bad definition or input: raise it in the parent
                 actor.finish(effect, None, exc, None)
@@ -108,7 +132,7 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
                 await system._cancel_iid(instance_id(effect.address), effect.address, why)
                 return
         if type(effect) is fx.Spawn:
-            actor.finish(effect, ChildHandle(system, effect.address), None, None)
+            actor.finish(effect, ChildHandle._create(system, effect.address), None, None)
         elif ended is not None:
             value, error, entry = end_outcome(effect, ended)
             actor.finish(effect, value, error, entry)
@@ -139,26 +163,33 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     address = effect.address
     iid = instance_id(address)
     row, floor = await system.journal.read(lambda r: read_for_start(r, iid))
-    entry = effect.describe()
     if type(effect) is fx.Spawn:
-        entry.value = address
+        entry = effect.describe(value=address)
     else:
-        entry.child = address
+        entry = effect.describe(child=address)
     txn = Txn()
     fresh = row is None or row.status == "cancelled"
     ended = None
     if fresh:
         # The child runs on its stored input, never on the parent's objects.
         start = start_txn(
-            iid, address=address, process=proc.template, params=effect.params,
-            input=effect.input, parent=parent.address, previous=row, floor=floor,
+            iid,
+            address=address,
+            process=proc.template,
+            params=effect.params,
+            input=effect.input,
+            parent=parent.address,
+            previous=row,
+            floor=floor,
             now=system.epoch_now(),
             child={
                 "restart": getattr(effect, "restart", "temporary"),
-                "awaited": type(effect) is fx.Call, "restarts": [],
-            }, trace=_tracing.traceparent(system),
+                "awaited": type(effect) is fx.Call,
+                "restarts": [],
+            },
+            trace=_tracing.traceparent(system),
             status="running" if effect.queue is None else "queued",
-        )  # fmt: skip
+        )
         txn, record = start.txn, start.record
         if effect.queue is not None:  # it waits for a slot: the queue's pump starts it
             system.queues.enqueue(txn, effect.queue[0], iid, address, effect.queue[1])
@@ -177,22 +208,24 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
 
 
 def end_outcome(
-    call: fx.Call[Any] | fx.Join[Any], payload: dict[str, Any]
+    call: fx.Call[Any] | fx.Join[Any], payload: dict[str, Any], message: int | None = None
 ) -> tuple[Any, Any, LogEntry]:
-    """(value, error, log entry) of a call or join effect from its child's end payload."""
-    entry = call.describe()
+    """(value, error, log entry) of a call or join effect from its child's
+    end payload (``message``: the id of the end message a call took)."""
     if payload.get("status") == "completed":
-        entry.value = payload.get("result")
-        return payload.get("result"), None, entry
+        result = payload.get("result")
+        return result, None, call.describe(value=result, message=message)
     cause = payload.get("error") or {
-        "type": "actors.errors.ProcessCancelled", "message": payload.get("reason") or "cancelled",
-    }  # fmt: skip
+        "type": "actors.errors.ProcessCancelled",
+        "message": payload.get("reason") or "cancelled",
+    }
     summary = f"child {call.address!r} {payload.get('status')}: {error_summary(cause)}"
-    entry.error = {"raise": "ChildFailed", "child": call.address, "cause": cause, "summary": summary}
+    error = {"raise": "ChildFailed", "child": call.address, "cause": cause, "summary": summary}
+    entry = call.describe(error=error, message=message)
     return None, ChildFailed(summary, address=call.address, error=cause), entry
 
 
-def abandon_child_effect(actor: ActorAPI, effect: Any) -> None:
+def _abandon_child_effect(actor: ActorAPI, effect: Any) -> None:
     """A call/spawn lost a race (or its join failed): cancel that child."""
     if effect.creating:
         return  # its creating task cancels the child once it exists
@@ -232,9 +265,13 @@ def cancel_marks(mail: Iterable[tuple[int, Any]]) -> list[int]:
 
 
 async def record_cancel(
-    system: SystemAPI, iid: bytes, reason: str, *, compensate: bool = False,
+    system: SystemAPI,
+    iid: bytes,
+    reason: str,
+    *,
+    compensate: bool = False,
     epoch: int | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """Record, before its children are cancelled, that the cancel of the
     unfinished instance ``iid`` has begun: a CANCEL message in its own
     mailbox (with ``compensate``, one that asks for its compensations, as

@@ -25,19 +25,20 @@ from storage import (
     InstanceRecord,
     InstanceRow,
     Journal,
+    Parking,
     Txn,
     encode,
     instance_id,
 )
-from storage._parking import Parking
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
 from . import _events, _fork, _guard, _mail, _protocol, _retry, _tracing
-from ._checks import check_name, check_seconds, check_text
 from ._activation import Activation
 from ._asks import Asks
 from ._cancels import Cancels
+from ._checks import check_name, check_seconds, check_text
 from ._context import Context
+from ._flow import FlowControl
 from ._handles import Handle
 from ._instance import Actor
 from ._interfaces import ActorAPI
@@ -45,9 +46,9 @@ from ._keys import KeyedSends
 from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
-from ._flow import FlowControl
+from ._public import NoPublicConstructor
 from ._queues import Queue, QueueService
-from ._records import Signal
+from ._records import IfExists, Signal, StreamFrom
 from ._rides import Rides
 from ._schedules import ScheduleService
 from ._sending import Sending, commit_through
@@ -70,15 +71,19 @@ LEASE_LOOK = 0.1  # seconds between looks at a lost lease (see _activate_when_le
 
 def _state_of(row: InstanceRow | None) -> tuple[str, InstanceRecord]:
     return ("unknown", NO_RECORD) if row is None else (row.status, row.record)
+
+
 _IIDS_KEPT = 4096  # addresses whose instance ids are kept (see _address_iid)
 
 
-class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
+class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=NoPublicConstructor):
     """The runtime: owns a journal, routes messages, runs live instances.
 
     Get one from `open_system`; every method is safe to call from any task
     of the trio run that opened it.
     """
+
+    _made_by = "open one with `async with actors.open_system(journal, processes=[...])`"
 
     def __init__(
         self,
@@ -125,6 +130,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         self._offset = 0.0
         self._live: dict[bytes, Actor] = {}
         self._activating: set[bytes] = set()
+        self._landing: dict[bytes, trio.Event] = {}  # see _activate
         # Instances mail was routed to while no actor was live (see _run_created)
         self._routed_absent: set[bytes] = set()
         self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
@@ -145,7 +151,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         # that did not decode (see _corrupt_error).
         self._corrupt: dict[bytes, JournalCorrupt] = {}
         self.timers = TimerService(self)
-        self.takeover_interval = 0.25
+        self.takeover_interval = 0.25 * journal.poll_scale
         self._nursery: trio.Nursery | None = None
         self._closing = False
         self._sweep_parking = Parking()  # see _sweep_idle
@@ -218,7 +224,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
             if self.nodes.trusted(iid):
-                return actor.status, actor.record
+                return actor.status, actor.durable_record()
             if not self.journal.reads_at_once:  # its memory may be stale: only a read tells
                 return self._seen.get(iid) or ("unread", NO_RECORD)
         ended = self._final_end(iid)
@@ -268,38 +274,59 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
     # without if_exists=, queue= or priority= (a ParamSpec takes no
     # keywords beside it), the params and input must also fit its function.
     @overload
-    async def start(self, proc: ProcessDef[P, R], *params: P.args, **input: P.kwargs) -> Handle[R]:
-        ...
+    async def start(
+        self, proc: ProcessDef[P, R], *params: P.args, **input: P.kwargs
+    ) -> Handle[R]: ...
 
     @overload
     async def start(
-        self, proc: ProcessDef[..., R], *params: str, if_exists: str,
-        queue: Queue | str | None = None, priority: int = 0, **input: Any,
-    ) -> Handle[R]: ...  # fmt: skip
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        if_exists: IfExists,
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> Handle[R]: ...
 
     @overload
     async def start(
-        self, proc: ProcessDef[..., R], *params: str, if_exists: str = "return",
-        queue: Queue | str | None, priority: int = 0, **input: Any,
-    ) -> Handle[R]: ...  # fmt: skip
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        if_exists: IfExists = "return",
+        queue: Queue | str | None,
+        priority: int = 0,
+        **input: Any,
+    ) -> Handle[R]: ...
 
     @overload
     async def start(
-        self, proc: ProcessDef[..., R], *params: str, if_exists: str = "return",
-        queue: Queue | str | None = None, priority: int, **input: Any,
-    ) -> Handle[R]: ...  # fmt: skip
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        if_exists: IfExists = "return",
+        queue: Queue | str | None = None,
+        priority: int,
+        **input: Any,
+    ) -> Handle[R]: ...
 
     @overload
     async def start(
-        self, proc: str, *params: str, if_exists: str = "return",
-        queue: Queue | str | None = None, priority: int = 0, **input: Any,
-    ) -> Handle[Any]: ...  # fmt: skip
+        self,
+        proc: str,
+        *params: str,
+        if_exists: IfExists = "return",
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> Handle[Any]: ...
 
     async def start(  # type: ignore[misc]  # @process refuses these keywords as input
         self,
         proc: ProcessDef[..., Any] | str,
         *params: Any,
-        if_exists: str = "return",
+        if_exists: IfExists = "return",
         queue: Queue | str | None = None,
         priority: int = 0,
         **input: Any,
@@ -340,9 +367,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                 f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
             )
         queued = self.queues.choose(queue, priority)
-        handle, created = await self._start(
-            self._proc(proc), params, input, None, queued=queued
-        )
+        handle, created = await self._start(self._proc(proc), params, input, None, queued=queued)
         if not created and if_exists == "error":
             status = handle.status
             raise AlreadyStarted(
@@ -427,7 +452,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
             if actor is not None and actor.loaded and not actor.done:
                 if message is not None:
                     await self._send_iid(iid, address, *message)
-                return Handle(self, iid, address, actor.record.incarnation), False
+                return Handle._create(self, iid, address, actor.record.incarnation), False
             waiting = self._creating.get(iid)
             if waiting is None:
                 break
@@ -435,9 +460,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         self._creating[iid] = done = trio.Event()
         try:
             while True:  # once more each time another start (another node's) commits first
-                row, floor = await self.journal.read(
-                    lambda r: _protocol.read_for_start(r, iid)
-                )
+                row, floor = await self.journal.read(lambda r: _protocol.read_for_start(r, iid))
                 if row is not None and row.address != address:
                     raise InvalidArguments(
                         f"address {address!r} collides with {row.address!r} in the journal"
@@ -446,15 +469,23 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                     self._remember(iid, _state_of(row))
                     if message is not None:
                         await self._send_iid(iid, address, *message)
-                    return Handle(self, iid, address, row.record.incarnation), False
+                    return Handle._create(self, iid, address, row.record.incarnation), False
                 start = _protocol.start_txn(
-                    iid, address=address, process=proc.template, params=params, input=input,
-                    parent=parent, previous=row,  # a cancelled one starts afresh
-                    floor=floor, now=self.epoch_now(), max_payload=self.max_payload,
+                    iid,
+                    address=address,
+                    process=proc.template,
+                    params=params,
+                    input=input,
+                    parent=parent,
+                    previous=row,  # a cancelled one starts afresh
+                    floor=floor,
+                    now=self.epoch_now(),
+                    max_payload=self.max_payload,
                     message=None if message is None else (message[0].name, message[1]),
                     trace=_tracing.traceparent(self),
-                    status="running" if queued is None else "queued", encoded_input=encoded_input,
-                )  # fmt: skip
+                    status="running" if queued is None else "queued",
+                    encoded_input=encoded_input,
+                )
                 record = start.record
                 if queued is not None:  # not in memory: what handles read
                     self._remember(iid, ("queued", record))
@@ -463,12 +494,13 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                 try:
                     if queued is not None:  # it waits for a slot: the queue's pump starts it
                         await self._enqueue(start.txn, queued, iid, address)
-                        return Handle(self, iid, address, record.incarnation), True
+                        return Handle._create(self, iid, address, record.incarnation), True
                     # (If written with its outcome unknown, it runs once the journal answers.)
                     results = await commit_through(
-                        self.journal, start.txn,
+                        self.journal,
+                        start.txn,
                         lambda _: self._spawn_system_task(self._reload_when_back, iid),
-                    )  # fmt: skip
+                    )
                 except Conflict as exc:
                     if exc.reason not in _protocol.START_RACED:
                         raise
@@ -476,11 +508,13 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
                 break
             actor = await self._run_started(iid, address, proc, record)
             if actor is None:
-                return Handle(self, iid, address, record.incarnation), True
+                return Handle._create(self, iid, address, record.incarnation), True
             if start.message is not None and results:
-                actor.deliver(results[start.message.slot], *_protocol.unpack_message(start.message.message))
+                actor.deliver(
+                    results[start.message.slot], _protocol.unpack_message(start.message.message)
+                )
             self._status_changed(iid)
-            return Handle(self, iid, address, record.incarnation), True
+            return Handle._create(self, iid, address, record.incarnation), True
         finally:
             del self._creating[iid]
             done.set()
@@ -559,9 +593,13 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
             JournalCorrupt: its records do not decode.
         """
         return await _fork.fork(
-            self, address, from_effect=from_effect, after_step_name=after_step, to=to,
+            self,
+            address,
+            from_effect=from_effect,
+            after_step_name=after_step,
+            to=to,
             input=input,
-        )  # fmt: skip
+        )
 
     async def mail(self, address: str) -> list[_mail.Message]:
         """The unread messages of the instance at ``address``, oldest first,
@@ -633,7 +671,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
             with self.journal.reader() as r:
                 row = r.instance(iid)
         except JournalCorrupt:
-            return Handle(self, iid, address, 0)
+            return Handle._create(self, iid, address, 0)
         return self._found(iid, address, row)
 
     async def lookup(self, address: str) -> Handle[Any] | None:
@@ -646,23 +684,23 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         try:
             row = await self.journal.read(lambda r: r.instance(iid))
         except JournalCorrupt:
-            return Handle(self, iid, address, 0)
+            return Handle._create(self, iid, address, 0)
         return self._found(iid, address, row)
 
     def _in_memory(self, iid: bytes, address: str) -> Handle[Any] | None:
         actor = self._live.get(iid)
         if actor is not None and actor.loaded:
-            return Handle(self, iid, address, actor.record.incarnation)
+            return Handle._create(self, iid, address, actor.record.incarnation)
         ended = self._final_end(iid)
         if ended is not None:
-            return Handle(self, iid, address, ended[1].incarnation)
+            return Handle._create(self, iid, address, ended[1].incarnation)
         return None
 
     def _found(self, iid: bytes, address: str, row: InstanceRow | None) -> Handle[Any] | None:
         if row is None:
             return None
         self._remember(iid, _state_of(row))
-        return Handle(self, iid, address, row.record.incarnation)
+        return Handle._create(self, iid, address, row.record.incarnation)
 
     async def cancel(self, address: str, *, compensate: bool = False) -> bool:
         """Cancel the instance at ``address`` (and its live children, first).
@@ -760,7 +798,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl):
         await trio.sleep(delay)
         self._activate(iid)
 
-    def stream(self, address: str, consumer: str, from_: str = "start") -> Stream:
+    def stream(self, address: str, consumer: str, from_: StreamFrom = "start") -> Stream:
         """The values the instance at ``address`` emitted, from ``consumer``'s
         durable cursor: ``async with system.stream(a, consumer="c") as s: async for v in s:``.
 

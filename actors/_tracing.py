@@ -36,9 +36,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from ._messages import StoredMessage
+
 try:
-    from opentelemetry import context as _otel_context
-    from opentelemetry import trace as _trace
+    from opentelemetry import context as _otel_context, trace as _trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the "otel" extra is not installed: tracing is off
     _trace = None  # type: ignore[assignment]  # checked before each use
@@ -46,9 +47,15 @@ except ImportError:  # the "otel" extra is not installed: tracing is off
     TraceContextTextMapPropagator = None  # type: ignore[assignment,misc]
 
 __all__ = [
-    "active", "begin_run", "delivered", "end_run", "loaded", "record_crash", "step_span",
+    "active",
+    "begin_run",
+    "delivered",
+    "end_run",
+    "loaded",
+    "record_crash",
+    "step_span",
     "traceparent",
-]  # fmt: skip
+]
 
 _NULL = contextlib.nullcontext()
 _cached: tuple[Any, Any] = (None, None)  # (provider, its tracer for "actors")
@@ -120,8 +127,9 @@ def record_crash(exc: BaseException, summary: str) -> None:
         try:
             span.record_exception(exc)
         except Exception:  # noqa: BLE001 - an exception whose __str__ raises
-            span.add_event("exception", {"exception.type": type(exc).__name__,
-                                         "exception.message": summary})  # fmt: skip
+            span.add_event(
+                "exception", {"exception.type": type(exc).__name__, "exception.message": summary}
+            )
         span.set_status(_trace.Status(_trace.StatusCode.ERROR, summary))
 
 
@@ -132,10 +140,12 @@ def step_span(actor: Any, info: Any) -> Any:
     return _tracer().start_as_current_span(
         f"step {info.name}",
         attributes={
-            "actors.address": actor.address, "actors.run": actor.run,
-            "actors.step.attempt": info.attempt, "actors.step.key": info.key,
+            "actors.address": actor.address,
+            "actors.run": actor.run,
+            "actors.step.attempt": info.attempt,
+            "actors.step.key": info.key,
         },
-    )  # fmt: skip
+    )
 
 
 def delivered(actor: Any, seq: int, signal: str, stored: Any) -> None:
@@ -146,9 +156,12 @@ def delivered(actor: Any, seq: int, signal: str, stored: Any) -> None:
         f"deliver {signal}",
         context=_context_of(stored),
         kind=_trace.SpanKind.CONSUMER,
-        attributes={"actors.address": actor.address, "actors.run": actor.run,
-                    "actors.message": seq},
-    )  # fmt: skip
+        attributes={
+            "actors.address": actor.address,
+            "actors.run": actor.run,
+            "actors.message": seq,
+        },
+    )
     span.end()
 
 
@@ -156,6 +169,7 @@ def loaded(actor: Any, mail: Any) -> None:
     """An activation loaded its unread ``mail`` (``(seq, message)`` pairs)."""
     if not actor.system.tracing:
         return
-    for seq, message in mail:
-        if len(message) > 3 and message[3] is not None:  # (None: asked outside a trace)
-            delivered(actor, seq, message[0], message[3])
+    for seq, stored in mail:
+        message = StoredMessage.from_stored(stored)
+        if message.trace is not None:
+            delivered(actor, seq, message.signal, message.trace)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -16,6 +16,7 @@ from storage import (
     CorruptRecord,
     InstanceRecord,
     InstanceRow,
+    Status,
     Txn,
     instance_id,
 )
@@ -66,9 +67,13 @@ class Upkeep(_SystemAPI):
         for bad in broken:
             if bad.address is not None and status in (None, "corrupt"):
                 yield InstanceInfo(
-                    id=bad.address, process=bad.process, status="corrupt", created=None,
-                    updated=None, last_error=str(bad.error),
-                )  # fmt: skip
+                    id=bad.address,
+                    process=bad.process,
+                    status="corrupt",
+                    created=None,
+                    updated=None,
+                    last_error=str(bad.error),
+                )
         for n, row in enumerate(rows, 1):
             if n % YIELD_EVERY == 0:
                 await trio.lowlevel.checkpoint()  # a long listing starves no one
@@ -81,7 +86,7 @@ class Upkeep(_SystemAPI):
             yield InstanceInfo(
                 id=row.address,
                 process=row.process,
-                status=current,
+                status=cast(Status, current),  # (one of STATUSES: what was stored)
                 created=record.created,
                 updated=record.updated,
                 last_error=record.last_error,

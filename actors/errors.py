@@ -20,12 +20,30 @@ from storage.errors import (
 )
 
 __all__ = [
-    "ActorError", "NotDelivered", "ProcessFailed", "ProcessCancelled", "StepFailed",
-    "StepTimeout", "NonDeterminismError", "ChildFailed", "EncodeError", "JournalCorrupt",
-    "JournalFull", "JournalLocked", "JournalClosed", "UnknownProcess", "InvalidArguments",
-    "ContextError", "Conflict", "LimitExceeded", "JournalUnavailable", "JournalDiskFull",
-    "AskTimeout", "AlreadyStarted", "HistoryFormatError",
-]  # fmt: skip
+    "ActorError",
+    "NotDelivered",
+    "ProcessFailed",
+    "ProcessCancelled",
+    "StepFailed",
+    "StepTimeout",
+    "NonDeterminismError",
+    "ChildFailed",
+    "EncodeError",
+    "JournalCorrupt",
+    "JournalFull",
+    "JournalLocked",
+    "JournalClosed",
+    "UnknownProcess",
+    "InvalidArguments",
+    "ContextError",
+    "Conflict",
+    "LimitExceeded",
+    "JournalUnavailable",
+    "JournalDiskFull",
+    "AskTimeout",
+    "AlreadyStarted",
+    "HistoryFormatError",
+]
 
 
 class NotDelivered(ActorError, LookupError):
@@ -87,9 +105,14 @@ class NonDeterminismError(ActorError):
     matches its history resumes it."""
 
     def __init__(
-        self, message: str, *, address: str = "", position: int = 0,
-        expected: Any = None, found: Any = None,
-    ) -> None:  # fmt: skip
+        self,
+        message: str,
+        *,
+        address: str = "",
+        position: int = 0,
+        expected: Any = None,
+        found: Any = None,
+    ) -> None:
         super().__init__(message)
         self.address = address
         self.position = position

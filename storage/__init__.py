@@ -7,11 +7,15 @@ one for deterministic simulation (`actors.testing.simulate`).
 
 import typing as _typing
 
-from ._codec import decode as decode, digest as digest, encode as encode
-from ._codec import Opaque as Opaque, lenient_decoding as lenient_decoding
-from ._codec import serializable as serializable
-from ._records import NO_VALUE as NO_VALUE
-from ._records import InstanceRecord as InstanceRecord, LogEntry as LogEntry
+from ._clock import AutojumpHold as AutojumpHold
+from ._codec import (
+    Opaque as Opaque,
+    decode as decode,
+    digest as digest,
+    encode as encode,
+    lenient_decoding as lenient_decoding,
+    serializable as serializable,
+)
 from ._journal import (
     LIVE_STATUSES as LIVE_STATUSES,
     MAIL_STATUSES as MAIL_STATUSES,
@@ -21,17 +25,20 @@ from ._journal import (
     TERMINAL_STATUSES as TERMINAL_STATUSES,
     UNFINISHED_STATUSES as UNFINISHED_STATUSES,
     CorruptRecord as CorruptRecord,
+    Durability as Durability,
     InstanceRow as InstanceRow,
     Journal as Journal,
     Reader as Reader,
+    Status as Status,
     Ticket as Ticket,
     TimerRow as TimerRow,
     Txn as Txn,
     instance_id as instance_id,
 )
 from ._lmdb import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
-from ._states import StateOps as StateOps, StateRow as StateRow
 from ._memory import MemoryJournal as MemoryJournal
+from ._parking import Parking as Parking
+from ._records import NO_VALUE as NO_VALUE, InstanceRecord as InstanceRecord, LogEntry as LogEntry
 from ._simulated import (
     HostCrashed as HostCrashed,
     JournalFaults as JournalFaults,
@@ -39,6 +46,7 @@ from ._simulated import (
     WriteLog as WriteLog,
 )
 from ._simulated_nodes import SimulatedNode as SimulatedNode, simulated_nodes as simulated_nodes
+from ._states import StateOps as StateOps, StateRow as StateRow
 from .errors import (
     ActorError as ActorError,
     CommitOutcomeUnknown as CommitOutcomeUnknown,
@@ -51,7 +59,6 @@ from .errors import (
     JournalLocked as JournalLocked,
     JournalUnavailable as JournalUnavailable,
 )
-
 
 # The public names, one place (PostgresJournal is left out: it needs the
 # optional 'postgres' extra, so `from storage import *` must not import it).
@@ -66,11 +73,14 @@ __all__ = [
     "TERMINAL_STATUSES",
     "UNFINISHED_STATUSES",
     "ActorError",
+    "AutojumpHold",
     "CommitOutcomeUnknown",
     "Conflict",
     "CorruptRecord",
+    "Durability",
     "EncodeError",
     "HostCrashed",
+    "Status",
     "InstanceRecord",
     "InstanceRow",
     "Journal",
@@ -86,6 +96,7 @@ __all__ = [
     "LogEntry",
     "MemoryJournal",
     "Opaque",
+    "Parking",
     "Reader",
     "SimulatedJournal",
     "SimulatedNode",
@@ -104,6 +115,13 @@ __all__ = [
     "simulated_nodes",
 ]
 
+# Public classes say where users find them (``storage.LMDBJournal``, not the
+# private module that defines it), in reprs, docs and tracebacks.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) and _obj.__module__.startswith("storage._"):
+        _obj.__module__ = "storage"
+
 
 if _typing.TYPE_CHECKING:
     from ._postgres import PostgresJournal as PostgresJournal
@@ -113,5 +131,6 @@ else:
         if name == "PostgresJournal":
             from ._postgres import PostgresJournal
 
+            PostgresJournal.__module__ = "storage"
             return PostgresJournal
         raise AttributeError(f"module 'storage' has no attribute {name!r}")

@@ -14,8 +14,12 @@ from __future__ import annotations
 import math
 
 import trio
+from trio.testing import MockClock
 
 __all__ = ["AutojumpHold"]
+
+#: The run's hold (a run has one clock for its whole life).
+_HOLD: trio.lowlevel.RunVar[AutojumpHold | None] = trio.lowlevel.RunVar("autojump hold", None)
 
 
 class AutojumpHold:
@@ -26,9 +30,7 @@ class AutojumpHold:
 
     __slots__ = ("_clock", "_count", "_saved")
 
-    _by_clock: dict[int, AutojumpHold] = {}
-
-    def __init__(self, clock: object) -> None:
+    def __init__(self, clock: MockClock) -> None:
         self._clock = clock
         self._count = 0
         self._saved = 0.0
@@ -37,20 +39,23 @@ class AutojumpHold:
     def current(cls) -> AutojumpHold | None:
         """The hold for the running loop's clock, or None if it is not a MockClock."""
         clock = trio.lowlevel.current_clock()
-        if type(clock).__name__ != "MockClock":
-            return None
-        hold = cls._by_clock.get(id(clock))
-        if hold is None or hold._clock is not clock:
-            hold = cls._by_clock[id(clock)] = cls(clock)
+        if type(clock) is not MockClock:
+            return None  # (first: a real clock's steps pay no RunVar lookup)
+        hold = _HOLD.get()
+        if hold is None:
+            hold = cls(clock)
+            _HOLD.set(hold)
         return hold
 
     def acquire(self) -> None:
+        """Hold autojump off (the first hold saves the clock's threshold)."""
         if self._count == 0:
-            self._saved = self._clock.autojump_threshold  # type: ignore[attr-defined]
-            self._clock.autojump_threshold = math.inf  # type: ignore[attr-defined]
+            self._saved = self._clock.autojump_threshold
+            self._clock.autojump_threshold = math.inf
         self._count += 1
 
     def release(self) -> None:
+        """Let go of one hold (the last restores the saved threshold)."""
         self._count -= 1
         if self._count == 0:
-            self._clock.autojump_threshold = self._saved  # type: ignore[attr-defined]
+            self._clock.autojump_threshold = self._saved

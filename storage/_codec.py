@@ -145,10 +145,15 @@ def serializable(cls: T | None = None, *, name: str | None = None) -> T | Callab
             )
         key = name or f"{klass.__module__}.{klass.__qualname__}"
         other = _registry.get(key)
-        if other is not None and other is not klass and (
-            other.__module__,
-            other.__qualname__,
-        ) != (klass.__module__, klass.__qualname__):
+        if (
+            other is not None
+            and other is not klass
+            and (
+                other.__module__,
+                other.__qualname__,
+            )
+            != (klass.__module__, klass.__qualname__)
+        ):
             raise TypeError(
                 f"codec name {key!r} is already registered to {other!r}; "
                 "pass @serializable(name=...) with a unique name"
@@ -228,18 +233,14 @@ def _default(value: Any, depth: int) -> msgpack.ExtType:
         return msgpack.ExtType(_BIGINT_BYTES, value.to_bytes(size, "big", signed=True))
     if kind is _dt.datetime:
         naive = value.replace(tzinfo=None).isoformat()
-        return msgpack.ExtType(
-            _DATETIME, _pack([naive, _tz_spec(value.tzinfo, value), value.fold])
-        )
+        return msgpack.ExtType(_DATETIME, _pack([naive, _tz_spec(value.tzinfo, value), value.fold]))
     if kind is _dt.date:
         return msgpack.ExtType(_DATE, value.isoformat().encode())
     if kind is _dt.time:
         naive = value.replace(tzinfo=None).isoformat()
         return msgpack.ExtType(_TIME, _pack([naive, _tz_spec(value.tzinfo, None), value.fold]))
     if kind is _dt.timedelta:
-        return msgpack.ExtType(
-            _TIMEDELTA, _pack([value.days, value.seconds, value.microseconds])
-        )
+        return msgpack.ExtType(_TIMEDELTA, _pack([value.days, value.seconds, value.microseconds]))
     if kind is decimal.Decimal:
         return msgpack.ExtType(_DECIMAL, str(value).encode())
     if kind is uuid.UUID:
@@ -271,9 +272,12 @@ _KEEP_PACKER_BYTES = 64 * 1024
 
 def _unpacker(data: bytes, depth: int) -> msgpack.Unpacker:
     unpacker = msgpack.Unpacker(
-        None, ext_hook=_hook(depth), strict_map_key=False, raw=False,
+        None,
+        ext_hook=_hook(depth),
+        strict_map_key=False,
+        raw=False,
         max_buffer_size=max(len(data), 1),
-    )  # fmt: skip
+    )
     unpacker.feed(data)
     return unpacker
 
@@ -369,9 +373,9 @@ def encode(value: Any, *, what: str = "value") -> bytes:
     path, bad, reason = problem
     # A depth error's own chain is a traceback thousands of frames long.
     deep = isinstance(error, (RecursionError, _TooDeep)) or reason.endswith(_FLATTEN)
-    raise EncodeError(
-        f"{path} {reason}", path=path, value_type=type(bad).__qualname__
-    ) from (None if deep else error)
+    raise EncodeError(f"{path} {reason}", path=path, value_type=type(bad).__qualname__) from (
+        None if deep else error
+    )
 
 
 def decode(data: bytes) -> Any:
@@ -407,9 +411,19 @@ def digest(value: Any, *, what: str = "arguments") -> bytes:
 
 
 _SCALARS = (
-    type(None), bool, int, float, str, bytes, _dt.datetime, _dt.date, _dt.time,
-    _dt.timedelta, decimal.Decimal, uuid.UUID,
-)  # fmt: skip
+    type(None),
+    bool,
+    int,
+    float,
+    str,
+    bytes,
+    _dt.datetime,
+    _dt.date,
+    _dt.time,
+    _dt.timedelta,
+    decimal.Decimal,
+    uuid.UUID,
+)
 _NESTED = (tuple, set, frozenset)  # each is a nested msgpack document, like a record
 _PLAIN_DEPTH = 1024  # how deep msgpack nests lists and dicts in one document
 _OPENING: dict[type, int] = {tuple: 1, set: 0, frozenset: 0}  # levels a nested document starts with
@@ -442,10 +456,14 @@ def _diagnose(value: Any, what: str) -> tuple[str, Any, str] | None:
             try:
                 current.encode("utf-8")
             except UnicodeEncodeError as exc:
-                return _path(what, segments), current, (
-                    f"is a str that is not valid Unicode (a lone surrogate "
-                    f"{current[exc.start]!r} at index {exc.start}); it cannot be stored as "
-                    "UTF-8. Decode bytes with errors='replace' (or pass them as bytes)"
+                return (
+                    _path(what, segments),
+                    current,
+                    (
+                        f"is a str that is not valid Unicode (a lone surrogate "
+                        f"{current[exc.start]!r} at index {exc.start}); it cannot be stored as "
+                        "UTF-8. Decode bytes with errors='replace' (or pass them as bytes)"
+                    ),
                 )
         elif kind is int and not -_DECIMAL_BOUND < current < _DECIMAL_BOUND:
             pass  # any size is stored (as bytes)
@@ -459,13 +477,19 @@ def _diagnose(value: Any, what: str) -> tuple[str, Any, str] | None:
                 # [name, {fields}], a set's items one by one.
                 nested, plain = nested + 1, _OPENING.get(kind, 2)
             if nested > MAX_NESTING:
-                return _path(what, segments), current, (
-                    f"nests tuples, sets, frozensets and records more than {MAX_NESTING} "
-                    f"levels deep; {_FLATTEN}"
+                return (
+                    _path(what, segments),
+                    current,
+                    (
+                        f"nests tuples, sets, frozensets and records more than {MAX_NESTING} "
+                        f"levels deep; {_FLATTEN}"
+                    ),
                 )
             if plain > _PLAIN_DEPTH:
-                return _path(what, segments), current, (
-                    f"nests lists and dicts more than {_PLAIN_DEPTH} levels deep; {_FLATTEN}"
+                return (
+                    _path(what, segments),
+                    current,
+                    (f"nests lists and dicts more than {_PLAIN_DEPTH} levels deep; {_FLATTEN}"),
                 )
             if kind is list or kind is tuple:
                 children = ((f"[{i}]", item) for i, item in enumerate(current))
@@ -481,8 +505,10 @@ def _diagnose(value: Any, what: str) -> tuple[str, Any, str] | None:
                 children = _fields_of(current)
         else:
             kind_name = f"{kind.__module__}.{kind.__qualname__}"
-            return _path(what, segments), current, (
-                f"is a {kind_name}, which the codec cannot store; {_SUPPORTED}"
+            return (
+                _path(what, segments),
+                current,
+                (f"is a {kind_name}, which the codec cannot store; {_SUPPORTED}"),
             )
         if children is not None:
             stack.append((children, nested, plain))

@@ -77,8 +77,15 @@ class Handoff:
     """
 
     __slots__ = (
-        "_busy", "_steps", "_on_disk", "_waiting", "_reached", "_idle", "_scope", "nudges",
-    )  # fmt: skip
+        "_busy",
+        "_steps",
+        "_on_disk",
+        "_waiting",
+        "_reached",
+        "_idle",
+        "_scope",
+        "nudges",
+    )
 
     def __init__(self, busy: Callable[[], bool]) -> None:
         self._busy = busy

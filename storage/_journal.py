@@ -30,7 +30,7 @@ import abc
 import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import attrs
 import trio
@@ -46,6 +46,7 @@ from ._statuses import (
     STATUSES as STATUSES,
     TERMINAL_STATUSES as TERMINAL_STATUSES,
     UNFINISHED_STATUSES as UNFINISHED_STATUSES,
+    Status as Status,
 )
 from ._txn import (
     ABSENT as ABSENT,
@@ -72,6 +73,7 @@ from ._txn import (
 from .errors import JournalCorrupt
 
 __all__ = [
+    "Durability",
     "Journal",
     "Reader",
     "Txn",
@@ -79,6 +81,7 @@ __all__ = [
     "InstanceRow",
     "TimerRow",
     "CorruptRecord",
+    "Status",
     "STATUSES",
     "LIVE_STATUSES",
     "MAIL_STATUSES",
@@ -90,6 +93,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
 
 def instance_id(address: str) -> bytes:
     """The fixed-size key of the instance at ``address``.
@@ -293,6 +297,11 @@ class Reader(abc.ABC):
         timers, stream or cursors); for checking cleanup."""
 
 
+Durability = Literal["sync", "async"]
+"""When an awaited commit returns, as a type: ``"sync"``, once the data is
+durable; ``"async"``, once it is queued (see `Journal`)."""
+
+
 class Journal(abc.ABC):
     """A durable (or in-memory) store behind the runtime. See the module doc.
 
@@ -301,7 +310,7 @@ class Journal(abc.ABC):
     the data is durable) or ``"async"`` (once it is queued).
     """
 
-    durability: str = "sync"
+    durability: Durability = "sync"
 
     check_shapes: bool = False
     """Whether reads check that instance records, log entries and messages
@@ -311,12 +320,12 @@ class Journal(abc.ABC):
     the command line turn it on; a journal used on its own stores any value."""
 
     #: Called in the trio thread as ``on_write_lost(chain, error)`` when a
-    #: transaction nobody waited for failed (see `LostChains`): the writer
-    #: of ``chain`` must reload from the journal, then call `resume_chain`.
+    #: transaction of ``chain`` failed (see `LostChains`): its writer must
+    #: reload from the journal, then call `resume_chain`.
     on_write_lost: Callable[[bytes, BaseException], None] | None = None
 
-    #: The chains whose unawaited write failed: each journal makes its own
-    #: in ``__init__``, and one that can fail a write nobody waits for
+    #: The chains whose write failed: each journal makes its own in
+    #: ``__init__``, and one that can fail a write its writer went on from
     #: applies its transactions through ``Chain(self.lost_chains)``.
     lost_chains: LostChains
 
@@ -426,6 +435,14 @@ class Journal(abc.ABC):
 
     node: str | None = None
     """This journal's node name, set by `set_node` before `open`."""
+
+    poll_scale: float = 1.0
+    """A factor on how often a system on this shared journal looks for
+    other nodes' changes (takeovers, queue slots, schedules, results of
+    instances another node runs), which wake nobody here. PostgreSQL keeps
+    the runtime's cadence (1.0); the simulated nodes look 8 times less
+    often, which keeps a simulated run of hours cheap and changes when
+    those looks happen, not what they do."""
 
     def set_node(self, node: str) -> None:
         """Name the node this journal serves (before `open`).

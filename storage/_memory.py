@@ -8,10 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import _journal as j
-from . import _reading as rd
-from . import _shapes
-from . import _states
+from . import _journal as j, _reading as rd, _shapes, _states
 from ._journal import CorruptRecord, InstanceRow, Journal, Reader, Settled, Ticket, TimerRow, Txn
 from ._records import LogEntry
 from .errors import JournalClosed, JournalCorrupt, JournalLocked
@@ -106,10 +103,11 @@ class MemoryJournal(Journal):
                 next_seq[iid] = seq + 1
                 if iid not in emptied and seq in self._mail.get(iid, {}):
                     raise rd.corrupt(
-                        "mail", _mail_key(iid, seq),
+                        "mail",
+                        _mail_key(iid, seq),
                         "already exists where a new one was to be written (the instance's "
                         "message counter was damaged or lost); nothing was overwritten",
-                    )  # fmt: skip
+                    )
 
     def _state_version(self, key: str) -> int:
         found = self._states.get(key)
@@ -265,9 +263,10 @@ class _MemoryReader(Reader):
         ]
         if box and box[-1][0] > self.last_message_seq(iid):
             raise rd.corrupt(
-                "counters", iid + b"m",
+                "counters",
+                iid + b"m",
                 f"says fewer messages were sent than the mailbox holds (up to {box[-1][0]})",
-            )  # fmt: skip
+            )
         return box
 
     def last_message_seq(self, iid: bytes) -> int:
@@ -333,7 +332,9 @@ class _MemoryReader(Reader):
         found = []
         for key in keys:
             version, value = self._j._states[key]
-            found.append(_states.StateRow(key, version, rd.decode_record(value, "states", key.encode())))
+            found.append(
+                _states.StateRow(key, version, rd.decode_record(value, "states", key.encode()))
+            )
         return found
 
     def has_records(self, iid: bytes) -> bool:

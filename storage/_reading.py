@@ -12,9 +12,14 @@ from ._records import InstanceRecord, LogEntry, RecordShapeError
 from .errors import JournalCorrupt
 
 __all__ = [
-    "corrupt", "decode_record", "read_instance_record", "read_entry", "read_entries", "number",
+    "corrupt",
+    "decode_record",
+    "read_instance_record",
+    "read_entry",
+    "read_entries",
+    "number",
     "key_size",
-]  # fmt: skip
+]
 
 
 def corrupt(database: str, key: bytes, problem: str) -> JournalCorrupt:

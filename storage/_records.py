@@ -19,6 +19,7 @@ runtime with an AttributeError.
 
 from __future__ import annotations
 
+import linecache
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -167,7 +168,8 @@ class InstanceRecord:
         if not 0 <= record.run <= 0xFFFFFFFF:  # journals key log entries by a 4-byte run
             raise RecordShapeError(f"the record's run number {record.run} is out of range")
         for name, items, part in (
-            ("restarts", record.restarts, "at"), ("compensations", record.compensations, "id"),
+            ("restarts", record.restarts, "at"),
+            ("compensations", record.compensations, "id"),
         ):
             for item in items:
                 if not isinstance(item, dict) or part not in item:
@@ -185,7 +187,9 @@ class InstanceRecord:
             if len(_PARAMS_WANTED) < _SHAPES_KEPT:
                 _PARAMS_WANTED[process] = wanted
         if len(self.params) != wanted:
-            return f"the record has {len(self.params)} path param(s) where {process!r} takes {wanted}"
+            return (
+                f"the record has {len(self.params)} path param(s) where {process!r} takes {wanted}"
+            )
         for param in self.params:
             if not isinstance(param, str) or not param or "/" in param:
                 return f"the record's path param {param!r} is not a non-empty str without '/'"
@@ -204,25 +208,46 @@ _NONE = type(None)
 # stored key -> (field, the types its value may have, () for any); a stored
 # key is the field's name except where the first format chose a shorter one
 _READ: dict[str, tuple[str, tuple[type, ...]]] = {
-    "params": ("params", (list,)), "input": ("input", (dict, _NONE)), "run": ("run", (int,)),
-    "inc": ("incarnation", (int,)), "created": ("created", (*_NUMBER, _NONE)),
-    "updated": ("updated", (*_NUMBER, _NONE)), "trace": ("trace", (str, _NONE)),
-    "parent": ("parent", (str, _NONE)), "awaited": ("awaited", (bool,)),
-    "restart": ("restart", (str, _NONE)), "restarts": ("restarts", (list,)),
-    "result": ("result", ()), "error": ("error", (dict, _NONE)),
-    "reason": ("reason", (str, _NONE)), "last_error": ("last_error", (str, _NONE)),
+    "params": ("params", (list,)),
+    "input": ("input", (dict, _NONE)),
+    "run": ("run", (int,)),
+    "inc": ("incarnation", (int,)),
+    "created": ("created", (*_NUMBER, _NONE)),
+    "updated": ("updated", (*_NUMBER, _NONE)),
+    "trace": ("trace", (str, _NONE)),
+    "parent": ("parent", (str, _NONE)),
+    "awaited": ("awaited", (bool,)),
+    "restart": ("restart", (str, _NONE)),
+    "restarts": ("restarts", (list,)),
+    "result": ("result", ()),
+    "error": ("error", (dict, _NONE)),
+    "reason": ("reason", (str, _NONE)),
+    "last_error": ("last_error", (str, _NONE)),
     "held": ("held", (str, _NONE)),
-    "failure": ("failure", (dict, _NONE)), "failure_end": ("failure_end", (str, _NONE)),
-    "stuck": ("stuck", (dict, _NONE)), "abandoned": ("abandoned", (bool,)),
-    "compensations": ("compensations", (list,)), "compensated": ("compensated", (list,)),
-    "comp_attempts": ("comp_attempts", (dict,)), "exports": ("exports", ()),
+    "failure": ("failure", (dict, _NONE)),
+    "failure_end": ("failure_end", (str, _NONE)),
+    "stuck": ("stuck", (dict, _NONE)),
+    "abandoned": ("abandoned", (bool,)),
+    "compensations": ("compensations", (list,)),
+    "compensated": ("compensated", (list,)),
+    "comp_attempts": ("comp_attempts", (dict,)),
+    "exports": ("exports", ()),
     "exports_version": ("exports_version", (int,)),
-}  # fmt: skip
+}
 # the empty containers that mean "the default": a record read with an empty
 # list is stored like one never given any
 _NOTHING = ((), _EMPTY)
 # stored even at their defaults: every record names its run and incarnation
 _ALWAYS = frozenset({"run", "incarnation"})
+
+
+def _define(source: str, filename: str, scope: dict[str, Any], name: str) -> Any:
+    """Compile ``source`` and return the function ``name`` it defines, with
+    its source registered in `linecache` under ``filename`` (as attrs does
+    for the methods it writes), so that tracebacks and debuggers show it."""
+    exec(compile(source, filename, "exec"), scope)  # noqa: S102 - our own source
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    return scope[name]
 
 
 def _write_record_to_stored() -> Callable[[InstanceRecord], dict[str, Any]]:
@@ -247,8 +272,9 @@ def _write_record_to_stored() -> Callable[[InstanceRecord], dict[str, Any]]:
             lines.append(f"    if value != default_{name}:")
         lines.append(f"        stored[{key!r}] = value")
     lines += ["    if self.extra:", "        stored.update(self.extra)", "    return stored"]
-    exec(compile("\n".join(lines), "<InstanceRecord.to_stored>", "exec"), scope)  # noqa: S102
-    to_stored: Callable[[InstanceRecord], dict[str, Any]] = scope["to_stored"]
+    to_stored: Callable[[InstanceRecord], dict[str, Any]] = _define(
+        "\n".join(lines), "<InstanceRecord.to_stored>", scope, "to_stored"
+    )
     return to_stored
 
 
@@ -284,11 +310,14 @@ def _write_record_evolve() -> Callable[[InstanceRecord, dict[str, Any]], Instanc
         "    return new",
     ]
     scope: dict[str, Any] = {
-        "InstanceRecord": InstanceRecord, "Unfrozen": _Unfrozen, "object_new": object.__new__,
+        "InstanceRecord": InstanceRecord,
+        "Unfrozen": _Unfrozen,
+        "object_new": object.__new__,
         "NAMES": frozenset(names),
-    }  # fmt: skip
-    exec(compile("\n".join(lines), "<InstanceRecord.evolve>", "exec"), scope)  # noqa: S102
-    evolve: Callable[[InstanceRecord, dict[str, Any]], InstanceRecord] = scope["evolve"]
+    }
+    evolve: Callable[[InstanceRecord, dict[str, Any]], InstanceRecord] = _define(
+        "\n".join(lines), "<InstanceRecord.evolve>", scope, "evolve"
+    )
     return evolve
 
 
@@ -316,9 +345,7 @@ def _write_record_reader(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], An
     # The source holds only names of ours: keys of _READ, fields by name;
     # a field the map leaves out takes its default (each is immutable).
     given = {_READ[key][0]: names[key] for key in keys}
-    fields = [
-        f"new.{f.name} = {given.get(f.name, f'default_{f.name}')}" for f in _ATTRS
-    ]
+    fields = [f"new.{f.name} = {given.get(f.name, f'default_{f.name}')}" for f in _ATTRS]
     source = "\n    ".join(
         [
             "def read(stored):",
@@ -332,11 +359,14 @@ def _write_record_reader(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], An
         ]
     )
     scope: dict[str, Any] = {
-        "InstanceRecord": InstanceRecord, "Unfrozen": _Unfrozen, "object_new": object.__new__,
+        "InstanceRecord": InstanceRecord,
+        "Unfrozen": _Unfrozen,
+        "object_new": object.__new__,
         **{f"default_{f.name}": f.default for f in _ATTRS},
-    }  # fmt: skip
-    exec(compile(source, f"<InstanceRecord reader of {keys!r}>", "exec"), scope)  # noqa: S102
-    read: Callable[[dict[Any, Any]], Any] = scope["read"]
+    }
+    read: Callable[[dict[Any, Any]], Any] = _define(
+        source, f"<InstanceRecord reader of {keys!r}>", scope, "read"
+    )
     return read
 
 
@@ -356,9 +386,10 @@ class _NoValue:
 NO_VALUE: Any = _NoValue()
 
 
-@attrs.define(slots=True, eq=True)
+@attrs.frozen(slots=True, eq=True)
 class LogEntry:
-    """One position of a run's log.
+    """One position of a run's log: immutable, built once (an effect's
+    `describe` with the fields its outcome sets; `attrs.evolve` for another).
 
     An entry holding a value or an error is an *outcome*; one without is a
     *started* record (a step attempt, a timer's due time, a call's child)
@@ -403,6 +434,13 @@ class LogEntry:
     child: str | None = None
     ask: list[Any] | None = None
     extra: dict[str, Any] | None = None  # keys of another version, kept as they were
+
+    @staticmethod
+    def build(kind: str, name: str = "", hash: bytes = b"", **fields: Any) -> LogEntry:
+        """``LogEntry(kind, name, hash, **fields)`` at about half the cost
+        (plain stores, then frozen: see `_UnfrozenEntry`); the runtime makes
+        one for every effect it logs."""
+        return _build_entry(kind, name, hash, **fields)
 
     @property
     def is_outcome(self) -> bool:
@@ -499,13 +537,38 @@ _ENTRY_KEYS = ("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "
 _ENTRY_POSITION = {key: i for i, key in enumerate(_ENTRY_KEYS)}
 _ENTRY_DEFAULTS: list[Any] = ["", "", b"", NO_VALUE] + [None] * 10
 _ENTRY_TYPES: tuple[tuple[type, ...] | None, ...] = (
-    (str,), (str, _NONE), None, None, (dict,), (int,), (str,), (int,), None, None, None,
-    _NUMBER, None, (list,),
-)  # fmt: skip
+    (str,),
+    (str, _NONE),
+    None,
+    None,
+    (dict,),
+    (int,),
+    (str,),
+    (int,),
+    None,
+    None,
+    None,
+    _NUMBER,
+    None,
+    (list,),
+)
 assert [f.name for f in attrs.fields(LogEntry)] == [
-    "kind", "name", "hash", "value", "error", "message", "signal", "attempt", "failures",
-    "closed", "key", "due", "child", "ask", "extra",
-]  # fmt: skip
+    "kind",
+    "name",
+    "hash",
+    "value",
+    "error",
+    "message",
+    "signal",
+    "attempt",
+    "failures",
+    "closed",
+    "key",
+    "due",
+    "child",
+    "ask",
+    "extra",
+]
 
 
 # -- reading one shape of entry fast -------------------------------------------------
@@ -549,11 +612,53 @@ class _ShapeReaders(dict[tuple[Any, ...], Any]):
 
 
 _RECORD_READERS = _ShapeReaders(_write_record_reader)
+
+
+class _UnfrozenEntry(LogEntry):
+    """A `LogEntry` while a reader fills it in: plain attribute stores, then
+    ``__class__`` becomes `LogEntry` before anyone sees it (as `_Unfrozen`
+    does for records): a wake reads every entry of a log."""
+
+    __slots__ = ()
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
 # LogEntry's fields in order; a reader fills them all, as LogEntry.__init__
 # would (there is nothing else it does: no validator, no converter).
 _FIELDS = [f.name for f in attrs.fields(LogEntry)]
 assert all(f.validator is None and f.converter is None for f in attrs.fields(LogEntry))
 assert not hasattr(LogEntry, "__attrs_post_init__")
+
+
+def _write_entry_builder() -> Callable[..., LogEntry]:
+    """`LogEntry.build`: LogEntry.__init__'s parameters and defaults, written
+    out with plain stores into an `_UnfrozenEntry`."""
+    first, rest = _FIELDS[:3], attrs.fields(LogEntry)[3:]
+    keywords = ", ".join(f"{f.name}={_literal(f.default)}" for f in rest)
+    params = f"{', '.join(first)}, *, {keywords}"
+    build: Callable[..., LogEntry] = _define_entry_maker(
+        "build", params, [], _FIELDS, "<LogEntry.build>"
+    )
+    return build
+
+
+def _define_entry_maker(
+    name: str, params: str, checks: list[str], values: list[str], filename: str
+) -> Any:
+    """Function ``name`` taking ``params``: ``checks`` (source lines) first,
+    then what every maker of entries does: fill an `_UnfrozenEntry` with
+    ``values`` (source text, one per field, in order), freeze it, return it."""
+    stores = [f"entry.{field} = {value}" for field, value in zip(_FIELDS, values)]
+    body = ["entry = new(Unfrozen)", *stores, "entry.__class__ = LogEntry", "return entry"]
+    scope: dict[str, Any] = {
+        "LogEntry": LogEntry,
+        "Unfrozen": _UnfrozenEntry,
+        "NO_VALUE": NO_VALUE,
+        "new": object.__new__,
+    }
+    source = "\n    ".join([f"def {name}({params}):", *checks, *body])
+    return _define(source, filename, scope, name)
 
 
 def _write_shape_reader(keys: tuple[Any, ...]) -> _Reader | None:
@@ -568,20 +673,13 @@ def _write_shape_reader(keys: tuple[Any, ...]) -> _Reader | None:
         refused.append('_0 == "sleep"')  # a timer's entry without its due time ('due')
     values = [given.get(i, _literal(default)) for i, default in enumerate(_ENTRY_DEFAULTS)]
     values.append("None")  # extra: every key is known
-    source = "\n    ".join(
-        [
-            "def read(stored):",
-            f"{', '.join(given[_ENTRY_POSITION[key]] for key in keys)}, = stored.values()",
-            f"if {' or '.join(r for r in refused if r)}:",
-            "    return None",
-            "entry = new(LogEntry)",
-            *(f"entry.{field} = {value}" for field, value in zip(_FIELDS, values)),
-            "return entry",
-        ]
-    )
-    scope: dict[str, Any] = {"LogEntry": LogEntry, "NO_VALUE": NO_VALUE, "new": object.__new__}
-    exec(compile(source, f"<LogEntry reader of {keys!r}>", "exec"), scope)  # noqa: S102
-    read: _Reader = scope["read"]
+    checks = [
+        f"{', '.join(given[_ENTRY_POSITION[key]] for key in keys)}, = stored.values()",
+        f"if {' or '.join(r for r in refused if r)}:",
+        "    return None",
+    ]
+    filename = f"<LogEntry reader of {keys!r}>"
+    read: _Reader = _define_entry_maker("read", "stored", checks, values, filename)
     return read
 
 
@@ -592,10 +690,15 @@ def _refused(name: str, types: tuple[type, ...] | None) -> str:
     """Source text that is true when ``name`` is not of an exact class of ``types``."""
     if types is None:
         return ""
-    exact = [f"{name} is None" if t is _NONE else f"{name}.__class__ is {t.__name__}" for t in types]
+    exact = [
+        f"{name} is None" if t is _NONE else f"{name}.__class__ is {t.__name__}" for t in types
+    ]
     return f"not ({' or '.join(exact)})"
 
 
 def _literal(default: Any) -> str:
     """A field's default as source text."""
     return "NO_VALUE" if default is NO_VALUE else repr(default)
+
+
+_build_entry = _write_entry_builder()

@@ -46,8 +46,10 @@ def message_problem(value: Any) -> str | None:
         return f"the message's time is {value[2]!r}, not a number"
     if len(value) > 4 and value[4] is not None:
         ask = value[4]
-        if not isinstance(ask, (list, tuple)) or len(ask) < 2 or not all(
-            isinstance(part, str) for part in ask[:2]
+        if (
+            not isinstance(ask, (list, tuple))
+            or len(ask) < 2
+            or not all(isinstance(part, str) for part in ask[:2])
         ):
             return f"the message's ask is {ask!r}, not [ask id, reply-to address, node]"
     return None

@@ -71,9 +71,7 @@ def check_expects(expects: Sequence[tuple[str, int]], version_of: Callable[[str]
     for key, version in expects:
         found = version_of(key)
         if found != version:
-            raise Conflict(
-                f"state {key!r} is at version {found}, not {version}", reason="state"
-            )
+            raise Conflict(f"state {key!r} is at version {found}, not {version}", reason="state")
 
 
 def track_versions(versions: dict[str, int], ops: Sequence[tuple[Any, ...]]) -> None:

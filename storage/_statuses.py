@@ -3,7 +3,10 @@ the sets the runtime reasons with. Defined once, here; `storage` exports it."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
+    "Status",
     "STATUSES",
     "STATUS_CODE",
     "STATUS_NAME",
@@ -14,8 +17,20 @@ __all__ = [
     "STATUS_WORDS",
 ]
 
+Status = Literal[
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "cancelled",
+    "compensation_stuck",
+    "corrupt",
+    "queued",
+]
+"""An instance's status, as a type: one of `STATUSES` (a test keeps the two the same)."""
+
 # Invariant: a status's code never changes (codes are stored in journals).
-STATUSES: tuple[str, ...] = (
+STATUSES: tuple[Status, ...] = (
     "running",
     "suspended",
     "completed",

@@ -18,9 +18,14 @@ from ._statuses import STATUS_CODE, STATUS_NAME
 from .errors import Conflict, EncodeError, JournalFull, JournalUnavailable
 
 __all__ = [
-    "Txn", "MAX_ADDRESS_BYTES", "ABSENT", "Chain", "check_requires", "due_us",
+    "Txn",
+    "MAX_ADDRESS_BYTES",
+    "ABSENT",
+    "Chain",
+    "check_requires",
+    "due_us",
     "stored_incarnation",
-]  # fmt: skip
+]
 
 # Invariant: an instance's address and its process template are each at most
 # this many bytes of utf-8, so an instance record's header (both of them)
@@ -95,8 +100,8 @@ class Txn(StateOps):
     # kept for freeing (see storage._lmdb._writer).
     frees: bool = False
     # Nobody waits for its commit ("async" durability's acknowledgment, a
-    # submitted or deferred write): a failure reaches its writer late, so
-    # its chain stops there (see `LostChains`). Set by the journal.
+    # submitted or deferred write). Set by `SimulatedJournal`, whose checker
+    # allows an acknowledged write lost only after such a one failed.
     unawaited: bool = False
 
     def __bool__(self) -> bool:
@@ -177,9 +182,12 @@ class Txn(StateOps):
             EncodeError: the address or template is over `MAX_ADDRESS_BYTES`.
         """
         self.put_instance_encoded(
-            iid, address=address, process=process, status=status,
+            iid,
+            address=address,
+            process=process,
+            status=status,
             record=encode(record.to_stored(), what="record"),
-        )  # fmt: skip
+        )
 
     def put_instance_encoded(
         self, iid: bytes, *, address: str, process: str, status: str, record: bytes
@@ -369,18 +377,21 @@ _LOSING = (JournalFull, JournalUnavailable)
 
 
 class LostChains:
-    """A journal's chains whose write failed with nobody waiting for it.
+    """A journal's chains whose write failed: across batches, what `Chain`
+    keeps within one.
 
-    `Chain` keeps a chain's order within one batch. A transaction nobody
+    A chain's transaction can fail after its writer went on: one nobody
     waits for (`Txn.unawaited`: "async" durability acknowledged it when
-    queued) can fail after its writer went on, in a batch of its own; the
+    queued, or a deferred one), and one its writer waits for while it
+    submits more (an ask's send beside the run's own suspension). The
     writer's later transactions, in later batches, build on it. Invariant:
     from that failure on, every later transaction of the chain fails with
     the same error until the writer has reloaded from what is committed
     (`Journal.resume_chain`), and the writer hears of it once, through
-    `Journal.on_write_lost`. So an acknowledged write a full or lost journal
-    could not take leaves no gap behind it: its instance is loaded again,
-    as after a crash in the "async" window.
+    `Journal.on_write_lost`, whether or not it waited (a waiter may be
+    cancelled before its wait returns: an actor ending meanwhile). So a
+    write a full or lost journal could not take leaves no gap behind it:
+    its instance is loaded again, as after a crash in the "async" window.
     """
 
     __slots__ = ("failed", "news")
@@ -396,8 +407,7 @@ class LostChains:
         their ``outcomes`` are final and before the next batch is applied)."""
         for txn, outcome in zip(txns, outcomes):
             if (
-                txn.unawaited
-                and txn.chain is not None
+                txn.chain is not None
                 and isinstance(outcome, _LOSING)
                 and txn.chain not in self.failed
             ):

@@ -12,12 +12,10 @@ from typing import Any
 import attrs
 import lmdb
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import actors
 from storage import InstanceRecord, JournalCorrupt, LMDBJournal, Txn, instance_id
-
 from storage._records import _EMPTY, _READ, RecordShapeError
 from tests import strategies as S
 
@@ -49,7 +47,9 @@ def _get_format(path) -> bytes | None:
 async def _journal_with_an_instance(path) -> None:
     async with LMDBJournal(path) as j:
         txn = Txn()
-        txn.put_instance(A, address="a", process="p", status="running", record=InstanceRecord(input={"n": 0}))
+        txn.put_instance(
+            A, address="a", process="p", status="running", record=InstanceRecord(input={"n": 0})
+        )
         await j.commit(txn)
 
 
@@ -110,11 +110,21 @@ async def test_a_system_refuses_a_journal_of_another_format(tmp_path):
 def test_a_log_entry_round_trips_through_its_stored_map_keeping_unknown_keys():
     from actors._log import NO_VALUE, LogEntry
 
-    stored = {"k": "step", "n": "charge", "h": b"\x01", "a": 2, "f": 1, "key": "o/1/0/charge/1",
-              "later": {"x": 1}}  # fmt: skip
+    stored = {
+        "k": "step",
+        "n": "charge",
+        "h": b"\x01",
+        "a": 2,
+        "f": 1,
+        "key": "o/1/0/charge/1",
+        "later": {"x": 1},
+    }
     entry = LogEntry.from_stored(stored)
     assert (2, 1, NO_VALUE, {"later": {"x": 1}}) == (
-        entry.attempt, entry.failures, entry.value, entry.extra
+        entry.attempt,
+        entry.failures,
+        entry.value,
+        entry.extra,
     )
     assert not entry.is_outcome
     assert stored == entry.to_stored()
@@ -147,6 +157,25 @@ def test_a_log_entry_reads_the_same_whether_its_shape_was_seen_before_or_not(sto
         ]
 
 
+@settings(max_examples=300, deadline=None)
+@given(S.log_entry_maps())
+def test_a_log_entry_is_frozen_and_built_as_init_builds_it(stored):
+    from storage import LogEntry
+
+    try:
+        entry = LogEntry._checked(stored)
+    except RecordShapeError:
+        return
+    fields = attrs.asdict(entry, recurse=False)
+    built = LogEntry.build(**fields)
+    assert type(built) is LogEntry
+    assert built == LogEntry(**fields) == entry
+    for read in (built, LogEntry.from_stored(stored)):
+        assert type(read) is LogEntry
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            read.value = 1  # type: ignore[misc]
+
+
 go = actors.Signal("go")
 
 
@@ -176,7 +205,12 @@ async def test_the_log_a_run_writes_keeps_the_stored_format(tmp_path, autojump_c
     [step, wait, sleep] = [stored[seq] for seq in (1, 2, 3)]
     assert {"k", "n", "h", "a", "f", "c", "key", "v"} == set(step)
     assert ("step", "charge", 1, 0, 0, {"charged": 5}) == (
-        step["k"], step["n"], step["a"], step["f"], step["c"], step["v"]
+        step["k"],
+        step["n"],
+        step["a"],
+        step["f"],
+        step["c"],
+        step["v"],
     )
     assert step["key"].startswith("fmt/1/")
     assert {"k": "wait", "n": "go", "h": b"", "v": "p", "m": wait["m"], "s": "go"} == wait
@@ -184,15 +218,24 @@ async def test_the_log_a_run_writes_keeps_the_stored_format(tmp_path, autojump_c
 
 
 _RECORD_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False),
-    st.text(max_size=3), st.lists(st.integers(), max_size=2),
-    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2), st.just(()),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=False),
+    st.text(max_size=3),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+    st.just(()),
+)
 
 
-@given(st.dictionaries(st.sampled_from([f.name for f in attrs.fields(InstanceRecord)
-                                        if f.name != "extra"]), _RECORD_VALUES),
-       st.dictionaries(st.sampled_from(["zz", "new_field"]), st.integers(), max_size=2))
+@given(
+    st.dictionaries(
+        st.sampled_from([f.name for f in attrs.fields(InstanceRecord) if f.name != "extra"]),
+        _RECORD_VALUES,
+    ),
+    st.dictionaries(st.sampled_from(["zz", "new_field"]), st.integers(), max_size=2),
+)
 def test_a_record_is_stored_as_its_fields_away_from_their_defaults(fields, extra):
     # The definition to_stored is written out from (see _write_record_to_stored):
     # run and incarnation always; a container field when not empty; any other
@@ -212,9 +255,11 @@ def test_a_record_is_stored_as_its_fields_away_from_their_defaults(fields, extra
 
 _RECORD_KEYS = [*_READ, "zz"]  # the stored keys, and one of another version
 _STORED_VALUES = st.one_of(
-    _RECORD_VALUES, st.integers(-1, 2**33), st.just([{"at": 1.0, "id": "c"}]),
+    _RECORD_VALUES,
+    st.integers(-1, 2**33),
+    st.just([{"at": 1.0, "id": "c"}]),
     st.lists(st.one_of(st.just({"at": 1}), st.just({"id": "x"}), st.integers()), max_size=2),
-)  # fmt: skip
+)
 
 
 @settings(max_examples=500, deadline=None)
@@ -233,8 +278,10 @@ def test_a_record_reads_the_same_by_its_shape_reader_as_field_by_field(stored):
 _FIELD_NAMES = [f.name for f in attrs.fields(InstanceRecord)]
 
 
-@given(st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES),
-       st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES))  # fmt: skip
+@given(
+    st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES),
+    st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES),
+)
 def test_a_record_evolves_as_attrs_evolve_makes_it(fields, changes):
     record = attrs.evolve(InstanceRecord(), **fields)
     changed = record.evolve(**changes)
@@ -244,8 +291,10 @@ def test_a_record_evolves_as_attrs_evolve_makes_it(fields, changes):
         record.evolve(nope=1)
 
 
-@given(st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES),
-       st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES))  # fmt: skip
+@given(
+    st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES),
+    st.dictionaries(st.sampled_from(_FIELD_NAMES), _RECORD_VALUES),
+)
 def test_every_way_of_making_a_record_gives_a_frozen_instance_record(fields, changes):
     # new, evolve and the shape readers fill in an unfrozen twin and freeze
     # it (see storage._records._Unfrozen): what they hand out is exactly an

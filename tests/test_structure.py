@@ -131,9 +131,12 @@ def _package(module: str) -> str:
 def test_the_graph_sees_the_modules_and_their_imports():
     # A guard for the tests below: the parser must find real edges.
     runtime, _, _ = _graph()
-    assert {"actors._instance", "actors._mailbox", "actors._driver", "storage._lmdb._journal"} <= set(
-        MODULES
-    )
+    assert {
+        "actors._instance",
+        "actors._mailbox",
+        "actors._driver",
+        "storage._lmdb._journal",
+    } <= set(MODULES)
     assert "actors._mailbox" in runtime["actors._instance"]
     assert "actors._effects" in runtime["actors._context"]  # "from . import _effects as fx"
     assert "storage._journal" in runtime["storage._lmdb._journal"]
@@ -208,8 +211,12 @@ def test_no_module_writes_an_actors_state():
 
 def test_the_write_patterns_catch_writes():
     # A guard: the patterns above do match the writes they forbid.
-    samples = ["actor.busy += 1", "actor.waits.append(w)", "actor.record['x'] = 1",
-               "actor.status = 'running'"]  # fmt: skip
+    samples = [
+        "actor.busy += 1",
+        "actor.waits.append(w)",
+        "actor.record['x'] = 1",
+        "actor.status = 'running'",
+    ]
     assert [True] * len(samples) == [any(p.search(s) for p in WRITES) for s in samples]
     assert not any(p.search("if actor.status == 'running':") for p in WRITES)
 
@@ -232,8 +239,11 @@ def _floors(package: str = "actors") -> dict[str, int]:
     """Each module of ``package`` -> its floor: one above the highest floor
     it imports from (0 for none). Raises ValueError naming a circle."""
     runtime, _, _ = _graph()
-    inside = {m: {t for t in runtime[m] if _package(t) == package} for m in MODULES
-              if _package(m) == package}  # fmt: skip
+    inside = {
+        m: {t for t in runtime[m] if _package(t) == package}
+        for m in MODULES
+        if _package(m) == package
+    }
     floors: dict[str, int] = {}
     while len(floors) < len(inside):
         ready = [m for m in inside if m not in floors and inside[m] <= floors.keys()]
@@ -288,3 +298,22 @@ def test_a_circle_has_no_floors(monkeypatch):
 if __name__ == "__main__":
     DRAWING.write_text(draw())
     sys.stdout.write(f"wrote {DRAWING.relative_to(ROOT)}\n")
+
+
+def test_every_leaf_effect_runs_live_by_its_features_behaviour():
+    # The actor starts and stops a leaf through its kind's behaviour, which
+    # the kind's feature module registers (fx.runs_live); a kind nobody
+    # registered would fail only when a process first awaited it.
+    import actors  # noqa: F401 - every feature module, imported
+    from actors import _effects as fx
+
+    def kinds(cls: type) -> list[type]:
+        return [cls, *(k for sub in cls.__subclasses__() for k in kinds(sub))]
+
+    # Answered when made or by the driver, never started live: a recorded
+    # value, a patch marker, continue-as-new; composites settle from their leaves.
+    never_live = {fx.Recorded, fx.Marker, fx.ContinueAsNew, *kinds(fx.Composite)}
+    leaves = [k for k in kinds(fx.Effect) if k is not fx.Effect and k not in never_live]
+    assert len(leaves) >= 12, leaves
+    unregistered = [k.__name__ for k in leaves if k.behaviour is fx.Behaviour]
+    assert not unregistered, f"no behaviour registered for {unregistered} (see fx.runs_live)"

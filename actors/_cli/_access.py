@@ -92,15 +92,17 @@ def not_live(address: str, row: InstanceRow | None) -> NotDelivered:
     if row is None:
         return NotDelivered(
             f"no instance at {address!r}; start one first or check the address",
-            address=address, reason="unknown",
-        )  # fmt: skip
+            address=address,
+            reason="unknown",
+        )
     words = STATUS_WORDS.get(row.status, f"it is {row.status}")
     when = row.record.updated
     at = f" at {local_time(when)}" if when and row.status in TERMINAL_STATUSES else ""
     return NotDelivered(
         f"no live instance at {address!r} ({words}{at}); start a new one or check the address",
-        address=address, reason=row.status,
-    )  # fmt: skip
+        address=address,
+        reason=row.status,
+    )
 
 
 def read_row(r: Reader, iid: bytes) -> InstanceRow | None:

@@ -31,13 +31,25 @@ from ._write import DEFAULT_REASON, cancel, send
 __all__ = ["main"]
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
-    "list": list_instances, "show": show_any, "send": send, "cancel": cancel, "retry": retry,
-    "resume-compensation": resume_compensation, "abandon-compensation": abandon_compensation,
-    "cleanup": cleanup, "tail": tail, "consumers": consumers, "stats": stats, "web": web,
-    "schedules": schedules, "queues": queues,
-    "export": export, "import": import_,
-    "fork": fork, "mail": mail,
-}  # fmt: skip
+    "list": list_instances,
+    "show": show_any,
+    "send": send,
+    "cancel": cancel,
+    "retry": retry,
+    "resume-compensation": resume_compensation,
+    "abandon-compensation": abandon_compensation,
+    "cleanup": cleanup,
+    "tail": tail,
+    "consumers": consumers,
+    "stats": stats,
+    "web": web,
+    "schedules": schedules,
+    "queues": queues,
+    "export": export,
+    "import": import_,
+    "fork": fork,
+    "mail": mail,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,12 +97,26 @@ def _parser() -> argparse.ArgumentParser:
     # The options every command takes, accepted after the command too
     # (`actors list --journal ./state`); SUPPRESS keeps a value given before it.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--journal", metavar="PATH", default=argparse.SUPPRESS,
-                        help="the journal's directory (default: $ACTORS_JOURNAL)")  # fmt: skip
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print one JSON document instead of text")  # fmt: skip
-    common.add_argument("--import", dest="imports_after", action="append", default=argparse.SUPPRESS,
-                        metavar="MODULE", help="import MODULE first (see actors --help)")  # fmt: skip
+    common.add_argument(
+        "--journal",
+        metavar="PATH",
+        default=argparse.SUPPRESS,
+        help="the journal's directory (default: $ACTORS_JOURNAL)",
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print one JSON document instead of text",
+    )
+    common.add_argument(
+        "--import",
+        dest="imports_after",
+        action="append",
+        default=argparse.SUPPRESS,
+        metavar="MODULE",
+        help="import MODULE first (see actors --help)",
+    )
     parser = argparse.ArgumentParser(
         prog="actors",
         description="Inspect a journal of the actors runtime, and send to, cancel, resume "
@@ -101,12 +127,22 @@ def _parser() -> argparse.ArgumentParser:
         "130 interrupted. 'actors COMMAND --help' describes a command.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_argument("--journal", metavar="PATH", default=os.environ.get("ACTORS_JOURNAL"),
-                        help="the journal's directory (default: $ACTORS_JOURNAL)")  # fmt: skip
+    parser.add_argument(
+        "--journal",
+        metavar="PATH",
+        default=os.environ.get("ACTORS_JOURNAL"),
+        help="the journal's directory (default: $ACTORS_JOURNAL)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument("--import", dest="imports", action="append", default=[],
-                        metavar="MODULE", help="import MODULE first, so records holding its "
-                        "@actors.serializable classes decode as those classes (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first, so records holding its "
+        "@actors.serializable classes decode as those classes (repeatable)",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
@@ -117,10 +153,16 @@ def _parser() -> argparse.ArgumentParser:
     p = command("list", "instances, most recently updated first")
     p.add_argument("--status", choices=STATUSES, help="only instances with this status")
     p.add_argument("--process", metavar="TEMPLATE", help="only this process (its path template)")
-    p.add_argument("--prefix", metavar="ADDRESS",
-                   help="only ADDRESS and the addresses under it (ADDRESS/...)")  # fmt: skip
-    p.add_argument("--limit", type=_count, default=50, metavar="N",
-                   help="show at most N (default 50; 0 for all)")  # fmt: skip
+    p.add_argument(
+        "--prefix", metavar="ADDRESS", help="only ADDRESS and the addresses under it (ADDRESS/...)"
+    )
+    p.add_argument(
+        "--limit",
+        type=_count,
+        default=50,
+        metavar="N",
+        help="show at most N (default 50; 0 for all)",
+    )
 
     command("schedules", "the journal's schedules: paused or not, last and next tick")
     command("queues", "the journal's queues: how many wait, how many run, the oldest wait")
@@ -128,86 +170,159 @@ def _parser() -> argparse.ArgumentParser:
     p = command("show", "everything recorded about one instance")
     p.add_argument("address", help=_ADDRESS)
     p.add_argument("--traceback", action="store_true", help="include the error's traceback")
-    p.add_argument("--limit", type=_count, default=50, metavar="N",
-                   help="show the last N log entries and mailbox messages "
-                   "(default 50; 0 for all)")  # fmt: skip
-    p.add_argument("--incarnation", type=_count, metavar="N",
-                   help="show incarnation N: an earlier one's record, as the retry that "
-                   "replaced it kept it")  # fmt: skip
+    p.add_argument(
+        "--limit",
+        type=_count,
+        default=50,
+        metavar="N",
+        help="show the last N log entries and mailbox messages (default 50; 0 for all)",
+    )
+    p.add_argument(
+        "--incarnation",
+        type=_count,
+        metavar="N",
+        help="show incarnation N: an earlier one's record, as the retry that replaced it kept it",
+    )
 
     p = command("send", "put a message in a live instance's mailbox")
     p.add_argument("address", help=_ADDRESS)
     p.add_argument("signal", help="the signal's name")
-    p.add_argument("payload", nargs="?", metavar="JSON",
-                   help="the payload as JSON ('-' reads stdin; default null)")  # fmt: skip
-    p.add_argument("--key", metavar="KEY",
-                   help="an idempotency key: a second send with the same key to the same "
-                   "incarnation stores nothing")  # fmt: skip
+    p.add_argument(
+        "payload",
+        nargs="?",
+        metavar="JSON",
+        help="the payload as JSON ('-' reads stdin; default null)",
+    )
+    p.add_argument(
+        "--key",
+        metavar="KEY",
+        help="an idempotency key: a second send with the same key to the same "
+        "incarnation stores nothing",
+    )
 
-    p = command("cancel", "cancel a live instance and its children (--compensate: undo "
-                "its saga steps first)")
+    p = command(
+        "cancel",
+        "cancel a live instance and its children (--compensate: undo its saga steps first)",
+    )
     p.add_argument("address", help=_ADDRESS)
-    p.add_argument("--reason", default=DEFAULT_REASON,
-                   help="the reason recorded (a running system records its own)")  # fmt: skip
-    p.add_argument("--force", action="store_true",
-                   help="with no system running: cancel even with saga compensations "
-                   "pending (they do not run)")  # fmt: skip
-    p.add_argument("--compensate", action="store_true",
-                   help="run the instance's pending saga compensations (newest first, as "
-                   "after a failure) before it ends cancelled; by default a cancel runs "
-                   "none. With no system running they run when one that runs its process "
-                   "next opens the journal")  # fmt: skip
+    p.add_argument(
+        "--reason",
+        default=DEFAULT_REASON,
+        help="the reason recorded (a running system records its own)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with no system running: cancel even with saga compensations "
+        "pending (they do not run)",
+    )
+    p.add_argument(
+        "--compensate",
+        action="store_true",
+        help="run the instance's pending saga compensations (newest first, as "
+        "after a failure) before it ends cancelled; by default a cancel runs "
+        "none. With no system running they run when one that runs its process "
+        "next opens the journal",
+    )
 
     p = command("retry", "run a failed or cancelled instance again, as a new incarnation")
     p.add_argument("address", help=_ADDRESS + "; its status is failed or cancelled")
-    p.add_argument("--input", metavar="JSON",
-                   help="replace its keyword input with this JSON object ('-' reads stdin; "
-                   "default: the input it had)")  # fmt: skip
+    p.add_argument(
+        "--input",
+        metavar="JSON",
+        help="replace its keyword input with this JSON object ('-' reads stdin; "
+        "default: the input it had)",
+    )
 
-    add_fork_arguments(command("fork", "run an ended instance again from a point in its log "
-                               "(the steps before it are not run again)"))  # fmt: skip
-    add_mail_arguments(command("mail", "an instance's unread messages; drop one to the dead "
-                               "letters (--drop ID), or list those (--dropped)"))  # fmt: skip
+    add_fork_arguments(
+        command(
+            "fork",
+            "run an ended instance again from a point in its log "
+            "(the steps before it are not run again)",
+        )
+    )
+    add_mail_arguments(
+        command(
+            "mail",
+            "an instance's unread messages; drop one to the dead "
+            "letters (--drop ID), or list those (--dropped)",
+        )
+    )
 
     p = command("resume-compensation", "retry a stuck saga compensation where it stopped")
     p.add_argument("address", help=_ADDRESS + "; its status is compensation_stuck")
 
-    p = command("abandon-compensation",
-                "end an instance stuck compensating as failed, without compensating")  # fmt: skip
+    p = command(
+        "abandon-compensation", "end an instance stuck compensating as failed, without compensating"
+    )
     p.add_argument("address", help=_ADDRESS + "; its status is compensation_stuck")
 
     p = command("cleanup", "remove finished instances and everything they own")
-    p.add_argument("--older-than", dest="older_than", type=duration, required=True,
-                   metavar="DURATION", help="last updated longer ago than this: seconds, "
-                   "or with a unit: 90s, 15min, 12h, 7d, 2w")  # fmt: skip
-    p.add_argument("--status", action="append", choices=sorted(TERMINAL_STATUSES),
-                   help="only this status (repeatable; default: all finished ones)")  # fmt: skip
+    p.add_argument(
+        "--older-than",
+        dest="older_than",
+        type=duration,
+        required=True,
+        metavar="DURATION",
+        help="last updated longer ago than this: seconds, or with a unit: 90s, 15min, 12h, 7d, 2w",
+    )
+    p.add_argument(
+        "--status",
+        action="append",
+        choices=sorted(TERMINAL_STATUSES),
+        help="only this status (repeatable; default: all finished ones)",
+    )
 
     p = command("tail", "print a stream from a consumer's cursor")
     p.add_argument("address", help=_ADDRESS)
-    p.add_argument("--consumer", required=True, metavar="NAME",
-                   help="whose cursor to read from, and move (a new name starts one)")  # fmt: skip
-    p.add_argument("--follow", "-f", action="store_true",
-                   help="keep printing new values until interrupted or the instance ends")  # fmt: skip
-    p.add_argument("--peek", action="store_true",
-                   help="print from the cursor without moving it")  # fmt: skip
-    p.add_argument("--from", dest="from_", choices=("start", "latest"), default="start",
-                   help="where a new consumer starts (default start)")  # fmt: skip
-    p.add_argument("--interval", type=_seconds, default=0.5, metavar="SECONDS",
-                   help="seconds between polls with --follow (default 0.5)")  # fmt: skip
+    p.add_argument(
+        "--consumer",
+        required=True,
+        metavar="NAME",
+        help="whose cursor to read from, and move (a new name starts one)",
+    )
+    p.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="keep printing new values until interrupted or the instance ends",
+    )
+    p.add_argument("--peek", action="store_true", help="print from the cursor without moving it")
+    p.add_argument(
+        "--from",
+        dest="from_",
+        choices=("start", "latest"),
+        default="start",
+        help="where a new consumer starts (default start)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_seconds,
+        default=0.5,
+        metavar="SECONDS",
+        help="seconds between polls with --follow (default 0.5)",
+    )
 
     p = command("consumers", "the consumers of an instance's stream and their cursors")
     p.add_argument("address", help=_ADDRESS)
-    p.add_argument("--delete", metavar="NAME",
-                   help="forget consumer NAME's cursor (only with no system running)")  # fmt: skip
+    p.add_argument(
+        "--delete",
+        metavar="NAME",
+        help="forget consumer NAME's cursor (only with no system running)",
+    )
 
     add_history_arguments(
         command("export", "write an instance's history (record, logs, mail) as a portable file"),
         command("import", "put a history file's instances into this journal"),
     )
     command("stats", "counts by status, size, mail, timers")
-    add_web_arguments(command("web", "serve a read-only web inspector (needs the 'web' extra); "
-                              "--journal may be a postgresql:// URL, with --schema"))  # fmt: skip
+    add_web_arguments(
+        command(
+            "web",
+            "serve a read-only web inspector (needs the 'web' extra); "
+            "--journal may be a postgresql:// URL, with --schema",
+        )
+    )
     return parser
 
 

@@ -5,9 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
-    "OK", "REFUSED", "USAGE", "NOT_FOUND", "HELD", "CORRUPT", "INTERRUPTED", "CLIError",
+    "OK",
+    "REFUSED",
+    "USAGE",
+    "NOT_FOUND",
+    "HELD",
+    "CORRUPT",
+    "INTERRUPTED",
+    "CLIError",
     "held_error",
-]  # fmt: skip
+]
 
 # Exit codes (the module docstring of `actors._cli` lists them for users).
 OK, REFUSED, USAGE, NOT_FOUND, HELD, CORRUPT, INTERRUPTED = 0, 1, 2, 3, 4, 5, 130

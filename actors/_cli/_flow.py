@@ -23,12 +23,19 @@ async def schedules(args: argparse.Namespace) -> int:
     for row in rows:
         value = row.value
         following = None if value["paused"] else tick_text(next(ticks_after(value, value["last"])))
-        items.append({
-            "name": row.key[len("schedule/") :], "process": value["process"],
-            "cron": value.get("cron"), "every": value.get("every"), "paused": value["paused"],
-            "overlap": value["overlap"], "last_tick": value.get("last_tick"),
-            "last_started": value.get("latest"), "next_tick": following,
-        })  # fmt: skip
+        items.append(
+            {
+                "name": row.key[len("schedule/") :],
+                "process": value["process"],
+                "cron": value.get("cron"),
+                "every": value.get("every"),
+                "paused": value["paused"],
+                "overlap": value["overlap"],
+                "last_tick": value.get("last_tick"),
+                "last_started": value.get("latest"),
+                "next_tick": following,
+            }
+        )
 
     def render() -> str:
         if not items:
@@ -62,10 +69,14 @@ async def queues(args: argparse.Namespace) -> int:
     for name in sorted(waiting):
         rows = waiting[name]
         oldest = min((row.value["at"] for row in rows), default=None)
-        items.append({
-            "name": name, "waiting": len(rows), "running": len(held.get(name, {}).get("held", {})),
-            "oldest_wait": None if oldest is None else max(0.0, now - oldest),
-        })  # fmt: skip
+        items.append(
+            {
+                "name": name,
+                "waiting": len(rows),
+                "running": len(held.get(name, {}).get("held", {})),
+                "oldest_wait": None if oldest is None else max(0.0, now - oldest),
+            }
+        )
 
     def render() -> str:
         if not items:

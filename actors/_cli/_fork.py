@@ -32,8 +32,15 @@ from typing import Any
 from storage import InstanceRow, Journal, Reader, instance_id
 from storage.errors import Conflict, EncodeError, JournalLocked
 
-from .._fork import ForkPlan, fork_point, fork_txn, not_replayed, read_for_fork, refusal
-from .._fork import replay_problem
+from .._fork import (
+    ForkPlan,
+    fork_point,
+    fork_txn,
+    not_replayed,
+    read_for_fork,
+    refusal,
+    replay_problem,
+)
 from .._process import ProcessDef
 from .._system import ActorSystem
 from ..errors import ActorError
@@ -50,25 +57,51 @@ _MAX_PAYLOAD = 1 << 20  # open_system's default max_payload
 
 def add_fork_arguments(p: argparse.ArgumentParser) -> None:
     """The ``fork`` command's arguments."""
-    p.add_argument("address", nargs="?",
-                   help="the instance's address (its status is completed, failed or "
-                   "cancelled); or, without one, --process and --status choose them")  # fmt: skip
-    p.add_argument("--from", dest="from_effect", type=int, metavar="N",
-                   help="keep log positions 1 to N ('actors show' numbers them); the rest "
-                   "runs again")  # fmt: skip
-    p.add_argument("--after-step", dest="after_step", metavar="NAME",
-                   help="keep the log up to the first step NAME with an outcome")  # fmt: skip
-    p.add_argument("--to", metavar="ADDRESS",
-                   help="make the new incarnation at ADDRESS (same process) and leave the "
-                   "source as it is")  # fmt: skip
-    p.add_argument("--input", metavar="JSON",
-                   help="replace its keyword input with this JSON object ('-' reads stdin)")  # fmt: skip
-    p.add_argument("--process", metavar="TEMPLATE",
-                   help="without an address: fork every instance of this process ...")  # fmt: skip
-    p.add_argument("--status", choices=("completed", "failed", "cancelled"),
-                   help="... with this status (with --after-step)")  # fmt: skip
-    p.add_argument("--dry-run", dest="dry_run", action="store_true",
-                   help="write nothing: list what it would do")  # fmt: skip
+    p.add_argument(
+        "address",
+        nargs="?",
+        help="the instance's address (its status is completed, failed or "
+        "cancelled); or, without one, --process and --status choose them",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_effect",
+        type=int,
+        metavar="N",
+        help="keep log positions 1 to N ('actors show' numbers them); the rest runs again",
+    )
+    p.add_argument(
+        "--after-step",
+        dest="after_step",
+        metavar="NAME",
+        help="keep the log up to the first step NAME with an outcome",
+    )
+    p.add_argument(
+        "--to",
+        metavar="ADDRESS",
+        help="make the new incarnation at ADDRESS (same process) and leave the source as it is",
+    )
+    p.add_argument(
+        "--input",
+        metavar="JSON",
+        help="replace its keyword input with this JSON object ('-' reads stdin)",
+    )
+    p.add_argument(
+        "--process",
+        metavar="TEMPLATE",
+        help="without an address: fork every instance of this process ...",
+    )
+    p.add_argument(
+        "--status",
+        choices=("completed", "failed", "cancelled"),
+        help="... with this status (with --after-step)",
+    )
+    p.add_argument(
+        "--dry-run",
+        dest="dry_run",
+        action="store_true",
+        help="write nothing: list what it would do",
+    )
 
 
 def _choose(r: Reader, args: argparse.Namespace) -> list[InstanceRow]:
@@ -131,24 +164,37 @@ def _plan(
 def _describe(address: str, plan: ForkPlan | None, why: str | None) -> dict[str, Any]:
     doc: dict[str, Any] = {"address": address}
     if plan is not None:
-        kept = [f"{e.kind} {e.name}".strip() for _, e in sorted(plan.prefix.items()) if e.is_outcome]
-        doc.update({
-            "from_effect": plan.from_effect, "to": plan.target_address,
-            "status": plan.source.status, "incarnation": plan.source.record.incarnation,
-            "kept": kept,
-            "runs_again": [f"{e.kind} {e.name}".strip() for _, e in sorted(plan.suffix.items())
-                           if e.is_outcome],
-            "children_reset": [child.address for child, _ in plan.resets],
-            "messages_put_back": len(plan.mail),
-        })  # fmt: skip
+        kept = [
+            f"{e.kind} {e.name}".strip() for _, e in sorted(plan.prefix.items()) if e.is_outcome
+        ]
+        doc.update(
+            {
+                "from_effect": plan.from_effect,
+                "to": plan.target_address,
+                "status": plan.source.status,
+                "incarnation": plan.source.record.incarnation,
+                "kept": kept,
+                "runs_again": [
+                    f"{e.kind} {e.name}".strip()
+                    for _, e in sorted(plan.suffix.items())
+                    if e.is_outcome
+                ],
+                "children_reset": [child.address for child, _ in plan.resets],
+                "messages_put_back": len(plan.mail),
+            }
+        )
     doc["refused"] = why
     return doc
 
 
 async def _direct(
-    journal: Journal, plan: ForkPlan, address: str, new_input: dict[str, Any] | None,
-    dry_run: bool, imports: list[str],
-) -> tuple[str | None, int | None]:  # fmt: skip
+    journal: Journal,
+    plan: ForkPlan,
+    address: str,
+    new_input: dict[str, Any] | None,
+    dry_run: bool,
+    imports: list[str],
+) -> tuple[str | None, int | None]:
     """Check (and unless ``dry_run`` commit) one fork on a journal no system
     holds: the refusal, or the new incarnation (None on a dry run)."""
     source = plan.source
@@ -172,10 +218,15 @@ async def _direct(
         start = fork_txn(plan, input=new_input, now=time.time(), max_payload=_MAX_PAYLOAD)
     except EncodeError as exc:
         return f"not forked: {exc}", None
-    checker = ActorSystem(
-        journal, [proc], random.Random(0), passivate_after=0, max_sync_steps=1,
-        max_payload=1 << 30, now=time.time,
-    )  # fmt: skip
+    checker = ActorSystem._create(
+        journal,
+        [proc],
+        random.Random(0),
+        passivate_after=0,
+        max_sync_steps=1,
+        max_payload=1 << 30,
+        now=time.time,
+    )
     try:
         proc.check_input(tuple(start.record.params), dict(start.record.input or {}))
     except ActorError as exc:
@@ -202,7 +253,9 @@ async def fork(args: argparse.Namespace) -> int:
     try:
         async with writing(path) as journal:
             with journal.reader() as r:
-                addresses = [args.address] if args.address else [row.address for row in _choose(r, args)]
+                addresses = (
+                    [args.address] if args.address else [row.address for row in _choose(r, args)]
+                )
                 plans = [(a, *_plan(r, a, args, path)) for a in addresses]
             for address, plan, why in plans:
                 incarnation = None
@@ -218,7 +271,9 @@ async def fork(args: argparse.Namespace) -> int:
         done = []
         async with reading(path) as journal:
             with journal.reader() as r:
-                addresses = [args.address] if args.address else [row.address for row in _choose(r, args)]
+                addresses = (
+                    [args.address] if args.address else [row.address for row in _choose(r, args)]
+                )
                 plans = [(a, *_plan(r, a, args, path)) for a in addresses]
         for address, plan, why in plans:
             doc = _describe(address, plan, why)
@@ -226,18 +281,23 @@ async def fork(args: argparse.Namespace) -> int:
             if why is None and not args.dry_run:
                 fields: dict[str, Any] = {"address": address}
                 fields.update(
-                    {"after_step": args.after_step} if args.after_step is not None
+                    {"after_step": args.after_step}
+                    if args.after_step is not None
                     else {"from_effect": args.from_effect}
-                )  # fmt: skip
+                )
                 if args.to is not None:
                     fields["to"] = args.to
                 if new_input is not None:
                     fields["input"] = new_input
                 try:
                     answer = await through_system(
-                        path, held, "fork", doing=f"fork {address!r}",
-                        instead="system.fork(...)", **fields,
-                    )  # fmt: skip
+                        path,
+                        held,
+                        "fork",
+                        doing=f"fork {address!r}",
+                        instead="system.fork(...)",
+                        **fields,
+                    )
                     doc["incarnation_made"] = answer["incarnation"]
                 except CLIError as exc:
                     if args.address is not None:
@@ -260,10 +320,14 @@ async def fork(args: argparse.Namespace) -> int:
             kept = ", ".join(d["kept"]) or "nothing"
             again = ", ".join(d["runs_again"]) or "nothing recorded"
             verb = "would fork" if args.dry_run else "forked"
-            made = "" if d["incarnation_made"] is None else f" as incarnation {d['incarnation_made']}"
+            made = (
+                "" if d["incarnation_made"] is None else f" as incarnation {d['incarnation_made']}"
+            )
             where = "" if d["to"] == d["address"] else f" to {d['to']}"
-            lines.append(f"{verb} {d['address']} ({d['status']}){where} from effect "
-                         f"{d['from_effect']}{made}: keeps {kept}; runs again {again}")  # fmt: skip
+            lines.append(
+                f"{verb} {d['address']} ({d['status']}){where} from effect "
+                f"{d['from_effect']}{made}: keeps {kept}; runs again {again}"
+            )
             if d["children_reset"]:
                 lines.append("  children started afresh: " + ", ".join(d["children_reset"]))
             if d["messages_put_back"]:

@@ -42,18 +42,27 @@ def add_history_arguments(
     export_p: argparse.ArgumentParser, import_p: argparse.ArgumentParser
 ) -> None:
     """The ``export`` and ``import`` commands' own options."""
-    export_p.add_argument("address", help="the instance's address, e.g. orders/o-17 ('actors "
-                          "list' shows them); its descendants come with it")  # fmt: skip
-    export_p.add_argument("--output", "-o", metavar="FILE",
-                          help="write the history to FILE (default: stdout)")  # fmt: skip
+    export_p.add_argument(
+        "address",
+        help="the instance's address, e.g. orders/o-17 ('actors "
+        "list' shows them); its descendants come with it",
+    )
+    export_p.add_argument(
+        "--output", "-o", metavar="FILE", help="write the history to FILE (default: stdout)"
+    )
     import_p.add_argument("file", metavar="FILE", help="a history file ('-' reads stdin)")
-    import_p.add_argument("--replace", action="store_true",
-                          help="put each instance in place of the one at its address, "
-                          "instead of refusing")  # fmt: skip
+    import_p.add_argument(
+        "--replace",
+        action="store_true",
+        help="put each instance in place of the one at its address, instead of refusing",
+    )
     for p in (export_p, import_p):
-        p.add_argument("--schema", metavar="NAME",
-                       help="with --journal postgresql://USER@HOST:PORT/DATABASE: the schema "
-                       "holding the journal (default actors)")  # fmt: skip
+        p.add_argument(
+            "--schema",
+            metavar="NAME",
+            help="with --journal postgresql://USER@HOST:PORT/DATABASE: the schema "
+            "holding the journal (default actors)",
+        )
 
 
 async def export(args: argparse.Namespace) -> int:
@@ -78,8 +87,7 @@ async def export(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CLIError(f"cannot write {args.output}: {exc}") from None
     print(
-        f"exported {args.address} ({plural(len(history.instances), 'instance')}) to "
-        f"{args.output}",
+        f"exported {args.address} ({plural(len(history.instances), 'instance')}) to {args.output}",
         file=sys.stderr,
     )
     return OK
@@ -132,12 +140,19 @@ async def import_(args: argparse.Namespace) -> int:
         ) from None
     addresses = [one.address for one in history.instances]
     made = f" into a new journal at {args.journal}" if created else ""
-    doc = {"imported": True, "addresses": addresses, "replaced": args.replace, "created": created,
-           "statuses": {one.address: one.status for one in history.instances}}  # fmt: skip
+    doc = {
+        "imported": True,
+        "addresses": addresses,
+        "replaced": args.replace,
+        "created": created,
+        "statuses": {one.address: one.status for one in history.instances},
+    }
 
     def render() -> str:
-        head = (f"imported {plural(len(addresses), 'instance')} from {args.file}{made}; they run "
-                "when a system that runs their processes next opens this journal:")  # fmt: skip
+        head = (
+            f"imported {plural(len(addresses), 'instance')} from {args.file}{made}; they run "
+            "when a system that runs their processes next opens this journal:"
+        )
         lines = [head]
         lines += [f"  {one.address}  ({one.status})" for one in history.instances]
         return "\n".join(lines)

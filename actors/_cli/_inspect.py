@@ -27,6 +27,7 @@ from storage.errors import JournalCorrupt
 
 from .._log import LogEntry, children_named
 from .._mail import handling, read_dead
+from .._messages import StoredMessage
 from .._protocol import KEY_PREFIX
 from .._queues import queue_place
 from ._access import find_instance, journal_dir, reading
@@ -71,14 +72,27 @@ def _detail(row: InstanceRow) -> str:
 
 def _list_item(row: InstanceRow | CorruptRecord) -> dict[str, Any]:
     if isinstance(row, CorruptRecord):
-        return {"address": row.address or f"? {row.iid.hex()}", "process": row.process,
-                "status": row.status, "created": None, "updated": None, "last_error": None,
-                "detail": str(row.error), "corrupt": True}  # fmt: skip
+        return {
+            "address": row.address or f"? {row.iid.hex()}",
+            "process": row.process,
+            "status": row.status,
+            "created": None,
+            "updated": None,
+            "last_error": None,
+            "detail": str(row.error),
+            "corrupt": True,
+        }
     record = row.record
-    return {"address": row.address, "process": row.process, "status": row.status,
-            "created": record.created, "updated": record.updated,
-            "last_error": record.last_error, "detail": _detail(row),
-            "corrupt": False}  # fmt: skip
+    return {
+        "address": row.address,
+        "process": row.process,
+        "status": row.status,
+        "created": record.created,
+        "updated": record.updated,
+        "last_error": record.last_error,
+        "detail": _detail(row),
+        "corrupt": False,
+    }
 
 
 def list_items(
@@ -104,26 +118,36 @@ async def list_instances(args: argparse.Namespace) -> int:
             items, counts = list_items(r, args.status, args.process, args.prefix)
     shown = items if args.limit <= 0 else items[: args.limit]
     doc: dict[str, Any] = {
-        "journal": str(path), "total": sum(counts.values()), "matching": len(items),
-        "shown": len(shown), "counts": {s: counts[s] for s in STATUSES if s in counts},
+        "journal": str(path),
+        "total": sum(counts.values()),
+        "matching": len(items),
+        "shown": len(shown),
+        "counts": {s: counts[s] for s in STATUSES if s in counts},
         "instances": shown,
-    }  # fmt: skip
+    }
 
     def render() -> str:
         headers = ["ADDRESS", "PROCESS", "STATUS", f"UPDATED ({zone_name()})", "DETAIL"]
-        cells = [[i["address"], i["process"], i["status"], local_time(i["updated"]), i["detail"] or ""]
-                 for i in shown]  # fmt: skip
+        cells = [
+            [i["address"], i["process"], i["status"], local_time(i["updated"]), i["detail"] or ""]
+            for i in shown
+        ]
         lines = table(headers, cells) if shown else ["no instances match"]
         filters = " ".join(
-            f"--{name} {value}" for name, value in (("status", args.status),
-                                                    ("process", args.process),
-                                                    ("prefix", args.prefix))
+            f"--{name} {value}"
+            for name, value in (
+                ("status", args.status),
+                ("process", args.process),
+                ("prefix", args.prefix),
+            )
             if value
-        )  # fmt: skip
+        )
         matching = plural(len(items), "instance") + (f" matching {filters}" if filters else "")
         if len(shown) < len(items):
-            lines.append(f"showing the {len(shown)} most recently updated of {matching} "
-                         "(--limit N for more, 0 for all)")  # fmt: skip
+            lines.append(
+                f"showing the {len(shown)} most recently updated of {matching} "
+                "(--limit N for more, 0 for all)"
+            )
         by_status = ", ".join(f"{n} {s}" for s, n in doc["counts"].items())
         lines.append(f"{plural(doc['total'], 'instance')} in {path}: {by_status or 'none'}")
         return "\n".join(lines)
@@ -150,8 +174,15 @@ def _log_item(seq: int, entry: dict[str, Any], ended: bool, armed: set[int]) -> 
     item: dict[str, Any] = {"seq": seq, "kind": kind, "name": entry.get("n") or ""}
     if kind == "wait":
         item["name"] = ",".join(signal_label(n) for n in str(item["name"]).split(","))
-    for field, key in (("attempt", "a"), ("failures", "f"), ("key", "key"), ("due", "due"),
-                       ("message", "m"), ("child", "child"), ("signal", "s")):  # fmt: skip
+    for field, key in (
+        ("attempt", "a"),
+        ("failures", "f"),
+        ("key", "key"),
+        ("due", "due"),
+        ("message", "m"),
+        ("child", "child"),
+        ("signal", "s"),
+    ):
         if key in entry:
             item[field] = entry[key]
     if "e" in entry:
@@ -166,7 +197,7 @@ def _log_item(seq: int, entry: dict[str, Any], ended: bool, armed: set[int]) -> 
             "step": f"attempt {entry.get('a', '?')} started, never finished",
             "sleep": "not fired (the instance ended first)",
             "call": "the instance ended first",
-        }.get(kind or "", "never finished")  # fmt: skip
+        }.get(kind or "", "never finished")
     elif kind == "sleep" and seq not in armed:
         # Invariant: a timer's row is deleted in the transaction that logs
         # its outcome, or the outcome of the race it lost; so a sleep with
@@ -177,8 +208,9 @@ def _log_item(seq: int, entry: dict[str, Any], ended: bool, armed: set[int]) -> 
         item["state"] = "started"
         item["outcome"] = {
             "step": f"attempt {entry.get('a', '?')} started, no outcome yet",
-            "sleep": "pending", "call": "waiting for the child",
-        }.get(kind or "", "started")  # fmt: skip
+            "sleep": "pending",
+            "call": "waiting for the child",
+        }.get(kind or "", "started")
     return item
 
 
@@ -192,12 +224,18 @@ def _waiting(doc: dict[str, Any]) -> dict[str, Any]:
     log = doc["log"]
     live = {n["address"] for n in doc["children"] if n["status"] in UNFINISHED_STATUSES}
     return {
-        "timers": [{"seq": i["seq"], "due": i.get("due")} for i in log
-                   if i["kind"] == "sleep" and i["state"] == "started"],
-        "children": [{"seq": i["seq"], "address": i["name"]} for i in log
-                     if i["kind"] == "call" and i["state"] == "started" and i["name"] in live],
+        "timers": [
+            {"seq": i["seq"], "due": i.get("due")}
+            for i in log
+            if i["kind"] == "sleep" and i["state"] == "started"
+        ],
+        "children": [
+            {"seq": i["seq"], "address": i["name"]}
+            for i in log
+            if i["kind"] == "call" and i["state"] == "started" and i["name"] in live
+        ],
         "unread_signals": sorted({m["signal"] for m in doc["mailbox"]}),
-    }  # fmt: skip
+    }
 
 
 def _done_outcome(kind: Any, entry: dict[str, Any]) -> str:
@@ -216,8 +254,13 @@ def _children(r: Reader, log: dict[int, LogEntry], seen: set[bytes]) -> list[dic
     """The children a run's log names (call/spawn), each with its own, recursively."""
     nodes = []
     for address, seq in children_named(log).items():
-        node: dict[str, Any] = {"address": address, "how": log[seq].kind, "seq": seq,
-                                "status": "gone", "children": []}  # fmt: skip
+        node: dict[str, Any] = {
+            "address": address,
+            "how": log[seq].kind,
+            "seq": seq,
+            "status": "gone",
+            "children": [],
+        }
         iid = instance_id(address)
         if iid in seen:
             node["status"] = "(seen above)"
@@ -267,8 +310,7 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
         "messages_ever": r.last_message_seq(iid),
         "send_keys": keys,  # the idempotency keys this incarnation had (see send --key)
         "timers": [
-            {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run}
-            for t in timers
+            {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run} for t in timers
         ],
         "children": _children(r, r.entries(iid, run), {iid}),
         "stream": {
@@ -309,8 +351,20 @@ async def show(args: argparse.Namespace) -> int:
 
 
 # Record fields `show` passes through as they are.
-_SHOWN = ("created", "updated", "parent", "awaited", "restart", "input", "result", "error",
-          "last_error", "reason", "exports", "exports_version")  # fmt: skip
+_SHOWN = (
+    "created",
+    "updated",
+    "parent",
+    "awaited",
+    "restart",
+    "input",
+    "result",
+    "error",
+    "last_error",
+    "reason",
+    "exports",
+    "exports_version",
+)
 
 
 def _handling(entries: dict[int, LogEntry]) -> dict[str, Any] | None:
@@ -321,9 +375,14 @@ def _handling(entries: dict[int, LogEntry]) -> dict[str, Any] | None:
     return {"seq": m.id, "signal": m.signal, "payload": m.payload, "effect": effect}
 
 
-def _mail_item(seq: int, message: Any) -> dict[str, Any]:
-    sent = message[2] if len(message) > 2 else None
-    return {"seq": seq, "signal": signal_label(message[0]), "payload": message[1], "sent": sent}
+def _mail_item(seq: int, stored: Any) -> dict[str, Any]:
+    message = StoredMessage.from_stored(stored)
+    return {
+        "seq": seq,
+        "signal": signal_label(message.signal),
+        "payload": message.payload,
+        "sent": message.sent_at,
+    }
 
 
 # What becomes of a compensation that has not run, by the instance's status:
@@ -346,16 +405,25 @@ def _compensations(row: InstanceRow) -> list[dict[str, Any]]:
     attempts: Mapping[Any, int] = record.comp_attempts  # looked up by ids that may be None
     unrun = _unrun_state(row)
     # Compensations run newest first: the one that gave up is the newest not done.
-    stuck = next((c.get("id") for c in reversed(record.compensations) if c.get("id") not in done),
-                 None) if row.status == "compensation_stuck" else None  # fmt: skip
+    stuck = (
+        next((c.get("id") for c in reversed(record.compensations) if c.get("id") not in done), None)
+        if row.status == "compensation_stuck"
+        else None
+    )
     return [
-        {"step": c.get("name"), "function": c.get("fn"), "args": c.get("args"),
-         "kwargs": c.get("kwargs"), "step_result": c.get("result"),
-         "state": "done" if c.get("id") in done else "stuck" if c.get("id") == stuck else unrun,
-         "attempts": attempts.get(c.get("id"), 0), "possibly_applied": c.get("possibly_applied"),
-         "key": c.get("id")}
+        {
+            "step": c.get("name"),
+            "function": c.get("fn"),
+            "args": c.get("args"),
+            "kwargs": c.get("kwargs"),
+            "step_result": c.get("result"),
+            "state": "done" if c.get("id") in done else "stuck" if c.get("id") == stuck else unrun,
+            "attempts": attempts.get(c.get("id"), 0),
+            "possibly_applied": c.get("possibly_applied"),
+            "key": c.get("id"),
+        }
         for c in record.compensations
-    ]  # fmt: skip
+    ]
 
 
 def _compensations_fate(row: InstanceRow) -> str | None:
@@ -370,9 +438,11 @@ def _compensations_fate(row: InstanceRow) -> str | None:
     after = "the cancel" if record.failure_end == "cancelled" else "the failure"
     status = row.status
     if status == "compensation_stuck":
-        return (f"stuck with {done} of {total} run, newest first, after {after}; "
-                "resume-compensation retries it, abandon-compensation ends the instance "
-                "failed without the rest")  # fmt: skip
+        return (
+            f"stuck with {done} of {total} run, newest first, after {after}; "
+            "resume-compensation retries it, abandon-compensation ends the instance "
+            "failed without the rest"
+        )
     if status in LIVE_STATUSES or status == "queued":
         if record.failure is not None:
             return f"running after {after}, newest first: {done} done, {left} to run"
@@ -414,17 +484,25 @@ async def stats(args: argparse.Namespace) -> int:
     holder = LMDBJournal(path).holder()
     held, pid = holder.held, holder.pid
     doc: dict[str, Any] = {
-        "journal": str(path), "size_bytes": st.st_size, "disk_bytes": st.st_blocks * 512,
-        "held": held, "held_by_pid": pid, "instances": sum(counts.values()),
+        "journal": str(path),
+        "size_bytes": st.st_size,
+        "disk_bytes": st.st_blocks * 512,
+        "held": held,
+        "held_by_pid": pid,
+        "instances": sum(counts.values()),
         "by_status": {s: counts[s] for s in STATUSES if s in counts},
-        "with_mail": len(with_mail), "unread_messages": unread,
-        "timers": timers, "due_timers": due, "next_due": next_due,
-    }  # fmt: skip
+        "with_mail": len(with_mail),
+        "unread_messages": unread,
+        "timers": timers,
+        "due_timers": due,
+        "next_due": next_due,
+    }
 
     def render() -> str:
         owner = f", pid {pid}" if pid else ""
         names: dict[bool | None, str] = {
-            True: f"a running system{owner}", False: "no running system"
+            True: f"a running system{owner}",
+            False: "no running system",
         }
         held_by = names.get(held, f"unknown (owner.lock names pid {pid})")
         lines = [
@@ -434,8 +512,10 @@ async def stats(args: argparse.Namespace) -> int:
             f"instances     {doc['instances']}",
         ]
         lines += [f"  {s:<20}{n:>8}" for s, n in doc["by_status"].items()]
-        lines.append(f"mail          {plural(unread, 'unread message')} in "
-                     f"{plural(len(with_mail), 'instance')}")  # fmt: skip
+        lines.append(
+            f"mail          {plural(unread, 'unread message')} in "
+            f"{plural(len(with_mail), 'instance')}"
+        )
         nxt = f"; next {local_time(next_due)} ({relative(next_due, now)})" if next_due else ""
         lines.append(f"timers        {timers}, {due} due now{nxt}")
         return "\n".join(lines)

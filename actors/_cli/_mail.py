@@ -20,8 +20,16 @@ from typing import Any
 from storage import instance_id
 from storage.errors import Conflict, JournalLocked
 
-from .._mail import DeadLetter, Message, drop_refusal, drop_txn, handling, read_dead, read_for_drop
-from .._mail import read_mail
+from .._mail import (
+    DeadLetter,
+    Message,
+    drop_refusal,
+    drop_txn,
+    handling,
+    read_dead,
+    read_for_drop,
+    read_mail,
+)
 from ._access import find_instance, journal_dir, reading, writing
 from ._errors import NOT_FOUND, OK, USAGE, CLIError
 from ._remote import owner, through_system
@@ -33,11 +41,16 @@ __all__ = ["mail", "add_mail_arguments"]
 def add_mail_arguments(p: argparse.ArgumentParser) -> None:
     """The ``mail`` command's arguments."""
     p.add_argument("address", help="the instance's address, e.g. orders/o-17")
-    p.add_argument("--drop", type=int, metavar="ID",
-                   help="move unread message ID (or the message a failed run was handling) "
-                   "to the dead letters; the instance never takes it")  # fmt: skip
-    p.add_argument("--dropped", action="store_true",
-                   help="list the dead letters (kept until cleanup) instead")  # fmt: skip
+    p.add_argument(
+        "--drop",
+        type=int,
+        metavar="ID",
+        help="move unread message ID (or the message a failed run was handling) "
+        "to the dead letters; the instance never takes it",
+    )
+    p.add_argument(
+        "--dropped", action="store_true", help="list the dead letters (kept until cleanup) instead"
+    )
 
 
 def _message(m: Message) -> dict[str, Any]:
@@ -71,25 +84,30 @@ async def mail(args: argparse.Namespace) -> int:
             else:
                 found = handling(r.entries(iid, row.record.run)) if row.status == "failed" else None
                 doc = {
-                    "address": address, "status": row.status,
+                    "address": address,
+                    "status": row.status,
                     "unread": [_message(m) for m in read_mail(r, iid)],
                     "handling": None if found is None else _message(found[1]),
-                }  # fmt: skip
+                }
 
     def render() -> str:
         if args.dropped:
             lines = [f"{address}: {len(doc['dropped'])} dropped message(s)"]
             for d in doc["dropped"]:
-                lines.append(_line(d) + f"  (dropped {local_time(d['dropped'])}, "
-                             f"incarnation {d['incarnation']})")  # fmt: skip
+                lines.append(
+                    _line(d) + f"  (dropped {local_time(d['dropped'])}, "
+                    f"incarnation {d['incarnation']})"
+                )
             return "\n".join(lines)
         lines = [f"{address} ({doc['status']}): {len(doc['unread'])} unread message(s)"]
         lines += [_line(m) for m in doc["unread"]]
         if doc["handling"] is not None:
             lines.append("it failed while handling:")
             lines.append(_line(doc["handling"]))
-            lines.append(f"  ('actors mail {address} --drop {doc['handling']['id']}' keeps a fork "
-                         "from giving it to the process again)")  # fmt: skip
+            lines.append(
+                f"  ('actors mail {address} --drop {doc['handling']['id']}' keeps a fork "
+                "from giving it to the process again)"
+            )
         return "\n".join(lines)
 
     emit(args, doc, render)
@@ -103,7 +121,9 @@ async def _drop(args: argparse.Namespace, path: Any, address: str, iid: bytes) -
             with journal.reader() as r:
                 plan = read_for_drop(r, iid, args.drop)
             if plan is None:
-                raise CLIError(f"no instance at {address!r} in {path}; check the address", NOT_FOUND)
+                raise CLIError(
+                    f"no instance at {address!r} in {path}; check the address", NOT_FOUND
+                )
             why = drop_refusal(address, plan, args.drop)
             if why is not None:
                 raise CLIError(why, NOT_FOUND)
@@ -117,15 +137,22 @@ async def _drop(args: argparse.Namespace, path: Any, address: str, iid: bytes) -
     except JournalLocked as exc:
         held = exc
         dropped = await through_system(
-            path, held, "drop_message", doing=f"drop a message of {address!r}",
-            instead="system.drop_message(...)", address=address, message_id=args.drop,
-        )  # fmt: skip
+            path,
+            held,
+            "drop_message",
+            doing=f"drop a message of {address!r}",
+            instead="system.drop_message(...)",
+            address=address,
+            message_id=args.drop,
+        )
     doc = {"address": address, "dropped": dropped, "through_system": held is not None}
 
     def render() -> str:
         via = f" through {owner(held)}" if held is not None else ""
-        return (f"dropped message #{dropped['id']} ({dropped['signal']}) of {address}{via}; "
-                f"'actors mail {address} --dropped' lists it")  # fmt: skip
+        return (
+            f"dropped message #{dropped['id']} ({dropped['signal']}) of {address}{via}; "
+            f"'actors mail {address} --dropped' lists it"
+        )
 
     emit(args, doc, render)
     return OK

@@ -45,5 +45,5 @@ async def through_system(
 
 
 def owner(held: JournalLocked) -> str:
-    """"the running system (pid N)", for what the CLI prints."""
+    """ "the running system (pid N)", for what the CLI prints."""
     return "the running system" + (f" (pid {held.pid})" if held.pid else "")

@@ -20,9 +20,21 @@ from .. import _effects as fx
 from .._records import error_summary
 
 __all__ = [
-    "emit", "jsonable", "compact", "cut", "local_time", "zone_name", "relative", "table",
-    "signal_label", "error_text", "counted", "plural", "size_text", "render_show",
-]  # fmt: skip
+    "emit",
+    "jsonable",
+    "compact",
+    "cut",
+    "local_time",
+    "zone_name",
+    "relative",
+    "table",
+    "signal_label",
+    "error_text",
+    "counted",
+    "plural",
+    "size_text",
+    "render_show",
+]
 
 
 def emit(args: argparse.Namespace, doc: dict[str, Any], render: Callable[[], str]) -> None:
@@ -190,8 +202,10 @@ def _shown(shown: int, total: int, which: str) -> str:
 
 def _waiting(waiting: dict[str, Any], now: float) -> list[str]:
     """What a live instance waits for, as far as the journal knows."""
-    lines = [f"  timer #{t['seq']}, due {local_time(t['due'])} ({relative(t['due'], now)})"
-             for t in waiting["timers"]]  # fmt: skip
+    lines = [
+        f"  timer #{t['seq']}, due {local_time(t['due'])} ({relative(t['due'], now)})"
+        for t in waiting["timers"]
+    ]
     lines += [f"  child {c['address']} to end (call #{c['seq']})" for c in waiting["children"]]
     # A wait for a signal is logged when a message is taken, not before.
     unread = waiting["unread_signals"]
@@ -225,8 +239,11 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
     if doc.get("queued"):
         place = doc["queued"]
         since = place["since"]
-        field("queued in", f"{place['queue']} (priority {place['priority']}) since "
-              f"{local_time(since)} ({relative(since, now)})")  # fmt: skip
+        field(
+            "queued in",
+            f"{place['queue']} (priority {place['priority']}) since "
+            f"{local_time(since)} ({relative(since, now)})",
+        )
     if doc["stuck"]:
         field("stuck", f"{doc['stuck']} (it runs again once fixed; last error says how)")
     if doc["last_error"]:
@@ -245,10 +262,21 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
     log = doc["log"]
     out.append("")
     shown = _shown(len(log), doc["log_entries"], "last")
-    out.append(f"Effect log, run {doc['run']}: {counted(doc['log_entries'], 'entry', 'entries')}{shown}")
+    out.append(
+        f"Effect log, run {doc['run']}: {counted(doc['log_entries'], 'entry', 'entries')}{shown}"
+    )
     if log:
-        rows = [[str(i["seq"]), str(i["kind"]), cut(str(i["name"]), 40),
-                 str(i.get("attempt", "")), i["outcome"], _log_detail(i, now)] for i in log]  # fmt: skip
+        rows = [
+            [
+                str(i["seq"]),
+                str(i["kind"]),
+                cut(str(i["name"]), 40),
+                str(i.get("attempt", "")),
+                i["outcome"],
+                _log_detail(i, now),
+            ]
+            for i in log
+        ]
         cells = [[r[0], r[1], r[2], r[3], cut(r[4], 70), r[5]] for r in rows]
         out.extend(table(["SEQ", "KIND", "NAME", "ATT", "OUTCOME", "DETAIL"], cells, "  "))
     if doc["older_runs_in_log"]:
@@ -270,15 +298,21 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
     poison = doc.get("handling")
     if poison is not None:
         crashes = f", after {counted(len(doc['restarts']), 'restart')}" if doc["restarts"] else ""
-        out.append(f"  failed while handling #{poison['seq']} {poison['signal']} (taken at effect "
-                   f"#{poison['effect']}{crashes})  {compact(poison['payload'], 80)}")  # fmt: skip
+        out.append(
+            f"  failed while handling #{poison['seq']} {poison['signal']} (taken at effect "
+            f"#{poison['effect']}{crashes})  {compact(poison['payload'], 80)}"
+        )
     if doc.get("dead_letters"):
-        out.append(f"  dropped: {counted(doc['dead_letters'], 'message')} ('actors mail "
-                   f"{doc['address']} --dropped')")  # fmt: skip
+        out.append(
+            f"  dropped: {counted(doc['dead_letters'], 'message')} ('actors mail "
+            f"{doc['address']} --dropped')"
+        )
     out.append(f"Timers: {counted(len(doc['timers']), 'timer')}")
     for t in doc["timers"]:
         stale = f"  (left by run {t['run']})" if t["stale"] else ""
-        out.append(f"  due {local_time(t['due'])} ({relative(t['due'], now)})  effect #{t['seq']}{stale}")
+        out.append(
+            f"  due {local_time(t['due'])} ({relative(t['due'], now)})  effect #{t['seq']}{stale}"
+        )
 
     out.append(f"Children: {counted(len(doc['children']), 'child', 'children')}")
     out.extend(_tree(doc["children"]))
@@ -286,8 +320,10 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
     stream = doc["stream"]
     consumers = len(stream["consumers"])
     if stream["length"] or consumers:
-        out.append(f"Stream: {plural(stream['length'], 'value')}, "
-                   f"{consumers or 'no'} consumer{'' if consumers == 1 else 's'}")  # fmt: skip
+        out.append(
+            f"Stream: {plural(stream['length'], 'value')}, "
+            f"{consumers or 'no'} consumer{'' if consumers == 1 else 's'}"
+        )
     else:
         out.append("Stream: none")
     for name, c in stream["consumers"].items():
@@ -303,8 +339,10 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
         out.append(f"Compensations: {len(comps)} — {doc['compensations_fate']}")
         for c in comps:
             maybe = ", step may have applied" if c["possibly_applied"] else ""
-            out.append(f"  {c['state']:<10} {c['step']} -> {c['function']}  "
-                       f"attempts {c['attempts']}{maybe}")  # fmt: skip
+            out.append(
+                f"  {c['state']:<10} {c['step']} -> {c['function']}  "
+                f"attempts {c['attempts']}{maybe}"
+            )
         if doc["compensation_failure"]:
             out.append(f"  stuck on: {error_text(doc['compensation_failure'])}")
     return out

@@ -49,8 +49,10 @@ async def _unstick(
     """Write ``op`` for the stuck instance at ``args.address``; the row as it
     was, and who did it (None: this process, directly)."""
     path = journal_dir(args)
-    build = {"resume_compensation": _protocol.resume_compensation_txn,
-             "abandon_compensation": _protocol.abandon_compensation_txn}[op]  # fmt: skip
+    build = {
+        "resume_compensation": _protocol.resume_compensation_txn,
+        "abandon_compensation": _protocol.abandon_compensation_txn,
+    }[op]
     try:
         async with writing(path) as journal:
             with journal.reader() as r:
@@ -58,7 +60,9 @@ async def _unstick(
             try:
                 await journal.commit(build(row, time.time()), durable=True)
             except Conflict:  # pragma: no cover - we hold the journal
-                raise CLIError(f"cannot {doing} of {args.address!r}: it changed; try again") from None
+                raise CLIError(
+                    f"cannot {doing} of {args.address!r}: it changed; try again"
+                ) from None
         return row, None
     except JournalLocked as exc:
         held = exc
@@ -66,9 +70,13 @@ async def _unstick(
         with journal.reader() as r:
             row = _stuck(r, args.address, path, doing)
     done = await through_system(
-        path, held, op, doing=f"{doing} of {args.address!r}", instead=f"system.{op}(...)",
+        path,
+        held,
+        op,
+        doing=f"{doing} of {args.address!r}",
+        instead=f"system.{op}(...)",
         address=args.address,
-    )  # fmt: skip
+    )
     if not done:
         raise CLIError(f"cannot {doing} of {args.address!r}: it is no longer stuck compensating")
     return row, held
@@ -78,15 +86,21 @@ async def resume_compensation(args: argparse.Namespace) -> int:
     """``actors resume-compensation``: retry a stuck compensation where it stopped."""
     row, held = await _unstick(args, "resume_compensation", "resume the compensation")
     left = _saga.pending(row.record)
-    doc = {"resumed": True, "address": args.address, "pending": [c.get("name") for c in left],
-           "through_system": held is not None}  # fmt: skip
+    doc = {
+        "resumed": True,
+        "address": args.address,
+        "pending": [c.get("name") for c in left],
+        "through_system": held is not None,
+    }
 
     def render() -> str:
         which = f"{counted(len(left), 'compensation')} to run"
         if held is not None:
             return f"resumed {args.address} through {owner(held)}: it retries now, {which}"
-        return (f"resumed {args.address}: it is running again, and retries {which} when a "
-                "system that runs its process next opens this journal")  # fmt: skip
+        return (
+            f"resumed {args.address}: it is running again, and retries {which} when a "
+            "system that runs its process next opens this journal"
+        )
 
     emit(args, doc, render)
     return OK
@@ -96,8 +110,12 @@ async def abandon_compensation(args: argparse.Namespace) -> int:
     """``actors abandon-compensation``: end a stuck instance as failed."""
     row, held = await _unstick(args, "abandon_compensation", "abandon the compensation")
     left = [c.get("name") for c in _saga.pending(row.record)]
-    doc = {"abandoned": True, "address": args.address, "never_run": left,
-           "through_system": held is not None}  # fmt: skip
+    doc = {
+        "abandoned": True,
+        "address": args.address,
+        "never_run": left,
+        "through_system": held is not None,
+    }
 
     def render() -> str:
         via = f" through {owner(held)}" if held is not None else ""
@@ -120,8 +138,7 @@ def duration(text: str) -> float:
     match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(s|min|m|h|d|w)?\s*", text)
     if match is None:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration: give seconds or a number with s, min, h, d or w "
-            "(e.g. 7d)"
+            f"{text!r} is not a duration: give seconds or a number with s, min, h, d or w (e.g. 7d)"
         )
     return float(match[1]) * _UNITS[match[2] or "s"]
 
@@ -151,16 +168,27 @@ async def cleanup(args: argparse.Namespace) -> int:
     except JournalLocked as exc:
         held = exc
         removed = await through_system(
-            path, held, "cleanup", doing="clean up", instead="system.cleanup(...)",
-            older_than=args.older_than, statuses=statuses,
-        )  # fmt: skip
-    doc: dict[str, Any] = {"removed": removed, "older_than": args.older_than,
-                           "statuses": statuses, "through_system": held is not None}  # fmt: skip
+            path,
+            held,
+            "cleanup",
+            doing="clean up",
+            instead="system.cleanup(...)",
+            older_than=args.older_than,
+            statuses=statuses,
+        )
+    doc: dict[str, Any] = {
+        "removed": removed,
+        "older_than": args.older_than,
+        "statuses": statuses,
+        "through_system": held is not None,
+    }
 
     def render() -> str:
         via = f" through {owner(held)}" if held is not None else ""
-        return (f"removed {plural(removed, 'instance')}{via} ({', '.join(statuses)}, last "
-                f"updated more than {span_text(args.older_than)} ago)")  # fmt: skip
+        return (
+            f"removed {plural(removed, 'instance')}{via} ({', '.join(statuses)}, last "
+            f"updated more than {span_text(args.older_than)} ago)"
+        )
 
     emit(args, doc, render)
     return OK

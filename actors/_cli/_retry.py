@@ -116,33 +116,51 @@ async def retry(args: argparse.Namespace) -> int:
             with journal.reader() as r:
                 plan = _plan(r, args.address, path)
         done = await through_system(
-            path, held, "retry", doing=f"retry {args.address!r}", instead="system.retry(...)",
-            address=args.address, **({} if new_input is None else {"input": new_input}),
-        )  # fmt: skip
+            path,
+            held,
+            "retry",
+            doing=f"retry {args.address!r}",
+            instead="system.retry(...)",
+            address=args.address,
+            **({} if new_input is None else {"input": new_input}),
+        )
         incarnation, status = done["incarnation"], done["status"]
     row = plan.row
     reset = [child.address for child, _ in plan.resets]
-    doc = {"retried": True, "address": args.address, "incarnation": incarnation,
-           "status": status, "replaced": {"incarnation": row.record.incarnation,
-                                          "status": row.status},
-           "input_replaced": new_input is not None, "reset": reset,
-           "through_system": held is not None}  # fmt: skip
+    doc = {
+        "retried": True,
+        "address": args.address,
+        "incarnation": incarnation,
+        "status": status,
+        "replaced": {"incarnation": row.record.incarnation, "status": row.status},
+        "input_replaced": new_input is not None,
+        "reset": reset,
+        "through_system": held is not None,
+    }
 
     def render() -> str:
         was = f"{row.status}, incarnation {row.record.incarnation}"
         if held is not None:
-            text = (f"retried {args.address} ({was}) through {owner(held)} as incarnation "
-                    f"{incarnation}; it is {status}")  # fmt: skip
+            text = (
+                f"retried {args.address} ({was}) through {owner(held)} as incarnation "
+                f"{incarnation}; it is {status}"
+            )
         else:
-            text = (f"retried {args.address} ({was}) as incarnation {incarnation}; it runs when "
-                    "a system that runs its process next opens this journal")  # fmt: skip
+            text = (
+                f"retried {args.address} ({was}) as incarnation {incarnation}; it runs when "
+                "a system that runs its process next opens this journal"
+            )
         lines = [text]
         if reset:
-            lines.append(f"and reset its {counted(len(reset), 'failed descendant')}, which its "
-                         "new run starts afresh:")  # fmt: skip
+            lines.append(
+                f"and reset its {counted(len(reset), 'failed descendant')}, which its "
+                "new run starts afresh:"
+            )
             lines += [f"  {a}" for a in reset]
-        lines.append(f"('actors show {args.address} --incarnation {row.record.incarnation}' "
-                     "shows the record it replaced)")  # fmt: skip
+        lines.append(
+            f"('actors show {args.address} --incarnation {row.record.incarnation}' "
+            "shows the record it replaced)"
+        )
         return "\n".join(lines)
 
     emit(args, doc, render)
@@ -165,9 +183,10 @@ async def show_any(args: argparse.Namespace) -> int:
     found = next((k for k in kept if k.incarnation == args.incarnation), None)
     if found is None:
         current = (
-            f"the current one is {row.record.incarnation}" if row is not None
+            f"the current one is {row.record.incarnation}"
+            if row is not None
             else "no instance is there now"
-        )  # fmt: skip
+        )
         have = ", ".join(str(k.incarnation) for k in kept) or "none"
         raise CLIError(
             f"incarnation {args.incarnation} of {args.address!r} is not kept ({current}; kept: "
@@ -183,25 +202,40 @@ async def show_any(args: argparse.Namespace) -> int:
 def _kept_doc(address: str, kept: Kept, row: InstanceRow | None) -> dict[str, Any]:
     record = kept.record
     return {
-        "address": address, "process": kept.process, "status": kept.status,
-        "incarnation": kept.incarnation, "kept": True, "replaced": kept.replaced,
+        "address": address,
+        "process": kept.process,
+        "status": kept.status,
+        "incarnation": kept.incarnation,
+        "kept": True,
+        "replaced": kept.replaced,
         "current_incarnation": row.record.incarnation if row is not None else None,
-        "run": record.run, "created": record.created, "updated": record.updated,
-        "parent": record.parent, "params": record.params, "input": record.input,
-        "result": record.result, "error": record.error, "reason": record.reason,
-        "last_error": record.last_error, "restarts": record.restarts,
+        "run": record.run,
+        "created": record.created,
+        "updated": record.updated,
+        "parent": record.parent,
+        "params": record.params,
+        "input": record.input,
+        "result": record.result,
+        "error": record.error,
+        "reason": record.reason,
+        "last_error": record.last_error,
+        "restarts": record.restarts,
         "compensations": [
-            {"step": c.get("name"), "state": "done" if c.get("id") in record.compensated
-             else "pending"}
+            {
+                "step": c.get("name"),
+                "state": "done" if c.get("id") in record.compensated else "pending",
+            }
             for c in record.compensations
         ],
-    }  # fmt: skip
+    }
 
 
 def _render_kept(doc: dict[str, Any], traceback: bool) -> list[str]:
     now = time.time()
-    out = [f"{doc['address']}  ·  incarnation {doc['incarnation']}  ·  {doc['status']}  "
-           "(kept: a retry replaced it)"]  # fmt: skip
+    out = [
+        f"{doc['address']}  ·  incarnation {doc['incarnation']}  ·  {doc['status']}  "
+        "(kept: a retry replaced it)"
+    ]
 
     def field(name: str, value: str) -> None:
         out.append(f"  {name:<14}{value}")
@@ -229,7 +263,8 @@ def _render_kept(doc: dict[str, Any], traceback: bool) -> list[str]:
     for r in doc["restarts"]:
         out.append(f"  {local_time(r.get('at'))}  {r.get('reason')}")
     if doc["compensations"]:
-        out.append("Compensations: " + ", ".join(
-            f"{c['step']} ({c['state']})" for c in doc["compensations"]
-        ))  # fmt: skip
+        out.append(
+            "Compensations: "
+            + ", ".join(f"{c['step']} ({c['state']})" for c in doc["compensations"])
+        )
     return out

@@ -108,9 +108,10 @@ async def _tail_loop(args: argparse.Namespace, stop: trio.Event) -> int:
                     with journal.reader() as r:
                         values = tail.read(r, from_cursor=True)
                     tail.show(values)
+                    # A value printed counts as consumed; a new consumer is recorded.
                     if tail.position is not None and (
                         values or (first and tail.cursor_before is None)
-                    ):  # a value printed counts as consumed; a new consumer is recorded
+                    ):
                         txn = Txn()
                         txn.set_cursor(tail.iid, args.consumer, tail.position)
                         await journal.commit(txn, durable=True)
@@ -138,16 +139,26 @@ async def _tail_loop(args: argparse.Namespace, stop: trio.Event) -> int:
         with trio.move_on_after(args.interval):
             await stop.wait()
     if args.json and not args.follow:
-        doc = {"address": args.address, "consumer": args.consumer, "read_only": not advancing,
-               "cursor_before": tail.cursor_before, "cursor_after": tail.position,
-               "length": tail.length, "status": tail.status, "values": tail.printed}  # fmt: skip
+        doc = {
+            "address": args.address,
+            "consumer": args.consumer,
+            "read_only": not advancing,
+            "cursor_before": tail.cursor_before,
+            "cursor_after": tail.position,
+            "length": tail.length,
+            "status": tail.status,
+            "values": tail.printed,
+        }
         print(json.dumps(jsonable(doc), indent=2, ensure_ascii=False))
     elif not args.json and not args.follow:
         moved = "moved to" if advancing else "left at"
         before = tail.cursor_before if tail.cursor_before is not None else "(new)"
         after = tail.position if advancing else before
-        print(f"actors: consumer {args.consumer!r}: cursor {before}, {moved} {after} of "
-              f"{tail.length} values", file=sys.stderr)  # fmt: skip
+        print(
+            f"actors: consumer {args.consumer!r}: cursor {before}, {moved} {after} of "
+            f"{tail.length} values",
+            file=sys.stderr,
+        )
     if tail.status is None and tail.position is not None:
         print(f"actors: {args.address!r} was removed from the journal", file=sys.stderr)
     return OK
@@ -174,13 +185,21 @@ async def consumers(args: argparse.Namespace) -> int:
     cursors = {name: pos for name, pos in cursors.items() if not name.startswith(KEY_PREFIX)}
     if args.delete is not None:
         return await _delete_consumer(args, path, iid, cursors)
-    doc: dict[str, Any] = {"address": row.address, "status": row.status, "length": length,
-           "consumers": {name: {"cursor": pos, "unread": max(0, length - pos)}
-                         for name, pos in sorted(cursors.items())}}  # fmt: skip
+    doc: dict[str, Any] = {
+        "address": row.address,
+        "status": row.status,
+        "length": length,
+        "consumers": {
+            name: {"cursor": pos, "unread": max(0, length - pos)}
+            for name, pos in sorted(cursors.items())
+        },
+    }
 
     def render() -> str:
-        lines = [f"{row.address}: a stream of {plural(length, 'value')}, "
-                 f"{plural(len(cursors), 'consumer')}"]  # fmt: skip
+        lines = [
+            f"{row.address}: a stream of {plural(length, 'value')}, "
+            f"{plural(len(cursors), 'consumer')}"
+        ]
         cells = [[name, str(c["cursor"]), str(c["unread"])] for name, c in doc["consumers"].items()]
         if cells:
             lines += table(["CONSUMER", "CURSOR", "UNREAD"], cells, indent="  ")
@@ -211,6 +230,12 @@ async def _delete_consumer(
             path, exc.pid, f"delete consumer {name!r}", "close its stream", served=True
         ) from None
     doc = {"deleted": name, "address": args.address, "cursor": cursors[name]}
-    emit(args, doc, lambda: f"deleted consumer {name!r} of {args.address} (its cursor was "
-                            f"{cursors[name]}); that name starts afresh next time")  # fmt: skip
+    emit(
+        args,
+        doc,
+        lambda: (
+            f"deleted consumer {name!r} of {args.address} (its cursor was "
+            f"{cursors[name]}); that name starts afresh next time"
+        ),
+    )
     return OK

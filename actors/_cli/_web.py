@@ -15,22 +15,42 @@ __all__ = ["add_web_arguments", "web"]
 
 def add_web_arguments(p: argparse.ArgumentParser) -> None:
     """The ``web`` command's own options."""
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1: this machine only)")  # fmt: skip
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: this machine only)",
+    )
     p.add_argument("--port", type=_port, default=8080, help="port (default 8080; 0 picks one)")
-    p.add_argument("--allow-host", type=_host_name, action="append", default=[], metavar="NAME",
-                   help="a Host name to answer besides IP addresses, localhost and this "
-                   "machine's name (repeatable); any other is refused, against DNS "
-                   "rebinding")  # fmt: skip
-    p.add_argument("--schema", metavar="NAME",
-                   help="with --journal postgresql://USER@HOST:PORT/DATABASE: the schema "
-                   "holding the journal (default actors)")  # fmt: skip
-    p.add_argument("--interval", type=_seconds, default=1.0, metavar="SECONDS",
-                   help="how often open pages refresh themselves (default 1)")  # fmt: skip
-    p.add_argument("--allow-actions", action="store_true",
-                   help="offer cancel, retry, fork, send, drop and the compensation repairs "
-                   "on instances' pages, each confirmed first and done by this command "
-                   "line (LMDB journals only; off by default: the inspector only reads)")  # fmt: skip
+    p.add_argument(
+        "--allow-host",
+        type=_host_name,
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to answer besides IP addresses, localhost and this "
+        "machine's name (repeatable); any other is refused, against DNS "
+        "rebinding",
+    )
+    p.add_argument(
+        "--schema",
+        metavar="NAME",
+        help="with --journal postgresql://USER@HOST:PORT/DATABASE: the schema "
+        "holding the journal (default actors)",
+    )
+    p.add_argument(
+        "--interval",
+        type=_seconds,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often open pages refresh themselves (default 1)",
+    )
+    p.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="offer cancel, retry, fork, send, drop and the compensation repairs "
+        "on instances' pages, each confirmed first and done by this command "
+        "line (LMDB journals only; off by default: the inspector only reads)",
+    )
 
 
 async def web(args: argparse.Namespace) -> int:

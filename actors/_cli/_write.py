@@ -95,25 +95,44 @@ async def send(args: argparse.Namespace) -> int:
             with journal.reader() as r:
                 row = read_row(r, iid)
         await through_system(
-            path, held, "send", doing=f"send to {args.address!r}", instead="send",
-            address=args.address, signal=signal.name, payload=payload,
+            path,
+            held,
+            "send",
+            doing=f"send to {args.address!r}",
+            instead="send",
+            address=args.address,
+            signal=signal.name,
+            payload=payload,
             **({"key": key} if key is not None else {}),
-        )  # fmt: skip
+        )
     status = row.status if row is not None else "live"
-    doc = {"sent": seen is None, "address": args.address, "signal": signal.name,
-           "payload": payload, "message": seq, "status": status,
-           "through_system": held is not None, "key": key}  # fmt: skip
+    doc = {
+        "sent": seen is None,
+        "address": args.address,
+        "signal": signal.name,
+        "payload": payload,
+        "message": seq,
+        "status": status,
+        "through_system": held is not None,
+        "key": key,
+    }
 
     def render() -> str:
         if seen is not None:
-            return (f"{args.address} had key {key!r} already (this incarnation): the message "
-                    "was sent before, and nothing was stored")  # fmt: skip
+            return (
+                f"{args.address} had key {key!r} already (this incarnation): the message "
+                "was sent before, and nothing was stored"
+            )
         if held is not None:
-            return (f"sent {signal.name!r} to {args.address} through {owner(held)}; it was "
-                    f"{status}, and the system delivers it now")  # fmt: skip
-        return (f"sent {signal.name!r} to {args.address} as message #{seq}; it is {status}, "
-                "and takes the message when a system that runs its process next opens this "
-                "journal")  # fmt: skip
+            return (
+                f"sent {signal.name!r} to {args.address} through {owner(held)}; it was "
+                f"{status}, and the system delivers it now"
+            )
+        return (
+            f"sent {signal.name!r} to {args.address} as message #{seq}; it is {status}, "
+            "and takes the message when a system that runs its process next opens this "
+            "journal"
+        )
 
     emit(args, doc, render)
     return OK
@@ -130,7 +149,9 @@ async def cancel(args: argparse.Namespace) -> int:
         async with writing(path) as journal:
             with journal.reader() as r:
                 root, plan = _cancel_plan(r, args, path)
-            to_run = _saga.pending(root.record) if compensate and root.status in LIVE_STATUSES else []
+            to_run = (
+                _saga.pending(root.record) if compensate and root.status in LIVE_STATUSES else []
+            )
             if to_run:  # it compensates when a system that runs its process opens the journal
                 plan[-1] = attrs.evolve(plan[-1], compensate=True)
             pending = _pending(plan)
@@ -168,9 +189,14 @@ async def cancel(args: argparse.Namespace) -> int:
             with journal.reader() as r:
                 root, plan = _cancel_plan(r, args, path)
         done = await through_system(
-            path, held, "cancel", doing=f"cancel {args.address!r}", instead="cancel",
-            address=args.address, **({"compensate": True} if compensate else {}),
-        )  # fmt: skip
+            path,
+            held,
+            "cancel",
+            doing=f"cancel {args.address!r}",
+            instead="cancel",
+            address=args.address,
+            **({"compensate": True} if compensate else {}),
+        )
         async with reading(path) as journal:
             with journal.reader() as r:
                 after = {c.row.iid: read_row(r, c.row.iid) for c in plan}
@@ -187,19 +213,26 @@ async def cancel(args: argparse.Namespace) -> int:
             raise CLIError(f"nothing to cancel at {args.address!r}: it ended meanwhile")
         reason = last.record.reason if last is not None else None
         if args.reason != DEFAULT_REASON:
-            print(f"actors: --reason is not recorded through a running system: it records "
-                  f"{reason!r}", file=sys.stderr)  # fmt: skip
+            print(
+                f"actors: --reason is not recorded through a running system: it records {reason!r}",
+                file=sys.stderr,
+            )
         ran, not_run = _fates(plan, after)
         to_run, pending = [], []
     cancelled = [c.row.address for c in plan]
     descendants = cancelled[:-1]
-    doc = {"cancelled": cancelled, "address": args.address, "reason": reason,
-           "uncompensated": sorted({a for a, _ in not_run}),
-           "compensations": {
-               "ran": [{"address": a, "step": s} for a, s in ran],
-               "not_run": [{"address": a, "step": s} for a, s in not_run],
-               "to_run": [{"address": root.address, "step": c["name"]} for c in to_run]},
-           "through_system": held is not None}  # fmt: skip
+    doc = {
+        "cancelled": cancelled,
+        "address": args.address,
+        "reason": reason,
+        "uncompensated": sorted({a for a, _ in not_run}),
+        "compensations": {
+            "ran": [{"address": a, "step": s} for a, s in ran],
+            "not_run": [{"address": a, "step": s} for a, s in not_run],
+            "to_run": [{"address": root.address, "step": c["name"]} for c in to_run],
+        },
+        "through_system": held is not None,
+    }
 
     def render() -> str:
         via = f" through {owner(held)}" if held is not None else ""
@@ -212,14 +245,17 @@ async def cancel(args: argparse.Namespace) -> int:
                 f"its {counted(len(to_run), 'compensation')} ({', '.join(c['name'] for c in to_run)}) "
                 f"run first, newest first, when a system that runs {root.process!r} next opens "
                 "this journal; it is running until then, and ends cancelled after them"
-            )  # fmt: skip
+            )
         if ran:
-            lines.append(f"ran {counted(len(ran), 'compensation')} first, newest first: "
-                         + ", ".join(f"{a}: {s}" for a, s in ran))  # fmt: skip
+            lines.append(
+                f"ran {counted(len(ran), 'compensation')} first, newest first: "
+                + ", ".join(f"{a}: {s}" for a, s in ran)
+            )
         if not_run:
             why = "--force" if pending else "a cancel runs them only with --compensate"
-            lines.append(f"compensations not run ({why}): "
-                         + ", ".join(f"{a}: {s}" for a, s in not_run))  # fmt: skip
+            lines.append(
+                f"compensations not run ({why}): " + ", ".join(f"{a}: {s}" for a, s in not_run)
+            )
         elif not ran and not to_run:
             lines.append("no compensations to run")
         return "\n".join(lines)
@@ -292,8 +328,11 @@ def _cancel_plan(
 def _pending(plan: list[_protocol.Cancel]) -> list[tuple[str, list[str]]]:
     """(address, step names) of the saga compensations pending in ``plan``
     that its cancel would not run (of instances that do not compensate first)."""
-    return [(c.row.address, [comp["name"] for comp in _saga.pending(c.row.record)])
-            for c in plan if not c.compensate and _saga.pending(c.row.record)]  # fmt: skip
+    return [
+        (c.row.address, [comp["name"] for comp in _saga.pending(c.row.record)])
+        for c in plan
+        if not c.compensate and _saga.pending(c.row.record)
+    ]
 
 
 def _plan_cancel(

@@ -37,32 +37,49 @@ def action_panel(doc: dict[str, Any], actions: Mapping[str, Action]) -> str:
             continue
         inner = ""
         if action.name == "send":
-            inner = ('<label>signal<input name="signal" required placeholder="approved"></label>'
-                     '<label>payload (JSON)<input name="payload" placeholder=\'{"by": "ann"}\'>'
-                     '</label><label>key (optional)<input name="key"></label>')  # fmt: skip
+            inner = (
+                '<label>signal<input name="signal" required placeholder="approved"></label>'
+                '<label>payload (JSON)<input name="payload" placeholder=\'{"by": "ann"}\'>'
+                '</label><label>key (optional)<input name="key"></label>'
+            )
         if action.name == "retry":
-            inner = ('<label>new input (JSON object, optional)<input name="input" '
-                     'placeholder="the input it had"></label>')  # fmt: skip
+            inner = (
+                '<label>new input (JSON object, optional)<input name="input" '
+                'placeholder="the input it had"></label>'
+            )
         forms.append(_get_form(action, address, inner))
     if "fork" in actions and status in actions["fork"].statuses:
-        forms.append('<p class="muted">To fork, pick a log entry below ("fork after '
-                     'this"): the fork keeps the entries up to it and runs on after it.</p>')  # fmt: skip
+        forms.append(
+            '<p class="muted">To fork, pick a log entry below ("fork after '
+            'this"): the fork keeps the entries up to it and runs on after it.</p>'
+        )
     if not forms:
-        return (f'<section id="actions"><h2>Actions</h2><p class="muted">none apply to a '
-                f"{esc(status)} instance</p></section>")  # fmt: skip
+        return (
+            f'<section id="actions"><h2>Actions</h2><p class="muted">none apply to a '
+            f"{esc(status)} instance</p></section>"
+        )
     return f'<section id="actions"><h2>Actions</h2>{"".join(forms)}</section>'
 
 
 def confirm_body(
-    action: Action, address: str, says: list[str], fields: Mapping[str, str], token: str,
+    action: Action,
+    address: str,
+    says: list[str],
+    fields: Mapping[str, str],
+    token: str,
     command: list[str],
-) -> str:  # fmt: skip
+) -> str:
     """The confirmation: what will happen, the command that does it, and the
     form that does it (POST, with the session's token)."""
     hidden = "".join(
         f'<input type="hidden" name="{esc(k)}" value="{esc(v)}">'
-        for k, v in (("action", action.name), ("address", address), *fields.items(), ("token", token))
-    )  # fmt: skip
+        for k, v in (
+            ("action", action.name),
+            ("address", address),
+            *fields.items(),
+            ("token", token),
+        )
+    )
     shown = " ".join(command[3:])  # after "python -m actors"
     return (
         f'<div class="confirm"><h1>{esc(action.title)}: {esc(address)}?</h1>'
@@ -86,7 +103,7 @@ def _fork_elsewhere(address: str, fields: Mapping[str, str]) -> str:
         f'<input type="hidden" name="address" value="{esc(address)}">'
         f'<input type="hidden" name="from" value="{esc(fields.get("from", ""))}">'
         '<label>or fork to another address<input name="to" required placeholder="orders/o-18">'
-        "</label><button type=\"submit\">Say what that does…</button></form>"
+        '</label><button type="submit">Say what that does…</button></form>'
     )
 
 

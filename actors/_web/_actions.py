@@ -41,9 +41,15 @@ log = logging.getLogger("actors.control")
 # running system waits for the compensations).
 TIMEOUT = 120.0
 
-_OUTCOMES = {0: "done", 1: "refused", 2: "bad usage", 3: "not found",
-             4: "journal held, no control socket", 5: "corrupt records",
-             124: "no answer in time"}  # fmt: skip
+_OUTCOMES = {
+    0: "done",
+    1: "refused",
+    2: "bad usage",
+    3: "not found",
+    4: "journal held, no control socket",
+    5: "corrupt records",
+    124: "no answer in time",
+}
 
 
 class BadAction(ValueError):
@@ -91,19 +97,25 @@ def _live_part(doc: dict[str, Any]) -> list[str]:
     kids = _descendants(doc)
     if not kids:
         return []
-    return [f"Its {counted(len(kids), 'live descendant')} end cancelled too, children "
-            f"first: {', '.join(kids)}."]  # fmt: skip
+    return [
+        f"Its {counted(len(kids), 'live descendant')} end cancelled too, children "
+        f"first: {', '.join(kids)}."
+    ]
 
 
 def _cancel_says(doc: dict[str, Any], f: Fields) -> list[str]:
-    out = [f"Cancels {doc['address']} (now {doc['status']}): it ends cancelled and never "
-           "runs again (a retry or a new start makes a new incarnation)."]  # fmt: skip
+    out = [
+        f"Cancels {doc['address']} (now {doc['status']}): it ends cancelled and never "
+        "runs again (a retry or a new start makes a new incarnation)."
+    ]
     out += _live_part(doc)
     pending = _pending(doc)
     if pending:
-        out.append(f"Its {counted(len(pending), 'saga compensation')} ({', '.join(pending)}) "
-                   "do NOT run: what its steps did stays done. Cancel with compensation to "
-                   "undo them first.")  # fmt: skip
+        out.append(
+            f"Its {counted(len(pending), 'saga compensation')} ({', '.join(pending)}) "
+            "do NOT run: what its steps did stays done. Cancel with compensation to "
+            "undo them first."
+        )
     else:
         out.append("It has no saga compensations pending.")
     return out
@@ -111,27 +123,33 @@ def _cancel_says(doc: dict[str, Any], f: Fields) -> list[str]:
 
 def _compensate_says(doc: dict[str, Any], f: Fields) -> list[str]:
     pending = _pending(doc)
-    out = [f"Cancels {doc['address']} (now {doc['status']}) after running its saga "
-           "compensations."]  # fmt: skip
+    out = [f"Cancels {doc['address']} (now {doc['status']}) after running its saga compensations."]
     if pending:
-        out.append(f"Its {counted(len(pending), 'compensation')} run first, newest first: "
-                   f"{', '.join(reversed(pending))}; then it ends cancelled. With no system "
-                   "running, they run when a system that runs its process next opens the "
-                   "journal.")  # fmt: skip
+        out.append(
+            f"Its {counted(len(pending), 'compensation')} run first, newest first: "
+            f"{', '.join(reversed(pending))}; then it ends cancelled. With no system "
+            "running, they run when a system that runs its process next opens the "
+            "journal."
+        )
     else:
         out.append("It has no compensations pending, so this is a plain cancel.")
     out += _live_part(doc)
     if _descendants(doc):
-        out.append("A descendant's own compensations are not run by this cancel: the "
-                   "command refuses while any are pending.")  # fmt: skip
+        out.append(
+            "A descendant's own compensations are not run by this cancel: the "
+            "command refuses while any are pending."
+        )
     return out
 
 
 def _retry_says(doc: dict[str, Any], f: Fields) -> list[str]:
     n = doc["incarnation"]
     given = f.get("input", "")
-    with_input = (f"this input instead of the one it had: {compact(json.loads(given), 300)}"
-                  if given else "the input it had")  # fmt: skip
+    with_input = (
+        f"this input instead of the one it had: {compact(json.loads(given), 300)}"
+        if given
+        else "the input it had"
+    )
     return [
         f"Runs {doc['address']} (now {doc['status']}, incarnation {n}) again from the top, "
         f"as incarnation {n + 1}, with the same params and {with_input}.",
@@ -148,8 +166,11 @@ def _fork_says(doc: dict[str, Any], f: Fields) -> list[str]:
     target = f.get("to") or doc["address"]
     names = ", ".join(f"#{i['seq']} {i['kind']} {i['name']}".rstrip() for i in kept[:12])
     more = f" and {len(kept) - 12} more" if len(kept) > 12 else ""
-    source = (f"its run {doc['run']}" if target == doc["address"]
-              else f"run {doc['run']} of {doc['address']}")  # fmt: skip
+    source = (
+        f"its run {doc['run']}"
+        if target == doc["address"]
+        else f"run {doc['run']} of {doc['address']}"
+    )
     return [
         f"Makes a new incarnation of {target} from {source} (now {doc['status']}): it "
         f"keeps {counted(len(kept), 'log entry', 'log entries')}"
@@ -168,12 +189,15 @@ def _fork_says(doc: dict[str, Any], f: Fields) -> list[str]:
 def _send_says(doc: dict[str, Any], f: Fields) -> list[str]:
     payload = json.loads(f["payload"]) if f.get("payload") else None
     key = f.get("key")
-    out = [f"Puts the message {f['signal']!r} with payload {compact(payload, 300)} in the "
-           f"mailbox of {doc['address']} (now {doc['status']}), durably; it takes it when it "
-           "next waits for that signal."]  # fmt: skip
+    out = [
+        f"Puts the message {f['signal']!r} with payload {compact(payload, 300)} in the "
+        f"mailbox of {doc['address']} (now {doc['status']}), durably; it takes it when it "
+        "next waits for that signal."
+    ]
     if key:
-        out.append(f"With key {key!r}: if this incarnation had that key already, nothing is "
-                   "stored.")  # fmt: skip
+        out.append(
+            f"With key {key!r}: if this incarnation had that key already, nothing is stored."
+        )
     return out
 
 
@@ -185,8 +209,11 @@ def _drop_says(doc: dict[str, Any], f: Fields) -> list[str]:
         found, where = poison, "the message its failed run was handling"
     else:
         where = f"the unread mail of {doc['address']}"
-    what = (f"{found['signal']!r}, payload {compact(found['payload'], 300)}" if found
-            else "not among its unread messages now")  # fmt: skip
+    what = (
+        f"{found['signal']!r}, payload {compact(found['payload'], 300)}"
+        if found
+        else "not among its unread messages now"
+    )
     return [
         f"Removes message #{seq} ({what}) from {where} (now {doc['status']}): the "
         "instance never takes it, and a fork does not put it back.",
@@ -259,22 +286,73 @@ ACTIONS: dict[str, Action] = {
     a.name: a
     for a in (
         Action("cancel", "Cancel", "cancel", UNFINISHED_STATUSES, (), _cancel_argv, _cancel_says),
-        Action("cancel-compensate", "Cancel with compensation", "cancel",
-               UNFINISHED_STATUSES - _STUCK, (), _compensate_argv, _compensate_says),
-        Action("retry", "Retry", "retry", frozenset({"failed", "cancelled"}), ("input",),
-               _retry_argv, _retry_says),
-        Action("fork", "Fork", "fork", TERMINAL_STATUSES, ("from", "to"), _fork_argv,
-               _fork_says, per_item=True),
-        Action("send", "Send a signal", "send", MAIL_STATUSES, ("signal", "payload", "key"),
-               _send_argv, _send_says),
-        Action("drop", "Drop", "mail", frozenset(STATUSES) - {"corrupt"}, ("message",), _drop_argv, _drop_says,
-               per_item=True),
-        Action("resume-compensation", "Resume the compensation", "resume-compensation", _STUCK,
-               (), _address_only, _resume_says),
-        Action("abandon-compensation", "Abandon the compensation", "abandon-compensation",
-               _STUCK, (), _address_only, _abandon_says),
+        Action(
+            "cancel-compensate",
+            "Cancel with compensation",
+            "cancel",
+            UNFINISHED_STATUSES - _STUCK,
+            (),
+            _compensate_argv,
+            _compensate_says,
+        ),
+        Action(
+            "retry",
+            "Retry",
+            "retry",
+            frozenset({"failed", "cancelled"}),
+            ("input",),
+            _retry_argv,
+            _retry_says,
+        ),
+        Action(
+            "fork",
+            "Fork",
+            "fork",
+            TERMINAL_STATUSES,
+            ("from", "to"),
+            _fork_argv,
+            _fork_says,
+            per_item=True,
+        ),
+        Action(
+            "send",
+            "Send a signal",
+            "send",
+            MAIL_STATUSES,
+            ("signal", "payload", "key"),
+            _send_argv,
+            _send_says,
+        ),
+        Action(
+            "drop",
+            "Drop",
+            "mail",
+            frozenset(STATUSES) - {"corrupt"},
+            ("message",),
+            _drop_argv,
+            _drop_says,
+            per_item=True,
+        ),
+        Action(
+            "resume-compensation",
+            "Resume the compensation",
+            "resume-compensation",
+            _STUCK,
+            (),
+            _address_only,
+            _resume_says,
+        ),
+        Action(
+            "abandon-compensation",
+            "Abandon the compensation",
+            "abandon-compensation",
+            _STUCK,
+            (),
+            _address_only,
+            _abandon_says,
+        ),
     )
-}  # fmt: skip
+}
 
 
 def check_fields(action: Action, fields: Mapping[str, str]) -> dict[str, str]:
@@ -286,8 +364,10 @@ def check_fields(action: Action, fields: Mapping[str, str]) -> dict[str, str]:
     """
     unknown = sorted(set(fields) - set(action.fields))
     if unknown:
-        raise BadAction(f"{action.name} takes {', '.join(action.fields) or 'no fields'}, "
-                        f"not {', '.join(unknown)}")  # fmt: skip
+        raise BadAction(
+            f"{action.name} takes {', '.join(action.fields) or 'no fields'}, "
+            f"not {', '.join(unknown)}"
+        )
     out = {k: v for k, v in fields.items() if v != ""}
     if action.name == "fork":
         at = out.get("from", "")
@@ -317,7 +397,7 @@ def _json(fields: Mapping[str, str], name: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BadAction(f"{name} is not JSON ({exc}); e.g. {{\"by\": \"ann\"}}") from None
+        raise BadAction(f'{name} is not JSON ({exc}); e.g. {{"by": "ann"}}') from None
 
 
 @attrs.frozen
@@ -329,7 +409,7 @@ class Outcome:
 
     @property
     def word(self) -> str:
-        """"done", "refused", "not found", ..."""
+        """ "done", "refused", "not found", ..."""
         return _OUTCOMES.get(self.code, f"exit code {self.code}")
 
 
@@ -344,23 +424,35 @@ class Runner:
     def argv(self, action: Action, address: str, fields: Fields) -> list[str]:
         """The command line the action runs."""
         imports = [arg for module in self.imports for arg in ("--import", module)]
-        return [sys.executable, "-m", "actors", "--journal", self.journal, *imports,
-                action.command, *action.argv(address, fields)]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "actors",
+            "--journal",
+            self.journal,
+            *imports,
+            action.command,
+            *action.argv(address, fields),
+        ]
 
     async def run(self, action: Action, address: str, fields: Fields) -> Outcome:
         """Run it and wait (up to `timeout` seconds) for its end."""
         argv = self.argv(action, address, fields)
         with trio.move_on_after(self.timeout):
-            done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True,
-                                          check=False)  # fmt: skip
+            done = await trio.run_process(
+                argv, capture_stdout=True, capture_stderr=True, check=False
+            )
             out = done.stdout.decode(errors="replace").strip()
             err = done.stderr.decode(errors="replace").strip()
             if done.returncode == 0:
                 return Outcome(0, out)
             message = "\n".join(line.removeprefix("actors: ") for line in err.splitlines())
             return Outcome(done.returncode, message or out or f"exit code {done.returncode}")
-        return Outcome(124, f"the command gave no answer within {self.timeout:g} s and was "
-                       "stopped; it may have done its work: look at the instance")  # fmt: skip
+        return Outcome(
+            124,
+            f"the command gave no answer within {self.timeout:g} s and was "
+            "stopped; it may have done its work: look at the instance",
+        )
 
 
 def audit(action: str, address: str, fields: Fields, client: str, outcome: str, text: str) -> None:
@@ -369,8 +461,18 @@ def audit(action: str, address: str, fields: Fields, client: str, outcome: str, 
     level = logging.INFO if outcome == "done" else logging.WARNING
     named = action if action in ACTIONS else repr(action)  # (a refused POST's is anyone's)
     log.log(
-        level, "web inspector: %s %r%s from %s: %s: %s", named, address,
-        f" ({asked})" if asked else "", client, outcome, " ".join(text.split())[:500],
-        extra={"actors_address": address, "actors_action": action, "actors_outcome": outcome,
-               "actors_client": client},
-    )  # fmt: skip
+        level,
+        "web inspector: %s %r%s from %s: %s: %s",
+        named,
+        address,
+        f" ({asked})" if asked else "",
+        client,
+        outcome,
+        " ".join(text.split())[:500],
+        extra={
+            "actors_address": address,
+            "actors_action": action,
+            "actors_outcome": outcome,
+            "actors_client": client,
+        },
+    )

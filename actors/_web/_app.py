@@ -45,8 +45,14 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from storage import Journal, JournalCorrupt, JournalUnavailable, Reader, instance_id
-from storage import lenient_decoding
+from storage import (
+    Journal,
+    JournalCorrupt,
+    JournalUnavailable,
+    Reader,
+    instance_id,
+    lenient_decoding,
+)
 
 from .._cli._errors import CLIError
 from .._cli._inspect import describe, list_items
@@ -144,7 +150,9 @@ def create_app(
         if query.partial:
             return HTMLResponse(fragment)
         filters = list_filters(query, processes)
-        return HTMLResponse(layout("instances", source, filters, live=fragment, poll=poll, mode=mode))
+        return HTMLResponse(
+            layout("instances", source, filters, live=fragment, poll=poll, mode=mode)
+        )
 
     async def instance(request: Request) -> Response:
         query = parse_instance(_params(request))
@@ -160,8 +168,9 @@ def create_app(
     def wanted(params: Mapping[str, str]) -> tuple[Action, str, dict[str, str]]:
         """The action, address and fields a request names; `_Refused` if not offered."""
         if not allowed:
-            raise _Refused(405, "this inspector only reads: start it with --allow-actions "
-                           "to take actions")  # fmt: skip
+            raise _Refused(
+                405, "this inspector only reads: start it with --allow-actions to take actions"
+            )
         rest = dict(params)
         name, address = rest.pop("action", ""), rest.pop("address", "")
         action = allowed.get(name)
@@ -178,14 +187,23 @@ def create_app(
         action, address, fields = wanted(_single(_params(request)))
         doc = await read(lambda r: _describe(r, InstanceQuery(address=address)))
         if doc["status"] not in action.statuses:
-            raise _Refused(409, f"cannot {action.title.lower()} {address!r}: it is "
-                           f"{doc['status']}; the page of the instance shows what applies")  # fmt: skip
+            raise _Refused(
+                409,
+                f"cannot {action.title.lower()} {address!r}: it is "
+                f"{doc['status']}; the page of the instance shows what applies",
+            )
         assert runner is not None  # (actions are offered only with one)
         session = guard.session(request.cookies)
         fresh = session is None
         session = session or guard.new_session()
-        body = confirm_body(action, address, action.says(doc, fields), fields,
-                            guard.token(session), runner.argv(action, address, fields))  # fmt: skip
+        body = confirm_body(
+            action,
+            address,
+            action.says(doc, fields),
+            fields,
+            guard.token(session),
+            runner.argv(action, address, fields),
+        )
         page = layout(f"{action.title}: {address}", source, body, live=None, poll=0, mode=mode)
         response = HTMLResponse(page)
         if fresh:
@@ -201,15 +219,19 @@ def create_app(
             form = _single(await _form(request))
             token = form.pop("token", None)
             why = guard.refusal(
-                origin=request.headers.get("origin"), host=request.headers.get("host", ""),
+                origin=request.headers.get("origin"),
+                host=request.headers.get("host", ""),
                 fetch_site=request.headers.get("sec-fetch-site"),
-                session=guard.session(request.cookies), token=token,
-            )  # fmt: skip
+                session=guard.session(request.cookies),
+                token=token,
+            )
             if why is not None:
                 raise _Refused(403, why)
             action, address, fields = wanted(form)
         except _Refused as exc:
-            audit(form.get("action", "?"), form.get("address", "?"), {}, client, "refused", str(exc))
+            audit(
+                form.get("action", "?"), form.get("address", "?"), {}, client, "refused", str(exc)
+            )
             raise
         assert runner is not None
         outcome = await runner.run(action, address, fields)
@@ -251,9 +273,14 @@ def create_app(
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"nothing at {request.url.path!r}; the list of instances is at /"
         if exc.status_code == 405:
-            detail = ("this inspector only reads: use GET" if not allowed else
-                      "use GET; actions are POSTed from their confirmation page")  # fmt: skip
-        return problem(exc.status_code, "not found" if exc.status_code == 404 else "refused", detail)
+            detail = (
+                "this inspector only reads: use GET"
+                if not allowed
+                else "use GET; actions are POSTed from their confirmation page"
+            )
+        return problem(
+            exc.status_code, "not found" if exc.status_code == 404 else "refused", detail
+        )
 
     async def on_error(request: Request, exc: Exception) -> Response:
         return problem(500, "server error", f"{type(exc).__name__}: {exc}")
@@ -297,7 +324,9 @@ async def _form(request: Request) -> dict[str, list[str]]:
     """A POST's url-encoded form, of at most `MAX_FORM` bytes."""
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if kind != "application/x-www-form-urlencoded":
-        raise _Refused(415, f"an action is a form (application/x-www-form-urlencoded), not {kind!r}")
+        raise _Refused(
+            415, f"an action is a form (application/x-www-form-urlencoded), not {kind!r}"
+        )
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
@@ -312,8 +341,11 @@ async def _form(request: Request) -> dict[str, list[str]]:
 def _client(request: Request) -> str:
     """Who asked, for the audit line: the peer, and what a proxy in front says."""
     peer = request.client.host if request.client is not None else "?"
-    said = [f"{name} {request.headers[name]!r}" for name in ("x-forwarded-user", "x-forwarded-for")
-            if name in request.headers]  # fmt: skip
+    said = [
+        f"{name} {request.headers[name]!r}"
+        for name in ("x-forwarded-user", "x-forwarded-for")
+        if name in request.headers
+    ]
     return peer + (f" ({', '.join(said)})" if said else "")
 
 
@@ -332,8 +364,9 @@ def _describe(r: Reader, query: InstanceQuery) -> dict[str, Any]:
     except JournalCorrupt as exc:
         raise JournalCorrupt(
             f"the record of {query.address!r} does not decode: {exc}",
-            database=exc.database, key=exc.key,
-        ) from exc  # fmt: skip
+            database=exc.database,
+            key=exc.key,
+        ) from exc
     if row is None:
         raise _NotFound(f"no instance at {query.address!r}; the list shows the addresses there are")
     try:
@@ -398,8 +431,11 @@ class _SecurityHeaders:
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k.decode().lower()
-                           not in _HEADERS]  # fmt: skip
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers", [])
+                    if k.decode().lower() not in _HEADERS
+                ]
                 headers += [(k.encode(), v.encode()) for k, v in _HEADERS.items()]
                 message = {**message, "headers": headers}
             await send(message)

@@ -84,9 +84,14 @@ class Guard:
         return hmac.compare_digest(self.token(session).encode(), token.encode("utf-8", "replace"))
 
     def refusal(
-        self, *, origin: str | None, host: str, fetch_site: str | None,
-        session: str | None, token: str | None,
-    ) -> str | None:  # fmt: skip
+        self,
+        *,
+        origin: str | None,
+        host: str,
+        fetch_site: str | None,
+        session: str | None,
+        token: str | None,
+    ) -> str | None:
         """Why a POST with these headers, session and token is refused, or None."""
         if not origin_matches(origin, host):
             return (

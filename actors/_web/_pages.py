@@ -21,8 +21,16 @@ from storage import STATUSES, TERMINAL_STATUSES
 from .._cli._render import counted, error_text, jsonable, local_time, relative, zone_name
 from ._query import PER_PAGE, InstanceQuery, ListQuery, instance_href, list_href
 
-__all__ = ["esc", "value_block", "confirm_href", "layout", "list_fragment", "list_filters",
-           "instance_fragment", "problem_page"]  # fmt: skip
+__all__ = [
+    "esc",
+    "value_block",
+    "confirm_href",
+    "layout",
+    "list_fragment",
+    "list_filters",
+    "instance_fragment",
+    "problem_page",
+]
 
 _VALUE_LIMIT = 20_000  # characters of one value shown; the rest is cut with a note
 
@@ -60,8 +68,10 @@ def layout(
     no polling); ``mode`` says in the header whether actions are allowed."""
     controls = main = ""
     if live is not None:
-        controls = ('<span class="live" id="live-state">live</span>'
-                    '<label><input type="checkbox" id="pause"> pause</label>')  # fmt: skip
+        controls = (
+            '<span class="live" id="live-state">live</span>'
+            '<label><input type="checkbox" id="pause"> pause</label>'
+        )
         main = f'<main id="live" data-poll="{poll:g}">{live}</main>'
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -119,9 +129,11 @@ def list_fragment(query: ListQuery, items: list[dict[str, Any]], counts: dict[st
     rows = []
     for i in shown:
         address = i["address"]
-        link = esc(address) if i["corrupt"] else (
-            f'<a href="{esc(instance_href(address))}">{esc(address)}</a>'
-        )  # fmt: skip
+        link = (
+            esc(address)
+            if i["corrupt"]
+            else (f'<a href="{esc(instance_href(address))}">{esc(address)}</a>')
+        )
         rows.append(
             f'<tr data-address="{esc(address)}"><td class="mono">{link}</td>'
             f'<td class="mono nowrap">{esc(i["process"])}</td><td>{_badge(i["status"])}</td>'
@@ -133,7 +145,7 @@ def list_fragment(query: ListQuery, items: list[dict[str, Any]], counts: dict[st
         table = (
             f'<table id="instances"><thead><tr><th>address</th><th>process</th><th>status</th>'
             f"<th>updated ({esc(zone_name())})</th><th>created</th><th>detail</th></tr></thead>"
-            f'<tbody>{"".join(rows)}</tbody></table>'
+            f"<tbody>{''.join(rows)}</tbody></table>"
         )
     elif items:
         table = f'<p class="muted">no instances on page {query.page}; there are {pages}.</p>'
@@ -175,8 +187,11 @@ def _tree(nodes: list[dict[str, Any]]) -> str:
         return ""
     items = []
     for node in nodes:
-        restart = f' <span class="muted">restart: {esc(node["restart"])}</span>' if node.get(
-            "restart") else ""  # fmt: skip
+        restart = (
+            f' <span class="muted">restart: {esc(node["restart"])}</span>'
+            if node.get("restart")
+            else ""
+        )
         items.append(
             f"<li>{_link(node['address'])} {_badge(node['status'])} "
             f'<span class="muted">({esc(node["how"])} #{esc(node["seq"])})</span>{restart}'
@@ -193,8 +208,10 @@ def _error(error: Any, name: str) -> str:
         if error.get("summary") and "type" in error:
             out += f"<p>{esc(error['summary'])}</p>"
         if error.get("traceback"):
-            out += (f'<details id="{name}-trace" open><summary>traceback</summary>'
-                    f'<pre class="trace">{esc(error["traceback"])}</pre></details>')  # fmt: skip
+            out += (
+                f'<details id="{name}-trace" open><summary>traceback</summary>'
+                f'<pre class="trace">{esc(error["traceback"])}</pre></details>'
+            )
     return out
 
 
@@ -232,12 +249,16 @@ def _log(doc: dict[str, Any], query: InstanceQuery, now: float, fork: bool) -> s
         if "child" in item:
             detail.append(f"child {_link(str(item['child']))}")
         if "key" in item:
-            detail.append(f"key <span class=\"mono\">{esc(item['key'])}</span>")
+            detail.append(f'key <span class="mono">{esc(item["key"])}</span>')
         cls = ' class="error"' if item["state"] == "failed" else ""
-        row = [esc(item["seq"]), esc(item["kind"]), f'<span class="mono">{esc(item["name"])}</span>',
-               esc(item.get("attempt", "")),
-               f"<span{cls}>{esc(item['outcome'])}</span>{_whole(item)}",
-               ", ".join(detail)]  # fmt: skip
+        row = [
+            esc(item["seq"]),
+            esc(item["kind"]),
+            f'<span class="mono">{esc(item["name"])}</span>',
+            esc(item.get("attempt", "")),
+            f"<span{cls}>{esc(item['outcome'])}</span>{_whole(item)}",
+            ", ".join(detail),
+        ]
         if fork:
             there = confirm_href("fork", doc["address"], **{"from": item["seq"]})
             row.append(f'<a class="fork" href="{esc(there)}">fork after this…</a>')
@@ -273,15 +294,26 @@ def instance_fragment(
         ("status", _badge(doc["status"])),
         ("process", f'<span class="mono">{esc(doc["process"])}</span>'),
         ("run", f"{esc(doc['run'])} (incarnation {esc(doc['incarnation'])})"),
-        ("created", f"{_when(doc['created'], now)} {esc(zone)} ({esc(relative(doc['created'], now))})"),
-        ("updated", f"{_when(doc['updated'], now)} {esc(zone)} ({esc(relative(doc['updated'], now))})"),
+        (
+            "created",
+            f"{_when(doc['created'], now)} {esc(zone)} ({esc(relative(doc['created'], now))})",
+        ),
+        (
+            "updated",
+            f"{_when(doc['updated'], now)} {esc(zone)} ({esc(relative(doc['updated'], now))})",
+        ),
         ("id", f'<span class="mono">{esc(doc["id"])}</span>'),
-    ]  # fmt: skip
+    ]
     if doc["reason"]:
         facts.append(("reason", esc(doc["reason"])))
     if doc["stuck"]:
-        facts.append(("stuck", f'<span class="error" id="stuck">{esc(doc["stuck"])}</span> '
-                      "(it runs again once fixed; last error says how)"))  # fmt: skip
+        facts.append(
+            (
+                "stuck",
+                f'<span class="error" id="stuck">{esc(doc["stuck"])}</span> '
+                "(it runs again once fixed; last error says how)",
+            )
+        )
     if doc["last_error"]:
         facts.append(("last error", f'<span class="error">{esc(doc["last_error"])}</span>'))
     out = [f'<h1 id="address">{esc(doc["address"])}</h1>', _facts(facts)]
@@ -301,8 +333,12 @@ def instance_fragment(
     sup = []
     if doc["parent"]:
         how = "awaited by" if doc["awaited"] else "child of"
-        sup.append(("parent", f"{how} {_link(doc['parent'])} "
-                              f"(restart: {esc(doc['restart'] or 'temporary')})"))  # fmt: skip
+        sup.append(
+            (
+                "parent",
+                f"{how} {_link(doc['parent'])} (restart: {esc(doc['restart'] or 'temporary')})",
+            )
+        )
     else:
         sup.append(("parent", '<span class="muted">none (top level)</span>'))
     kids = doc["children"]
@@ -319,36 +355,63 @@ def instance_fragment(
     unread = counted(len(doc["mailbox"]), "unread message")
     out.append(f"<h2>Mailbox: {esc(unread)}{esc(ever)}</h2>")
     drop = "drop" in actions
-    mail = [[esc(m["seq"]), f'<span class="mono">{esc(m["signal"])}</span>', _when(m["sent"], now),
-             value_block(m["payload"])]
-            + ([f'<a class="drop" href="{esc(confirm_href("drop", doc["address"], message=m["seq"]))}">'
-                "drop…</a>"] if drop else [])
-            for m in doc["mailbox"]]  # fmt: skip
+    mail = [
+        [
+            esc(m["seq"]),
+            f'<span class="mono">{esc(m["signal"])}</span>',
+            _when(m["sent"], now),
+            value_block(m["payload"]),
+        ]
+        + (
+            [
+                f'<a class="drop" href="{esc(confirm_href("drop", doc["address"], message=m["seq"]))}">'
+                "drop…</a>"
+            ]
+            if drop
+            else []
+        )
+        for m in doc["mailbox"]
+    ]
     headers = ["#", "signal", "sent", "payload"] + (["action"] if drop else [])
     out.append(_table("mailbox", headers, mail, "no unread messages"))
     poison = doc.get("handling")  # the message a failed run was handling
     if poison:
         after = f", after {counted(len(doc['restarts']), 'restart')}" if doc["restarts"] else ""
-        out.append(f'<p class="error" id="handling">failed while handling message '
-                   f"#{esc(poison['seq'])} {esc(poison['signal'])} (taken at effect "
-                   f"#{esc(poison['effect'])}{esc(after)})</p>{value_block(poison['payload'])}")  # fmt: skip
+        out.append(
+            f'<p class="error" id="handling">failed while handling message '
+            f"#{esc(poison['seq'])} {esc(poison['signal'])} (taken at effect "
+            f"#{esc(poison['effect'])}{esc(after)})</p>{value_block(poison['payload'])}"
+        )
         if drop:
             there = confirm_href("drop", doc["address"], message=poison["seq"])
-            out.append(f'<p><a class="drop" id="drop-handling" href="{esc(there)}">drop it…</a></p>')
+            out.append(
+                f'<p><a class="drop" id="drop-handling" href="{esc(there)}">drop it…</a></p>'
+            )
     if doc.get("dead_letters"):
-        out.append(f'<p class="muted" id="dropped">dropped: '
-                   f"{esc(counted(doc['dead_letters'], 'message'))} (actors mail "
-                   f"{esc(doc['address'])} --dropped)</p>")  # fmt: skip
+        out.append(
+            f'<p class="muted" id="dropped">dropped: '
+            f"{esc(counted(doc['dead_letters'], 'message'))} (actors mail "
+            f"{esc(doc['address'])} --dropped)</p>"
+        )
 
     out.append(f"<h2>Timers: {esc(counted(len(doc['timers']), 'timer'))}</h2>")
-    timers = [[_when(t["due"], now), esc(relative(t["due"], now)), f"#{esc(t['seq'])}",
-               f"left by run {esc(t['run'])}" if t["stale"] else ""] for t in doc["timers"]]  # fmt: skip
+    timers = [
+        [
+            _when(t["due"], now),
+            esc(relative(t["due"], now)),
+            f"#{esc(t['seq'])}",
+            f"left by run {esc(t['run'])}" if t["stale"] else "",
+        ]
+        for t in doc["timers"]
+    ]
     out.append(_table("timers", ["due", "when", "effect", ""], timers, "no timers"))
 
     stream = doc["stream"]
     out.append(f"<h2>Stream: {esc(counted(stream['length'], 'value'))}</h2>")
-    cursors = [[f'<span class="mono">{esc(name)}</span>', esc(c["cursor"]), esc(c["unread"])]
-               for name, c in stream["consumers"].items()]  # fmt: skip
+    cursors = [
+        [f'<span class="mono">{esc(name)}</span>', esc(c["cursor"]), esc(c["unread"])]
+        for name, c in stream["consumers"].items()
+    ]
     out.append(_table("consumers", ["consumer", "cursor", "unread"], cursors, "no consumers"))
 
     out.append("<h2>Exports</h2>")
@@ -361,12 +424,25 @@ def instance_fragment(
     out.append(f"<h2>Compensations: {len(comps)}</h2>" if comps else "<h2>Compensations</h2>")
     if comps:
         out.append(f'<p id="compensations-fate">{esc(doc["compensations_fate"])}</p>')
-    rows = [[esc(c["state"]), f'<span class="mono">{esc(c["step"])}</span>',
-             f'<span class="mono">{esc(c["function"])}</span>', esc(c["attempts"]),
-             "step may have applied" if c["possibly_applied"] else "",
-             value_block({"args": c["args"], "kwargs": c["kwargs"]})] for c in comps]  # fmt: skip
-    out.append(_table("compensations", ["state", "step", "function", "attempts", "", "arguments"],
-                      rows, "none recorded"))  # fmt: skip
+    rows = [
+        [
+            esc(c["state"]),
+            f'<span class="mono">{esc(c["step"])}</span>',
+            f'<span class="mono">{esc(c["function"])}</span>',
+            esc(c["attempts"]),
+            "step may have applied" if c["possibly_applied"] else "",
+            value_block({"args": c["args"], "kwargs": c["kwargs"]}),
+        ]
+        for c in comps
+    ]
+    out.append(
+        _table(
+            "compensations",
+            ["state", "step", "function", "attempts", "", "arguments"],
+            rows,
+            "none recorded",
+        )
+    )
     if doc["compensation_failure"]:
         out.append(f"<p>stuck on:</p>{_error(doc['compensation_failure'], 'stuck')}")
     return "".join(out)

@@ -12,9 +12,16 @@ import attrs
 from storage import STATUSES
 
 __all__ = [
-    "BadQuery", "ListQuery", "InstanceQuery", "parse_list", "parse_instance", "list_href",
-    "instance_href", "PER_PAGE", "MAX_PER_PAGE",
-]  # fmt: skip
+    "BadQuery",
+    "ListQuery",
+    "InstanceQuery",
+    "parse_list",
+    "parse_instance",
+    "list_href",
+    "instance_href",
+    "PER_PAGE",
+    "MAX_PER_PAGE",
+]
 
 PER_PAGE = 50  # rows of a list or log page unless ``per`` says otherwise
 MAX_PER_PAGE = 500
@@ -118,9 +125,12 @@ def list_href(query: ListQuery, **changes: object) -> str:
     params = [
         (name, value)
         for name, value, default in (
-            ("status", q.status, None), ("process", q.process, None), ("prefix", q.prefix, None),
-            ("page", q.page, 1), ("per", q.per, PER_PAGE),
-        )  # fmt: skip
+            ("status", q.status, None),
+            ("process", q.process, None),
+            ("prefix", q.prefix, None),
+            ("page", q.page, 1),
+            ("per", q.per, PER_PAGE),
+        )
         if value != default
     ]
     return "/" + (f"?{urlencode(params)}" if params else "")

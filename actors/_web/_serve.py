@@ -65,8 +65,10 @@ async def serve_app(
     try:
         config.create_sockets().insecure_sockets[0].close()  # fail here, with a message
     except OSError as exc:
-        raise CLIError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
-                       "pick another --port or --host", REFUSED) from None  # fmt: skip
+        raise CLIError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port or --host",
+            REFUSED,
+        ) from None
 
     async with trio.open_nursery() as nursery:
         hypercorn = partial(serve, app, config, shutdown_trigger=shutdown)  # type: ignore[arg-type]
@@ -146,17 +148,21 @@ async def web(args: argparse.Namespace) -> int:
             "application (ActorSystem's methods), or drop --allow-actions",
             USAGE,
         )
-    reach = ("this machine only" if local else
-             "WARNING: not a loopback address, anyone who can reach it reads every "
-             "payload in the journal" + (" and can act on every instance" if acting else ""))  # fmt: skip
+    reach = (
+        "this machine only"
+        if local
+        else "WARNING: not a loopback address, anyone who can reach it reads every "
+        "payload in the journal" + (" and can act on every instance" if acting else "")
+    )
     async with _reading(args) as (journal, source):
         runner = actions = None
         if acting:
             _audit_to_stderr()
             runner = Runner(str(journal_dir(args).resolve()), tuple(args.imports))
             actions = ACTIONS
-        app = create_app(journal, source=source, poll=args.interval, hosts=hosts,
-                         runner=runner, actions=actions)  # fmt: skip
+        app = create_app(
+            journal, source=source, poll=args.interval, hosts=hosts, runner=runner, actions=actions
+        )
         # Ctrl-C and SIGTERM end the server gracefully, never inside a response.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
@@ -169,8 +175,11 @@ async def web(args: argparse.Namespace) -> int:
                 how = "with actions allowed" if acting else "read-only"
                 print(f"actors web: inspecting {source} {how} at {url}", flush=True)
                 if actions is not None:
-                    print(f"actions: {', '.join(actions)}; each is confirmed first and "
-                          "logged (actors.control)", flush=True)
+                    print(
+                        f"actions: {', '.join(actions)}; each is confirmed first and "
+                        "logged (actors.control)",
+                        flush=True,
+                    )
                 print(f"listening on {args.host} ({reach}); Ctrl-C stops it", flush=True)
                 if not local:
                     print(f"actors web: {reach}", file=sys.stderr, flush=True)

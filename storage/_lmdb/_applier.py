@@ -32,22 +32,31 @@ from .._journal import (
     stored_incarnation,
 )
 from .._states import DELETE_STATE, PUT_STATE, STATE_PREFIX
-from ._layout import _H, _MAIL_COUNTER, _Q, _RUN_SEQ, _STREAM_COUNTER
+from ._layout import _DBS, _H, _MAIL_COUNTER, _Q, _RUN_SEQ, _STREAM_COUNTER
 
 
 class _Applier:
     """Applies Txn operations inside one LMDB write transaction."""
 
-    __slots__ = ("txn", "instances", "status", "log", "mail", "timers", "timer_ids",
-                 "stream", "cursors", "counters", "meta")  # fmt: skip
+    __slots__ = ("txn", *_DBS)  # a database handle each, by its name
 
     def __init__(self, txn: lmdb.Transaction[bytes], dbs: tuple[Any, ...]) -> None:
         # ``dbs``: the handles in slot order (`LMDBJournal._handles`); one
         # unpacking rather than nine dict lookups, as the inline path makes
         # an applier per commit.
         self.txn = txn
-        (self.instances, self.status, self.log, self.mail, self.timers, self.timer_ids,
-         self.stream, self.cursors, self.counters, self.meta) = dbs  # fmt: skip
+        (
+            self.instances,
+            self.status,
+            self.log,
+            self.mail,
+            self.timers,
+            self.timer_ids,
+            self.stream,
+            self.cursors,
+            self.counters,
+            self.meta,
+        ) = dbs
 
     def status_of(self, iid: bytes) -> int | None:
         value = self.txn.get(iid, db=self.instances)
@@ -88,10 +97,11 @@ class _Applier:
         """
         if not self.txn.put(key, value, db=db, overwrite=False):
             raise rd.corrupt(
-                database, key,
+                database,
+                key,
                 "already exists where a new one was to be written (the instance's counter "
                 "in database 'counters' was damaged or lost); nothing was overwritten",
-            )  # fmt: skip
+            )
 
     def _delete_prefix(self, prefix: bytes, db: Any) -> None:
         with self.txn.cursor(db=db) as cur:

@@ -35,10 +35,10 @@ import lmdb
 import trio
 
 from .._clock import AutojumpHold
-from .._journal import Journal, LostChains, Reader
+from .._handoff import Doorbell, Handoff
+from .._journal import Durability, Journal, LostChains, Reader
 from ..errors import JournalClosed, JournalCorrupt, JournalLocked
 from ._applier import _Applier
-from .._handoff import Doorbell, Handoff
 from ._layout import _DBS, _FORMAT, _format_mismatch
 from ._reader import _LMDBReader
 from ._writer import _NO_SPLIT, _Batch, _GroupCommit
@@ -149,7 +149,7 @@ class LMDBJournal(_GroupCommit, Journal):
         *,
         map_size: int = 1 << 30,
         max_map_size: int = 1 << 40,
-        durability: str = "sync",
+        durability: Durability = "sync",
         readonly: bool = False,
         brief: bool = False,
     ) -> None:
@@ -280,8 +280,10 @@ class LMDBJournal(_GroupCommit, Journal):
             _log.warning(
                 "the journal at %s is open to other users of this host: %s; run '%s' "
                 "to keep its payloads private",
-                self.path, ", ".join(exposed), fix,
-            )  # fmt: skip
+                self.path,
+                ", ".join(exposed),
+                fix,
+            )
 
     def _open_readonly(self) -> None:
         # No owner lock and no writer: LMDB lets readers in other processes
@@ -290,9 +292,13 @@ class LMDBJournal(_GroupCommit, Journal):
         self._warn_if_exposed()
         try:
             self._env = lmdb.open(
-                str(self.path), readonly=True, lock=True, max_dbs=len(_DBS), map_size=0,
+                str(self.path),
+                readonly=True,
+                lock=True,
+                max_dbs=len(_DBS),
+                map_size=0,
                 max_readers=1024,
-            )  # fmt: skip
+            )
             for name in _DBS:
                 self._dbs[name] = self._env.open_db(name.encode(), create=False)
             with self._env.begin(db=self._dbs["meta"]) as txn:
@@ -301,8 +307,9 @@ class LMDBJournal(_GroupCommit, Journal):
             self._release()
             raise JournalCorrupt(
                 f"cannot open an LMDB journal at {self.path} for reading: {exc}",
-                database="", key=b"",
-            ) from exc  # fmt: skip
+                database="",
+                key=b"",
+            ) from exc
         if found != _FORMAT:
             self._release()
             raise _format_mismatch(self.path, found)

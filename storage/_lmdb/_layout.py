@@ -33,9 +33,17 @@ _LOG_KEY = struct.Struct(">16xII")  # a whole log key: iid(16) run(4) seq(4), re
 _Q = struct.Struct(">Q")
 _H = struct.Struct(">H")
 _DBS = (
-    "instances", "status", "log", "mail", "timers", "timer_ids", "stream", "cursors", "counters",
+    "instances",
+    "status",
+    "log",
+    "mail",
+    "timers",
+    "timer_ids",
+    "stream",
+    "cursors",
+    "counters",
     "meta",
-)  # fmt: skip
+)
 # The journal format: the layout of the databases and of the records in
 # them. Stored in meta["format"] when a journal is created, checked on every
 # open. Invariant: a journal is read only by code that reads its format; a

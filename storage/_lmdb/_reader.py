@@ -18,11 +18,9 @@ from typing import Any
 import lmdb
 import msgpack
 
-from .. import _journal as j
-from .. import _reading as rd
-from .. import _shapes
-from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
+from .. import _journal as j, _reading as rd, _shapes
 from .._codec import stream_unpacker
+from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
 from .._records import LogEntry
 from .._states import STATE_PREFIX, StateRow
 from ..errors import JournalCorrupt
@@ -54,9 +52,10 @@ def _check_index(iid: bytes, expected: int, found: int, length: int) -> None:
     the one expected next, below the stream's counter ``length``."""
     if found >= length:
         raise rd.corrupt(
-            "counters", iid + _STREAM_COUNTER,
+            "counters",
+            iid + _STREAM_COUNTER,
             f"says {length} values were emitted, but the stream holds index {found}",
-        )  # fmt: skip
+        )
     if found != expected:
         raise _missing_value(iid, expected, f"the stream goes on at index {found}")
 
@@ -132,10 +131,13 @@ class _LMDBReader(Reader):
                     raise
                 corrupt.append(
                     CorruptRecord(
-                        key[1:], _header_address(value), proc.decode(errors="replace"),
-                        j.STATUS_NAME.get(key[0], "unknown"), exc,
+                        key[1:],
+                        _header_address(value),
+                        proc.decode(errors="replace"),
+                        j.STATUS_NAME.get(key[0], "unknown"),
+                        exc,
                     )
-                )  # fmt: skip
+                )
                 continue
             yield row
 
@@ -214,15 +216,18 @@ class _LMDBReader(Reader):
 
     def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
         box = [
-            (_Q.unpack_from(rd.key_size(key, 24, "mail"), 16)[0],
-             rd.decode_record(value, "mail", key, self._message))
+            (
+                _Q.unpack_from(rd.key_size(key, 24, "mail"), 16)[0],
+                rd.decode_record(value, "mail", key, self._message),
+            )
             for key, value in self._scan("mail", iid)
-        ]  # fmt: skip
+        ]
         if box and box[-1][0] > self.last_message_seq(iid):
             raise rd.corrupt(
-                "counters", iid + _MAIL_COUNTER,
+                "counters",
+                iid + _MAIL_COUNTER,
                 f"says fewer messages were sent than the mailbox holds (up to {box[-1][0]})",
-            )  # fmt: skip
+            )
         return box
 
     def last_message_seq(self, iid: bytes) -> int:
@@ -323,9 +328,10 @@ class _LMDBReader(Reader):
         if found and max(found.values()) > self.stream_length(iid):
             consumer = max(found, key=found.__getitem__)
             raise rd.corrupt(
-                "cursors", iid + consumer.encode(),
+                "cursors",
+                iid + consumer.encode(),
                 f"puts consumer {consumer!r} at {found[consumer]}, past the values emitted",
-            )  # fmt: skip
+            )
         return found
 
     def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:

@@ -36,9 +36,18 @@ from outcome import Error, Value
 
 from .. import _journal as j
 from .._clock import AutojumpHold
+from .._handoff import Doorbell, Handoff
 from .._journal import (
-    CANCEL_TIMER, DELETE_INSTANCE, DROP_LOG, TAKE_MESSAGE, Settled, Ticket, Txn, unwrap,
-)  # fmt: skip
+    CANCEL_TIMER,
+    DELETE_INSTANCE,
+    DROP_LOG,
+    TAKE_MESSAGE,
+    Durability,
+    Settled,
+    Ticket,
+    Txn,
+    unwrap,
+)
 from .._states import DELETE_STATE, PUT_STATE, check_expects
 from ..errors import (
     ActorError,
@@ -50,7 +59,6 @@ from ..errors import (
     JournalFull,
 )
 from ._applier import _Applier
-from .._handoff import Doorbell, Handoff
 
 _NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
 _MIN_SPLIT = 64  # see LMDBJournal._next_split
@@ -164,7 +172,7 @@ class _GroupCommit:
 
     # Set up by LMDBJournal (see its __init__ for what each guards).
     path: Any
-    durability: str
+    durability: Durability
     readonly: bool
     max_map_size: int
     _env: lmdb.Environment | None
@@ -333,8 +341,6 @@ class _GroupCommit:
                 self._handoff.wake()
             if len(pending) == 1:
                 self._cond.notify()  # the writer may be idle
-        if waiter is None:
-            txn.unawaited = True  # (see storage._txn.LostChains)
         batch.txns.append(txn)
         batch.waiters.append(waiter)
         self._uncommitted += 1
@@ -497,11 +503,13 @@ class _GroupCommit:
         # rest of its batch, which no caller can tell from an order they
         # raced for.
         freeing = [
-            i for i, (txn, outcome) in enumerate(zip(txns, outcomes))
-            if type(outcome) is JournalFull and all(
+            i
+            for i, (txn, outcome) in enumerate(zip(txns, outcomes))
+            if type(outcome) is JournalFull
+            and all(
                 op[0] in _FREEING_OPS or (txn.frees and op[0] in _FREES_BESIDE) for op in txn.ops
             )
-        ]  # fmt: skip
+        ]
         if freeing and self._grow(env, into_reserve=True):
             again = self._write([txns[i] for i in freeing], isolate=True)
             for i, outcome in zip(freeing, again):

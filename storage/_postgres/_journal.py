@@ -31,11 +31,11 @@ from typing import TypeVar
 import psycopg
 import trio
 
-from .._journal import Journal, LostChains, Reader, Ticket, Txn
+from .._journal import Durability, Journal, LostChains, Reader, Ticket, Txn
 from ..errors import JournalClosed, JournalLocked
 from ._leases import _Lease
-from ._pump import _MailPump
 from ._pool import _ReadPool
+from ._pump import _MailPump
 from ._reader import _PostgresReader
 from ._readonly import open_read_only
 from ._schema import _SQL, _writer_key, migrate
@@ -175,7 +175,7 @@ class PostgresJournal(Journal):
         *,
         schema: str = "actors",
         pool_size: int = 8,
-        durability: str = "sync",
+        durability: Durability = "sync",
         lease_timeout: float = 1.0,
         readonly: bool = False,
     ) -> None:
@@ -195,7 +195,9 @@ class PostgresJournal(Journal):
         self.durability = durability
         self.lease_timeout = lease_timeout
         self.readonly = readonly
-        self.lost_chains = LostChains()  # see storage._txn.LostChains (not yet kept across batches here)
+        self.lost_chains = (
+            LostChains()
+        )  # see storage._txn.LostChains (not yet kept across batches here)
         self._server = _Server(dsn, schema, durability, lease_timeout)
         if readonly:
             self._server.read_only_sessions()

@@ -130,8 +130,9 @@ class _Lease:
                             log.warning(
                                 "node %r lost its lease on %s and another process holds it "
                                 "now; this one claims no instances until it gets it back",
-                                self._node, self._server.describe(),
-                            )  # fmt: skip
+                                self._node,
+                                self._server.describe(),
+                            )
                         return _NO_LEASE
                     self._taken_elsewhere = False
                     self.conn = conn
@@ -140,8 +141,9 @@ class _Lease:
                     log.warning(
                         "node %r took its lease on %s again after losing it; instances "
                         "other nodes took over meanwhile refuse its writes (fencing)",
-                        self._node, self._server.describe(),
-                    )  # fmt: skip
+                        self._node,
+                        self._server.describe(),
+                    )
                 try:
                     result = fn(conn)
                     self.confirmed_at = time.monotonic()
@@ -377,14 +379,17 @@ class _Lease:
                     "a node frozen in the middle of a commit then holds its row locks "
                     "until it wakes: run every node as one database role, or grant "
                     "pg_signal_backend",
-                    self._node, str(exc).strip(),
-                )  # fmt: skip
+                    self._node,
+                    str(exc).strip(),
+                )
             return
         if ended:
             log.warning(
                 "node %r ended %d session(s) of node(s) %s, whose lease lapsed",
-                self._node, ended, ", ".join(map(repr, lapsed)),
-            )  # fmt: skip
+                self._node,
+                ended,
+                ", ".join(map(repr, lapsed)),
+            )
 
     def orphans_sync(self, limit: int) -> list[bytes]:
         """Live instances whose owner's lease is free (in a worker thread);

@@ -42,20 +42,31 @@ def _params(op: tuple[Any, ...]) -> list[Any]:
 # The tables whose rows (of its instance) each op touches.
 _ALL_TABLES = ("instances", "log", "mail", "timers", "stream", "cursors", "counters")
 _TABLES: dict[int, tuple[str, ...]] = {
-    j.PUT_INSTANCE: ("instances",), j.SET_STATUS: ("instances",), j.DELETE_INSTANCE: _ALL_TABLES,
-    j.PUT_LOG: ("log",), j.DROP_LOG: ("log",),
-    j.APPEND_MESSAGE: ("mail",), j.TAKE_MESSAGE: ("mail",),  # numbers are taken up front
-    j.ADD_TIMER: ("timers",), j.CANCEL_TIMER: ("timers",),
-    j.APPEND_STREAM: ("stream",), j.SET_CURSOR: ("cursors",), j.DELETE_CURSOR: ("cursors",),
+    j.PUT_INSTANCE: ("instances",),
+    j.SET_STATUS: ("instances",),
+    j.DELETE_INSTANCE: _ALL_TABLES,
+    j.PUT_LOG: ("log",),
+    j.DROP_LOG: ("log",),
+    j.APPEND_MESSAGE: ("mail",),
+    j.TAKE_MESSAGE: ("mail",),  # numbers are taken up front
+    j.ADD_TIMER: ("timers",),
+    j.CANCEL_TIMER: ("timers",),
+    j.APPEND_STREAM: ("stream",),
+    j.SET_CURSOR: ("cursors",),
+    j.DELETE_CURSOR: ("cursors",),
     _SET_COUNTER: ("counters",),
-}  # fmt: skip
+}
 
 # How many leading parameters make the key of an upsert's row: in one
 # statement, a later op on a key replaces an earlier one.
 _KEY_SIZE = {
-    j.PUT_INSTANCE: 1, j.SET_STATUS: 1, j.PUT_LOG: 3, j.ADD_TIMER: 3, j.SET_CURSOR: 2,
+    j.PUT_INSTANCE: 1,
+    j.SET_STATUS: 1,
+    j.PUT_LOG: 3,
+    j.ADD_TIMER: 3,
+    j.SET_CURSOR: 2,
     _SET_COUNTER: 2,
-}  # fmt: skip
+}
 
 
 def _columns(code: int, rows: list[list[Any]]) -> list[list[Any]]:
@@ -93,7 +104,6 @@ def _track_status(status: dict[bytes, int | None], op: tuple[Any, ...]) -> None:
         status[op[1]] = None
 
 
-
 def _watched(txns: list[Txn], node: str | None) -> set[bytes]:
     """Instances whose owner a batch must lock and read: those fenced,
     and those it appends mail to (to notify their owner)."""
@@ -114,9 +124,8 @@ def _check_fences(txn: Txn, owned: Owned, node: str | None) -> None:
         found = owned.get(iid)
         if found != (node, epoch):
             now = (
-                "it is gone" if found is None
-                else f"node {found[0]!r} owns it at epoch {found[1]}"
-            )  # fmt: skip
+                "it is gone" if found is None else f"node {found[0]!r} owns it at epoch {found[1]}"
+            )
             raise Conflict(
                 f"node {node!r} no longer owns instance {iid.hex()} at epoch {epoch} "
                 f"({now}); another node took it over, so this write is refused",
@@ -238,4 +247,3 @@ class _Plan:
                     rows = [r for r in rows if r[2]]
                 if rows:
                     yield code, rows
-

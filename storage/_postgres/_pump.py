@@ -120,8 +120,9 @@ class _MailPump:
                     except (psycopg.Error, OSError) as exc:
                         log.warning(
                             "node %r lost its mail connection (%s); reconnecting",
-                            node, str(exc).strip(),
-                        )  # fmt: skip
+                            node,
+                            str(exc).strip(),
+                        )
                         self.conn = None
                         conn.close()
                         continue

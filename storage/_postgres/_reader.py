@@ -14,9 +14,7 @@ from typing import Any
 
 import psycopg
 
-from .. import _journal as j
-from .. import _reading as rd
-from .. import _shapes
+from .. import _journal as j, _reading as rd, _shapes
 from .._journal import InstanceRow, Reader, TimerRow
 from .._records import LogEntry
 from .._states import StateRow

@@ -158,8 +158,10 @@ class _SQL:
 
         self.write: dict[int, str] = {
             j.PUT_INSTANCE: upsert(
-                "instances", "iid, status, process, address, record",
-                ("bytea", "smallint", "text", "text", "bytea"), "iid",
+                "instances",
+                "iid, status, process, address, record",
+                ("bytea", "smallint", "text", "text", "bytea"),
+                "iid",
                 "status = excluded.status, process = excluded.process, "
                 "address = excluded.address, record = excluded.record",
             ),
@@ -177,8 +179,11 @@ class _SQL:
                 "SELECT 1"
             ),
             j.PUT_LOG: upsert(
-                "log", "iid, run, seq, entry", ("bytea", "bigint", "bigint", "bytea"),
-                "iid, run, seq", "entry = excluded.entry",
+                "log",
+                "iid, run, seq, entry",
+                ("bytea", "bigint", "bigint", "bytea"),
+                "iid, run, seq",
+                "entry = excluded.entry",
             ),
             j.DROP_LOG: delete("log", "iid, run", ("bytea", "bigint")),
             j.APPEND_MESSAGE: (
@@ -187,8 +192,11 @@ class _SQL:
             ),
             j.TAKE_MESSAGE: delete("mail", "iid, seq", ("bytea", "bigint")),
             j.ADD_TIMER: upsert(
-                "timers", "iid, run, seq, due_us", ("bytea", "bigint", "bigint", "bigint"),
-                "iid, run, seq", "due_us = excluded.due_us",
+                "timers",
+                "iid, run, seq, due_us",
+                ("bytea", "bigint", "bigint", "bigint"),
+                "iid, run, seq",
+                "due_us = excluded.due_us",
             ),
             j.CANCEL_TIMER: delete("timers", "iid, run, seq", ("bytea", "bigint", "bigint")),
             j.APPEND_STREAM: (
@@ -196,15 +204,21 @@ class _SQL:
                 f"SELECT * FROM {rows('bytea', 'bigint', 'bytea')}"
             ),
             j.SET_CURSOR: upsert(
-                "cursors", "iid, consumer, position", ("bytea", "text", "bigint"),
-                "iid, consumer", "position = excluded.position",
+                "cursors",
+                "iid, consumer, position",
+                ("bytea", "text", "bigint"),
+                "iid, consumer",
+                "position = excluded.position",
             ),
             j.DELETE_CURSOR: delete("cursors", "iid, consumer", ("bytea", "text")),
             _SET_COUNTER: upsert(
-                "counters", "iid, kind, next", ("bytea", "smallint", "bigint"),
-                "iid, kind", "next = excluded.next",
+                "counters",
+                "iid, kind, next",
+                ("bytea", "smallint", "bigint"),
+                "iid, kind",
+                "next = excluded.next",
             ),
-        }  # fmt: skip
+        }
         # State rows (see storage._states): writers of a key take its
         # transaction-scoped advisory lock first, so a compare-and-set reads
         # a version no one else can change before it commits.
@@ -219,9 +233,7 @@ class _SQL:
             "FROM unnest(%s::text[]) AS k ORDER BY k"
         )
         self.state_versions = f"SELECT key, version FROM {s}.states WHERE key = ANY(%s::text[])"
-        self.states = (
-            f"SELECT key, version, value FROM {s}.states WHERE starts_with(key, %s) ORDER BY key LIMIT %s"
-        )
+        self.states = f"SELECT key, version, value FROM {s}.states WHERE starts_with(key, %s) ORDER BY key LIMIT %s"
         # A new instance belongs to the node that creates it (the committer's
         # session names it; see _Server.connect). An existing one
         # keeps its owner and epoch: only claim changes them.
@@ -331,7 +343,6 @@ class _SQL:
             f"AND EXISTS (SELECT 1 FROM {s}.mail m WHERE m.iid = i.iid)"
         )
         self.notify = "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS u(c, p)"
-
 
 
 def migrate(conn: psycopg.Connection, server: _Server) -> None:

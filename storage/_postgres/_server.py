@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .._clock import AutojumpHold
 from .._handoff import Handoff
+from .._journal import Durability
 from ..errors import JournalCorrupt, JournalUnavailable
 
 T = TypeVar("T")
@@ -58,10 +59,16 @@ class _Server:
     """The DSN, schema and session settings of one journal's connections."""
 
     __slots__ = (
-        "connect_kwargs", "dsn", "durability", "lease_timeout", "node", "schema", "writer_key",
-    )  # fmt: skip
+        "connect_kwargs",
+        "dsn",
+        "durability",
+        "lease_timeout",
+        "node",
+        "schema",
+        "writer_key",
+    )
 
-    def __init__(self, dsn: str, schema: str, durability: str, lease_timeout: float) -> None:
+    def __init__(self, dsn: str, schema: str, durability: Durability, lease_timeout: float) -> None:
         self.dsn = dsn
         self.schema = schema
         self.durability = durability
@@ -162,9 +169,12 @@ class _Server:
         kwargs = dict(self.connect_kwargs if kwargs is None else kwargs)
         given = conninfo_to_dict(self.dsn)
         defaults = {
-            "keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1,
-            "keepalives_count": 3, "tcp_user_timeout": max(2000, 4 * self.lease_ms),
-        }  # fmt: skip
+            "keepalives": 1,
+            "keepalives_idle": 2,
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": max(2000, 4 * self.lease_ms),
+        }
         kwargs.update({k: v for k, v in defaults.items() if k not in given})
         try:
             return psycopg.Connection.connect(self.dsn, autocommit=autocommit, **kwargs)

@@ -115,7 +115,6 @@ class _Ticket(Ticket):
         return outcome
 
 
-
 class _Writer:
     """The committer thread, its connection, and the batch it is filling."""
 
@@ -293,9 +292,7 @@ class _Writer:
                 # Not committed: the server rolled the transaction back.
             except Exception as exc:  # a bug here: every caller learns of it
                 _rollback(conn)
-                failure = JournalCorrupt(
-                    f"commit to {where} failed: {exc!r}", database="", key=b""
-                )
+                failure = JournalCorrupt(f"commit to {where} failed: {exc!r}", database="", key=b"")
                 failure.__cause__ = exc
                 break
         assert failure is not None
