@@ -23,7 +23,11 @@ from .peers import missing as missing_peer
 # Suites register themselves on import. The journal suite always exists; the
 # others arrive with the runtime and the PostgreSQL journal.
 _SUITE_MODULES = (
-    "bench.journal", "bench.runtime", "bench.asks", "bench.queues", "bench.postgres",
+    "bench.journal",
+    "bench.runtime",
+    "bench.asks",
+    "bench.queues",
+    "bench.postgres",
     "bench.peers",
 )
 # Suites that run only when named: they need a server (postgres) or another

@@ -76,9 +76,13 @@ def plot(path: Path, results: Sequence[Result], options: Options) -> None:
         if b.target is not None:
             axes.plot([b.target], [y], marker="|", markersize=14, markeredgewidth=2, color="black")
         axes.annotate(
-            b.text, (max(1.0, b.x, b.target or 0), y), xytext=(6, 0), textcoords="offset points",
-            va="center", fontsize=8,
-        )  # fmt: skip
+            b.text,
+            (max(1.0, b.x, b.target or 0), y),
+            xytext=(6, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=8,
+        )
     axes.set_yticks(list(ys), [b.label for b in bars], fontsize=8)
     axes.invert_yaxis()
     axes.set_xscale("log")
@@ -106,12 +110,18 @@ def plot(path: Path, results: Sequence[Result], options: Options) -> None:
             Patch(color=RERUN, label="too noisy to judge: rerun"),
             Patch(color=BETTER, label="no target; better than its baseline"),
             Patch(color=WORSE, label="no target; worse than its baseline"),
-            Patch(
-                facecolor="white", edgecolor="#555555", hatch="///", label="noisy (spread > 2x)"
+            Patch(facecolor="white", edgecolor="#555555", hatch="///", label="noisy (spread > 2x)"),
+            plt.Line2D(
+                [],
+                [],
+                color="black",
+                marker="|",
+                linestyle="none",
+                markersize=12,
+                markeredgewidth=2,
+                label="target",
             ),
-            plt.Line2D([], [], color="black", marker="|", linestyle="none", markersize=12,
-                       markeredgewidth=2, label="target"),
-        ],  # fmt: skip
+        ],
         loc="upper center",
         bbox_to_anchor=(0.5, -0.6 / (0.32 * len(bars) + 2.2)),
         ncol=3,

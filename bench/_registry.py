@@ -262,9 +262,10 @@ class Measurement:
 
     def all_baselines(self) -> tuple[str, ...]:
         extra = [
-            b.baseline for b in (self.target, self.floor)
+            b.baseline
+            for b in (self.target, self.floor)
             if b is not None and b.baseline is not None
-        ]  # fmt: skip
+        ]
         return tuple(dict.fromkeys((*self.baselines, *extra)))
 
 

@@ -51,8 +51,11 @@ _GAP = "  "
 _MEANING = "    "  # the indent of the line under a figure that says what it means
 
 _VERDICTS: dict[Verdict | None, str] = {
-    "met": "met", "missed": "MISSED", "noisy": "noisy: rerun", None: "(no baseline)",
-}  # fmt: skip
+    "met": "met",
+    "missed": "MISSED",
+    "noisy": "noisy: rerun",
+    None: "(no baseline)",
+}
 
 
 def format_verdict(verdict: Verdict | None) -> str:
@@ -82,14 +85,16 @@ def format_table(results: Sequence[Result], options: Options) -> str:
     rerun = sum(r.verdict == "noisy" for r in targets)
     noisy = sum(r.noisy for r in results)
     out = [
-        _fit(f"# {datetime.date.today().isoformat()}, python {platform.python_version()}, "
-             f"on {machine()}"),
+        _fit(
+            f"# {datetime.date.today().isoformat()}, python {platform.python_version()}, "
+            f"on {machine()}"
+        ),
         _fit(f"# {run_settings(options)}" + ("" if options.full else " (--full: the long run)")),
         (f"# targets met: {met} of {len(targets)}" if targets else "# no targets in this run")
         + (f"; too noisy to judge: {rerun} (noisy: rerun)" if rerun else ""),
         "# a row: the figure, its value, its ratio to the baseline named beside it (a median of",
         "# same-round ratios), its target and verdict; the indented line says what it is for you",
-    ]  # fmt: skip
+    ]
     if noisy:
         out.append(
             f"# noisy: {noisy} figure(s) whose samples spread more than {NOISY_SPREAD:g}x "
@@ -164,12 +169,11 @@ def _warnings(r: Result) -> list[str]:
         out.append(f"noisy: its samples spread {r.spread:.1f}x")
     out += [
         f"{b}'s samples spread {r.baseline_spreads[b]:.1f}x"
-        for b in r.baselines() if r.noisy_baseline(b)
-    ]  # fmt: skip
+        for b in r.baselines()
+        if r.noisy_baseline(b)
+    ]
     if r.impossible and r.floor is not None:
-        out.append(
-            f"impossible: better than the {r.floor.baseline} it contains ({r.floor.why})"
-        )
+        out.append(f"impossible: better than the {r.floor.baseline} it contains ({r.floor.why})")
     return out
 
 

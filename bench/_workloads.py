@@ -57,9 +57,11 @@ async def job(ctx: Context, id: str) -> int:
 
 def _open(passivate_after: float = 1e9) -> Any:
     return actors.open_system(
-        MemoryJournal(), processes=[leaf, caller, sink, job, root, branch, twig],
-        random=random.Random(0), passivate_after=passivate_after,
-    )  # fmt: skip
+        MemoryJournal(),
+        processes=[leaf, caller, sink, job, root, branch, twig],
+        random=random.Random(0),
+        passivate_after=passivate_after,
+    )
 
 
 async def _until(done: Any) -> None:
@@ -94,9 +96,12 @@ async def run(workload: str, n: int) -> None:
             await system.start(root, "r", fanout=n)
             everyone = n + n * n + 1
             await _until(
-                lambda: _probe.count == n * n and len(system._live) == everyone
-                and all(a.status == "suspended" for a in system._live.values())
-            )  # fmt: skip
+                lambda: (
+                    _probe.count == n * n
+                    and len(system._live) == everyone
+                    and all(a.status == "suspended" for a in system._live.values())
+                )
+            )
             if os.environ.get("CANCEL"):
                 await system.cancel("root/r")
                 await _until(lambda: not system._live)

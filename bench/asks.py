@@ -161,28 +161,40 @@ def ask_suite(options: Options) -> list[Result]:
         "ask",
         [
             Measurement(
-                "trio ping-pong", "round trips/s", pingpong_rate,
+                "trio ping-pong",
+                "round trips/s",
+                pingpong_rate,
                 meaning="baseline: a request and its answer between two trio tasks, in memory",
             ),
             Measurement(
-                "memory ask, 1 asker", "round trips/s", ask_rate, pingpong,
+                "memory ask, 1 asker",
+                "round trips/s",
+                ask_rate,
+                pingpong,
                 target=at_least(0.5, "trio ping-pong"),
                 meaning="system.ask to a process that replies, one after another, MemoryJournal",
             ),
             Measurement(
-                "memory ask, 100 askers", "round trips/s",
-                lambda d, s: ask_rate(d, s, askers=100), pingpong,
+                "memory ask, 100 askers",
+                "round trips/s",
+                lambda d, s: ask_rate(d, s, askers=100),
+                pingpong,
                 meaning="the same from 100 askers at once, each to its own process",
             ),
             Measurement(
-                "raw-commit", "µs", raw_commit_latency,
+                "raw-commit",
+                "µs",
+                raw_commit_latency,
                 meaning="baseline: one raw LMDB synced commit of one put",
             ),
             Measurement(
-                "lmdb ask round trip p50", "µs", lmdb_ask_latency, ("raw-commit",),
+                "lmdb ask round trip p50",
+                "µs",
+                lmdb_ask_latency,
+                ("raw-commit",),
                 meaning="one system.ask answered, on LMDB: the ask and the reply each stored",
                 floor=contains("raw-commit", "an ask waits for at least one synced commit"),
             ),
         ],
         options,
-    )  # fmt: skip
+    )

@@ -73,10 +73,23 @@ def count(tree: Path, workload: str, n: int, env: dict[str, str]) -> int:
     """Instructions of ``python bench/_workloads.py WORKLOAD N`` against ``tree``."""
     environ = dict(os.environ, PYTHONHASHSEED="0", POLL="0.5", **env)
     done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-         sys.executable, "-c", RUNNER, str(tree), workload, str(n)],
-        cwd=ROOT, env=environ, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            "-c",
+            RUNNER,
+            str(tree),
+            workload,
+            str(n),
+        ],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode or found is None:
         raise RuntimeError(f"{workload} {n} in {tree} failed:\n{done.stderr[-2000:]}")
@@ -91,14 +104,22 @@ def measure(trees: list[Path], figures: list[Figure]) -> dict[str, dict[str, flo
     for tree in trees:
         for f in figures:
             runs.add((tree, f.workload, f.n, ()))
-            runs.add((tree, f.workload, 2 * f.n if not f.counted_env else f.n,
-                      tuple(sorted(f.counted_env.items()))))  # fmt: skip
+            runs.add(
+                (
+                    tree,
+                    f.workload,
+                    2 * f.n if not f.counted_env else f.n,
+                    tuple(sorted(f.counted_env.items())),
+                )
+            )
             if f.minus is not None:
                 runs.add((tree, f.minus, f.n, ()))
                 runs.add((tree, f.minus, 2 * f.n, ()))
     ordered = sorted(runs, key=str)
     with ThreadPoolExecutor(2) as pool:
-        counts = dict(zip(ordered, pool.map(lambda r: count(r[0], r[1], r[2], dict(r[3])), ordered)))
+        counts = dict(
+            zip(ordered, pool.map(lambda r: count(r[0], r[1], r[2], dict(r[3])), ordered))
+        )
     out: dict[str, dict[str, float]] = {}
     for f in figures:
         row = out[f.name] = {}
@@ -114,10 +135,17 @@ def measure(trees: list[Path], figures: list[Figure]) -> dict[str, dict[str, flo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
-    parser.add_argument("--tree", action="append", default=[], type=Path,
-                        help="another checkout to measure beside this one (repeatable)")  # fmt: skip
-    parser.add_argument("--only", help="comma-separated workloads: " + ", ".join(
-        sorted({f.workload for f in FIGURES})))  # fmt: skip
+    parser.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        type=Path,
+        help="another checkout to measure beside this one (repeatable)",
+    )
+    parser.add_argument(
+        "--only",
+        help="comma-separated workloads: " + ", ".join(sorted({f.workload for f in FIGURES})),
+    )
     parser.add_argument("--json", type=Path, help="also write the counts as JSON")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:

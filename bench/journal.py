@@ -169,20 +169,26 @@ def journal_appends(directory: Path, seconds: float, writers: int) -> float:
 def journal_suite(options: Options) -> list[Result]:
     measurements = [
         Measurement(
-            "raw-commit", "commits/s", raw_commit,
+            "raw-commit",
+            "commits/s",
+            raw_commit,
             meaning="baseline: raw LMDB, one put per synced commit, one after another",
         ),
         # No figure here batches like this (ascending keys, one log): a row
         # for scale, read against by none.
         Measurement(
-            "raw-1000/txn", "records/s", raw_batch,
+            "raw-1000/txn",
+            "records/s",
+            raw_batch,
             meaning="baseline: raw LMDB, 1000 puts per synced commit into one log: for scale",
         ),
         Measurement(
-            "raw-scattered", "records/s", raw_scattered,
+            "raw-scattered",
+            "records/s",
+            raw_scattered,
             meaning="baseline: raw LMDB, one put into each of 1024 logs per synced commit",
         ),
-    ]  # fmt: skip
+    ]
     for n in WRITERS:
         measurements.append(
             Measurement(

@@ -110,38 +110,70 @@ def peers_suite(options: Options) -> list[Result]:
         return [
             Measurement(theirs, "workflows/s", dbos, meaning=f"DBOS: {what}, on SQLite"),
             Measurement(
-                f"ours {shape}", "processes/s", ours, (theirs,),
+                f"ours {shape}",
+                "processes/s",
+                ours,
+                (theirs,),
                 meaning="ours: the same on LMDB; ratio ours/DBOS, above 1x ours is faster",
             ),
-        ]  # fmt: skip
+        ]
 
     seq, wave = "one at a time", f"{_IN_FLIGHT} started together"
     latencies = ("the same, 99th percentile",)
     measurements = [
         Measurement(
-            "lmdb commit", "µs", lambda d, s: 1e6 / raw_commit(d, s),
+            "lmdb commit",
+            "µs",
+            lambda d, s: 1e6 / raw_commit(d, s),
             meaning="baseline: one synced LMDB commit of one row: under every write of ours",
         ),
         Measurement(
-            "sqlite commit", "µs", sqlite_commit,
+            "sqlite commit",
+            "µs",
+            sqlite_commit,
             meaning="baseline: one SQLite commit of one row, its default (DBOS's) mode",
         ),
         *pair("1-step, sequential", 1, None, f"a durable 1-step workflow, start to result, {seq}"),
-        *pair(f"1-step, {_IN_FLIGHT} at once", 1, _IN_FLIGHT,
-              f"a durable 1-step workflow, start to result, {wave}"),
-        *pair("10-step, sequential", 10, None,
-              f"a durable 10-step workflow, start to result, {seq}"),
-        *pair(f"10-step, {_IN_FLIGHT} at once", 10, _IN_FLIGHT,
-              f"a durable 10-step workflow, start to result, {wave}"),
-        *_Sampler(_dbos.latency).measurements([
-            ("DBOS send->recv p50", "µs", "p50", (), None,
-             "DBOS: a message to a waiting workflow, DBOS.send until DBOS.recv has it (median)"),
-            ("DBOS send->recv p99", "µs", "p99", (), None, *latencies),
-        ]),
-        *_Sampler(latency).measurements([
-            ("ours send->resumed p50", "µs", "p50", ("DBOS send->recv p50",), None,
-             "ours: the same, send until ctx.wait has it; below 1x ours is faster"),
-            ("ours send->resumed p99", "µs", "p99", ("DBOS send->recv p99",), None, *latencies),
-        ]),
-    ]  # fmt: skip
+        *pair(
+            f"1-step, {_IN_FLIGHT} at once",
+            1,
+            _IN_FLIGHT,
+            f"a durable 1-step workflow, start to result, {wave}",
+        ),
+        *pair(
+            "10-step, sequential", 10, None, f"a durable 10-step workflow, start to result, {seq}"
+        ),
+        *pair(
+            f"10-step, {_IN_FLIGHT} at once",
+            10,
+            _IN_FLIGHT,
+            f"a durable 10-step workflow, start to result, {wave}",
+        ),
+        *_Sampler(_dbos.latency).measurements(
+            [
+                (
+                    "DBOS send->recv p50",
+                    "µs",
+                    "p50",
+                    (),
+                    None,
+                    "DBOS: a message to a waiting workflow, DBOS.send until DBOS.recv has it (median)",
+                ),
+                ("DBOS send->recv p99", "µs", "p99", (), None, *latencies),
+            ]
+        ),
+        *_Sampler(latency).measurements(
+            [
+                (
+                    "ours send->resumed p50",
+                    "µs",
+                    "p50",
+                    ("DBOS send->recv p50",),
+                    None,
+                    "ours: the same, send until ctx.wait has it; below 1x ours is faster",
+                ),
+                ("ours send->resumed p99", "µs", "p99", ("DBOS send->recv p99",), None, *latencies),
+            ]
+        ),
+    ]
     return run_measurements("peers", measurements, options)

@@ -146,9 +146,7 @@ def _postgres_pids() -> list[int]:
 
 def _machine_ticks() -> tuple[int, int]:
     """(busy, total) jiffies over all cpus, from /proc/stat."""
-    values = [
-        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    ]
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = values[3] + values[4]  # idle + iowait
     return sum(values) - idle, sum(values)
 
@@ -184,20 +182,12 @@ class _CpuWindow:
         elapsed = time.perf_counter() - self.t0
         out = {}
         for name, pids in self.groups.items():
-            ticks = sum(
-                after[p] - self.before[p]
-                for p in pids
-                if p in after and p in self.before
-            )
+            ticks = sum(after[p] - self.before[p] for p in pids if p in after and p in self.before)
             out[name] = 100.0 * ticks / _TICK / elapsed
         busy, total = (m1 - m0 for m0, m1 in zip(self.machine0, machine1))
-        out["machine"] = (
-            100.0 * (os.cpu_count() or 1) * busy / total if total else float("nan")
-        )
+        out["machine"] = 100.0 * (os.cpu_count() or 1) * busy / total if total else float("nan")
         # Everything else on the machine (other programs, kernel threads):
-        out["other"] = max(
-            0.0, out["machine"] - out["node A"] - out["node B"] - out["postgres"]
-        )
+        out["other"] = max(0.0, out["machine"] - out["node A"] - out["node B"] - out["postgres"])
         return out
 
 
@@ -228,9 +218,7 @@ class _Child:
         assert self.proc.stdout is not None
         line = await trio.to_thread.run_sync(self.proc.stdout.readline)
         if not line:
-            raise RuntimeError(
-                f"node B exited (code {self.proc.poll()}); see its stderr"
-            )
+            raise RuntimeError(f"node B exited (code {self.proc.poll()}); see its stderr")
         return line.strip()
 
     async def ask(self, line: str) -> str:
@@ -301,9 +289,14 @@ async def _window(
 
 _RAW = ("raw-commit-1conn", "raw-commit-8conn")
 _OURS = (
-    "signals-1node", "procs-1node", "signals-2node", "signals-2node-remote", "procs-2node",
-    "signals-3node", "signals-3node-remote",
-)  # fmt: skip
+    "signals-1node",
+    "procs-1node",
+    "signals-2node",
+    "signals-2node-remote",
+    "procs-2node",
+    "signals-3node",
+    "signals-3node-remote",
+)
 _UNITS = {
     "raw-commit-1conn": "commits/s",
     "raw-commit-8conn": "commits/s",
@@ -354,21 +347,18 @@ async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
 
                 def note(name: str, value: float, round_: int = round_) -> None:
                     samples[name].append(value)
-                    progress(
-                        f"postgres: {name} [{round_}/{_REPEATS}] {value:,.0f} {_UNITS[name]}"
-                    )
+                    progress(f"postgres: {name} [{round_}/{_REPEATS}] {value:,.0f} {_UNITS[name]}")
 
                 for name, threads in zip(_RAW, (1, _THREADS)):
-                    note(name, await trio.to_thread.run_sync(
-                        _raw_commits, dsn, raw_table, seconds, threads
-                    ))  # fmt: skip
-                rate, _ = await _window(
-                    system, signal_load, (one_node, _CONCURRENCY), seconds
-                )
+                    note(
+                        name,
+                        await trio.to_thread.run_sync(
+                            _raw_commits, dsn, raw_table, seconds, threads
+                        ),
+                    )
+                rate, _ = await _window(system, signal_load, (one_node, _CONCURRENCY), seconds)
                 note("signals-1node", rate)
-                rate, _ = await _window(
-                    system, process_load, (f"a1.{round_}", _WORKERS), seconds
-                )
+                rate, _ = await _window(system, process_load, (f"a1.{round_}", _WORKERS), seconds)
                 note("procs-1node", rate)
                 for name, load, args, cmd in (
                     (
@@ -413,13 +403,21 @@ async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
                 into_b = [f"pgsink/bench-b.{i}" for i in range(_THIRD)]
                 for name, targets, cmds in (
                     ("signals-3node", own, (f"sig {_THIRD}", f"sig {_THIRD}")),
-                    ("signals-3node-remote", into_b,
-                     (f"rsig {_THIRD} bench-c {_THIRD}", f"rsig {_THIRD} bench-a {_THIRD}")),
-                ):  # fmt: skip
+                    (
+                        "signals-3node-remote",
+                        into_b,
+                        (f"rsig {_THIRD} bench-c {_THIRD}", f"rsig {_THIRD} bench-a {_THIRD}"),
+                    ),
+                ):
                     rate, _ = await _window(
-                        system, signal_load, (targets, _THIRD), seconds,
-                        child=child, child_cmd=cmds[0], more=((third_node, cmds[1]),),
-                    )  # fmt: skip
+                        system,
+                        signal_load,
+                        (targets, _THIRD),
+                        seconds,
+                        child=child,
+                        child_cmd=cmds[0],
+                        more=((third_node, cmds[1]),),
+                    )
                     note(name, rate)
         finally:
             await child.close()
@@ -428,9 +426,7 @@ async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
 
 
 def _paired(values: list[float], baseline: list[float]) -> float:
-    return statistics.median(
-        v / b if b else float("nan") for v, b in zip(values, baseline)
-    )
+    return statistics.median(v / b if b else float("nan") for v, b in zip(values, baseline))
 
 
 @suite("postgres")
@@ -439,14 +435,10 @@ def postgres(options: Options) -> list[Result]:
     try:
         psycopg.connect(dsn, connect_timeout=5).close()
     except psycopg.Error as exc:
-        raise SystemExit(
-            f"postgres suite: no server at {dsn!r} ({str(exc).strip()})"
-        ) from exc
+        raise SystemExit(f"postgres suite: no server at {dsn!r} ({str(exc).strip()})") from exc
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     seconds = 1.0 if options.quick else 2.0
-    progress(
-        f"postgres: {_REPEATS} samples of {seconds:g} s each (its own window, not --seconds)"
-    )
+    progress(f"postgres: {_REPEATS} samples of {seconds:g} s each (its own window, not --seconds)")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}_raw"')
         conn.execute(
@@ -534,9 +526,7 @@ def _verdict(results: list[Result], cpu: dict[str, dict[str, list[float]]]) -> N
     for name, groups in cpu.items():
         med = {g: statistics.median(v) for g, v in groups.items()}
         share = med["machine"] / (100.0 * cores)
-        parts = ", ".join(
-            f"{g} {med[g]:.0f}%" for g in ("node A", "node B", "postgres", "other")
-        )
+        parts = ", ".join(f"{g} {med[g]:.0f}%" for g in ("node A", "node B", "postgres", "other"))
         if share >= 0.85:
             why = (
                 f"CPU-bound: the machine is {share:.0%} busy on {cores} cores shared by both "
@@ -548,6 +538,4 @@ def _verdict(results: list[Result], cpu: dict[str, dict[str, list[float]]]) -> N
                 f"not CPU-bound ({share:.0%} of {cores} cores busy): bounded by commit "
                 "round trips / WAL flushes, not by the nodes' CPU"
             )
-        progress(
-            f"postgres: {name}: {parts}, machine {med['machine']:.0f}%; scaling is {why}"
-        )
+        progress(f"postgres: {name}: {parts}, machine {med['machine']:.0f}%; scaling is {why}")

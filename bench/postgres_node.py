@@ -73,9 +73,7 @@ def open_node(dsn: str, schema: str, node: str) -> Any:
     from storage import PostgresJournal
 
     journal = PostgresJournal(dsn, schema=schema)
-    return actors.open_system(
-        journal, processes=PROCESSES, node=node, passivate_after=FOREVER
-    )
+    return actors.open_system(journal, processes=PROCESSES, node=node, passivate_after=FOREVER)
 
 
 async def start_sinks(system: Any, ids: list[str], starters: int = 500) -> None:
@@ -155,20 +153,14 @@ async def main(dsn: str, schema: str, node: str, instances: int) -> None:
             async for words in _lines(stdin):
                 cmd = words[0]
                 if cmd == "sig":
-                    load = await nursery.start(
-                        run, signal_load, system, addresses, int(words[1])
-                    )
+                    load = await nursery.start(run, signal_load, system, addresses, int(words[1]))
                 elif cmd == "rsig":  # into another node's sinks: rsig N NODE COUNT
                     targets = [f"pgsink/{words[2]}.{i}" for i in range(int(words[3]))]
-                    load = await nursery.start(
-                        run, signal_load, system, targets, int(words[1])
-                    )
+                    load = await nursery.start(run, signal_load, system, targets, int(words[1]))
                 elif cmd == "proc":
                     rounds += 1
                     prefix = f"{node}.{rounds}"
-                    load = await nursery.start(
-                        run, process_load, system, prefix, int(words[1])
-                    )
+                    load = await nursery.start(run, process_load, system, prefix, int(words[1]))
                 elif cmd == "mark":
                     marked = Counter.count
                 elif cmd == "end":

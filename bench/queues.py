@@ -45,9 +45,12 @@ async def qjob(ctx: Context, id: str) -> int:
 
 def _open(directory: Path) -> AbstractAsyncContextManager[actors.ActorSystem]:
     return actors.open_system(
-        LMDBJournal(directory / "journal", map_size=_MAP_SIZE), processes=[qjob],
-        random=random.Random(0), passivate_after=_FOREVER, queues=[limited],
-    )  # fmt: skip
+        LMDBJournal(directory / "journal", map_size=_MAP_SIZE),
+        processes=[qjob],
+        random=random.Random(0),
+        passivate_after=_FOREVER,
+        queues=[limited],
+    )
 
 
 def unqueued_rate(directory: Path, seconds: float) -> float:
@@ -106,14 +109,23 @@ def queued_rate(directory: Path, seconds: float) -> float:
 @suite("queues")
 def queues_suite(options: Options) -> list[Result]:
     unqueued = "process, 1 async step, 100 at a time"
-    return run_measurements("queues", [
-        Measurement(
-            unqueued, "processes/s", unqueued_rate,
-            meaning="a durable 1-step process, start to result, by 100 tasks in a loop",
-        ),
-        Measurement(
-            "queued, 1 async step, concurrency 100", "processes/s", queued_rate,
-            (unqueued,), at_least(0.8, unqueued),
-            meaning="the same started with queue= (concurrency 100), 1000 at a time",
-        ),
-    ], options)  # fmt: skip
+    return run_measurements(
+        "queues",
+        [
+            Measurement(
+                unqueued,
+                "processes/s",
+                unqueued_rate,
+                meaning="a durable 1-step process, start to result, by 100 tasks in a loop",
+            ),
+            Measurement(
+                "queued, 1 async step, concurrency 100",
+                "processes/s",
+                queued_rate,
+                (unqueued,),
+                at_least(0.8, unqueued),
+                meaning="the same started with queue= (concurrency 100), 1000 at a time",
+            ),
+        ],
+        options,
+    )

@@ -82,6 +82,39 @@ import trio
 
 from storage import MemoryJournal
 
+from ._children import (
+    call_rate,
+    cascade,
+    nursery_batch_rate,
+    nursery_cancel,
+    nursery_seq_rate,
+    saga_costs,
+    scope_rate,
+    stream_rate,
+)
+from ._kit import (
+    _IN_FLIGHT,
+    _INSTANCES,
+    _PAYLOAD,
+    _ROOT,
+    _SENDERS,
+    _STARTERS,
+    _count_rate,
+    _lmdb,
+    _long_and_short,
+    _open,
+    _passivated,
+    _ping,
+    _probe,
+    _repeat_rate,
+    _Sampler,
+    _start_many,
+    _until,
+    _warmup,
+    job,
+    ping,
+    sink,
+)
 from ._registry import (
     Measurement,
     Options,
@@ -94,39 +127,6 @@ from ._registry import (
     suite,
 )
 from .journal import raw_batch, raw_commit
-from ._children import (
-    call_rate,
-    cascade,
-    nursery_batch_rate,
-    nursery_cancel,
-    nursery_seq_rate,
-    saga_costs,
-    scope_rate,
-    stream_rate,
-)
-from ._kit import (
-    _INSTANCES,
-    _IN_FLIGHT,
-    _PAYLOAD,
-    _ROOT,
-    _SENDERS,
-    _STARTERS,
-    _Sampler,
-    _count_rate,
-    _lmdb,
-    _long_and_short,
-    _open,
-    _passivated,
-    _ping,
-    _probe,
-    _repeat_rate,
-    _start_many,
-    _until,
-    _warmup,
-    job,
-    ping,
-    sink,
-)
 
 # -- 1, 2: signals -----------------------------------------------------------------
 
@@ -382,8 +382,12 @@ def _in_child(mode: str, directory: Path, n: int) -> dict[str, float]:
     )
     done = subprocess.run(
         [sys.executable, "-c", code, mode, str(directory), str(n)],
-        cwd=_ROOT, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"the {mode!r} child process failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.splitlines()[-1])
@@ -448,147 +452,304 @@ def runtime_suite(options: Options) -> list[Result]:
     # Window measurements: options.repeats samples each, interleaved.
     main = [
         Measurement(
-            "raw-1000/txn", "records/s", raw_batch,
+            "raw-1000/txn",
+            "records/s",
+            raw_batch,
             meaning="baseline: raw LMDB, 1000 puts per synced commit: the disk's ceiling "
             "for batched durable writes",
         ),
-        *_Sampler(raw_commit_costs).measurements([
-            ("raw-commit", "µs", "us", (), None,
-             "baseline: one raw LMDB synced commit of one put: no durable write is faster"),
-            (commits, "commits/s", "per_s", (), None,
-             "baseline: the same as a rate, one synced commit after another"),
-        ]),
+        *_Sampler(raw_commit_costs).measurements(
+            [
+                (
+                    "raw-commit",
+                    "µs",
+                    "us",
+                    (),
+                    None,
+                    "baseline: one raw LMDB synced commit of one put: no durable write is faster",
+                ),
+                (
+                    commits,
+                    "commits/s",
+                    "per_s",
+                    (),
+                    None,
+                    "baseline: the same as a rate, one synced commit after another",
+                ),
+            ]
+        ),
         Measurement(
-            "trio-channel", "msgs/s", channel_rate,
+            "trio-channel",
+            "msgs/s",
+            channel_rate,
             meaning="baseline: 1000 trio tasks handing messages over memory channels, "
             "nothing stored",
         ),
         Measurement(
-            "lmdb signals -> 1 instance", "signals/s",
-            lambda d, s: signal_rate(d, s, memory=False, instances=1), raw,
+            "lmdb signals -> 1 instance",
+            "signals/s",
+            lambda d, s: signal_rate(d, s, memory=False, instances=1),
+            raw,
             meaning="durable messages into one waiting process, 1000 senders each "
             "awaiting send; counted as the process takes them",
         ),
         Measurement(
-            f"lmdb signals -> {_INSTANCES} instances", "signals/s",
-            lambda d, s: signal_rate(d, s, memory=False, instances=_INSTANCES), raw,
+            f"lmdb signals -> {_INSTANCES} instances",
+            "signals/s",
+            lambda d, s: signal_rate(d, s, memory=False, instances=_INSTANCES),
+            raw,
             at_least(0.08, "raw-1000/txn"),
             meaning=f"the same, each sender into its own of {_INSTANCES} processes",
         ),
         Measurement(
-            "memory signals -> 1 instance", "signals/s",
-            lambda d, s: signal_rate(d, s, memory=True, instances=1), chan,
+            "memory signals -> 1 instance",
+            "signals/s",
+            lambda d, s: signal_rate(d, s, memory=True, instances=1),
+            chan,
             meaning="the same into one process on MemoryJournal: the runtime's cost, no disk",
         ),
         Measurement(
-            f"memory signals -> {_INSTANCES} instances", "signals/s",
-            lambda d, s: signal_rate(d, s, memory=True, instances=_INSTANCES), chan,
+            f"memory signals -> {_INSTANCES} instances",
+            "signals/s",
+            lambda d, s: signal_rate(d, s, memory=True, instances=_INSTANCES),
+            chan,
             meaning=f"the same into {_INSTANCES} processes on MemoryJournal",
         ),
         Measurement(
-            "send_many, 1000 per call -> 1000 instances", "signals/s",
-            lambda d, s: send_many_rate(d, s), raw, at_least(0.25, "raw-1000/txn"),
+            "send_many, 1000 per call -> 1000 instances",
+            "signals/s",
+            lambda d, s: send_many_rate(d, s),
+            raw,
+            at_least(0.25, "raw-1000/txn"),
             meaning="one sender storing 1000 durable messages per send_many call",
         ),
         Measurement(
-            async_1, "processes/s",
-            lambda d, s: process_rate(d, s, steps=1), (commits,), at_least(2.3, commits),
+            async_1,
+            "processes/s",
+            lambda d, s: process_rate(d, s, steps=1),
+            (commits,),
+            at_least(2.3, commits),
             meaning=f"a durable 1-step process, start to result, {_IN_FLIGHT} in flight",
         ),
         Measurement(
-            "process, 10 async steps", "processes/s",
-            lambda d, s: process_rate(d, s, steps=10), (commits,), at_least(0.6, commits),
+            "process, 10 async steps",
+            "processes/s",
+            lambda d, s: process_rate(d, s, steps=10),
+            (commits,),
+            at_least(0.6, commits),
             meaning=f"a durable 10-step process, start to result, {_IN_FLIGHT} in flight",
         ),
         # Read against the async step: what running the step in a worker
         # thread (or on the trio thread) costs, not against the disk.
         Measurement(
-            "process, 1 sync step", "processes/s",
-            lambda d, s: process_rate(d, s, steps=1, sync=True), (async_1,),
+            "process, 1 sync step",
+            "processes/s",
+            lambda d, s: process_rate(d, s, steps=1, sync=True),
+            (async_1,),
             meaning="the 1-step process with a sync step function, run in a worker thread",
         ),
         Measurement(
-            "process, 1 sync step, thread=False", "processes/s",
-            lambda d, s: process_rate(d, s, steps=1, sync=True, inline=True), (async_1,),
+            "process, 1 sync step, thread=False",
+            "processes/s",
+            lambda d, s: process_rate(d, s, steps=1, sync=True, inline=True),
+            (async_1,),
             meaning="the same with the sync step run on the trio thread (thread=False)",
         ),
-        *_Sampler(latency).measurements([
-            ("send->resumed p50", "µs", "p50", ("raw-commit",), at_most(1.3, "raw-commit"),
-             "one message to a waiting process, from send to the process having it (median)",
-             sends_commit),
-            ("send->resumed p99", "µs", "p99", ("raw-commit",), at_most(3, "raw-commit"),
-             "the same, 99th percentile", sends_commit),
-        ]),
-        *_Sampler(replay).measurements([
-            (wake_1, "µs", "short", (), None,
-             "a message to a passivated process with 1 log entry: loaded, replayed, resumed"),
-            ("wake, log of 1000", "µs", "long", (wake_1,), at_most(3, wake_1),
-             "the same with 1000 entries in its log: what a long history costs a wake"),
-        ]),
+        *_Sampler(latency).measurements(
+            [
+                (
+                    "send->resumed p50",
+                    "µs",
+                    "p50",
+                    ("raw-commit",),
+                    at_most(1.3, "raw-commit"),
+                    "one message to a waiting process, from send to the process having it (median)",
+                    sends_commit,
+                ),
+                (
+                    "send->resumed p99",
+                    "µs",
+                    "p99",
+                    ("raw-commit",),
+                    at_most(3, "raw-commit"),
+                    "the same, 99th percentile",
+                    sends_commit,
+                ),
+            ]
+        ),
+        *_Sampler(replay).measurements(
+            [
+                (
+                    wake_1,
+                    "µs",
+                    "short",
+                    (),
+                    None,
+                    "a message to a passivated process with 1 log entry: loaded, replayed, resumed",
+                ),
+                (
+                    "wake, log of 1000",
+                    "µs",
+                    "long",
+                    (wake_1,),
+                    at_most(3, wake_1),
+                    "the same with 1000 entries in its log: what a long history costs a wake",
+                ),
+            ]
+        ),
         Measurement(
-            "nursery-seq", "tasks/s", nursery_seq_rate,
+            "nursery-seq",
+            "tasks/s",
+            nursery_seq_rate,
             meaning="baseline: plain trio tasks started and awaited one at a time",
         ),
         Measurement(
-            "ctx.call, 10 parents", "children/s", call_rate, ("nursery-seq",),
+            "ctx.call, 10 parents",
+            "children/s",
+            call_rate,
+            ("nursery-seq",),
             meaning="durable child processes, each called and awaited in turn by 10 parents",
         ),
         Measurement(
-            "nursery-1000", "tasks/s", nursery_batch_rate,
+            "nursery-1000",
+            "tasks/s",
+            nursery_batch_rate,
             meaning="baseline: 1000 plain trio tasks started together and awaited",
         ),
         Measurement(
-            "ctx.scope of 1000", "children/s", scope_rate, ("nursery-1000",),
+            "ctx.scope of 1000",
+            "children/s",
+            scope_rate,
+            ("nursery-1000",),
             meaning="1000 durable children started together by one parent and awaited",
         ),
         Measurement(
-            "stream -> durable consumer", "values/s", stream_rate, raw,
+            "stream -> durable consumer",
+            "values/s",
+            stream_rate,
+            raw,
             meaning="values a process emits, read durably by a consumer (system.stream)",
         ),
-        *_Sampler(saga_costs).measurements([
-            (forward, "µs", "forward_us", (), None,
-             "a step with a compensation registered, per step"),
-            ("saga compensation/step", "µs", "compensation_us", (forward,), None,
-             "undoing one such step after the process failed, per step"),
-        ]),
-    ]  # fmt: skip
+        *_Sampler(saga_costs).measurements(
+            [
+                (
+                    forward,
+                    "µs",
+                    "forward_us",
+                    (),
+                    None,
+                    "a step with a compensation registered, per step",
+                ),
+                (
+                    "saga compensation/step",
+                    "µs",
+                    "compensation_us",
+                    (forward,),
+                    None,
+                    "undoing one such step after the process failed, per step",
+                ),
+            ]
+        ),
+    ]
     # Fixed work of a few seconds a sample: at most 3 samples (1 with --quick).
     heavy = [
-        *_Sampler(lambda d, s: rss_per_instance(d, s, live_n)).measurements([
-            ("bare-task", "B", "task", (), None, "baseline: memory of one sleeping trio task"),
-            (f"RSS per live instance, N={live_n:,}", "B", "instance", ("bare-task",),
-             at_most(2, "bare-task"), "memory of one process waiting in memory"),
-        ]),
+        *_Sampler(lambda d, s: rss_per_instance(d, s, live_n)).measurements(
+            [
+                ("bare-task", "B", "task", (), None, "baseline: memory of one sleeping trio task"),
+                (
+                    f"RSS per live instance, N={live_n:,}",
+                    "B",
+                    "instance",
+                    ("bare-task",),
+                    at_most(2, "bare-task"),
+                    "memory of one process waiting in memory",
+                ),
+            ]
+        ),
         Measurement(
-            cancel, "ms", lambda d, s: nursery_cancel(d, s, fanout),
+            cancel,
+            "ms",
+            lambda d, s: nursery_cancel(d, s, fanout),
             meaning=f"baseline: cancelling a nursery tree of {fanout * fanout:,} sleeping "
             "trio tasks",
         ),
-        *_Sampler(lambda d, s: cascade(d, s, fanout)).measurements([
-            (f"cascade-cancel {tree} descendants", "ms", "cancel_ms", (cancel,), None,
-             "system.cancel of a process until all its descendants are cancelled and gone"),
-            (f"spawn tree of {tree}", "instances/s", "built_per_s", (), None,
-             f"a tree of durable processes built: {fanout} children, {fanout} each below"),
-        ]),
-    ]  # fmt: skip
+        *_Sampler(lambda d, s: cascade(d, s, fanout)).measurements(
+            [
+                (
+                    f"cascade-cancel {tree} descendants",
+                    "ms",
+                    "cancel_ms",
+                    (cancel,),
+                    None,
+                    "system.cancel of a process until all its descendants are cancelled and gone",
+                ),
+                (
+                    f"spawn tree of {tree}",
+                    "instances/s",
+                    "built_per_s",
+                    (),
+                    None,
+                    f"a tree of durable processes built: {fanout} children, {fanout} each below",
+                ),
+            ]
+        ),
+    ]
     # Creating 1M instances takes minutes: one sample.
-    stored = _Sampler(lambda d, s: _in_child("passivated", d, stored_n)).measurements([
-        # README's targets are for 1M (the --full N); the default N has none.
-        (f"{stored_n:,} passivated: RSS", "MB", "rss_mb", (), at_most(200) if full else None,
-         f"memory of a program holding {stored_n:,} stored processes, none in memory"),
-        (f"{stored_n:,} passivated: RSS growth", "MB", "growth_mb", (), None,
-         "what storing them added to it"),
-        # The rest of the growth is the journal's map: file pages LMDB's
-        # reads touched, which the kernel can drop (page cache).
-        (f"{stored_n:,} passivated: anonymous growth", "MB", "anon_growth_mb", (), None,
-         "of which the program's own memory (the rest is page cache)"),
-        (f"{stored_n:,} passivated: created", "instances/s", "created_per_s", (), None,
-         "processes started, then passivated at their first wait"),
-        (f"{stored_n:,} passivated: send->resumed", "µs", "wake_us", (), None,
-         "a message to a random one of them until it has it (median)"),
-        (f"{stored_n:,} passivated: send->resumed p99", "µs", "wake_p99_us", (),
-         at_most(10_000) if full else None, "the same, 99th percentile"),
-    ])  # fmt: skip
+    stored = _Sampler(lambda d, s: _in_child("passivated", d, stored_n)).measurements(
+        [
+            # README's targets are for 1M (the --full N); the default N has none.
+            (
+                f"{stored_n:,} passivated: RSS",
+                "MB",
+                "rss_mb",
+                (),
+                at_most(200) if full else None,
+                f"memory of a program holding {stored_n:,} stored processes, none in memory",
+            ),
+            (
+                f"{stored_n:,} passivated: RSS growth",
+                "MB",
+                "growth_mb",
+                (),
+                None,
+                "what storing them added to it",
+            ),
+            # The rest of the growth is the journal's map: file pages LMDB's
+            # reads touched, which the kernel can drop (page cache).
+            (
+                f"{stored_n:,} passivated: anonymous growth",
+                "MB",
+                "anon_growth_mb",
+                (),
+                None,
+                "of which the program's own memory (the rest is page cache)",
+            ),
+            (
+                f"{stored_n:,} passivated: created",
+                "instances/s",
+                "created_per_s",
+                (),
+                None,
+                "processes started, then passivated at their first wait",
+            ),
+            (
+                f"{stored_n:,} passivated: send->resumed",
+                "µs",
+                "wake_us",
+                (),
+                None,
+                "a message to a random one of them until it has it (median)",
+            ),
+            (
+                f"{stored_n:,} passivated: send->resumed p99",
+                "µs",
+                "wake_p99_us",
+                (),
+                at_most(10_000) if full else None,
+                "the same, 99th percentile",
+            ),
+        ]
+    )
     results = run_measurements("runtime", main, options)
     results += run_measurements(
         "runtime", heavy, attrs.evolve(options, repeats=1 if quick else min(options.repeats, 3))
@@ -598,8 +759,12 @@ def runtime_suite(options: Options) -> list[Result]:
     replay_at = next(i for i, m in enumerate(main) if m.name == wake_1)
     stream_at = next(i for i, m in enumerate(main) if m.name.startswith("stream"))
     order = [
-        *main[:replay_at], *heavy[:2], *stored, *main[replay_at:stream_at], *heavy[2:],
+        *main[:replay_at],
+        *heavy[:2],
+        *stored,
+        *main[replay_at:stream_at],
+        *heavy[2:],
         *main[stream_at:],
-    ]  # fmt: skip
+    ]
     position = {m.name: i for i, m in enumerate(order)}
     return sorted(results, key=lambda r: position[r.name])

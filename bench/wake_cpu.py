@@ -64,9 +64,10 @@ async def _wakes(directory: Path, wakes: int, profile: str | None) -> dict[str, 
                 if profiling:
                     profiler.disable()  # type: ignore[union-attr]
                 for kind, spent in (
-                    ("thread", time.thread_time() - t0), ("process", time.process_time() - p0),
+                    ("thread", time.thread_time() - t0),
+                    ("process", time.process_time() - p0),
                     ("wall", time.perf_counter() - w0),
-                ):  # fmt: skip
+                ):
                     found.setdefault(f"{address} {kind}", []).append(spent)
                 await _until(lambda: _passivated(system), every=0.0005)
         found.update(await _parts(system, wakes))

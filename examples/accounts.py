@@ -82,7 +82,9 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+        "journal",
+        nargs="?",
+        help="a journal directory (default: a temporary one, removed at the end)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="accounts-") as scratch:

@@ -61,10 +61,16 @@ async def main(path: str) -> None:
         if lobby.status == "completed":
             print(f"the lobby in {path} was closed by an earlier run; use a fresh directory")
             return
-        talk = [(join, {"user": "ann"}), (join, {"user": "bob"}),
-                (say, {"user": "ann", "text": "hi bob"}), (say, {"user": "bob", "text": "hi!"}),
-                (join, {"user": "cy"}), (say, {"user": "cy", "text": "what did I miss?"}),
-                (leave, {"user": "bob"}), (say, {"user": "ann", "text": "bye bob"})]  # fmt: skip
+        talk = [
+            (join, {"user": "ann"}),
+            (join, {"user": "bob"}),
+            (say, {"user": "ann", "text": "hi bob"}),
+            (say, {"user": "bob", "text": "hi!"}),
+            (join, {"user": "cy"}),
+            (say, {"user": "cy", "text": "what did I miss?"}),
+            (leave, {"user": "bob"}),
+            (say, {"user": "ann", "text": "bye bob"}),
+        ]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(archive, system, lobby.id)
             for signal, payload in talk:
@@ -89,7 +95,9 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+        "journal",
+        nargs="?",
+        help="a journal directory (default: a temporary one, removed at the end)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="chat-room-") as scratch:

@@ -57,8 +57,10 @@ async def main(path: str, size: int) -> None:
             print(f"batch b1 finished in an earlier run: {await job.result()}")
             return
         async for exports in job.watch():  # the first publish: the scope is done
-            print(f"scope finished {exports['done']} children in "
-                  f"{trio.current_time() - started:.2f} s")  # fmt: skip
+            print(
+                f"scope finished {exports['done']} children in "
+                f"{trio.current_time() - started:.2f} s"
+            )
             break
         beat = system.get("batches/b1/heartbeat/hb")
         async for status in beat.status_changes():
@@ -82,9 +84,13 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+        "journal",
+        nargs="?",
+        help="a journal directory (default: a temporary one, removed at the end)",
     )
-    parser.add_argument("items", nargs="?", type=int, default=100, help="how many items (default: 100)")
+    parser.add_argument(
+        "items", nargs="?", type=int, default=100, help="how many items (default: 100)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="fan-out-") as scratch:
         trio.run(main, args.journal or scratch, args.items)

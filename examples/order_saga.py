@@ -86,10 +86,17 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "journal", nargs="?", help="a journal directory (default: a temporary one, removed at the end)"
+        "journal",
+        nargs="?",
+        help="a journal directory (default: a temporary one, removed at the end)",
     )
-    parser.add_argument("approval_window", nargs="?", type=float, default=1.0,
-                        help="seconds an order waits for approval (default: 1.0)")  # fmt: skip
+    parser.add_argument(
+        "approval_window",
+        nargs="?",
+        type=float,
+        default=1.0,
+        help="seconds an order waits for approval (default: 1.0)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="order-saga-") as scratch:
         trio.run(main, args.journal or scratch, args.approval_window)

@@ -72,17 +72,21 @@ async def main(path: Path) -> None:
         async for info in system.query(status="failed", process=order_v2):
             forks.append(await system.fork(info.id, after_step="charge_card"))
         results = [await handle.result() for handle in forks]
-        print(f"forked {len(forks)} orders, each as incarnation "
-              f"{sorted({h.incarnation for h in forks})}")  # fmt: skip
-        print(f"cards charged again: {len(CHARGED) - charged_before}; parcels shipped: "
-              f"{len(SHIPPED)}")  # fmt: skip
+        print(
+            f"forked {len(forks)} orders, each as incarnation "
+            f"{sorted({h.incarnation for h in forks})}"
+        )
+        print(
+            f"cards charged again: {len(CHARGED) - charged_before}; parcels shipped: {len(SHIPPED)}"
+        )
         print(f"o-7: {results[[h.id for h in forks].index('orders/o-7')]}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("journal", nargs="?", type=Path,
-                        help="the journal's directory (default: a temporary one)")  # fmt: skip
+    parser.add_argument(
+        "journal", nargs="?", type=Path, help="the journal's directory (default: a temporary one)"
+    )
     args = parser.parse_args()
     if args.journal is None:
         with tempfile.TemporaryDirectory() as tmp:

@@ -91,12 +91,17 @@ def demo(path: str) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="%(prog)s [-h] [demo] [JOURNAL_DIR] | %(prog)s run JOURNAL_DIR",
-    )  # fmt: skip
-    parser.add_argument("words", nargs="*", metavar="[demo|run] JOURNAL_DIR",
-                        help="the mode (demo by default) and a journal directory "
-                        "(for demo, a temporary one by default)")  # fmt: skip
+    )
+    parser.add_argument(
+        "words",
+        nargs="*",
+        metavar="[demo|run] JOURNAL_DIR",
+        help="the mode (demo by default) and a journal directory "
+        "(for demo, a temporary one by default)",
+    )
     words = parser.parse_args().words
     if words[:1] == ["run"]:
         if len(words) != 2:

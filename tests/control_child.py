@@ -63,7 +63,9 @@ async def greet(ctx, name):
 async def main(path: str, release: str, control: bool) -> None:
     RELEASE.append(Path(release))
     processes = [approval, trip, greet]
-    async with actors.open_system(LMDBJournal(path), processes=processes, control=control) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=processes, control=control
+    ) as system:
         await system.start(approval, "a-1")
         await system.start(approval, "a-2")
         await (await system.start(greet, "ann")).result()

@@ -60,7 +60,9 @@ async def main(path: str, acks: str, first: int) -> None:
         while True:
             await system.start(mom, str(i))
             await system.start(box, str(i), queue=QUEUE)
-            await system.send(f"box/{i}", HELLO, {"n": i}, key=f"hello-{i}")  # once, however often it is retried
+            await system.send(
+                f"box/{i}", HELLO, {"n": i}, key=f"hello-{i}"
+            )  # once, however often it is retried
             os.write(fd, b"S %d\n" % i)
             i += 1
 

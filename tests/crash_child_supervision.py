@@ -109,9 +109,15 @@ async def ensure_hub(system: actors.ActorSystem, side: str) -> None:
 
 
 async def main(
-    journal: str, side: str, acks: str, first: int, tasks: int, per_task: int,
-    pace: float, passivate: float,
-) -> None:  # fmt: skip
+    journal: str,
+    side: str,
+    acks: str,
+    first: int,
+    tasks: int,
+    per_task: int,
+    pace: float,
+    passivate: float,
+) -> None:
     # Acks go straight to the file with os.write: in the page cache when
     # write() returns, so a SIGKILL cannot lose one. A line is written only
     # after send() returned, i.e. after the job is durable in the journal.
@@ -138,6 +144,13 @@ async def main(
 if __name__ == "__main__":
     journal, side, acks, first, tasks, per_task, pace, passivate = sys.argv[1:9]
     trio.run(
-        main, journal, side, acks, int(first), int(tasks), int(per_task), float(pace),
+        main,
+        journal,
+        side,
+        acks,
+        int(first),
+        int(tasks),
+        int(per_task),
+        float(pace),
         float(passivate),
-    )  # fmt: skip
+    )

@@ -33,9 +33,12 @@ def kill_after_acks(
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     with open(stderr_path, "wb") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, env=env,
-            stdout=subprocess.DEVNULL, stderr=stderr,
-        )  # fmt: skip
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
         try:
             deadline = time.monotonic() + start_timeout
             while acked() < min_acks:

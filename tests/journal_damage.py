@@ -29,9 +29,10 @@ import trio
 import trio.testing
 
 import actors
-from actors._cli import main as cli_main
 from actors import Context, Signal, process
+from actors._cli import main as cli_main
 from storage import JournalCorrupt, LMDBJournal, MemoryJournal, instance_id
+from storage._lmdb._layout import _DBS
 from tests.runtime_helpers import virtual_wall
 
 a, b, go, stop = Signal("a"), Signal("b"), Signal("go"), Signal("stop")
@@ -78,18 +79,14 @@ PROCESSES = [waiter, sleeper, emitter, child, parent]
 WAITER, SLEEPER, EMITTER, PARENT = "fz/waiter/w", "fz/sleeper/s", "fz/emitter/e", "fz/parent/p"
 CHILD = "fz/parent/p/fz/child/k"
 ADDRESSES = [WAITER, SLEEPER, EMITTER, PARENT, CHILD]
-DATABASES = (
-    "instances", "status", "log", "mail", "timers", "timer_ids", "stream", "cursors", "counters",
-)  # fmt: skip
+DATABASES = tuple(name for name in _DBS if name != "meta")  # what an instance owns
 MAP_SIZE = 1 << 24
 
 
 def open_system(where: Path | MemoryJournal):
     """A system on the LMDB journal at a path, or on a `MemoryJournal`."""
     journal = where if isinstance(where, MemoryJournal) else LMDBJournal(where, map_size=MAP_SIZE)
-    return actors.open_system(
-        journal, processes=PROCESSES, now=virtual_wall, passivate_after=0
-    )  # fmt: skip
+    return actors.open_system(journal, processes=PROCESSES, now=virtual_wall, passivate_after=0)
 
 
 async def _build(where: Path | MemoryJournal) -> None:

@@ -202,9 +202,14 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         return None if handle is None else await handle.refresh()
     if cmd == "load":
         nursery.start_soon(
-            _load, system, request["targets"], request["first"], request["count"],
-            request["tasks"], request["pace"],
-        )  # fmt: skip
+            _load,
+            system,
+            request["targets"],
+            request["first"],
+            request["count"],
+            request["tasks"],
+            request["pace"],
+        )
         return None
     raise ValueError(f"unknown command {cmd!r}")
 
@@ -239,8 +244,10 @@ async def main(dsn: str, schema: str, node: str, procs: list[str]) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr,
-        format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S",
-    )  # fmt: skip
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+    )
     dsn, schema, NODE, WORKDIR, names = sys.argv[1:6]
     trio.run(main, dsn, schema, NODE, [n for n in names.split(",") if n])

@@ -111,10 +111,20 @@ class NodeProgram:
             log.write(f"--- launch {self.launches} at {time.time():.3f}\n".encode())
             log.flush()
             proc = subprocess.Popen(
-                [sys.executable, str(NODE_PROGRAM), self.dsn, self.schema, self.name,
-                 str(self.workdir)],
-                cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    str(NODE_PROGRAM),
+                    self.dsn,
+                    self.schema,
+                    self.name,
+                    str(self.workdir),
+                ],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
         with self._cond:
             self.proc, self.killed = proc, False
             self._replies = {}
@@ -232,12 +242,26 @@ class Workload:
     """Posts ops to the nodes that are up, at a seeded pace and mix."""
 
     MIX = (  # (weight, op)
-        (30, "send"), (12, "ksend"), (8, "ask"), (10, "job_race"), (5, "job_again"),
-        (7, "pair_race"), (4, "pair_cancel"), (5, "pair_restart"), (7, "queue"), (5, "timer"),
-    )  # fmt: skip
+        (30, "send"),
+        (12, "ksend"),
+        (8, "ask"),
+        (10, "job_race"),
+        (5, "job_again"),
+        (7, "pair_race"),
+        (4, "pair_cancel"),
+        (5, "pair_restart"),
+        (7, "queue"),
+        (5, "timer"),
+    )
 
-    def __init__(self, seed: int, nodes: dict[str, NodeProgram], up: Callable[[], list[str]],
-                 records: Records, rate: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        seed: int,
+        nodes: dict[str, NodeProgram],
+        up: Callable[[], list[str]],
+        records: Records,
+        rate: float = 1.0,
+    ) -> None:
         self.rng = random.Random(f"workload-{seed}")
         self.rate = rate
         self.nodes, self.up, self.records = nodes, up, records
@@ -287,8 +311,10 @@ class Workload:
         self.post(self.rng.choice(up), ops)
 
     def ask(self, up: list[str]) -> None:
-        ops = [{"op": "ask", "address": a, "msg": self._next_msg(), "timeout": 8}
-               for a in self._sinks(2)]  # fmt: skip
+        ops = [
+            {"op": "ask", "address": a, "msg": self._next_msg(), "timeout": 8}
+            for a in self._sinks(2)
+        ]
         self.post(self.rng.choice(up), ops)
 
     def _two(self, up: list[str]) -> list[str]:
@@ -299,8 +325,13 @@ class Workload:
         tag = self._name("race")
         for node in self._two(up):
             if_exists = self.rng.choice(["return", "error"])
-            self.post(node, [{"op": "start", "proc": "job", "id": i, "if_exists": if_exists,
-                              "tag": tag} for i in ids])  # fmt: skip
+            self.post(
+                node,
+                [
+                    {"op": "start", "proc": "job", "id": i, "if_exists": if_exists, "tag": tag}
+                    for i in ids
+                ],
+            )
         now = time.monotonic()
         self.jobs += [(now, i) for i in ids]
 
@@ -312,21 +343,32 @@ class Workload:
         tag = self._name("again")
         for node in self._two(up):
             if_exists = self.rng.choice(["return", "error"])
-            self.post(node, [{"op": "start", "proc": "job", "id": i, "if_exists": if_exists,
-                              "tag": tag} for i in ids])  # fmt: skip
+            self.post(
+                node,
+                [
+                    {"op": "start", "proc": "job", "id": i, "if_exists": if_exists, "tag": tag}
+                    for i in ids
+                ],
+            )
 
     def pair_race(self, up: list[str]) -> None:
         ids = [self._name("p") for _ in range(4)]
         tag = self._name("pr")
         for node in self._two(up):
-            self.post(node, [{"op": "sws", "proc": "pair", "id": i, "msg": self._next_msg(),
-                              "tag": tag} for i in ids])  # fmt: skip
+            self.post(
+                node,
+                [
+                    {"op": "sws", "proc": "pair", "id": i, "msg": self._next_msg(), "tag": tag}
+                    for i in ids
+                ],
+            )
 
     def pair_cancel(self, up: list[str]) -> None:
         ids = [self._name("c") for _ in range(3)]
-        self.post(self.rng.choice(up), [
-            {"op": "start_cancel", "proc": "pair", "id": i, "tag": "made"} for i in ids
-        ])  # fmt: skip
+        self.post(
+            self.rng.choice(up),
+            [{"op": "start_cancel", "proc": "pair", "id": i, "tag": "made"} for i in ids],
+        )
         self.cancelling += ids
 
     def pair_restart(self, up: list[str]) -> None:
@@ -339,19 +381,37 @@ class Workload:
         self.restarted.update(ids)
         tag = self._name("cr")
         for node in self._two(up):
-            self.post(node, [{"op": "sws", "proc": "pair", "id": i, "msg": self._next_msg(),
-                              "tag": tag} for i in ids])  # fmt: skip
+            self.post(
+                node,
+                [
+                    {"op": "sws", "proc": "pair", "id": i, "msg": self._next_msg(), "tag": tag}
+                    for i in ids
+                ],
+            )
 
     def queue(self, up: list[str]) -> None:
-        ops = [{"op": "start", "proc": "qjob", "id": self._name("q"), "queue": True,
-                "input": {"seconds": round(self.rng.uniform(0.02, 0.2), 3)}}
-               for _ in range(3)]  # fmt: skip
+        ops = [
+            {
+                "op": "start",
+                "proc": "qjob",
+                "id": self._name("q"),
+                "queue": True,
+                "input": {"seconds": round(self.rng.uniform(0.02, 0.2), 3)},
+            }
+            for _ in range(3)
+        ]
         self.post(self.rng.choice(up), ops)
 
     def timer(self, up: list[str]) -> None:
-        ops = [{"op": "start", "proc": "sleeper", "id": self._name("t"),
-                "input": {"seconds": round(self.rng.uniform(0.1, 3.0), 3)}}
-               for _ in range(2)]  # fmt: skip
+        ops = [
+            {
+                "op": "start",
+                "proc": "sleeper",
+                "id": self._name("t"),
+                "input": {"seconds": round(self.rng.uniform(0.1, 3.0), 3)},
+            }
+            for _ in range(2)
+        ]
         self.post(self.rng.choice(up), ops)
 
 
@@ -588,8 +648,10 @@ class SeedRun:
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
             for pid, _app in chosen:
                 conn.execute("SELECT pg_terminate_backend(%s)", [pid])
-        self.say(f"terminated {len(chosen)} of {node.name}'s {len(sessions)} sessions "
-                 f"({fault.which}): {[app for _, app in chosen]}")  # fmt: skip
+        self.say(
+            f"terminated {len(chosen)} of {node.name}'s {len(sessions)} sessions "
+            f"({fault.which}): {[app for _, app in chosen]}"
+        )
 
     def _setup(self) -> None:
         for node in self.nodes.values():
@@ -611,8 +673,9 @@ class SeedRun:
         if any(f"W:{msg}" not in handled for msg in self.records.acked):
             return False
         finished = self.records.finished()
-        return all(s.address in finished for s in self.records.starts
-                   if s.address.split("/")[0] in ENDING)  # fmt: skip
+        return all(
+            s.address in finished for s in self.records.starts if s.address.split("/")[0] in ENDING
+        )
 
     def run(self) -> Figures:
         began = time.monotonic()
@@ -659,15 +722,23 @@ class SeedRun:
         self._drop_schema()
         r = self.records
         return Figures(
-            self.seed, acknowledged=len(r.acked) + len(r.starts), lost=len(audit.lost),
-            duplicated=len(audit.duplicated), overwritten=len(audit.overwritten),
-            node_deaths=len(self.deaths), server_restarts=self.server_restarts,
-            messages=len(r.acked), starts=len(r.starts), faults=dict(self.faults),
-            misreplied=len(audit.misreplied), failed=len(audit.failed),
-            refused=len(audit.refused), seconds=round(time.monotonic() - began, 1),
+            self.seed,
+            acknowledged=len(r.acked) + len(r.starts),
+            lost=len(audit.lost),
+            duplicated=len(audit.duplicated),
+            overwritten=len(audit.overwritten),
+            node_deaths=len(self.deaths),
+            server_restarts=self.server_restarts,
+            messages=len(r.acked),
+            starts=len(r.starts),
+            faults=dict(self.faults),
+            misreplied=len(audit.misreplied),
+            failed=len(audit.failed),
+            refused=len(audit.refused),
+            seconds=round(time.monotonic() - began, 1),
             broken=audit.broken or bool(self.deaths),
             evidence=audit.evidence() + [f"  node_death: {d}" for d in self.deaths],
-        )  # fmt: skip
+        )
 
     def _drop_schema(self) -> None:
         import psycopg
@@ -728,9 +799,14 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["NEMESIS_TREE"] = str(Path(args.tree).resolve())
         sys.path.insert(0, os.environ["NEMESIS_TREE"])  # the audit reads with its storage too
     options = Options(
-        duration=args.duration, restart_server=args.restart_server, settle=args.settle,
-        lease=args.lease, rate=args.rate, verbose=args.verbose, keep=args.keep,
-    )  # fmt: skip
+        duration=args.duration,
+        restart_server=args.restart_server,
+        settle=args.settle,
+        lease=args.lease,
+        rate=args.rate,
+        verbose=args.verbose,
+        keep=args.keep,
+    )
 
     from tests.pg_cluster import PgCluster
 

@@ -181,9 +181,13 @@ class Records:
         """Read what was appended since the last call."""
         with self._lock:
             lists: dict[str, list[Any]] = {
-                "T": self.starts, "Y": self.already, "N": self.refused, "C": self.cancels,
-                "A": self.replies, "E": self.errors,
-            }  # fmt: skip
+                "T": self.starts,
+                "Y": self.already,
+                "N": self.refused,
+                "C": self.cancels,
+                "A": self.replies,
+                "E": self.errors,
+            }
             for line in self._new_lines("acks"):
                 parsed = _parse(line)
                 if parsed is None:
@@ -222,9 +226,12 @@ def read_journal(dsn: str, schema: str) -> tuple[dict[str, Row], dict[str, list[
     from storage import PostgresJournal
 
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-        owners = {address: (owner, epoch) for address, owner, epoch in conn.execute(
-            f'SELECT address, owner, epoch FROM "{schema}".instances'
-        )}  # fmt: skip
+        owners = {
+            address: (owner, epoch)
+            for address, owner, epoch in conn.execute(
+                f'SELECT address, owner, epoch FROM "{schema}".instances'
+            )
+        }
 
     def read_rows(r: Any) -> tuple[dict[str, Row], dict[str, list[Any]]]:
         rows: dict[str, Row] = {}
@@ -233,9 +240,13 @@ def read_journal(dsn: str, schema: str) -> tuple[dict[str, Row], dict[str, list[
         for row in r.instances(corrupt=corrupt):
             owner, epoch = owners.get(row.address, (None, None))
             rows[row.address] = Row(
-                row.status, row.record.incarnation, row.record.result, owner, epoch,
+                row.status,
+                row.record.incarnation,
+                row.record.result,
+                owner,
+                epoch,
                 row.record.updated,
-            )  # fmt: skip
+            )
             addresses[row.iid] = row.address
         for bad in corrupt:
             rows[str(bad.address)] = Row("corrupt", 0, None)
@@ -280,8 +291,10 @@ class Audit:
         if row is None:
             return "no instance"
         age = "" if row.updated is None else f", written {self._read_at - row.updated:.1f} s before"
-        return (f"{row.status}, incarnation {row.incarnation}, owner {row.owner} at epoch "
-                f"{row.epoch}{age}")  # fmt: skip
+        return (
+            f"{row.status}, incarnation {row.incarnation}, owner {row.owner} at epoch "
+            f"{row.epoch}{age}"
+        )
 
     def _where(self, message: Message) -> str:
         box = self.mail.get(message.address, [])
@@ -296,7 +309,7 @@ class Audit:
                 self.lost.append(
                     f"message {m.msg} ({m.how} by {m.node} to {m.address}, {m.tag}): never "
                     f"handled; the instance is {self._where(m)}"
-                )  # fmt: skip
+                )
         # One key per message, job, queued job, timer: a second key is a second take.
         for ident, steps in sorted(self.records.handled("W", "J", "Q", "Z").items()):
             keys = {s.key for s in steps}
@@ -313,7 +326,7 @@ class Audit:
                 self.lost.append(
                     f"start of {s.address} (incarnation {s.incarnation}, {s.how} by {s.node}, "
                     f"{s.tag}): never finished; now {self._now(s.address)}"
-                )  # fmt: skip
+                )
             # One incarnation per job (never cancelled), and per pair in one round (a race).
             incarnations[(s.address, "all" if ending else s.tag)].add(s.incarnation)
         for (address, round_), seen in sorted(incarnations.items()):
@@ -322,7 +335,7 @@ class Audit:
                 self.overwritten.append(
                     f"{address} ({round_}): starts acknowledged incarnations {sorted(seen)}; "
                     f"the journal has {final}"
-                )  # fmt: skip
+                )
 
     def _results(self) -> None:
         results: dict[str, set[str]] = defaultdict(set)
@@ -331,9 +344,11 @@ class Audit:
                 results[step.ident].add(step.value)
         for address, values in sorted(results.items()):
             final = self.rows.get(address)
-            if len(values) > 1 or final is None or (final.status, final.result) != (
-                "completed", next(iter(values))
-            ):  # fmt: skip
+            if (
+                len(values) > 1
+                or final is None
+                or (final.status, final.result) != ("completed", next(iter(values)))
+            ):
                 self.overwritten.append(
                     f"{address} completed with {sorted(values)}; the journal has {final}"
                 )

@@ -319,9 +319,12 @@ async def main(dsn: str, schema: str) -> None:
         journal = PostgresJournal(dsn, schema=schema, lease_timeout=lease, pool_size=4)
         try:
             async with actors.open_system(
-                journal, processes=list(PROCESSES.values()), node=NODE,
-                passivate_after=passivate, queues=[QUEUE],
-            ) as system:  # fmt: skip
+                journal,
+                processes=list(PROCESSES.values()),
+                node=NODE,
+                passivate_after=passivate,
+                queues=[QUEUE],
+            ) as system:
                 opened = True
                 await serve(system)
                 return
@@ -336,8 +339,10 @@ async def main(dsn: str, schema: str) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr,
-        format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S",
-    )  # fmt: skip
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s",
+        datefmt="%H:%M:%S",
+    )
     dsn, schema, NODE, WORKDIR = sys.argv[1:5]
     trio.run(main, dsn, schema)

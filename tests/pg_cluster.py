@@ -89,10 +89,20 @@ class PgCluster:
         os.chmod(self.root, 0o700)
         try:
             self._run(
-                [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres",
-                 "--auth=trust", "-E", "UTF8", "--locale=C", "--no-instructions"],
+                [
+                    str(PG_BIN / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-instructions",
+                ],
                 timeout=120,
-            )  # fmt: skip
+            )
             ours = {**SETTINGS, "port": str(self.port), "unix_socket_directories": f"'{self.root}'"}
             with open(self.data / "postgresql.conf", "a") as conf:
                 conf.write("\n# tests/pg_cluster.py\n")
@@ -122,10 +132,19 @@ class PgCluster:
     def _pg_ctl(self, *args: str, timeout: float) -> str:
         wait = str(max(1, int(timeout)))
         return self._run(
-            [str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w",
-             "-t", wait, *args],
+            [
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-w",
+                "-t",
+                wait,
+                *args,
+            ],
             timeout=timeout + 10,
-        )  # fmt: skip
+        )
 
     def _log_tail(self, lines: int = 20) -> str:
         try:
@@ -186,10 +205,22 @@ class PgCluster:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1.0):
                     pass
                 out = subprocess.run(
-                    [str(PG_BIN / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port),
-                     "-U", "postgres", "-t", "2"],
-                    capture_output=True, text=True, timeout=10, check=False,
-                )  # fmt: skip
+                    [
+                        str(PG_BIN / "pg_isready"),
+                        "-h",
+                        "127.0.0.1",
+                        "-p",
+                        str(self.port),
+                        "-U",
+                        "postgres",
+                        "-t",
+                        "2",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                    check=False,
+                )
                 if out.returncode == 0:
                     return
             except (OSError, subprocess.TimeoutExpired):

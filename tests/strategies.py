@@ -66,7 +66,6 @@ class Sealed:
 INT64_EDGES = [-(2**63) - 1, -(2**63), 2**63 - 1, 2**63, 2**64 - 1, 2**64]
 
 
-
 def _shifted(n: int, bits: int) -> int:
     return n << bits
 
@@ -205,12 +204,34 @@ bad_seconds = st.one_of(
 # Names of the fields the runtime reads in its records and log entries, so that
 # reshaped values come near the real shapes (a map with a kind of the wrong type)
 # rather than only far from them.
-_RUNTIME_FIELDS = ["k", "n", "h", "v", "e", "s", "m", "a", "due", "run", "inc", "params",
-                   "input", "parent", "restarts", "last_error", "created", "updated"]  # fmt: skip
+_RUNTIME_FIELDS = [
+    "k",
+    "n",
+    "h",
+    "v",
+    "e",
+    "s",
+    "m",
+    "a",
+    "due",
+    "run",
+    "inc",
+    "params",
+    "input",
+    "parent",
+    "restarts",
+    "last_error",
+    "created",
+    "updated",
+]
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=False),
-    st.text(max_size=8), st.binary(max_size=8),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+)
 
 
 def msgpack_shapes() -> st.SearchStrategy[Any]:
@@ -219,20 +240,38 @@ def msgpack_shapes() -> st.SearchStrategy[Any]:
     near = st.dictionaries(st.sampled_from(_RUNTIME_FIELDS), _scalars, max_size=4)
     far = st.recursive(
         _scalars,
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
-                                                                     max_size=3),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        ),
         max_leaves=6,
-    )  # fmt: skip
+    )
     return near | far | st.lists(st.text(max_size=4) | _scalars, min_size=2, max_size=3)
 
 
 # Every key a log entry may store, and one no version knows.
-_ENTRY_KEYS = ["k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child", "q",
-               "later"]  # fmt: skip
+_ENTRY_KEYS = [
+    "k",
+    "n",
+    "h",
+    "v",
+    "e",
+    "m",
+    "s",
+    "a",
+    "f",
+    "c",
+    "key",
+    "due",
+    "child",
+    "q",
+    "later",
+]
 _entry_values = st.one_of(
-    _scalars, st.sampled_from(["sleep", "wait", "step"]),
-    st.lists(_scalars, max_size=2), st.dictionaries(st.text(max_size=2), _scalars, max_size=2),
-)  # fmt: skip
+    _scalars,
+    st.sampled_from(["sleep", "wait", "step"]),
+    st.lists(_scalars, max_size=2),
+    st.dictionaries(st.text(max_size=2), _scalars, max_size=2),
+)
 
 
 def log_entry_maps() -> st.SearchStrategy[dict[str, Any]]:

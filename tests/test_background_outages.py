@@ -80,7 +80,9 @@ FAULTS = [
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: type(f).__name__)
-async def test_a_queue_rides_out_a_journal_that_refuses_its_admissions(fault, autojump_clock, caplog):
+async def test_a_queue_rides_out_a_journal_that_refuses_its_admissions(
+    fault, autojump_clock, caplog
+):
     caplog.set_level(logging.WARNING, logger="actors")
     journal = Faulty()
     q = Queue("one", concurrency=1)
@@ -106,7 +108,9 @@ async def test_a_queue_rides_out_a_journal_that_refuses_its_admissions(fault, au
     assert 2 == len(said), said  # once when it met the trouble, once when it was over
     assert type(fault).__name__ in said[0] or str(fault) in said[0]
     assert "admits again" in said[1]
-    assert {logging.WARNING} == {r.levelno for r in caplog.records if "queue 'one'" in r.getMessage()}
+    assert {logging.WARNING} == {
+        r.levelno for r in caplog.records if "queue 'one'" in r.getMessage()
+    }
 
 
 async def test_an_admission_of_unknown_outcome_runs_what_it_admitted(autojump_clock):
@@ -132,7 +136,9 @@ async def test_an_admission_of_unknown_outcome_runs_what_it_admitted(autojump_cl
         assert (0, 0) == (info.waiting, info.running)
 
 
-async def test_a_background_task_that_fails_with_a_group_of_outages_runs_again(autojump_clock, caplog):
+async def test_a_background_task_that_fails_with_a_group_of_outages_runs_again(
+    autojump_clock, caplog
+):
     caplog.set_level(logging.WARNING, logger="actors")
     journal = MemoryJournal()
     runs: list[float] = []
@@ -141,12 +147,15 @@ async def test_a_background_task_that_fails_with_a_group_of_outages_runs_again(a
         runs.append(trio.current_time())
         if len(runs) == 1:
             async with trio.open_nursery() as nursery:  # a service with tasks of its own
+
                 async def lost() -> None:
                     raise JournalUnavailable("lost (test)")
 
                 nursery.start_soon(lost)
         if len(runs) == 2:
-            raise ExceptionGroup("full", [JournalFull("full (test)"), JournalDiskFull("disk (test)")])
+            raise ExceptionGroup(
+                "full", [JournalFull("full (test)"), JournalDiskFull("disk (test)")]
+            )
 
     async with journal:
         async with trio.open_nursery() as nursery:
@@ -205,7 +214,9 @@ class Refusing(MemoryJournal):
 async def test_the_cancel_of_a_losing_child_rides_out_a_full_journal(autojump_clock):
     journal = Refusing()
     journal.iid = instance_id("racer/r/waiter/r")
-    async with actors.open_system(journal, processes=[racer, waiter], passivate_after=0.5) as system:
+    async with actors.open_system(
+        journal, processes=[racer, waiter], passivate_after=0.5
+    ) as system:
         handle = await system.start(racer, "r")
         await trio.sleep(2)  # the child waits, passivated
         journal.fault = JournalFull("the map is full (test)")

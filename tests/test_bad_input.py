@@ -15,8 +15,7 @@ import sys
 import msgpack
 import pytest
 import trio
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import actors
 from actors import Context, Retry, Signal, process
@@ -131,8 +130,6 @@ def test_the_int_str_conversion_limit_does_not_change_the_bytes() -> None:
 # -- process code: the process fails cleanly, the system stays up -------------------------
 
 
-
-
 go = Signal("go")
 DEEP = nest(10_000, WRAPPERS["list"])
 FAR_EAST = dt.timezone(dt.timedelta(hours=14))
@@ -180,9 +177,13 @@ PROCESS_CASES = {
     "step_arg_deep": (lambda ctx: ctx.step(len, DEEP), "EncodeError"),
     "step_result_surrogate": (lambda ctx: ctx.step(lambda: "\ud800", name="r"), "StepFailed"),
     "step_raises_surrogate": (
-        lambda ctx: ctx.step(lambda: _raise(chr(0xDFFF)), name="raise"), "StepFailed"
+        lambda ctx: ctx.step(lambda: _raise(chr(0xDFFF)), name="raise"),
+        "StepFailed",
     ),
-    "retry_nan": (lambda ctx: ctx.step(len, "a", retry=Retry(backoff=math.nan)), "InvalidArguments"),
+    "retry_nan": (
+        lambda ctx: ctx.step(len, "a", retry=Retry(backoff=math.nan)),
+        "InvalidArguments",
+    ),
     "retry_zero": (lambda ctx: ctx.step(len, "a", retry=Retry(attempts=0)), "InvalidArguments"),
     "emit_deep": (lambda ctx: ctx.emit(DEEP), "EncodeError"),
     "emit_surrogate": (lambda ctx: ctx.emit(["\ud800"]), "EncodeError"),
@@ -283,13 +284,16 @@ CALLER_CASES = {
     "send_payload_deep": (lambda s: s.send("plain/live", go, DEEP), EncodeError),
     "send_signal_str": (lambda s: s.send("plain/live", "go", 1), InvalidArguments),
     "sws_param_surrogate": (
-        lambda s: s.signal_with_start(plain, "\ud800", signal=go, payload=1), InvalidArguments
+        lambda s: s.signal_with_start(plain, "\ud800", signal=go, payload=1),
+        InvalidArguments,
     ),
     "sws_payload_surrogate": (
-        lambda s: s.signal_with_start(plain, "new", signal=go, payload="\ud800"), EncodeError
+        lambda s: s.signal_with_start(plain, "new", signal=go, payload="\ud800"),
+        EncodeError,
     ),
     "sws_payload_deep": (
-        lambda s: s.signal_with_start(plain, "new", signal=go, payload=DEEP), EncodeError
+        lambda s: s.signal_with_start(plain, "new", signal=go, payload=DEEP),
+        EncodeError,
     ),
     "cancel_surrogate": (lambda s: s.cancel("\ud800"), InvalidArguments),
     "resume_surrogate": (lambda s: s.resume_compensation("\ud800"), InvalidArguments),
@@ -311,11 +315,10 @@ async def _enter_stream(system, address, consumer):
 
 CALLER_CASES.update(
     {
-        "stream_address_surrogate": (
-            lambda s: _enter_stream(s, "\ud800", "c"), InvalidArguments
-        ),
+        "stream_address_surrogate": (lambda s: _enter_stream(s, "\ud800", "c"), InvalidArguments),
         "stream_consumer_surrogate": (
-            lambda s: _enter_stream(s, "plain/live", "\ud800"), InvalidArguments
+            lambda s: _enter_stream(s, "plain/live", "\ud800"),
+            InvalidArguments,
         ),
         "stream_consumer_empty": (lambda s: _enter_stream(s, "plain/live", ""), InvalidArguments),
         "stream_consumer_int": (lambda s: _enter_stream(s, "plain/live", 7), InvalidArguments),
@@ -385,12 +388,20 @@ def test_signal_may_not_take_the_runtime_prefix() -> None:
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"attempts": 0}, {"attempts": 2.5}, {"attempts": True}, {"attempts": "3"},
-        {"backoff": math.nan}, {"backoff": -1}, {"backoff": math.inf}, {"backoff": "1"},
-        {"max_backoff": math.nan}, {"max_backoff": 1e300},
-        {"non_retryable": ValueError}, {"non_retryable": (ValueError, "x")},
+        {"attempts": 0},
+        {"attempts": 2.5},
+        {"attempts": True},
+        {"attempts": "3"},
+        {"backoff": math.nan},
+        {"backoff": -1},
+        {"backoff": math.inf},
+        {"backoff": "1"},
+        {"max_backoff": math.nan},
+        {"max_backoff": 1e300},
+        {"non_retryable": ValueError},
+        {"non_retryable": (ValueError, "x")},
     ],
-)  # fmt: skip
+)
 def test_retry_with_bad_settings_is_invalid_arguments(kwargs: dict) -> None:
     with pytest.raises(InvalidArguments, match="Retry"):
         Retry(**kwargs)
@@ -399,7 +410,10 @@ def test_retry_with_bad_settings_is_invalid_arguments(kwargs: dict) -> None:
 def test_retry_with_good_settings_is_kept() -> None:
     retry = Retry(attempts=5, backoff=1, max_backoff=60, non_retryable=(KeyError,))
     assert (5, 1.0, 60.0, (KeyError,)) == (
-        retry.attempts, retry.backoff, retry.max_backoff, retry.non_retryable
+        retry.attempts,
+        retry.backoff,
+        retry.max_backoff,
+        retry.non_retryable,
     )
 
 
@@ -463,11 +477,17 @@ async def test_a_five_thousand_digit_int_crosses_the_journal_exactly(opener, aut
 @pytest.mark.parametrize(
     "options",
     [
-        {"passivate_after": math.nan}, {"passivate_after": -1}, {"passivate_after": "60"},
-        {"max_sync_steps": 0}, {"max_sync_steps": 2.5}, {"max_sync_steps": math.inf},
-        {"max_payload": 0}, {"max_payload": -5}, {"max_payload": math.nan},
+        {"passivate_after": math.nan},
+        {"passivate_after": -1},
+        {"passivate_after": "60"},
+        {"max_sync_steps": 0},
+        {"max_sync_steps": 2.5},
+        {"max_sync_steps": math.inf},
+        {"max_payload": 0},
+        {"max_payload": -5},
+        {"max_payload": math.nan},
     ],
-)  # fmt: skip
+)
 async def test_open_system_refuses_bad_options_before_opening(tmp_path, options):
     with pytest.raises(InvalidArguments, match="open_system"):
         async with actors.open_system(MemoryJournal(), processes=[plain], **options):

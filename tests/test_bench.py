@@ -128,19 +128,25 @@ def many_results() -> list[Result]:
     return [
         result("raw-1000/txn", 650_587.0, "records/s", samples=(600_000.0, 700_000.0)),
         result(
-            "lmdb signals -> 1000 instances", 18_014.0, "signals/s",
+            "lmdb signals -> 1000 instances",
+            18_014.0,
+            "signals/s",
             samples=(9_000.0, 30_000.0, 18_014.0),
             ratios={"raw-1000/txn": 0.033, "raw-commit": 4.5, "raw-scattered": 0.2},
-            target=at_least(0.08, "raw-1000/txn"), meaning="durable messages",
+            target=at_least(0.08, "raw-1000/txn"),
+            meaning="durable messages",
         ),
         result(
-            "cascade-cancel 2,550 descendants", 275.0, "ms",
-            ratios={"nursery-cancel 2,500": 5.7}, target=at_most(3, "nursery-cancel 2,500"),
+            "cascade-cancel 2,550 descendants",
+            275.0,
+            "ms",
+            ratios={"nursery-cancel 2,500": 5.7},
+            target=at_most(3, "nursery-cancel 2,500"),
         ),
         result("spawn tree of 2,550", 234_567.0, "instances/s", samples=(1.0, 9.0)),
         result("100,000 passivated: RSS", 101.0, "MB", target=at_most(100)),
         result("cpu node A (2 nodes)", 97.5, "% of a core", suite="postgres"),
-    ]  # fmt: skip
+    ]
 
 
 def test_the_table_fits_in_120_columns() -> None:
@@ -156,10 +162,14 @@ def test_names_too_long_for_120_columns_are_shortened() -> None:
     extreme = [
         *many_results(),
         result(
-            long_name, 1_234_567_890.0, "instances/s", samples=(1.0, 9.0),
-            ratios={long_baseline: 0.5}, target=at_least(10_000, long_baseline),
+            long_name,
+            1_234_567_890.0,
+            "instances/s",
+            samples=(1.0, 9.0),
+            ratios={long_baseline: 0.5},
+            target=at_least(10_000, long_baseline),
         ),
-    ]  # fmt: skip
+    ]
     lines = format_table(extreme, OPTIONS).splitlines()
     assert max(len(line) for line in lines) <= WIDTH
     row = next(line for line in lines if line.startswith("a figure with"))
@@ -179,7 +189,9 @@ def test_each_figure_row_shows_value_ratio_baseline_target_and_verdict() -> None
     at = lines.index(row)
     assert "4.50x raw-commit" in lines[at + 1] and not lines[at + 1].startswith("lmdb")
     assert "0.20x raw-scattered" in lines[at + 2]
-    assert ["    durable messages", "    ! noisy: its samples spread 3.3x"] == lines[at + 3 : at + 5]
+    assert ["    durable messages", "    ! noisy: its samples spread 3.3x"] == lines[
+        at + 3 : at + 5
+    ]
     latency = next(line for line in lines if line.startswith("cascade-cancel"))
     assert "5.70x nursery-cancel 2,500  <=3x MISSED" in latency
     memory = next(line for line in lines if line.startswith("100,000 passivated: RSS"))
@@ -203,8 +215,11 @@ def test_the_json_carries_targets_verdicts_and_noise() -> None:
         signals["target"]
     )
     assert ("noisy", 0.033, True, False) == (
-        signals["verdict"], signals["measured"], signals["noisy"], signals["lower_is_better"]
-    )  # fmt: skip
+        signals["verdict"],
+        signals["measured"],
+        signals["noisy"],
+        signals["lower_is_better"],
+    )
     raw = document["results"][0]
     assert (None, None) == (raw["target"], raw["verdict"])
 
@@ -243,8 +258,12 @@ def fake_suite(monkeypatch):
             [
                 Measurement("trio ping-pong", "round trips/s", lambda d, s: 1000.0),
                 # A figure declares its target in one line.
-                Measurement("ask", "round trips/s", lambda d, s: 600.0,
-                            target=at_least(0.5, "trio ping-pong")),  # fmt: skip
+                Measurement(
+                    "ask",
+                    "round trips/s",
+                    lambda d, s: 600.0,
+                    target=at_least(0.5, "trio ping-pong"),
+                ),
                 Measurement("p50", "µs", lambda d, s: 900.0, ("raw",), at_most(1.3, "raw")),
                 Measurement("raw", "µs", lambda d, s: 600.0),
             ],
@@ -323,8 +342,12 @@ def test_python_m_bench_plot_without_matplotlib_exits_2(tmp_path) -> None:
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "chart.png")],
-        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert (2, "") == (done.returncode, done.stdout)
     assert "install it with:\n    pip install -e '.[plot]'" in done.stderr

@@ -29,6 +29,9 @@ def test_a_figure_is_the_difference_of_its_two_runs_per_operation(monkeypatch, t
     monkeypatch.setattr(instructions, "count", fake)
     found = instructions.measure([tmp_path], instructions.FIGURES)
     assert {
-        "ctx.call child": 7, "1-step process": 5, "create passivated": 3,
-        "wake passivated": 11, "cancel, per instance of a tree": 13,
-    } == {name: row[str(tmp_path)] for name, row in found.items()}  # fmt: skip
+        "ctx.call child": 7,
+        "1-step process": 5,
+        "create passivated": 3,
+        "wake passivated": 11,
+        "cancel, per instance of a tree": 13,
+    } == {name: row[str(tmp_path)] for name, row in found.items()}

@@ -36,10 +36,16 @@ SENDS_COMMIT = contains("raw-commit", "a durable send waits for one synced commi
 def latency(ratio: float, **kw) -> Result:
     """``send->resumed p50`` at ``ratio`` times raw-commit, with its floor."""
     return Result(
-        suite="runtime", name="send->resumed p50", value=559.0, unit="µs",
-        samples=kw.pop("samples", (550.0, 559.0, 570.0)), ratios={"raw-commit": ratio},
-        target=at_most(1.3, "raw-commit"), floor=SENDS_COMMIT, **kw,
-    )  # fmt: skip
+        suite="runtime",
+        name="send->resumed p50",
+        value=559.0,
+        unit="µs",
+        samples=kw.pop("samples", (550.0, 559.0, 570.0)),
+        ratios={"raw-commit": ratio},
+        target=at_most(1.3, "raw-commit"),
+        floor=SENDS_COMMIT,
+        **kw,
+    )
 
 
 def fixed(*values: float):
@@ -63,11 +69,15 @@ def test_a_durable_send_faster_than_the_commit_it_contains_is_noisy_not_met() ->
 
 def test_a_rate_above_the_commits_it_contains_is_impossible() -> None:
     one_writer = Result(
-        suite="journal", name="journal 1 writer", value=5_000.0, unit="appends/s",
-        samples=(4_900.0, 5_000.0, 5_100.0), ratios={"raw-commit": 1.2},
+        suite="journal",
+        name="journal 1 writer",
+        value=5_000.0,
+        unit="appends/s",
+        samples=(4_900.0, 5_000.0, 5_100.0),
+        ratios={"raw-commit": 1.2},
         target=at_least(0.9, "raw-commit"),
         floor=contains("raw-commit", "an append waits for a synced commit"),
-    )  # fmt: skip
+    )
     assert one_writer.impossible and "noisy" == one_writer.verdict
     fair = attrs.evolve(one_writer, ratios={"raw-commit": 0.95})
     assert (False, "met") == (fair.impossible, fair.verdict)
@@ -99,8 +109,14 @@ def test_a_figure_whose_own_samples_spread_more_than_2x_is_noisy_met_or_not() ->
     assert "noisy" == latency(1.0, samples=(300.0, 559.0, 700.0)).verdict
     assert "noisy" == latency(2.0, samples=(300.0, 559.0, 700.0)).verdict
     # A target on the value itself (no baseline) too.
-    rss = Result(suite="runtime", name="RSS", value=90.0, unit="MB", samples=(40.0, 90.0, 95.0),
-                 target=at_most(100))  # fmt: skip
+    rss = Result(
+        suite="runtime",
+        name="RSS",
+        value=90.0,
+        unit="MB",
+        samples=(40.0, 90.0, 95.0),
+        target=at_most(100),
+    )
     assert "noisy" == rss.verdict
 
 
@@ -110,8 +126,12 @@ def test_run_measurements_records_baseline_spreads_and_judges_them(tmp_path) -> 
         "fake",
         [
             Measurement(
-                "send p50", "µs", fixed(500, 559, 540), target=at_most(1.3, "raw-commit"),
-                floor=SENDS_COMMIT, meaning="one send",
+                "send p50",
+                "µs",
+                fixed(500, 559, 540),
+                target=at_most(1.3, "raw-commit"),
+                floor=SENDS_COMMIT,
+                meaning="one send",
             ),
             # A slow spell in the middle round: 3x spread.
             Measurement("raw-commit", "µs", fixed(400, 1_200, 420)),
@@ -128,10 +148,12 @@ def test_the_floor_names_a_baseline_that_is_measured_even_if_not_listed(tmp_path
     options = Options(full=False, repeats=1, seconds=0.0, workdir=tmp_path)
     (send, _) = run_measurements(
         "fake",
-        [Measurement("send", "µs", fixed(100), floor=SENDS_COMMIT),
-         Measurement("raw-commit", "µs", fixed(250))],
+        [
+            Measurement("send", "µs", fixed(100), floor=SENDS_COMMIT),
+            Measurement("raw-commit", "µs", fixed(250)),
+        ],
         options,
-    )  # fmt: skip
+    )
     assert ({"raw-commit": 0.4}, True, None) == (dict(send.ratios), send.impossible, send.verdict)
 
 
@@ -139,8 +161,14 @@ def test_the_floor_names_a_baseline_that_is_measured_even_if_not_listed(tmp_path
 
 
 def readers_set() -> list[Result]:
-    commit = Result(suite="runtime", name="raw-commit", value=1_360.0, unit="µs",
-                    samples=(190.0, 1_360.0, 1_400.0), meaning="one synced commit")  # fmt: skip
+    commit = Result(
+        suite="runtime",
+        name="raw-commit",
+        value=1_360.0,
+        unit="µs",
+        samples=(190.0, 1_360.0, 1_400.0),
+        meaning="one synced commit",
+    )
     return [commit, latency(0.41, meaning="one message to a waiting process")]
 
 
@@ -162,10 +190,13 @@ def test_every_value_in_the_table_carries_its_unit() -> None:
     results = [
         Result(suite="s", name=name, value=value, unit=unit)
         for name, value, unit in [
-            ("process", 5_657.0, "processes/s"), ("signals", 34_138.0, "signals/s"),
-            ("latency", 259.0, "µs"), ("memory", 8_081.0, "B"), ("cpu", 97.5, "% of a core"),
+            ("process", 5_657.0, "processes/s"),
+            ("signals", 34_138.0, "signals/s"),
+            ("latency", 259.0, "µs"),
+            ("memory", 8_081.0, "B"),
+            ("cpu", 97.5, "% of a core"),
         ]
-    ]  # fmt: skip
+    ]
     rows = {line.split("  ")[0]: line for line in format_table(results, OPTIONS).splitlines()}
     assert "5,657 processes/s" in rows["process"]
     assert "34,138 signals/s" in rows["signals"]
@@ -175,9 +206,16 @@ def test_every_value_in_the_table_carries_its_unit() -> None:
 
 
 def test_a_suite_without_targets_has_no_target_column() -> None:
-    results = [Result(suite="peers", name="DBOS 1-step", value=30.0, unit="workflows/s"),
-               Result(suite="peers", name="ours 1-step", value=60.0, unit="processes/s",
-                      ratios={"DBOS 1-step": 2.0})]  # fmt: skip
+    results = [
+        Result(suite="peers", name="DBOS 1-step", value=30.0, unit="workflows/s"),
+        Result(
+            suite="peers",
+            name="ours 1-step",
+            value=60.0,
+            unit="processes/s",
+            ratios={"DBOS 1-step": 2.0},
+        ),
+    ]
     table = format_table(results, OPTIONS).splitlines()
     header = next(line for line in table if line.startswith("peers"))
     assert ["peers", "value", "x", "baseline"] == header.split()
@@ -194,8 +232,10 @@ def test_markdown_and_json_carry_the_meaning_and_the_noisy_verdict() -> None:
     document = json.loads(json.dumps(json_document(readers_set(), OPTIONS)))
     send = document["results"][1]
     assert ("noisy", True, "one message to a waiting process") == (
-        send["verdict"], send["impossible"], send["meaning"]
-    )  # fmt: skip
+        send["verdict"],
+        send["impossible"],
+        send["meaning"],
+    )
     assert {"count": 1, "met": 0, "noisy": 1} == document["targets"]
 
 
@@ -210,13 +250,16 @@ def declared(monkeypatch) -> list[Measurement]:
 
     def record(suite_name: str, measurements, options) -> list[Result]:
         seen.extend(measurements)
-        return [Result(suite=suite_name, name=m.name, value=1.0, unit=m.unit)
-                for m in measurements]  # fmt: skip
+        return [Result(suite=suite_name, name=m.name, value=1.0, unit=m.unit) for m in measurements]
 
     for module in (bench.journal, bench.runtime, bench.asks, bench.queues):
         monkeypatch.setattr(module, "run_measurements", record)
-    for fn in (bench.journal.journal_suite, bench.runtime.runtime_suite, bench.asks.ask_suite,
-               bench.queues.queues_suite):  # fmt: skip
+    for fn in (
+        bench.journal.journal_suite,
+        bench.runtime.runtime_suite,
+        bench.asks.ask_suite,
+        bench.queues.queues_suite,
+    ):
         fn(OPTIONS)
     return seen
 
@@ -233,8 +276,10 @@ def test_processes_are_read_against_commits_or_each_other_not_batched_records(de
     assert len(processes) >= 5
     for m in processes:
         assert set(m.all_baselines()) <= {
-            "raw-commits/s", "process, 1 async step", "process, 1 async step, 100 at a time"
-        }, m.name  # fmt: skip
+            "raw-commits/s",
+            "process, 1 async step",
+            "process, 1 async step, 100 at a time",
+        }, m.name
 
 
 def test_journal_appends_are_read_against_commits_and_their_own_access_pattern(
@@ -279,8 +324,9 @@ def test_the_default_run_leaves_out_postgres_and_peers(monkeypatch, tmp_path, ca
 
     ran: list[str] = []
     for name in list(_registry.SUITES):
-        monkeypatch.setitem(_registry.SUITES, name, lambda options, name=name: ran.append(name)
-                            or [])  # fmt: skip
+        monkeypatch.setitem(
+            _registry.SUITES, name, lambda options, name=name: ran.append(name) or []
+        )
     assert 0 == main(["--dir", str(tmp_path)])
     assert {"journal", "runtime", "ask", "queues"} == set(ran)
 
@@ -302,9 +348,13 @@ def test_peers_pairs_each_of_our_shapes_with_dbos_and_reads_ours_against_it(
     ours = {m.name: m for m in seen if m.name.startswith("ours ")}
     dbos = {m.name for m in seen if m.name.startswith("DBOS ")}
     assert {
-        "ours 1-step, sequential", "ours 1-step, 100 at once", "ours 10-step, sequential",
-        "ours 10-step, 100 at once", "ours send->resumed p50", "ours send->resumed p99",
-    } == set(ours)  # fmt: skip
+        "ours 1-step, sequential",
+        "ours 1-step, 100 at once",
+        "ours 10-step, sequential",
+        "ours 10-step, 100 at once",
+        "ours send->resumed p50",
+        "ours send->resumed p99",
+    } == set(ours)
     for m in ours.values():
         # The ratio is ours/DBOS: each figure of ours is read against DBOS's same shape.
         assert 1 == len(m.baselines) and m.baselines[0] in dbos, m.name

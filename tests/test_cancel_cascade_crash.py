@@ -65,15 +65,20 @@ def _run_child(tmp: Path, round_no: int, rng: random.Random) -> float:
     Returns the ms from the cancel's start to the kill."""
     acks = tmp / f"acks{round_no}"
     kill_after_acks(
-        [str(CHILD), str(tmp / "journal"), str(acks), f"r{round_no}",
-         str(PASSIVATE[round_no % len(PASSIVATE)])],
+        [
+            str(CHILD),
+            str(tmp / "journal"),
+            str(acks),
+            f"r{round_no}",
+            str(PASSIVATE[round_no % len(PASSIVATE)]),
+        ],
         stderr_path=tmp / f"child{round_no}.err",
         acked=lambda: sum(line.startswith("C ") for line in _acks(acks)),
         min_acks=1,
         start_timeout=START_TIMEOUT,
         delay=rng.uniform(0, LONGEST_DELAY),
         label=f"child of round {round_no}",
-    )  # fmt: skip
+    )
     killed = time.monotonic()  # (CLOCK_MONOTONIC: one clock for both processes)
     lines = _acks(acks)
     began = next(float(line.split()[1]) for line in lines if line.startswith("C "))

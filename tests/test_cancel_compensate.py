@@ -71,9 +71,12 @@ async def undoing(ctx: Context, id: str) -> None:
 def undone(order: str, amount: int = 5) -> list[str]:
     """The ledger of an order charged, reserved, then compensated newest first."""
     return [
-        f"charge {order} {amount}", f"reserve {order}", f"release {order} res-{order}",
-        f"refund started {order}", f"refund {order} {amount} ch-{order}",
-    ]  # fmt: skip
+        f"charge {order} {amount}",
+        f"reserve {order}",
+        f"release {order} res-{order}",
+        f"refund started {order}",
+        f"refund {order} {amount} ch-{order}",
+    ]
 
 
 @pytest.mark.parametrize("passivate_after", [60.0, 0.0], ids=["in memory", "passivated"])
@@ -161,16 +164,18 @@ async def cli(journal: Path, *args: str) -> tuple[int, str, str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TZ="UTC", COLUMNS="200")
     done = await trio.run_process(
         [sys.executable, "-m", "actors", "--journal", str(journal), *args],
-        cwd=ROOT, env=env, capture_stdout=True, capture_stderr=True, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
 async def offline(journal: Path, *args: str) -> tuple[int, str, str]:
     """`cli` in this process, for when no system here holds the journal."""
-    done = await trio.to_thread.run_sync(
-        lambda: run_in_process(["--journal", str(journal), *args])
-    )
+    done = await trio.to_thread.run_sync(lambda: run_in_process(["--journal", str(journal), *args]))
     return done.returncode, done.stdout, done.stderr
 
 

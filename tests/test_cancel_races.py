@@ -95,14 +95,14 @@ async def test_cancelling_the_parent_wins_over_a_child_restart(any_opener, autoj
             activations = runs.count(child_address)
             await trio.sleep(30)  # any restart delay is long over
             assert (round_, "cancelled", activations) == (
-                round_, child.status, runs.count(child_address),
-            )  # fmt: skip
+                round_,
+                child.status,
+                runs.count(child_address),
+            )
             assert (round_, 0) == (round_, len(system._live))
 
 
-async def test_cancelling_the_parent_wins_over_restarting_all_children(
-    any_opener, autojump_clock
-):
+async def test_cancelling_the_parent_wins_over_restarting_all_children(any_opener, autojump_clock):
     # One child crashes; OneForAll restarts its sibling too (written from
     # outside the sibling when it is not in memory). The parent's cancel
     # wins over both restarts.
@@ -125,8 +125,10 @@ async def test_cancelling_the_parent_wins_over_restarting_all_children(
             await trio.sleep(30)
             statuses = [c.status for c in children]
             assert (round_, ["cancelled"] * 2, activations) == (
-                round_, statuses, [runs.count(a) for a in addresses],
-            )  # fmt: skip
+                round_,
+                statuses,
+                [runs.count(a) for a in addresses],
+            )
             assert (round_, 0) == (round_, len(system._live))
 
 
@@ -146,8 +148,10 @@ async def test_cancel_of_a_crashed_transient_instance_wins_over_its_restart(
             activations = runs.count(handle.id)
             await trio.sleep(30)
             assert (round_, "cancelled", activations) == (
-                round_, handle.status, runs.count(handle.id),
-            )  # fmt: skip
+                round_,
+                handle.status,
+                runs.count(handle.id),
+            )
             assert (round_, 0) == (round_, len(system._live))
             # A second cancel has nothing live to cancel.
             assert (round_, False) == (round_, await handle.cancel())

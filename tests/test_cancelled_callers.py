@@ -75,7 +75,9 @@ async def test_a_send_cancelled_before_it_is_submitted_writes_nothing(autojump_c
 async def test_a_process_send_reaches_the_receiver_whatever_the_commit_time(autojump_clock, delay):
     journal = SlowCommits()
     journal.delay = delay
-    async with actors.open_system(journal, processes=[inbox, asker], passivate_after=3600) as system:
+    async with actors.open_system(
+        journal, processes=[inbox, asker], passivate_after=3600
+    ) as system:
         box = await system.start(inbox, "c")
         sender = await system.start(asker, "c", to=box.id)
         with trio.fail_after(30):

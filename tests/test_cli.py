@@ -187,8 +187,14 @@ def run_cli(journal: Path, *args: str, input: str | None = None) -> subprocess.C
     env = dict(os.environ, PYTHONPATH=str(ROOT), TZ="UTC", COLUMNS="160")
     return subprocess.run(
         [sys.executable, "-m", "actors", "--journal", str(journal), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, input=input, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=60,
+        check=False,
+    )
 
 
 def run_json(journal: Path, *args: str) -> dict:
@@ -417,8 +423,10 @@ def test_send_refuses_what_is_not_live(journal):
 def test_cancel_cancels_children_first_as_the_runtime_does(journal):
     doc = cli_json(journal, "cancel", "orders/o-1")
     assert [
-        "orders/o-1/ship/s1/track/t1", "orders/o-1/ship/s1", "orders/o-1",
-    ] == doc["cancelled"]  # fmt: skip
+        "orders/o-1/ship/s1/track/t1",
+        "orders/o-1/ship/s1",
+        "orders/o-1",
+    ] == doc["cancelled"]
 
     def statuses(r):
         return {
@@ -555,9 +563,14 @@ def test_beside_a_running_system_reads_work_and_writes_refuse(journal, tmp_path)
     script.write_text(HOLDER)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     holder = subprocess.Popen(
-        [sys.executable, str(script), str(journal)], cwd=ROOT, env=env,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, str(script), str(journal)],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "ready\n" == holder.stdout.readline()
 
@@ -568,8 +581,10 @@ def test_beside_a_running_system_reads_work_and_writes_refuse(journal, tmp_path)
         stats = cli_json(journal, "stats")
         assert (True, holder.pid) == (stats["held"], stats["held_by_pid"])
 
-        for args in (("send", "approvals/a-1", "approve", '{"by": "ann"}'),
-                     ("cancel", "approvals/a-1")):  # fmt: skip
+        for args in (
+            ("send", "approvals/a-1", "approve", '{"by": "ann"}'),
+            ("cancel", "approvals/a-1"),
+        ):
             done = cli(journal, *args)
             assert 4 == done.returncode, done.stderr
             assert f"is owned by a running system (pid {holder.pid})" in done.stderr
@@ -590,8 +605,17 @@ def test_beside_a_running_system_reads_work_and_writes_refuse(journal, tmp_path)
         holder.stdin.write("start\n")
         holder.stdin.flush()
         assert "started\n" == holder.stdout.readline()
-        done = cli(journal, "--json", "tail", "ticks/t-1", "--consumer", "w", "--follow",
-                       "--interval", "0.02")  # fmt: skip
+        done = cli(
+            journal,
+            "--json",
+            "tail",
+            "ticks/t-1",
+            "--consumer",
+            "w",
+            "--follow",
+            "--interval",
+            "0.02",
+        )
         assert 0 == done.returncode, done.stderr
         values = [json.loads(line) for line in done.stdout.splitlines()]
         assert [{"index": n, "value": n} for n in range(30)] == values
@@ -669,9 +693,14 @@ def test_a_readonly_journal_follows_a_map_another_process_grew(tmp_path):
     script.write_text(GROWER)
     path = tmp_path / "journal"
     grower = subprocess.Popen(
-        [sys.executable, str(script), str(path)], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, str(script), str(path)],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "ready\n" == grower.stdout.readline()
 
@@ -695,10 +724,26 @@ def test_a_readonly_journal_follows_a_map_another_process_grew(tmp_path):
 def test_tail_follow_stops_quietly_on_ctrl_c(journal):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     tail = subprocess.Popen(
-        [sys.executable, "-m", "actors", "--journal", str(journal), "tail", "feeds/f-1",
-         "--consumer", "reader", "--follow", "--interval", "0.05"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "actors",
+            "--journal",
+            str(journal),
+            "tail",
+            "feeds/f-1",
+            "--consumer",
+            "reader",
+            "--follow",
+            "--interval",
+            "0.05",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = tail.stdout.readline()  # it has printed, so it is following now
     tail.send_signal(signal.SIGINT)
     rest = tail.stdout.read()
@@ -716,8 +761,13 @@ def run_bare(*args: str) -> subprocess.CompletedProcess:
     env.pop("ACTORS_JOURNAL", None)
     return subprocess.run(
         [sys.executable, "-m", "actors", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def bare(*args: str) -> subprocess.CompletedProcess:
@@ -733,8 +783,17 @@ def test_global_options_come_before_or_after_the_command(journal):
     mixed = bare("--json", "show", "greet/ann", "--journal", str(journal))
     assert "completed" == json.loads(mixed.stdout)["status"]
     # --import before and after the command: both modules are imported.
-    both = run_bare("--import", "json", "show", "invoices/i-1", "--journal", str(journal),
-                    "--import", "tests.test_cli", "--json")  # fmt: skip
+    both = run_bare(
+        "--import",
+        "json",
+        "show",
+        "invoices/i-1",
+        "--journal",
+        str(journal),
+        "--import",
+        "tests.test_cli",
+        "--json",
+    )
     assert 0 == both.returncode, both.stderr
     total = json.loads(both.stdout)["input"]["total"]
     assert {"$class": "tests.test_cli.Money", "cents": 1250, "currency": "EUR"} == total
@@ -743,19 +802,31 @@ def test_global_options_come_before_or_after_the_command(journal):
 def test_version_help_and_usage_errors(tmp_path):
     done = run_bare("--version")  # the entry point itself, once
     assert 0 == done.returncode and done.stdout.startswith("actors ")
-    for command in ("list", "show", "send", "cancel", "resume-compensation",
-                    "abandon-compensation", "cleanup", "tail", "consumers", "stats"):  # fmt: skip
+    for command in (
+        "list",
+        "show",
+        "send",
+        "cancel",
+        "resume-compensation",
+        "abandon-compensation",
+        "cleanup",
+        "tail",
+        "consumers",
+        "stats",
+    ):
         done = bare(command, "--help")
         assert 0 == done.returncode and "--journal PATH" in done.stdout, command
     done = bare("list")
     assert 2 == done.returncode and "--journal PATH is required" in done.stderr
     done = bare("frobnicate", "--journal", str(tmp_path))
     assert 2 == done.returncode and "invalid choice: 'frobnicate'" in done.stderr
-    for args, why in ((("list", "--limit", "x"), "'x' is not a count"),
-                      (("show", "a/b", "--limit", "-1"), "'-1' is not a count"),
-                      (("cleanup",), "--older-than"),
-                      (("cleanup", "--older-than", "soon"), "'soon' is not a duration"),
-                      (("tail", "a/b", "--consumer", "c", "--interval", "0"), "positive")):  # fmt: skip
+    for args, why in (
+        (("list", "--limit", "x"), "'x' is not a count"),
+        (("show", "a/b", "--limit", "-1"), "'-1' is not a count"),
+        (("cleanup",), "--older-than"),
+        (("cleanup", "--older-than", "soon"), "'soon' is not a duration"),
+        (("tail", "a/b", "--consumer", "c", "--interval", "0"), "positive"),
+    ):
         done = bare(*args, "--journal", str(tmp_path))
         assert 2 == done.returncode and why in done.stderr, (args, done.stderr)
     done = bare("stats", "--journal", str(tmp_path / "missing"))
@@ -786,7 +857,9 @@ def test_list_a_subtree_and_plurals(journal):
     assert "12 instances in" in lines[-1]
     doc = cli_json(journal, "list", "--prefix", "orders/o-1/")
     assert 4 == doc["matching"]
-    assert 0 == cli_json(journal, "list", "--prefix", "orders/o")["matching"]  # not a prefix of words
+    assert (
+        0 == cli_json(journal, "list", "--prefix", "orders/o")["matching"]
+    )  # not a prefix of words
     assert cli(journal, "list", "--prefix", "orders", "--limit", "1").stdout.splitlines()[-2] == (
         "showing the 1 most recently updated of 4 instances matching --prefix orders "
         "(--limit N for more, 0 for all)"
@@ -839,7 +912,10 @@ def test_consumers_lists_and_deletes_cursors(journal):
     assert done.stdout.startswith("feeds/f-1: a stream of 5 values, 1 consumer\n")
     assert ["reader", "2", "3"] == done.stdout.splitlines()[2].split()
     done = cli(journal, "consumers", "feeds/f-1", "--delete", "nobody")
-    assert 3 == done.returncode and "no consumer 'nobody' on 'feeds/f-1' (its consumers: reader)" in done.stderr
+    assert (
+        3 == done.returncode
+        and "no consumer 'nobody' on 'feeds/f-1' (its consumers: reader)" in done.stderr
+    )
     done = cli(journal, "consumers", "feeds/f-1", "--delete", "reader")
     assert 0 == done.returncode, done.stderr
     assert {} == cli_json(journal, "consumers", "feeds/f-1")["consumers"]
@@ -850,10 +926,13 @@ def test_consumers_lists_and_deletes_cursors(journal):
 
 def test_cleanup_without_a_system(journal):
     done = cli(journal, "cleanup", "--older-than", "1d")
-    assert (0, "removed 0 instances (cancelled, completed, failed, last updated more than 1 d ago)\n") == (
-        done.returncode, done.stdout)  # fmt: skip
-    doc = cli_json(journal, "cleanup", "--older-than", "0", "--status", "completed",
-                   "--status", "cancelled")  # fmt: skip
+    assert (
+        0,
+        "removed 0 instances (cancelled, completed, failed, last updated more than 1 d ago)\n",
+    ) == (done.returncode, done.stdout)
+    doc = cli_json(
+        journal, "cleanup", "--older-than", "0", "--status", "completed", "--status", "cancelled"
+    )
     assert (3, False) == (doc["removed"], doc["through_system"])
     assert {"suspended": 7, "failed": 2} == cli_json(journal, "list")["counts"]
     done = cli(journal, "cleanup", "--older-than", "0s", "--status", "failed")
@@ -891,7 +970,9 @@ def test_resume_and_abandon_a_stuck_compensation_without_a_system(tmp_path):
     trio.run(strand)
     done = cli(path, "resume-compensation", "stuck/s-1")
     assert 0 == done.returncode, done.stderr
-    assert done.stdout.startswith("resumed stuck/s-1: it is running again, and retries 1 compensation")
+    assert done.stdout.startswith(
+        "resumed stuck/s-1: it is running again, and retries 1 compensation"
+    )
     assert "running" == cli_json(path, "show", "stuck/s-1")["status"]
     done = cli(path, "resume-compensation", "stuck/s-1")
     assert 1 == done.returncode and "it is not stuck compensating" in done.stderr
@@ -909,6 +990,12 @@ def test_resume_and_abandon_a_stuck_compensation_without_a_system(tmp_path):
 
     trio.run(reopen)
     resumed = cli_json(path, "show", "stuck/s-1")
-    assert ("failed", ["done"]) == (resumed["status"], [c["state"] for c in resumed["compensations"]])
+    assert ("failed", ["done"]) == (
+        resumed["status"],
+        [c["state"] for c in resumed["compensations"]],
+    )
     abandoned = cli_json(path, "show", "stuck/s-2")
-    assert ("failed", ["abandoned"]) == (abandoned["status"], [c["state"] for c in abandoned["compensations"]])
+    assert ("failed", ["abandoned"]) == (
+        abandoned["status"],
+        [c["state"] for c in abandoned["compensations"]],
+    )

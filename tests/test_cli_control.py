@@ -37,9 +37,13 @@ class Child:
         self.journal, self.release = place / "journal", place / "release"
         self.proc = subprocess.Popen(
             [sys.executable, str(CHILD), str(self.journal), str(self.release), *flags],
-            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         assert "ready\n" == line, self.proc.stderr.read()
 
@@ -99,8 +103,11 @@ def test_the_cli_sends_cancels_resumes_and_cleans_up_through_the_running_system(
         assert 0 == done.returncode, done.stderr
         assert f"resumed trips/t-1 through the running system (pid {child.proc.pid})" in done.stdout
         until_status(journal, "trips/t-1", "failed")
-        assert [] == [c for c in run_json(journal, "show", "trips/t-1")["compensations"]
-                      if c["state"] != "done"]  # fmt: skip
+        assert [] == [
+            c
+            for c in run_json(journal, "show", "trips/t-1")["compensations"]
+            if c["state"] != "done"
+        ]
         doc = run_json(journal, "abandon-compensation", "trips/t-2")
         assert (True, ["book"]) == (doc["through_system"], doc["never_run"])
         assert "failed" == status(journal, "trips/t-2")
@@ -142,8 +149,12 @@ def test_a_system_without_control_is_refused_as_before(place):
     child = Child(place, "--no-control")
     try:
         assert not (child.journal / "control.sock").exists()
-        for args in (("send", "approvals/a-1", "approve"), ("cancel", "approvals/a-1"),
-                     ("resume-compensation", "trips/t-1"), ("cleanup", "--older-than", "0")):  # fmt: skip
+        for args in (
+            ("send", "approvals/a-1", "approve"),
+            ("cancel", "approvals/a-1"),
+            ("resume-compensation", "trips/t-1"),
+            ("cleanup", "--older-than", "0"),
+        ):
             done = run_cli(child.journal, *args)
             assert 4 == done.returncode, (args, done.stderr)
             assert f"owned by a running system (pid {child.proc.pid}) that serves no control" in (

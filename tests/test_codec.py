@@ -20,8 +20,7 @@ from typing import Any
 import attrs
 import msgpack
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from storage import ActorError, EncodeError, _codec, decode, digest, encode, serializable
 from tests import strategies as S
@@ -576,3 +575,17 @@ def test_decode_of_unregistered_name_says_to_import_the_module(
         "no class is registered under codec name 'tests.strategies.Segment'; import the "
         "module that defines it (decorated with @actors.serializable) before opening the journal"
     ) == str(caught.value)
+
+
+def test_the_record_code_written_at_import_shows_its_source_in_tracebacks() -> None:
+    # InstanceRecord's evolve, to_stored and readers are generated source:
+    # a traceback through them names the line, as through any other code.
+    import traceback
+
+    from storage import InstanceRecord
+
+    with pytest.raises(TypeError, match="no field 'nope'") as caught:
+        InstanceRecord().evolve(nope=1)
+    shown = "".join(traceback.format_exception(caught.value))
+    assert 'File "<InstanceRecord.evolve>"' in shown
+    assert "raise TypeError(f'InstanceRecord has no field {name!r}')" in shown

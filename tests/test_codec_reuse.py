@@ -8,8 +8,7 @@ import threading
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from storage import EncodeError, _codec, decode, encode
 from tests import strategies as S

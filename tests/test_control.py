@@ -83,8 +83,9 @@ async def test_a_journal_without_a_directory_serves_nothing():
 async def test_requests_map_onto_the_system(directory):
     async with actors.open_system(LMDBJournal(directory), processes=[waiter]) as system:
         handle = await system.start(waiter, "w-1")
-        assert None is await request(directory, "send", address="waiters/w-1", signal="go",
-                                     payload={"by": "ann"})  # fmt: skip
+        assert None is await request(
+            directory, "send", address="waiters/w-1", signal="go", payload={"by": "ann"}
+        )
         assert {"by": "ann"} == await handle.result()
         with pytest.raises(RemoteError) as info:
             await request(directory, "send", address="waiters/w-1", signal="go")
@@ -98,8 +99,9 @@ async def test_requests_map_onto_the_system(directory):
         assert False is await request(directory, "resume_compensation", address="waiters/w-1")
         assert False is await request(directory, "abandon_compensation", address="waiters/w-1")
         assert 0 == await request(directory, "cleanup", older_than=3600, statuses=["completed"])
-        assert 2 == await request(directory, "cleanup", older_than=0,
-                                  statuses=["completed", "cancelled"])  # fmt: skip
+        assert 2 == await request(
+            directory, "cleanup", older_than=0, statuses=["completed", "cancelled"]
+        )
         with pytest.raises(RemoteError) as info:
             await request(directory, "cleanup", older_than=0, statuses=["running"])
         assert "InvalidArguments" == info.value.type
@@ -125,10 +127,14 @@ BAD = [
     (_frame(b'{"op": "cleanup", "older_than": true, "statuses": []}'), "number of seconds"),
     (_frame(b'{"op": "cleanup", "older_than": 1, "statuses": "failed"}'), "list of strings"),
     (_frame(b'{"op": "cancel", "address": ""}'), "address"),
-    (_frame(b'{"op": "send", "address": "\\ud800", "signal": "go", "payload": "\\udfff"}'),
-     "is not valid Unicode"),
-    (_frame(b'{"op": "send", "address": "waiters/w-1", "signal": "go", "payload": "\\udfff"}'),
-     "payload"),
+    (
+        _frame(b'{"op": "send", "address": "\\ud800", "signal": "go", "payload": "\\udfff"}'),
+        "is not valid Unicode",
+    ),
+    (
+        _frame(b'{"op": "send", "address": "waiters/w-1", "signal": "go", "payload": "\\udfff"}'),
+        "payload",
+    ),
 ]
 
 
@@ -143,6 +149,7 @@ async def test_bad_requests_get_an_error_or_a_closed_connection_and_nothing_else
                 reply = _reply(got)
                 assert error in reply["error"]["message"], (data, reply)
                 assert {"type", "message", "reason"} == set(reply["error"]), reply
+
         # Many at once: the system carries on, as does the endpoint (a client
         # past the listen backlog may be refused: its own affair).
         async def flood(data: bytes) -> None:
@@ -157,8 +164,9 @@ async def test_bad_requests_get_an_error_or_a_closed_connection_and_nothing_else
         assert "suspended" == handle.status
         # A client that sends too much is told so before the connection closes.
         with pytest.raises(RemoteError, match=f"over the {MAX_REQUEST}-byte cap") as info:
-            await request(directory, "send", address="waiters/w-1", signal="go",
-                          payload="x" * MAX_REQUEST)  # fmt: skip
+            await request(
+                directory, "send", address="waiters/w-1", signal="go", payload="x" * MAX_REQUEST
+            )
         assert "BadRequest" == info.value.type
         await request(directory, "send", address="waiters/w-1", signal="go", payload=2)
         assert 2 == await handle.result()

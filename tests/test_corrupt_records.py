@@ -69,8 +69,13 @@ async def _three_instances(journal) -> None:
     txn = Txn()
     for name in ("x", "y", "z"):
         iid = instance_id(f"p/{name}")
-        txn.put_instance(iid, address=f"p/{name}", process="p/:n", status="running",
-                         record=InstanceRecord(params=[name]))  # fmt: skip
+        txn.put_instance(
+            iid,
+            address=f"p/{name}",
+            process="p/:n",
+            status="running",
+            record=InstanceRecord(params=[name]),
+        )
     await journal.commit(txn)
 
 
@@ -112,8 +117,11 @@ async def test_instances_goes_past_a_corrupt_record_and_reports_it(backend, tmp_
             assert 1 == len(corrupt)
             found = corrupt[0]
             assert (bad, "p/y", "p/:n", "running") == (
-                found.iid, found.address, found.process, found.status,
-            )  # fmt: skip
+                found.iid,
+                found.address,
+                found.process,
+                found.status,
+            )
             assert_names(found.error, "instances", bad)
             assert [] == list(r.instances("completed", corrupt=corrupt))
             assert ["p/x", "p/z"] == sorted(
@@ -150,8 +158,13 @@ def run_cli(path: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TZ="UTC", COLUMNS="160")
     return subprocess.run(
         [sys.executable, "-m", "actors", "--journal", str(path), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 async def _every_call_raises(system, address: str, database: str, key: bytes) -> None:

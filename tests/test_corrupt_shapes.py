@@ -57,8 +57,13 @@ async def _filled(path: Path) -> None:
     async with LMDBJournal(path) as journal:
         txn = Txn()
         for iid, address in ((IID, "p/x"), (OTHER, "p/y")):
-            txn.put_instance(iid, address=address, process="p/:n", status="running",
-                             record=InstanceRecord(params=["x"], input={}))  # fmt: skip
+            txn.put_instance(
+                iid,
+                address=address,
+                process="p/:n",
+                status="running",
+                record=InstanceRecord(params=["x"], input={}),
+            )
             txn.put_log(iid, 0, 1, {"k": "step", "n": "s", "v": 1})
             txn.append_message(iid, ["go", 1, 0.0])
             txn.add_timer(iid, 0, 2, 100.0)
@@ -72,24 +77,48 @@ SHAPES = [
     ("counters", IID + b"m", b"\x01\x02\x03", lambda r: r.last_message_seq(IID), None),
     ("counters", IID + b"s", b"\x01" * 9, lambda r: r.stream_length(IID), None),
     ("counters", IID + b"s", b"\x01" * 9, lambda r: r.stream(IID), None),
-    ("timer_ids", IID + RUN_SEQ[:4] + (2).to_bytes(4, "big"), b"\x00", lambda r: r.timers(IID),
-     None),
+    (
+        "timer_ids",
+        IID + RUN_SEQ[:4] + (2).to_bytes(4, "big"),
+        b"\x00",
+        lambda r: r.timers(IID),
+        None,
+    ),
     ("cursors", IID + b"c", b"", lambda r: r.cursors(IID), None),
     ("cursors", IID + b"\xff\xfe", (1).to_bytes(8, "big"), lambda r: r.cursors(IID), None),
     ("log", IID + RUN_SEQ, msgpack.packb([1, 2]), lambda r: r.log(IID, 0), None),
     ("log", IID + RUN_SEQ, msgpack.packb({"k": 5}), lambda r: r.log(IID, 0), None),
     ("log", IID + RUN_SEQ, msgpack.packb({"v": 1}), lambda r: r.log(IID, 0), None),
-    ("log", IID + RUN_SEQ, msgpack.packb({"k": "step", "e": "boom"}), lambda r: r.log(IID, 0),
-     None),
-    ("mail", IID + (1).to_bytes(8, "big"), msgpack.packb({"n": 0}), lambda r: r.mailbox(IID),
-     None),
+    (
+        "log",
+        IID + RUN_SEQ,
+        msgpack.packb({"k": "step", "e": "boom"}),
+        lambda r: r.log(IID, 0),
+        None,
+    ),
+    ("mail", IID + (1).to_bytes(8, "big"), msgpack.packb({"n": 0}), lambda r: r.mailbox(IID), None),
     ("mail", IID + (1).to_bytes(8, "big"), msgpack.packb([7, 1]), lambda r: r.mailbox(IID), None),
-    ("mail", IID + (1).to_bytes(8, "big"), msgpack.packb(["\x00cancel", 1]),
-     lambda r: r.mailbox(IID), None),
-    ("mail", IID + (9).to_bytes(8, "big"), msgpack.packb(["go", 2, 0.0]),
-     lambda r: r.mailbox(IID), ("counters", IID + b"m")),
-    ("stream", IID + (3).to_bytes(8, "big"), msgpack.packb(1), lambda r: r.stream(IID),
-     ("counters", IID + b"s")),
+    (
+        "mail",
+        IID + (1).to_bytes(8, "big"),
+        msgpack.packb(["\x00cancel", 1]),
+        lambda r: r.mailbox(IID),
+        None,
+    ),
+    (
+        "mail",
+        IID + (9).to_bytes(8, "big"),
+        msgpack.packb(["go", 2, 0.0]),
+        lambda r: r.mailbox(IID),
+        ("counters", IID + b"m"),
+    ),
+    (
+        "stream",
+        IID + (3).to_bytes(8, "big"),
+        msgpack.packb(1),
+        lambda r: r.stream(IID),
+        ("counters", IID + b"s"),
+    ),
     ("stream", IID + (0).to_bytes(8, "big"), None, lambda r: r.stream(IID), None),
 ]
 
@@ -139,10 +168,18 @@ ENTRY_DAMAGE = [
 
 
 @pytest.mark.parametrize(
-    ("damage", "named"), ENTRY_DAMAGE,
-    ids=["two values", "cut short", "empty", "a kind of 5", "a timer without its due time",
-         "one value over two entries", "a longer key"],
-)  # fmt: skip
+    ("damage", "named"),
+    ENTRY_DAMAGE,
+    ids=[
+        "two values",
+        "cut short",
+        "empty",
+        "a kind of 5",
+        "a timer without its due time",
+        "one value over two entries",
+        "a longer key",
+    ],
+)
 async def test_a_damaged_entry_in_a_run_s_log_is_named(tmp_path, damage, named):
     path = tmp_path / "j"
     await _filled(path)
@@ -172,9 +209,18 @@ async def test_a_run_s_log_of_several_shapes_reads_in_order(tmp_path):
 
 @pytest.mark.parametrize(
     "record",
-    [{"run": "1"}, {"inc": None}, {"params": "x"}, {"input": [1]}, {"parent": 3},
-     {"restarts": [1]}, [1, 2], "s", 7],
-)  # fmt: skip
+    [
+        {"run": "1"},
+        {"inc": None},
+        {"params": "x"},
+        {"input": [1]},
+        {"parent": 3},
+        {"restarts": [1]},
+        [1, 2],
+        "s",
+        7,
+    ],
+)
 async def test_an_instance_record_of_another_shape_is_reported(tmp_path, record):
     path = tmp_path / "j"
     await _filled(path)
@@ -411,13 +457,16 @@ def _mangled(data: bytes, how: str) -> bytes:
 
 @pytest.mark.parametrize(
     ("store", "address", "how"),
-    [("instances", a, how) for a in (jd.WAITER, jd.SLEEPER, jd.EMITTER) for how in
-     ("flip", "truncate", "reshape")]
+    [
+        ("instances", a, how)
+        for a in (jd.WAITER, jd.SLEEPER, jd.EMITTER)
+        for how in ("flip", "truncate", "reshape")
+    ]
     + [("log", a, how) for a in (jd.SLEEPER, jd.EMITTER) for how in ("flip", "reshape")]
     + [("mail", jd.WAITER, how) for how in ("flip", "truncate", "reshape")]
     + [("stream", jd.EMITTER, how) for how in ("flip", "truncate")]
     + [("counter", jd.WAITER, "delete")],
-)  # fmt: skip
+)
 def test_a_damaged_memory_journal_hides_only_the_damaged_instance(memory_base, store, address, how):
     journal = copy.deepcopy(memory_base)
     _memory_damage(journal, store, address, how)
@@ -442,8 +491,13 @@ async def test_input_the_process_does_not_take_does_not_end_the_system(tmp_path,
         with journal.reader() as r:
             row = r.instance(instance_id("kw/a"))
         txn = Txn()
-        txn.put_instance(row.iid, address=row.address, process=row.process, status="running",
-                         record=attrs.evolve(row.record, input={"y": 1}))  # fmt: skip
+        txn.put_instance(
+            row.iid,
+            address=row.address,
+            process=row.process,
+            status="running",
+            record=attrs.evolve(row.record, input={"y": 1}),
+        )
         await journal.commit(txn)
     async with actors.open_system(LMDBJournal(path), processes=[takes_x], now=virtual_wall) as s:
         handle = s.get("kw/a")
@@ -451,7 +505,9 @@ async def test_input_the_process_does_not_take_does_not_end_the_system(tmp_path,
             while handle.last_error is None:
                 await trio.sleep(0.01)
         assert "suspended" == handle.status
-        assert "InvalidArguments" in handle.last_error and "cancel the instance" in handle.last_error
+        assert (
+            "InvalidArguments" in handle.last_error and "cancel the instance" in handle.last_error
+        )
 
 
 async def test_a_damaged_timer_key_stops_no_timer_scan(tmp_path):
@@ -507,7 +563,9 @@ async def test_a_damaged_mail_counter_on_postgresql_marks_its_instance_corrupt(r
     from tests.pg import fresh_schema
 
     dsn, schema = fresh_schema(request)
-    async with actors.open_system(PostgresJournal(dsn, schema=schema), processes=[jd.waiter]) as system:
+    async with actors.open_system(
+        PostgresJournal(dsn, schema=schema), processes=[jd.waiter]
+    ) as system:
         handle = await system.start(jd.waiter, "w")
         await system.send(jd.WAITER, jd.b, "b1")  # unread: it waits for a first
         with psycopg.connect(dsn, autocommit=True) as conn:

@@ -27,9 +27,15 @@ async def test_mail_sent_while_an_instance_is_being_created_is_taken_once(any_op
         iid = instance_id(address)
         # What a start does, cut at its seam: the record is committed ...
         start = _protocol.start_txn(
-            iid, address=address, process=echo.template, params=["r"], input={},
-            parent=None, previous=None, now=system.epoch_now(),
-        )  # fmt: skip
+            iid,
+            address=address,
+            process=echo.template,
+            params=["r"],
+            input={},
+            parent=None,
+            previous=None,
+            now=system.epoch_now(),
+        )
         await system.journal.commit(start.txn)
         # ... a sender commits a message and finds no actor to hand it to ...
         await system.send(address, go, "early")

@@ -121,8 +121,12 @@ async def bad(ctx: Context, name: str, *, to: str) -> list:
             await ctx.send(to, item, payload)
         except (actors.EncodeError, actors.LimitExceeded) as exc:
             caught.append([type(exc).__name__, getattr(exc, "path", "")])
-    for args, kw in (((to, "item", 1), {}), ((to, item, 1), {"key": ""}),
-                     (("", item, 1), {}), ((to, item, 1), {"key": "k" * 201})):  # fmt: skip
+    for args, kw in (
+        ((to, "item", 1), {}),
+        ((to, item, 1), {"key": ""}),
+        (("", item, 1), {}),
+        ((to, item, 1), {"key": "k" * 201}),
+    ):
         try:
             await ctx.send(*args, **kw)
         except (actors.InvalidArguments, actors.LimitExceeded) as exc:
@@ -410,9 +414,7 @@ async def test_sigkill_while_sending_one_by_one_loses_and_repeats_nothing(tmp_pa
             assert COUNT == await system.get(crash_child.SENDER).result()
             taken = await system.get(crash_child.RECEIVER).result()
     async with LMDBJournal(journal_path) as journal:
-        stored = await journal.read(
-            lambda r: r.last_message_seq(instance_id(crash_child.RECEIVER))
-        )
+        stored = await journal.read(lambda r: r.last_message_seq(instance_id(crash_child.RECEIVER)))
     duplicates = len(taken) - len(set(taken))
     lost = sorted(set(range(COUNT)) - set(taken))
     print(

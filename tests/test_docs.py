@@ -31,10 +31,17 @@ EXAMPLES = ROOT / "docs" / "examples"
 def run(*command: object, cwd: Path = ROOT, timeout: float = 60) -> list[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [str(part) for part in command], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=timeout, check=False,
-    )  # fmt: skip
-    assert 0 == done.returncode, f"{command} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        [str(part) for part in command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert 0 == done.returncode, (
+        f"{command} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    )
     return done.stdout.splitlines()
 
 
@@ -95,26 +102,41 @@ def test_steps():
 
 def test_sagas():
     lines = run_example("sagas.py")
-    assert [
-        "t-1:", "  reserve flight", "  reserve hotel", "['flight-for-t-1', 'hotel-for-t-1']",
-        "t-2:", "  reserve flight", "  reserve hotel", "  reserve car",
-        "  release hotel (hotel-for-t-2)",  # newest first; the failed car step has none
-        "  release flight (flight-for-t-2)",
-    ] == lines[:-1]  # fmt: skip
+    assert (
+        [
+            "t-1:",
+            "  reserve flight",
+            "  reserve hotel",
+            "['flight-for-t-1', 'hotel-for-t-1']",
+            "t-2:",
+            "  reserve flight",
+            "  reserve hotel",
+            "  reserve car",
+            "  release hotel (hotel-for-t-2)",  # newest first; the failed car step has none
+            "  release flight (flight-for-t-2)",
+        ]
+        == lines[:-1]
+    )
     assert lines[-1].startswith("t-2 failed: actors.errors.StepFailed: step 'reserve-car' failed")
     assert lines[-1].endswith("RuntimeError: no cars left")
 
 
 def test_sagas_log_the_failure_in_two_lines_as_the_page_shows():
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "sagas.py")], cwd=ROOT, capture_output=True, text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60, check=True,
-    )  # fmt: skip
+        [sys.executable, str(EXAMPLES / "sagas.py")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=60,
+        check=True,
+    )
     page = (ROOT / "docs" / "tutorial" / "sagas.md").read_text()
     lines = done.stderr.splitlines()
     assert [line.split(": ")[0] for line in lines] == [
-        "process 'trips/t-2' crashed", "process 'trips/t-2' failed",
-    ]  # fmt: skip
+        "process 'trips/t-2' crashed",
+        "process 'trips/t-2' failed",
+    ]
     assert all(line in page for line in lines)  # no traceback: that is at DEBUG
 
 
@@ -137,8 +159,16 @@ def test_streams():
 
 
 def test_testing_example():
-    lines = run(sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                EXAMPLES / "testing_example.py")  # fmt: skip
+    lines = run(
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-s",
+        "-p",
+        "no:cacheprovider",
+        EXAMPLES / "testing_example.py",
+    )
     assert any("replayed a different effect at position 1" in line for line in lines), lines
     assert re.fullmatch(r"3 passed in [\d.]+s", lines[-1]), lines[-1]
 
@@ -154,7 +184,7 @@ def test_cli(tmp_path):
     sent = next(line for line in lines if line.startswith("sent "))
     assert sent.startswith("sent 'approved' to orders/o-1 as message #1; it is suspended")
     assert "result: {'order': 'o-1', 'amount': 30, 'by': 'ann'}" in lines
-    listing = json.loads("\n".join(lines[lines.index("{"):]))
+    listing = json.loads("\n".join(lines[lines.index("{") :]))
     assert [("orders/o-1", "completed")] == [
         (row["address"], row["status"]) for row in listing["instances"]
     ]
@@ -199,7 +229,9 @@ def test_every_example_is_tested_and_included_in_a_page():
 def test_the_tutorial_index_lists_every_tutorial_page():
     index = (ROOT / "docs" / "tutorial" / "index.md").read_text()
     listed = re.findall(r"^\d+\. \[[^]]+\]\(([^)#]+)\)", index, re.M)
-    pages = sorted(p.name for p in (ROOT / "docs" / "tutorial").glob("*.md") if p.name != "index.md")
+    pages = sorted(
+        p.name for p in (ROOT / "docs" / "tutorial").glob("*.md") if p.name != "index.md"
+    )
     assert pages == sorted(listed)
     nav = (ROOT / "mkdocs.yml").read_text()
     assert [] == [page for page in pages if f"tutorial/{page}" not in nav]
@@ -226,8 +258,7 @@ def site(tmp_path_factory):
     if importlib.util.find_spec("mkdocs") is None:
         pytest.skip("mkdocs is not installed (pip install -e '.[docs]')")
     directory = tmp_path_factory.mktemp("site")
-    run(sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", directory,
-        timeout=300)  # fmt: skip
+    run(sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", directory, timeout=300)
     return directory
 
 
@@ -251,17 +282,23 @@ def _summary(value: object) -> str:
 
 
 @pytest.mark.slow  # it builds the site, unless the build test did
-@pytest.mark.parametrize("module_name, page", [
-    ("actors", "actors"), ("storage", "storage"), ("actors.testing", "testing"),
-    ("actors.errors", "errors"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "module_name, page",
+    [
+        ("actors", "actors"),
+        ("storage", "storage"),
+        ("actors.testing", "testing"),
+        ("actors.errors", "errors"),
+    ],
+)
 def test_the_reference_renders_every_public_name_with_its_docstring(site, module_name, page):
     module = importlib.import_module(module_name)
     errors = importlib.import_module("actors.errors")
     names = getattr(module, "__all__", None) or [  # actors.errors: every exception it holds
-        name for name, value in vars(module).items()
+        name
+        for name, value in vars(module).items()
         if not name.startswith("_") and inspect.isclass(value) and issubclass(value, Exception)
-    ]  # fmt: skip
+    ]
     assert names, module_name
     anchors, text = _page_text(site / "reference" / page / "index.html")
     error_anchors, error_text = _page_text(site / "reference" / "errors" / "index.html")
@@ -279,4 +316,6 @@ def test_the_reference_renders_every_public_name_with_its_docstring(site, module
             undocumented.append(name)
     assert ([], []) == (missing, undocumented)
     markdown = (ROOT / "docs" / "reference" / f"{page}.md").read_text()
-    assert [] == [name for name in names if f"[`{name}`]" not in markdown]  # for a reader of the repository
+    assert [] == [
+        name for name in names if f"[`{name}`]" not in markdown
+    ]  # for a reader of the repository

@@ -99,10 +99,24 @@ def test_web_refuses_other_host_names_on_every_loopback_bind(web_journal, bind):
     if bind == "::1" and not _loopback_v6():
         pytest.skip("no IPv6 loopback here")
     server = subprocess.Popen(
-        [sys.executable, "-m", "actors", "web", "--journal", str(web_journal),
-         "--host", bind, "--port", "0"],
-        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "actors",
+            "web",
+            "--journal",
+            str(web_journal),
+            "--host",
+            bind,
+            "--port",
+            "0",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = server.stdout.readline()
         match = re.search(r"read-only at http://(.+):(\d+)/$", first)
@@ -258,9 +272,13 @@ def test_system_get_inside_journal_read_does_not_deadlock(tmp_path):
         trio.run(main)
     """)
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert 0 == done.returncode, done.stderr
     assert "('completed', 'completed', None)\n" == done.stdout
 

@@ -20,8 +20,13 @@ def run_example(name: str, *args: object, timeout: float = 20) -> list[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / name), *map(str, args)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert 0 == done.returncode, f"{name} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout.splitlines()
 
@@ -44,11 +49,16 @@ def test_chat_room(tmp_path):
     lines = run_example("chat_room.py", tmp_path / "journal")
     phone = [line.split("phone: ")[1] for line in lines if "phone: #" in line]
     assert [
-        "#1 (run 0) ann join", "#2 (run 0) bob join", "#3 (run 0) ann say: hi bob",
+        "#1 (run 0) ann join",
+        "#2 (run 0) bob join",
+        "#3 (run 0) ann say: hi bob",
         # disconnected after #3; the reconnect continues right after its cursor
-        "#4 (run 0) bob say: hi!", "#5 (run 1) cy join", "#6 (run 1) cy say: what did I miss?",
-        "#7 (run 1) bob leave", "#8 (run 1) ann say: bye bob",
-    ] == phone  # fmt: skip
+        "#4 (run 0) bob say: hi!",
+        "#5 (run 1) cy join",
+        "#6 (run 1) cy say: what did I miss?",
+        "#7 (run 1) bob leave",
+        "#8 (run 1) ann say: bye bob",
+    ] == phone
     reconnect = lines.index("phone reconnects and continues from its cursor")
     assert lines[reconnect + 1] == "  phone: #4 (run 0) bob say: hi!"
     assert "archive read every event live: [1, 2, 3, 4, 5, 6, 7, 8]" in lines
@@ -72,8 +82,10 @@ def test_typed_orders(tmp_path):
     # CI also checks this program with mypy --strict (pyproject's [tool.mypy] files).
     lines = run_example("typed_orders.py", tmp_path / "journal")
     assert [
-        "orders/o-1: completed", "  3 x book at 12.50", "  total 37.50, reservation-book-3",
-    ] == lines  # fmt: skip
+        "orders/o-1: completed",
+        "  3 x book at 12.50",
+        "  total 37.50, reservation-book-3",
+    ] == lines
     again = run_example("typed_orders.py", tmp_path / "journal")
     assert lines == again  # the finished order and its Receipt read back from the journal
 
@@ -133,11 +145,19 @@ def test_nightly_schedule(tmp_path):
 
 HELPED = [
     *[("examples", path.name) for path in sorted((ROOT / "examples").glob("*.py"))],
-    *[("docs/examples", path.name) for path in sorted((ROOT / "docs" / "examples").glob("*.py"))
-      if path.name != "testing_example.py"],  # a pytest module, run by pytest
-    ("-m", "actors"), ("-m", "actors web"), ("-m", "bench"), ("-m", "bench.instructions"),
-    ("-m", "bench.journal_cpu"), ("-m", "bench.wake_cpu"), ("-m", "tests.simulation"),
-]  # fmt: skip
+    *[
+        ("docs/examples", path.name)
+        for path in sorted((ROOT / "docs" / "examples").glob("*.py"))
+        if path.name != "testing_example.py"
+    ],  # a pytest module, run by pytest
+    ("-m", "actors"),
+    ("-m", "actors web"),
+    ("-m", "bench"),
+    ("-m", "bench.instructions"),
+    ("-m", "bench.journal_cpu"),
+    ("-m", "bench.wake_cpu"),
+    ("-m", "tests.simulation"),
+]
 
 
 @pytest.mark.parametrize("where, name", HELPED, ids=[f"{w}/{n}" for w, n in HELPED])
@@ -148,8 +168,9 @@ def test_every_example_and_command_takes_help(tmp_path, where, name):
     else:
         command = [sys.executable, str(ROOT / where / name), "--help"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert (0, "") == (done.returncode, done.stderr)
     assert done.stdout.startswith("usage: "), done.stdout
     assert [] == list(tmp_path.iterdir())

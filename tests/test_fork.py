@@ -108,8 +108,11 @@ async def test_fork_keeps_the_outcomes_before_the_fork_point(make_journal):
     # The fixed code is deployed: a new system on the same journal.
     RAN.clear()
     async with actors.open_system(make_journal(), processes=PROCESSES) as system:
-        with pytest.raises(actors.InvalidArguments, match=r"the kept step 'charge_card' \(effect "
-                           r"2\) was compensated when it ended.*from_effect=1"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match=r"the kept step 'charge_card' \(effect "
+            r"2\) was compensated when it ended.*from_effect=1",
+        ):
             await system.fork("orders/o-1", from_effect=2)
         handle = await system.fork("orders/o-1", from_effect=1)
         assert 2 == handle.incarnation
@@ -166,9 +169,12 @@ async def test_fork_is_refused_where_the_kept_part_does_not_replay(make_journal)
     async with actors.open_system(make_journal(), processes=[order_no_compensation]) as system:
         await failed(system, order_no_compensation, "o-3")
     async with actors.open_system(make_journal(), processes=[order_changed]) as system:
-        with pytest.raises(actors.InvalidArguments, match=r"cannot fork 'orders/o-3' from "
-                           r"effect 2: the kept part does not replay on the current code "
-                           r"\(.*\); fork from an earlier effect"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match=r"cannot fork 'orders/o-3' from "
+            r"effect 2: the kept part does not replay on the current code "
+            r"\(.*\); fork from an earlier effect",
+        ):
             await system.fork("orders/o-3", from_effect=2)
         assert "failed" == system.get("orders/o-3").status  # nothing was written
         assert 1 == system.get("orders/o-3").incarnation
@@ -179,12 +185,18 @@ async def test_fork_is_refused_where_the_kept_part_does_not_replay(make_journal)
 async def test_what_cannot_be_forked_is_refused_with_what_to_do(make_journal):
     async with actors.open_system(make_journal(), processes=PROCESSES) as system:
         live = await system.start(waits, "w-1")
-        with pytest.raises(actors.InvalidArguments, match=r"cannot fork 'waits/w-1': it is "
-                           r"(running|suspended).*wait for it to end, or cancel it first"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match=r"cannot fork 'waits/w-1': it is "
+            r"(running|suspended).*wait for it to end, or cancel it first",
+        ):
             await system.fork("waits/w-1", from_effect=0)
         await failed(system, order, "o-4")
-        with pytest.raises(actors.InvalidArguments, match=r"its log ends at position 4; fork "
-                           r"from 0 to 4"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match=r"its log ends at position 4; fork "
+            r"from 0 to 4",
+        ):
             await system.fork("orders/o-4", from_effect=5)
         with pytest.raises(actors.InvalidArguments, match="a log position >= 0"):
             await system.fork("orders/o-4", from_effect=-1)
@@ -228,8 +240,11 @@ async def test_fork_to_another_address_leaves_the_source(make_journal):
         source = system.get("carts/c-5")
         assert ("failed", 1) == (source.status, source.incarnation)
         # A completed instance at the target is never run again.
-        with pytest.raises(actors.InvalidArguments, match=r"there is an instance there, and it "
-                           r"completed"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match=r"there is an instance there, and it "
+            r"completed",
+        ):
             await system.fork("carts/c-5", from_effect=1, to="carts/c-5-debug")
         # The new address's params are its own: a kept step that took the
         # source's does not replay there, and the fork is refused.
@@ -262,8 +277,11 @@ async def test_children_of_the_discarded_part_start_afresh(make_journal):
     # A kept call's child cannot move to another address.
     async with actors.open_system(make_journal(), processes=PROCESSES) as system:
         await failed(system, trip, "t-2")
-        with pytest.raises(actors.InvalidArguments, match=r"the kept part made the child "
-                           r"'trips/t-2/legs/t-2/a' \(effect 1\), which belongs to 'trips/t-2'"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match=r"the kept part made the child "
+            r"'trips/t-2/legs/t-2/a' \(effect 1\), which belongs to 'trips/t-2'",
+        ):
             await system.fork("trips/t-2", from_effect=1, to="trips/t-3")
 
 
@@ -300,16 +318,23 @@ async def test_fork_inside_an_unfinished_call_is_refused(make_journal):
     async with actors.open_system(make_journal(), processes=[slow_leg, caller]) as system:
         await system.start(caller, "c-1")
         with trio.fail_after(20):
-            while (child := system.get("calls/c-1/slow/c-1")) is None or child.status != "suspended":
+            while (
+                child := system.get("calls/c-1/slow/c-1")
+            ) is None or child.status != "suspended":
                 await trio.sleep(0.01)
         assert await system.cancel("calls/c-1")
-        with pytest.raises(actors.InvalidArguments, match=r"its call of 'calls/c-1/slow/c-1' "
-                           r"\(effect 1\) had not ended at the fork point; fork from before it "
-                           r"\(from_effect=0\)"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match=r"its call of 'calls/c-1/slow/c-1' "
+            r"\(effect 1\) had not ended at the fork point; fork from before it "
+            r"\(from_effect=0\)",
+        ):
             await system.fork("calls/c-1", from_effect=1)
         again = await system.fork("calls/c-1", from_effect=0)
         with trio.fail_after(20):  # its child was reset: the new run starts it afresh
-            while (child := system.get("calls/c-1/slow/c-1")) is None or child.status != "suspended":
+            while (
+                child := system.get("calls/c-1/slow/c-1")
+            ) is None or child.status != "suspended":
                 await trio.sleep(0.01)
         assert 2 == child.incarnation
         await system.send("calls/c-1/slow/c-1", stop, "done")

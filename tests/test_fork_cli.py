@@ -13,7 +13,7 @@ import trio
 import actors
 from storage import LMDBJournal
 from tests.test_cli import run_cli, run_json
-from tests.test_fork import BUG, RAN, order_no_compensation, waits, stop
+from tests.test_fork import BUG, RAN, order_no_compensation, stop, waits
 from tests.test_mail import inbox, item, other, picky, until_status
 
 PROCS = [order_no_compensation, waits, picky, inbox]
@@ -38,15 +38,24 @@ def cli(path, *args):
 async def test_bulk_fork_after_a_step_with_a_dry_run_first(tmp_path):
     path = tmp_path / "journal"
     await _failed_orders(path, "o-1", "o-2", "o-3")
-    bulk = ("fork", "--process", "orders/:order_id", "--status", "failed",
-            "--after-step", "charge_card")  # fmt: skip
+    bulk = (
+        "fork",
+        "--process",
+        "orders/:order_id",
+        "--status",
+        "failed",
+        "--after-step",
+        "charge_card",
+    )
     done = await cli(path, *bulk, "--dry-run")
     assert 2 == done.returncode, done.stdout
     assert "pass --import MODULE for the module that defines 'orders/:order_id'" in done.stderr
     done = await cli(path, *bulk, "--dry-run", "--import", "tests.test_fork")
     assert 2 == done.returncode
-    assert ("the --import'ed modules define 'orders/:order_id' 3 times (order, "
-            "order_no_compensation, order_changed); import only the module") in done.stderr
+    assert (
+        "the --import'ed modules define 'orders/:order_id' 3 times (order, "
+        "order_no_compensation, order_changed); import only the module"
+    ) in done.stderr
     done = await cli(path, *bulk, "--dry-run", "--import", "tests.test_fork_cli")
     assert 0 == done.returncode, done.stderr
     lines = done.stdout.splitlines()
@@ -137,9 +146,12 @@ async def test_show_names_the_message_a_crash_looping_instance_was_handling(tmp_
         await until_status(system, "inbox/i-1", "failed")
         poison = await system.poison("inbox/i-1")
     shown = run_cli(path, "show", "inbox/i-1").stdout
-    assert (f"failed while handling #{poison.id} item (taken at effect #1, after 3 restarts)  "
-            '"bad 3"') in shown  # fmt: skip
+    assert (
+        f'failed while handling #{poison.id} item (taken at effect #1, after 3 restarts)  "bad 3"'
+    ) in shown
     doc = run_json(path, "mail", "inbox/i-1")
     assert {"id": poison.id, "signal": "item", "payload": "bad 3", "sent": None} == doc["handling"]
     assert 0 == run_cli(path, "mail", "inbox/i-1", "--drop", str(poison.id)).returncode
-    assert ["bad 3"] == [d["payload"] for d in run_json(path, "mail", "inbox/i-1", "--dropped")["dropped"]]
+    assert ["bad 3"] == [
+        d["payload"] for d in run_json(path, "mail", "inbox/i-1", "--dropped")["dropped"]
+    ]

@@ -72,8 +72,9 @@ async def test_two_nodes_forking_one_address_make_one_incarnation(request):
                     except actors.InvalidArguments as exc:
                         assert re.match(
                             rf"cannot fork 'parcels/p{i}': (another fork, start or retry made "
-                            r"incarnation 2|it is running|it completed)", str(exc)
-                        ), exc  # fmt: skip
+                            r"incarnation 2|it is running|it completed)",
+                            str(exc),
+                        ), exc
                         got.append(exc)
 
                 async with trio.open_nursery() as nursery:

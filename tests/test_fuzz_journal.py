@@ -24,8 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from tests import journal_damage as jd
 from tests.strategies import journal_mutations
@@ -47,9 +46,11 @@ def _fuzzed(examples: int):
     def wrap(test):
         test = given(data=st.data())(test)
         test = settings(
-            max_examples=examples, deadline=None, database=None,
+            max_examples=examples,
+            deadline=None,
+            database=None,
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-        )(test)  # fmt: skip
+        )(test)
         test = pytest.mark.parametrize("kind", jd.MUTATIONS)(test)
         return pytest.mark.parametrize("database", jd.DATABASES)(test)
 
@@ -98,9 +99,9 @@ def test_fuzz_summary(capsys):
     pairs = sorted({(d, k) for d, k, _ in TRIED})
     for database, kind in pairs:
         found = {o: n for (d, k, o), n in TRIED.items() if (d, k) == (database, kind)}
-        lines.append(f"{database:<10} {kind:<15} " + ", ".join(
-            f"{o} x{n}" for o, n in sorted(found.items())
-        ))  # fmt: skip
+        lines.append(
+            f"{database:<10} {kind:<15} " + ", ".join(f"{o} x{n}" for o, n in sorted(found.items()))
+        )
     with capsys.disabled():
         print(f"\njournal fuzzer: {sum(TRIED.values())} damaged journals\n" + "\n".join(lines))
     # With the fuzzer run in full, every database met every kind of mutation.

@@ -224,9 +224,7 @@ async def test_a_history_imports_into_postgresql_through_the_testing_kit(request
     assert ["orders/o-5"] == await import_history(path, target.make())
     async with target.open(order) as system:
         await system.send("orders/o-5", approved, {"by": "bo"})
-        assert {"order": "o-5", "by": "bo", "charged": 7} == await system.get(
-            "orders/o-5"
-        ).result()
+        assert {"order": "o-5", "by": "bo", "charged": 7} == await system.get("orders/o-5").result()
     assert ["o-5"] == CHARGED
 
 
@@ -246,9 +244,7 @@ async def test_timers_come_along_and_fire_in_the_new_journal(tmp_path, autojump_
     assert trio.current_time() - t0 == pytest.approx(3 * 86400, abs=1)
 
 
-async def test_children_come_along_and_the_tree_finishes_in_the_new_journal(
-    production, tmp_path
-):
+async def test_children_come_along_and_the_tree_finishes_in_the_new_journal(production, tmp_path):
     async with production.open(shipment, parcel) as system:
         await system.start(shipment, "s-1")
         child = None
@@ -264,8 +260,9 @@ async def test_children_come_along_and_the_tree_finishes_in_the_new_journal(
     assert [] == await replay_history(path, [shipment, parcel])
     target = LMDBJournal(tmp_path / "laptop")
     assert ["shipments/s-1", "shipments/s-1/parcel/p-1"] == await import_history(path, target)
-    async with actors.open_system(LMDBJournal(tmp_path / "laptop"), [shipment, parcel],
-                                  now=virtual_wall) as system:  # fmt: skip
+    async with actors.open_system(
+        LMDBJournal(tmp_path / "laptop"), [shipment, parcel], now=virtual_wall
+    ) as system:
         await system.send("shipments/s-1/parcel/p-1", approved, None)
         assert {"shipment": "s-1", "parcel": "shipped p-1"} == await system.get(
             "shipments/s-1"
@@ -311,8 +308,13 @@ def run_cli(journal: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TZ="UTC")
     return subprocess.run(
         [sys.executable, "-m", "actors", "--journal", journal, *args],
-        cwd=ROOT, env=env, capture_output=True, timeout=60, check=False, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+        text=True,
+    )
 
 
 @pytest.mark.slow  # several interpreters start, one per command
@@ -387,7 +389,9 @@ async def test_a_child_exported_alone_replays_but_is_not_imported_without_its_pa
     assert [] == await replay_history(alone, [parcel])
 
     laptop = LMDBJournal(tmp_path / "laptop")
-    with pytest.raises(actors.InvalidArguments, match=r"without its parent 'shipments/s-1'.*export"):
+    with pytest.raises(
+        actors.InvalidArguments, match=r"without its parent 'shipments/s-1'.*export"
+    ):
         await import_history(alone, laptop)
     async with laptop:
         with laptop.reader() as r:
@@ -406,10 +410,12 @@ async def test_beside_a_running_system_export_reads_and_import_is_refused(tmp_pa
     await run_until_waiting(store, (order, ("o-1",), {"amount": 1}))
     await export(store, "orders/o-1", tmp_path / "o-1.history")
     async with store.open(order) as system:
-        exported, imported = await trio.to_thread.run_sync(lambda: (
-            run_cli(store.argv[0], "export", "orders/o-1"),
-            run_cli(store.argv[0], "import", str(tmp_path / "o-1.history"), "--replace"),
-        ))  # fmt: skip
+        exported, imported = await trio.to_thread.run_sync(
+            lambda: (
+                run_cli(store.argv[0], "export", "orders/o-1"),
+                run_cli(store.argv[0], "import", str(tmp_path / "o-1.history"), "--replace"),
+            )
+        )
         assert "suspended" == system.get("orders/o-1").status
     assert 0 == exported.returncode, exported.stderr
     assert "orders/o-1" == json.loads(exported.stdout)["address"]

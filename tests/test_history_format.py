@@ -136,8 +136,22 @@ def test_the_page_documents_every_field_and_the_version():
     fields = set().union(*shape(json.loads(GOLDEN.read_text())).values())
     assert set() == fields - documented
     assert f'"version": {_history.VERSION}' in text
-    tags = {"$tuple", "$set", "$frozenset", "$bytes", "$int", "$float", "$datetime", "$date",
-            "$time", "$timedelta", "$decimal", "$uuid", "$class", "$map"}  # fmt: skip
+    tags = {
+        "$tuple",
+        "$set",
+        "$frozenset",
+        "$bytes",
+        "$int",
+        "$float",
+        "$datetime",
+        "$date",
+        "$time",
+        "$timedelta",
+        "$decimal",
+        "$uuid",
+        "$class",
+        "$map",
+    }
     assert set() == {tag for tag in tags if f"`{tag}`" not in text}
 
 
@@ -181,9 +195,25 @@ def test_the_pages_pytest_example_runs(tmp_path):
     (tmp_path / "test_order_17.py").write_text(source)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "trio_mode=true",
-         "--rootdir", str(tmp_path), str(tmp_path / "test_order_17.py")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "trio_mode=true",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_order_17.py"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert 0 == done.returncode, done.stdout + done.stderr
     assert "2 passed" in done.stdout

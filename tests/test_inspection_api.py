@@ -17,6 +17,7 @@ from storage import EncodeError, JournalLocked, LMDBJournal, Opaque, decode, enc
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
 def _gone_value() -> bytes:
     """A value holding a class registered as "tests.inspection.Gone", encoded
     in another process that had the class (this one never imports it)."""
@@ -34,9 +35,13 @@ def _gone_value() -> bytes:
         """
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-c", script],
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return bytes.fromhex(done.stdout)
 
 

@@ -9,8 +9,8 @@ import trio
 
 from storage import (
     Conflict,
-    InstanceRecord,
     EncodeError,
+    InstanceRecord,
     JournalClosed,
     JournalLocked,
     Txn,
@@ -25,9 +25,12 @@ def put(txn: Txn, iid: bytes, status: str = "running", process: str = "orders/:i
     address = {A: "orders/o-1", B: "orders/o-2"}.get(iid, iid.hex())
     params = [address.rsplit("/", 1)[-1]] * process.count(":")
     txn.put_instance(
-        iid, address=address, process=process, status=status,
+        iid,
+        address=address,
+        process=process,
+        status=status,
         record=InstanceRecord(params=params, input=record),
-    )  # fmt: skip
+    )
 
 
 async def commit(journal, build) -> list[int]:
@@ -43,7 +46,10 @@ async def test_instance_roundtrip_and_status_index(make_journal):
         with j.reader() as r:
             row = r.instance(A)
             assert (row.address, row.process, row.status, row.record.input) == (
-                "orders/o-1", "orders/:id", "completed", {"n": 3},
+                "orders/o-1",
+                "orders/:id",
+                "completed",
+                {"n": 3},
             )
             assert [x.iid for x in r.instances(status="completed")] == [A]
             assert [x.iid for x in r.instances(status="suspended")] == [B]
@@ -153,6 +159,7 @@ async def test_appends_in_one_transaction_return_results_in_order(make_journal):
 
 async def test_log_runs_and_drop(make_journal):
     async with make_journal() as j:
+
         def build(t):
             put(t, A)
             for run in (0, 1):
@@ -176,6 +183,7 @@ async def test_log_runs_and_drop(make_journal):
 async def test_timers_ordered_by_due_time_and_cancel(make_journal):
     now = time.time()
     async with make_journal() as j:
+
         def build(t):
             t.add_timer(A, 0, 5, now + 30)
             t.add_timer(B, 0, 1, now - 10)
@@ -196,7 +204,12 @@ async def test_timers_ordered_by_due_time_and_cancel(make_journal):
             assert r.next_due(after=now + 1000) is None
         # Re-adding moves a timer; cancelling removes it; unknown cancels are fine.
         await commit(
-            j, lambda t: (t.add_timer(A, 0, 2, now + 50), t.cancel_timer(B, 0, 1), t.cancel_timer(B, 9, 9))
+            j,
+            lambda t: (
+                t.add_timer(A, 0, 2, now + 50),
+                t.cancel_timer(B, 0, 1),
+                t.cancel_timer(B, 9, 9),
+            ),
         )
         with j.reader() as r:
             assert r.due_timers(now) == []
@@ -219,8 +232,15 @@ async def test_stream_and_cursors(make_journal):
 
 async def test_a_deleted_cursor_is_forgotten(make_journal):
     async with make_journal() as j:
-        await commit(j, lambda t: (t.append_stream(A, 1), t.set_cursor(A, "billing", 1),
-                                   t.set_cursor(A, "audit", 0), t.set_cursor(B, "billing", 0)))  # fmt: skip
+        await commit(
+            j,
+            lambda t: (
+                t.append_stream(A, 1),
+                t.set_cursor(A, "billing", 1),
+                t.set_cursor(A, "audit", 0),
+                t.set_cursor(B, "billing", 0),
+            ),
+        )
         await commit(j, lambda t: (t.delete_cursor(A, "billing"), t.delete_cursor(A, "nobody")))
         with j.reader() as r:
             assert ({"audit": 0}, {"billing": 0}) == (r.cursors(A), r.cursors(B))
@@ -234,6 +254,7 @@ async def test_a_deleted_cursor_is_forgotten(make_journal):
 async def test_delete_instance_removes_everything(make_journal):
     now = time.time()
     async with make_journal() as j:
+
         def build(t):
             for iid in (A, B):
                 put(t, iid, "completed")
@@ -255,6 +276,7 @@ async def test_delete_instance_removes_everything(make_journal):
 async def test_reopen_reads_everything_back(make_journal):
     now = time.time()
     async with make_journal() as j:
+
         def build(t):
             put(t, A, "suspended", payload={"x": (1, 2)})
             t.put_log(A, 2, 7, {"ok": 1})
@@ -357,9 +379,14 @@ async def test_a_deferred_transaction_is_sent_by_waiting_flushing_or_closing(mak
 def incarnated(txn: Txn, iid: bytes, status: str, incarnation: int, **input) -> None:
     address = {A: "orders/o-1", B: "orders/o-2"}[iid]
     txn.put_instance(
-        iid, address=address, process="orders/:id", status=status,
-        record=InstanceRecord(params=[address.rsplit("/", 1)[-1]], input=input, incarnation=incarnation),
-    )  # fmt: skip
+        iid,
+        address=address,
+        process="orders/:id",
+        status=status,
+        record=InstanceRecord(
+            params=[address.rsplit("/", 1)[-1]], input=input, incarnation=incarnation
+        ),
+    )
 
 
 def start_over(txn: Txn, iid: bytes, incarnation: int, previous, **input) -> None:
@@ -373,7 +400,9 @@ def start_over(txn: Txn, iid: bytes, incarnation: int, previous, **input) -> Non
 
 async def test_a_start_over_nothing_commits_once(make_journal):
     async with make_journal() as j:
-        await commit(j, lambda t: (start_over(t, A, 1, None, who="first"), t.append_message(A, "m1")))
+        await commit(
+            j, lambda t: (start_over(t, A, 1, None, who="first"), t.append_message(A, "m1"))
+        )
         with pytest.raises(Conflict) as info:
             await commit(j, lambda t: start_over(t, A, 1, None, who="second"))
         assert ("exists", "running") == (info.value.reason, info.value.status)
@@ -386,7 +415,13 @@ async def test_a_start_replaces_only_the_incarnation_it_read(make_journal):
     async with make_journal() as j:
         await commit(j, lambda t: incarnated(t, A, "cancelled", 1))
         # Two starts read incarnation 1, cancelled; the first to commit wins.
-        await commit(j, lambda t: (start_over(t, A, 2, ("cancelled", 1), who="first"), t.append_message(A, "kept")))
+        await commit(
+            j,
+            lambda t: (
+                start_over(t, A, 2, ("cancelled", 1), who="first"),
+                t.append_message(A, "kept"),
+            ),
+        )
         with pytest.raises(Conflict) as info:
             await commit(j, lambda t: start_over(t, A, 2, ("cancelled", 1), who="second"))
         assert ("status", "running") == (info.value.reason, info.value.status)
@@ -410,7 +445,11 @@ async def test_a_start_replaces_only_the_incarnation_it_read(make_journal):
             await commit(j, lambda t: (start_over(t, B, 1, None), t.append_message(B, "no")))
         with j.reader() as r:
             row = r.instance(B)
-            assert ("completed", 4, {"who": "done"}) == (row.status, row.record.incarnation, row.record.input)
+            assert ("completed", 4, {"who": "done"}) == (
+                row.status,
+                row.record.incarnation,
+                row.record.input,
+            )
             assert [] == list(r.mailbox(B))
 
 

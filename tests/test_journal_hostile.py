@@ -21,14 +21,14 @@ import trio
 import actors
 from actors import LimitExceeded, Signal, process
 from storage import (
-    InstanceRecord,
     MAX_ADDRESS_BYTES,
     EncodeError,
+    InstanceRecord,
+    Journal,
     JournalCorrupt,
     JournalDiskFull,
     JournalFull,
     LMDBJournal,
-    Journal,
     Txn,
     instance_id,
 )
@@ -93,8 +93,9 @@ async def test_a_new_journal_is_private_to_its_owner_whatever_the_umask(tmp_path
     path = tmp_path / "deep" / "journal"
     modes = {name: _mode(path / name) for name in ("data.mdb", "lock.mdb", "owner.lock")}
     assert (0o700, {"data.mdb": 0o600, "lock.mdb": 0o600, "owner.lock": 0o600}) == (
-        _mode(path), modes,
-    )  # fmt: skip
+        _mode(path),
+        modes,
+    )
 
 
 async def test_opening_a_journal_others_can_read_warns_with_the_fix(tmp_path, caplog):
@@ -185,9 +186,9 @@ async def test_a_full_map_suspends_the_writer_keeps_the_system_up_and_a_bigger_m
         assert acked == [v["i"] for v in values]
         await system.start(idle, "b")  # room again
         with trio.fail_after(60):
-            while system.get("hostile/a").status != "suspended" or system.get(
-                "hostile/a"
-            ).last_error:
+            while (
+                system.get("hostile/a").status != "suspended" or system.get("hostile/a").last_error
+            ):
                 await trio.sleep(0.01)
 
 
@@ -400,9 +401,12 @@ async def test_a_transaction_lmdb_refuses_fails_alone_in_its_batch(make_lmdb):
 def test_an_address_over_the_limit_is_refused_when_the_transaction_is_built():
     with pytest.raises(EncodeError, match=f"{MAX_ADDRESS_BYTES} \\(MAX_ADDRESS_BYTES\\)"):
         Txn().put_instance(
-            instance_id("x"), address="x" * (MAX_ADDRESS_BYTES + 1), process="p",
-            status="running", record=InstanceRecord(),
-        )  # fmt: skip
+            instance_id("x"),
+            address="x" * (MAX_ADDRESS_BYTES + 1),
+            process="p",
+            status="running",
+            record=InstanceRecord(),
+        )
 
 
 async def test_a_70_kb_path_param_is_refused_at_the_call_and_the_batch_around_it_commits(
@@ -427,7 +431,9 @@ async def test_a_70_kb_path_param_is_refused_at_the_call_and_the_batch_around_it
             n.start_soon(bad_start)
             for i in range(50, 100):
                 n.start_soon(send, i)
-        assert ["refused", *range(100)] == sorted(results, key=lambda x: -1 if x == "refused" else x)
+        assert ["refused", *range(100)] == sorted(
+            results, key=lambda x: -1 if x == "refused" else x
+        )
         assert system.get("idle/" + "p" * 70_000) is None
         with system.journal.reader() as r:
             assert 1 == sum(1 for _ in r.instances())
@@ -453,18 +459,24 @@ async def test_async_durability_keeps_committing_and_bounds_its_window(tmp_path)
                 started[0] += 1
                 i += 1
 
+        probed = trio.Event()
+
         async def prober() -> None:
             for i in range(10):
                 await trio.sleep(0.25)
                 t0 = time.perf_counter()
                 await system.send("sink/probe", ping, i)  # waits for its commit
                 send_times.append(time.perf_counter() - t0)
+            probed.set()
 
         async with trio.open_nursery() as n:
             for k in range(16):
                 n.start_soon(starter, k)
             n.start_soon(prober)
-            for _ in range(30):
+            # Sample for 3 s at least, and until the ten probes are through
+            # (on a loaded machine a probe's commit may take longer than
+            # its share of the 3 s; the bound on it is checked below).
+            while len(txnids) < 30 or not probed.is_set():
                 await trio.sleep(0.1)
                 txnids.append(journal._env.info()["last_txnid"])
                 windows.append(journal._uncommitted)
@@ -635,23 +647,27 @@ async def test_sends_return_promptly_beside_a_cpu_busy_task(memory_dir, pause, d
     # window is full; with the writer starved that came after 1 s (the
     # window's age bound), and then sends took 1.6-9 s.
     times, stolen = await send_beside_a_busy_task(
-        LMDBJournal(memory_dir / "journal", durability=durability), pause,
+        LMDBJournal(memory_dir / "journal", durability=durability),
+        pause,
         seconds=3.0 if pause == 0 else 1.0,
-    )  # fmt: skip
+    )
     check_prompt(times, stolen)
 
 
-def check_prompt(times: list[float], stolen: float) -> None:
-    """The sends of `send_beside_a_busy_task` returned promptly."""
+def check_prompt(times: list[float], stolen: float, budget: float = LATE_BUDGET) -> None:
+    """The sends of `send_beside_a_busy_task` returned promptly: late by no
+    more than ``budget`` in all, beyond what the host took."""
     late = sum(max(0.0, t - SLOW) for t in times)
     times.sort()
-    shown = [round(t, 3) for t in times[-10:]]
+    # A string: pytest would cut a list's repr short after six items, and
+    # the slowest sends are the last of the ten.
+    shown = " ".join(f"{t:.3f}" for t in times[-10:])
     assert len(times) >= 50, (len(times), shown)
     # The issue's bounds, kept: they leave room for a loaded 2-core machine.
     assert times[len(times) // 2] < 0.1, shown  # the median
     assert times[len(times) * 98 // 100] < 1.0, shown  # p98
     # Late beyond what a busy host took from every task alike.
-    assert late - stolen < LATE_BUDGET, (round(late, 3), round(stolen, 3), len(times), shown)
+    assert late - stolen < budget, (round(late, 3), round(stolen, 3), len(times), shown)
 
 
 def test_journal_errors_are_the_runtimes_errors():

@@ -41,7 +41,10 @@ async def test_a_failed_expectation_writes_nothing_of_its_transaction(make_journ
             t.expect_state("k", 0)  # it exists, at version 1
             t.put_state("k", 2)
             t.put_instance(
-                A, address="orders/o-1", process="orders/:id", status="running",
+                A,
+                address="orders/o-1",
+                process="orders/:id",
+                status="running",
                 record=InstanceRecord(),
             )
 

@@ -8,6 +8,7 @@ import sys
 import lmdb
 import pytest
 import trio
+import trio.testing
 
 from storage import JournalCorrupt, JournalFull, LMDBJournal, Txn, instance_id
 
@@ -130,3 +131,42 @@ async def test_an_acknowledged_write_that_fails_stops_its_chain_until_resumed(ma
         with j.reader() as r:
             assert r.log(A, 0) == {1: b"reloaded"}
         assert lost == [(A, JournalFull)]
+
+
+async def test_an_awaited_write_that_fails_stops_its_chain_until_resumed(make_lmdb):
+    # A writer waits for one write while its next, deferred, is queued behind
+    # it (an ask's send beside the run's suspension). If the awaited one
+    # fails, the deferred one must not land in a later batch on top of the
+    # gap: it fails too, until the writer reloads and resumes. The writer is
+    # told once through on_write_lost as well (its waiter may be cancelled
+    # before it learns).
+    lost: list[bytes] = []
+    async with make_lmdb(map_size=1 << 20, max_map_size=1 << 21) as j:
+        j.on_write_lost = lambda chain, exc: lost.append(chain)
+
+        def write(seq, value):
+            txn = Txn()
+            txn.put_log(A, 0, seq, value)
+            txn.chain = A
+            return txn
+
+        async def waited() -> None:
+            with pytest.raises(JournalFull):
+                await j.commit(write(1, b"x" * (4 << 20)))  # does not fit
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waited)
+            await trio.testing.wait_all_tasks_blocked()  # its commit is submitted, waited for
+            deferred = j.defer(write(2, b"behind it"))
+            j.submit_deferred()
+            with pytest.raises(JournalFull):
+                await deferred.wait()
+        with pytest.raises(JournalFull):  # still refused: nothing landed on the gap
+            await j.commit(write(3, b"later"), durable=True)
+        with j.reader() as r:
+            assert r.log(A, 0) == {}
+        j.resume_chain(A)
+        await j.commit(write(1, b"reloaded"), durable=True)
+        with j.reader() as r:
+            assert r.log(A, 0) == {1: b"reloaded"}
+    assert lost == [A]

@@ -10,8 +10,7 @@ import pytest
 import trio
 
 import actors
-from actors import Context, OneForOne, Retry, Signal, process
-from actors import _events
+from actors import Context, OneForOne, Retry, Signal, _events, process
 from storage import instance_id
 from tests.runtime_helpers import wait_status
 from tests.test_corrupt_records import BAD, _start_all_as_if_crashed_mid_run, damage, echo
@@ -65,9 +64,11 @@ async def test_a_child_crashing_past_the_limit_logs_each_crash_restart_and_the_e
     # Two restarts allowed: three runs of the child crash.
     assert 3 == len(crashes)
     assert (
-        "actors.supervision", logging.WARNING, kid,
+        "actors.supervision",
+        logging.WARNING,
+        kid,
         f"child {kid!r} of 'boss/b' crashed: RuntimeError: flaky k broke",
-    ) == crashes[0]  # fmt: skip
+    ) == crashes[0]
     crash_records = [r for r in caplog.records if r.getMessage() == crashes[0][3]]
     assert None is crash_records[0].exc_info  # its own raise: one line (traceback at DEBUG)
     restarts = [w[3] for w in warnings if w[3].startswith("restarting")]
@@ -76,21 +77,25 @@ async def test_a_child_crashing_past_the_limit_logs_each_crash_restart_and_the_e
         "0.1 s under OneForOne(max_restarts=2, within=60)",
         f"restarting {kid!r} (restart 2, restart 2 after RuntimeError('flaky k broke')) in "
         "0.2 s under OneForOne(max_restarts=2, within=60)",
-    ] == restarts  # fmt: skip
+    ] == restarts
     errors = events(caplog, logging.ERROR)
     assert [
         (
-            "actors.supervision", logging.ERROR, kid,
+            "actors.supervision",
+            logging.ERROR,
+            kid,
             f"child {kid!r} failed past the restart limit of 'boss/b' (2 within 60 s under "
             "OneForOne(max_restarts=2, within=60)): RuntimeError('flaky k broke'); the "
             "parent crashes with ChildFailed",
         ),
         (
-            "actors.supervision", logging.ERROR, "boss/b",
+            "actors.supervision",
+            logging.ERROR,
+            "boss/b",
             "process 'boss/b' failed: ChildFailed: child 'boss/b/flaky/k' crashed past its "
             "restart limit (2 within 60 s): RuntimeError('flaky k broke')",
         ),
-    ] == errors  # fmt: skip
+    ] == errors
     # The parent's crash (ChildFailed) is a warning of its own before its failure.
     assert ["boss/b"] == [w[2] for w in warnings if "crashed" in w[3] and w[2] != kid]
 
@@ -101,11 +106,19 @@ async def test_a_top_level_crash_is_a_warning_and_its_failure_an_error(opener, c
         with pytest.raises(actors.ProcessFailed):
             await handle.result()
     assert [
-        ("actors.supervision", logging.WARNING, "flaky/t",
-         "process 'flaky/t' crashed: RuntimeError: flaky t broke"),
-        ("actors.supervision", logging.ERROR, "flaky/t",
-         "process 'flaky/t' failed: RuntimeError: flaky t broke"),
-    ] == [e for e in events(caplog) if e[1] >= logging.WARNING]  # fmt: skip
+        (
+            "actors.supervision",
+            logging.WARNING,
+            "flaky/t",
+            "process 'flaky/t' crashed: RuntimeError: flaky t broke",
+        ),
+        (
+            "actors.supervision",
+            logging.ERROR,
+            "flaky/t",
+            "process 'flaky/t' failed: RuntimeError: flaky t broke",
+        ),
+    ] == [e for e in events(caplog) if e[1] >= logging.WARNING]
 
 
 @process("unsendable/:name")
@@ -113,23 +126,27 @@ async def unsendable(ctx: Context, name: str) -> object:
     return object()  # a result the codec cannot carry: the runtime fails it, not the code
 
 
-async def test_a_crash_the_process_raised_is_one_line_with_its_traceback_at_debug(
-    opener, caplog
-):
+async def test_a_crash_the_process_raised_is_one_line_with_its_traceback_at_debug(opener, caplog):
     caplog.set_level(logging.DEBUG, logger="actors.supervision")
     async with opener(flaky) as system:
         with pytest.raises(actors.ProcessFailed):
             await (await system.start(flaky, "d")).result()
-    records = [r for r in caplog.records if getattr(r, "actors_address", None) == "flaky/d"
-               and r.name == "actors.supervision"]  # fmt: skip
+    records = [
+        r
+        for r in caplog.records
+        if getattr(r, "actors_address", None) == "flaky/d" and r.name == "actors.supervision"
+    ]
     assert [
         (logging.WARNING, "process 'flaky/d' crashed: RuntimeError: flaky d broke", None),
-        (logging.DEBUG, "traceback of the crash of 'flaky/d': RuntimeError: flaky d broke",
-         RuntimeError),
+        (
+            logging.DEBUG,
+            "traceback of the crash of 'flaky/d': RuntimeError: flaky d broke",
+            RuntimeError,
+        ),
         (logging.ERROR, "process 'flaky/d' failed: RuntimeError: flaky d broke", None),
-    ] == [(r.levelno, r.getMessage(), r.exc_info and r.exc_info[0]) for r in records]  # fmt: skip
+    ] == [(r.levelno, r.getMessage(), r.exc_info and r.exc_info[0]) for r in records]
     trace = logging.Formatter().formatException(records[1].exc_info)
-    assert "raise RuntimeError(f\"flaky {name} broke\")" in trace  # down to the process's line
+    assert 'raise RuntimeError(f"flaky {name} broke")' in trace  # down to the process's line
 
 
 async def test_a_crash_the_runtime_raised_around_the_process_keeps_its_traceback_on_the_warning(
@@ -138,8 +155,12 @@ async def test_a_crash_the_runtime_raised_around_the_process_keeps_its_traceback
     async with opener(unsendable) as system:
         with pytest.raises(actors.ProcessFailed):
             await (await system.start(unsendable, "u")).result()
-    crashes = [r for r in caplog.records if r.levelno == logging.WARNING
-               and r.getMessage().startswith("process 'unsendable/u' crashed: EncodeError")]  # fmt: skip
+    crashes = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.WARNING
+        and r.getMessage().startswith("process 'unsendable/u' crashed: EncodeError")
+    ]
     assert 1 == len(crashes)
     assert actors.EncodeError == crashes[0].exc_info[0]  # not the process's code: shown at once
 
@@ -204,13 +225,21 @@ async def test_open_and_close_are_info_with_what_recovery_found(opener, caplog):
             await trio.sleep(0.01)
     path = repr(str(opener.path))
     assert [
-        ("actors.system", logging.INFO, None,
-         f"system opened on LMDBJournal({path}): resumed 0, stuck 0, 0 orphaned "
-         "child(ren) to cancel, 0 corrupt"),
-        ("actors.system", logging.INFO, None,
-         f"system closing on LMDBJournal({path}): 2 live instance(s) stay as they are and "
-         "resume on the next open"),
-    ] == events(caplog)  # fmt: skip
+        (
+            "actors.system",
+            logging.INFO,
+            None,
+            f"system opened on LMDBJournal({path}): resumed 0, stuck 0, 0 orphaned "
+            "child(ren) to cancel, 0 corrupt",
+        ),
+        (
+            "actors.system",
+            logging.INFO,
+            None,
+            f"system closing on LMDBJournal({path}): 2 live instance(s) stay as they are and "
+            "resume on the next open",
+        ),
+    ] == events(caplog)
     caplog.clear()
     async with opener(hang, echo):
         pass
@@ -255,10 +284,14 @@ async def test_debug_records_deliveries_and_effects_only_when_enabled(opener, ca
         assert "hello loud 2" == await system.get("echo/loud").result()
     debug = events(caplog, logging.DEBUG)
     assert [
-        ("actors.instance", logging.DEBUG, "echo/loud",
-         "message 1 ('go') delivered to 'echo/loud'"),
+        (
+            "actors.instance",
+            logging.DEBUG,
+            "echo/loud",
+            "message 1 ('go') delivered to 'echo/loud'",
+        ),
         ("actors.instance", logging.DEBUG, "echo/loud", "effect 1 (Wait) of 'echo/loud' done"),
-    ] == debug  # fmt: skip
+    ] == debug
 
 
 # -- the vocabulary itself ------------------------------------------------------------------
@@ -285,10 +318,19 @@ def test_every_event_names_the_address_and_carries_it(caplog):
     for record in records:
         assert record.actors_address in record.getMessage(), record.getMessage()
     assert [
-        logging.WARNING, logging.WARNING, logging.WARNING, logging.WARNING, logging.ERROR,
-        logging.ERROR, logging.ERROR, logging.ERROR, logging.WARNING, logging.WARNING,
-        logging.DEBUG, logging.DEBUG,
-    ] == [r.levelno for r in records]  # fmt: skip
+        logging.WARNING,
+        logging.WARNING,
+        logging.WARNING,
+        logging.WARNING,
+        logging.ERROR,
+        logging.ERROR,
+        logging.ERROR,
+        logging.ERROR,
+        logging.WARNING,
+        logging.WARNING,
+        logging.DEBUG,
+        logging.DEBUG,
+    ] == [r.levelno for r in records]
     taken = records[8].getMessage()
     assert "node 'node-b' gave up 'a/1': another node took it over (boom)" == taken
 

@@ -61,8 +61,11 @@ async def test_mail_lists_unread_messages_and_a_drop_keeps_them_in_dead_letters(
         assert all(isinstance(m.sent, float) for m in mail)
         dropped = await system.drop_message("picky/p-1", mail[0].id)
         assert mail[0] == dropped
-        with pytest.raises(actors.InvalidArguments, match=r"has no unread message #\d+; "
-                           r"'actors mail picky/p-1' lists the unread ones"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match=r"has no unread message #\d+; "
+            r"'actors mail picky/p-1' lists the unread ones",
+        ):
             await system.drop_message("picky/p-1", mail[0].id)
         with pytest.raises(actors.InvalidArguments, match="a message id"):
             await system.drop_message("picky/p-1", "1")  # type: ignore[arg-type]

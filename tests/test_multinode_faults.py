@@ -60,9 +60,7 @@ def test_cancelling_a_passivated_tree_from_another_node_reaches_every_descendant
     wait_for(lambda: a.call("loaded") == 0, 5, "the tree to passivate")
     assert {"a"} == {cluster.owner(address) for address in tree}
     assert b.call("cancel", address="tree/r") is True
-    wait_for(
-        lambda: set(statuses(cluster, tree).values()) == {"cancelled"}, 10, "the cascade"
-    )
+    wait_for(lambda: set(statuses(cluster, tree).values()) == {"cancelled"}, 10, "the cascade")
     assert {address: "cancelled" for address in tree} == statuses(cluster, tree)
     assert_up(a, b)
 
@@ -79,9 +77,7 @@ def test_cancelling_a_tree_taken_over_by_two_nodes_reaches_every_descendant(clus
     assert owners <= {"b", "c"}
     wait_for(lambda: b.call("loaded") + c.call("loaded") == 0, 5, "the tree to passivate")
     assert c.call("cancel", address="tree/r") is True
-    wait_for(
-        lambda: set(statuses(cluster, tree).values()) == {"cancelled"}, 10, "the cascade"
-    )
+    wait_for(lambda: set(statuses(cluster, tree).values()) == {"cancelled"}, 10, "the cascade")
     assert {address: "cancelled" for address in tree} == statuses(cluster, tree)
     assert_up(b, c)
 
@@ -155,9 +151,7 @@ def test_a_database_outage_is_ridden_out_and_work_resumes_by_itself(cluster, pro
     for n in (a, b, c):  # every node is up and serves
         assert n.proc.poll() is None, n.log.read_text()
         n.call("send", address=sinks[0], payload={"id": f"after-{n.name}"})
-    wait_for(
-        lambda: {"after-a", "after-b", "after-c"} <= set(cluster.handled()), 5, "sends after"
-    )
+    wait_for(lambda: {"after-a", "after-b", "after-c"} <= set(cluster.handled()), 5, "sends after")
 
 
 @pytest.mark.slow
@@ -168,9 +162,7 @@ def test_a_node_resumed_after_a_freeze_reads_what_it_lost_from_the_journal(clust
         a.call("start", proc="sink", params=[address[5:]])
         b.call("send", address=address, payload={"id": i})
     wait_for(lambda: len(cluster.handled()) == 3, 5, "a to handle the first messages")
-    wait_for(
-        lambda: ["suspended"] * 3 == [a.call("status", address=f) for f in frozen], 5, "idle"
-    )
+    wait_for(lambda: ["suspended"] * 3 == [a.call("status", address=f) for f in frozen], 5, "idle")
     a.signal(signal.SIGSTOP)
     try:
         wait_for(lambda: cluster.live_owned_by("a") == 0, 10, "a's instances to move")
@@ -182,10 +174,12 @@ def test_a_node_resumed_after_a_freeze_reads_what_it_lost_from_the_journal(clust
     # The first thing a answers after it wakes: not what it held in memory.
     assert "cancelled" == a.call("status", address=frozen[0])
     wait_for(
-        lambda: ["cancelled", "suspended", "suspended"]
-        == [a.call("status", address=f) for f in frozen],
-        5, "what a says of all three to be what the journal says",
-    )  # fmt: skip
+        lambda: (
+            ["cancelled", "suspended", "suspended"] == [a.call("status", address=f) for f in frozen]
+        ),
+        5,
+        "what a says of all three to be what the journal says",
+    )
     wait_for(lambda: a.call("loaded") == 0, 5, "a to let go of what it lost")
     assert "cancelled" == a.call("status", address=frozen[0])
     a.call("send", address=frozen[2], payload={"id": 20})  # served by its owner

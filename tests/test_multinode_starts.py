@@ -75,8 +75,10 @@ class Pair:
         once it has recorded half of its ops; wait for both. Returns the
         seconds the round took."""
         began = time.monotonic()
-        posted = {name: self.nodes[name].post("batch", ops=ops)
-                  for name, ops in (("a", ops_a), ("b", ops_b))}  # fmt: skip
+        posted = {
+            name: self.nodes[name].post("batch", ops=ops)
+            for name, ops in (("a", ops_a), ("b", ops_b))
+        }
         half = len(ops_a if freeze == "a" else ops_b) // 2
         deadline = time.monotonic() + 20
         while self.outcomes(freeze, tag) < half and time.monotonic() < deadline:
@@ -99,9 +101,7 @@ class Pair:
         """How many ops of round ``tag`` ``node`` has recorded an outcome of."""
         self.records.refresh()
         r = self.records
-        return sum(
-            1 for x in [*r.starts, *r.already, *r.errors] if (x.node, x.tag) == (node, tag)
-        )
+        return sum(1 for x in [*r.starts, *r.already, *r.errors] if (x.node, x.tag) == (node, tag))
 
     def journal(self) -> dict[str, Row]:
         return read_journal(self.dsn, self.schema)[0]
@@ -137,8 +137,10 @@ class Pair:
             time.sleep(0.1)
         if missing:
             rows, mail = read_journal(self.dsn, self.schema)
-            shown = [(r.acked[m], rows.get(r.acked[m].address), mail.get(r.acked[m].address))
-                     for m in missing[:5]]  # fmt: skip
+            shown = [
+                (r.acked[m], rows.get(r.acked[m].address), mail.get(r.acked[m].address))
+                for m in missing[:5]
+            ]
             raise AssertionError(f"{len(missing)} acknowledged, never handled: {shown}")
         took = time.monotonic() - began
         print(f"round {tag}: every acknowledged message handled {took:.2f} s after the round")
@@ -155,8 +157,11 @@ class Pair:
         for s in r.starts:
             if s.tag == tag:
                 seen[s.address].add(s.incarnation)
-        split = {a: (sorted(i), rows.get(a)) for a, i in seen.items()
-                 if len(i) > 1 or rows[a].incarnation != max(i)}  # fmt: skip
+        split = {
+            a: (sorted(i), rows.get(a))
+            for a, i in seen.items()
+            if len(i) > 1 or rows[a].incarnation != max(i)
+        }
         assert not split, f"two incarnations of one address: {list(split.items())[:5]}"
         assert set(addresses) == set(rows) & set(addresses), "a start left no instance"
         return rows
@@ -173,13 +178,17 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
 
 
 def sws(ids: list[str], first_msg: int, tag: str) -> list[dict[str, Any]]:
-    return [{"op": "sws", "proc": "pair", "id": i, "msg": first_msg + k, "tag": tag}
-            for k, i in enumerate(ids)]  # fmt: skip
+    return [
+        {"op": "sws", "proc": "pair", "id": i, "msg": first_msg + k, "tag": tag}
+        for k, i in enumerate(ids)
+    ]
 
 
 def starts(ids: list[str], if_exists: str, tag: str, **extra: Any) -> list[dict[str, Any]]:
-    return [{"op": "start", "proc": "pair", "id": i, "if_exists": if_exists, "tag": tag, **extra}
-            for i in ids]  # fmt: skip
+    return [
+        {"op": "start", "proc": "pair", "id": i, "if_exists": if_exists, "tag": tag, **extra}
+        for i in ids
+    ]
 
 
 @pytest.mark.slow
@@ -273,8 +282,10 @@ def test_sends_from_another_program_as_soon_as_the_instances_exist_are_read(pair
     while the instance waits."""
     ids = [f"x{i}" for i in range(N)]
     addresses = [f"pair/{i}" for i in ids]
-    sends = [{"op": "until_sent", "address": a, "msg": k, "tag": "r", "deadline": 20}
-             for k, a in enumerate(addresses)]  # fmt: skip
+    sends = [
+        {"op": "until_sent", "address": a, "msg": k, "tag": "r", "deadline": 20}
+        for k, a in enumerate(addresses)
+    ]
     posted = pair.nodes["b"].post("batch", ops=sends)
     time.sleep(0.2)  # b is trying them all
     pair.batch("a", starts(ids, "return", "r", input={"count": 1}))

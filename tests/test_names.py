@@ -19,7 +19,16 @@ from tests.runtime_helpers import virtual_wall
 go = Signal("go")
 
 CONTROL = [chr(c) for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))]  # Unicode's Cc
-REFUSED = ["a\x00b", "\x00", "\x00key x", "\x1fkey x", "line\nbreak", "tab\there", "del\x7f", "é\x85"]
+REFUSED = [
+    "a\x00b",
+    "\x00",
+    "\x00key x",
+    "\x1fkey x",
+    "line\nbreak",
+    "tab\there",
+    "del\x7f",
+    "é\x85",
+]
 PRINTABLE = ["café", "名前", "👩‍💻 dev", "a b", "no\u00a0break", "x\u2028y", "~!@#$%^&*()"]
 HOW = "control character.*remove it"
 

@@ -50,7 +50,10 @@ def test_a_short_seed_with_a_server_restart_keeps_every_promise():
     assert 1 == figures.server_restarts
     assert figures.messages > 100 and figures.starts > 100, figures
     assert (0, 0, 0, 0) == (
-        figures.lost, figures.duplicated, figures.overwritten, figures.node_deaths
+        figures.lost,
+        figures.duplicated,
+        figures.overwritten,
+        figures.node_deaths,
     ), evidence
     assert (0, 0, 0) == (figures.misreplied, figures.failed, figures.refused), evidence
     assert not figures.broken, evidence
@@ -61,29 +64,42 @@ def write(path: Path, lines: list[str]) -> None:
 
 
 def test_the_audit_finds_each_kind_of_broken_promise(tmp_path):
-    write(tmp_path / "acks", [
-        "S 1 sink/s0 send a -", "S 2 sink/s0 ksend b -", "S 3 sink/s1 ask c -",
-        "A 3 sink/s1 4 c -",  # the reply to another ask
-        "T job/j1 1 running start-return a r1", "T job/j1 2 running start-return b r1",
-        "T job/j2 1 running start-return a r2",  # never finished
-        "T pair/p1 1 running sws a pr", "T pair/p1 1 running sws b pr",  # one incarnation
-        "N 9 sink/s2 failed send a -",  # a sink never ends
-    ])  # fmt: skip
-    write(tmp_path / "side", [
-        "a W 1 sink/s0/1/0/W/1 1 1.0 -",
-        "b W 1 sink/s0/1/0/W/1 2 2.0 -",  # the same key again: at least once, fine
-        "a W 2 sink/s0/1/0/W/2 1 3.0 -",
-        "c W 2 sink/s0/1/1/W/1 1 4.0 -",  # a second key: taken twice
-        "a J j1 job/j1/1/0/J/1 1 5.0 -",
-        "a R job/j1 job/j1/1/0/R/1 1 6.0 v1",
-    ])  # fmt: skip
+    write(
+        tmp_path / "acks",
+        [
+            "S 1 sink/s0 send a -",
+            "S 2 sink/s0 ksend b -",
+            "S 3 sink/s1 ask c -",
+            "A 3 sink/s1 4 c -",  # the reply to another ask
+            "T job/j1 1 running start-return a r1",
+            "T job/j1 2 running start-return b r1",
+            "T job/j2 1 running start-return a r2",  # never finished
+            "T pair/p1 1 running sws a pr",
+            "T pair/p1 1 running sws b pr",  # one incarnation
+            "N 9 sink/s2 failed send a -",  # a sink never ends
+        ],
+    )
+    write(
+        tmp_path / "side",
+        [
+            "a W 1 sink/s0/1/0/W/1 1 1.0 -",
+            "b W 1 sink/s0/1/0/W/1 2 2.0 -",  # the same key again: at least once, fine
+            "a W 2 sink/s0/1/0/W/2 1 3.0 -",
+            "c W 2 sink/s0/1/1/W/1 1 4.0 -",  # a second key: taken twice
+            "a J j1 job/j1/1/0/J/1 1 5.0 -",
+            "a R job/j1 job/j1/1/0/R/1 1 6.0 v1",
+        ],
+    )
     records = Records(tmp_path)
     records.refresh()
     rows = {
-        "job/j1": Row("completed", 2, "v2"), "job/j2": Row("suspended", 1, None),
-        "sink/s0": Row("suspended", 1, None), "sink/s1": Row("suspended", 1, None),
-        "sink/s2": Row("failed", 1, None), "pair/p1": Row("suspended", 1, None),
-    }  # fmt: skip
+        "job/j1": Row("completed", 2, "v2"),
+        "job/j2": Row("suspended", 1, None),
+        "sink/s0": Row("suspended", 1, None),
+        "sink/s1": Row("suspended", 1, None),
+        "sink/s2": Row("failed", 1, None),
+        "pair/p1": Row("suspended", 1, None),
+    }
     audit = Audit(records, rows, {"sink/s1": [["work", {"msg": 3}, 0.0]]})
     assert ["message 3", "start of job/j2"] == [x.split(" (")[0] for x in audit.lost]
     assert ["W:2"] == [x.split(" ")[0] for x in audit.duplicated]
@@ -155,6 +171,8 @@ def test_work_in_flight_when_a_node_takes_its_lease_back_finishes(tmp_path, faul
                 else:
                     end_lease_session(server, node)
             stranded = wait_completed(server, addresses, timeout=10)  # each needs 3 s at most
-            assert not stranded, f"{len(stranded)} never finished: {stranded[:3]}\n{node.log_tail()}"
+            assert not stranded, (
+                f"{len(stranded)} never finished: {stranded[:3]}\n{node.log_tail()}"
+            )
         finally:
             node.kill()

@@ -294,9 +294,13 @@ async def test_a_run_killed_at_its_first_wait_keeps_the_old_branch(tmp_path):
     journal, acks = tmp_path / "journal", tmp_path / "acks"
     kill_after_acks(
         ["-m", "tests.test_patched", str(journal), str(acks)],
-        stderr_path=tmp_path / "stderr", acked=lambda: len(acked_ids(acks)), min_acks=1,
-        start_timeout=60.0, delay=0.0, label="the v1 program",
-    )  # fmt: skip
+        stderr_path=tmp_path / "stderr",
+        acked=lambda: len(acked_ids(acks)),
+        min_acks=1,
+        start_timeout=60.0,
+        delay=0.0,
+        label="the v1 program",
+    )
     opener = Opener(tmp_path)
     async with opener(w2) as system:
         await system.send("orders/old", go, "ok")

@@ -15,11 +15,11 @@ import trio
 
 import actors
 from storage import (
-    InstanceRecord,
     STATUSES,
     ActorError,
     Conflict,
     EncodeError,
+    InstanceRecord,
     JournalCorrupt,
     MemoryJournal,
     Txn,
@@ -62,9 +62,12 @@ def sql(dsn: str, query: str, params=None) -> list[tuple]:
 
 def put(txn: Txn, iid: bytes, status: str = "running", **record) -> None:
     txn.put_instance(
-        iid, address=iid.hex(), process="orders/:id", status=status,
+        iid,
+        address=iid.hex(),
+        process="orders/:id",
+        status=status,
         record=InstanceRecord(params=[iid.hex()], input=record),
-    )  # fmt: skip
+    )
 
 
 async def commit(journal, build) -> list[int]:
@@ -91,9 +94,17 @@ async def test_migration_is_versioned_and_idempotent(make_pg, pg):
         dsn, "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", [schema]
     )
     assert {
-        "schema_version", "instances", "log", "mail", "timers", "stream", "cursors", "counters",
-        "nodes", "states",
-    } == {name for (name,) in tables}  # fmt: skip
+        "schema_version",
+        "instances",
+        "log",
+        "mail",
+        "timers",
+        "stream",
+        "cursors",
+        "counters",
+        "nodes",
+        "states",
+    } == {name for (name,) in tables}
 
 
 async def test_several_nodes_may_open_a_fresh_schema_at_once(make_pg, pg):
@@ -135,8 +146,7 @@ def test_bad_arguments_are_clear_errors():
 
 
 async def test_unreachable_server_names_the_dsn_and_the_fix():
-    from storage import PostgresJournal
-    from storage import JournalUnavailable
+    from storage import JournalUnavailable, PostgresJournal
 
     j = PostgresJournal("postgresql://postgres:hunter2@127.0.0.1:1/test", schema="nowhere")
     with pytest.raises(JournalUnavailable) as info:
@@ -574,8 +584,11 @@ async def test_records_of_another_shape_read_as_corrupt_on_postgres(make_pg):
             assert r.log(A, 0) == {1: {"k": 5}}
         j.check_shapes = True
         with j.reader() as r:
-            for read, database in ((lambda: r.entries(A, 0), "log"), (lambda: r.log(A, 0), "log"),
-                                   (lambda: r.mailbox(A), "mail")):  # fmt: skip
+            for read, database in (
+                (lambda: r.entries(A, 0), "log"),
+                (lambda: r.log(A, 0), "log"),
+                (lambda: r.mailbox(A), "mail"),
+            ):
                 with pytest.raises(JournalCorrupt) as info:
                     read()
                 assert info.value.database == database and "wrong shape" in str(info.value)

@@ -70,9 +70,12 @@ async def scanning(pg: tuple[str, str]) -> AsyncIterator[PostgresJournal]:
     async with a:
         txn = Txn()
         txn.put_instance(
-            X, address="orders/x", process="orders/:id", status="running",
+            X,
+            address="orders/x",
+            process="orders/:id",
+            status="running",
             record=InstanceRecord(params=["x"]),
-        )  # fmt: skip
+        )
         await a.commit(txn)
     async with node(pg, "b") as b, trio.open_nursery() as nursery:
 
@@ -198,9 +201,12 @@ async def test_a_read_only_journal_names_its_sessions_apart_from_the_nodes(
     async with node(pg, "a") as a:
         txn = Txn()
         txn.put_instance(
-            X, address="orders/x", process="orders/:id", status="running",
+            X,
+            address="orders/x",
+            process="orders/:id",
+            status="running",
             record=InstanceRecord(params=["x"]),
-        )  # fmt: skip
+        )
         await a.commit(txn)
         writers = names()[f"actors journal {schema}"]  # the committer's
         inspector = PostgresJournal(dsn, schema=schema, pool_size=2, readonly=True)

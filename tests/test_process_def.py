@@ -27,10 +27,16 @@ async def input_named_ctx(ctx, a, *, y, **kw): ...
 
 
 FUNCTIONS = [
-    (keyword_only, "k/:a"), (positional_or_keyword, "p/:a/:b"), (any_keyword, "a/:a"),
-    (some_and_any_keyword, "s/:a"), (star_args, "v/:a"), (positional_only_params, "o/:a/:b"),
-    (no_input, "n/:a"), (positional_only_ctx, "c/:a"), (input_named_ctx, "i/:a"),
-]  # fmt: skip
+    (keyword_only, "k/:a"),
+    (positional_or_keyword, "p/:a/:b"),
+    (any_keyword, "a/:a"),
+    (some_and_any_keyword, "s/:a"),
+    (star_args, "v/:a"),
+    (positional_only_params, "o/:a/:b"),
+    (no_input, "n/:a"),
+    (positional_only_ctx, "c/:a"),
+    (input_named_ctx, "i/:a"),
+]
 NAMES = ["x", "y", "z", "a", "b", "kw", "ctx", "args"]
 
 

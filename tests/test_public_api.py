@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tomllib
 import types
+import typing
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,8 @@ def _public(module: types.ModuleType) -> list[tuple[str, object]]:
     return [
         (name, value)
         for name, value in vars(module).items()
-        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
         and getattr(value, "__module__", "").split(".")[0] in ("actors", "storage")
     ]
 
@@ -49,15 +51,53 @@ def test_contract_names_exist(module):
 def test_every_public_name_has_a_docstring(module):
     undocumented = []
     for name, value in _public(module):
+        if typing.get_origin(value) is typing.Literal:
+            continue  # a type alias: its docstring follows it, for the site (test_docs)
         if not (inspect.getdoc(value) or "").strip():
             undocumented.append(name)
         if inspect.isclass(value):
             for attr, member in vars(value).items():
-                if attr.startswith("_") or not callable(member) and not isinstance(member, property):
+                if (
+                    attr.startswith("_")
+                    or not callable(member)
+                    and not isinstance(member, property)
+                ):
                     continue
                 if not (inspect.getdoc(member) or "").strip():
                     undocumented.append(f"{name}.{attr}")
     assert undocumented == []
+
+
+@pytest.mark.parametrize("module", [actors, storage, actors.testing], ids=lambda m: m.__name__)
+def test_public_classes_name_the_module_users_import_them_from(module):
+    # (errors live in their own public module, actors.errors or storage.errors)
+    names = _public(module)
+    if module is storage:  # and the one imported lazily
+        names.append(("PostgresJournal", storage.PostgresJournal))
+    private = {
+        name: value.__module__
+        for name, value in names
+        if inspect.isclass(value) and "._" in value.__module__
+    }
+    assert private == {}
+    assert "<class 'actors.ActorSystem'>" == repr(actors.ActorSystem)
+
+
+@pytest.mark.parametrize(
+    "cls, where",
+    [
+        (actors.ActorSystem, "actors.open_system"),
+        (actors.Handle, "system.start"),
+        (actors.ChildHandle, "ctx.spawn"),
+    ],
+)
+def test_what_the_runtime_makes_has_no_public_constructor(cls, where):
+    with pytest.raises(TypeError, match=f"has no public constructor: .*{where}"):
+        cls(None, b"", "x", 0)
+
+
+def test_the_status_type_and_the_stored_statuses_are_one_vocabulary():
+    assert storage.STATUSES == typing.get_args(storage.Status)
 
 
 def test_errors_share_the_root_and_are_defined_once():
@@ -77,9 +117,13 @@ def test_readme_example_runs_twice(tmp_path):
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     for _ in range(2):  # the second run finds the finished instance
         out = subprocess.run(
-            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-            timeout=60, env=env,
-        )  # fmt: skip
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().endswith("{'order': 'o-17', 'by': 'ann'}")
 

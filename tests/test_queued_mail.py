@@ -119,9 +119,13 @@ async def test_mail_from_another_node_for_an_instance_queued_here(request):
     q = Queue("one", concurrency=1)
     procs = [blocker, mailer]
     async with (
-        actors.open_system(PostgresJournal(dsn, schema=schema), processes=procs, queues=[q], node="a") as a,
-        actors.open_system(PostgresJournal(dsn, schema=schema), processes=procs, queues=[q], node="b") as b,
-    ):  # fmt: skip
+        actors.open_system(
+            PostgresJournal(dsn, schema=schema), processes=procs, queues=[q], node="a"
+        ) as a,
+        actors.open_system(
+            PostgresJournal(dsn, schema=schema), processes=procs, queues=[q], node="b"
+        ) as b,
+    ):
         await a.start(blocker, "b", queue=q, seconds=1.0)
         handle = await a.start(mailer, "m", queue=q, count=2)
         await b.send("mailer/m", HELLO, "from b")

@@ -85,14 +85,18 @@ async def test_a_fan_out_runs_only_as_many_children_as_its_queue_allows(autojump
 async def test_queued_instances_start_in_priority_then_fifo_order(tmp_path, autojump_clock):
     q = Queue("one", concurrency=1)
     path = tmp_path / "j"
-    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[job], queues=[q], now=clock
+    ) as system:
         await system.start(job, "first", queue=q, seconds=5.0)
         await trio.sleep(1)  # "first" holds the only slot
         for name, priority in [("a", 5), ("b", 0), ("c", 5), ("d", -1), ("e", 0)]:
             await system.start(job, name, queue=q, priority=priority, seconds=1.0)
         assert (await system.queue_info(q)).waiting == 5
     # The order is kept in the journal: a restart changes nothing.
-    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[job], queues=[q], now=clock
+    ) as system:
         for name in "abcde":
             await system.get(f"job/{name}").result()
         info = await system.queue_info(q)
@@ -104,12 +108,16 @@ async def test_queued_instances_start_in_priority_then_fifo_order(tmp_path, auto
 async def test_rate_limit_holds_over_every_window_across_a_restart(tmp_path, autojump_clock):
     q = Queue("api", rate=(5, 10.0))
     path = tmp_path / "j"
-    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[job], queues=[q], now=clock
+    ) as system:
         for i in range(20):
             await system.start(job, f"r{i}", queue=q, seconds=0.1)
         await trio.sleep(12)  # two windows' worth started
     assert 5 <= len(STARTED_AT) <= 10
-    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[job], queues=[q], now=clock
+    ) as system:
         for i in range(20):
             await system.get(f"job/r{i}").result()
     starts = sorted(STARTED_AT)
@@ -130,7 +138,8 @@ async def test_cancel_of_a_queued_instance_removes_it(autojump_clock):
         assert waiting.status == "queued"
         assert (await system.queue_info(q)).waiting == 2
         assert sorted([i.id async for i in system.query(status="queued")]) == [
-            "job/second", "job/third",
+            "job/second",
+            "job/third",
         ]
         assert await system.cancel("job/second") is True
         assert waiting.status == "cancelled"
@@ -169,7 +178,9 @@ async def parent(ctx: Context, name: str, *, children: int) -> list[str]:
 async def test_queued_children_end_with_their_parent_and_leave_the_queue(tmp_path, autojump_clock):
     q = Queue("one", concurrency=1)
     path = tmp_path / "j"
-    async with actors.open_system(LMDBJournal(path), processes=[parent, job], queues=[q], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[parent, job], queues=[q], now=clock
+    ) as system:
         blocker = await system.start(job, "blocker", queue=q, seconds=50.0)
         handle = await system.start(parent, "p", children=3)
         ids = await handle.result()  # it completes at once: its spawned children are cancelled
@@ -182,12 +193,20 @@ async def test_queued_children_end_with_their_parent_and_leave_the_queue(tmp_pat
 async def test_queued_instances_survive_a_restart_before_any_starts(tmp_path, autojump_clock):
     q = Queue("slow", rate=(1, 60.0))
     path = tmp_path / "j"
-    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[job], queues=[q], now=clock
+    ) as system:
         for i in range(3):
             await system.start(job, f"s{i}", queue=q, seconds=0.5)
         await trio.sleep(1)
-        assert [system.get(f"job/s{i}").status for i in range(3)] == ["completed", "queued", "queued"]
-    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+        assert [system.get(f"job/s{i}").status for i in range(3)] == [
+            "completed",
+            "queued",
+            "queued",
+        ]
+    async with actors.open_system(
+        LMDBJournal(path), processes=[job], queues=[q], now=clock
+    ) as system:
         t0 = trio.current_time()
         assert await system.get("job/s2").result() == "s2"
         # The window of the first start (kept in the journal) holds across the restart.
@@ -238,7 +257,9 @@ async def test_queued_work_of_a_process_this_system_does_not_run_holds_nothing_u
     # of the queue; those behind them, of a process this system runs, start.
     q = Queue("mixed", concurrency=1)
     path = tmp_path / "j"
-    async with actors.open_system(LMDBJournal(path), processes=[job, elsewhere], queues=[q], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[job, elsewhere], queues=[q], now=clock
+    ) as system:
         await system.start(job, "blocker", queue=q, seconds=5.0)
         await trio.sleep(1)  # it holds the only slot
         for i in range(ahead):
@@ -247,7 +268,9 @@ async def test_queued_work_of_a_process_this_system_does_not_run_holds_nothing_u
             await system.start(job, f"w{i}", queue=q)
         assert (await system.queue_info(q)).waiting == ahead + 4
     caplog.set_level(logging.WARNING, logger="actors")
-    async with actors.open_system(LMDBJournal(path), processes=[job], queues=[q], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[job], queues=[q], now=clock
+    ) as system:
         with trio.fail_after(60):
             results = [await system.get(f"job/w{i}").result() for i in range(4)]
         assert [f"w{i}" for i in range(4)] == results

@@ -76,7 +76,9 @@ def test_the_cli_lists_queues_schedules_and_queued_instances_and_cancels_one(jou
     assert "eu" in text and "paused" in text
     shown = json.loads(run_cli(journal, "--json", "show", "cjob/c").stdout)
     assert (shown["status"], shown["queued"]["queue"], shown["queued"]["priority"]) == (
-        "queued", "api", 0,
+        "queued",
+        "api",
+        0,
     )
     assert "  queued in     api (priority 0) since " in run_cli(journal, "show", "cjob/c").stdout
     listed = run_cli(journal, "--json", "list", "--status", "queued")

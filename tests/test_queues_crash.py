@@ -46,9 +46,13 @@ def test_a_queue_never_exceeds_its_concurrency_across_sigkills(tmp_path):
         )
         kills.append(time.time())
     done = subprocess.run(
-        [sys.executable, child, str(journal), str(side)], cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": ""}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, child, str(journal), str(side)],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
     # Each step's interval: from its S to its E, or to the kill that cut it off.
     open_steps: dict[str, float] = {}

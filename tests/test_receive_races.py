@@ -142,8 +142,14 @@ async def test_a_decided_race_replays_to_the_same_pair_from_the_log_it_always_wr
             entry = r.log(instance_id("decided/d"), 0)[1]
     # A lone receive of these signals writes this entry too: the shape an
     # earlier version's journal holds.
-    assert {"k": "wait", "n": "paid,status", "h": b"", "v": {"n": 1}, "m": entry["m"],
-            "s": "status"} == entry  # fmt: skip
+    assert {
+        "k": "wait",
+        "n": "paid,status",
+        "h": b"",
+        "v": {"n": 1},
+        "m": entry["m"],
+        "s": "status",
+    } == entry
     assert [] == await replay_check(any_opener.journal(), [decided])
     async with any_opener(decided) as system:
         await system.send("decided/d", go)

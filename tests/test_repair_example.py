@@ -19,8 +19,13 @@ def test_300_orders_are_forked_from_after_their_charge(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "repair_fork.py"), str(tmp_path / "journal")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert 0 == done.returncode, done.stderr[-2000:]
     assert [
         "300 orders failed; 300 cards charged",

@@ -21,8 +21,8 @@ import actors
 from actors import Context, Queue, Retry, Signal, process
 from actors._retry import KEPT_INCARNATIONS, read_kept
 from storage import LMDBJournal, instance_id
-from tests.crash_kit import ROOT, kill_after_acks
 from tests.cli_runner import run_in_process
+from tests.crash_kit import ROOT, kill_after_acks
 from tests.test_cli import read_back, run_cli, run_json
 
 approved = Signal("approved")
@@ -158,8 +158,11 @@ async def test_what_cannot_be_retried_is_refused_with_what_to_do(make_journal):
         for address, message in expected.items():
             with pytest.raises(actors.InvalidArguments, match=message):
                 await system.retry(address)
-        with pytest.raises(actors.NotDelivered, match="no instance at 'orders/nope' to retry; "
-                           r"start one \(system.start\) or check the address") as info:  # fmt: skip
+        with pytest.raises(
+            actors.NotDelivered,
+            match="no instance at 'orders/nope' to retry; "
+            r"start one \(system.start\) or check the address",
+        ) as info:
             await system.retry("orders/nope")
         assert "unknown" == info.value.reason
         with pytest.raises(actors.InvalidArguments, match="retry's address"):
@@ -173,9 +176,12 @@ async def test_a_stuck_compensation_is_settled_before_a_retry(make_journal):
     async with actors.open_system(make_journal(), processes=PROCESSES) as system:
         await system.start(booking, "b-1")
         await until_status(system, "bookings/b-1", "compensation_stuck")
-        with pytest.raises(actors.InvalidArguments, match="it is parked in compensation_stuck; "
-                           r"only a failed or cancelled instance is retried: resume its "
-                           r"compensation \(resume_compensation\), or abandon it"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match="it is parked in compensation_stuck; "
+            r"only a failed or cancelled instance is retried: resume its "
+            r"compensation \(resume_compensation\), or abandon it",
+        ):
             await system.retry("bookings/b-1")
         assert await system.abandon_compensation("bookings/b-1")
         again = await system.retry("bookings/b-1")  # abandoned: it failed
@@ -218,9 +224,12 @@ async def test_a_child_is_retried_with_its_parent(make_journal):
             await handle.result()
         BROKEN.clear()
         child = "trips/t-1/legs/t-1/b"
-        with pytest.raises(actors.InvalidArguments, match=f"cannot retry '{child}': it is a child "
-                           "of 'trips/t-1', whose run decides its children; retry 'trips/t-1' "
-                           r"instead \(its failed children start afresh\)"):  # fmt: skip
+        with pytest.raises(
+            actors.InvalidArguments,
+            match=f"cannot retry '{child}': it is a child "
+            "of 'trips/t-1', whose run decides its children; retry 'trips/t-1' "
+            r"instead \(its failed children start afresh\)",
+        ):
             await system.retry(child)
         again = await system.retry("trips/t-1")
         assert ["charged t-1-a", "charged t-1-b"] == await again.result()
@@ -314,8 +323,9 @@ async def test_two_nodes_retrying_one_address_make_one_incarnation(request):
                     try:
                         got.append(await system.retry(f"flaky/f{i}", input={"fail": False}))
                     except actors.InvalidArguments as exc:  # it came after the other's commit
-                        assert re.match(rf"cannot retry 'flaky/f{i}': it (is running|completed)",
-                                        str(exc)), exc  # fmt: skip
+                        assert re.match(
+                            rf"cannot retry 'flaky/f{i}': it (is running|completed)", str(exc)
+                        ), exc
                         got.append(exc)
 
                 async with trio.open_nursery() as nursery:
@@ -354,9 +364,14 @@ def test_a_retried_run_killed_mid_way_resumes(tmp_path):
         return sum("/2/" in line for line in lines)
 
     kill_after_acks(
-        args, stderr_path=tmp_path / "stderr", acked=retried, min_acks=1, start_timeout=20,
-        delay=random.uniform(0, 0.3), label="the retrying program",
-    )  # fmt: skip
+        args,
+        stderr_path=tmp_path / "stderr",
+        acked=retried,
+        min_acks=1,
+        start_timeout=20,
+        delay=random.uniform(0, 0.3),
+        label="the retrying program",
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with open(tmp_path / "stderr", "ab") as stderr:
         done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, stderr=stderr, timeout=30)
@@ -407,11 +422,16 @@ async def test_the_cli_retries_offline_and_shows_the_kept_incarnation(tmp_path):
     assert "o-8 declined" in done.stdout and "  current       incarnation 2\n" in done.stdout
     doc = json.loads((await cli("--json", "show", "orders/o-8", "--incarnation", "1")).stdout)
     assert (True, "failed", {"amount": 3}, 2) == (
-        doc["kept"], doc["status"], doc["input"], doc["current_incarnation"]
+        doc["kept"],
+        doc["status"],
+        doc["input"],
+        doc["current_incarnation"],
     )
     current = json.loads((await cli("--json", "show", "orders/o-8", "--incarnation", "2")).stdout)
     assert ("running", 2, {"amount": 4}) == (
-        current["status"], current["incarnation"], current["input"]
+        current["status"],
+        current["incarnation"],
+        current["input"],
     )
     done = await cli("show", "orders/o-8", "--incarnation", "7")
     not_kept = "incarnation 7 of 'orders/o-8' is not kept (the current one is 2; kept: 1)"
@@ -456,7 +476,9 @@ async def test_the_cli_retries_through_a_running_system(tmp_path):
             lambda: run_json(path, "retry", "orders/o-10", "--input", '{"amount": 6}')
         )
         assert (True, 2, {"incarnation": 1, "status": "failed"}) == (
-            doc["through_system"], doc["incarnation"], doc["replaced"]
+            doc["through_system"],
+            doc["incarnation"],
+            doc["replaced"],
         )
         assert 6 == (await system.get("orders/o-10").result())["amount"]
         done = await trio.to_thread.run_sync(lambda: run_cli(path, "retry", "orders/o-11"))

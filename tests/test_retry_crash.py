@@ -26,13 +26,20 @@ def _run(tmp_path, attempts: int) -> int:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     args = [
-        str(tmp_path / "journal"), str(tmp_path / "side"), str(tmp_path / "out"), str(attempts),
-    ]  # fmt: skip
+        str(tmp_path / "journal"),
+        str(tmp_path / "side"),
+        str(tmp_path / "out"),
+        str(attempts),
+    ]
     with open(tmp_path / "stderr", "ab") as stderr:
         done = subprocess.run(
-            [sys.executable, str(CHILD), *args], cwd=ROOT, env=env,
-            stdout=subprocess.DEVNULL, stderr=stderr, timeout=60,
-        )  # fmt: skip
+            [sys.executable, str(CHILD), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            timeout=60,
+        )
     return done.returncode
 
 

@@ -208,7 +208,9 @@ async def test_query_by_status_and_process(opener):
 
 async def test_signal_with_start(opener):
     async with opener(echo, quick) as system:
-        handle = await system.signal_with_start(echo, "w", signal=go, payload="first", greeting="yo")
+        handle = await system.signal_with_start(
+            echo, "w", signal=go, payload="first", greeting="yo"
+        )
         assert await handle.result() == "yo w first"
         with pytest.raises(actors.NotDelivered):
             await system.signal_with_start(echo, "w", signal=go, payload="late")

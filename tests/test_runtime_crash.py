@@ -34,14 +34,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
-from tests.crash_kit import acked_ids, kill_after_acks
 import trio
 
 import actors
 from actors.testing import wait_quiescent
 from storage import LMDBJournal, MemoryJournal, instance_id
 from tests import crash_child_runtime as child
+from tests.crash_kit import acked_ids, kill_after_acks
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "crash_child_runtime.py"
@@ -85,8 +84,13 @@ def _run_child(tmp: Path, round_no: int, rng: random.Random) -> tuple[int, float
     extra = rng.uniform(0.2, 1.5)
     kill_after_acks(
         [
-            str(CHILD), str(tmp / "journal"), str(tmp / "side"),
-            str(acks), str(round_no * ROUND_IDS), str(TASKS), str(PER_TASK),
+            str(CHILD),
+            str(tmp / "journal"),
+            str(tmp / "side"),
+            str(acks),
+            str(round_no * ROUND_IDS),
+            str(TASKS),
+            str(PER_TASK),
         ],
         stderr_path=tmp / f"child{round_no}.err",
         acked=lambda: len(_acked(acks)) - before,
@@ -94,10 +98,8 @@ def _run_child(tmp: Path, round_no: int, rng: random.Random) -> tuple[int, float
         start_timeout=START_TIMEOUT,
         delay=extra,
         label=f"child of round {round_no}",
-    )  # fmt: skip
+    )
     return len(_acked(acks)) - before, extra
-
-
 
 
 def _handling(key: str) -> tuple[int, int]:

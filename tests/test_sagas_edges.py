@@ -15,8 +15,7 @@ import pytest
 import trio
 
 import actors
-from actors import Context, Retry, Signal, process
-from actors import _saga
+from actors import Context, Retry, Signal, _saga, process
 from storage import LMDBJournal, instance_id
 from tests import saga_shop
 from tests.runtime_helpers import wait_status
@@ -47,8 +46,12 @@ def _run_script(tmp_path: Path, mode: str) -> subprocess.CompletedProcess:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, str(ROOT / "tests" / "saga_shop.py"), str(tmp_path / "journal"), mode],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 async def _recorded_names(path: Path) -> list[str]:
@@ -79,8 +82,11 @@ async def test_script_records_then_import_finishes_the_compensation(
         assert "compensation is stuck" not in str(exc.value)
         assert "failed" == handle.status
     assert [
-        "charge o1", "reserve o1", "release o1 r-o1", "refund o1 ch-o1",
-    ] == _ledger(tmp_path)  # fmt: skip
+        "charge o1",
+        "reserve o1",
+        "release o1 r-o1",
+        "refund o1 ch-o1",
+    ] == _ledger(tmp_path)
 
 
 async def test_script_dies_mid_compensation_and_import_finishes_it(
@@ -99,8 +105,12 @@ async def test_script_dies_mid_compensation_and_import_finishes_it(
         assert "compensation is stuck" not in str(exc.value)
     # The interrupted release runs again (at least once), then the refund.
     assert [
-        "charge o1", "reserve o1", "release o1 r-o1", "release o1 r-o1", "refund o1 ch-o1",
-    ] == _ledger(tmp_path)  # fmt: skip
+        "charge o1",
+        "reserve o1",
+        "release o1 r-o1",
+        "release o1 r-o1",
+        "refund o1 ch-o1",
+    ] == _ledger(tmp_path)
 
 
 async def test_import_records_then_script_finishes_the_compensation(
@@ -118,9 +128,12 @@ async def test_import_records_then_script_finishes_the_compensation(
     assert 0 == done.returncode, done.stderr
     # Found in the script's own module, not in a second copy imported by name.
     assert [
-        "charge o1", "reserve o1", "release o1 r-o1", "refund o1 ch-o1",
+        "charge o1",
+        "reserve o1",
+        "release o1 r-o1",
+        "refund o1 ch-o1",
         "finished: 'shop/o1' failed: ValueError: order o1 declined",
-    ] == _ledger(tmp_path)  # fmt: skip
+    ] == _ledger(tmp_path)
 
 
 # -- a compensation truly missing: the cause, named ------------------------------------
@@ -175,27 +188,31 @@ async def _stranded(opener, proc, monkeypatch, vanish: bool):
     "undo, vanish, cause",
     [
         pytest.param(
-            lambda order: None, False,
+            lambda order: None,
+            False,
             "was a closure, lambda or other unnamed callable, which exists only while the "
             "program that made it runs",
             id="lambda",
         ),
         pytest.param(
-            vanishing_refund, True,
+            vanishing_refund,
+            True,
             f"module {__name__!r} ({os.path.realpath(__file__)}) has no 'vanishing_refund' "
             "(renamed or removed since the step ran?); restore it under that name, then call "
             "system.resume_compensation('edge/e')",
             id="name-gone",
         ),
         pytest.param(
-            _defined_elsewhere("gone_shop", "/nonexistent/gone_shop.py"), False,
+            _defined_elsewhere("gone_shop", "/nonexistent/gone_shop.py"),
+            False,
             "module 'gone_shop' (/nonexistent/gone_shop.py) cannot be imported "
             "(ModuleNotFoundError: No module named 'gone_shop'); make it importable in the "
             "program that resumes the instance, then call system.resume_compensation('edge/e')",
             id="module-gone",
         ),
         pytest.param(
-            _defined_elsewhere("__main__", "/nonexistent/other_script.py"), False,
+            _defined_elsewhere("__main__", "/nonexistent/other_script.py"),
+            False,
             "was recorded by a program run as a script (/nonexistent/other_script.py), and "
             "no module loaded here comes from that file: import that file's module before "
             "open_system (or run it as the script again), then call "
@@ -262,13 +279,14 @@ async def test_result_raises_process_failed_when_compensation_is_stuck(opener, a
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(waiter)
                 await system.send("stuck/s", go)
-        expected = f"'stuck/s' failed: ValueError: no approval; " + STUCK.format(
+        expected = "'stuck/s' failed: ValueError: no approval; " + STUCK.format(
             step=step, addr="stuck/s"
         )
         assert [expected] == [str(e) for e in caught]
         assert ("builtins.ValueError", "no approval") == (
-            caught[0].error_type, caught[0].error_message,
-        )  # fmt: skip
+            caught[0].error_type,
+            caught[0].error_message,
+        )
         assert "compensation_stuck" == handle.status
     async with opener(stuck_order) as system:
         handle = system.get("stuck/s")

@@ -30,7 +30,9 @@ def _misfits(every: float, base: float) -> list[str]:
     for tick in ticks:
         # The scheduler wakes at the next tick after the last one handled...
         if next(ticks_after(spec, last)) != tick:
-            wrong.append(f"after {last!r} the next tick is {next(ticks_after(spec, last))!r}, not {tick!r}")
+            wrong.append(
+                f"after {last!r} the next tick is {next(ticks_after(spec, last))!r}, not {tick!r}"
+            )
         # ... finds exactly that tick due, and handles it ...
         if due_ticks(spec, last, tick, 1) != [tick]:
             wrong.append(f"at {tick!r} (last {last!r}) due is {due_ticks(spec, last, tick, 1)!r}")
@@ -66,9 +68,12 @@ def test_ticks_that_are_whole_seconds_or_milliseconds_keep_their_text():
     assert "2026-01-01T00:00:00.210Z" == tick_text(T0 + 0.21)
     ticks = list(itertools.islice(ticks_after({"every": 0.21}, T0), 5))
     assert [
-        "2026-01-01T00:00:00.210Z", "2026-01-01T00:00:00.420Z", "2026-01-01T00:00:00.630Z",
-        "2026-01-01T00:00:00.840Z", "2026-01-01T00:00:01.050Z",
-    ] == [tick_text(t) for t in ticks]  # fmt: skip
+        "2026-01-01T00:00:00.210Z",
+        "2026-01-01T00:00:00.420Z",
+        "2026-01-01T00:00:00.630Z",
+        "2026-01-01T00:00:00.840Z",
+        "2026-01-01T00:00:01.050Z",
+    ] == [tick_text(t) for t in ticks]
 
 
 def test_a_last_tick_stored_as_a_float_product_is_not_due_again():

@@ -81,17 +81,24 @@ async def test_overlap_skip_buffer_one_and_allow(autojump_clock):
             )
         await trio.sleep(60 * 3 + 30)  # ticks at 1, 2 and 3 minutes; the first one holds
         started = await ids(system, report)
-        by = {r: [a for a in started if a.startswith(f"report/{r}/")] for r in ("skip", "buffer", "allow")}
+        by = {
+            r: [a for a in started if a.startswith(f"report/{r}/")]
+            for r in ("skip", "buffer", "allow")
+        }
         assert len(by["skip"]) == 1 and len(by["buffer"]) == 1 and len(by["allow"]) == 3
         for address in (by["skip"][0], by["buffer"][0]):
             await system.send(address, release)
         await trio.sleep(1)
         started = await ids(system, report)
-        by = {r: [a for a in started if a.startswith(f"report/{r}/")] for r in ("skip", "buffer", "allow")}
+        by = {
+            r: [a for a in started if a.startswith(f"report/{r}/")]
+            for r in ("skip", "buffer", "allow")
+        }
         # skip: nothing more until the next tick; buffer_one: the first buffered tick (00:02) ran.
         assert by["skip"] == ["report/skip/2026-01-01T00:01:00Z"]
         assert by["buffer"] == [
-            "report/buffer/2026-01-01T00:01:00Z", "report/buffer/2026-01-01T00:02:00Z",
+            "report/buffer/2026-01-01T00:01:00Z",
+            "report/buffer/2026-01-01T00:02:00Z",
         ]
 
 
@@ -108,7 +115,8 @@ async def test_pause_resume_and_delete(tmp_path, autojump_clock):
         assert await system.resume_schedule("n") is True
         await trio.sleep(DAY)  # the ticks while paused are not caught up; the next one runs
         assert await ids(system, nightly) == [
-            "nightly/2026-01-02T00:00:00Z", "nightly/2026-01-06T00:00:00Z",
+            "nightly/2026-01-02T00:00:00Z",
+            "nightly/2026-01-06T00:00:00Z",
         ]
         assert await system.delete_schedule("n") is True
         assert await system.delete_schedule("n") is False
@@ -147,9 +155,12 @@ async def test_params_that_no_address_takes_are_refused_at_the_call(autojump_clo
 async def test_intervals_are_whole_microseconds(autojump_clock):
     async with actors.open_system(MemoryJournal(), processes=[nightly], now=clock) as system:
         for bad, said in (
-            (0, "positive seconds"), (-1.0, "positive seconds"), (float("nan"), "positive seconds"),
-            (True, "positive seconds"), (1e-7, "at least 0.000001 seconds"),
-        ):  # fmt: skip
+            (0, "positive seconds"),
+            (-1.0, "positive seconds"),
+            (float("nan"), "positive seconds"),
+            (True, "positive seconds"),
+            (1e-7, "at least 0.000001 seconds"),
+        ):
             with pytest.raises(actors.InvalidArguments, match=said):
                 await system.schedule("x", nightly, every=bad)
         info = await system.schedule("x", nightly, every=0.000125)
@@ -173,8 +184,10 @@ async def test_cron_follows_the_schedule_time_zone_across_a_dst_change(autojump_
         started = await ids(system, paris)
     # 09:00 in Paris is 08:00 UTC in winter time, 07:00 UTC in summer time.
     assert started == [
-        "paris/2026-03-27T08:00:00Z", "paris/2026-03-28T08:00:00Z",
-        "paris/2026-03-29T07:00:00Z", "paris/2026-03-30T07:00:00Z",
+        "paris/2026-03-27T08:00:00Z",
+        "paris/2026-03-28T08:00:00Z",
+        "paris/2026-03-29T07:00:00Z",
+        "paris/2026-03-30T07:00:00Z",
     ]
 
 
@@ -187,7 +200,8 @@ async def test_a_changed_definition_keeps_the_last_tick(autojump_clock):
         assert changed.params == ("us",)
         await trio.sleep(3600)
         assert await ids(system, report) == [
-            "report/eu/2026-01-01T01:00:00Z", "report/us/2026-01-01T02:00:00Z",
+            "report/eu/2026-01-01T01:00:00Z",
+            "report/us/2026-01-01T02:00:00Z",
         ]
 
 
@@ -216,10 +230,14 @@ async def test_a_schedule_whose_input_no_longer_fits_waits_and_the_others_go_on(
     tmp_path, autojump_clock, caplog
 ):
     path = tmp_path / "j"
-    async with actors.open_system(LMDBJournal(path), processes=[strict, nightly], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[strict, nightly], now=clock
+    ) as system:
         await system.schedule("strict", strict, every=3600, input={"size": 1})
         await system.schedule("nightly", nightly, every=3600)
-    async with actors.open_system(LMDBJournal(path), processes=[strict_v2, nightly], now=clock) as system:
+    async with actors.open_system(
+        LMDBJournal(path), processes=[strict_v2, nightly], now=clock
+    ) as system:
         await trio.sleep(3 * 3600 + 1)
         assert len(await ids(system, nightly)) == 3
         assert await ids(system, strict_v2) == []

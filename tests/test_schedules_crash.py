@@ -47,9 +47,12 @@ def test_every_tick_starts_once_across_sigkills(tmp_path):
             label="the schedule child",
         )
     done = subprocess.run(
-        [sys.executable, child, str(journal), str(side), "1.5"], cwd=ROOT,
-        env={"PYTHONPATH": str(ROOT), "PATH": ""}, capture_output=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, child, str(journal), str(side), "1.5"],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": ""},
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr.decode()
     keys: dict[str, set[str]] = defaultdict(set)
     for at, key in lines(side):

@@ -45,9 +45,7 @@ async def feed(ctx: Context, name: str) -> None:
 def open_on(make_journal, *processes, **kw):
     """A system on the store of ``make_journal`` (a fresh journal object on
     the same data each time, as a restarted program would have)."""
-    return actors.open_system(
-        make_journal(), processes=list(processes), now=virtual_wall, **kw
-    )  # fmt: skip
+    return actors.open_system(make_journal(), processes=list(processes), now=virtual_wall, **kw)
 
 
 async def stored_messages(make_journal, address: str) -> int:
@@ -193,7 +191,9 @@ def test_a_keys_cursor_name_is_told_from_a_consumers():
     assert "\x1fkey k" == key_cursor("k")  # the format journals store
     assert "\x00" not in KEY_PREFIX  # PostgreSQL's text cannot hold NUL
     assert ("k", "k", "k k") == (
-        key_of(key_cursor("k")), key_of(LEGACY_KEY_PREFIX + "k"), key_of(key_cursor("k k"))
+        key_of(key_cursor("k")),
+        key_of(LEGACY_KEY_PREFIX + "k"),
+        key_of(key_cursor("k k")),
     )
     assert (None, None) == (key_of("k"), key_of("key k"))
 
@@ -233,7 +233,9 @@ async def test_reader_cursor_reads_one_cursor(make_journal):
     async with make_journal() as journal:
         txn = Txn()
         record = InstanceRecord()
-        txn.put_instance(iid, address="inbox/z", process="inbox/:name", status="running", record=record)
+        txn.put_instance(
+            iid, address="inbox/z", process="inbox/:name", status="running", record=record
+        )
         txn.set_cursor(iid, "c", 0)
         txn.set_cursor(iid, KEY_PREFIX + "k", 0)  # a key's name is stored as it is
         await journal.commit(txn)

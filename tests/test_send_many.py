@@ -60,17 +60,13 @@ async def test_one_finished_address_stores_none_of_the_batch(opener, autojump_cl
         over = await system.start(quick, "q")
         assert await over.result() == "over"
         with pytest.raises(actors.NotDelivered) as info:
-            await system.send_many(
-                [("bag/a", item, 1), ("quick/q", item, 2), ("bag/b", item, 3)]
-            )
+            await system.send_many([("bag/a", item, 1), ("quick/q", item, 2), ("bag/b", item, 3)])
         assert info.value.address == "quick/q" and info.value.reason == "completed"
         with pytest.raises(actors.NotDelivered) as info:
             await system.send_many([("bag/a", item, 1), ("bag/nobody", item, 2)])
         assert info.value.address == "bag/nobody" and info.value.reason == "unknown"
         # Nothing of either batch was stored: the processes see only what follows.
-        await system.send_many(
-            [("bag/a", item, "x"), ("bag/a", done, None), ("bag/b", done, None)]
-        )
+        await system.send_many([("bag/a", item, "x"), ("bag/a", done, None), ("bag/b", done, None)])
         assert await system.get("bag/a").result() == ["x"]
         assert await system.get("bag/b").result() == []
 

@@ -109,10 +109,11 @@ async def test_two_nodes_starting_the_same_addresses(nodes, savepoints):
         # Fresh addresses, each started with a message from both nodes: both
         # messages are acknowledged, so the one instance must read both.
         outcomes = await race(
-            a, b,
+            a,
+            b,
             lambda s, i: s.signal_with_start(pair, f"f{i}", signal=M, payload="a"),
             lambda s, i: s.signal_with_start(pair, f"f{i}", signal=M, payload="b"),
-        )  # fmt: skip
+        )
         for _, (ha, hb) in outcomes:
             assert (1, 1) == (ha.incarnation, hb.incarnation)
         done = await results_of(a, [f"f{i}" for i in range(N)])
@@ -121,10 +122,11 @@ async def test_two_nodes_starting_the_same_addresses(nodes, savepoints):
         # Completed addresses started again from both, with and without
         # if_exists="error": nothing changes, the results stay.
         outcomes = await race(
-            a, b,
+            a,
+            b,
             lambda s, i: s.start(pair, f"f{i}", if_exists="error"),
             lambda s, i: s.start(pair, f"f{i}"),
-        )  # fmt: skip
+        )
         for _, (ea, hb) in outcomes:
             assert isinstance(ea, actors.AlreadyStarted) and ea.status == "completed"
             assert "completed" == hb.status
@@ -133,10 +135,11 @@ async def test_two_nodes_starting_the_same_addresses(nodes, savepoints):
         # Fresh addresses started with if_exists="error" from both: exactly
         # one start succeeds, the other is told the address is taken.
         outcomes = await race(
-            a, b,
+            a,
+            b,
             lambda s, i: s.start(pair, f"e{i}", if_exists="error"),
             lambda s, i: s.start(pair, f"e{i}", if_exists="error"),
-        )  # fmt: skip
+        )
         for i, (x, y) in outcomes:
             errors = [o for o in (x, y) if isinstance(o, actors.AlreadyStarted)]
             assert 1 == len(errors), (i, x, y)
@@ -146,10 +149,11 @@ async def test_two_nodes_starting_the_same_addresses(nodes, savepoints):
         for i in range(N):
             assert await a.cancel(f"pair/e{i}")
         outcomes = await race(
-            a, b,
+            a,
+            b,
             lambda s, i: s.signal_with_start(pair, f"e{i}", signal=M, payload="a"),
             lambda s, i: s.signal_with_start(pair, f"e{i}", signal=M, payload="b"),
-        )  # fmt: skip
+        )
         for _, (ha, hb) in outcomes:
             assert (2, 2) == (ha.incarnation, hb.incarnation)
         assert {f"e{i}": ["a", "b"] for i in range(N)} == await results_of(
@@ -218,8 +222,10 @@ async def test_a_deadlock_or_serialization_failure_runs_the_batch_again(nodes, s
     import psycopg.errors
 
     journal = nodes()
-    injected = [psycopg.errors.DeadlockDetected("deadlock detected"),
-                psycopg.errors.SerializationFailure("could not serialize access")]  # fmt: skip
+    injected = [
+        psycopg.errors.DeadlockDetected("deadlock detected"),
+        psycopg.errors.SerializationFailure("could not serialize access"),
+    ]
 
     def fault(moment, conn, txns):
         if moment == "locked" and injected:

@@ -47,9 +47,7 @@ def opener(tmp_path):
     return Opener(tmp_path)
 
 
-async def test_an_inline_step_runs_on_the_trio_thread_and_is_recorded_once(
-    opener, autojump_clock
-):
+async def test_an_inline_step_runs_on_the_trio_thread_and_is_recorded_once(opener, autojump_clock):
     trio_thread = threading.get_ident()
     FLAKY["left"] = 2  # two failures, then success: retries work inline too
     async with opener(inline) as system:
@@ -58,8 +56,11 @@ async def test_an_inline_step_runs_on_the_trio_thread_and_is_recorded_once(
         while len(CALLS) < 4:
             await trio.sleep(0.01)
     assert [(name, tid == trio_thread) for name, tid, _ in CALLS] == [
-        ("price", True), ("flaky", True), ("flaky", True), ("flaky", True),
-    ]  # fmt: skip
+        ("price", True),
+        ("flaky", True),
+        ("flaky", True),
+        ("flaky", True),
+    ]
     assert CALLS[0][2] == "inline/a/1/0/price/1"  # current_step() works inline
     CALLS.clear()
     async with opener(inline) as system:  # reopened: the recorded steps replay

@@ -262,7 +262,9 @@ async def test_crash_during_compensation_resumes_without_repeating(opener):
             await system.get("order3/c").result()
     compensations = [line for line in ledger if not line.startswith(("charge", "reserve"))]
     assert compensations[:3] == [
-        "release c-b r-1", "slow-release c attempt 1", "slow-release c attempt 2",
+        "release c-b r-1",
+        "slow-release c attempt 1",
+        "slow-release c attempt 2",
     ]  # release c-b ran once; the interrupted one continued with its next attempt
     assert compensations[3].startswith("refund c 5") and len(compensations) == 4
 
@@ -306,8 +308,13 @@ async def test_validation_coerces_and_a_failure_is_not_retried(opener):
     async def val(ctx: Context, id: str) -> list:
         good = await ctx.step(total, "21", validate_input=to_int, validate_output=str)
         try:
-            await ctx.step(total, "-1", validate_input=to_int, validate_output=positive,
-                           retry=Retry(attempts=5))  # fmt: skip
+            await ctx.step(
+                total,
+                "-1",
+                validate_input=to_int,
+                validate_output=positive,
+                retry=Retry(attempts=5),
+            )
         except actors.StepFailed as exc:
             return [good, str(exc)]
         return [good]

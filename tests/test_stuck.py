@@ -41,8 +41,13 @@ def cli(journal: Path, *args: str) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TZ="UTC", COLUMNS="200")
     done = subprocess.run(
         [sys.executable, "-m", "actors", "--journal", str(journal), *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert 0 == done.returncode, done.stderr
     return done.stdout
 
@@ -135,8 +140,9 @@ async def test_an_unregistered_process_is_warned_counted_shown_and_runs_once_reg
     # Registered again: it runs, and nothing holds it any more.
     async with opener(shipment, billing) as system:
         assert [] == events(caplog, logging.WARNING)
-        assert opened_line(caplog).endswith(": resumed 1, stuck 0, 0 orphaned child(ren) to "
-                                            "cancel, 0 corrupt")  # fmt: skip
+        assert opened_line(caplog).endswith(
+            ": resumed 1, stuck 0, 0 orphaned child(ren) to cancel, 0 corrupt"
+        )
         handle = system.get("shipment/s-1")
         assert "shipped s-1 by ann" == await handle.result()
         assert (None, None) == (handle.stuck, handle.last_error)
@@ -174,8 +180,9 @@ async def test_non_determinism_is_warned_once_counted_at_open_and_shown(
 
     # Reopened on the same code: counted, replayed, and said again.
     async with opener(flow_v2) as system:
-        assert opened_line(caplog).endswith(": resumed 0, stuck 1 (1 non-determinism), 0 "
-                                            "orphaned child(ren) to cancel, 0 corrupt")  # fmt: skip
+        assert opened_line(caplog).endswith(
+            ": resumed 0, stuck 1 (1 non-determinism), 0 orphaned child(ren) to cancel, 0 corrupt"
+        )
         while not events(caplog, logging.WARNING):
             await trio.sleep(0.01)
         assert 1 == len(events(caplog, logging.WARNING))
@@ -193,8 +200,9 @@ async def test_non_determinism_is_warned_once_counted_at_open_and_shown(
 
     # The code that fits is back: it resumes, takes its mail and completes.
     async with opener(flow_v1) as system:
-        assert opened_line(caplog).endswith(": resumed 0, stuck 1 (1 non-determinism), 0 "
-                                            "orphaned child(ren) to cancel, 0 corrupt")  # fmt: skip
+        assert opened_line(caplog).endswith(
+            ": resumed 0, stuck 1 (1 non-determinism), 0 orphaned child(ren) to cancel, 0 corrupt"
+        )
         handle = system.get("flow/f-1")
         assert "flowed" == await handle.result()
         assert (None, None) == (handle.stuck, handle.last_error)

@@ -159,9 +159,7 @@ async def test_cascade_through_three_levels(opener, end):
         assert set(statuses) <= {"cancelled", "completed", "failed"}
         if end == "cancel":
             assert statuses.count("cancelled") == 4
-            assert system.get("tree/r/tree/t/tree/t").reason == (
-                "parent tree/r/tree/t cancelled"
-            )
+            assert system.get("tree/r/tree/t/tree/t").reason == ("parent tree/r/tree/t cancelled")
 
 
 class _nothing:
@@ -283,8 +281,10 @@ async def test_restart_strategies(opener, autojump_clock, strategy, restarted):
         got = {k for k in "abc" if system.get(f"strat/s/crashy/{k}").restarts}
         assert got == restarted
         for k in restarted - {"b"}:
-            assert system.get(f"strat/s/crashy/{k}").restarts[0]["reason"].startswith(
-                "restart: sibling strat/s/crashy/b crashed"
+            assert (
+                system.get(f"strat/s/crashy/{k}")
+                .restarts[0]["reason"]
+                .startswith("restart: sibling strat/s/crashy/b crashed")
             )
 
 

@@ -45,13 +45,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
-from tests.crash_kit import acked_ids, kill_after_acks
 import trio
 
 import actors
 from storage import LMDBJournal, instance_id
 from tests import crash_child_supervision as child
+from tests.crash_kit import acked_ids, kill_after_acks
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "crash_child_supervision.py"
@@ -117,9 +116,15 @@ def _run_child(tmp: Path, round_no: int, rng: random.Random) -> tuple[int, float
     extra = rng.uniform(0.0, 1.5)
     kill_after_acks(
         [
-            str(CHILD), str(tmp / "journal"), str(tmp / "side"),
-            str(acks), str(round_no * ROUND_IDS), str(TASKS), str(PER_TASK),
-                str(PACE), str(passivate),
+            str(CHILD),
+            str(tmp / "journal"),
+            str(tmp / "side"),
+            str(acks),
+            str(round_no * ROUND_IDS),
+            str(TASKS),
+            str(PER_TASK),
+            str(PACE),
+            str(passivate),
         ],
         stderr_path=tmp / f"child{round_no}.err",
         acked=lambda: len(_acked(acks)) - before,
@@ -127,7 +132,7 @@ def _run_child(tmp: Path, round_no: int, rng: random.Random) -> tuple[int, float
         start_timeout=START_TIMEOUT,
         delay=extra,
         label=f"child of round {round_no}",
-    )  # fmt: skip
+    )
     return len(_acked(acks)) - before, extra
 
 
@@ -270,9 +275,10 @@ async def test_sigkill_under_load_keeps_the_supervisor_tree_consistent(tmp_path)
         assert n in sent, f"a child for a job never sent: {address}"
         record = row.record
         assert record.input == (
-            {"n": n, "side": str(side)} if awaited
+            {"n": n, "side": str(side)}
+            if awaited
             else {"n": n, "side": str(side), "hold": child.holds(n)}
-        ), (address, record.input)  # fmt: skip
+        ), (address, record.input)
         assert (record.incarnation, record.run, list(record.restarts)) == (1, 0, []), (
             f"{address} was started more than once: inc {record.incarnation}, run "
             f"{record.run}, restarts {record.restarts}"

@@ -19,8 +19,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 
 import actors  # noqa: E402
-from actors import Context, Retry, Signal, process  # noqa: E402
-from actors import _tracing  # noqa: E402
+from actors import (  # noqa: E402
+    Context,
+    Retry,
+    Signal,
+    _tracing,  # noqa: E402
+    process,
+)
 from storage import Txn, instance_id  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 
@@ -93,10 +98,14 @@ async def test_a_run_and_its_step_attempts_are_spans_under_the_callers_trace(
     assert {"actors.address": "pay/o1", "actors.run": 0} == dict(run.attributes)
     key = "pay/o1/1/0/charge/1"
     assert [
-        {"actors.address": "pay/o1", "actors.run": 0, "actors.step.attempt": n,
-         "actors.step.key": key}
+        {
+            "actors.address": "pay/o1",
+            "actors.run": 0,
+            "actors.step.attempt": n,
+            "actors.step.key": key,
+        }
         for n in (1, 2)
-    ] == [dict(s.attributes) for s in steps]  # fmt: skip
+    ] == [dict(s.attributes) for s in steps]
     assert [run.context.span_id] * 2 == [s.parent.span_id for s in steps]
     # The failed attempt carries its exception; the second is clean.
     assert [["exception"], []] == [[e.name for e in s.events] for s in steps]
@@ -140,8 +149,9 @@ async def test_the_trace_continues_into_the_process_across_a_close_and_reopen(
     ]
     (deliver,) = by_name(exporter, "deliver go")
     assert (sender_ctx.trace_id, sender_ctx.span_id) == (
-        deliver.context.trace_id, deliver.parent.span_id,
-    )  # fmt: skip
+        deliver.context.trace_id,
+        deliver.parent.span_id,
+    )
     assert {"actors.address": "later/o2", "actors.run": 0, "actors.message": 1} == dict(
         deliver.attributes
     )
@@ -247,9 +257,12 @@ async def test_a_stored_context_that_is_not_a_traceparent_starts_a_trace_of_its_
         row = await journal.read(lambda r: r.instance(instance_id("hold/j")))
         txn = Txn()
         txn.put_instance(
-            row.iid, address=row.address, process=row.process, status="running",
+            row.iid,
+            address=row.address,
+            process=row.process,
+            status="running",
             record=attrs.evolve(row.record, trace="00-not-a-trace"),
-        )  # fmt: skip
+        )
         await journal.commit(txn)
     exporter.clear()
     async with opener(hold) as system:
@@ -311,6 +324,4 @@ async def test_a_supervisor_restart_runs_on_under_the_starters_trace(
     assert [(context.trace_id, context.span_id)] * 2 == [
         (s.context.trace_id, s.parent.span_id) for s in runs
     ]
-    assert [trace.StatusCode.ERROR, trace.StatusCode.UNSET] == [
-        s.status.status_code for s in runs
-    ]
+    assert [trace.StatusCode.ERROR, trace.StatusCode.UNSET] == [s.status.status_code for s in runs]

@@ -25,6 +25,7 @@ PROGRAM = textwrap.dedent(
     from __future__ import annotations
 
     import actors
+    import storage
     from actors import Context, process
 
 
@@ -63,7 +64,13 @@ PROGRAM = textwrap.dedent(
         wrong_again: str = await queued.result()  # E: assignment
         await system.start(user, "u-2", factor="3")  # E: arg-type
         await system.start(user, "u-3")  # E: call-overload
-        return total + checked
+        # String options are their words, not any string.
+        await system.start(profile, "u-6", if_exists="replace")  # E: call-arg
+        system.stream("profiles/u-1", "mine", from_="end")  # E: arg-type
+        storage.LMDBJournal("j", durability="fast")  # E: arg-type
+        finished = handle.status == "complete"  # E: comparison-overlap
+        status: storage.Status | None = None if handle.status == "unknown" else handle.status
+        return total + checked + len(status or "")
     '''
 )
 
@@ -90,12 +97,19 @@ def mypy_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[str
     with pytest.MonkeyPatch.context() as patch:
         # This checkout's packages, not whatever an installed copy points at.
         patch.setenv("MYPYPATH", str(ROOT))
-        out, err, status = api.run([
-            "--config-file", str(ROOT / "pyproject.toml"),
-            "--cache-dir", str(where / "cache"),
-            "--no-error-summary", "--show-error-codes", "--no-pretty",
-            str(where / "correct_program.py"), str(where / "mistaken_program.py"),
-        ])  # fmt: skip
+        out, err, status = api.run(
+            [
+                "--config-file",
+                str(ROOT / "pyproject.toml"),
+                "--cache-dir",
+                str(where / "cache"),
+                "--no-error-summary",
+                "--show-error-codes",
+                "--no-pretty",
+                str(where / "correct_program.py"),
+                str(where / "mistaken_program.py"),
+            ]
+        )
     assert "" == err
     return status, [line for line in out.splitlines() if ": error: " in line]
 
@@ -103,7 +117,7 @@ def mypy_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[str
 def test_typed_mistakes_are_reported_on_their_lines(mypy_report):
     _, errors = mypy_report
     expected = _expected(PROGRAM)
-    assert 7 == len(expected)
+    assert 11 == len(expected)
     found = [
         (int(m["line"]), m["code"])
         for line in errors
@@ -142,6 +156,5 @@ def test_the_messages_name_the_types_read_from_the_functions(mypy_report):
     ) in message("wrong_result: str")
     # start checks the input against the process function's parameters.
     assert (
-        'Argument "factor" to "start" of "ActorSystem" has incompatible type "str"; '
-        'expected "int"'
+        'Argument "factor" to "start" of "ActorSystem" has incompatible type "str"; expected "int"'
     ) in message('factor="3"')

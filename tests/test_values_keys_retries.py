@@ -66,7 +66,7 @@ async def test_send_hands_the_process_what_was_encoded(any_opener, autojump_cloc
         assert expected == result
         assert expected == SEEN["hold/s1"]
         assert SEEN["hold/s1"] is not sent
-        assert tuple == type(result["pair"])
+        assert tuple is type(result["pair"])
 
 
 async def test_signal_with_start_hands_the_process_what_was_encoded(any_opener, autojump_clock):
@@ -333,7 +333,9 @@ async def undo_charge(amount: int) -> None:
 async def crashy(ctx: Context, id: str, *, attempts: int) -> str:
     retry = Retry(attempts=attempts, backoff=0) if attempts > 1 else None
     try:
-        return await ctx.step(crashing_charge, 5, name="charge", retry=retry, compensate=undo_charge)
+        return await ctx.step(
+            crashing_charge, 5, name="charge", retry=retry, compensate=undo_charge
+        )
     except actors.StepFailed as exc:
         LEDGER.append(f"caught {type(exc).__name__}")
         raise

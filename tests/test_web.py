@@ -178,11 +178,19 @@ async def call(app, target: str, *, method: str = "GET", host: str = "127.0.0.1"
     """One request through the ASGI app: (status, headers, body text)."""
     path, _, query = target.partition("?")
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-        "query_string": query.encode(), "headers": [(b"host", host.encode())],
-        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
-    }  # fmt: skip
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": query.encode(),
+        "headers": [(b"host", host.encode())],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+    }
     sent: list[dict] = []
 
     async def receive():
@@ -246,7 +254,9 @@ async def test_filters_by_status_process_and_prefix(app, opened):
     assert family == await shown("prefix=orders/o-1/")
     assert family == await shown("prefix=orders/o-1")
     assert [] == await shown("prefix=orders/o")
-    assert ["orders/o-1/workers/w-1"] == await shown("prefix=orders/&status=suspended&process=workers/:id")
+    assert ["orders/o-1/workers/w-1"] == await shown(
+        "prefix=orders/&status=suspended&process=workers/:id"
+    )
     assert [] == await shown("prefix=nothing-here")
     _, _, body = await call(app, "/?prefix=nothing-here")
     assert "no instances match." in body
@@ -321,12 +331,16 @@ async def test_supervision_tree_restarts_exports_and_links(app):
     assert "none (top level)" in body
     tree = body[body.index('<ul class="tree">') :]
     assert f'href="{html.escape(href("orders/o-1/greet/bob"))}">orders/o-1/greet/bob</a>' in tree
-    assert f'href="{html.escape(href("orders/o-1/workers/w-1"))}">orders/o-1/workers/w-1</a>' in tree
+    assert (
+        f'href="{html.escape(href("orders/o-1/workers/w-1"))}">orders/o-1/workers/w-1</a>' in tree
+    )
     assert "(call #" in tree and "(spawn #" in tree
     assert "version 1" in body and "&quot;shipping&quot;" in body  # exports
 
     _, _, body = await call(app, href("orders/o-1/workers/w-1"))
-    assert f'child of <a class="mono" href="{html.escape(href("orders/o-1"))}">orders/o-1</a>' in body
+    assert (
+        f'child of <a class="mono" href="{html.escape(href("orders/o-1"))}">orders/o-1</a>' in body
+    )
     assert "(restart: transient)" in body
     restarts = body[body.index('<table id="restarts">') :]
     assert "the worker tripped" in restarts
@@ -341,7 +355,9 @@ async def test_stream_with_its_consumers_cursors(app):
 
 async def test_the_effect_log_is_paged(app):
     def seqs(body: str) -> list[int]:
-        log = body[body.index('<table id="log">') : body.index("</table>", body.index('<table id="log">'))]
+        log = body[
+            body.index('<table id="log">') : body.index("</table>", body.index('<table id="log">'))
+        ]
         return [int(s) for s in re.findall(r"<tr><td>(\d+)</td>", log)]
 
     _, _, first = await call(app, href("steps/long"))
@@ -379,7 +395,9 @@ async def test_security_headers_on_every_answer(app):
 async def test_assets_are_served_from_the_package(app):
     status, headers, body = await call(app, "/static/live.js")
     assert (200, "text/javascript; charset=utf-8") == (status, headers["content-type"])
-    assert "partial" in body and "http" not in body.replace("https://", "")  # nothing fetched from elsewhere
+    assert "partial" in body and "http" not in body.replace(
+        "https://", ""
+    )  # nothing fetched from elsewhere
     status, headers, _ = await call(app, "/static/inspector.css")
     assert (200, "text/css; charset=utf-8") == (status, headers["content-type"])
 
@@ -443,9 +461,13 @@ async def test_other_host_names_are_refused(app):
 def run_web(*args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen(
-        [sys.executable, "-m", "actors", "web", *args], cwd=ROOT, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-m", "actors", "web", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow  # a server in a subprocess, on real time
@@ -453,10 +475,15 @@ def test_the_command_serves_on_127_0_0_1_and_says_so(journal):
     server = run_web("--journal", str(journal), "--port", "0")
     try:
         first = server.stdout.readline()
-        match = re.fullmatch(r"actors web: inspecting (.+) read-only at (http://127\.0\.0\.1:\d+/)\n", first)
+        match = re.fullmatch(
+            r"actors web: inspecting (.+) read-only at (http://127\.0\.0\.1:\d+/)\n", first
+        )
         assert match, first + server.stderr.read()
         assert str(journal) == match[1]
-        assert "listening on 127.0.0.1 (this machine only); Ctrl-C stops it\n" == server.stdout.readline()
+        assert (
+            "listening on 127.0.0.1 (this machine only); Ctrl-C stops it\n"
+            == server.stdout.readline()
+        )
         with urllib.request.urlopen(match[2], timeout=10) as resp:
             assert 200 == resp.status
             assert "orders/o-1/workers/w-1" in resp.read().decode()
@@ -474,25 +501,34 @@ def test_the_command_refuses_what_it_cannot_serve(journal, tmp_path):
     # A directory or a postgresql:// URL (test_web_postgres.py serves one).
     done = subprocess.run(
         [sys.executable, "-m", "actors", "web", "--journal", "mysql://localhost/db"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert 2 == done.returncode
     assert "give an LMDB journal's directory, or a PostgreSQL journal's URL" in done.stderr
 
     done = subprocess.run(
         [sys.executable, "-m", "actors", "web", "--journal", str(journal), "--schema", "orders"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert 2 == done.returncode
     assert "--schema names the schema of a PostgreSQL journal" in done.stderr
 
     done = subprocess.run(
         [sys.executable, "-m", "actors", "--journal", str(tmp_path / "none"), "web"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert 3 == done.returncode
     assert "the directory does not exist" in done.stderr
 
@@ -502,28 +538,41 @@ def test_the_command_refuses_what_it_cannot_serve(journal, tmp_path):
         port = taken.getsockname()[1]
         done = subprocess.run(
             [sys.executable, "-m", "actors", "web", "--journal", str(journal), "--port", str(port)],
-            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
             timeout=60,
-        )  # fmt: skip
+        )
     assert 1 == done.returncode
-    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "pick another --port" in done.stderr
+    assert (
+        f"cannot listen on 127.0.0.1:{port}" in done.stderr and "pick another --port" in done.stderr
+    )
 
     # Without the 'web' extra, the command says what to install.
     blocked = "import sys; sys.modules['starlette'] = None; from actors._cli import main; sys.exit(main())"
     done = subprocess.run(
         [sys.executable, "-c", blocked, "web", "--journal", str(journal)],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert 2 == done.returncode
-    assert "needs the 'web' extra" in done.stderr and "pip install 'trio-actors[web]'" in done.stderr
+    assert (
+        "needs the 'web' extra" in done.stderr and "pip install 'trio-actors[web]'" in done.stderr
+    )
 
     for bad in (("--port", "70000"), ("--interval", "0"), ("--interval", "nan")):
         done = subprocess.run(
             [sys.executable, "-m", "actors", "web", "--journal", str(journal), *bad],
-            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
             timeout=60,
-        )  # fmt: skip
+        )
         assert 2 == done.returncode, bad
 
 
@@ -552,5 +601,8 @@ async def test_a_corrupt_record_is_listed_and_its_page_says_so(journal, tmp_path
         assert "does not decode" in row and "<a " not in row  # listed, with no page to open
         status, _, body = await call(app, href("greet/ann"))
         assert 500 == status
-        assert "corrupt record" in body and "the record of &#x27;greet/ann&#x27; does not decode" in body
+        assert (
+            "corrupt record" in body
+            and "the record of &#x27;greet/ann&#x27; does not decode" in body
+        )
         assert 200 == (await call(app, href("boom/1")))[0]

@@ -111,8 +111,9 @@ GUARD = Guard()
 
 @pytest.fixture
 def app(opened, journal):
-    return create_app(opened, source=str(journal), runner=Runner(str(journal)), actions=ACTIONS,
-                      guard=GUARD)  # fmt: skip
+    return create_app(
+        opened, source=str(journal), runner=Runner(str(journal)), actions=ACTIONS, guard=GUARD
+    )
 
 
 @pytest.fixture
@@ -124,13 +125,22 @@ async def call(app, target: str, *, method: str = "GET", headers=(), body: bytes
     """One request through the ASGI app: (status, headers, body text)."""
     path, _, query = target.partition("?")
     scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
         "query_string": query.encode(),
-        "headers": [*([] if any(k == "host" for k, _ in headers) else [(b"host", b"127.0.0.1:8080")]),
-                    *((k.encode(), v.encode()) for k, v in headers)],
-        "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8080),
-    }  # fmt: skip
+        "headers": [
+            *([] if any(k == "host" for k, _ in headers) else [(b"host", b"127.0.0.1:8080")]),
+            *((k.encode(), v.encode()) for k, v in headers),
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+    }
     sent: list[dict] = []
     chunks = [body]
 
@@ -153,8 +163,15 @@ def session_cookie(session: str) -> tuple[str, str]:
     return "cookie", f"{GUARD.cookie}={session}"
 
 
-async def post(app, fields: dict, *, origin: str | None = ORIGIN, session: str | None = None,
-               token: str | None = None, extra=()):  # fmt: skip
+async def post(
+    app,
+    fields: dict,
+    *,
+    origin: str | None = ORIGIN,
+    session: str | None = None,
+    token: str | None = None,
+    extra=(),
+):
     headers = [("content-type", "application/x-www-form-urlencoded"), *extra]
     if origin is not None:
         headers.append(("origin", origin))
@@ -216,12 +233,18 @@ def test_a_token_belongs_to_one_session_of_one_server():
 
 def test_the_refusals_say_why():
     s = GUARD.new_session()
-    ok = dict(origin=ORIGIN, host="127.0.0.1:8080", fetch_site="same-origin", session=s,
-              token=GUARD.token(s))  # fmt: skip
+    ok = dict(
+        origin=ORIGIN,
+        host="127.0.0.1:8080",
+        fetch_site="same-origin",
+        session=s,
+        token=GUARD.token(s),
+    )
     assert None is GUARD.refusal(**ok)
     assert None is GUARD.refusal(**dict(ok, fetch_site=None))  # an older browser says nothing
     assert "comes from http://evil.example, not from this inspector" in GUARD.refusal(
-        **dict(ok, origin="http://evil.example"))  # fmt: skip
+        **dict(ok, origin="http://evil.example")
+    )
     assert "from a page that does not say where" in GUARD.refusal(**dict(ok, origin=None))
     assert "cross-site, not same-origin" in GUARD.refusal(**dict(ok, fetch_site="cross-site"))
     assert "no inspector session" in GUARD.refusal(**dict(ok, session=None))
@@ -241,8 +264,9 @@ async def test_a_read_only_inspector_offers_nothing_and_refuses_every_post(read_
     assert 405 == status and "start it with --allow-actions" in body
     s = GUARD.new_session()
     for token in (GUARD.token(s), None):
-        status, _, body = await post(read_only, {"action": "cancel", "address": "holds/h-1"},
-                                     session=s, token=token)  # fmt: skip
+        status, _, body = await post(
+            read_only, {"action": "cancel", "address": "holds/h-1"}, session=s, token=token
+        )
         assert 405 == status and "this inspector only reads" in body
     assert before == record(opened, "holds/h-1")
 
@@ -273,22 +297,35 @@ async def test_the_confirmation_says_what_will_happen_and_holds_the_token(app, j
     said = text_of(body)
     assert "Cancels holds/h-1 (now suspended)" in said
     assert "Its 1 saga compensation (book) do NOT run" in said
-    assert f"actors --journal {journal} cancel --force --reason=cancelled from the web " \
-           "inspector -- holds/h-1" in said  # fmt: skip
+    assert (
+        f"actors --journal {journal} cancel --force --reason=cancelled from the web "
+        "inspector -- holds/h-1" in said
+    )
     (cookie,) = headers["set-cookie"]
     session = re.match(rf"{GUARD.cookie}=([A-Za-z0-9_-]+);", cookie)[1]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     form = re.search(r'<form id="confirm" method="post" action="/act">(.*?)</form>', body)[1]
     assert f'name="token" value="{GUARD.token(session)}"' in form
     # The same session keeps its cookie and its token.
-    _, headers, body = await call(app, "/confirm?action=cancel-compensate&address=holds%2Fh-1",
-                                  headers=[session_cookie(session)])  # fmt: skip
+    _, headers, body = await call(
+        app,
+        "/confirm?action=cancel-compensate&address=holds%2Fh-1",
+        headers=[session_cookie(session)],
+    )
     assert "set-cookie" not in headers and GUARD.token(session) in body
     assert "run first, newest first: book; then it ends cancelled" in text_of(body)
 
-    _, _, body = await call(app, "/confirm?" + urlencode(
-        {"action": "send", "address": "holds/h-1", "signal": "go", "payload": '{"by": "ann"}'}))  # fmt: skip
-    assert "Puts the message 'go' with payload {\"by\": \"ann\"} in the mailbox of holds/h-1" in text_of(body)
+    _, _, body = await call(
+        app,
+        "/confirm?"
+        + urlencode(
+            {"action": "send", "address": "holds/h-1", "signal": "go", "payload": '{"by": "ann"}'}
+        ),
+    )
+    assert (
+        'Puts the message \'go\' with payload {"by": "ann"} in the mailbox of holds/h-1'
+        in text_of(body)
+    )
     _, _, body = await call(app, "/confirm?action=retry&address=payments%2Fp-1")
     assert "as incarnation 2, with the same params and the input it had" in text_of(body)
     _, _, body = await call(app, "/confirm?action=fork&address=payments%2Fp-1&from=1")
@@ -299,22 +336,42 @@ async def test_the_confirmation_says_what_will_happen_and_holds_the_token(app, j
 @pytest.mark.parametrize(
     "query, status, says",
     [
-        ({"action": "retry", "address": "holds/h-1"}, 409, "cannot retry 'holds/h-1': it is suspended"),
-        ({"action": "cancel", "address": "greet/ann"}, 409, "cannot cancel 'greet/ann': it is completed"),
+        (
+            {"action": "retry", "address": "holds/h-1"},
+            409,
+            "cannot retry 'holds/h-1': it is suspended",
+        ),
+        (
+            {"action": "cancel", "address": "greet/ann"},
+            409,
+            "cannot cancel 'greet/ann': it is completed",
+        ),
         ({"action": "explode", "address": "holds/h-1"}, 400, "unknown action 'explode'"),
         ({"action": "cancel"}, 400, "address is missing"),
         ({"action": "cancel", "address": "holds/nope"}, 404, "no instance at 'holds/nope'"),
         ({"action": "send", "address": "holds/h-1"}, 400, "signal is missing"),
-        ({"action": "send", "address": "holds/h-1", "signal": "go", "payload": "{nope"}, 400,
-         "payload is not JSON"),
-        ({"action": "retry", "address": "payments/p-1", "input": "[1]"}, 400,
-         "input must be a JSON object"),
-        ({"action": "fork", "address": "greet/ann", "from": "-1"}, 400,
-         "from must be a log entry's number"),
-        ({"action": "cancel", "address": "holds/h-1", "force": "1"}, 400,
-         "cancel takes no fields, not force"),
+        (
+            {"action": "send", "address": "holds/h-1", "signal": "go", "payload": "{nope"},
+            400,
+            "payload is not JSON",
+        ),
+        (
+            {"action": "retry", "address": "payments/p-1", "input": "[1]"},
+            400,
+            "input must be a JSON object",
+        ),
+        (
+            {"action": "fork", "address": "greet/ann", "from": "-1"},
+            400,
+            "from must be a log entry's number",
+        ),
+        (
+            {"action": "cancel", "address": "holds/h-1", "force": "1"},
+            400,
+            "cancel takes no fields, not force",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_what_cannot_be_confirmed_is_a_4xx_page(app, query, status, says):
     got, _, body = await call(app, "/confirm?" + urlencode(query))
     assert status == got, body
@@ -337,38 +394,58 @@ async def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothi
         await post(app, cancel, session=None, token=GUARD.token(s)),  # no session cookie
         await post(app, cancel, session=s, token=GUARD.token(s), origin="http://evil.example"),
         await post(app, cancel, session=s, token=GUARD.token(s), origin=None),
-        await post(app, cancel, session=s, token=GUARD.token(s),
-                   extra=[("sec-fetch-site", "cross-site")]),  # fmt: skip
+        await post(
+            app, cancel, session=s, token=GUARD.token(s), extra=[("sec-fetch-site", "cross-site")]
+        ),
     ]
     assert [403] * 6 == [status for status, _, _ in refused]
     assert "not from this inspector" in html.unescape(refused[3][2])
     assert before == record(opened, "holds/h-1")
     lines = [r for r in caplog.records if r.name == "actors.control"]
     assert 6 == len(lines) and all(r.levelno == logging.WARNING for r in lines)
-    assert "web inspector: cancel 'holds/h-1' from 127.0.0.1: refused: refused: the request " \
-           "comes from http://evil.example" in lines[3].getMessage()  # fmt: skip
+    assert (
+        "web inspector: cancel 'holds/h-1' from 127.0.0.1: refused: refused: the request "
+        "comes from http://evil.example" in lines[3].getMessage()
+    )
     # A page elsewhere that points its own name at this address (DNS rebinding)
     # is refused by its Host, whatever its Origin.
-    status, _, _ = await call(app, "/act", method="POST", headers=[
-        ("host", "evil.example:8080"), ("origin", "http://evil.example:8080"),
-        ("content-type", "application/x-www-form-urlencoded"), session_cookie(s)],
-        body=urlencode(dict(cancel, token=GUARD.token(s))).encode())  # fmt: skip
+    status, _, _ = await call(
+        app,
+        "/act",
+        method="POST",
+        headers=[
+            ("host", "evil.example:8080"),
+            ("origin", "http://evil.example:8080"),
+            ("content-type", "application/x-www-form-urlencoded"),
+            session_cookie(s),
+        ],
+        body=urlencode(dict(cancel, token=GUARD.token(s))).encode(),
+    )
     assert 400 == status
     assert before == record(opened, "holds/h-1")
     # What a refused POST names goes to the log quoted, on one line.
     await post(app, {"action": "x\nforged line", "address": "a\nb"})
-    assert "web inspector: 'x\\nforged line' 'a\\nb' from 127.0.0.1: refused: " in \
-        caplog.records[-1].getMessage()  # fmt: skip
+    assert (
+        "web inspector: 'x\\nforged line' 'a\\nb' from 127.0.0.1: refused: "
+        in caplog.records[-1].getMessage()
+    )
     # Not a form, or a form repeated: refused before anything is read.
-    status, _, _ = await call(app, "/act", method="POST", headers=[("origin", ORIGIN)],
-                              body=b'{"action": "cancel"}')  # fmt: skip
+    status, _, _ = await call(
+        app, "/act", method="POST", headers=[("origin", ORIGIN)], body=b'{"action": "cancel"}'
+    )
     assert 415 == status
     assert "'?' '?' from 127.0.0.1: refused: an action is a form" in caplog.records[-1].getMessage()
-    status, _, _ = await post(app, {"action": "cancel", "address": "holds/h-1", "force": "1"},
-                              session=s, token=GUARD.token(s))  # fmt: skip
+    status, _, _ = await post(
+        app,
+        {"action": "cancel", "address": "holds/h-1", "force": "1"},
+        session=s,
+        token=GUARD.token(s),
+    )
     assert 400 == status
-    assert "cancel 'holds/h-1' from 127.0.0.1: refused: cancel takes no fields, not force" in \
-        caplog.records[-1].getMessage()  # fmt: skip
+    assert (
+        "cancel 'holds/h-1' from 127.0.0.1: refused: cancel takes no fields, not force"
+        in caplog.records[-1].getMessage()
+    )
     assert 405 == (await call(app, "/act"))[0]
 
 
@@ -388,28 +465,31 @@ async def test_an_action_is_the_commands_and_is_audited(app, opened, caplog):
     assert "suspended" == status
     assert [("go", {"by": "ann"})] == [(m[0], m[1]) for _, m in mail]
 
-    status, _, body = await post(app, {"action": "cancel", "address": "holds/h-1"}, session=s,
-                                 token=token)  # fmt: skip
+    status, _, body = await post(
+        app, {"action": "cancel", "address": "holds/h-1"}, session=s, token=token
+    )
     assert 200 == status, body
     assert "cancelled holds/h-1 (suspended before)" in text_of(body)
     assert "cancelled" == record(opened, "holds/h-1")[0]
 
     # The command's refusal is the page's, with its exit code's answer.
-    status, _, body = await post(app, {"action": "retry", "address": "greet/ann"}, session=s,
-                                 token=token)  # fmt: skip
+    status, _, body = await post(
+        app, {"action": "retry", "address": "greet/ann"}, session=s, token=token
+    )
     assert 409 == status
     assert "refused" in text_of(body) and "greet/ann" in text_of(body)
     assert "completed" == record(opened, "greet/ann")[0]
 
     lines = [r.getMessage() for r in caplog.records if r.name == "actors.control"]
     assert 3 == len(lines)
-    assert lines[0].startswith("web inspector: send 'holds/h-1' (payload='{\"by\": \"ann\"}' "
-                               "signal='go') from 127.0.0.1: done: sent 'go'")  # fmt: skip
+    assert lines[0].startswith(
+        "web inspector: send 'holds/h-1' (payload='{\"by\": \"ann\"}' "
+        "signal='go') from 127.0.0.1: done: sent 'go'"
+    )
     assert lines[1].startswith("web inspector: cancel 'holds/h-1' from 127.0.0.1: done: cancelled")
     assert lines[2].startswith("web inspector: retry 'greet/ann' from 127.0.0.1: refused: ")
     actions_of = [r.actors_action for r in caplog.records if r.name == "actors.control"]
     assert ["send", "cancel", "retry"] == actions_of
-
 
 
 async def test_a_fork_with_no_system_running_takes_the_code_from_the_inspectors_imports(
@@ -419,7 +499,9 @@ async def test_a_fork_with_no_system_running_takes_the_code_from_the_inspectors_
     app = create_app(opened, source=str(journal), runner=runner, actions=ACTIONS, guard=GUARD)
     _, _, body = await call(app, "/confirm?action=fork&address=payments%2Fp-1&from=1")
     assert 'id="fork-to"' in body  # the same fork, to another address instead
-    _, _, body = await call(app, "/confirm?action=fork&address=payments%2Fp-1&from=1&to=payments%2Fp-9")
+    _, _, body = await call(
+        app, "/confirm?action=fork&address=payments%2Fp-1&from=1&to=payments%2Fp-9"
+    )
     said = text_of(body)
     assert "Makes a new incarnation of payments/p-9 from run 0 of payments/p-1 (now failed)" in said
     assert "--import tests.test_web_actions fork --from=1 --to=payments/p-9 -- payments/p-1" in said
@@ -435,11 +517,15 @@ async def test_a_fork_with_no_system_running_takes_the_code_from_the_inspectors_
 
 async def test_drop_the_message_a_failed_run_was_handling(app, opened):
     _, _, body = await call(app, "/instance?address=poison%2Fx-1")
-    assert '<a class="drop" id="drop-handling" href="/confirm?action=drop&amp;address=' \
-           'poison%2Fx-1&amp;message=1">drop it…</a>' in body  # fmt: skip
+    assert (
+        '<a class="drop" id="drop-handling" href="/confirm?action=drop&amp;address='
+        'poison%2Fx-1&amp;message=1">drop it…</a>' in body
+    )
     _, _, body = await call(app, "/confirm?action=drop&address=poison%2Fx-1&message=1")
-    assert "Removes message #1 ('go', payload {\"bad\": 1}) from the message its failed run " \
-           "was handling (now failed)" in text_of(body)  # fmt: skip
+    assert (
+        "Removes message #1 ('go', payload {\"bad\": 1}) from the message its failed run "
+        "was handling (now failed)" in text_of(body)
+    )
     s = GUARD.new_session()
     drop = {"action": "drop", "address": "poison/x-1", "message": "1"}
     status, _, body = await post(app, drop, session=s, token=GUARD.token(s))
@@ -450,8 +536,9 @@ async def test_drop_the_message_a_failed_run_was_handling(app, opened):
 
 async def test_a_value_that_looks_like_an_option_is_not_one(app):
     s = GUARD.new_session()
-    status, _, body = await post(app, {"action": "cancel", "address": "-h"}, session=s,
-                                 token=GUARD.token(s))  # fmt: skip
+    status, _, body = await post(
+        app, {"action": "cancel", "address": "-h"}, session=s, token=GUARD.token(s)
+    )
     assert 404 == status  # "-h" is an address here, and there is none
     assert "no instance at '-h'" in text_of(body)
 
@@ -470,10 +557,14 @@ async def test_a_command_that_does_not_answer_in_time_is_stopped(journal, opened
 
 def _web(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "actors", "web", *args], cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, **kw,
-    )  # fmt: skip
+        [sys.executable, "-m", "actors", "web", *args],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def test_actions_need_an_lmdb_journal():
@@ -488,8 +579,11 @@ def test_the_command_with_actions_says_so_and_offers_them(journal):
     server = _web("--journal", str(journal), "--port", "0", "--allow-actions")
     try:
         first = server.stdout.readline()
-        match = re.fullmatch(r"actors web: inspecting (.+) with actions allowed at "
-                             r"(http://127\.0\.0\.1:\d+/)\n", first)  # fmt: skip
+        match = re.fullmatch(
+            r"actors web: inspecting (.+) with actions allowed at "
+            r"(http://127\.0\.0\.1:\d+/)\n",
+            first,
+        )
         assert match, first + server.stderr.read()
         assert server.stdout.readline().startswith(
             "actions: cancel, cancel-compensate, retry, fork, send, drop, resume-compensation, "
@@ -498,10 +592,14 @@ def test_the_command_with_actions_says_so_and_offers_them(journal):
         with urllib.request.urlopen(match[2] + "instance?address=holds%2Fh-1", timeout=10) as resp:
             assert 'data-action="cancel"' in resp.read().decode()
         evil = urllib.request.Request(
-            match[2] + "act", data=b"action=cancel&address=holds%2Fh-1", method="POST",
-            headers={"Origin": "http://evil.example", "Content-Type":
-                     "application/x-www-form-urlencoded"},
-        )  # fmt: skip
+            match[2] + "act",
+            data=b"action=cancel&address=holds%2Fh-1",
+            method="POST",
+            headers={
+                "Origin": "http://evil.example",
+                "Content-Type": "application/x-www-form-urlencoded",
+            },
+        )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(evil, timeout=10)
         assert 403 == refused.value.code
@@ -510,5 +608,7 @@ def test_the_command_with_actions_says_so_and_offers_them(journal):
         out, err = server.communicate(timeout=30)
     assert 0 == server.returncode, err
     # The audit line, on stderr: nothing configured logging in the command.
-    assert "actors.control WARNING web inspector: cancel 'holds/h-1' from 127.0.0.1: refused: " \
-           "refused: the request comes from http://evil.example" in err  # fmt: skip
+    assert (
+        "actors.control WARNING web inspector: cancel 'holds/h-1' from 127.0.0.1: refused: "
+        "refused: the request comes from http://evil.example" in err
+    )

@@ -36,11 +36,12 @@ import trio
 pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("hypercorn", reason="install the 'web' extra")
 
-from actors._web import create_app, serve_app  # noqa: E402
-from actors._web._actions import ACTIONS, Runner  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import HTMLResponse, Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
+
+from actors._web import create_app, serve_app  # noqa: E402
+from actors._web._actions import ACTIONS, Runner  # noqa: E402
 from storage import LMDBJournal, instance_id  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,10 +141,14 @@ def _running(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
     script.write_text(SYSTEM)
     path, fixed, charges = tmp_path / "journal", tmp_path / "fixed", tmp_path / "charges"
     child = subprocess.Popen(
-        [sys.executable, str(script), str(path), str(fixed), str(charges)], cwd=ROOT,
+        [sys.executable, str(script), str(path), str(fixed), str(charges)],
+        cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "ready\n" == child.stdout.readline(), child.stderr.read()
         yield path, fixed, charges
@@ -166,12 +171,24 @@ class Browser:
             os.dup2(write, 4)
 
         self.process = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1280,1000",
-             "--remote-debugging-pipe", f"--user-data-dir={self.profile}", "about:blank"],
-            pass_fds=(3, 4), preexec_fn=fds_3_and_4, stdout=subprocess.DEVNULL,
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+                "--window-size=1280,1000",
+                "--remote-debugging-pipe",
+                f"--user-data-dir={self.profile}",
+                "about:blank",
+            ],
+            pass_fds=(3, 4),
+            preexec_fn=fds_3_and_4,
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         os.close(its_in)
         os.close(its_out)
         self.writer, self.reader = ours_out, ours_in
@@ -180,7 +197,9 @@ class Browser:
         self.events: list[dict] = []
         self.session: str | None = None
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
         self.call("Page.enable")
 
     def close(self) -> None:
@@ -243,21 +262,28 @@ class Browser:
     def click(self, selector: str) -> None:
         """Click what ``selector`` finds, and wait for the page it leads to."""
         self.events.clear()
-        assert self.run(f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
-                        " if (!e) return false; e.click(); return true; })()"), selector  # fmt: skip
+        assert self.run(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+            " if (!e) return false; e.click(); return true; })()"
+        ), selector
         self._loaded()
 
     def fill(self, selector: str, value: str) -> None:
-        assert self.run(f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
-                        f" if (!e) return false; e.value = {json.dumps(value)}; return true; }})()")  # fmt: skip
+        assert self.run(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+            f" if (!e) return false; e.value = {json.dumps(value)}; return true; }})()"
+        )
 
     def text(self, selector: str = "body") -> str:
         return str(self.run(f"document.querySelector({json.dumps(selector)}).innerText"))
 
     def text_now(self) -> str:
         """The page's text, or "" while it is between pages."""
-        got = self.ask("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
-                       returnByValue=True)  # fmt: skip
+        got = self.ask(
+            "Runtime.evaluate",
+            expression="document.body ? document.body.innerText : ''",
+            returnByValue=True,
+        )
         return str(got.get("result", {}).get("result", {}).get("value") or "")
 
     def screenshot(self, name: str) -> None:
@@ -283,7 +309,9 @@ async def _serve(nursery, journal: LMDBJournal, path: Path) -> str:
     return await nursery.start(serve_app, app, "127.0.0.1", 0)
 
 
-def _act(browser: Browser, url: str, address: str, action: str, **fill: str) -> tuple[str, str, str]:
+def _act(
+    browser: Browser, url: str, address: str, action: str, **fill: str
+) -> tuple[str, str, str]:
     """Click ``action`` on ``address``'s page, then confirm: (what the
     confirmation said, the outcome's word, what the command printed)."""
     browser.goto(f"{url}instance?address={quote(address, safe='')}")
@@ -320,9 +348,10 @@ async def test_each_action_from_its_page_through_the_running_system(tmp_path, ca
                 await _until(journal, "holds/h-2", "cancelled")
                 assert 1 == len(_record(journal, "holds/h-2")[1].compensated)
 
-                says, word, said = await act("notes/n-1", "send", signal="go",
-                                             payload='{"by": "ann"}')  # fmt: skip
-                assert "Puts the message 'go' with payload {\"by\": \"ann\"}" in says
+                says, word, said = await act(
+                    "notes/n-1", "send", signal="go", payload='{"by": "ann"}'
+                )
+                assert 'Puts the message \'go\' with payload {"by": "ann"}' in says
                 assert "done" == word, said
                 await _until(journal, "notes/n-1", "completed")
                 assert {"by": "ann"} == _record(journal, "notes/n-1")[1].result
@@ -344,8 +373,9 @@ async def test_each_action_from_its_page_through_the_running_system(tmp_path, ca
                 assert 1 == len(_record(journal, "trips/t-1")[1].compensated)
 
                 # The command's refusal is the page's: t-1 is no longer stuck.
-                await trio.to_thread.run_sync(browser.goto, f"{url}confirm?action=abandon-"
-                                              "compensation&address=trips%2Ft-1")  # fmt: skip
+                await trio.to_thread.run_sync(
+                    browser.goto, f"{url}confirm?action=abandon-compensation&address=trips%2Ft-1"
+                )
                 assert "409 · refused" in await trio.to_thread.run_sync(browser.text)
                 await trio.to_thread.run_sync(browser.screenshot, "action-outcome.png")
             finally:
@@ -353,10 +383,13 @@ async def test_each_action_from_its_page_through_the_running_system(tmp_path, ca
             nursery.cancel_scope.cancel()
     lines = [r.getMessage() for r in caplog.records if r.name == "actors.control"]
     assert [
-        "cancel 'holds/h-1'", "cancel-compensate 'holds/h-2'", "send 'notes/n-1'",
-        "retry 'payments/p-1'", "abandon-compensation 'trips/t-2'",
+        "cancel 'holds/h-1'",
+        "cancel-compensate 'holds/h-2'",
+        "send 'notes/n-1'",
+        "retry 'payments/p-1'",
+        "abandon-compensation 'trips/t-2'",
         "resume-compensation 'trips/t-1'",
-    ] == [re.match(r"web inspector: (\S+ '[^']+')", line)[1] for line in lines]  # fmt: skip
+    ] == [re.match(r"web inspector: (\S+ '[^']+')", line)[1] for line in lines]
     assert all(": done: " in line for line in lines), lines
 
 
@@ -403,10 +436,13 @@ async def test_fork_after_a_step_and_drop_a_message(tmp_path, caplog):
 
 def _attacker(target: str, fields: dict[str, str]) -> Starlette:
     """A page elsewhere that posts a form to the inspector as soon as it loads."""
-    inputs = "".join(f'<input name="{html.escape(k)}" value="{html.escape(v)}">'
-                     for k, v in fields.items())  # fmt: skip
-    page = (f'<html><body><form id="f" method="post" action="{html.escape(target)}">{inputs}'
-            '</form><script src="/go.js"></script></body></html>')  # fmt: skip
+    inputs = "".join(
+        f'<input name="{html.escape(k)}" value="{html.escape(v)}">' for k, v in fields.items()
+    )
+    page = (
+        f'<html><body><form id="f" method="post" action="{html.escape(target)}">{inputs}'
+        '</form><script src="/go.js"></script></body></html>'
+    )
 
     async def index(request):
         return HTMLResponse(page)
@@ -432,17 +468,21 @@ async def test_a_post_from_another_site_or_without_the_token_changes_nothing(tmp
                     return str(browser.run('document.querySelector("input[name=token]").value'))
 
                 leaked = await trio.to_thread.run_sync(token)
-                forms = [{"action": "cancel", "address": "holds/h-1"},
-                         {"action": "cancel", "address": "holds/h-1", "token": leaked}]  # fmt: skip
+                forms = [
+                    {"action": "cancel", "address": "holds/h-1"},
+                    {"action": "cancel", "address": "holds/h-1", "token": leaked},
+                ]
                 pages = []
                 for fields in forms:
-                    evil = await nursery.start(serve_app, _attacker(url + "act", fields),
-                                               "127.0.0.1", 0)  # fmt: skip
+                    evil = await nursery.start(
+                        serve_app, _attacker(url + "act", fields), "127.0.0.1", 0
+                    )
                     elsewhere = evil.replace("127.0.0.1", "localhost")  # another site
                     await trio.to_thread.run_sync(browser.goto, elsewhere)
                     with trio.fail_after(30):  # the form posts itself once its script runs
-                        while "403 · refused" not in (page := await trio.to_thread.run_sync(
-                                browser.text_now)):  # fmt: skip
+                        while "403 · refused" not in (
+                            page := await trio.to_thread.run_sync(browser.text_now)
+                        ):
                             await trio.sleep(0.1)
                     pages.append(page)
 

@@ -29,8 +29,8 @@ import trio
 pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("hypercorn", reason="install the 'web' extra")
 
-from actors._web import create_app, serve_app  # noqa: E402
 import storage  # noqa: E402
+from actors._web import create_app, serve_app  # noqa: E402
 from storage import Journal, LMDBJournal  # noqa: E402
 from tests.pg import fresh_schema  # noqa: E402
 
@@ -186,10 +186,14 @@ def _running(tmp_path: Path, where: str, *schema: str) -> Iterator[subprocess.Po
     script = tmp_path / "system.py"
     script.write_text(SYSTEM)
     child = subprocess.Popen(
-        [sys.executable, str(script), where, XSS, *schema], cwd=ROOT,
+        [sys.executable, str(script), where, XSS, *schema],
+        cwd=ROOT,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "ready\n" == child.stdout.readline(), child.stderr.read()
         yield child
@@ -218,9 +222,17 @@ def pg_system(request, tmp_path):
 async def browse(url: str, *, screenshot: Path | None = None, wait_ms: int = 0) -> str:
     """Chromium's DOM of ``url`` after ``wait_ms`` of the page's time (and a screenshot)."""
     with tempfile.TemporaryDirectory() as profile:
-        args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                "--no-first-run", "--disable-dev-shm-usage", "--window-size=1280,1100",
-                f"--user-data-dir={profile}"]  # fmt: skip
+        args = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,1100",
+            f"--user-data-dir={profile}",
+        ]
         if wait_ms:
             args.append(f"--virtual-time-budget={wait_ms}")
         if screenshot is not None:
@@ -249,8 +261,16 @@ async def test_the_list_shows_the_running_systems_instances(system):
         _, url = await _serve(nursery, journal, path)
         dom = _DOM(await browse(url, screenshot=SHOTS / "list.png", wait_ms=1500))
         nursery.cancel_scope.cancel()
-    assert {"quotes/q-1", "payments/p-1", "orders/o-1", "orders/o-1/jobs/j-0", "jobs/j-1",
-            "jobs/j-2", "jobs/j-3", f"notes/{XSS}"} == set(dom.rows)  # fmt: skip
+    assert {
+        "quotes/q-1",
+        "payments/p-1",
+        "orders/o-1",
+        "orders/o-1/jobs/j-0",
+        "jobs/j-1",
+        "jobs/j-2",
+        "jobs/j-3",
+        f"notes/{XSS}",
+    } == set(dom.rows)
     assert f"notes/{XSS}" == dom.rows[0]  # started last: the newest, on top
     text = "".join(dom.text)
     assert "all 8" in text and "suspended 6" in text
@@ -269,10 +289,20 @@ async def test_an_instance_page_shows_its_log(system):
         _, url = await _serve(nursery, journal, path)
         page = f"{url}instance?address={quote(address, safe='')}"
         dom = _DOM(await browse(page, screenshot=SHOTS / "instance.png", wait_ms=1500))
-        xss = _DOM(await browse(f"{url}instance?address={quote('notes/' + XSS, safe='')}",
-                                screenshot=SHOTS / "instance-markup.png", wait_ms=1500))  # fmt: skip
-        tree = _DOM(await browse(f"{url}instance?address=orders%2Fo-1",
-                                 screenshot=SHOTS / "instance-tree.png", wait_ms=1500))  # fmt: skip
+        xss = _DOM(
+            await browse(
+                f"{url}instance?address={quote('notes/' + XSS, safe='')}",
+                screenshot=SHOTS / "instance-markup.png",
+                wait_ms=1500,
+            )
+        )
+        tree = _DOM(
+            await browse(
+                f"{url}instance?address=orders%2Fo-1",
+                screenshot=SHOTS / "instance-tree.png",
+                wait_ms=1500,
+            )
+        )
         nursery.cancel_scope.cancel()
     text = "".join(dom.text)
     assert address in text
@@ -352,8 +382,16 @@ async def test_on_postgresql_the_pages_show_the_running_system_and_update_live(p
             while not dom_text:
                 await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
-    assert {"quotes/q-1", "payments/p-1", "orders/o-1", "orders/o-1/jobs/j-0", "jobs/j-1",
-            "jobs/j-2", "jobs/j-3", f"notes/{XSS}"} == set(listed.rows)  # fmt: skip
+    assert {
+        "quotes/q-1",
+        "payments/p-1",
+        "orders/o-1",
+        "orders/o-1/jobs/j-0",
+        "jobs/j-1",
+        "jobs/j-2",
+        "jobs/j-3",
+        f"notes/{XSS}",
+    } == set(listed.rows)
     assert f"notes/{XSS}" == listed.rows[0]
     text = "".join(listed.text)
     assert "all 8" in text and "suspended 6" in text and "card 4242 declined" in text

@@ -41,12 +41,31 @@ from tests.pg import fresh_schema  # noqa: E402
 from tests.pg_proxy import Proxy  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 from tests.test_web import (  # noqa: E402
-    ROOT, approval, boom, call, feed, greet, href, note, order, rows, steps, worker,
-)  # fmt: skip
+    ROOT,
+    approval,
+    boom,
+    call,
+    feed,
+    greet,
+    href,
+    note,
+    order,
+    rows,
+    steps,
+    worker,
+)
 
 PROCESSES = [greet, boom, approval, worker, order, feed, steps]
-STARTED = ["greet/ann", "boom/1", "approvals/a-1", "orders/o-1", "orders/o-1/greet/bob",
-           "orders/o-1/workers/w-1", "feeds/f-1", "steps/long"]  # fmt: skip
+STARTED = [
+    "greet/ann",
+    "boom/1",
+    "approvals/a-1",
+    "orders/o-1",
+    "orders/o-1/greet/bob",
+    "orders/o-1/workers/w-1",
+    "feeds/f-1",
+    "steps/long",
+]
 
 
 async def _until_exists(system: actors.ActorSystem, address: str) -> actors.Handle:
@@ -185,7 +204,11 @@ async def test_new_instances_and_mail_come_through_the_live_update(app, running)
     [
         ("/instance?address=orders/nope", 404, "no instance at &#x27;orders/nope&#x27;"),
         ("/instance?address=%FF%FE", 404, "no instance at"),
-        ("/instance?address=a%00b", 404, "no instance at &#x27;a\\x00b&#x27;"),  # no NUL in SQL text
+        (
+            "/instance?address=a%00b",
+            404,
+            "no instance at &#x27;a\\x00b&#x27;",
+        ),  # no NUL in SQL text
         ("/instance", 400, "address is missing"),
         ("/?status=bogus", 400, "unknown status &#x27;bogus&#x27;"),
         ("/?page=0", 400, "page must be a whole number from 1"),
@@ -288,7 +311,9 @@ async def test_a_schema_at_another_version_is_refused_never_migrated(schema):
         pass  # creates it, at this library's version
     assert SCHEMA_VERSION == _version(dsn, name)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'INSERT INTO "{name}".schema_version (version) VALUES (%s)', [SCHEMA_VERSION + 1])
+        conn.execute(
+            f'INSERT INTO "{name}".schema_version (version) VALUES (%s)', [SCHEMA_VERSION + 1]
+        )
     message = await _refusal(dsn, name)
     assert f"schema {name!r} at {dsn!r} is at version {SCHEMA_VERSION + 1}" in message
     assert f"this version of the library reads version {SCHEMA_VERSION}" in message
@@ -297,16 +322,22 @@ async def test_a_schema_at_another_version_is_refused_never_migrated(schema):
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'DELETE FROM "{name}".schema_version WHERE version > 1')
     message = await _refusal(dsn, name)
-    assert f"is at version 1, and this version of the library reads version {SCHEMA_VERSION}" in message
+    assert (
+        f"is at version 1, and this version of the library reads version {SCHEMA_VERSION}"
+        in message
+    )
     assert "a read-only open never migrates it" in message
     assert 1 == _version(dsn, name)  # left as it was
 
     # The command says the same, and exits 5.
     done = await trio.run_process(
         [sys.executable, "-m", "actors", "web", "--journal", dsn, "--schema", name],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_stdout=True, capture_stderr=True, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     assert 5 == done.returncode
     assert f"is at version 1, and this version of the library reads version {SCHEMA_VERSION}" in (
         done.stderr.decode()
@@ -354,9 +385,12 @@ async def test_the_command_serves_a_running_systems_postgresql_journal(schema, r
     dsn, name = schema
     server = subprocess.Popen(
         [sys.executable, "-m", "actors", "web", "--journal", dsn, "--schema", name, "--port", "0"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
     def get(url: str) -> str:
         with urllib.request.urlopen(url, timeout=10) as resp:

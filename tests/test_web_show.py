@@ -27,8 +27,10 @@ from tests.runtime_helpers import wait_status  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 msg, more = Signal("msg"), Signal("more")
-REASON = ("the carrier's API answered 503 Service Unavailable for order o-1: retry after "
-          "the maintenance window ends at 04:00 UTC")  # fmt: skip
+REASON = (
+    "the carrier's API answered 503 Service Unavailable for order o-1: retry after "
+    "the maintenance window ends at 04:00 UTC"
+)
 LONG = {"label": "parcel " + "x" * 120, "carrier": "acme"}
 
 
@@ -122,9 +124,13 @@ def journal(tmp_path_factory) -> Path:
 def show(journal: Path, address: str, *more: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "actors", "--journal", str(journal), *more, "show", address],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
-        timeout=60, check=True,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
 
 
 def test_show_lists_only_the_timer_it_waits_for_now(journal):
@@ -154,12 +160,19 @@ async def _page(journal: Path, address: str) -> str:
     async with LMDBJournal(journal, readonly=True) as opened:
         app = create_app(opened, source=str(journal))
         scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-            "scheme": "http", "path": "/instance", "raw_path": b"/instance", "root_path": "",
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": "/instance",
+            "raw_path": b"/instance",
+            "root_path": "",
             "query_string": f"address={quote(address, safe='')}".encode(),
-            "headers": [(b"host", b"127.0.0.1")], "client": ("127.0.0.1", 5000),
+            "headers": [(b"host", b"127.0.0.1")],
+            "client": ("127.0.0.1", 5000),
             "server": ("127.0.0.1", 8080),
-        }  # fmt: skip
+        }
         sent: list[dict] = []
 
         async def receive():
@@ -186,8 +199,11 @@ async def test_the_page_shows_long_values_and_errors_whole(journal):
     assert '<details id="entry-1"><summary>whole</summary>' in page
     assert LONG["label"] in page
     assert f"RuntimeError: {REASON}" in page
-    assert f"step 'call_carrier' failed on attempt 1 (of 'shipments/o-1'): RuntimeError: {REASON}" in page
-    assert 'raise RuntimeError(REASON)' in page  # the traceback, folded too
+    assert (
+        f"step 'call_carrier' failed on attempt 1 (of 'shipments/o-1'): RuntimeError: {REASON}"
+        in page
+    )
+    assert "raise RuntimeError(REASON)" in page  # the traceback, folded too
 
 
 async def test_the_page_names_the_message_a_failed_run_was_handling_and_the_dropped(journal):

@@ -23,10 +23,14 @@ async def order(ctx: Context, order_id: str) -> str:
 
 async def main(dsn: str, schema: str) -> None:
     async with (
-        actors.open_system(PostgresJournal(dsn, schema=schema), processes=[order], node="node-a") as a,
-        actors.open_system(PostgresJournal(dsn, schema=schema), processes=[order], node="node-b") as b,
+        actors.open_system(
+            PostgresJournal(dsn, schema=schema), processes=[order], node="node-a"
+        ) as a,
+        actors.open_system(
+            PostgresJournal(dsn, schema=schema), processes=[order], node="node-b"
+        ) as b,
     ):
-        handle = await a.start(order, "o-1")      # runs on node-a, which started it
+        handle = await a.start(order, "o-1")  # runs on node-a, which started it
         await b.send("orders/o-1", approved, {"by": "ann"})  # stored, and node-a is notified
         print(f"{a.node}: {await handle.result()}")
         print(f"{b.node} sees it {b.get('orders/o-1').status}")

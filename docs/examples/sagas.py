@@ -27,7 +27,9 @@ def release(trip: str, what: str) -> None:
 async def trip(ctx: Context, trip: str, *, items: list[str]) -> list[str]:
     booked = []
     for what in items:
-        booked.append(await ctx.step(reserve, trip, what, name=f"reserve-{what}", compensate=release))
+        booked.append(
+            await ctx.step(reserve, trip, what, name=f"reserve-{what}", compensate=release)
+        )
     return booked
 
 

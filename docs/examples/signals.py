@@ -39,6 +39,7 @@ async def main() -> None:
         except actors.NotDelivered as exc:
             print("NotDelivered:", exc.reason)
 
+
 if __name__ == "__main__":
     argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
     trio.run(main)

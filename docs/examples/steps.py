@@ -31,14 +31,18 @@ def lookup(order_id: str) -> int:  # sync steps run in a worker thread
 @process("orders/:order_id")
 async def order(ctx: Context, order_id: str) -> str:
     try:
-        amount = await ctx.step(lookup, order_id, retry=Retry(attempts=3, non_retryable=(KeyError,)))
+        amount = await ctx.step(
+            lookup, order_id, retry=Retry(attempts=3, non_retryable=(KeyError,))
+        )
     except actors.StepFailed as exc:  # the step's last attempt failed
         return f"no such order ({exc.error_type}: {exc.error_message})"
     return await ctx.step(
-        charge, order_id, amount,
-        name="charge",                              # the key's step name (default: the function's)
+        charge,
+        order_id,
+        amount,
+        name="charge",  # the key's step name (default: the function's)
         retry=Retry(attempts=5, backoff=1.0, max_backoff=60),  # waits ~1 s, ~2 s, ... (jittered)
-        timeout=30,                                 # per attempt
+        timeout=30,  # per attempt
     )
 
 

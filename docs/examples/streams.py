@@ -19,8 +19,8 @@ async def sensor(ctx: Context, sensor: str) -> int:
         if signal == stop:
             return count
         count += 1
-        await ctx.emit({"n": count, "celsius": value})              # appended to the stream
-        await ctx.publish({"last": value, "count": count})          # replaces the exports
+        await ctx.emit({"n": count, "celsius": value})  # appended to the stream
+        await ctx.publish({"last": value, "count": count})  # replaces the exports
 
 
 async def main() -> None:

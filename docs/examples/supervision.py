@@ -27,8 +27,8 @@ async def worker(ctx: Context, name: str) -> str:
 
 @process("shops/:shop", supervision=OneForOne(max_restarts=3, within=60))
 async def shop(ctx: Context, shop: str) -> dict:
-    first = await ctx.call(price, "apple")                      # child at shops/<shop>/price/apple
-    prices = await ctx.scope(["fig", "kiwi", "melon"], price)   # one child per item, concurrently
+    first = await ctx.call(price, "apple")  # child at shops/<shop>/price/apple
+    prices = await ctx.scope(["fig", "kiwi", "melon"], price)  # one child per item, concurrently
     child = await ctx.spawn(worker, "w1", restart="transient")  # detached; restarted after a crash
     await ctx.wait(close)  # the parent's end would cancel a child still running
     return {"apple": first, "others": prices, "worker": child.id}

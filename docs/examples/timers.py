@@ -19,9 +19,7 @@ answered = Signal("answered")
 async def reminder(ctx: Context, who: str, *, days: int) -> str:
     start = ctx.now()  # recorded, so a replay sees the same time
     for nudge in range(1, 4):
-        which, value = await ctx.first(
-            answer=ctx.wait(answered), later=ctx.sleep(days * 86400)
-        )
+        which, value = await ctx.first(answer=ctx.wait(answered), later=ctx.sleep(days * 86400))
         if which == "answer":
             return f"{who} answered {value!r} after {nudge - 1} nudge(s)"
         day = (ctx.now() - start).days  # an effect: made on replay too
