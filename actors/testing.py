@@ -347,14 +347,9 @@ async def replay_history(
             )
             if proc is None:
                 problems.append(
-                    ReplayProblem(
-                        address=one.address,
-                        process=one.process,
-                        status=one.status,
-                        position=0,
-                        expected=None,
-                        found=None,
-                        message=f"its process {one.process!r} is not among the processes given; "
+                    _unreplayed(
+                        one,
+                        f"its process {one.process!r} is not among the processes given; "
                         "pass its definition to check its history",
                     )
                 )
@@ -362,20 +357,25 @@ async def replay_history(
             try:
                 problem = await _replay_one(system, row, proc, one.log)
             except InvalidArguments as exc:  # its params or input do not fit the code
-                problem = ReplayProblem(
-                    address=one.address,
-                    process=one.process,
-                    status=one.status,
-                    position=0,
-                    expected=None,
-                    found=None,
-                    message=str(exc),
-                )
+                problem = _unreplayed(one, str(exc))
             if problem is not None:
                 problems.append(problem)
         return problems
     finally:
         await journal.close()
+
+
+def _unreplayed(one: _history.InstanceHistory, message: str) -> ReplayProblem:
+    """The problem of a history's instance that could not be replayed at all."""
+    return ReplayProblem(
+        address=one.address,
+        process=one.process,
+        status=one.status,
+        position=0,
+        expected=None,
+        found=None,
+        message=message,
+    )
 
 
 async def import_history(
