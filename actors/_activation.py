@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter, OrderedDict
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -52,12 +53,48 @@ STUCK_NAMED = 20  # instances of one unregistered process named at open; then a 
 HOLD_BATCH = 2_000  # writes per transaction marking instances stuck at open
 
 
+class Holds:
+    """Instances being brought into memory, or held off it while something
+    is written of them (a cancel, a dropped message): a set of ids whose
+    holders say when they let go, so that whoever waits for one sleeps
+    until then instead of polling."""
+
+    __slots__ = ("_released",)
+
+    def __init__(self) -> None:
+        self._released: dict[bytes, trio.Event] = {}
+
+    def __contains__(self, iid: bytes) -> bool:
+        return iid in self._released
+
+    def __len__(self) -> int:
+        return len(self._released)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._released)
+
+    def add(self, iid: bytes) -> None:
+        if iid not in self._released:
+            self._released[iid] = trio.Event()
+
+    def discard(self, iid: bytes) -> None:
+        released = self._released.pop(iid, None)
+        if released is not None:
+            released.set()
+
+    async def wait_released(self, iid: bytes) -> None:
+        """Return once ``iid`` is not held (at once if it is not)."""
+        released = self._released.get(iid)
+        if released is not None:
+            await released.wait()
+
+
 class Activation(_SystemAPI):
     """The activation half of `ActorSystem` (see the module docstring)."""
 
     # Set up by ActorSystem.__init__ (see there for what each holds).
     _live: dict[bytes, Actor]
-    _activating: set[bytes]
+    _activating: Holds
     _landing: dict[bytes, trio.Event]  # activations waiting for what was in flight ("async")
     _routed_absent: set[bytes]
     _creating: dict[bytes, trio.Event]

@@ -21,6 +21,7 @@ from ._queues import waiting_rows
 from .errors import UnknownProcess
 
 if TYPE_CHECKING:
+    from ._activation import Holds
     from ._instance import Actor
     from ._interfaces import SystemAPI as _SystemAPI
 else:
@@ -32,7 +33,7 @@ class Cancels(_SystemAPI):
 
     # Set up by ActorSystem.__init__ (see there for what each holds).
     _live: dict[bytes, Actor]
-    _activating: set[bytes]
+    _activating: Holds
     _landing: dict[bytes, trio.Event]
     _cancelling: dict[bytes, trio.Event]
     _creating: dict[bytes, trio.Event]
@@ -81,7 +82,7 @@ class Cancels(_SystemAPI):
             if iid in self._activating:
                 # An activation is under way (a read or two): let it finish,
                 # then cancel what it brings into memory.
-                await trio.sleep(0)
+                await self._activating.wait_released(iid)
                 continue
             self._activating.add(iid)  # _activate leaves it alone while this is written
             self._cancelling[iid] = writing = trio.Event()

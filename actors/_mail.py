@@ -37,7 +37,7 @@ to be sure.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import trio
@@ -49,6 +49,9 @@ from . import _guard, _protocol
 from ._interfaces import SystemAPI
 from ._log import LogEntry
 from .errors import InvalidArguments, NotDelivered
+
+if TYPE_CHECKING:
+    from ._activation import Holds
 
 __all__ = [
     "Message",
@@ -233,7 +236,7 @@ def drop_txn(plan: DropPlan, message_id: int, now: float) -> Txn:
 class MailHost(SystemAPI, Protocol):
     """What the functions below ask of the system beside `SystemAPI`."""
 
-    _activating: set[bytes]
+    _activating: Holds
 
     def _address_iid(self, address: Any, what: str) -> bytes: ...
 

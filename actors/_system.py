@@ -33,7 +33,7 @@ from storage import (
 from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
 
 from . import _events, _fork, _guard, _mail, _protocol, _retry, _tracing
-from ._activation import Activation
+from ._activation import Activation, Holds
 from ._asks import Asks
 from ._cancels import Cancels
 from ._checks import check_name, check_seconds, check_text
@@ -129,7 +129,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
         self._wall = now
         self._offset = 0.0
         self._live: dict[bytes, Actor] = {}
-        self._activating: set[bytes] = set()
+        self._activating = Holds()  # see _activate, _cancel_iid
         self._landing: dict[bytes, trio.Event] = {}  # see _activate
         # Instances mail was routed to while no actor was live (see _run_created)
         self._routed_absent: set[bytes] = set()

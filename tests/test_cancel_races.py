@@ -197,3 +197,33 @@ async def test_concurrent_cancels_all_say_true(any_opener, autojump_clock, passi
                 nursery.start_soon(cancel)
         assert ([True] * 3, "cancelled") == (answers, handle.status)
         assert [False] == [await handle.cancel()]
+
+
+async def test_a_cancel_meeting_an_activation_sleeps_until_it_is_through():
+    """A cancel of an instance that is being brought into memory waits for
+    that activation without polling: no task stays runnable meanwhile (a
+    poll would keep the trio thread busy for as long as a slow read took)."""
+    import actors
+    from storage import MemoryJournal, instance_id
+
+    async with actors.open_system(MemoryJournal(), [kid]) as system:
+        handle = await system.start(kid, "held")
+        iid = instance_id(handle.id)
+        await wait_status(handle, "suspended")
+        system._live[iid].request_passivation()
+        while iid in system._live:
+            await trio.sleep(0.001)
+        system._activating.add(iid)  # as an activation's read under way holds it
+        cancelled: list[bool] = []
+
+        async def cancel() -> None:
+            cancelled.append(await system.cancel(handle.id))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel)
+            with trio.fail_after(5):  # real seconds, only if a task never blocks
+                await trio.testing.wait_all_tasks_blocked()
+            assert cancelled == []
+            system._activating.discard(iid)  # the activation is through
+        assert cancelled == [True]
+        assert handle.status == "cancelled"
