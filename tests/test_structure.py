@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -317,3 +318,13 @@ def test_every_leaf_effect_runs_live_by_its_features_behaviour():
     assert len(leaves) >= 12, leaves
     unregistered = [k.__name__ for k in leaves if k.behaviour is fx.Behaviour]
     assert not unregistered, f"no behaviour registered for {unregistered} (see fx.runs_live)"
+
+
+def test_importing_the_runtime_imports_no_test_tools():
+    # trio.testing imports pytest where it is installed: ~60 ms at import and
+    # ~10,000 more objects that every full garbage collection walks.
+    code = "import sys, actors, storage; print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytest', '_pytest', 'hypothesis') or m == 'trio.testing'))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert done.stdout.strip() == "[]"
