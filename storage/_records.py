@@ -22,7 +22,7 @@ from __future__ import annotations
 import linecache
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -435,12 +435,9 @@ class LogEntry:
     ask: list[Any] | None = None
     extra: dict[str, Any] | None = None  # keys of another version, kept as they were
 
-    @staticmethod
-    def build(kind: str, name: str = "", hash: bytes = b"", **fields: Any) -> LogEntry:
-        """``LogEntry(kind, name, hash, **fields)`` at about half the cost
-        (plain stores, then frozen: see `_UnfrozenEntry`); the runtime makes
-        one for every effect it logs."""
-        return _build_entry(kind, name, hash, **fields)
+    # LogEntry.build(kind, name, hash, **fields): the generated function
+    # itself (see _write_entry_builder), set below the class: one call.
+    build: ClassVar[Callable[..., LogEntry]]
 
     @property
     def is_outcome(self) -> bool:
@@ -640,6 +637,9 @@ def _write_entry_builder() -> Callable[..., LogEntry]:
     build: Callable[..., LogEntry] = _define_entry_maker(
         "build", params, [], _FIELDS, "<LogEntry.build>"
     )
+    build.__doc__ = """``LogEntry(kind, name, hash, **fields)`` at about half the
+    cost (plain stores, then frozen: see `_UnfrozenEntry`); the runtime makes
+    one for every effect it logs."""
     return build
 
 
@@ -701,4 +701,4 @@ def _literal(default: Any) -> str:
     return "NO_VALUE" if default is NO_VALUE else repr(default)
 
 
-_build_entry = _write_entry_builder()
+LogEntry.build = staticmethod(_write_entry_builder())
