@@ -40,9 +40,15 @@ ROOT = HERE.parent
 # Run in this checkout (so `bench` is this one's) with the tree measured
 # first on sys.path, put there after `bench` is imported: `actors` and
 # `storage` come from the tree, the workloads from here.
+# The collector is off: a full collection falls between the n and the 2n run
+# in one tree and not in another (a heap a few thousand objects larger moves
+# it), and then adds ~100k instructions per operation to that tree alone (a
+# 1-step process: 882k before, 1,021k after a change, with it on; 872k and
+# 897k with it off). What collections cost at run time is in `python -m
+# bench` (a few µs per thousand operations).
 RUNNER = (
-    "import runpy, sys, bench; sys.path.insert(0, sys.argv[1]); del sys.argv[1]; "
-    "runpy.run_module('bench._workloads', run_name='__main__')"
+    "import gc, runpy, sys, bench; gc.disable(); sys.path.insert(0, sys.argv[1]); "
+    "del sys.argv[1]; runpy.run_module('bench._workloads', run_name='__main__')"
 )
 
 
