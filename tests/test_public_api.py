@@ -98,6 +98,19 @@ def test_what_the_runtime_makes_has_no_public_constructor(cls, where):
 
 def test_the_status_type_and_the_stored_statuses_are_one_vocabulary():
     assert storage.STATUSES == typing.get_args(storage.Status)
+    # The codes journals store: a status keeps its code for ever.
+    from storage._statuses import STATUS_CODE
+
+    assert STATUS_CODE == {
+        "running": 1,
+        "suspended": 2,
+        "completed": 3,
+        "failed": 4,
+        "cancelled": 5,
+        "compensation_stuck": 6,
+        "corrupt": 7,
+        "queued": 8,
+    }
 
 
 def test_errors_share_the_root_and_are_defined_once():
