@@ -26,7 +26,9 @@ from . import _effects as fx
 from ._driver import Driver, Interrupt
 from ._log import LogEntry
 from ._messages import StoredMessage
+from ._outages import JournalWatch
 from ._process import ProcessDef
+from ._rides import Rides
 
 __all__ = ["ActorAPI", "SystemAPI"]
 
@@ -44,12 +46,12 @@ class SystemAPI(Protocol):
     thread_limiter: trio.CapacityLimiter
     _procs: dict[str, ProcessDef[..., Any]]
     _cursors: dict[tuple[bytes, str], int]
-    outages: Any  # the JournalWatch
+    outages: JournalWatch
     queues: Any  # the QueueService (actors._queues)
     nodes: Any  # the NodeView (actors._nodes)
     asks: Any  # the Asks in flight (see _asks)
     keys: Any  # the KeyedSends: keyed sends in flight (see _keys)
-    rides: Any  # the timer of deferred writes (see _rides)
+    rides: Rides  # the timer of deferred writes
     max_payload: int
 
     @property

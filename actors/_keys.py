@@ -38,13 +38,14 @@ class KeyedSends:
         self,
         iid: bytes,
         address: str,
-        signal: Signal,
+        signal: Signal | None,
         payload: Any,
         key: Any,
         send: Callable[..., Awaitable[None]],
     ) -> None:
         """Send unless the incarnation at ``iid`` has had ``key`` already
-        (``send`` writes the message with its key)."""
+        (``send`` writes the message with its key; ``signal`` and ``payload``
+        are passed on to it, None where its transaction holds them)."""
         key = check_name(key, "send(key=...)")
         slot = (iid, key)
         # Invariant: at most one keyed send per (instance, key) reads and writes at a time.
