@@ -277,7 +277,7 @@ def draw(package: str = "actors") -> str:
 
 
 def test_the_drawing_of_actors_is_the_code():
-    assert draw() == DRAWING.read_text(), (
+    assert draw() + "\n" + draw_features() == DRAWING.read_text(), (
         "docs/structure.md differs from the import graph: run python -m tests.test_structure"
     )
 
@@ -294,11 +294,6 @@ def test_a_circle_has_no_floors(monkeypatch):
         assert "actors._driver" in str(exc) and "actors._instance" in str(exc)
     else:
         raise AssertionError("a circle was given floors")
-
-
-if __name__ == "__main__":
-    DRAWING.write_text(draw())
-    sys.stdout.write(f"wrote {DRAWING.relative_to(ROOT)}\n")
 
 
 def test_every_leaf_effect_runs_live_by_its_features_behaviour():
@@ -328,3 +323,132 @@ def test_importing_the_runtime_imports_no_test_tools():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert done.stdout.strip() == "[]"
+
+
+# -- where each feature lives ------------------------------------------------------
+
+# A runtime module names a feature's machinery when it imports the feature's
+# module or uses one of its identifiers (a class, an effect kind, the
+# system's attribute that holds its service, a helper): any name, attribute,
+# imported name, keyword or definition that matches. Docstrings and comments
+# do not count. The CLI and the web inspector are outside the count.
+FEATURES: dict[str, tuple[str, str]] = {
+    "asks": (
+        "_asks",
+        r"_?asks?|Asks?|Asker|asker|Reply|replies|ask_id_of|answer(_offline)?|no_reply"
+        r"|send_reply|unanswered_on_disk|reply_outcome|reply_to",
+    ),
+    "keyed sends": ("_keys", r"KeyedSends|KEY_PREFIX|legacy_key\w*|keyed|\.keys"),
+    "queues": (
+        "_queues",
+        r"Queue\w*|_?queues?|queued|queue_\w+|held_key|wait_prefix|index_key"
+        r"|waiting_rows|Rate|admitted|_run_admitted",
+    ),
+    "schedules": ("_schedules", r"Schedule\w*|_?schedules|schedule_\w+|due_ticks|ticks_after"),
+    "sagas": ("_saga", r"\w*(compensat|Compensat|saga)\w*"),
+    "streams": (
+        "_streams",
+        r"Stream\w*|Emit|Publish|_?emit\w*|_?publish\w*|_?exports?|_?cursors?|Cursor\w*",
+    ),
+    "patches": ("", r"_?patch(ed|es|_id)?|Marker|deprecate_patch"),
+    "cancel": (
+        "_cancels",
+        r"Cancels|Cancel|ProcessCancelled|_cancel\w*|cancel_(?!scope|timer)\w+|record_cancel"
+        r"|compensate_on_cancel",
+    ),
+}
+# Called as methods these names are someone else's (dict.keys, trio's
+# CancelScope.cancel, a journal reader's cursor).
+_CALLED_ELSEWHERE = {"keys", "cancel", "cursor"}
+
+
+def _identifiers(tree: ast.AST) -> set[str]:
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):  # as ".name"
+            if not (node.attr in _CALLED_ELSEWHERE and id(node) in called):
+                found.add("." + node.attr)
+        elif isinstance(node, ast.alias):
+            found.add((node.asname or node.name).rpartition(".")[2])
+        elif isinstance(node, ast.keyword) and node.arg:
+            found.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+    return found
+
+
+def _names(pattern: str, name: str) -> bool:
+    """``name`` is one of ``pattern``'s; an attribute (".name") is matched
+    with its dot (patterns that only mean an attribute start with one) and
+    without it."""
+    return bool(
+        re.fullmatch(pattern, name) or (name[:1] == "." and re.fullmatch(pattern, name[1:]))
+    )
+
+
+def feature_modules(root: Path = ROOT) -> dict[str, list[str]]:
+    """Each feature -> the runtime modules of ``actors/`` (under ``root``)
+    that name its machinery."""
+    found: dict[str, list[str]] = {name: [] for name in FEATURES}
+    for path in sorted((root / "actors").rglob("*.py")):
+        module = ".".join(path.relative_to(root / "actors").with_suffix("").parts)
+        # (the package's __init__ only re-exports the public names)
+        if module.split(".")[0] in ("_cli", "_web", "__main__", "__init__"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        names = _identifiers(tree)
+        imported = {
+            alias.name.rpartition(".")[2]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        } | {
+            (node.module or "").rpartition(".")[2]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+        }
+        for feature, (own, pattern) in FEATURES.items():
+            own_module = own and (module == own or own in imported)
+            if own_module or any(_names(pattern, name) for name in names):
+                found[feature].append(module)
+    return found
+
+
+def draw_features(root: Path = ROOT) -> str:
+    lines = [
+        "Where each feature lives: the runtime modules (outside the CLI and the",
+        "web inspector) that import its module or use one of its identifiers",
+        "(`FEATURES` in `tests/test_structure.py` lists them):",
+        "",
+        "```text",
+    ]
+    for feature, modules in feature_modules(root).items():
+        lines.append(f"{feature:12} {len(modules):2}  {', '.join(modules)}")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def test_the_feature_count_sees_each_feature():
+    # A guard: each feature's own module names it, and a module that only
+    # calls dict.keys() or a cancel scope's cancel() names nothing.
+    found = feature_modules()
+    for feature, (own, _) in FEATURES.items():
+        assert found[feature], feature
+        if own:
+            assert own in found[feature], feature
+    names = _identifiers(ast.parse("d.keys(); scope.cancel(); keys = 1"))
+    assert not any(_names(FEATURES[f][1], n) for f in ("keyed sends", "cancel") for n in names)
+    assert _names(FEATURES["keyed sends"][1], ".keys")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--features"]:  # python -m tests.test_structure --features ROOT
+        sys.stdout.write(draw_features(Path(sys.argv[2]) if sys.argv[2:] else ROOT))
+    else:
+        DRAWING.write_text(draw() + "\n" + draw_features())
+        sys.stdout.write(f"wrote {DRAWING.relative_to(ROOT)}\n")
