@@ -21,6 +21,7 @@ from storage import (
     JournalFaults,
     SimulatedJournal,
     SimulatedNode,
+    Txn,
     WriteLog,
     simulated_nodes,
 )
@@ -137,6 +138,16 @@ class Simulation:
         that lost an instance (its lease lapsed) wrote to it. None, ever."""
         cluster = getattr(self.journal, "cluster", None)
         return list(cluster.stale) if cluster is not None else []
+
+    def on_write(self, watcher: Callable[[Txn], None]) -> None:
+        """Call ``watcher`` with each transaction the journal writes from now
+        on, in order, over every life and node (what a crash loses before it
+        is written is never passed): a check of a history the journal does
+        not keep, such as the times a queue admitted its instances. Adding
+        the same watcher again changes nothing."""
+        watchers = self.journal.log.watchers
+        if watcher not in watchers:
+            watchers.append(watcher)
 
     def jump(self, seconds: float) -> None:
         """Move the clock forward by ``seconds`` at once (a clock jump)."""

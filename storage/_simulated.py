@@ -128,6 +128,9 @@ class WriteLog:
         self.writes = 0  # transactions written
         self.recent: deque[str] = deque(maxlen=keep)
         self._addresses: dict[bytes, str] = {}  # iid -> address, for the trace
+        #: Told of each transaction written, in order (a checker's view of
+        #: the journal's history; what a crash lost was never written).
+        self.watchers: list[Callable[[Txn], None]] = []
 
     def hexdigest(self) -> str:
         """The digest of everything logged so far."""
@@ -154,6 +157,8 @@ class WriteLog:
             else:
                 what = f"ok {outcome!r}"
                 self.writes += 1
+                for watcher in self.watchers:
+                    watcher(txn)
             update(f"txn {what}\n".encode())
             for op in txn.ops:
                 update(repr(op).encode())

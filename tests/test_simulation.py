@@ -286,6 +286,29 @@ def test_simulate_survives_crashes_and_reports_them():
     assert crashed, "no seed crashed the host"
 
 
+def test_on_write_sees_each_written_transaction_once_across_crashes():
+    written: list[Txn] = []
+    before: list[int] = []  # transactions written when the watcher was first added
+
+    class Watched(Notes):
+        async def __call__(self, sim: Simulation) -> None:
+            if not before:
+                before.append(sim.journal.log.writes)
+            sim.on_write(written.append)  # at every life: added once
+            await super().__call__(sim)
+
+    crashed = 0
+    for seed in range(1, 15):
+        written.clear()
+        before.clear()
+        report = simulate([inbox], Watched(), seed=seed, crashes=2, crash_within=15)
+        assert report.ok, report.explain()
+        assert len(written) == report.writes - before[0] > 0
+        assert len({id(txn) for txn in written}) == len(written)
+        crashed += report.crashes > 0
+    assert crashed, "no seed crashed the host"
+
+
 def test_simulate_reports_what_the_check_raises():
     async def check(sim: Simulation) -> None:
         raise AssertionError("an invariant broke")

@@ -17,18 +17,20 @@ from tests.simulation.plants import PLANTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: The seed each plant first failed at in a sweep from seed 1 (the table in
-#: docs/simulation.md; ``python -m tests.simulation --plant NAME --seeds
-#: 1-2000 --first`` finds it again). CI sweeps from there, at most
-#: `WINDOW` seeds, so that a change that moves the runs a little still
-#: finds each bug, in seconds rather than minutes.
+#: The seed each plant first failed at in a sweep from seed 1, and the
+#: workload's version it was swept under (the table in docs/simulation.md;
+#: ``python -m tests.simulation --plant NAME --workload V --seeds 1-2000
+#: --first`` finds it again). CI sweeps from there, at most `WINDOW` seeds,
+#: so that a change that moves the runs a little still finds each bug, in
+#: seconds rather than minutes.
 FOUND = {
-    "creation-race": 4,
-    "cancel-restart": 434,
-    "aliased-payload": 1,
-    "redone-commit": 1,
-    "cancelled-start": 2,
-    "unfenced-barrier": 8,
+    "creation-race": (4, 4),
+    "cancel-restart": (434, 4),
+    "aliased-payload": (1, 4),
+    "redone-commit": (1, 4),
+    "cancelled-start": (2, 4),
+    "unfenced-barrier": (8, 4),
+    "rate-per-round": (3, 5),
 }
 WINDOW = 100
 
@@ -59,24 +61,18 @@ def test_every_plant_has_its_seed() -> None:
 )
 def test_the_simulation_finds_a_planted_bug(name: str) -> None:
     plant = PLANTS[name]
+    first, workload = FOUND[name]
+    runs = ("--nodes", str(plant.nodes), "--workload", str(workload))
     out = _sweep(
-        "--plant",
-        name,
-        "--seeds",
-        f"{FOUND[name]}-{FOUND[name] + WINDOW - 1}",
-        "--first",
-        "--nodes",
-        str(plant.nodes),
-        "--jobs",
-        "2",
+        "--plant", name, "--seeds", f"{first}-{first + WINDOW - 1}", "--first", "--jobs", "2", *runs
     )
     failed = re.search(r"^seed (\d+) FAILED (\S+)$", out, re.MULTILINE)
     assert failed is not None, (
-        f"{name} ({plant.what}) went unseen in {WINDOW} seeds from {FOUND[name]}:\n{out[-1500:]}"
+        f"{name} ({plant.what}) went unseen in {WINDOW} seeds from {first}:\n{out[-1500:]}"
     )
     # Without the plant the same seed passes: the bug is what failed it.
     seed = failed[1]
-    again = _sweep("--seed", seed, "--nodes", str(plant.nodes))
+    again = _sweep("--seed", seed, *runs)
     assert re.search(rf"^seed {seed} ok [0-9a-f]{{32}}$", again, re.MULTILINE), again[-1500:]
 
 

@@ -35,6 +35,8 @@ committed, so an acknowledged start may be gone, a take may be taken again
 - ``saga``: a job that failed on purpose without its compensation run, or a
   completed one whose compensation ran;
 - ``queue-limit``: more queued instances running at once than the queue allows;
+- ``rate-limit`` (workload 5): more admissions of the rated queue within one
+  window than its rate allows (read from the transactions written);
 - ``replay``: a stored history that the current code does not replay;
 - ``cursor``: a durable consumer got a value out of order, skipped one, or
   was given one before where its last read that left normally stopped;
@@ -101,7 +103,8 @@ async def check(world: World, sim: Simulation) -> None:
     if world.queue_most > (p.QUEUE.concurrency or 0):
         detail = f"{world.queue_most} ran at once; the queue allows {p.QUEUE.concurrency}"
         world.fail("queue-limit", detail)
-    problems = await replay_check(sim.journal, p.PROCESSES, include_finished=True)
+    _check_rate(world)
+    problems = await replay_check(sim.journal, world.processes, include_finished=True)
     if problems:
         world.fail("replay", "; ".join(str(problem) for problem in problems[:3]))
 
@@ -239,6 +242,21 @@ def _check_streams(world: World) -> None:
                 most = max(most, got[-1])
             if complete and got:
                 kept = got[-1]
+
+
+def _check_rate(world: World) -> None:
+    rate = p.RATED.rate
+    assert rate is not None
+    times = sorted(at for at, count in world.admissions for _ in range(count))
+    for i, at in enumerate(times):
+        # the admissions in the window (at - per, at]: this one and those before
+        within = sum(1 for t in times[: i + 1] if t > at - rate.per)
+        if within > rate.count:
+            detail = (
+                f"{within} admissions of queue {p.RATED.name!r} in the {rate.per} s "
+                f"up to {at:.3f}; its rate allows {rate.count}"
+            )
+            world.fail("rate-limit", detail)
 
 
 def _check_ticks(world: World, rows: dict[str, tuple[Any, list[Any]]]) -> None:

@@ -156,6 +156,21 @@ PLANTS: dict[str, Plant] = {
         what="an actor's own writes carry no fencing epoch",
         nodes=2,
     ),
+    # Not a bug this project had: a round that admits several instances
+    # counts one start against the rate (workload 5's rated queue).
+    "rate-per-round": Plant(
+        "actors._queues",
+        "QueueService._admit",
+        old="""
+            if queue.rate is not None:
+                starts.append(now)
+        """,
+        new="""
+            if queue.rate is not None and now not in starts:  # planted: once a round
+                starts.append(now)
+        """,
+        what="a round that admits several instances counts one start against the rate",
+    ),
 }
 
 

@@ -22,6 +22,8 @@ the same way on every replay of a seed.
 - ``feed/:id`` (workload 4): emits its values for durable consumers and
   publishes its progress for watchers, a step before each;
 - ``tick/:name/:at`` (workload 4): started by a schedule at each tick.
+- ``rjob/:id`` (workload 5): started on a queue with a rate limit
+  (`RATED`); one step.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ done = Signal("done")
 #: step) plus the attempts that crashes spend.
 RETRY = Retry(attempts=12, backoff=0.05, max_backoff=2.0)
 QUEUE = Queue("sim", concurrency=2)
+#: Workload 5: at most 2 starts in any 5 virtual seconds (a burst of starts
+#: waits its turn; the checker reads the admissions from the written
+#: transactions).
+RATED = Queue("simr", rate=(2, 5.0))
 SINK_RUNS = 4  # messages a sink handles per run before it continues as new
 
 
@@ -224,6 +230,12 @@ async def qjob(ctx: Context, id: str, *, seconds: float) -> str:
     return value
 
 
+@process("rjob/:id")
+async def rjob(ctx: Context, id: str) -> str:
+    value: str = await ctx.step(effect, "R", ctx.id, name="r", retry=RETRY)
+    return value
+
+
 @process("feed/:id")
 async def feed(ctx: Context, id: str, *, count: int) -> int:
     """Emits ``0 .. count - 1`` for durable consumers, and publishes how many."""
@@ -244,6 +256,9 @@ async def tick(ctx: Context, name: str, at: str) -> str:
 
 PARENTS = {"one": parent_one, "all": parent_all, "rest": parent_rest}
 PROCESSES = [sink, helper, job, kid, parent_one, parent_all, parent_rest, qjob, feed, tick]
+#: What workload 5 registers besides (earlier versions run without it, as
+#: they were kept).
+PROCESSES_5 = [rjob]
 #: The schedule's interval (virtual seconds): a few ticks while the run
 #: settles, which may overlap a crash or a fault.
 TICK_EVERY = 900.0

@@ -67,8 +67,9 @@ class Setup:
 #: 2. late commit notices (`JournalFaults.late`) and a tail of operations
 #:    after the plan (a start raced by sends to it: the creation race);
 #: 3. with several nodes, leases that lapse while their node runs on;
-#: 4. streams with durable consumers, exports with watchers, a schedule.
-WORKLOAD = 4
+#: 4. streams with durable consumers, exports with watchers, a schedule;
+#: 5. starts on a queue with a rate limit (the ``rate-limit`` invariant).
+WORKLOAD = 5
 
 
 def setup(seed: int, workload: int = WORKLOAD) -> Setup:
@@ -134,8 +135,17 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40, workload: int = WORKL
     """Run seed ``seed`` (under version ``workload`` of the workload) and
     judge it (see the package docstring)."""
     chosen = setup(seed, workload)
-    world = World(seed, fail_rate=chosen.fail_rate, durability=chosen.durability)
-    sinks, ops = plan(random.Random(f"{seed}:plan"), tail=workload >= 2, features=workload >= 4)
+    rated = workload >= 5
+    world = World(
+        seed,
+        fail_rate=chosen.fail_rate,
+        durability=chosen.durability,
+        processes=p.PROCESSES + (p.PROCESSES_5 if rated else []),
+        rated=p.RATED.name if rated else None,
+    )
+    sinks, ops = plan(
+        random.Random(f"{seed}:plan"), tail=workload >= 2, features=workload >= 4, rated=rated
+    )
     driver = Driver(world, sinks, ops)
 
     async def judge(sim: Simulation) -> None:
@@ -153,14 +163,14 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40, workload: int = WORKL
     try:
         with planted(from_environment()):
             report = simulate(
-                p.PROCESSES,
+                world.processes,
                 driver,
                 seed=seed,
                 crashes=chosen.crashes,
                 faults=attrs.evolve(PROFILES[chosen.profile], late=chosen.late),
                 durability=chosen.durability,
                 check=judge,
-                queues=[p.QUEUE],
+                queues=[p.QUEUE, p.RATED] if rated else [p.QUEUE],
                 passivate_after=chosen.passivate_after,
                 settle=SETTLE,
                 trace=keep,

@@ -56,10 +56,11 @@ _KINDS = [
 
 
 def plan(
-    rng: random.Random, *, tail: bool = True, features: bool = True
+    rng: random.Random, *, tail: bool = True, features: bool = True, rated: bool = True
 ) -> tuple[list[str], list[Op]]:
     """The sinks to start and the operations to run, drawn from ``rng``
-    (with `_tail`'s operations after them, unless ``tail`` is false)."""
+    (with the operations each later version adds after them, where its
+    flag says so: `_tail`, `_features`, `_rated`)."""
     sinks = [f"sink/s{i}" for i in range(rng.randint(1, 3))]
     count = rng.randint(25, 60)
     kinds = [k for k, _ in _KINDS]
@@ -112,7 +113,19 @@ def plan(
         ops += _tail(random.Random(f"{drawn}:tail"), sinks)
     if features:
         ops += _features(random.Random(f"{drawn}:features"))
+    if rated:
+        ops += _rated(random.Random(f"{drawn}:rated"))
     return sinks, ops
+
+
+def _rated(rng: random.Random) -> list[Op]:
+    """Workload 5: bursts of starts on the queue with a rate limit, some
+    in the background, so that they wait their turn across faults."""
+    ops: list[Op] = []
+    for n in range(rng.choice([0, 0, 3, 5, 8])):
+        pause = rng.choice([0.0, 0.0, 0.5, rng.expovariate(0.2)])
+        ops.append(Op("rated", {"id": f"r{n}"}, pause, background=rng.random() < 0.5))
+    return ops
 
 
 def _features(rng: random.Random) -> list[Op]:
@@ -171,6 +184,8 @@ class Driver:
     async def __call__(self, sim: Simulation) -> None:
         world = self.world
         world.sim = sim
+        if world.rated is not None:
+            sim.on_write(world.admitted)
         await self._observe(sim)
         for address in self.sinks:  # idempotent: as a client makes sure of its receivers
             await self._start_quietly(sim, p.sink, address.split("/", 1)[1], {})
@@ -370,6 +385,10 @@ class Driver:
 
     async def _op_queued(self, sim: Simulation, id: str, seconds: float) -> None:
         handle = await sim.system.start(p.qjob, id, queue=p.QUEUE, seconds=seconds)
+        self.world.started[handle.id] = "queued"
+
+    async def _op_rated(self, sim: Simulation, id: str) -> None:
+        handle = await sim.system.start(p.rjob, id, queue=p.RATED)
         self.world.started[handle.id] = "queued"
 
     async def _op_jump(self, sim: Simulation, seconds: float) -> None:

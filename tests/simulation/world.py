@@ -17,6 +17,8 @@ import attrs
 import trio
 
 from actors.testing import Simulation
+from storage import Txn, decode
+from storage._states import DELETE_STATE, PUT_STATE
 
 
 class InvariantBroken(AssertionError):
@@ -87,6 +89,12 @@ class World:
     #: queued instances running a step now, and the most ever at once
     queue_running: dict[str, int] = attrs.Factory(dict)  # queued instance -> its steps running
     queue_most: int = 0
+    #: the processes the run registers (workload 5 adds some)
+    processes: list[Any] = attrs.Factory(list)
+    #: the name of the queue with a rate limit (workload 5), and its
+    #: admissions as written: time -> how many at once
+    rated: str | None = None
+    admissions: list[tuple[float, int]] = attrs.Factory(list)
     next_op: int = 0  # the workload's progress, across lives
     events: list[str] = attrs.Factory(list)  # what clients saw, for the trace
 
@@ -115,6 +123,24 @@ class World:
         self.events.append(f"{self.now():.6f} {text}")
         if self.sim is not None:
             self.sim.note(text)
+
+    def admitted(self, txn: Txn) -> None:
+        """Note the rated queue's admissions a written transaction holds.
+
+        An admission rewrites the queue's row and deletes the waiting row of
+        each instance it admits: those are counted, not the start times the
+        row keeps (what a rate bug would get wrong), and the round's time
+        is the newest of them (the clock's, if the row keeps none)."""
+        row, waiting = f"queue/{self.rated}", f"queue-wait/{self.rated}/"
+        starts: list[float] | None = None
+        admitted = 0
+        for op in txn.ops:
+            if op[0] == PUT_STATE and op[1] == row:
+                starts = decode(op[2])["starts"]
+            elif op[0] == DELETE_STATE and op[1].startswith(waiting):
+                admitted += 1
+        if starts is not None and admitted:
+            self.admissions.append((max(starts, default=self.now()), admitted))
 
     def lossy(self, sim: Any) -> bool:
         """Whether the run lost a write it had acknowledged, as durability
