@@ -31,6 +31,7 @@ FOUND = {
     "cancelled-start": (2, 4),
     "unfenced-barrier": (8, 4),
     "rate-per-round": (3, 5),
+    "cleanup-floor": (4, 6),
 }
 WINDOW = 100
 

@@ -171,6 +171,16 @@ PLANTS: dict[str, Plant] = {
         """,
         what="a round that admits several instances counts one start against the rate",
     ),
+    # Not a bug this project had: a cleanup that keeps no floor, so the
+    # next start at the address begins again at incarnation 1 and its
+    # steps' idempotency keys repeat the removed incarnation's (workload 6).
+    "cleanup-floor": Plant(
+        "actors._protocol",
+        "cleanup_txn",
+        old="txn.put_state(floor_key(iid), incarnation)",
+        new="pass  # planted: no floor",
+        what="a cleanup keeps no floor: a new start repeats the removed incarnation's keys",
+    ),
 }
 
 

@@ -68,8 +68,9 @@ class Setup:
 #:    after the plan (a start raced by sends to it: the creation race);
 #: 3. with several nodes, leases that lapse while their node runs on;
 #: 4. streams with durable consumers, exports with watchers, a schedule;
-#: 5. starts on a queue with a rate limit (the ``rate-limit`` invariant).
-WORKLOAD = 5
+#: 5. starts on a queue with a rate limit (the ``rate-limit`` invariant);
+#: 6. cleanups of finished instances, and jobs started again after them.
+WORKLOAD = 6
 
 
 def setup(seed: int, workload: int = WORKLOAD) -> Setup:
@@ -144,7 +145,11 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40, workload: int = WORKL
         rated=p.RATED.name if rated else None,
     )
     sinks, ops = plan(
-        random.Random(f"{seed}:plan"), tail=workload >= 2, features=workload >= 4, rated=rated
+        random.Random(f"{seed}:plan"),
+        tail=workload >= 2,
+        features=workload >= 4,
+        rated=rated,
+        cleanups=workload >= 6,
     )
     driver = Driver(world, sinks, ops)
 

@@ -56,11 +56,16 @@ _KINDS = [
 
 
 def plan(
-    rng: random.Random, *, tail: bool = True, features: bool = True, rated: bool = True
+    rng: random.Random,
+    *,
+    tail: bool = True,
+    features: bool = True,
+    rated: bool = True,
+    cleanups: bool = True,
 ) -> tuple[list[str], list[Op]]:
     """The sinks to start and the operations to run, drawn from ``rng``
     (with the operations each later version adds after them, where its
-    flag says so: `_tail`, `_features`, `_rated`)."""
+    flag says so: `_tail`, `_features`, `_rated`, `_cleanups`)."""
     sinks = [f"sink/s{i}" for i in range(rng.randint(1, 3))]
     count = rng.randint(25, 60)
     kinds = [k for k, _ in _KINDS]
@@ -115,7 +120,29 @@ def plan(
         ops += _features(random.Random(f"{drawn}:features"))
     if rated:
         ops += _rated(random.Random(f"{drawn}:rated"))
+    if cleanups:
+        jobs_planned = [op.args for op in ops if op.kind in ("job", "job_race", "sws")]
+        ops += _cleanups(random.Random(f"{drawn}:cleanups"), jobs_planned)
     return sinks, ops
+
+
+def _cleanups(rng: random.Random, jobs: list[dict[str, Any]]) -> list[Op]:
+    """Workload 6: cleanups of finished instances while clients start
+    some of the jobs again (a new incarnation where the old one was
+    removed or cancelled; its steps' keys must not repeat the old ones')."""
+    ops: list[Op] = []
+    for n in range(rng.choice([0, 1, 2, 3])):
+        args = {"older_than": rng.choice([0.0, 5.0, 120.0])}
+        ops.append(Op("cleanup", args, rng.expovariate(0.5), background=rng.random() < 0.5))
+        for job in rng.sample(jobs, min(len(jobs), rng.randint(0, 3))):
+            # Its messages are new ones (a message id is handled once).
+            plan = dict(job["plan"])
+            for what in ("send", "ask"):
+                if plan[what]:
+                    plan[what] = [plan[what][0], f"{plan[what][1]}@{n}"]
+            again = {"id": job["id"], "plan": plan}
+            ops.append(Op("job", again, rng.expovariate(1.0), background=rng.random() < 0.5))
+    return ops
 
 
 def _rated(rng: random.Random) -> list[Op]:
@@ -186,6 +213,7 @@ class Driver:
         world.sim = sim
         if world.rated is not None:
             sim.on_write(world.admitted)
+        sim.on_write(world.removals)
         await self._observe(sim)
         for address in self.sinks:  # idempotent: as a client makes sure of its receivers
             await self._start_quietly(sim, p.sink, address.split("/", 1)[1], {})
@@ -386,6 +414,10 @@ class Driver:
     async def _op_queued(self, sim: Simulation, id: str, seconds: float) -> None:
         handle = await sim.system.start(p.qjob, id, queue=p.QUEUE, seconds=seconds)
         self.world.started[handle.id] = "queued"
+
+    async def _op_cleanup(self, sim: Simulation, older_than: float) -> None:
+        removed = await sim.system.cleanup(older_than)
+        self.world.note(f"cleanup older than {older_than}: {removed} removed")
 
     async def _op_rated(self, sim: Simulation, id: str) -> None:
         handle = await sim.system.start(p.rjob, id, queue=p.RATED)

@@ -19,6 +19,7 @@ import trio
 from actors.testing import Simulation
 from storage import Txn, decode
 from storage._states import DELETE_STATE, PUT_STATE
+from storage._txn import DELETE_INSTANCE
 
 
 class InvariantBroken(AssertionError):
@@ -95,6 +96,8 @@ class World:
     #: admissions as written: time -> how many at once
     rated: str | None = None
     admissions: list[tuple[float, int]] = attrs.Factory(list)
+    #: ids of the instances a cleanup removed (workload 6)
+    removed: set[bytes] = attrs.Factory(set)
     next_op: int = 0  # the workload's progress, across lives
     events: list[str] = attrs.Factory(list)  # what clients saw, for the trace
 
@@ -141,6 +144,12 @@ class World:
                 admitted += 1
         if starts is not None and admitted:
             self.admissions.append((max(starts, default=self.now()), admitted))
+
+    def removals(self, txn: Txn) -> None:
+        """Note the instances a written transaction removes (a cleanup)."""
+        for op in txn.ops:
+            if op[0] == DELETE_INSTANCE:
+                self.removed.add(op[1])
 
     def lossy(self, sim: Any) -> bool:
         """Whether the run lost a write it had acknowledged, as durability
