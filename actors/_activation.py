@@ -142,6 +142,9 @@ class Activation(_SystemAPI):
         self.journal.resume_chain(iid)
         loaded = iid not in self._routed_absent
         self._routed_absent.discard(iid)
+        # The end kept of an earlier incarnation (a cancelled one this start
+        # replaces) is no longer what the journal holds (see `_final_end`).
+        self._ends.pop(iid, None)
         actor = Actor(self, iid, address, proc, record, loaded=loaded, epoch=epoch)
         self._live[iid] = actor
         self.nodes.running(iid)

@@ -296,6 +296,12 @@ class Actor(Ends, Arrivals):
         # From what is committed now: the journal takes its writes again.
         self.journal.resume_chain(iid)
         state, self.preloaded = self.preloaded, None
+        if state is None and self.record is not _BLANK and self.journal.durability == "async":
+            # Made from a start just submitted (`_run_created`), which an
+            # "async" journal need not have written yet: read after it, or
+            # the read finds the address as it was before (none, or the
+            # cancelled incarnation it replaces) and the new one never runs.
+            await self.journal.flush()
         if state is None:
             try:
                 state = await self.journal.read(lambda r: read_state(r, iid))

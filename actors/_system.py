@@ -237,7 +237,13 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
                 row = r.instance(iid)
         except JournalCorrupt:
             return "corrupt", NO_RECORD
-        return _state_of(row)
+        state = _state_of(row)
+        if actor is not None and not actor.done and actor.record.incarnation > state[1].incarnation:
+            # Its start is submitted and not written yet (an "async" journal
+            # acknowledges first): the journal still shows the incarnation
+            # it replaces, which must not read as this one's end.
+            return "running", actor.record
+        return state
 
     async def _refresh(self, iid: bytes) -> tuple[str, InstanceRecord]:
         """`_snapshot`, reading the journal (off the trio thread) for what

@@ -145,17 +145,20 @@ class WriteLog:
         """Add a line to the trace only (not to the digest)."""
         self.recent.append(f"{_now():.6f} ({text})")
 
-    def batch(self, txns: list[Txn], outcomes: list[Any]) -> None:
-        """Log a batch of transactions and their outcomes."""
+    def batch(
+        self, txns: list[Txn], outcomes: list[Any], applied: frozenset[int] = frozenset()
+    ) -> None:
+        """Log a batch of transactions and their outcomes (``applied``: the
+        ``id`` of each whose outcome is an error but which was written, as
+        a commit of unknown outcome may be)."""
         self.commits += 1
         update = self._hash.update
         update(f"batch {self.commits} {_now()!r} {len(txns)}\n".encode())
         parts = []
         for txn, outcome in zip(txns, outcomes):
-            if isinstance(outcome, BaseException):
-                what = type(outcome).__name__
-            else:
-                what = f"ok {outcome!r}"
+            failed = isinstance(outcome, BaseException)
+            what = type(outcome).__name__ if failed else f"ok {outcome!r}"
+            if not failed or id(txn) in applied:
                 self.writes += 1
                 for watcher in self.watchers:
                     watcher(txn)
@@ -284,6 +287,8 @@ class SimulatedJournal(MemoryJournal):
         self._stopped: trio.Event | None = None
         self._closing = False
         self._down_until = 0.0
+        #: ids of the batch's transactions of unknown outcome that were written
+        self._applied: set[int] = set()
         #: transactions nobody waited for that failed or died with the host:
         #: acknowledged writes ("async" durability) the journal lost
         self.lost_unawaited = 0
@@ -470,8 +475,9 @@ class SimulatedJournal(MemoryJournal):
             self.crash(f"crash before commit {number}")
             return
         txns = [entry.txn for entry in batch]
+        self._applied = set()
         outcomes = self._outcomes(txns, number)
-        self.log.batch(txns, outcomes)
+        self.log.batch(txns, outcomes, frozenset(self._applied))
         if self.crash_at is not None and number >= self.crash_at:
             self._inflight = batch
             self.crash(f"crash after commit {number} was written")
@@ -525,7 +531,8 @@ class SimulatedJournal(MemoryJournal):
             )
             if written:
                 for txn in txns:
-                    self._run(txn)
+                    if not isinstance(self._run(txn), Exception):
+                        self._applied.add(id(txn))
             return [
                 CommitOutcomeUnknown(
                     "the simulated connection was lost after COMMIT; the transaction may "

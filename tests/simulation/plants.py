@@ -116,13 +116,15 @@ PLANTS: dict[str, Plant] = {
         old="""
             if written:
                 for txn in txns:
-                    self._run(txn)
+                    if not isinstance(self._run(txn), Exception):
+                        self._applied.add(id(txn))
             return [
         """,
         new="""
             if written:
                 for txn in txns:
-                    self._run(txn)
+                    if not isinstance(self._run(txn), Exception):
+                        self._applied.add(id(txn))
             if not written: return [  # planted: a written batch runs again below
         """,
         what="a batch whose commit may have been written runs again",
