@@ -287,8 +287,6 @@ class SimulatedJournal(MemoryJournal):
         self._stopped: trio.Event | None = None
         self._closing = False
         self._down_until = 0.0
-        #: ids of the batch's transactions of unknown outcome that were written
-        self._applied: set[int] = set()
         #: transactions nobody waited for that failed or died with the host:
         #: acknowledged writes ("async" durability) the journal lost
         self.lost_unawaited = 0
@@ -475,9 +473,8 @@ class SimulatedJournal(MemoryJournal):
             self.crash(f"crash before commit {number}")
             return
         txns = [entry.txn for entry in batch]
-        self._applied = set()
-        outcomes = self._outcomes(txns, number)
-        self.log.batch(txns, outcomes, frozenset(self._applied))
+        outcomes, applied = self._outcomes(txns, number)
+        self.log.batch(txns, outcomes, applied)
         if self.crash_at is not None and number >= self.crash_at:
             self._inflight = batch
             self.crash(f"crash after commit {number} was written")
@@ -499,21 +496,23 @@ class SimulatedJournal(MemoryJournal):
     def _settled(self) -> None:
         """Called once a batch's outcomes are out (`SimulatedNode`'s notices)."""
 
-    def _outcomes(self, txns: list[Txn], number: int) -> list[Any]:
-        """Apply ``txns`` (or fail them, as the faults say); their outcomes."""
+    def _outcomes(self, txns: list[Txn], number: int) -> tuple[list[Any], frozenset[int]]:
+        """Apply ``txns`` (or fail them, as the faults say): their outcomes,
+        and the ``id`` of each that was written though its outcome is an
+        error (a commit of unknown outcome that went through)."""
         faults, draw = self.faults, self.random.random
         if self._down():
-            return [self._unavailable() for _ in txns]
+            return [self._unavailable() for _ in txns], frozenset()
         if faults.outage and draw() < faults.outage:
             seconds = self.random.uniform(*faults.outage_seconds)
             self._down_until = trio.current_time() + seconds
             self.log.event(f"outage of {seconds:.3f} s from commit {number}")
             self._fail(self._pending)  # they would meet the outage too
             self._pending.clear()
-            return [self._unavailable() for _ in txns]
+            return [self._unavailable() for _ in txns], frozenset()
         if faults.unavailable and draw() < faults.unavailable:
             self.log.event(f"commit {number} lost the connection, nothing written")
-            return [self._unavailable() for _ in txns]
+            return [self._unavailable() for _ in txns], frozenset()
         if faults.disk and draw() < faults.disk:
             self.log.event(f"commit {number} met a full disk, nothing written")
             return [
@@ -522,24 +521,23 @@ class SimulatedJournal(MemoryJournal):
                     path="<simulated>",
                 )
                 for _ in txns
-            ]
+            ], frozenset()
         if faults.unknown and draw() < faults.unknown:
             written = draw() < 0.5
             self.log.event(
                 f"commit {number}'s outcome unknown to its callers; "
                 + ("it was written" if written else "it was not written")
             )
-            if written:
-                for txn in txns:
-                    if not isinstance(self._run(txn), Exception):
-                        self._applied.add(id(txn))
+            applied = frozenset(
+                id(txn) for txn in txns if written and not isinstance(self._run(txn), Exception)
+            )
             return [
                 CommitOutcomeUnknown(
                     "the simulated connection was lost after COMMIT; the transaction may "
                     "or may not be in the journal"
                 )
                 for _ in txns
-            ]
+            ], applied
         refused = -1
         if faults.full and draw() < faults.full:
             refused = self.random.randrange(len(txns))
@@ -558,7 +556,7 @@ class SimulatedJournal(MemoryJournal):
                 outcome = self._run(txn)
             chain.note(txn, outcome)
             outcomes.append(outcome)
-        return outcomes
+        return outcomes, frozenset()
 
     # -- outages -----------------------------------------------------------------
 

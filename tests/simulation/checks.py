@@ -58,6 +58,7 @@ the runtime and ended the system, outside a crash.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from typing import Any
 
@@ -255,7 +256,7 @@ def _check_rate(world: World) -> None:
     times = sorted(at for at, count in world.admissions for _ in range(count))
     for i, at in enumerate(times):
         # the admissions in the window (at - per, at]: this one and those before
-        within = sum(1 for t in times[: i + 1] if t > at - rate.per)
+        within = i + 1 - bisect_right(times, at - rate.per)
         if within > rate.count:
             detail = (
                 f"{within} admissions of queue {p.RATED.name!r} in the {rate.per} s "

@@ -114,17 +114,15 @@ PLANTS: dict[str, Plant] = {
         "storage._simulated",
         "SimulatedJournal._outcomes",
         old="""
-            if written:
-                for txn in txns:
-                    if not isinstance(self._run(txn), Exception):
-                        self._applied.add(id(txn))
+            applied = frozenset(
+                id(txn) for txn in txns if written and not isinstance(self._run(txn), Exception)
+            )
             return [
         """,
         new="""
-            if written:
-                for txn in txns:
-                    if not isinstance(self._run(txn), Exception):
-                        self._applied.add(id(txn))
+            applied = frozenset(
+                id(txn) for txn in txns if written and not isinstance(self._run(txn), Exception)
+            )
             if not written: return [  # planted: a written batch runs again below
         """,
         what="a batch whose commit may have been written runs again",
