@@ -116,7 +116,7 @@ class Asks:
         pending = self._pending[box] = _Pending()
         if not self._watching and not self.system.closing:
             self._watching = True
-            self.system._spawn_system_task(self._watch)
+            self.system.registry.spawn_system_task(self._watch)
         try:
             asker = Asker(ask_id, box_address, self.system.node)
             await send(iid, address, signal, payload, ask=asker)
@@ -251,7 +251,7 @@ def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> 
     notice = _protocol.add_message(
         txn, instance_id(reply_to), fx.REPLY_PREFIX + ask_id, payload, system.epoch_now()
     )
-    return lambda results: system._route(notice.iid, results[notice.slot], notice.message)
+    return lambda results: system.router.route(notice.iid, results[notice.slot], notice.message)
 
 
 def answer_offline(txn: Txn, asks: Iterable[Asker], status: str, now: float) -> None:
@@ -369,14 +369,14 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         if actor.fenced:
             txn.fence(actor.iid, actor.epoch)
         try:
-            (seq,) = await commit_through(system.journal, txn, system._sent_in_doubt)
+            (seq,) = await commit_through(system.journal, txn, system.router.sent_in_doubt)
         except Conflict as exc:
             if exc.reason == "epoch":
                 raise
             error = _not_delivered(ask.address, exc)
             actor.finish(ask, None, error, ask.describe(error=_error_record(error)))
             return
-        system._route(iid, seq, notice.message)
+        system.router.route(iid, seq, notice.message)
         if ask in actor.live:
             actor.add_wait(ask)
     finally:

@@ -488,7 +488,7 @@ class Context:
         self, proc: ProcessDef[..., Any] | str, params: tuple[Any, ...], input: dict[str, Any]
     ) -> tuple[ProcessDef[..., Any], str, bytes]:
         actor = self._live()
-        definition = actor.system._proc(proc)
+        definition = actor.system.registry.definition(proc)
         for param in params:
             if isinstance(param, str):
                 check_text(param, "a path param")

@@ -88,8 +88,8 @@ class Ends(_ActorAPI):
         if outcome == "compensation_stuck":
             _events.compensation_stuck(self.address, self.record.last_error)
             self.done = True
-            self.system._status_changed(self.iid)
-            self.system._forget(self)
+            self.system.statuses.changed(self.iid)
+            self.system.registry.forget(self)
             return
         txn = Txn()
         if end == "failed":
@@ -116,8 +116,8 @@ class Ends(_ActorAPI):
             self.txn = Txn()
             self.status = "corrupt"
             self.done = True
-            await self.system._mark_corrupt(self, detail)
-            self.system._forget(self)
+            await self.system.registry.mark_corrupt(self, detail)
+            self.system.registry.forget(self)
             return
         if kind == "restart":
             await _sup.restart_actor(self, detail, 0.0)
@@ -184,12 +184,12 @@ class Ends(_ActorAPI):
         results = await self.barrier(txn)
         self.status = status
         self.done = True
-        self.system._status_changed(self.iid)
-        self.system._ended(self, status)
+        self.system.statuses.changed(self.iid)
+        self.system.registry.ended(self, status)
         if status == "failed" and not self.record.parent:
             _events.failed(self.address, error_summary(self.record.error))
         if notice is not None:
-            self.system._route(notice.iid, results[notice.slot], notice.message)
+            self.system.router.route(notice.iid, results[notice.slot], notice.message)
         for after in answers:
             after(results)
 
@@ -201,9 +201,9 @@ class Ends(_ActorAPI):
         self.put_record(txn, "suspended", last_error=f"{type(exc).__name__}: {exc}", held=held)
         self.status = "suspended"
         await self.barrier(txn, durable=True)
-        self.system._status_changed(self.iid)
-        self.system._forget(self)
-        self.system._stuck(self, held, exc)
+        self.system.statuses.changed(self.iid)
+        self.system.registry.forget(self)
+        self.system.registry.stuck(self, held, exc)
 
     async def continue_as_new(self, effect: fx.ContinueAsNew) -> Coroutine[Any, Any, Any]:
         """End this run and start the next with ``effect.input``; its coroutine."""

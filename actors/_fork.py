@@ -65,7 +65,7 @@ for the runtime and the command line alike; `fork` is the runtime's half.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import trio
@@ -441,21 +441,8 @@ def fork_txn(
 # -- the runtime's half ----------------------------------------------------------------
 
 
-class ForkHost(SystemAPI, Protocol):
-    """What `fork` asks of the system beside `SystemAPI`."""
-
-    _creating: dict[bytes, trio.Event]
-    _routed_absent: set[bytes]
-
-    def _address_iid(self, address: Any, what: str) -> bytes: ...
-
-    async def _run_started(
-        self, iid: bytes, address: str, proc: Any, record: InstanceRecord
-    ) -> Any: ...
-
-
 async def fork(
-    system: ForkHost,
+    system: SystemAPI,
     address: str,
     *,
     from_effect: int | None,
@@ -465,9 +452,9 @@ async def fork(
 ) -> Handle[Any]:
     """`ActorSystem.fork` (see there)."""
     _guard.refuse("system.fork()", "fork from outside a process (a step is retried, not forked)")
-    iid = system._address_iid(address, "fork's address")
+    iid = system.router.address_iid(address, "fork's address")
     if to is not None:
-        system._address_iid(to, "fork's to=")
+        system.router.address_iid(to, "fork's to=")
     if (from_effect is None) == (after_step_name is None):
         raise InvalidArguments(
             "fork takes one of from_effect= (a log position) or after_step= (a step's name)"
@@ -486,24 +473,24 @@ async def fork(
     encoded_input = encode(input, what="input") if input else None
     target_iid = iid if to is None else instance_id(to)
     waiting_for = {iid, target_iid}
-    for key in waiting_for:  # one start of an address at a time here (as `_start`)
-        while (waiting := system._creating.get(key)) is not None:
+    for key in waiting_for:  # one start of an address at a time here (as `Lifecycle.start`)
+        while (waiting := system.lifecycle.creating.get(key)) is not None:
             await waiting.wait()
     done = trio.Event()
     for key in waiting_for:
-        system._creating[key] = done
+        system.lifecycle.creating[key] = done
     try:
         return await _fork(
             system, iid, address, from_effect, after_step_name, to, input, encoded_input
         )
     finally:
         for key in waiting_for:
-            del system._creating[key]
+            del system.lifecycle.creating[key]
         done.set()
 
 
 async def _fork(
-    system: ForkHost,
+    system: SystemAPI,
     iid: bytes,
     address: str,
     from_effect: int | None,
@@ -538,7 +525,7 @@ async def _fork(
                 f"address {address!r} collides with {row.address!r} in the journal"
             )
         if row.status == "corrupt":
-            raise system._corrupt_error(iid, address)
+            raise system.registry.corrupt_error(iid, address)
         target = plan.target
         if lost_over is not None and target is not None and target.record.incarnation > lost_over:
             raise InvalidArguments(
@@ -549,11 +536,11 @@ async def _fork(
         why = refusal(address, plan, to)
         if why is not None:
             raise InvalidArguments(why)
-        if plan.target_iid in system._live or iid in system._live:
+        if plan.target_iid in system.registry.live or iid in system.registry.live:
             with trio.move_on_after(0.05):  # still leaving memory (it just ended)
-                await system._status_event(plan.target_iid).wait()
+                await system.statuses.event(plan.target_iid).wait()
             continue
-        proc = system._proc(row.process)
+        proc = system.registry.definition(row.process)
         params = tuple(row.record.params)
         if plan.target_iid != iid:
             params = tuple(params_of(row.process, plan.target_address) or ())
@@ -586,16 +573,16 @@ async def _fork(
             continue
         break
     for child, _ in plan.resets:
-        system._status_changed(child.iid)
+        system.statuses.changed(child.iid)
     # Brought in as a start's is, except that it reads what the fork wrote
     # (its kept log and mail) before it runs, as an instance that mail was
-    # routed to meanwhile does (see `_run_created`).
-    system._routed_absent.add(plan.target_iid)
-    await system._run_started(plan.target_iid, plan.target_address, proc, start.record)
+    # routed to meanwhile does (see `Registry.run_created`).
+    system.registry.routed_absent.add(plan.target_iid)
+    await system.lifecycle.run_started(plan.target_iid, plan.target_address, proc, start.record)
     # Handles read the new incarnation from now on, not what was last seen
     # of the one it replaced (a remote journal's reads are cached).
-    await system._refresh(plan.target_iid)
-    system._status_changed(plan.target_iid)
+    await system.statuses.refresh(plan.target_iid)
+    system.statuses.changed(plan.target_iid)
     return Handle._create(system, plan.target_iid, plan.target_address, start.record.incarnation)
 
 

@@ -76,7 +76,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         return self._incarnation or 0
 
     def _state(self) -> tuple[str, InstanceRecord]:
-        status, record = self._system._snapshot(self._iid)
+        status, record = self._system.statuses.snapshot(self._iid)
         if self._incarnation is None and record.incarnation:
             self._incarnation = record.incarnation  # a child's handle: the first it sees
         return status, record
@@ -152,7 +152,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
                 break
         status, record = self._state()
         if status == "corrupt":
-            raise self._system._corrupt_error(self._iid, self._address)
+            raise self._system.registry.corrupt_error(self._iid, self._address)
         if record.incarnation != self._incarnation or status == "cancelled":
             reason = record.reason or "cancelled"
             if record.incarnation != self._incarnation:
@@ -196,7 +196,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         )
         seen = None
         while True:
-            event = self._system._status_event(self._iid)
+            event = self._system.statuses.event(self._iid)
             status, record = self._state()
             version = record.exports_version  # 0 before the first publish
             if version and version != seen:
@@ -225,7 +225,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         )
         last = None
         while True:
-            event = self._system._status_event(self._iid)
+            event = self._system.statuses.event(self._iid)
             status = self.status
             if status != last:
                 last = status
@@ -240,7 +240,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         the instance (or take it over), and its changes wake nobody here."""
         await status_changed(self._system, event)
         if not self._system.journal.reads_at_once:  # (a local one's reads are reads)
-            await self._system._refresh(self._iid)
+            await self._system.statuses.refresh(self._iid)
 
     async def refresh(self) -> HandleStatus:
         """Read the instance's state from the journal (off the trio thread)
@@ -248,7 +248,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         from then on. They read what this system holds in memory, and on a
         remote journal (PostgreSQL) an instance another node runs changes
         there only when read."""
-        await self._system._refresh(self._iid)
+        await self._system.statuses.refresh(self._iid)
         return self.status
 
     def __repr__(self) -> str:
@@ -279,4 +279,4 @@ class ChildHandle(Handle[R]):
         iid = instance_id(address)
         # What this system knows of the child (on a remote journal, nothing
         # may be known: the handle then takes the incarnation it first sees).
-        super().__init__(system, iid, address, system._snapshot(iid)[1].incarnation or None)
+        super().__init__(system, iid, address, system.statuses.snapshot(iid)[1].incarnation or None)

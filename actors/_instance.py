@@ -179,7 +179,7 @@ class Actor(Ends, Arrivals):
         self.proc = proc
         self.record: InstanceRecord = record or _BLANK
         self.run = self.record.run
-        self.ctx: Context = system._make_context(self)
+        self.ctx: Context = system.registry.make_context(self)
         self.driver = Driver(self, address)
         self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
         self.live: set[Effect[Any]] = set()  # live leaves
@@ -187,7 +187,7 @@ class Actor(Ends, Arrivals):
         self.txn = Txn()
         self.ticket: Ticket | None = None
         # While a publish is in flight: the exports (version, value) last
-        # made durable, which is what watchers see (`ActorSystem._snapshot`).
+        # made durable, which is what watchers see (`Statuses.snapshot`).
         self.published: tuple[int, Any] | None = None
         self.status = "running"
         self.persisted_status = "running" if record is None else None
@@ -268,14 +268,14 @@ class Actor(Ends, Arrivals):
                 self.done = True
                 self.status = "suspended"
                 self.record = self.record.evolve(last_error=f"{type(full).__name__}: {full}")
-                self.system._stalled(self, full)
+                self.system.registry.stalled(self, full)
                 return
             unavailable = _alone(exc, JournalUnavailable)
             if unavailable is not None:
                 # The journal's connection was lost (a database outage): load
                 # the instance again once it answers, from what was committed.
                 self.lost = None  # (reloaded as one whose journal was lost)
-                self.system._journal_lost(self.iid, unavailable)
+                self.system.registry.journal_lost(self.iid, unavailable)
                 return
             lost = _lost_ownership(exc)
             if lost is None:
@@ -287,9 +287,9 @@ class Actor(Ends, Arrivals):
             _tracing.end_run(run_span)
             self.done = True
             self.driver.unload()
-            self.system._forget(self)
+            self.system.registry.forget(self)
             if self.lost is not None:  # what it ended or left memory with was lost
-                self.system._reload_lost(self.iid)
+                self.system.registry.reload_lost(self.iid)
 
     async def _load(self) -> bool:
         iid = self.iid
@@ -297,7 +297,7 @@ class Actor(Ends, Arrivals):
         self.journal.resume_chain(iid)
         state, self.preloaded = self.preloaded, None
         if state is None and self.record is not _BLANK and self.journal.durability == "async":
-            # Made from a start just submitted (`_run_created`), which an
+            # Made from a start just submitted (`Registry.run_created`), which an
             # "async" journal need not have written yet: read after it, or
             # the read finds the address as it was before (none, or the
             # cancelled incarnation it replaces) and the new one never runs.
@@ -307,7 +307,7 @@ class Actor(Ends, Arrivals):
                 state = await self.journal.read(lambda r: read_state(r, iid))
             except JournalCorrupt as exc:
                 self.status = "corrupt"
-                await self.system._mark_corrupt(self, exc)
+                await self.system.registry.mark_corrupt(self, exc)
                 return False
         row, log, mail, timers, floor = state
         if row is None or row.status not in ("running", "suspended"):
@@ -332,7 +332,7 @@ class Actor(Ends, Arrivals):
     def preload(self, state: LoadedState) -> None:
         """Load from ``state`` (what `read_state` read) instead of reading:
         its activation read it, and nothing was written to the instance
-        since (see `Activation._load_actor`)."""
+        since (see `Registry._load_actor`)."""
         self.preloaded = state
 
     # -- the driver ------------------------------------------------------------
@@ -377,7 +377,7 @@ class Actor(Ends, Arrivals):
 
     def write_lost(self, exc: BaseException) -> None:
         """A write of this instance failed, one nobody may have waited for
-        (see `Activation._write_lost`): stop at the next suspension with ``exc``,
+        (see `Registry.write_lost`): stop at the next suspension with ``exc``,
         as if an awaited write had failed (a busy one's next write fails
         with it too), and be loaded again from the journal."""
         self.lost = exc
@@ -429,7 +429,7 @@ class Actor(Ends, Arrivals):
                     await self._passivate()
                     continue
                 self.idle_since = trio.current_time()
-                self.system._instance_idle()
+                self.system.registry.instance_idle()
             # Parked here, not in a helper (one coroutine frame less per
             # live instance), with one reschedule per wake-up: cheaper than
             # a trio.Event per suspension.
@@ -455,13 +455,13 @@ class Actor(Ends, Arrivals):
             await ticket.wait()  # what flush just submitted
         if self.woken or self.busy or self.interrupt is not None:
             return  # something arrived meanwhile: stay
-        self.system._forget(self)
+        self.system.registry.forget(self)
         raise Passivated()
 
     def _set_status(self, status: str) -> None:
         if self.status != status:
             self.status = status
-            self.system._activity_changed(self.iid)
+            self.system.statuses.activity_changed(self.iid)
 
     # -- journal writes ------------------------------------------------------
 
@@ -547,7 +547,7 @@ class Actor(Ends, Arrivals):
 
     def _mail_in_doubt(self, txn: Txn) -> None:
         for receiver in sorted(txn.receivers() - {self.iid}):
-            self.system._mail_in_doubt(receiver)
+            self.system.router.mail_in_doubt(receiver)
 
     def ride_log(self, seq: int, entry: LogEntry) -> None:
         """Log ``entry`` at ``seq`` in this run; it rides on the next commit."""
@@ -571,7 +571,7 @@ class Actor(Ends, Arrivals):
         """Put new exports in ``txn`` (and the record in memory, so every
         later write carries them); their version. Invariant: watchers see
         exports only once durable: until this write lands they see the ones
-        before (`published`, read by `ActorSystem._snapshot`)."""
+        before (`published`, read by `Statuses.snapshot`)."""
         record = self.record
         if self.published is None:
             self.published = (record.exports_version, record.exports)

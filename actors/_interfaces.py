@@ -14,48 +14,214 @@ This module imports only modules below all of them.
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import trio
 
-from storage import InstanceRecord, Journal, Txn
+from storage import InstanceRecord, InstanceRow, Journal, Txn
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _effects as fx
 from ._driver import Driver, Interrupt
+from ._holds import Holds
 from ._log import LogEntry
-from ._messages import StoredMessage
+from ._messages import Asker, StoredMessage
 from ._outages import JournalWatch
 from ._process import ProcessDef
+from ._records import Signal
 from ._rides import Rides
 
-__all__ = ["ActorAPI", "SystemAPI"]
+__all__ = [
+    "ActorAPI",
+    "LifecycleAPI",
+    "RegistryAPI",
+    "RouterAPI",
+    "StatusesAPI",
+    "SystemAPI",
+]
+
+
+class RegistryAPI(Protocol):
+    """What the runtime's modules use of the `Registry` (``actors._registry``):
+    the instances in memory, the process definitions, the system's tasks."""
+
+    procs: dict[str, ProcessDef[..., Any]]
+    activating: Holds
+    landing: dict[bytes, trio.Event]
+    routed_absent: set[bytes]
+    nursery: trio.Nursery | None
+    closing: bool
+
+    @property
+    def live(self) -> Mapping[bytes, ActorAPI]: ...  # read only, outside the registry
+
+    def definition(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]: ...
+
+    def make_context(self, actor: ActorAPI) -> Any: ...
+
+    def spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+    def run_created(
+        self,
+        iid: bytes,
+        address: str,
+        proc: ProcessDef[..., Any],
+        record: InstanceRecord,
+        epoch: int = 0,
+    ) -> ActorAPI: ...
+
+    def run_admitted(self, row: InstanceRow, epoch: int) -> None: ...
+
+    def activate(self, iid: bytes) -> None: ...
+
+    def activate_for_mail(self, iid: bytes) -> None: ...
+
+    async def activate_later(self, iid: bytes, delay: float) -> None: ...
+
+    async def activate_when_leased(self, iid: bytes) -> None: ...
+
+    async def reload_when_back(self, iid: bytes) -> None: ...
+
+    def journal_lost(self, iid: bytes, exc: JournalUnavailable) -> None: ...
+
+    def forget(self, actor: ActorAPI) -> None: ...
+
+    def ended(self, actor: ActorAPI, status: str) -> None: ...
+
+    def stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
+
+    def write_lost(self, iid: bytes, exc: BaseException) -> None: ...
+
+    def reload_lost(self, iid: bytes) -> None: ...
+
+    def stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None: ...
+
+    def timer_due(self, iid: bytes, now: float) -> None: ...
+
+    def instance_idle(self) -> None: ...
+
+    def corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt: ...
+
+    async def mark_corrupt(self, actor: ActorAPI, exc: JournalCorrupt) -> None: ...
+
+    async def records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None: ...
+
+
+class StatusesAPI(Protocol):
+    """What the runtime's modules use of `Statuses` (``actors._statuses``)."""
+
+    ends: OrderedDict[bytes, tuple[str, InstanceRecord]]
+    seen: OrderedDict[bytes, tuple[str, InstanceRecord]]
+    events: dict[bytes, trio.Event]
+
+    def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None: ...
+
+    def snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
+
+    async def refresh(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
+
+    def remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None: ...
+
+    def event(self, iid: bytes) -> trio.Event: ...
+
+    def changed(self, iid: bytes) -> None: ...
+
+    def activity_changed(self, iid: bytes) -> None: ...
+
+
+class RouterAPI(Protocol):
+    """What the runtime's modules use of the `Router` (``actors._sending``)."""
+
+    def address_iid(self, address: Any, what: str) -> bytes: ...
+
+    async def send_iid(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        *,
+        ask: Asker | None = None,
+        key: str | None = None,
+    ) -> None: ...
+
+    async def send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None: ...
+
+    def route(self, iid: bytes, seq: int, message: bytes) -> None: ...
+
+    def mail_in_doubt(self, iid: bytes) -> None: ...
+
+    def sent_in_doubt(self, txn: Txn) -> None: ...
+
+    def mail_noticed(self, iid: bytes) -> None: ...
+
+
+class LifecycleAPI(Protocol):
+    """What the runtime's modules use of the `Lifecycle` (``actors._lifecycle``)."""
+
+    creating: dict[bytes, trio.Event]
+    cancelling: dict[bytes, trio.Event]
+
+    async def start(
+        self,
+        proc: ProcessDef[..., Any],
+        params: tuple[Any, ...],
+        input: dict[str, Any],
+        message: tuple[Signal, Any] | None,
+        *,
+        parent: str | None = None,
+        address: str | None = None,
+        queued: Any = None,
+        extra: Callable[[Txn], None] | None = None,
+    ) -> tuple[Any, bool]: ...
+
+    async def run_started(
+        self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord
+    ) -> ActorAPI | None: ...
+
+    async def cancel_iid(
+        self, iid: bytes, address: str, reason: str, *, compensate: bool = False
+    ) -> bool: ...
+
+    async def restart_iid(self, iid: bytes, address: str, reason: str) -> None: ...
 
 
 class SystemAPI(Protocol):
-    """The parts of `ActorSystem` that the runtime's modules use."""
+    """What the runtime's modules use of `ActorSystem`: its settings, its
+    parts and its services."""
 
     journal: Journal
     random: random.Random
     passivate_after: float
     log_debug: bool  # actors._events.debug_enabled(), read once at open
     tracing: bool  # actors._tracing.active(), read once at open
-    timers: Any  # the TimerService
+    max_payload: int
     step_limiter: trio.CapacityLimiter
     thread_limiter: trio.CapacityLimiter
-    _procs: dict[str, ProcessDef[..., Any]]
-    _cursors: dict[tuple[bytes, str], int]
+    cursors: dict[tuple[bytes, str], int]  # stream consumers' moves not yet durable
+    timers: Any  # the TimerService
     outages: JournalWatch
     queues: Any  # the QueueService (actors._queues)
+    schedules: Any  # the ScheduleService (actors._schedules)
     nodes: Any  # the NodeView (actors._nodes)
     asks: Any  # the Asks in flight (see _asks)
     keys: Any  # the KeyedSends: keyed sends in flight (see _keys)
     rides: Rides  # the timer of deferred writes
-    max_payload: int
+
+    # The parts (see actors._system).
+    @property
+    def registry(self) -> RegistryAPI: ...
 
     @property
-    def _live(self) -> Mapping[bytes, ActorAPI]: ...  # read only, outside the system
+    def statuses(self) -> StatusesAPI: ...
+
+    @property
+    def router(self) -> RouterAPI: ...
+
+    @property
+    def lifecycle(self) -> LifecycleAPI: ...
 
     @property
     def closing(self) -> bool: ...
@@ -67,90 +233,7 @@ class SystemAPI(Protocol):
 
     def trio_time(self, epoch: float) -> float: ...
 
-    def _proc(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]: ...
-
-    def _make_context(self, actor: ActorAPI) -> Any: ...
-
-    def _snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
-
-    async def _refresh(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
-
-    def _status_event(self, iid: bytes) -> trio.Event: ...
-
-    def _status_changed(self, iid: bytes) -> None: ...
-
-    def _forget(self, actor: ActorAPI) -> None: ...
-
-    def _ended(self, actor: ActorAPI, status: str) -> None: ...
-
-    def _route(self, iid: bytes, seq: int, message: bytes) -> None: ...
-
-    def _timer_due(self, iid: bytes, now: float) -> None: ...
-
-    def _activate(self, iid: bytes) -> None: ...
-    def _activate_for_mail(self, iid: bytes) -> None: ...
-
-    def _mail_in_doubt(self, iid: bytes) -> None: ...
-
-    def _sent_in_doubt(self, txn: Txn) -> None: ...
-
-    def _run_admitted(self, row: Any, epoch: int) -> None: ...
-
-    def _instance_idle(self) -> None: ...
-
-    def _journal_lost(self, iid: bytes, exc: JournalUnavailable) -> None: ...
-
-    def _activity_changed(self, iid: bytes) -> None: ...
-
-    def _stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
-
-    def _reload_lost(self, iid: bytes) -> None: ...
-
-    def _stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None: ...
-
-    def _corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt: ...
-
-    def _run_created(
-        self,
-        iid: bytes,
-        address: str,
-        proc: ProcessDef[..., Any],
-        record: InstanceRecord,
-        epoch: int = 0,
-    ) -> ActorAPI: ...
-
-    def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None: ...
-
-    async def _mark_corrupt(self, actor: ActorAPI, exc: JournalCorrupt) -> None: ...
-
-    async def _records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None: ...
-
-    async def _cancel_iid(
-        self, iid: bytes, address: str, reason: str, *, compensate: bool = False
-    ) -> bool: ...
-
-    async def _restart_iid(self, iid: bytes, address: str, reason: str) -> None: ...
-
-    async def _activate_later(self, iid: bytes, delay: float) -> None: ...
-
-    async def _reload_when_back(self, iid: bytes) -> None: ...
-
-    async def _send_system(self, iid: bytes, address: str, signal: Any, payload: Any) -> None: ...
-
     async def cancel(self, address: str, *, compensate: bool = False) -> bool: ...
-
-    async def _start(
-        self,
-        proc: ProcessDef[..., Any],
-        params: tuple[Any, ...],
-        input: dict[str, Any],
-        message: Any,
-        *,
-        parent: str | None = None,
-        address: str | None = None,
-        queued: Any = None,
-        extra: Callable[[Txn], None] | None = None,
-    ) -> tuple[Any, bool]: ...
 
 
 class ActorAPI(Protocol):
@@ -224,6 +307,10 @@ class ActorAPI(Protocol):
     def wakeup(self) -> None: ...
 
     def deliver(self, seq: int, message: StoredMessage) -> None: ...
+
+    def cancel(self, reason: str, *, compensate: bool = False) -> None: ...
+
+    def restart(self, reason: str) -> None: ...
 
     def request_passivation(self) -> None: ...
 

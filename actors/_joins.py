@@ -52,8 +52,8 @@ async def _watch(actor: ActorAPI, join: fx.Join[Any]) -> None:
         with trio.CancelScope() as scope:
             join.scope = scope
             while True:
-                event = system._status_event(iid)
-                status, record = await system._refresh(iid)
+                event = system.statuses.event(iid)
+                status, record = await system.statuses.refresh(iid)
                 if join.incarnation is None and record.incarnation:
                     join.incarnation = record.incarnation  # the child as first seen
                 if status == "unknown" or (

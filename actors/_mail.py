@@ -37,7 +37,7 @@ to be sure.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -51,7 +51,7 @@ from ._log import LogEntry
 from .errors import InvalidArguments, NotDelivered
 
 if TYPE_CHECKING:
-    from ._activation import Holds
+    pass
 
 __all__ = [
     "Message",
@@ -233,17 +233,9 @@ def drop_txn(plan: DropPlan, message_id: int, now: float) -> Txn:
 # -- the runtime's half ----------------------------------------------------------------
 
 
-class MailHost(SystemAPI, Protocol):
-    """What the functions below ask of the system beside `SystemAPI`."""
-
-    _activating: Holds
-
-    def _address_iid(self, address: Any, what: str) -> bytes: ...
-
-
-async def mail(system: MailHost, address: str) -> list[Message]:
+async def mail(system: SystemAPI, address: str) -> list[Message]:
     """`ActorSystem.mail` (see there)."""
-    iid = system._address_iid(address, "mail's address")
+    iid = system.router.address_iid(address, "mail's address")
     rows = await system.journal.read(lambda r: (r.instance(iid), read_mail(r, iid)))
     row, messages = rows
     if row is None:
@@ -253,9 +245,9 @@ async def mail(system: MailHost, address: str) -> list[Message]:
     return messages
 
 
-async def poison(system: MailHost, address: str) -> Message | None:
+async def poison(system: SystemAPI, address: str) -> Message | None:
     """`ActorSystem.poison` (see there)."""
-    iid = system._address_iid(address, "poison's address")
+    iid = system.router.address_iid(address, "poison's address")
 
     def read(r: Reader) -> tuple[InstanceRow | None, Message | None]:
         row = r.instance(iid)
@@ -272,23 +264,23 @@ async def poison(system: MailHost, address: str) -> Message | None:
     return message
 
 
-async def dropped(system: MailHost, address: str) -> list[DeadLetter]:
+async def dropped(system: SystemAPI, address: str) -> list[DeadLetter]:
     """`ActorSystem.dropped` (see there)."""
-    iid = system._address_iid(address, "dropped's address")
+    iid = system.router.address_iid(address, "dropped's address")
     return (await system.journal.read(lambda r: read_dead(r, iid)))[1]
 
 
-async def drop_message(system: MailHost, address: str, message_id: int) -> Message:
+async def drop_message(system: SystemAPI, address: str, message_id: int) -> Message:
     """`ActorSystem.drop_message` (see there)."""
     _guard.refuse("system.drop_message()", "drop a message from outside a process")
-    iid = system._address_iid(address, "drop_message's address")
+    iid = system.router.address_iid(address, "drop_message's address")
     if isinstance(message_id, bool) or not isinstance(message_id, int) or message_id < 1:
         raise InvalidArguments(
             f"drop_message takes a message id (an int >= 1, as system.mail() gives it), not "
             f"{message_id!r}"
         )
     await _out_of_memory(system, iid, address)
-    system._activating.add(iid)  # its activation waits until the drop is in
+    system.registry.activating.add(iid)  # its activation waits until the drop is in
     live = False
     try:
         while True:
@@ -313,17 +305,19 @@ async def drop_message(system: MailHost, address: str, message_id: int) -> Messa
             assert message is not None
             return message
     finally:
-        system._activating.discard(iid)
+        system.registry.activating.discard(iid)
         if live:
-            system._activate(iid)  # it reads its mailbox again
+            system.registry.activate(iid)  # it reads its mailbox again
 
 
-async def _out_of_memory(system: MailHost, iid: bytes, address: str) -> None:
+async def _out_of_memory(system: SystemAPI, iid: bytes, address: str) -> None:
     """Have the instance leave this system's memory, or refuse the drop."""
     with trio.move_on_after(_LEAVE):
         # Invariant: on return it is neither in memory nor being brought in
         # (the caller marks it as being brought in before any await).
-        while (actor := system._live.get(iid)) is not None or iid in system._activating:
+        while (
+            actor := system.registry.live.get(iid)
+        ) is not None or iid in system.registry.activating:
             if actor is not None:
                 actor.request_passivation()
             await trio.sleep(0.01)

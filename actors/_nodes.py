@@ -69,13 +69,13 @@ class NodeView:
         self._terms.pop(iid, None)
         if iid in self._stale:
             self._stale.discard(iid)
-            self.system._status_changed(iid)  # its handles read the journal now
+            self.system.statuses.changed(iid)  # its handles read the journal now
 
     def let_go_of_the_lost(self) -> None:
         """Once the lease is back after a loss, let go of what was claimed
         before it (called now and then by the takeover scan)."""
         term = self.journal.lease_term()
-        live = self.system._live
+        live = self.system.registry.live
         if term is not None and term != self._term_seen:
             first, self._term_seen = self._term_seen is None, term
             if first:  # the journal has just opened
@@ -101,13 +101,13 @@ class NodeView:
     def mail_noticed(self, iid: bytes) -> None:
         """Another node added mail for ``iid``, which this node owns."""
         self._elsewhere.pop(iid, None)
-        if iid not in self.system._live:
-            self.system._activate_for_mail(iid)  # its load reads the mailbox
+        if iid not in self.system.registry.live:
+            self.system.registry.activate_for_mail(iid)  # its load reads the mailbox
             return
         self._noticed[iid] = None
         if not self._reading:
             self._reading = True
-            self.system._spawn_system_task(self._read_noticed)
+            self.system.registry.spawn_system_task(self._read_noticed)
 
     async def _read_noticed(self) -> None:
         try:
@@ -128,9 +128,9 @@ class NodeView:
             await self.system.outages.back()
             return
         for iid in iids:
-            actor = self.system._live.get(iid)
+            actor = self.system.registry.live.get(iid)
             if actor is None:
-                self.system._activate_for_mail(iid)
+                self.system.registry.activate_for_mail(iid)
                 continue
             for seq, message in mail.get(iid, ()):
                 actor.deliver(seq, StoredMessage.from_stored(message))

@@ -82,14 +82,14 @@ async def open_system(
     if node is not None:
         journal.set_node(node)
     journal.check_shapes = True  # a record of another shape marks its instance corrupt
-    journal.on_write_lost = system._write_lost
+    journal.on_write_lost = system.registry.write_lost
     await journal.open()
     body_error: BaseException | None = None
     try:
         system._offset = now() - trio.current_time()
         async with trio.open_nursery() as nursery:
-            system._nursery = system.outages.nursery = nursery
-            await system._recover()
+            system.registry.nursery = system.outages.nursery = nursery
+            await system.registry.recover()
             system._start_flow(nursery)  # queue pumps and the scheduler
             nursery.start_soon(
                 system.outages.keep_running,
@@ -97,13 +97,13 @@ async def open_system(
                 "the timer service",
                 name="actors timer service",
             )
-            nursery.start_soon(system._sweep_idle, name="actors idle sweep")
+            nursery.start_soon(system.registry.sweep_idle, name="actors idle sweep")
             nursery.start_soon(system.rides.run, name="actors deferred writes")
             if journal.shared:
-                journal.on_mail(system._mail_noticed)
+                journal.on_mail(system.router.mail_noticed)
                 nursery.start_soon(
                     system.outages.keep_running,
-                    system._take_over,
+                    system.registry.take_over,
                     "the takeover scan",
                     name="actors takeover",
                 )
@@ -116,7 +116,7 @@ async def open_system(
                 # ExceptionGroup: the caller's own error stays catchable.
                 body_error = exc
             finally:
-                await system._shutdown()
+                await system.registry.shutdown()
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):

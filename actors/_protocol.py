@@ -83,7 +83,7 @@ __all__ = [
 @attrs.frozen
 class Notice:
     """A message a transaction adds for an instance: hand it to that instance
-    (``ActorSystem._route``) with ``results[slot]`` once committed.
+    (``Router.route``) with ``results[slot]`` once committed.
 
     ``message`` is the mailbox record as encoded for the journal: the only
     form a receiver is handed, so a live receiver sees what replay reads."""

@@ -346,7 +346,7 @@ class QueueService:
                 # acknowledged write can still be lost): the pump reads its
                 # status once what is queued has committed, so a lost end
                 # keeps its slot for the run that follows.
-                self.system._spawn_system_task(self._poke_after_flush, name, iid)
+                self.system.registry.spawn_system_task(self._poke_after_flush, name, iid)
             else:
                 self._known[iid] = status
                 self.poke(name)
@@ -412,8 +412,8 @@ class QueueService:
                 return math.inf
             unsure, self._unsure[name] = self._unsure[name], set()
             for iid in unsure:  # it runs if its admission went through
-                system._status_changed(iid)
-                system._activate(iid)
+                system.statuses.changed(iid)
+                system.registry.activate(iid)
             ended, self._ended[name] = self._ended[name], set()
             try:
                 delay = await self._admit(queue, ended)
@@ -505,11 +505,11 @@ class QueueService:
         for entry, record, epoch in chosen:
             self._holding[entry.iid] = name
             self.admitted += 1
-            system._status_changed(entry.iid)
+            system.statuses.changed(entry.iid)
             if record is not None and record.status == "queued":
-                system._run_admitted(record, epoch)
+                system.registry.run_admitted(record, epoch)
             else:
-                system._activate(entry.iid)
+                system.registry.activate(entry.iid)
         return None if chosen else wait_more
 
     def _look(self, r: Reader, queue: Queue, ended: set[bytes], now: float) -> _Look:
@@ -544,7 +544,7 @@ class QueueService:
         # round. Rows of processes this system does not run are passed
         # over, reading further (up to _SCAN_MAX rows) for the ones it does.
         want = max(room, 1) + (_SPARE if self.system.journal.shared else 0)
-        procs = self.system._procs
+        procs = self.system.registry.procs
         foreign: dict[bytes, str] = {}
         records: dict[bytes, InstanceRow | None] = {}
         limit = want

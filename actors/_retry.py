@@ -46,13 +46,13 @@ N`` prints one.
 The transaction is built here (`retry_txn`), from what `read_for_retry`
 read, for the runtime and the command line alike; `retry` is the runtime's
 half (`ActorSystem.retry` calls it), which brings the new incarnation into
-memory as `ActorSystem._start` does a fresh start.
+memory as `Lifecycle.start` does a fresh start.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import trio
@@ -295,24 +295,10 @@ def _keep(txn: Txn, row: InstanceRow, kept: tuple[int, list[Kept]], now: float) 
 # -- the runtime's half ----------------------------------------------------------------
 
 
-class RetryHost(SystemAPI, Protocol):
-    """What `retry` asks of the system, beside `SystemAPI`: the same as
-    `ActorSystem._start` uses to bring a new incarnation into memory."""
-
-    _creating: dict[bytes, trio.Event]
-    _routed_absent: set[bytes]
-
-    def _address_iid(self, address: Any, what: str) -> bytes: ...
-
-    async def _run_started(
-        self, iid: bytes, address: str, proc: Any, record: InstanceRecord
-    ) -> Any: ...
-
-
 def _in_doubt(system: SystemAPI, iid: bytes) -> None:
     """A new incarnation's commit whose outcome was not learned: if it is
     written, it runs once the journal answers."""
-    system._spawn_system_task(system._reload_when_back, iid)
+    system.registry.spawn_system_task(system.registry.reload_when_back, iid)
 
 
 @attrs.define
@@ -324,15 +310,15 @@ class _Flight:
 
 
 # system -> instance id -> the retry of it under way there
-_FLIGHTS: weakref.WeakKeyDictionary[RetryHost, dict[bytes, _Flight]] = weakref.WeakKeyDictionary()
+_FLIGHTS: weakref.WeakKeyDictionary[SystemAPI, dict[bytes, _Flight]] = weakref.WeakKeyDictionary()
 
 
-async def retry(system: RetryHost, address: str, input: dict[str, Any] | None) -> Handle[Any]:
+async def retry(system: SystemAPI, address: str, input: dict[str, Any] | None) -> Handle[Any]:
     """`ActorSystem.retry` (see there)."""
     _guard.refuse(
         "system.retry()", "retry from a step (ctx.step); a failed child is retried with its parent"
     )
-    iid = system._address_iid(address, "retry's address")
+    iid = system.router.address_iid(address, "retry's address")
     if input is not None and not isinstance(input, dict):
         raise InvalidArguments(
             f"retry(input=...) takes a dict of keyword input or None, not {input!r}"
@@ -347,18 +333,18 @@ async def retry(system: RetryHost, address: str, input: dict[str, Any] | None) -
             return flight.handle
     flights[iid] = flight = _Flight()
     try:
-        # One start of an address at a time on this system (as `_start`):
-        # mail for it meanwhile is read once it runs (`_activate_for_mail`).
-        while (waiting := system._creating.get(iid)) is not None:
+        # One start of an address at a time on this system (as `Lifecycle.start`):
+        # mail for it meanwhile is read once it runs (`Registry.activate_for_mail`).
+        while (waiting := system.lifecycle.creating.get(iid)) is not None:
             await waiting.wait()
-        system._creating[iid] = done = trio.Event()
+        system.lifecycle.creating[iid] = done = trio.Event()
         try:
             flight.handle = await _retry(system, iid, address, input, encoded_input)
         finally:
-            del system._creating[iid]
+            del system.lifecycle.creating[iid]
             done.set()
-            if iid in system._routed_absent and iid not in system._live:
-                system._activate(iid)
+            if iid in system.registry.routed_absent and iid not in system.registry.live:
+                system.registry.activate(iid)
         return flight.handle
     finally:
         del flights[iid]
@@ -366,7 +352,7 @@ async def retry(system: RetryHost, address: str, input: dict[str, Any] | None) -
 
 
 async def _retry(
-    system: RetryHost,
+    system: SystemAPI,
     iid: bytes,
     address: str,
     input: dict[str, Any] | None,
@@ -392,17 +378,17 @@ async def _retry(
             # Another retry (or start) replaced it first: that incarnation is the retry.
             return Handle._create(system, iid, address, row.record.incarnation)
         if row.status == "corrupt":
-            raise system._corrupt_error(iid, address)
+            raise system.registry.corrupt_error(iid, address)
         why = refusal(address, plan)
         if why is not None:
             raise InvalidArguments(why)
-        if iid in system._live:
+        if iid in system.registry.live:
             # Its actor is still leaving memory (it just ended): once it has,
             # what the journal says is all there is.
             with trio.move_on_after(0.05):
-                await system._status_event(iid).wait()
+                await system.statuses.event(iid).wait()
             continue
-        proc = system._proc(row.process)
+        proc = system.registry.definition(row.process)
         params = tuple(row.record.params)
         proc.check_input(params, dict(row.record.input or {}) if input is None else input)
         start = retry_txn(
@@ -423,7 +409,7 @@ async def _retry(
         break
     record = start.record
     for child, _ in plan.resets:
-        system._status_changed(child.iid)
-    await system._run_started(iid, address, proc, record)
-    system._status_changed(iid)
+        system.statuses.changed(child.iid)
+    await system.lifecycle.run_started(iid, address, proc, record)
+    system.statuses.changed(iid)
     return Handle._create(system, iid, address, record.incarnation)

@@ -41,14 +41,14 @@ import datetime as _dt
 import logging
 import math
 import zoneinfo
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import attrs
 import cronsim
 import trio
 
-from storage import UNFINISHED_STATUSES, Txn, instance_id
+from storage import UNFINISHED_STATUSES, Txn, encode, instance_id
 from storage.errors import (
     ActorError,
     CommitOutcomeUnknown,
@@ -58,6 +58,7 @@ from storage.errors import (
     JournalFull,
 )
 
+from ._checks import check_name, check_text
 from ._interfaces import SystemAPI
 from ._process import ProcessDef
 from .errors import InvalidArguments
@@ -241,6 +242,48 @@ class ScheduleService:
         if iid in self._watched:
             self._wake.set()
 
+    async def define(
+        self,
+        name: str,
+        proc: ProcessDef[..., Any] | str,
+        *,
+        cron: str | None,
+        every: float | None,
+        params: Iterable[str],
+        input: dict[str, Any] | None,
+        overlap: str,
+        catch_up: int,
+        timezone: str,
+    ) -> ScheduleInfo:
+        """The body of `ActorSystem.schedule`."""
+        definition = self.system.registry.definition(proc)
+        check_name(name, "schedule's name")
+        given = tuple(params)
+        for param in given:
+            check_text(param, f"a path param of {definition.template!r}")
+        check_spec(
+            definition,
+            cron=cron,
+            every=every,
+            params=given,
+            overlap=overlap,
+            catch_up=catch_up,
+            timezone=timezone,
+        )
+        definition.check_input((*given, "tick"), dict(input or {}))
+        spec = {
+            "process": definition.template,
+            "cron": cron,
+            "every": None if every is None else float(every),
+            "params": list(given),
+            "input": dict(input or {}),
+            "overlap": overlap,
+            "catch_up": catch_up,
+            "timezone": timezone,
+        }
+        encode(spec, what="input")
+        return self.info(name, await self.put(name, spec))
+
     async def rows(self) -> list[Any]:
         return await self.system.journal.read(lambda r: r.states("schedule/"))
 
@@ -325,7 +368,7 @@ class ScheduleService:
                 log.error("the schedules cannot be read (%s); trying again in %s s", exc, RETRY)
                 rows, soonest = [], system.epoch_now() + RETRY
             while self._unsure:
-                system._activate(self._unsure.pop())  # nothing on disk: nothing to do
+                system.registry.activate(self._unsure.pop())  # nothing on disk: nothing to do
             for row in rows:
                 name = row.key[len("schedule/") :]
                 waiting = self._failed.get(name)
@@ -368,15 +411,15 @@ class ScheduleService:
         """Start what is due of one schedule; return when to look again
         (epoch seconds; inf: only on a change)."""
         system = self.system
-        if spec["paused"] or spec["process"] not in system._procs:
+        if spec["paused"] or spec["process"] not in system.registry.procs:
             return math.inf
         now = system.epoch_now()
-        proc = system._procs[spec["process"]]
+        proc = system.registry.procs[spec["process"]]
         latest = spec.get("latest")
         live = False
         if latest is not None:
             iid = instance_id(latest)
-            actor = system._live.get(iid)
+            actor = system.registry.live.get(iid)
             if actor is not None and actor.loaded:
                 status = actor.status
             else:  # read off the trio thread: a remote journal's read is a round trip
@@ -441,7 +484,7 @@ class ScheduleService:
             txn.put_state(key, stored)
 
         try:
-            _, created = await self.system._start(
+            _, created = await self.system.lifecycle.start(
                 proc, params, dict(spec["input"]), None, extra=record
             )
         except CommitOutcomeUnknown:

@@ -1,6 +1,6 @@
 """How messages reach instances: `ActorSystem.send`, `ask` and `send_many`,
 and the hand-over of a committed message to its live instance (or the
-activation of a passivated one). `Sending` is a base of `ActorSystem` (see
+activation of a passivated one). `Router` is a part of `ActorSystem` (see
 `_system`).
 """
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn
+from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn, instance_id
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 
 from . import _guard, _protocol, _tracing
@@ -23,11 +23,11 @@ from .errors import InvalidArguments, NotDelivered
 RELOAD_AFTER = 0.1  # seconds between asks that a live instance in doubt passivate
 
 if TYPE_CHECKING:
-    from ._interfaces import SystemAPI as _SystemAPI
-else:
-    _SystemAPI = object  # for type checkers only: what ActorSystem provides
+    from ._interfaces import SystemAPI
 
-__all__ = ["Sending"]
+__all__ = ["Router", "commit_through"]
+
+_IIDS_KEPT = 4096  # addresses whose instance ids are kept (see Router.address_iid)
 
 
 async def commit_through(
@@ -41,7 +41,7 @@ async def commit_through(
     outcome is unknown: `CommitOutcomeUnknown`), the transaction may be in
     the journal all the same, and ``in_doubt(txn)`` is called before the error
     goes on: it has what follows done from the journal once it answers
-    (`Sending._mail_in_doubt` reads a receiver's mailbox again; a start's
+    (`Router.mail_in_doubt` reads a receiver's mailbox again; a start's
     instance is loaded if it is there). A callback, not a shielded wait: a
     cancel scope per commit costs a third of the signal path.
     """
@@ -53,85 +53,45 @@ async def commit_through(
         raise
 
 
-class Sending(_SystemAPI):
-    """The sending part of `ActorSystem`."""
+class Router:
+    """How messages reach instances: a part of `ActorSystem` (see the module docstring)."""
 
-    if TYPE_CHECKING:  # the rest of ActorSystem that sending uses
-
-        def _address_iid(self, address: Any, what: str) -> bytes: ...
-
-        def _activate(self, iid: bytes) -> None: ...
-
-        keys: Any  # the KeyedSends (see _keys)
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self.journal = system.journal
+        self.iids: dict[str, bytes] = {}  # see address_iid
 
     async def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
     ) -> None:
-        """Persist a message in the mailbox of the instance at ``address``.
-
-        Returns once the message is durable (not once it is processed). A
-        passivated instance is live: the message wakes it.
-
-        With ``key`` (a client's request id, say), a send whose key this
-        incarnation of the instance has had already stores nothing and
-        returns normally, so a retried send is taken once. Keys are kept
-        for the incarnation's life (across continue-as-new, restarts and
-        reopens); a new incarnation after a cancel takes them afresh. A
-        key is a non-empty str of at most 200 bytes of UTF-8 without
-        control characters; it shares no names with stream consumers.
-
-        Raises:
-            NotDelivered: no live instance has that address (unknown, or
-                finished, cancelled, parked); ``reason`` says which. Nothing
-                is stored.
-            EncodeError: a payload the codec cannot store; nothing is stored.
-            InvalidArguments: a key that is not a non-empty str, or holds a
-                control character (NUL included); nothing is stored.
-            LimitExceeded: a key over 200 bytes of UTF-8; nothing is stored.
-            JournalCorrupt: the instance's records do not decode (it is
-                marked ``corrupt``); the error names the database and key.
-        """
+        """The body of `ActorSystem.send`."""
         _guard.refuse(
             "system.send()",
             "send from a step (ctx.step) so the send is recorded",
         )
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
-        iid = self._address_iid(address, "send's address")
+        iid = self.address_iid(address, "send's address")
         if key is None:
-            await self._send_iid(iid, address, signal, payload)
+            await self.send_iid(iid, address, signal, payload)
         else:
             # Refused before anything is read: the same on every journal.
             _protocol.key_cursor(check_name(key, "send(key=...)"))
-            await self.keys.send(iid, address, signal, payload, key, self._send_iid)
+            await self.system.keys.send(iid, address, signal, payload, key, self.send_iid)
 
     async def ask(
         self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
     ) -> Any:
-        """Send ``signal`` to the instance at ``address`` as an ask and wait
-        for the value its process gives ``ctx.reply`` after taking it.
-
-        The ask is durable before the wait begins, like `send`; the reply is
-        recorded in the replier's log, so a restart of the replier between
-        taking and replying neither loses nor repeats it, and an asker on
-        another node of a shared journal gets it too (see `actors._asks`).
-
-        Raises:
-            NotDelivered: no live instance at ``address`` (nothing stored),
-                or it ended without replying (the message says so).
-            AskTimeout: no reply within ``timeout`` seconds of the ask
-                being stored (a `TimeoutError` too); the message stays asked.
-            EncodeError: a payload the codec cannot store; nothing is stored.
-        """
+        """The body of `ActorSystem.ask`."""
         _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
-        iid = self._address_iid(address, "ask's address")
+        iid = self.address_iid(address, "ask's address")
         if timeout is not None:
             timeout = check_seconds(timeout, "ask(timeout=...)")
-        return await self.asks.ask(iid, address, signal, payload, timeout, self._send_iid)
+        return await self.system.asks.ask(iid, address, signal, payload, timeout, self.send_iid)
 
-    async def _send_iid(
+    async def send_iid(
         self,
         iid: bytes,
         address: str,
@@ -153,25 +113,25 @@ class Sending(_SystemAPI):
             iid,
             signal.name,
             payload,
-            self.epoch_now(),
-            max_payload=self.max_payload,
-            trace=_tracing.traceparent(self) if self.tracing else None,
+            self.system.epoch_now(),
+            max_payload=self.system.max_payload,
+            trace=_tracing.traceparent(self.system) if self.system.tracing else None,
             ask=ask,
             key=key,
         )
         try:
-            (seq,) = await commit_through(self.journal, txn, self._sent_in_doubt)
+            (seq,) = await commit_through(self.journal, txn, self.sent_in_doubt)
         except Conflict as exc:
-            if exc.status == "corrupt" or self._snapshot(iid)[0] == "corrupt":
-                raise self._corrupt_error(iid, address) from None
+            if exc.status == "corrupt" or self.system.statuses.snapshot(iid)[0] == "corrupt":
+                raise self.system.registry.corrupt_error(iid, address) from None
             raise self._not_delivered(address, exc) from None
         except JournalCorrupt as exc:
             if exc.database in ("mail", "counters"):  # its mailbox cannot take mail
-                await self._records_damaged(iid, address, exc)
+                await self.system.registry.records_damaged(iid, address, exc)
             raise
-        self._route(iid, seq, notice.message)
+        self.route(iid, seq, notice.message)
 
-    def _mail_in_doubt(self, iid: bytes) -> None:
+    def mail_in_doubt(self, iid: bytes) -> None:
         """A commit that may have added mail for ``iid`` has an unknown
         outcome (PostgreSQL: the connection was lost after COMMIT): once the
         journal answers, bring the instance in (its load reads the mailbox),
@@ -182,29 +142,29 @@ class Sending(_SystemAPI):
         passivated once idle and loaded again, which reads what is there."""
 
         async def look() -> None:
-            await self.outages.back()
+            await self.system.outages.back()
             # What was in flight lands first (a cancelled sender's commit
             # may still be on its way): the read below must see it.
             await self.journal.flush()
-            actor = self._live.get(iid)
+            actor = self.system.registry.live.get(iid)
             if actor is not None and actor.fenced:  # it remembers what it took
-                self.nodes.mail_noticed(iid)
+                self.system.nodes.mail_noticed(iid)
                 return
-            while actor is not None and self._live.get(iid) is actor:
+            while actor is not None and self.system.registry.live.get(iid) is actor:
                 actor.request_passivation()  # (when idle: else look again soon)
                 with trio.move_on_after(RELOAD_AFTER):
-                    await self._status_event(iid).wait()
-            self._activate_for_mail(iid)
+                    await self.system.statuses.event(iid).wait()
+            self.system.registry.activate_for_mail(iid)
 
-        self._spawn_system_task(look)
+        self.system.registry.spawn_system_task(look)
 
-    def _sent_in_doubt(self, txn: Txn) -> None:
+    def sent_in_doubt(self, txn: Txn) -> None:
         """Mail ``txn`` adds may be written (its outcome was not learned):
         each receiver reads its mailbox again (see `commit_through`)."""
         for iid in sorted(txn.receivers()):
-            self._mail_in_doubt(iid)
+            self.mail_in_doubt(iid)
 
-    def _route(self, iid: bytes, seq: int, message: bytes) -> None:
+    def route(self, iid: bytes, seq: int, message: bytes) -> None:
         """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
 
         ``message`` is the mailbox record as encoded for the journal.
@@ -212,27 +172,27 @@ class Sending(_SystemAPI):
         never the sender's object, so what it sees is what a replay reads
         (a tuple stays what the codec makes of it; a sender mutating its
         dict after ``send`` returns changes nothing)."""
-        actor = self._live.get(iid)
+        actor = self.system.registry.live.get(iid)
         if actor is not None and not actor.done:
             actor.deliver(seq, _protocol.unpack_message(message))
-        elif not self.nodes.owned_elsewhere(iid):
+        elif not self.system.nodes.owned_elsewhere(iid):
             # (Owned elsewhere: the commit notified the owner. If that node
             # dies, the takeover scan finds the instance and its mail.)
-            self._activate_for_mail(iid)
+            self.system.registry.activate_for_mail(iid)
 
-    async def _send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
+    async def send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         """Send a runtime message (no liveness check: the receiver decides)."""
-        txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.epoch_now())
+        txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.system.epoch_now())
         # Durable: a runtime message (a cancel, an escalation) acts once stored,
         # and its number is only known then, whatever the journal's durability.
-        (seq,) = await commit_through(self.journal, txn, self._sent_in_doubt, durable=True)
-        self._route(iid, seq, notice.message)
+        (seq,) = await commit_through(self.journal, txn, self.sent_in_doubt, durable=True)
+        self.route(iid, seq, notice.message)
 
-    def _mail_noticed(self, iid: bytes) -> None:
+    def mail_noticed(self, iid: bytes) -> None:
         """Another node wrote mail for ``iid``: a reply to an ask of this
         system's, or a message for an instance this node owns."""
-        if not self.asks.noticed(iid):
-            self.nodes.mail_noticed(iid)
+        if not self.system.asks.noticed(iid):
+            self.system.nodes.mail_noticed(iid)
 
     def _not_delivered(self, address: str, exc: Conflict) -> NotDelivered:
         if exc.reason == "missing":
@@ -251,21 +211,7 @@ class Sending(_SystemAPI):
         )
 
     async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
-        """Persist many messages, ``(address, signal, payload)`` each, in one
-        durable commit: all of them are stored, or none.
-
-        The cheap way to fan a batch of events out to many instances: one
-        commit (one fsync) for the whole batch. Messages to one address keep
-        their order.
-
-        Raises:
-            NotDelivered: an address has no live instance; it names the
-                first such address and nothing is stored.
-            EncodeError, LimitExceeded: a payload the codec cannot store (a
-                note names its position); nothing is stored.
-            InvalidArguments: an item that is not ``(address, Signal, payload)``.
-            JournalCorrupt: an addressed instance's records do not decode.
-        """
+        """The body of `ActorSystem.send_many`."""
         _guard.refuse("system.send_many()", "send from a step (ctx.step) so the send is recorded")
         batch = []
         addresses: dict[bytes, str] = {}
@@ -276,7 +222,7 @@ class Sending(_SystemAPI):
                     f"{item!r}"
                 )
             try:
-                iid = self._address_iid(item[0], "send_many's address")
+                iid = self.address_iid(item[0], "send_many's address")
             except InvalidArguments as exc:
                 exc.add_note(f"(item {n} of the batch; none was sent)")
                 raise
@@ -286,16 +232,16 @@ class Sending(_SystemAPI):
             return
         txn, notices = _protocol.send_many_txn(
             batch,
-            self.epoch_now(),
-            max_payload=self.max_payload,
-            trace=_tracing.traceparent(self),
+            self.system.epoch_now(),
+            max_payload=self.system.max_payload,
+            trace=_tracing.traceparent(self.system),
         )
         try:
-            results = await commit_through(self.journal, txn, self._sent_in_doubt)
+            results = await commit_through(self.journal, txn, self.sent_in_doubt)
         except Conflict as exc:
             raise await self._first_undeliverable(addresses, exc) from None
         for notice in notices:
-            self._route(notice.iid, results[notice.slot], notice.message)
+            self.route(notice.iid, results[notice.slot], notice.message)
 
     async def _first_undeliverable(self, addresses: dict[bytes, str], exc: Conflict) -> Exception:
         """The error for a `send_many` that one of its instances refused: the
@@ -316,7 +262,7 @@ class Sending(_SystemAPI):
         for iid, status in (await self.journal.read(statuses)).items():
             address = addresses[iid]
             if status == "corrupt":
-                return self._corrupt_error(iid, address)
+                return self.system.registry.corrupt_error(iid, address)
             if status == "missing":
                 return self._not_delivered(address, Conflict("", reason="missing"))
             if status not in MAIL_STATUSES:
@@ -327,3 +273,17 @@ class Sending(_SystemAPI):
             address=next(iter(addresses.values())),
             reason="finished",
         )
+
+    def address_iid(self, address: Any, what: str) -> bytes:
+        """The instance id of ``address`` (`InvalidArguments` naming ``what``
+        if it is not a name). Ids of addresses seen lately are kept: a
+        sender that sends to the same few instances pays for the check and
+        the hash once."""
+        iids = self.iids
+        iid = iids.get(address) if type(address) is str else None
+        if iid is None:
+            iid = instance_id(check_name(address, what))
+            if len(iids) >= _IIDS_KEPT:
+                iids.clear()
+            iids[address] = iid
+        return iid

@@ -227,7 +227,7 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
         actor.finish(send, None, error, entry)  # the entry rides on the next commit
         return
     for notice in prepared.notices:
-        actor.system._route(notice.iid, results[notice.slot], notice.message)
+        actor.system.router.route(notice.iid, results[notice.slot], notice.message)
     actor.finish(send, None)  # its entry is written
 
 

@@ -386,7 +386,7 @@ async def _cluster(
     options: dict[str, Any],
 ) -> None:
     """Several nodes on one store: each runs until the end, opening again
-    after each of its crashes; the workload runs as in `_live`, called
+    after each of its crashes; the workload runs as in `registry.live`, called
     again after each crash of any node, once every node is up."""
     journals = sim.journals
     calm = journals[0].faults.quiet()

@@ -61,7 +61,7 @@ async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
         if type(effect) is fx.Publish:
             actor.published_durably(version, exports)
         actor.finish(effect, None, None, None)
-        actor.system._status_changed(actor.iid)  # wakes consumers and watchers
+        actor.system.statuses.changed(actor.iid)  # wakes consumers and watchers
     finally:
         actor.task_finished()
 
@@ -102,7 +102,7 @@ class Stream:
         try:
             row, cursor, length = await self._system.journal.read(read)
         except JournalCorrupt as exc:
-            await self._system._records_damaged(iid, self.address, exc)
+            await self._system.registry.records_damaged(iid, self.address, exc)
             raise
         if row is None:
             raise NotDelivered(
@@ -110,7 +110,7 @@ class Stream:
                 address=self.address,
                 reason="unknown",
             )
-        cached = self._system._cursors.get((iid, consumer))
+        cached = self._system.cursors.get((iid, consumer))
         if cursor is None and cached is None:
             cursor = 0 if self._from == "start" else length
         self._consumed = self._next = max(cursor or 0, cached or 0)
@@ -135,7 +135,7 @@ class Stream:
                 # without yielding blocks the other tasks for one batch at most.
                 self._unyielded = 0
                 await trio.lowlevel.checkpoint()
-            event = system._status_event(self._iid)
+            event = system.statuses.event(self._iid)
             start, iid = self._next, self._iid
             remote = not system.journal.reads_at_once
             try:
@@ -149,7 +149,7 @@ class Stream:
                     )
                 )
             except JournalCorrupt as exc:
-                await system._records_damaged(iid, self.address, exc)
+                await system.registry.records_damaged(iid, self.address, exc)
                 raise
             if rows:
                 self._buffer.extend(rows)
@@ -159,7 +159,7 @@ class Stream:
                 if remote:
                     status = "unknown" if row is None else row.status
                 else:
-                    status = system._snapshot(iid)[0]  # a local read, or memory
+                    status = system.statuses.snapshot(iid)[0]  # a local read, or memory
                 if status in TERMINAL_STATUSES or status == "unknown":
                     raise StopAsyncIteration
             # On a shared journal another node may run the instance: its
@@ -171,7 +171,7 @@ class Stream:
         if position <= self._consumed:
             return
         self._consumed = position
-        self._system._cursors[(self._iid, self.consumer)] = position
+        self._system.cursors[(self._iid, self.consumer)] = position
         txn = Txn()
         txn.set_cursor(self._iid, self.consumer, position)
         self._system.journal.submit(txn)

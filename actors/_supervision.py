@@ -116,7 +116,9 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
                 # brought in once the journal answers (if it is not there,
                 # that does nothing).
                 if isinstance(exc, CommitOutcomeUnknown):
-                    system._spawn_system_task(system._reload_when_back, instance_id(effect.address))
+                    system.registry.spawn_system_task(
+                        system.registry.reload_when_back, instance_id(effect.address)
+                    )
                 raise
             except Exception as exc:  # a bad definition or input: raise it in the parent
                 actor.finish(effect, None, exc, None)
@@ -129,7 +131,7 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
                     if actor.interrupt is None and not actor.done
                     else f"parent {actor.address} cancelled"
                 )
-                await system._cancel_iid(instance_id(effect.address), effect.address, why)
+                await system.lifecycle.cancel_iid(instance_id(effect.address), effect.address, why)
                 return
         if type(effect) is fx.Spawn:
             actor.finish(effect, ChildHandle._create(system, effect.address), None, None)
@@ -159,7 +161,7 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
 
 
 async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict[str, Any] | None:
-    proc = system._proc(effect.proc)
+    proc = system.registry.definition(effect.proc)
     address = effect.address
     iid = instance_id(address)
     row, floor = await system.journal.read(lambda r: read_for_start(r, iid))
@@ -199,11 +201,11 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
     await parent.barrier(txn)
     if fresh and effect.queue is not None:
-        system._status_changed(iid)
+        system.statuses.changed(iid)
         system.queues.poke(effect.queue[0].name)
     elif fresh:
-        system._run_created(iid, address, proc, record)
-        system._status_changed(iid)
+        system.registry.run_created(iid, address, proc, record)
+        system.statuses.changed(iid)
     return ended
 
 
@@ -231,8 +233,8 @@ def _abandon_child_effect(actor: ActorAPI, effect: Any) -> None:
         return  # its creating task cancels the child once it exists
     system = actor.system
     address = effect.address
-    system._spawn_system_task(
-        system._cancel_iid, instance_id(address), address, f"lost race in {actor.address}"
+    system.registry.spawn_system_task(
+        system.lifecycle.cancel_iid, instance_id(address), address, f"lost race in {actor.address}"
     )
 
 
@@ -310,7 +312,9 @@ async def cancel_children(system: SystemAPI, children: dict[str, int], reason: s
     try:
         async with trio.open_nursery() as nursery:
             for address in children:
-                nursery.start_soon(system._cancel_iid, instance_id(address), address, reason)
+                nursery.start_soon(
+                    system.lifecycle.cancel_iid, instance_id(address), address, reason
+                )
     except BaseExceptionGroup as group:
         matched, rest = group.split(ActorError)
         if matched is None or rest is not None:
@@ -371,7 +375,7 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
             sibling_reason = f"restart: sibling {actor.address} crashed ({why})"
             for address in others:
                 _events.sibling_restarting(address, reason=sibling_reason, strategy=strategy)
-                await system._restart_iid(instance_id(address), address, sibling_reason)
+                await system.lifecycle.restart_iid(instance_id(address), address, sibling_reason)
     return True
 
 
@@ -388,9 +392,9 @@ async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     for after in answers:
         after(results)
     actor.become("running")
-    system._forget(actor)
-    system._status_changed(actor.iid)
-    system._spawn_system_task(system._activate_later, actor.iid, delay)
+    system.registry.forget(actor)
+    system.statuses.changed(actor.iid)
+    system.registry.spawn_system_task(system.registry.activate_later, actor.iid, delay)
 
 
 #: What `_parent_view` gives for a parent that is not live (ended, or gone).
@@ -401,7 +405,7 @@ async def _parent_view(system: SystemAPI, parent: str) -> tuple[Any, dict[str, i
     """The parent's process definition (None: not registered here; `_GONE`:
     no live parent) and its children by address, with their seqs."""
     iid = instance_id(parent)
-    live = system._live.get(iid)
+    live = system.registry.live.get(iid)
     if live is not None and live.loaded:
         return live.proc, dict(live.children)
 
@@ -414,7 +418,7 @@ async def _parent_view(system: SystemAPI, parent: str) -> tuple[Any, dict[str, i
     row, log = await system.journal.read(read)
     if row is None or row.status not in UNFINISHED_STATUSES:
         return _GONE, {}
-    return system._procs.get(row.process), children_named(log)
+    return system.registry.procs.get(row.process), children_named(log)
 
 
 async def _recent_restarts(
@@ -426,7 +430,7 @@ async def _recent_restarts(
     def read(r: Any) -> list[float]:
         found = []
         for iid in others:
-            live = system._live.get(iid)
+            live = system.registry.live.get(iid)
             if live is not None and live.loaded:
                 restarts = live.record.restarts
             else:
@@ -456,7 +460,7 @@ async def escalate(actor: ActorAPI) -> None:
         ),
         "error": actor.record.error or error,
     }
-    await system._send_system(instance_id(parent), parent, ESCALATE, payload)
+    await system.router.send_system(instance_id(parent), parent, ESCALATE, payload)
 
 
 def escalation_error(payload: dict[str, Any]) -> ChildFailed:

@@ -1,82 +1,65 @@
-"""`ActorSystem`: the public calls, routing and the system's state.
+"""`ActorSystem`: the public calls, over the parts that do the work.
 
-Bringing instances into memory and out (activation, passivation, stalls,
-recovery, shutdown) is in `_activation`; the internals of cancelling and
-restarting in `_cancels`; `query`, `cleanup` and settling stuck
-compensations in `_upkeep`; `send`, `ask` and `send_many`, and how a
-committed message reaches its instance, in `_sending`. Each is a base of
-`ActorSystem`, so each method still has one owner and one place to read it.
+The system is a facade over its parts, each made here with what it needs
+(the system itself, read through `SystemAPI`) and reaching into no other
+part's state:
+
+- `Registry` (`_registry`): the live instances and the process definitions;
+  activation, passivation, stalls, corrupt marking, recovery, takeover,
+  shutdown; the system's own tasks.
+- `Statuses` (`_statuses`): each instance's status and record as this
+  system knows them, and events for whoever waits for a change.
+- `Router` (`_sending`): `send`, `ask`, `send_many`; how a committed message
+  reaches its instance.
+- `Lifecycle` (`_lifecycle`): starts, cancels, restarts.
+- `Upkeep` (`_upkeep`): `query`, `cleanup`, settling stuck compensations.
+- the services: timers, queues, schedules, asks, keyed sends, deferred
+  writes, the node view.
+
 `open_system` (in `_open`) runs a system.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import random as _random
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, ParamSpec, TypeVar, overload
 
 import trio
 
-from storage import (
-    MAX_ADDRESS_BYTES,
-    InstanceRecord,
-    InstanceRow,
-    Journal,
-    Parking,
-    Txn,
-    encode,
-    instance_id,
-)
-from storage.errors import Conflict, JournalCorrupt, JournalUnavailable
+from storage import TERMINAL_STATUSES, InstanceRow, Journal
+from storage.errors import JournalCorrupt
 
-from . import _events, _fork, _guard, _mail, _protocol, _retry, _tracing
-from ._activation import Activation, Holds
+from . import _events, _fork, _guard, _mail, _retry, _tracing
 from ._asks import Asks
-from ._cancels import Cancels
-from ._checks import check_name, check_seconds, check_text
-from ._context import Context
-from ._flow import FlowControl
+from ._checks import check_seconds
 from ._handles import Handle
-from ._instance import Actor
-from ._interfaces import ActorAPI
 from ._keys import KeyedSends
+from ._lifecycle import Lifecycle
 from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._public import NoPublicConstructor
-from ._queues import Queue, QueueService
-from ._records import IfExists, Signal, StreamFrom
+from ._queues import Queue, QueueInfo, QueueService
+from ._records import IfExists, InstanceInfo, Signal, StreamFrom
+from ._registry import Registry
 from ._rides import Rides
-from ._schedules import ScheduleService
-from ._sending import Sending, commit_through
+from ._schedules import ScheduleInfo, ScheduleService
+from ._sending import Router
+from ._statuses import Statuses, state_of
 from ._streams import Stream
 from ._timers import TimerService
 from ._upkeep import Upkeep
-from .errors import AlreadyStarted, InvalidArguments, LimitExceeded, UnknownProcess
+from .errors import AlreadyStarted, InvalidArguments
 
 __all__ = ["ActorSystem"]
 
 P = ParamSpec("P")  # a process function's parameters after ctx
 R = TypeVar("R")  # its result
 
-# What `_snapshot` gives for an instance it cannot read: incarnation 0 is
-# none a handle holds, so a handle reads it as replaced.
-NO_RECORD = InstanceRecord(incarnation=0)
-SEEN_KEPT = 10_000  # instances of a remote journal whose last read state is kept
-LEASE_LOOK = 0.1  # seconds between looks at a lost lease (see _activate_when_leased)
 
-
-def _state_of(row: InstanceRow | None) -> tuple[str, InstanceRecord]:
-    return ("unknown", NO_RECORD) if row is None else (row.status, row.record)
-
-
-_IIDS_KEPT = 4096  # addresses whose instance ids are kept (see _address_iid)
-
-
-class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=NoPublicConstructor):
+class ActorSystem(metaclass=NoPublicConstructor):
     """The runtime: owns a journal, routes messages, runs live instances.
 
     Get one from `open_system`; every method is safe to call from any task
@@ -114,47 +97,17 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
         # Steps acquire step_limiter themselves (so a queued step's timeout
         # starts only when it runs); abandoned threads still hold this one.
         self.thread_limiter = trio.CapacityLimiter(math.inf)
-        self._procs: dict[str, ProcessDef[..., Any]] = {}
-        for proc in processes:
-            if not isinstance(proc, ProcessDef):
-                raise InvalidArguments(
-                    f"processes=[...] takes definitions made with @actors.process, got {proc!r}"
-                )
-            if proc.template in self._procs and self._procs[proc.template] is not proc:
-                raise InvalidArguments(
-                    f"two process definitions share the template {proc.template!r}; "
-                    "a template names one definition (keep it when the code changes)"
-                )
-            self._procs[proc.template] = proc
         self._wall = now
         self._offset = 0.0
-        self._live: dict[bytes, Actor] = {}
-        self._activating = Holds()  # see _activate, _cancel_iid
-        self._landing: dict[bytes, trio.Event] = {}  # see _activate
-        # Instances mail was routed to while no actor was live (see _run_created)
-        self._routed_absent: set[bytes] = set()
-        self._cancelling: dict[bytes, trio.Event] = {}  # see _cancel_iid
-        self._foreign: set[bytes] = set()  # instances of processes not registered here
-        self._said_stuck: dict[bytes, str] = {}  # see _stuck
-        # (An OrderedDict: dropping the oldest of a plain dict, del d[next(iter(d))],
-        # scans the slots emptied before it, ~1.5 us a time at 10k entries.)
-        self._ends: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()  # see _ended
-        # A remote journal's instances as last read off the trio thread (see _snapshot).
-        self._seen: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
-        self._iids: dict[str, bytes] = {}  # see _address_iid
-        self._creating: dict[bytes, trio.Event] = {}
-        self._stalled_iids: set[bytes] = set()  # see _stalled
-        self._resuming = False
-        self._status_events: dict[bytes, trio.Event] = {}
-        self._cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
-        # Why each instance marked corrupt in this session is: the record
-        # that did not decode (see _corrupt_error).
-        self._corrupt: dict[bytes, JournalCorrupt] = {}
+        self.cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
+        # The parts (each keeps the system, and reads the others through it).
+        self.registry = Registry(self, processes)
+        self.statuses = Statuses(self)
+        self.router = Router(self)
+        self.lifecycle = Lifecycle(self)
+        self.upkeep = Upkeep(self)
+        # The services.
         self.timers = TimerService(self)
-        self.takeover_interval = 0.25 * journal.poll_scale
-        self._nursery: trio.Nursery | None = None
-        self._closing = False
-        self._sweep_parking = Parking()  # see _sweep_idle
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
         self.queues = QueueService(self, queues)
@@ -162,6 +115,14 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
         self.asks = Asks(self)
         self.rides = Rides(journal)
         self.keys = KeyedSends(self)
+
+    def _start_flow(self, nursery: trio.Nursery) -> None:
+        """Run the queue pumps and the scheduler (again after each outage)."""
+        for run, what in (
+            (self.queues.run, "the queue pumps"),
+            (self.schedules.run, "the scheduler"),
+        ):
+            nursery.start_soon(self.outages.keep_running, run, what, name=f"actors: {what}")
 
     # -- time ------------------------------------------------------------------
 
@@ -172,107 +133,6 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
     def trio_time(self, epoch: float) -> float:
         """The trio clock reading at which epoch time ``epoch`` arrives."""
         return epoch - self._offset
-
-    # -- lookups ---------------------------------------------------------------
-
-    def _proc(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]:
-        template = proc.template if isinstance(proc, ProcessDef) else proc
-        found = self._procs.get(template)
-        if found is None:
-            known = ", ".join(sorted(self._procs)) or "none"
-            raise UnknownProcess(
-                f"process {template!r} is not registered with this system (registered: "
-                f"{known}); pass it in open_system(journal, processes=[...])"
-            )
-        return found
-
-    def _address_iid(self, address: Any, what: str) -> bytes:
-        """The instance id of ``address`` (`InvalidArguments` naming ``what``
-        if it is not a name). Ids of addresses seen lately are kept: a
-        sender that sends to the same few instances pays for the check and
-        the hash once."""
-        iids = self._iids
-        iid = iids.get(address) if type(address) is str else None
-        if iid is None:
-            iid = instance_id(check_name(address, what))
-            if len(iids) >= _IIDS_KEPT:
-                iids.clear()
-            iids[address] = iid
-        return iid
-
-    def _make_context(self, actor: ActorAPI) -> Context:
-        return Context(actor)
-
-    def _final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None:
-        """The end of ``iid`` that ran here, as kept (`_ended`), if it is
-        still what the journal holds: on a shared journal another node may
-        have started a cancelled address afresh, so only a completion is
-        taken from memory there."""
-        ended = self._ends.get(iid)
-        if ended is not None and self.journal.node is not None and ended[0] != "completed":
-            return None
-        return ended
-
-    def _snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]:
-        """The instance's status and record, as this system knows them.
-
-        Invariant: no journal I/O on the trio thread for a remote journal (a
-        read there is a round trip, unbounded when the server is slow, and
-        every task would wait on it): what is not in memory is what the
-        last read off the thread found (`_refresh`), or ``"unread"``.
-        A local journal reads at once."""
-        actor = self._live.get(iid)
-        if actor is not None and actor.loaded:
-            if self.nodes.trusted(iid):
-                return actor.status, actor.durable_record()
-            if not self.journal.reads_at_once:  # its memory may be stale: only a read tells
-                return self._seen.get(iid) or ("unread", NO_RECORD)
-        ended = self._final_end(iid)
-        if ended is not None:
-            return ended
-        if not self.journal.reads_at_once:
-            return self._seen.get(iid) or ("unread", NO_RECORD)
-        try:
-            with self.journal.reader() as r:
-                row = r.instance(iid)
-        except JournalCorrupt:
-            return "corrupt", NO_RECORD
-        state = _state_of(row)
-        if actor is not None and not actor.done and actor.record.incarnation > state[1].incarnation:
-            # Its start is submitted and not written yet (an "async" journal
-            # acknowledges first): the journal still shows the incarnation
-            # it replaces, which must not read as this one's end.
-            return "running", actor.record
-        return state
-
-    async def _refresh(self, iid: bytes) -> tuple[str, InstanceRecord]:
-        """`_snapshot`, reading the journal (off the trio thread) for what
-        is not in memory."""
-        if self.journal.reads_at_once:
-            return self._snapshot(iid)
-        actor = self._live.get(iid)
-        if (actor is not None and actor.loaded and self.nodes.trusted(iid)) or (
-            self._final_end(iid) is not None
-        ):
-            return self._snapshot(iid)
-        try:
-            row = await self.journal.read(lambda r: r.instance(iid))
-        except JournalCorrupt:
-            state = ("corrupt", NO_RECORD)
-        else:
-            state = _state_of(row)
-        self._remember(iid, state)
-        return self._snapshot(iid)  # (it may have come into memory meanwhile)
-
-    def _remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None:
-        """Keep what a read off the thread found (remote journals), oldest out."""
-        if self.journal.reads_at_once:
-            return
-        seen = self._seen
-        seen[iid] = state
-        seen.move_to_end(iid)
-        if len(seen) > SEEN_KEPT:
-            seen.popitem(last=False)
 
     # -- public API ------------------------------------------------------------
 
@@ -373,7 +233,9 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
                 f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
             )
         queued = self.queues.choose(queue, priority)
-        handle, created = await self._start(self._proc(proc), params, input, None, queued=queued)
+        handle, created = await self.lifecycle.start(
+            self.registry.definition(proc), params, input, None, queued=queued
+        )
         if not created and if_exists == "error":
             status = handle.status
             raise AlreadyStarted(
@@ -422,110 +284,10 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
         """
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"signal= takes an actors.Signal, not {signal!r}")
-        handle, created = await self._start(self._proc(proc), params, input, (signal, payload))
+        handle, created = await self.lifecycle.start(
+            self.registry.definition(proc), params, input, (signal, payload)
+        )
         return handle
-
-    async def _start(
-        self,
-        proc: ProcessDef[..., Any],
-        params: tuple[Any, ...],
-        input: dict[str, Any],
-        message: tuple[Signal, Any] | None,
-        *,
-        parent: str | None = None,
-        address: str | None = None,
-        queued: tuple[Queue, int] | None = None,
-        extra: Callable[[Txn], None] | None = None,
-    ) -> tuple[Handle[Any], bool]:
-        for param in params:
-            # ASCII is always valid: only other text pays for the message.
-            if isinstance(param, str) and not (param.isascii() and param.isprintable()):
-                check_text(param, f"a path param of {proc.template!r}")
-        own_address = proc.resolve(*params)
-        address = address or own_address
-        size = len(address.encode())
-        if size > MAX_ADDRESS_BYTES:
-            raise LimitExceeded(
-                f"the address {address[:40]!r}... is {size} bytes, over the limit of "
-                f"{MAX_ADDRESS_BYTES} (storage.MAX_ADDRESS_BYTES); use short ids as path "
-                "params and put the data in the input"
-            )
-        proc.check_input(params, input)
-        encoded_input = encode(input, what="input") if input else None  # refused before a read
-        iid = instance_id(address)
-        while True:
-            actor = self._live.get(iid)
-            if actor is not None and actor.loaded and not actor.done:
-                if message is not None:
-                    await self._send_iid(iid, address, *message)
-                return Handle._create(self, iid, address, actor.record.incarnation), False
-            waiting = self._creating.get(iid)
-            if waiting is None:
-                break
-            await waiting.wait()
-        self._creating[iid] = done = trio.Event()
-        try:
-            while True:  # once more each time another start (another node's) commits first
-                row, floor = await self.journal.read(lambda r: _protocol.read_for_start(r, iid))
-                if row is not None and row.address != address:
-                    raise InvalidArguments(
-                        f"address {address!r} collides with {row.address!r} in the journal"
-                    )
-                if row is not None and row.status != "cancelled":
-                    self._remember(iid, _state_of(row))
-                    if message is not None:
-                        await self._send_iid(iid, address, *message)
-                    return Handle._create(self, iid, address, row.record.incarnation), False
-                start = _protocol.start_txn(
-                    iid,
-                    address=address,
-                    process=proc.template,
-                    params=params,
-                    input=input,
-                    parent=parent,
-                    previous=row,  # a cancelled one starts afresh
-                    floor=floor,
-                    now=self.epoch_now(),
-                    max_payload=self.max_payload,
-                    message=None if message is None else (message[0].name, message[1]),
-                    trace=_tracing.traceparent(self),
-                    status="running" if queued is None else "queued",
-                    encoded_input=encoded_input,
-                )
-                record = start.record
-                if queued is not None:  # not in memory: what handles read
-                    self._remember(iid, ("queued", record))
-                if extra is not None:  # what the caller records with the start (a schedule's tick)
-                    extra(start.txn)
-                try:
-                    if queued is not None:  # it waits for a slot: the queue's pump starts it
-                        await self._enqueue(start.txn, queued, iid, address)
-                        return Handle._create(self, iid, address, record.incarnation), True
-                    # (If written with its outcome unknown, it runs once the journal answers.)
-                    results = await commit_through(
-                        self.journal,
-                        start.txn,
-                        lambda _: self._spawn_system_task(self._reload_when_back, iid),
-                    )
-                except Conflict as exc:
-                    if exc.reason not in _protocol.START_RACED:
-                        raise
-                    continue
-                break
-            actor = await self._run_started(iid, address, proc, record)
-            if actor is None:
-                return Handle._create(self, iid, address, record.incarnation), True
-            if start.message is not None and results:
-                actor.deliver(
-                    results[start.message.slot], _protocol.unpack_message(start.message.message)
-                )
-            self._status_changed(iid)
-            return Handle._create(self, iid, address, record.incarnation), True
-        finally:
-            del self._creating[iid]
-            done.set()
-            if iid in self._routed_absent and iid not in self._live:
-                self._activate(iid)  # mail noticed meanwhile (see _activate_for_mail)
 
     async def retry(self, address: str, *, input: dict[str, Any] | None = None) -> Handle[Any]:
         """Run a failed (or cancelled) instance again: a new incarnation at
@@ -655,7 +417,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
     @property
     def closing(self) -> bool:
         """True once the system has begun to close (instances stay as they are)."""
-        return self._closing
+        return self.registry.closing
 
     @property
     def node(self) -> str | None:
@@ -669,7 +431,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
         On a remote journal (PostgreSQL) an instance this system holds
         nothing of in memory is read on the trio thread, one round trip that
         every task waits for: there, prefer ``await system.lookup(address)``."""
-        iid = self._address_iid(address, "get's address")
+        iid = self.router.address_iid(address, "get's address")
         known = self._in_memory(iid, address)
         if known is not None:
             return known
@@ -683,7 +445,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
     async def lookup(self, address: str) -> Handle[Any] | None:
         """`get`, reading the journal off the trio thread: the way to find an
         instance on a remote journal without stalling the other tasks."""
-        iid = self._address_iid(address, "lookup's address")
+        iid = self.router.address_iid(address, "lookup's address")
         known = self._in_memory(iid, address)
         if known is not None:
             return known
@@ -694,10 +456,10 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
         return self._found(iid, address, row)
 
     def _in_memory(self, iid: bytes, address: str) -> Handle[Any] | None:
-        actor = self._live.get(iid)
+        actor = self.registry.live.get(iid)
         if actor is not None and actor.loaded:
             return Handle._create(self, iid, address, actor.record.incarnation)
-        ended = self._final_end(iid)
+        ended = self.statuses.final_end(iid)
         if ended is not None:
             return Handle._create(self, iid, address, ended[1].incarnation)
         return None
@@ -705,7 +467,7 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
     def _found(self, iid: bytes, address: str, row: InstanceRow | None) -> Handle[Any] | None:
         if row is None:
             return None
-        self._remember(iid, _state_of(row))
+        self.statuses.remember(iid, state_of(row))
         return Handle._create(self, iid, address, row.record.incarnation)
 
     async def cancel(self, address: str, *, compensate: bool = False) -> bool:
@@ -746,63 +508,12 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
             "system.cancel()",
             "cancel from a step (ctx.step), or let the child end with its parent",
         )
-        iid = self._address_iid(address, "cancel's address")
-        if self._snapshot(iid)[0] == "corrupt":
-            raise self._corrupt_error(iid, address)
-        return await self._cancel_iid(
+        iid = self.router.address_iid(address, "cancel's address")
+        if self.statuses.snapshot(iid)[0] == "corrupt":
+            raise self.registry.corrupt_error(iid, address)
+        return await self.lifecycle.cancel_iid(
             iid, address, "cancelled by system.cancel", compensate=compensate
         )
-
-    def _spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` in the background; a full or lost journal runs it
-        again (backing off) rather than ending the system."""
-        if self._nursery is not None and not self._closing:
-            task = functools.partial(fn, *args)
-            self._nursery.start_soon(
-                self.outages.keep_running, task, f"the system task {fn.__name__}"
-            )
-
-    async def _run_started(
-        self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord
-    ) -> Actor | None:
-        """Claim and run an instance whose start (or retry) was just
-        committed; None where it runs elsewhere (another node took it over
-        at once) or later (this node's lease is lost: once it is back)."""
-        try:
-            epoch = await self._claim_written(iid)
-        except JournalUnavailable:  # it is written: it runs once the journal answers
-            self._spawn_system_task(self._reload_when_back, iid)
-            raise
-        self.nodes.claimed(iid, epoch)
-        if epoch is None:
-            if self.journal.lease_term() is None:
-                # No node took it: this one claims nothing while its lease
-                # is lost, and the instance is its own.
-                self._spawn_system_task(self._activate_when_leased, iid)
-            return None
-        return self._run_created(iid, address, proc, record, epoch)
-
-    async def _claim_written(self, iid: bytes) -> int | None:
-        """Claim ``iid``, whose start is written: shielded where a claim
-        waits (a shared journal), so it runs whatever its caller's
-        cancellation (else a live instance nobody runs until the next open)."""
-        if not self.journal.shared:
-            return await self.journal.claim(iid)  # (at once: this node owns everything)
-        with trio.CancelScope(shield=True):
-            epoch = await self.journal.claim(iid)
-        return epoch
-
-    async def _activate_when_leased(self, iid: bytes) -> None:
-        """Bring the instance in once this node holds its lease again (an
-        instance it made while the lease was lost is its own, and would
-        otherwise wait for something to need it)."""
-        while self.journal.lease_term() is None:
-            await trio.sleep(LEASE_LOOK)
-        self._activate(iid)
-
-    async def _activate_later(self, iid: bytes, delay: float) -> None:
-        await trio.sleep(delay)
-        self._activate(iid)
 
     def stream(self, address: str, consumer: str, from_: StreamFrom = "start") -> Stream:
         """The values the instance at ``address`` emitted, from ``consumer``'s
@@ -821,27 +532,187 @@ class ActorSystem(Activation, Cancels, Upkeep, Sending, FlowControl, metaclass=N
         """
         return Stream(self, address, consumer, from_)
 
-    # -- status notifications ------------------------------------------------------
+    async def send(
+        self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
+    ) -> None:
+        """Persist a message in the mailbox of the instance at ``address``.
 
-    def _status_event(self, iid: bytes) -> trio.Event:
-        event = self._status_events.get(iid)
-        if event is None:
-            event = self._status_events[iid] = trio.Event()
-        return event
+        Returns once the message is durable (not once it is processed). A
+        passivated instance is live: the message wakes it.
 
-    def _status_changed(self, iid: bytes) -> None:
-        self.queues.status_changed(iid)
-        self.schedules.status_changed(iid)
-        actor = self._live.get(iid)
-        if actor is None or not actor.done:
-            self._ends.pop(iid, None)  # changed by other means than its actor's end
-        self._activity_changed(iid)
+        With ``key`` (a client's request id, say), a send whose key this
+        incarnation of the instance has had already stores nothing and
+        returns normally, so a retried send is taken once. Keys are kept
+        for the incarnation's life (across continue-as-new, restarts and
+        reopens); a new incarnation after a cancel takes them afresh. A
+        key is a non-empty str of at most 200 bytes of UTF-8 without
+        control characters; it shares no names with stream consumers.
 
-    def _activity_changed(self, iid: bytes) -> None:
-        """A live instance went from running to suspended or back (twice
-        per message it takes): only its status watchers need to know. The
-        queue and schedule services wait for instances to end, which comes
-        through `_status_changed`; no end of it is cached while it is live."""
-        event = self._status_events.pop(iid, None)
-        if event is not None:
-            event.set()
+        Raises:
+            NotDelivered: no live instance has that address (unknown, or
+                finished, cancelled, parked); ``reason`` says which. Nothing
+                is stored.
+            EncodeError: a payload the codec cannot store; nothing is stored.
+            InvalidArguments: a key that is not a non-empty str, or holds a
+                control character (NUL included); nothing is stored.
+            LimitExceeded: a key over 200 bytes of UTF-8; nothing is stored.
+            JournalCorrupt: the instance's records do not decode (it is
+                marked ``corrupt``); the error names the database and key.
+        """
+        return await self.router.send(address, signal, payload, key=key)
+
+    async def ask(
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Send ``signal`` to the instance at ``address`` as an ask and wait
+        for the value its process gives ``ctx.reply`` after taking it.
+
+        The ask is durable before the wait begins, like `send`; the reply is
+        recorded in the replier's log, so a restart of the replier between
+        taking and replying neither loses nor repeats it, and an asker on
+        another node of a shared journal gets it too (see `actors._asks`).
+
+        Raises:
+            NotDelivered: no live instance at ``address`` (nothing stored),
+                or it ended without replying (the message says so).
+            AskTimeout: no reply within ``timeout`` seconds of the ask
+                being stored (a `TimeoutError` too); the message stays asked.
+            EncodeError: a payload the codec cannot store; nothing is stored.
+        """
+        return await self.router.ask(address, signal, payload, timeout=timeout)
+
+    async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
+        """Persist many messages, ``(address, signal, payload)`` each, in one
+        durable commit: all of them are stored, or none.
+
+        The cheap way to fan a batch of events out to many instances: one
+        commit (one fsync) for the whole batch. Messages to one address keep
+        their order.
+
+        Raises:
+            NotDelivered: an address has no live instance; it names the
+                first such address and nothing is stored.
+            EncodeError, LimitExceeded: a payload the codec cannot store (a
+                note names its position); nothing is stored.
+            InvalidArguments: an item that is not ``(address, Signal, payload)``.
+            JournalCorrupt: an addressed instance's records do not decode.
+        """
+        return await self.router.send_many(messages)
+
+    def query(
+        self, status: str | None = None, process: ProcessDef[..., Any] | str | None = None
+    ) -> AsyncIterator[InstanceInfo]:
+        """Iterate instances (live and on disk) with that status and process.
+
+        Args:
+            status: one of the statuses, or None for any.
+            process: a definition or its template, or None for any.
+        """
+        return self.upkeep.query(status, process)
+
+    async def resume_compensation(self, address: str) -> bool:
+        """Retry the compensation of a ``compensation_stuck`` instance from
+        where it stopped. Returns False if it is not stuck."""
+        return await self.upkeep.resume_compensation(address)
+
+    async def abandon_compensation(self, address: str) -> bool:
+        """End a ``compensation_stuck`` instance as failed, keeping its record
+        (which compensations ran, which did not, and why). Returns False if
+        it is not stuck."""
+        return await self.upkeep.abandon_compensation(address)
+
+    async def cleanup(
+        self,
+        older_than: float,
+        statuses: Iterable[str] = tuple(sorted(TERMINAL_STATUSES)),
+    ) -> int:
+        """Remove finished instances last updated more than ``older_than``
+        seconds ago, with every record they own (log, mailbox, stream,
+        cursors, timers, index entries). Returns how many were removed.
+
+        Raises:
+            InvalidArguments: a status that is not finished (running,
+                suspended and parked instances are never cleaned up).
+        """
+        return await self.upkeep.cleanup(older_than, statuses)
+
+    async def schedule(
+        self,
+        name: str,
+        proc: ProcessDef[..., Any] | str,
+        *,
+        cron: str | None = None,
+        every: float | None = None,
+        params: Iterable[str] = (),
+        input: dict[str, Any] | None = None,
+        overlap: str = "skip",
+        catch_up: int = 1,
+        timezone: str = "UTC",
+    ) -> ScheduleInfo:
+        """Create (or update) the durable schedule ``name``: at every tick of
+        ``cron`` (in ``timezone``) or every ``every`` seconds, start one
+        instance of ``proc`` whose last path param is the tick's time (ISO
+        8601 UTC, e.g. ``2026-01-01T03:00:00Z``); ``params`` fill the path
+        params before it, ``input`` is its keyword input.
+
+        Idempotent by name: the same call again changes nothing; a changed
+        definition replaces the stored one and keeps the last tick. A tick
+        is started once, across crashes and nodes (see `actors._schedules`).
+
+        Args:
+            overlap: what a tick does while the instance of the previous one
+                is unfinished: ``"skip"`` it, ``"buffer_one"`` (start it when
+                that one ends; one tick kept, later ones skipped) or
+                ``"allow"`` (start it anyway).
+            catch_up: after a downtime, how many of the ticks that fell due
+                run (the latest ones, oldest first); 1 or more.
+
+        Raises:
+            UnknownProcess: ``proc`` is not registered.
+            InvalidArguments: a bad cron expression, interval, policy, zone,
+                or params that do not leave exactly the last path param.
+            EncodeError: input the codec cannot store.
+        """
+        return await self.schedules.define(
+            name,
+            proc,
+            cron=cron,
+            every=every,
+            params=params,
+            input=input,
+            overlap=overlap,
+            catch_up=catch_up,
+            timezone=timezone,
+        )
+
+    async def pause_schedule(self, name: str) -> bool:
+        """Stop starting ticks of schedule ``name`` (kept in the journal).
+        Returns False if there is no such schedule."""
+        return await self.schedules.change(name, paused=True)
+
+    async def resume_schedule(self, name: str) -> bool:
+        """Start ticks of a paused schedule again, from the next one due (the
+        ticks while paused are not caught up). False if there is none."""
+        return await self.schedules.change(name, paused=False)
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Remove schedule ``name`` (instances it started are left as they
+        are). False if there was none."""
+        return await self.schedules.change(name, deleted=True)
+
+    async def list_schedules(self) -> list[ScheduleInfo]:
+        """Every schedule in the journal, by name."""
+        return [
+            self.schedules.info(row.key[len("schedule/") :], row.value)
+            for row in await self.schedules.rows()
+        ]
+
+    async def queue_info(self, queue: Queue | str) -> QueueInfo:
+        """How deep the queue is, how many of its instances hold a slot, and
+        how long its oldest waiting instance has waited (read from the
+        journal, so over every node sharing it).
+
+        Raises:
+            InvalidArguments: the queue is not registered with this system.
+        """
+        return await self.queues.info(queue)

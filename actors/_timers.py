@@ -54,7 +54,7 @@ class TimerService:
             due.update(dict.fromkeys(row.iid for row in rows))
             self.scanned_until = rows[-1].due if len(rows) == _PAGE else now
             for iid in due:
-                system._timer_due(iid, now)
+                system.registry.timer_due(iid, now)
             if len(rows) == _PAGE:
                 await trio.sleep(0)
                 continue

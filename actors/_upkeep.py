@@ -1,5 +1,5 @@
 """Reading the journal's instances and tidying it: `ActorSystem.query`,
-`cleanup`, and settling stuck compensations. `Upkeep` is a base of
+`cleanup`, and settling stuck compensations. `Upkeep` is a part of
 `ActorSystem` (see `_system`).
 """
 
@@ -14,7 +14,6 @@ from storage import (
     STATUSES,
     TERMINAL_STATUSES,
     CorruptRecord,
-    InstanceRecord,
     InstanceRow,
     Status,
     Txn,
@@ -23,39 +22,29 @@ from storage import (
 from storage.errors import Conflict
 
 from . import _protocol
-from ._activation import YIELD_EVERY
 from ._checks import check_many, check_name, check_seconds
 from ._process import ProcessDef
 from ._records import InstanceInfo
+from ._registry import YIELD_EVERY
 from .errors import InvalidArguments
 
 if TYPE_CHECKING:
-    from ._instance import Actor
-    from ._interfaces import SystemAPI as _SystemAPI
-    from ._nodes import NodeView
-else:
-    _SystemAPI = object  # for type checkers only: what ActorSystem provides
+    from ._interfaces import SystemAPI
 
 __all__ = ["Upkeep"]
 
 
-class Upkeep(_SystemAPI):
-    """The query and tidying half of `ActorSystem` (see the module docstring)."""
+class Upkeep:
+    """Queries and tidying: a part of `ActorSystem` (see the module docstring)."""
 
-    # Set up by ActorSystem.__init__ (see there for what each holds).
-    _live: dict[bytes, Actor]
-    _ends: dict[bytes, tuple[str, InstanceRecord]]
-    nodes: NodeView
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self.journal = system.journal
 
     async def query(
         self, status: str | None = None, process: ProcessDef[..., Any] | str | None = None
     ) -> AsyncIterator[InstanceInfo]:
-        """Iterate instances (live and on disk) with that status and process.
-
-        Args:
-            status: one of the statuses, or None for any.
-            process: a definition or its template, or None for any.
-        """
+        """The body of `ActorSystem.query`."""
         template = None
         if process is not None:
             template = process.template if isinstance(process, ProcessDef) else process
@@ -77,8 +66,8 @@ class Upkeep(_SystemAPI):
         for n, row in enumerate(rows, 1):
             if n % YIELD_EVERY == 0:
                 await trio.lowlevel.checkpoint()  # a long listing starves no one
-            actor = self._live.get(row.iid)
-            mine = actor is not None and actor.loaded and self.nodes.trusted(row.iid)
+            actor = self.system.registry.live.get(row.iid)
+            mine = actor is not None and actor.loaded and self.system.nodes.trusted(row.iid)
             current = actor.status if mine else row.status  # type: ignore[union-attr]
             record = actor.record if mine else row.record  # type: ignore[union-attr]
             if status is not None and current != status:
@@ -93,20 +82,17 @@ class Upkeep(_SystemAPI):
             )
 
     async def resume_compensation(self, address: str) -> bool:
-        """Retry the compensation of a ``compensation_stuck`` instance from
-        where it stopped. Returns False if it is not stuck."""
+        """The body of `ActorSystem.resume_compensation`."""
         iid = await self._settle_stuck(
             address, "resume_compensation", _protocol.resume_compensation_txn
         )
         if iid is None:
             return False
-        self._activate(iid)
+        self.system.registry.activate(iid)
         return True
 
     async def abandon_compensation(self, address: str) -> bool:
-        """End a ``compensation_stuck`` instance as failed, keeping its record
-        (which compensations ran, which did not, and why). Returns False if
-        it is not stuck."""
+        """The body of `ActorSystem.abandon_compensation`."""
         found = await self._settle_stuck(
             address, "abandon_compensation", _protocol.abandon_compensation_txn
         )
@@ -121,8 +107,8 @@ class Upkeep(_SystemAPI):
         row = await self.journal.read(lambda r: r.instance(iid))
         if row is None or row.status != "compensation_stuck":
             return None
-        await self.journal.commit(build(row, self.epoch_now()), durable=True)
-        self._status_changed(iid)
+        await self.journal.commit(build(row, self.system.epoch_now()), durable=True)
+        self.system.statuses.changed(iid)
         return iid
 
     async def cleanup(
@@ -130,14 +116,7 @@ class Upkeep(_SystemAPI):
         older_than: float,
         statuses: Iterable[str] = tuple(sorted(TERMINAL_STATUSES)),
     ) -> int:
-        """Remove finished instances last updated more than ``older_than``
-        seconds ago, with every record they own (log, mailbox, stream,
-        cursors, timers, index entries). Returns how many were removed.
-
-        Raises:
-            InvalidArguments: a status that is not finished (running,
-                suspended and parked instances are never cleaned up).
-        """
+        """The body of `ActorSystem.cleanup`."""
         wanted = tuple(check_many(statuses, "cleanup(statuses=...)", "status names"))
         for status in wanted:
             if status not in TERMINAL_STATUSES:
@@ -145,12 +124,12 @@ class Upkeep(_SystemAPI):
                     f"cleanup removes finished instances only; {status!r} is not one of "
                     "'completed', 'failed', 'cancelled'"
                 )
-        cutoff = self.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
+        cutoff = self.system.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
 
         removed = 0
         victims = await self.journal.read(lambda r: _protocol.cleanup_victims(r, wanted, cutoff))
         for iid, _ in victims:
-            self._ends.pop(iid, None)
+            self.system.statuses.ends.pop(iid, None)
         for start in range(0, len(victims), 500):
             txn = _protocol.cleanup_txn(victims[start : start + 500], wanted)
             try:

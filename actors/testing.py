@@ -196,13 +196,13 @@ _POLL_MAX = 0.01
 def _busy(system: ActorSystem) -> str | None:
     """What keeps ``system`` from being quiescent (see `wait_quiescent`), or None."""
     for what, iids in (
-        ("being loaded", system._activating),
-        ("being created", system._creating),
-        ("being cancelled", system._cancelling),
+        ("being loaded", system.registry.activating),
+        ("being created", system.lifecycle.creating),
+        ("being cancelled", system.lifecycle.cancelling),
     ):
         if iids:
             return f"{len(iids)} instance(s) {what}"
-    for actor in system._live.values():
+    for actor in system.registry.live.values():
         if actor.done:
             why = "ending"
         elif actor.busy:
@@ -281,7 +281,7 @@ async def replay_check(
 
         problems = []
         for row, log in await journal.read(scan):
-            proc = system._procs.get(row.process)
+            proc = system.registry.procs.get(row.process)
             if proc is None:
                 continue
             problem = await _replay_one(system, row, proc, log)
@@ -341,7 +341,7 @@ async def replay_history(
         system = _checking_system(journal, processes)
         problems = []
         for one in history.instances:
-            proc = system._procs.get(one.process)
+            proc = system.registry.procs.get(one.process)
             row = InstanceRow(
                 instance_id(one.address), one.address, one.process, one.status, one.record
             )

@@ -114,15 +114,15 @@ def cascade(directory: Path, seconds: float, fanout: int) -> dict[str, float]:
             await _until(lambda: _probe.count == fanout * fanout, every=0.005)
             await _until(
                 lambda: (
-                    len(system._live) == descendants + 1
-                    and all(a.status == "suspended" for a in system._live.values())
+                    len(system.registry.live) == descendants + 1
+                    and all(a.status == "suspended" for a in system.registry.live.values())
                 ),
                 every=0.005,
             )
             built = time.perf_counter() - start
             start = time.perf_counter()
             await system.cancel("root/r")
-            await _until(lambda: not system._live, every=0.0005)
+            await _until(lambda: not system.registry.live, every=0.0005)
             cancelled = time.perf_counter() - start
         return {"built_per_s": descendants / built, "cancel_ms": 1e3 * cancelled}
 

@@ -178,7 +178,7 @@ async def _until(
 
 def _passivated(system: Any) -> bool:
     # The system's private live table (the tests' until_passivated reads it too).
-    return not system._live and not system._activating
+    return not system.registry.live and not system.registry.activating
 
 
 async def _count_rate(seconds: float, count: Callable[[], int]) -> float:

@@ -85,7 +85,7 @@ async def run(workload: str, n: int) -> None:
         async with _open(passivate_after=0) as system:
             for i in range(n):
                 await system.start(sink, str(i))
-            await _until(lambda: not system._live)
+            await _until(lambda: not system.registry.live)
             if workload == "wake":
                 for i in range(n):
                     seen = _probe.expect(i + 1)
@@ -98,13 +98,13 @@ async def run(workload: str, n: int) -> None:
             await _until(
                 lambda: (
                     _probe.count == n * n
-                    and len(system._live) == everyone
-                    and all(a.status == "suspended" for a in system._live.values())
+                    and len(system.registry.live) == everyone
+                    and all(a.status == "suspended" for a in system.registry.live.values())
                 )
             )
             if os.environ.get("CANCEL"):
                 await system.cancel("root/r")
-                await _until(lambda: not system._live)
+                await _until(lambda: not system.registry.live)
     else:
         raise SystemExit(f"unknown workload {workload!r}")
 

@@ -307,13 +307,13 @@ def _settled_rss() -> dict[str, int]:
 async def _child_live(directory: Path, n: int) -> dict[str, float]:
     async with _open(_lmdb(directory)) as system:
         await _start_many(system, sink, [f"w{i}" for i in range(100)], 100)  # warm the code paths
-        await _until(lambda: all(a.status == "suspended" for a in system._live.values()))
+        await _until(lambda: all(a.status == "suspended" for a in system.registry.live.values()))
         before = _settled_rss()
         await _start_many(system, sink, [str(i) for i in range(n)], _STARTERS)
         await _until(
             lambda: (
-                len(system._live) == n + 100
-                and all(a.status == "suspended" for a in system._live.values())
+                len(system.registry.live) == n + 100
+                and all(a.status == "suspended" for a in system.registry.live.values())
             ),
             every=0.02,
         )

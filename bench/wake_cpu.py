@@ -91,7 +91,7 @@ async def _parts(system: Any, rounds: int) -> dict[str, list[float]]:
         with journal.reader() as r:
             log = r.entries(iid, row.record.run)
         read.append(time.thread_time() - t0)
-        actor = Actor(system, iid, row.address, system._procs[row.process], row.record)
+        actor = Actor(system, iid, row.address, system.registry.procs[row.process], row.record)
         t0 = time.thread_time()
         problem = await actor.check_history(log)
         check.append(time.thread_time() - t0)

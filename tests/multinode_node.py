@@ -196,7 +196,7 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         await wait_quiescent(system, timeout=request.get("timeout", 15.0))
         return None
     if cmd == "loaded":  # how many instances this node holds in memory
-        return sum(1 for actor in system._live.values() if actor.loaded and not actor.done)
+        return sum(1 for actor in system.registry.live.values() if actor.loaded and not actor.done)
     if cmd == "status":  # what a handle on this node says, read from the journal
         handle = await system.lookup(request["address"])
         return None if handle is None else await handle.refresh()

@@ -65,8 +65,8 @@ async def test_ask_from_another_node_gets_the_reply_by_notice(two_nodes):
             assert 7 == await b.ask("counter/c", add, 2)
             assert 7 == await a.ask("counter/c", get)  # and from its own node
             assert 7 == await b.ask("counter/c", get)
-        assert instance_id("counter/c") in a._live  # it ran on a all along
-        assert instance_id("counter/c") not in b._live
+        assert instance_id("counter/c") in a.registry.live  # it ran on a all along
+        assert instance_id("counter/c") not in b.registry.live
         assert handle.status in ("running", "suspended")
         await b.journal.flush()
     # Each reply that crossed nodes was read and deleted by its asker.
@@ -88,4 +88,4 @@ async def test_ctx_ask_between_nodes(two_nodes):
         handle = await b.start(client, "x", target="counter/c", amount=3)
         with trio.fail_after(20):
             assert [3, 3] == await handle.result()
-        assert instance_id("client/x") not in a._live
+        assert instance_id("client/x") not in a.registry.live

@@ -498,4 +498,4 @@ async def test_passivate_after_inf_means_never(opener, autojump_clock):
     async with opener(plain, passivate_after=math.inf) as system:
         await system.start(plain, "p")
         await trio.sleep(365 * 86400)
-        assert instance_id("plain/p") in system._live
+        assert instance_id("plain/p") in system.registry.live

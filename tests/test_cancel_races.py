@@ -99,7 +99,7 @@ async def test_cancelling_the_parent_wins_over_a_child_restart(any_opener, autoj
                 child.status,
                 runs.count(child_address),
             )
-            assert (round_, 0) == (round_, len(system._live))
+            assert (round_, 0) == (round_, len(system.registry.live))
 
 
 async def test_cancelling_the_parent_wins_over_restarting_all_children(any_opener, autojump_clock):
@@ -129,7 +129,7 @@ async def test_cancelling_the_parent_wins_over_restarting_all_children(any_opene
                 statuses,
                 [runs.count(a) for a in addresses],
             )
-            assert (round_, 0) == (round_, len(system._live))
+            assert (round_, 0) == (round_, len(system.registry.live))
 
 
 async def test_cancel_of_a_crashed_transient_instance_wins_over_its_restart(
@@ -152,7 +152,7 @@ async def test_cancel_of_a_crashed_transient_instance_wins_over_its_restart(
                 handle.status,
                 runs.count(handle.id),
             )
-            assert (round_, 0) == (round_, len(system._live))
+            assert (round_, 0) == (round_, len(system.registry.live))
             # A second cancel has nothing live to cancel.
             assert (round_, False) == (round_, await handle.cancel())
 
@@ -210,10 +210,10 @@ async def test_a_cancel_meeting_an_activation_sleeps_until_it_is_through():
         handle = await system.start(kid, "held")
         iid = instance_id(handle.id)
         await wait_status(handle, "suspended")
-        system._live[iid].request_passivation()
-        while iid in system._live:
+        system.registry.live[iid].request_passivation()
+        while iid in system.registry.live:
             await trio.sleep(0.001)
-        system._activating.add(iid)  # as an activation's read under way holds it
+        system.registry.activating.add(iid)  # as an activation's read under way holds it
         cancelled: list[bool] = []
 
         async def cancel() -> None:
@@ -224,6 +224,6 @@ async def test_a_cancel_meeting_an_activation_sleeps_until_it_is_through():
             with trio.fail_after(5):  # real seconds, only if a task never blocks
                 await trio.testing.wait_all_tasks_blocked()
             assert cancelled == []
-            system._activating.discard(iid)  # the activation is through
+            system.registry.activating.discard(iid)  # the activation is through
         assert cancelled == [True]
         assert handle.status == "cancelled"

@@ -453,7 +453,7 @@ def test_cancel_cancels_children_first_as_the_runtime_does(journal):
                 await system.get("orders/o-1").result()
             # Nothing of the cancelled tree is recovered (approvals/a-1, with
             # its unread note, is: it is live and has mail).
-            live = {a.address for a in system._live.values()}
+            live = {a.address for a in system.registry.live.values()}
             assert set() == live & set(doc["cancelled"])
 
     trio.run(reopen)

@@ -201,7 +201,7 @@ async def _the_others_run(system, payload: int, *, recovered: bool) -> None:
     others = [name for name in NAMES if name != BAD]
     if recovered:  # recovery ran each at once, not only when its mail came
         assert {instance_id(f"echo/{n}") for n in others} == (
-            set(system._live) | set(system._activating)
+            set(system.registry.live) | set(system.registry.activating)
         )
     for name in others:
         await system.send(f"echo/{name}", go, payload)

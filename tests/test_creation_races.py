@@ -40,7 +40,7 @@ async def test_mail_sent_while_an_instance_is_being_created_is_taken_once(any_op
         # ... a sender commits a message and finds no actor to hand it to ...
         await system.send(address, go, "early")
         # ... and then the creator makes the actor.
-        actor = system._run_created(iid, address, echo, start.record)
-        assert system._live.get(iid) is actor  # one actor, whichever came first
+        actor = system.registry.run_created(iid, address, echo, start.record)
+        assert system.registry.live.get(iid) is actor  # one actor, whichever came first
         with trio.fail_after(5):
             assert await system.get(address).result() == "r got early"

@@ -349,8 +349,14 @@ async def test_a_sender_on_one_node_reaches_a_receiver_on_another(two_nodes):
             while payloads != await a.ask("inbox/r", seen):
                 await trio.sleep(0.02)
             # Each ran where it was started: the messages crossed nodes.
-            assert instance_id("inbox/r") in b._live and instance_id("inbox/r") not in a._live
-            assert instance_id("outbox/s") in a._live and instance_id("outbox/s") not in b._live
+            assert (
+                instance_id("inbox/r") in b.registry.live
+                and instance_id("inbox/r") not in a.registry.live
+            )
+            assert (
+                instance_id("outbox/s") in a.registry.live
+                and instance_id("outbox/s") not in b.registry.live
+            )
             await b.send("outbox/s", go)
             assert 41 == await sender.result()
             assert payloads + ["last"] == await receiver.result()

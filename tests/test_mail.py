@@ -96,7 +96,7 @@ async def test_a_drop_from_an_instance_in_memory_is_never_taken(autojump_clock):
         await system.send("sleepy/s-1", item, "poison")
         await system.send("sleepy/s-1", item, "ok")
         await until_status(system, "sleepy/s-1", "suspended")
-        assert system._live  # it sleeps in memory, its mail with it
+        assert system.registry.live  # it sleeps in memory, its mail with it
         bad = (await system.mail("sleepy/s-1"))[0]
         assert "poison" == bad.payload
         await system.drop_message("sleepy/s-1", bad.id)

@@ -476,7 +476,7 @@ async def test_a_notice_during_an_unfinished_take_does_not_deliver_it_twice(node
         handle = await a.start(box, "1")
         await until(lambda: handle.status == "suspended", what="the box to wait")
         await a_journal.flush()
-        actor = a._live[instance_id("box/1")]
+        actor = a.registry.live[instance_id("box/1")]
         gate.clear()
         await b.send("box/1", work, {"n": 1})  # seq 1: a takes it, the take waits at the gate
         await until(lambda: a_journal._writer.inflight, what="a's step to wait for its take")
@@ -516,7 +516,7 @@ async def test_sends_to_another_nodes_instance_cost_the_sender_no_claim(node):
         # takeover scan finds box/1 and that mail.
         await b.send("box/1", work, {"n": 30})
         await until(lambda: 30 in handled_here, timeout=15, what="b to take box/1 over")
-        assert b._live[instance_id("box/1")].loaded
+        assert b.registry.live[instance_id("box/1")].loaded
     # (A step cut short by a's close may run again on b: at least once, keyed.)
     assert list(range(31)) == sorted(set(handled_here))
 

@@ -451,11 +451,11 @@ async def test_passivation_drops_idle_instances_and_a_message_brings_them_back(o
     async with opener(idle, passivate_after=0) as system:
         handles = [await system.start(idle, str(i)) for i in range(50)]
         await wait_quiescent(system)
-        assert len(system._live) == 0  # nothing in memory
+        assert len(system.registry.live) == 0  # nothing in memory
         assert {h.status for h in handles} == {"suspended"}
         await system.send("idle/7", ping, 7)
         assert await handles[7].result() == 7
-        assert len(system._live) == 0
+        assert len(system.registry.live) == 0
 
 
 async def test_closing_is_not_a_cancel(opener):

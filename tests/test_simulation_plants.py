@@ -87,9 +87,9 @@ def test_a_plant_whose_snippet_is_gone_says_so() -> None:
 
 
 def test_a_plant_is_lifted_afterwards() -> None:
-    import actors._activation as activation
+    import actors._registry as registry
 
-    real = activation.Activation._run_created
+    real = registry.Registry.run_created
     with PLANTS["creation-race"].planted():
-        assert activation.Activation._run_created is not real
-    assert activation.Activation._run_created is real
+        assert registry.Registry.run_created is not real
+    assert registry.Registry.run_created is real

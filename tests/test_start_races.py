@@ -91,7 +91,7 @@ async def results_of(system, ids):
     iid = instance_id(f"pair/{stuck[0]}")
     with system.journal.reader() as r:
         row, mail = r.instance(iid), r.mailbox(iid)
-    actor = system._live.get(iid)
+    actor = system.registry.live.get(iid)
     raise AssertionError(
         f"{len(stuck)} of {len(ids)} did not end, e.g. {stuck[0]}: {row} {mail}; here: "
         f"{system.get(f'pair/{stuck[0]}').status} {actor and (actor.loaded, actor.status, actor.done)}"

@@ -276,8 +276,90 @@ def draw(package: str = "actors") -> str:
     return "\n".join(lines)
 
 
+# The parts of ActorSystem (see actors/_system.py): attribute -> (module, class).
+PARTS = {
+    "registry": ("_registry", "Registry"),
+    "statuses": ("_statuses", "Statuses"),
+    "router": ("_sending", "Router"),
+    "lifecycle": ("_lifecycle", "Lifecycle"),
+    "upkeep": ("_upkeep", "Upkeep"),
+}
+
+
+def part_callers(root: Path = ROOT) -> dict[str, dict[str, list[str]]]:
+    """For each part of ActorSystem, the modules of ``actors`` (CLI and web
+    included) that call it, each with the members they use."""
+    pattern = re.compile(r"\b(?:system|self)\.(" + "|".join(PARTS) + r")\.([A-Za-z_]\w*)")
+    found: dict[str, dict[str, set[str]]] = {part: {} for part in PARTS}
+    for path in sorted((root / "actors").rglob("*.py")):
+        module = ".".join(path.relative_to(root / "actors").with_suffix("").parts)
+        for part, member in pattern.findall(path.read_text()):
+            if module != PARTS[part][0]:
+                found[part].setdefault(module, set()).add(member)
+    return {p: {m: sorted(ms) for m, ms in sorted(c.items())} for p, c in found.items()}
+
+
+def draw_parts(root: Path = ROOT) -> str:
+    lines = [
+        "Who calls whom: `ActorSystem` (`_system`) is a facade over its parts,",
+        "each made with the system and reaching the others through it",
+        "(`system.registry`, ...); the protocols in `_interfaces` say what",
+        "each part offers the rest. Each part, then the modules that call it:",
+        "",
+        "```text",
+    ]
+    for part, callers in part_callers(root).items():
+        module, cls = PARTS[part]
+        lines.append(f"{part} ({cls}, {module})")
+        for caller, members in callers.items():
+            lines.append(f"  <- {caller:16} {', '.join(members)}")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def test_the_parts_are_what_the_system_makes():
+    source = (ROOT / "actors" / "_system.py").read_text()
+    for part, (module, cls) in PARTS.items():
+        assert f"self.{part} = {cls}(self" in source, part
+        assert f"from .{module} import {cls}" in source, part
+
+
+def test_no_protocol_has_private_members():
+    tree = ast.parse((ROOT / "actors" / "_interfaces.py").read_text())
+    private = []
+    for cls in tree.body:
+        if isinstance(cls, ast.ClassDef):
+            for node in cls.body:
+                name = (
+                    node.name
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    else node.target.id
+                    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    else ""
+                )
+                if name.startswith("_") and not name.startswith("__"):
+                    private.append(f"{cls.name}.{name}")
+    assert [] == private
+
+
+def test_no_class_is_assembled_from_three_of_our_bases():
+    ours = set()
+    classes = []
+    for path in sorted((ROOT / "actors").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                ours.add(node.name)
+                classes.append((path.name, node))
+    many = [
+        f"{name}:{node.name}"
+        for name, node in classes
+        if sum(isinstance(b, ast.Name) and b.id in ours for b in node.bases) >= 3
+    ]
+    assert [] == many
+
+
 def test_the_drawing_of_actors_is_the_code():
-    assert draw() + "\n" + draw_features() == DRAWING.read_text(), (
+    assert draw() + "\n" + draw_parts() + "\n" + draw_features() == DRAWING.read_text(), (
         "docs/structure.md differs from the import graph: run python -m tests.test_structure"
     )
 
@@ -352,7 +434,7 @@ FEATURES: dict[str, tuple[str, str]] = {
     ),
     "patches": ("", r"_?patch(ed|es|_id)?|Marker|deprecate_patch"),
     "cancel": (
-        "_cancels",
+        "_lifecycle",
         r"Cancels|Cancel|ProcessCancelled|_cancel\w*|cancel_(?!scope|timer)\w+|record_cancel"
         r"|compensate_on_cancel",
     ),
@@ -450,5 +532,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--features"]:  # python -m tests.test_structure --features ROOT
         sys.stdout.write(draw_features(Path(sys.argv[2]) if sys.argv[2:] else ROOT))
     else:
-        DRAWING.write_text(draw() + "\n" + draw_features())
+        DRAWING.write_text(draw() + "\n" + draw_parts() + "\n" + draw_features())
         sys.stdout.write(f"wrote {DRAWING.relative_to(ROOT)}\n")

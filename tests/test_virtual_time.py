@@ -60,11 +60,11 @@ async def test_idle_instance_passivates_after_passivate_after(any_opener, autoju
     async with any_opener(idle, passivate_after=60.0) as system:
         handle = await system.start(idle, "a")
         await trio.sleep(1)
-        assert instance_id("idle/a") in system._live
+        assert instance_id("idle/a") in system.registry.live
         await trio.sleep(58)
-        assert instance_id("idle/a") in system._live  # not before its time
+        assert instance_id("idle/a") in system.registry.live  # not before its time
         await trio.sleep(60 / 4 + 1)  # the sweep's granularity
-        assert instance_id("idle/a") not in system._live
+        assert instance_id("idle/a") not in system.registry.live
         assert "suspended" == handle.status
         # Parked again later, it passivates again: the sweep is not left asleep.
         await system.send("idle/a", ping, "hi")
@@ -78,12 +78,12 @@ async def test_instances_parking_at_different_times_all_passivate(any_opener, au
             await system.start(idle, str(i))
             await trio.sleep(1.5)  # 7.5 s in all, under passivate_after
         ids = {instance_id(f"idle/{i}") for i in range(5)} | {instance_id("month/m")}
-        assert ids <= set(system._live)
+        assert ids <= set(system.registry.live)
         await trio.sleep(10 + 10 / 4 + 0.1)
-        assert set() == ids & set(system._live)
+        assert set() == ids & set(system.registry.live)
         # A month later the sleeper is back, finished, and gone from memory.
         handle = system.get("month/m")
         assert "slept" == await handle.result()
         await system.start(idle, "late")
         await trio.sleep(13)
-        assert instance_id("idle/late") not in system._live
+        assert instance_id("idle/late") not in system.registry.live

@@ -76,17 +76,17 @@ PLANTS: dict[str, Plant] = {
     # asked for an activation that the start held off, and the new actor
     # never read its mailbox.
     "creation-race": Plant(
-        "actors._activation",
-        "Activation._run_created",
-        old="loaded = iid not in self._routed_absent",
+        "actors._registry",
+        "Registry.run_created",
+        old="loaded = iid not in self.routed_absent",
         new="loaded = True  # planted: mail routed meanwhile is never read",
         what="a message routed between a start's commit and its actor stays unread",
     ),
     # A cancel lost to a racing restart (f65a239): an actor told to cancel
     # as it crashed wrote its restart and left memory; the cancel returned.
     "cancel-restart": Plant(
-        "actors._cancels",
-        "Cancels._cancel_iid",
+        "actors._lifecycle",
+        "Lifecycle.cancel_iid",
         old="continue  # it left memory still live (restarted): cancel that",
         new="return actor.status == 'cancelled'  # planted: the restart runs on",
         what="a cancel that meets a restart returns while the instance runs on",
@@ -96,15 +96,15 @@ PLANTS: dict[str, Plant] = {
     # what the process saw, while its replay reads the stored bytes.
     "aliased-payload": Plant(
         "actors._sending",
-        "Sending._send_iid",
-        old="self._route(iid, seq, notice.message)",
+        "Router.send_iid",
+        old="self.route(iid, seq, notice.message)",
         new="""
-            receiver = self._live.get(iid)
+            receiver = self.system.registry.live.get(iid)
             if receiver is not None and not receiver.done:  # planted: the sender's object
                 aliased = _protocol.StoredMessage(signal.name, payload, None, None, ask)
                 receiver.deliver(seq, aliased)
             else:
-                self._route(iid, seq, notice.message)
+                self.route(iid, seq, notice.message)
         """,
         what="a live receiver gets the sender's object, not the stored bytes",
     ),
@@ -130,13 +130,13 @@ PLANTS: dict[str, Plant] = {
     # A start whose caller was cancelled after its commit (64@2): written
     # 'running', never run here, and never taken over (its node lives).
     "cancelled-start": Plant(
-        "actors._system",
-        "ActorSystem._start",
+        "actors._lifecycle",
+        "Lifecycle.start",
         old="""
             results = await commit_through(
                 self.journal,
                 start.txn,
-                lambda _: self._spawn_system_task(self._reload_when_back, iid),
+                lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
             )
         """,
         new="results = await self.journal.commit(start.txn)  # planted: no in-doubt path",

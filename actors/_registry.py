@@ -4,16 +4,17 @@ idle sweep (passivation), takeover on shared journals, recovery at open and
 shutdown at close.
 
 `Activation` is a base of `ActorSystem`; its methods read the system's own
-state (``self._live``, ``self.journal``, ...), set up in
+state (``self.live``, ``self.journal``, ...), set up in
 `ActorSystem.__init__`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -31,90 +32,69 @@ from storage import (
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
+from ._context import Context
+from ._holds import Holds
 from ._instance import Actor, LoadedState, read_state
 from ._interfaces import ActorAPI
 from ._messages import StoredMessage
 from ._process import ProcessDef
+from .errors import InvalidArguments, UnknownProcess
 
 if TYPE_CHECKING:
-    from ._interfaces import SystemAPI as _SystemAPI
-    from ._nodes import NodeView
-else:
-    _SystemAPI = object  # for type checkers only: what ActorSystem provides
+    from ._interfaces import SystemAPI
 
 log = logging.getLogger("actors")
 
 RELOAD_AFTER = 0.1  # seconds before an instance that lost the journal is loaded again
 YIELD_EVERY = 256  # items a long loop handles between schedule points
-STALL_RETRY_FIRST = 1.0  # seconds; see Activation._resume_stalled
+STALL_RETRY_FIRST = 1.0  # seconds; see Registry._resume_stalled
 STALL_RETRY_MAX = 60.0
 ENDS_KEPT = 10_000  # ended instances whose final state is kept for handle reads
 STUCK_NAMED = 20  # instances of one unregistered process named at open; then a count
+LEASE_LOOK = 0.1  # seconds between looks at a lost lease (see activate_when_leased)
 HOLD_BATCH = 2_000  # writes per transaction marking instances stuck at open
 
 
-class Holds:
-    """Instances being brought into memory, or held off it while something
-    is written of them (a cancel, a dropped message): a set of ids whose
-    holders say when they let go, so that whoever waits for one sleeps
-    until then instead of polling."""
+class Registry:
+    """The instances in memory, and the processes that run them: a part of
+    `ActorSystem` (see the module docstring)."""
 
-    __slots__ = ("_released",)
-
-    def __init__(self) -> None:
-        self._released: dict[bytes, trio.Event] = {}
-
-    def __contains__(self, iid: bytes) -> bool:
-        return iid in self._released
-
-    def __len__(self) -> int:
-        return len(self._released)
-
-    def __iter__(self) -> Iterator[bytes]:
-        return iter(self._released)
-
-    def add(self, iid: bytes) -> None:
-        if iid not in self._released:
-            self._released[iid] = trio.Event()
-
-    def discard(self, iid: bytes) -> None:
-        released = self._released.pop(iid, None)
-        if released is not None:
-            released.set()
-
-    async def wait_released(self, iid: bytes) -> None:
-        """Return once ``iid`` is not held (at once if it is not)."""
-        released = self._released.get(iid)
-        if released is not None:
-            await released.wait()
-
-
-class Activation(_SystemAPI):
-    """The activation half of `ActorSystem` (see the module docstring)."""
-
-    # Set up by ActorSystem.__init__ (see there for what each holds).
-    _live: dict[bytes, Actor]
-    _activating: Holds
-    _landing: dict[bytes, trio.Event]  # activations waiting for what was in flight ("async")
-    _routed_absent: set[bytes]
-    _creating: dict[bytes, trio.Event]
-    _foreign: set[bytes]
-    _said_stuck: dict[bytes, str]
-    _ends: OrderedDict[bytes, tuple[str, InstanceRecord]]
-    _seen: OrderedDict[bytes, tuple[str, InstanceRecord]]
-    _stalled_iids: set[bytes]
-    _resuming: bool
-    _status_events: dict[bytes, trio.Event]
-    _corrupt: dict[bytes, JournalCorrupt]
-    takeover_interval: float
-    _nursery: trio.Nursery | None
-    _closing: bool
-    _sweep_parking: Parking
-    nodes: NodeView
+    def __init__(self, system: SystemAPI, processes: Iterable[ProcessDef[..., Any]]) -> None:
+        self.system = system
+        self.journal = system.journal
+        self.procs: dict[str, ProcessDef[..., Any]] = {}
+        for proc in processes:
+            if not isinstance(proc, ProcessDef):
+                raise InvalidArguments(
+                    f"processes=[...] takes definitions made with @actors.process, got {proc!r}"
+                )
+            if proc.template in self.procs and self.procs[proc.template] is not proc:
+                raise InvalidArguments(
+                    f"two process definitions share the template {proc.template!r}; "
+                    "a template names one definition (keep it when the code changes)"
+                )
+            self.procs[proc.template] = proc
+        self.live: dict[bytes, Actor] = {}
+        self.activating = Holds()  # see activate, Lifecycle.cancel_iid
+        # Activations waiting for what was in flight ("async"; see activate).
+        self.landing: dict[bytes, trio.Event] = {}
+        # Instances mail was routed to while no actor was live (see run_created)
+        self.routed_absent: set[bytes] = set()
+        self.foreign: set[bytes] = set()  # instances of processes not registered here
+        self.said_stuck: dict[bytes, str] = {}  # see stuck
+        self.stalled_iids: set[bytes] = set()  # see stalled
+        self.resuming = False
+        # Why each instance marked corrupt in this session is: the record
+        # that did not decode (see corrupt_error).
+        self.corrupt: dict[bytes, JournalCorrupt] = {}
+        self.takeover_interval = 0.25 * system.journal.poll_scale
+        self.nursery: trio.Nursery | None = None  # the system's (set by open_system)
+        self.closing = False
+        self.sweep_parking = Parking()  # see sweep_idle
 
     # -- activation ------------------------------------------------------------
 
-    def _run_created(
+    def run_created(
         self,
         iid: bytes,
         address: str,
@@ -127,45 +107,45 @@ class Activation(_SystemAPI):
 
         Between the commit of the record and this call, a sender can commit
         a message to the instance and find no actor to hand it to: it asks
-        for an activation (`_route`). Invariant: such mail is never left
+        for an activation (`Router.route`). Invariant: such mail is never left
         unread. The activation may have run already, loading the instance
         from the journal: then its actor is the one, and it is returned.
         Else the new actor reads its state from the journal before it runs,
         as an activated one does (its mailbox holds the message).
         """
-        existing = self._live.get(iid)
+        existing = self.live.get(iid)
         if existing is not None:
             return existing
         # Its record is what was just written: the journal takes its writes
         # afresh (an earlier life in memory of this id, its creation lost
         # with one of its own writes, left its chain refused: LostChains).
         self.journal.resume_chain(iid)
-        loaded = iid not in self._routed_absent
-        self._routed_absent.discard(iid)
+        loaded = iid not in self.routed_absent
+        self.routed_absent.discard(iid)
         # The end kept of an earlier incarnation (a cancelled one this start
-        # replaces) is no longer what the journal holds (see `_final_end`).
-        self._ends.pop(iid, None)
-        actor = Actor(self, iid, address, proc, record, loaded=loaded, epoch=epoch)
-        self._live[iid] = actor
-        self.nodes.running(iid)
+        # replaces) is no longer what the journal holds (see `Statuses.final_end`).
+        self.system.statuses.ends.pop(iid, None)
+        actor = Actor(self.system, iid, address, proc, record, loaded=loaded, epoch=epoch)
+        self.live[iid] = actor
+        self.system.nodes.running(iid)
         self._run_actor(actor)
         return actor
 
     def _run_actor(self, actor: Actor) -> None:
         # The actor's task runs its main alone (it handles a lost journal
         # itself): no frame of ours stays beneath every live instance.
-        assert self._nursery is not None
-        self._nursery.start_soon(actor.main, name=f"actor {actor.address}")
+        assert self.nursery is not None
+        self.nursery.start_soon(actor.main, name=f"actor {actor.address}")
 
-    def _run_admitted(self, row: InstanceRow, epoch: int) -> None:
+    def run_admitted(self, row: InstanceRow, epoch: int) -> None:
         """Run an instance a queue just turned from queued to running; ``row``
         is its record as read before (a queued instance never ran, so it has
         no log or timers; its mailbox may hold what was sent to it while it
         waited, which it reads as it starts). One being cancelled or
-        activated meanwhile goes the usual way, through `_activate`."""
-        proc = self._procs.get(row.process)
-        if proc is None or row.iid in self._live or row.iid in self._activating:
-            self._activate(row.iid)
+        activated meanwhile goes the usual way, through `activate`."""
+        proc = self.procs.get(row.process)
+        if proc is None or row.iid in self.live or row.iid in self.activating:
+            self.activate(row.iid)
             return
         if self.journal.reads_at_once:
             # A local journal: one look at the mailbox here (most are empty)
@@ -179,29 +159,29 @@ class Activation(_SystemAPI):
                 # never left admitted with nothing running it.
                 pass
             else:
-                actor = self._run_created(row.iid, row.address, proc, row.record, epoch)
+                actor = self.run_created(row.iid, row.address, proc, row.record, epoch)
                 for seq, message in mail:
                     actor.deliver(seq, StoredMessage.from_stored(message))
                 return
-        self._routed_absent.add(row.iid)  # its actor reads its mailbox: see _run_created
-        self._run_created(row.iid, row.address, proc, row.record, epoch)
+        self.routed_absent.add(row.iid)  # its actor reads its mailbox: see run_created
+        self.run_created(row.iid, row.address, proc, row.record, epoch)
 
-    def _activate_for_mail(self, iid: bytes) -> None:
+    def activate_for_mail(self, iid: bytes) -> None:
         """Mail for ``iid`` was committed (here, or by another node that
         notified this one) and no actor here took it: bring the instance in.
 
         Invariant: such mail is never left unread. An instance being created
-        here meanwhile reads its mailbox as it starts (`_run_created`); one
+        here meanwhile reads its mailbox as it starts (`run_created`); one
         whose start on this system is still deciding is activated once that
-        start is over (see `ActorSystem._start`), never claimed under it (a
+        start is over (see `Lifecycle.start`), never claimed under it (a
         second claim here would fence out the actor the start makes)."""
-        self._routed_absent.add(iid)
-        if iid not in self._creating:
-            self._activate(iid)
+        self.routed_absent.add(iid)
+        if iid not in self.system.lifecycle.creating:
+            self.activate(iid)
 
-    def _activate(self, iid: bytes) -> None:
+    def activate(self, iid: bytes) -> None:
         """Bring the instance into memory if it is on disk (replaying it)."""
-        if iid in self._live or iid in self._activating or self._closing:
+        if iid in self.live or iid in self.activating or self.closing:
             return
         if self.journal.durability == "async":
             # Invariant: an instance is read only once what it wrote has
@@ -209,9 +189,9 @@ class Activation(_SystemAPI):
             # told its last writes were done while they were still queued;
             # read before they land, it would run again from where it was
             # (a cancelled one would run on).
-            if iid not in self._landing:
-                self._landing[iid] = trio.Event()
-                self._spawn_system_task(self._activate_landed, iid)
+            if iid not in self.landing:
+                self.landing[iid] = trio.Event()
+                self.spawn_system_task(self._activate_landed, iid)
             return
         self._activate_now(iid)
 
@@ -219,14 +199,14 @@ class Activation(_SystemAPI):
         try:
             await self.journal.flush()
         except JournalUnavailable as exc:
-            self._journal_lost(iid, exc)
+            self.journal_lost(iid, exc)
             return
         except JournalFull:  # (its empty write did not fit: try again)
-            self._spawn_system_task(self._activate_later, iid, 0.05)
+            self.spawn_system_task(self.activate_later, iid, 0.05)
             return
         finally:
-            self._landing.pop(iid).set()
-        if not (iid in self._live or iid in self._activating or self._closing):
+            self.landing.pop(iid).set()
+        if not (iid in self.live or iid in self.activating or self.closing):
             self._activate_now(iid)
 
     def _activate_now(self, iid: bytes) -> None:
@@ -242,20 +222,20 @@ class Activation(_SystemAPI):
             except JournalCorrupt:
                 pass
             except JournalUnavailable as exc:  # (an outage: never the caller's error)
-                self._journal_lost(iid, exc)
+                self.journal_lost(iid, exc)
                 return
             else:
                 row = state[0]
                 proc = self._proc_to_run(iid, row)
                 if proc is not None:
-                    self.nodes.claimed(iid, 0)  # the base claim: 0, at once
+                    self.system.nodes.claimed(iid, 0)  # the base claim: 0, at once
                     self._run_actor(self._take_in(iid, row, proc, 0, state))
                 return
-        self._activating.add(iid)
-        assert self._nursery is not None
-        self._nursery.start_soon(self._activate_task, iid)
+        self.activating.add(iid)
+        assert self.nursery is not None
+        self.nursery.start_soon(self._activate_task, iid)
 
-    def _journal_lost(self, iid: bytes, exc: JournalUnavailable) -> None:
+    def journal_lost(self, iid: bytes, exc: JournalUnavailable) -> None:
         """Loading or running the instance met a lost journal connection:
         load it again once the journal answers (from what was committed);
         never end the system for it."""
@@ -265,30 +245,30 @@ class Activation(_SystemAPI):
             exc,
             extra={"actors_address": iid.hex()},
         )
-        self._spawn_system_task(self._reload_when_back, iid)
+        self.spawn_system_task(self.reload_when_back, iid)
 
-    async def _reload_when_back(self, iid: bytes) -> None:
+    async def reload_when_back(self, iid: bytes) -> None:
         await trio.sleep(RELOAD_AFTER)
-        await self.outages.back()
+        await self.system.outages.back()
         await self.journal.flush()  # (a write still in flight lands first)
-        self._status_changed(iid)  # its handles read what was committed
-        self._activate(iid)
+        self.system.statuses.changed(iid)  # its handles read what was committed
+        self.activate(iid)
 
     async def _activate_task(self, iid: bytes) -> None:
         try:
             actor = await self._load_actor(iid)
         except JournalUnavailable as exc:
-            self._journal_lost(iid, exc)
+            self.journal_lost(iid, exc)
             return
         finally:
-            self._activating.discard(iid)
+            self.activating.discard(iid)
         if actor is not None:
             self._run_actor(actor)
 
     async def _load_actor(self, iid: bytes) -> Actor | None:
         """The actor of a live instance on disk, claimed and in the live
         table; None if there is none to run here. Its actor reads the rest
-        of its state itself, once in the live table (see `_activate`)."""
+        of its state itself, once in the live table (see `activate`)."""
         try:
             row = await self.journal.read(lambda r: r.instance(iid))
         except JournalCorrupt as exc:
@@ -300,8 +280,8 @@ class Activation(_SystemAPI):
             return None
         assert row is not None  # an absent row has no process to run
         epoch = await self.journal.claim(iid)
-        self.nodes.claimed(iid, epoch)
-        if epoch is None or iid in self._live:
+        self.system.nodes.claimed(iid, epoch)
+        if epoch is None or iid in self.live:
             return None  # another live node owns it (and was told of its mail)
         return self._take_in(iid, row, proc, epoch, None)
 
@@ -309,15 +289,15 @@ class Activation(_SystemAPI):
         """The process to run the instance of ``row`` with; None if it is
         not live, not this system's, or already in memory."""
         if row is None or row.status not in LIVE_STATUSES:
-            self._routed_absent.discard(iid)  # nothing to create meanwhile: it ended
+            self.routed_absent.discard(iid)  # nothing to create meanwhile: it ended
             return None
-        proc = self._procs.get(row.process)
+        proc = self.procs.get(row.process)
         if proc is None:
-            if iid not in self._foreign:  # said once (at open, for a local journal)
-                self._foreign.add(iid)
+            if iid not in self.foreign:  # said once (at open, for a local journal)
+                self.foreign.add(iid)
                 _events.unregistered(row.address, row.process)
             return None
-        if iid in self._live:
+        if iid in self.live:
             return None  # a concurrent activation won: claiming again would fence it out
         return proc
 
@@ -331,37 +311,37 @@ class Activation(_SystemAPI):
     ) -> Actor:
         """The actor of a claimed instance, in the live table; it loads from
         ``state`` if given (read where nothing ran since), else reads."""
-        actor = Actor(self, iid, row.address, proc, None, epoch=epoch)
-        self._live[iid] = actor
+        actor = Actor(self.system, iid, row.address, proc, None, epoch=epoch)
+        self.live[iid] = actor
         if state is not None:
             actor.preload(state)
-        self._routed_absent.discard(iid)  # it loads its mailbox (see _run_created)
-        self._ends.pop(iid, None)  # a stalled instance's last state (see _stalled)
+        self.routed_absent.discard(iid)  # it loads its mailbox (see run_created)
+        self.system.statuses.ends.pop(iid, None)  # a stalled instance's last state (see stalled)
         return actor
 
-    def _forget(self, actor: ActorAPI) -> None:
-        if self._live.get(actor.iid) is actor:
-            del self._live[actor.iid]
+    def forget(self, actor: ActorAPI) -> None:
+        if self.live.get(actor.iid) is actor:
+            del self.live[actor.iid]
             # A cancel waiting for this actor to leave memory looks again.
-            event = self._status_events.pop(actor.iid, None)
+            event = self.system.statuses.events.pop(actor.iid, None)
             if event is not None:
                 event.set()
-            self.nodes.forgotten(actor.iid)
+            self.system.nodes.forgotten(actor.iid)
 
-    def _ended(self, actor: ActorAPI, status: str) -> None:
-        self._forget(actor)
-        self.queues.ended(actor.iid, status)  # its slot, if it holds one, frees
+    def ended(self, actor: ActorAPI, status: str) -> None:
+        self.forget(actor)
+        self.system.queues.ended(actor.iid, status)  # its slot, if it holds one, frees
         # The final state of what just ended answers handle reads (result(),
         # status) without a journal read each: on a remote journal that read
         # is a blocking round trip on the trio thread. Bounded, oldest out.
         # Its exports as they are durable: one that left memory with a
         # publish that never landed (a full journal) shows the one before,
         # as its reload will.
-        self._ends[actor.iid] = (status, actor.durable_record())
-        if len(self._ends) > ENDS_KEPT:
-            self._ends.popitem(last=False)
+        self.system.statuses.ends[actor.iid] = (status, actor.durable_record())
+        if len(self.system.statuses.ends) > ENDS_KEPT:
+            self.system.statuses.ends.popitem(last=False)
 
-    def _stalled(self, actor: ActorAPI, exc: JournalFull) -> None:
+    def stalled(self, actor: ActorAPI, exc: JournalFull) -> None:
         """``actor``'s own write found the journal full (or its disk): it
         leaves memory suspended with ``last_error``, and is activated again
         (replayed from what the journal holds) once there may be room."""
@@ -374,29 +354,29 @@ class Activation(_SystemAPI):
         # Handle reads see the actor's suspended state with last_error (the
         # journal could not take it); the next activation drops it (see
         # _activate_task).
-        self._status_changed(actor.iid)
-        self._ended(actor, "suspended")
+        self.system.statuses.changed(actor.iid)
+        self.ended(actor, "suspended")
         self._resume_later(actor.iid)
 
     def _resume_later(self, iid: bytes) -> None:
         """Activate ``iid`` again in the next round of `_resume_stalled`."""
-        self._stalled_iids.add(iid)
-        if not self._resuming:
-            self._resuming = True
-            self._spawn_system_task(self._resume_stalled)
+        self.stalled_iids.add(iid)
+        if not self.resuming:
+            self.resuming = True
+            self.spawn_system_task(self._resume_stalled)
 
-    def _write_lost(self, iid: bytes, exc: BaseException) -> None:
+    def write_lost(self, iid: bytes, exc: BaseException) -> None:
         """A write of the instance failed (one nobody waited for: "async"
         durability's acknowledged writes, deferred ones; or one whose waiter
         may have gone, cancelled, before it learned): memory is ahead of the
         journal, and the journal takes none of the instance's
         writes until it is loaded again (see `storage.LostChains`). A live
         instance stops at its next suspension or write and is loaded again
-        as one stalled (`_stalled`); one already out of memory (ended, say)
+        as one stalled (`stalled`); one already out of memory (ended, say)
         is brought back from what was committed. As after a crash within
         the "async" window, the steps since its last committed write may
         run again."""
-        actor = self._live.get(iid)
+        actor = self.live.get(iid)
         address = iid.hex() if actor is None else actor.address
         log.error(
             "a write of instance %s failed (%s: %s); it is loaded again from what the "
@@ -407,23 +387,23 @@ class Activation(_SystemAPI):
             extra={"actors_address": address},
         )
         if actor is not None and not actor.done:
-            actor.write_lost(exc)  # it comes back here (_reload_lost) as it leaves memory
+            actor.write_lost(exc)  # it comes back here (reload_lost) as it leaves memory
         else:
-            self._reload_lost(iid)
+            self.reload_lost(iid)
 
-    def _reload_lost(self, iid: bytes) -> None:
+    def reload_lost(self, iid: bytes) -> None:
         """Load ``iid``, out of memory now, again from what the journal
-        holds: a write of its last run was lost (see `_write_lost`)."""
-        self._ends.pop(iid, None)
-        self._seen.pop(iid, None)
-        self._status_changed(iid)
+        holds: a write of its last run was lost (see `write_lost`)."""
+        self.system.statuses.ends.pop(iid, None)
+        self.system.statuses.seen.pop(iid, None)
+        self.system.statuses.changed(iid)
         self._resume_later(iid)
 
-    def _stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None:
+    def stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None:
         """``actor``'s replay is stuck (``held``, see `Ends.diverge`): it left
         memory suspended. Said once per reason: mail to it replays it again."""
-        if self._said_stuck.get(actor.iid) != held:
-            self._said_stuck[actor.iid] = held
+        if self.said_stuck.get(actor.iid) != held:
+            self.said_stuck[actor.iid] = held
             _events.stuck(actor.address, held, exc)
 
     async def _resume_stalled(self) -> None:
@@ -433,57 +413,57 @@ class Activation(_SystemAPI):
         # outage met on the way (this task then runs again, see
         # JournalWatch.keep_running) must not lose the rest of the round.
         # Sorted, so that a seed of the simulation replays alike.
-        self._resuming = True
+        self.resuming = True
         delay = STALL_RETRY_FIRST
         try:
             while True:
                 await trio.sleep(delay)
-                if not self._stalled_iids:
+                if not self.stalled_iids:
                     return  # nothing stalled again since the last round
-                for iid in sorted(self._stalled_iids):
-                    actor = self._live.get(iid)
+                for iid in sorted(self.stalled_iids):
+                    actor = self.live.get(iid)
                     if actor is not None:
                         if not actor.done:  # back in memory meanwhile (loaded afresh)
-                            self._stalled_iids.discard(iid)
+                            self.stalled_iids.discard(iid)
                         continue  # else still on its way out: the next round
-                    self._activate(iid)
-                    self._stalled_iids.discard(iid)
+                    self.activate(iid)
+                    self.stalled_iids.discard(iid)
                 delay = min(delay * 2, STALL_RETRY_MAX)
         finally:
-            self._resuming = False
+            self.resuming = False
 
-    def _timer_due(self, iid: bytes, now: float) -> None:
-        actor = self._live.get(iid)
+    def timer_due(self, iid: bytes, now: float) -> None:
+        actor = self.live.get(iid)
         if actor is None:
-            self._activate(iid)
+            self.activate(iid)
         elif actor.loaded and not actor.done:
             actor.timers_due(now)
 
-    async def _mark_corrupt(self, actor: ActorAPI, exc: JournalCorrupt) -> None:
+    async def mark_corrupt(self, actor: ActorAPI, exc: JournalCorrupt) -> None:
         _events.corrupt(actor.address, exc)
         await self._set_corrupt(actor.iid, exc)
-        self._status_changed(actor.iid)
+        self.system.statuses.changed(actor.iid)
 
-    async def _records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
+    async def records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
         """A record of the instance that its run never reads (a stream value,
         a consumer's cursor, the mail counter a sender met) is damaged: the
         instance is marked corrupt all the same, as if its run had met the
         record, so its handles raise instead of waiting on it. A live one stops at its
         next suspension (see `Actor.corrupted`), writing nothing more."""
-        actor = self._live.get(iid)
+        actor = self.live.get(iid)
         if actor is not None and not actor.done:
             actor.corrupted(exc)
             return
-        if iid in self._corrupt:
+        if iid in self.corrupt:
             return
         _events.corrupt(address, exc)
         await self._set_corrupt(iid, exc)
-        self._status_changed(iid)
+        self.system.statuses.changed(iid)
 
     async def _set_corrupt(self, iid: bytes, exc: JournalCorrupt) -> None:
         """Record that the instance is corrupt (status only: its records stay
         as they are, for a restore or a cleanup)."""
-        self._corrupt[iid] = exc
+        self.corrupt[iid] = exc
         txn = Txn()
         txn.set_status(iid, "corrupt")
         try:
@@ -491,10 +471,10 @@ class Activation(_SystemAPI):
         except Exception:  # noqa: BLE001 - the header itself may be unreadable
             log.exception("could not mark %s corrupt", iid.hex())
 
-    def _corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt:
+    def corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt:
         """What a call addressing a corrupt instance raises: the first of its
         records that does not decode, by database and key."""
-        found = self._corrupt.get(iid)
+        found = self.corrupt.get(iid)
         if found is None:  # marked in an earlier session: find the record again
             try:
                 with self.journal.reader() as r:
@@ -504,7 +484,7 @@ class Activation(_SystemAPI):
                         r.mailbox(iid)
                         r.timers(iid)
             except JournalCorrupt as exc:
-                found = self._corrupt[iid] = exc
+                found = self.corrupt[iid] = exc
         if found is None:
             return JournalCorrupt(
                 f"{address!r} is marked corrupt (database 'instances', key {iid.hex()}), "
@@ -521,7 +501,7 @@ class Activation(_SystemAPI):
 
     # -- recovery and shutdown ---------------------------------------------------
 
-    async def _sweep_idle(self) -> None:
+    async def sweep_idle(self) -> None:
         """Passivate instances idle for ``passivate_after`` seconds.
 
         One task for the system rather than a deadline per suspension, which
@@ -531,15 +511,15 @@ class Activation(_SystemAPI):
         with nothing parked it sleeps until an instance parks
         (`_instance_idle`): virtual time under a MockClock jumps straight to
         the next timer instead of stepping through sweeps."""
-        if self.passivate_after <= 0:
+        if self.system.passivate_after <= 0:
             return  # they passivate at every suspension themselves
-        after = self.passivate_after
+        after = self.system.passivate_after
         granularity = max(after / 4, 0.01)
         while True:
             now = trio.current_time()
             cutoff = now - after
             earliest = math.inf
-            for actor in list(self._live.values()):
+            for actor in list(self.live.values()):
                 if actor.parked is not None:
                     if actor.idle_since <= cutoff:
                         actor.request_passivation()
@@ -548,28 +528,28 @@ class Activation(_SystemAPI):
             if earliest == math.inf:
                 # Invariant: the sweep is parked only while nothing is parked,
                 # and no instance can park between the scan and this wait.
-                await self._sweep_parking.park()
+                await self.sweep_parking.park()
                 continue
             # An instance parking meanwhile is due at now + after or later,
             # past this wake-up (earliest + after <= now + after).
             await trio.sleep_until(max(earliest + after, now + granularity))
 
-    def _instance_idle(self) -> None:
+    def instance_idle(self) -> None:
         """An instance parked with nothing to do: give the idle sweep a deadline."""
-        self._sweep_parking.wake()
+        self.sweep_parking.wake()
 
-    async def _take_over(self) -> None:
+    async def take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone,
         and let go of those this node may have lost with its lease."""
         while True:
-            self.nodes.let_go_of_the_lost()
+            self.system.nodes.let_go_of_the_lost()
             for iid in await self.journal.orphans():
-                if iid not in self._foreign:
-                    self._activate(iid)
+                if iid not in self.foreign:
+                    self.activate(iid)
             await trio.sleep(self.takeover_interval)
 
-    async def _recover(self) -> None:
-        procs = self._procs
+    async def recover(self) -> None:
+        procs = self.procs
         # On a shared journal another node may run what this one does not register.
         local = not self.journal.shared
 
@@ -606,12 +586,12 @@ class Activation(_SystemAPI):
         # A child whose parent ended while the system was down is not stranded.
         for iid, address, reason in found.orphans:
             try:
-                await self._cancel_iid(iid, address, reason)
+                await self.system.lifecycle.cancel_iid(iid, address, reason)
             except (JournalFull, JournalUnavailable) as exc:
                 # Never fail the open for it: tried again in the background,
                 # with backoff, until the journal takes it.
                 log.error("could not cancel %r yet (%s): %s; trying again", address, reason, exc)
-                self._spawn_system_task(self._cancel_iid, iid, address, reason)
+                self.spawn_system_task(self.system.lifecycle.cancel_iid, iid, address, reason)
         await self._hold_unregistered(found.unregistered)
         # Stuck as an earlier run recorded (held by this system's own
         # processes): replayed on this code all the same, each warning again
@@ -632,7 +612,7 @@ class Activation(_SystemAPI):
             corrupt=len(found.broken),
         )
         for n, iid in enumerate(found.wanted, 1):
-            self._activate(iid)
+            self.activate(iid)
             if n % YIELD_EVERY == 0:
                 await trio.lowlevel.checkpoint()  # let the first ones start running
 
@@ -644,7 +624,7 @@ class Activation(_SystemAPI):
         named: Counter[str] = Counter()
         txn = Txn()
         for row in rows:
-            self._foreign.add(row.iid)
+            self.foreign.add(row.iid)
             named[row.process] += 1
             if named[row.process] <= STUCK_NAMED:
                 _events.unregistered(row.address, row.process)
@@ -679,17 +659,52 @@ class Activation(_SystemAPI):
             # out); the next open writes them again.
             log.error("could not record which instances are stuck: %s", exc)
 
-    async def _shutdown(self) -> None:
+    async def shutdown(self) -> None:
         # Closing is not a cancel: instances stay as they are in the journal
         # and resume on the next open. Submit what they have ridden so far.
-        self._closing = True
-        _events.closing(self.journal, live=len(self._live))
-        for actor in list(self._live.values()):
+        self.closing = True
+        _events.closing(self.journal, live=len(self.live))
+        for actor in list(self.live.values()):
             if actor.loaded and not actor.done:
                 try:
                     actor.flush()
                 except Exception:  # noqa: BLE001
                     log.exception("could not flush %r on close", actor.address)
+
+    def definition(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]:
+        template = proc.template if isinstance(proc, ProcessDef) else proc
+        found = self.procs.get(template)
+        if found is None:
+            known = ", ".join(sorted(self.procs)) or "none"
+            raise UnknownProcess(
+                f"process {template!r} is not registered with this system (registered: "
+                f"{known}); pass it in open_system(journal, processes=[...])"
+            )
+        return found
+
+    def make_context(self, actor: ActorAPI) -> Context:
+        return Context(actor)
+
+    def spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` in the background; a full or lost journal runs it
+        again (backing off) rather than ending the system."""
+        if self.nursery is not None and not self.closing:
+            task = functools.partial(fn, *args)
+            self.nursery.start_soon(
+                self.system.outages.keep_running, task, f"the system task {fn.__name__}"
+            )
+
+    async def activate_when_leased(self, iid: bytes) -> None:
+        """Bring the instance in once this node holds its lease again (an
+        instance it made while the lease was lost is its own, and would
+        otherwise wait for something to need it)."""
+        while self.journal.lease_term() is None:
+            await trio.sleep(LEASE_LOOK)
+        self.activate(iid)
+
+    async def activate_later(self, iid: bytes, delay: float) -> None:
+        await trio.sleep(delay)
+        self.activate(iid)
 
 
 @attrs.define

@@ -1,0 +1,438 @@
+"""Starting, cancelling and restarting instances, in memory or on disk, here or on
+another node: the internals behind `ActorSystem.cancel` and supervision's
+restarts.
+
+Invariant (see `Lifecycle.cancel_iid`): a cancel wins over a restart.
+`Lifecycle` is a part of `ActorSystem`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from storage import (
+    LIVE_STATUSES,
+    MAX_ADDRESS_BYTES,
+    UNFINISHED_STATUSES,
+    InstanceRecord,
+    Txn,
+    encode,
+    instance_id,
+)
+from storage.errors import CommitOutcomeUnknown, Conflict, JournalUnavailable
+
+from . import _asks, _protocol, _saga, _supervision as _sup, _tracing
+from ._checks import check_text
+from ._handles import Handle
+from ._log import children_named
+from ._process import ProcessDef
+from ._queues import Queue, waiting_rows
+from ._records import Signal
+from ._sending import commit_through
+from ._statuses import state_of
+from .errors import InvalidArguments, LimitExceeded, UnknownProcess
+
+if TYPE_CHECKING:
+    from ._interfaces import ActorAPI, SystemAPI
+
+__all__ = ["Lifecycle"]
+
+
+class Lifecycle:
+    """Starts, cancels and restarts: a part of `ActorSystem` (see the module docstring)."""
+
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self.journal = system.journal
+        self.creating: dict[bytes, trio.Event] = {}  # starts deciding (see start)
+        self.cancelling: dict[bytes, trio.Event] = {}  # see cancel_iid
+
+    async def cancel_iid(
+        self, iid: bytes, address: str, reason: str, *, compensate: bool = False
+    ) -> bool:
+        # Invariant: a cancel wins over a restart. An actor told to cancel
+        # while it crashes may still write its restart and leave memory
+        # (the next run waits out a delay in Registry.activate_later, or is being
+        # activated); so until an actor ends, whatever it left live on disk
+        # is cancelled in turn, with activations of it held off meanwhile.
+        registry = self.system.registry
+        while True:
+            actor = registry.live.get(iid)
+            if actor is not None and not actor.done:
+                actor.cancel(reason, compensate=compensate)
+                while not actor.done and registry.live.get(iid) is actor:
+                    await self.system.statuses.event(iid).wait()
+                if actor.done and actor.status not in LIVE_STATUSES:
+                    return actor.status == "cancelled"
+                continue  # it left memory still live (restarted): cancel that
+            writing = self.cancelling.get(iid)
+            if writing is not None:
+                # Another cancel of it is being written: live when this one
+                # came, it is cancelled once that one is through.
+                await writing.wait()
+                if self.system.statuses.snapshot(iid)[0] == "cancelled":
+                    return True
+                continue
+            creating = self.creating.get(iid)
+            if creating is not None:
+                # A start of it here (or a retry, a fork) is deciding: its
+                # actor runs with the claim that start makes, later than one
+                # made here, so a cancel written on disk meanwhile would be
+                # overwritten as it runs. Let it finish, then cancel what it
+                # brought into memory.
+                await creating.wait()
+                continue
+            landing = registry.landing.get(iid)
+            if landing is not None:
+                # An activation waits for what was in flight ("async"): let
+                # it land, then cancel what it brings into memory.
+                await landing.wait()
+                continue
+            if iid in registry.activating:
+                # An activation is under way (a read or two): let it finish,
+                # then cancel what it brings into memory.
+                await registry.activating.wait_released(iid)
+                continue
+            registry.activating.add(iid)  # activate leaves it alone while this is written
+            self.cancelling[iid] = writing = trio.Event()
+            try:
+                done = await self._cancel_on_disk(iid, address, reason, compensate)
+            except BaseException:
+                # Not cancelled (a full or lost journal): it stays live, and
+                # mail routed to it meanwhile found its activation held off.
+                registry.spawn_system_task(registry.activate_later, iid, 0.0)
+                raise
+            finally:
+                del self.cancelling[iid]
+                registry.activating.discard(iid)
+                writing.set()
+            if done is not None:
+                return done
+            if registry.closing:
+                return False  # it compensates, and ends cancelled, after the next open
+            registry.activate(iid)  # to run its compensations; it ends cancelled after them
+
+    async def _cancel_on_disk(
+        self, iid: bytes, address: str, reason: str, compensate: bool = False
+    ) -> bool | None:
+        """Cancel an instance that is not in memory here (the caller holds
+        off its activation). None: it runs its compensations first, as
+        recorded now (or before), once activated."""
+        row, timers, log, mail = await self.journal.read(lambda r: _on_disk(r, iid))
+        if row is None or row.status not in UNFINISHED_STATUSES:
+            return False
+        if row.status == "queued":
+            return await self._cancel_queued(row, address, reason, compensate)
+        compensating = self._compensates(row, compensate)
+        epoch = await self.journal.claim(iid)
+        if epoch is None:
+            return await self._cancel_remote(iid, address, reason, compensate)
+        if compensating and row.record.failure is not None:
+            return None  # compensating already: it ends once they have run
+        fence = epoch if self.journal.shared else None
+        # Depth first: its children go before it records its own end; and
+        # before them, that its cancel has begun (unless a CANCEL in its
+        # mailbox says so already): see _supervision's cascade.
+        children = children_named(log)
+        if children and not _sup.cancel_marks(mail):
+            try:
+                await _sup.record_cancel(
+                    self.system, iid, reason, compensate=compensate, epoch=fence
+                )
+            except Conflict:
+                return False  # it ended meanwhile (or is owned elsewhere now)
+        await _sup.cancel_children(self.system, children, f"parent {row.address} cancelled")
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, timers, reason, fence, compensate=compensating)],
+            self.system.epoch_now(),
+        )
+        mail = await self.journal.read(lambda r: r.mailbox(iid))
+        # The cancel it records is the one each CANCEL asked for.
+        for seq in _sup.cancel_marks(mail):
+            txn.take_message(iid, seq)
+        # Every ask it owes an answer hears that it ended without one (one
+        # that compensates first: those its run took; its end, the unread).
+        owed = _asks.unanswered_on_disk(log, () if compensating else mail)
+        answers = [_asks.answer(self.system, txn, ask, {"ended": "cancelled"}) for ask in owed]
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return False
+        self.system.statuses.changed(iid)
+        for notice in notices:
+            self.system.router.route(notice.iid, results[notice.slot], notice.message)
+        for after in answers:
+            after(results)
+        return None if compensating else True
+
+    def _compensates(self, row: Any, compensate: bool) -> bool:
+        """Whether cancelling the live instance of ``row`` runs its pending
+        saga compensations first: asked for, its process says so
+        (``compensate_on_cancel``), or it is compensating already. Only a
+        system that registers its process can run them.
+
+        Raises:
+            UnknownProcess: they were asked for, but its process is not registered here.
+        """
+        if row.status not in LIVE_STATUSES or not _saga.pending(row.record):
+            return False
+        proc = self.system.registry.procs.get(row.process)
+        if proc is None:
+            if compensate:
+                raise UnknownProcess(
+                    f"cannot run the compensations of {row.address!r} here: its process "
+                    f"{row.process!r} is not registered by this system; pass it in "
+                    "open_system(processes=[...]), or cancel without compensate=True"
+                )
+            return False
+        return compensate or proc.compensate_on_cancel or row.record.failure is not None
+
+    async def _cancel_queued(
+        self, row: Any, address: str, reason: str, compensate: bool = False
+    ) -> bool | None:
+        """Cancel a queued instance: nothing runs it, so no node need own it;
+        it leaves its queue in the same transaction."""
+        iid = row.iid
+        states = await self.journal.read(lambda r: waiting_rows(r, iid))
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, (), reason, None, states)], self.system.epoch_now()
+        )
+        # Unclaimed, so only while it is still queued: once a queue started
+        # it, its owner cancels it (the next round of this loop).
+        txn.require(iid, frozenset({"queued"}))
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return await self._cancel_on_disk(iid, address, reason, compensate)
+        self.system.statuses.changed(iid)
+        for notice in notices:
+            self.system.router.route(notice.iid, results[notice.slot], notice.message)
+        return True
+
+    async def _cancel_remote(
+        self, iid: bytes, address: str, reason: str, compensate: bool = False
+    ) -> bool:
+        """Cancel an instance another live node owns: ask it, and wait (a while)."""
+        payload: dict[str, Any] = {"reason": reason}
+        if compensate:
+            payload["compensate"] = True
+        await self.system.router.send_system(iid, address, _sup.CANCEL, payload)
+        with trio.move_on_after(10):
+            while True:
+                row = await self.journal.read(lambda r: r.instance(iid))
+                if row is None or row.status not in LIVE_STATUSES:
+                    return row is not None and row.status == "cancelled"
+                await trio.sleep(0.02)
+        return False
+
+    async def restart_iid(self, iid: bytes, address: str, reason: str) -> None:
+        """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
+        actor = self.system.registry.live.get(iid)
+        if actor is not None and not actor.done:
+            actor.restart(reason)  # a cancel asked of it first wins
+            return
+        if iid in self.cancelling:
+            return  # a cancel of it is being written: it wins
+        row = await self.journal.read(lambda r: r.instance(iid))
+        if row is None or row.status not in LIVE_STATUSES:
+            return
+        # Only its owner writes to it: this node, once it claims it (then
+        # read again: what the last owner wrote), else the live node that
+        # runs it, asked as a cancel is (see _cancel_remote).
+        epoch = await self.journal.claim(iid)
+        if epoch is None:
+            await self.system.router.send_system(iid, address, _sup.RESTART, {"reason": reason})
+            return
+        row, timers, log, _ = await self.journal.read(lambda r: _on_disk(r, iid, mail=False))
+        if row is None or row.status not in LIVE_STATUSES:
+            return
+        await _sup.cancel_children(self.system, children_named(log), f"{address} is restarting")
+        restarts = _sup.next_restarts(row.record, reason, self.system.epoch_now())
+        txn = Txn()
+        txn.require(iid, LIVE_STATUSES)
+        if self.journal.shared:
+            txn.fence(iid, epoch)
+        _protocol.next_run(
+            txn,
+            iid,
+            address=address,
+            process=row.process,
+            record=row.record.evolve(restarts=restarts, updated=self.system.epoch_now()),
+            timers=[(timer.run, timer.seq) for timer in timers],
+        )
+        owed = _asks.unanswered_on_disk(log, ())  # taken by the run that ends here
+        answers = [_asks.answer(self.system, txn, ask, {"ended": "restarted"}) for ask in owed]
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return
+        for after in answers:
+            after(results)
+        self.system.statuses.changed(iid)
+        self.system.registry.activate(iid)
+
+    async def start(
+        self,
+        proc: ProcessDef[..., Any],
+        params: tuple[Any, ...],
+        input: dict[str, Any],
+        message: tuple[Signal, Any] | None,
+        *,
+        parent: str | None = None,
+        address: str | None = None,
+        queued: tuple[Queue, int] | None = None,
+        extra: Callable[[Txn], None] | None = None,
+    ) -> tuple[Handle[Any], bool]:
+        for param in params:
+            # ASCII is always valid: only other text pays for the message.
+            if isinstance(param, str) and not (param.isascii() and param.isprintable()):
+                check_text(param, f"a path param of {proc.template!r}")
+        own_address = proc.resolve(*params)
+        address = address or own_address
+        size = len(address.encode())
+        if size > MAX_ADDRESS_BYTES:
+            raise LimitExceeded(
+                f"the address {address[:40]!r}... is {size} bytes, over the limit of "
+                f"{MAX_ADDRESS_BYTES} (storage.MAX_ADDRESS_BYTES); use short ids as path "
+                "params and put the data in the input"
+            )
+        proc.check_input(params, input)
+        encoded_input = encode(input, what="input") if input else None  # refused before a read
+        iid = instance_id(address)
+        registry = self.system.registry
+        while True:
+            actor = registry.live.get(iid)
+            if actor is not None and actor.loaded and not actor.done:
+                if message is not None:
+                    await self.system.router.send_iid(iid, address, *message)
+                return Handle._create(self.system, iid, address, actor.record.incarnation), False
+            waiting = self.creating.get(iid)
+            if waiting is None:
+                break
+            await waiting.wait()
+        self.creating[iid] = done = trio.Event()
+        try:
+            while True:  # once more each time another start (another node's) commits first
+                row, floor = await self.journal.read(lambda r: _protocol.read_for_start(r, iid))
+                if row is not None and row.address != address:
+                    raise InvalidArguments(
+                        f"address {address!r} collides with {row.address!r} in the journal"
+                    )
+                if row is not None and row.status != "cancelled":
+                    self.system.statuses.remember(iid, state_of(row))
+                    if message is not None:
+                        await self.system.router.send_iid(iid, address, *message)
+                    return Handle._create(self.system, iid, address, row.record.incarnation), False
+                start = _protocol.start_txn(
+                    iid,
+                    address=address,
+                    process=proc.template,
+                    params=params,
+                    input=input,
+                    parent=parent,
+                    previous=row,  # a cancelled one starts afresh
+                    floor=floor,
+                    now=self.system.epoch_now(),
+                    max_payload=self.system.max_payload,
+                    message=None if message is None else (message[0].name, message[1]),
+                    trace=_tracing.traceparent(self.system),
+                    status="running" if queued is None else "queued",
+                    encoded_input=encoded_input,
+                )
+                record = start.record
+                if queued is not None:  # not in memory: what handles read
+                    self.system.statuses.remember(iid, ("queued", record))
+                if extra is not None:  # what the caller records with the start (a schedule's tick)
+                    extra(start.txn)
+                try:
+                    if queued is not None:  # it waits for a slot: the queue's pump starts it
+                        await self._enqueue(start.txn, queued, iid, address)
+                        return Handle._create(self.system, iid, address, record.incarnation), True
+                    # (If written with its outcome unknown, it runs once the journal answers.)
+                    results = await commit_through(
+                        self.journal,
+                        start.txn,
+                        lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
+                    )
+                except Conflict as exc:
+                    if exc.reason not in _protocol.START_RACED:
+                        raise
+                    continue
+                break
+            actor = await self.run_started(iid, address, proc, record)
+            if actor is None:
+                return Handle._create(self.system, iid, address, record.incarnation), True
+            if start.message is not None and results:
+                actor.deliver(
+                    results[start.message.slot], _protocol.unpack_message(start.message.message)
+                )
+            self.system.statuses.changed(iid)
+            return Handle._create(self.system, iid, address, record.incarnation), True
+        finally:
+            del self.creating[iid]
+            done.set()
+            if iid in registry.routed_absent and iid not in registry.live:
+                registry.activate(iid)  # mail noticed meanwhile (see Registry.activate_for_mail)
+
+    async def run_started(
+        self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord
+    ) -> ActorAPI | None:
+        """Claim and run an instance whose start (or retry) was just
+        committed; None where it runs elsewhere (another node took it over
+        at once) or later (this node's lease is lost: once it is back)."""
+        try:
+            epoch = await self._claim_written(iid)
+        except JournalUnavailable:  # it is written: it runs once the journal answers
+            self.system.registry.spawn_system_task(self.system.registry.reload_when_back, iid)
+            raise
+        self.system.nodes.claimed(iid, epoch)
+        if epoch is None:
+            if self.journal.lease_term() is None:
+                # No node took it: this one claims nothing while its lease
+                # is lost, and the instance is its own.
+                self.system.registry.spawn_system_task(
+                    self.system.registry.activate_when_leased, iid
+                )
+            return None
+        return self.system.registry.run_created(iid, address, proc, record, epoch)
+
+    async def _claim_written(self, iid: bytes) -> int | None:
+        """Claim ``iid``, whose start is written: shielded where a claim
+        waits (a shared journal), so it runs whatever its caller's
+        cancellation (else a live instance nobody runs until the next open)."""
+        if not self.journal.shared:
+            return await self.journal.claim(iid)  # (at once: this node owns everything)
+        with trio.CancelScope(shield=True):
+            epoch = await self.journal.claim(iid)
+        return epoch
+
+    async def _enqueue(self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str) -> None:
+        """Commit a start transaction as a queued instance's (its waiting entry added)."""
+        self.system.queues.enqueue(txn, queued[0], iid, address, queued[1])
+        # Awaited whatever the durability: the pump poked below reads only
+        # what is committed, and would otherwise miss it until the next poke.
+        try:
+            await self.journal.commit(txn, durable=True)
+        except CommitOutcomeUnknown:  # it may be written: the pump looks once it answers
+            self.system.registry.spawn_system_task(self._poke_when_back, queued[0].name, iid)
+            raise
+        self.system.statuses.changed(iid)
+        self.system.queues.poke(queued[0].name)
+
+    async def _poke_when_back(self, name: str, iid: bytes) -> None:
+        await self.system.outages.back()
+        self.system.statuses.changed(iid)
+        self.system.queues.poke(name)
+
+
+def _on_disk(r: Any, iid: bytes, *, mail: bool = True) -> tuple[Any, Any, Any, Any]:
+    """(row, timers, current run's log, unread mail or [] without ``mail``)
+    of an instance on disk."""
+    row = r.instance(iid)
+    if row is None:
+        return None, [], {}, []
+    unread = r.mailbox(iid) if mail else []
+    return row, r.timers(iid), r.entries(iid, row.record.run), unread
