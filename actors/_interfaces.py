@@ -14,7 +14,6 @@ This module imports only modules below all of them.
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -30,11 +29,17 @@ from ._log import LogEntry
 from ._messages import Asker, StoredMessage
 from ._outages import JournalWatch
 from ._process import ProcessDef
-from ._records import Signal
+from ._records import Queue, Signal
 from ._rides import Rides
 
 __all__ = [
     "ActorAPI",
+    "AsksAPI",
+    "KeysAPI",
+    "NodesAPI",
+    "QueuesAPI",
+    "SchedulesAPI",
+    "TimersAPI",
     "LifecycleAPI",
     "RegistryAPI",
     "RouterAPI",
@@ -112,10 +117,6 @@ class RegistryAPI(Protocol):
 class StatusesAPI(Protocol):
     """What the runtime's modules use of `Statuses` (``actors._statuses``)."""
 
-    ends: OrderedDict[bytes, tuple[str, InstanceRecord]]
-    seen: OrderedDict[bytes, tuple[str, InstanceRecord]]
-    events: dict[bytes, trio.Event]
-
     def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None: ...
 
     def snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
@@ -123,6 +124,12 @@ class StatusesAPI(Protocol):
     async def refresh(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
 
     def remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None: ...
+
+    def keep_end(self, iid: bytes, status: str, record: InstanceRecord) -> None: ...
+
+    def drop_end(self, iid: bytes) -> None: ...
+
+    def forget_reads(self, iid: bytes) -> None: ...
 
     def event(self, iid: bytes) -> trio.Event: ...
 
@@ -173,7 +180,7 @@ class LifecycleAPI(Protocol):
         *,
         parent: str | None = None,
         address: str | None = None,
-        queued: Any = None,
+        queued: tuple[Queue, int] | None = None,
         extra: Callable[[Txn], None] | None = None,
     ) -> tuple[Any, bool]: ...
 
@@ -186,6 +193,84 @@ class LifecycleAPI(Protocol):
     ) -> bool: ...
 
     async def restart_iid(self, iid: bytes, address: str, reason: str) -> None: ...
+
+
+class TimersAPI(Protocol):
+    """What the runtime's modules use of the `TimerService` (``actors._timers``)."""
+
+    async def run(self) -> None: ...
+
+    def schedule(self, due: float, iid: bytes) -> None: ...
+
+
+class QueuesAPI(Protocol):
+    """What the runtime's modules use of the `QueueService` (``actors._queues``)."""
+
+    def choose(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None: ...
+
+    def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None: ...
+
+    def poke(self, name: str) -> None: ...
+
+    def ended(self, iid: bytes, status: str) -> None: ...
+
+    def status_changed(self, iid: bytes) -> None: ...
+
+
+class SchedulesAPI(Protocol):
+    """What the runtime's modules use of the `ScheduleService` (``actors._schedules``)."""
+
+    def status_changed(self, iid: bytes) -> None: ...
+
+
+class NodesAPI(Protocol):
+    """What the runtime's modules use of the `NodeView` (``actors._nodes``)."""
+
+    def claimed(self, iid: bytes, epoch: int | None) -> None: ...
+
+    def running(self, iid: bytes) -> None: ...
+
+    def forgotten(self, iid: bytes) -> None: ...
+
+    def trusted(self, iid: bytes) -> bool: ...
+
+    def owned_elsewhere(self, iid: bytes) -> bool: ...
+
+    def mail_noticed(self, iid: bytes) -> None: ...
+
+    def let_go_of_the_lost(self) -> None: ...
+
+
+class AsksAPI(Protocol):
+    """What the runtime's modules use of the `Asks` in flight (``actors._asks``)."""
+
+    async def ask(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        timeout: float | None,
+        send: Callable[..., Any],
+    ) -> Any: ...
+
+    def hand(self, box: bytes, payload: dict[str, Any]) -> None: ...
+
+    def noticed(self, iid: bytes) -> bool: ...
+
+
+class KeysAPI(Protocol):
+    """What the runtime's modules use of the `KeyedSends` in flight (``actors._keys``)."""
+
+    async def send(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal | None,
+        payload: Any,
+        key: Any,
+        send: Callable[..., Awaitable[None]],
+    ) -> None: ...
 
 
 class SystemAPI(Protocol):
@@ -201,13 +286,7 @@ class SystemAPI(Protocol):
     step_limiter: trio.CapacityLimiter
     thread_limiter: trio.CapacityLimiter
     cursors: dict[tuple[bytes, str], int]  # stream consumers' moves not yet durable
-    timers: Any  # the TimerService
     outages: JournalWatch
-    queues: Any  # the QueueService (actors._queues)
-    schedules: Any  # the ScheduleService (actors._schedules)
-    nodes: Any  # the NodeView (actors._nodes)
-    asks: Any  # the Asks in flight (see _asks)
-    keys: Any  # the KeyedSends: keyed sends in flight (see _keys)
     rides: Rides  # the timer of deferred writes
 
     # The parts (see actors._system).
@@ -222,6 +301,25 @@ class SystemAPI(Protocol):
 
     @property
     def lifecycle(self) -> LifecycleAPI: ...
+
+    # The services.
+    @property
+    def timers(self) -> TimersAPI: ...
+
+    @property
+    def queues(self) -> QueuesAPI: ...
+
+    @property
+    def schedules(self) -> SchedulesAPI: ...
+
+    @property
+    def nodes(self) -> NodesAPI: ...
+
+    @property
+    def asks(self) -> AsksAPI: ...
+
+    @property
+    def keys(self) -> KeysAPI: ...
 
     @property
     def closing(self) -> bool: ...

@@ -12,7 +12,7 @@ import trio
 
 from storage import Journal, LMDBJournal
 
-from . import _control
+from . import _control, _recovery
 from ._process import ProcessDef
 from ._queues import Queue
 from ._system import ActorSystem
@@ -89,7 +89,7 @@ async def open_system(
         system._offset = now() - trio.current_time()
         async with trio.open_nursery() as nursery:
             system.registry.nursery = system.outages.nursery = nursery
-            await system.registry.recover()
+            await _recovery.recover(system.registry)
             system._start_flow(nursery)  # queue pumps and the scheduler
             nursery.start_soon(
                 system.outages.keep_running,

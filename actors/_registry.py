@@ -1,11 +1,10 @@
-"""Bringing instances into memory and out of it: activation, reloads after a
-lost journal connection, stalls on a full journal, corrupt marking, the
-idle sweep (passivation), takeover on shared journals, recovery at open and
-shutdown at close.
+"""The `Registry`, a part of `ActorSystem`: the instances in memory
+(``live``) and the process definitions that run them.
 
-`Activation` is a base of `ActorSystem`; its methods read the system's own
-state (``self.live``, ``self.journal``, ...), set up in
-`ActorSystem.__init__`.
+It brings instances into memory and out: activation, reloads after a lost
+journal connection, stalls on a full journal, corrupt marking, the idle
+sweep (passivation), takeover on shared journals, shutdown at close; and it
+runs the system's own tasks. Recovery at open is in `_recovery`.
 """
 
 from __future__ import annotations
@@ -13,23 +12,19 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from storage import (
     LIVE_STATUSES,
-    CorruptRecord,
     InstanceRecord,
     InstanceRow,
     Parking,
     Txn,
-    instance_id,
 )
-from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
+from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
 from ._context import Context
@@ -49,10 +44,7 @@ RELOAD_AFTER = 0.1  # seconds before an instance that lost the journal is loaded
 YIELD_EVERY = 256  # items a long loop handles between schedule points
 STALL_RETRY_FIRST = 1.0  # seconds; see Registry._resume_stalled
 STALL_RETRY_MAX = 60.0
-ENDS_KEPT = 10_000  # ended instances whose final state is kept for handle reads
-STUCK_NAMED = 20  # instances of one unregistered process named at open; then a count
 LEASE_LOOK = 0.1  # seconds between looks at a lost lease (see activate_when_leased)
-HOLD_BATCH = 2_000  # writes per transaction marking instances stuck at open
 
 
 class Registry:
@@ -124,7 +116,7 @@ class Registry:
         self.routed_absent.discard(iid)
         # The end kept of an earlier incarnation (a cancelled one this start
         # replaces) is no longer what the journal holds (see `Statuses.final_end`).
-        self.system.statuses.ends.pop(iid, None)
+        self.system.statuses.drop_end(iid)
         actor = Actor(self.system, iid, address, proc, record, loaded=loaded, epoch=epoch)
         self.live[iid] = actor
         self.system.nodes.running(iid)
@@ -273,7 +265,7 @@ class Registry:
             row = await self.journal.read(lambda r: r.instance(iid))
         except JournalCorrupt as exc:
             _events.corrupt(iid.hex(), exc)
-            await self._set_corrupt(iid, exc)
+            await self.set_corrupt(iid, exc)
             return None
         proc = self._proc_to_run(iid, row)
         if proc is None:
@@ -316,30 +308,23 @@ class Registry:
         if state is not None:
             actor.preload(state)
         self.routed_absent.discard(iid)  # it loads its mailbox (see run_created)
-        self.system.statuses.ends.pop(iid, None)  # a stalled instance's last state (see stalled)
+        self.system.statuses.drop_end(iid)  # a stalled instance's last state (see stalled)
         return actor
 
     def forget(self, actor: ActorAPI) -> None:
         if self.live.get(actor.iid) is actor:
             del self.live[actor.iid]
             # A cancel waiting for this actor to leave memory looks again.
-            event = self.system.statuses.events.pop(actor.iid, None)
-            if event is not None:
-                event.set()
+            self.system.statuses.activity_changed(actor.iid)
             self.system.nodes.forgotten(actor.iid)
 
     def ended(self, actor: ActorAPI, status: str) -> None:
         self.forget(actor)
         self.system.queues.ended(actor.iid, status)  # its slot, if it holds one, frees
-        # The final state of what just ended answers handle reads (result(),
-        # status) without a journal read each: on a remote journal that read
-        # is a blocking round trip on the trio thread. Bounded, oldest out.
         # Its exports as they are durable: one that left memory with a
         # publish that never landed (a full journal) shows the one before,
         # as its reload will.
-        self.system.statuses.ends[actor.iid] = (status, actor.durable_record())
-        if len(self.system.statuses.ends) > ENDS_KEPT:
-            self.system.statuses.ends.popitem(last=False)
+        self.system.statuses.keep_end(actor.iid, status, actor.durable_record())
 
     def stalled(self, actor: ActorAPI, exc: JournalFull) -> None:
         """``actor``'s own write found the journal full (or its disk): it
@@ -394,8 +379,7 @@ class Registry:
     def reload_lost(self, iid: bytes) -> None:
         """Load ``iid``, out of memory now, again from what the journal
         holds: a write of its last run was lost (see `write_lost`)."""
-        self.system.statuses.ends.pop(iid, None)
-        self.system.statuses.seen.pop(iid, None)
+        self.system.statuses.forget_reads(iid)
         self.system.statuses.changed(iid)
         self._resume_later(iid)
 
@@ -441,7 +425,7 @@ class Registry:
 
     async def mark_corrupt(self, actor: ActorAPI, exc: JournalCorrupt) -> None:
         _events.corrupt(actor.address, exc)
-        await self._set_corrupt(actor.iid, exc)
+        await self.set_corrupt(actor.iid, exc)
         self.system.statuses.changed(actor.iid)
 
     async def records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
@@ -457,10 +441,10 @@ class Registry:
         if iid in self.corrupt:
             return
         _events.corrupt(address, exc)
-        await self._set_corrupt(iid, exc)
+        await self.set_corrupt(iid, exc)
         self.system.statuses.changed(iid)
 
-    async def _set_corrupt(self, iid: bytes, exc: JournalCorrupt) -> None:
+    async def set_corrupt(self, iid: bytes, exc: JournalCorrupt) -> None:
         """Record that the instance is corrupt (status only: its records stay
         as they are, for a restore or a cleanup)."""
         self.corrupt[iid] = exc
@@ -499,7 +483,7 @@ class Registry:
             key=found.key,
         )
 
-    # -- recovery and shutdown ---------------------------------------------------
+    # -- passivation, takeover and shutdown ---------------------------------------------------
 
     async def sweep_idle(self) -> None:
         """Passivate instances idle for ``passivate_after`` seconds.
@@ -548,117 +532,6 @@ class Registry:
                     self.activate(iid)
             await trio.sleep(self.takeover_interval)
 
-    async def recover(self) -> None:
-        procs = self.procs
-        # On a shared journal another node may run what this one does not register.
-        local = not self.journal.shared
-
-        def scan(r: Any) -> _Found:
-            found = _Found()
-            # One bad record must not keep the system (and every other
-            # instance) down: the scan goes past each and reports it here.
-            broken = found.broken
-            # (Queued ones too: a queued child whose parent ended is cancelled,
-            # not started later; the rest wait for their queue's pump.)
-            for status in sorted(LIVE_STATUSES | {"queued"}):
-                for row in r.instances(status, corrupt=broken):
-                    parent = row.record.parent
-                    gone = _parent_gone(r, parent) if parent else None
-                    if gone is not None:
-                        found.orphans.append((row.iid, row.address, f"parent {parent} {gone}"))
-                        continue
-                    if status in LIVE_STATUSES:
-                        if local and row.process not in procs:
-                            found.unregistered.append(row)
-                            continue
-                        found.live.add(row.iid)
-                    held = row.record.held
-                    if status == "running" or row.record.last_error or held:
-                        found.wanted[row.iid] = held
-            for iid in r.instances_with_mail():
-                found.wanted.setdefault(iid, None)
-            return found
-
-        found = await self.journal.read(scan)
-        for bad in found.broken:
-            _events.corrupt(bad.address or bad.iid.hex(), bad.error, at_open=True)
-            await self._set_corrupt(bad.iid, bad.error)
-        # A child whose parent ended while the system was down is not stranded.
-        for iid, address, reason in found.orphans:
-            try:
-                await self.system.lifecycle.cancel_iid(iid, address, reason)
-            except (JournalFull, JournalUnavailable) as exc:
-                # Never fail the open for it: tried again in the background,
-                # with backoff, until the journal takes it.
-                log.error("could not cancel %r yet (%s): %s; trying again", address, reason, exc)
-                self.spawn_system_task(self.system.lifecycle.cancel_iid, iid, address, reason)
-        await self._hold_unregistered(found.unregistered)
-        # Stuck as an earlier run recorded (held by this system's own
-        # processes): replayed on this code all the same, each warning again
-        # if it is still stuck (see Ends.diverge).
-        stuck = Counter(
-            _events.held_kind(held)
-            for held in found.wanted.values()
-            if held and _events.held_kind(held) != _events.UNREGISTERED
-        )
-        stuck[_events.UNREGISTERED] += len(found.unregistered)
-        recorded_stuck = sum(stuck.values()) - len(found.unregistered)
-        resumed = sum(iid in found.live for iid in found.wanted) - recorded_stuck
-        _events.opened(
-            self.journal,
-            resumed=resumed,
-            stuck=stuck,
-            orphans=len(found.orphans),
-            corrupt=len(found.broken),
-        )
-        for n, iid in enumerate(found.wanted, 1):
-            self.activate(iid)
-            if n % YIELD_EVERY == 0:
-                await trio.lowlevel.checkpoint()  # let the first ones start running
-
-    async def _hold_unregistered(self, rows: list[InstanceRow]) -> None:
-        """Say that the instances of ``rows`` cannot run here (their process
-        is not registered), and record it (``held``, ``last_error``) for
-        `list`, `show` and handles; a system that registers the process
-        clears it when it runs them (see `Actor._load`)."""
-        named: Counter[str] = Counter()
-        txn = Txn()
-        for row in rows:
-            self.foreign.add(row.iid)
-            named[row.process] += 1
-            if named[row.process] <= STUCK_NAMED:
-                _events.unregistered(row.address, row.process)
-            held = _events.held_unregistered(row.process)
-            if row.record.held == held:
-                continue  # recorded at an earlier open
-            record = row.record.evolve(
-                held=held, last_error=_events.unregistered_fix(row.address, row.process)
-            )
-            txn.require(row.iid, LIVE_STATUSES)
-            txn.put_instance(
-                row.iid,
-                address=row.address,
-                process=row.process,
-                status=row.status,
-                record=record,
-            )
-            if len(txn.ops) >= HOLD_BATCH:
-                await self._commit_held(txn)
-                txn = Txn()
-        for process, count in named.items():
-            if count > STUCK_NAMED:
-                _events.unregistered_more(process, count - STUCK_NAMED)
-        if txn.ops:
-            await self._commit_held(txn)
-
-    async def _commit_held(self, txn: Txn) -> None:
-        try:
-            await self.journal.commit(txn)
-        except (Conflict, JournalFull) as exc:
-            # The marks only inform list, show and handles (the warnings are
-            # out); the next open writes them again.
-            log.error("could not record which instances are stuck: %s", exc)
-
     async def shutdown(self) -> None:
         # Closing is not a cancel: instances stay as they are in the journal
         # and resume on the next open. Submit what they have ridden so far.
@@ -705,31 +578,3 @@ class Registry:
     async def activate_later(self, iid: bytes, delay: float) -> None:
         await trio.sleep(delay)
         self.activate(iid)
-
-
-@attrs.define
-class _Found:
-    """What recovery's scan of the journal found."""
-
-    #: instances to activate, with the ``held`` each was recorded with (None: not stuck)
-    wanted: dict[bytes, str | None] = attrs.Factory(dict)
-    #: the live instances among those of registered processes
-    live: set[bytes] = attrs.Factory(set)
-    #: live instances of processes this system does not register (local journals)
-    unregistered: list[InstanceRow] = attrs.Factory(list)
-    #: (iid, address, why) of children whose parent ended
-    orphans: list[tuple[bytes, str, str]] = attrs.Factory(list)
-    broken: list[CorruptRecord] = attrs.Factory(list)
-
-
-def _parent_gone(r: Any, parent: str) -> str | None:
-    """How a child's parent is no longer live ("is gone", "completed", ...),
-    or None if it is live. A parent whose record does not decode decides
-    nothing: it is marked corrupt when something addresses it."""
-    try:
-        found = r.instance(instance_id(parent))
-    except JournalCorrupt:
-        return None
-    if found is None:
-        return "is gone"
-    return None if found.status in LIVE_STATUSES else found.status

@@ -19,6 +19,7 @@ __all__ = ["NO_RECORD", "Statuses", "state_of"]
 # What `snapshot` gives for an instance it cannot read: incarnation 0 is
 # none a handle holds, so a handle reads it as replaced.
 NO_RECORD = InstanceRecord(incarnation=0)
+ENDS_KEPT = 10_000  # ended instances whose final state is kept for handle reads
 SEEN_KEPT = 10_000  # instances of a remote journal whose last read state is kept
 
 
@@ -111,6 +112,26 @@ class Statuses:
         seen.move_to_end(iid)
         if len(seen) > SEEN_KEPT:
             seen.popitem(last=False)
+
+    def keep_end(self, iid: bytes, status: str, record: InstanceRecord) -> None:
+        """Keep the final state of what just ended here: it answers handle
+        reads (result(), status) without a journal read each, which on a
+        remote journal is a blocking round trip on the trio thread.
+        Bounded, oldest out."""
+        ends = self.ends
+        ends[iid] = (status, record)
+        if len(ends) > ENDS_KEPT:
+            ends.popitem(last=False)
+
+    def drop_end(self, iid: bytes) -> None:
+        """The end kept of ``iid`` is no longer what the journal holds (a
+        new incarnation, a reload, a cleanup)."""
+        self.ends.pop(iid, None)
+
+    def forget_reads(self, iid: bytes) -> None:
+        """Drop all that is kept of ``iid``: it is loaded afresh."""
+        self.ends.pop(iid, None)
+        self.seen.pop(iid, None)
 
     def event(self, iid: bytes) -> trio.Event:
         event = self.events.get(iid)

@@ -129,7 +129,7 @@ class Upkeep:
         removed = 0
         victims = await self.journal.read(lambda r: _protocol.cleanup_victims(r, wanted, cutoff))
         for iid, _ in victims:
-            self.system.statuses.ends.pop(iid, None)
+            self.system.statuses.drop_end(iid)
         for start in range(0, len(victims), 500):
             txn = _protocol.cleanup_txn(victims[start : start + 500], wanted)
             try:
