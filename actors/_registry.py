@@ -73,16 +73,16 @@ class Registry:
         # Instances mail was routed to while no actor was live (see run_created)
         self.routed_absent: set[bytes] = set()
         self.foreign: set[bytes] = set()  # instances of processes not registered here
-        self.said_stuck: dict[bytes, str] = {}  # see stuck
-        self.stalled_iids: set[bytes] = set()  # see stalled
-        self.resuming = False
+        self._said_stuck: dict[bytes, str] = {}  # see stuck
+        self._stalled_iids: set[bytes] = set()  # see stalled
+        self._resuming = False
         # Why each instance marked corrupt in this session is: the record
         # that did not decode (see corrupt_error).
-        self.corrupt: dict[bytes, JournalCorrupt] = {}
-        self.takeover_interval = 0.25 * system.journal.poll_scale
+        self._corrupt: dict[bytes, JournalCorrupt] = {}
+        self._takeover_interval = 0.25 * system.journal.poll_scale
         self.nursery: trio.Nursery | None = None  # the system's (set by open_system)
         self.closing = False
-        self.sweep_parking = Parking()  # see sweep_idle
+        self._sweep_parking = Parking()  # see sweep_idle
 
     # -- activation ------------------------------------------------------------
 
@@ -345,9 +345,9 @@ class Registry:
 
     def _resume_later(self, iid: bytes) -> None:
         """Activate ``iid`` again in the next round of `_resume_stalled`."""
-        self.stalled_iids.add(iid)
-        if not self.resuming:
-            self.resuming = True
+        self._stalled_iids.add(iid)
+        if not self._resuming:
+            self._resuming = True
             self.spawn_system_task(self._resume_stalled)
 
     def write_lost(self, iid: bytes, exc: BaseException) -> None:
@@ -386,8 +386,8 @@ class Registry:
     def stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None:
         """``actor``'s replay is stuck (``held``, see `Ends.diverge`): it left
         memory suspended. Said once per reason: mail to it replays it again."""
-        if self.said_stuck.get(actor.iid) != held:
-            self.said_stuck[actor.iid] = held
+        if self._said_stuck.get(actor.iid) != held:
+            self._said_stuck[actor.iid] = held
             _events.stuck(actor.address, held, exc)
 
     async def _resume_stalled(self) -> None:
@@ -397,24 +397,24 @@ class Registry:
         # outage met on the way (this task then runs again, see
         # JournalWatch.keep_running) must not lose the rest of the round.
         # Sorted, so that a seed of the simulation replays alike.
-        self.resuming = True
+        self._resuming = True
         delay = STALL_RETRY_FIRST
         try:
             while True:
                 await trio.sleep(delay)
-                if not self.stalled_iids:
+                if not self._stalled_iids:
                     return  # nothing stalled again since the last round
-                for iid in sorted(self.stalled_iids):
+                for iid in sorted(self._stalled_iids):
                     actor = self.live.get(iid)
                     if actor is not None:
                         if not actor.done:  # back in memory meanwhile (loaded afresh)
-                            self.stalled_iids.discard(iid)
+                            self._stalled_iids.discard(iid)
                         continue  # else still on its way out: the next round
                     self.activate(iid)
-                    self.stalled_iids.discard(iid)
+                    self._stalled_iids.discard(iid)
                 delay = min(delay * 2, STALL_RETRY_MAX)
         finally:
-            self.resuming = False
+            self._resuming = False
 
     def timer_due(self, iid: bytes, now: float) -> None:
         actor = self.live.get(iid)
@@ -438,7 +438,7 @@ class Registry:
         if actor is not None and not actor.done:
             actor.corrupted(exc)
             return
-        if iid in self.corrupt:
+        if iid in self._corrupt:
             return
         _events.corrupt(address, exc)
         await self.set_corrupt(iid, exc)
@@ -447,7 +447,7 @@ class Registry:
     async def set_corrupt(self, iid: bytes, exc: JournalCorrupt) -> None:
         """Record that the instance is corrupt (status only: its records stay
         as they are, for a restore or a cleanup)."""
-        self.corrupt[iid] = exc
+        self._corrupt[iid] = exc
         txn = Txn()
         txn.set_status(iid, "corrupt")
         try:
@@ -458,7 +458,7 @@ class Registry:
     def corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt:
         """What a call addressing a corrupt instance raises: the first of its
         records that does not decode, by database and key."""
-        found = self.corrupt.get(iid)
+        found = self._corrupt.get(iid)
         if found is None:  # marked in an earlier session: find the record again
             try:
                 with self.journal.reader() as r:
@@ -468,7 +468,7 @@ class Registry:
                         r.mailbox(iid)
                         r.timers(iid)
             except JournalCorrupt as exc:
-                found = self.corrupt[iid] = exc
+                found = self._corrupt[iid] = exc
         if found is None:
             return JournalCorrupt(
                 f"{address!r} is marked corrupt (database 'instances', key {iid.hex()}), "
@@ -512,7 +512,7 @@ class Registry:
             if earliest == math.inf:
                 # Invariant: the sweep is parked only while nothing is parked,
                 # and no instance can park between the scan and this wait.
-                await self.sweep_parking.park()
+                await self._sweep_parking.park()
                 continue
             # An instance parking meanwhile is due at now + after or later,
             # past this wake-up (earliest + after <= now + after).
@@ -520,7 +520,7 @@ class Registry:
 
     def instance_idle(self) -> None:
         """An instance parked with nothing to do: give the idle sweep a deadline."""
-        self.sweep_parking.wake()
+        self._sweep_parking.wake()
 
     async def take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone,
@@ -530,7 +530,7 @@ class Registry:
             for iid in await self.journal.orphans():
                 if iid not in self.foreign:
                     self.activate(iid)
-            await trio.sleep(self.takeover_interval)
+            await trio.sleep(self._takeover_interval)
 
     async def shutdown(self) -> None:
         # Closing is not a cancel: instances stay as they are in the journal

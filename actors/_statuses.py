@@ -37,17 +37,17 @@ class Statuses:
         # Ended instances' final states, kept for handle reads (see Registry.ended).
         # (An OrderedDict: dropping the oldest of a plain dict, del d[next(iter(d))],
         # scans the slots emptied before it, ~1.5 us a time at 10k entries.)
-        self.ends: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
+        self._ends: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
         # A remote journal's instances as last read off the trio thread (see snapshot).
-        self.seen: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
-        self.events: dict[bytes, trio.Event] = {}  # see event
+        self._seen: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
+        self._events: dict[bytes, trio.Event] = {}  # see event
 
     def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None:
         """The end of ``iid`` that ran here, as kept (`Registry.ended`), if it is
         still what the journal holds: on a shared journal another node may
         have started a cancelled address afresh, so only a completion is
         taken from memory there."""
-        ended = self.ends.get(iid)
+        ended = self._ends.get(iid)
         if ended is not None and self.journal.node is not None and ended[0] != "completed":
             return None
         return ended
@@ -65,12 +65,12 @@ class Statuses:
             if self.system.nodes.trusted(iid):
                 return actor.status, actor.durable_record()
             if not self.journal.reads_at_once:  # its memory may be stale: only a read tells
-                return self.seen.get(iid) or ("unread", NO_RECORD)
+                return self._seen.get(iid) or ("unread", NO_RECORD)
         ended = self.final_end(iid)
         if ended is not None:
             return ended
         if not self.journal.reads_at_once:
-            return self.seen.get(iid) or ("unread", NO_RECORD)
+            return self._seen.get(iid) or ("unread", NO_RECORD)
         try:
             with self.journal.reader() as r:
                 row = r.instance(iid)
@@ -107,7 +107,7 @@ class Statuses:
         """Keep what a read off the thread found (remote journals), oldest out."""
         if self.journal.reads_at_once:
             return
-        seen = self.seen
+        seen = self._seen
         seen[iid] = state
         seen.move_to_end(iid)
         if len(seen) > SEEN_KEPT:
@@ -118,7 +118,7 @@ class Statuses:
         reads (result(), status) without a journal read each, which on a
         remote journal is a blocking round trip on the trio thread.
         Bounded, oldest out."""
-        ends = self.ends
+        ends = self._ends
         ends[iid] = (status, record)
         if len(ends) > ENDS_KEPT:
             ends.popitem(last=False)
@@ -126,17 +126,17 @@ class Statuses:
     def drop_end(self, iid: bytes) -> None:
         """The end kept of ``iid`` is no longer what the journal holds (a
         new incarnation, a reload, a cleanup)."""
-        self.ends.pop(iid, None)
+        self._ends.pop(iid, None)
 
     def forget_reads(self, iid: bytes) -> None:
         """Drop all that is kept of ``iid``: it is loaded afresh."""
-        self.ends.pop(iid, None)
-        self.seen.pop(iid, None)
+        self._ends.pop(iid, None)
+        self._seen.pop(iid, None)
 
     def event(self, iid: bytes) -> trio.Event:
-        event = self.events.get(iid)
+        event = self._events.get(iid)
         if event is None:
-            event = self.events[iid] = trio.Event()
+            event = self._events[iid] = trio.Event()
         return event
 
     def changed(self, iid: bytes) -> None:
@@ -144,7 +144,7 @@ class Statuses:
         self.system.schedules.status_changed(iid)
         actor = self.system.registry.live.get(iid)
         if actor is None or not actor.done:
-            self.ends.pop(iid, None)  # changed by other means than its actor's end
+            self._ends.pop(iid, None)  # changed by other means than its actor's end
         self.activity_changed(iid)
 
     def activity_changed(self, iid: bytes) -> None:
@@ -152,6 +152,6 @@ class Statuses:
         per message it takes): only its status watchers need to know. The
         queue and schedule services wait for instances to end, which comes
         through `changed`; no end of it is cached while it is live."""
-        event = self.events.pop(iid, None)
+        event = self._events.pop(iid, None)
         if event is not None:
             event.set()
