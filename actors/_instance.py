@@ -179,7 +179,7 @@ class Actor(Ends, Arrivals):
         self.proc = proc
         self.record: InstanceRecord = record or _BLANK
         self.run = self.record.run
-        self.ctx: Context = system.registry.make_context(self)
+        self.ctx = Context(self)
         self.driver = Driver(self, address)
         self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
         self.live: set[Effect[Any]] = set()  # live leaves

@@ -64,8 +64,6 @@ class RegistryAPI(Protocol):
 
     def definition(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]: ...
 
-    def make_context(self, actor: ActorAPI) -> Any: ...
-
     def spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None: ...
 
     def run_created(
@@ -182,7 +180,7 @@ class LifecycleAPI(Protocol):
         address: str | None = None,
         queued: tuple[Queue, int] | None = None,
         extra: Callable[[Txn], None] | None = None,
-    ) -> tuple[Any, bool]: ...
+    ) -> tuple[object, bool]: ...  # (the Handle, and whether it was created)
 
     async def run_started(
         self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord

@@ -27,7 +27,6 @@ from storage import (
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
-from ._context import Context
 from ._holds import Holds
 from ._instance import Actor, LoadedState, read_state
 from ._interfaces import ActorAPI
@@ -554,9 +553,6 @@ class Registry:
                 f"{known}); pass it in open_system(journal, processes=[...])"
             )
         return found
-
-    def make_context(self, actor: ActorAPI) -> Context:
-        return Context(actor)
 
     def spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` in the background; a full or lost journal runs it
