@@ -71,7 +71,7 @@ class Plant:
 
 
 PLANTS: dict[str, Plant] = {
-    # The creation race (fixed with `_routed_absent`): a message routed
+    # The creation race (fixed with the registry's `routed_absent`): a message routed
     # between an instance's commit and its actor's making found no actor,
     # asked for an activation that the start held off, and the new actor
     # never read its mailbox.
