@@ -38,7 +38,6 @@ __all__ = [
     "KeysAPI",
     "NodesAPI",
     "QueuesAPI",
-    "SchedulesAPI",
     "TimersAPI",
     "LifecycleAPI",
     "RegistryAPI",
@@ -91,6 +90,8 @@ class RegistryAPI(Protocol):
 
     def forget(self, actor: ActorAPI) -> None: ...
 
+    def watch_ends(self, hook: Callable[[bytes, str], None]) -> None: ...
+
     def ended(self, actor: ActorAPI, status: str) -> None: ...
 
     def stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
@@ -134,6 +135,8 @@ class StatusesAPI(Protocol):
     def changed(self, iid: bytes) -> None: ...
 
     def activity_changed(self, iid: bytes) -> None: ...
+
+    def watch(self, hook: Callable[[bytes], None]) -> None: ...
 
 
 class RouterAPI(Protocol):
@@ -210,15 +213,9 @@ class QueuesAPI(Protocol):
 
     def poke(self, name: str) -> None: ...
 
-    def ended(self, iid: bytes, status: str) -> None: ...
-
-    def status_changed(self, iid: bytes) -> None: ...
-
-
-class SchedulesAPI(Protocol):
-    """What the runtime's modules use of the `ScheduleService` (``actors._schedules``)."""
-
-    def status_changed(self, iid: bytes) -> None: ...
+    async def commit_start(
+        self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str
+    ) -> None: ...
 
 
 class NodesAPI(Protocol):
@@ -306,9 +303,6 @@ class SystemAPI(Protocol):
 
     @property
     def queues(self) -> QueuesAPI: ...
-
-    @property
-    def schedules(self) -> SchedulesAPI: ...
 
     @property
     def nodes(self) -> NodesAPI: ...

@@ -22,7 +22,7 @@ from storage import (
     encode,
     instance_id,
 )
-from storage.errors import CommitOutcomeUnknown, Conflict, JournalUnavailable
+from storage.errors import Conflict, JournalUnavailable
 
 from . import _asks, _protocol, _saga, _supervision as _sup, _tracing
 from ._checks import check_text
@@ -349,7 +349,7 @@ class Lifecycle:
                     extra(start.txn)
                 try:
                     if queued is not None:  # it waits for a slot: the queue's pump starts it
-                        await self._enqueue(start.txn, queued, iid, address)
+                        await self.system.queues.commit_start(start.txn, queued, iid, address)
                         return Handle._create(self.system, iid, address, record.incarnation), True
                     # (If written with its outcome unknown, it runs once the journal answers.)
                     results = await commit_through(
@@ -408,24 +408,6 @@ class Lifecycle:
         with trio.CancelScope(shield=True):
             epoch = await self.journal.claim(iid)
         return epoch
-
-    async def _enqueue(self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str) -> None:
-        """Commit a start transaction as a queued instance's (its waiting entry added)."""
-        self.system.queues.enqueue(txn, queued[0], iid, address, queued[1])
-        # Awaited whatever the durability: the pump poked below reads only
-        # what is committed, and would otherwise miss it until the next poke.
-        try:
-            await self.journal.commit(txn, durable=True)
-        except CommitOutcomeUnknown:  # it may be written: the pump looks once it answers
-            self.system.registry.spawn_system_task(self._poke_when_back, queued[0].name, iid)
-            raise
-        self.system.statuses.changed(iid)
-        self.system.queues.poke(queued[0].name)
-
-    async def _poke_when_back(self, name: str, iid: bytes) -> None:
-        await self.system.outages.back()
-        self.system.statuses.changed(iid)
-        self.system.queues.poke(name)
 
 
 def _on_disk(r: Any, iid: bytes, *, mail: bool = True) -> tuple[Any, Any, Any, Any]:

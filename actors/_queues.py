@@ -157,6 +157,8 @@ class QueueService:
 
     def __init__(self, system: SystemAPI, queues: Iterable[Queue]) -> None:
         self.system = system
+        system.statuses.watch(self.status_changed)
+        system.registry.watch_ends(self.ended)
         self.queues: dict[str, Queue] = {}
         for queue in queues:
             if not isinstance(queue, Queue):
@@ -241,6 +243,27 @@ class QueueService:
         event = self._events.get(name)
         if event is not None:
             event.set()
+
+    async def commit_start(
+        self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str
+    ) -> None:
+        """Commit a start transaction as a queued instance's (its waiting entry added)."""
+        queue, priority = queued
+        self.enqueue(txn, queue, iid, address, priority)
+        # Awaited whatever the durability: the pump poked below reads only
+        # what is committed, and would otherwise miss it until the next poke.
+        try:
+            await self.system.journal.commit(txn, durable=True)
+        except CommitOutcomeUnknown:  # it may be written: the pump looks once it answers
+            self.system.registry.spawn_system_task(self._poke_when_back, queue.name, iid)
+            raise
+        self.system.statuses.changed(iid)
+        self.poke(queue.name)
+
+    async def _poke_when_back(self, name: str, iid: bytes) -> None:
+        await self.system.outages.back()
+        self.system.statuses.changed(iid)
+        self.poke(name)
 
     def status_changed(self, iid: bytes) -> None:
         """Hook: an instance's status changed; a holder that ended frees a

@@ -81,6 +81,7 @@ class Registry:
         self._takeover_interval = 0.25 * system.journal.poll_scale
         self.nursery: trio.Nursery | None = None  # the system's (set by open_system)
         self.closing = False
+        self._end_watchers: list[Callable[[bytes, str], None]] = []  # see watch_ends
         self._sweep_parking = Parking()  # see sweep_idle
 
     # -- activation ------------------------------------------------------------
@@ -319,11 +320,18 @@ class Registry:
 
     def ended(self, actor: ActorAPI, status: str) -> None:
         self.forget(actor)
-        self.system.queues.ended(actor.iid, status)  # its slot, if it holds one, frees
+        for hook in self._end_watchers:  # (a queue frees the slot it held)
+            hook(actor.iid, status)
         # Its exports as they are durable: one that left memory with a
         # publish that never landed (a full journal) shows the one before,
         # as its reload will.
         self.system.statuses.keep_end(actor.iid, status, actor.durable_record())
+
+    def watch_ends(self, hook: Callable[[bytes, str], None]) -> None:
+        """Call ``hook(iid, status)`` as each instance that ran here ends
+        (leaves memory with ``status``, durably), before its end is kept
+        for handle reads."""
+        self._end_watchers.append(hook)
 
     def stalled(self, actor: ActorAPI, exc: JournalFull) -> None:
         """``actor``'s own write found the journal full (or its disk): it

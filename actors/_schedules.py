@@ -225,6 +225,7 @@ class ScheduleService:
 
     def __init__(self, system: SystemAPI) -> None:
         self.system = system
+        system.statuses.watch(self.status_changed)
         self._wake = trio.Event()
         self._watched: set[bytes] = set()  # last started instances a buffered tick waits for
         # name -> (version, epoch): a schedule whose tick failed to start

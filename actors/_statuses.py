@@ -4,6 +4,7 @@ waits for it to change: `Statuses`, a part of `ActorSystem`."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -41,6 +42,7 @@ class Statuses:
         # A remote journal's instances as last read off the trio thread (see snapshot).
         self._seen: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
         self._events: dict[bytes, trio.Event] = {}  # see event
+        self._watchers: list[Callable[[bytes], None]] = []  # see watch
 
     def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None:
         """The end of ``iid`` that ran here, as kept (`Registry.ended`), if it is
@@ -139,9 +141,15 @@ class Statuses:
             event = self._events[iid] = trio.Event()
         return event
 
+    def watch(self, hook: Callable[[bytes], None]) -> None:
+        """Call ``hook(iid)`` whenever an instance's status changes (not on
+        its running/suspended turns: see `activity_changed`). The queue and
+        schedule services watch this way, so this part knows neither."""
+        self._watchers.append(hook)
+
     def changed(self, iid: bytes) -> None:
-        self.system.queues.status_changed(iid)
-        self.system.schedules.status_changed(iid)
+        for hook in self._watchers:
+            hook(iid)
         actor = self.system.registry.live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
