@@ -89,7 +89,7 @@ class Arrivals(_ActorAPI):
 
     def corrupted(self, exc: JournalCorrupt) -> None:
         """Stop the instance at its next suspension and mark it corrupt: a
-        record of it was found damaged elsewhere (see `Registry.records_damaged`).
+        record of it was found damaged elsewhere (see `Corruption.records_damaged`).
         Over any other request: a corrupt instance does nothing more."""
         self.interrupt = Interrupt("corrupt", exc)
         self._act_on_request()

@@ -116,7 +116,7 @@ class Ends(_ActorAPI):
             self.txn = Txn()
             self.status = "corrupt"
             self.done = True
-            await self.system.registry.mark_corrupt(self, detail)
+            await self.system.corruption.mark(self, detail)
             self.system.registry.forget(self)
             return
         if kind == "restart":
@@ -203,7 +203,7 @@ class Ends(_ActorAPI):
         await self.barrier(txn, durable=True)
         self.system.statuses.changed(self.iid)
         self.system.registry.forget(self)
-        self.system.registry.stuck(self, held, exc)
+        self.system.stalls.stuck(self, held, exc)
 
     async def continue_as_new(self, effect: fx.ContinueAsNew) -> Coroutine[Any, Any, Any]:
         """End this run and start the next with ``effect.input``; its coroutine."""

@@ -525,7 +525,7 @@ async def _fork(
                 f"address {address!r} collides with {row.address!r} in the journal"
             )
         if row.status == "corrupt":
-            raise system.registry.corrupt_error(iid, address)
+            raise system.corruption.error(iid, address)
         target = plan.target
         if lost_over is not None and target is not None and target.record.incarnation > lost_over:
             raise InvalidArguments(

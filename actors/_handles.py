@@ -152,7 +152,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
                 break
         status, record = self._state()
         if status == "corrupt":
-            raise self._system.registry.corrupt_error(self._iid, self._address)
+            raise self._system.corruption.error(self._iid, self._address)
         if record.incarnation != self._incarnation or status == "cancelled":
             reason = record.reason or "cancelled"
             if record.incarnation != self._incarnation:

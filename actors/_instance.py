@@ -268,7 +268,7 @@ class Actor(Ends, Arrivals):
                 self.done = True
                 self.status = "suspended"
                 self.record = self.record.evolve(last_error=f"{type(full).__name__}: {full}")
-                self.system.registry.stalled(self, full)
+                self.system.stalls.stalled(self, full)
                 return
             unavailable = _alone(exc, JournalUnavailable)
             if unavailable is not None:
@@ -289,7 +289,7 @@ class Actor(Ends, Arrivals):
             self.driver.unload()
             self.system.registry.forget(self)
             if self.lost is not None:  # what it ended or left memory with was lost
-                self.system.registry.reload_lost(self.iid)
+                self.system.stalls.reload_lost(self.iid)
 
     async def _load(self) -> bool:
         iid = self.iid
@@ -307,7 +307,7 @@ class Actor(Ends, Arrivals):
                 state = await self.journal.read(lambda r: read_state(r, iid))
             except JournalCorrupt as exc:
                 self.status = "corrupt"
-                await self.system.registry.mark_corrupt(self, exc)
+                await self.system.corruption.mark(self, exc)
                 return False
         row, log, mail, timers, floor = state
         if row is None or row.status not in ("running", "suspended"):
@@ -377,7 +377,7 @@ class Actor(Ends, Arrivals):
 
     def write_lost(self, exc: BaseException) -> None:
         """A write of this instance failed, one nobody may have waited for
-        (see `Registry.write_lost`): stop at the next suspension with ``exc``,
+        (see `Stalls.write_lost`): stop at the next suspension with ``exc``,
         as if an awaited write had failed (a busy one's next write fails
         with it too), and be loaded again from the journal."""
         self.lost = exc

@@ -82,7 +82,7 @@ async def open_system(
     if node is not None:
         journal.set_node(node)
     journal.check_shapes = True  # a record of another shape marks its instance corrupt
-    journal.on_write_lost = system.registry.write_lost
+    journal.on_write_lost = system.stalls.write_lost
     await journal.open()
     body_error: BaseException | None = None
     try:

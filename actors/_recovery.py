@@ -63,7 +63,7 @@ async def recover(registry: Registry) -> None:
     found = await registry.journal.read(scan)
     for bad in found.broken:
         _events.corrupt(bad.address or bad.iid.hex(), bad.error, at_open=True)
-        await registry.set_corrupt(bad.iid, bad.error)
+        await registry.system.corruption.record(bad.iid, bad.error)
     # A child whose parent ended while the system was down is not stranded.
     for iid, address, reason in found.orphans:
         try:

@@ -2,9 +2,10 @@
 (``live``) and the process definitions that run them.
 
 It brings instances into memory and out: activation, reloads after a lost
-journal connection, stalls on a full journal, corrupt marking, the idle
-sweep (passivation), takeover on shared journals, shutdown at close; and it
-runs the system's own tasks. Recovery at open is in `_recovery`.
+journal connection, the idle sweep (passivation), takeover on shared
+journals, shutdown at close; and it runs the system's own tasks. Recovery
+at open is in `_recovery`; instances that stall, lose a write or get stuck
+come back through `_stalls`; corrupt ones are marked by `_corruption`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from storage import (
     InstanceRecord,
     InstanceRow,
     Parking,
-    Txn,
 )
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
@@ -41,8 +41,6 @@ log = logging.getLogger("actors")
 
 RELOAD_AFTER = 0.1  # seconds before an instance that lost the journal is loaded again
 YIELD_EVERY = 256  # items a long loop handles between schedule points
-STALL_RETRY_FIRST = 1.0  # seconds; see Registry._resume_stalled
-STALL_RETRY_MAX = 60.0
 LEASE_LOOK = 0.1  # seconds between looks at a lost lease (see activate_when_leased)
 
 
@@ -72,12 +70,6 @@ class Registry:
         # Instances mail was routed to while no actor was live (see run_created)
         self.routed_absent: set[bytes] = set()
         self.foreign: set[bytes] = set()  # instances of processes not registered here
-        self._said_stuck: dict[bytes, str] = {}  # see stuck
-        self._stalled_iids: set[bytes] = set()  # see stalled
-        self._resuming = False
-        # Why each instance marked corrupt in this session is: the record
-        # that did not decode (see corrupt_error).
-        self._corrupt: dict[bytes, JournalCorrupt] = {}
         self._takeover_interval = 0.25 * system.journal.poll_scale
         self.nursery: trio.Nursery | None = None  # the system's (set by open_system)
         self.closing = False
@@ -265,7 +257,7 @@ class Registry:
             row = await self.journal.read(lambda r: r.instance(iid))
         except JournalCorrupt as exc:
             _events.corrupt(iid.hex(), exc)
-            await self.set_corrupt(iid, exc)
+            await self.system.corruption.record(iid, exc)
             return None
         proc = self._proc_to_run(iid, row)
         if proc is None:
@@ -333,162 +325,12 @@ class Registry:
         for handle reads."""
         self._end_watchers.append(hook)
 
-    def stalled(self, actor: ActorAPI, exc: JournalFull) -> None:
-        """``actor``'s own write found the journal full (or its disk): it
-        leaves memory suspended with ``last_error``, and is activated again
-        (replayed from what the journal holds) once there may be room."""
-        log.error(
-            "instance %r is suspended until the journal has room: %s",
-            actor.address,
-            exc,
-            extra={"actors_address": actor.address},
-        )
-        # Handle reads see the actor's suspended state with last_error (the
-        # journal could not take it); the next activation drops it (see
-        # _activate_task).
-        self.system.statuses.changed(actor.iid)
-        self.ended(actor, "suspended")
-        self._resume_later(actor.iid)
-
-    def _resume_later(self, iid: bytes) -> None:
-        """Activate ``iid`` again in the next round of `_resume_stalled`."""
-        self._stalled_iids.add(iid)
-        if not self._resuming:
-            self._resuming = True
-            self.spawn_system_task(self._resume_stalled)
-
-    def write_lost(self, iid: bytes, exc: BaseException) -> None:
-        """A write of the instance failed (one nobody waited for: "async"
-        durability's acknowledged writes, deferred ones; or one whose waiter
-        may have gone, cancelled, before it learned): memory is ahead of the
-        journal, and the journal takes none of the instance's
-        writes until it is loaded again (see `storage.LostChains`). A live
-        instance stops at its next suspension or write and is loaded again
-        as one stalled (`stalled`); one already out of memory (ended, say)
-        is brought back from what was committed. As after a crash within
-        the "async" window, the steps since its last committed write may
-        run again."""
-        actor = self.live.get(iid)
-        address = iid.hex() if actor is None else actor.address
-        log.error(
-            "a write of instance %s failed (%s: %s); it is loaded again from what the "
-            "journal holds",
-            address,
-            type(exc).__name__,
-            exc,
-            extra={"actors_address": address},
-        )
-        if actor is not None and not actor.done:
-            actor.write_lost(exc)  # it comes back here (reload_lost) as it leaves memory
-        else:
-            self.reload_lost(iid)
-
-    def reload_lost(self, iid: bytes) -> None:
-        """Load ``iid``, out of memory now, again from what the journal
-        holds: a write of its last run was lost (see `write_lost`)."""
-        self.system.statuses.forget_reads(iid)
-        self.system.statuses.changed(iid)
-        self._resume_later(iid)
-
-    def stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None:
-        """``actor``'s replay is stuck (``held``, see `Ends.diverge`): it left
-        memory suspended. Said once per reason: mail to it replays it again."""
-        if self._said_stuck.get(actor.iid) != held:
-            self._said_stuck[actor.iid] = held
-            _events.stuck(actor.address, held, exc)
-
-    async def _resume_stalled(self) -> None:
-        # One task for every stalled instance, backing off while the journal
-        # stays full: each retry replays the instance up to its failed write.
-        # An iid leaves the set only once its activation is under way: an
-        # outage met on the way (this task then runs again, see
-        # JournalWatch.keep_running) must not lose the rest of the round.
-        # Sorted, so that a seed of the simulation replays alike.
-        self._resuming = True
-        delay = STALL_RETRY_FIRST
-        try:
-            while True:
-                await trio.sleep(delay)
-                if not self._stalled_iids:
-                    return  # nothing stalled again since the last round
-                for iid in sorted(self._stalled_iids):
-                    actor = self.live.get(iid)
-                    if actor is not None:
-                        if not actor.done:  # back in memory meanwhile (loaded afresh)
-                            self._stalled_iids.discard(iid)
-                        continue  # else still on its way out: the next round
-                    self.activate(iid)
-                    self._stalled_iids.discard(iid)
-                delay = min(delay * 2, STALL_RETRY_MAX)
-        finally:
-            self._resuming = False
-
     def timer_due(self, iid: bytes, now: float) -> None:
         actor = self.live.get(iid)
         if actor is None:
             self.activate(iid)
         elif actor.loaded and not actor.done:
             actor.timers_due(now)
-
-    async def mark_corrupt(self, actor: ActorAPI, exc: JournalCorrupt) -> None:
-        _events.corrupt(actor.address, exc)
-        await self.set_corrupt(actor.iid, exc)
-        self.system.statuses.changed(actor.iid)
-
-    async def records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
-        """A record of the instance that its run never reads (a stream value,
-        a consumer's cursor, the mail counter a sender met) is damaged: the
-        instance is marked corrupt all the same, as if its run had met the
-        record, so its handles raise instead of waiting on it. A live one stops at its
-        next suspension (see `Actor.corrupted`), writing nothing more."""
-        actor = self.live.get(iid)
-        if actor is not None and not actor.done:
-            actor.corrupted(exc)
-            return
-        if iid in self._corrupt:
-            return
-        _events.corrupt(address, exc)
-        await self.set_corrupt(iid, exc)
-        self.system.statuses.changed(iid)
-
-    async def set_corrupt(self, iid: bytes, exc: JournalCorrupt) -> None:
-        """Record that the instance is corrupt (status only: its records stay
-        as they are, for a restore or a cleanup)."""
-        self._corrupt[iid] = exc
-        txn = Txn()
-        txn.set_status(iid, "corrupt")
-        try:
-            await self.journal.commit(txn)
-        except Exception:  # noqa: BLE001 - the header itself may be unreadable
-            log.exception("could not mark %s corrupt", iid.hex())
-
-    def corrupt_error(self, iid: bytes, address: str) -> JournalCorrupt:
-        """What a call addressing a corrupt instance raises: the first of its
-        records that does not decode, by database and key."""
-        found = self._corrupt.get(iid)
-        if found is None:  # marked in an earlier session: find the record again
-            try:
-                with self.journal.reader() as r:
-                    row = r.instance(iid)
-                    if row is not None:
-                        r.entries(iid, row.record.run)
-                        r.mailbox(iid)
-                        r.timers(iid)
-            except JournalCorrupt as exc:
-                found = self._corrupt[iid] = exc
-        if found is None:
-            return JournalCorrupt(
-                f"{address!r} is marked corrupt (database 'instances', key {iid.hex()}), "
-                "though its records decode now; clean it up (system.cleanup) or start it "
-                "afresh after restoring the journal",
-                database="instances",
-                key=iid,
-            )
-        return JournalCorrupt(
-            f"the records of {address!r} are corrupt: {found}",
-            database=found.database,
-            key=found.key,
-        )
 
     # -- passivation, takeover and shutdown ---------------------------------------------------
 
@@ -500,7 +342,7 @@ class Registry:
         until the earliest due passivation (never waking more than four
         times per ``passivate_after``, however staggered the instances), and
         with nothing parked it sleeps until an instance parks
-        (`_instance_idle`): virtual time under a MockClock jumps straight to
+        (`instance_idle`): virtual time under a MockClock jumps straight to
         the next timer instead of stepping through sweeps."""
         if self.system.passivate_after <= 0:
             return  # they passivate at every suspension themselves

@@ -378,7 +378,7 @@ async def _retry(
             # Another retry (or start) replaced it first: that incarnation is the retry.
             return Handle._create(system, iid, address, row.record.incarnation)
         if row.status == "corrupt":
-            raise system.registry.corrupt_error(iid, address)
+            raise system.corruption.error(iid, address)
         why = refusal(address, plan)
         if why is not None:
             raise InvalidArguments(why)

@@ -123,11 +123,11 @@ class Router:
             (seq,) = await commit_through(self.journal, txn, self.sent_in_doubt)
         except Conflict as exc:
             if exc.status == "corrupt" or self.system.statuses.snapshot(iid)[0] == "corrupt":
-                raise self.system.registry.corrupt_error(iid, address) from None
+                raise self.system.corruption.error(iid, address) from None
             raise self._not_delivered(address, exc) from None
         except JournalCorrupt as exc:
             if exc.database in ("mail", "counters"):  # its mailbox cannot take mail
-                await self.system.registry.records_damaged(iid, address, exc)
+                await self.system.corruption.records_damaged(iid, address, exc)
             raise
         self.route(iid, seq, notice.message)
 
@@ -262,7 +262,7 @@ class Router:
         for iid, status in (await self.journal.read(statuses)).items():
             address = addresses[iid]
             if status == "corrupt":
-                return self.system.registry.corrupt_error(iid, address)
+                return self.system.corruption.error(iid, address)
             if status == "missing":
                 return self._not_delivered(address, Conflict("", reason="missing"))
             if status not in MAIL_STATUSES:

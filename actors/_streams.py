@@ -102,7 +102,7 @@ class Stream:
         try:
             row, cursor, length = await self._system.journal.read(read)
         except JournalCorrupt as exc:
-            await self._system.registry.records_damaged(iid, self.address, exc)
+            await self._system.corruption.records_damaged(iid, self.address, exc)
             raise
         if row is None:
             raise NotDelivered(
@@ -149,7 +149,7 @@ class Stream:
                     )
                 )
             except JournalCorrupt as exc:
-                await system.registry.records_damaged(iid, self.address, exc)
+                await system.corruption.records_damaged(iid, self.address, exc)
                 raise
             if rows:
                 self._buffer.extend(rows)

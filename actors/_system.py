@@ -5,10 +5,13 @@ The system is a facade over its parts, each made here with what it needs
 part's state:
 
 - `Registry` (`_registry`): the live instances and the process definitions;
-  activation, passivation, stalls, corrupt marking, recovery, takeover,
-  shutdown; the system's own tasks.
+  activation, passivation, takeover, shutdown; the system's own
+  tasks (recovery at open is in `_recovery`).
 - `Statuses` (`_statuses`): each instance's status and record as this
   system knows them, and events for whoever waits for a change.
+- `Corruption` (`_corruption`): instances whose records do not decode.
+- `Stalls` (`_stalls`): instances that left memory on a full journal, a
+  lost write or a stuck replay, and come back.
 - `Router` (`_sending`): `send`, `ask`, `send_many`; how a committed message
   reaches its instance.
 - `Lifecycle` (`_lifecycle`): starts, cancels, restarts.
@@ -34,6 +37,7 @@ from storage.errors import JournalCorrupt
 from . import _events, _fork, _guard, _mail, _retry, _tracing
 from ._asks import Asks
 from ._checks import check_seconds
+from ._corruption import Corruption
 from ._handles import Handle
 from ._keys import KeyedSends
 from ._lifecycle import Lifecycle
@@ -47,6 +51,7 @@ from ._registry import Registry
 from ._rides import Rides
 from ._schedules import ScheduleInfo, ScheduleService
 from ._sending import Router
+from ._stalls import Stalls
 from ._statuses import Statuses, state_of
 from ._streams import Stream
 from ._timers import TimerService
@@ -103,6 +108,8 @@ class ActorSystem(metaclass=NoPublicConstructor):
         # The parts (each keeps the system, and reads the others through it).
         self.registry = Registry(self, processes)
         self.statuses = Statuses(self)
+        self.corruption = Corruption(self)
+        self.stalls = Stalls(self)
         self.router = Router(self)
         self.lifecycle = Lifecycle(self)
         self.upkeep = Upkeep(self)
@@ -510,7 +517,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
         )
         iid = self.router.address_iid(address, "cancel's address")
         if self.statuses.snapshot(iid)[0] == "corrupt":
-            raise self.registry.corrupt_error(iid, address)
+            raise self.corruption.error(iid, address)
         return await self.lifecycle.cancel_iid(
             iid, address, "cancelled by system.cancel", compensate=compensate
         )

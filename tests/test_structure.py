@@ -280,6 +280,8 @@ def draw(package: str = "actors") -> str:
 PARTS = {
     "registry": ("_registry", "Registry"),
     "statuses": ("_statuses", "Statuses"),
+    "corruption": ("_corruption", "Corruption"),
+    "stalls": ("_stalls", "Stalls"),
     "router": ("_sending", "Router"),
     "lifecycle": ("_lifecycle", "Lifecycle"),
     "upkeep": ("_upkeep", "Upkeep"),
