@@ -29,10 +29,12 @@ from ._process import (
     process as process,
 )
 from ._public import name_public_classes as _name_public_classes
-from ._queues import Queue as Queue, QueueInfo as QueueInfo, Rate as Rate
 from ._records import (
     InstanceInfo as InstanceInfo,
     Outcome as Outcome,
+    Queue as Queue,
+    QueueInfo as QueueInfo,
+    Rate as Rate,
     Retry as Retry,
     Signal as Signal,
 )

@@ -16,8 +16,7 @@ from ._checks import check_deadline, check_name, check_scope, check_seconds, che
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI
 from ._process import RESTART_TYPES, ProcessDef
-from ._queues import Queue
-from ._records import Restart, Retry, Signal
+from ._records import Queue, Restart, Retry, Signal
 from ._steps import step_key
 from .errors import AskTimeout, ContextError, InvalidArguments
 

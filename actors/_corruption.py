@@ -36,9 +36,13 @@ class Corruption:
         self._found: dict[bytes, JournalCorrupt] = {}
 
     async def mark(self, actor: ActorAPI, exc: JournalCorrupt) -> None:
-        _events.corrupt(actor.address, exc)
-        await self.record(actor.iid, exc)
-        self.system.statuses.changed(actor.iid)
+        """``actor``'s run met ``exc``: say so, record it, tell its watchers."""
+        await self._mark(actor.iid, actor.address, exc)
+
+    async def _mark(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
+        _events.corrupt(address, exc)
+        await self.record(iid, exc)
+        self.system.statuses.changed(iid)
 
     async def records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
         """A record of the instance that its run never reads (a stream value,
@@ -50,11 +54,8 @@ class Corruption:
         if actor is not None and not actor.done:
             actor.corrupted(exc)
             return
-        if iid in self._found:
-            return
-        _events.corrupt(address, exc)
-        await self.record(iid, exc)
-        self.system.statuses.changed(iid)
+        if iid not in self._found:
+            await self._mark(iid, address, exc)
 
     async def record(self, iid: bytes, exc: JournalCorrupt) -> None:
         """Record that the instance is corrupt (status only: its records stay

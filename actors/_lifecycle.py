@@ -29,8 +29,8 @@ from ._checks import check_text
 from ._handles import Handle
 from ._log import children_named
 from ._process import ProcessDef
-from ._queues import Queue, waiting_rows
-from ._records import Signal
+from ._queues import waiting_rows
+from ._records import Queue, Signal
 from ._sending import commit_through
 from ._statuses import state_of
 from .errors import InvalidArguments, LimitExceeded, UnknownProcess

@@ -37,7 +37,7 @@ to be sure.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
@@ -49,9 +49,6 @@ from . import _guard, _protocol
 from ._interfaces import SystemAPI
 from ._log import LogEntry
 from .errors import InvalidArguments, NotDelivered
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "Message",
@@ -312,12 +309,11 @@ async def drop_message(system: SystemAPI, address: str, message_id: int) -> Mess
 
 async def _out_of_memory(system: SystemAPI, iid: bytes, address: str) -> None:
     """Have the instance leave this system's memory, or refuse the drop."""
+    registry = system.registry
     with trio.move_on_after(_LEAVE):
         # Invariant: on return it is neither in memory nor being brought in
         # (the caller marks it as being brought in before any await).
-        while (
-            actor := system.registry.live.get(iid)
-        ) is not None or iid in system.registry.activating:
+        while (actor := registry.live.get(iid)) is not None or iid in registry.activating:
             if actor is not None:
                 actor.request_passivation()
             await trio.sleep(0.01)

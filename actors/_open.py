@@ -14,7 +14,7 @@ from storage import Journal, LMDBJournal
 
 from . import _control, _recovery
 from ._process import ProcessDef
-from ._queues import Queue
+from ._records import Queue
 from ._system import ActorSystem
 
 __all__ = ["open_system"]

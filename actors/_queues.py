@@ -62,10 +62,10 @@ from storage.errors import (
 )
 
 from ._interfaces import SystemAPI
-from ._records import Queue, QueueInfo, Rate
+from ._records import Queue, QueueInfo
 from .errors import InvalidArguments
 
-__all__ = ["Queue", "QueueInfo", "Rate", "QueueService"]
+__all__ = ["QueueService"]
 
 log = logging.getLogger("actors.queues")
 

@@ -394,6 +394,8 @@ class Registry:
                     log.exception("could not flush %r on close", actor.address)
 
     def definition(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]:
+        """The registered definition of ``proc`` (or of that template);
+        `UnknownProcess`, naming the registered ones, if there is none."""
         template = proc.template if isinstance(proc, ProcessDef) else proc
         found = self.procs.get(template)
         if found is None:

@@ -50,7 +50,7 @@ class Stalls:
         )
         # Handle reads see the actor's suspended state with last_error (the
         # journal could not take it); the next activation drops it (see
-        # Registry._activate_task).
+        # Registry._take_in).
         self.system.statuses.changed(actor.iid)
         self.system.registry.ended(actor, "suspended")
         self._resume_later(actor.iid)

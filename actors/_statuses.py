@@ -156,10 +156,11 @@ class Statuses:
         self.activity_changed(iid)
 
     def activity_changed(self, iid: bytes) -> None:
-        """A live instance went from running to suspended or back (twice
-        per message it takes): only its status watchers need to know. The
-        queue and schedule services wait for instances to end, which comes
-        through `changed`; no end of it is cached while it is live."""
+        """Wake whoever waits on the instance's status event (`event`):
+        it went from running to suspended or back (twice per message it
+        takes), or left memory. The queue and schedule services wait for
+        instances to end, which comes through `changed`; no end of it is
+        cached while it is live."""
         event = self._events.pop(iid, None)
         if event is not None:
             event.set()

@@ -45,8 +45,8 @@ from ._nodes import NodeView
 from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._public import NoPublicConstructor
-from ._queues import Queue, QueueInfo, QueueService
-from ._records import IfExists, InstanceInfo, Signal, StreamFrom
+from ._queues import QueueService
+from ._records import IfExists, InstanceInfo, Queue, QueueInfo, Signal, StreamFrom
 from ._registry import Registry
 from ._rides import Rides
 from ._schedules import ScheduleInfo, ScheduleService
