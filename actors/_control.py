@@ -91,8 +91,9 @@ class _BadRequest(Exception):
     """A request the endpoint does not understand; its text says why."""
 
 
-class Controlled(Protocol):
-    """What the endpoint asks of a system: the public `ActorSystem` methods."""
+class Operations(Protocol):
+    """What the endpoint asks of a system: its public methods of these names
+    (`ActorSystem` is one; see `actors._admin`)."""
 
     async def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
@@ -214,7 +215,7 @@ def _peer_allowed(sock: trio.socket.SocketType) -> bool:
 # -- the server ------------------------------------------------------------------------
 
 
-def start(nursery: trio.Nursery, system: Controlled, directory: Path) -> None:
+def start(nursery: trio.Nursery, system: Operations, directory: Path) -> None:
     """Serve the control socket in ``directory`` from ``nursery`` until it is
     cancelled, then remove the socket.
 
@@ -232,7 +233,7 @@ def start(nursery: trio.Nursery, system: Controlled, directory: Path) -> None:
 
 
 async def _serve(
-    system: Controlled, listener: trio.SocketListener, directory: Path, inode: int
+    system: Operations, listener: trio.SocketListener, directory: Path, inode: int
 ) -> None:
     try:
         slots = trio.Semaphore(_CONNECTIONS)
@@ -288,7 +289,7 @@ def _remove(directory: Path, inode: int) -> None:
         pass  # gone already, or the directory with it
 
 
-async def _serve_one(system: Controlled, stream: trio.SocketStream, slots: trio.Semaphore) -> None:
+async def _serve_one(system: Operations, stream: trio.SocketStream, slots: trio.Semaphore) -> None:
     try:
         async with stream:
             if not _peer_allowed(stream.socket):
@@ -330,7 +331,7 @@ def _error(kind: str, message: str, reason: str | None = None) -> dict[str, Any]
     return {"error": {"type": kind, "message": message, "reason": reason}}
 
 
-async def _answer(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
+async def _answer(system: Operations, request: dict[str, Any]) -> dict[str, Any]:
     op = request.get("op")
     handler = OPS.get(op) if isinstance(op, str) else None
     if handler is None:
@@ -352,28 +353,28 @@ def _text(request: dict[str, Any], field: str) -> str:
     return value
 
 
-async def _send(system: Controlled, request: dict[str, Any]) -> None:
+async def _send(system: Operations, request: dict[str, Any]) -> None:
     address = _text(request, "address")
     key = _text(request, "key") if "key" in request else None
     await system.send(address, Signal(_text(request, "signal")), request.get("payload"), key=key)
 
 
-async def _cancel(system: Controlled, request: dict[str, Any]) -> bool:
+async def _cancel(system: Operations, request: dict[str, Any]) -> bool:
     compensate = request.get("compensate", False)
     if not isinstance(compensate, bool):
         raise _BadRequest(f"'compensate' must be true or false, not {compensate!r}")
     return await system.cancel(_text(request, "address"), compensate=compensate)
 
 
-async def _resume(system: Controlled, request: dict[str, Any]) -> bool:
+async def _resume(system: Operations, request: dict[str, Any]) -> bool:
     return await system.resume_compensation(_text(request, "address"))
 
 
-async def _abandon(system: Controlled, request: dict[str, Any]) -> bool:
+async def _abandon(system: Operations, request: dict[str, Any]) -> bool:
     return await system.abandon_compensation(_text(request, "address"))
 
 
-async def _cleanup(system: Controlled, request: dict[str, Any]) -> int:
+async def _cleanup(system: Operations, request: dict[str, Any]) -> int:
     older_than = request.get("older_than")
     statuses = request.get("statuses")
     if isinstance(older_than, bool) or not isinstance(older_than, (int, float)):
@@ -383,7 +384,7 @@ async def _cleanup(system: Controlled, request: dict[str, Any]) -> int:
     return await system.cleanup(older_than, statuses)
 
 
-async def _retry(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
+async def _retry(system: Operations, request: dict[str, Any]) -> dict[str, Any]:
     input = request.get("input")
     if input is not None and not isinstance(input, dict):
         raise _BadRequest(f"'input' must be an object of keyword input or null, not {input!r}")
@@ -391,7 +392,7 @@ async def _retry(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
     return {"incarnation": handle.incarnation, "status": handle.status}
 
 
-async def _fork(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
+async def _fork(system: Operations, request: dict[str, Any]) -> dict[str, Any]:
     input = request.get("input")
     if input is not None and not isinstance(input, dict):
         raise _BadRequest(f"'input' must be an object of keyword input or null, not {input!r}")
@@ -412,7 +413,7 @@ async def _fork(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
     return {"address": handle.id, "incarnation": handle.incarnation, "status": handle.status}
 
 
-async def _drop_message(system: Controlled, request: dict[str, Any]) -> dict[str, Any]:
+async def _drop_message(system: Operations, request: dict[str, Any]) -> dict[str, Any]:
     message_id = request.get("message_id")
     if isinstance(message_id, bool) or not isinstance(message_id, int):
         raise _BadRequest(f"'message_id' must be a whole number, not {message_id!r}")
@@ -421,7 +422,7 @@ async def _drop_message(system: Controlled, request: dict[str, Any]) -> dict[str
 
 
 # The operations, each onto the `ActorSystem` method of the same name.
-OPS: dict[str, Callable[[Controlled, dict[str, Any]], Awaitable[Any]]] = {
+OPS: dict[str, Callable[[Operations, dict[str, Any]], Awaitable[Any]]] = {
     "send": _send,
     "cancel": _cancel,
     "resume_compensation": _resume,

@@ -15,6 +15,7 @@ import ast
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,6 +191,36 @@ def test_storage_never_imports_actors():
     assert [] == found
 
 
+# The tools outside an application (the command line, the web inspector)
+# reach the runtime through one module, actors._admin; the control socket's
+# server calls the public methods of an Operations (defined in _control).
+TOOL_PACKAGES = ("actors._cli", "actors._web")
+TOOLS_MAY_IMPORT = {"actors._admin", "actors.errors", *TOOL_PACKAGES}
+CONTROL_MAY_IMPORT = {"actors._records", "actors.errors"}
+
+
+def _in(module: str, packages: Iterable[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_the_tools_reach_the_runtime_through_the_admin_api():
+    runtime, typing_only, lazy = _graph()
+    found = sorted(
+        (module, target)
+        for edges in (runtime, typing_only, lazy)
+        for module, targets in edges.items()
+        for target in targets
+        if _package(target) == "actors"
+        and (
+            (_in(module, TOOL_PACKAGES) and not _in(target, TOOLS_MAY_IMPORT))
+            or (module == "actors._control" and target not in CONTROL_MAY_IMPORT)
+        )
+    )
+    assert [] == found
+    # ... and the guard sees an import that goes around it
+    assert "actors._admin" in runtime["actors._cli._write"]
+
+
 # The actor's own modules; everyone else calls its methods.
 ACTOR_OWN = {"_instance.py", "_ends.py", "_mailbox.py", "_driver.py"}
 WRITES = [
@@ -346,7 +377,7 @@ def test_no_protocol_has_private_members():
                 )
                 if name.startswith("_") and not name.startswith("__"):
                     private.append(f"{path.name}:{cls.name}.{name}")
-    assert {"SystemAPI", "RegistryAPI", "ActorAPI", "Host", "Controlled"} <= set(seen)
+    assert {"SystemAPI", "RegistryAPI", "ActorAPI", "Host", "Operations"} <= set(seen)
     assert [] == private
 
 
@@ -421,7 +452,9 @@ def test_importing_the_runtime_imports_no_test_tools():
 # module or uses one of its identifiers (a class, an effect kind, the
 # system's attribute that holds its service, a helper): any name, attribute,
 # imported name, keyword or definition that matches. Docstrings and comments
-# do not count. The CLI and the web inspector are outside the count.
+# do not count. The CLI and the web inspector are outside the count, and so
+# is _admin, the one module through which they reach the runtime: it names
+# what the tools use of each feature (that they used directly before it).
 FEATURES: dict[str, tuple[str, str]] = {
     "asks": (
         "_asks",
@@ -488,7 +521,7 @@ def feature_modules(root: Path = ROOT) -> dict[str, list[str]]:
     for path in sorted((root / "actors").rglob("*.py")):
         module = ".".join(path.relative_to(root / "actors").with_suffix("").parts)
         # (the package's __init__ only re-exports the public names)
-        if module.split(".")[0] in ("_cli", "_web", "__main__", "__init__"):
+        if module.split(".")[0] in ("_cli", "_web", "_admin", "__main__", "__init__"):
             continue
         tree = ast.parse(path.read_text(), str(path))
         names = _identifiers(tree)
@@ -511,8 +544,8 @@ def feature_modules(root: Path = ROOT) -> dict[str, list[str]]:
 
 def draw_features(root: Path = ROOT) -> str:
     lines = [
-        "Where each feature lives: the runtime modules (outside the CLI and the",
-        "web inspector) that import its module or use one of its identifiers",
+        "Where each feature lives: the runtime modules (outside the CLI, the web",
+        "inspector and `_admin`, their way in) that import its module or use one of its identifiers",
         "(`FEATURES` in `tests/test_structure.py` lists them):",
         "",
         "```text",

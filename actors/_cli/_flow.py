@@ -7,8 +7,7 @@ import argparse
 import time
 from typing import Any
 
-from .._queues import wait_prefix
-from .._schedules import tick_text, ticks_after
+from .._admin import tick_text, ticks_after, wait_prefix
 from ._access import journal_dir, reading
 from ._errors import OK
 from ._render import emit

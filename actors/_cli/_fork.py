@@ -23,7 +23,6 @@ reads the journal only, and the replay check is the system's, at the fork.
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from pathlib import Path
@@ -32,17 +31,17 @@ from typing import Any
 from storage import InstanceRow, Journal, Reader, instance_id
 from storage.errors import Conflict, EncodeError, JournalLocked
 
-from .._fork import (
+from .._admin import (
+    MAX_PAYLOAD,
     ForkPlan,
+    ProcessDef,
     fork_point,
+    fork_refusal as refusal,
     fork_txn,
     not_replayed,
     read_for_fork,
-    refusal,
     replay_problem,
 )
-from .._process import ProcessDef
-from .._system import ActorSystem
 from ..errors import ActorError
 from ._access import journal_dir, reading, writing
 from ._errors import CORRUPT, NOT_FOUND, OK, REFUSED, USAGE, CLIError
@@ -51,8 +50,6 @@ from ._render import emit
 from ._retry import _input
 
 __all__ = ["fork", "add_fork_arguments"]
-
-_MAX_PAYLOAD = 1 << 20  # open_system's default max_payload
 
 
 def add_fork_arguments(p: argparse.ArgumentParser) -> None:
@@ -215,23 +212,14 @@ async def _direct(
         )
     proc = procs[0]
     try:
-        start = fork_txn(plan, input=new_input, now=time.time(), max_payload=_MAX_PAYLOAD)
+        start = fork_txn(plan, input=new_input, now=time.time(), max_payload=MAX_PAYLOAD)
     except EncodeError as exc:
         return f"not forked: {exc}", None
-    checker = ActorSystem._create(
-        journal,
-        [proc],
-        random.Random(0),
-        passivate_after=0,
-        max_sync_steps=1,
-        max_payload=1 << 30,
-        now=time.time,
-    )
     try:
         proc.check_input(tuple(start.record.params), dict(start.record.input or {}))
     except ActorError as exc:
         return str(exc), None
-    problem = await replay_problem(checker, plan, proc, start.record)
+    problem = await replay_problem(journal, plan, proc, start.record)
     if problem is not None:
         return not_replayed(address, plan, problem), None
     if dry_run:

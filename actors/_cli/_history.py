@@ -29,7 +29,7 @@ from pathlib import Path
 
 from storage.errors import Conflict, EncodeError, JournalLocked
 
-from .. import _history
+from .. import _admin
 from ..errors import AlreadyStarted, HistoryFormatError, NotDelivered
 from ._access import journal_dir, names_postgres, opening_postgres, reading, writing
 from ._errors import CORRUPT, HELD, NOT_FOUND, OK, REFUSED, CLIError
@@ -70,14 +70,14 @@ async def export(args: argparse.Namespace) -> int:
     try:
         if names_postgres(args):
             async with opening_postgres(args, readonly=True) as journal:
-                history = await _history.read_history(journal, args.address)
+                history = await _admin.read_history(journal, args.address)
         else:
             path = journal_dir(args)
             async with reading(path) as lmdb:
-                history = await _history.read_history(lmdb, args.address)
+                history = await _admin.read_history(lmdb, args.address)
     except NotDelivered as exc:
         raise CLIError(str(exc), NOT_FOUND) from None
-    data = _history.dumps(history)
+    data = _admin.dumps(history)
     if args.output is None:
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
@@ -93,13 +93,13 @@ async def export(args: argparse.Namespace) -> int:
     return OK
 
 
-def _read_file(name: str) -> _history.History:
+def _read_file(name: str) -> _admin.History:
     try:
         data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as exc:
         raise CLIError(f"cannot read {name}: {exc}", NOT_FOUND) from None
     try:
-        return _history.loads(data)
+        return _admin.loads(data)
     except HistoryFormatError as exc:
         raise CLIError(f"{name}: {exc}", CORRUPT) from None
 
@@ -111,7 +111,7 @@ async def import_(args: argparse.Namespace) -> int:
     try:
         if names_postgres(args):
             async with opening_postgres(args, readonly=False) as journal:
-                await _history.import_history(journal, history, replace=args.replace)
+                await _admin.import_history(journal, history, replace=args.replace)
         else:
             path = Path(args.journal)
             created = not path.exists()  # a new journal, made for the import
@@ -119,7 +119,7 @@ async def import_(args: argparse.Namespace) -> int:
                 path = journal_dir(args)
             try:
                 async with writing(path) as lmdb:
-                    await _history.import_history(lmdb, history, replace=args.replace)
+                    await _admin.import_history(lmdb, history, replace=args.replace)
             except JournalLocked as exc:
                 owner = f" (pid {exc.pid})" if exc.pid else ""
                 raise CLIError(

@@ -25,11 +25,16 @@ from storage import (
 )
 from storage.errors import JournalCorrupt
 
-from .._log import LogEntry, children_named
-from .._mail import handling, read_dead
-from .._messages import StoredMessage
-from .._protocol import KEY_PREFIX
-from .._queues import queue_place
+from .._admin import (
+    LogEntry,
+    StoredMessage,
+    children_named,
+    handling,
+    queue_place,
+    read_dead,
+    sent_keys,
+    user_cursors,
+)
 from ._access import find_instance, journal_dir, reading
 from ._errors import CORRUPT, OK, CLIError
 from ._render import (
@@ -289,8 +294,7 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
     except JournalCorrupt as exc:
         raise CLIError(f"records of {row.address!r} are corrupt: {exc}", CORRUPT) from None
     length, cursors = r.stream_length(iid), r.cursors(iid)
-    keys = sorted(name[len(KEY_PREFIX) :] for name in cursors if name.startswith(KEY_PREFIX))
-    cursors = {name: pos for name, pos in cursors.items() if not name.startswith(KEY_PREFIX)}
+    keys, cursors = sent_keys(cursors), user_cursors(cursors)
     ended = row.status in TERMINAL_STATUSES
     timers = r.timers(iid)
     armed = {t.seq for t in timers if t.run == run}

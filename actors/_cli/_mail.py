@@ -20,7 +20,7 @@ from typing import Any
 from storage import instance_id
 from storage.errors import Conflict, JournalLocked
 
-from .._mail import (
+from .._admin import (
     DeadLetter,
     Message,
     drop_refusal,

@@ -8,7 +8,7 @@ from typing import Any
 
 from storage.errors import JournalLocked
 
-from .._control import ControlUnavailable, RemoteError, request
+from .._admin import ControlUnavailable, RemoteError, request
 from ..errors import NotDelivered
 from ._errors import CORRUPT, USAGE, CLIError, held_error
 

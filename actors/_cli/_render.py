@@ -16,8 +16,7 @@ import attrs
 
 from storage import Opaque
 
-from .. import _effects as fx
-from .._records import error_summary
+from .._admin import END_PREFIX, error_summary
 
 __all__ = [
     "emit",
@@ -138,8 +137,8 @@ def table(headers: Sequence[str], rows: list[list[str]], indent: str = "") -> li
 
 def signal_label(name: str) -> str:
     """A signal name as users read it (system signals in parentheses)."""
-    if name.startswith(fx.END_PREFIX):
-        return f"(end of {name[len(fx.END_PREFIX) :]})"
+    if name.startswith(END_PREFIX):
+        return f"(end of {name[len(END_PREFIX) :]})"
     if name.startswith("\x00"):
         return f"({name[1:]})"
     return name

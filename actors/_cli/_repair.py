@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import argparse
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 from storage import STATUS_WORDS, TERMINAL_STATUSES, InstanceRow, Reader
 from storage.errors import Conflict, JournalLocked
 
-from .. import _protocol, _saga
+from .. import _admin
 from ._access import find_instance, journal_dir, reading, writing
 from ._errors import OK, CLIError
 from ._remote import owner, through_system
 from ._render import counted, emit, plural
 
 __all__ = ["resume_compensation", "abandon_compensation", "cleanup", "duration"]
-
-_BATCH = 500  # instances removed per transaction, as ActorSystem.cleanup
 
 
 # -- stuck compensations ----------------------------------------------------------------
@@ -49,16 +46,12 @@ async def _unstick(
     """Write ``op`` for the stuck instance at ``args.address``; the row as it
     was, and who did it (None: this process, directly)."""
     path = journal_dir(args)
-    build = {
-        "resume_compensation": _protocol.resume_compensation_txn,
-        "abandon_compensation": _protocol.abandon_compensation_txn,
-    }[op]
     try:
         async with writing(path) as journal:
             with journal.reader() as r:
                 row = _stuck(r, args.address, path, doing)
             try:
-                await journal.commit(build(row, time.time()), durable=True)
+                await journal.commit(_admin.unstick_txn(op, row), durable=True)
             except Conflict:  # pragma: no cover - we hold the journal
                 raise CLIError(
                     f"cannot {doing} of {args.address!r}: it changed; try again"
@@ -85,11 +78,11 @@ async def _unstick(
 async def resume_compensation(args: argparse.Namespace) -> int:
     """``actors resume-compensation``: retry a stuck compensation where it stopped."""
     row, held = await _unstick(args, "resume_compensation", "resume the compensation")
-    left = _saga.pending(row.record)
+    left = _admin.pending_compensations(row.record)
     doc = {
         "resumed": True,
         "address": args.address,
-        "pending": [c.get("name") for c in left],
+        "pending": left,
         "through_system": held is not None,
     }
 
@@ -109,7 +102,7 @@ async def resume_compensation(args: argparse.Namespace) -> int:
 async def abandon_compensation(args: argparse.Namespace) -> int:
     """``actors abandon-compensation``: end a stuck instance as failed."""
     row, held = await _unstick(args, "abandon_compensation", "abandon the compensation")
-    left = [c.get("name") for c in _saga.pending(row.record)]
+    left = _admin.pending_compensations(row.record)
     doc = {
         "abandoned": True,
         "address": args.address,
@@ -158,13 +151,7 @@ async def cleanup(args: argparse.Namespace) -> int:
     held: JournalLocked | None = None
     try:
         async with writing(path) as journal:
-            with journal.reader() as r:
-                victims = _protocol.cleanup_victims(r, statuses, time.time() - args.older_than)
-            removed = 0
-            for start in range(0, len(victims), _BATCH):
-                chunk = victims[start : start + _BATCH]
-                await journal.commit(_protocol.cleanup_txn(chunk, statuses), durable=True)
-                removed += len(chunk)
+            removed = await _admin.clean_up(journal, statuses, args.older_than)
     except JournalLocked as exc:
         held = exc
         removed = await through_system(

@@ -27,13 +27,14 @@ from typing import Any
 from storage import InstanceRow, Reader, instance_id
 from storage.errors import Conflict, EncodeError, JournalLocked
 
-from .._retry import (
+from .._admin import (
     KEPT_INCARNATIONS,
+    MAX_PAYLOAD,
     Kept,
     RetryPlan,
     read_for_retry,
     read_kept,
-    refusal,
+    retry_refusal as refusal,
     retry_txn,
 )
 from ._access import journal_dir, reading, writing
@@ -43,8 +44,6 @@ from ._remote import owner, through_system
 from ._render import compact, counted, emit, error_text, local_time, relative, zone_name
 
 __all__ = ["retry", "show_any"]
-
-_MAX_PAYLOAD = 1 << 20  # open_system's default max_payload
 
 
 def _input(text: str | None) -> dict[str, Any] | None:
@@ -98,7 +97,7 @@ async def retry(args: argparse.Namespace) -> int:
             with journal.reader() as r:
                 plan = _plan(r, args.address, path)
             try:
-                start = retry_txn(plan, input=new_input, now=time.time(), max_payload=_MAX_PAYLOAD)
+                start = retry_txn(plan, input=new_input, now=time.time(), max_payload=MAX_PAYLOAD)
             except EncodeError as exc:
                 raise CLIError(
                     f"not retried: a record under {args.address!r} holds values of a class this "

@@ -17,7 +17,7 @@ import trio
 from storage import TERMINAL_STATUSES, Reader, Txn, instance_id
 from storage.errors import JournalLocked
 
-from .._protocol import KEY_PREFIX
+from .._admin import user_cursors
 from ._access import find_instance, journal_dir, reading, writing
 from ._errors import INTERRUPTED, NOT_FOUND, OK, CLIError, held_error
 from ._render import compact, emit, jsonable, plural, table
@@ -182,7 +182,7 @@ async def consumers(args: argparse.Namespace) -> int:
         with journal.reader() as r:
             row = find_instance(r, args.address, path)
             length, cursors = r.stream_length(iid), r.cursors(iid)
-    cursors = {name: pos for name, pos in cursors.items() if not name.startswith(KEY_PREFIX)}
+    cursors = user_cursors(cursors)
     if args.delete is not None:
         return await _delete_consumer(args, path, iid, cursors)
     doc: dict[str, Any] = {

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,8 @@ from storage import (
 )
 from storage.errors import Conflict, EncodeError, JournalCorrupt, JournalLocked
 
-from .. import _asks, _protocol, _saga
-from .._log import children_named
-from .._queues import waiting_rows
-from .._records import Signal
+from .. import _admin
+from .._admin import Signal
 from ._access import find_instance, journal_dir, not_live, read_row, reading, writing
 from ._errors import CORRUPT, OK, USAGE, CLIError
 from ._remote import owner, through_system
@@ -39,7 +36,6 @@ from ._render import counted, emit, local_time
 
 __all__ = ["send", "cancel", "DEFAULT_REASON"]
 
-_MAX_PAYLOAD = 1 << 20  # open_system's default max_payload
 DEFAULT_REASON = "cancelled from the actors CLI"  # cancel's default --reason
 
 
@@ -77,12 +73,10 @@ async def send(args: argparse.Namespace) -> int:
             with journal.reader() as r:
                 row = read_row(r, iid)
                 if key is not None:
-                    seen = r.cursor(iid, _protocol.KEY_PREFIX + key)
+                    seen = _admin.key_seen(r, iid, key)
             seq = None
             if seen is None:  # (a key this incarnation had already: nothing is stored)
-                txn, _ = _protocol.send_txn(
-                    iid, signal.name, payload, time.time(), max_payload=_MAX_PAYLOAD, key=key
-                )
+                txn = _admin.send_txn(iid, signal, payload, key)
                 try:
                     (seq,) = await journal.commit(txn, durable=True)
                 except Conflict:
@@ -150,26 +144,18 @@ async def cancel(args: argparse.Namespace) -> int:
             with journal.reader() as r:
                 root, plan = _cancel_plan(r, args, path)
             to_run = (
-                _saga.pending(root.record) if compensate and root.status in LIVE_STATUSES else []
+                _admin.pending_compensations(root.record)
+                if compensate and root.status in LIVE_STATUSES
+                else []
             )
             if to_run:  # it compensates when a system that runs its process opens the journal
                 plan[-1] = attrs.evolve(plan[-1], compensate=True)
-            pending = _pending(plan)
+            pending = _admin.uncompensated(plan)
             if pending and not args.force:
                 raise CLIError(_refusal(root, pending, compensate))
-            with journal.reader() as r:  # the asks they owe an answer (see actors._asks)
-                owed = [
-                    ask
-                    for c in plan
-                    for ask in _asks.unanswered_on_disk(
-                        r.entries(c.row.iid, c.row.record.run),
-                        # (one that compensates first answers its unread ones as it ends)
-                        () if c.compensate else r.mailbox(c.row.iid),
-                    )
-                ]
             try:  # one transaction for the whole subtree
-                txn, _ = _protocol.cancel_txn(plan, time.time())
-                _asks.answer_offline(txn, owed, "cancelled", time.time())
+                with journal.reader() as r:
+                    txn = _admin.cancel_txn(r, plan)
             except EncodeError as exc:
                 raise CLIError(
                     f"not cancelled: a record under {args.address!r} holds values of a class "
@@ -217,7 +203,7 @@ async def cancel(args: argparse.Namespace) -> int:
                 f"actors: --reason is not recorded through a running system: it records {reason!r}",
                 file=sys.stderr,
             )
-        ran, not_run = _fates(plan, after)
+        ran, not_run = _admin.compensation_fates(plan, after)
         to_run, pending = [], []
     cancelled = [c.row.address for c in plan]
     descendants = cancelled[:-1]
@@ -229,7 +215,7 @@ async def cancel(args: argparse.Namespace) -> int:
         "compensations": {
             "ran": [{"address": a, "step": s} for a, s in ran],
             "not_run": [{"address": a, "step": s} for a, s in not_run],
-            "to_run": [{"address": root.address, "step": c["name"]} for c in to_run],
+            "to_run": [{"address": root.address, "step": name} for name in to_run],
         },
         "through_system": held is not None,
     }
@@ -242,7 +228,7 @@ async def cancel(args: argparse.Namespace) -> int:
             lines += [f"  {a}" for a in descendants]
         if to_run:
             lines.append(
-                f"its {counted(len(to_run), 'compensation')} ({', '.join(c['name'] for c in to_run)}) "
+                f"its {counted(len(to_run), 'compensation')} ({', '.join(to_run)}) "
                 f"run first, newest first, when a system that runs {root.process!r} next opens "
                 "this journal; it is running until then, and ends cancelled after them"
             )
@@ -291,24 +277,9 @@ def _refusal(root: InstanceRow, pending: list[tuple[str, list[str]]], compensate
     )
 
 
-def _fates(
-    plan: list[_protocol.Cancel], after: dict[bytes, InstanceRow | None]
-) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """The compensations pending in ``plan`` before a cancel that ran
-    through the system, as (address, step): (those it ran, those it did not)."""
-    ran: list[tuple[str, str]] = []
-    not_run: list[tuple[str, str]] = []
-    for c in plan:
-        row = after.get(c.row.iid)
-        finished = set(row.record.compensated) if row is not None else set()
-        for comp in _saga.pending(c.row.record):
-            (ran if comp["id"] in finished else not_run).append((c.row.address, comp["name"]))
-    return ran, not_run
-
-
 def _cancel_plan(
     r: Reader, args: argparse.Namespace, path: Path
-) -> tuple[InstanceRow, list[_protocol.Cancel]]:
+) -> tuple[InstanceRow, list[_admin.Cancel]]:
     """The instance to cancel and its live subtree, children first; a
     `CLIError` if there is none or it is not unfinished."""
     root = find_instance(r, args.address, path)
@@ -320,41 +291,11 @@ def _cancel_plan(
             f"nothing to cancel at {args.address!r}: {words}"
             + (f" at {local_time(at)}" if ended else "")
         )
-    plan: list[_protocol.Cancel] = []
-    _plan_cancel(r, root, args.reason, plan, set())
-    return root, plan
-
-
-def _pending(plan: list[_protocol.Cancel]) -> list[tuple[str, list[str]]]:
-    """(address, step names) of the saga compensations pending in ``plan``
-    that its cancel would not run (of instances that do not compensate first)."""
-    return [
-        (c.row.address, [comp["name"] for comp in _saga.pending(c.row.record)])
-        for c in plan
-        if not c.compensate and _saga.pending(c.row.record)
-    ]
-
-
-def _plan_cancel(
-    r: Reader, row: InstanceRow, reason: str, plan: list[_protocol.Cancel], seen: set[bytes]
-) -> None:
-    """Add ``row`` to ``plan`` after its live descendants (depth first, as the runtime)."""
-    seen.add(row.iid)
     try:
-        log = r.entries(row.iid, row.record.run)
-        timers = r.timers(row.iid)
-        children = children_named(log)
-        for address in children:
-            iid = instance_id(address)
-            if iid in seen:
-                continue
-            child = r.instance(iid)
-            if child is not None and child.status in UNFINISHED_STATUSES:
-                _plan_cancel(r, child, f"parent {row.address} cancelled", plan, seen)
+        return root, _admin.cancel_plan(r, root, args.reason)
     except JournalCorrupt as exc:
         raise CLIError(
-            f"not cancelled: records under {row.address!r} are corrupt ({exc}); start a "
-            "system on the journal, which marks corrupt instances, and cancel from there",
+            f"not cancelled: {exc}; start a system on the journal, which marks corrupt "
+            "instances, and cancel from there",
             CORRUPT,
         ) from None
-    plan.append(_protocol.Cancel(row, timers, reason, states=waiting_rows(r, row.iid)))
