@@ -295,7 +295,7 @@ async def send_reply(actor: ActorAPI, reply: fx.Reply) -> None:
     txn = Txn()
     txn.put_log(actor.iid, actor.run, reply.seq, entry.to_stored())
     after = answer(actor.system, txn, reply.ask, {"v": reply.payload})
-    results = await actor.barrier(txn)
+    results = await actor.writes.barrier(txn)
     actor.finish(reply, None)  # its entry is written
     after(results)
 
@@ -336,13 +336,13 @@ class _Asks(fx.Behaviour):
         """Run a live ``ctx.ask``: send it (once: its log entry rides with
         the message), then wait for the reply like a wait."""
         if started is not None:  # sent in an earlier activation of this run
-            actor.add_wait(ask)
+            actor.arrivals.add_wait(ask)
             return
         actor.start_task(_send_ask, ask)
 
     @staticmethod
     def abandon(actor: ActorAPI, ask: fx.Ask) -> None:
-        actor.remove_wait(ask)  # a late reply stays unread
+        actor.arrivals.remove_wait(ask)  # a late reply stays unread
 
     @staticmethod
     def take(actor: ActorAPI, ask: fx.Ask, signal: Signal, seq: int, payload: Any) -> None:
@@ -354,7 +354,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
     try:
         # What the process did before (a take, a recorded value) is durable
         # first: the ask must never be sent by a run that a crash rewinds.
-        await actor.barrier()
+        await actor.writes.barrier()
         iid = instance_id(ask.address)
         txn, notice = _protocol.send_txn(
             iid,
@@ -378,7 +378,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
             return
         system.router.route(iid, seq, notice.message)
         if ask in actor.live:
-            actor.add_wait(ask)
+            actor.arrivals.add_wait(ask)
     finally:
         actor.task_finished()
 

@@ -114,7 +114,7 @@ class Context:
             replayed: T = entry.value  # what make() gave, as the codec stored it
             return replayed
         value = make()
-        actor.ride_log(effect.seq, effect.describe(value=value))
+        actor.writes.ride_log(effect.seq, effect.describe(value=value))
         return value
 
     def now(self) -> _dt.datetime:
@@ -321,7 +321,7 @@ class Context:
         if found is not None:
             return found
         marker = fx.Marker(driver.next_seq(), patch_id)
-        actor.ride_log(marker.seq, marker.describe(value=True))
+        actor.writes.ride_log(marker.seq, marker.describe(value=True))
         assert driver.patches is not None  # driver.patched() made it
         driver.patches[patch_id] = True
         return True

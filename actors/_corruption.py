@@ -52,7 +52,7 @@ class Corruption:
         next suspension (see `Actor.corrupted`), writing nothing more."""
         actor = self.system.registry.live.get(iid)
         if actor is not None and not actor.done:
-            actor.corrupted(exc)
+            actor.arrivals.corrupted(exc)
             return
         if iid not in self._found:
             await self._mark(iid, address, exc)

@@ -96,6 +96,14 @@ class Host(Protocol):
     async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; False to stop driving (nothing more to run)."""
 
+    @property
+    def ends(self) -> RunEnds:
+        """How the run ends."""
+
+
+class RunEnds(Protocol):
+    """How a run a driver runs ends (`Host.ends`)."""
+
     async def complete(self, value: Any) -> None:
         """The process returned ``value``."""
 
@@ -474,19 +482,19 @@ class Driver:
                     if self.fresh is not None:
                         forgotten = self.forgotten(None, ending=True)
                         if forgotten is not None:
-                            await host.fail(forgotten)
+                            await host.ends.fail(forgotten)
                             return
-                    await host.complete(stop.value)
+                    await host.ends.complete(stop.value)
                     return
                 except (Interrupted, Passivated):
                     raise
                 except NonDeterminismError as exc:
-                    await host.diverge(exc)
+                    await host.ends.diverge(exc)
                     return
                 except (trio.Cancelled, GeneratorExit, KeyboardInterrupt, SystemExit):
                     raise
                 except BaseException as exc:  # noqa: BLE001 - any process error is recorded
-                    await host.fail(exc)
+                    await host.ends.fail(exc)
                     return
                 send = throw = None
                 if self.fresh is not None:  # (no local: `forgotten` counts references)
@@ -499,7 +507,7 @@ class Driver:
                             continue
                 if type(effect) is fx.ContinueAsNew:
                     coro.close()
-                    following = await host.continue_as_new(effect)
+                    following = await host.ends.continue_as_new(effect)
                     if following is None:
                         return
                     coro = following
@@ -520,7 +528,7 @@ class Driver:
                         self.rerun = False  # where the earlier activation stopped
                         host.begin(effect, started)
                 except NonDeterminismError as exc:
-                    await host.diverge(exc)
+                    await host.ends.diverge(exc)
                     return
                 if not effect.done:
                     if not await host.wait_for(effect):
@@ -561,6 +569,10 @@ class _Checker:
 
     async def wait_for(self, effect: Effect[Any]) -> bool:
         return False  # the history ends here: the rest would run live
+
+    @property
+    def ends(self) -> _Checker:
+        return self  # it ends as it checks
 
     async def complete(self, value: Any) -> None:
         self._consumed()

@@ -109,6 +109,16 @@ class Effect(Generic[T]):
     def leaves(self) -> list[Effect[Any]]:
         return [self]
 
+    def decided_above(self) -> bool:
+        """Whether a composite it is in is done already (a race it is in was
+        decided without it): then it never runs."""
+        parent = self.parent
+        while parent is not None:
+            if parent.done:
+                return True
+            parent = parent.parent
+        return False
+
     def replayed(self, value: Any, entry: LogEntry, driver: Any) -> Any:
         """What the process gets from ``value``, the outcome ``entry`` logged
         for this effect, as `_driver.Driver.replay` answers it: the value as

@@ -3,38 +3,29 @@
 The `Mailbox` holds unread messages and the waits that take them; the
 `Driver` steps the process coroutine against the run's log and hands the
 actor what replay cannot answer (`Actor.begin`), which it runs live: waits
-and timers here, steps, children, emits and publishes as tasks in the
-actor's nursery, except for a leaf awaited alone, whose work `wait_for`
-runs in the actor's own task (nothing races it, so no task need be spawned
-and woken for it; see `start_task`). Those tasks report back through the actor's methods (`finish`,
-`task_finished`, ...), never by writing its state.
+and timers by its `Arrivals`, steps, children, emits and publishes as
+tasks in the actor's nursery, except for a leaf awaited alone, whose work
+`wait_for` runs in the actor's own task (nothing races it, so no task need
+be spawned and woken for it; see `start_task`). Those tasks report back
+through the actor's methods (`finish`, `task_finished`, ...), never by
+writing its state.
 
-Durability barrier: writes that are not visible outside the instance
-(taking a message, logging a timer's start, status changes) collect in
-``self.txn`` and ride on the next commit; they are deferred when the
-instance suspends (they go with the next commit anyone makes, see
-`_rides`), and awaited only at a barrier (before a step's side effect,
-before completing). Replay is deterministic, so losing a ridden write in a
-crash only makes replay take the same message again.
-
-What arrives from outside (messages, due timers, stop requests) is in
-`_arrivals`; how a run ends in `_ends`: both are bases of `Actor`.
+The actor owns three parts, each made here with the actor and nothing
+else: ``writes`` (`Writes`: the ridden writes and the durability
+barrier), ``arrivals`` (`Arrivals`: messages, due timers and stop requests
+from outside) and ``ends`` (`Ends`: how a run ends). The rest of the
+runtime calls them through the actor (``actor.writes.barrier()``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import trio
 
-from storage import LIVE_STATUSES, InstanceRecord, Ticket, Txn
-from storage.errors import (
-    Conflict,
-    JournalCorrupt,
-    JournalFull,
-    JournalUnavailable,
-)
+from storage import InstanceRecord
+from storage.errors import JournalCorrupt
 
 from . import (
     _asks,
@@ -55,110 +46,24 @@ from ._effects import Effect
 from ._ends import Ends
 from ._handles import ChildHandle
 from ._interfaces import SystemAPI
-from ._log import LogEntry
+from ._log import LoadedState, LogEntry, read_state
 from ._mailbox import Mailbox
 from ._process import ProcessDef
-from ._protocol import START_RACED
-from ._sending import commit_through
+from ._writes import Writes
 from .errors import InvalidArguments, NonDeterminismError
-
-E = TypeVar("E", bound=BaseException)
 
 # The record of an actor that has not loaded its own yet (records are
 # frozen: one serves them all).
 _BLANK = InstanceRecord()
 
-# What an activation reads of an instance, in one read: its row (None if
-# there is none), its run's log, its unread mail, its timers, and the
-# highest message seq its mailbox had.
-LoadedState = tuple[Any, dict[int, LogEntry], list[Any], list[Any], int]
 
-
-def read_state(r: Any, iid: bytes, *, live_only: bool = False) -> LoadedState:
-    """All an instance's run needs from the journal (reader ``r``); with
-    ``live_only``, only the row of one that is not running or suspended."""
-    row = r.instance(iid)
-    if row is None or (live_only and row.status not in LIVE_STATUSES):
-        return row, {}, [], [], 0
-    return (
-        row,
-        r.entries(iid, row.record.run),
-        r.mailbox(iid),
-        r.timers(iid),
-        r.last_message_seq(iid),
-    )
-
-
-def _alone(exc: BaseException, kind: type[E]) -> E | None:
-    """``exc`` if it is a ``kind``, or a group holding nothing else."""
-    while isinstance(exc, BaseExceptionGroup):
-        if exc.split(kind)[1] is not None:
-            return None  # something else failed too: that must not be hidden
-        exc = exc.exceptions[0]
-    return exc if isinstance(exc, kind) else None
-
-
-def _first(exc: BaseException, kind: type[E]) -> E:
-    """The first ``kind`` among ``exc``'s leaves (there is one)."""
-    if isinstance(exc, BaseExceptionGroup):
-        found: BaseException | None = exc.split(kind)[0]
-        while isinstance(found, BaseExceptionGroup):
-            found = found.exceptions[0]
-        assert found is not None
-        exc = found
-    assert isinstance(exc, kind)
-    return exc
-
-
-def _lost_ownership(exc: BaseException) -> Conflict | None:
-    if isinstance(exc, Conflict) and exc.reason == "epoch":
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _lost_ownership(inner)
-            if found is not None:
-                return found
-    return None
-
-
-class Actor(Ends, Arrivals):
+class Actor:
     """A live instance. Created and owned by `ActorSystem`."""
 
-    __slots__ = (
-        "system",
-        "journal",
-        "iid",
-        "address",
-        "proc",
-        "record",
-        "run",
-        "ctx",
-        "driver",
-        "mailbox",
-        "timers",
-        "live",
-        "busy",
-        "txn",
-        "ticket",
-        "published",
-        "status",
-        "persisted_status",
-        "woken",
-        "parked",
-        "idle_since",
-        "passivate_requested",
-        "root",
-        "loaded",
-        "epoch",
-        "fenced",
-        "interrupt",
-        "children",
-        "escalate_to",
-        "done",
-        "nursery",
-        "inline",
-        "preloaded",
-        "lost",
+    __slots__ = tuple(
+        "system journal iid address proc record run ctx driver mailbox live busy status woken "
+        "parked idle_since passivate_requested root loaded epoch fenced interrupt children "
+        "done nursery inline preloaded lost writes arrivals ends".split()
     )
 
     def __init__(
@@ -181,16 +86,9 @@ class Actor(Ends, Arrivals):
         self.run = self.record.run
         self.ctx = Context(self)
         self.driver = Driver(self, address)
-        self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
         self.live: set[Effect[Any]] = set()  # live leaves
         self.busy = 0
-        self.txn = Txn()
-        self.ticket: Ticket | None = None
-        # While a publish is in flight: the exports (version, value) last
-        # made durable, which is what watchers see (`Statuses.snapshot`).
-        self.published: tuple[int, Any] | None = None
         self.status = "running"
-        self.persisted_status = "running" if record is None else None
         # Parking: the driver's task, while it waits for something to happen.
         self.woken = False
         self.parked: trio.lowlevel.Task | None = None
@@ -211,10 +109,13 @@ class Actor(Ends, Arrivals):
         self.inline: tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]] | None = (
             None
         )
-        self.escalate_to: tuple[Any, ...] | None = None
         self.done = False
         self.preloaded: LoadedState | None = None
         self.lost: BaseException | None = None  # see write_lost
+        # Its parts (see the module docstring).
+        self.writes = Writes(self, "running" if record is None else None)
+        self.arrivals = Arrivals(self)
+        self.ends = Ends(self)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -231,7 +132,7 @@ class Actor(Ends, Arrivals):
                     failure = self.record.failure
                     if failure is not None:  # resuming a compensation after a crash
                         end = self.record.failure_end or "failed"
-                        await self._finish_compensation(failure, end)
+                        await self.ends.finish_compensation(failure, end)
                     else:
                         try:
                             coro = self.new_coroutine()
@@ -239,50 +140,19 @@ class Actor(Ends, Arrivals):
                             # Stored params or input this code does not take:
                             # kept suspended (never failed or lost), as for
                             # changed code, until matching code is deployed.
-                            await self.diverge(exc)
+                            await self.ends.diverge(exc)
                             return
                         try:
                             await self.driver.run(coro, self)
                         except Passivated:
                             pass
                         except Interrupted:
-                            await self._interrupted()
+                            await self.ends.interrupted()
                 if nursery.child_tasks:  # what it left running (abandoned steps, ...)
                     nursery.cancel_scope.cancel()
         except Exception as exc:
-            if (
-                isinstance(exc, BaseExceptionGroup)
-                and _alone(exc, JournalFull) is None
-                and exc.split((JournalFull, JournalUnavailable))[1] is None
-            ):
-                # Its own writes met a full journal and a lost one at once (a
-                # task of its own, an ask, beside its run): load it again
-                # once the journal answers, as for a lost journal alone.
-                exc = _first(exc, JournalUnavailable)
-            full = _alone(exc, JournalFull)
-            if full is not None:
-                # Our own write found no room: nothing of it was written, so
-                # the journal still holds a state replay resumes from. Never
-                # take the system down for it; it retries when there is room.
-                self.lost = None  # (reloaded as one stalled)
-                self.done = True
-                self.status = "suspended"
-                self.record = self.record.evolve(last_error=f"{type(full).__name__}: {full}")
-                self.system.stalls.stalled(self, full)
-                return
-            unavailable = _alone(exc, JournalUnavailable)
-            if unavailable is not None:
-                # The journal's connection was lost (a database outage): load
-                # the instance again once it answers, from what was committed.
-                self.lost = None  # (reloaded as one whose journal was lost)
-                self.system.registry.journal_lost(self.iid, unavailable)
-                return
-            lost = _lost_ownership(exc)
-            if lost is None:
+            if not self.ends.broke(exc):
                 raise
-            # Another node took the instance over (this one froze past its
-            # lease, say): the fence rejected our write; leave it to them.
-            _events.taken_over(self.address, self.system.node, lost)
         finally:
             _tracing.end_run(run_span)
             self.done = True
@@ -314,18 +184,18 @@ class Actor(Ends, Arrivals):
             return False
         self.record = row.record
         self.run = run = row.record.run
-        self.persisted_status = row.status
+        self.writes.persisted_status = row.status
         if row.record.held is not None:
             # Stuck until now: a fresh try, on this code and in a system that
             # registers its process. Still stuck, its replay says so again.
-            self.update_record(held=None, last_error=None)
+            self.writes.update_record(held=None, last_error=None)
         self.driver.load(log)
         _tracing.loaded(self, mail)
         for seq, name, payload in self.mailbox.reload(floor, mail):
-            self._receive_system(seq, name, payload)
+            self.arrivals.receive_system(seq, name, payload)
         for timer in timers:
             if timer.run != run:  # left behind by an earlier run
-                self.txn.cancel_timer(iid, timer.run, timer.seq)
+                self.writes.txn.cancel_timer(iid, timer.run, timer.seq)
         self.loaded = True
         return True
 
@@ -421,7 +291,7 @@ class Actor(Ends, Arrivals):
                 self.status = "running"
             else:
                 self._set_status("suspended")
-                self.flush(defer=True)
+                self.writes.flush(defer=True)
                 if passivate_now:
                     # Wake-ups before this point are accounted for by the loop's
                     # checks; _passivate stays only for one that comes meanwhile.
@@ -448,11 +318,7 @@ class Actor(Ends, Arrivals):
     async def _passivate(self) -> None:
         # Invariant: an instance leaves memory only once everything it wrote
         # is durable, so whoever activates it next reads its latest state.
-        if self.txn.ops or self.status != self.persisted_status:
-            await self.barrier(durable=True)
-        elif self.ticket is not None:
-            ticket, self.ticket = self.ticket, None
-            await ticket.wait()  # what flush just submitted
+        await self.writes.settle()
         if self.woken or self.busy or self.interrupt is not None:
             return  # something arrived meanwhile: stay
         self.system.registry.forget(self)
@@ -463,146 +329,14 @@ class Actor(Ends, Arrivals):
             self.status = status
             self.system.statuses.activity_changed(self.iid)
 
-    # -- journal writes ------------------------------------------------------
-
-    def _sync_status(self) -> None:
-        if self.status != self.persisted_status and not self.done:
-            self.txn.set_status(self.iid, self.status)
-            self.persisted_status = self.status
-
-    def flush(self, *, defer: bool = False) -> None:
-        """Submit the ridden writes without waiting; with ``defer``, with
-        the next transaction anyone submits (the instance suspends: see
-        `_rides`)."""
-        self._sync_status()
-        if self.txn.ops:
-            self.txn.chain = self.iid  # its writes commit in order (storage.Chain)
-            if self.fenced:
-                self.txn.fence(self.iid, self.epoch)
-            if defer:
-                self.ticket = self.journal.defer(self.txn)
-                self.system.rides.deferred()
-            else:
-                self.ticket = self.journal.submit(self.txn)
-            self.txn = Txn()
-
-    async def barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]:
-        """Commit the ridden writes (plus ``txn``'s) and wait for them;
-        ``txn``'s results, by its own slots (all of them without one)."""
-        prior = self.ticket
-        if prior is not None and prior.done:
-            # Invariant: nothing of this instance commits after a write of
-            # it that failed (the journal keeps that: see storage.Chain and
-            # LostChains): its error stops the instance here, and the
-            # ridden writes go with it. (Cancelled meanwhile, the caller
-            # leaves both as they are, for the next barrier.)
-            try:
-                await prior.wait()
-            except trio.Cancelled:
-                raise
-            except BaseException:
-                if self.ticket is prior:
-                    self.ticket = None
-                self.txn = Txn()
-                raise
-            if self.ticket is prior:
-                self.ticket = None
-        # Invariant: from taking the ridden writes to submitting them nothing
-        # yields. Else another task of this actor (an ask's send, its end)
-        # could take and submit its own in between, ahead of these: an end
-        # committed before the writes of the run it ends, which then set
-        # the instance running again.
-        self._sync_status()
-        pending = self.txn
-        self.txn = Txn()
-        # ``txn`` may fail its own preconditions (a child's start that lost a
-        # race): the ridden writes are then kept for the next commit, never
-        # dropped with it. Copied only for such a ``txn``.
-        ridden = None
-        if txn is not None and txn.requires:
-            ridden = Txn()
-            ridden.extend(pending)
-        # The caller's results, by its own slots: the ridden writes go first.
-        offset = 0 if txn is None else pending.extend(txn)
-        pending.chain = self.iid  # its writes commit in order (storage.Chain)
-        if self.fenced:
-            pending.fence(self.iid, self.epoch)
-        prior = self.ticket
-        self.ticket = None
-        try:
-            # It may be written though its outcome is not learned: mail it
-            # carried (a child's end notice, a ctx.send) is read again once
-            # the journal answers (see commit_through).
-            results = await commit_through(
-                self.journal, pending, self._mail_in_doubt, durable=durable
-            )
-        except Conflict as exc:
-            if ridden is not None and exc.reason in START_RACED:
-                ridden.extend(self.txn)
-                self.txn = ridden
-            raise
-        if prior is not None:
-            await prior.wait()  # already done (submitted earlier); raises its error
-        return results[offset:]
-
-    def _mail_in_doubt(self, txn: Txn) -> None:
-        for receiver in sorted(txn.receivers() - {self.iid}):
-            self.system.router.mail_in_doubt(receiver)
-
-    def ride_log(self, seq: int, entry: LogEntry) -> None:
-        """Log ``entry`` at ``seq`` in this run; it rides on the next commit."""
-        self.txn.put_log(self.iid, self.run, seq, entry.to_stored())
-
-    def put_record(self, txn: Txn, status: str, **changes: Any) -> None:
-        # The record changes only once its write is in ``txn``: a value that
-        # does not encode leaves it as it was.
-        record = self.record.evolve(updated=self.system.epoch_now(), **changes)
-        txn.put_instance(
-            self.iid,
-            address=self.address,
-            process=self.proc.template,
-            status=status,
-            record=record,
-        )
-        self.record = record
-        self.persisted_status = status
-
-    def publish(self, txn: Txn, exports: Any) -> int:
-        """Put new exports in ``txn`` (and the record in memory, so every
-        later write carries them); their version. Invariant: watchers see
-        exports only once durable: until this write lands they see the ones
-        before (`published`, read by `Statuses.snapshot`)."""
-        record = self.record
-        if self.published is None:
-            self.published = (record.exports_version, record.exports)
-        version = record.exports_version + 1
-        self.put_record(txn, self.status, exports=exports, exports_version=version)
-        return version
-
-    def durable_record(self) -> InstanceRecord:
-        """The record, with the exports as they are durable: while a publish
-        is in flight (or after one failed), the last that landed."""
-        if self.published is None:
-            return self.record
-        version, exports = self.published
-        return self.record.evolve(exports=exports, exports_version=version)
-
-    def published_durably(self, version: int, exports: Any) -> None:
-        """The write of exports ``version`` landed: watchers may see them."""
-        newest = self.record.exports_version
-        self.published = None if newest == version else (version, exports)
-
-    def update_record(self, **changes: Any) -> None:
-        """Change the record; the write rides on the next commit."""
-        self.put_record(self.txn, self.status, **changes)
+    @property
+    def persisted_status(self) -> str | None:
+        """The status the journal holds for the instance (None: not read)."""
+        return self.writes.persisted_status
 
     def become(self, status: str) -> None:
         """Take ``status`` in memory (its record was just put with it)."""
         self.status = status
-
-    def escalate_on_end(self, parent: str, why: str, strategy: Any) -> None:
-        """When this instance ends failed, tell ``parent`` to crash (see `_supervision`)."""
-        self.escalate_to = (parent, why, strategy)
 
     # -- tasks: steps, children, emits -------------------------------------------
 
@@ -627,11 +361,6 @@ class Actor(Ends, Arrivals):
         self.busy -= 1
         self.wakeup()
 
-    def finish_step(self, step: fx.Step[Any], value: Any, entry: LogEntry) -> None:
-        """A live step succeeded: register its compensation, then `finish` it."""
-        self.register_compensation(step, value)
-        self.finish(step, value, None, entry)
-
     def register_compensation(
         self, step: fx.Step[Any], result: Any, *, possibly_applied: bool = False
     ) -> None:
@@ -650,7 +379,7 @@ class Actor(Ends, Arrivals):
         for leaf in effect.leaves():
             if effect.done:
                 break
-            if not leaf.done and not _under_done(leaf):
+            if not leaf.done and not leaf.decided_above():
                 self._start_live(leaf, started.pop(leaf, None))
         for leaf in started:
             # Started in an earlier activation, and now never run because the
@@ -686,7 +415,7 @@ class Actor(Ends, Arrivals):
         if self.system.log_debug:
             _events.effect_done(self.address, leaf.seq, type(leaf).__name__, error)
         if entry is not None:
-            self.txn.put_log(self.iid, self.run, leaf.seq, entry.to_stored())
+            self.writes.txn.put_log(self.iid, self.run, leaf.seq, entry.to_stored())
         node: Effect[Any] = leaf
         parent = node.parent
         while parent is not None and not parent.done:
@@ -694,14 +423,14 @@ class Actor(Ends, Arrivals):
                 break
             for other in parent.leaves():
                 if other in self.live:
-                    self._abandon(other)
+                    self.abandon(other)
             node = parent
             parent = node.parent
         root = self.root
         if root is not None and root.done:
             self.wakeup()
 
-    def _abandon(self, leaf: Effect[Any]) -> None:
+    def abandon(self, leaf: Effect[Any]) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
         self.live.discard(leaf)
         leaf.behaviour.abandon(self, leaf)
@@ -712,12 +441,3 @@ class Actor(Ends, Arrivals):
 # so the actor names no kind of effect. Imported here, below the actor,
 # so that every behaviour is registered before any actor runs.
 FEATURES = (_asks, _joins, _sends, _steps, _streams, _supervision)
-
-
-def _under_done(leaf: Effect[Any]) -> bool:
-    parent = leaf.parent
-    while parent is not None:
-        if parent.done:
-            return True
-        parent = parent.parent
-    return False

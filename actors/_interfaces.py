@@ -14,7 +14,7 @@ This module imports only modules below all of them.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Protocol
 
 import trio
@@ -26,6 +26,7 @@ from . import _effects as fx
 from ._driver import Driver, Interrupt
 from ._holds import Holds
 from ._log import LogEntry
+from ._mailbox import Mailbox
 from ._messages import Asker, StoredMessage
 from ._outages import JournalWatch
 from ._process import ProcessDef
@@ -34,6 +35,9 @@ from ._rides import Rides
 
 __all__ = [
     "ActorAPI",
+    "ArrivalsAPI",
+    "EndsAPI",
+    "WritesAPI",
     "AsksAPI",
     "CorruptionAPI",
     "KeysAPI",
@@ -344,55 +348,20 @@ class SystemAPI(Protocol):
     async def cancel(self, address: str, *, compensate: bool = False) -> bool: ...
 
 
-class ActorAPI(Protocol):
-    """The parts of a live `Actor` that steps, sagas, streams, supervision
-    and the context use: state to read, methods to change it."""
+class WritesAPI(Protocol):
+    """An actor's journal writes (`_writes.Writes`)."""
 
-    # Read only, outside the actor.
-    system: SystemAPI
-    iid: bytes
-    address: str
-    proc: ProcessDef[..., Any]
-    record: InstanceRecord
-    run: int
-    status: str
-    driver: Driver
-    live: set[fx.Effect[Any]]
-    children: dict[str, int]
-    timers: dict[int, fx.Timer]
-    interrupt: Interrupt | None
-    escalate_to: tuple[Any, ...] | None
-    loaded: bool
-    done: bool
-    fenced: bool  # writes are fenced with epoch (a shared journal)
-    epoch: int
+    txn: Txn  # the ridden writes: add to it, they go with the next commit
+    persisted_status: str | None
     published: tuple[int, Any] | None  # the durable exports while a publish is in flight
 
-    def finish(
-        self,
-        leaf: fx.Effect[Any],
-        value: Any = None,
-        error: BaseException | None = None,
-        entry: LogEntry | None = None,
-    ) -> None: ...
+    def flush(self, *, defer: bool = False) -> None: ...
 
-    def finish_step(self, step: fx.Step[Any], value: Any, entry: LogEntry) -> None: ...
+    def drop(self) -> None: ...
 
-    def register_compensation(
-        self, step: fx.Step[Any], result: Any, *, possibly_applied: bool = False
-    ) -> None: ...
-
-    def start_task(
-        self, fn: Callable[..., Awaitable[Any]], effect: fx.Effect[Any], *args: Any
-    ) -> None: ...
-
-    def task_finished(self) -> None: ...
-
-    def add_child(self, address: str, seq: int) -> None: ...
-
-    def add_wait(self, wait: fx.Wait[Any]) -> None: ...
-
-    def remove_wait(self, wait: fx.Wait[Any]) -> None: ...
+    async def barrier(
+        self, txn: Txn | None = None, *, durable: bool | None = None
+    ) -> list[int]: ...
 
     def ride_log(self, seq: int, entry: LogEntry) -> None: ...
 
@@ -406,15 +375,17 @@ class ActorAPI(Protocol):
 
     def durable_record(self) -> InstanceRecord: ...
 
-    def become(self, status: str) -> None: ...
 
-    def begin_run(self, txn: Txn, **changes: Any) -> None: ...
-
-    def escalate_on_end(self, parent: str, why: str, strategy: Any) -> None: ...
-
-    def wakeup(self) -> None: ...
+class ArrivalsAPI(Protocol):
+    """What reaches an actor from outside (`_arrivals.Arrivals`)."""
 
     def deliver(self, seq: int, message: StoredMessage) -> None: ...
+
+    def timers_due(self, now: float) -> None: ...
+
+    def add_wait(self, wait: fx.Wait[Any]) -> None: ...
+
+    def remove_wait(self, wait: fx.Wait[Any]) -> None: ...
 
     def cancel(self, reason: str, *, compensate: bool = False) -> None: ...
 
@@ -422,14 +393,94 @@ class ActorAPI(Protocol):
 
     def corrupted(self, exc: JournalCorrupt) -> None: ...
 
+    def take_timers(self) -> list[tuple[int, int]]: ...
+
+    def took(self, wait: fx.Wait[Any], signal: Signal, mseq: int, payload: Any) -> None: ...
+
+    def start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None: ...
+
+    def stop_timer(self, timer: fx.Timer) -> None: ...
+
+    def drop_timer(self, timer: fx.Timer) -> None: ...
+
+
+class EndsAPI(Protocol):
+    """How an actor's run ends (`_ends.Ends`)."""
+
+    escalate_to: tuple[Any, ...] | None
+
+    def escalate_on_end(self, parent: str, why: str, strategy: Any) -> None: ...
+
+    def begin_run(self, txn: Txn, **changes: Any) -> None: ...
+
+
+class ActorAPI(Protocol):
+    """The parts of a live `Actor` that steps, sagas, streams, supervision
+    and the context use: state to read, methods to change it; and its own
+    parts (``writes``, ``arrivals``, ``ends``), which change its state too."""
+
+    # Read only, outside the actor and its parts.
+    system: SystemAPI
+    journal: Journal
+    iid: bytes
+    address: str
+    proc: ProcessDef[..., Any]
+    record: InstanceRecord
+    run: int
+    status: str
+    driver: Driver
+    mailbox: Mailbox
+    live: set[fx.Effect[Any]]
+    children: dict[str, int]
+    interrupt: Interrupt | None
+    root: fx.Effect[Any] | None
+    loaded: bool
+    done: bool
+    woken: bool
+    lost: BaseException | None
+    fenced: bool  # writes are fenced with epoch (a shared journal)
+    epoch: int
+
+    # Its parts.
+    @property
+    def writes(self) -> WritesAPI: ...
+
+    @property
+    def arrivals(self) -> ArrivalsAPI: ...
+
+    @property
+    def ends(self) -> EndsAPI: ...
+
+    def finish(
+        self,
+        leaf: fx.Effect[Any],
+        value: Any = None,
+        error: BaseException | None = None,
+        entry: LogEntry | None = None,
+    ) -> None: ...
+
+    def abandon(self, leaf: fx.Effect[Any]) -> None: ...
+
+    def register_compensation(
+        self, step: fx.Step[Any], result: Any, *, possibly_applied: bool = False
+    ) -> None: ...
+
+    def start_task(
+        self, fn: Callable[..., Awaitable[Any]], effect: fx.Effect[Any], *args: Any
+    ) -> None: ...
+
+    def task_finished(self) -> None: ...
+
+    def add_child(self, address: str, seq: int) -> None: ...
+
+    def become(self, status: str) -> None: ...
+
+    def new_coroutine(self) -> Coroutine[Any, Any, Any]: ...
+
+    def wakeup(self) -> None: ...
+
     def request_passivation(self) -> None: ...
 
     def claimed_again(self, epoch: int) -> None: ...
 
     def write_lost(self, exc: BaseException) -> None: ...
-
-    def flush(self, *, defer: bool = False) -> None: ...
-
-    async def barrier(
-        self, txn: Txn | None = None, *, durable: bool | None = None
-    ) -> list[int]: ...

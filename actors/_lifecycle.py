@@ -27,7 +27,7 @@ from storage.errors import Conflict, JournalUnavailable
 from . import _asks, _protocol, _saga, _supervision as _sup, _tracing
 from ._checks import check_text
 from ._handles import Handle
-from ._log import children_named
+from ._log import children_named, read_state
 from ._process import ProcessDef
 from ._queues import waiting_rows
 from ._records import Queue, Signal
@@ -62,7 +62,7 @@ class Lifecycle:
         while True:
             actor = registry.live.get(iid)
             if actor is not None and not actor.done:
-                actor.cancel(reason, compensate=compensate)
+                actor.arrivals.cancel(reason, compensate=compensate)
                 while not actor.done and registry.live.get(iid) is actor:
                     await self.system.statuses.event(iid).wait()
                 if actor.done and actor.status not in LIVE_STATUSES:
@@ -121,7 +121,7 @@ class Lifecycle:
         """Cancel an instance that is not in memory here (the caller holds
         off its activation). None: it runs its compensations first, as
         recorded now (or before), once activated."""
-        row, timers, log, mail = await self.journal.read(lambda r: _on_disk(r, iid))
+        row, log, mail, timers, _ = await self.journal.read(lambda r: read_state(r, iid))
         if row is None or row.status not in UNFINISHED_STATUSES:
             return False
         if row.status == "queued":
@@ -232,7 +232,7 @@ class Lifecycle:
         """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
         actor = self.system.registry.live.get(iid)
         if actor is not None and not actor.done:
-            actor.restart(reason)  # a cancel asked of it first wins
+            actor.arrivals.restart(reason)  # a cancel asked of it first wins
             return
         if iid in self.cancelling:
             return  # a cancel of it is being written: it wins
@@ -246,7 +246,7 @@ class Lifecycle:
         if epoch is None:
             await self.system.router.send_system(iid, address, _sup.RESTART, {"reason": reason})
             return
-        row, timers, log, _ = await self.journal.read(lambda r: _on_disk(r, iid, mail=False))
+        row, log, _, timers, _ = await self.journal.read(lambda r: read_state(r, iid))
         if row is None or row.status not in LIVE_STATUSES:
             return
         await _sup.cancel_children(self.system, children_named(log), f"{address} is restarting")
@@ -366,7 +366,7 @@ class Lifecycle:
             if actor is None:
                 return Handle._create(self.system, iid, address, record.incarnation), True
             if start.message is not None and results:
-                actor.deliver(
+                actor.arrivals.deliver(
                     results[start.message.slot], _protocol.unpack_message(start.message.message)
                 )
             self.system.statuses.changed(iid)
@@ -408,13 +408,3 @@ class Lifecycle:
         with trio.CancelScope(shield=True):
             epoch = await self.journal.claim(iid)
         return epoch
-
-
-def _on_disk(r: Any, iid: bytes, *, mail: bool = True) -> tuple[Any, Any, Any, Any]:
-    """(row, timers, current run's log, unread mail or [] without ``mail``)
-    of an instance on disk."""
-    row = r.instance(iid)
-    if row is None:
-        return None, [], {}, []
-    unread = r.mailbox(iid) if mail else []
-    return row, r.timers(iid), r.entries(iid, row.record.run), unread

@@ -1,14 +1,17 @@
-"""Log entries as the runtime uses them.
+"""Log entries and runs as the runtime reads them.
 
 `LogEntry` (one position of a run's log) is defined with the journal format
-in `storage._records`; this module adds what the runtime derives from a log.
+in `storage._records`; this module adds what the runtime derives from a log,
+and the one read that gives a run all it needs (`read_state`).
 """
 
 from __future__ import annotations
 
-from storage import NO_VALUE, LogEntry
+from typing import Any
 
-__all__ = ["LogEntry", "NO_VALUE", "children_named"]
+from storage import LIVE_STATUSES, NO_VALUE, LogEntry
+
+__all__ = ["LogEntry", "NO_VALUE", "children_named", "LoadedState", "read_state"]
 
 
 def children_named(log: dict[int, LogEntry]) -> dict[str, int]:
@@ -17,3 +20,24 @@ def children_named(log: dict[int, LogEntry]) -> dict[str, int]:
     return {
         entry.name: seq for seq, entry in sorted(log.items()) if entry.kind in ("call", "spawn")
     }
+
+
+# What an activation reads of an instance, in one read: its row (None if
+# there is none), its run's log, its unread mail, its timers, and the
+# highest message seq its mailbox had.
+LoadedState = tuple[Any, dict[int, LogEntry], list[Any], list[Any], int]
+
+
+def read_state(r: Any, iid: bytes, *, live_only: bool = False) -> LoadedState:
+    """All an instance's run needs from the journal (reader ``r``); with
+    ``live_only``, only the row of one that is not running or suspended."""
+    row = r.instance(iid)
+    if row is None or (live_only and row.status not in LIVE_STATUSES):
+        return row, {}, [], [], 0
+    return (
+        row,
+        r.entries(iid, row.record.run),
+        r.mailbox(iid),
+        r.timers(iid),
+        r.last_message_seq(iid),
+    )

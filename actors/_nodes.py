@@ -133,4 +133,4 @@ class NodeView:
                 self.system.registry.activate_for_mail(iid)
                 continue
             for seq, message in mail.get(iid, ()):
-                actor.deliver(seq, StoredMessage.from_stored(message))
+                actor.arrivals.deliver(seq, StoredMessage.from_stored(message))

@@ -28,8 +28,9 @@ from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _events
 from ._holds import Holds
-from ._instance import Actor, LoadedState, read_state
+from ._instance import Actor
 from ._interfaces import ActorAPI
+from ._log import LoadedState, read_state
 from ._messages import StoredMessage
 from ._process import ProcessDef
 from .errors import InvalidArguments, UnknownProcess
@@ -145,7 +146,7 @@ class Registry:
             else:
                 actor = self.run_created(row.iid, row.address, proc, row.record, epoch)
                 for seq, message in mail:
-                    actor.deliver(seq, StoredMessage.from_stored(message))
+                    actor.arrivals.deliver(seq, StoredMessage.from_stored(message))
                 return
         self.routed_absent.add(row.iid)  # its actor reads its mailbox: see run_created
         self.run_created(row.iid, row.address, proc, row.record, epoch)
@@ -317,7 +318,7 @@ class Registry:
         # Its exports as they are durable: one that left memory with a
         # publish that never landed (a full journal) shows the one before,
         # as its reload will.
-        self.system.statuses.keep_end(actor.iid, status, actor.durable_record())
+        self.system.statuses.keep_end(actor.iid, status, actor.writes.durable_record())
 
     def watch_ends(self, hook: Callable[[bytes, str], None]) -> None:
         """Call ``hook(iid, status)`` as each instance that ran here ends
@@ -330,7 +331,7 @@ class Registry:
         if actor is None:
             self.activate(iid)
         elif actor.loaded and not actor.done:
-            actor.timers_due(now)
+            actor.arrivals.timers_due(now)
 
     # -- passivation, takeover and shutdown ---------------------------------------------------
 
@@ -389,7 +390,7 @@ class Registry:
         for actor in list(self.live.values()):
             if actor.loaded and not actor.done:
                 try:
-                    actor.flush()
+                    actor.writes.flush()
                 except Exception:  # noqa: BLE001
                     log.exception("could not flush %r on close", actor.address)
 

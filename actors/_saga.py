@@ -97,7 +97,7 @@ def register(
     }
     comps = list(actor.record.compensations)
     comps.append(entry)
-    actor.update_record(compensations=comps)
+    actor.writes.update_record(compensations=comps)
 
 
 def pending(record: InstanceRecord) -> list[dict[str, Any]]:
@@ -185,17 +185,17 @@ async def compensate(actor: ActorAPI, failure: dict[str, Any], end: str) -> str:
     """Run the pending compensations; the status to end with: ``end`` when
     all are done, ``"compensation_stuck"`` if one gives up."""
     txn = Txn()
-    actor.put_record(txn, "running", failure=failure, failure_end=end)
+    actor.writes.put_record(txn, "running", failure=failure, failure_end=end)
     actor.become("running")
-    await actor.barrier(txn)
+    await actor.writes.barrier(txn)
     for comp in pending(actor.record):
         error = await _run_one(actor, comp)
         if error is not None:
             txn = Txn()
             summary = f"compensation of step {comp['name']!r} failed: {error_summary(error)}"
-            actor.put_record(txn, "compensation_stuck", last_error=summary, stuck=error)
+            actor.writes.put_record(txn, "compensation_stuck", last_error=summary, stuck=error)
             actor.become("compensation_stuck")
-            await actor.barrier(txn, durable=True)
+            await actor.writes.barrier(txn, durable=True)
             return "compensation_stuck"
     return end
 
@@ -215,8 +215,8 @@ async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | No
         txn = Txn()
         attempts = dict(actor.record.comp_attempts)
         attempts[comp["id"]] = attempts_done
-        actor.put_record(txn, "running", comp_attempts=attempts)
-        await actor.barrier(txn)
+        actor.writes.put_record(txn, "running", comp_attempts=attempts)
+        await actor.writes.barrier(txn)
         info = StepInfo(key, comp["name"], attempts_done, actor.address, comp["result"])
         try:
             with _tracing.step_span(actor, info):
@@ -229,6 +229,6 @@ async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | No
             continue
         txn = Txn()
         done = list(actor.record.compensated) + [comp["id"]]
-        actor.put_record(txn, "running", compensated=done)
-        await actor.barrier(txn, durable=True)
+        actor.writes.put_record(txn, "running", compensated=done)
+        await actor.writes.barrier(txn, durable=True)
         return None

@@ -174,7 +174,7 @@ class Router:
         dict after ``send`` returns changes nothing)."""
         actor = self.system.registry.live.get(iid)
         if actor is not None and not actor.done:
-            actor.deliver(seq, _protocol.unpack_message(message))
+            actor.arrivals.deliver(seq, _protocol.unpack_message(message))
         elif not self.system.nodes.owned_elsewhere(iid):
             # (Owned elsewhere: the commit notified the owner. If that node
             # dies, the takeover scan finds the instance and its mail.)

@@ -6,7 +6,7 @@ a batch: the message, on condition that the receiver takes mail, live or
 queued), so a payload the codec cannot carry, or one over
 ``max_payload``, raises in the process at the call and nothing is written.
 Run live, the effect's log entry is added to that transaction and the
-actor commits it with the writes that ride with it (`Actor.barrier`: the
+actor commits it with the writes that ride with it (`Writes.barrier`: the
 takes and recorded values made before the send). So the message, the
 sender's record of it, and everything the sender did before it are
 durable together or not at all:
@@ -218,7 +218,7 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
     # twice, none is lost.
     txn.put_log(actor.iid, actor.run, send.seq, entry.to_stored())
     try:
-        results = await actor.barrier(txn)
+        results = await actor.writes.barrier(txn)
     except Conflict as exc:
         if exc.reason not in ("missing", "status"):
             raise  # "epoch": another node took the sender over

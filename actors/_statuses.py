@@ -65,7 +65,7 @@ class Statuses:
         actor = self.system.registry.live.get(iid)
         if actor is not None and actor.loaded:
             if self.system.nodes.trusted(iid):
-                return actor.status, actor.durable_record()
+                return actor.status, actor.writes.durable_record()
             if not self.journal.reads_at_once:  # its memory may be stale: only a read tells
                 return self._seen.get(iid) or ("unread", NO_RECORD)
         ended = self.final_end(iid)

@@ -232,7 +232,7 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                 # the take it follows) is written before its side effect runs,
                 # so a replay after a lost write never puts other work at this
                 # step, and one idempotency key names one piece of work.
-                await actor.barrier(_log_txn(actor, step.seq, record), durable=True)
+                await actor.writes.barrier(_log_txn(actor, step.seq, record), durable=True)
                 await _check_lease(actor)
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
@@ -269,7 +269,8 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                     outcome = step.describe(
                         value=value, attempt=attempt, failures=failures, closed=closed, key=step.key
                     )
-                    actor.finish_step(step, value, outcome)
+                    actor.register_compensation(step, value)
+                    actor.finish(step, value, None, outcome)
                     return
                 in_attempt = False
                 failures += 1
@@ -286,8 +287,8 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
             shut = attrs.evolve(
                 record, failures=failures, closed=closed + 1 if in_attempt else closed
             )
-            actor.ride_log(step.seq, shut)
-            actor.flush()
+            actor.writes.ride_log(step.seq, shut)
+            actor.writes.flush()
         raise
     finally:
         step.scope = None

@@ -55,11 +55,11 @@ async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
         else:
             # Watchers get the stored exports, never the process's own object.
             exports = decode(encode(effect.payload, what="exports"))
-            version = actor.publish(txn, exports)
+            version = actor.writes.publish(txn, exports)
         txn.put_log(actor.iid, actor.run, effect.seq, entry.to_stored())
-        await actor.barrier(txn)
+        await actor.writes.barrier(txn)
         if type(effect) is fx.Publish:
-            actor.published_durably(version, exports)
+            actor.writes.published_durably(version, exports)
         actor.finish(effect, None, None, None)
         actor.system.statuses.changed(actor.iid)  # wakes consumers and watchers
     finally:

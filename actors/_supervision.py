@@ -75,7 +75,7 @@ class _Calls(_Spawns):
     @staticmethod
     def abandon(actor: ActorAPI, effect: _Child) -> None:
         assert type(effect) is fx.Call
-        actor.remove_wait(effect)
+        actor.arrivals.remove_wait(effect)
         _abandon_child_effect(actor, effect)
 
     @staticmethod
@@ -93,7 +93,7 @@ def _start_child_effect(actor: ActorAPI, effect: fx.Effect[Any], started: LogEnt
 
 def _await_end(actor: ActorAPI, call: fx.Call[Any]) -> None:
     actor.add_child(call.address, call.seq)
-    actor.add_wait(call)
+    actor.arrivals.add_wait(call)
 
 
 async def _create(actor: ActorAPI, effect: Any) -> None:
@@ -199,7 +199,7 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
         ended = end_payload(row.status, row.record)
     parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
-    await parent.barrier(txn)
+    await parent.writes.barrier(txn)
     if fresh and effect.queue is not None:
         system.statuses.changed(iid)
         system.queues.poke(effect.queue[0].name)
@@ -358,7 +358,7 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
     why = "exit" if exc is None else f"{type(exc).__name__}({_short(exc)})"
     if len(recent) >= strategy.max_restarts:
         if parent and exc is not None:
-            actor.escalate_on_end(parent, why, strategy)
+            actor.ends.escalate_on_end(parent, why, strategy)
         return False
     count = len(record.restarts) + 1
     reason = f"restart {count} after {why}"
@@ -385,10 +385,10 @@ async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     await cancel_children(system, dict(actor.children), f"{actor.address} is restarting")
     txn = Txn()
     restarts = next_restarts(actor.record, reason, system.epoch_now())
-    actor.begin_run(txn, restarts=restarts, last_error=None)
+    actor.ends.begin_run(txn, restarts=restarts, last_error=None)
     # The asks this run took and did not answer never will be: say so.
     answers = _asks.no_reply(actor, txn, "restarted", ()) if actor.driver.unanswered else []
-    results = await actor.barrier(txn)
+    results = await actor.writes.barrier(txn)
     for after in answers:
         after(results)
     actor.become("running")
@@ -446,9 +446,9 @@ async def _recent_restarts(
 
 async def escalate(actor: ActorAPI) -> None:
     """Tell the parent of a child that failed past its restart limit to crash."""
-    if actor.escalate_to is None:
+    if actor.ends.escalate_to is None:
         return
-    parent, why, strategy = actor.escalate_to
+    parent, why, strategy = actor.ends.escalate_to
     _events.gave_up(actor.address, parent=parent, why=why, strategy=strategy)
     system = actor.system
     error = dict(describe_error(ChildFailed(f"child {actor.address} failed: {why}")))

@@ -209,7 +209,9 @@ def _busy(system: ActorSystem) -> str | None:
             why = "running a step (or other work of an effect)"
         elif actor.parked is None or actor.woken or actor.interrupt is not None:
             why = "runnable"
-        elif actor.txn.ops or (actor.ticket is not None and not actor.ticket.done):
+        elif actor.writes.txn.ops or (
+            actor.writes.ticket is not None and not actor.writes.ticket.done
+        ):
             why = "writing to the journal"
         else:
             continue

@@ -102,7 +102,7 @@ PLANTS: dict[str, Plant] = {
             receiver = self.system.registry.live.get(iid)
             if receiver is not None and not receiver.done:  # planted: the sender's object
                 aliased = _protocol.StoredMessage(signal.name, payload, None, None, ask)
-                receiver.deliver(seq, aliased)
+                receiver.arrivals.deliver(seq, aliased)
             else:
                 self.route(iid, seq, notice.message)
         """,
@@ -146,11 +146,11 @@ PLANTS: dict[str, Plant] = {
     # Not a bug this project had: the fence that keeps a node whose lease
     # lapsed from writing to an instance another node took over.
     "unfenced-barrier": Plant(
-        "actors._instance",
-        "Actor.barrier",
+        "actors._writes",
+        "Writes.barrier",
         old="""
-            if self.fenced:
-                pending.fence(self.iid, self.epoch)
+            if actor.fenced:
+                pending.fence(actor.iid, actor.epoch)
         """,
         new="pass  # planted: an actor's writes carry no fence",
         what="an actor's own writes carry no fencing epoch",
