@@ -86,7 +86,7 @@ from ._handles import Handle
 from ._instance import Actor
 from ._interfaces import SystemAPI
 from ._log import LogEntry, children_named
-from ._retry import Kept, _in_doubt, _keep, read_kept
+from ._retry import Kept, _in_doubt, _keep, read_kept, reset
 from ._sending import commit_through
 from .errors import InvalidArguments, NotDelivered
 
@@ -431,10 +431,7 @@ def fork_txn(
     for value in plan.stream:
         txn.append_stream(iid, value)
     for child, kept in plan.resets:
-        txn.require(child.iid, frozenset({child.status}), incarnation=child.record.incarnation)
-        txn.delete_instance(child.iid)
-        txn.put_state(_protocol.floor_key(child.iid), child.record.incarnation)
-        _keep(txn, child, kept, now)
+        reset(txn, child, kept, now)
     return start
 
 
@@ -472,21 +469,12 @@ async def fork(
         )
     encoded_input = encode(input, what="input") if input else None
     target_iid = iid if to is None else instance_id(to)
-    waiting_for = {iid, target_iid}
-    for key in waiting_for:  # one start of an address at a time here (as `Lifecycle.start`)
-        while (waiting := system.lifecycle.creating.get(key)) is not None:
-            await waiting.wait()
-    done = trio.Event()
-    for key in waiting_for:
-        system.lifecycle.creating[key] = done
-    try:
+    # A start of both addresses. Mail for them meanwhile needs no activation
+    # after it: the source has ended, and the target runs once started.
+    async with system.lifecycle.deciding(*{iid, target_iid}, activate=False):
         return await _fork(
             system, iid, address, from_effect, after_step_name, to, input, encoded_input
         )
-    finally:
-        for key in waiting_for:
-            del system.lifecycle.creating[key]
-        done.set()
 
 
 async def _fork(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import trio
@@ -187,6 +188,10 @@ class LifecycleAPI(Protocol):
 
     creating: dict[bytes, trio.Event]
     cancelling: dict[bytes, trio.Event]
+
+    def deciding(
+        self, *iids: bytes, activate: bool = True
+    ) -> AbstractAsyncContextManager[None]: ...
 
     async def start(
         self,

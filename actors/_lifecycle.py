@@ -8,7 +8,8 @@ Invariant (see `Lifecycle.cancel_iid`): a cancel wins over a restart.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -313,8 +314,7 @@ class Lifecycle:
             if waiting is None:
                 break
             await waiting.wait()
-        self.creating[iid] = done = trio.Event()
-        try:
+        async with self.deciding(iid):
             while True:  # once more each time another start (another node's) commits first
                 row, floor = await self.journal.read(lambda r: _protocol.read_for_start(r, iid))
                 if row is not None and row.address != address:
@@ -371,11 +371,36 @@ class Lifecycle:
                 )
             self.system.statuses.changed(iid)
             return Handle._create(self.system, iid, address, record.incarnation), True
+
+    @asynccontextmanager
+    async def deciding(self, *iids: bytes, activate: bool = True) -> AsyncIterator[None]:
+        """One start of an address at a time on this system (a retry and a
+        fork are starts too): wait until none is deciding any of ``iids``,
+        then hold them for the block. A cancel waits for the block to end
+        (see `cancel_iid`). After it, with ``activate``, an instance that
+        mail was noticed for meanwhile, and that is not in memory, is
+        activated (see `Registry.activate_for_mail`)."""
+        creating = self.creating
+        while True:
+            waiting = next((creating[iid] for iid in iids if iid in creating), None)
+            if waiting is None:
+                break
+            await waiting.wait()
+        # Invariant: nothing yields from the check above to this claim.
+        done = trio.Event()
+        for iid in iids:
+            creating[iid] = done
+        try:
+            yield
         finally:
-            del self.creating[iid]
+            for iid in iids:
+                del creating[iid]
             done.set()
-            if iid in registry.routed_absent and iid not in registry.live:
-                registry.activate(iid)  # mail noticed meanwhile (see Registry.activate_for_mail)
+            if activate:
+                registry = self.system.registry
+                for iid in iids:
+                    if iid in registry.routed_absent and iid not in registry.live:
+                        registry.activate(iid)
 
     async def run_started(
         self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord

@@ -273,13 +273,19 @@ def retry_txn(
     )
     txn = start.txn
     _keep(txn, row, plan.kept, now)
-    for child, kept in plan.resets:
-        # Its next start (the retried parent's call) counts on from it.
-        txn.require(child.iid, frozenset({"failed"}), incarnation=child.record.incarnation)
-        txn.delete_instance(child.iid)
-        txn.put_state(_protocol.floor_key(child.iid), child.record.incarnation)
-        _keep(txn, child, kept, now)
+    for child, kept in plan.resets:  # each failed
+        reset(txn, child, kept, now)
     return start
+
+
+def reset(txn: Txn, child: InstanceRow, kept: tuple[int, list[Kept]], now: float) -> None:
+    """Into ``txn``: remove ``child`` (on condition that it is as read),
+    keeping its record in its address's history, so that the next start
+    there (its parent's call, run again) makes the next incarnation."""
+    txn.require(child.iid, frozenset({child.status}), incarnation=child.record.incarnation)
+    txn.delete_instance(child.iid)
+    txn.put_state(_protocol.floor_key(child.iid), child.record.incarnation)
+    _keep(txn, child, kept, now)
 
 
 def _keep(txn: Txn, row: InstanceRow, kept: tuple[int, list[Kept]], now: float) -> None:
@@ -333,18 +339,8 @@ async def retry(system: SystemAPI, address: str, input: dict[str, Any] | None) -
             return flight.handle
     flights[iid] = flight = _Flight()
     try:
-        # One start of an address at a time on this system (as `Lifecycle.start`):
-        # mail for it meanwhile is read once it runs (`Registry.activate_for_mail`).
-        while (waiting := system.lifecycle.creating.get(iid)) is not None:
-            await waiting.wait()
-        system.lifecycle.creating[iid] = done = trio.Event()
-        try:
+        async with system.lifecycle.deciding(iid):  # a start of the address
             flight.handle = await _retry(system, iid, address, input, encoded_input)
-        finally:
-            del system.lifecycle.creating[iid]
-            done.set()
-            if iid in system.registry.routed_absent and iid not in system.registry.live:
-                system.registry.activate(iid)
         return flight.handle
     finally:
         del flights[iid]
