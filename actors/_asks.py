@@ -44,7 +44,8 @@ import trio
 from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
 from storage.errors import Conflict, JournalClosed
 
-from . import _effects as fx, _protocol
+from . import _effects as fx, _hooks, _protocol
+from ._hooks import After
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry
 from ._messages import Asker, StoredMessage
@@ -68,7 +69,6 @@ BOX_PREFIX = "\x00ask "  # the reply-to address of a system ask: BOX_PREFIX + as
 CHECK_EVERY = 1.0  # seconds between a system asker's reads of the instance's status
 
 #: What runs once a transaction holding replies has committed (its results).
-After = Callable[[list[int]], None]
 
 
 def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
@@ -307,6 +307,30 @@ def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[Asker]) ->
     asks.update(actor.driver.unanswered or {})
     actor.driver.unanswered = None
     return [answer(actor.system, txn, ask, {"ended": status}) for ask in asks.values()]
+
+
+@_hooks.on_run_end
+def _at_run_end(actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[After]:
+    """Every ask the run took and did not answer, and (with ``unread``, the
+    instance ends) every ask still unread, hears that it ended without a
+    reply."""
+    waiting = actor.mailbox.asks.values() if unread and actor.mailbox.asks else ()
+    if not waiting and not actor.driver.unanswered:
+        return []
+    return no_reply(actor, txn, status, waiting)
+
+
+@_hooks.on_disk_end
+def _at_disk_end(
+    system: SystemAPI,
+    txn: Txn,
+    status: str,
+    log: dict[int, LogEntry],
+    mail: Iterable[tuple[int, Any]],
+) -> list[After]:
+    """`_at_run_end` for an instance ended on disk."""
+    owed = unanswered_on_disk(log, mail)
+    return [answer(system, txn, ask, {"ended": status}) for ask in owed]
 
 
 def unanswered_on_disk(log: dict[int, LogEntry], mail: Iterable[tuple[int, Any]]) -> list[Asker]:

@@ -23,7 +23,7 @@ from storage.errors import (
     JournalUnavailable,
 )
 
-from . import _asks, _effects as fx, _events, _protocol, _saga, _supervision as _sup
+from . import _effects as fx, _events, _hooks, _protocol, _saga, _supervision as _sup
 from ._log import children_named
 from ._records import describe_error, error_summary
 from .errors import NonDeterminismError
@@ -183,11 +183,8 @@ class Ends:
             timers=timers,
             now=actor.system.epoch_now(),
         )
-        # Every ask it owes an answer hears that it ended without one.
-        unread = actor.mailbox.asks.values() if actor.mailbox.asks else ()
-        answers = (
-            _asks.no_reply(actor, txn, status, unread) if unread or actor.driver.unanswered else ()
-        )
+        # What features owe at its end (an ask it did not answer hears so).
+        answers = _hooks.run_ended(actor, txn, status)
         results = await actor.writes.barrier(txn)
         actor.status = status
         actor.done = True
@@ -224,9 +221,8 @@ class Ends:
             actor.abandon(leaf)
         txn = Txn()
         self.begin_run(txn, input=effect.input, last_error=None)
-        answers = []
-        if actor.driver.unanswered:  # taken by this run, never to be answered by the next
-            answers = _asks.no_reply(actor, txn, "continued as new", ())
+        # (An ask this run took is never answered by the next: it hears so.)
+        answers = _hooks.run_ended(actor, txn, "continued as new", unread=False)
         # Invariant: the next run starts in memory only once it is recorded.
         # Started on a write still in flight, it would run (and key its steps
         # with its run number) even if the write failed, and the run

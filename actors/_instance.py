@@ -27,18 +27,7 @@ import trio
 from storage import InstanceRecord
 from storage.errors import JournalCorrupt
 
-from . import (
-    _asks,
-    _effects as fx,
-    _events,
-    _joins,
-    _saga,
-    _sends,
-    _steps,
-    _streams,
-    _supervision,
-    _tracing,
-)
+from . import _effects as fx, _events, _saga, _tracing
 from ._arrivals import Arrivals
 from ._context import Context
 from ._driver import Driver, Interrupt, Interrupted, Passivated
@@ -434,10 +423,3 @@ class Actor:
         """Stop a live leaf that lost a race (or whose join failed)."""
         self.live.discard(leaf)
         leaf.behaviour.abandon(self, leaf)
-
-
-# The features whose effects run live: each module registers how its
-# effects start and stop (`fx.runs_live`; waits and timers: `_arrivals`),
-# so the actor names no kind of effect. Imported here, below the actor,
-# so that every behaviour is registered before any actor runs.
-FEATURES = (_asks, _joins, _sends, _steps, _streams, _supervision)

@@ -25,7 +25,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalUnavailable
 
-from . import _asks, _protocol, _saga, _supervision as _sup, _tracing
+from . import _hooks, _protocol, _saga, _supervision as _sup, _tracing
 from ._checks import check_text
 from ._handles import Handle
 from ._log import children_named, read_state
@@ -156,8 +156,9 @@ class Lifecycle:
             txn.take_message(iid, seq)
         # Every ask it owes an answer hears that it ended without one (one
         # that compensates first: those its run took; its end, the unread).
-        owed = _asks.unanswered_on_disk(log, () if compensating else mail)
-        answers = [_asks.answer(self.system, txn, ask, {"ended": "cancelled"}) for ask in owed]
+        answers = _hooks.ended_on_disk(
+            self.system, txn, "cancelled", log, () if compensating else mail
+        )
         try:
             results = await self.journal.commit(txn)
         except Conflict:
@@ -264,8 +265,8 @@ class Lifecycle:
             record=row.record.evolve(restarts=restarts, updated=self.system.epoch_now()),
             timers=[(timer.run, timer.seq) for timer in timers],
         )
-        owed = _asks.unanswered_on_disk(log, ())  # taken by the run that ends here
-        answers = [_asks.answer(self.system, txn, ask, {"ended": "restarted"}) for ask in owed]
+        # What features owe at the end of the run (its mail: the next run's).
+        answers = _hooks.ended_on_disk(self.system, txn, "restarted", log, ())
         try:
             results = await self.journal.commit(txn)
         except Conflict:

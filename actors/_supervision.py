@@ -30,7 +30,7 @@ import trio
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, InstanceRecord, Txn, instance_id
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalClosed, JournalFull
 
-from . import _asks, _effects as fx, _events, _tracing
+from . import _effects as fx, _events, _hooks, _tracing
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, children_named
@@ -386,8 +386,8 @@ async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     txn = Txn()
     restarts = next_restarts(actor.record, reason, system.epoch_now())
     actor.ends.begin_run(txn, restarts=restarts, last_error=None)
-    # The asks this run took and did not answer never will be: say so.
-    answers = _asks.no_reply(actor, txn, "restarted", ()) if actor.driver.unanswered else []
+    # What features owe at the run's end (the asks it took and did not answer).
+    answers = _hooks.run_ended(actor, txn, "restarted", unread=False)
     results = await actor.writes.barrier(txn)
     for after in answers:
         after(results)

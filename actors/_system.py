@@ -34,7 +34,20 @@ import trio
 from storage import TERMINAL_STATUSES, InstanceRow, Journal
 from storage.errors import JournalCorrupt
 
-from . import _events, _fork, _guard, _mail, _retry, _tracing
+from . import (
+    _asks,
+    _events,
+    _fork,
+    _guard,
+    _joins,
+    _mail,
+    _retry,
+    _sends,
+    _steps,
+    _streams,
+    _supervision,
+    _tracing,
+)
 from ._asks import Asks
 from ._checks import check_seconds
 from ._corruption import Corruption
@@ -59,6 +72,13 @@ from ._upkeep import Upkeep
 from .errors import AlreadyStarted, InvalidArguments
 
 __all__ = ["ActorSystem"]
+
+# The features that hook into the core: each module registers, as it is
+# imported, how its effects run live (`_effects.runs_live`; waits and
+# timers: `_arrivals`) and what it owes when a run ends (`_hooks`), so
+# that neither the actor nor its parts name a feature. Imported here, with
+# the system, so that all of it is registered before any instance runs.
+FEATURES = (_asks, _joins, _sends, _steps, _streams, _supervision)
 
 P = ParamSpec("P")  # a process function's parameters after ctx
 R = TypeVar("R")  # its result
