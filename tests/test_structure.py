@@ -324,15 +324,27 @@ PARTS = {
 }
 
 
-def part_callers(root: Path = ROOT) -> dict[str, dict[str, list[str]]]:
-    """For each part of ActorSystem, the modules of ``actors`` (CLI and web
-    included) that call it, each with the members they use."""
-    pattern = re.compile(r"\b(?:system|self)\.(" + "|".join(PARTS) + r")\.([A-Za-z_]\w*)")
-    found: dict[str, dict[str, set[str]]] = {part: {} for part in PARTS}
+# The parts of Actor, made in _instance: part -> (module, class).
+ACTOR_PARTS = {
+    "writes": ("_writes", "Writes"),
+    "arrivals": ("_arrivals", "Arrivals"),
+    "ends": ("_ends", "Ends"),
+}
+
+
+def part_callers(
+    root: Path = ROOT, parts: dict[str, tuple[str, str]] = PARTS, owner: str = "system"
+) -> dict[str, dict[str, list[str]]]:
+    """For each of ``parts`` (of ActorSystem, reached as ``system.<part>``,
+    or of Actor, as ``actor.<part>``), the modules of ``actors`` (CLI and
+    web included) that call it, each with the members they use."""
+    names = "system|self" if owner == "system" else "actor|self|parent|receiver|host"
+    pattern = re.compile(rf"\b(?:{names})\.(" + "|".join(parts) + r")\.([A-Za-z_]\w*)")
+    found: dict[str, dict[str, set[str]]] = {part: {} for part in parts}
     for path in sorted((root / "actors").rglob("*.py")):
         module = ".".join(path.relative_to(root / "actors").with_suffix("").parts)
         for part, member in pattern.findall(path.read_text()):
-            if module != PARTS[part][0]:
+            if module != parts[part][0]:
                 found[part].setdefault(module, set()).add(member)
     return {p: {m: sorted(ms) for m, ms in sorted(c.items())} for p, c in found.items()}
 
@@ -346,20 +358,34 @@ def draw_parts(root: Path = ROOT) -> str:
         "",
         "```text",
     ]
-    for part, callers in part_callers(root).items():
-        module, cls = PARTS[part]
-        lines.append(f"{part} ({cls}, {module})")
-        for caller, members in callers.items():
-            lines.append(f"  <- {caller:16} {', '.join(members)}")
+
+    def draw(parts: dict[str, tuple[str, str]], owner: str) -> None:
+        for part, callers in part_callers(root, parts, owner).items():
+            module, cls = parts[part]
+            lines.append(f"{part} ({cls}, {module})")
+            for caller, members in callers.items():
+                lines.append(f"  <- {caller:16} {', '.join(members)}")
+
+    draw(PARTS, "system")
+    lines += [
+        "```",
+        "",
+        "`Actor` (`_instance`) owns three parts in the same way, each made with",
+        "the actor (`actor.writes`, ...):",
+        "",
+        "```text",
+    ]
+    draw(ACTOR_PARTS, "actor")
     lines += ["```", ""]
     return "\n".join(lines)
 
 
-def test_the_parts_are_what_the_system_makes():
-    source = (ROOT / "actors" / "_system.py").read_text()
-    for part, (module, cls) in PARTS.items():
-        assert f"self.{part} = {cls}(self" in source, part
-        assert f"from .{module} import {cls}" in source, part
+def test_the_parts_are_what_the_system_and_the_actor_make():
+    for owner, parts in (("_system", PARTS), ("_instance", ACTOR_PARTS)):
+        source = (ROOT / "actors" / f"{owner}.py").read_text()
+        for part, (module, cls) in parts.items():
+            assert f"self.{part} = {cls}(self" in source, part
+            assert f"from .{module} import {cls}" in source, part
 
 
 def test_no_protocol_has_private_members():
