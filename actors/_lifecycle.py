@@ -8,8 +8,7 @@ Invariant (see `Lifecycle.cancel_iid`): a cancel wins over a restart.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -373,35 +372,15 @@ class Lifecycle:
             self.system.statuses.changed(iid)
             return Handle._create(self.system, iid, address, record.incarnation), True
 
-    @asynccontextmanager
-    async def deciding(self, *iids: bytes, activate: bool = True) -> AsyncIterator[None]:
+    def deciding(self, *iids: bytes, activate: bool = True) -> Deciding:
         """One start of an address at a time on this system (a retry and a
-        fork are starts too): wait until none is deciding any of ``iids``,
-        then hold them for the block. A cancel waits for the block to end
-        (see `cancel_iid`). After it, with ``activate``, an instance that
-        mail was noticed for meanwhile, and that is not in memory, is
-        activated (see `Registry.activate_for_mail`)."""
-        creating = self.creating
-        while True:
-            waiting = next((creating[iid] for iid in iids if iid in creating), None)
-            if waiting is None:
-                break
-            await waiting.wait()
-        # Invariant: nothing yields from the check above to this claim.
-        done = trio.Event()
-        for iid in iids:
-            creating[iid] = done
-        try:
-            yield
-        finally:
-            for iid in iids:
-                del creating[iid]
-            done.set()
-            if activate:
-                registry = self.system.registry
-                for iid in iids:
-                    if iid in registry.routed_absent and iid not in registry.live:
-                        registry.activate(iid)
+        fork are starts too): ``async with lifecycle.deciding(iid):`` waits
+        until none is deciding any of ``iids``, then holds them for the
+        block. A cancel waits for the block to end (see `cancel_iid`). After
+        it, with ``activate``, an instance that mail was noticed for
+        meanwhile, and that is not in memory, is activated (see
+        `Registry.activate_for_mail`)."""
+        return Deciding(self.system, self.creating, iids, activate)
 
     async def run_started(
         self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord
@@ -434,3 +413,41 @@ class Lifecycle:
         with trio.CancelScope(shield=True):
             epoch = await self.journal.claim(iid)
         return epoch
+
+
+class Deciding:
+    """`Lifecycle.deciding`'s block (a class: a start pays for no async
+    generator)."""
+
+    __slots__ = ("system", "creating", "iids", "activate", "done")
+
+    def __init__(
+        self,
+        system: SystemAPI,
+        creating: dict[bytes, trio.Event],
+        iids: tuple[bytes, ...],
+        activate: bool,
+    ) -> None:
+        self.system, self.creating, self.iids, self.activate = system, creating, iids, activate
+        self.done = trio.Event()
+
+    async def __aenter__(self) -> None:
+        creating = self.creating
+        while True:
+            waiting = next((creating[iid] for iid in self.iids if iid in creating), None)
+            if waiting is None:
+                break
+            await waiting.wait()
+        # Invariant: nothing yields from the check above to this claim.
+        for iid in self.iids:
+            creating[iid] = self.done
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for iid in self.iids:
+            del self.creating[iid]
+        self.done.set()
+        if self.activate:
+            registry = self.system.registry
+            for iid in self.iids:
+                if iid in registry.routed_absent and iid not in registry.live:
+                    registry.activate(iid)
