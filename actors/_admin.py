@@ -230,9 +230,9 @@ def uncompensated(plan: list[Cancel]) -> list[tuple[str, list[str]]]:
     """(address, step names) of the saga compensations pending in ``plan``
     that its cancel would not run (of instances that do not compensate first)."""
     return [
-        (c.row.address, pending_compensations(c.row.record))
+        (c.row.address, names)
         for c in plan
-        if not c.compensate and _saga.pending(c.row.record)
+        if not c.compensate and (names := pending_compensations(c.row.record))
     ]
 
 

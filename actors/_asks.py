@@ -68,8 +68,6 @@ __all__ = [
 BOX_PREFIX = "\x00ask "  # the reply-to address of a system ask: BOX_PREFIX + ask id
 CHECK_EVERY = 1.0  # seconds between a system asker's reads of the instance's status
 
-#: What runs once a transaction holding replies has committed (its results).
-
 
 def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
     """The id of ``ctx.ask`` effect ``seq``: unique across incarnations and runs."""
