@@ -4,7 +4,9 @@ It opens an LMDB journal and starts ``jobs/x`` with ``fail=True`` (a start
 is idempotent: a later run finds the instance there). Its first incarnation
 fails at once; the program retries it with ``fail=False``, and that
 incarnation does three steps, each appending ``<key>`` to the side file
-durably, with a durable 0.2 s timer after each. Once the instance ends, the
+durably, with a durable 0.2 s timer after each. The steps allow retries: a
+kill between a step's append and its recorded result spends that attempt
+(a step without ``retry=`` would then fail), and the next one runs it again. Once the instance ends, the
 program writes ``<incarnation> <result>`` to the out file and exits 0.
 Killed during the retried run and run again, it finds incarnation 2 (not
 failed) and only waits for it, so the retried instance resumes by replay.
@@ -51,7 +53,7 @@ async def job(ctx: Context, id: str, *, fail: bool) -> int:
         await ctx.step(explode)
     total = 0
     for n in range(1, 4):
-        total += await ctx.step(work, n)
+        total += await ctx.step(work, n, retry=actors.Retry(attempts=3))
         await ctx.sleep(0.2)
     return total
 
