@@ -50,6 +50,7 @@ __all__ = [
     "RouterAPI",
     "StatusesAPI",
     "StallsAPI",
+    "Service",
     "SystemAPI",
 ]
 
@@ -215,6 +216,15 @@ class LifecycleAPI(Protocol):
     ) -> bool: ...
 
     async def restart_iid(self, iid: bytes, address: str, reason: str) -> None: ...
+
+
+class Service(Protocol):
+    """A loop of the system's that `open_system` runs, again after each
+    journal outage (`JournalWatch.keep_running`): ``what`` names it."""
+
+    what: str
+
+    async def run(self) -> None: ...
 
 
 class TimersAPI(Protocol):

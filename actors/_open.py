@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random as _random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -13,9 +14,11 @@ import trio
 from storage import Journal, LMDBJournal
 
 from . import _control, _recovery
+from ._checks import check_seconds
 from ._process import ProcessDef
 from ._records import Queue
 from ._system import ActorSystem
+from .errors import InvalidArguments
 
 __all__ = ["open_system"]
 
@@ -69,6 +72,13 @@ async def open_system(
         JournalLocked: another system has the journal open.
         InvalidArguments: an option that is not a sane number (nothing is opened).
     """
+    if passivate_after != math.inf:  # inf: never passivate
+        passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
+    for name, value in (("max_sync_steps", max_sync_steps), ("max_payload", max_payload)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArguments(
+                f"open_system({name}=...) takes a whole number, 1 or more, not {value!r}"
+            )
     system = ActorSystem._create(
         journal,
         processes,
@@ -86,17 +96,12 @@ async def open_system(
     await journal.open()
     body_error: BaseException | None = None
     try:
-        system._offset = now() - trio.current_time()
         async with trio.open_nursery() as nursery:
             system.registry.nursery = system.outages.nursery = nursery
             await _recovery.recover(system.registry)
-            system._start_flow(nursery)  # queue pumps and the scheduler
-            nursery.start_soon(
-                system.outages.keep_running,
-                system.timers.run,
-                "the timer service",
-                name="actors timer service",
-            )
+            for service in system.services:  # timers, queue pumps, the scheduler
+                run, what = service.run, service.what
+                nursery.start_soon(system.outages.keep_running, run, what, name=f"actors: {what}")
             nursery.start_soon(system.registry.sweep_idle, name="actors idle sweep")
             nursery.start_soon(system.rides.run, name="actors deferred writes")
             if journal.shared:

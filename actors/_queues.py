@@ -155,6 +155,8 @@ class _Look:
 class QueueService:
     """The queues of one system: enqueueing, the pumps, release on ends."""
 
+    what = "the queue pumps"  # as a `Service`
+
     def __init__(self, system: SystemAPI, queues: Iterable[Queue]) -> None:
         self.system = system
         system.statuses.watch(self.status_changed)

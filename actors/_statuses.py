@@ -54,6 +54,23 @@ class Statuses:
             return None
         return ended
 
+    def held(self, iid: bytes) -> int | None:
+        """The incarnation of ``iid`` this system holds in memory (loaded,
+        or its end kept), or None: `ActorSystem.get` needs no read then."""
+        actor = self.system.registry.live.get(iid)
+        if actor is not None and actor.loaded:
+            return actor.record.incarnation
+        ended = self.final_end(iid)
+        return None if ended is None else ended[1].incarnation
+
+    def found(self, iid: bytes, row: InstanceRow | None) -> int | None:
+        """What a read of ``iid`` found, remembered (`remember`): its
+        incarnation, or None if there is no instance."""
+        if row is None:
+            return None
+        self.remember(iid, state_of(row))
+        return row.record.incarnation
+
     def snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]:
         """The instance's status and record, as this system knows them.
 

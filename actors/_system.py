@@ -1,71 +1,50 @@
 """`ActorSystem`: the public calls, over the parts that do the work.
 
-The system is a facade over its parts, each made here with what it needs
-(the system itself, read through `SystemAPI`) and reaching into no other
-part's state:
-
-- `Registry` (`_registry`): the live instances and the process definitions;
-  activation, passivation, takeover, shutdown; the system's own
-  tasks (recovery at open is in `_recovery`).
-- `Statuses` (`_statuses`): each instance's status and record as this
-  system knows them, and events for whoever waits for a change.
-- `Corruption` (`_corruption`): instances whose records do not decode.
-- `Stalls` (`_stalls`): instances that left memory on a full journal, a
-  lost write or a stuck replay, and come back.
-- `Router` (`_sending`): `send`, `ask`, `send_many`; how a committed message
-  reaches its instance.
-- `Lifecycle` (`_lifecycle`): starts, cancels, restarts.
-- `Upkeep` (`_upkeep`): `query`, `cleanup`, settling stuck compensations.
-- the services: timers, queues, schedules, asks, keyed sends, deferred
-  writes, the node view.
-
-`open_system` (in `_open`) runs a system.
+Each part is made here with what it needs (the system, read through
+`SystemAPI`) and reaches into no other part's state: `Registry` (live
+instances, definitions, activation, passivation, takeover, shutdown),
+`Statuses` (each instance's status as this system knows it), `Corruption`
+(records that do not decode), `Stalls` (instances out of memory on a full
+journal or a lost write), `Router` (`_sending`: send, ask, send_many),
+`Lifecycle` (start, cancel, restart), `Upkeep` (query, cleanup, stuck
+compensations); then the services: timers, queues, schedules, asks, keyed
+sends, deferred writes, the node view. The operator's calls are in
+`_operations` and the schedules' in `_schedules`: bases that hold no state.
+`open_system` (`_open`) runs a system.
 """
 
 from __future__ import annotations
 
 import math
 import random as _random
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar, overload
 
 import trio
 
-from storage import TERMINAL_STATUSES, InstanceRow, Journal
+from storage import Journal
 from storage.errors import JournalCorrupt
 
-from . import (
-    _asks,
-    _events,
-    _fork,
-    _guard,
-    _joins,
-    _mail,
-    _retry,
-    _sends,
-    _steps,
-    _streams,
-    _supervision,
-    _tracing,
-)
+from . import _asks, _events, _guard, _joins, _sends, _steps, _streams, _supervision, _tracing
 from ._asks import Asks
-from ._checks import check_seconds
 from ._corruption import Corruption
 from ._handles import Handle
+from ._interfaces import Service
 from ._keys import KeyedSends
 from ._lifecycle import Lifecycle
 from ._nodes import NodeView
+from ._operations import Operations
 from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._public import NoPublicConstructor
 from ._queues import QueueService
-from ._records import IfExists, InstanceInfo, Queue, QueueInfo, Signal, StreamFrom
+from ._records import IfExists, Queue, Signal, StreamFrom
 from ._registry import Registry
 from ._rides import Rides
-from ._schedules import ScheduleInfo, ScheduleService
+from ._schedules import ScheduleCalls, ScheduleService
 from ._sending import Router
 from ._stalls import Stalls
-from ._statuses import Statuses, state_of
+from ._statuses import Statuses
 from ._streams import Stream
 from ._timers import TimerService
 from ._upkeep import Upkeep
@@ -73,18 +52,16 @@ from .errors import AlreadyStarted, InvalidArguments
 
 __all__ = ["ActorSystem"]
 
-# The features that hook into the core: each module registers, as it is
-# imported, how its effects run live (`_effects.runs_live`; waits and
-# timers: `_arrivals`) and what it owes when a run ends (`_hooks`), so
-# that neither the actor nor its parts name a feature. Imported here, with
-# the system, so that all of it is registered before any instance runs.
+# The features that hook into the core: each registers, as it is imported,
+# how its effects run live (`_effects.runs_live`, `_arrivals`) and what it
+# owes when a run ends (`_hooks`); imported here, before any instance runs.
 FEATURES = (_asks, _joins, _sends, _steps, _streams, _supervision)
 
 P = ParamSpec("P")  # a process function's parameters after ctx
 R = TypeVar("R")  # its result
 
 
-class ActorSystem(metaclass=NoPublicConstructor):
+class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
     """The runtime: owns a journal, routes messages, runs live instances.
 
     Get one from `open_system`; every method is safe to call from any task
@@ -105,13 +82,6 @@ class ActorSystem(metaclass=NoPublicConstructor):
         now: Callable[[], float],
         queues: Iterable[Queue] = (),
     ) -> None:
-        if passivate_after != math.inf:  # inf: never passivate
-            passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
-        for name, value in (("max_sync_steps", max_sync_steps), ("max_payload", max_payload)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArguments(
-                    f"open_system({name}=...) takes a whole number, 1 or more, not {value!r}"
-                )
         self.journal = journal
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
@@ -122,8 +92,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
         # Steps acquire step_limiter themselves (so a queued step's timeout
         # starts only when it runs); abandoned threads still hold this one.
         self.thread_limiter = trio.CapacityLimiter(math.inf)
-        self._wall = now
-        self._offset = 0.0
+        self._offset = now() - trio.current_time()  # wall clock minus trio's
         self.cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
         # The parts (each keeps the system, and reads the others through it).
         self.registry = Registry(self, processes)
@@ -142,14 +111,7 @@ class ActorSystem(metaclass=NoPublicConstructor):
         self.asks = Asks(self)
         self.rides = Rides(journal)
         self.keys = KeyedSends(self)
-
-    def _start_flow(self, nursery: trio.Nursery) -> None:
-        """Run the queue pumps and the scheduler (again after each outage)."""
-        for run, what in (
-            (self.queues.run, "the queue pumps"),
-            (self.schedules.run, "the scheduler"),
-        ):
-            nursery.start_soon(self.outages.keep_running, run, what, name=f"actors: {what}")
+        self.services: tuple[Service, ...] = (self.timers, self.queues, self.schedules)
 
     # -- time ------------------------------------------------------------------
 
@@ -311,135 +273,8 @@ class ActorSystem(metaclass=NoPublicConstructor):
         """
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"signal= takes an actors.Signal, not {signal!r}")
-        handle, created = await self.lifecycle.start(
-            self.registry.definition(proc), params, input, (signal, payload)
-        )
-        return handle
-
-    async def retry(self, address: str, *, input: dict[str, Any] | None = None) -> Handle[Any]:
-        """Run a failed (or cancelled) instance again: a new incarnation at
-        ``address`` with the params and input it had (or ``input``), running.
-
-        A compare-and-set, like every start: of two retries of one
-        incarnation (here or on another node) one commits, and the other
-        returns its handle. The replaced incarnation's record is kept for
-        ``actors show ADDRESS --incarnation N`` until cleanup; failed
-        children it named start afresh when the new run calls them (see
-        `actors._retry`).
-
-        Returns:
-            The handle of the new incarnation, once it is durably recorded.
-
-        Raises:
-            InvalidArguments: it is live, queued, compensation_stuck or
-                completed, or a child (retry its parent); or ``input`` does
-                not fit the process.
-            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
-            UnknownProcess: its process is not registered with this system.
-            JournalCorrupt: its records do not decode.
-        """
-        return await _retry.retry(self, address, input)
-
-    async def fork(
-        self,
-        address: str,
-        *,
-        from_effect: int | None = None,
-        after_step: str | None = None,
-        to: str | None = None,
-        input: dict[str, Any] | None = None,
-    ) -> Handle[Any]:
-        """Run an ended instance again from a point in its log: a new
-        incarnation (at ``address``, or at ``to``) whose run keeps the first
-        ``from_effect`` positions of the source's last run, replayed and
-        never run again (a payment step before the fork point is not
-        charged twice), and runs the rest on the current code.
-
-        ``after_step="charge_card"`` forks just after the first step of that
-        name with an outcome (it is kept). A compare-and-set, like every
-        start: of two forks or starts of one address, one commits.
-
-        What becomes of the rest (see `actors._fork` for all of it):
-        children that the discarded part made were cancelled when the source
-        ended, and the fork removes them (their records kept in their
-        address's history), so the new run starts them afresh if it calls
-        them again; children of the kept part stay as they are. Compensations
-        the kept steps registered are kept (not run); a kept step whose
-        compensation already ran refuses the fork. Timers the discarded part
-        armed are gone with the source's run. Stream values the discarded
-        part emitted are dropped; earlier ones are kept. Messages the
-        discarded part took are put back in the mailbox, ahead of the
-        source's unread ones, except those dropped to the dead letters.
-        The replaced record (the source, or an ended instance at ``to``) is
-        kept for ``actors show ADDRESS --incarnation N`` until cleanup.
-
-        Returns:
-            The handle of the new incarnation, once it is durably recorded.
-
-        Raises:
-            InvalidArguments: the source is live, queued or
-                compensation_stuck, or a child (fork its parent); the fork
-                point is past the end of its log, or has no step of that
-                name; the kept part does not replay on the current code;
-                ``to`` is live or completed, or another process's address;
-                ``input`` does not fit the process.
-            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
-            UnknownProcess: its process is not registered with this system.
-            JournalCorrupt: its records do not decode.
-        """
-        return await _fork.fork(
-            self,
-            address,
-            from_effect=from_effect,
-            after_step_name=after_step,
-            to=to,
-            input=input,
-        )
-
-    async def mail(self, address: str) -> list[_mail.Message]:
-        """The unread messages of the instance at ``address``, oldest first,
-        as stored (each with ``.id``, ``.signal``, ``.payload``, ``.sent``).
-
-        Raises:
-            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
-        """
-        return await _mail.mail(self, address)
-
-    async def poison(self, address: str) -> _mail.Message | None:
-        """The message a failed instance was handling when it failed (the
-        latest its last run took: for one that crashed past its restart
-        limit, the message of the last crash), read from its run's log,
-        which stays with it until cleanup; None if it is not failed or took
-        none. ``actors show`` names it; `drop_message` takes its id.
-
-        Raises:
-            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
-        """
-        return await _mail.poison(self, address)
-
-    async def dropped(self, address: str) -> list[_mail.DeadLetter]:
-        """The messages dropped from the instances at ``address``
-        (`drop_message`), oldest first; kept until the cleanup that removes
-        the instance."""
-        return await _mail.dropped(self, address)
-
-    async def drop_message(self, address: str, message_id: int) -> _mail.Message:
-        """Move an unread message (or the message a failed instance was
-        handling when it failed) to the address's dead letters, in one
-        transaction: the instance never takes it, and a fork does not put
-        it back. Kept for `dropped` and ``actors mail --dropped`` until
-        cleanup.
-
-        Returns:
-            The message dropped.
-
-        Raises:
-            InvalidArguments: there is no such unread message (or it was
-                dropped already); or the instance is running a step in this
-                system's memory (try again once it waits).
-            NotDelivered: no instance at ``address`` (reason ``"unknown"``).
-        """
-        return await _mail.drop_message(self, address, message_id)
+        proc = self.registry.definition(proc)
+        return (await self.lifecycle.start(proc, params, input, (signal, payload)))[0]
 
     @property
     def closing(self) -> bool:
@@ -459,43 +294,28 @@ class ActorSystem(metaclass=NoPublicConstructor):
         nothing of in memory is read on the trio thread, one round trip that
         every task waits for: there, prefer ``await system.lookup(address)``."""
         iid = self.router.address_iid(address, "get's address")
-        known = self._in_memory(iid, address)
-        if known is not None:
-            return known
-        try:
-            with self.journal.reader() as r:
-                row = r.instance(iid)
-        except JournalCorrupt:
-            return Handle._create(self, iid, address, 0)
-        return self._found(iid, address, row)
+        incarnation = self.statuses.held(iid)
+        if incarnation is None:
+            try:
+                with self.journal.reader() as r:
+                    incarnation = self.statuses.found(iid, r.instance(iid))
+            except JournalCorrupt:
+                incarnation = 0  # its handle reads "corrupt"
+        return None if incarnation is None else Handle._create(self, iid, address, incarnation)
 
     async def lookup(self, address: str) -> Handle[Any] | None:
         """`get`, reading the journal off the trio thread: the way to find an
         instance on a remote journal without stalling the other tasks."""
         iid = self.router.address_iid(address, "lookup's address")
-        known = self._in_memory(iid, address)
-        if known is not None:
-            return known
-        try:
-            row = await self.journal.read(lambda r: r.instance(iid))
-        except JournalCorrupt:
-            return Handle._create(self, iid, address, 0)
-        return self._found(iid, address, row)
-
-    def _in_memory(self, iid: bytes, address: str) -> Handle[Any] | None:
-        actor = self.registry.live.get(iid)
-        if actor is not None and actor.loaded:
-            return Handle._create(self, iid, address, actor.record.incarnation)
-        ended = self.statuses.final_end(iid)
-        if ended is not None:
-            return Handle._create(self, iid, address, ended[1].incarnation)
-        return None
-
-    def _found(self, iid: bytes, address: str, row: InstanceRow | None) -> Handle[Any] | None:
-        if row is None:
-            return None
-        self.statuses.remember(iid, state_of(row))
-        return Handle._create(self, iid, address, row.record.incarnation)
+        incarnation = self.statuses.held(iid)
+        if incarnation is None:
+            try:
+                row = await self.journal.read(lambda r: r.instance(iid))
+            except JournalCorrupt:
+                incarnation = 0
+            else:
+                incarnation = self.statuses.found(iid, row)
+        return None if incarnation is None else Handle._create(self, iid, address, incarnation)
 
     async def cancel(self, address: str, *, compensate: bool = False) -> bool:
         """Cancel the instance at ``address`` (and its live children, first).
@@ -625,121 +445,3 @@ class ActorSystem(metaclass=NoPublicConstructor):
             JournalCorrupt: an addressed instance's records do not decode.
         """
         return await self.router.send_many(messages)
-
-    def query(
-        self, status: str | None = None, process: ProcessDef[..., Any] | str | None = None
-    ) -> AsyncIterator[InstanceInfo]:
-        """Iterate instances (live and on disk) with that status and process.
-
-        Args:
-            status: one of the statuses, or None for any.
-            process: a definition or its template, or None for any.
-        """
-        return self.upkeep.query(status, process)
-
-    async def resume_compensation(self, address: str) -> bool:
-        """Retry the compensation of a ``compensation_stuck`` instance from
-        where it stopped. Returns False if it is not stuck."""
-        return await self.upkeep.resume_compensation(address)
-
-    async def abandon_compensation(self, address: str) -> bool:
-        """End a ``compensation_stuck`` instance as failed, keeping its record
-        (which compensations ran, which did not, and why). Returns False if
-        it is not stuck."""
-        return await self.upkeep.abandon_compensation(address)
-
-    async def cleanup(
-        self,
-        older_than: float,
-        statuses: Iterable[str] = tuple(sorted(TERMINAL_STATUSES)),
-    ) -> int:
-        """Remove finished instances last updated more than ``older_than``
-        seconds ago, with every record they own (log, mailbox, stream,
-        cursors, timers, index entries). Returns how many were removed.
-
-        Raises:
-            InvalidArguments: a status that is not finished (running,
-                suspended and parked instances are never cleaned up).
-        """
-        return await self.upkeep.cleanup(older_than, statuses)
-
-    async def schedule(
-        self,
-        name: str,
-        proc: ProcessDef[..., Any] | str,
-        *,
-        cron: str | None = None,
-        every: float | None = None,
-        params: Iterable[str] = (),
-        input: dict[str, Any] | None = None,
-        overlap: str = "skip",
-        catch_up: int = 1,
-        timezone: str = "UTC",
-    ) -> ScheduleInfo:
-        """Create (or update) the durable schedule ``name``: at every tick of
-        ``cron`` (in ``timezone``) or every ``every`` seconds, start one
-        instance of ``proc`` whose last path param is the tick's time (ISO
-        8601 UTC, e.g. ``2026-01-01T03:00:00Z``); ``params`` fill the path
-        params before it, ``input`` is its keyword input.
-
-        Idempotent by name: the same call again changes nothing; a changed
-        definition replaces the stored one and keeps the last tick. A tick
-        is started once, across crashes and nodes (see `actors._schedules`).
-
-        Args:
-            overlap: what a tick does while the instance of the previous one
-                is unfinished: ``"skip"`` it, ``"buffer_one"`` (start it when
-                that one ends; one tick kept, later ones skipped) or
-                ``"allow"`` (start it anyway).
-            catch_up: after a downtime, how many of the ticks that fell due
-                run (the latest ones, oldest first); 1 or more.
-
-        Raises:
-            UnknownProcess: ``proc`` is not registered.
-            InvalidArguments: a bad cron expression, interval, policy, zone,
-                or params that do not leave exactly the last path param.
-            EncodeError: input the codec cannot store.
-        """
-        return await self.schedules.define(
-            name,
-            proc,
-            cron=cron,
-            every=every,
-            params=params,
-            input=input,
-            overlap=overlap,
-            catch_up=catch_up,
-            timezone=timezone,
-        )
-
-    async def pause_schedule(self, name: str) -> bool:
-        """Stop starting ticks of schedule ``name`` (kept in the journal).
-        Returns False if there is no such schedule."""
-        return await self.schedules.change(name, paused=True)
-
-    async def resume_schedule(self, name: str) -> bool:
-        """Start ticks of a paused schedule again, from the next one due (the
-        ticks while paused are not caught up). False if there is none."""
-        return await self.schedules.change(name, paused=False)
-
-    async def delete_schedule(self, name: str) -> bool:
-        """Remove schedule ``name`` (instances it started are left as they
-        are). False if there was none."""
-        return await self.schedules.change(name, deleted=True)
-
-    async def list_schedules(self) -> list[ScheduleInfo]:
-        """Every schedule in the journal, by name."""
-        return [
-            self.schedules.info(row.key[len("schedule/") :], row.value)
-            for row in await self.schedules.rows()
-        ]
-
-    async def queue_info(self, queue: Queue | str) -> QueueInfo:
-        """How deep the queue is, how many of its instances hold a slot, and
-        how long its oldest waiting instance has waited (read from the
-        journal, so over every node sharing it).
-
-        Raises:
-            InvalidArguments: the queue is not registered with this system.
-        """
-        return await self.queues.info(queue)

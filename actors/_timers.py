@@ -25,6 +25,11 @@ _PAGE = 1000
 
 
 class TimerService:
+    """The durable timers of one system: the live ones in a heap, the rest
+    read from the journal as they fall due; one task wakes each."""
+
+    what = "the timer service"  # as a `Service`
+
     def __init__(self, system: SystemAPI) -> None:
         self.system = system
         self.heap: list[tuple[float, bytes]] = []
