@@ -64,6 +64,14 @@ def _open(passivate_after: float = 1e9) -> Any:
     )
 
 
+def _live(system: Any) -> dict[bytes, Any]:
+    """The system's live instances (an older tree, measured with --tree,
+    kept them in ``system._live``)."""
+    registry = getattr(system, "registry", None)
+    live: dict[bytes, Any] = registry.live if registry is not None else system._live
+    return live
+
+
 async def _until(done: Any) -> None:
     while not done():
         await trio.sleep(POLL)
@@ -85,7 +93,7 @@ async def run(workload: str, n: int) -> None:
         async with _open(passivate_after=0) as system:
             for i in range(n):
                 await system.start(sink, str(i))
-            await _until(lambda: not system.registry.live)
+            await _until(lambda: not _live(system))
             if workload == "wake":
                 for i in range(n):
                     seen = _probe.expect(i + 1)
@@ -98,13 +106,13 @@ async def run(workload: str, n: int) -> None:
             await _until(
                 lambda: (
                     _probe.count == n * n
-                    and len(system.registry.live) == everyone
-                    and all(a.status == "suspended" for a in system.registry.live.values())
+                    and len(_live(system)) == everyone
+                    and all(a.status == "suspended" for a in _live(system).values())
                 )
             )
             if os.environ.get("CANCEL"):
                 await system.cancel("root/r")
-                await _until(lambda: not system.registry.live)
+                await _until(lambda: not _live(system))
     else:
         raise SystemExit(f"unknown workload {workload!r}")
 
