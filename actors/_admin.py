@@ -44,6 +44,7 @@ from storage.errors import JournalCorrupt
 from . import _asks, _fork, _protocol, _saga
 from ._control import ControlUnavailable, Operations, RemoteError, request
 from ._effects import END_PREFIX
+from ._failures import error_summary
 from ._fork import (
     ForkPlan,
     fork_point,
@@ -68,7 +69,7 @@ from ._messages import StoredMessage
 from ._process import ProcessDef
 from ._protocol import Cancel
 from ._queues import queue_place, wait_prefix, waiting_rows
-from ._records import Signal, error_summary
+from ._records import Signal
 from ._retry import (
     KEPT_INCARNATIONS,
     Kept,

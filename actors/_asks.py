@@ -45,6 +45,7 @@ from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, inst
 from storage.errors import Conflict, JournalClosed
 
 from . import _effects as fx, _hooks, _protocol
+from ._failures import ErrorRecord
 from ._hooks import After
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry
@@ -396,7 +397,9 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
             if exc.reason == "epoch":
                 raise
             error = _not_delivered(ask.address, exc)
-            actor.finish(ask, None, error, ask.describe(error=_error_record(error)))
+            actor.finish(
+                ask, None, error, ask.describe(error=ErrorRecord.undelivered(error).to_stored())
+            )
             return
         system.router.route(iid, seq, notice.message)
         if ask in actor.live:
@@ -430,17 +433,4 @@ def reply_outcome(
         return payload["v"], None, ask.describe(message=mseq, value=payload["v"])
     status = payload.get("ended", "ended") if isinstance(payload, dict) else "ended"
     error = _ended(ask.address, status)
-    return None, error, ask.describe(message=mseq, error=_error_record(error))
-
-
-def _error_record(error: NotDelivered) -> dict[str, Any]:
-    """How a ``NotDelivered`` raised in the process is logged (see
-    `_driver.error_from_entry`, which raises it again on replay)."""
-    return {
-        "raise": "NotDelivered",
-        "type": "actors.errors.NotDelivered",
-        "message": str(error),
-        "summary": str(error),
-        "address": error.address,
-        "reason": error.reason,
-    }
+    return None, error, ask.describe(message=mseq, error=ErrorRecord.undelivered(error).to_stored())

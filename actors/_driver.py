@@ -41,17 +41,12 @@ import trio
 
 from . import _effects as fx, _guard
 from ._effects import Effect
+from ._failures import ErrorRecord
 from ._log import NO_VALUE, LogEntry
 from ._messages import Asker
-from ._records import error_summary
 from .errors import (
-    ChildFailed,
     ContextError,
     NonDeterminismError,
-    NotDelivered,
-    ProcessCancelled,
-    StepFailed,
-    StepTimeout,
 )
 
 __all__ = ["Driver", "Host", "Interrupted", "Passivated", "error_from_entry"]
@@ -133,22 +128,8 @@ class Owner(Protocol):
 
 def error_from_entry(entry: LogEntry) -> BaseException:
     """Rebuild the exception a logged failure raised in the process."""
-    error = entry.error
-    assert error is not None
-    summary = error.get("summary") or error_summary(error)
-    raised = error.get("raise")
-    if raised == "ChildFailed":
-        return ChildFailed(summary, address=error.get("child", ""), error=error.get("cause"))
-    if raised == "ProcessCancelled":
-        return ProcessCancelled(summary, reason=error.get("reason", ""))
-    if raised == "NotDelivered":
-        return NotDelivered(
-            error.get("message", summary),
-            address=error.get("address", ""),
-            reason=error.get("reason", ""),
-        )
-    cls = StepTimeout if error.get("timeout") else StepFailed
-    return cls(summary, error=error)
+    assert entry.error is not None
+    return ErrorRecord.from_stored(entry.error).exception()
 
 
 _NO_LOG: dict[int, LogEntry] = {}  # the log of a run that has none (shared, never written)

@@ -24,8 +24,8 @@ from storage.errors import (
 )
 
 from . import _effects as fx, _events, _hooks, _protocol, _saga, _supervision as _sup
+from ._failures import ErrorRecord, describe_error, error_summary
 from ._log import children_named
-from ._records import describe_error, error_summary
 from .errors import NonDeterminismError
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class Ends:
         asked = now is not None and now.kind == "cancel" and now.compensate
         if (actor.proc.compensate_on_cancel or asked) and _saga.pending(actor.record):
             actor.record = actor.record.evolve(reason=detail)
-            await self.finish_compensation(_protocol.cancel_failure(detail), "cancelled")
+            await self.finish_compensation(ErrorRecord.cancelled(detail).to_stored(), "cancelled")
             return
         txn = Txn()
         actor.writes.put_record(txn, "cancelled", reason=detail, last_error=None)

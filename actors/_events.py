@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import _tracing
-from ._records import exception_text
+from ._failures import exception_text
 
 __all__ = [
     "NON_DETERMINISM",

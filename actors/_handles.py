@@ -10,9 +10,9 @@ import trio
 from storage import LIVE_STATUSES, TERMINAL_STATUSES, InstanceRecord, Status, instance_id
 
 from . import _guard
+from ._failures import error_summary
 from ._interfaces import SystemAPI
 from ._public import NoPublicConstructor
-from ._records import error_summary
 from .errors import ProcessCancelled, ProcessFailed
 
 __all__ = ["Handle"]

@@ -23,6 +23,7 @@ import trio
 from storage import TERMINAL_STATUSES, instance_id
 
 from . import _effects as fx
+from ._failures import ErrorRecord
 from ._handles import status_changed
 from ._interfaces import ActorAPI
 from ._log import LogEntry
@@ -71,10 +72,10 @@ async def _watch(actor: ActorAPI, join: fx.Join[Any]) -> None:
                 elif status == "corrupt":
                     payload = {
                         "status": "corrupt",
-                        "error": {
-                            "type": "storage.errors.JournalCorrupt",
-                            "message": "its records do not decode",
-                        },
+                        "error": ErrorRecord(
+                            type="storage.errors.JournalCorrupt",
+                            message="its records do not decode",
+                        ).to_stored(),
                     }
                 elif status in TERMINAL_STATUSES:
                     payload = end_payload(status, record)

@@ -44,6 +44,7 @@ from storage import (
 from storage.errors import EncodeError
 
 from ._effects import end_signal
+from ._failures import ErrorRecord
 from ._messages import Asker, StoredMessage
 from .errors import LimitExceeded
 
@@ -121,12 +122,6 @@ class Cancel:
     epoch: int | None = None
     states: Sequence[str] = ()
     compensate: bool = False
-
-
-def cancel_failure(reason: str) -> dict[str, Any]:
-    """The failure a cancel that compensates is recorded with (the error
-    record of the `ProcessCancelled` its ``result()`` raises)."""
-    return {"type": "actors.errors.ProcessCancelled", "message": reason}
 
 
 # -- messages -----------------------------------------------------------------------
@@ -473,7 +468,9 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
         for key in cancel.states:  # a queued instance leaves its queue
             txn.delete_state(key)
         if cancel.compensate:
-            record = record.evolve(failure=cancel_failure(cancel.reason), failure_end="cancelled")
+            record = record.evolve(
+                failure=ErrorRecord.cancelled(cancel.reason).to_stored(), failure_end="cancelled"
+            )
             txn.put_instance(
                 row.iid,
                 address=row.address,

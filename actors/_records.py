@@ -1,11 +1,10 @@
-"""Small public records: `Signal`, `Retry`, `Outcome`, `InstanceInfo`, the
-queue definitions (`Queue`, `Rate`, `QueueInfo`), and the error record kept
-for anything that failed."""
+"""Small public records: `Signal`, `Retry`, `Outcome`, `InstanceInfo` and the
+queue definitions (`Queue`, `Rate`, `QueueInfo`). The error record kept for
+anything that failed is `_failures.ErrorRecord`."""
 
 from __future__ import annotations
 
 import math
-import traceback
 from typing import Any, Literal
 
 import attrs
@@ -104,55 +103,6 @@ class InstanceInfo:
     created: float | None
     updated: float | None
     last_error: str | None = None
-
-
-def exception_text(exc: BaseException, unprintable: str) -> str:
-    """``str(exc)``, else its repr, else ``unprintable``: an exception whose
-    ``__str__`` raises must not hide the error it reports."""
-    try:
-        return str(exc)
-    except Exception:  # noqa: BLE001 - user code: any failure
-        try:
-            return repr(exc)
-        except Exception:  # noqa: BLE001
-            return unprintable
-
-
-def describe_error(exc: BaseException) -> dict[str, Any]:
-    """A readable, storable record of ``exc``: type, message, traceback text.
-
-    Works for any exception, including ones whose ``__str__`` raises or that
-    are not `Exception` subclasses."""
-    kind = type(exc)
-    message = exception_text(exc, f"<{kind.__qualname__} with unprintable message>")
-    try:
-        text = "".join(traceback.format_exception(exc))
-    except Exception:  # noqa: BLE001
-        text = ""
-    return {
-        "type": _storable(f"{kind.__module__}.{kind.__qualname__}"),
-        "message": _storable(message),
-        "traceback": _storable(text),
-    }
-
-
-def _storable(text: str) -> str:
-    """``text`` with lone surrogates escaped, so the record always encodes
-    (an error about bad text often quotes the bad text)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
-def error_summary(error: dict[str, Any] | None) -> str:
-    """``"ValueError: boom"`` for an error record."""
-    if not error:
-        return "unknown error"
-    kind = error.get("type", "Error").rsplit(".", 1)[-1]
-    message = error.get("message", "")
-    return f"{kind}: {message}" if message else kind
 
 
 def _rate(value: Any) -> Rate | None:

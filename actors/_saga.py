@@ -44,8 +44,9 @@ from storage import InstanceRecord, Txn
 
 from . import _tracing
 from ._effects import Step
+from ._failures import describe_error, error_summary
 from ._interfaces import ActorAPI
-from ._records import Retry, describe_error, error_summary
+from ._records import Retry
 from ._steps import StepInfo, call_once
 
 DEFAULT_RETRY = Retry(attempts=3, backoff=1.0, max_backoff=30.0)

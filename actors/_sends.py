@@ -17,7 +17,7 @@ durable together or not at all:
   nothing.
 
 Once committed, the message is handed over as `ActorSystem.send` does
-(`SystemAPI._route`): to the receiver live on this node (decoded from the
+(`Router.route`): to the receiver live on this node (decoded from the
 bytes written, never the sender's object), or by activating it; a
 receiver another node owns is told by the commit itself (the journal's
 mail notice), as for any message.
@@ -46,8 +46,9 @@ import attrs
 from storage import MAIL_STATUSES, STATUS_WORDS, Txn, digest, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
-from . import _asks, _effects as fx, _protocol, _tracing
+from . import _effects as fx, _protocol, _tracing
 from ._checks import check_name
+from ._failures import ErrorRecord
 from ._interfaces import ActorAPI
 from ._log import LogEntry
 from ._protocol import Notice
@@ -223,7 +224,7 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
         if exc.reason not in ("missing", "status"):
             raise  # "epoch": another node took the sender over
         error = await _undelivered(actor, send, exc)
-        entry = send.describe(error=_asks._error_record(error))
+        entry = send.describe(error=ErrorRecord.undelivered(error).to_stored())
         actor.finish(send, None, error, entry)  # the entry rides on the next commit
         return
     for notice in prepared.notices:

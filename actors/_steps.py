@@ -26,10 +26,10 @@ from storage.errors import Conflict, EncodeError
 
 from . import _tracing
 from ._effects import Behaviour, Step, runs_live
+from ._failures import ErrorRecord
 from ._interfaces import ActorAPI
 from ._log import LogEntry
-from ._records import describe_error, error_summary
-from .errors import ContextError, StepFailed, StepTimeout
+from .errors import ContextError, StepFailed
 
 __all__ = ["StepInfo", "current_step", "run_step", "step_key"]
 
@@ -320,21 +320,20 @@ def _finish_failed(
     stage: str | None,
     timed_out: bool = False,
 ) -> None:
-    error = describe_error(cause)
+    described = ErrorRecord.of(cause)
     if timed_out:
-        error["timeout"] = True
         summary = (
             f"step {step.name!r} timed out after {step.timeout} s on attempt {attempt} "
             f"(of {actor.address!r})"
         )
-        exc: StepFailed = StepTimeout(summary, error=error)
     else:
         what = f"{stage} failed" if stage else f"failed on attempt {attempt}"
-        summary = f"step {step.name!r} {what} (of {actor.address!r}): {error_summary(error)}"
-        exc = StepFailed(summary, error=error)
-    error["summary"] = summary
-    if stage:
-        error["stage"] = stage
+        summary = f"step {step.name!r} {what} (of {actor.address!r}): {described.summed_up()}"
+    record = attrs.evolve(
+        described, timeout=True if timed_out else None, summary=summary, stage=stage or None
+    )
+    error = record.to_stored()
+    exc = record.exception()
     entry = attrs.evolve(entry_base, attempt=attempt, key=step.key, error=error)
     exc.__cause__ = cause
     actor.finish(step, None, exc, entry)
@@ -367,14 +366,14 @@ def _finish_spent(
         "not run again. Make the step survive its input, or allow more attempts with "
         "retry=actors.Retry(attempts=...)"
     )
-    error = {
-        "type": "actors.errors.StepFailed",
-        "message": summary,
-        "traceback": "",
-        "summary": summary,
-        "crashed": crashed,
-        "attempts": spent,
-    }
+    error = ErrorRecord(
+        type="actors.errors.StepFailed",
+        message=summary,
+        traceback="",
+        summary=summary,
+        crashed=crashed,
+        attempts=spent,
+    ).to_stored()
     # It may have applied before the process went down: undo it too.
     actor.register_compensation(step, None, possibly_applied=True)
     entry = attrs.evolve(entry_base, attempt=attempt, key=step.key, error=error)

@@ -31,12 +31,13 @@ from storage import LIVE_STATUSES, UNFINISHED_STATUSES, InstanceRecord, Txn, ins
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalClosed, JournalFull
 
 from . import _effects as fx, _events, _hooks, _tracing
+from ._failures import ErrorRecord, describe_error, error_summary
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry, children_named
 from ._process import OneForAll, OneForOne, RestForOne
 from ._protocol import START_RACED, end_payload, read_for_start, start_txn, system_send_txn
-from ._records import Signal, describe_error, error_summary
+from ._records import Signal
 from .errors import ActorError, ChildFailed
 
 # Errors of the journal itself while a child is created: they go to the
@@ -217,14 +218,14 @@ def end_outcome(
     if payload.get("status") == "completed":
         result = payload.get("result")
         return result, None, call.describe(value=result, message=message)
-    cause = payload.get("error") or {
-        "type": "actors.errors.ProcessCancelled",
-        "message": payload.get("reason") or "cancelled",
-    }
+    cause = (
+        payload.get("error")
+        or ErrorRecord.cancelled(payload.get("reason") or "cancelled").to_stored()
+    )
     summary = f"child {call.address!r} {payload.get('status')}: {error_summary(cause)}"
-    error = {"raise": "ChildFailed", "child": call.address, "cause": cause, "summary": summary}
-    entry = call.describe(error=error, message=message)
-    return None, ChildFailed(summary, address=call.address, error=cause), entry
+    record = ErrorRecord(raises="ChildFailed", child=call.address, cause=cause, summary=summary)
+    entry = call.describe(error=record.to_stored(), message=message)
+    return None, record.exception(), entry
 
 
 def _abandon_child_effect(actor: ActorAPI, effect: Any) -> None:
