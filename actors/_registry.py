@@ -31,7 +31,6 @@ from ._holds import Holds
 from ._instance import Actor
 from ._interfaces import ActorAPI
 from ._log import LoadedState, read_state
-from ._messages import StoredMessage
 from ._process import ProcessDef
 from .errors import InvalidArguments, UnknownProcess
 
@@ -124,31 +123,26 @@ class Registry:
 
     def run_admitted(self, row: InstanceRow, epoch: int) -> None:
         """Run an instance a queue just turned from queued to running; ``row``
-        is its record as read before (a queued instance never ran, so it has
-        no log or timers; its mailbox may hold what was sent to it while it
-        waited, which it reads as it starts). One being cancelled or
-        activated meanwhile goes the usual way, through `activate`."""
+        is its record as read before the admission.
+
+        Invariant: the instance runs from what the journal holds now, never
+        from ``row``. Once the admission is committed the instance is
+        running, so mail may activate it before this call, and it may even
+        have ended: an actor made from ``row`` would run it a second time,
+        wait for mail the first took, and write "suspended" over its end. A
+        local journal reads it here, as any activation does (its mailbox
+        holds what was sent while it waited); on another, its actor loads
+        it, and runs nothing if it ended."""
         proc = self.procs.get(row.process)
-        if proc is None or row.iid in self.live or row.iid in self.activating:
+        if (
+            proc is None
+            or row.iid in self.live
+            or row.iid in self.activating
+            or self.journal.reads_at_once
+        ):
             self.activate(row.iid)
             return
-        if self.journal.reads_at_once:
-            # A local journal: one look at the mailbox here (most are empty)
-            # instead of a load of the whole instance by its actor.
-            try:
-                with self.journal.reader() as r:
-                    mail = r.mailbox(row.iid)
-            except (JournalCorrupt, JournalUnavailable):
-                # Its actor's load finds the damage and marks it corrupt, or
-                # meets the outage and is loaded once the journal answers:
-                # never left admitted with nothing running it.
-                pass
-            else:
-                actor = self.run_created(row.iid, row.address, proc, row.record, epoch)
-                for seq, message in mail:
-                    actor.arrivals.deliver(seq, StoredMessage.from_stored(message))
-                return
-        self.routed_absent.add(row.iid)  # its actor reads its mailbox: see run_created
+        self.routed_absent.add(row.iid)  # its actor loads it: see run_created
         self.run_created(row.iid, row.address, proc, row.record, epoch)
 
     def activate_for_mail(self, iid: bytes) -> None:

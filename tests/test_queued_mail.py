@@ -12,7 +12,7 @@ import trio
 
 import actors
 from actors import Context, Queue, process
-from storage import LMDBJournal, MemoryJournal
+from storage import LMDBJournal, MemoryJournal, instance_id
 
 HELLO = actors.Signal("hello")
 ASK = actors.Signal("ask")
@@ -132,3 +132,38 @@ async def test_mail_from_another_node_for_an_instance_queued_here(request):
         await a.send("mailer/m", HELLO, "from a")
         with trio.fail_after(30):
             assert ["from b", "from a"] == await handle.result()
+
+
+async def test_an_admitted_instance_that_mail_ran_and_ended_first_is_not_run_again(
+    journal, autojump_clock
+):
+    # Between a queue's admission commit (the instance is running from then
+    # on) and its pump running the instance, mail can activate it, and it
+    # can run to its end. The pump must then run nothing: started again
+    # from the record it read before the admission, a second actor waited
+    # for mail that was taken and wrote "suspended" over the completed end
+    # (its result kept, nothing left to wake it). Here the pump's call is
+    # held back until that has happened.
+    q = Queue("one", concurrency=1)
+    address = "mailer/m"
+    async with actors.open_system(journal(), processes=[mailer], queues=[q]) as system:
+        async with trio.open_nursery() as nursery:
+            registry = system.registry
+            run_admitted = registry.run_admitted
+            done = trio.Event()
+
+            async def mail_first(row, epoch):
+                await system.send(address, HELLO, "first")  # mail activates it
+                assert ["first"] == await system.get(address).result()
+                run_admitted(row, epoch)  # the pump's call, late
+                done.set()
+
+            registry.run_admitted = lambda row, epoch: nursery.start_soon(mail_first, row, epoch)
+            with trio.fail_after(60):  # (the bug it guards against hangs)
+                handle = await system.start(mailer, "m", queue=q)
+                assert ["first"] == await handle.result()
+                await done.wait()
+            await trio.sleep(1)  # whatever the late call started has run
+        with system.journal.reader() as r:
+            assert "completed" == r.instance(instance_id(address)).status
+        assert "completed" == system.get(address).status
