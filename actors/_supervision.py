@@ -136,9 +136,9 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
                 return
         if type(effect) is fx.Spawn:
             actor.finish(effect, ChildHandle._create(system, effect.address), None, None)
-        elif ended is not None:
-            value, error, entry = end_outcome(effect, ended)
-            actor.finish(effect, value, error, entry)
+        elif ended is not None:  # (its outcome is logged: see _create_once)
+            value, error, _ = end_outcome(effect, ended)
+            actor.finish(effect, value, error, None)
         else:
             _await_end(actor, effect)
     finally:
@@ -198,6 +198,12 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
             system.queues.enqueue(txn, effect.queue[0], iid, address, effect.queue[1])
     elif row is not None and row.status not in LIVE_STATUSES and type(effect) is fx.Call:
         ended = end_payload(row.status, row.record)
+        # Invariant: a call to a child that had ended already is logged with
+        # its outcome, never a started record. No end message will come
+        # (it went to whoever awaited the child then), so a replay from a
+        # started record (the outcome's own write lost, say to a full
+        # journal) would wait for one for ever.
+        entry = end_outcome(effect, ended)[2]
     parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
     await parent.writes.barrier(txn)
