@@ -12,7 +12,8 @@ Each failure is an `InvariantBroken` named by the first word of its line:
   (and none a cleanup removed: workload 6);
 - ``stuck``: an instance that is neither ended nor waiting for something
   that can still happen (a job still live after settling, a sink with
-  unread mail, anything corrupt or stuck in compensation);
+  unread mail, anything corrupt or stuck in compensation; workload 7: a
+  ``qbox`` whose message was acknowledged and that did not complete with it);
 - ``orphan``: a live instance whose parent has ended (cascade);
 - ``ran-after-cancel``: a step of an instance, or of one of its
   descendants, that began after a client's cancel of it returned (a cancel
@@ -184,6 +185,11 @@ def _check_instances(
                 f"timers due at {timers.get(address)}, now {world.now():.3f})"
             )
             world.fail("stuck", detail)
+        if address in world.mailed and not lossy:
+            sent = address.split("/", 1)[1]  # (a qbox is sent its own id)
+            if status != "completed" or record.result != sent:
+                detail = f"{address} was sent {sent!r} (acknowledged); it is {status}"
+                world.fail("stuck", f"{detail} with {record.result!r}")
         if status not in _ENDED and mail:
             detail = f"{address} is {status} with {len(mail)} unread message(s) after settling"
             world.fail("stuck", detail + " (a lost wake-up)")

@@ -71,6 +71,38 @@ class Plant:
 
 
 PLANTS: dict[str, Plant] = {
+    # An admitted instance run twice (391ba4c): mail that activated it
+    # between its queue's admission and the pump's call ran it to its end;
+    # the pump then ran it again from the row it read before, and that
+    # run's "suspended" went over the completed end.
+    "admitted-twice": Plant(
+        "actors._registry",
+        "Registry.run_admitted",
+        old="""
+            if (
+                proc is None
+                or row.iid in self.live
+                or row.iid in self.activating
+                or self.journal.reads_at_once
+            ):
+                self.activate(row.iid)
+                return
+            self.routed_absent.add(row.iid)  # its actor loads it: see run_created
+            self.run_created(row.iid, row.address, proc, row.record, epoch)
+        """,
+        new="""
+            if proc is None or row.iid in self.live or row.iid in self.activating:
+                self.activate(row.iid)
+                return
+            from ._messages import StoredMessage  # planted: run from the row read before
+            with self.journal.reader() as r:
+                mail = r.mailbox(row.iid)
+            actor = self.run_created(row.iid, row.address, proc, row.record, epoch)
+            for seq, message in mail:
+                actor.arrivals.deliver(seq, StoredMessage.from_stored(message))
+        """,
+        what="an admitted instance that mail ran to its end runs again",
+    ),
     # The creation race (fixed with the registry's `routed_absent`): a message routed
     # between an instance's commit and its actor's making found no actor,
     # asked for an activation that the start held off, and the new actor

@@ -24,6 +24,9 @@ the same way on every replay of a seed.
 - ``tick/:name/:at`` (workload 4): started by a schedule at each tick.
 - ``rjob/:id`` (workload 5): started on a queue with a rate limit
   (`RATED`); one step.
+- ``qbox/:id`` (workload 7): started on `QUEUE` and sent one ``qmail`` a
+  moment later, often as the queue admits it; it returns what it took
+  (``"late"`` if nothing came within `QBOX_WAIT`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from .world import current
 work = Signal("work")
 poke = Signal("poke")
 done = Signal("done")
+qmail = Signal("qmail")
 
 #: Enough attempts for the failures the seed injects (at most three per
 #: step) plus the attempts that crashes spend.
@@ -255,10 +259,22 @@ async def tick(ctx: Context, name: str, at: str) -> str:
 
 
 PARENTS = {"one": parent_one, "all": parent_all, "rest": parent_rest}
+
+
+@process("qbox/:id")
+async def qbox(ctx: Context, id: str) -> Any:
+    # (Not for ever: one whose message was never acknowledged frees its
+    # queue slot, as a real one would time out.)
+    which, got = await ctx.first(msg=ctx.receive(qmail), late=ctx.sleep(QBOX_WAIT))
+    return got[1] if which == "msg" else "late"
+
+
 PROCESSES = [sink, helper, job, kid, parent_one, parent_all, parent_rest, qjob, feed, tick]
 #: What workload 5 registers besides (earlier versions run without it, as
 #: they were kept).
 PROCESSES_5 = [rjob]
+PROCESSES_7 = [qbox]
+QBOX_WAIT = 1800.0  # virtual seconds
 #: The schedule's interval (virtual seconds): a few ticks while the run
 #: settles, which may overlap a crash or a fault.
 TICK_EVERY = 900.0

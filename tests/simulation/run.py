@@ -69,8 +69,9 @@ class Setup:
 #: 3. with several nodes, leases that lapse while their node runs on;
 #: 4. streams with durable consumers, exports with watchers, a schedule;
 #: 5. starts on a queue with a rate limit (the ``rate-limit`` invariant);
-#: 6. cleanups of finished instances, and jobs started again after them.
-WORKLOAD = 6
+#: 6. cleanups of finished instances, and jobs started again after them;
+#: 7. mail to queued instances as the queue admits them (``qbox``).
+WORKLOAD = 7
 
 
 def setup(seed: int, workload: int = WORKLOAD) -> Setup:
@@ -141,7 +142,9 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40, workload: int = WORKL
         seed,
         fail_rate=chosen.fail_rate,
         durability=chosen.durability,
-        processes=p.PROCESSES + (p.PROCESSES_5 if rated else []),
+        processes=p.PROCESSES
+        + (p.PROCESSES_5 if rated else [])
+        + (p.PROCESSES_7 if workload >= 7 else []),
         rated=p.RATED.name if rated else None,
     )
     sinks, ops = plan(
@@ -150,6 +153,7 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40, workload: int = WORKL
         features=workload >= 4,
         rated=rated,
         cleanups=workload >= 6,
+        queued_mail=workload >= 7,
     )
     driver = Driver(world, sinks, ops)
 

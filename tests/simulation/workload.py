@@ -62,10 +62,12 @@ def plan(
     features: bool = True,
     rated: bool = True,
     cleanups: bool = True,
+    queued_mail: bool = True,
 ) -> tuple[list[str], list[Op]]:
     """The sinks to start and the operations to run, drawn from ``rng``
     (with the operations each later version adds after them, where its
-    flag says so: `_tail`, `_features`, `_rated`, `_cleanups`)."""
+    flag says so: `_tail`, `_features`, `_rated`, `_cleanups`,
+    `_queued_mail`)."""
     sinks = [f"sink/s{i}" for i in range(rng.randint(1, 3))]
     count = rng.randint(25, 60)
     kinds = [k for k, _ in _KINDS]
@@ -123,7 +125,20 @@ def plan(
     if cleanups:
         jobs_planned = [op.args for op in ops if op.kind in ("job", "job_race", "sws")]
         ops += _cleanups(random.Random(f"{drawn}:cleanups"), jobs_planned)
+    if queued_mail:
+        ops += _queued_mail(random.Random(f"{drawn}:qmail"))
     return sinks, ops
+
+
+def _queued_mail(rng: random.Random) -> list[Op]:
+    """Workload 7: instances started on the queue and sent a message a
+    moment later, often as the queue admits them (mail may activate an
+    admitted instance before the queue's pump runs it)."""
+    ops: list[Op] = []
+    for n in range(rng.choice([0, 2, 4, 6])):
+        args = {"id": f"b{n}", "lag": rng.choice([0.0, 0.0002, 0.001, 0.01])}
+        ops.append(Op("qmail", args, rng.expovariate(2.0), background=rng.random() < 0.5))
+    return ops
 
 
 def _cleanups(rng: random.Random, jobs: list[dict[str, Any]]) -> list[Op]:
@@ -414,6 +429,13 @@ class Driver:
     async def _op_queued(self, sim: Simulation, id: str, seconds: float) -> None:
         handle = await sim.system.start(p.qjob, id, queue=p.QUEUE, seconds=seconds)
         self.world.started[handle.id] = "queued"
+
+    async def _op_qmail(self, sim: Simulation, id: str, lag: float) -> None:
+        handle = await sim.system.start(p.qbox, id, queue=p.QUEUE)
+        self.world.started[handle.id] = "queued"
+        await trio.sleep(lag)
+        await sim.system.send(handle.id, p.qmail, id)
+        self.world.mailed.add(handle.id)
 
     async def _op_cleanup(self, sim: Simulation, older_than: float) -> None:
         removed = await sim.system.cleanup(older_than)

@@ -75,6 +75,8 @@ class World:
     tried: dict[str, str] = attrs.Factory(dict)
     #: addresses whose start was acknowledged
     started: dict[str, str] = attrs.Factory(dict)
+    #: workload 7: the ``qbox`` addresses whose one message was acknowledged
+    mailed: set[str] = attrs.Factory(set)
     #: (address, incarnation) -> result, for every completed instance seen
     results: dict[tuple[str, int], Any] = attrs.Factory(dict)
     #: job address -> its plan, for every job a client tried to start
