@@ -131,7 +131,7 @@ class ErrorRecord:
 
     def summed_up(self) -> str:
         """The summary it carries, else ``"ValueError: boom"``."""
-        return self.summary or error_summary(self.to_stored())
+        return self.summary or _summary(self.type, self.message)
 
     def exception(self) -> BaseException:
         """The exception a replay raises in the process for this failure."""
@@ -157,8 +157,11 @@ def error_summary(error: Mapping[str, Any] | None) -> str:
     """``"ValueError: boom"`` for a stored error record."""
     if not error:
         return "unknown error"
-    kind = error.get("type", "Error").rsplit(".", 1)[-1]
-    message = error.get("message", "")
+    return _summary(error.get("type"), error.get("message"))
+
+
+def _summary(type: str | None, message: str | None) -> str:
+    kind = (type or "Error").rsplit(".", 1)[-1]
     return f"{kind}: {message}" if message else kind
 
 

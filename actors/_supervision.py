@@ -137,7 +137,7 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
         if type(effect) is fx.Spawn:
             actor.finish(effect, ChildHandle._create(system, effect.address), None, None)
         elif ended is not None:  # (its outcome is logged: see _create_once)
-            value, error, _ = end_outcome(effect, ended)
+            value, error, _ = ended
             actor.finish(effect, value, error, None)
         else:
             _await_end(actor, effect)
@@ -145,12 +145,15 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
         actor.task_finished()
 
 
-async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict[str, Any] | None:
+async def create_child(
+    system: SystemAPI, parent: ActorAPI, effect: Any
+) -> tuple[Any, Any, LogEntry] | None:
     """Create the child of a call/spawn effect, or find the one already there,
     logging the parent's effect in the same transaction.
 
-    Returns the end payload of an awaited child that had already finished
-    (a call to an existing, finished address), else None.
+    Returns the call's outcome (value, error, its logged entry: see
+    `end_outcome`) where the awaited child had already finished (a call to
+    an existing, finished address), else None.
     """
     while True:
         try:
@@ -161,7 +164,9 @@ async def create_child(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
             # Another start of that address committed first: read it again.
 
 
-async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict[str, Any] | None:
+async def _create_once(
+    system: SystemAPI, parent: ActorAPI, effect: Any
+) -> tuple[Any, Any, LogEntry] | None:
     proc = system.registry.definition(effect.proc)
     address = effect.address
     iid = instance_id(address)
@@ -172,7 +177,7 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
         entry = effect.describe(child=address)
     txn = Txn()
     fresh = row is None or row.status == "cancelled"
-    ended = None
+    ended: tuple[Any, Any, LogEntry] | None = None
     if fresh:
         # The child runs on its stored input, never on the parent's objects.
         start = start_txn(
@@ -197,13 +202,13 @@ async def _create_once(system: SystemAPI, parent: ActorAPI, effect: Any) -> dict
         if effect.queue is not None:  # it waits for a slot: the queue's pump starts it
             system.queues.enqueue(txn, effect.queue[0], iid, address, effect.queue[1])
     elif row is not None and row.status not in LIVE_STATUSES and type(effect) is fx.Call:
-        ended = end_payload(row.status, row.record)
         # Invariant: a call to a child that had ended already is logged with
         # its outcome, never a started record. No end message will come
         # (it went to whoever awaited the child then), so a replay from a
         # started record (the outcome's own write lost, say to a full
         # journal) would wait for one for ever.
-        entry = end_outcome(effect, ended)[2]
+        ended = end_outcome(effect, end_payload(row.status, row.record))
+        entry = ended[2]
     parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
     await parent.writes.barrier(txn)
