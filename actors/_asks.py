@@ -293,10 +293,11 @@ async def send_reply(actor: ActorAPI, reply: fx.Reply) -> None:
     entry = reply.describe(value=None)
     txn = Txn()
     txn.put_log(actor.iid, actor.run, reply.seq, entry.to_stored())
+    # The answer goes to its asker as soon as it commits, before this
+    # task resumes: asker and replier then run in one scheduling round.
     after = answer(actor.system, txn, reply.ask, {"v": reply.payload})
-    results = await actor.writes.barrier(txn)
+    await actor.writes.barrier(txn, then=after)
     actor.finish(reply, None)  # its entry is written
-    after(results)
 
 
 def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[Asker]) -> list[After]:

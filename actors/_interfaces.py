@@ -375,7 +375,11 @@ class WritesAPI(Protocol):
     def drop(self) -> None: ...
 
     async def barrier(
-        self, txn: Txn | None = None, *, durable: bool | None = None
+        self,
+        txn: Txn | None = None,
+        *,
+        durable: bool | None = None,
+        then: Callable[[list[int]], None] | None = None,
     ) -> list[int]: ...
 
     def ride_log(self, seq: int, entry: LogEntry) -> None: ...

@@ -47,10 +47,15 @@ async def commit_through(
     """
     await trio.lowlevel.checkpoint_if_cancelled()  # cancelled already: nothing is written
     try:
-        return await journal.commit(txn, durable=durable)
+        results = await journal.commit(txn, durable=durable)
     except (trio.Cancelled, CommitOutcomeUnknown):
         in_doubt(txn)
         raise
+    if txn.then is not None:  # the journal did not hand the results on itself
+        outcome = txn.hand_on(results)
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return results
 
 
 class Router:
@@ -119,8 +124,11 @@ class Router:
             ask=ask,
             key=key,
         )
+        # Routed by the journal as soon as it commits, before this sender
+        # resumes: sender and receiver then run in one scheduling round.
+        txn.then = lambda results: self.route(iid, results[0], notice.message)
         try:
-            (seq,) = await commit_through(self.journal, txn, self.sent_in_doubt)
+            await commit_through(self.journal, txn, self.sent_in_doubt)
         except Conflict as exc:
             if exc.status == "corrupt" or self.system.statuses.snapshot(iid)[0] == "corrupt":
                 raise self.system.corruption.error(iid, address) from None
@@ -129,7 +137,6 @@ class Router:
             if exc.database in ("mail", "counters"):  # its mailbox cannot take mail
                 await self.system.corruption.records_damaged(iid, address, exc)
             raise
-        self.route(iid, seq, notice.message)
 
     def mail_in_doubt(self, iid: bytes) -> None:
         """A commit that may have added mail for ``iid`` has an unknown

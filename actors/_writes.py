@@ -17,6 +17,7 @@ once the write is in a transaction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -88,9 +89,17 @@ class Writes:
             ticket, self.ticket = self.ticket, None
             await ticket.wait()  # what flush submitted
 
-    async def barrier(self, txn: Txn | None = None, *, durable: bool | None = None) -> list[int]:
+    async def barrier(
+        self,
+        txn: Txn | None = None,
+        *,
+        durable: bool | None = None,
+        then: Callable[[list[int]], None] | None = None,
+    ) -> list[int]:
         """Commit the ridden writes (plus ``txn``'s) and wait for them;
-        ``txn``'s results, by its own slots (all of them without one)."""
+        ``txn``'s results, by its own slots (all of them without one).
+        ``then`` gets those results once they commit, before this returns
+        (as soon as the journal learns of it: see `storage.Txn.then`)."""
         prior = self.ticket
         if prior is not None and prior.done:
             # Invariant: nothing of this instance commits after a write of
@@ -126,6 +135,8 @@ class Writes:
             ridden.extend(pending)
         # The caller's results, by its own slots: the ridden writes go first.
         offset = 0 if txn is None else pending.extend(txn)
+        if then is not None:
+            pending.then = lambda results: then(results[offset:])
         actor = self.actor
         pending.chain = actor.iid  # its writes commit in order (storage.Chain)
         if actor.fenced:

@@ -62,7 +62,10 @@ class MemoryJournal(Journal):
 
     def submit(self, txn: Txn) -> Ticket:
         self._check_open()
-        return Settled(self._run(txn))
+        outcome: list[int] | BaseException = self._run(txn)
+        if txn.then is not None:  # handed on before its committer resumes
+            outcome = txn.hand_on(outcome)
+        return Settled(outcome)
 
     def _run(self, txn: Txn) -> list[int] | Exception:
         """Check ``txn``'s preconditions and apply it, all or nothing: its

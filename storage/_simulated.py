@@ -212,6 +212,8 @@ class _Entry:
         self.event: trio.Event | None = None
 
     def settle(self, outcome: Any) -> None:
+        if self.txn.then is not None:  # handed on before its committer resumes
+            outcome = self.txn.hand_on(outcome)
         self.outcome = outcome
         self.done = True
         self.held = False

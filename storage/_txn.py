@@ -103,9 +103,29 @@ class Txn(StateOps):
     # submitted or deferred write). Set by `SimulatedJournal`, whose checker
     # allows an acknowledged write lost only after such a one failed.
     unawaited: bool = False
+    # What its committer does with its results once it commits (hand a
+    # message to its live receiver): called once, by the journal as soon as
+    # it learns the outcome, before it wakes the committer (so the receiver
+    # runs in the same scheduling round as the sender), or else by the
+    # committer when its commit returns (`actors._sending.commit_through`).
+    then: Callable[[list[int]], None] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.ops)
+
+    def hand_on(self, outcome: list[int] | BaseException) -> list[int] | BaseException:
+        """Run ``then`` (once) with the results of this transaction, which
+        committed with ``outcome``; return what its committer gets: the
+        outcome, or what ``then`` raised (the transaction stays committed).
+        A failed transaction drops ``then``: nothing was written to hand on."""
+        then, self.then = self.then, None
+        if then is None or isinstance(outcome, BaseException):
+            return outcome
+        try:
+            then(outcome)
+        except Exception as exc:  # noqa: BLE001 - its committer learns of it, as it would have
+            return exc
+        return outcome
 
     def receivers(self) -> set[bytes]:
         """The instances this transaction appends messages to."""

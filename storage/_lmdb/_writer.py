@@ -354,6 +354,10 @@ class _GroupCommit:
             self._hold.release()
         batch.finished = True
         self._uncommitted -= len(batch.txns)
+        outcomes = batch.outcomes
+        for index, txn in enumerate(batch.txns):
+            if txn.then is not None:  # (its receiver runs in the round its sender does)
+                outcomes[index] = txn.hand_on(outcomes[index])
         # Its tickets need only the outcomes (an instance keeps the ticket of
         # its last writes while it is suspended): let the transactions go.
         batch.txns = []
@@ -361,7 +365,7 @@ class _GroupCommit:
         while unfinished and unfinished[0].finished:
             unfinished.popleft()
         reschedule = trio.lowlevel.reschedule
-        for waiter, result in zip(batch.waiters, batch.outcomes):
+        for waiter, result in zip(batch.waiters, outcomes):
             if waiter is not None and (task := waiter.task) is not None:
                 failed = isinstance(result, BaseException)
                 reschedule(task, Error(result) if failed else Value(result))

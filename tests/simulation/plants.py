@@ -129,14 +129,16 @@ PLANTS: dict[str, Plant] = {
     "aliased-payload": Plant(
         "actors._sending",
         "Router.send_iid",
-        old="self.route(iid, seq, notice.message)",
+        old="txn.then = lambda results: self.route(iid, results[0], notice.message)",
         new="""
-            receiver = self.system.registry.live.get(iid)
-            if receiver is not None and not receiver.done:  # planted: the sender's object
-                aliased = _protocol.StoredMessage(signal.name, payload, None, None, ask)
-                receiver.arrivals.deliver(seq, aliased)
-            else:
-                self.route(iid, seq, notice.message)
+            def then(results):
+                receiver = self.system.registry.live.get(iid)
+                if receiver is not None and not receiver.done:  # planted: the sender's object
+                    aliased = _protocol.StoredMessage(signal.name, payload, None, None, ask)
+                    receiver.arrivals.deliver(results[0], aliased)
+                else:
+                    self.route(iid, results[0], notice.message)
+            txn.then = then
         """,
         what="a live receiver gets the sender's object, not the stored bytes",
     ),
