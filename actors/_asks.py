@@ -276,8 +276,12 @@ class _Replies(fx.Behaviour):
         was sent, not asked; else the reply is sent (`send_reply`)."""
         if reply.ask is None:
             actor.finish(reply, None, None, reply.describe(value=None))  # rides on the next commit
-        else:
+        elif actor.fenced:
+            # (A fence that fails is a `Conflict`, which no lost write reports:
+            # the reply is awaited, in a task, so the instance hears of it.)
             actor.start_task(_reply_task, reply)
+        else:
+            _reply_soon(actor, reply)
 
 
 async def _reply_task(actor: ActorAPI, reply: fx.Reply) -> None:
@@ -289,15 +293,34 @@ async def _reply_task(actor: ActorAPI, reply: fx.Reply) -> None:
 
 async def send_reply(actor: ActorAPI, reply: fx.Reply) -> None:
     """Commit the reply's log entry with its answer, then deliver the answer."""
+    txn, after = _reply_txn(actor, reply)
+    # The answer goes to its asker as soon as it commits, before this
+    # task resumes: asker and replier then run in one scheduling round.
+    await actor.writes.barrier(txn, then=after)
+    actor.finish(reply, None)  # its entry is written
+
+
+def _reply_soon(actor: ActorAPI, reply: fx.Reply) -> None:
+    """`send_reply` with no task: the reply's commit is submitted, and the
+    journal, as it commits, hands the answer to its asker and completes the
+    reply (`storage.Txn.then`), which wakes the instance. A commit that
+    fails is a lost write (`Stalls.write_lost`): the instance is loaded
+    again, and its replay takes the ask again and replies again."""
+    txn, after = _reply_txn(actor, reply)
+
+    def then(results: list[int]) -> None:
+        after(results)
+        actor.finish(reply, None)  # its entry is written
+
+    actor.writes.submit(txn, then)
+
+
+def _reply_txn(actor: ActorAPI, reply: fx.Reply) -> tuple[Txn, After]:
     assert reply.ask is not None
     entry = reply.describe(value=None)
     txn = Txn()
     txn.put_log(actor.iid, actor.run, reply.seq, entry.to_stored())
-    # The answer goes to its asker as soon as it commits, before this
-    # task resumes: asker and replier then run in one scheduling round.
-    after = answer(actor.system, txn, reply.ask, {"v": reply.payload})
-    await actor.writes.barrier(txn, then=after)
-    actor.finish(reply, None)  # its entry is written
+    return txn, answer(actor.system, txn, reply.ask, {"v": reply.payload})
 
 
 def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[Asker]) -> list[After]:

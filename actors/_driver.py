@@ -49,7 +49,20 @@ from .errors import (
     NonDeterminismError,
 )
 
-__all__ = ["Driver", "Host", "Interrupted", "Passivated", "error_from_entry"]
+__all__ = [
+    "CONTINUED",
+    "ENDED",
+    "RAISE",
+    "WAIT",
+    "YIELD",
+    "Driver",
+    "Host",
+    "Interrupted",
+    "Parked",
+    "Passivated",
+    "error_from_entry",
+    "outcome_of",
+]
 
 
 class Passivated(Exception):
@@ -58,6 +71,29 @@ class Passivated(Exception):
 
 class Interrupted(Exception):
     """The instance was cancelled, restarted or escalated to from outside."""
+
+
+class Parked(Exception):  # noqa: N818 - a signal to the driver, not an error
+    """The host parked the instance without a task: it keeps the coroutine
+    (see `Actor.wait_for`), and resumes it once the effect it waits on is done.
+    `Driver.run` sets ``coro``: the coroutine it was running (the run's
+    latest, after a continue-as-new)."""
+
+    coro: Coroutine[Any, Any, Any] | None = None
+
+
+# What `Driver.advance` stopped at (kinds compared by identity).
+WAIT = 1  # an effect begun live and not done: wait for it
+YIELD = 2  # a done effect after a long replay: let others run, then go on
+ENDED = 3  # the run ended: ("complete" | "fail" | "diverge", argument)
+CONTINUED = 4  # the run continues as new
+RAISE = 5  # (only as `Driver.run`'s ``pending``) raise this exception: stepping failed
+
+
+def outcome_of(effect: Effect[Any]) -> tuple[Any, BaseException | None]:
+    """What the process gets for done ``effect``: (value to send, error to throw)."""
+    error = effect.error
+    return (None, error) if error is not None else (effect.value, None)
 
 
 @attrs.frozen(slots=True)
@@ -434,96 +470,142 @@ class Driver:
 
     # -- the loop ------------------------------------------------------------------
 
-    async def run(self, coro: Coroutine[Any, Any, Any], host: Host) -> None:
-        """Step ``coro`` until it ends or ``host`` stops it; ``coro`` is closed after.
+    def advance(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        host: Host,
+        send: Any = None,
+        throw: BaseException | None = None,
+    ) -> tuple[int, Any]:
+        """Step ``coro`` (sending it ``send``, or throwing ``throw``) through
+        every effect replay or its host answers at once, up to the first that
+        needs waiting for or awaiting: ``(WAIT, effect)`` (begun, not done),
+        ``(YIELD, effect)`` (done: a long replay lets others run), ``(ENDED,
+        how)`` (`complete`, `fail` or `diverge`: ``how`` is ``(method name,
+        argument)``) or ``(CONTINUED, effect)`` (a `ContinueAsNew`; ``coro``
+        is closed). Nothing here awaits: a host may run it outside any task
+        of the instance's own (see `Actor.step_parked`).
 
-        Raises `Interrupted` or `Passivated` (from the host) through.
+        Raises `Interrupted` if the host was asked to stop.
         """
-        send: Any = None
-        throw: BaseException | None = None
         replayed = 0
-        self.fresh = None
         running = _guard.running  # (this thread's: the run's)
-        try:
-            while True:
-                if host.interrupt is not None:
-                    raise Interrupted()
+        while True:
+            if host.interrupt is not None:
+                raise Interrupted()
+            try:
+                # Invariant: _guard.running names this instance exactly
+                # while its code runs (never across an await of ours).
+                running.address = self.address
                 try:
-                    # Invariant: _guard.running names this instance exactly
-                    # while its code runs (never across an await of ours).
-                    running.address = self.address
-                    try:
-                        if throw is not None:
-                            effect = coro.throw(throw)
-                        else:
-                            effect = coro.send(send)
-                    finally:
-                        running.address = None
-                except StopIteration as stop:
-                    if self.fresh is not None:
-                        forgotten = self.forgotten(None, ending=True)
-                        if forgotten is not None:
-                            await host.ends.fail(forgotten)
-                            return
-                    await host.ends.complete(stop.value)
-                    return
-                except (Interrupted, Passivated):
-                    raise
-                except NonDeterminismError as exc:
-                    await host.ends.diverge(exc)
-                    return
-                except (trio.Cancelled, GeneratorExit, KeyboardInterrupt, SystemExit):
-                    raise
-                except BaseException as exc:  # noqa: BLE001 - any process error is recorded
-                    await host.ends.fail(exc)
-                    return
-                send = throw = None
-                if self.fresh is not None:  # (no local: `forgotten` counts references)
-                    if self.fresh is effect:  # made, then awaited at once: the usual case
-                        self.fresh = None
+                    if throw is not None:
+                        effect = coro.throw(throw)
                     else:
-                        ending = type(effect) is fx.ContinueAsNew
-                        throw = self.forgotten(effect, ending)
-                        if throw is not None:
-                            continue
-                if type(effect) is fx.ContinueAsNew:
-                    coro.close()
-                    following = await host.ends.continue_as_new(effect)
+                        effect = coro.send(send)
+                finally:
+                    running.address = None
+            except StopIteration as stop:
+                if self.fresh is not None:
+                    forgotten = self.forgotten(None, ending=True)
+                    if forgotten is not None:
+                        return ENDED, ("fail", forgotten)
+                return ENDED, ("complete", stop.value)
+            except (Interrupted, Passivated):
+                raise
+            except NonDeterminismError as exc:
+                return ENDED, ("diverge", exc)
+            except (trio.Cancelled, GeneratorExit, KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - any process error is recorded
+                return ENDED, ("fail", exc)
+            send = throw = None
+            if self.fresh is not None:  # (no local: `forgotten` counts references)
+                if self.fresh is effect:  # made, then awaited at once: the usual case
+                    self.fresh = None
+                else:
+                    ending = type(effect) is fx.ContinueAsNew
+                    throw = self.forgotten(effect, ending)
+                    if throw is not None:
+                        continue
+            if type(effect) is fx.ContinueAsNew:
+                coro.close()
+                return CONTINUED, effect
+            if not isinstance(effect, Effect):
+                throw = ContextError(
+                    f"process {self.address!r} awaited {effect!r}, which is not a ctx "
+                    "effect; process code may only await ctx effects (use ctx.step for "
+                    "I/O, ctx.sleep for time, ctx.first/all/settled for concurrency)"
+                )
+                continue
+            if effect.done or effect.parent is not None:
+                throw = fx._reused(effect)
+                continue
+            try:
+                started = self.replay(effect)
+                if started or not effect.done:  # else replay left nothing to begin
+                    self.rerun = False  # where the earlier activation stopped
+                    host.begin(effect, started)
+            except NonDeterminismError as exc:
+                return ENDED, ("diverge", exc)
+            if not effect.done:
+                return WAIT, effect
+            replayed += 1
+            if replayed % 2000 == 0:  # a long replay still lets others run
+                return YIELD, effect
+            if effect.error is not None:
+                throw = effect.error
+            else:
+                send = effect.value
+
+    async def run(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        host: Host,
+        pending: tuple[int, Any] | None = None,
+    ) -> None:
+        """Step ``coro`` until it ends or ``host`` stops it; ``coro`` is closed
+        after, unless the host parks it (`Parked`: its host keeps it, and
+        resumes it with ``pending``, the `advance` it stopped at).
+
+        Raises `Interrupted`, `Passivated` or `Parked` (from the host) through.
+        """
+        if pending is None:
+            self.fresh = None
+        kept = False
+        try:
+            send: Any = None
+            throw: BaseException | None = None
+            while True:
+                if pending is None:
+                    kind, what = self.advance(coro, host, send, throw)
+                else:
+                    (kind, what), pending = pending, None
+                if kind == WAIT:
+                    if not await host.wait_for(what):
+                        return
+                elif kind == YIELD:
+                    await trio.sleep(0)
+                elif kind == RAISE:
+                    raise what
+                elif kind == CONTINUED:
+                    following = await host.ends.continue_as_new(what)
                     if following is None:
                         return
                     coro = following
+                    send = throw = None
                     continue
-                if not isinstance(effect, Effect):
-                    throw = ContextError(
-                        f"process {self.address!r} awaited {effect!r}, which is not a ctx "
-                        "effect; process code may only await ctx effects (use ctx.step for "
-                        "I/O, ctx.sleep for time, ctx.first/all/settled for concurrency)"
-                    )
-                    continue
-                if effect.done or effect.parent is not None:
-                    throw = fx._reused(effect)
-                    continue
-                try:
-                    started = self.replay(effect)
-                    if started or not effect.done:  # else replay left nothing to begin
-                        self.rerun = False  # where the earlier activation stopped
-                        host.begin(effect, started)
-                except NonDeterminismError as exc:
-                    await host.ends.diverge(exc)
+                else:
+                    method, argument = what
+                    await getattr(host.ends, method)(argument)
                     return
-                if not effect.done:
-                    if not await host.wait_for(effect):
-                        return
-                else:
-                    replayed += 1
-                    if replayed % 2000 == 0:  # a long replay still lets others run
-                        await trio.sleep(0)
-                if effect.error is not None:
-                    throw = effect.error
-                else:
-                    send = effect.value
+                send, throw = outcome_of(what)
+        except Parked as parked:
+            kept = True
+            parked.coro = coro
+            raise
         finally:
-            coro.close()
+            if not kept:
+                coro.close()
 
     async def check(self, coro: Coroutine[Any, Any, Any]) -> NonDeterminismError | None:
         """Replay ``coro`` through the recorded history, running nothing.

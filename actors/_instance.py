@@ -30,7 +30,7 @@ from storage.errors import JournalCorrupt
 from . import _effects as fx, _events, _saga, _tracing
 from ._arrivals import Arrivals
 from ._context import Context
-from ._driver import Driver, Interrupt, Interrupted, Passivated
+from ._driver import Driver, Interrupt, Interrupted, Parked, Passivated
 from ._effects import Effect
 from ._ends import Ends
 from ._handles import ChildHandle
@@ -38,6 +38,7 @@ from ._interfaces import SystemAPI
 from ._log import LoadedState, LogEntry, read_state
 from ._mailbox import Mailbox
 from ._process import ProcessDef
+from ._runner import NO_TASK, may_park
 from ._writes import Writes
 from .errors import InvalidArguments, NonDeterminismError
 
@@ -52,7 +53,7 @@ class Actor:
     __slots__ = tuple(
         "system journal iid address proc record run ctx driver mailbox live busy status woken "
         "parked idle_since passivate_requested root loaded epoch fenced interrupt children "
-        "done nursery inline preloaded lost writes arrivals ends".split()
+        "done nursery inline preloaded lost writes arrivals ends held span queued".split()
     )
 
     def __init__(
@@ -99,6 +100,15 @@ class Actor:
             None
         )
         self.done = False
+        self.nursery: trio.Nursery | None = None  # its task's, while it has one
+        # Parked without a task (see wait_for): its process coroutine, kept
+        # here until `_runner.step` (or a task of its own) resumes it.
+        self.held: Coroutine[Any, Any, Any] | None = None
+        self.span: Any = None  # the run's trace span (see _tracing.begin_run)
+        # Leaves begun while it had no task, for its next task to start.
+        self.queued: (
+            list[tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]]] | None
+        ) = None
         self.preloaded: LoadedState | None = None
         self.lost: BaseException | None = None  # see write_lost
         # Its parts (see the module docstring).
@@ -108,16 +118,27 @@ class Actor:
 
     # -- lifecycle -----------------------------------------------------------
 
-    async def main(self) -> None:
-        """The actor's task: load, replay, run until terminal or passivated."""
-        run_span = None
+    async def main(self, pending: tuple[int, Any] | None = None) -> None:
+        """The actor's task: load, replay, run until terminal, passivated, or
+        parked without a task (see `wait_for`); with ``pending``, resume the
+        coroutine it parked with there (`_runner.step`), at that point of
+        `Driver.run`."""
+        if pending is not None and self.held is None:
+            return  # closed meanwhile, with the system (`close_held`)
+        parked = False
+        nursery = None
         try:
             async with trio.open_nursery() as nursery:
                 self.nursery = nursery
-                if self.loaded or await self._load():
-                    run_span = _tracing.begin_run(self)
-                    # Driven here, not in a helper: one coroutine frame less
-                    # per live instance (they add up over many suspended ones).
+                if pending is not None:
+                    coro, self.held = self.held, None
+                    assert coro is not None
+                    queued, self.queued = self.queued, None
+                    for fn, effect, args in queued or ():
+                        nursery.start_soon(fn, self, effect, *args)
+                    parked = await self._drive(coro, pending)
+                elif self.loaded or await self._load():
+                    self.span = _tracing.begin_run(self)
                     failure = self.record.failure
                     if failure is not None:  # resuming a compensation after a crash
                         end = self.record.failure_end or "failed"
@@ -131,24 +152,42 @@ class Actor:
                             # changed code, until matching code is deployed.
                             await self.ends.diverge(exc)
                             return
-                        try:
-                            await self.driver.run(coro, self)
-                        except Passivated:
-                            pass
-                        except Interrupted:
-                            await self.ends.interrupted()
-                if nursery.child_tasks:  # what it left running (abandoned steps, ...)
+                        parked = await self._drive(coro, None)
+                if nursery.child_tasks and not parked:  # what it left (abandoned steps, ...)
                     nursery.cancel_scope.cancel()
         except Exception as exc:
             if not self.ends.broke(exc):
                 raise
         finally:
-            _tracing.end_run(run_span)
-            self.done = True
-            self.driver.unload()
-            self.system.registry.forget(self)
-            if self.lost is not None:  # what it ended or left memory with was lost
-                self.system.stalls.reload_lost(self.iid)
+            if self.nursery is nursery:
+                self.nursery = None
+            if not parked:
+                self.gone()
+
+    async def _drive(self, coro: Coroutine[Any, Any, Any], pending: tuple[int, Any] | None) -> bool:
+        """Run ``coro`` by the driver; True if it parked without a task."""
+        try:
+            await self.driver.run(coro, self, pending)
+        except Passivated:
+            pass
+        except Interrupted:
+            await self.ends.interrupted()
+        except Parked as parked:
+            # Invariant: nothing yields from the park (wait_for) to here, so
+            # whatever wakes it finds the coroutine held.
+            self.held = parked.coro
+            return True
+        return False
+
+    def gone(self) -> None:
+        """The instance left memory (ended, passivated, closed or broken)."""
+        _tracing.end_run(self.span)
+        self.span = None
+        self.done = True
+        self.driver.unload()
+        self.system.registry.forget(self)
+        if self.lost is not None:  # what it ended or left memory with was lost
+            self.system.stalls.reload_lost(self.iid)
 
     async def _load(self) -> bool:
         iid = self.iid
@@ -226,7 +265,10 @@ class Actor:
         task = self.parked
         if task is not None:
             self.parked = None
-            trio.lowlevel.reschedule(task)
+            if task is NO_TASK:
+                self.system.registry.runner.ready(self)
+            else:
+                trio.lowlevel.reschedule(task)
 
     def claimed_again(self, epoch: int) -> None:
         """This node claimed the live instance afresh (its lease had lapsed,
@@ -248,7 +290,10 @@ class Actor:
         if task is not None and not self.busy:
             self.passivate_requested = True
             self.parked = None
-            trio.lowlevel.reschedule(task)
+            if task is NO_TASK:
+                self.system.registry.runner.ready(self)
+            else:
+                trio.lowlevel.reschedule(task)
 
     def _unpark(self, _: Any) -> trio.lowlevel.Abort:
         self.parked = None
@@ -278,21 +323,26 @@ class Actor:
                 raise Interrupted()
             if self.busy:
                 self.status = "running"
-            else:
-                self._set_status("suspended")
+            elif passivate_now:
+                self.set_status("suspended")
                 self.writes.flush(defer=True)
-                if passivate_now:
-                    # Wake-ups before this point are accounted for by the loop's
-                    # checks; _passivate stays only for one that comes meanwhile.
-                    self.woken = False
-                    await self._passivate()
-                    continue
-                self.idle_since = trio.current_time()
-                self.system.registry.instance_idle()
-            # Parked here, not in a helper (one coroutine frame less per
-            # live instance), with one reschedule per wake-up: cheaper than
-            # a trio.Event per suspension.
-            if not self.woken:
+                # Wake-ups before this point are accounted for by the loop's
+                # checks; _passivate stays only for one that comes meanwhile.
+                self.woken = False
+                await self._passivate()
+                continue
+            else:
+                self.suspend()
+                if not self.woken and not self.passivate_requested and may_park(self):
+                    # Its task ends here; the coroutine waits in `held` (see
+                    # `_drive`), and whatever completes the effect has the
+                    # runner step it (`_runner.step`).
+                    self.parked = NO_TASK
+                    raise Parked()
+            # Parked here, not in a helper, with one reschedule per wake-up:
+            # cheaper than a trio.Event per suspension. (Asked to passivate
+            # while parked without a task, it goes on to that at once.)
+            if not self.woken and not self.passivate_requested:
                 self.parked = trio.lowlevel.current_task()
                 await trio.lowlevel.wait_task_rescheduled(self._unpark)
             self.woken = False
@@ -301,8 +351,16 @@ class Actor:
                 if not effect.done and self.interrupt is None:
                     await self._passivate()
         self.root = None
-        self._set_status("running")
+        self.set_status("running")
         return True
+
+    def suspend(self) -> None:
+        """It waits with nothing running: say so, and submit what it wrote
+        (with the next commit anyone makes)."""
+        self.set_status("suspended")
+        self.writes.flush(defer=True)
+        self.idle_since = trio.current_time()
+        self.system.registry.instance_idle()
 
     async def _passivate(self) -> None:
         # Invariant: an instance leaves memory only once everything it wrote
@@ -313,7 +371,7 @@ class Actor:
         self.system.registry.forget(self)
         raise Passivated()
 
-    def _set_status(self, status: str) -> None:
+    def set_status(self, status: str) -> None:
         if self.status != status:
             self.status = status
             self.system.statuses.activity_changed(self.iid)
@@ -342,6 +400,10 @@ class Actor:
         self.busy += 1
         if effect.parent is None:
             self.inline = (fn, effect, args)
+        elif self.nursery is None:  # begun by the runner: its next task starts it
+            if self.queued is None:
+                self.queued = []
+            self.queued.append((fn, effect, args))
         else:
             self.nursery.start_soon(fn, self, effect, *args)
 

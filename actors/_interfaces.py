@@ -67,6 +67,9 @@ class RegistryAPI(Protocol):
     closing: bool
 
     @property
+    def runner(self) -> RunnerAPI: ...
+
+    @property
     def live(self) -> Mapping[bytes, ActorAPI]: ...  # read only, outside the registry
 
     def definition(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]: ...
@@ -105,6 +108,12 @@ class RegistryAPI(Protocol):
     def timer_due(self, iid: bytes, now: float) -> None: ...
 
     def instance_idle(self) -> None: ...
+
+
+class RunnerAPI(Protocol):
+    """What instances use of the `Runner` (``actors._runner``), a part of the registry."""
+
+    def ready(self, actor: ActorAPI) -> None: ...
 
 
 class StallsAPI(Protocol):
@@ -381,6 +390,8 @@ class WritesAPI(Protocol):
         durable: bool | None = None,
         then: Callable[[list[int]], None] | None = None,
     ) -> list[int]: ...
+
+    def submit(self, txn: Txn, then: Callable[[list[int]], None]) -> None: ...
 
     def ride_log(self, seq: int, entry: LogEntry) -> None: ...
 

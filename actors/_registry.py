@@ -32,6 +32,7 @@ from ._instance import Actor
 from ._interfaces import ActorAPI
 from ._log import LoadedState, read_state
 from ._process import ProcessDef
+from ._runner import Runner
 from .errors import InvalidArguments, UnknownProcess
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class Registry:
         self.closing = False
         self._end_watchers: list[Callable[[bytes, str], None]] = []  # see watch_ends
         self._sweep_parking = Parking()  # see sweep_idle
+        self.runner = Runner(system)  # steps the instances waiting without a task
 
     # -- activation ------------------------------------------------------------
 
@@ -387,6 +389,9 @@ class Registry:
                     actor.writes.flush()
                 except Exception:  # noqa: BLE001
                     log.exception("could not flush %r on close", actor.address)
+        # Those parked without a task end here, as the others' tasks do
+        # when the system's nursery is cancelled.
+        self.runner.close()
 
     def definition(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]:
         """The registered definition of ``proc`` (or of that template);

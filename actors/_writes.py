@@ -81,6 +81,21 @@ class Writes:
                 self.ticket = actor.journal.submit(txn)
             self.txn = Txn()
 
+    def submit(self, txn: Txn, then: Callable[[list[int]], None]) -> None:
+        """Submit the ridden writes and ``txn`` without waiting; ``then``
+        gets ``txn``'s results once they commit (see `storage.Txn.then`).
+        A failure is a lost write (`Stalls.write_lost`): the instance is
+        loaded again. Only for a journal with one owner: a fence's failure
+        is a `Conflict`, which no lost write reports."""
+        actor = self.actor
+        assert not actor.fenced
+        self._sync_status()
+        pending, self.txn = self.txn, Txn()
+        offset = pending.extend(txn)
+        pending.chain = actor.iid  # its writes commit in order (storage.Chain)
+        pending.then = lambda results: then(results[offset:])
+        self.ticket = actor.journal.submit(pending)
+
     async def settle(self) -> None:
         """Make everything the instance wrote durable (it leaves memory)."""
         if self.unsaved():

@@ -1,7 +1,7 @@
 """How many trio scheduling rounds a message costs: the journal hands a
 committed message to its receiver before it wakes the sender, so the
-receiver runs in the round the sender resumes in (not the one after), and
-an ask's answer reaches its asker in the round the replier resumes in.
+receiver has it by the round the sender resumes in (not the one after),
+and an ask's answer reaches its asker as the reply commits.
 
 A round is one pass of trio's run loop (one I/O wait, then every task
 runnable by then); an instrument counts them."""
@@ -68,7 +68,9 @@ async def test_a_signal_reaches_its_suspended_receiver_in_the_round_its_sender_r
                 await system.send("rounds/r", ping, n)
                 sent_in = ROUNDS.count
                 await trio.lowlevel.checkpoint()  # the rest of this round
-                assert SEEN[-1:] == [sent_in], (n, SEEN[-3:], sent_in)
+                # Taken by the round the sender resumed in (or earlier).
+                assert len(SEEN) == n + 1, (n, SEEN[-3:], sent_in)
+                assert SEEN[-1] <= sent_in, (n, SEEN[-3:], sent_in)
         finally:
             trio.lowlevel.remove_instrument(ROUNDS)
 

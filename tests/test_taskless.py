@@ -1,0 +1,132 @@
+"""A waiting instance holds no trio task: its coroutine is parked in the
+registry and a runner steps it when its wait is answered. What a task gave
+it must hold all the same: messages and timers resume it, a step still runs
+in a task (and is cancelled with it), a cancel reaches it, passivation and
+the system's close still take it out of memory, and it resumes after a
+reopen."""
+
+from __future__ import annotations
+
+import trio
+
+from actors import Context, Signal, process
+from storage import instance_id
+
+ping = Signal("ping")
+stop = Signal("stop")
+
+CLOSED: list[str] = []  # addresses whose coroutine saw GeneratorExit
+
+
+@process("held/:id")
+async def waiter(ctx: Context, id: str) -> list[object]:
+    seen: list[object] = []
+    try:
+        while True:
+            signal, payload = await ctx.receive(ping, stop)
+            if signal is stop:
+                return seen
+            seen.append(payload)
+            if payload == "step":
+                seen.append(await ctx.step(_double, 21))
+            elif payload == "sleep":
+                await ctx.sleep(5)
+                seen.append("slept")
+    except GeneratorExit:
+        CLOSED.append(id)
+        raise
+
+
+async def _double(n: int) -> int:
+    return 2 * n
+
+
+def _actor_tasks() -> list[str]:
+    """The names of the tasks named for an actor, anywhere under the root task."""
+    names: list[str] = []
+
+    def walk(task: trio.lowlevel.Task) -> None:
+        if task.name.startswith("actor "):
+            names.append(task.name)
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                walk(child)
+
+    walk(trio.lowlevel.current_root_task())
+    return names
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await trio.sleep(0)
+
+
+async def test_a_waiting_instance_holds_no_task(any_opener, autojump_clock) -> None:
+    async with any_opener(waiter) as system:
+        handles = [await system.start(waiter, str(n)) for n in range(50)]
+        await _settle()
+        assert all(h.status == "suspended" for h in handles)
+        assert len(system.registry.live) == 50
+        assert _actor_tasks() == []
+        # Messages resume them where they wait, and they wait again, task-less.
+        for n in range(50):
+            await system.send(f"held/{n}", ping, n)
+        await _settle()
+        assert _actor_tasks() == []
+        for n in range(50):
+            await system.send(f"held/{n}", stop)
+        assert [await h.result() for h in handles] == [[n] for n in range(50)]
+
+
+async def test_a_step_and_a_timer_run_from_a_parked_instance(any_opener, autojump_clock) -> None:
+    async with any_opener(waiter) as system:
+        handle = await system.start(waiter, "a")
+        await _settle()
+        await system.send("held/a", ping, "step")  # the step runs in a task of its own
+        await system.send("held/a", ping, "sleep")  # the timer resumes it, parked
+        await trio.sleep(6)
+        assert _actor_tasks() == []
+        await system.send("held/a", stop)
+        assert await handle.result() == ["step", 42, "sleep", "slept"]
+
+
+async def test_a_cancel_reaches_a_parked_instance(any_opener, autojump_clock) -> None:
+    async with any_opener(waiter) as system:
+        handle = await system.start(waiter, "c")
+        await _settle()
+        assert _actor_tasks() == []
+        assert await system.cancel("held/c") is True
+        assert handle.status == "cancelled"
+        assert instance_id("held/c") not in system.registry.live
+
+
+async def test_a_parked_instance_passivates(any_opener, autojump_clock) -> None:
+    async with any_opener(waiter, passivate_after=10.0) as system:
+        handle = await system.start(waiter, "p")
+        await system.send("held/p", ping, 1)
+        await trio.sleep(30)
+        assert instance_id("held/p") not in system.registry.live
+        assert handle.status == "suspended"
+        await system.send("held/p", ping, 2)
+        await system.send("held/p", stop)
+        assert await handle.result() == [1, 2]
+
+
+async def test_close_ends_parked_coroutines_and_reopen_resumes_them(opener) -> None:
+    CLOSED.clear()
+    async with opener(waiter) as system:
+        for n in range(5):
+            await system.start(waiter, f"r{n}")
+            await system.send(f"held/r{n}", ping, n)
+        await _settle()
+        assert _actor_tasks() == []
+    # Closed as a cancelled task's coroutine is: its process sees GeneratorExit.
+    assert sorted(CLOSED) == [f"r{n}" for n in range(5)]
+    async with opener(waiter) as system:
+        for n in range(5):
+            await system.send(f"held/r{n}", ping, "again")
+            await system.send(f"held/r{n}", stop)
+        for n in range(5):
+            handle = await system.lookup(f"held/r{n}")
+            assert handle is not None
+            assert await handle.result() == [n, "again"]
