@@ -147,9 +147,14 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
             "to wait for a child, start it with ctx.call (or ctx.spawn, then ctx.wait "
             "for a signal it sends)",
         )
-        async for seen in self.status_changes():
-            if seen in _SETTLED or seen == "compensation_stuck":
+        # A loop of its own, not `status_changes`: an async generator left
+        # before its end is finalized later by trio, in a task of its own.
+        while True:
+            event = self._system.statuses.event(self._iid)
+            status = self.status
+            if status in _SETTLED or status == "compensation_stuck":
                 break
+            await self._changed(event)
         status, record = self._state()
         if status == "corrupt":
             raise self._system.corruption.error(self._iid, self._address)

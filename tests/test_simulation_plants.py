@@ -33,6 +33,7 @@ FOUND = {
     "rate-per-round": (3, 5),
     "cleanup-floor": (4, 6),
     "admitted-twice": (1757, 7),
+    "parked-with-work": (3, 7),
 }
 WINDOW = 100
 

@@ -71,6 +71,23 @@ class Plant:
 
 
 PLANTS: dict[str, Plant] = {
+    # A leaf whose work waits for the actor's task (a step awaited alone)
+    # let its instance park without a task, so the work never ran (not a
+    # bug we had; the runner that steps parked instances, workload 7).
+    "parked-with-work": Plant(
+        "actors._runner",
+        "may_park",
+        old="""
+            not actor.busy
+            and actor.inline is None
+            and not actor.queued
+            and (nursery is None or not nursery.child_tasks)
+        """,
+        new="""
+            (nursery is None or not nursery.child_tasks)  # planted: not its own work
+        """,
+        what="an instance parks without a task while its step waits for that task",
+    ),
     # An admitted instance run twice (391ba4c): mail that activated it
     # between its queue's admission and the pump's call ran it to its end;
     # the pump then ran it again from the row it read before, and that
