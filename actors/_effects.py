@@ -157,8 +157,14 @@ class Wait(Effect[T]):
     kind = "wait"
 
     def __init__(self, seq: int, signals: tuple[Signal, ...], pair: bool) -> None:
-        name = signals[0].name if len(signals) == 1 else ",".join(s.name for s in signals)
-        Effect.__init__(self, seq, name)
+        # Effect.__init__, written out: a wake makes one wait per message taken.
+        self.seq = seq
+        self.name = signals[0].name if len(signals) == 1 else ",".join(s.name for s in signals)
+        self.hash = b""
+        self.done = False
+        self.value = None
+        self.error = None
+        self.parent = None
         self.signals = signals
         self.pair = pair  # receive() gives (signal, payload); wait() the payload
 
