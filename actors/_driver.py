@@ -33,6 +33,7 @@ it (see `Driver.patched`).
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, Literal, Protocol
 
@@ -443,22 +444,24 @@ class Driver:
         throw: BaseException | None = None
         replayed = 0
         self.fresh = None
-        running = _guard.running  # (this thread's: the run's)
+        # This thread's slot (a trio run stays in one thread).
+        stepping, thread = _guard.stepping, threading.get_ident()
         try:
             while True:
                 if host.interrupt is not None:
                     raise Interrupted()
                 try:
-                    # Invariant: _guard.running names this instance exactly
-                    # while its code runs (never across an await of ours).
-                    running.address = self.address
+                    # Invariant: _guard.stepping names this instance, in this
+                    # thread, exactly while its code runs (never across an
+                    # await of ours).
+                    stepping[thread] = self.address
                     try:
                         if throw is not None:
                             effect = coro.throw(throw)
                         else:
                             effect = coro.send(send)
                     finally:
-                        running.address = None
+                        stepping[thread] = None
                 except StopIteration as stop:
                     if self.fresh is not None:
                         forgotten = self.forgotten(None, ending=True)
