@@ -86,6 +86,7 @@ class Effect(Generic[T]):
 
     # Subclasses call ``Effect.__init__(self, ...)``, not ``super().__init__``:
     # a replay makes one effect per log entry, and super() costs one more call.
+    # (`Wait.__init__`, the commonest, writes these stores out: keep it in step.)
 
     def __init__(self, seq: int, name: str = "", hash: bytes = b"") -> None:
         self.seq = seq
