@@ -145,7 +145,10 @@ class Context:
         in the mailbox."""
         if type(signal) is not Signal:  # (a subclass goes the long way too)
             _check_signals((signal,))
-        effect: fx.Wait[Any] = fx.Wait(self._live().driver.next_seq(), (signal,), False)
+        actor = self._actor
+        if actor.done:
+            self._live()  # raises
+        effect: fx.Wait[Any] = fx.Wait(actor.driver.next_seq(), (signal,), False)
         return self._made(effect)  # pair=False: the payload
 
     def receive(self, *signals: Signal) -> fx.Wait[tuple[Signal, Any]]:

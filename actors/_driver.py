@@ -33,6 +33,7 @@ it (see `Driver.patched`).
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, Literal, Protocol
 
@@ -489,21 +490,23 @@ class Driver:
         Raises `Interrupted` if the host was asked to stop.
         """
         replayed = 0
-        running = _guard.running  # (this thread's: the run's)
+        # This thread's slot (a trio run stays in one thread).
+        stepping, thread = _guard.stepping, threading.get_ident()
         while True:
             if host.interrupt is not None:
                 raise Interrupted()
             try:
-                # Invariant: _guard.running names this instance exactly
-                # while its code runs (never across an await of ours).
-                running.address = self.address
+                # Invariant: _guard.stepping names this instance, in this
+                # thread, exactly while its code runs (never across an
+                # await of ours).
+                stepping[thread] = self.address
                 try:
                     if throw is not None:
                         effect = coro.throw(throw)
                     else:
                         effect = coro.send(send)
                 finally:
-                    running.address = None
+                    stepping[thread] = None
             except StopIteration as stop:
                 if self.fresh is not None:
                     forgotten = self.forgotten(None, ending=True)
@@ -539,6 +542,24 @@ class Driver:
                 continue
             if effect.done or effect.parent is not None:
                 throw = fx._reused(effect)
+                continue
+            # A wake's hot path: a lone effect whose value the log holds,
+            # answered here as `replay` answers it (a composite, numbered
+            # -1, has no entry; anything else goes through `replay`).
+            entry = self.log.get(effect.seq)
+            if (
+                entry is not None
+                and entry.value is not NO_VALUE
+                and entry.kind == effect.kind
+                and entry.name == effect.name
+                and entry.hash == effect.hash
+                and not effect.makes_child
+            ):
+                effect.done = True
+                send = effect.value = effect.replayed(entry.value, entry, self)
+                replayed += 1
+                if replayed % 2000 == 0:  # a long replay still lets others run
+                    return YIELD, effect
                 continue
             try:
                 started = self.replay(effect)

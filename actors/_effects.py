@@ -86,6 +86,7 @@ class Effect(Generic[T]):
 
     # Subclasses call ``Effect.__init__(self, ...)``, not ``super().__init__``:
     # a replay makes one effect per log entry, and super() costs one more call.
+    # (`Wait.__init__`, the commonest, writes these stores out: keep it in step.)
 
     def __init__(self, seq: int, name: str = "", hash: bytes = b"") -> None:
         self.seq = seq
@@ -157,8 +158,14 @@ class Wait(Effect[T]):
     kind = "wait"
 
     def __init__(self, seq: int, signals: tuple[Signal, ...], pair: bool) -> None:
-        name = signals[0].name if len(signals) == 1 else ",".join(s.name for s in signals)
-        Effect.__init__(self, seq, name)
+        # Effect.__init__, written out: a wake makes one wait per message taken.
+        self.seq = seq
+        self.name = signals[0].name if len(signals) == 1 else ",".join(s.name for s in signals)
+        self.hash = b""
+        self.done = False
+        self.value = None
+        self.error = None
+        self.parent = None
         self.signals = signals
         self.pair = pair  # receive() gives (signal, payload); wait() the payload
 

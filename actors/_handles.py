@@ -151,8 +151,8 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         # before its end is finalized later by trio, in a task of its own.
         while True:
             event = self._system.statuses.event(self._iid)
-            status = self.status
-            if status in _SETTLED or status == "compensation_stuck":
+            now = self.status
+            if now in _SETTLED or now == "compensation_stuck":
                 break
             await self._changed(event)
         status, record = self._state()

@@ -4,11 +4,12 @@ Every journal's reader decodes through these."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import Any
 
 from ._codec import decode, stream_unpacker
-from ._records import InstanceRecord, LogEntry, RecordShapeError
+from ._records import ENTRY_READERS, InstanceRecord, LogEntry, RecordShapeError
 from .errors import JournalCorrupt
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "read_instance_record",
     "read_entry",
     "read_entries",
+    "decode_entries",
     "number",
     "key_size",
 ]
@@ -81,29 +83,48 @@ def read_entry(data: bytes, key: bytes) -> LogEntry:
 def read_entries(rows: list[tuple[int, bytes]], key: Callable[[int], bytes]) -> dict[int, LogEntry]:
     """The log entries of ``rows`` (seq, stored value), by seq: a run's log.
 
-    Read the fast way (one unpacker for all; the LMDB reader does the same
-    in its cursor's pass); if any entry will not read so, all are read again
+    Read the fast way (`decode_entries`; the LMDB reader does the same with
+    its cursor's rows); if any entry will not read so, all are read again
     one by one, and the first damaged one is `JournalCorrupt` naming the
     database and ``key(seq)``."""
     if not rows:
         return {}
-    read = LogEntry.from_stored
-    unpacker = stream_unpacker()
-    feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell
-    found: dict[int, LogEntry] = {}
-    fed = 0
     try:
-        for seq, value in rows:
-            feed(value)
-            entry = read(unpack())
-            fed += len(value)
-            if tell() != fed:
-                raise ValueError("a log entry holds more than one value")
-            found[seq] = entry
-        return found
+        return dict(zip([seq for seq, _ in rows], decode_entries([value for _, value in rows])))
     except Exception:  # noqa: BLE001 - the checked reading says what it was
         pass
     return {seq: read_entry(value, key(seq)) for seq, value in rows}
+
+
+def decode_entries(values: Sequence[bytes]) -> list[LogEntry]:
+    """The entries of ``values`` (stored log entries), in order, decoded in
+    one pass: a wake reads every entry of a run's log, so this is its hot
+    loop.
+
+    It takes only what `read_entry` takes, and makes the same entries of
+    it; for anything else it raises (any exception: the caller then reads
+    each value with `read_entry`, which says what is wrong)."""
+    # One unpacker over all the values, iterated in C; each entry of a
+    # shape seen before goes straight to the reader made for that shape.
+    unpacker = stream_unpacker()
+    unpacker.feed(b"".join(values))
+    tell, readers = unpacker.tell, ENTRY_READERS
+    found: list[LogEntry] = []
+    append = found.append
+    for stored, end in zip(unpacker, accumulate(map(len, values))):
+        # Invariant: each value holds exactly one encoding: the unpacker
+        # stops where the value ends (a value holding two, or part of one,
+        # goes the checked way).
+        if tell() != end or stored.__class__ is not dict:
+            raise ValueError("a log entry that only the checked way reads")
+        read = readers[tuple(stored)]
+        entry = None if read is None else read(stored)
+        if entry is None:
+            raise ValueError("a log entry that only the checked way reads")
+        append(entry)
+    if len(found) != len(values):  # the last value holds part of an encoding
+        raise ValueError("a log entry that only the checked way reads")
+    return found
 
 
 def number(data: bytes, database: str, key: bytes) -> int:

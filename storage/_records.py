@@ -685,6 +685,12 @@ def _write_shape_reader(keys: tuple[Any, ...]) -> _Reader | None:
 
 _SHAPE_READERS = _ShapeReaders(_write_shape_reader)
 
+# For a loop over a whole log (`_reading.decode_entries`): the keys of a
+# stored entry, in their order -> the reader of that shape, or None where
+# only `LogEntry.from_stored`'s checked way reads it. A reader returns None
+# for a map it does not take.
+ENTRY_READERS: Mapping[tuple[Any, ...], _Reader | None] = _SHAPE_READERS
+
 
 def _refused(name: str, types: tuple[type, ...] | None) -> str:
     """Source text that is true when ``name`` is not of an exact class of ``types``."""

@@ -124,3 +124,48 @@ async def test_a_passivated_instance_lets_go_of_its_log_at_once(autojump_clock):
             assert 0 == entries_alive()
         finally:
             gc.enable()
+
+
+stop = Signal("stop")
+
+
+@process("ticker/:id")
+async def ticker_stopped(ctx: Context, id: str) -> None:
+    while True:
+        await ctx.wait(stop)  # where the history took go
+
+
+@process("ticker/:id")
+async def ticker_then_step(ctx: Context, id: str) -> None:
+    await ctx.wait(go)
+    await ctx.step(_note, 1, name="audit")  # where the history has the second wait
+
+
+@pytest.mark.parametrize(
+    ("changed", "position", "found"),
+    [(ticker_stopped, 1, "wait 'stop'"), (ticker_then_step, 2, "step 'audit'")],
+)
+async def test_a_logged_wait_that_the_code_changed_is_named_live_and_in_the_check(
+    tmp_path, autojump_clock, changed, position, found
+):
+    # The commonest entry of a long log (a wait that took its message) is
+    # answered on the driver's short way; a mismatch there reads as any other.
+    path = tmp_path / "j"
+    async with open_test_system([ticker], journal=LMDBJournal(path)) as system:
+        await system.start(ticker, "t")
+        for _ in range(3):
+            await system.send("ticker/t", go)
+        await wait_quiescent(system)
+    message = (
+        f"instance 'ticker/t' replayed a different effect at position {position}: the log "
+        f"holds wait 'go', the code asked for {found}. The code changed"
+    )
+    [problem] = await replay_check(path, [changed])
+    assert (position, {"k": "wait", "n": "go"}) == (problem.position, problem.expected)
+    assert problem.message.startswith(message)
+    async with open_test_system([changed], journal=LMDBJournal(path)) as system:
+        await system.send("ticker/t", go)
+        await trio.sleep(60)
+        [info] = [i async for i in system.query()]
+    assert "suspended" == info.status
+    assert info.last_error is not None and message in info.last_error

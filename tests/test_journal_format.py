@@ -7,6 +7,7 @@ test_postgres_journal.py.)"""
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 import attrs
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import actors
-from storage import InstanceRecord, JournalCorrupt, LMDBJournal, Txn, instance_id
+from storage import InstanceRecord, JournalCorrupt, LMDBJournal, Txn, encode, instance_id
 from storage._records import _EMPTY, _READ, RecordShapeError
 from tests import strategies as S
 
@@ -155,6 +156,47 @@ def test_a_log_entry_reads_the_same_whether_its_shape_was_seen_before_or_not(sto
         assert [type(v) for v in attrs.astuple(expected, recurse=False)] == [
             type(v) for v in attrs.astuple(first, recurse=False)
         ]
+
+
+# Entries that read (a long log is mostly these), beside maps of any shape.
+_WAITS = st.builds(
+    lambda name, value: {"k": "wait", "n": name, "h": b"", "v": value, "m": 1},
+    st.text(max_size=2),
+    st.integers(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_WAITS | S.log_entry_maps(), max_size=5),
+    st.none() | st.lists(st.integers(0, 400) | st.integers(-5, -1), max_size=3),
+)
+def test_a_run_s_log_reads_in_one_pass_as_entry_by_entry(maps, cuts):
+    # A wake decodes a run's whole log in one pass; it must read what
+    # reading each stored value alone reads, and name the same damaged one,
+    # also where the stored values are cut elsewhere than between entries
+    # (a cut -i: between entries i and i + 1; two entries in one value, say).
+    from storage import _reading as rd
+
+    values = [encode(stored) for stored in maps]
+    if cuts is not None:
+        joined, bounds = b"".join(values), [0, *accumulate(map(len, values))]
+        at = {bounds[-cut % len(bounds)] if cut < 0 else cut % (len(joined) + 1) for cut in cuts}
+        ends = sorted(at | {len(joined)})
+        values = [joined[start:end] for start, end in zip([0, *ends], ends)]
+    rows = list(enumerate(values, start=1))
+
+    def key(seq: int) -> bytes:
+        return seq.to_bytes(4, "big")
+
+    def outcome(read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except JournalCorrupt as exc:
+            return exc.key
+
+    one_by_one = outcome(lambda: {seq: rd.read_entry(value, key(seq)) for seq, value in rows})
+    assert one_by_one == outcome(lambda: rd.read_entries(rows, key))
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from itertools import chain, takewhile
+from itertools import takewhile
+from operator import itemgetter
 from typing import Any
 
 import lmdb
 import msgpack
 
 from .. import _journal as j, _reading as rd, _shapes
-from .._codec import stream_unpacker
 from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
 from .._records import LogEntry
 from .._states import STATE_PREFIX, StateRow
@@ -172,32 +172,22 @@ class _LMDBReader(Reader):
         }
 
     def _entries_fast(self, prefix: bytes) -> dict[int, LogEntry]:
-        # The loop of `_reading.read_entries`, inlined in the cursor's pass.
-        read, log_key = LogEntry.from_stored, _LOG_KEY.unpack
+        # One pass of the cursor (C), then one of `_reading.decode_entries`.
         end = _prefix_end(prefix)
-        found: dict[int, LogEntry] = {}
-        fed = 0
         with self._txn.cursor(db=self._dbs["log"]) as cur:
             if not cur.set_range(prefix):
-                return found
+                return {}
             # The pairs whose key sorts below the prefix's end: those that
             # start with the prefix (a tuple (key, value) sorts below (end,)
             # exactly when key < end).
             pairs = cur.iternext() if end is None else takewhile((end,).__gt__, cur.iternext())
-            first = next(pairs, None)
-            if first is None:
-                return found  # no log yet (a fresh run): no unpacker made for it
-            unpacker = stream_unpacker()
-            feed, unpack, tell = unpacker.feed, unpacker.unpack, unpacker.tell
-            for key, value in chain((first,), pairs):
-                feed(value)
-                entry = read(unpack())
-                fed += len(value)
-                if tell() != fed:
-                    raise ValueError("a log entry holds more than one value")
-                # _LOG_KEY.unpack refuses a key of another size than the layout's.
-                found[log_key(key)[1]] = entry
-        return found
+            rows = list(pairs)
+        if not rows:
+            return {}  # no log yet (a fresh run)
+        keys, values = zip(*rows)
+        # _LOG_KEY.unpack refuses a key of another size than the layout's.
+        seqs = map(itemgetter(1), map(_LOG_KEY.unpack, keys))
+        return dict(zip(seqs, rd.decode_entries(values)))
 
     def log_runs(self, iid: bytes) -> list[int]:
         runs: list[int] = []
