@@ -317,9 +317,9 @@ class Lifecycle:
         async with self.deciding(iid):
             # Where reads are round trips, the first try reads nothing (see
             # `_fresh_start`): one commit, which fails if there is anything.
-            term = self.journal.lease_term()
             fresh = queued is None and extra is None and not self.journal.reads_at_once
-            fresh = fresh and term is not None
+            term = self.journal.lease_term() if fresh else None
+            fresh = term is not None  # (only under the lease: see _fresh_start)
             row, floor, claimed = None, 0, None
             while True:  # once more each time another start (another node's) commits first
                 if not fresh:
