@@ -151,6 +151,59 @@ async def test_a_batch_that_only_expects_versions_takes_the_fast_path(nodes, mon
             assert r.instance(instance_id("p/y")) is not None
 
 
+async def test_a_start_over_nothing_waits_for_a_start_that_replaces_the_row(nodes):
+    """A start over nothing whose commit waits on a row that another start
+    deletes and inserts anew (over an ended incarnation) fails, and leaves
+    that start's incarnation as it is: READ COMMITTED would skip the deleted
+    row and not see the new one, so every start locks its address first."""
+    import threading
+
+    a, b = nodes(), nodes()
+    a.set_node("a")
+    b.set_node("b")
+    async with a, b:
+        x = instance_id("p/x")
+        made = Txn()
+        made.require_absent(x)
+        made.put_instance(
+            x,
+            address="p/x",
+            process="p/:id",
+            status="cancelled",
+            record=InstanceRecord(params=["x"]),
+        )
+        await a.commit(made)
+        # a replaces the cancelled incarnation, and holds its locks a while.
+        a._writer.force_savepoints = True  # (every lock taken before "locked")
+        holding, go_on = threading.Event(), threading.Event()
+
+        def hold(moment, conn, txns):
+            if moment == "locked" and any(t.requires for t in txns):
+                holding.set()
+                go_on.wait(10)
+
+        a._writer.fault = hold
+        replace = Txn()
+        replace.require(x, frozenset({"cancelled"}), incarnation=1)
+        replace.delete_instance(x)
+        second = InstanceRecord(params=["x"], incarnation=2)
+        replace.put_instance(x, address="p/x", process="p/:id", status="running", record=second)
+        replacing = a.submit(replace)
+        await trio.to_thread.run_sync(holding.wait, 10)
+        # b starts over nothing meanwhile: its commit waits for a's.
+        txn, _ = fresh_start(x, floor="floor/x")
+        starting = b.submit(txn)
+        await trio.sleep(0.3)
+        go_on.set()
+        await replacing.wait()
+        with pytest.raises(Conflict) as refused:
+            await starting.wait()
+        assert "exists" == refused.value.reason
+        with a.reader() as r:
+            row = r.instance(x)
+        assert ("running", 2) == (row.status, row.record.incarnation)
+
+
 async def test_a_start_is_one_commit_with_no_read_and_no_claim(nodes, spy):
     async with actors.open_system(nodes(), processes=[waiter], node="a") as a:
         spy.watch(a.journal)

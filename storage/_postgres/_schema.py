@@ -135,6 +135,13 @@ class _SQL:
         # first, transaction-scoped, in a statement of its own: a row lock
         # cannot hold a row that is not there, and the next statement's
         # snapshot then sees a start that committed while this one waited.
+        # Invariant: so does every transaction that deletes an instance on
+        # condition of its incarnation (a start over an ended one, a retry,
+        # a cleanup: Txn.require with an incarnation). Else a start over
+        # nothing whose row lock waited on the row such a transaction
+        # deletes, and replaces with a new row in its next statement, would
+        # find nothing there (READ COMMITTED skips the deleted row and does
+        # not see the new one) and overwrite the new incarnation.
         self.lock_starts = (
             f"SELECT count(pg_advisory_xact_lock(hashtextextended({schema!r} || "
             "encode(k, 'hex'), 11))) FROM unnest(%b::bytea[]) AS k"

@@ -371,8 +371,8 @@ class _Writer:
                 # the instances named by preconditions, the state keys
                 # expected, then take sequence numbers for every append (each
                 # in key order, in that order on every path: see _lock_batch).
-                if starts:
-                    conn.execute(sql.lock_starts, [starts])
+                if starts or replaced:  # every start locks its address (see lock_starts)
+                    conn.execute(sql.lock_starts, [sorted({*starts, *replaced})])
                 if expected:
                     first = conn.execute(
                         sql.lock_keys_and_allocate, [required, *plan.allocation(), expected]
@@ -603,7 +603,8 @@ def _track_record(records: dict[bytes, bytes], op: tuple[Any, ...]) -> None:
 
 def _lock_batch(cur: psycopg.Cursor[Any], sql: _SQL, txns: list[Txn], node: str | None) -> None:
     """Take every lock the savepoint path's transactions will want, up front
-    and in one global order: the addresses of starts over nothing, then the
+    and in one global order: the addresses of starts (over nothing, or over
+    an ended incarnation, and of cleanups: see `_SQL.lock_starts`), then the
     instances' rows, then state keys, then counter rows, each in key order.
 
     Invariant: every batch, on either path and on every node, takes its
@@ -611,9 +612,9 @@ def _lock_batch(cur: psycopg.Cursor[Any], sql: _SQL, txns: list[Txn], node: str 
     expects and the counters), so no two committers wait on each other: no
     deadlocks.
     """
-    starts, _ = _starts(txns)
-    if starts:
-        cur.execute(sql.lock_starts, [starts])
+    starts, replaced = _starts(txns)
+    if starts or replaced:
+        cur.execute(sql.lock_starts, [sorted({*starts, *replaced})])
     required = sorted({iid for t in txns for iid, _, _ in t.requires} | _watched(txns, node))
     if required:
         cur.execute(sql.lock_instances, [required])
