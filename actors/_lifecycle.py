@@ -455,9 +455,9 @@ def _fresh_start(txn: Txn, iid: bytes) -> int:
     failure the caller reads and starts as usual, over what is there. Two
     starts of the address, here or on two nodes, are kept apart as any two
     are: the journal checks both conditions at commit, under the lock of
-    the address (on PostgreSQL: the start's advisory lock, the floor key's
-    lock, and the row lock a cleanup holds when it writes a floor), so one
-    commits and the other fails, writing nothing.
+    the address (on PostgreSQL: the advisory lock every start and cleanup
+    takes before its row locks, see `_SQL.lock_starts`, then the floor
+    key's lock), so one commits and the other fails, writing nothing.
 
     Claim nothing after: `Txn.claim_created` makes the committing node the
     owner at a new epoch in the same commit, drawn as `Journal.claim` draws
