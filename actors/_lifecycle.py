@@ -315,8 +315,15 @@ class Lifecycle:
                 break
             await waiting.wait()
         async with self.deciding(iid):
+            # Where reads are round trips, the first try reads nothing (see
+            # `_fresh_start`): one commit, which fails if there is anything.
+            fresh = queued is None and extra is None and not self.journal.reads_at_once
+            term = self.journal.lease_term() if fresh else None
+            fresh = term is not None  # (only under the lease: see _fresh_start)
+            row, floor, claimed = None, 0, None
             while True:  # once more each time another start (another node's) commits first
-                row, floor = await self.journal.read(lambda r: _protocol.read_for_start(r, iid))
+                if not fresh:
+                    row, floor = await self.journal.read(lambda r: _protocol.read_for_start(r, iid))
                 if row is not None and row.address != address:
                     raise InvalidArguments(
                         f"address {address!r} collides with {row.address!r} in the journal"
@@ -347,6 +354,7 @@ class Lifecycle:
                     self.system.statuses.remember(iid, ("queued", record))
                 if extra is not None:  # what the caller records with the start (a schedule's tick)
                     extra(start.txn)
+                slot = _fresh_start(start.txn, iid) if fresh else None
                 try:
                     if queued is not None:  # it waits for a slot: the queue's pump starts it
                         await self.system.queues.commit_start(start.txn, queued, iid, address)
@@ -358,11 +366,14 @@ class Lifecycle:
                         lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
                     )
                 except Conflict as exc:
-                    if exc.reason not in _protocol.START_RACED:
+                    if exc.reason not in (_FRESH_REFUSED if fresh else _protocol.START_RACED):
                         raise
+                    fresh = False  # something is there: read it, as any other start does
                     continue
+                if slot is not None and self.journal.lease_term() == term:
+                    claimed = results[slot]  # (else the lease was lost meanwhile: claim it)
                 break
-            actor = await self.run_started(iid, address, proc, record)
+            actor = await self.run_started(iid, address, proc, record, claimed)
             if actor is None:
                 return Handle._create(self.system, iid, address, record.incarnation), True
             if start.message is not None and results:
@@ -383,16 +394,26 @@ class Lifecycle:
         return Deciding(self.system, self.creating, iids, activate)
 
     async def run_started(
-        self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord
+        self,
+        iid: bytes,
+        address: str,
+        proc: ProcessDef[..., Any],
+        record: InstanceRecord,
+        claimed: int | None = None,
     ) -> ActorAPI | None:
         """Claim and run an instance whose start (or retry) was just
         committed; None where it runs elsewhere (another node took it over
-        at once) or later (this node's lease is lost: once it is back)."""
-        try:
-            epoch = await self._claim_written(iid)
-        except JournalUnavailable:  # it is written: it runs once the journal answers
-            self.system.registry.spawn_system_task(self.system.registry.reload_when_back, iid)
-            raise
+        at once) or later (this node's lease is lost: once it is back).
+        ``claimed``: the epoch its start's commit claimed it at, in the
+        lease term that holds now (see `_fresh_start`); no claim then."""
+        if claimed is not None:
+            epoch: int | None = claimed
+        else:
+            try:
+                epoch = await self._claim_written(iid)
+            except JournalUnavailable:  # it is written: it runs once the journal answers
+                self.system.registry.spawn_system_task(self.system.registry.reload_when_back, iid)
+                raise
         self.system.nodes.claimed(iid, epoch)
         if epoch is None:
             if self.journal.lease_term() is None:
@@ -413,6 +434,41 @@ class Lifecycle:
         with trio.CancelScope(shield=True):
             epoch = await self.journal.claim(iid)
         return epoch
+
+
+# `Conflict.reason`s of a fresh start (`_fresh_start`) that found something
+# at its address: an instance, or a cleanup's floor ("state").
+_FRESH_REFUSED = _protocol.START_RACED | {"state"}
+
+
+def _fresh_start(txn: Txn, iid: bytes) -> int:
+    """Make ``txn``, a start over nothing (`_protocol.start_txn` with no
+    previous instance and floor 0), one that needs no read before it and no
+    claim after it: the usual start, of an address never used. Returns the
+    index of its claim's epoch in the commit's results.
+
+    Read nothing first: the commit checks what the read would have. Its
+    ``require_absent`` fails (``"exists"``) if an instance is there, and
+    the expectation that the address's floor row is absent (version 0)
+    fails (``"state"``) if a cleanup left one, so a start that commits is
+    the first incarnation, as one that read (None, 0) would make; on a
+    failure the caller reads and starts as usual, over what is there. Two
+    starts of the address, here or on two nodes, are kept apart as any two
+    are: the journal checks both conditions at commit, under the lock of
+    the address (on PostgreSQL: the advisory lock every start and cleanup
+    takes before its row locks, see `_SQL.lock_starts`, then the floor
+    key's lock), so one commits and the other fails, writing nothing.
+
+    Claim nothing after: `Txn.claim_created` makes the committing node the
+    owner at a new epoch in the same commit, drawn as `Journal.claim` draws
+    one (epochs never repeat), so a write fenced with it is refused once
+    another node claims the instance, as after any claim. A node claims
+    only under its lease: the caller does this only while its lease holds,
+    and uses the epoch only if the same term holds after the commit (else
+    it claims as usual, which waits for the lease).
+    """
+    txn.expect_state(_protocol.floor_key(iid), 0)
+    return txn.claim_created(iid)
 
 
 class Deciding:

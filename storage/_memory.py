@@ -85,6 +85,8 @@ class MemoryJournal(Journal):
         results: list[int] = []
         for op in txn.ops:
             self._apply(op, results)
+        if txn.claims is not None:
+            results.append(0)  # a single owner's epoch (see Journal.claim)
         return results
 
     def _check_appends(self, txn: Txn) -> None:

@@ -11,7 +11,8 @@ beside the data is a `Cluster`:
 - *Owners*: every instance row has an owner node and a fencing epoch. A new
   row belongs to the node that writes it, at epoch 0; `claim` makes the
   claiming node the owner with a new epoch unless another node owns it and
-  holds its lease. `Txn.fence` is checked in the commit, so a node that
+  holds its lease, and so does a commit that creates the row with
+  `Txn.claim_created`. `Txn.fence` is checked in the commit, so a node that
   lost an instance writes to it no more (`Conflict`, reason ``"epoch"``).
 - *Mail notices*: a committed message for an instance another node owns,
   and each `Txn.wake`, calls that node's `on_mail` callback.
@@ -268,6 +269,12 @@ class SimulatedNode(SimulatedJournal):
         for iid, other in txn.wakes:
             if other != node:
                 self._notices.append((other, iid))
+        if txn.claims is not None:
+            # Claimed in its creating commit, whatever the lease (as the
+            # PostgreSQL committer does): the runtime checks the lease.
+            self.cluster.epoch += 1
+            owners[txn.claims] = (node, self.cluster.epoch)
+            outcome[-1] = self.cluster.epoch
         return outcome
 
     def _runs(self, iid: bytes) -> bool:

@@ -99,6 +99,9 @@ class Txn(StateOps):
     # cleanup and its incarnation floors): on a full map it may use the room
     # kept for freeing (see storage._lmdb._writer).
     frees: bool = False
+    # The instance this transaction creates and claims for the committing
+    # node in the same commit (see `claim_created`), or None.
+    claims: bytes | None = None
     # Nobody waits for its commit ("async" durability's acknowledgment, a
     # submitted or deferred write). Set by `SimulatedJournal`, whose checker
     # allows an acknowledged write lost only after such a one failed.
@@ -168,11 +171,28 @@ class Txn(StateOps):
         owner makes one start of an address at a time and nobody else
         writes, so it is checked (and would write nothing if it failed) but
         need not be awaited."""
-        if self.expects or self.routed:
+        if self.expects or self.routed or self.claims is not None:
             return True
         if shared:
             return bool(self.requires)
         return len(self.requires) > self.starts
+
+    def claim_created(self, iid: bytes) -> int:
+        """Claim the instance this transaction creates at ``iid`` (after
+        `require_absent`) for the node that commits it, in the same commit,
+        as `Journal.claim` would just after it; the commit's results hold
+        its fencing epoch at the index returned here. Call it after the
+        transaction's appends: the epoch is its last result.
+
+        A shared journal draws the epoch as a claim does (a new one, never
+        given before); a single-owner one gives 0, as its `claim` does. Only
+        journals that do not read at once (`Journal.reads_at_once` False)
+        are given one: the runtime claims after the commit on the others
+        (the LMDB journal does not know this field).
+        """
+        assert self.claims is None, "a transaction claims one instance it creates"
+        self.claims = iid
+        return self._result_slot()
 
     def _add_require(self, entry: tuple[bytes, frozenset[int] | None, int | None]) -> None:
         if isinstance(self.requires, list):  # (send_many requires thousands)
@@ -299,6 +319,9 @@ class Txn(StateOps):
             self.expects = [*self.expects, *other.expects]
         if other.wakes:
             self.wakes = [*self.wakes, *other.wakes]
+        if other.claims is not None:  # (its epoch stays the last result)
+            assert self.claims is None, "a transaction claims one instance it creates"
+            self.claims = other.claims
         self.starts += other.starts
         self.routed = self.routed or other.routed
         self.results += other.results

@@ -106,21 +106,42 @@ class _SQL:
             "ON CONFLICT (iid, kind) DO UPDATE SET next = c.next + excluded.next "
             "RETURNING iid, kind, next"
         )
-        self.lock_and_allocate = (
-            f"WITH locked AS ({self.lock_instances}), taken AS ({self.allocate}) "
-            "SELECT pg_current_xact_id()::text, "  # the select list runs left to right
-            "coalesce((SELECT array_agg(iid ORDER BY iid) FROM locked), '{}'), "
-            "coalesce((SELECT array_agg(status ORDER BY iid) FROM locked), '{}'), "
-            "coalesce((SELECT array_agg(iid ORDER BY iid, kind) FROM taken), '{}'), "
-            "coalesce((SELECT array_agg(kind ORDER BY iid, kind) FROM taken), '{}'), "
-            "coalesce((SELECT array_agg(next ORDER BY iid, kind) FROM taken), '{}'), "
-            "coalesce((SELECT array_agg(owner ORDER BY iid) FROM locked), '{}'), "
-            "coalesce((SELECT array_agg(epoch ORDER BY iid) FROM locked), '{}')"
+        # (State keys are locked as in lock_states; see below.)
+        lock_keys = (
+            f"SELECT count(pg_advisory_xact_lock(hashtextextended({schema!r} || k, 7))) "
+            "FROM (SELECT k FROM unnest(%s::text[]) AS k ORDER BY k) AS keys"
         )
+
+        def lock_and_allocate(keys: bool) -> str:
+            return (
+                f"WITH locked AS ({self.lock_instances}), taken AS ({self.allocate}) "
+                "SELECT pg_current_xact_id()::text, "  # the select list runs left to right
+                "coalesce((SELECT array_agg(iid ORDER BY iid) FROM locked), '{}'), "
+                "coalesce((SELECT array_agg(status ORDER BY iid) FROM locked), '{}'), "
+                + (f"({lock_keys}), " if keys else "")  # after the rows, before counters
+                + "coalesce((SELECT array_agg(iid ORDER BY iid, kind) FROM taken), '{}'), "
+                "coalesce((SELECT array_agg(kind ORDER BY iid, kind) FROM taken), '{}'), "
+                "coalesce((SELECT array_agg(next ORDER BY iid, kind) FROM taken), '{}'), "
+                "coalesce((SELECT array_agg(owner ORDER BY iid) FROM locked), '{}'), "
+                "coalesce((SELECT array_agg(epoch ORDER BY iid) FROM locked), '{}')"
+            )
+
+        self.lock_and_allocate = lock_and_allocate(keys=False)
+        # The same, locking the state keys a batch expects (and does not
+        # write) between the rows and the counters: its parameters are the
+        # instances, the counters' three arrays, then the keys.
+        self.lock_keys_and_allocate = lock_and_allocate(keys=True)
         # A start over no instance (Txn.require_absent) locks its address
         # first, transaction-scoped, in a statement of its own: a row lock
         # cannot hold a row that is not there, and the next statement's
         # snapshot then sees a start that committed while this one waited.
+        # Invariant: so does every transaction that deletes an instance on
+        # condition of its incarnation (a start over an ended one, a retry,
+        # a cleanup: Txn.require with an incarnation). Else a start over
+        # nothing whose row lock waited on the row such a transaction
+        # deletes, and replaces with a new row in its next statement, would
+        # find nothing there (READ COMMITTED skips the deleted row and does
+        # not see the new one) and overwrite the new incarnation.
         self.lock_starts = (
             f"SELECT count(pg_advisory_xact_lock(hashtextextended({schema!r} || "
             "encode(k, 'hex'), 11))) FROM unnest(%b::bytea[]) AS k"
@@ -313,6 +334,14 @@ class _SQL:
             "ELSE coalesce(("
             f"SELECT {free.format(k='n.lock_key')} FROM {s}.nodes n WHERE n.name = i.owner"
             "), true) END RETURNING i.epoch"
+        )
+        # A claim in the commit that creates the row (Txn.claim_created):
+        # epochs are drawn in the batch's first round trip, and set beside
+        # its writes (the row is this transaction's: no other session sees it).
+        self.draw_epochs = f"SELECT nextval({epochs}) FROM generate_series(1, %s)"
+        self.set_epochs = (
+            f"UPDATE {s}.instances i SET epoch = u.epoch FROM {rows('bytea', 'bigint')} "
+            "AS u(iid, epoch) WHERE i.iid = u.iid"
         )
         self.lapsed = (
             f"SELECT name FROM {s}.nodes WHERE name <> %(me)s AND {free.format(k='lock_key')}"

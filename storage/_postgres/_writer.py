@@ -13,12 +13,16 @@ most two round trips, however many transactions it holds:
    any number of nodes from handing out one number twice). Then the
    preconditions of every transaction are checked in turn against the
    statuses the earlier ones leave behind; a transaction whose check fails
-   is left out (its numbers are given back) and the rest go on;
+   is left out (its numbers are given back) and the rest go on. The same
+   round trip locks the state keys the batch expects at a version
+   (`Txn.expect_state`) and reads their versions, and draws the epochs of
+   the rows it creates and claims (`Txn.claim_created`);
 2. every operation is written with a few statements over arrays (see
    `_Plan`) that keep each instance's operations in order, then COMMIT.
 
-A batch with no preconditions and no appends skips the first round trip.
-If a statement fails anyway (say a number out of ``bigint`` range), the
+A batch with no preconditions and no appends skips the first round trip;
+one that writes state rows takes the savepoint path below. If a statement
+fails anyway (say a number out of ``bigint`` range), the
 batch is retried with one SAVEPOINT per transaction, so only the failing
 transaction fails. Savepoints are kept off the common path: each one that
 writes takes a subtransaction id, and past 64 of them in one transaction
@@ -240,7 +244,7 @@ class _Writer:
                 continue
             run = _Attempt()
             try:
-                if not self.force_savepoints and not any(map(_has_states, txns)):
+                if not self.force_savepoints and not any(map(_writes_states, txns)):
                     try:
                         self._run_batch(conn, txns, durable, run)
                     except psycopg.Error as exc:
@@ -351,21 +355,36 @@ class _Writer:
             plan.add(txn.ops)  # as if no precondition fails; redone below if one does
         required = sorted({iid for t in txns for iid, _, _ in t.requires} | _watched(txns, node))
         starts, replaced = _starts(txns)
+        # State rows it expects at a version (it writes none: see write).
+        expected = sorted({key for t in txns for key, _ in t.expects})
+        claims = [i for i, t in enumerate(txns) if t.claims is not None]
         records: dict[bytes, bytes] = {}
+        versions: dict[str, int] = {}
+        claimed: dict[int, int] = dict.fromkeys(claims, 0)  # txn -> its epoch
         with conn.pipeline() as pipeline:
             conn.execute("BEGIN")
             if durable:
                 conn.execute(sql.durable_commit)
             totals: dict[tuple[bytes, int], int] = {}
-            if required or plan.wanted:
+            if required or plan.wanted or expected:
                 # 1. One round trip: lock the addresses of starts over nothing,
-                # the instances named by preconditions, then take sequence
-                # numbers for every append (each in key order, in that order
-                # on every path: see _lock_batch).
-                if starts:
-                    conn.execute(sql.lock_starts, [starts])
-                first = conn.execute(sql.lock_and_allocate, [required, *plan.allocation()])
+                # the instances named by preconditions, the state keys
+                # expected, then take sequence numbers for every append (each
+                # in key order, in that order on every path: see _lock_batch).
+                if starts or replaced:  # every start locks its address (see lock_starts)
+                    conn.execute(sql.lock_starts, [sorted({*starts, *replaced})])
+                if expected:
+                    first = conn.execute(
+                        sql.lock_keys_and_allocate, [required, *plan.allocation(), expected]
+                    )
+                else:
+                    first = conn.execute(sql.lock_and_allocate, [required, *plan.allocation()])
                 found = conn.execute(sql.records, [replaced]) if replaced else None
+                # The versions as of the locks (read by a statement of its own,
+                # whose snapshot is taken once they are held).
+                seen = conn.execute(sql.state_versions, [expected]) if expected else None
+                # Epochs for the claims of the rows it creates (see claim_created).
+                drawn = conn.execute(sql.draw_epochs, [len(claims)]) if claims and node else None
                 if self.fault is not None:
                     self.fault("locked", conn, txns)
                 # A Sync, not just a flush: the server then counts the wait for
@@ -374,11 +393,17 @@ class _Writer:
                 pipeline.sync()
                 row = first.fetchone()
                 assert row is not None
+                if expected:
+                    row = row[:3] + row[4:]  # (the count of keys locked)
                 xid, locked, statuses, iids, kinds, counts, owners, epochs = row
                 run.xid = int(xid)
                 totals = dict(zip(zip(iids, kinds), counts))
                 if found is not None:
                     records.update(found.fetchall())
+                if seen is not None:
+                    versions.update(seen.fetchall())
+                if drawn is not None:
+                    claimed.update(zip(claims, (epoch for (epoch,) in drawn.fetchall())))
             elif any(plan.appends):
                 # Appends after a delete in this batch take no numbers up front,
                 # but a batch that appends must not run twice: learn its id, so
@@ -391,7 +416,7 @@ class _Writer:
             # 2. Preconditions, in submission order, against the statuses the
             # earlier transactions of the batch leave behind.
             owned: Owned = {}
-            if required:
+            if required or expected:
                 status: dict[bytes, int | None] = dict.fromkeys(required)
                 status.update(zip(locked, statuses))
                 owned = dict.fromkeys(required)
@@ -400,6 +425,8 @@ class _Writer:
                 for i, txn in enumerate(txns):
                     try:
                         j.check_requires(txn.requires, status.get, incarnation)
+                        if txn.expects:  # (no transaction here changes a version)
+                            check_expects(txn.expects, lambda key: versions.get(key, 0))
                         _check_fences(txn, owned, node)
                     except Conflict as exc:  # (it takes down nothing else: see Chain)
                         outcomes[i] = exc
@@ -437,17 +464,34 @@ class _Writer:
             # 3. Every write, in order per instance, then one COMMIT.
             for code, rows in plan.groups():
                 conn.execute(sql.write[code], _columns(code, rows))
+            made = [i for i in claims if outcomes[i] is None]
+            if made and node is not None:
+                conn.execute(
+                    sql.set_epochs, [[txns[i].claims for i in made], [claimed[i] for i in made]]
+                )
             notices = _notices(txns, outcomes, owned, node, self._server.schema)
             if notices:  # sent by the server at COMMIT, and only if it commits
                 conn.execute(sql.notify, notices)
             appends = iter(plan.appends)
-            run.outcomes = [o if o is not None else [c[1] for c in next(appends)] for o in outcomes]
+            run.outcomes = [
+                o if o is not None else _results(next(appends), claimed.get(i))
+                for i, o in enumerate(outcomes)
+            ]
             run.committing = True
             conn.execute("COMMIT")  # sent, with everything before it, as the pipeline ends
             if self.fault is not None:
                 self.fault("commit sent", conn, txns)
         if self.fault is not None:
             self.fault("commit answered", conn, txns)
+
+    def _claim_created(self, cur: psycopg.Cursor[Any], iid: bytes) -> int:
+        """Claim ``iid``, which the current transaction created (the slow
+        path's `Txn.claim_created`): its new epoch."""
+        if self._server.node is None:
+            return 0  # a single owner (see PostgresJournal.claim)
+        (epoch,) = cur.execute(self._sql.draw_epochs, [1]).fetchone()  # type: ignore[misc]
+        cur.execute(self._sql.set_epochs, [[iid], [epoch]])
+        return int(epoch)
 
     def _run_with_savepoints(
         self, conn: psycopg.Connection, txns: list[Txn], durable: bool, run: _Attempt
@@ -502,6 +546,8 @@ class _Writer:
                         cur.execute(sql.write[op[0]], _columns(op[0], [params]))
                         if op[1] in owned:
                             _track_owner(owned, op, node)
+                    if txn.claims is not None:
+                        results.append(self._claim_created(cur, txn.claims))
                     notices = _notices([txn], [None], owned, node, self._server.schema)
                     if notices:
                         cur.execute(sql.notify, notices)
@@ -521,6 +567,14 @@ class _Writer:
             cur.execute("COMMIT")
         if self.fault is not None:
             self.fault("commit answered", conn, txns)
+
+
+def _results(appends: list[list[Any]], epoch: int | None) -> list[int]:
+    """A transaction's results: its appends' numbers, then the epoch of its claim, if any."""
+    results = [params[1] for params in appends]
+    if epoch is not None:
+        results.append(epoch)
+    return results
 
 
 def _starts(txns: list[Txn]) -> tuple[list[bytes], list[bytes]]:
@@ -549,16 +603,18 @@ def _track_record(records: dict[bytes, bytes], op: tuple[Any, ...]) -> None:
 
 def _lock_batch(cur: psycopg.Cursor[Any], sql: _SQL, txns: list[Txn], node: str | None) -> None:
     """Take every lock the savepoint path's transactions will want, up front
-    and in one global order: the addresses of starts over nothing, then the
+    and in one global order: the addresses of starts (over nothing, or over
+    an ended incarnation, and of cleanups: see `_SQL.lock_starts`), then the
     instances' rows, then state keys, then counter rows, each in key order.
 
     Invariant: every batch, on either path and on every node, takes its
-    locks in this order (the fast path takes the first two and the
-    counters), so no two committers wait on each other: no deadlocks.
+    locks in this order (the fast path takes the first two, the keys it
+    expects and the counters), so no two committers wait on each other: no
+    deadlocks.
     """
-    starts, _ = _starts(txns)
-    if starts:
-        cur.execute(sql.lock_starts, [starts])
+    starts, replaced = _starts(txns)
+    if starts or replaced:
+        cur.execute(sql.lock_starts, [sorted({*starts, *replaced})])
     required = sorted({iid for t in txns for iid, _, _ in t.requires} | _watched(txns, node))
     if required:
         cur.execute(sql.lock_instances, [required])
@@ -580,6 +636,12 @@ def _lock_batch(cur: psycopg.Cursor[Any], sql: _SQL, txns: list[Txn], node: str 
     )
     if counters:
         cur.execute(sql.lock_counters, [[k[0] for k in counters], [k[1] for k in counters]])
+
+
+def _writes_states(txn: Txn) -> bool:
+    """Whether ``txn`` writes state rows: such a batch takes the savepoint
+    path (one that only expects versions does not: see `_run_batch`)."""
+    return any(op[0] in (PUT_STATE, DELETE_STATE) for op in txn.ops)
 
 
 def _has_states(txn: Txn) -> bool:
