@@ -193,6 +193,11 @@ class _Writer:
         hold = self._threads.hold if self._threads is not None else None
         if self.inflight == 0 and hold is not None:
             hold.release()
+        outcomes = batch.outcomes
+        for index, txn in enumerate(batch.txns):
+            if txn.then is not None and index < len(outcomes):
+                # (Its receiver is handed its message before its committer wakes.)
+                outcomes[index] = txn.hand_on(outcomes[index])
         batch.event.set()
 
     def _write_loop(self) -> None:
