@@ -28,7 +28,7 @@ FOUND = {
     "cancel-restart": (434, 4),
     "aliased-payload": (1, 4),
     "redone-commit": (1, 4),
-    "cancelled-start": (2, 4),
+    "cancelled-start": (181, 4),
     "unfenced-barrier": (8, 4),
     "rate-per-round": (3, 5),
     "cleanup-floor": (4, 6),
