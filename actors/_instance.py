@@ -265,10 +265,7 @@ class Actor:
         task = self.parked
         if task is not None:
             self.parked = None
-            if task is NO_TASK:
-                self.system.registry.runner.ready(self)
-            else:
-                trio.lowlevel.reschedule(task)
+            self._rouse(task)
 
     def claimed_again(self, epoch: int) -> None:
         """This node claimed the live instance afresh (its lease had lapsed,
@@ -290,10 +287,15 @@ class Actor:
         if task is not None and not self.busy:
             self.passivate_requested = True
             self.parked = None
-            if task is NO_TASK:
-                self.system.registry.runner.ready(self)
-            else:
-                trio.lowlevel.reschedule(task)
+            self._rouse(task)
+
+    def _rouse(self, task: Any) -> None:
+        """Resume the instance parked in ``task``: reschedule it, or have the
+        runner step it if it waits without one (`NO_TASK`)."""
+        if task is NO_TASK:
+            self.system.registry.runner.ready(self)
+        else:
+            trio.lowlevel.reschedule(task)
 
     def _unpark(self, _: Any) -> trio.lowlevel.Abort:
         self.parked = None

@@ -71,9 +71,7 @@ class Writes:
         txn = self.txn
         if txn.ops:
             actor = self.actor
-            txn.chain = actor.iid  # its writes commit in order (storage.Chain)
-            if actor.fenced:
-                txn.fence(actor.iid, actor.epoch)
+            self._own(txn)
             if defer:
                 self.ticket = actor.journal.defer(txn)
                 actor.system.rides.deferred()
@@ -92,7 +90,7 @@ class Writes:
         self._sync_status()
         pending, self.txn = self.txn, Txn()
         offset = pending.extend(txn)
-        pending.chain = actor.iid  # its writes commit in order (storage.Chain)
+        self._own(pending)
         pending.then = lambda results: then(results[offset:])
         self.ticket = actor.journal.submit(pending)
 
@@ -153,9 +151,7 @@ class Writes:
         if then is not None:
             pending.then = lambda results: then(results[offset:])
         actor = self.actor
-        pending.chain = actor.iid  # its writes commit in order (storage.Chain)
-        if actor.fenced:
-            pending.fence(actor.iid, actor.epoch)
+        self._own(pending)
         prior = self.ticket
         self.ticket = None
         try:
@@ -173,6 +169,14 @@ class Writes:
         if prior is not None:
             await prior.wait()  # already done (submitted earlier); raises its error
         return results[offset:]
+
+    def _own(self, txn: Txn) -> None:
+        """Make ``txn`` one of the instance's own writes: they commit in
+        order (`storage.Chain`), fenced with its epoch on a shared journal."""
+        actor = self.actor
+        txn.chain = actor.iid
+        if actor.fenced:
+            txn.fence(actor.iid, actor.epoch)
 
     def _mail_in_doubt(self, txn: Txn) -> None:
         actor = self.actor
