@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from actors import Context, Signal, process
+from actors.testing import wait_quiescent
 from tests.runtime_helpers import wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -218,6 +219,9 @@ async def test_the_open_counts_each_kind(opener, autojump_clock, caplog):
         await system.send("flow/f-1", go)
         while system.get("flow/f-1").stuck is None:
             await trio.sleep(0.01)
+        # Seen in memory as its record is written: closed before that write
+        # lands, the next open would find it suspended, not stuck.
+        await wait_quiescent(system)
     cli(opener.path, "send", "billing/b-1", "go")  # mail to read at the next open
     caplog.clear()
     async with opener(flow_v2, billing) as system:

@@ -198,10 +198,10 @@ PLANTS: dict[str, Plant] = {
     # lapsed from writing to an instance another node took over.
     "unfenced-barrier": Plant(
         "actors._writes",
-        "Writes.barrier",
+        "Writes._own",
         old="""
             if actor.fenced:
-                pending.fence(actor.iid, actor.epoch)
+                txn.fence(actor.iid, actor.epoch)
         """,
         new="pass  # planted: an actor's writes carry no fence",
         what="an actor's own writes carry no fencing epoch",
