@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable, Generator
 from types import CodeType
-from typing import Any, ClassVar, Generic, NoReturn, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar, cast
 
 from ._log import LogEntry
 from ._messages import Asker
@@ -98,14 +98,24 @@ class Effect(Generic[T]):
         self.parent: Composite[Any] | None = None
 
     def __await__(self) -> Generator[Effect[Any], Any, T]:
+        # The effect is its own iterator: an await makes no generator (one
+        # per awaited effect, kept as long as the process waits, ~200 B).
+        # The coroutine's first step takes `__next__`, which hands the
+        # effect to the driver; the driver answers by sending the value
+        # (`send`, or `__next__` for None) or throwing the error (which
+        # CPython raises at the await, as it has no `throw` of its own).
+        return cast("Generator[Effect[Any], Any, T]", self)
+
+    def __next__(self) -> Effect[Any]:
         if not self.done:
-            # The driver answers with the value (send) or the error (throw).
-            answer: T = yield self
-            return answer
+            return self
         if self.error is not None:
             raise self.error
-        value: T = self.value
-        return value
+        raise StopIteration(self.value)
+
+    def send(self, value: Any) -> NoReturn:
+        """The driver's answer: the await gives ``value``."""
+        raise StopIteration(value)
 
     def leaves(self) -> list[Effect[Any]]:
         return [self]
