@@ -38,16 +38,26 @@ __all__ = ["Writes"]
 class Writes:
     """The journal writes of one live instance (see the module docstring)."""
 
-    __slots__ = ("actor", "txn", "ticket", "published", "persisted_status")
+    __slots__ = ("actor", "_txn", "ticket", "published", "persisted_status")
 
     def __init__(self, actor: ActorAPI, persisted_status: str | None) -> None:
         self.actor = actor
-        self.txn = Txn()  # the ridden writes
+        # The ridden writes (see `txn`): none while the instance waits with
+        # nothing written since its last flush, which is how most wait.
+        self._txn: Txn | None = None
         self.ticket: Ticket | None = None  # of the writes last submitted
         # While a publish is in flight: the exports (version, value) last
         # made durable, which is what watchers see (`Statuses.snapshot`).
         self.published: tuple[int, Any] | None = None
         self.persisted_status = persisted_status  # as the journal has it (None: unknown)
+
+    @property
+    def txn(self) -> Txn:
+        """The ridden writes (see the module docstring); made at the first."""
+        txn = self._txn
+        if txn is None:
+            txn = self._txn = Txn()
+        return txn
 
     def _sync_status(self) -> None:
         actor = self.actor
@@ -57,19 +67,20 @@ class Writes:
 
     def unsaved(self) -> bool:
         """Whether something of the instance is not submitted yet."""
-        return bool(self.txn.ops) or self.actor.status != self.persisted_status
+        txn = self._txn
+        return (txn is not None and bool(txn.ops)) or self.actor.status != self.persisted_status
 
     def drop(self) -> None:
         """Forget the ridden writes (the instance stays as last committed)."""
-        self.txn = Txn()
+        self._txn = None
 
     def flush(self, *, defer: bool = False) -> None:
         """Submit the ridden writes without waiting; with ``defer``, with
         the next transaction anyone submits (the instance suspends: see
         `_rides`)."""
         self._sync_status()
-        txn = self.txn
-        if txn.ops:
+        txn = self._txn
+        if txn is not None and txn.ops:
             actor = self.actor
             self._own(txn)
             if defer:
@@ -77,7 +88,7 @@ class Writes:
                 actor.system.rides.deferred()
             else:
                 self.ticket = actor.journal.submit(txn)
-            self.txn = Txn()
+            self._txn = None
 
     def submit(self, txn: Txn, then: Callable[[list[int]], None]) -> None:
         """Submit the ridden writes and ``txn`` without waiting; ``then``
@@ -88,7 +99,7 @@ class Writes:
         actor = self.actor
         assert not actor.fenced
         self._sync_status()
-        pending, self.txn = self.txn, Txn()
+        pending, self._txn = self.txn, None
         offset = pending.extend(txn)
         self._own(pending)
         pending.then = lambda results: then(results[offset:])
@@ -127,7 +138,7 @@ class Writes:
             except BaseException:
                 if self.ticket is prior:
                     self.ticket = None
-                self.txn = Txn()
+                self._txn = None
                 raise
             if self.ticket is prior:
                 self.ticket = None
@@ -138,7 +149,7 @@ class Writes:
         # the instance running again.
         self._sync_status()
         pending = self.txn
-        self.txn = Txn()
+        self._txn = None
         # ``txn`` may fail its own preconditions (a child's start that lost a
         # race): the ridden writes are then kept for the next commit, never
         # dropped with it. Copied only for such a ``txn``.
@@ -163,8 +174,9 @@ class Writes:
             )
         except Conflict as exc:
             if ridden is not None and exc.reason in START_RACED:
-                ridden.extend(self.txn)
-                self.txn = ridden
+                if self._txn is not None:
+                    ridden.extend(self._txn)
+                self._txn = ridden
             raise
         if prior is not None:
             await prior.wait()  # already done (submitted earlier); raises its error
