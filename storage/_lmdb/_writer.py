@@ -88,7 +88,7 @@ class _Batch:
     and ``event`` belong to the trio thread alone.
     """
 
-    __slots__ = ("txns", "waiters", "outcomes", "finished", "event", "born")
+    __slots__ = ("txns", "waiters", "outcomes", "finished", "event", "born", "deferred")
 
     def __init__(self) -> None:
         self.born = time.monotonic()  # for the "async" window (see ASYNC_WINDOW_SECONDS)
@@ -99,6 +99,8 @@ class _Batch:
         self.outcomes: list[Any] = []  # per txn: its results, or the exception it failed with
         self.finished = False  # set in the trio thread once outcomes are final
         self.event: trio.Event | None = None  # made only when a `_Ticket` waits
+        # (index, ticket) of the txns `defer` held back: settled at the finish.
+        self.deferred: list[tuple[int, _Deferred]] = []
 
 
 class _Waiter:
@@ -297,7 +299,9 @@ class _GroupCommit:
         deferred, self._deferred = self._deferred, []
         for txn, ticket in deferred:
             batch = self._append(txn, None)
-            ticket.ticket = _Ticket(batch, len(batch.txns) - 1)
+            index = len(batch.txns) - 1
+            ticket.ticket = _Ticket(batch, index)
+            batch.deferred.append((index, ticket))
 
     def submit(self, txn: Txn) -> Ticket:
         if self.readonly:
@@ -359,8 +363,14 @@ class _GroupCommit:
             if txn.then is not None:  # (its receiver runs in the round its sender does)
                 outcomes[index] = txn.hand_on(outcomes[index])
         # Its tickets need only the outcomes (an instance keeps the ticket of
-        # its last writes while it is suspended): let the transactions go.
+        # its last writes while it is suspended): let the transactions and,
+        # below, the waiters go.
         batch.txns = []
+        for index, deferred in batch.deferred:
+            # A suspended instance keeps its last ticket, and a `_Ticket`
+            # would keep the whole batch: a settled one keeps its outcome.
+            deferred.ticket = Settled(outcomes[index])
+        batch.deferred = []
         unfinished = self._unfinished
         while unfinished and unfinished[0].finished:
             unfinished.popleft()
@@ -369,6 +379,7 @@ class _GroupCommit:
             if waiter is not None and (task := waiter.task) is not None:
                 failed = isinstance(result, BaseException)
                 reschedule(task, Error(result) if failed else Value(result))
+        batch.waiters = []  # (nor their tasks, which the tickets would keep)
         if batch.event is not None:
             batch.event.set()
         self._tell_lost()
