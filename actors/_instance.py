@@ -30,7 +30,7 @@ from storage.errors import JournalCorrupt
 from . import _effects as fx, _events, _saga, _tracing
 from ._arrivals import Arrivals
 from ._context import Context
-from ._driver import Driver, Interrupt, Interrupted, Parked, Passivated
+from ._driver import WAIT, Driver, Interrupt, Interrupted, Parked, Passivated
 from ._effects import Effect
 from ._ends import Ends
 from ._handles import ChildHandle
@@ -122,50 +122,80 @@ class Actor:
         """The actor's task: load, replay, run until terminal, passivated, or
         parked without a task (see `wait_for`); with ``pending``, resume the
         coroutine it parked with there (`_runner.step`), at that point of
-        `Driver.run`."""
+        `Driver.run`.
+
+        The task opens a nursery only once the run has leaves to run in
+        tasks of their own (a race or a join: see `start_task`). Most runs
+        never do, and a nursery costs a cancel scope and a scheduling round
+        more per activation (a third of a 1-step process's task work)."""
         if pending is not None and self.held is None:
             return  # closed meanwhile, with the system (`close_held`)
         parked = False
-        nursery = None
         try:
-            async with trio.open_nursery() as nursery:
-                self.nursery = nursery
-                if pending is not None:
+            if pending is not None and self.queued:  # leaves the runner began
+                parked = await self._in_nursery(pending)
+            else:
+                if pending is None:
+                    parked = await self._start_run()
+                else:
                     coro, self.held = self.held, None
                     assert coro is not None
-                    queued, self.queued = self.queued, None
-                    for fn, effect, args in queued or ():
-                        nursery.start_soon(fn, self, effect, *args)
                     parked = await self._drive(coro, pending)
-                elif self.loaded or await self._load():
-                    self.span = _tracing.begin_run(self)
-                    failure = self.record.failure
-                    if failure is not None:  # resuming a compensation after a crash
-                        end = self.record.failure_end or "failed"
-                        await self.ends.finish_compensation(failure, end)
-                    else:
-                        try:
-                            coro = self.new_coroutine()
-                        except InvalidArguments as exc:
-                            # Stored params or input this code does not take:
-                            # kept suspended (never failed or lost), as for
-                            # changed code, until matching code is deployed.
-                            await self.ends.diverge(exc)
-                            return
-                        parked = await self._drive(coro, None)
-                if nursery.child_tasks and not parked:  # what it left (abandoned steps, ...)
-                    nursery.cancel_scope.cancel()
+                if parked and self.queued:
+                    # Stopped for a nursery (see `wait_for`), not parked: go
+                    # on in one, from the wait it stopped at.
+                    parked = await self._in_nursery((WAIT, self.root))
         except Exception as exc:
             if not self.ends.broke(exc):
                 raise
         finally:
-            if self.nursery is nursery:
-                self.nursery = None
             if not parked:
                 self.gone()
 
+    async def _start_run(self) -> bool:
+        """Load, replay and run the current run; True if it stopped with
+        its coroutine held (see `_drive`)."""
+        if not (self.loaded or await self._load()):
+            return False
+        self.span = _tracing.begin_run(self)
+        failure = self.record.failure
+        if failure is not None:  # resuming a compensation after a crash
+            end = self.record.failure_end or "failed"
+            await self.ends.finish_compensation(failure, end)
+            return False
+        try:
+            coro = self.new_coroutine()
+        except InvalidArguments as exc:
+            # Stored params or input this code does not take: kept suspended
+            # (never failed or lost), as for changed code, until matching
+            # code is deployed.
+            await self.ends.diverge(exc)
+            return False
+        return await self._drive(coro, None)
+
+    async def _in_nursery(self, pending: tuple[int, Any]) -> bool:
+        """Go on from ``pending`` with a nursery for the leaves that run in
+        tasks, those queued first; True if it parked without a task."""
+        coro, self.held = self.held, None
+        assert coro is not None
+        parked = False
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            try:
+                queued, self.queued = self.queued, None
+                for fn, effect, args in queued or ():
+                    nursery.start_soon(fn, self, effect, *args)
+                parked = await self._drive(coro, pending)
+                if nursery.child_tasks and not parked:  # what it left (abandoned steps, ...)
+                    nursery.cancel_scope.cancel()
+            finally:
+                self.nursery = None
+        return parked
+
     async def _drive(self, coro: Coroutine[Any, Any, Any], pending: tuple[int, Any] | None) -> bool:
-        """Run ``coro`` by the driver; True if it parked without a task."""
+        """Run ``coro`` by the driver; True if it parked without a task or
+        stopped for a nursery (`wait_for`): either way it is kept in
+        ``held``."""
         try:
             await self.driver.run(coro, self, pending)
         except Passivated:
@@ -177,6 +207,9 @@ class Actor:
             # whatever wakes it finds the coroutine held.
             self.held = parked.coro
             return True
+        if self.queued:  # begun for a race decided without them: they never run
+            self.busy -= len(self.queued)
+            self.queued = None
         return False
 
     def gone(self) -> None:
@@ -304,6 +337,11 @@ class Actor:
     async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
         self.root = effect
+        if self.queued and self.nursery is None:
+            # Leaves to run in tasks, and this task has no nursery: it stops
+            # here, holding the coroutine, and goes on from here in one
+            # (`main`). (A task that may park never gets here with any.)
+            raise Parked()
         if self.inline is not None:
             fn, leaf, args = self.inline
             # Invariant: only the effect being awaited leaves work here (it
@@ -402,7 +440,9 @@ class Actor:
         self.busy += 1
         if effect.parent is None:
             self.inline = (fn, effect, args)
-        elif self.nursery is None:  # begun by the runner: its next task starts it
+        elif self.nursery is None:
+            # Begun by the runner, or in a task with no nursery yet: the
+            # task that waits for it opens one and starts it (`main`).
             if self.queued is None:
                 self.queued = []
             self.queued.append((fn, effect, args))
