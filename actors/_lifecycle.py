@@ -18,6 +18,7 @@ from storage import (
     MAX_ADDRESS_BYTES,
     UNFINISHED_STATUSES,
     InstanceRecord,
+    Journal,
     Txn,
     encode,
     instance_id,
@@ -315,9 +316,9 @@ class Lifecycle:
                 break
             await waiting.wait()
         async with self.deciding(iid):
-            # Where reads are round trips, the first try reads nothing (see
-            # `_fresh_start`): one commit, which fails if there is anything.
-            fresh = queued is None and extra is None and not self.journal.reads_at_once
+            # The first try reads nothing (see `_fresh_start`): one commit,
+            # which fails if there is anything.
+            fresh = queued is None and extra is None
             term = self.journal.lease_term() if fresh else None
             fresh = term is not None  # (only under the lease: see _fresh_start)
             row, floor, claimed = None, 0, None
@@ -354,7 +355,7 @@ class Lifecycle:
                     self.system.statuses.remember(iid, ("queued", record))
                 if extra is not None:  # what the caller records with the start (a schedule's tick)
                     extra(start.txn)
-                slot = _fresh_start(start.txn, iid) if fresh else None
+                slot = _fresh_start(start.txn, iid, self.journal) if fresh else None
                 try:
                     if queued is not None:  # it waits for a slot: the queue's pump starts it
                         await self.system.queues.commit_start(start.txn, queued, iid, address)
@@ -441,11 +442,12 @@ class Lifecycle:
 _FRESH_REFUSED = _protocol.START_RACED | {"state"}
 
 
-def _fresh_start(txn: Txn, iid: bytes) -> int:
+def _fresh_start(txn: Txn, iid: bytes, journal: Journal) -> int | None:
     """Make ``txn``, a start over nothing (`_protocol.start_txn` with no
     previous instance and floor 0), one that needs no read before it and no
     claim after it: the usual start, of an address never used. Returns the
-    index of its claim's epoch in the commit's results.
+    index of its claim's epoch in the commit's results (None where a claim
+    is not a round trip: ``journal.reads_at_once``).
 
     Read nothing first: the commit checks what the read would have. Its
     ``require_absent`` fails (``"exists"``) if an instance is there, and
@@ -466,9 +468,15 @@ def _fresh_start(txn: Txn, iid: bytes) -> int:
     only under its lease: the caller does this only while its lease holds,
     and uses the epoch only if the same term holds after the commit (else
     it claims as usual, which waits for the lease).
+
+    On a journal that reads at once (LMDB, memory) the read is no round
+    trip, but it is a read transaction in the trio thread, whose every
+    page access lets the writer thread take the GIL: the commit checks
+    what the read would have, in the writer, and the claim after it is
+    free (`Journal.claim` gives 0 at once).
     """
     txn.expect_state(_protocol.floor_key(iid), 0)
-    return txn.claim_created(iid)
+    return None if journal.reads_at_once else txn.claim_created(iid)
 
 
 class Deciding:
