@@ -143,7 +143,10 @@ class Actor:
                     parked = await self._drive(coro, pending)
                 if parked and self.queued:
                     # Stopped for a nursery (see `wait_for`), not parked: go
-                    # on in one, from the wait it stopped at.
+                    # on in one, from the wait it stopped at. (Not parked
+                    # unless that run parks: if it raises, the instance is
+                    # gone, as from any run that raises.)
+                    parked = False
                     parked = await self._in_nursery((WAIT, self.root))
         except Exception as exc:
             if not self.ends.broke(exc):
