@@ -375,9 +375,12 @@ class SystemAPI(Protocol):
 class WritesAPI(Protocol):
     """An actor's journal writes (`_writes.Writes`)."""
 
-    txn: Txn  # the ridden writes: add to it, they go with the next commit
     persisted_status: str | None
     published: tuple[int, Any] | None  # the durable exports while a publish is in flight
+
+    @property
+    def txn(self) -> Txn:
+        """The ridden writes: add to it, they go with the next commit."""
 
     def flush(self, *, defer: bool = False) -> None: ...
 
