@@ -98,6 +98,8 @@ class Context:
         effect.made_in = frame.f_code
         effect.made_at = frame.f_lasti
         driver = self._actor.driver
+        if driver.seq <= driver.last:  # (its last leaf's outcome is logged)
+            effect.logged = True
         if composite:
             driver.joined(cast("fx.Composite[Any]", effect))
         else:

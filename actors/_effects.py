@@ -76,8 +76,21 @@ class Effect(Generic[T]):
 
     # made_in, made_at: the code object and instruction offset that made the
     # effect, set by `Context` (never by __init__: a replay pays nothing for
-    # them); read only to say where a forgotten effect was made.
-    __slots__ = ("seq", "name", "hash", "done", "value", "error", "parent", "made_in", "made_at")
+    # them); read only to say where a forgotten effect was made. logged:
+    # its outcome is in the log, so replay answers its await at once (set
+    # by `Context`; see `__await__`).
+    __slots__ = (
+        "seq",
+        "name",
+        "hash",
+        "done",
+        "value",
+        "error",
+        "parent",
+        "logged",
+        "made_in",
+        "made_at",
+    )
     kind = "effect"
     behaviour: ClassVar[type[Behaviour]] = Behaviour  # how it runs live (`runs_live`)
     makes_child: ClassVar[bool] = False  # a call or spawn: its log names a child
@@ -96,15 +109,30 @@ class Effect(Generic[T]):
         self.value: Any = None
         self.error: BaseException | None = None
         self.parent: Composite[Any] | None = None
+        self.logged = False
 
     def __await__(self) -> Generator[Effect[Any], Any, T]:
-        # The effect is its own iterator: an await makes no generator (one
-        # per awaited effect, kept as long as the process waits, ~200 B).
-        # The coroutine's first step takes `__next__`, which hands the
-        # effect to the driver; the driver answers by sending the value
-        # (`send`, or `__next__` for None) or throwing the error (which
-        # CPython raises at the await, as it has no `throw` of its own).
+        if self.logged:  # answered at once: a generator is the faster await
+            return self._answered()
+        # It may wait long: the effect is its own iterator, for the process
+        # holds its await while it waits, and a generator is 200 B more per
+        # waiting instance. The coroutine's first step takes `__next__`,
+        # which hands the effect to the driver; the driver answers by
+        # sending the value (`send`, or `__next__` for None) or throwing the
+        # error (which CPython raises at the await: there is no `throw`).
+        # A StopIteration raised per await costs ~0.2 µs more than a
+        # generator's return, which a replay of many effects would feel.
         return cast("Generator[Effect[Any], Any, T]", self)
+
+    def _answered(self) -> Generator[Effect[Any], Any, T]:
+        if not self.done:
+            # The driver answers with the value (send) or the error (throw).
+            answer: T = yield self
+            return answer
+        if self.error is not None:
+            raise self.error
+        value: T = self.value
+        return value
 
     def __next__(self) -> Effect[Any]:
         if not self.done:
@@ -176,6 +204,7 @@ class Wait(Effect[T]):
         self.value = None
         self.error = None
         self.parent = None
+        self.logged = False
         self.signals = signals
         self.pair = pair  # receive() gives (signal, payload); wait() the payload
 

@@ -130,3 +130,24 @@ async def test_close_ends_parked_coroutines_and_reopen_resumes_them(opener) -> N
             handle = await system.lookup(f"held/r{n}")
             assert handle is not None
             assert await handle.result() == [n, "again"]
+
+
+async def test_a_waiting_instance_awaits_its_effect_itself(any_opener, autojump_clock) -> None:
+    # What a waiting instance keeps is its coroutine, which awaits the effect
+    # itself: no generator per await (200 B each). Replayed awaits, answered
+    # at once, still take the faster generator, and resume the same.
+    async with any_opener(waiter) as system:
+        handle = await system.start(waiter, "w")
+        await _settle()
+        await system.send("held/w", ping, 1)
+        await _settle()
+        actor = system.registry.live[instance_id("held/w")]
+        assert actor.held is not None and actor.held.cr_await is actor.root
+    async with any_opener(waiter) as system:  # a replay of the take, then the live wait
+        handle = system.get("held/w")
+        await system.send("held/w", ping, 2)
+        await _settle()
+        actor = system.registry.live[instance_id("held/w")]
+        assert actor.held is not None and actor.held.cr_await is actor.root
+        await system.send("held/w", stop)
+        assert await handle.result() == [1, 2]
