@@ -169,6 +169,24 @@ class _Deferred(Ticket):
         return await self.ticket.wait()
 
 
+class _Landed(Ticket):
+    """The ticket of a deferred transaction that committed with no results
+    (what an instance's ridden writes give): one serves them all."""
+
+    __slots__ = ()
+
+    @property
+    def done(self) -> bool:
+        return True
+
+    async def wait(self) -> list[int]:
+        await trio.lowlevel.checkpoint()
+        return []
+
+
+_LANDED = _Landed()
+
+
 class _GroupCommit:
     """The writing methods of `LMDBJournal` (see the module docstring)."""
 
@@ -368,8 +386,10 @@ class _GroupCommit:
         batch.txns = []
         for index, deferred in batch.deferred:
             # A suspended instance keeps its last ticket, and a `_Ticket`
-            # would keep the whole batch: a settled one keeps its outcome.
-            deferred.ticket = Settled(outcomes[index])
+            # would keep the whole batch: a settled one keeps its outcome,
+            # or nothing of its own for the usual outcome (no results).
+            outcome = outcomes[index]
+            deferred.ticket = _LANDED if outcome == [] else Settled(outcome)
         batch.deferred = []
         unfinished = self._unfinished
         while unfinished and unfinished[0].finished:
