@@ -32,7 +32,7 @@ FOUND = {
     "unfenced-barrier": (8, 4),
     "rate-per-round": (3, 5),
     "cleanup-floor": (4, 6),
-    "admitted-twice": (1757, 7),
+    "admitted-twice": (8350, 7),
     "parked-with-work": (3, 7),
 }
 WINDOW = 100
