@@ -151,3 +151,51 @@ async def test_a_waiting_instance_awaits_its_effect_itself(any_opener, autojump_
         assert actor.held is not None and actor.held.cr_await is actor.root
         await system.send("held/w", stop)
         assert await handle.result() == [1, 2]
+
+
+GATE: dict[str, trio.Event] = {}
+
+
+async def _blocked(name: str) -> str:
+    await GATE[name].wait()
+    return name
+
+
+@process("racer/:id")
+async def racer(ctx: Context, id: str) -> list[object]:
+    alone = await ctx.step(_blocked, "alone")  # in the actor's own task
+    # A race: its leaves each run in a task of their own.
+    _, raced = await ctx.first(step=ctx.step(_blocked, "raced"), mail=ctx.wait(ping))
+    after = await ctx.step(_blocked, "after")  # its task has the nursery now
+    return [alone, raced, after]
+
+
+def _nurseries_of(address: str) -> int | None:
+    """How many nurseries the task of the instance at ``address`` has open
+    (None: it has no task)."""
+    found: list[int] = []
+
+    def walk(task: trio.lowlevel.Task) -> None:
+        if task.name == f"actor {address}":
+            found.append(len(task.child_nurseries))
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                walk(child)
+
+    walk(trio.lowlevel.current_root_task())
+    return found[0] if found else None
+
+
+async def test_a_task_opens_a_nursery_only_for_a_race(any_opener, autojump_clock) -> None:
+    GATE.update(alone=trio.Event(), raced=trio.Event(), after=trio.Event())
+    async with any_opener(racer) as system:
+        handle = await system.start(racer, "n")
+        await _settle()
+        assert _nurseries_of("racer/n") == 0  # a lone step runs bare
+        GATE["alone"].set()
+        await _settle()
+        assert _nurseries_of("racer/n") == 1  # its leaves race in tasks of its own
+        await system.send("racer/n", ping, "won")  # the wait wins; the step is abandoned
+        await _settle()
+        GATE["after"].set()
+        assert await handle.result() == ["alone", "won", "after"]
