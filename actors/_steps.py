@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+from inspect import CO_COROUTINE
+from types import FunctionType
 from typing import Any
 
 import attrs
@@ -122,10 +124,11 @@ async def call_once(
     on the trio thread (no timeout then: nothing can interrupt it)."""
     token = _current.set(info)
     try:
-        if not thread and not inspect.iscoroutinefunction(fn):
+        is_async = _is_async(fn)
+        if not thread and not is_async:
             # Inline: the event loop waits for it, as for any sync code in a task.
             return _call_sync(fn, args, kwargs)
-        if inspect.iscoroutinefunction(fn):
+        if is_async:
             if timeout is None:
                 return await fn(*args, **kwargs)
             with trio.fail_after(timeout):
@@ -150,6 +153,14 @@ async def call_once(
                     hold.release()
     finally:
         _current.reset(token)
+
+
+def _is_async(fn: Any) -> bool:
+    """`inspect.iscoroutinefunction`, answered at once for an ``async def``
+    function (its code's flag, which is what inspect reads for it)."""
+    if type(fn) is FunctionType and fn.__code__.co_flags & CO_COROUTINE:
+        return True
+    return inspect.iscoroutinefunction(fn)
 
 
 def _call_sync(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -204,26 +215,25 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
             # The key persisted with the first attempt stays the key, even if
             # the code that derives it changed since.
             step.key = started.key
-    entry_base = step.describe()
     record: LogEntry | None = None
     in_attempt = False
     try:
         with trio.CancelScope() as scope:
             step.scope = scope
             if started and attempt - closed >= limit:
-                _finish_spent(actor, step, entry_base, attempt, failures, closed, limit)
+                _finish_spent(actor, step, attempt, failures, closed, limit)
                 return
             args, kwargs = step.args, step.kwargs
             if step.validate_input is not None:
                 try:
                     args, kwargs = _validated_input(step, args, kwargs)
                 except Exception as exc:
-                    _finish_failed(actor, step, entry_base, exc, attempt, "input validation")
+                    _finish_failed(actor, step, exc, attempt, "input validation")
                     return
             while True:
                 attempt += 1
-                # A fresh entry (not attrs.evolve of entry_base: three times
-                # the cost, on every attempt of every step).
+                # A fresh entry (not attrs.evolve of another: three times the
+                # cost, on every attempt of every step).
                 record = step.describe(
                     attempt=attempt, failures=failures, closed=closed, key=step.key
                 )
@@ -252,16 +262,14 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                         try:
                             value = step.validate_output(value)
                         except Exception as exc:
-                            _finish_failed(
-                                actor, step, entry_base, exc, attempt, "output validation"
-                            )
+                            _finish_failed(actor, step, exc, attempt, "output validation")
                             return
                     try:
                         # The process gets what a replay reads from the log,
                         # never the step function's own object.
                         value = decode(encode(value, what=f"result of step {step.name!r}"))
                     except EncodeError as exc:
-                        _finish_failed(actor, step, entry_base, exc, attempt, "result encoding")
+                        _finish_failed(actor, step, exc, attempt, "result encoding")
                         return
                     # The attempt's entry, with its result. The result rides
                     # on the next write: the process's next barrier,
@@ -276,7 +284,7 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                 failures += 1
                 retryable = retry is not None and not isinstance(cause, retry.non_retryable)
                 if not retryable or attempt - closed >= limit:
-                    _finish_failed(actor, step, entry_base, cause, attempt, None, timed_out)
+                    _finish_failed(actor, step, cause, attempt, None, timed_out)
                     return
                 assert retry is not None
                 await trio.sleep(retry.delay(failures, actor.system.random.random()))
@@ -314,7 +322,6 @@ def _validated_input(
 def _finish_failed(
     actor: ActorAPI,
     step: Step[Any],
-    entry_base: LogEntry,
     cause: BaseException,
     attempt: int,
     stage: str | None,
@@ -334,7 +341,7 @@ def _finish_failed(
     )
     error = record.to_stored()
     exc = record.exception()
-    entry = attrs.evolve(entry_base, attempt=attempt, key=step.key, error=error)
+    entry = step.describe(attempt=attempt, key=step.key, error=error)
     exc.__cause__ = cause
     actor.finish(step, None, exc, entry)
 
@@ -342,7 +349,6 @@ def _finish_failed(
 def _finish_spent(
     actor: ActorAPI,
     step: Step[Any],
-    entry_base: LogEntry,
     attempt: int,
     failures: int,
     closed: int,
@@ -376,5 +382,5 @@ def _finish_spent(
     ).to_stored()
     # It may have applied before the process went down: undo it too.
     actor.register_compensation(step, None, possibly_applied=True)
-    entry = attrs.evolve(entry_base, attempt=attempt, key=step.key, error=error)
+    entry = step.describe(attempt=attempt, key=step.key, error=error)
     actor.finish(step, None, StepFailed(summary, error=error), entry)
