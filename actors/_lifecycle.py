@@ -317,8 +317,15 @@ class Lifecycle:
             await waiting.wait()
         async with self.deciding(iid):
             # The first try reads nothing (see `_fresh_start`): one commit,
-            # which fails if there is anything.
-            fresh = queued is None and extra is None
+            # which fails if there is anything. (Not where a read is local
+            # and a commit need not be awaited: an "async" LMDB journal
+            # acknowledges a start once it is queued, and a start that did
+            # not read must learn whether its commit found the address free.)
+            fresh = (
+                queued is None
+                and extra is None
+                and (not self.journal.reads_at_once or self.journal.durability == "sync")
+            )
             term = self.journal.lease_term() if fresh else None
             fresh = term is not None  # (only under the lease: see _fresh_start)
             row, floor, claimed = None, 0, None
@@ -473,7 +480,9 @@ def _fresh_start(txn: Txn, iid: bytes, journal: Journal) -> int | None:
     trip, but it is a read transaction in the trio thread, whose every
     page access lets the writer thread take the GIL: the commit checks
     what the read would have, in the writer, and the claim after it is
-    free (`Journal.claim` gives 0 at once).
+    free (`Journal.claim` gives 0 at once). Only with "sync" durability
+    there: an "async" journal acknowledges a start that read once it is
+    queued, and this one would wait for its commit (`Txn.must_wait`).
     """
     txn.expect_state(_protocol.floor_key(iid), 0)
     return None if journal.reads_at_once else txn.claim_created(iid)
