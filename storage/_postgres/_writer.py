@@ -216,7 +216,7 @@ class _Writer:
                 # LMDB's counts a commit as one on the disk.
                 assert self._threads is not None
                 handoff = self._threads.handoff
-                handoff.committing()
+                handoff.committing(timed=True)
                 self.write(batch)
                 handoff.step()
                 try:
