@@ -34,6 +34,7 @@ FOUND = {
     "cleanup-floor": (4, 6),
     "admitted-twice": (8350, 7),
     "parked-with-work": (3, 7),
+    "raised-in-nursery": (7, 7),
 }
 WINDOW = 100
 

@@ -88,6 +88,21 @@ PLANTS: dict[str, Plant] = {
         """,
         what="an instance parks without a task while its step waits for that task",
     ),
+    # A run that stopped for a nursery and then raised in it was taken for
+    # parked (5a9270b, before it landed): the instance never left memory
+    # and was never loaded again.
+    "raised-in-nursery": Plant(
+        "actors._instance",
+        "Actor.main",
+        old="""
+                    parked = False
+                    parked = await self._in_nursery((WAIT, self.root))
+        """,
+        new="""
+                    parked = await self._in_nursery((WAIT, self.root))  # planted
+        """,
+        what="a run that raised in the nursery it stopped for is taken for parked",
+    ),
     # An admitted instance run twice (391ba4c): mail that activated it
     # between its queue's admission and the pump's call ran it to its end;
     # the pump then ran it again from the row it read before, and that
