@@ -136,18 +136,18 @@ class Actor:
                 parked = await self._in_nursery(pending)
             else:
                 if pending is None:
-                    parked = await self._start_run()
+                    held = await self._start_run()
                 else:
                     coro, self.held = self.held, None
                     assert coro is not None
-                    parked = await self._drive(coro, pending)
-                if parked and self.queued:
+                    held = await self._drive(coro, pending)
+                if held and self.queued:
                     # Stopped for a nursery (see `wait_for`), not parked: go
-                    # on in one, from the wait it stopped at. (Not parked
-                    # unless that run parks: if it raises, the instance is
-                    # gone, as from any run that raises.)
-                    parked = False
+                    # on in one, from the wait it stopped at. Parked only if
+                    # that run parks (if it raises, the instance is gone).
                     parked = await self._in_nursery((WAIT, self.root))
+                else:
+                    parked = held
         except Exception as exc:
             if not self.ends.broke(exc):
                 raise

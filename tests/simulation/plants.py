@@ -95,11 +95,11 @@ PLANTS: dict[str, Plant] = {
         "actors._instance",
         "Actor.main",
         old="""
-                    parked = False
-                    parked = await self._in_nursery((WAIT, self.root))
+                if held and self.queued:
         """,
         new="""
-                    parked = await self._in_nursery((WAIT, self.root))  # planted
+                parked = held  # planted: parked until the nursery's run says
+                if held and self.queued:
         """,
         what="a run that raised in the nursery it stopped for is taken for parked",
     ),
