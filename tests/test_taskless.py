@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import trio
 
-from actors import Context, Signal, process
+from actors import ActorSystem, Context, Signal, process
+from actors.testing import wait_quiescent
 from storage import instance_id
 
 ping = Signal("ping")
@@ -56,22 +57,22 @@ def _actor_tasks() -> list[str]:
     return names
 
 
-async def _settle() -> None:
-    for _ in range(20):
-        await trio.sleep(0)
+async def _settle(system: ActorSystem) -> None:
+    """Until every instance waits (parked) with its writes durable."""
+    await wait_quiescent(system)
 
 
 async def test_a_waiting_instance_holds_no_task(any_opener, autojump_clock) -> None:
     async with any_opener(waiter) as system:
         handles = [await system.start(waiter, str(n)) for n in range(50)]
-        await _settle()
+        await _settle(system)
         assert all(h.status == "suspended" for h in handles)
         assert len(system.registry.live) == 50
         assert _actor_tasks() == []
         # Messages resume them where they wait, and they wait again, task-less.
         for n in range(50):
             await system.send(f"held/{n}", ping, n)
-        await _settle()
+        await _settle(system)
         assert _actor_tasks() == []
         for n in range(50):
             await system.send(f"held/{n}", stop)
@@ -81,7 +82,7 @@ async def test_a_waiting_instance_holds_no_task(any_opener, autojump_clock) -> N
 async def test_a_step_and_a_timer_run_from_a_parked_instance(any_opener, autojump_clock) -> None:
     async with any_opener(waiter) as system:
         handle = await system.start(waiter, "a")
-        await _settle()
+        await _settle(system)
         await system.send("held/a", ping, "step")  # the step runs in a task of its own
         await system.send("held/a", ping, "sleep")  # the timer resumes it, parked
         await trio.sleep(6)
@@ -93,7 +94,7 @@ async def test_a_step_and_a_timer_run_from_a_parked_instance(any_opener, autojum
 async def test_a_cancel_reaches_a_parked_instance(any_opener, autojump_clock) -> None:
     async with any_opener(waiter) as system:
         handle = await system.start(waiter, "c")
-        await _settle()
+        await _settle(system)
         assert _actor_tasks() == []
         assert await system.cancel("held/c") is True
         assert handle.status == "cancelled"
@@ -118,7 +119,7 @@ async def test_close_ends_parked_coroutines_and_reopen_resumes_them(opener) -> N
         for n in range(5):
             await system.start(waiter, f"r{n}")
             await system.send(f"held/r{n}", ping, n)
-        await _settle()
+        await _settle(system)
         assert _actor_tasks() == []
     # Closed as a cancelled task's coroutine is: its process sees GeneratorExit.
     assert sorted(CLOSED) == [f"r{n}" for n in range(5)]
@@ -138,25 +139,27 @@ async def test_a_waiting_instance_awaits_its_effect_itself(any_opener, autojump_
     # at once, still take the faster generator, and resume the same.
     async with any_opener(waiter) as system:
         handle = await system.start(waiter, "w")
-        await _settle()
+        await _settle(system)
         await system.send("held/w", ping, 1)
-        await _settle()
+        await _settle(system)
         actor = system.registry.live[instance_id("held/w")]
         assert actor.held is not None and actor.held.cr_await is actor.root
     async with any_opener(waiter) as system:  # a replay of the take, then the live wait
         handle = system.get("held/w")
         await system.send("held/w", ping, 2)
-        await _settle()
+        await _settle(system)
         actor = system.registry.live[instance_id("held/w")]
         assert actor.held is not None and actor.held.cr_await is actor.root
         await system.send("held/w", stop)
         assert await handle.result() == [1, 2]
 
 
-GATE: dict[str, trio.Event] = {}
+GATE: dict[str, trio.Event] = {}  # set by the test: the step may return
+STARTED: dict[str, trio.Event] = {}  # set by the step as it begins
 
 
 async def _blocked(name: str) -> str:
+    STARTED[name].set()
     await GATE[name].wait()
     return name
 
@@ -187,15 +190,15 @@ def _nurseries_of(address: str) -> int | None:
 
 
 async def test_a_task_opens_a_nursery_only_for_a_race(any_opener, autojump_clock) -> None:
-    GATE.update(alone=trio.Event(), raced=trio.Event(), after=trio.Event())
+    for events in (GATE, STARTED):
+        events.update(alone=trio.Event(), raced=trio.Event(), after=trio.Event())
     async with any_opener(racer) as system:
         handle = await system.start(racer, "n")
-        await _settle()
+        await STARTED["alone"].wait()
         assert _nurseries_of("racer/n") == 0  # a lone step runs bare
         GATE["alone"].set()
-        await _settle()
+        await STARTED["raced"].wait()
         assert _nurseries_of("racer/n") == 1  # its leaves race in tasks of its own
         await system.send("racer/n", ping, "won")  # the wait wins; the step is abandoned
-        await _settle()
         GATE["after"].set()
         assert await handle.result() == ["alone", "won", "after"]
