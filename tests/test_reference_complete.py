@@ -85,7 +85,14 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 
 
 def _options(parser: argparse.ArgumentParser) -> list[str]:
-    common = {"--journal", "--json", "--import", "--help", "-h"}  # every command's, in prose
+    common = {
+        "--journal",
+        "--json",
+        "--import",
+        "--schema",
+        "--help",
+        "-h",
+    }  # every command's: in prose
     return sorted(
         flag
         for action in parser._actions

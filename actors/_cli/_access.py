@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import overload
 
+import attrs
 import trio
 
 import storage
@@ -25,11 +27,36 @@ from ..errors import NotDelivered
 from ._errors import CORRUPT, NOT_FOUND, USAGE, CLIError
 from ._render import local_time
 
-__all__ = ["journal_dir", "reading", "writing", "find_instance", "not_live", "read_row"]
+__all__ = [
+    "PostgresAt",
+    "find_instance",
+    "journal_at",
+    "journal_dir",
+    "names_postgres",
+    "not_live",
+    "opening_postgres",
+    "read_row",
+    "reading",
+    "writing",
+]
 
 
 def journal_dir(args: argparse.Namespace) -> Path:
-    """The ``--journal`` directory, if it holds an LMDB journal."""
+    """The ``--journal`` directory, if it holds an LMDB journal.
+
+    Raises:
+        CLIError: no journal there; or a PostgreSQL URL, which the writing
+            commands that call this do not take (see `journal_at`).
+    """
+    if names_postgres(args):
+        raise CLIError(
+            f"'actors {args.command}' writes, and on a PostgreSQL journal the command line "
+            "only reads (list, show, stats, consumers, tail --peek, queues, schedules, "
+            "export) and imports: do this through a node's ActorSystem (send, cancel, retry, "
+            "fork, drop_message, resume_compensation, cleanup), which keeps ownership and "
+            "fencing, or through the web inspector of an LMDB journal",
+            USAGE,
+        )
     path = Path(args.journal)
     hint = "pass the directory given to LMDBJournal(...)"
     if not path.exists():
@@ -41,10 +68,43 @@ def journal_dir(args: argparse.Namespace) -> Path:
     return path
 
 
+@attrs.frozen
+class PostgresAt:
+    """A PostgreSQL journal named by ``--journal URL --schema NAME``."""
+
+    url: str
+    schema: str
+
+    def __str__(self) -> str:
+        return f"{self.url} (schema {self.schema})"
+
+
+def journal_at(args: argparse.Namespace) -> Path | PostgresAt:
+    """Where ``--journal`` points, for a reading command: an LMDB journal's
+    directory (checked as `journal_dir` checks it) or a PostgreSQL URL."""
+    if names_postgres(args):
+        return PostgresAt(args.journal, args.schema or "actors")
+    return journal_dir(args)
+
+
+@overload
+def reading(where: Path) -> AbstractAsyncContextManager[LMDBJournal]: ...
+@overload
+def reading(where: Path | PostgresAt) -> AbstractAsyncContextManager[Journal]: ...
+def reading(where: Path | PostgresAt) -> AbstractAsyncContextManager[Journal]:
+    """The journal opened read-only: no owner lock (LMDB) and read-only
+    sessions (PostgreSQL, which also migrates nothing), so beside a running
+    system too."""
+    return _reading(where)
+
+
 @asynccontextmanager
-async def reading(path: Path) -> AsyncIterator[LMDBJournal]:
-    """The journal opened read-only: no owner lock, so beside a running system too."""
-    journal = LMDBJournal(path, readonly=True)
+async def _reading(where: Path | PostgresAt) -> AsyncIterator[Journal]:
+    if isinstance(where, PostgresAt):
+        async with _postgres(where.url, where.schema, readonly=True) as pg:
+            yield pg
+        return
+    journal = LMDBJournal(where, readonly=True)
     journal.check_shapes = True  # what the runtime would not read is reported corrupt
     await journal.open()
     try:
@@ -72,7 +132,7 @@ async def writing(path: Path) -> AsyncIterator[LMDBJournal]:
             await journal.close()
 
 
-def find_instance(r: Reader, address: str, path: Path) -> InstanceRow:
+def find_instance(r: Reader, address: str, path: Path | PostgresAt) -> InstanceRow:
     """The row at ``address``; a `CLIError` if there is none or it does not decode."""
     try:
         row = r.instance(instance_id(address))
@@ -151,6 +211,16 @@ async def opening_postgres(
     Raises:
         CLIError: the 'postgres' extra is not installed, or a bad URL or schema.
     """
+    async with _postgres(
+        args.journal, args.schema or "actors", readonly=readonly, pool_size=pool_size
+    ) as journal:
+        yield journal
+
+
+@asynccontextmanager
+async def _postgres(
+    url: str, schema: str, *, readonly: bool, pool_size: int = 1
+) -> AsyncIterator[Journal]:
     try:
         cls = storage.PostgresJournal  # the optional 'postgres' extra
     except ImportError as exc:
@@ -160,9 +230,7 @@ async def opening_postgres(
             USAGE,
         ) from None
     try:
-        journal: Journal = cls(
-            args.journal, schema=args.schema or "actors", pool_size=pool_size, readonly=readonly
-        )
+        journal: Journal = cls(url, schema=schema, pool_size=pool_size, readonly=readonly)
     except ValueError as exc:
         raise CLIError(f"--journal/--schema: {exc}", USAGE) from None
     async with journal:

@@ -91,6 +91,10 @@ def _fail(args: argparse.Namespace, code: int, message: str) -> int:
 
 
 _ADDRESS = "the instance's address, e.g. orders/o-17 ('actors list' shows them)"
+_SCHEMA = (
+    "with --journal postgresql://USER@HOST:PORT/DATABASE: the schema holding the "
+    "journal (default actors)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -101,13 +105,20 @@ def _parser() -> argparse.ArgumentParser:
         "--journal",
         metavar="PATH",
         default=argparse.SUPPRESS,
-        help="the journal's directory (default: $ACTORS_JOURNAL)",
+        help="the journal's directory, or a PostgreSQL journal's "
+        "postgresql://USER@HOST:PORT/DATABASE URL (default: $ACTORS_JOURNAL)",
     )
     common.add_argument(
         "--json",
         action="store_true",
         default=argparse.SUPPRESS,
         help="print one JSON document instead of text",
+    )
+    common.add_argument(
+        "--schema",
+        metavar="NAME",
+        default=argparse.SUPPRESS,
+        help=_SCHEMA,
     )
     common.add_argument(
         "--import",
@@ -131,9 +142,11 @@ def _parser() -> argparse.ArgumentParser:
         "--journal",
         metavar="PATH",
         default=os.environ.get("ACTORS_JOURNAL"),
-        help="the journal's directory (default: $ACTORS_JOURNAL)",
+        help="the journal's directory, or a PostgreSQL journal's "
+        "postgresql://USER@HOST:PORT/DATABASE URL (default: $ACTORS_JOURNAL)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--schema", metavar="NAME", help=_SCHEMA)
     parser.add_argument(
         "--import",
         dest="imports",

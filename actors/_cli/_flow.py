@@ -8,14 +8,14 @@ import time
 from typing import Any
 
 from .._admin import tick_text, ticks_after, wait_prefix
-from ._access import journal_dir, reading
+from ._access import journal_at, reading
 from ._errors import OK
 from ._render import emit
 
 
 async def schedules(args: argparse.Namespace) -> int:
     """``actors schedules``: each schedule, paused or not, its last and next tick."""
-    async with reading(journal_dir(args)) as journal:
+    async with reading(journal_at(args)) as journal:
         with journal.reader() as r:
             rows = r.states("schedule/")
     items: list[dict[str, Any]] = []
@@ -56,7 +56,7 @@ async def schedules(args: argparse.Namespace) -> int:
 async def queues(args: argparse.Namespace) -> int:
     """``actors queues``: each queue's depth, holders and oldest wait."""
     now = time.time()
-    async with reading(journal_dir(args)) as journal:
+    async with reading(journal_at(args)) as journal:
         with journal.reader() as r:
             held = {row.key[len("queue/") :]: row.value for row in r.states("queue/")}
             waiting = {name: r.states(wait_prefix(name)) for name in held}

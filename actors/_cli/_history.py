@@ -56,13 +56,6 @@ def add_history_arguments(
         action="store_true",
         help="put each instance in place of the one at its address, instead of refusing",
     )
-    for p in (export_p, import_p):
-        p.add_argument(
-            "--schema",
-            metavar="NAME",
-            help="with --journal postgresql://USER@HOST:PORT/DATABASE: the schema "
-            "holding the journal (default actors)",
-        )
 
 
 async def export(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from storage import (
@@ -35,7 +36,7 @@ from .._admin import (
     sent_keys,
     user_cursors,
 )
-from ._access import find_instance, journal_dir, reading
+from ._access import find_instance, journal_at, reading
 from ._errors import CORRUPT, OK, CLIError
 from ._render import (
     compact,
@@ -117,7 +118,7 @@ def list_items(
 
 async def list_instances(args: argparse.Namespace) -> int:
     """``actors list``: instances, most recently updated first."""
-    path = journal_dir(args)
+    path = journal_at(args)
     async with reading(path) as journal:
         with journal.reader() as r:
             items, counts = list_items(r, args.status, args.process, args.prefix)
@@ -338,7 +339,7 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
 
 async def show(args: argparse.Namespace) -> int:
     """``actors show``: everything recorded about one instance."""
-    path = journal_dir(args)
+    path = journal_at(args)
     async with reading(path) as journal:
         with journal.reader() as r:
             row = find_instance(r, args.address, path)
@@ -468,7 +469,7 @@ def _compensations_fate(row: InstanceRow) -> str | None:
 
 async def stats(args: argparse.Namespace) -> int:
     """``actors stats``: counts by status, size, mail, timers, and who holds the journal."""
-    path = journal_dir(args)
+    path = journal_at(args)
     now = time.time()
     async with reading(path) as journal:
         with journal.reader() as r:
@@ -483,14 +484,18 @@ async def stats(args: argparse.Namespace) -> int:
             due = len(r.due_timers(now, limit=1 << 62))
             timers = len(r.due_timers(now + _FAR, limit=1 << 62))
             next_due = r.next_due(now)
-    data = path / "data.mdb"
-    st = data.stat()
-    holder = LMDBJournal(path).holder()
-    held, pid = holder.held, holder.pid
+    size = disk = 0
+    held: bool | None = None  # on PostgreSQL: nodes share it, none holds it
+    pid = None
+    if isinstance(path, Path):
+        st = (path / "data.mdb").stat()
+        size, disk = st.st_size, st.st_blocks * 512
+        holder = LMDBJournal(path).holder()
+        held, pid = holder.held, holder.pid
     doc: dict[str, Any] = {
         "journal": str(path),
-        "size_bytes": st.st_size,
-        "disk_bytes": st.st_blocks * 512,
+        "size_bytes": size,
+        "disk_bytes": disk,
         "held": held,
         "held_by_pid": pid,
         "instances": sum(counts.values()),
@@ -508,13 +513,14 @@ async def stats(args: argparse.Namespace) -> int:
             True: f"a running system{owner}",
             False: "no running system",
         }
-        held_by = names.get(held, f"unknown (owner.lock names pid {pid})")
-        lines = [
-            f"journal       {path}",
-            f"size          {size_text(doc['size_bytes'])} ({size_text(doc['disk_bytes'])} on disk)",
-            f"held by       {held_by}",
-            f"instances     {doc['instances']}",
-        ]
+        lines = [f"journal       {path}"]
+        if isinstance(path, Path):
+            held_by = names.get(held, f"unknown (owner.lock names pid {pid})")
+            size = f"{size_text(doc['size_bytes'])} ({size_text(doc['disk_bytes'])} on disk)"
+            lines += [f"size          {size}", f"held by       {held_by}"]
+        else:
+            lines.append("held by       the nodes that share it ('actors list' names owners)")
+        lines.append(f"instances     {doc['instances']}")
         lines += [f"  {s:<20}{n:>8}" for s, n in doc["by_status"].items()]
         lines.append(
             f"mail          {plural(unread, 'unread message')} in "

@@ -18,7 +18,7 @@ from storage import TERMINAL_STATUSES, Reader, Txn, instance_id
 from storage.errors import JournalLocked
 
 from .._admin import user_cursors
-from ._access import find_instance, journal_dir, reading, writing
+from ._access import PostgresAt, find_instance, journal_at, journal_dir, reading, writing
 from ._errors import INTERRUPTED, NOT_FOUND, OK, CLIError, held_error
 from ._render import compact, emit, jsonable, plural, table
 
@@ -32,7 +32,7 @@ class _Tail:
     """Where a tail is: the next index to print and what the last read saw."""
 
     args: argparse.Namespace
-    path: Path
+    path: Path | PostgresAt
     iid: bytes
     position: int | None = None  # next index to print; None until first read
     cursor_before: int | None = None
@@ -97,12 +97,14 @@ async def tail(args: argparse.Namespace) -> int:
 
 
 async def _tail_loop(args: argparse.Namespace, stop: trio.Event) -> int:
-    path = journal_dir(args)
+    # Moving the cursor is a write: LMDB only; --peek reads PostgreSQL too.
+    path = journal_at(args) if args.peek else journal_dir(args)
     tail = _Tail(args, path, instance_id(args.address))
     advancing = not args.peek
     first = True
     while not stop.is_set():
         if advancing and (first or await _tail_has_new(tail)):
+            assert isinstance(path, Path)  # (journal_dir's, when advancing)
             try:
                 async with writing(path) as journal:
                     with journal.reader() as r:
@@ -176,7 +178,7 @@ async def _tail_has_new(tail: _Tail) -> bool:
 
 async def consumers(args: argparse.Namespace) -> int:
     """``actors consumers``: the cursors on an instance's stream (``--delete`` one)."""
-    path = journal_dir(args)
+    path = journal_at(args) if args.delete is None else journal_dir(args)
     iid = instance_id(args.address)
     async with reading(path) as journal:
         with journal.reader() as r:
@@ -184,6 +186,7 @@ async def consumers(args: argparse.Namespace) -> int:
             length, cursors = r.stream_length(iid), r.cursors(iid)
     cursors = user_cursors(cursors)
     if args.delete is not None:
+        assert isinstance(path, Path)  # (journal_dir's: a delete writes)
         return await _delete_consumer(args, path, iid, cursors)
     doc: dict[str, Any] = {
         "address": row.address,

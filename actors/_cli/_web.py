@@ -32,12 +32,6 @@ def add_web_arguments(p: argparse.ArgumentParser) -> None:
         "rebinding",
     )
     p.add_argument(
-        "--schema",
-        metavar="NAME",
-        help="with --journal postgresql://USER@HOST:PORT/DATABASE: the schema "
-        "holding the journal (default actors)",
-    )
-    p.add_argument(
         "--interval",
         type=_seconds,
         default=1.0,
