@@ -154,7 +154,8 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="MODULE",
         help="import MODULE first, so records holding its "
-        "@actors.serializable classes decode as those classes (repeatable)",
+        "@actors.serializable classes decode as those classes (repeatable); a "
+        "module name (found from here and $PYTHONPATH) or a .py file's path",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -367,10 +368,31 @@ def _seconds(text: str) -> float:
 
 
 def _import_modules(modules: list[str]) -> None:
+    """Import each ``--import``: a module name (found from the current
+    directory and ``$PYTHONPATH``) or a ``.py`` file's path (its directory
+    goes on ``sys.path``, so it imports its neighbours as it does at home)."""
     if modules and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     for module in modules:
+        name = module
+        if module.endswith(".py") or os.sep in module:
+            path = os.path.abspath(module)
+            if not (module.endswith(".py") and os.path.isfile(path)):
+                raise CLIError(
+                    f"--import {module}: no such .py file; give a module name or a file's path",
+                    USAGE,
+                )
+            folder, name = os.path.split(path[: -len(".py")])
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
         try:
-            importlib.import_module(module)
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            raise CLIError(
+                f"--import {module}: {exc}; run the command from the directory that holds "
+                "it, add that directory to PYTHONPATH (PYTHONPATH=/path/to/app actors ...), "
+                "or give the file's path (--import ./app/orders.py)",
+                USAGE,
+            ) from None
         except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
             raise CLIError(f"--import {module}: {type(exc).__name__}: {exc}", USAGE) from None
