@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 
 import pytest
 import trio
+import trio.testing
 
 pytest.importorskip("starlette", reason="install the 'web' extra")
 
@@ -30,7 +31,7 @@ import actors  # noqa: E402
 from actors import Signal, process  # noqa: E402
 from actors._web import create_app  # noqa: E402
 from actors._web._actions import ACTIONS, Runner  # noqa: E402
-from actors._web._guard import Guard, origin_matches  # noqa: E402
+from actors._web._guard import TOKEN_SECONDS, Guard, origin_matches  # noqa: E402
 from storage import LMDBJournal, instance_id  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 
@@ -181,6 +182,12 @@ async def post(
     return await call(app, "/act", method="POST", headers=headers, body=urlencode(form).encode())
 
 
+def tok(session: str, form: dict) -> str:
+    """A token of ``session`` for the confirmation of exactly ``form``."""
+    rest = {k: v for k, v in form.items() if k not in ("action", "address") and v != ""}
+    return GUARD.token(session, form["action"], form["address"], rest)
+
+
 def record(journal: LMDBJournal, address: str):
     """What an action would change: the instance's status, record and mail."""
     with journal.reader() as r:
@@ -216,30 +223,52 @@ def test_origin_must_name_the_host_the_request_went_to(origin, host, ok):
     assert ok == origin_matches(origin, host)
 
 
-def test_a_token_belongs_to_one_session_of_one_server():
+def test_a_token_belongs_to_one_confirmation_of_one_session_of_one_server():
     guard = Guard()
     one, two = guard.new_session(), guard.new_session()
     assert one != two and 43 == len(one)
-    assert guard.token_ok(one, guard.token(one))
-    assert not guard.token_ok(two, guard.token(one))  # another session's
-    assert not guard.token_ok(one, Guard().token(one))  # another server's (or before a restart)
-    assert not guard.token_ok(one, guard.token(one)[:-1])
-    assert not guard.token_ok(one, "") and not guard.token_ok(None, guard.token(one))
-    assert not guard.token_ok(one, "é" * 64)
+    what = ("send", "holds/h-1", {"signal": "go"})
+
+    def redeems(session, token, action="send", address="holds/h-1", fields=None):
+        fields = {"signal": "go"} if fields is None else fields
+        return None is guard.redeem(session, token, action, address, fields)
+
+    assert not redeems(two, guard.token(one, *what))  # another session's
+    assert not redeems(one, Guard().token(one, *what))  # another server's (or before a restart)
+    assert not redeems(one, guard.token(one, *what)[:-1])
+    assert not redeems(one, "") and not redeems(None, guard.token(one, *what))
+    assert not redeems(one, "é" * 64) and not redeems(one, "1.2.3.4")
+    # bound to the action, its address and its fields
+    assert not redeems(one, guard.token(one, *what), action="drop", fields={})
+    assert not redeems(one, guard.token(one, *what), address="holds/h-2")
+    assert not redeems(one, guard.token(one, *what), fields={"signal": "go", "key": "k"})
+    # once
+    token = guard.token(one, *what)
+    assert redeems(one, token)
+    assert "used already" in guard.redeem(one, token, *what)
+    assert redeems(one, guard.token(one, *what))  # a fresh confirmation acts again
     assert one == guard.session({guard.cookie: one})
     assert None is guard.session({guard.cookie: "short"}) is guard.session({})
     assert guard.cookie != Guard().cookie  # two inspectors on one host keep their own
 
 
+def test_a_token_expires_after_an_hour_and_forgets_its_nonce_then():
+    now = [1_800_000_000.0]
+    guard = Guard(clock=lambda: now[0])
+    session = guard.new_session()
+    what = ("cancel", "holds/h-1", {})
+    late, fresh = guard.token(session, *what), guard.token(session, *what)
+    assert None is guard.redeem(session, fresh, *what)
+    now[0] += TOKEN_SECONDS
+    assert "over an hour old" in guard.redeem(session, late, *what)
+    assert "over an hour old" in guard.redeem(session, fresh, *what)
+    guard.redeem(session, guard.token(session, *what), *what)
+    assert 1 == len(guard._redeemed)  # the expired nonce is forgotten, the new one kept
+
+
 def test_the_refusals_say_why():
     s = GUARD.new_session()
-    ok = dict(
-        origin=ORIGIN,
-        host="127.0.0.1:8080",
-        fetch_site="same-origin",
-        session=s,
-        token=GUARD.token(s),
-    )
+    ok = dict(origin=ORIGIN, host="127.0.0.1:8080", fetch_site="same-origin", session=s)
     assert None is GUARD.refusal(**ok)
     assert None is GUARD.refusal(**dict(ok, fetch_site=None))  # an older browser says nothing
     assert "comes from http://evil.example, not from this inspector" in GUARD.refusal(
@@ -248,7 +277,7 @@ def test_the_refusals_say_why():
     assert "from a page that does not say where" in GUARD.refusal(**dict(ok, origin=None))
     assert "cross-site, not same-origin" in GUARD.refusal(**dict(ok, fetch_site="cross-site"))
     assert "no inspector session" in GUARD.refusal(**dict(ok, session=None))
-    assert "token is missing or not this session's" in GUARD.refusal(**dict(ok, token=None))
+    assert "token is missing or not for this action" in GUARD.redeem(s, None, "cancel", "a/b", {})
 
 
 # -- read-only unless allowed ---------------------------------------------------------
@@ -263,7 +292,7 @@ async def test_a_read_only_inspector_offers_nothing_and_refuses_every_post(read_
     status, _, body = await call(read_only, "/confirm?action=cancel&address=holds%2Fh-1")
     assert 405 == status and "start it with --allow-actions" in body
     s = GUARD.new_session()
-    for token in (GUARD.token(s), None):
+    for token in (tok(s, {"action": "cancel", "address": "holds/h-1"}), None):
         status, _, body = await post(
             read_only, {"action": "cancel", "address": "holds/h-1"}, session=s, token=token
         )
@@ -305,14 +334,21 @@ async def test_the_confirmation_says_what_will_happen_and_holds_the_token(app, j
     session = re.match(rf"{GUARD.cookie}=([A-Za-z0-9_-]+);", cookie)[1]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     form = re.search(r'<form id="confirm" method="post" action="/act">(.*?)</form>', body)[1]
-    assert f'name="token" value="{GUARD.token(session)}"' in form
-    # The same session keeps its cookie and its token.
+    first = re.search(r'name="token" value="([^"]+)"', form)[1]
+    # The same session keeps its cookie; each confirmation has a token of its own,
+    # for what it confirms.
     _, headers, body = await call(
         app,
         "/confirm?action=cancel-compensate&address=holds%2Fh-1",
         headers=[session_cookie(session)],
     )
-    assert "set-cookie" not in headers and GUARD.token(session) in body
+    second = re.search(r'name="token" value="([^"]+)"', body)[1]
+    assert "set-cookie" not in headers and first != second
+    assert "not for this action" in GUARD.redeem(
+        session, first, "cancel-compensate", "holds/h-1", {}
+    )
+    assert None is GUARD.redeem(session, first, "cancel", "holds/h-1", {})
+    assert None is GUARD.redeem(session, second, "cancel-compensate", "holds/h-1", {})
     assert "run first, newest first: book; then it ends cancelled" in text_of(body)
 
     _, _, body = await call(
@@ -390,12 +426,12 @@ async def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothi
     cancel = {"action": "cancel", "address": "holds/h-1"}
     refused = [
         await post(app, cancel, session=s),  # no token
-        await post(app, cancel, session=s, token=GUARD.token(GUARD.new_session())),  # another's
-        await post(app, cancel, session=None, token=GUARD.token(s)),  # no session cookie
-        await post(app, cancel, session=s, token=GUARD.token(s), origin="http://evil.example"),
-        await post(app, cancel, session=s, token=GUARD.token(s), origin=None),
+        await post(app, cancel, session=s, token=tok(GUARD.new_session(), cancel)),  # another's
+        await post(app, cancel, session=None, token=tok(s, cancel)),  # no session cookie
+        await post(app, cancel, session=s, token=tok(s, cancel), origin="http://evil.example"),
+        await post(app, cancel, session=s, token=tok(s, cancel), origin=None),
         await post(
-            app, cancel, session=s, token=GUARD.token(s), extra=[("sec-fetch-site", "cross-site")]
+            app, cancel, session=s, token=tok(s, cancel), extra=[("sec-fetch-site", "cross-site")]
         ),
     ]
     assert [403] * 6 == [status for status, _, _ in refused]
@@ -419,7 +455,7 @@ async def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothi
             ("content-type", "application/x-www-form-urlencoded"),
             session_cookie(s),
         ],
-        body=urlencode(dict(cancel, token=GUARD.token(s))).encode(),
+        body=urlencode(dict(cancel, token=tok(s, cancel))).encode(),
     )
     assert 400 == status
     assert before == record(opened, "holds/h-1")
@@ -439,7 +475,7 @@ async def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothi
         app,
         {"action": "cancel", "address": "holds/h-1", "force": "1"},
         session=s,
-        token=GUARD.token(s),
+        token=tok(s, {"action": "cancel", "address": "holds/h-1", "force": "1"}),
     )
     assert 400 == status
     assert (
@@ -455,9 +491,8 @@ async def test_a_post_without_the_sessions_token_or_from_elsewhere_changes_nothi
 async def test_an_action_is_the_commands_and_is_audited(app, opened, caplog):
     caplog.set_level(logging.INFO, logger="actors.control")
     s = GUARD.new_session()
-    token = GUARD.token(s)
     send = {"action": "send", "address": "holds/h-1", "signal": "go", "payload": '{"by": "ann"}'}
-    status, _, body = await post(app, send, session=s, token=token)
+    status, _, body = await post(app, send, session=s, token=tok(s, send))
     assert 200 == status, body
     said = text_of(body)
     assert "done" in said and "sent 'go' to holds/h-1 as message #1" in said
@@ -465,17 +500,15 @@ async def test_an_action_is_the_commands_and_is_audited(app, opened, caplog):
     assert "suspended" == status
     assert [("go", {"by": "ann"})] == [(m[0], m[1]) for _, m in mail]
 
-    status, _, body = await post(
-        app, {"action": "cancel", "address": "holds/h-1"}, session=s, token=token
-    )
+    cancel = {"action": "cancel", "address": "holds/h-1"}
+    status, _, body = await post(app, cancel, session=s, token=tok(s, cancel))
     assert 200 == status, body
     assert "cancelled holds/h-1 (suspended before)" in text_of(body)
     assert "cancelled" == record(opened, "holds/h-1")[0]
 
     # The command's refusal is the page's, with its exit code's answer.
-    status, _, body = await post(
-        app, {"action": "retry", "address": "greet/ann"}, session=s, token=token
-    )
+    retry = {"action": "retry", "address": "greet/ann"}
+    status, _, body = await post(app, retry, session=s, token=tok(s, retry))
     assert 409 == status
     assert "refused" in text_of(body) and "greet/ann" in text_of(body)
     assert "completed" == record(opened, "greet/ann")[0]
@@ -508,7 +541,7 @@ async def test_a_fork_with_no_system_running_takes_the_code_from_the_inspectors_
     assert 'id="fork-to"' not in body
     s = GUARD.new_session()
     fork = {"action": "fork", "address": "payments/p-1", "from": "1"}
-    status, _, body = await post(app, fork, session=s, token=GUARD.token(s))
+    status, _, body = await post(app, fork, session=s, token=tok(s, fork))
     assert 200 == status, body
     with opened.reader() as r:
         row = r.instance(instance_id("payments/p-1"))
@@ -528,7 +561,7 @@ async def test_drop_the_message_a_failed_run_was_handling(app, opened):
     )
     s = GUARD.new_session()
     drop = {"action": "drop", "address": "poison/x-1", "message": "1"}
-    status, _, body = await post(app, drop, session=s, token=GUARD.token(s))
+    status, _, body = await post(app, drop, session=s, token=tok(s, drop))
     assert 200 == status, body
     _, _, body = await call(app, "/instance?address=poison%2Fx-1")
     assert "dropped: 1 message" in body
@@ -536,9 +569,8 @@ async def test_drop_the_message_a_failed_run_was_handling(app, opened):
 
 async def test_a_value_that_looks_like_an_option_is_not_one(app):
     s = GUARD.new_session()
-    status, _, body = await post(
-        app, {"action": "cancel", "address": "-h"}, session=s, token=GUARD.token(s)
-    )
+    cancel = {"action": "cancel", "address": "-h"}
+    status, _, body = await post(app, cancel, session=s, token=tok(s, cancel))
     assert 404 == status  # "-h" is an address here, and there is none
     assert "no instance at '-h'" in text_of(body)
 
@@ -612,3 +644,159 @@ def test_the_command_with_actions_says_so_and_offers_them(journal):
         "actors.control WARNING web inspector: cancel 'holds/h-1' from 127.0.0.1: refused: "
         "refused: the request comes from http://evil.example" in err
     )
+
+
+# -- bounds: every refusal audited, large payloads, one token one action -------------
+
+
+def _audited(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "actors.control"]
+
+
+@pytest.mark.parametrize(
+    "form, says",
+    [
+        ({"action": "cancel", "address": "holds/h-1\x00x"}, "address holds a control character"),
+        ({"action": "send", "address": "holds/h-1", "signal": "g\x00o"}, "signal holds a control"),
+        (
+            {"action": "send", "address": "holds/h-1", "signal": "go", "key": "k\x00"},
+            "key holds a control character",
+        ),
+        (
+            {"action": "send", "address": "holds/h-1", "signal": "go", "payload": "[" * 100_000},
+            "payload nests too deep to read",
+        ),
+    ],
+    ids=["nul-address", "nul-signal", "nul-key", "deep-payload"],
+)
+async def test_a_malformed_action_is_refused_with_an_audit_line(app, opened, caplog, form, says):
+    caplog.set_level(logging.INFO, logger="actors.control")
+    before = record(opened, "holds/h-1")
+    s = GUARD.new_session()
+    status, _, body = await post(app, form, session=s, token=tok(s, form))
+    assert (400, True) == (status, says in text_of(body))
+    (line,) = _audited(caplog)
+    assert "refused" in line and says in line and "\x00" not in line
+    assert before == record(opened, "holds/h-1")
+
+
+async def test_a_payload_of_a_mebibyte_goes_to_the_command_on_its_stdin(app, opened, caplog):
+    # One argv string may be at most 128 KiB: the payload rides on stdin.
+    caplog.set_level(logging.INFO, logger="actors.control")
+    big = "x" * 1_000_000
+    send = {"action": "send", "address": "holds/h-1", "signal": "go", "payload": f'"{big}"'}
+    s = GUARD.new_session()
+    status, _, body = await post(app, send, session=s, token=tok(s, send))
+    assert 200 == status, text_of(body)[-500:]
+    _, _, mail = record(opened, "holds/h-1")
+    assert [("go", big)] == [(m[0], m[1]) for _, m in mail]
+    (line,) = _audited(caplog)
+    assert "(1000002 bytes)" in line and len(line) < 1000  # the audit line names its size
+
+
+async def test_a_token_does_one_confirmed_action_once(app, opened, caplog):
+    caplog.set_level(logging.INFO, logger="actors.control")
+    _, headers, body = await call(
+        app, "/confirm?" + urlencode({"action": "send", "address": "holds/h-1", "signal": "go"})
+    )
+    session = re.match(rf"{GUARD.cookie}=([A-Za-z0-9_-]+);", headers["set-cookie"][0])[1]
+    token = re.search(r'name="token" value="([^"]+)"', body)[1]
+    # The send confirmation's token does not drop, nor cancel, nor send elsewhere.
+    for form in (
+        {"action": "drop", "address": "holds/h-1", "message": "1"},
+        {"action": "cancel", "address": "holds/h-1"},
+        {"action": "send", "address": "payments/p-1", "signal": "go"},
+        {"action": "send", "address": "holds/h-1", "signal": "stop"},
+    ):
+        status, _, body = await post(app, form, session=session, token=token)
+        assert (form["action"], 403) == (form["action"], status)
+        assert "not for this action" in text_of(body)
+    before = record(opened, "holds/h-1")
+    send = {"action": "send", "address": "holds/h-1", "signal": "go"}
+    assert 200 == (await post(app, send, session=session, token=token))[0]
+    status, _, body = await post(app, send, session=session, token=token)  # again
+    assert 403 == status and "used already" in text_of(body)
+    _, _, mail = record(opened, "holds/h-1")
+    assert 1 == len(mail) - len(before[2])  # one message, from the one use
+    lines = _audited(caplog)
+    assert 6 == len(lines) and 5 == sum("refused" in line for line in lines)
+
+
+class _HeldRunner(Runner):
+    """A runner whose commands wait until released (to hold slots)."""
+
+    def __init__(self, journal: str, release: trio.Event) -> None:
+        super().__init__(journal)
+        object.__setattr__(self, "release", release)
+
+    async def run(self, action, address, fields):
+        await self.release.wait()
+        return await super().run(action, address, fields)
+
+
+async def test_at_most_a_few_actions_run_at_once(opened, journal, caplog):
+    caplog.set_level(logging.INFO, logger="actors.control")
+    release = trio.Event()
+    app = create_app(
+        opened,
+        source=str(journal),
+        runner=_HeldRunner(str(journal), release),
+        actions=ACTIONS,
+        guard=GUARD,
+        max_actions=2,
+    )
+    s = GUARD.new_session()
+    send = {"action": "send", "address": "holds/h-1", "signal": "go"}
+    statuses: list[int] = []
+
+    async def one() -> None:
+        statuses.append((await post(app, send, session=s, token=tok(s, send)))[0])
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(2):
+            nursery.start_soon(one)
+        await trio.testing.wait_all_tasks_blocked()
+        status, _, body = await post(app, send, session=s, token=tok(s, send))
+        assert 429 == status and "2 actions are running already" in text_of(body)
+        release.set()
+    assert [200, 200] == statuses
+    assert 3 == len(_audited(caplog))
+
+
+async def test_a_proxys_user_header_is_recorded_only_when_trusted(opened, journal, caplog):
+    caplog.set_level(logging.INFO, logger="actors.control")
+    proxy = [("x-forwarded-user", "mallory")]
+    for trusted in (False, True):
+        app = create_app(
+            opened,
+            source=str(journal),
+            runner=Runner(str(journal)),
+            actions=ACTIONS,
+            guard=GUARD,
+            trust_proxy=trusted,
+        )
+        await post(app, {"action": "cancel", "address": "holds/h-1"}, extra=proxy)
+    untrusted, trusted_line = _audited(caplog)
+    assert "mallory" not in untrusted and "from 127.0.0.1: refused" in untrusted
+    assert "from 127.0.0.1 (x-forwarded-user 'mallory'): refused" in trusted_line
+
+
+async def test_an_acting_inspectors_problem_pages_do_not_say_read_only(app):
+    for target in ("/nowhere", "/instance?address=nobody%2Fx"):
+        status, _, body = await call(app, target)
+        assert 404 == status
+        assert '<span class="muted" id="mode">actions allowed</span>' in body
+        assert "read-only" not in body
+    status, _, body = await post(app, {"action": "cancel", "address": "holds/h-1"})
+    assert 403 == status and "read-only" not in body
+
+
+def test_actions_on_a_network_address_need_the_explicit_flag(journal):
+    from tests.cli_runner import run_in_process
+
+    done = run_in_process(
+        ["--journal", str(journal), "web", "--host", "0.0.0.0", "--allow-actions", "--port", "0"]
+    )
+    assert 2 == done.returncode
+    assert "--i-understand-anyone-can-act" in done.stderr
+    assert "authenticating proxy" in done.stderr

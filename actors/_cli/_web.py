@@ -45,6 +45,18 @@ def add_web_arguments(p: argparse.ArgumentParser) -> None:
         "on instances' pages, each confirmed first and done by this command "
         "line (LMDB journals only; off by default: the inspector only reads)",
     )
+    p.add_argument(
+        "--i-understand-anyone-can-act",
+        action="store_true",
+        help="with --allow-actions on a --host that is not a loopback address: "
+        "start anyway (refused without it; anyone who reaches the port can act)",
+    )
+    p.add_argument(
+        "--trust-proxy",
+        action="store_true",
+        help="record the X-Forwarded-User and X-Forwarded-For headers in audit "
+        "lines: only behind a proxy that sets them (anyone can send them)",
+    )
 
 
 async def web(args: argparse.Namespace) -> int:

@@ -33,7 +33,16 @@ from storage import MAIL_STATUSES, STATUSES, TERMINAL_STATUSES, UNFINISHED_STATU
 
 from .._cli._render import compact, counted
 
-__all__ = ["Action", "ACTIONS", "Outcome", "BadAction", "Runner", "audit", "check_fields"]
+__all__ = [
+    "Action",
+    "ACTIONS",
+    "Outcome",
+    "BadAction",
+    "Runner",
+    "audit",
+    "check_address",
+    "check_fields",
+]
 
 log = logging.getLogger("actors.control")
 
@@ -71,6 +80,9 @@ class Action:
     argv: Callable[[str, Fields], list[str]]  # the command's arguments after its name
     says: Callable[[dict[str, Any], Fields], list[str]]  # what will happen, in sentences
     per_item: bool = False  # offered on a log entry or a message, not in the panel
+    # The field the command reads from its stdin (its argv says "-"): a
+    # payload or an input may be larger than one argv string may (128 KiB).
+    stdin: str | None = None
 
 
 # -- what each one says will happen ---------------------------------------------------
@@ -259,7 +271,7 @@ def _compensate_argv(address: str, f: Fields) -> list[str]:
 
 
 def _retry_argv(address: str, f: Fields) -> list[str]:
-    return [*([f"--input={f['input']}"] if f.get("input") else []), "--", address]
+    return [*(["--input=-"] if f.get("input") else []), "--", address]
 
 
 def _fork_argv(address: str, f: Fields) -> list[str]:
@@ -268,7 +280,7 @@ def _fork_argv(address: str, f: Fields) -> list[str]:
 
 def _send_argv(address: str, f: Fields) -> list[str]:
     key = [f"--key={f['key']}"] if f.get("key") else []
-    return [*key, "--", address, f["signal"], f.get("payload") or "null"]
+    return [*key, "--", address, f["signal"], "-" if f.get("payload") else "null"]
 
 
 def _drop_argv(address: str, f: Fields) -> list[str]:
@@ -303,6 +315,7 @@ ACTIONS: dict[str, Action] = {
             ("input",),
             _retry_argv,
             _retry_says,
+            stdin="input",
         ),
         Action(
             "fork",
@@ -322,6 +335,7 @@ ACTIONS: dict[str, Action] = {
             ("signal", "payload", "key"),
             _send_argv,
             _send_says,
+            stdin="payload",
         ),
         Action(
             "drop",
@@ -369,6 +383,11 @@ def check_fields(action: Action, fields: Mapping[str, str]) -> dict[str, str]:
             f"not {', '.join(unknown)}"
         )
     out = {k: v for k, v in fields.items() if v != ""}
+    for name, value in out.items():
+        # A name (signal, key, address) is printable; a JSON text may hold
+        # anything escaped, never a raw NUL (a command line cannot carry one).
+        if "\x00" in value or (name not in _JSON_FIELDS and not value.isprintable()):
+            raise BadAction(f"{name} holds a control character: type it without one")
     if action.name == "fork":
         at = out.get("from", "")
         if not (at.isascii() and at.isdigit()) or len(at) > 9:
@@ -390,6 +409,22 @@ def check_fields(action: Action, fields: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+_JSON_FIELDS = frozenset({"payload", "input"})
+
+
+def check_address(address: str) -> str:
+    """``address``, if an action may name it.
+
+    Raises:
+        BadAction: it is empty or holds a control character.
+    """
+    if not address:
+        raise BadAction("address is missing: name the instance to act on")
+    if not address.isprintable():
+        raise BadAction("address holds a control character: no instance's address does")
+    return address
+
+
 def _json(fields: Mapping[str, str], name: str) -> Any:
     text = fields.get(name)
     if text is None:
@@ -398,6 +433,10 @@ def _json(fields: Mapping[str, str], name: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise BadAction(f'{name} is not JSON ({exc}); e.g. {{"by": "ann"}}') from None
+    except RecursionError:
+        raise BadAction(
+            f"{name} nests too deep to read; a payload is at most about 1,000 levels deep"
+        ) from None
 
 
 @attrs.frozen
@@ -438,9 +477,14 @@ class Runner:
     async def run(self, action: Action, address: str, fields: Fields) -> Outcome:
         """Run it and wait (up to `timeout` seconds) for its end."""
         argv = self.argv(action, address, fields)
+        given = fields.get(action.stdin) if action.stdin is not None else None
         with trio.move_on_after(self.timeout):
             done = await trio.run_process(
-                argv, capture_stdout=True, capture_stderr=True, check=False
+                argv,
+                stdin=(given or "").encode(),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
             )
             out = done.stdout.decode(errors="replace").strip()
             err = done.stderr.decode(errors="replace").strip()
@@ -457,7 +501,7 @@ class Runner:
 
 def audit(action: str, address: str, fields: Fields, client: str, outcome: str, text: str) -> None:
     """The audit line of an action, done or refused, on ``actors.control``."""
-    asked = " ".join(f"{k}={v!r}" for k, v in sorted(fields.items()))
+    asked = " ".join(f"{k}={_clipped(v)}" for k, v in sorted(fields.items()))
     level = logging.INFO if outcome == "done" else logging.WARNING
     named = action if action in ACTIONS else repr(action)  # (a refused POST's is anyone's)
     log.log(
@@ -476,3 +520,11 @@ def audit(action: str, address: str, fields: Fields, client: str, outcome: str, 
             "actors_client": client,
         },
     )
+
+
+def _clipped(value: str, limit: int = 200) -> str:
+    """``value`` for an audit line: repr'd (control characters escaped) and
+    cut at ``limit`` characters, saying how long it was."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value.encode('utf-8', 'replace'))} bytes)"

@@ -57,7 +57,7 @@ from storage import (
 from .._cli._errors import CLIError
 from .._cli._inspect import describe, list_items
 from ._action_pages import action_panel, confirm_body, outcome_body
-from ._actions import Action, BadAction, Runner, audit, check_fields
+from ._actions import Action, BadAction, Runner, audit, check_address, check_fields
 from ._assets import ASSETS
 from ._guard import Guard
 from ._pages import instance_fragment, layout, list_filters, list_fragment, problem_page
@@ -89,6 +89,7 @@ _HEADERS = {
 
 # The most a POST's body may hold: a 1 MiB payload, however it is escaped.
 MAX_FORM = 4 << 20
+MAX_ACTIONS = 4  # actions' commands running at once (each is a Python process)
 
 # HTTP status of the page that shows an action's outcome, by the CLI's exit code.
 _ANSWER = {0: 200, 1: 409, 2: 400, 3: 404, 4: 409, 5: 500, 124: 504}
@@ -115,6 +116,8 @@ def create_app(
     runner: Runner | None = None,
     actions: Mapping[str, Action] | None = None,
     guard: Guard | None = None,
+    trust_proxy: bool = False,
+    max_actions: int = MAX_ACTIONS,
 ) -> ASGIApp:
     """The inspector's ASGI app over ``journal`` (open; the caller closes it).
 
@@ -130,11 +133,17 @@ def create_app(
             and refuses every POST.
         actions: the actions offered (with ``runner``), by name.
         guard: the session tokens' secret (a fresh one by default).
+        trust_proxy: record what ``X-Forwarded-User`` and ``X-Forwarded-For``
+            say in audit lines (only behind a proxy that sets them; anyone
+            can send them otherwise).
+        max_actions: how many actions' commands may run at once; a POST
+            past that is refused (429), not queued.
     """
     limiter = trio.CapacityLimiter(2)
     allowed: Mapping[str, Action] = (actions or {}) if runner is not None else {}
     guard = guard or Guard()
     mode = "actions allowed" if allowed else "read-only"
+    running = trio.Semaphore(max_actions)
 
     async def read(fn: Callable[[Reader], T]) -> T:
         def run() -> T:
@@ -176,10 +185,8 @@ def create_app(
         action = allowed.get(name)
         if action is None:
             raise _Refused(400, f"unknown action {name!r}; one of {', '.join(allowed)}")
-        if not address:
-            raise _Refused(400, "address is missing: name the instance to act on")
         try:
-            return action, address, check_fields(action, rest)
+            return action, check_address(address), check_fields(action, rest)
         except BadAction as exc:
             raise _Refused(400, str(exc)) from None
 
@@ -201,7 +208,7 @@ def create_app(
             address,
             action.says(doc, fields),
             fields,
-            guard.token(session),
+            guard.token(session, action.name, address, fields),
             runner.argv(action, address, fields),
         )
         page = layout(f"{action.title}: {address}", source, body, live=None, poll=0, mode=mode)
@@ -211,30 +218,47 @@ def create_app(
         return response
 
     async def act(request: Request) -> Response:
-        if not allowed:
-            wanted({})  # refused: this inspector only reads
-        client = _client(request)
+        client = _client(request, trust_proxy)
         form: dict[str, str] = {}
         try:  # every POST refused is an audit line too
+            if not allowed:
+                wanted({})  # refused: this inspector only reads
             form = _single(await _form(request))
             token = form.pop("token", None)
+            session = guard.session(request.cookies)
             why = guard.refusal(
                 origin=request.headers.get("origin"),
                 host=request.headers.get("host", ""),
                 fetch_site=request.headers.get("sec-fetch-site"),
-                session=guard.session(request.cookies),
-                token=token,
+                session=session,
             )
             if why is not None:
                 raise _Refused(403, why)
             action, address, fields = wanted(form)
+            why = guard.redeem(session, token, action.name, address, fields)
+            if why is not None:
+                raise _Refused(403, why)
+            try:
+                running.acquire_nowait()
+            except trio.WouldBlock:
+                raise _Refused(
+                    429,
+                    f"refused: {max_actions} actions are running already; wait for one to "
+                    "end, then open the instance's page again and confirm from there",
+                ) from None
         except _Refused as exc:
             audit(
                 form.get("action", "?"), form.get("address", "?"), {}, client, "refused", str(exc)
             )
             raise
         assert runner is not None
-        outcome = await runner.run(action, address, fields)
+        try:
+            outcome = await runner.run(action, address, fields)
+        except BaseException as exc:
+            audit(action.name, address, fields, client, "error", f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            running.release()
         audit(action.name, address, fields, client, outcome.word, outcome.text)
         then = fields.get("to", address) if outcome.code == 0 else address
         body = outcome_body(action, address, outcome, then)
@@ -249,7 +273,8 @@ def create_app(
         return Response(body, media_type=media_type)
 
     def problem(status: int, title: str, message: str) -> HTMLResponse:
-        return HTMLResponse(problem_page(status, title, message, source), status_code=status)
+        page = problem_page(status, title, message, source, mode=mode)
+        return HTMLResponse(page, status_code=status)
 
     async def on_bad_query(request: Request, exc: Exception) -> Response:
         return problem(400, "bad query", str(exc))
@@ -338,9 +363,12 @@ async def _form(request: Request) -> dict[str, list[str]]:
         raise _Refused(400, f"the form does not decode: {exc}") from None
 
 
-def _client(request: Request) -> str:
-    """Who asked, for the audit line: the peer, and what a proxy in front says."""
+def _client(request: Request, trust_proxy: bool) -> str:
+    """Who asked, for the audit line: the peer, and, when the inspector is
+    told it stands behind a proxy (``--trust-proxy``), what that proxy says."""
     peer = request.client.host if request.client is not None else "?"
+    if not trust_proxy:
+        return peer
     said = [
         f"{name} {request.headers[name]!r}"
         for name in ("x-forwarded-user", "x-forwarded-for")

@@ -451,10 +451,13 @@ def instance_fragment(
 # -- problems -----------------------------------------------------------------------
 
 
-def problem_page(status: int, title: str, message: str, source: str) -> str:
-    """A 4xx or 5xx page: what went wrong, and the way back to the list."""
+def problem_page(
+    status: int, title: str, message: str, source: str, *, mode: str = "read-only"
+) -> str:
+    """A 4xx or 5xx page: what went wrong, and the way back to the list;
+    ``mode`` says whether the inspector acts ("actions allowed")."""
     body = (
         f'<div class="problem"><h1>{status} · {esc(title)}</h1><p id="problem">{esc(message)}</p>'
         '<p><a href="/">all instances</a></p></div>'
     )
-    return layout(title, source, body, live=None, poll=0)
+    return layout(title, source, body, live=None, poll=0, mode=mode)

@@ -148,6 +148,14 @@ async def web(args: argparse.Namespace) -> int:
             "application (ActorSystem's methods), or drop --allow-actions",
             USAGE,
         )
+    if acting and not local and not args.i_understand_anyone_can_act:
+        raise CLIError(
+            f"--allow-actions on --host {args.host}, not a loopback address, lets anyone who "
+            "can reach it cancel, retry, fork and send: put it behind an authenticating "
+            "proxy on 127.0.0.1 (see docs/operating.md), or, if every client that can "
+            "reach it may act, add --i-understand-anyone-can-act",
+            USAGE,
+        )
     reach = (
         "this machine only"
         if local
@@ -161,7 +169,13 @@ async def web(args: argparse.Namespace) -> int:
             runner = Runner(str(journal_dir(args).resolve()), tuple(args.imports))
             actions = ACTIONS
         app = create_app(
-            journal, source=source, poll=args.interval, hosts=hosts, runner=runner, actions=actions
+            journal,
+            source=source,
+            poll=args.interval,
+            hosts=hosts,
+            runner=runner,
+            actions=actions,
+            trust_proxy=args.trust_proxy,
         )
         # Ctrl-C and SIGTERM end the server gracefully, never inside a response.
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
