@@ -11,6 +11,7 @@ outcome follows from their children's.
 from __future__ import annotations
 
 import datetime as _dt
+import reprlib
 from collections.abc import Callable, Generator
 from types import CodeType
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar, cast
@@ -173,6 +174,12 @@ class Effect(Generic[T]):
     def as_call(self) -> str:
         """The call that made it, as process code reads: ``ctx.emit(...)``."""
         return f"ctx.{self.kind}({self.name!r})" if self.name else f"ctx.{self.kind}(...)"
+
+    def with_arguments(self) -> str:
+        """The call with the arguments it was made with, for a message that
+        says what differs from a log entry (`as_call` unless the kind has
+        arguments worth showing)."""
+        return self.as_call()
 
     def made_where(self) -> str:
         """``file:line`` of the code that made it (``?`` if `Context` did not say)."""
@@ -493,6 +500,11 @@ class Step(Effect[T]):
     def as_call(self) -> str:
         return f"ctx.step({self.name})"
 
+    def with_arguments(self) -> str:
+        shown = [_short(a) for a in self.args]
+        shown += [f"{k}={_short(v)}" for k, v in sorted(self.kwargs.items())]
+        return f"ctx.step({', '.join([self.name, *shown])})"
+
 
 class Recorded(Effect[Any]):
     """A value computed once and replayed: ``ctx.now()``, ``random()``, ``uuid()``."""
@@ -645,3 +657,14 @@ class Then(Composite[T]):
 
     def as_call(self) -> str:
         return self.call
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 40
+_SHORT.maxlist = _SHORT.maxdict = 5
+_SHORT.maxlevel = 2
+
+
+def _short(value: Any) -> str:
+    """``value``'s repr, cut short for a message."""
+    return _SHORT.repr(value)

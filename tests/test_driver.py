@@ -143,7 +143,10 @@ async def ticker_then_step(ctx: Context, id: str) -> None:
 
 @pytest.mark.parametrize(
     ("changed", "position", "found"),
-    [(ticker_stopped, 1, "wait 'stop'"), (ticker_then_step, 2, "step 'audit'")],
+    [
+        (ticker_stopped, 1, "wait 'stop': another signal ('go' in the log, 'stop' now)"),
+        (ticker_then_step, 2, "step 'audit' (ctx.step(audit)), another kind of effect"),
+    ],
 )
 async def test_a_logged_wait_that_the_code_changed_is_named_live_and_in_the_check(
     tmp_path, autojump_clock, changed, position, found
