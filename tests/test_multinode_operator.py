@@ -1,0 +1,60 @@
+"""Across nodes, an operator's action and the runtime's promises: a cancel
+answers within the takeover time, durable time is the database's, and a
+send key is unique in the journal whatever node sent it.
+
+Node programs (tests/multinode_node.py) share one schema, as in
+tests/test_multinode.py, whose harness these reuse. They talk to a real
+server (see tests/pg.py) and run in real time, hence ``slow``; each is
+bounded to well under a minute.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.test_multinode import (  # noqa: F401 - fixtures
+    Cluster,
+    cluster,
+    pg,
+    wait_for,
+)
+
+TAKEOVER = 2.0  # seconds: a dead or frozen node's instances run elsewhere by then
+
+
+# -- cancel on the last node standing -------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["killed", "frozen"])
+def test_a_cancel_on_the_last_node_answers_within_the_takeover_time(cluster, fault):
+    # b is the only node left to take the kids over: its cancel must not
+    # wait for a takeover that the cancel itself holds off. Its cancels are
+    # asked while a is frozen (a, its owner, never reads them); "killed"
+    # then kills a, "frozen" leaves it so until its lease lapses.
+    a, b = cluster.start("a", "b")
+    kids = [f"kid/k{i}" for i in range(3)]
+    for address in kids:
+        a.call("start", proc="kid", params=[address.split("/")[1]])
+    wait_for(lambda: all(cluster.status(k) == "suspended" for k in kids), 5, "the kids")
+    assert {"a"} == {cluster.owner(k) for k in kids}
+    a.signal(signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        asked = [b.post("cancel", address=address) for address in kids]
+        if fault == "killed":
+            wait_for(lambda: len(cluster.query("SELECT * FROM {s}.mail")) == 3, 5, "the asks")
+            began = time.monotonic()
+            a.signal(signal.SIGKILL)
+        answers = [b.answer(ident, timeout=20) for ident in asked]
+        took = time.monotonic() - began
+    finally:
+        a.signal(signal.SIGCONT)
+    print(f"cancels on the last node, {fault}: answered {took:.3f} s after the fault")
+    assert [True, True, True] == answers
+    assert took < TAKEOVER
+    assert {"cancelled"} == {cluster.status(k) for k in kids}
+    assert {"b"} == {cluster.owner(k) for k in kids}
