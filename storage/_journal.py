@@ -66,6 +66,7 @@ from ._txn import (
     Chain as Chain,
     LostChains as LostChains,
     Txn as Txn,
+    check_fresh_cursors as check_fresh_cursors,
     check_requires as check_requires,
     due_us as due_us,
     stored_incarnation as stored_incarnation,

@@ -11,7 +11,8 @@ with a JSON line on stdout::
     {"id": 1, "cmd": "start", "proc": "sink", "params": ["s1"], "input": {}}
     {"id": 1, "ok": true, "result": "sink/s1"}
 
-Commands: ``start``, ``send`` (address, payload: a ``work`` signal),
+Commands: ``start``, ``send`` (address, payload, key: a ``work`` signal),
+``keyed`` (address, ids, tasks: a keyed send of each id, its key),
 ``cancel`` (address), ``load`` (background senders: targets, first, count,
 tasks, pace), ``freeze_in_batch`` (address: SIGSTOP itself while its next
 batch that locks that instance's row holds the lock), ``loaded`` (instances in memory), ``status`` (address: what a
@@ -141,6 +142,11 @@ async def _sender(system: actors.ActorSystem, targets: list[str], ids: range, pa
         await trio.sleep(pace)
 
 
+async def _keyed(system: actors.ActorSystem, address: str, ids: list[int]) -> None:
+    for msg_id in ids:
+        await system.send(address, work, {"id": msg_id}, key=str(msg_id))
+
+
 async def _load(system: actors.ActorSystem, targets, first, count, tasks, pace) -> None:
     async with trio.open_nursery() as nursery:
         for t in range(tasks):
@@ -185,7 +191,14 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         handle = await system.start(proc, *request.get("params", []), **request.get("input", {}))
         return handle.id
     if cmd == "send":
-        await system.send(request["address"], work, request.get("payload"))
+        key = request.get("key")
+        await system.send(request["address"], work, request.get("payload"), key=key)
+        return None
+    if cmd == "keyed":  # one keyed send per id of ids, the id its key, over `tasks` tasks
+        ids, tasks = request["ids"], request.get("tasks", 4)
+        async with trio.open_nursery() as keyed:
+            for t in range(tasks):
+                keyed.start_soon(_keyed, system, request["address"], ids[t::tasks])
         return None
     if cmd == "cancel":
         return await system.cancel(request["address"])

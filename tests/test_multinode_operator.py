@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from storage import instance_id as iid
 from tests.test_multinode import (  # noqa: F401 - fixtures
     Cluster,
     cluster,
@@ -58,3 +59,27 @@ def test_a_cancel_on_the_last_node_answers_within_the_takeover_time(cluster, fau
     assert took < TAKEOVER
     assert {"cancelled"} == {cluster.status(k) for k in kids}
     assert {"b"} == {cluster.owner(k) for k in kids}
+
+
+# -- one send per key, whatever node sends it -------------------------------------
+
+
+@pytest.mark.slow
+def test_keyed_sends_of_one_key_from_two_nodes_store_it_once(cluster):
+    # Two clients send the same 1,000 keys, one through each node, at once:
+    # each key's message is stored (and handled) once.
+    a, b, c = cluster.start("a", "b", "c")
+    c.call("start", proc="sink", params=["keys"])
+    ids = list(range(1000))
+    racing = [(n, n.post("keyed", address="sink/keys", ids=ids, tasks=4)) for n in (a, b)]
+    for n, ident in racing:
+        n.answer(ident, timeout=45)
+    wait_for(lambda: len(cluster.handled()) == len(ids), 20, "every key's message handled")
+    cluster.quiescent()
+    handled = cluster.handled()
+    doubled = sorted(int(i) for i, lines in handled.items() if len(lines) != 1)
+    print(f"keys stored twice: {len(doubled)} of {len(ids)}")
+    assert [] == doubled
+    assert {str(i) for i in ids} == set(handled)
+    rows = cluster.query("SELECT count(*) FROM {s}.cursors WHERE iid = %s", [iid("sink/keys")])
+    assert [(len(ids),)] == rows  # one key each, kept for the incarnation's life

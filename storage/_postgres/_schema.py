@@ -308,6 +308,12 @@ class _SQL:
         self.stream_length = f"SELECT next FROM {s}.counters WHERE iid = %s AND kind = {_STREAM}"
         self.last_message_seq = f"SELECT next FROM {s}.counters WHERE iid = %s AND kind = {_MAIL}"
         self.cursors = f"SELECT consumer, position FROM {s}.cursors WHERE iid = %s"
+        # Which of these (iid, consumer) cursors exist (Txn.require_no_cursor:
+        # read once the instances' row locks are held).
+        self.cursors_named = (
+            f"SELECT c.iid, c.consumer FROM {s}.cursors c WHERE (c.iid, c.consumer) IN "
+            "(SELECT * FROM unnest(%b::bytea[], %s::text[]))"
+        )
         self.has_records = "SELECT " + " OR ".join(
             f"EXISTS (SELECT 1 FROM {s}.{table} WHERE iid = %(i)s)"
             for table in ("instances", "log", "mail", "timers", "stream", "cursors")
