@@ -478,6 +478,15 @@ class Journal(abc.ABC):
         of it in memory is not to be trusted. Single-owner journals: 0."""
         return 0
 
+    async def clock(self) -> float | None:
+        """The time on the journal's own clock, in epoch seconds, read now;
+        None if the journal has none of its own. Nodes sharing a journal
+        keep durable time (timers' due times, a message's sent-at) on it, so
+        a timer fires on time whichever node holds it, however their wall
+        clocks differ. Single-owner journals: None (the node's wall clock
+        is the journal's time)."""
+        return None
+
     def on_mail(self, callback: Callable[[bytes], None]) -> None:
         """Call ``callback(iid)`` in the trio thread whenever another node
         adds a message for an instance this node owns (and, after a lost

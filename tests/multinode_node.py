@@ -17,7 +17,9 @@ Commands: ``start``, ``send`` (address, payload, key: a ``work`` signal),
 tasks, pace), ``freeze_in_batch`` (address: SIGSTOP itself while its next
 batch that locks that instance's row holds the lock), ``loaded`` (instances in memory), ``status`` (address: what a
 handle here says), ``quit``. ``ACTORS_TEST_PASSIVATE_AFTER`` in the
-environment sets ``passivate_after`` (seconds). It prints ``{"ready": true}`` once the system is
+environment sets ``passivate_after`` (seconds); ``ACTORS_TEST_CLOCK_SKEW``
+(seconds, default 0) sets this node's wall clock that far ahead (negative:
+behind) of the host's, as a host whose clock is off would have it. It prints ``{"ready": true}`` once the system is
 open. Log records (warnings and up) go to stderr.
 
 Side effects go to WORKDIR: each handling step appends
@@ -231,8 +233,13 @@ async def main(dsn: str, schema: str, node: str, procs: list[str]) -> None:
     journal = PostgresJournal(dsn, schema=schema)
     registered = [PROCESSES[name] for name in procs]
     passivate = float(os.environ.get("ACTORS_TEST_PASSIVATE_AFTER", "60"))
+    skew = float(os.environ.get("ACTORS_TEST_CLOCK_SKEW", "0"))
     async with actors.open_system(
-        journal, processes=registered, node=node, passivate_after=passivate
+        journal,
+        processes=registered,
+        node=node,
+        passivate_after=passivate,
+        now=lambda: time.time() + skew,  # the wall clock, as this node's host has it
     ) as system:
         _reply({"ready": True, "node": node, "pid": os.getpid()})
         stdin = trio.lowlevel.FdStream(os.dup(0))

@@ -10,6 +10,7 @@ bounded to well under a minute.
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -83,3 +84,32 @@ def test_keyed_sends_of_one_key_from_two_nodes_store_it_once(cluster):
     assert {str(i) for i in ids} == set(handled)
     rows = cluster.query("SELECT count(*) FROM {s}.cursors WHERE iid = %s", [iid("sink/keys")])
     assert [(len(ids),)] == rows  # one key each, kept for the incarnation's life
+
+
+# -- durable time is the database's ------------------------------------------------
+
+SLEEP = 6.0  # seconds the sleeper sleeps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("skew", [30.0, -30.0], ids=["ahead", "behind"])
+def test_a_timer_taken_over_by_a_node_with_a_skewed_clock_fires_on_time(cluster, skew):
+    # a (whose clock is right) sets the timer and dies; b, whose wall clock
+    # is ``skew`` seconds off, takes it over and fires it on the database's
+    # clock: on time, not ``skew`` seconds early or late.
+    (a,) = cluster.start("a", procs="sleeper")
+    (b,) = cluster.start("b", procs="sleeper", env={"ACTORS_TEST_CLOCK_SKEW": str(skew)})
+    before = time.time()
+    a.call("start", proc="sleeper", params=["s"], input={"seconds": SLEEP})
+    after = time.time()
+    wait_for(lambda: cluster.status("sleeper/s") == "suspended", 5, "the sleeper to wait")
+    a.signal(signal.SIGKILL)
+    wait_for(lambda: cluster.owner("sleeper/s") == "b", TAKEOVER, "b to take the sleeper")
+    wait_for(lambda: "s" in cluster.handled("T"), SLEEP + 3, "the timer to fire")
+    (fired,) = [at for node, tag, _, _, _, at in cluster.side_timed() if tag == "T"]
+    early, late = before + SLEEP - fired, fired - (after + SLEEP)
+    print(f"timer on a node {skew:+.0f} s off: {early:+.3f} s early, {late:+.3f} s late")
+    assert early < 0.1  # due on the database's clock (here, the host's), give or take its reading
+    assert late < 1.0  # (its takeover and replay)
+    (warned,) = re.findall(r"its wall clock is ([-+][0-9.]+) s off", b.log.read_text())
+    assert abs(float(warned) - skew) < 0.1

@@ -279,6 +279,7 @@ class _SQL:
                 f"{cols} WHERE status = %s AND iid > %s AND process = %s ORDER BY iid LIMIT %s"
             ),
         }
+        self.clock = "SELECT extract(epoch from clock_timestamp())::float8"
         self.count_by_status = f"SELECT status, count(*) FROM {s}.instances GROUP BY status"
         self.log = f"SELECT seq, entry FROM {s}.log WHERE iid = %s AND run = %s ORDER BY seq"
         self.log_runs = f"SELECT DISTINCT run FROM {s}.log WHERE iid = %s ORDER BY run"
