@@ -23,6 +23,7 @@ from tests.test_multinode import (  # noqa: F401 - fixtures
     pg,
     wait_for,
 )
+from tests.test_multinode_faults import stopped
 
 TAKEOVER = 2.0  # seconds: a dead or frozen node's instances run elsewhere by then
 
@@ -84,6 +85,28 @@ def test_keyed_sends_of_one_key_from_two_nodes_store_it_once(cluster):
     assert {str(i) for i in ids} == set(handled)
     rows = cluster.query("SELECT count(*) FROM {s}.cursors WHERE iid = %s", [iid("sink/keys")])
     assert [(len(ids),)] == rows  # one key each, kept for the incarnation's life
+
+
+@pytest.mark.slow
+def test_a_keyed_send_redone_after_its_node_froze_stores_nothing_the_retry_stored(cluster):
+    # a freezes in the commit of a keyed send, holding the row lock; the
+    # client retries through b, whose send goes through once a's lease
+    # lapses and its session is ended; a wakes and runs its batch again on
+    # a new session: the key is there by then, so it stores nothing.
+    a, b, c = cluster.start("a", "b", "c")
+    c.call("start", proc="sink", params=["r"])
+    a.call("freeze_in_batch", address="sink/r")
+    first = a.post("send", address="sink/r", payload={"id": 1}, key="request-1")
+    wait_for(lambda: stopped(a), 5, "a to stop in its batch")
+    try:
+        b.call("send", address="sink/r", payload={"id": 1}, key="request-1", timeout=10)
+        wait_for(lambda: "1" in cluster.handled(), 5, "the retry to be handled")
+    finally:
+        a.signal(signal.SIGCONT)
+    assert a.answer(first, timeout=15) is None  # a's send returns normally
+    cluster.quiescent()
+    assert [("c", 1)] == [(node, attempt) for node, _, attempt in cluster.handled()["1"]]
+    assert [(1,)] == cluster.query("SELECT count(*) FROM {s}.stream")  # emitted once
 
 
 # -- durable time is the database's ------------------------------------------------
