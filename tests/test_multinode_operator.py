@@ -18,15 +18,12 @@ import pytest
 
 from storage import instance_id as iid
 from tests.test_multinode import (  # noqa: F401 - fixtures
-    Cluster,
+    TAKEOVER,
     cluster,
     pg,
     wait_for,
 )
 from tests.test_multinode_faults import stopped
-
-TAKEOVER = 2.0  # seconds: a dead or frozen node's instances run elsewhere by then
-
 
 # -- cancel on the last node standing -------------------------------------------
 
