@@ -67,7 +67,7 @@ from ._mail import (
 )
 from ._messages import StoredMessage
 from ._process import ProcessDef
-from ._protocol import Cancel
+from ._protocol import KEY_SEEN, Cancel
 from ._queues import queue_place, wait_prefix, waiting_rows
 from ._records import Signal
 from ._retry import (
@@ -83,6 +83,7 @@ from ._schedules import tick_text, ticks_after
 from ._system import ActorSystem
 
 __all__ = [
+    "KEY_SEEN",
     # the operations, and asking a running system for them
     "Operations",
     "request",

@@ -3,9 +3,13 @@
 A keyed send first looks for the key among the incarnation's keys (a cursor
 named ``_protocol.KEY_PREFIX + key``, see `_protocol`); found, it stores
 nothing and returns. Else it writes the message and the key in one
-transaction. Keyed sends of one key to one instance take turns within a
-system, so a client that retries while its first send is still being
-written stores the message once.
+transaction, on condition that the key is still absent when it commits
+(`storage.Txn.require_no_cursor`, checked under the instance's row lock):
+a send of the same key through another node that committed since makes it
+store nothing and return, as if it had been read. So the key is unique in
+the journal, whatever node sent it. Keyed sends of one key to one instance
+also take turns within a system, so a client that retries while its first
+send is still being written reads the key rather than failing on it.
 
 Keys live as long as the incarnation: continue-as-new and restarts keep
 them (cursors carry over), a new incarnation at the address (after a

@@ -41,6 +41,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Lifecycle"]
 
+# A cancel of an instance another live node owns waits this long for it to
+# end (its owner may be in a long step), and meanwhile tries to claim it
+# this often (times `Journal.poll_scale`), as the takeover scan does: once
+# the owner's lease lapses, the cancel is written here within that time.
+REMOTE_CANCEL_WAIT = 10.0
+REMOTE_CLAIM_EVERY = 0.25
+
 
 class Lifecycle:
     """Starts, cancels and restarts: a part of `ActorSystem` (see the module docstring)."""
@@ -130,7 +137,12 @@ class Lifecycle:
         compensating = self._compensates(row, compensate)
         epoch = await self.journal.claim(iid)
         if epoch is None:
-            return await self._cancel_remote(iid, address, reason, compensate)
+            ended = await self._cancel_remote(iid, address, reason, compensate)
+            if ended is not None:
+                return ended
+            # Its owner is gone and this node took it: cancel it here (what
+            # the owner left, read again; its CANCEL mail is taken with it).
+            return await self._cancel_on_disk(iid, address, reason, compensate)
         if compensating and row.record.failure is not None:
             return None  # compensating already: it ends once they have run
         fence = epoch if self.journal.shared else None
@@ -216,17 +228,29 @@ class Lifecycle:
 
     async def _cancel_remote(
         self, iid: bytes, address: str, reason: str, compensate: bool = False
-    ) -> bool:
-        """Cancel an instance another live node owns: ask it, and wait (a while)."""
+    ) -> bool | None:
+        """Cancel an instance another live node owns: ask it, and wait (a
+        while) for it to end. None: its owner died or froze meanwhile and
+        this node claimed it (the caller cancels it here, holding off its
+        activation as before: so a node left alone with it never waits for
+        a takeover that its own cancel holds off)."""
         payload: dict[str, Any] = {"reason": reason}
         if compensate:
             payload["compensate"] = True
         await self.system.router.send_system(iid, address, _sup.CANCEL, payload)
-        with trio.move_on_after(10):
+        claim_every = REMOTE_CLAIM_EVERY * self.journal.poll_scale
+        with trio.move_on_after(REMOTE_CANCEL_WAIT):
+            next_claim = trio.current_time() + claim_every
             while True:
                 row = await self.journal.read(lambda r: r.instance(iid))
                 if row is None or row.status not in LIVE_STATUSES:
                     return row is not None and row.status == "cancelled"
+                if trio.current_time() >= next_claim:
+                    # Invariant: a claim succeeds only once the owner's lease
+                    # has lapsed, so the owner cannot be cancelling it too.
+                    if await self.journal.claim(iid) is not None:
+                        return None
+                    next_claim = trio.current_time() + claim_every
                 await trio.sleep(0.02)
         return False
 

@@ -13,7 +13,7 @@ import trio
 
 from storage import Journal, LMDBJournal
 
-from . import _control, _recovery
+from . import _clocks, _control, _recovery
 from ._checks import check_seconds
 from ._process import ProcessDef
 from ._records import Queue
@@ -57,6 +57,10 @@ async def open_system(
         max_payload: the largest encoded message payload, in bytes.
         now: the wall clock read once at open to map trio's clock onto epoch
             time (tests pass a fixed one so virtual time carries across reopens).
+            A node (``node=``) reads the database's clock instead, so that
+            durable timers are due on one clock across nodes; ``now`` is
+            then only compared with it (a WARNING if they differ by over a
+            second).
         node: this node's name, to share a journal that several nodes open
             at once (`storage.PostgresJournal`): each instance runs on one
             live node at a time, messages reach it from any node, and the
@@ -96,6 +100,7 @@ async def open_system(
     await journal.open()
     body_error: BaseException | None = None
     try:
+        await _clocks.align(system)  # before anything reads the time
         async with trio.open_nursery() as nursery:
             system.registry.nursery = system.outages.nursery = nursery
             await _recovery.recover(system.registry)

@@ -50,6 +50,7 @@ from .errors import LimitExceeded
 
 __all__ = [
     "KEY_PREFIX",
+    "KEY_SEEN",
     "LEGACY_KEY_PREFIX",
     "MAX_KEY_BYTES",
     "START_RACED",
@@ -184,6 +185,10 @@ KEY_PREFIX = "\x1fkey "
 # `legacy_key_cursor`), never written.
 LEGACY_KEY_PREFIX = "\x00key "
 
+#: The `Conflict.reason` of a keyed send whose key the incarnation had
+#: already (see `send_txn`): nothing was stored, as if it had been read.
+KEY_SEEN = "cursor"
+
 #: The longest send key, in bytes of UTF-8, on every journal. With its
 #: prefix after a 16-byte instance id it fits LMDB's 511-byte keys with room
 #: to spare (a stream consumer's name has the same limit, see `_streams`).
@@ -233,15 +238,21 @@ def send_txn(
 ) -> tuple[Txn, Notice]:
     """A user's send: the message, on condition that the instance takes
     mail (live or queued: `MAIL_STATUSES`; else the commit raises `Conflict`
-    and stores nothing); with ``key``, the key too (the caller checked that
-    the incarnation has not seen it)."""
+    and stores nothing); with ``key``, the key too, on condition that the
+    incarnation has not had it (else `Conflict` with reason `KEY_SEEN`: the
+    caller read it absent, and a send on another node stored it since)."""
     txn = Txn()
     txn.require(iid, MAIL_STATUSES)
     notice = add_message(
         txn, iid, name, payload, now, max_payload=max_payload, trace=trace, ask=ask
     )
     if key is not None:
-        txn.set_cursor(iid, key_cursor(key), 0)
+        # Invariant: a key is stored once per incarnation, on every journal
+        # and whatever node sends it: the journal checks it absent in the
+        # send's own commit, under the instance's row lock.
+        name = key_cursor(key)
+        txn.require_no_cursor(iid, name)
+        txn.set_cursor(iid, name, 0)
     return txn, notice
 
 

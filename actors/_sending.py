@@ -130,6 +130,8 @@ class Router:
         try:
             await commit_through(self.journal, txn, self.sent_in_doubt)
         except Conflict as exc:
+            if exc.reason == _protocol.KEY_SEEN:
+                return  # another node sent it with this key first: nothing is stored
             if exc.status == "corrupt" or self.system.statuses.snapshot(iid)[0] == "corrupt":
                 raise self.system.corruption.error(iid, address) from None
             raise self._not_delivered(address, exc) from None

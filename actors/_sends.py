@@ -221,6 +221,9 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
     try:
         results = await actor.writes.barrier(txn)
     except Conflict as exc:
+        if exc.reason == _protocol.KEY_SEEN:  # another node sent one with this key first
+            _finish_unsent(actor, send)
+            return
         if exc.reason not in ("missing", "status"):
             raise  # "epoch": another node took the sender over
         error = await _undelivered(actor, send, exc)

@@ -66,6 +66,7 @@ from ._txn import (
     Chain as Chain,
     LostChains as LostChains,
     Txn as Txn,
+    check_fresh_cursors as check_fresh_cursors,
     check_requires as check_requires,
     due_us as due_us,
     stored_incarnation as stored_incarnation,
@@ -476,6 +477,15 @@ class Journal(abc.ABC):
         earlier term may belong to another node now, so what this node holds
         of it in memory is not to be trusted. Single-owner journals: 0."""
         return 0
+
+    async def clock(self) -> float | None:
+        """The time on the journal's own clock, in epoch seconds, read now;
+        None if the journal has none of its own. Nodes sharing a journal
+        keep durable time (timers' due times, a message's sent-at) on it, so
+        a timer fires on time whichever node holds it, however their wall
+        clocks differ. Single-owner journals: None (the node's wall clock
+        is the journal's time)."""
+        return None
 
     def on_mail(self, callback: Callable[[bytes], None]) -> None:
         """Call ``callback(iid)`` in the trio thread whenever another node

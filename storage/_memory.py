@@ -75,6 +75,10 @@ class MemoryJournal(Journal):
                 j.check_requires(txn.requires, self._status_code, self._incarnation)
             if txn.expects:
                 _states.check_expects(txn.expects, self._state_version)
+            if txn.fresh_cursors:
+                j.check_fresh_cursors(
+                    txn.fresh_cursors, lambda iid, name: name in self._cursors.get(iid, {})
+                )
         except Exception as exc:
             return exc
         if txn.results:  # it appends

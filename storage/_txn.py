@@ -22,6 +22,7 @@ __all__ = [
     "MAX_ADDRESS_BYTES",
     "ABSENT",
     "Chain",
+    "check_fresh_cursors",
     "check_requires",
     "due_us",
     "stored_incarnation",
@@ -84,6 +85,8 @@ class Txn(StateOps):
     results: int = 0  # how many ops give a result (appends)
     # (state key, version): see `StateOps.expect_state`
     expects: Sequence[tuple[str, int]] = ()
+    # (iid, consumer): that cursor must not exist (see `require_no_cursor`)
+    fresh_cursors: Sequence[tuple[bytes, str]] = ()
     # (iid, node): tell that node, once this commits, that iid has new mail
     wakes: Sequence[tuple[bytes, str]] = ()
     # how many of ``requires`` are a start's compare-and-set (`require_absent`,
@@ -199,6 +202,15 @@ class Txn(StateOps):
             self.requires.append(entry)
         else:
             self.requires = [entry]
+
+    def require_no_cursor(self, iid: bytes, consumer: str) -> None:
+        """Fail the whole transaction with `Conflict` (reason ``"cursor"``)
+        if instance ``iid`` has a cursor named ``consumer`` when it is
+        applied (a send key, say, that the transaction sets: of two
+        transactions that set it, on any node, one commits). ``iid`` must
+        also be named by `require` (whose row lock makes the check atomic on
+        a shared journal)."""
+        self.fresh_cursors = [*self.fresh_cursors, (iid, consumer)]
 
     def fence(self, iid: bytes, epoch: int) -> None:
         """Fail the whole transaction with `Conflict` (reason ``"epoch"``)
@@ -317,6 +329,8 @@ class Txn(StateOps):
             self.fences = [*self.fences, *other.fences]
         if other.expects:
             self.expects = [*self.expects, *other.expects]
+        if other.fresh_cursors:
+            self.fresh_cursors = [*self.fresh_cursors, *other.fresh_cursors]
         if other.wakes:
             self.wakes = [*self.wakes, *other.wakes]
         if other.claims is not None:  # (its epoch stays the last result)
@@ -362,6 +376,18 @@ def check_requires(
                     reason="incarnation",
                     status=name,
                 )
+
+
+def check_fresh_cursors(
+    fresh: Sequence[tuple[bytes, str]], has_cursor: Callable[[bytes, str], bool]
+) -> None:
+    """Raise `Conflict` (reason ``"cursor"``) for the first cursor of
+    ``fresh`` (`Txn.require_no_cursor`) that exists."""
+    for iid, consumer in fresh:
+        if has_cursor(iid, consumer):
+            raise Conflict(
+                f"instance {iid.hex()} has a cursor named {consumer!r} already", reason="cursor"
+            )
 
 
 def stored_incarnation(record: bytes, iid: bytes) -> int:

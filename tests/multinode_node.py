@@ -11,12 +11,15 @@ with a JSON line on stdout::
     {"id": 1, "cmd": "start", "proc": "sink", "params": ["s1"], "input": {}}
     {"id": 1, "ok": true, "result": "sink/s1"}
 
-Commands: ``start``, ``send`` (address, payload: a ``work`` signal),
+Commands: ``start``, ``send`` (address, payload, key: a ``work`` signal),
+``keyed`` (address, ids, tasks: a keyed send of each id, its key),
 ``cancel`` (address), ``load`` (background senders: targets, first, count,
 tasks, pace), ``freeze_in_batch`` (address: SIGSTOP itself while its next
 batch that locks that instance's row holds the lock), ``loaded`` (instances in memory), ``status`` (address: what a
 handle here says), ``quit``. ``ACTORS_TEST_PASSIVATE_AFTER`` in the
-environment sets ``passivate_after`` (seconds). It prints ``{"ready": true}`` once the system is
+environment sets ``passivate_after`` (seconds); ``ACTORS_TEST_CLOCK_SKEW``
+(seconds, default 0) sets this node's wall clock that far ahead (negative:
+behind) of the host's, as a host whose clock is off would have it. It prints ``{"ready": true}`` once the system is
 open. Log records (warnings and up) go to stderr.
 
 Side effects go to WORKDIR: each handling step appends
@@ -141,6 +144,11 @@ async def _sender(system: actors.ActorSystem, targets: list[str], ids: range, pa
         await trio.sleep(pace)
 
 
+async def _keyed(system: actors.ActorSystem, address: str, ids: list[int]) -> None:
+    for msg_id in ids:
+        await system.send(address, work, {"id": msg_id}, key=str(msg_id))
+
+
 async def _load(system: actors.ActorSystem, targets, first, count, tasks, pace) -> None:
     async with trio.open_nursery() as nursery:
         for t in range(tasks):
@@ -185,7 +193,14 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         handle = await system.start(proc, *request.get("params", []), **request.get("input", {}))
         return handle.id
     if cmd == "send":
-        await system.send(request["address"], work, request.get("payload"))
+        key = request.get("key")
+        await system.send(request["address"], work, request.get("payload"), key=key)
+        return None
+    if cmd == "keyed":  # one keyed send per id of ids, the id its key, over `tasks` tasks
+        ids, tasks = request["ids"], request.get("tasks", 4)
+        async with trio.open_nursery() as keyed:
+            for t in range(tasks):
+                keyed.start_soon(_keyed, system, request["address"], ids[t::tasks])
         return None
     if cmd == "cancel":
         return await system.cancel(request["address"])
@@ -218,8 +233,13 @@ async def main(dsn: str, schema: str, node: str, procs: list[str]) -> None:
     journal = PostgresJournal(dsn, schema=schema)
     registered = [PROCESSES[name] for name in procs]
     passivate = float(os.environ.get("ACTORS_TEST_PASSIVATE_AFTER", "60"))
+    skew = float(os.environ.get("ACTORS_TEST_CLOCK_SKEW", "0"))
     async with actors.open_system(
-        journal, processes=registered, node=node, passivate_after=passivate
+        journal,
+        processes=registered,
+        node=node,
+        passivate_after=passivate,
+        now=lambda: time.time() + skew,  # the wall clock, as this node's host has it
     ) as system:
         _reply({"ready": True, "node": node, "pid": os.getpid()})
         stdin = trio.lowlevel.FdStream(os.dup(0))

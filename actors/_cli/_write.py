@@ -79,9 +79,12 @@ async def send(args: argparse.Namespace) -> int:
                 txn = _admin.send_txn(iid, signal, payload, key)
                 try:
                     (seq,) = await journal.commit(txn, durable=True)
-                except Conflict:
-                    with journal.reader() as r:
-                        raise not_live(args.address, read_row(r, iid)) from None
+                except Conflict as exc:
+                    if exc.reason == _admin.KEY_SEEN:  # stored meanwhile, by a node
+                        seen = 0
+                    else:
+                        with journal.reader() as r:
+                            raise not_live(args.address, read_row(r, iid)) from None
         held = None
     except JournalLocked as exc:
         held, seq = exc, None

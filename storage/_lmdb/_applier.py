@@ -74,6 +74,10 @@ class _Applier:
             raise rd.corrupt("instances", iid, f"has a broken header ({exc!r})") from exc
         return stored_incarnation(value[3 + hlen :], iid)
 
+    def has_cursor(self, iid: bytes, consumer: str) -> bool:
+        """Whether instance ``iid`` has a cursor named ``consumer``."""
+        return self.txn.get(iid + consumer.encode(), db=self.cursors) is not None
+
     def state_version(self, key: str) -> int:
         """The version of state row ``key`` (0 if absent); see `storage._states`."""
         name = STATE_PREFIX + key.encode()

@@ -630,6 +630,7 @@ class _GroupCommit:
                 try:
                     j.check_requires(txn.requires, apply.status_of, apply.incarnation_of)
                     check_expects(txn.expects, apply.state_version)
+                    j.check_fresh_cursors(txn.fresh_cursors, apply.has_cursor)
                 except Conflict as exc:  # (it takes down nothing else: see Chain)
                     outcomes.append(exc)
                     continue

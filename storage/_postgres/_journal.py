@@ -342,6 +342,19 @@ class PostgresJournal(Journal):
             return 0
         return self._lease.current_term()
 
+    async def clock(self) -> float | None:
+        """The server's clock (``clock_timestamp()``), for a node; None
+        without one (a single owner keeps its own wall clock)."""
+        _, threads = self._check_open()
+        if self.node is None:
+            return None
+        return await threads.run(self._clock_sync)
+
+    def _clock_sync(self) -> float:
+        with self.reader() as r:
+            assert isinstance(r, _PostgresReader)  # what reader() makes
+            return r.clock()
+
     def on_mail(self, callback: Callable[[bytes], None]) -> None:
         self._mail.on_mail(callback)
 

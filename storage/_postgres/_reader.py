@@ -205,3 +205,7 @@ class _PostgresReader(Reader):
         """The bytes the tables of ``schema`` take on the server."""
         size: int = self._one(self._sql.size, [schema])
         return size
+
+    def clock(self) -> float:
+        """The server's clock now (not the snapshot's start), in epoch seconds."""
+        return float(self._one(self._sql.clock))

@@ -279,6 +279,7 @@ class _SQL:
                 f"{cols} WHERE status = %s AND iid > %s AND process = %s ORDER BY iid LIMIT %s"
             ),
         }
+        self.clock = "SELECT extract(epoch from clock_timestamp())::float8"
         self.count_by_status = f"SELECT status, count(*) FROM {s}.instances GROUP BY status"
         self.log = f"SELECT seq, entry FROM {s}.log WHERE iid = %s AND run = %s ORDER BY seq"
         self.log_runs = f"SELECT DISTINCT run FROM {s}.log WHERE iid = %s ORDER BY run"
@@ -308,6 +309,12 @@ class _SQL:
         self.stream_length = f"SELECT next FROM {s}.counters WHERE iid = %s AND kind = {_STREAM}"
         self.last_message_seq = f"SELECT next FROM {s}.counters WHERE iid = %s AND kind = {_MAIL}"
         self.cursors = f"SELECT consumer, position FROM {s}.cursors WHERE iid = %s"
+        # Which of these (iid, consumer) cursors exist (Txn.require_no_cursor:
+        # read once the instances' row locks are held).
+        self.cursors_named = (
+            f"SELECT c.iid, c.consumer FROM {s}.cursors c WHERE (c.iid, c.consumer) IN "
+            "(SELECT * FROM unnest(%b::bytea[], %s::text[]))"
+        )
         self.has_records = "SELECT " + " OR ".join(
             f"EXISTS (SELECT 1 FROM {s}.{table} WHERE iid = %(i)s)"
             for table in ("instances", "log", "mail", "timers", "stream", "cursors")

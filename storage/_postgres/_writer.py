@@ -366,6 +366,8 @@ class _Writer:
         records: dict[bytes, bytes] = {}
         versions: dict[str, int] = {}
         claimed: dict[int, int] = dict.fromkeys(claims, 0)  # txn -> its epoch
+        fresh = sorted({c for t in txns for c in t.fresh_cursors})
+        cursors: set[tuple[bytes, str]] = set()  # of ``fresh``, those that exist
         with conn.pipeline() as pipeline:
             conn.execute("BEGIN")
             if durable:
@@ -388,6 +390,13 @@ class _Writer:
                 # The versions as of the locks (read by a statement of its own,
                 # whose snapshot is taken once they are held).
                 seen = conn.execute(sql.state_versions, [expected]) if expected else None
+                # The cursors it requires absent, as of the locks (each names
+                # an instance locked above: see Txn.require_no_cursor).
+                named = (
+                    conn.execute(sql.cursors_named, [[i for i, _ in fresh], [c for _, c in fresh]])
+                    if fresh
+                    else None
+                )
                 # Epochs for the claims of the rows it creates (see claim_created).
                 drawn = conn.execute(sql.draw_epochs, [len(claims)]) if claims and node else None
                 if self.fault is not None:
@@ -407,6 +416,8 @@ class _Writer:
                     records.update(found.fetchall())
                 if seen is not None:
                     versions.update(seen.fetchall())
+                if named is not None:
+                    cursors.update((bytes(i), c) for i, c in named.fetchall())
                 if drawn is not None:
                     claimed.update(zip(claims, (epoch for (epoch,) in drawn.fetchall())))
             elif any(plan.appends):
@@ -432,6 +443,8 @@ class _Writer:
                         j.check_requires(txn.requires, status.get, incarnation)
                         if txn.expects:  # (no transaction here changes a version)
                             check_expects(txn.expects, lambda key: versions.get(key, 0))
+                        if txn.fresh_cursors:
+                            j.check_fresh_cursors(txn.fresh_cursors, _has(cursors))
                         _check_fences(txn, owned, node)
                     except Conflict as exc:  # (it takes down nothing else: see Chain)
                         outcomes[i] = exc
@@ -441,6 +454,8 @@ class _Writer:
                             _track_owner(owned, op, node)
                             _track_status(status, op)
                             _track_record(records, op)
+                            if fresh:
+                                _track_cursor(cursors, op)
             # Before the batch, each counter stood at its total less what we took.
             before = {key: n - plan.wanted[key] for key, n in totals.items()}
             if any(outcomes):
@@ -536,6 +551,16 @@ class _Writer:
                         if replaced:
                             records.update(cur.execute(sql.records, [replaced]).fetchall())
                         j.check_requires(txn.requires, found.get, _incarnation_of(records))
+                        if txn.fresh_cursors:
+                            named = cur.execute(
+                                sql.cursors_named,
+                                [
+                                    [i for i, _ in txn.fresh_cursors],
+                                    [c for _, c in txn.fresh_cursors],
+                                ],
+                            ).fetchall()
+                            there = {(bytes(i), c) for i, c in named}
+                            j.check_fresh_cursors(txn.fresh_cursors, _has(there))
                         owned.update((row[0], (row[2], row[3])) for row in rows if row[0] in owned)
                         _check_fences(txn, owned, node)
                     if _has_states(txn):
@@ -598,6 +623,21 @@ def _starts(txns: list[Txn]) -> tuple[list[bytes], list[bytes]]:
 
 def _incarnation_of(records: dict[bytes, bytes]) -> Callable[[bytes], int]:
     return lambda iid: j.stored_incarnation(records[iid], iid)
+
+
+def _has(cursors: set[tuple[bytes, str]]) -> Callable[[bytes, str], bool]:
+    """`check_fresh_cursors`'s question, asked of ``cursors``."""
+    return lambda iid, consumer: (iid, consumer) in cursors
+
+
+def _track_cursor(cursors: set[tuple[bytes, str]], op: tuple[Any, ...]) -> None:
+    """Apply ``op``'s effect on the cursors the batch requires absent."""
+    if op[0] == j.SET_CURSOR:
+        cursors.add((op[1], op[2]))
+    elif op[0] == j.DELETE_CURSOR:
+        cursors.discard((op[1], op[2]))
+    elif op[0] == j.DELETE_INSTANCE:
+        cursors.difference_update([c for c in cursors if c[0] == op[1]])
 
 
 def _track_record(records: dict[bytes, bytes], op: tuple[Any, ...]) -> None:
