@@ -8,6 +8,11 @@ Each failure is an `InvariantBroken` named by the first word of its line:
   run again under its own key is the documented at-least-once; two keys
   means the message was taken twice);
 - ``sent-lost``: a completed job's durable ``ctx.send`` never arrived;
+- ``sent-twice``: an unkeyed ``ctx.send`` whose message was written more
+  often than its sender's log records send effects that stored one (a
+  message no effect accounts for: a replay that sent it again), or
+  ``sent-lost``, less often: each send effect delivers exactly once
+  (both counted from the transactions written: `World.sends`);
 - ``start-lost``: an acknowledged start with no instance in the journal
   (and none a cleanup removed: workload 6);
 - ``stuck``: an instance that is neither ended nor waiting for something
@@ -97,6 +102,8 @@ async def check(world: World, sim: Simulation) -> None:
     lossy = world.lossy(sim)
     _check_ledger(world)
     _check_messages(world, rows, lossy)
+    if not lossy:
+        _check_sends(world)
     _check_instances(world, rows, timers, lossy)
     if not lossy:
         _check_cancels(world, rows)
@@ -159,6 +166,18 @@ def _check_messages(world: World, rows: dict[str, tuple[Any, list[Any]]], lossy:
         if found[0].record.result.get("sent") and message not in keys:
             detail = f"{address} completed having sent {message} to {receiver}, never handled"
             world.fail("sent-lost", detail)
+
+
+def _check_sends(world: World) -> None:
+    for sender, delivered in sorted(world.deliveries.items()):
+        effects = world.sent_by(sender)
+        if delivered == effects:
+            continue
+        detail = (
+            f"{sender}'s ctx.send wrote {delivered} message(s); its log records "
+            f"{effects} send effect(s) that stored one"
+        )
+        world.fail("sent-twice" if delivered > effects else "sent-lost", detail)
 
 
 def _check_instances(

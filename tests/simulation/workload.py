@@ -229,6 +229,7 @@ class Driver:
         if world.rated is not None:
             sim.on_write(world.admitted)
         sim.on_write(world.removals)
+        sim.on_write(world.sends)
         await self._observe(sim)
         for address in self.sinks:  # idempotent: as a client makes sure of its receivers
             await self._start_quietly(sim, p.sink, address.split("/", 1)[1], {})
