@@ -19,8 +19,7 @@ at once and at a steady pace (`Load`):
 
 Every ``--interval`` seconds (10 by default) a `Sample` is taken: the
 process's resident memory, its open file descriptors, the journal's size
-on disk, the objects Python's collector tracks (a leak of Python objects
-shows there before it shows in RSS), the operations done, and the p50/p99
+on disk, the objects Python's collector tracks, the operations done, and the p50/p99
 latency from a ``send`` call to the moment the receiving process resumes
 with the message (read by the process code itself). The verdict (`judge`):
 
@@ -30,6 +29,10 @@ with the message (read by the process code itself). The verdict (`judge`):
   quarter's;
 - fds flat: the most descriptors open in the last quarter no more than in
   the second quarter.
+
+At the end of warm-up and at the end, a census of the objects the
+collector tracks, by type, names the types that grew most in between (a
+leak of Python objects names itself there before RSS says much).
 
 Like every bench script this prints a table and can write JSON; it never
 asserts (the verdict is printed, the exit status is 0). ``--plot PATH``
@@ -50,6 +53,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,7 +67,7 @@ from storage import LMDBJournal
 
 from ._table import machine
 
-__all__ = ["Sample", "SoakOptions", "Verdict", "judge", "main", "soak"]
+__all__ = ["Run", "Sample", "SoakOptions", "Verdict", "census", "grown", "judge", "main", "soak"]
 
 ping = Signal("ping")
 question = Signal("question")
@@ -310,15 +314,42 @@ def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_blocks * 512 for f in path.iterdir() if f.is_file()) / 2**20
 
 
-async def soak(options: SoakOptions) -> tuple[list[Sample], list[list[float]]]:
+def census() -> Counter[str]:
+    """How many objects of each type the collector tracks, after a full
+    collection (garbage is not counted): taken twice, at the end of warm-up
+    and at the end, the difference names what grew."""
+    gc.collect()
+    return Counter(f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects())
+
+
+def grown(before: Counter[str], after: Counter[str], most: int = 8) -> list[tuple[str, int]]:
+    """The ``most`` types whose count grew most from ``before`` to ``after``."""
+    growth = after.copy()
+    growth.subtract(before)
+    return [(name, n) for name, n in growth.most_common(most) if n > 0]
+
+
+@attrs.frozen
+class Run:
+    """What `soak` measured: the samples, the latencies (seconds) measured
+    up to each, and the types of objects that grew after warm-up."""
+
+    samples: list[Sample]
+    latencies: list[list[float]]
+    grown: list[tuple[str, int]]
+
+
+async def soak(options: SoakOptions) -> Run:
     """Run the load for ``options.seconds`` and sample it every
-    ``options.interval``; returns the samples and, for each, the latencies
-    (seconds) measured since the one before."""
+    ``options.interval`` (see the module docstring)."""
     probe = _Probe()
     _PROBE.set(probe)
     directory = Path(tempfile.mkdtemp(prefix="bench-soak-", dir=options.workdir))
     samples: list[Sample] = []
     latencies: list[list[float]] = []
+    count = max(1, round(options.seconds / options.interval))
+    warm: Counter[str] = Counter()
+    end: Counter[str] = Counter()
     try:
         journal = LMDBJournal(directory / "journal", map_size=1 << 32)
         async with actors.open_system(
@@ -328,17 +359,20 @@ async def soak(options: SoakOptions) -> tuple[list[Sample], list[list[float]]]:
             async with trio.open_nursery() as nursery:
                 await load.run(nursery)
                 began = trio.current_time()
-                for n in range(1, max(1, round(options.seconds / options.interval)) + 1):
+                for n in range(1, count + 1):
                     await trio.sleep_until(began + n * options.interval)
                     window, probe.latencies = probe.latencies, []
                     counts, load.counts = load.counts, _Counts()
                     samples.append(_sample(trio.current_time() - began, directory, counts, window))
                     latencies.append(window)
                     print(_row(samples[-1]), flush=True)
+                    if n == max(1, count // 4):  # the end of warm-up (as `judge` cuts it)
+                        warm = census()
+                end = census()
                 nursery.cancel_scope.cancel()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    return samples, latencies
+    return Run(samples, latencies, grown(warm, end))
 
 
 def _sample(at: float, directory: Path, counts: _Counts, window: list[float]) -> Sample:
@@ -394,7 +428,7 @@ def describe(verdict: Verdict) -> list[str]:
     ]
 
 
-def _document(options: SoakOptions, samples: list[Sample], verdict: Verdict) -> dict[str, Any]:
+def _document(options: SoakOptions, run: Run, verdict: Verdict) -> dict[str, Any]:
     return {
         "suite": "soak",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -403,8 +437,9 @@ def _document(options: SoakOptions, samples: list[Sample], verdict: Verdict) -> 
         "options": {
             k: str(v) if isinstance(v, Path) else v for k, v in attrs.asdict(options).items()
         },
-        "samples": [attrs.asdict(s) for s in samples],
+        "samples": [attrs.asdict(s) for s in run.samples],
         "verdict": attrs.asdict(verdict),
+        "grown": [{"type": name, "count": n} for name, n in run.grown],
     }
 
 
@@ -457,14 +492,19 @@ def main(argv: list[str] | None = None) -> int:
         f"({datetime.date.today().isoformat()}, python {platform.python_version()} on {machine()})"
     )
     print(_HEADING, flush=True)
-    samples, latencies = trio.run(soak, options)
-    verdict = judge(samples, latencies)
+    run = trio.run(soak, options)
+    verdict = judge(run.samples, run.latencies)
     for line in describe(verdict):
         print(line)
+    print(
+        "objects that grew after warm-up: "
+        + (", ".join(f"{name} {n:+,}" for name, n in run.grown) or "none")
+    )
     if args.json is not None:
-        args.json.write_text(json.dumps(_document(options, samples, verdict), indent=2) + "\n")
+        document = _document(options, run, verdict)
+        args.json.write_text(json.dumps(document, indent=2) + "\n")
     if args.plot is not None:
         # (matplotlib is optional: its module is imported only when asked for)
-        importlib.import_module("bench._soak_plot").plot(args.plot, samples, verdict)
+        importlib.import_module("bench._soak_plot").plot(args.plot, run.samples, verdict)
         print(f"soak: wrote {args.plot}")
     return 0

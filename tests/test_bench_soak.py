@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,10 @@ def test_a_short_soak_samples_every_interval_and_judges(tmp_path, capsys):
         "fds_flat",
     }
     assert verdict["memory_flat"] in (True, False) and verdict["fds_flat"] in (True, False)
+    assert all(entry["count"] > 0 for entry in document["grown"])
     printed = capsys.readouterr().out
     assert "memory flat after warm-up:" in printed and "p99 steady:" in printed
+    assert "objects that grew after warm-up:" in printed
     assert not list(tmp_path.glob("bench-soak-*")), "the journal's directory is removed"
 
 
@@ -93,6 +96,19 @@ def test_the_percentile_is_the_nearest_rank():
     values = [float(v) for v in range(1, 101)]
     assert (50.0, 99.0, 100.0) == tuple(soak.percentile(values, f) for f in (0.5, 0.99, 1.0))
     assert math.isnan(soak.percentile([], 0.99))
+
+
+def test_the_census_names_the_types_that_grew_most():
+    before = Counter({"a.Kept": 5, "a.Grew": 1, "a.Shrank": 9})
+    after = Counter({"a.Kept": 5, "a.Grew": 4, "a.Shrank": 2, "a.New": 2})
+    assert [("a.Grew", 3), ("a.New", 2)] == soak.grown(before, after)
+    # A census counts live objects by type: what this test holds is there.
+    held = [_Marker() for _ in range(50)]
+    assert soak.census()[f"{__name__}._Marker"] == len(held)
+
+
+class _Marker:
+    pass
 
 
 def test_plot_without_matplotlib_says_how_to_install_before_running(monkeypatch, capsys):

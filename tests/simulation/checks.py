@@ -53,6 +53,10 @@ committed, so an acknowledged start may be gone, a take may be taken again
 - ``stale-write`` (several nodes): a node wrote to an instance another node
   owned, with no claim of its own (as a node whose lease lapsed could).
 
+Workload 8 adds the invariants of an operator's calls (`operators`):
+``dropped-taken``, ``drop-refused``, ``retry-lost-mail``,
+``fork-copied-mail``, ``cleanup-removed-child``, ``completed-cancelled``.
+
 A run that goes past `run.LIMIT` virtual seconds fails as ``hung`` (a
 workload call that never returns: a lost wake-up the end checks cannot see).
 Two more are checked while the run goes (`workload`): ``ask-reply`` (an
@@ -71,7 +75,7 @@ from typing import Any
 from actors.testing import TEST_EPOCH, Simulation, replay_check
 from storage import instance_id
 
-from . import processes as p
+from . import operators, processes as p
 from .world import Run, World
 
 _ENDED = {"completed", "failed", "cancelled"}
@@ -104,6 +108,7 @@ async def check(world: World, sim: Simulation) -> None:
     _check_messages(world, rows, lossy)
     if not lossy:
         _check_sends(world)
+        await operators.check(world, sim, rows)
     _check_instances(world, rows, timers, lossy)
     if not lossy:
         _check_cancels(world, rows)

@@ -21,7 +21,6 @@ from storage import LogEntry, Txn, decode, instance_id
 from storage._states import DELETE_STATE, PUT_STATE
 from storage._txn import APPEND_MESSAGE, DELETE_INSTANCE, PUT_LOG
 
-
 #: The payload key naming the sender of an unkeyed ``ctx.send`` whose
 #: deliveries the checker counts (``sent-twice``): each such sender sends
 #: one message per send effect.
@@ -63,6 +62,29 @@ class Run:
         if parts[-1] == "compensate":
             parts.pop()
         return int(parts[-4])
+
+
+@attrs.define
+class Operated:
+    """Workload 8: what operators did to instances and what they were told
+    (see `operators`)."""
+
+    #: message id -> inbox address, for every message a client tried to send
+    tried: dict[str, str] = attrs.Factory(dict)
+    #: message id -> inbox address, for messages whose send was acknowledged
+    acked: dict[str, str] = attrs.Factory(dict)
+    #: message id -> when the drop that returned it returned
+    dropped: dict[str, float] = attrs.Factory(dict)
+    #: refused drops: (message id, address, the refusal, when mail() read it, when refused)
+    refusals: list[tuple[str, str, str, float, float]] = attrs.Factory(list)
+    #: address -> when each retry or fork of it began
+    repairs: dict[str, list[float]] = attrs.Factory(dict)
+    #: addresses a retry of succeeded
+    retried: set[str] = attrs.Factory(set)
+    #: fork address -> the address forked
+    forks: dict[str, str] = attrs.Factory(dict)
+    #: joiner address -> its children's seconds
+    joiners: dict[str, list[float]] = attrs.Factory(dict)
 
 
 @attrs.define
@@ -113,6 +135,8 @@ class World:
     #: sender instance id -> the (run, seq) of each send effect whose log
     #: entry says it stored its message, from the transactions written
     send_effects: dict[bytes, set[tuple[int, int]]] = attrs.Factory(dict)
+    #: workload 8: operators' calls (retry, fork, mail, drop, join)
+    operated: Operated = attrs.Factory(Operated)
     next_op: int = 0  # the workload's progress, across lives
     events: list[str] = attrs.Factory(list)  # what clients saw, for the trace
 
