@@ -1,6 +1,6 @@
 """``python -m bench soak --plot PATH``: the soak's samples over time, a PNG.
 
-Four panels sharing the time axis: resident memory (and the objects the
+Four panels sharing the time axis: resident and anonymous memory (and the objects the
 collector tracks, on a second axis), open file descriptors, the journal's
 size on disk, and the p50/p99 send-to-resumed latency of each interval.
 The warm-up (the first quarter, not judged) is shaded; the title carries
@@ -28,7 +28,9 @@ def plot(path: Path, samples: Sequence[Sample], verdict: Verdict) -> None:
     figure, (memory, fds, journal, latency) = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
     times = [s.at for s in samples]
     memory.plot(times, [s.rss_mb for s in samples], color="#1f77b4", label="RSS")
-    memory.set_ylabel("RSS (MB)")
+    memory.plot(times, [s.anon_mb for s in samples], color="#17becf", label="anonymous")
+    memory.set_ylabel("memory (MB)")
+    memory.legend(loc="upper left", fontsize=8)
     objects = memory.twinx()
     objects.plot(times, [s.objects for s in samples], color="#ff7f0e", linestyle="--")
     objects.set_ylabel("objects tracked by gc (dashed)")
@@ -38,7 +40,8 @@ def plot(path: Path, samples: Sequence[Sample], verdict: Verdict) -> None:
     journal.set_ylabel("journal on disk (MB)")
     latency.plot(times, [s.p50_ms for s in samples], label="p50")
     latency.plot(times, [s.p99_ms for s in samples], label="p99")
-    latency.set_ylabel("send to resumed (ms)")
+    latency.set_ylabel("send to resumed (ms, log)")
+    latency.set_yscale("log")
     latency.set_xlabel("seconds since the load began")
     latency.legend(loc="upper left", fontsize=8)
     if len(samples) >= 4:

@@ -23,7 +23,9 @@ on disk, the objects Python's collector tracks, the operations done, and the p50
 latency from a ``send`` call to the moment the receiving process resumes
 with the message (read by the process code itself). The verdict (`judge`):
 
-- memory flat: RSS at the last sample at most 5% over RSS at the end of
+- memory flat: anonymous memory (RSS less the pages of the journal's file
+  that LMDB's reads map in, which grow with the file and are the kernel's
+  to drop) at the last sample at most 5% over its value at the end of
   warm-up (the first quarter of the run);
 - p99 steady: the p99 of the last quarter at most 1.2 times the second
   quarter's;
@@ -151,6 +153,7 @@ class Sample:
 
     at: float  # seconds since the load began
     rss_mb: float
+    anon_mb: float  # of which anonymous (the heap: RSS less the journal's mapped file pages)
     fds: int
     journal_mb: float  # the journal directory's size on disk
     objects: int  # objects the garbage collector tracks
@@ -168,7 +171,7 @@ class Verdict:
     """Whether memory, latency and descriptors stayed flat after warm-up;
     None where the run had too few samples to say (fewer than 4)."""
 
-    memory_growth: float | None  # fraction over the RSS at the end of warm-up
+    memory_growth: float | None  # fraction over the anonymous memory at the end of warm-up
     memory_flat: bool | None
     p99_ratio: float | None  # last quarter's p99 over the second quarter's
     p99_steady: bool | None
@@ -193,8 +196,8 @@ def judge(samples: Sequence[Sample], latencies: Sequence[Sequence[float]]) -> Ve
         return Verdict(None, None, None, None, None, None)
     second = range(n // 4, n // 2)
     last = range(n - max(1, n // 4), n)
-    warm = samples[n // 4 - 1].rss_mb if n >= 4 else samples[0].rss_mb
-    growth = samples[-1].rss_mb / warm - 1
+    warm = samples[n // 4 - 1].anon_mb
+    growth = samples[-1].anon_mb / warm - 1
     p99_second = percentile([v for i in second for v in latencies[i]], 0.99)
     p99_last = percentile([v for i in last for v in latencies[i]], 0.99)
     ratio = p99_last / p99_second if p99_second > 0 else math.nan
@@ -300,9 +303,15 @@ class Load:
 # -- sampling ------------------------------------------------------------------------
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def _memory_mb() -> tuple[float, float]:
+    """Resident memory, and the anonymous part of it (Linux's /proc)."""
+    found = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "RssAnon"):
+                found[name] = int(value.split()[0]) / 1024  # kB
+    return found["VmRSS"], found["RssAnon"]
 
 
 def _fds() -> int:
@@ -376,9 +385,11 @@ async def soak(options: SoakOptions) -> Run:
 
 
 def _sample(at: float, directory: Path, counts: _Counts, window: list[float]) -> Sample:
+    rss, anon = _memory_mb()
     return Sample(
         at=round(at, 3),
-        rss_mb=round(_rss_mb(), 2),
+        rss_mb=round(rss, 2),
+        anon_mb=round(anon, 2),
         fds=_fds(),
         journal_mb=round(_disk_mb(directory / "journal"), 2),
         objects=len(gc.get_objects()),
@@ -395,14 +406,14 @@ def _sample(at: float, directory: Path, counts: _Counts, window: list[float]) ->
 # -- the report ----------------------------------------------------------------------
 
 _HEADING = (
-    f"{'t (s)':>8} {'RSS MB':>8} {'fds':>5} {'journal MB':>10} {'objects':>9} "
+    f"{'t (s)':>8} {'RSS MB':>8} {'anon MB':>8} {'fds':>5} {'journal MB':>10} {'objects':>9} "
     f"{'sends':>6} {'asks':>5} {'results':>7} {'errors':>6} {'p50 ms':>8} {'p99 ms':>8}"
 )
 
 
 def _row(s: Sample) -> str:
     return (
-        f"{s.at:>8.1f} {s.rss_mb:>8.1f} {s.fds:>5} {s.journal_mb:>10.2f} {s.objects:>9} "
+        f"{s.at:>8.1f} {s.rss_mb:>8.1f} {s.anon_mb:>8.1f} {s.fds:>5} {s.journal_mb:>10.2f} {s.objects:>9} "
         f"{s.sends:>6} {s.asks:>5} {s.results:>7} {s.errors:>6} {s.p50_ms:>8.2f} {s.p99_ms:>8.2f}"
     )
 
@@ -420,7 +431,8 @@ def describe(verdict: Verdict) -> list[str]:
     growth = verdict.memory_growth or 0.0
     return [
         f"memory flat after warm-up: {word(verdict.memory_flat)} "
-        f"(RSS {growth:+.1%} since the end of the first quarter; at most {MEMORY_GROWTH:.0%})",
+        f"(anonymous memory {growth:+.1%} since the end of the first quarter; at most "
+        f"{MEMORY_GROWTH:.0%})",
         f"p99 steady: {word(verdict.p99_steady)} (last quarter {verdict.p99_ratio:.2f}x the "
         f"second quarter's; at most {P99_RATIO}x)",
         f"fds flat: {word(verdict.fds_flat)} ({verdict.fd_growth:+d} in the last quarter "

@@ -16,8 +16,8 @@ from bench.__main__ import main as bench_main
 from bench.soak import Sample, judge
 
 
-def _sample(at: float, rss: float = 100.0, fds: int = 20, p99: float = 2.0) -> Sample:
-    return Sample(at, rss, fds, 1.0, 1000, 10, 1, 1, 0, 10, 1.0, p99)
+def _sample(at: float, anon: float = 100.0, fds: int = 20, p99: float = 2.0) -> Sample:
+    return Sample(at, anon + 20, anon, fds, 1.0, 1000, 10, 1, 1, 0, 10, 1.0, p99)
 
 
 def test_a_short_soak_samples_every_interval_and_judges(tmp_path, capsys):
@@ -31,7 +31,7 @@ def test_a_short_soak_samples_every_interval_and_judges(tmp_path, capsys):
     assert 8 == len(samples)
     assert [0.25 * (n + 1) for n in range(8)] == pytest.approx([s.at for s in samples], abs=0.2)
     for s in samples:
-        assert s.rss_mb > 10 and s.fds > 3 and s.journal_mb > 0 and s.objects > 1000
+        assert s.rss_mb > s.anon_mb > 10 and s.fds > 3 and s.journal_mb > 0 and s.objects > 1000
     # Every kind of operation ran: sends, asks, awaited results.
     assert sum(s.sends for s in samples) > 0
     assert sum(s.asks for s in samples) > 0
@@ -69,9 +69,9 @@ def test_flat_samples_pass_every_judgement():
 
 
 def test_growth_after_warm_up_fails_its_judgement():
-    # RSS 100 MB at the end of warm-up (the first quarter), 110 at the end.
-    rss = [90, 100, 102, 104, 105, 106, 108, 110]
-    samples = [_sample(t, rss=r, fds=20 + (t >= 6)) for t, r in enumerate(rss)]
+    # 100 MB anonymous at the end of warm-up (the first quarter), 110 at the end.
+    anon = [90, 100, 102, 104, 105, 106, 108, 110]
+    samples = [_sample(t, anon=r, fds=20 + (t >= 6)) for t, r in enumerate(anon)]
     latencies = [[0.001]] * 6 + [[0.001, 0.003]] * 2  # the last quarter's p99 is 3x
     verdict = judge(samples, latencies)
     assert verdict.memory_growth == pytest.approx(0.10)
@@ -81,8 +81,8 @@ def test_growth_after_warm_up_fails_its_judgement():
 
 
 def test_growth_during_warm_up_is_not_judged():
-    rss = [50, 100, 101, 101, 102, 102, 103, 104]
-    verdict = judge([_sample(t, rss=r) for t, r in enumerate(rss)], [[0.001]] * 8)
+    anon = [50, 100, 101, 101, 102, 102, 103, 104]
+    verdict = judge([_sample(t, anon=r) for t, r in enumerate(anon)], [[0.001]] * 8)
     assert verdict.memory_flat is True
 
 
@@ -123,7 +123,7 @@ def test_the_plot_draws_the_samples(tmp_path: Path):
     pytest.importorskip("matplotlib")
     from bench import _soak_plot
 
-    samples = [_sample(t, rss=100 + t) for t in range(8)]
+    samples = [_sample(t, anon=100 + t) for t in range(8)]
     path = tmp_path / "soak.png"
     _soak_plot.plot(path, samples, judge(samples, [[0.001]] * 8))
     assert path.read_bytes().startswith(b"\x89PNG")
