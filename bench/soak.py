@@ -20,7 +20,7 @@ at once and at a steady pace (`Load`):
 Every ``--interval`` seconds (10 by default) a `Sample` is taken: the
 process's resident memory, its open file descriptors, the journal's size
 on disk, the objects Python's collector tracks, the operations done, and the p50/p99
-latency from a ``send`` call to the moment the receiving process resumes
+latency from a ``send`` (or ``ask``) call to the moment the receiving process resumes
 with the message (read by the process code itself). The verdict (`judge`):
 
 - memory flat: anonymous memory (RSS less the pages of the journal's file
