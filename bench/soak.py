@@ -129,7 +129,7 @@ async def queued(ctx: Context, id: str) -> int:
     return value
 
 
-PROCESSES = [worker, job, queued]
+PROCESSES: list[actors.ProcessDef[..., Any]] = [worker, job, queued]
 
 
 @attrs.frozen
