@@ -6,7 +6,9 @@
 ours beside DBOS Transact (the ``peers`` extra); ``--full`` is the long run
 (5 samples of 1 s, the largest N); ``--json PATH`` also writes the results,
 targets and verdicts for machines; ``--plot PATH`` draws a chart (needs
-matplotlib). Suites are modules that register themselves with
+matplotlib). ``python -m bench soak --minutes N`` is a run of its own
+(`bench.soak`): a mixed load sampled over time, judged on whether memory,
+latency and descriptors stay flat. Suites are modules that register themselves with
 `bench._registry.suite`; the table (`bench._table`) and the chart
 (`bench._plot`) are shared.
 

@@ -1,5 +1,7 @@
 """``python -m bench [SUITE ...] [--full] [--json PATH] [--plot PATH]``: run benchmark suites.
 
+``python -m bench soak --minutes N`` is the soak (`bench.soak`), with its own options.
+
 The default run takes about a minute: 3 samples of 0.3 s per figure, and the
 smaller N for the figures that build many instances. ``--full`` is the long
 run (5 samples of 1 s, the largest N; several minutes). ``python -m bench
@@ -16,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import soak
 from ._registry import SUITES, Options, Result, progress
 from ._table import format_markdown, format_table, write_json
 from .peers import missing as missing_peer
@@ -123,6 +126,9 @@ def _quiet_expected_crashes() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["soak"]:  # a run of its own, not a suite of figures
+        return soak.main(argv[1:])
     _load_suites()
     parser = _parser()
     args = parser.parse_args(argv)

@@ -35,6 +35,7 @@ FOUND = {
     "admitted-twice": (8350, 7),
     "parked-with-work": (3, 7),
     "raised-in-nursery": (7, 7),
+    "duplicate-send": (3, 7),
 }
 WINDOW = 100
 

@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import nullcontext
 
 from .plants import ENV, PLANTS
-from .run import WORKLOAD, Outcome, run_seed
+from .run import LATEST, WORKLOAD, Outcome, run_seed
 
 
 def _seeds(text: str) -> list[int]:
@@ -105,10 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         "--workload",
         type=int,
         default=WORKLOAD,
-        choices=range(1, WORKLOAD + 1),
+        choices=range(1, LATEST + 1),
         metavar="V",
-        help=f"the workload's version (default {WORKLOAD}; a kept seed names its own: "
-        "tests/simulation/run.py WORKLOAD)",
+        help=f"the workload's version (default {WORKLOAD}, {LATEST} only when asked for; a kept "
+        "seed names its own: tests/simulation/run.py WORKLOAD)",
     )
     parser.add_argument("--first", action="store_true", help="stop a sweep at its first failure")
     args = parser.parse_args(argv)

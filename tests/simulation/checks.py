@@ -8,6 +8,11 @@ Each failure is an `InvariantBroken` named by the first word of its line:
   run again under its own key is the documented at-least-once; two keys
   means the message was taken twice);
 - ``sent-lost``: a completed job's durable ``ctx.send`` never arrived;
+- ``sent-twice``: an unkeyed ``ctx.send`` whose message was written more
+  often than its sender's log records send effects that stored one (a
+  message no effect accounts for: a replay that sent it again), or
+  ``sent-lost``, less often: each send effect delivers exactly once
+  (both counted from the transactions written: `World.sends`);
 - ``start-lost``: an acknowledged start with no instance in the journal
   (and none a cleanup removed: workload 6);
 - ``stuck``: an instance that is neither ended nor waiting for something
@@ -48,6 +53,10 @@ committed, so an acknowledged start may be gone, a take may be taken again
 - ``stale-write`` (several nodes): a node wrote to an instance another node
   owned, with no claim of its own (as a node whose lease lapsed could).
 
+Workload 8 adds the invariants of an operator's calls (`operators`):
+``dropped-taken``, ``drop-refused``, ``retry-lost-mail``,
+``fork-copied-mail``, ``cleanup-removed-child``, ``completed-cancelled``.
+
 A run that goes past `run.LIMIT` virtual seconds fails as ``hung`` (a
 workload call that never returns: a lost wake-up the end checks cannot see).
 Two more are checked while the run goes (`workload`): ``ask-reply`` (an
@@ -66,7 +75,7 @@ from typing import Any
 from actors.testing import TEST_EPOCH, Simulation, replay_check
 from storage import instance_id
 
-from . import processes as p
+from . import operators, processes as p
 from .world import Run, World
 
 _ENDED = {"completed", "failed", "cancelled"}
@@ -97,6 +106,9 @@ async def check(world: World, sim: Simulation) -> None:
     lossy = world.lossy(sim)
     _check_ledger(world)
     _check_messages(world, rows, lossy)
+    if not lossy:
+        _check_sends(world)
+        await operators.check(world, sim, rows)
     _check_instances(world, rows, timers, lossy)
     if not lossy:
         _check_cancels(world, rows)
@@ -159,6 +171,18 @@ def _check_messages(world: World, rows: dict[str, tuple[Any, list[Any]]], lossy:
         if found[0].record.result.get("sent") and message not in keys:
             detail = f"{address} completed having sent {message} to {receiver}, never handled"
             world.fail("sent-lost", detail)
+
+
+def _check_sends(world: World) -> None:
+    for sender, delivered in sorted(world.deliveries.items()):
+        effects = world.sent_by(sender)
+        if delivered == effects:
+            continue
+        detail = (
+            f"{sender}'s ctx.send wrote {delivered} message(s); its log records "
+            f"{effects} send effect(s) that stored one"
+        )
+        world.fail("sent-twice" if delivered > effects else "sent-lost", detail)
 
 
 def _check_instances(

@@ -237,6 +237,16 @@ PLANTS: dict[str, Plant] = {
         """,
         what="a round that admits several instances counts one start against the rate",
     ),
+    # Not a bug this project had: a ``ctx.send`` whose transaction carries
+    # the message but not the sender's log entry, so every replay of the
+    # sender reaches the send with no entry and sends it again.
+    "duplicate-send": Plant(
+        "actors._sends",
+        "_commit",
+        old="txn.put_log(actor.iid, actor.run, send.seq, entry.to_stored())",
+        new="pass  # planted: the message is written, the sender's entry is not",
+        what="a ctx.send writes its message without its log entry: each replay sends again",
+    ),
     # Not a bug this project had: a cleanup that keeps no floor, so the
     # next start at the address begins again at incarnation 1 and its
     # steps' idempotency keys repeat the removed incarnation's (workload 6).

@@ -27,6 +27,15 @@ the same way on every replay of a seed.
 - ``qbox/:id`` (workload 7): started on `QUEUE` and sent one ``qmail`` a
   moment later, often as the queue admits it; it returns what it took
   (``"late"`` if nothing came within `QBOX_WAIT`).
+- ``inbox/:id`` (workload 8): lives for ever; holds its mail for a while
+  (a durable timer) before each take, so that operators find unread
+  messages to read and drop; handles each with one step (ledger tag ``I``,
+  the message id); a message marked ``boom`` fails its first incarnation
+  after the step (to be retried, forked); three effects a message after
+  the first (`INBOX_HEAD`), so a fork at ``INBOX_HEAD + 3 * j`` keeps ``j``
+  whole messages.
+- ``joiner/:id`` (workload 8): spawns ``leafj`` children, waits while they
+  end (and cleanups run), then joins each and returns their results.
 """
 
 from __future__ import annotations
@@ -269,14 +278,48 @@ async def qbox(ctx: Context, id: str) -> Any:
     return got[1] if which == "msg" else "late"
 
 
+def incarnation() -> int:
+    """The incarnation of the step's instance (a recorded step: its replay
+    gives the incarnation that ran it)."""
+    return int(actors.current_step().key.split("/")[-4])
+
+
+@process("inbox/:id")
+async def inbox(ctx: Context, id: str, *, hold: float) -> None:
+    # (INBOX_HEAD effects before the loop, three in each turn)
+    first = await ctx.step(incarnation, name="incarnation", thread=False)
+    while True:
+        await ctx.sleep(hold)
+        _signal, payload = await ctx.receive(work)
+        await ctx.step(effect, "I", payload["m"], name="handle", retry=RETRY, thread=False)
+        if payload.get("boom") and first == 1:
+            raise Boom(f"{ctx.id} fails on purpose at {payload['m']} (retry or fork it)")
+
+
+@process("leafj/:id")
+async def leafj(ctx: Context, id: str, *, seconds: float) -> str:
+    await ctx.sleep(seconds)
+    value: str = await ctx.step(effect, "L", ctx.id, name="l", retry=RETRY)
+    return value
+
+
+@process("joiner/:id")
+async def joiner(ctx: Context, id: str, *, kids: list[float], wait: float) -> list[str]:
+    children = [await ctx.spawn(leafj, f"l{i}", seconds=s) for i, s in enumerate(kids)]
+    await ctx.sleep(wait)  # the children end meanwhile: cleanups must leave them
+    return [await ctx.join(child) for child in children]
+
+
 PROCESSES = [sink, helper, job, kid, parent_one, parent_all, parent_rest, qjob, feed, tick]
 #: What workload 5 registers besides (earlier versions run without it, as
 #: they were kept).
 PROCESSES_5 = [rjob]
 PROCESSES_7 = [qbox]
+PROCESSES_8 = [inbox, leafj, joiner]
+INBOX_HEAD = 1  # effects an inbox makes before its loop
 QBOX_WAIT = 1800.0  # virtual seconds
 #: The schedule's interval (virtual seconds): a few ticks while the run
 #: settles, which may overlap a crash or a fault.
 TICK_EVERY = 900.0
 #: Processes whose instances may stay live for ever (waiting for mail).
-LONG_LIVED = {"sink/:id"}
+LONG_LIVED = {"sink/:id", "inbox/:id"}

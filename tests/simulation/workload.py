@@ -22,6 +22,7 @@ import actors
 from actors.testing import Simulation
 
 from . import processes as p
+from .operators import Operators, plan_operators
 from .world import World
 
 #: Errors a client may meet while the journal fails or the host dies: the
@@ -63,11 +64,12 @@ def plan(
     rated: bool = True,
     cleanups: bool = True,
     queued_mail: bool = True,
+    operators: bool = False,
 ) -> tuple[list[str], list[Op]]:
     """The sinks to start and the operations to run, drawn from ``rng``
     (with the operations each later version adds after them, where its
     flag says so: `_tail`, `_features`, `_rated`, `_cleanups`,
-    `_queued_mail`)."""
+    `_queued_mail`, `operators.plan_operators`)."""
     sinks = [f"sink/s{i}" for i in range(rng.randint(1, 3))]
     count = rng.randint(25, 60)
     kinds = [k for k, _ in _KINDS]
@@ -127,6 +129,8 @@ def plan(
         ops += _cleanups(random.Random(f"{drawn}:cleanups"), jobs_planned)
     if queued_mail:
         ops += _queued_mail(random.Random(f"{drawn}:qmail"))
+    if operators:
+        ops += plan_operators(random.Random(f"{drawn}:operators"), Op)
     return sinks, ops
 
 
@@ -222,6 +226,7 @@ class Driver:
         self.sinks = sinks
         self.ops = ops
         self._readers: dict[str, trio.Lock] = {}  # one reader per stream consumer
+        self.operators = Operators(world)  # workload 8's operations
 
     async def __call__(self, sim: Simulation) -> None:
         world = self.world
@@ -229,6 +234,7 @@ class Driver:
         if world.rated is not None:
             sim.on_write(world.admitted)
         sim.on_write(world.removals)
+        sim.on_write(world.sends)
         await self._observe(sim)
         for address in self.sinks:  # idempotent: as a client makes sure of its receivers
             await self._start_quietly(sim, p.sink, address.split("/", 1)[1], {})
@@ -270,7 +276,8 @@ class Driver:
 
     async def _run(self, sim: Simulation, op: Op) -> None:
         try:
-            await getattr(self, f"_op_{op.kind}")(sim, **op.args)
+            run = getattr(self, f"_op_{op.kind}", None) or getattr(self.operators, f"op_{op.kind}")
+            await run(sim, **op.args)
         except EXPECTED as exc:
             self.world.note(
                 f"{op.kind} {op.args.get('address') or op.args.get('id')}: {type(exc).__name__}"

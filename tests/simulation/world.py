@@ -17,9 +17,14 @@ import attrs
 import trio
 
 from actors.testing import Simulation
-from storage import Txn, decode
+from storage import LogEntry, Txn, decode, instance_id
 from storage._states import DELETE_STATE, PUT_STATE
-from storage._txn import DELETE_INSTANCE
+from storage._txn import APPEND_MESSAGE, DELETE_INSTANCE, PUT_LOG
+
+#: The payload key naming the sender of an unkeyed ``ctx.send`` whose
+#: deliveries the checker counts (``sent-twice``): each such sender sends
+#: one message per send effect.
+SENT_BY = "kid"
 
 
 class InvariantBroken(AssertionError):
@@ -57,6 +62,29 @@ class Run:
         if parts[-1] == "compensate":
             parts.pop()
         return int(parts[-4])
+
+
+@attrs.define
+class Operated:
+    """Workload 8: what operators did to instances and what they were told
+    (see `operators`)."""
+
+    #: message id -> inbox address, for every message a client tried to send
+    tried: dict[str, str] = attrs.Factory(dict)
+    #: message id -> inbox address, for messages whose send was acknowledged
+    acked: dict[str, str] = attrs.Factory(dict)
+    #: message id -> when the drop that returned it returned
+    dropped: dict[str, float] = attrs.Factory(dict)
+    #: refused drops: (message id, address, the refusal, when mail() read it, when refused)
+    refusals: list[tuple[str, str, str, float, float]] = attrs.Factory(list)
+    #: address -> when each retry or fork of it began
+    repairs: dict[str, list[float]] = attrs.Factory(dict)
+    #: addresses a retry of succeeded
+    retried: set[str] = attrs.Factory(set)
+    #: fork address -> the address forked
+    forks: dict[str, str] = attrs.Factory(dict)
+    #: joiner address -> its children's seconds
+    joiners: dict[str, list[float]] = attrs.Factory(dict)
 
 
 @attrs.define
@@ -100,6 +128,15 @@ class World:
     admissions: list[tuple[float, int]] = attrs.Factory(list)
     #: ids of the instances a cleanup removed (workload 6)
     removed: set[bytes] = attrs.Factory(set)
+    #: sender address -> the messages written that it sent with an unkeyed
+    #: ``ctx.send`` (each carries its sender: `SENT_BY`), counted from the
+    #: transactions written
+    deliveries: dict[str, int] = attrs.Factory(dict)
+    #: sender instance id -> the (run, seq) of each send effect whose log
+    #: entry says it stored its message, from the transactions written
+    send_effects: dict[bytes, set[tuple[int, int]]] = attrs.Factory(dict)
+    #: workload 8: operators' calls (retry, fork, mail, drop, join)
+    operated: Operated = attrs.Factory(Operated)
     next_op: int = 0  # the workload's progress, across lives
     events: list[str] = attrs.Factory(list)  # what clients saw, for the trace
 
@@ -152,6 +189,30 @@ class World:
         for op in txn.ops:
             if op[0] == DELETE_INSTANCE:
                 self.removed.add(op[1])
+
+    def sends(self, txn: Txn) -> None:
+        """Note the unkeyed ``ctx.send`` messages and the send effects'
+        log entries a written transaction holds (see `checks` ``sent-twice``).
+
+        A message is counted for the sender its payload names (`SENT_BY`);
+        a send effect is its log entry ``(run, seq)`` that records a stored
+        message (no error: a refused send stores none). An entry written
+        again at the same place (a rewrite) is one effect."""
+        for op in txn.ops:
+            if op[0] == APPEND_MESSAGE:
+                stored = decode(op[2])
+                payload = stored[1]
+                if isinstance(payload, dict) and isinstance(payload.get(SENT_BY), str):
+                    sender = payload[SENT_BY]
+                    self.deliveries[sender] = self.deliveries.get(sender, 0) + 1
+            elif op[0] == PUT_LOG:
+                entry = LogEntry.from_stored(decode(op[4]))
+                if entry.kind == "send" and entry.error is None:
+                    self.send_effects.setdefault(op[1], set()).add((op[2], op[3]))
+
+    def sent_by(self, address: str) -> int:
+        """How many send effects of the instance at ``address`` stored a message."""
+        return len(self.send_effects.get(instance_id(address), ()))
 
     def lossy(self, sim: Any) -> bool:
         """Whether the run lost a write it had acknowledged, as durability
