@@ -36,6 +36,7 @@ async def open_system(
     node: str | None = None,
     control: bool = True,
     queues: Iterable[Queue] = (),
+    compensations: Iterable[Callable[..., Any]] = (),
 ) -> AsyncIterator[ActorSystem]:
     """Open the journal, recover every unfinished instance, and run the system.
 
@@ -67,6 +68,13 @@ async def open_system(
             the running system; False serves none.
         queues: the `Queue` objects that ``start(..., queue=...)`` and
             ``ctx.call``/``spawn``/``scope(..., queue=...)`` may name.
+        compensations: the functions that steps' ``compensate=`` may have
+            named in the journal. A recorded compensation runs only as a
+            function this system was given, here or by its process code as
+            ``compensate=`` (the name stored in the journal is compared,
+            never imported); list them so that a compensation interrupted
+            by a restart finishes without its process running again. One
+            it was not given parks the instance ``compensation_stuck``.
 
     Raises:
         JournalLocked: another system has the journal open.
@@ -88,6 +96,7 @@ async def open_system(
         max_payload=max_payload,
         now=now,
         queues=queues,
+        compensations=compensations,
     )
     if node is not None:
         journal.set_node(node)
