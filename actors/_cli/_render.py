@@ -96,8 +96,8 @@ def escaped_output(*, json_escapes: bool) -> Iterator[None]:
     The command line owns the process's standard streams while a command
     runs; they are put back as they were when it returns."""
     saved = sys.stdout, sys.stderr
-    sys.stdout = _EscapedStream(saved[0], json_escapes)  # type: ignore[assignment]
-    sys.stderr = _EscapedStream(saved[1], json_escapes)  # type: ignore[assignment]
+    sys.stdout = _EscapedStream(saved[0], json_escapes)
+    sys.stderr = _EscapedStream(saved[1], json_escapes)
     try:
         yield
     finally:
