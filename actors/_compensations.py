@@ -57,8 +57,8 @@ class Compensations:
         for fn in given:
             if not callable(fn):
                 raise InvalidArguments(
-                    f"open_system(compensations=...) takes the functions that undo "
-                    f"steps, not {fn!r}"
+                    "open_system(compensations=...) takes the functions that undo "
+                    f"steps themselves (a name is never looked up), not {fn!r}"
                 )
             self.learn(fn)
 

@@ -343,3 +343,9 @@ async def test_result_raises_process_cancelled_when_a_cancels_compensation_is_st
             + STUCK.format(step=charge.__qualname__, addr="stuckc/c")
         ) == str(cancelled.value)
         assert "cancelled by system.cancel" == cancelled.value.reason
+
+
+async def test_open_system_takes_functions_as_compensations_never_names(opener):
+    with pytest.raises(actors.InvalidArguments, match="takes the functions that undo steps"):
+        async with opener(stuck_order, compensations=["os:system"]):
+            pass
