@@ -68,13 +68,14 @@ async def open_system(
             the running system; False serves none.
         queues: the `Queue` objects that ``start(..., queue=...)`` and
             ``ctx.call``/``spawn``/``scope(..., queue=...)`` may name.
-        compensations: the functions that steps' ``compensate=`` may have
-            named in the journal. A recorded compensation runs only as a
-            function this system was given, here or by its process code as
-            ``compensate=`` (the name stored in the journal is compared,
-            never imported); list them so that a compensation interrupted
-            by a restart finishes without its process running again. One
-            it was not given parks the instance ``compensation_stuck``.
+        compensations: functions a recorded compensation may name beside
+            those the process code passes as ``compensate=`` (which are
+            found again after a restart by replaying the run, running
+            nothing). List one the code no longer passes: renamed, removed,
+            or passed in a run before a continue-as-new. The name stored in
+            the journal is only compared, never imported; a name matching
+            no function the system was given parks the instance
+            ``compensation_stuck`` with a WARNING, and nothing runs.
 
     Raises:
         JournalLocked: another system has the journal open.
