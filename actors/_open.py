@@ -71,15 +71,17 @@ async def open_system(
         compensations: functions a recorded compensation may name beside
             those the process code passes as ``compensate=`` (which are
             found again after a restart by replaying the run, running
-            nothing). List one the code no longer passes: renamed, removed,
-            or passed in a run before a continue-as-new. The name stored in
+            nothing). List one the code no longer passes (taken out of the
+            process, or passed only in a run before a continue-as-new); a
+            renamed function matches its old name no more. The name stored in
             the journal is only compared, never imported; a name matching
             no function the system was given parks the instance
             ``compensation_stuck`` with a WARNING, and nothing runs.
 
     Raises:
         JournalLocked: another system has the journal open.
-        InvalidArguments: an option that is not a sane number (nothing is opened).
+        InvalidArguments: an option that is not a sane number, or a
+            compensation that is not a function (nothing is opened).
     """
     if passivate_after != math.inf:  # inf: never passivate
         passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
