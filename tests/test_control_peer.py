@@ -19,13 +19,12 @@ import actors
 from actors import Context, Signal, process
 from storage import LMDBJournal
 
-pytestmark = [
-    pytest.mark.slow,  # the command line and the fake listener are processes of their own
-    pytest.mark.skipif(
-        not hasattr(os, "getuid") or os.getuid() != 0 or not sys.platform.startswith("linux"),
-        reason="needs root on Linux, to run a listener as another user (nobody)",
-    ),
-]
+pytestmark = pytest.mark.slow  # the command line and the fake listener run in processes
+
+as_root = pytest.mark.skipif(
+    not hasattr(os, "getuid") or os.getuid() != 0 or not sys.platform.startswith("linux"),
+    reason="needs root on Linux, to run a listener as another user (nobody)",
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 NOBODY = 65534
@@ -93,6 +92,7 @@ async def suspended(system: actors.ActorSystem) -> None:
             return
 
 
+@as_root
 async def test_a_listener_of_another_user_on_the_socket_is_refused(place):
     journal = place / "journal"
     async with actors.open_system(LMDBJournal(journal), [approval], control=False) as system:
