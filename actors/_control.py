@@ -22,6 +22,13 @@ Who may connect: the socket is created mode 0600 (bound under a temporary
 name, made owner-only, then renamed into place), and on Linux the peer's
 uid is checked too (the owner's, or root).
 
+Whom the client talks to: the journal's directory decides who may have put
+the socket there. The client refuses a directory that other users may
+write (they could have bound their own listener under the name), and, on
+Linux, a server whose uid (SO_PEERCRED) is neither the directory's owner
+nor root, before it sends a byte: a send's payload or a forced cancel
+never reaches another user's program.
+
 A socket file left by a system that was killed is replaced when the next
 system opens the journal: only the holder of the owner lock serves, so
 whatever is there before it binds is stale. A client that finds the file
@@ -202,14 +209,61 @@ def _socket_path(directory: Path, name: str = SOCKET_NAME) -> Any:
         os.close(fd)
 
 
+def _peer_uid(sock: Any) -> int | None:
+    """The uid of the process at the other end of a unix socket (for a
+    server, as it was when it listened); None where the platform does not say."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
+
+
+def _check_directory(directory: Path) -> int | None:
+    """The uid owning the journal's ``directory`` (the journal's owner),
+    once it is known that no other user can put a socket there; None if
+    the directory cannot be read (connecting then says why).
+
+    Raises:
+        ActorError: another user may write in the directory, so the socket
+            in it may be theirs.
+    """
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return None
+    if info.st_mode & 0o022:
+        raise ActorError(
+            f"refusing the control socket {directory / SOCKET_NAME}: the journal directory "
+            f"{directory} is writable by other users (mode {info.st_mode & 0o7777:o}), so "
+            "the socket may be another user's rather than the running system's; make the "
+            f"directory its owner's only (chmod go-w {directory}), then try again"
+        )
+    return info.st_uid
+
+
+def _check_server(directory: Path, sock: Any, owner: int | None) -> None:
+    """Refuse a server that is not the journal's owner (nor root).
+
+    Raises:
+        ActorError: another user's program listens on the control socket.
+    """
+    uid = _peer_uid(sock)
+    if uid is None or owner is None or uid in (owner, 0):
+        return
+    raise ActorError(
+        f"refusing the control socket {directory / SOCKET_NAME}: it is served by uid {uid}, "
+        f"not by the journal's owner (uid {owner}, who owns {directory}), so it is not the "
+        "running system's and nothing was sent to it; stop that program, remove the "
+        f"socket, and make {directory} its owner's only (chmod 700 {directory})"
+    )
+
+
 def _peer_allowed(sock: trio.socket.SocketType) -> bool:
     """Whether the peer runs as this process's user (or root); True where
     the platform does not say (the socket's mode still guards it)."""
-    if not hasattr(socket, "SO_PEERCRED"):
-        return True
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid in (os.getuid(), 0)
+    uid = _peer_uid(sock)
+    return uid is None or uid in (os.getuid(), 0)
 
 
 # -- the server ------------------------------------------------------------------------
@@ -445,6 +499,10 @@ async def request(directory: Path, op: str, **fields: Any) -> Any:
         RemoteError: the system answered with an error.
         ActorError: the connection broke before the reply came.
     """
+    # Invariant: nothing is sent before the server is known to be the
+    # journal owner's (a socket another user could have put there may be a
+    # listener of theirs, collecting payloads and answering "ok").
+    owner = _check_directory(directory)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with _socket_path(directory) as path:
@@ -459,6 +517,7 @@ async def request(directory: Path, op: str, **fields: Any) -> Any:
                     f"the control socket {directory / SOCKET_NAME} is its owner's only; run "
                     "this as the user that runs the system"
                 ) from None
+        _check_server(directory, sock, owner)
     except BaseException:
         sock.close()
         raise

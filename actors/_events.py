@@ -14,7 +14,8 @@ Levels:
   (which instance, count, strategy, delay), a lease lost (each instance the
   node lets go of), an instance given up because another node took it over,
   an instance stuck (kept from running until the code or the system's
-  configuration changes: see `held_diverged`, `held_unregistered`).
+  configuration changes: see `held_diverged`, `held_unregistered`), a
+  recorded compensation this system was not given (`compensation_unknown`).
 - ERROR: a top-level process failed, a child failed past its parent's
   restart limit, an instance parked ``compensation_stuck``, a corrupt record.
 - INFO: the system opened (with what recovery found: resumed, stuck by
@@ -45,6 +46,7 @@ __all__ = [
     "UNFIT_INPUT",
     "closing",
     "compensation_stuck",
+    "compensation_unknown",
     "corrupt",
     "crashed",
     "debug_enabled",
@@ -253,6 +255,19 @@ def compensation_stuck(address: str, error: str | None) -> None:
         "abandon_compensation decides",
         address,
         error,
+        extra=_at(address),
+    )
+
+
+def compensation_unknown(address: str, name: str, why: str) -> None:
+    """WARNING: a recorded compensation names no function this system was
+    given; nothing runs in its place and the instance parks
+    ``compensation_stuck`` (stored data never chooses code, see `_compensations`)."""
+    _supervision.warning(
+        "instance %r: compensation %s is not run: %s",
+        address,
+        name,
+        why,
         extra=_at(address),
     )
 

@@ -295,6 +295,18 @@ class Actor:
         self.driver.load(log)
         return await self.driver.check(self.new_coroutine())
 
+    async def replay_for_compensations(self) -> None:
+        """Replay this run's log on the process code, running nothing, so
+        that the ``compensate=`` callables it passes are known to the system
+        (a compensation resumed after a restart, whose run is not replayed
+        otherwise: see `_compensations`). Best effort: code that no longer
+        replays teaches nothing, and the compensation it misses parks."""
+        twin = Actor(self.system, self.iid, self.address, self.proc, self.record)
+        try:
+            await twin.check_history(dict(self.driver.log))
+        except Exception:  # noqa: BLE001 - a replay that breaks only teaches less
+            return
+
     def wakeup(self) -> None:
         """Something happened that the driver may be waiting for."""
         self.woken = True

@@ -24,6 +24,7 @@ from storage import InstanceRecord, InstanceRow, Journal, Txn
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _effects as fx
+from ._compensations import Compensations
 from ._driver import Driver, Interrupt
 from ._holds import Holds
 from ._log import LogEntry
@@ -323,6 +324,7 @@ class SystemAPI(Protocol):
     cursors: dict[tuple[bytes, str], int]  # stream consumers' moves not yet durable
     outages: JournalWatch
     rides: Rides  # the timer of deferred writes
+    compensations: Compensations  # the callables a recorded compensation may name
 
     # The parts (see actors._system).
     @property
@@ -499,6 +501,8 @@ class ActorAPI(Protocol):
     def register_compensation(
         self, step: fx.Step[Any], result: Any, *, possibly_applied: bool = False
     ) -> None: ...
+
+    async def replay_for_compensations(self) -> None: ...
 
     def start_task(
         self, fn: Callable[..., Awaitable[Any]], effect: fx.Effect[Any], *args: Any

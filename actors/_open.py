@@ -36,6 +36,7 @@ async def open_system(
     node: str | None = None,
     control: bool = True,
     queues: Iterable[Queue] = (),
+    compensations: Iterable[Callable[..., Any]] = (),
 ) -> AsyncIterator[ActorSystem]:
     """Open the journal, recover every unfinished instance, and run the system.
 
@@ -71,10 +72,20 @@ async def open_system(
             the running system; False serves none.
         queues: the `Queue` objects that ``start(..., queue=...)`` and
             ``ctx.call``/``spawn``/``scope(..., queue=...)`` may name.
+        compensations: functions a recorded compensation may name beside
+            those the process code passes as ``compensate=`` (which are
+            found again after a restart by replaying the run, running
+            nothing). List one the code no longer passes (taken out of the
+            process, or passed only in a run before a continue-as-new); a
+            renamed function matches its old name no more. The name stored in
+            the journal is only compared, never imported; a name matching
+            no function the system was given parks the instance
+            ``compensation_stuck`` with a WARNING, and nothing runs.
 
     Raises:
         JournalLocked: another system has the journal open.
-        InvalidArguments: an option that is not a sane number (nothing is opened).
+        InvalidArguments: an option that is not a sane number, or a
+            compensation that is not a function (nothing is opened).
     """
     if passivate_after != math.inf:  # inf: never passivate
         passivate_after = check_seconds(passivate_after, "open_system(passivate_after=...)")
@@ -92,6 +103,7 @@ async def open_system(
         max_payload=max_payload,
         now=now,
         queues=queues,
+        compensations=compensations,
     )
     if node is not None:
         journal.set_node(node)

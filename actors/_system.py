@@ -27,6 +27,7 @@ from storage.errors import JournalCorrupt
 
 from . import _asks, _events, _guard, _joins, _sends, _steps, _streams, _supervision, _tracing
 from ._asks import Asks
+from ._compensations import Compensations
 from ._corruption import Corruption
 from ._handles import Handle
 from ._interfaces import Service
@@ -81,8 +82,12 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         max_payload: int,
         now: Callable[[], float],
         queues: Iterable[Queue] = (),
+        compensations: Iterable[Callable[..., Any]] = (),
     ) -> None:
         self.journal = journal
+        # Given by the application, and learnt from its compensate= (never
+        # from stored names: see _compensations).
+        self.compensations = Compensations(compensations)
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
         self.log_debug = _events.debug_enabled()  # cached: DEBUG records are on the hot path

@@ -1,6 +1,7 @@
 """Sagas at their edges: a compensation recorded by a program run as a script
-and finished by the same file imported as a module; a compensation that is
-truly missing, with the cause named; and a stuck compensation seen from
+and finished by the same file imported as a module; a compensation that the
+program's code does not give, parked with the cause named (never imported by
+its recorded name); and a stuck compensation seen from
 ``result()``, across close and reopen."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import trio
 
 import actors
-from actors import Context, Retry, Signal, _saga, process
+from actors import Context, Retry, Signal, process
 from storage import LMDBJournal, instance_id
 from tests import saga_shop
 from tests.runtime_helpers import wait_status
@@ -30,11 +31,6 @@ failing = {"on": True}
 def _reset():
     ledger.clear()
     failing["on"] = True
-
-
-def _fresh_program(monkeypatch) -> None:
-    """Forget the compensations this program has seen, as a new program would."""
-    monkeypatch.setattr(_saga, "_known", {})
 
 
 # -- script, then import --------------------------------------------------------
@@ -136,7 +132,7 @@ async def test_import_records_then_script_finishes_the_compensation(
     ] == _ledger(tmp_path)
 
 
-# -- a compensation truly missing: the cause, named ------------------------------------
+# -- a compensation this program does not give: the cause, named ----------------------
 
 
 def charge(order: str) -> str:
@@ -148,10 +144,14 @@ def vanishing_refund(order: str) -> None:
     ledger.append(f"refund {order}")
 
 
+def other_refund(order: str) -> None:
+    ledger.append(f"other refund {order}")
+
+
 def _defined_elsewhere(module: str, filename: str) -> object:
     """A module-level function of a module that does not exist here."""
     namespace: dict[str, object] = {"__name__": module}
-    exec(compile("def undo(order):\n    pass\n", filename, "exec"), namespace)
+    exec(compile("def undo(order):\n    ledger.append('undo')\n", filename, "exec"), namespace)
     return namespace["undo"]
 
 
@@ -166,17 +166,15 @@ def _order_with(undo: object) -> actors.ProcessDef:
 
 
 @asynccontextmanager
-async def _stranded(opener, proc, monkeypatch, vanish: bool):
-    """Run the step and close; then, as a new program (``vanish``: one where
-    the compensation's name is gone), make the process fail. Yields the
-    handle once the instance is stuck, and the virtual time that took."""
+async def _stranded(opener, proc):
+    """Run the step and close; then, as a new program whose code passes
+    another function as that step's compensate=, make the process fail.
+    Yields the handle once the instance is stuck, and the virtual time that took."""
     async with opener(proc) as system:
         handle = await system.start(proc, "e")
         assert "suspended" == await wait_status(handle, "suspended")
-    _fresh_program(monkeypatch)
-    if vanish:
-        monkeypatch.delattr(sys.modules[__name__], "vanishing_refund")
-    async with opener(proc) as system:
+    changed = _order_with(other_refund)
+    async with opener(changed) as system:
         handle = system.get("edge/e")
         t0 = trio.current_time()
         await system.send("edge/e", go, "fail")
@@ -184,54 +182,78 @@ async def _stranded(opener, proc, monkeypatch, vanish: bool):
         yield handle, trio.current_time() - t0
 
 
+GIVEN_NONE = (
+    "this system was given no function of that name{where}, and a name read from the "
+    "journal never chooses the code that runs; if the application defines it, pass it to "
+    "open_system(compensations=[{name}]) (or open the system with the process code that "
+    "passes it as compensate=), then resume_compensation('edge/e'); otherwise undo the "
+    "step by hand and abandon_compensation"
+)
+
+
 @pytest.mark.parametrize(
-    "undo, vanish, cause",
+    "undo, cause",
     [
         pytest.param(
             lambda order: None,
-            False,
-            "was a closure, lambda or other unnamed callable, which exists only while the "
+            "it was a closure, lambda or other unnamed callable, which exists only while the "
             "program that made it runs",
             id="lambda",
         ),
         pytest.param(
             vanishing_refund,
-            True,
-            f"module {__name__!r} ({os.path.realpath(__file__)}) has no 'vanishing_refund' "
-            "(renamed or removed since the step ran?); restore it under that name, then call "
-            "system.resume_compensation('edge/e')",
+            GIVEN_NONE.format(
+                where=f" (defined in {os.path.realpath(__file__)!r})", name="vanishing_refund"
+            ),
             id="name-gone",
         ),
         pytest.param(
             _defined_elsewhere("gone_shop", "/nonexistent/gone_shop.py"),
-            False,
-            "module 'gone_shop' (/nonexistent/gone_shop.py) cannot be imported "
-            "(ModuleNotFoundError: No module named 'gone_shop'); make it importable in the "
-            "program that resumes the instance, then call system.resume_compensation('edge/e')",
+            GIVEN_NONE.format(where=" (defined in '/nonexistent/gone_shop.py')", name="undo"),
             id="module-gone",
         ),
         pytest.param(
             _defined_elsewhere("__main__", "/nonexistent/other_script.py"),
-            False,
-            "was recorded by a program run as a script (/nonexistent/other_script.py), and "
-            "no module loaded here comes from that file: import that file's module before "
-            "open_system (or run it as the script again), then call "
-            "system.resume_compensation('edge/e')",
+            GIVEN_NONE.format(where=" (defined in '/nonexistent/other_script.py')", name="undo"),
             id="other-script",
         ),
     ],
 )
-async def test_a_missing_compensation_parks_at_once_naming_the_cause(
-    opener, monkeypatch, autojump_clock, undo, vanish, cause
+async def test_a_compensation_the_code_does_not_give_parks_at_once_naming_the_cause(
+    opener, autojump_clock, caplog, undo, cause
 ):
-    async with _stranded(opener, _order_with(undo), monkeypatch, vanish) as (handle, took):
+    async with _stranded(opener, _order_with(undo)) as (handle, took):
         assert 0 == took  # parked at once: retrying cannot bring it back
         assert cause in handle.last_error
-        assert "define it at module level" not in handle.last_error
         with pytest.raises(actors.ProcessFailed) as failed:
             await handle.result()
         assert cause in str(failed.value)
-    assert ["charge e"] == ledger  # nothing ran in its place
+    assert ["charge e"] == ledger  # nothing ran in its place, other_refund neither
+    warned = [r for r in caplog.records if r.levelname == "WARNING" and "is not run" in r.message]
+    assert 1 == len(warned)  # and the ERROR that the instance is parked
+    assert cause in warned[0].message
+    assert warned[0].name.startswith("actors")
+
+
+async def test_a_compensation_given_to_open_system_finishes_after_the_code_changed(
+    opener, autojump_clock
+):
+    """The documented fix: a compensation the process code no longer passes
+    runs once the application gives it to open_system."""
+    proc = _order_with(vanishing_refund)
+    async with opener(proc) as system:
+        handle = await system.start(proc, "e")
+        assert "suspended" == await wait_status(handle, "suspended")
+    changed = _order_with(other_refund)
+    async with opener(changed) as system:
+        await system.send("edge/e", go, "fail")
+        handle = system.get("edge/e")
+        assert "compensation_stuck" == await wait_status(handle, "compensation_stuck")
+    async with opener(changed, compensations=[vanishing_refund]) as system:
+        assert await system.resume_compensation("edge/e")
+        with trio.fail_after(60), pytest.raises(actors.ProcessFailed, match="declined"):
+            await system.get("edge/e").result()
+    assert ["charge e", "refund e"] == ledger
 
 
 # -- a stuck compensation and result() ---------------------------------------------------
@@ -321,3 +343,9 @@ async def test_result_raises_process_cancelled_when_a_cancels_compensation_is_st
             + STUCK.format(step=charge.__qualname__, addr="stuckc/c")
         ) == str(cancelled.value)
         assert "cancelled by system.cancel" == cancelled.value.reason
+
+
+async def test_open_system_takes_functions_as_compensations_never_names(opener):
+    with pytest.raises(actors.InvalidArguments, match="takes the functions that undo steps"):
+        async with opener(stuck_order, compensations=["os:system"]):
+            pass

@@ -22,6 +22,7 @@ from ._fork import add_fork_arguments, fork
 from ._history import add_history_arguments, export, import_
 from ._inspect import list_instances, stats
 from ._mail import add_mail_arguments, mail
+from ._render import escaped_output
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
 from ._retry import retry, show_any
 from ._tail import consumers, tail
@@ -53,9 +54,17 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (see the module docstring)."""
+    """Run the command line; returns the exit code (see the module docstring).
+
+    Everything it prints, from every command and error, is escaped for the
+    terminal (`escaped_output`): journal-derived text never reaches it raw."""
     parser = _parser()
     args = parser.parse_args(argv)
+    with escaped_output(json_escapes=bool(getattr(args, "json", False))):
+        return _run(parser, args)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     args.imports += getattr(args, "imports_after", [])
     if not args.journal:
         parser.error("--journal PATH is required (or set ACTORS_JOURNAL)")

@@ -1,5 +1,19 @@
 """How the command line prints: JSON documents, and text for a terminal
-(aligned tables, local times, relative times, compact values)."""
+(aligned tables, local times, relative times, compact values).
+
+Terminal safety: every character the command line writes to stdout or
+stderr passes through `escape_text` (`escaped_output` wraps both streams
+for the whole command, so every printer, present and future, goes through
+it). Journal-derived strings (addresses, error messages, payloads, signal
+names) are written by whoever could write to the journal or send a
+message; a raw ESC or BEL in one would let them retitle or clear the
+operator's terminal, move the cursor or fake output. So nothing the
+terminal could act on is written raw: control characters (C0, DEL, C1),
+Unicode format characters (bidi overrides, zero-width), separators other
+than the space, and lone surrogates come out as escapes (``\x1b``, or
+``\u001b`` inside ``--json`` output, where the escape is JSON's own and the
+document still parses to the same value). Only the newline is kept.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +22,11 @@ import datetime as _dt
 import json
 import math
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 import attrs
 
@@ -19,6 +35,8 @@ from storage import Opaque
 from .._admin import END_PREFIX, error_summary
 
 __all__ = [
+    "escape_text",
+    "escaped_output",
     "emit",
     "jsonable",
     "compact",
@@ -34,6 +52,56 @@ __all__ = [
     "size_text",
     "render_show",
 ]
+
+
+def escape_text(text: str, *, json_escapes: bool = False) -> str:
+    """``text`` with every character a terminal could act on written as an
+    escape (see the module docstring): ``\x1b`` (Python's spelling), or
+    ``\u001b`` with ``json_escapes`` (valid inside a JSON string). Keeps
+    newlines; the result holds nothing else that is not printable, so
+    escaping it again changes nothing."""
+    if text.isprintable():
+        return text  # the common case: one C-level scan
+    out = []
+    for ch in text:
+        if ch.isprintable() or ch == "\n":
+            out.append(ch)
+        elif json_escapes:
+            out.append(json.dumps(ch)[1:-1])  # \u001b; a pair of \uXXXX past the BMP
+        else:
+            out.append(ch.encode("unicode_escape", "backslashreplace").decode("ascii"))
+    return "".join(out)
+
+
+class _EscapedStream:
+    """A text stream that writes what `escape_text` makes of its text; the
+    rest (flush, fileno, buffer, isatty) is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO, json_escapes: bool) -> None:
+        self._stream = stream
+        self._json = json_escapes
+
+    def write(self, text: str) -> int:
+        self._stream.write(escape_text(text, json_escapes=self._json))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def escaped_output(*, json_escapes: bool) -> Iterator[None]:
+    """Run a command with stdout and stderr escaped (see `escape_text`).
+
+    The command line owns the process's standard streams while a command
+    runs; they are put back as they were when it returns."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = _EscapedStream(saved[0], json_escapes)
+    sys.stderr = _EscapedStream(saved[1], json_escapes)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def emit(args: argparse.Namespace, doc: dict[str, Any], render: Callable[[], str]) -> None:
