@@ -52,7 +52,7 @@ async def align(system: SystemAPI) -> float | None:
             best = (after - before, (before + after) / 2, epoch)
     assert best is not None
     trip, at, epoch = best
-    skew = system._use_clock(epoch, at)
+    skew = system.use_clock(epoch, at)
     if abs(skew) > MAX_SKEW:
         log.warning(
             "node %r: its wall clock is %+.3f s off the clock of %s (over %s s); it keeps "

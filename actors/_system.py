@@ -128,7 +128,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         """The trio clock reading at which epoch time ``epoch`` arrives."""
         return epoch - self._offset
 
-    def _use_clock(self, epoch: float, at: float) -> float:
+    def use_clock(self, epoch: float, at: float) -> float:
         """From now on, epoch time ``epoch`` is trio time ``at`` (the
         journal's clock: see `_clocks`; called at open, before anything
         reads the time). Returns how far ahead of it the clock read at
