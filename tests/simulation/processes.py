@@ -56,8 +56,9 @@ done = Signal("done")
 qmail = Signal("qmail")
 
 #: Enough attempts for the failures the seed injects (at most three per
-#: step) plus the attempts that crashes spend.
-RETRY = Retry(attempts=12, backoff=0.05, max_backoff=2.0)
+#: step), and a crash budget larger than the crashes and lease losses a
+#: seed can put in one step (past it the instance would be parked stuck).
+RETRY = Retry(attempts=12, backoff=0.05, max_backoff=2.0, crashes=12)
 QUEUE = Queue("sim", concurrency=2)
 #: Workload 5: at most 2 starts in any 5 virtual seconds (a burst of starts
 #: waits its turn; the checker reads the admissions from the written
