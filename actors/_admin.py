@@ -65,6 +65,7 @@ from ._mail import (
     read_for_drop,
     read_mail,
 )
+from ._crashes import Parked, read_parked, refuse_input as parked_input_refusal, resume_txn
 from ._messages import StoredMessage
 from ._process import ProcessDef
 from ._protocol import Cancel
@@ -125,6 +126,10 @@ __all__ = [
     "read_kept",
     "retry_refusal",
     "retry_txn",
+    "Parked",
+    "read_parked",
+    "parked_input_refusal",
+    "resume_txn",
     "ForkPlan",
     "fork_point",
     "read_for_fork",

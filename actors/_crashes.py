@@ -34,7 +34,7 @@ from ._handles import Handle
 from ._interfaces import SystemAPI
 from .errors import InvalidArguments
 
-__all__ = ["forgiven", "resume_parked"]
+__all__ = ["Parked", "forgiven", "read_parked", "refuse_input", "resume_parked", "resume_txn"]
 
 #: Seconds between looks at an instance still leaving memory.
 _LEAVING_LOOK = 0.05
@@ -54,7 +54,25 @@ def forgiven(log: dict[int, LogEntry]) -> dict[int, LogEntry]:
     return out
 
 
-def _resume_txn(row: InstanceRow, fixed: dict[int, LogEntry], now: float) -> Txn:
+#: A live instance parked by a step's crash budget, and its run's log.
+Parked = tuple[InstanceRow, dict[int, LogEntry]]
+
+
+def read_parked(r: Any, iid: bytes) -> Parked | None:
+    """The instance ``iid`` and its run's log, if a step's crash budget
+    parked it (reader ``r``); None otherwise."""
+    row = r.instance(iid)
+    if row is None or row.status not in LIVE_STATUSES or not _events.is_crashed(row.record.held):
+        return None
+    return row, r.entries(iid, row.record.run)
+
+
+def resume_txn(parked: Parked, now: float) -> Txn:
+    """The resume of ``parked``, for the runtime and the command line alike:
+    its crashes forgiven, ``held`` and ``last_error`` cleared, running; on
+    condition that it is still the live incarnation read."""
+    row, log = parked
+    fixed = forgiven(log)
     record = row.record
     txn = Txn()
     txn.require(row.iid, LIVE_STATUSES, incarnation=record.incarnation)
@@ -82,37 +100,31 @@ async def resume_parked(
         InvalidArguments: ``input`` is given: a resumed run keeps its input.
     """
     iid = system.router.address_iid(address, "retry's address")
-
-    def read(r: Any) -> tuple[InstanceRow | None, dict[int, LogEntry]]:
-        row = r.instance(iid)
-        if row is None or row.status not in LIVE_STATUSES:
-            return row, {}
-        return row, r.entries(iid, row.record.run)
-
     while True:
-        row, log = await system.journal.read(read)
-        if (
-            row is None
-            or row.status not in LIVE_STATUSES
-            or not _events.is_crashed(row.record.held)
-        ):
+        parked = await system.journal.read(lambda r: read_parked(r, iid))
+        if parked is None:
             return None
         if input is not None:
-            raise InvalidArguments(
-                f"{address!r} is stuck on a step's crash budget: a retry resumes it where it "
-                "stopped, with the input it has; call retry without input=, or cancel it "
-                "and retry to start afresh with new input"
-            )
+            raise InvalidArguments(refuse_input(address))
         if iid in system.registry.live:
             # Its actor is still leaving memory (it just parked): once it
             # has, what the journal says is all there is.
             await trio.sleep(_LEAVING_LOOK)
             continue
         try:
-            txn = _resume_txn(row, forgiven(log), system.epoch_now())
-            await system.journal.commit(txn, durable=True)
+            await system.journal.commit(resume_txn(parked, system.epoch_now()), durable=True)
         except Conflict:
             continue  # it changed since the read: read it again
+        row = parked[0]
         system.statuses.changed(iid)
         system.registry.activate(iid)
         return Handle._create(system, iid, row.address, row.record.incarnation)
+
+
+def refuse_input(address: str) -> str:
+    """Why a retry of a parked instance takes no new input."""
+    return (
+        f"{address!r} is stuck on a step's crash budget: a retry resumes it where it "
+        "stopped, with the input it has; retry without input, or cancel it and retry "
+        "to start afresh with new input"
+    )

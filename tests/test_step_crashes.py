@@ -17,8 +17,12 @@ does the same with real SIGKILLs.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,8 @@ import trio
 import actors
 from actors import Context, Retry, process
 from storage import LMDBJournal
+from tests.cli_runner import run_in_process
+from tests.crash_kit import ROOT
 
 #: The state of one test's crashes: where the live journal is, the copies
 #: made so far, what each attempt of the step does, and what ran.
@@ -178,7 +184,7 @@ async def test_retry_of_a_parked_instance_keeps_its_input(tmp_path, autojump_clo
     assert "stuck" == settled
     async with _open(STATE["source"]) as system:
         await _settle(system, "pay/x", len(STATE["copies"]))
-        with pytest.raises(actors.InvalidArguments, match="without input="):
+        with pytest.raises(actors.InvalidArguments, match="retry without input"):
             await system.retry("pay/x", input={"once": True})
 
 
@@ -208,3 +214,53 @@ async def test_a_close_then_a_crash_counts_only_the_crash(tmp_path, autojump_clo
         assert "completed" == await _settle(system, "pay/x", 1)
     key = "pay/x/1/0/charge/1"
     assert [f"{key} 1", f"{key} 2", f"{key} 3"] == LEDGER
+
+
+async def _parked_journal(tmp_path: Path) -> Path:
+    """A journal holding ``pay/x`` parked by its step's crash budget (of 0)."""
+    _reset(tmp_path, ["crash"] * 20)
+    _, settled = await _run_through_crashes({"retry": [1, 0]})
+    assert "stuck" == settled
+    STATE["plan"] = []  # the fix is deployed: the step no longer crashes
+    return STATE["source"]
+
+
+async def test_the_command_line_resumes_a_parked_instance_on_a_closed_journal(
+    tmp_path, autojump_clock
+):
+    journal = await _parked_journal(tmp_path)
+    done = await trio.to_thread.run_sync(
+        lambda: run_in_process(["--journal", str(journal), "retry", "pay/x", "--json"])
+    )
+    assert 0 == done.returncode, done.stderr
+    doc = json.loads(done.stdout)
+    assert (True, 1, "crash budget spent by step 'charge'") == (
+        doc["resumed"],
+        doc["incarnation"],
+        doc["was"],
+    )
+    async with _open(journal) as system:  # it runs on when a system opens the journal
+        assert "pay/x/1/0/charge/1" == await system.get("pay/x").result()
+    assert ["pay/x/1/0/charge/1 1", "pay/x/1/0/charge/1 2"] == LEDGER
+
+
+@pytest.mark.slow  # the command line in a subprocess, through the control socket
+async def test_the_command_line_resumes_a_parked_instance_through_the_running_system():
+    with tempfile.TemporaryDirectory(prefix="sc") as d:  # a unix socket's path is short
+        journal = await _parked_journal(Path(d))
+        async with _open(journal) as system:
+            handle = system.get("pay/x")
+            await _settle(system, "pay/x", len(STATE["copies"]))
+            env = dict(os.environ, PYTHONPATH=str(ROOT))
+            done = await trio.run_process(
+                [sys.executable, "-m", "actors", "--journal", str(journal), "retry", "pay/x"],
+                cwd=ROOT,
+                env=env,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            assert 0 == done.returncode, done.stderr.decode()
+            assert "its crashes forgiven, through the running system" in done.stdout.decode()
+            with trio.fail_after(30):
+                assert "pay/x/1/0/charge/1" == await handle.result()
