@@ -43,6 +43,7 @@ from storage.errors import JournalCorrupt
 
 from . import _asks, _fork, _protocol, _saga
 from ._control import ControlUnavailable, Operations, RemoteError, request
+from ._crashes import Parked, read_parked, refuse_input as parked_input_refusal, resume_txn
 from ._effects import END_PREFIX
 from ._failures import error_summary
 from ._fork import (
@@ -65,7 +66,6 @@ from ._mail import (
     read_for_drop,
     read_mail,
 )
-from ._crashes import Parked, read_parked, refuse_input as parked_input_refusal, resume_txn
 from ._messages import StoredMessage
 from ._process import ProcessDef
 from ._protocol import Cancel

@@ -41,8 +41,8 @@ from ._access import journal_dir, reading, writing
 from ._errors import CORRUPT, NOT_FOUND, OK, USAGE, CLIError
 from ._inspect import show
 from ._remote import owner, through_system
-from ._resume import resume_parked
 from ._render import compact, counted, emit, error_text, local_time, relative, zone_name
+from ._resume import resume_parked
 
 __all__ = ["retry", "show_any"]
 
