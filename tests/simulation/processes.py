@@ -245,7 +245,9 @@ async def rjob(ctx: Context, id: str) -> str:
 async def feed(ctx: Context, id: str, *, count: int) -> int:
     """Emits ``0 .. count - 1`` for durable consumers, and publishes how many."""
     for i in range(count):
-        await ctx.step(effect, "F", f"{ctx.id}:{i}", name="f", retry=RETRY)
+        # At most once: a crash spends one of RETRY's attempts (the other
+        # steps run again outside it, within its crash budget).
+        await ctx.step(effect, "F", f"{ctx.id}:{i}", name="f", retry=RETRY, at_most_once=True)
         await ctx.emit(i)
         await ctx.publish({"done": i + 1})
         await ctx.sleep(0.5)
