@@ -264,3 +264,26 @@ async def test_the_command_line_resumes_a_parked_instance_through_the_running_sy
             assert "its crashes forgiven, through the running system" in done.stdout.decode()
             with trio.fail_after(30):
                 assert "pay/x/1/0/charge/1" == await handle.result()
+
+
+@pytest.mark.parametrize("crashes", [-1, True, 1.5, "3"])
+def test_a_crash_budget_is_a_whole_number_of_0_or_more(crashes):
+    with pytest.raises(
+        actors.InvalidArguments, match="Retry\\(crashes=...\\) takes a whole number"
+    ):
+        Retry(crashes=crashes)
+
+
+async def test_at_most_once_takes_true_or_false(tmp_path, autojump_clock):
+    @process("flag/:id")
+    async def flag(ctx: Context, id: str) -> str:
+        try:
+            await ctx.step(charge, 5, at_most_once="yes")
+        except actors.InvalidArguments as exc:
+            return str(exc)
+        return "taken"
+
+    _reset(tmp_path, [])
+    async with actors.open_system(LMDBJournal(tmp_path / "journal"), [flag]) as system:
+        handle = await system.start(flag, "x")
+        assert "ctx.step(at_most_once=...) takes True or False, not 'yes'" == await handle.result()
