@@ -39,6 +39,7 @@ from ._records import (
     Signal as Signal,
 )
 from ._schedules import ScheduleInfo as ScheduleInfo
+from ._service import run_until_signalled as run_until_signalled
 from ._steps import StepInfo as StepInfo, current_step as current_step
 from ._system import ActorSystem as ActorSystem
 from .errors import (
@@ -113,6 +114,7 @@ __all__ = [
     "current_step",
     "open_system",
     "process",
+    "run_until_signalled",
     "serializable",
 ]
 

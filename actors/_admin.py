@@ -43,6 +43,7 @@ from storage.errors import JournalCorrupt
 
 from . import _asks, _fork, _protocol, _saga
 from ._control import ControlUnavailable, Operations, RemoteError, request
+from ._crashes import Parked, read_parked, refuse_input as parked_input_refusal, resume_txn
 from ._effects import END_PREFIX
 from ._failures import error_summary
 from ._fork import (
@@ -126,6 +127,10 @@ __all__ = [
     "read_kept",
     "retry_refusal",
     "retry_txn",
+    "Parked",
+    "read_parked",
+    "parked_input_refusal",
+    "resume_txn",
     "ForkPlan",
     "fork_point",
     "read_for_fork",

@@ -96,6 +96,14 @@ class Arrivals:
             self.actor.interrupt = Interrupt("restart", reason)
         self._act_on_request()
 
+    def park(self, error: BaseException, held: str) -> None:
+        """Keep the instance stuck at its next suspension, ``held`` and with
+        ``error`` as its ``last_error`` (a step's crash budget is spent: see
+        `_steps`). Any other request comes first."""
+        if self.actor.interrupt is None:
+            self.actor.interrupt = Interrupt("park", (error, held))
+        self._act_on_request()
+
     def _act_on_request(self) -> None:
         """Wake the driver to act on ``interrupt``. A step awaited alone runs
         in the actor's own task (see wait_for), so the driver cannot abandon

@@ -375,6 +375,7 @@ class Context:
         validate_input: Callable[[Any], Any] | None = None,
         validate_output: None = None,
         thread: bool = True,
+        at_most_once: bool = False,
         **kwargs: Any,
     ) -> fx.Step[T]: ...
 
@@ -390,6 +391,7 @@ class Context:
         validate_input: Callable[[Any], Any] | None = None,
         validate_output: None = None,
         thread: bool = True,
+        at_most_once: bool = False,
         **kwargs: Any,
     ) -> fx.Step[T]: ...
 
@@ -405,6 +407,7 @@ class Context:
         validate_input: Callable[[Any], Any] | None = None,
         validate_output: Callable[[Any], V],
         thread: bool = True,
+        at_most_once: bool = False,
         **kwargs: Any,
     ) -> fx.Step[V]: ...
 
@@ -419,6 +422,7 @@ class Context:
         validate_input: Callable[[Any], Any] | None = None,
         validate_output: Callable[[Any], Any] | None = None,
         thread: bool = True,
+        at_most_once: bool = False,
         **kwargs: Any,
     ) -> fx.Step[Any]:
         """A step effect: run ``fn(*args, **kwargs)`` (sync in a worker thread,
@@ -427,7 +431,8 @@ class Context:
         Args:
             name: the step's name in the log and its idempotency key
                 (default: ``fn``'s qualified name).
-            retry: a `Retry`; without one the step runs once.
+            retry: a `Retry`; without one the step has one attempt (an exception
+                fails it) and the default crash budget (3, as `Retry.crashes`).
             timeout: seconds per attempt; the last attempt timing out raises
                 `StepTimeout`.
             compensate: called with the step's own arguments to undo it when
@@ -441,6 +446,11 @@ class Context:
                 in-memory lookup): while it runs, every instance and task
                 of the system waits. No ``timeout=`` then (nothing could
                 interrupt it). Async functions always run on the trio thread.
+            at_most_once: True for a step that must never run twice: an
+                attempt a crash cut short then spends an attempt (without
+                ``retry=`` the step fails with `StepFailed`). By default such
+                an attempt runs again after recovery, under the same
+                idempotency key, within the crash budget (`Retry.crashes`).
 
         Raises (when awaited):
             StepFailed: the last attempt failed; its message names the cause.
@@ -455,6 +465,10 @@ class Context:
             timeout = check_seconds(timeout, "ctx.step(timeout=...)", positive=True)
         if not isinstance(thread, bool):
             raise InvalidArguments(f"ctx.step(thread=...) takes True or False, not {thread!r}")
+        if not isinstance(at_most_once, bool):
+            raise InvalidArguments(
+                f"ctx.step(at_most_once=...) takes True or False, not {at_most_once!r}"
+            )
         if not thread and timeout is not None and not inspect.iscoroutinefunction(fn):
             raise InvalidArguments(
                 "ctx.step(thread=False) runs a sync function on the trio thread, where "
@@ -488,6 +502,7 @@ class Context:
                 validate_output=validate_output,
                 key=key,
                 thread=thread,
+                at_most_once=at_most_once,
             )
         )
 

@@ -108,9 +108,11 @@ class Interrupt:
     - ``escalate``: ``detail`` is the ESCALATE payload, ``message`` its
       mailbox id (taken with the failure it causes).
     - ``corrupt``: ``detail`` is the `JournalCorrupt` found elsewhere.
+    - ``park``: ``detail`` is ``(error, held)``: keep the instance stuck
+      (`Ends.diverge`), as a step whose crash budget is spent asks.
     """
 
-    kind: Literal["cancel", "restart", "escalate", "corrupt"]
+    kind: Literal["cancel", "restart", "escalate", "corrupt", "park"]
     detail: Any
     compensate: bool = False
     message: int | None = None

@@ -464,6 +464,7 @@ class Step(Effect[T]):
         "key",
         "scope",
         "thread",
+        "at_most_once",
     )
     kind = "step"
 
@@ -483,9 +484,11 @@ class Step(Effect[T]):
         validate_output: Callable[[Any], Any] | None,
         key: str,
         thread: bool = True,
+        at_most_once: bool = False,
     ) -> None:
         Effect.__init__(self, seq, name, hash)
         self.thread = thread
+        self.at_most_once = at_most_once  # a crash fails it (no crash budget)
         self.fn = fn
         self.args = args
         self.kwargs = kwargs

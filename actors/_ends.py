@@ -129,6 +129,10 @@ class Ends:
         if kind == "restart":
             await _sup.restart_actor(actor, detail, 0.0)
             return
+        if kind == "park":
+            error, held = detail
+            await self.diverge(error, held)
+            return
         if kind == "escalate":
             txn = Txn()
             assert interrupt.message is not None
@@ -197,15 +201,19 @@ class Ends:
         for after in answers:
             after(results)
 
-    async def diverge(self, exc: BaseException) -> None:
+    async def diverge(self, exc: BaseException, held: str | None = None) -> None:
         """Keep the instance suspended with ``last_error`` and ``held`` (never
-        failed or lost), and say so (see `_events.stuck`)."""
+        failed or lost), and say so (see `_events.stuck`). Without ``held``,
+        ``exc`` is what its replay raised; with it, ``exc``'s message is the
+        whole ``last_error`` (a step's crash budget spent, see `_steps`)."""
         actor = self.actor
-        held = _events.held_diverged(exc)
+        if held is None:
+            held = _events.held_diverged(exc)
+            last_error = f"{type(exc).__name__}: {exc}"
+        else:
+            last_error = str(exc)
         txn = Txn()
-        actor.writes.put_record(
-            txn, "suspended", last_error=f"{type(exc).__name__}: {exc}", held=held
-        )
+        actor.writes.put_record(txn, "suspended", last_error=last_error, held=held)
         actor.status = "suspended"
         await actor.writes.barrier(txn, durable=True)
         actor.system.statuses.changed(actor.iid)

@@ -14,8 +14,10 @@ Levels:
   (which instance, count, strategy, delay), a lease lost (each instance the
   node lets go of), an instance given up because another node took it over,
   an instance stuck (kept from running until the code or the system's
-  configuration changes: see `held_diverged`, `held_unregistered`), a
-  recorded compensation this system was not given (`compensation_unknown`).
+  configuration changes: see `held_diverged`, `held_unregistered`; or until
+  an operator's ``retry``, a step whose crash budget is spent:
+  `held_crashed`), a recorded compensation this system was not given
+  (`compensation_unknown`).
 - ERROR: a top-level process failed, a child failed past its parent's
   restart limit, an instance parked ``compensation_stuck``, a corrupt record.
 - INFO: the system opened (with what recovery found: resumed, stuck by
@@ -41,6 +43,7 @@ from . import _tracing
 from ._failures import exception_text
 
 __all__ = [
+    "CRASHED",
     "NON_DETERMINISM",
     "UNREGISTERED",
     "UNFIT_INPUT",
@@ -54,9 +57,11 @@ __all__ = [
     "effect_done",
     "failed",
     "gave_up",
+    "held_crashed",
     "held_diverged",
     "held_kind",
     "held_unregistered",
+    "is_crashed",
     "lease_lost",
     "opened",
     "restarting",
@@ -323,12 +328,15 @@ def effect_done(address: str, seq: int, kind: str, error: BaseException | None) 
 # A live instance that cannot run until its code or the system's configuration
 # changes is kept as it is (never failed or lost) with its record's ``held``
 # saying why in a few words, which `list`, `show` and the web inspector show
-# as "stuck: <held>". Its handle's result() keeps waiting: a redeploy resumes it.
+# as "stuck: <held>". Its handle's result() keeps waiting: a redeploy resumes it
+# (one parked by a step's crash budget: an operator's `system.retry`).
 
 UNREGISTERED = "unregistered process"
 NON_DETERMINISM = "non-determinism"
 UNFIT_INPUT = "input that does not fit"
-_KINDS = (UNREGISTERED, NON_DETERMINISM, UNFIT_INPUT)  # in the order the INFO line counts them
+CRASHED = "crash budget spent"
+# In the order the INFO line counts them.
+_KINDS = (UNREGISTERED, NON_DETERMINISM, UNFIT_INPUT, CRASHED)
 
 
 def held_unregistered(process: str) -> str:
@@ -346,12 +354,25 @@ def held_diverged(exc: BaseException) -> str:
     return "its stored params or input do not fit the code"
 
 
+def held_crashed(step: str) -> str:
+    """``held`` of an instance parked because the attempts of its step
+    ``step`` kept being cut short by crashes (see `_steps`)."""
+    return f"{CRASHED} by step {step!r}"
+
+
+def is_crashed(held: str | None) -> bool:
+    """Whether ``held`` is `held_crashed`'s: ``system.retry`` resumes it."""
+    return held is not None and held.startswith(CRASHED)
+
+
 def held_kind(held: str) -> str:
     """The kind of a ``held`` text, as the open's INFO line counts them."""
     if held.startswith("process "):
         return UNREGISTERED
     if held.startswith(NON_DETERMINISM):
         return NON_DETERMINISM
+    if held.startswith(CRASHED):
+        return CRASHED
     return UNFIT_INPUT
 
 

@@ -116,7 +116,9 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         4"``, ``"process 'shipment/:id' not registered"``; `last_error` has
         the whole story and the fix); None if nothing holds it. A stuck
         instance is neither failed nor lost: it runs again once fixed code,
-        or a system that registers its process, opens the journal."""
+        or a system that registers its process, opens the journal; one
+        stuck on a step's crash budget (``"crash budget spent by step
+        'charge'"``, see `Retry`) once ``system.retry`` resumes it."""
         status, record = self._state()
         if record.incarnation != self._incarnation or status not in LIVE_STATUSES:
             return None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from storage import TERMINAL_STATUSES
 
-from . import _fork, _mail, _retry
+from . import _crashes, _fork, _mail, _retry
 from ._interfaces import SystemAPI
 
 if TYPE_CHECKING:
@@ -52,6 +52,11 @@ class Operations:
         """Run a failed (or cancelled) instance again: a new incarnation at
         ``address`` with the params and input it had (or ``input``), running.
 
+        An instance stuck because a step's crash budget is spent
+        (`Retry.crashes`; `Handle.stuck` says so) is resumed instead, as
+        the same incarnation: the crashes are forgiven and the step runs
+        again under its idempotency key (see `actors._crashes`).
+
         A compare-and-set, like every start: of two retries of one
         incarnation (here or on another node) one commits, and the other
         returns its handle. The replaced incarnation's record is kept for
@@ -63,13 +68,17 @@ class Operations:
             The handle of the new incarnation, once it is durably recorded.
 
         Raises:
-            InvalidArguments: it is live, queued, compensation_stuck or
-                completed, or a child (retry its parent); or ``input`` does
-                not fit the process.
+            InvalidArguments: it is live (and not stuck on a crash budget),
+                queued, compensation_stuck or completed, or a child (retry
+                its parent); or ``input`` does not fit the process (or is
+                given for an instance stuck on a crash budget).
             NotDelivered: no instance at ``address`` (reason ``"unknown"``).
             UnknownProcess: its process is not registered with this system.
             JournalCorrupt: its records do not decode.
         """
+        resumed = await _crashes.resume_parked(self, address, input)
+        if resumed is not None:
+            return resumed
         return await _retry.retry(self, address, input)
 
     async def fork(

@@ -21,7 +21,8 @@ R = TypeVar("R", covariant=True)  # what it returns: the result `Handle.result` 
 
 # Keywords that the calls passing process input as **kwargs take themselves,
 # so process input may not use them. (ctx.step's own keywords, name, retry,
-# timeout, compensate, validate_*, only constrain step kwargs.)
+# timeout, compensate, validate_*, thread, at_most_once, only constrain step
+# kwargs: a step function cannot take them by keyword through ctx.step.)
 RESERVED = {
     "start": {"if_exists", "queue", "priority"},
     "signal_with_start": {"signal", "payload"},

@@ -38,24 +38,56 @@ class Signal:
         return signal
 
 
+#: The crash budget of a step (see `Retry.crashes`): how many of its
+#: attempts cut short by a crash run again before its instance is parked
+#: stuck instead. Three, as DBOS's default recovery attempts are a few:
+#: enough for a host that died of something else, few enough that a step
+#: that kills its host every time stops within minutes.
+CRASHES = 3
+
+
 @attrs.frozen(slots=True)
 class Retry:
-    """How a step retries: up to ``attempts`` attempts in all, waiting
+    """How a step retries: up to ``attempts`` attempts that raise, waiting
     ``backoff`` seconds after the first failure and doubling up to
     ``max_backoff``, each wait scaled by a jitter factor in [0.5, 1.0] from
     the system's random source. Exceptions of a type in ``non_retryable``
-    fail the step at once."""
+    fail the step at once.
+
+    ``crashes`` is a separate budget: how many attempts cut short by a
+    crash of the host (or, on a shared journal, a lost lease) are run again.
+    Such an attempt raised nothing, so it runs again after recovery under
+    the same idempotency key and spends none of ``attempts``; once one more
+    is cut short, the step is not run again and the instance is parked
+    stuck (`Handle.stuck`, a WARNING naming the step) until
+    ``system.retry`` resumes it, so a step that kills its host every time
+    runs ``crashes + 1`` times, not for ever. A step without ``retry=`` has one
+    attempt and the same default crash budget (`CRASHES`). A step made with
+    ``ctx.step(..., at_most_once=True)`` has no crash budget: a crash spends
+    one of ``attempts``, as an exception does.
+
+    Raises:
+        InvalidArguments: ``attempts`` is not a whole number of 1 or more,
+            ``crashes`` not one of 0 or more, a backoff not a number of
+            seconds, or ``non_retryable`` not a tuple of exception classes.
+    """
 
     attempts: int = 3
     backoff: float = 0.1
     max_backoff: float = 30.0
     non_retryable: tuple[type[BaseException], ...] = ()
+    crashes: int = attrs.field(default=CRASHES, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         attempts = self.attempts
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
             raise InvalidArguments(
                 f"Retry(attempts=...) takes a whole number of attempts, 1 or more, not {attempts!r}"
+            )
+        crashes = self.crashes
+        if isinstance(crashes, bool) or not isinstance(crashes, int) or crashes < 0:
+            raise InvalidArguments(
+                f"Retry(crashes=...) takes a whole number of crashes, 0 or more, not {crashes!r}"
             )
         object.__setattr__(self, "backoff", check_seconds(self.backoff, "Retry(backoff=...)"))
         object.__setattr__(

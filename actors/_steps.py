@@ -3,13 +3,24 @@
 A step runs its function at least once and records its result exactly once.
 Before each attempt its start (attempt number, idempotency key) is made
 durable, so after a crash the step continues with the next attempt, and the
-external system can deduplicate on the key. An attempt that a crash cut
-short is spent like a failed one: a step that keeps taking its process down
-fails with `StepFailed` once its budget (``Retry.attempts``, 1 without
-``retry=``) is spent, rather than running forever. Closing the system is not
-a crash: the attempt it cuts short is recorded as such and not spent. Sync functions run in a worker
-thread (never blocking the trio loop), at most ``max_sync_steps`` at once;
-a queued step's timeout starts only when it runs.
+external system can deduplicate on the key.
+
+A crash is not a step failure. An attempt that a crash (or a lost lease)
+cut short raised nothing: it runs again after recovery under the same key,
+outside the exception budget (``Retry.attempts``, 1 without ``retry=``).
+Crashes have a budget of their own (``Retry.crashes``, `CRASHES` without
+``retry=``): a step that keeps taking its process down is not run again
+past it, and its instance is parked stuck (never failed: the step may have
+done nothing wrong) with a WARNING naming the step, until an operator's
+``system.retry`` forgives the crashes (`_crashes`). A step made with
+``at_most_once=True`` keeps the stricter rule: an attempt cut short is
+spent like a failed one, and a step resumed with its attempts spent fails
+with `StepFailed` without running again. Closing the system is not a crash:
+the attempt it cuts short is recorded as such and counts in neither budget.
+
+Sync functions run in a worker thread (never blocking the trio loop), at
+most ``max_sync_steps`` at once; a queued step's timeout starts only when
+it runs.
 """
 
 from __future__ import annotations
@@ -26,12 +37,13 @@ import trio
 from storage import AutojumpHold, Txn, decode, encode
 from storage.errors import Conflict, EncodeError
 
-from . import _tracing
+from . import _events, _tracing
 from ._effects import Behaviour, Step, runs_live
 from ._failures import ErrorRecord
 from ._interfaces import ActorAPI
 from ._log import LogEntry
-from .errors import ContextError, StepFailed
+from ._records import CRASHES
+from .errors import ActorError, ContextError, StepFailed
 
 __all__ = ["StepInfo", "current_step", "run_step", "step_key"]
 
@@ -51,7 +63,8 @@ class StepInfo:
     stable across retries and restarts of the system, and never shared by
     two incarnations, runs or occurrences, so the external system can
     deduplicate on it. ``attempt`` counts from 1 and keeps counting across
-    restarts (a crash spends an attempt). ``forward_result`` is, in a
+    restarts (an attempt a crash cut short counts, though it spends no
+    exception budget: see `Retry.crashes`). ``forward_result`` is, in a
     compensation, the recorded result of the step it undoes.
     """
 
@@ -191,19 +204,26 @@ class _Steps(Behaviour):
 async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -> None:
     """Run a live step to its recorded outcome (a task in the actor's nursery).
 
-    The budget: ``retry.attempts`` (1 without ``retry=``) attempts in all,
-    counted from the started records, so an attempt that never finished (the
-    process crashed or was killed during it) is spent like a failed one. A
-    step resumed with its budget spent fails with `StepFailed` without
-    running again. An attempt cut short by closing the system is not spent:
-    the close records it (``c``), and the step runs again on the next open.
+    Two budgets, counted from the started record. Exceptions:
+    ``retry.attempts`` (1 without ``retry=``) attempts that raise. Crashes:
+    an attempt that never finished (the process stopped during it: killed,
+    out of memory, a lost lease) raised nothing, so it runs again under the
+    same key, and ``retry.crashes`` (`CRASHES` without ``retry=``) of them
+    may; a step resumed past that is not run again: the instance is parked
+    stuck (`Arrivals.park`), for an operator's ``system.retry``
+    (`_crashes`). With ``at_most_once`` there is no crash budget: an
+    unfinished attempt is spent like a failed one, and a step resumed with
+    its attempts spent fails with `StepFailed` without running again. An
+    attempt cut short by closing the system counts in neither: the close
+    records it (``c``), and the step runs again on the next open.
     """
     retry = step.retry
     limit = retry.attempts if retry is not None else 1
     # The started record: attempts started, failures recorded, attempts cut
-    # short by a close of the system (closed). Invariant: every started
-    # attempt that is neither a recorded failure nor cut short by a close
-    # was interrupted by a crash, so spent = attempt - closed.
+    # short by a close of the system or forgiven by an operator's retry
+    # (closed). Invariant: every started attempt that is neither a recorded
+    # failure nor closed was interrupted by a crash, so
+    # crashed = attempt - failures - closed.
     attempt = (started.attempt or 0) if started is not None else 0
     failures = (started.failures or 0) if started is not None else 0
     closed = 0
@@ -220,9 +240,17 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
     try:
         with trio.CancelScope() as scope:
             step.scope = scope
-            if started and attempt - closed >= limit:
-                _finish_spent(actor, step, attempt, failures, closed, limit)
-                return
+            if started:
+                if step.at_most_once:
+                    if attempt - closed >= limit:
+                        _finish_spent(actor, step, attempt, failures, closed, limit)
+                        return
+                else:
+                    budget = retry.crashes if retry is not None else CRASHES
+                    crashed = attempt - failures - closed
+                    if crashed > budget:
+                        _park(actor, step, crashed, budget)
+                        return
             args, kwargs = step.args, step.kwargs
             if step.validate_input is not None:
                 try:
@@ -283,10 +311,15 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                 in_attempt = False
                 failures += 1
                 retryable = retry is not None and not isinstance(cause, retry.non_retryable)
-                if not retryable or attempt - closed >= limit:
+                spent = attempt - closed if step.at_most_once else failures
+                if not retryable or spent >= limit:
                     _finish_failed(actor, step, cause, attempt, None, timed_out)
                     return
                 assert retry is not None
+                # The failure rides on the next commit: a crash during the
+                # backoff after it is durable finds it a failure, not a crash.
+                record = attrs.evolve(record, failures=failures)
+                actor.writes.ride_log(step.seq, record)
                 await trio.sleep(retry.delay(failures, actor.system.random.random()))
     except trio.Cancelled:
         if actor.system.closing and record is not None and step in actor.live:
@@ -301,6 +334,22 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
     finally:
         step.scope = None
         actor.task_finished()
+
+
+def _park(actor: ActorAPI, step: Step[Any], crashed: int, budget: int) -> None:
+    """Keep ``step`` from running again, its instance stuck: crashes cut
+    short more of its attempts than its crash budget allows. The step stays
+    unfinished in the log, so a resumed instance runs it again."""
+    summary = (
+        f"step {step.name!r} of {actor.address!r} was cut short by a crash {crashed} "
+        f"time(s), past its crash budget of {budget} (the process stopped during it: "
+        "killed, out of memory, a native crash, a lost lease); it is not run again, so "
+        "that a step that takes its host down does not do so for ever. Find why, fix "
+        f"it, and resume the instance with system.retry({actor.address!r}) (CLI: retry "
+        f"ADDRESS beside the running system): the step runs again under its key "
+        f"{step.key!r}. A larger budget: retry=actors.Retry(crashes=...)"
+    )
+    actor.arrivals.park(ActorError(summary), _events.held_crashed(step.name))
 
 
 def _log_txn(actor: ActorAPI, seq: int, entry: LogEntry) -> Txn:
@@ -354,7 +403,8 @@ def _finish_spent(
     closed: int,
     limit: int,
 ) -> None:
-    """Fail a resumed step whose attempts were spent, the last ones by crashes."""
+    """Fail a resumed ``at_most_once`` step whose attempts were spent, the
+    last ones by crashes."""
     spent = attempt - closed
     crashed = spent - failures
     which = (
@@ -369,8 +419,8 @@ def _finish_spent(
         f"step {step.name!r} of {actor.address!r} spent its attempts: {which} was "
         f"interrupted by a crash, and {crashed} of the {spent} attempt(s) spent did not "
         "finish (the process stopped during them: killed, out of memory, a crash); it is "
-        "not run again. Make the step survive its input, or allow more attempts with "
-        "retry=actors.Retry(attempts=...)"
+        "not run again (the step was made with at_most_once=True). Make the step survive "
+        "its input, or allow more attempts with retry=actors.Retry(attempts=...)"
     )
     error = ErrorRecord(
         type="actors.errors.StepFailed",

@@ -1,5 +1,5 @@
-"""Child program for tests/test_retry_crash.py: a step that takes its process
-down with SIGKILL on every attempt.
+"""Child program for tests/test_retry_crash.py: an at-most-once step that
+takes its process down with SIGKILL on every attempt.
 
 It opens an LMDB journal, starts ``crashy/x`` (idempotent: after the first
 run it finds the instance already there, resuming it) and waits for its
@@ -54,7 +54,7 @@ async def undo(amount: int) -> None:
 @process("crashy/:id")
 async def crashy(ctx: Context, id: str, *, attempts: int) -> None:
     retry = Retry(attempts=attempts, backoff=0) if attempts > 1 else None
-    await ctx.step(die, 1, name="charge", retry=retry, compensate=undo)
+    await ctx.step(die, 1, name="charge", retry=retry, compensate=undo, at_most_once=True)
 
 
 async def main(journal: str, out: str, attempts: int) -> None:

@@ -46,10 +46,11 @@ def mark(side: str, which: str, msg_id: int) -> None:
         os.fsync(f.fileno())
 
 
-# A crash spends an attempt of a step's budget (a step without retry= has
-# one): the kills this program is made for may cut attempts short, so its
-# steps get more attempts than there are kills; they never raise.
-OUTLIVE_KILLS = Retry(attempts=50, backoff=0)
+# A crash cuts an attempt short, which runs again within the step's crash
+# budget (3 by default, then the instance is parked stuck): the kills this
+# program is made for may cut many short, so its steps get a crash budget
+# larger than there are kills; they never raise.
+OUTLIVE_KILLS = Retry(attempts=50, backoff=0, crashes=50)
 
 
 @process("sink/:id")

@@ -81,9 +81,10 @@ NODE = ""
 WORKDIR = ""
 QUEUE = Queue("nemesis", concurrency=2)
 
-# Kills cut attempts short and each spends one of a step's budget: far more
-# attempts than a run makes kills, so that no step ever fails for it.
-OUTLIVE = Retry(attempts=1000, backoff=0)
+# Kills cut attempts short, and each counts in a step's crash budget (past
+# it the instance is parked stuck): a budget far larger than a run makes
+# kills, so that no step is ever parked for it.
+OUTLIVE = Retry(attempts=1000, backoff=0, crashes=1000)
 
 
 def append(name: str, line: str) -> None:

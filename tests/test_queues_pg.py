@@ -124,7 +124,7 @@ async def short_work(name: str, seconds: float) -> str:
 
 @process("pgshort/:name")
 async def pgshort(ctx: Context, name: str, *, seconds: float = 0.2) -> str:
-    # An attempt the outage cuts off counts as spent: the next one finishes it.
+    # An attempt the outage cuts off counts as a crash: the next one finishes it.
     return await ctx.step(short_work, name, seconds, retry=actors.Retry(attempts=5, backoff=0.05))
 
 

@@ -1,5 +1,8 @@
-"""The retry budget across real crashes: a step that SIGKILLs its own
-process on every attempt runs exactly ``attempts`` times across restarts,
+"""The retry budget across real crashes, for a step made with
+``at_most_once=True`` (a crash spends an attempt, as before crashes had a
+budget of their own; the default is tests/test_step_crashes.py): a step
+that SIGKILLs its own process on every attempt runs exactly ``attempts``
+times across restarts,
 then fails with `StepFailed` saying its attempts were spent by crashes, and
 its compensation runs (the step may have applied before the process died).
 

@@ -302,7 +302,10 @@ async def wait_until(predicate) -> None:
             await trio.sleep(0.01)
 
 
-# -- hole 3: the retry budget counts crashes ----------------------------------------------
+# -- hole 3: the retry budget counts crashes, for an at-most-once step ---------------------
+#
+# (A step without at_most_once=True runs again after a crash, outside its
+# retry budget: tests/test_step_crashes.py.)
 #
 # A crash, simulated in process: while an attempt runs, the step function
 # copies the journal's files (everything committed so far, the attempt's
@@ -334,7 +337,12 @@ async def crashy(ctx: Context, id: str, *, attempts: int) -> str:
     retry = Retry(attempts=attempts, backoff=0) if attempts > 1 else None
     try:
         return await ctx.step(
-            crashing_charge, 5, name="charge", retry=retry, compensate=undo_charge
+            crashing_charge,
+            5,
+            name="charge",
+            retry=retry,
+            compensate=undo_charge,
+            at_most_once=True,
         )
     except actors.StepFailed as exc:
         LEDGER.append(f"caught {type(exc).__name__}")

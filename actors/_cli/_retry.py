@@ -42,6 +42,7 @@ from ._errors import CORRUPT, NOT_FOUND, OK, USAGE, CLIError
 from ._inspect import show
 from ._remote import owner, through_system
 from ._render import compact, counted, emit, error_text, local_time, relative, zone_name
+from ._resume import resume_parked
 
 __all__ = ["retry", "show_any"]
 
@@ -91,6 +92,9 @@ async def retry(args: argparse.Namespace) -> int:
     """``actors retry``: run a failed (or cancelled) instance again, as a new incarnation."""
     path = journal_dir(args)
     new_input = _input(args.input)
+    resumed = await resume_parked(args, path, new_input)
+    if resumed is not None:
+        return resumed  # stuck on a crash budget: resumed, not replaced
     held: JournalLocked | None = None
     try:
         async with writing(path) as journal:

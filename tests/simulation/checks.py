@@ -27,7 +27,10 @@ Each failure is an `InvariantBroken` named by the first word of its line:
 - ``key-reused``: one idempotency key used for two different pieces of work;
 - ``attempt-repeated``: one attempt of one step run twice (the attempt's
   start is durable before its side effect runs);
-- ``attempts-exceeded``: a step run more often than its retry budget;
+- ``attempts-exceeded``: a step run more often than its budgets allow: its
+  attempts that raise (``RETRY.attempts``), those a crash or a lost lease
+  cut short (``RETRY.crashes``; each runs again), and those a close cut
+  short (at most one per life of the host it ran in, besides the last);
   (neither is checked with durability "async", which may lose the record of
   an attempt, so that a replayed step runs again: README's guarantees)
 
@@ -129,6 +132,9 @@ def _check_ledger(world: World) -> None:
     work_of_key: dict[str, tuple[str, str]] = {}
     attempts: set[tuple[str, int]] = set()
     newest: dict[str, int] = {}
+    lives: dict[str, set[int]] = defaultdict(set)  # key -> the lives it ran in
+    for run in world.ledger:
+        lives[run.key].add(run.life)
     for run in world.ledger:
         work = (run.tag, run.ident)
         seen = work_of_key.setdefault(run.key, work)
@@ -138,8 +144,15 @@ def _check_ledger(world: World) -> None:
         if durable and (run.key, run.attempt) in attempts:
             world.fail("attempt-repeated", f"attempt {run.attempt} of {run.key} ran twice")
         attempts.add((run.key, run.attempt))
-        if durable and run.attempt > p.RETRY.attempts:
-            detail = f"{run.key} ran attempt {run.attempt}; its budget is {p.RETRY.attempts}"
+        # Exceptions, crashes and closes each have a budget: the last attempt
+        # (a success, or the failure that ends the step) comes on top.
+        budget = p.RETRY.attempts + p.RETRY.crashes + len(lives[run.key])
+        if durable and run.attempt > budget:
+            detail = (
+                f"{run.key} ran attempt {run.attempt}; its budgets allow {budget} "
+                f"({p.RETRY.attempts} raising, {p.RETRY.crashes} cut short by crashes, one "
+                f"cut short by closing in each of the {len(lives[run.key])} lives it ran in)"
+            )
             world.fail("attempts-exceeded", detail)
         address, before = run.address, newest.get(run.address, 0)
         if run.incarnation < before:
