@@ -94,8 +94,9 @@ async def run_until_signalled(
         The number of the signal that stopped the service.
 
     Raises:
-        Whatever `open_system` raises (`JournalLocked`: another process
-        owns the journal, ...), and whatever ``main`` raises.
+        JournalLocked: another process owns the journal (and whatever else
+            `open_system` raises).
+        Exception: whatever ``main`` raises, once the system has closed.
     """
     stop = trio.Event()
     got: list[int] = []
