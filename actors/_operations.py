@@ -206,6 +206,14 @@ class Operations:
         seconds ago, with every record they own (log, mailbox, stream,
         cursors, timers, index entries). Returns how many were removed.
 
+        A child is removed only together with its parent (in the same
+        cleanup, which then removes both), or once no instance is at its
+        parent's address: as long as its parent is there, in any status, a
+        ``ctx.join`` of it, or a retry or fork of the parent that meets it
+        again, may need its outcome (a completed child gives its recorded
+        result instead of running again). So a completed child of a live or
+        failed parent stays until its parent goes.
+
         Raises:
             InvalidArguments: a status that is not finished (running,
                 suspended and parked instances are never cleaned up).
