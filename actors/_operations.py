@@ -214,6 +214,10 @@ class Operations:
         result instead of running again). So a completed child of a live or
         failed parent stays until its parent goes.
 
+        A `Handle` of an instance a cleanup removed gives the outcome it
+        had already seen; otherwise its `Handle.result` raises
+        `InstanceRemoved`: read results before cleaning them up.
+
         Raises:
             InvalidArguments: a status that is not finished (running,
                 suspended and parked instances are never cleaned up).

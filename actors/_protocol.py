@@ -63,6 +63,7 @@ __all__ = [
     "cleanup_txn",
     "dead_key",
     "floor_key",
+    "floor_of",
     "history_key",
     "read_for_start",
     "end_notice",
@@ -537,11 +538,16 @@ def read_for_start(r: Reader, iid: bytes) -> tuple[InstanceRow | None, int]:
     row = r.instance(iid)
     if row is not None:
         return row, 0
+    return None, floor_of(r, iid)
+
+
+def floor_of(r: Reader, iid: bytes) -> int:
+    """The last incarnation at ``iid`` that a cleanup removed (0 if none)."""
     key = floor_key(iid)
     for found in r.states(key, 1):
         if found.key == key and isinstance(found.value, int):
-            return None, found.value
-    return None, 0
+            return found.value
+    return 0
 
 
 # -- stuck compensations ------------------------------------------------------------

@@ -12,6 +12,8 @@ import trio
 from storage import InstanceRecord, InstanceRow
 from storage.errors import JournalCorrupt
 
+from ._protocol import floor_of
+
 if TYPE_CHECKING:
     from ._interfaces import SystemAPI
 
@@ -151,6 +153,12 @@ class Statuses:
         """Drop all that is kept of ``iid``: it is loaded afresh."""
         self._ends.pop(iid, None)
         self._seen.pop(iid, None)
+
+    async def removed(self, iid: bytes, incarnation: int) -> bool:
+        """Whether ``incarnation`` of ``iid`` was removed from the journal
+        after it ended: a cleanup removed it (or a retry or fork of its
+        parent reset it), leaving its number as the address's floor."""
+        return incarnation == await self.journal.read(lambda r: floor_of(r, iid))
 
     def event(self, iid: bytes) -> trio.Event:
         event = self._events.get(iid)
