@@ -96,11 +96,11 @@ def families(r: Reader, statuses: Iterable[str], cutoff: float) -> list[Family]:
         if not goes[iid]:
             continue
         parent = row.record.parent
-        up = None if parent is None else instance_id(parent)
-        if up is not None and up in found:
-            children.setdefault(up, []).append(iid)
+        above = None if parent is None else instance_id(parent)
+        if above is not None and above in found:
+            children.setdefault(above, []).append(iid)
         else:
-            roots.append((iid, up))
+            roots.append((iid, above))
     out = []
     for root, absent in roots:
         members = list(_family(root, children))
