@@ -198,10 +198,11 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         address, incarnation = self._address, self._incarnation or 0
         return InstanceRemoved(
             f"{address!r} (incarnation {incarnation}) was removed from the journal after it "
-            "ended, by a cleanup (system.cleanup or the command line's cleanup), before this "
-            "handle saw its outcome, which is gone with it; read results before cleaning "
-            "them up (cleanup(older_than=...) longer than any handle waits), or keep what "
-            "you need outside the journal",
+            "ended, by a cleanup (system.cleanup or the command line's cleanup; or, for a "
+            "failed child, by a retry or fork of its parent), before this handle saw its "
+            "outcome, which is gone with it; read results before cleaning them up "
+            "(cleanup(older_than=...) longer than any handle waits), or keep what you need "
+            "outside the journal",
             address=address,
             incarnation=incarnation,
         )
