@@ -41,7 +41,7 @@ from storage import (
 )
 from storage.errors import JournalCorrupt
 
-from . import _asks, _fork, _protocol, _saga
+from . import _asks, _cleanup, _fork, _protocol, _saga
 from ._control import ControlUnavailable, Operations, RemoteError, request
 from ._crashes import Parked, read_parked, refuse_input as parked_input_refusal, resume_txn
 from ._effects import END_PREFIX
@@ -151,7 +151,6 @@ __all__ = [
 ]
 
 MAX_PAYLOAD = 1 << 20  # open_system's default max_payload, for what the tools store
-CLEANUP_BATCH = 500  # instances removed per transaction, as ActorSystem.cleanup
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -297,11 +296,8 @@ async def clean_up(journal: Journal, statuses: list[str], older_than: float) -> 
     ``older_than`` seconds ago, with what they keep, as
     `ActorSystem.cleanup` does; how many."""
     with journal.reader() as r:
-        victims = _protocol.cleanup_victims(r, statuses, time.time() - older_than)
-    for start in range(0, len(victims), CLEANUP_BATCH):
-        chunk = victims[start : start + CLEANUP_BATCH]
-        await journal.commit(_protocol.cleanup_txn(chunk, statuses), durable=True)
-    return len(victims)
+        found = _cleanup.families(r, statuses, time.time() - older_than)
+    return await _cleanup.remove(journal, found, statuses)
 
 
 async def replay_problem(

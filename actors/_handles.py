@@ -13,7 +13,7 @@ from . import _guard
 from ._failures import error_summary
 from ._interfaces import SystemAPI
 from ._public import NoPublicConstructor
-from .errors import ProcessCancelled, ProcessFailed
+from .errors import InstanceRemoved, ProcessCancelled, ProcessFailed
 
 __all__ = ["Handle"]
 
@@ -52,7 +52,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
 
     _made_by = "system.start(...) and system.get(address) give one"
 
-    __slots__ = ("_system", "_iid", "_address", "_incarnation")
+    __slots__ = ("_system", "_iid", "_address", "_incarnation", "_end")
 
     def __init__(
         self, system: SystemAPI, iid: bytes, address: str, incarnation: int | None
@@ -61,6 +61,9 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         self._iid = iid
         self._address = address
         self._incarnation = incarnation
+        # This incarnation's end, once seen: an end is final, and it answers
+        # after a cleanup removes the instance (see `_state`).
+        self._end: tuple[str, InstanceRecord] | None = None
 
     @property
     def id(self) -> str:
@@ -79,6 +82,13 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         status, record = self._system.statuses.snapshot(self._iid)
         if self._incarnation is None and record.incarnation:
             self._incarnation = record.incarnation  # a child's handle: the first it sees
+        if record.incarnation == self._incarnation:
+            if status in TERMINAL_STATUSES:
+                self._end = (status, record)
+        elif status in ("unknown", "unread") and self._end is not None:
+            # Removed by a cleanup after this handle saw it end (or, on a
+            # remote journal, not read since): the end it saw is final.
+            return self._end
         return status, record
 
     @property
@@ -86,7 +96,11 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         """``"queued"`` (waiting in a queue), ``"running"``, ``"suspended"``,
         ``"completed"``, ``"failed"``, ``"cancelled"``, ``"compensation_stuck"``
         or ``"corrupt"``; ``"unknown"`` on a remote journal for an instance
-        this system has not read yet (`refresh` reads it)."""
+        this system has not read yet (`refresh` reads it). ``"cancelled"``
+        also when this handle's incarnation is no longer the address's:
+        cancelled and replaced, or removed by a cleanup before this handle
+        saw its end (`result` tells which; a handle that saw its end keeps
+        it)."""
         status, record = self._state()
         if status == "unread":
             return "unknown"
@@ -141,6 +155,10 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
                 message says so and names the calls that resolve it.
             ProcessCancelled: it was cancelled (or this handle's incarnation
                 was), including a cancel whose compensation is stuck.
+            InstanceRemoved: a cleanup removed it from the journal after
+                it ended, before this handle saw its end (a handle that saw
+                it, through `status` or any other read, keeps it and
+                answers as before). Read results before cleaning them up.
             JournalCorrupt: its records do not decode; it names the database
                 and key of the one that fails.
         """
@@ -154,12 +172,17 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         while True:
             event = self._system.statuses.event(self._iid)
             now = self.status
+            if now == "unknown":  # not read (a remote journal): a change may never come
+                now = await self.refresh()
             if now in _SETTLED or now == "compensation_stuck":
                 break
             await self._changed(event)
         status, record = self._state()
         if status == "corrupt":
             raise self._system.corruption.error(self._iid, self._address)
+        if record.incarnation != self._incarnation and self._incarnation:
+            if await self._system.statuses.removed(self._iid, self._incarnation):
+                raise self._removed()
         if record.incarnation != self._incarnation or status == "cancelled":
             reason = record.reason or "cancelled"
             if record.incarnation != self._incarnation:
@@ -172,6 +195,19 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
             raise ProcessFailed(f"{self._address!r} failed: {error_summary(error)}", error=error)
         # What the process function returned, as the codec stored it.
         return cast(R, record.result)
+
+    def _removed(self) -> InstanceRemoved:
+        address, incarnation = self._address, self._incarnation or 0
+        return InstanceRemoved(
+            f"{address!r} (incarnation {incarnation}) was removed from the journal after it "
+            "ended, by a cleanup (system.cleanup or the command line's cleanup; or, for a "
+            "failed child, by a retry or fork of its parent), before this handle saw its "
+            "outcome, which is gone with it; read results before cleaning them up "
+            "(cleanup(older_than=...) longer than any handle waits), or keep what you need "
+            "outside the journal",
+            address=address,
+            incarnation=incarnation,
+        )
 
     def _raise_stuck(self, record: InstanceRecord) -> None:
         # Parked, not finished, yet what the caller waits for is decided: the

@@ -215,6 +215,18 @@ class Operations:
         seconds ago, with every record they own (log, mailbox, stream,
         cursors, timers, index entries). Returns how many were removed.
 
+        A child is removed only together with its parent (in the same
+        cleanup, which then removes both), or once no instance is at its
+        parent's address: as long as its parent is there, in any status, a
+        ``ctx.join`` of it, or a retry or fork of the parent that meets it
+        again, may need its outcome (a completed child gives its recorded
+        result instead of running again). So a completed child of a live or
+        failed parent stays until its parent goes.
+
+        A `Handle` of an instance a cleanup removed gives the outcome it
+        had already seen; otherwise its `Handle.result` raises
+        `InstanceRemoved`: read results before cleaning them up.
+
         Raises:
             InvalidArguments: a status that is not finished (running,
                 suspended and parked instances are never cleaned up).

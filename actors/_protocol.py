@@ -62,9 +62,9 @@ __all__ = [
     "cancel_txn",
     "abandon_compensation_txn",
     "cleanup_txn",
-    "cleanup_victims",
     "dead_key",
     "floor_key",
+    "floor_of",
     "history_key",
     "read_for_start",
     "end_notice",
@@ -499,21 +499,14 @@ def cancel_txn(cancels: Iterable[Cancel], now: float) -> tuple[Txn, list[Notice]
     return txn, notices
 
 
-def cleanup_victims(r: Reader, statuses: Iterable[str], cutoff: float) -> list[tuple[bytes, int]]:
-    """``(iid, incarnation)`` of each instance with one of ``statuses``
-    last updated at or before ``cutoff`` (epoch seconds): what a cleanup removes."""
-    return [
-        (row.iid, row.record.incarnation)
-        for status in statuses
-        for row in r.instances(status)
-        if (row.record.updated or 0) <= cutoff
-    ]
-
-
-def cleanup_txn(victims: Iterable[tuple[bytes, int]], statuses: Iterable[str]) -> Txn:
+def cleanup_txn(
+    victims: Iterable[tuple[bytes, int]], statuses: Iterable[str], absent: Iterable[bytes] = ()
+) -> Txn:
     """Remove each instance and every record it owns, on condition that it
     still has one of ``statuses`` (finished ones: see `ActorSystem.cleanup`)
-    and is the incarnation given; keep its incarnation as the address's floor.
+    and is the incarnation given, and that no instance is at any of
+    ``absent`` (the gone parents of children removed: see `_cleanup`); keep
+    its incarnation as the address's floor.
 
     Invariant: an address's incarnations only ever go up, cleanup or not
     (see `read_for_start`), so a step's idempotency key, which names the
@@ -521,6 +514,8 @@ def cleanup_txn(victims: Iterable[tuple[bytes, int]], statuses: Iterable[str]) -
     """
     wanted = frozenset(statuses)
     txn = Txn(frees=True)  # a floor row is far smaller than what it replaces
+    for parent in absent:
+        txn.require_absent(parent)
     for iid, incarnation in victims:
         txn.require(iid, wanted, incarnation=incarnation)
         txn.delete_instance(iid)
@@ -554,11 +549,16 @@ def read_for_start(r: Reader, iid: bytes) -> tuple[InstanceRow | None, int]:
     row = r.instance(iid)
     if row is not None:
         return row, 0
+    return None, floor_of(r, iid)
+
+
+def floor_of(r: Reader, iid: bytes) -> int:
+    """The last incarnation at ``iid`` that a cleanup removed (0 if none)."""
     key = floor_key(iid)
     for found in r.states(key, 1):
         if found.key == key and isinstance(found.value, int):
-            return None, found.value
-    return None, 0
+            return found.value
+    return 0
 
 
 # -- stuck compensations ------------------------------------------------------------

@@ -3,6 +3,8 @@ waits for it to change: `Statuses`, a part of `ActorSystem`."""
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -11,6 +13,8 @@ import trio
 
 from storage import InstanceRecord, InstanceRow
 from storage.errors import JournalCorrupt
+
+from ._protocol import floor_of
 
 if TYPE_CHECKING:
     from ._interfaces import SystemAPI
@@ -41,7 +45,8 @@ class Statuses:
         self._ends: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
         # A remote journal's instances as last read off the trio thread (see snapshot).
         self._seen: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
-        self._events: dict[bytes, trio.Event] = {}  # see event
+        # Weakly held (see event): an entry lives as long as someone holds its event.
+        self._events: dict[bytes, weakref.ref[trio.Event]] = {}
         self._watchers: list[Callable[[bytes], None]] = []  # see watch
 
     def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None:
@@ -152,11 +157,35 @@ class Statuses:
         self._ends.pop(iid, None)
         self._seen.pop(iid, None)
 
+    async def removed(self, iid: bytes, incarnation: int) -> bool:
+        """Whether ``incarnation`` of ``iid`` was removed from the journal
+        after it ended: a cleanup removed it (or a retry or fork of its
+        parent reset it), leaving its number as the address's floor."""
+        return incarnation == await self.journal.read(lambda r: floor_of(r, iid))
+
     def event(self, iid: bytes) -> trio.Event:
-        event = self._events.get(iid)
+        """The event set at the next change of ``iid`` (`activity_changed`);
+        take it before reading the state it guards, then wait on it.
+
+        Invariant: the table holds an instance's event only while someone
+        holds it (a waiter, or a reader about to wait): it is kept weakly,
+        and its entry goes when the last holder drops it. So a read of an
+        instance that has ended (which nothing will change again), a wait
+        given up on, or an instance another node ended keeps nothing here,
+        and memory does not grow with the instances that came and went.
+        """
+        ref = self._events.get(iid)
+        event = None if ref is None else ref()
         if event is None:
-            event = self._events[iid] = trio.Event()
+            event = trio.Event()
+            self._events[iid] = weakref.ref(event, functools.partial(self._dropped, iid))
         return event
+
+    def _dropped(self, iid: bytes, ref: weakref.ref[trio.Event]) -> None:
+        """Nobody holds the event of ``iid`` any more: drop its entry (unless
+        a newer event took its place)."""
+        if self._events.get(iid) is ref:
+            del self._events[iid]
 
     def watch(self, hook: Callable[[bytes], None]) -> None:
         """Call ``hook(iid)`` whenever an instance's status changes (not on
@@ -178,6 +207,7 @@ class Statuses:
         takes), or left memory. The queue and schedule services wait for
         instances to end, which comes through `changed`; no end of it is
         cached while it is live."""
-        event = self._events.pop(iid, None)
+        ref = self._events.pop(iid, None)
+        event = None if ref is None else ref()
         if event is not None:
             event.set()

@@ -19,9 +19,8 @@ from storage import (
     Txn,
     instance_id,
 )
-from storage.errors import Conflict
 
-from . import _protocol
+from . import _cleanup, _protocol
 from ._checks import check_many, check_name, check_seconds
 from ._process import ProcessDef
 from ._records import InstanceInfo
@@ -126,21 +125,8 @@ class Upkeep:
                 )
         cutoff = self.system.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
 
-        removed = 0
-        victims = await self.journal.read(lambda r: _protocol.cleanup_victims(r, wanted, cutoff))
-        for iid, _ in victims:
-            self.system.statuses.drop_end(iid)
-        for start in range(0, len(victims), 500):
-            txn = _protocol.cleanup_txn(victims[start : start + 500], wanted)
-            try:
-                await self.journal.commit(txn, durable=True)
-                removed += len(victims[start : start + 500])
-            except Conflict:  # one changed meanwhile: go one by one
-                for victim in victims[start : start + 500]:
-                    one = _protocol.cleanup_txn([victim], wanted)
-                    try:
-                        await self.journal.commit(one, durable=True)
-                        removed += 1
-                    except Conflict:
-                        pass
-        return removed
+        found = await self.journal.read(lambda r: _cleanup.families(r, wanted, cutoff))
+        for family in found:
+            for iid, _ in family.members:
+                self.system.statuses.drop_end(iid)
+        return await _cleanup.remove(self.journal, found, wanted)

@@ -43,6 +43,7 @@ __all__ = [
     "AskTimeout",
     "AlreadyStarted",
     "HistoryFormatError",
+    "InstanceRemoved",
 ]
 
 
@@ -166,3 +167,14 @@ class HistoryFormatError(ActorError, ValueError):
     def __init__(self, message: str, *, version: int | None = None) -> None:
         super().__init__(message)
         self.version = version
+
+
+class InstanceRemoved(ActorError, LookupError):
+    """The instance a handle refers to was removed from the journal after it
+    ended (by a cleanup), before the handle read its outcome; ``address``
+    and ``incarnation`` say which one."""
+
+    def __init__(self, message: str, *, address: str = "", incarnation: int = 0) -> None:
+        super().__init__(message)
+        self.address = address
+        self.incarnation = incarnation

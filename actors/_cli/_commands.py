@@ -280,7 +280,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("address", help=_ADDRESS + "; its status is compensation_stuck")
 
-    p = command("cleanup", "remove finished instances and everything they own")
+    p = command(
+        "cleanup",
+        "remove finished instances and everything they own (a child only with its parent, "
+        "or once its parent is gone)",
+    )
     p.add_argument(
         "--older-than",
         dest="older_than",
