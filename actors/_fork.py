@@ -81,12 +81,13 @@ from storage import (
 )
 from storage.errors import Conflict
 
-from . import _guard, _mail, _protocol, _tracing
+from . import _guard, _protocol, _tracing
 from ._handles import Handle
 from ._instance import Actor
 from ._interfaces import SystemAPI
+from ._kept import Kept, keep, read_kept, reset
 from ._log import LogEntry, children_named
-from ._retry import Kept, _in_doubt, _keep, read_kept, reset
+from ._mail import read_dead
 from ._sending import commit_through
 from .errors import InvalidArguments, NotDelivered
 
@@ -102,6 +103,7 @@ __all__ = [
     "read_for_fork",
     "refusal",
     "replay_problem",
+    "started",
 ]
 
 #: The statuses a fork starts from: ended ones.
@@ -120,7 +122,8 @@ class ForkPlan:
     """What a fork read: the source, its last run's log split at the fork
     point, what is at the target address, the children of the discarded
     part to reset (children first), the mail to put in the new incarnation's
-    mailbox, and the stream values it keeps."""
+    mailbox, the stream values it keeps, and the source's dead letters (the
+    ids dropped from its incarnation, and the version of their row)."""
 
     source: InstanceRow
     from_effect: int
@@ -136,6 +139,7 @@ class ForkPlan:
     mail: list[list[Any]]
     stream: list[Any]
     dead: frozenset[int]
+    dead_version: int
 
     @property
     def last(self) -> int:
@@ -171,12 +175,14 @@ def params_of(template: str, address: str) -> list[str] | None:
 
 
 def read_for_fork(
-    r: Reader, iid: bytes, from_effect: int, to: str | None
+    r: Reader, iid: bytes, from_effect: int, to: str | None, *, failed_children: bool = False
 ) -> tuple[ForkPlan | None, int]:
     """The plan of a fork of ``iid`` from ``from_effect`` (to ``to``, or the
     same address), or None if there is no instance (and then the last
     incarnation a cleanup removed there, 0 if none). Reads everything a
-    refusal looks at; `refusal` says whether the fork may go ahead.
+    refusal looks at; `refusal` says whether the fork may go ahead. With
+    ``failed_children`` (a retry's), only the failed children of the
+    discarded part are reset: a completed one gives its result again.
 
     Raises:
         JournalCorrupt: a record it reads does not decode.
@@ -200,12 +206,19 @@ def read_for_fork(
     seen = {iid, target_iid}
     for address in children_named(suffix):
         if address not in named_before:
-            _descendants(r, address, row.address, resets, live, seen)
-    dead = _mail.dead_ids(r, iid)
-    # The runtime's own messages (children's ends, replies to asks: names
-    # that start with NUL) belong to the source's run, never to the fork's.
-    unread = [_copied(m) for _, m in r.mailbox(iid) if not m[0].startswith("\x00")]
-    mail = _put_back(suffix, dead) + unread
+            _descendants(r, address, row.address, resets, live, seen, failed_children)
+    dead_version, letters = read_dead(r, iid)
+    inc = row.record.incarnation
+    dead = frozenset(d.message.id for d in letters if d.incarnation == inc)
+    mail: list[list[Any]] = []
+    if target_iid == iid:
+        # Invariant: a message is handled by at most one instance. A fork to
+        # another address copies none (the source keeps its own); one of the
+        # same address moves them, the source's mailbox going with it. The
+        # runtime's own messages (children's ends, replies to asks: names
+        # that start with NUL) belong to the source's run, never to the fork's.
+        unread = [_copied(m) for _, m in r.mailbox(iid) if not m[0].startswith("\x00")]
+        mail = _put_back(suffix, dead) + unread
     return ForkPlan(
         row,
         from_effect,
@@ -221,6 +234,7 @@ def read_for_fork(
         mail,
         _kept_stream(r, iid, entries, prefix),
         dead,
+        dead_version,
     ), 0
 
 
@@ -231,9 +245,11 @@ def _descendants(
     into: list[tuple[InstanceRow, tuple[int, list[Kept]]]],
     live: list[InstanceRow],
     seen: set[bytes],
+    failed_only: bool,
 ) -> None:
     """Add the child at ``address`` (if it is ``parent``'s) to ``into``,
-    after its own descendants; a live one to ``live`` instead."""
+    after its own descendants; a live one to ``live`` instead. With
+    ``failed_only``, only a failed one (and its failed descendants)."""
     iid = instance_id(address)
     if iid in seen:
         return
@@ -244,9 +260,11 @@ def _descendants(
     if child.status not in TERMINAL_STATUSES:
         live.append(child)
         return
+    if failed_only and child.status != "failed":
+        return  # a completed one gives its result again; a cancelled one starts afresh
     if child.status != "corrupt":
         for grandchild in children_named(r.entries(iid, child.record.run)):
-            _descendants(r, grandchild, address, into, live, seen)
+            _descendants(r, grandchild, address, into, live, seen, failed_only)
     into.append((child, read_kept(r, iid)))
 
 
@@ -387,10 +405,14 @@ def fork_txn(
     the module doc.
 
     Invariant: it commits only over what it read (the instance at the
-    target, each reset child and each history row at the version read),
-    else it fails with `Conflict` (a reason in `_protocol.START_RACED`, or
-    ``"state"``) and writes nothing. The source, at another address, is
-    left as it was.
+    target, each reset child, each history row and the source's dead
+    letters at the version read), else it fails with `Conflict` (a reason in
+    `_protocol.START_RACED`, or ``"state"``) and writes nothing. The source,
+    at another address, is left as it was. So a drop and a fork serialize on
+    the instance: a drop that commits first changes the dead letters the
+    fork read (it reads again, and leaves the message out); a fork that
+    commits first makes a new incarnation, which the drop, bound to the one
+    it read, is refused over (see `actors._mail`).
 
     Raises:
         EncodeError: a record or the input holds a value that cannot be stored.
@@ -419,8 +441,10 @@ def fork_txn(
     )
     txn = start.txn
     if plan.target is not None:
-        _keep(txn, plan.target, plan.kept, now)
-    if plan.target_iid != source.iid:
+        keep(txn, plan.target, plan.kept, now)
+    if plan.target_iid == source.iid:
+        txn.expect_state(_protocol.dead_key(source.iid), plan.dead_version)
+    else:
         # The source stays as it is: on condition that it still is.
         txn.require(source.iid, frozenset({source.status}), incarnation=record.incarnation)
     iid = plan.target_iid
@@ -436,6 +460,31 @@ def fork_txn(
 
 
 # -- the runtime's half ----------------------------------------------------------------
+
+
+def in_doubt(system: SystemAPI, iid: bytes) -> None:
+    """A new incarnation's commit whose outcome was not learned: if it is
+    written, it runs once the journal answers."""
+    system.registry.spawn_system_task(system.registry.reload_when_back, iid)
+
+
+async def started(
+    system: SystemAPI, plan: ForkPlan, proc: Any, record: InstanceRecord
+) -> Handle[Any]:
+    """Bring in the new incarnation a fork (or retry) of ``plan`` committed
+    with ``record``; its handle."""
+    for child, _ in plan.resets:
+        system.statuses.changed(child.iid)
+    # Brought in as a start's is, except that it reads what the fork wrote
+    # (its kept log and mail) before it runs, as an instance that mail was
+    # routed to meanwhile does (see `Registry.run_created`).
+    system.registry.routed_absent.add(plan.target_iid)
+    await system.lifecycle.run_started(plan.target_iid, plan.target_address, proc, record)
+    # Handles read the new incarnation from now on, not what was last seen
+    # of the one it replaced (a remote journal's reads are cached).
+    await system.statuses.refresh(plan.target_iid)
+    system.statuses.changed(plan.target_iid)
+    return Handle._create(system, plan.target_iid, plan.target_address, record.incarnation)
 
 
 async def fork(
@@ -552,7 +601,7 @@ async def _fork(
             raise InvalidArguments(not_replayed(address, plan, problem))
         try:
             await commit_through(
-                system.journal, start.txn, lambda _: _in_doubt(system, plan.target_iid)
+                system.journal, start.txn, lambda _: in_doubt(system, plan.target_iid)
             )
         except Conflict as exc:
             if exc.reason not in _RACED:
@@ -560,18 +609,7 @@ async def _fork(
             lost_over = plan.target.record.incarnation if plan.target is not None else 0
             continue
         break
-    for child, _ in plan.resets:
-        system.statuses.changed(child.iid)
-    # Brought in as a start's is, except that it reads what the fork wrote
-    # (its kept log and mail) before it runs, as an instance that mail was
-    # routed to meanwhile does (see `Registry.run_created`).
-    system.registry.routed_absent.add(plan.target_iid)
-    await system.lifecycle.run_started(plan.target_iid, plan.target_address, proc, start.record)
-    # Handles read the new incarnation from now on, not what was last seen
-    # of the one it replaced (a remote journal's reads are cached).
-    await system.statuses.refresh(plan.target_iid)
-    system.statuses.changed(plan.target_iid)
-    return Handle._create(system, plan.target_iid, plan.target_address, start.record.incarnation)
+    return await started(system, plan, proc, start.record)
 
 
 def not_replayed(address: str, plan: ForkPlan, problem: str) -> str:
