@@ -46,7 +46,7 @@ from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
 from storage.errors import Conflict
 
 from . import _guard, _protocol
-from ._interfaces import SystemAPI
+from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry
 from .errors import InvalidArguments, NotDelivered
 
@@ -64,9 +64,6 @@ __all__ = [
     "poison",
 ]
 
-# How long a drop waits, in seconds, for an instance in memory to leave it.
-_LEAVE = 1.0
-
 
 @attrs.frozen
 class Message:
@@ -74,12 +71,15 @@ class Message:
     sequence number (what ``actors show`` prints as ``#id`` and
     `ActorSystem.drop_message` takes), ``signal`` its signal's name,
     ``payload`` what was sent, ``sent`` when (epoch seconds; None if not
-    recorded)."""
+    recorded), ``incarnation`` the incarnation whose mailbox (or log) holds
+    it: ids are an incarnation's own, a retry or fork numbers its mail
+    anew."""
 
     id: int
     signal: str
     payload: Any
     sent: float | None = None
+    incarnation: int | None = None
 
 
 @attrs.frozen
@@ -123,17 +123,19 @@ class DeadLetter:
             and (sent is None or isinstance(sent, (int, float)))
         ):
             return None
-        return cls(Message(mid, signal, value.get("payload"), sent), inc, float(at))
+        return cls(Message(mid, signal, value.get("payload"), sent, inc), inc, float(at))
 
 
-def _message(seq: int, stored: Any) -> Message:
+def _message(seq: int, stored: Any, incarnation: int | None) -> Message:
     sent = stored[2] if len(stored) > 2 and isinstance(stored[2], (int, float)) else None
-    return Message(seq, stored[0], stored[1], sent)
+    return Message(seq, stored[0], stored[1], sent, incarnation)
 
 
 def read_mail(r: Reader, iid: bytes) -> list[Message]:
     """The instance's unread messages, oldest first."""
-    return [_message(seq, stored) for seq, stored in r.mailbox(iid)]
+    row = r.instance(iid)
+    incarnation = None if row is None else row.record.incarnation
+    return [_message(seq, stored, incarnation) for seq, stored in r.mailbox(iid)]
 
 
 def read_dead(r: Reader, iid: bytes) -> tuple[int, list[DeadLetter]]:
@@ -188,7 +190,7 @@ def read_for_drop(r: Reader, iid: bytes, message_id: int) -> DropPlan | None:
     if unread is None and row.status == "failed":
         found = handling(r.entries(iid, row.record.run))
         if found is not None and found[1].id == message_id:
-            handled = found[1]
+            handled = attrs.evolve(found[1], incarnation=row.record.incarnation)
     return DropPlan(row, unread, handled, read_dead(r, iid))
 
 
@@ -251,7 +253,9 @@ async def poison(system: SystemAPI, address: str) -> Message | None:
         if row is None or row.status != "failed":
             return row, None
         found = handling(r.entries(iid, row.record.run))
-        return row, None if found is None else found[1]
+        if found is None:
+            return row, None
+        return row, attrs.evolve(found[1], incarnation=row.record.incarnation)
 
     row, message = await system.journal.read(read)
     if row is None:
@@ -267,7 +271,9 @@ async def dropped(system: SystemAPI, address: str) -> list[DeadLetter]:
     return (await system.journal.read(lambda r: read_dead(r, iid)))[1]
 
 
-async def drop_message(system: SystemAPI, address: str, message_id: int) -> Message:
+async def drop_message(
+    system: SystemAPI, address: str, message_id: int, incarnation: int | None = None
+) -> Message:
     """`ActorSystem.drop_message` (see there)."""
     _guard.refuse("system.drop_message()", "drop a message from outside a process")
     iid = system.router.address_iid(address, "drop_message's address")
@@ -276,10 +282,29 @@ async def drop_message(system: SystemAPI, address: str, message_id: int) -> Mess
             f"drop_message takes a message id (an int >= 1, as system.mail() gives it), not "
             f"{message_id!r}"
         )
-    await _out_of_memory(system, iid, address)
-    system.registry.activating.add(iid)  # its activation waits until the drop is in
-    live = False
+    if incarnation is not None and (
+        isinstance(incarnation, bool) or not isinstance(incarnation, int)
+    ):
+        raise InvalidArguments(
+            f"drop_message(incarnation=...) takes an incarnation number (Message.incarnation) "
+            f"or None, not {incarnation!r}"
+        )
+    registry = system.registry
+    # One at a time with its activation, a cancel or another drop of it here.
+    while iid in registry.activating:
+        await registry.activating.wait_released(iid)
+    registry.activating.add(iid)  # its activation waits until the drop is in
+    live = dropped = False
+    actor = await _in_memory(system, iid)
+    held: tuple[str, Any] | None = None
     try:
+        if actor is not None:
+            # Invariant: from here the actor in memory takes no message
+            # ``message_id``; and what it took before is written before the
+            # journal is read, so the read says whether it was taken.
+            held = actor.arrivals.withhold(message_id)
+            if held is None:
+                await actor.writes.settle()
         while True:
             plan = await system.journal.read(lambda r: read_for_drop(r, iid, message_id))
             if plan is None:
@@ -288,6 +313,15 @@ async def drop_message(system: SystemAPI, address: str, message_id: int) -> Mess
                     address=address,
                     reason="unknown",
                 )
+            if incarnation is not None and plan.row.record.incarnation != incarnation:
+                # Ids are an incarnation's own: #id there is another message.
+                raise InvalidArguments(
+                    f"cannot drop message #{message_id} of incarnation {incarnation} of "
+                    f"{address!r}: it is incarnation {plan.row.record.incarnation} now (a fork "
+                    "or retry made it, numbering the mail it carried anew); list its mail "
+                    f"again (system.mail, 'actors mail {address}') and drop by the new id"
+                )
+            incarnation = plan.row.record.incarnation
             why = drop_refusal(address, plan, message_id)
             if why is not None:
                 raise InvalidArguments(why)
@@ -298,27 +332,24 @@ async def drop_message(system: SystemAPI, address: str, message_id: int) -> Mess
                 if exc.reason not in _protocol.START_RACED | {"state"}:
                     raise
                 continue  # another drop, or a new incarnation: read again
+            dropped = True
             message = plan.unread or plan.handled
             assert message is not None
             return message
     finally:
-        system.registry.activating.discard(iid)
+        if actor is not None:
+            actor.arrivals.release(message_id, held, dropped=dropped)
+        registry.activating.discard(iid)
         if live:
-            system.registry.activate(iid)  # it reads its mailbox again
+            registry.activate(iid)  # on disk meanwhile: it reads its mailbox again
 
 
-async def _out_of_memory(system: SystemAPI, iid: bytes, address: str) -> None:
-    """Have the instance leave this system's memory, or refuse the drop."""
+async def _in_memory(system: SystemAPI, iid: bytes) -> ActorAPI | None:
+    """The instance's actor in this system's memory, if it runs here; None
+    if it does not (one that is ending is waited for until it has left)."""
     registry = system.registry
-    with trio.move_on_after(_LEAVE):
-        # Invariant: on return it is neither in memory nor being brought in
-        # (the caller marks it as being brought in before any await).
-        while (actor := registry.live.get(iid)) is not None or iid in registry.activating:
-            if actor is not None:
-                actor.request_passivation()
-            await trio.sleep(0.01)
-        return
-    raise InvalidArguments(
-        f"cannot drop a message of {address!r} now: it is running (a step or a child in "
-        "flight); try again once it waits (suspended), or cancel it"
-    )
+    while (actor := registry.live.get(iid)) is not None and actor.done:
+        # Its end is being written: once it has left, the journal says all.
+        with trio.move_on_after(0.05):
+            await system.statuses.event(iid).wait()
+    return actor

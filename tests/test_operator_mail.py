@@ -51,6 +51,7 @@ def check(what: str) -> str:
 
 @process("tallies/:id")
 async def tally(ctx: Context, id: str) -> list[str]:
+    await ctx.wait(go)  # once its mail is in
     first = await ctx.wait(item)
     await ctx.step(check, first)
     return [first, await ctx.wait(item)]
@@ -62,13 +63,19 @@ async def batch(ctx: Context, id: str, *, size: int = 2) -> list[str]:
     return [await ctx.wait(item) for _ in range(size)]
 
 
+@process("holds/:id")
+async def hold(ctx: Context, id: str) -> None:
+    await ctx.wait(go)
+    await ctx.wait(Signal("stop"))  # it never takes an item
+
+
 @process("counters/:id")
 async def counter(ctx: Context, id: str) -> None:
     while True:
         await ctx.wait(item)  # it never waits for anything else
 
 
-PROCESSES = [tally, batch, counter]
+PROCESSES = [tally, batch, hold, counter]
 
 
 async def until_status(system, address, *statuses):
@@ -90,6 +97,7 @@ async def test_a_retry_gives_the_new_run_the_mail_of_the_failed_one(make_journal
         handle = await system.start(tally, "t-1")
         await system.send("tallies/t-1", item, "a")
         await system.send("tallies/t-1", item, "b")
+        await system.send("tallies/t-1", go)
         with pytest.raises(actors.ProcessFailed, match="a is refused"):
             await handle.result()
         assert ["b"] == await payloads(system, "tallies/t-1")  # acknowledged, unread
@@ -97,8 +105,9 @@ async def test_a_retry_gives_the_new_run_the_mail_of_the_failed_one(make_journal
         again = await system.retry("tallies/t-1")
         assert 2 == again.incarnation
     async with actors.open_system(make_journal(), processes=PROCESSES) as system:
-        # The new run starts from the top: the message the failed run took is
-        # put back ahead of the unread one, as a fork from effect 0 does.
+        # The new run starts from the top: the messages the failed run took
+        # ("go", "a") are put back ahead of the unread one, as a fork from
+        # effect 0 does.
         with trio.fail_after(60):
             assert ["a", "b"] == await system.get("tallies/t-1").result()
         assert [] == await system.dropped("tallies/t-1")
@@ -129,6 +138,7 @@ async def test_a_retry_leaves_out_a_dropped_message(make_journal, autojump_clock
         await system.send("tallies/t-2", item, "poison")
         await system.send("tallies/t-2", item, "c")
         await system.send("tallies/t-2", item, "d")
+        await system.send("tallies/t-2", go)
         with pytest.raises(actors.ProcessFailed, match="poison is refused"):
             await handle.result()
         bad = await system.poison("tallies/t-2")
@@ -146,9 +156,9 @@ async def test_a_retry_leaves_out_a_dropped_message(make_journal, autojump_clock
 async def test_a_fork_to_another_address_copies_no_mail(make_journal, autojump_clock):
     async with actors.open_system(make_journal(), processes=PROCESSES) as system:
         await system.start(batch, "b-2", size=1)
-        await system.send("batches/b-2", go)
         await system.send("batches/b-2", item, "x")
         await system.send("batches/b-2", item, "unread")
+        await system.send("batches/b-2", go)  # it takes "x" and ends
         await until_status(system, "batches/b-2", "completed")
         copy = await system.fork("batches/b-2", from_effect=0, to="batches/b-3")
         assert [] == await payloads(system, "batches/b-3")  # neither taken nor unread ones
@@ -165,20 +175,24 @@ async def test_a_fork_to_another_address_copies_no_mail(make_journal, autojump_c
 # -- a dropped message is never taken ------------------------------------------------
 
 
-async def test_a_drop_racing_a_fork_either_comes_first_or_is_refused(autojump_clock):
-    """Rounds of a drop and a fork of one ended instance at once, in random
-    orders: the dropped message is in the dead letters or in the new
-    incarnation's mailbox, never both; no other message is ever dropped."""
+async def test_a_drop_racing_a_fork_or_retry_either_comes_first_or_is_refused(
+    make_journal, autojump_clock
+):
+    """Rounds of a drop and a fork (or a retry) of one ended instance at
+    once, in random orders: the dropped message is in the dead letters or
+    in the new incarnation's mailbox, never both; no other message is ever
+    dropped."""
     rng = random.Random(45)
     outcomes = {"dropped": 0, "refused": 0}
-    async with actors.open_system(MemoryJournal(), processes=PROCESSES) as system:
+    async with actors.open_system(make_journal(), processes=PROCESSES) as system:
         for n in range(40):
-            address = f"batches/r-{n}"
-            await system.start(batch, f"r-{n}")
+            address = f"holds/r-{n}"
+            await system.start(hold, f"r-{n}")
+            await system.send(address, go)
             for payload in ("early", "target", "keep"):
                 await system.send(address, item, payload)
             await until_status(system, address, "suspended")
-            # One dropped before: the fork's mailbox numbers its messages anew.
+            # One dropped before: the new incarnation numbers its messages anew.
             early, target, _ = await system.mail(address)
             await system.drop_message(address, early.id)
             await system.cancel(address)
@@ -186,23 +200,28 @@ async def test_a_drop_racing_a_fork_either_comes_first_or_is_refused(autojump_cl
             got: dict[str, object] = {}
 
             async def drop(address=address, target=target, got=got):
-                for _ in range(rng.randrange(6)):
+                for _ in range(rng.randrange(40)):
                     await trio.sleep(0)
                 try:
-                    got["drop"] = await system.drop_message(address, target.id)
+                    got["drop"] = await system.drop_message(
+                        address, target.id, incarnation=target.incarnation
+                    )
                 except actors.InvalidArguments as exc:
                     got["drop"] = exc
 
-            async def fork(address=address, got=got):
-                for _ in range(rng.randrange(6)):
+            async def again(address=address, n=n):
+                for _ in range(rng.randrange(40)):
                     await trio.sleep(0)
-                got["fork"] = await system.fork(address, from_effect=0)
+                if n % 2:
+                    await system.retry(address)
+                else:
+                    await system.fork(address, from_effect=1)  # after it took "go"
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(drop)
-                nursery.start_soon(fork)
+                nursery.start_soon(again)
             letters = [d.message.payload for d in await system.dropped(address)]
-            unread = await payloads(system, address)
+            unread = [m.payload for m in await system.mail(address) if m.signal == "item"]
             assert 2 == system.get(address).incarnation
             if isinstance(got["drop"], actors.InvalidArguments):
                 outcomes["refused"] += 1
