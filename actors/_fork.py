@@ -17,12 +17,18 @@ What the new incarnation holds, besides the kept log:
   same process: a kept step whose arguments came from the params then does
   not replay, and the replay check refuses the fork); input: the source's,
   or ``input``.
-- mail: the messages the discarded part of the log took are put back, in
-  the order they arrived, ahead of the source's unread messages (copied, the
-  source's asks left out: they were answered when it ended; the runtime's
-  own messages to the source, such as its children's ends, left out), so
-  the new run can take them again. A message dropped to the dead letters is not among
-  them (see `actors._mail`).
+- mail, at the same address: the messages the discarded part of the log
+  took are put back, in the order they arrived, ahead of the source's
+  unread messages (the source's asks left out: they were answered when it
+  ended; the runtime's own messages to the source, such as its children's
+  ends, left out), so the new run can take them again; they move with the
+  address (the source's mailbox goes with the incarnation it replaces), and
+  are numbered anew. A message dropped to the dead letters is not among
+  them, and a drop racing the fork either commits first or is refused (see
+  `fork_txn`, `actors._mail`). To another address (``to``): no mail at all,
+  neither the taken nor the unread messages (the source keeps its own), so
+  that a message is handled by at most one instance; the new incarnation
+  takes what is sent to it.
 - compensations: those the kept steps registered are kept, not yet run; a
   kept step whose compensation already ran (the source failed and
   compensated) refuses the fork, since its outcome was undone: fork from
@@ -55,11 +61,14 @@ written); a ``to`` address that is live or completed, or that the source's
 process does not resolve.
 
 The record the fork replaces (the source, or an ended instance at ``to``)
-is kept in its address's history (``actors show ADDRESS --incarnation N``),
-as a retry keeps it (`actors._retry`).
+is kept in its address's history (``actors show ADDRESS --incarnation N``,
+see `actors._kept`).
 
 The transaction is built here (`fork_txn`), from what `read_for_fork` read,
-for the runtime and the command line alike; `fork` is the runtime's half.
+for the runtime and the command line alike, and for a retry too (a fork
+from effect 0 to the same address that resets only failed children: see
+`actors._retry`); `fork` is the runtime's half, `started` brings in what a
+fork or retry made.
 """
 
 from __future__ import annotations

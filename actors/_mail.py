@@ -23,16 +23,34 @@ message the run took. ``show`` names it. Dropping it (its id) adds it to the
 dead letters, and a fork (`actors._fork`) then leaves it out of the mail it
 puts back, so the forked run never sees it again.
 
-An instance in this system's memory holds its unread mail there too: a
-drop first asks it to leave memory (it does once it is suspended with
-nothing running; one that is running a step is refused, to try again),
-holds its activation while the drop commits, and brings it back after, so
-it reads its mailbox from the journal. On a journal shared by several
-nodes, another node that holds the instance in memory forgets the dropped
-message when it next reads the journal's mailbox (as it does to learn of
-mail sent through other nodes); until then it may still take it. Drop from
-the node that runs the instance, or while it is suspended out of memory,
-to be sure.
+Ids. A message's id is its incarnation's own: a retry or fork of the
+address carries the mail into a new incarnation, numbered anew
+(`Message.incarnation` says which one a listing read). A drop is bound to
+one incarnation: the one given (``incarnation=``), else the first it reads;
+if a retry or fork replaced it meanwhile, the drop is refused (list the
+mail again), never applied to whatever holds that id in the new one.
+
+A drop and a fork (or retry) serialize on the instance: the fork commits
+only over the dead letters it read (`_fork.fork_txn`), so either the drop
+commits first (the fork reads again and does not put the message back) or
+the fork does, and the drop, bound to the replaced incarnation, is refused.
+
+An instance in this system's memory holds its unread mail there too. A
+drop does not wait for it to leave memory (an instance whose mail keeps
+coming may never be idle long): it holds the message back from the actor
+first (`Mailbox.withhold`: no wait takes it, no hand-over or re-read makes
+it unread again), then, if the actor did not hold it unread, makes what the
+actor wrote durable (`Writes.settle`), so that the journal read next says
+whether the actor took it; and the instance's activation waits until the
+drop is in. So a message the actor took is refused ("no unread message"),
+and one it did not is never taken after. If the drop is not written, the
+message is unread again.
+
+On a journal shared by several nodes, another node that holds the
+instance in memory forgets the dropped message when it next reads the
+journal's mailbox (as it does to learn of mail sent through other nodes);
+until then it may still take it. Drop from the node that runs the
+instance, or while it is suspended out of memory, to be sure.
 """
 
 from __future__ import annotations
