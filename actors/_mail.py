@@ -315,12 +315,17 @@ async def drop_message(
     live = dropped = False
     actor = await _in_memory(system, iid)
     held: tuple[str, Any] | None = None
+    # The ownership the drop is written under, on a shared journal (None:
+    # unfenced; a single owner's journal, or an instance no node runs).
+    epoch: int | None = None
     try:
         if actor is not None:
             # Invariant: from here the actor in memory takes no message
             # ``message_id``; and what it took before is written before the
             # journal is read, so the read says whether it was taken.
             held = actor.arrivals.withhold(message_id)
+            if actor.fenced:
+                epoch = actor.epoch
             if held is None:
                 await actor.writes.settle()
         while True:
@@ -340,13 +345,31 @@ async def drop_message(
                     f"again (system.mail, 'actors mail {address}') and drop by the new id"
                 )
             incarnation = plan.row.record.incarnation
+            if epoch is None and system.journal.shared and plan.row.status in LIVE_STATUSES:
+                # Invariant: a drop of a live instance is written only while
+                # this node owns it (fenced with its claim): a node that runs
+                # it holds its mail in memory and would take the message. So
+                # the drop claims it, which it may only if no live node owns
+                # it; else it is refused. Once claimed, what an earlier owner
+                # still writes (a take) meets the fence; read again.
+                epoch = await _claim(system, iid, address, message_id)
+                live = True  # this node's now: it runs it once the drop is over
+                continue
             why = drop_refusal(address, plan, message_id)
             if why is not None:
                 raise InvalidArguments(why)
-            live = plan.row.status in LIVE_STATUSES
+            live = live or plan.row.status in LIVE_STATUSES
+            txn = drop_txn(plan, message_id, system.epoch_now())
+            if epoch is not None:
+                txn.fence(iid, epoch)
             try:
-                await system.journal.commit(drop_txn(plan, message_id, system.epoch_now()))
+                await system.journal.commit(txn)
             except Conflict as exc:
+                if exc.reason == "epoch":
+                    raise InvalidArguments(
+                        f"cannot drop message #{message_id} of {address!r}: another node took "
+                        "the instance over meanwhile (it runs there now); drop it on that node"
+                    ) from None
                 if exc.reason not in _protocol.START_RACED | {"state"}:
                     raise
                 continue  # another drop, or a new incarnation: read again
@@ -360,6 +383,21 @@ async def drop_message(
         registry.activating.discard(iid)
         if live:
             registry.activate(iid)  # on disk meanwhile: it reads its mailbox again
+
+
+async def _claim(system: SystemAPI, iid: bytes, address: str, message_id: int) -> int:
+    """Claim the live instance at ``iid`` for the drop (see `drop_message`);
+    its epoch, or `InvalidArguments` if another live node owns it."""
+    epoch = await system.journal.claim(iid)
+    if epoch is None:
+        system.nodes.claimed(iid, None)  # (its mail goes to that node)
+        raise InvalidArguments(
+            f"cannot drop message #{message_id} of {address!r} from this node: another node "
+            "runs it (it owns the instance and its lease is held), and could take the message "
+            "meanwhile; drop it on that node (system.drop_message there, or 'actors mail "
+            f"{address} --drop {message_id}' beside it)"
+        )
+    return epoch
 
 
 async def _in_memory(system: SystemAPI, iid: bytes) -> ActorAPI | None:
