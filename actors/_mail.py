@@ -46,11 +46,17 @@ drop is in. So a message the actor took is refused ("no unread message"),
 and one it did not is never taken after. If the drop is not written, the
 message is unread again.
 
-On a journal shared by several nodes, another node that holds the
-instance in memory forgets the dropped message when it next reads the
-journal's mailbox (as it does to learn of mail sent through other nodes);
-until then it may still take it. Drop from the node that runs the
-instance, or while it is suspended out of memory, to be sure.
+On a journal shared by several nodes, the node that owns a live instance
+may hold its mail in memory and take the message at any moment, so a drop
+of a live (running or suspended) instance is written only under this
+node's ownership, fenced with its epoch: the epoch of its own actor, or a
+claim the drop makes (`Journal.claim`), which it gets only if no live node
+owns the instance. A drop on a node that does not own it is therefore
+refused ("another node runs it": drop it on that node), and one whose
+ownership was taken over before it committed is refused too (the fence
+fails). An ended instance (a failed one's poison message) is dropped from
+any node. A queued instance is not in any node's memory; its mailbox is
+read when it is admitted.
 """
 
 from __future__ import annotations

@@ -177,7 +177,9 @@ class Operations:
         Raises:
             InvalidArguments: there is no such unread message (or it was
                 dropped already, or taken meanwhile); or the address holds
-                another incarnation than the one given or first read.
+                another incarnation than the one given or first read; or,
+                on a journal shared by several nodes, another live node
+                runs the instance (drop it on that node).
             NotDelivered: no instance at ``address`` (reason ``"unknown"``).
         """
         return await _mail.drop_message(self, address, message_id, incarnation)
