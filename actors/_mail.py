@@ -39,8 +39,9 @@ An instance in this system's memory holds its unread mail there too. A
 drop does not wait for it to leave memory (an instance whose mail keeps
 coming may never be idle long): it holds the message back from the actor
 first (`Mailbox.withhold`: no wait takes it, no hand-over or re-read makes
-it unread again), then, if the actor did not hold it unread, makes what the
-actor wrote durable (`Writes.settle`), so that the journal read next says
+it unread again), then, if the actor did not hold it unread, waits until
+what the actor wrote before is committed (`Writes.landed`: its ridden
+writes, and its commits in flight), so that the journal read next says
 whether the actor took it; and the instance's activation waits until the
 drop is in. So a message the actor took is refused ("no unread message"),
 and one it did not is never taken after. If the drop is not written, the
@@ -333,7 +334,10 @@ async def drop_message(
             if actor.fenced:
                 epoch = actor.epoch
             if held is None:
-                await actor.writes.settle()
+                # Taken here, or not handed over yet: the journal says which
+                # once the actor's takes are in, ridden or in a commit in
+                # flight (which may not be submitted yet).
+                await actor.writes.landed()
         while True:
             plan = await system.journal.read(lambda r: read_for_drop(r, iid, message_id))
             if plan is None:

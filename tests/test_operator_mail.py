@@ -27,11 +27,17 @@ from tests.cli_runner import run_in_process
 item = Signal("item")
 go = Signal("go")
 BROKEN: set[str] = set()
+HANDLED: list[str] = []
 
 
 @pytest.fixture(autouse=True)
 def _fresh():
     BROKEN.clear()
+    HANDLED.clear()
+
+
+def handle(payload: str) -> None:
+    HANDLED.append(payload)
 
 
 @pytest.fixture(params=["memory", "lmdb"])
@@ -75,7 +81,14 @@ async def counter(ctx: Context, id: str) -> None:
         await ctx.wait(item)  # it never waits for anything else
 
 
-PROCESSES = [tally, batch, hold, counter]
+@process("handlers/:id")
+async def handler(ctx: Context, id: str) -> None:
+    while True:
+        payload = await ctx.wait(item)
+        await ctx.step(handle, payload)
+
+
+PROCESSES = [tally, batch, hold, counter, handler]
 
 
 async def until_status(system, address, *statuses):
@@ -217,21 +230,31 @@ async def test_a_drop_racing_a_fork_or_retry_either_comes_first_or_is_refused(
                 else:
                     await system.fork(address, from_effect=1)  # after it took "go"
 
+            async def late(address=address):
+                # Refused while the instance is cancelled, delivered to the
+                # new incarnation once it is made.
+                while True:
+                    try:
+                        return await system.send(address, item, "late")
+                    except actors.NotDelivered:
+                        await trio.sleep(0)
+
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(drop)
                 nursery.start_soon(again)
+                nursery.start_soon(late)
             letters = [d.message.payload for d in await system.dropped(address)]
             unread = [m.payload for m in await system.mail(address) if m.signal == "item"]
             assert 2 == system.get(address).incarnation
             if isinstance(got["drop"], actors.InvalidArguments):
                 outcomes["refused"] += 1
                 assert ["early"] == letters, n
-                assert ["target", "keep"] == unread, n
+                assert ["target", "keep", "late"] == unread, n
             else:
                 outcomes["dropped"] += 1
                 assert target == got["drop"], n
                 assert ["early", "target"] == letters, n
-                assert ["keep"] == unread, n
+                assert ["keep", "late"] == unread, n
     assert outcomes["dropped"] > 0 and outcomes["refused"] > 0, outcomes
 
 
@@ -263,6 +286,52 @@ async def test_a_drop_is_not_refused_while_mail_streams_in(make_journal, autojum
         assert ["stray"] == [d.message.payload for d in await system.dropped("counters/c-1")]
         await until_status(system, "counters/c-1", "suspended")
         assert "stray" not in await payloads(system, "counters/c-1")
+
+
+async def test_a_drop_racing_the_takes_of_a_live_instance_is_never_taken(
+    make_journal, autojump_clock
+):
+    """A live instance takes and handles its mail while a drop of one of
+    its messages races the takes, in random orders: a message dropped is
+    never handled; one whose drop is refused (it was taken) is handled; every
+    other message is handled once."""
+    rng = random.Random(46)
+    outcomes = {"dropped": 0, "refused": 0}
+    async with actors.open_system(make_journal(), processes=PROCESSES) as system:
+        await system.start(handler, "h-1")
+        expected: list[str] = []
+        for n in range(30):
+            sent = [f"{n}-{k}" for k in range(4)]
+            for payload in sent:
+                await system.send("handlers/h-1", item, payload)
+            unread = await system.mail("handlers/h-1")
+            if not unread:
+                expected += sent
+                continue
+            victim = rng.choice(unread)
+            for _ in range(rng.randrange(30)):
+                await trio.sleep(0)
+            try:
+                await system.drop_message("handlers/h-1", victim.id, incarnation=1)
+            except actors.InvalidArguments as exc:
+                assert "has no unread message" in str(exc), exc  # taken meanwhile
+                outcomes["refused"] += 1
+                expected += sent
+            else:
+                outcomes["dropped"] += 1
+                expected += [p for p in sent if p != victim.payload]
+            await trio.sleep(rng.uniform(0, 0.01))
+        await until_status(system, "handlers/h-1", "suspended")
+        with trio.fail_after(60):
+            while await system.mail("handlers/h-1"):
+                await trio.sleep(0.01)
+        await until_status(system, "handlers/h-1", "suspended")
+        dropped = [d.message.payload for d in await system.dropped("handlers/h-1")]
+        assert outcomes["dropped"] == len(dropped)
+        assert not set(dropped) & set(HANDLED), set(dropped) & set(HANDLED)
+        assert sorted(expected) == sorted(HANDLED)  # each once, in order of arrival
+        assert expected == HANDLED
+    assert outcomes["dropped"] > 0, outcomes
 
 
 # -- the command line's offline retry ------------------------------------------------
