@@ -365,3 +365,30 @@ async def test_the_offline_cli_retry_checks_a_new_input(tmp_path):
         await system.send("batches/b-9", item, "only")
         with trio.fail_after(60):
             assert ["only"] == await system.get("batches/b-9").result()
+
+
+async def test_the_cli_drops_only_from_the_incarnation_it_names(tmp_path):
+    path = tmp_path / "journal"
+    async with actors.open_system(LMDBJournal(path), processes=PROCESSES) as system:
+        await system.start(batch, "b-7")
+        for payload in ("first", "second"):
+            await system.send("batches/b-7", item, payload)
+        await until_status(system, "batches/b-7", "suspended")
+        first, _ = await system.mail("batches/b-7")
+        await system.cancel("batches/b-7")
+        await until_status(system, "batches/b-7", "cancelled")
+        await system.retry("batches/b-7")  # its mail, numbered anew in incarnation 2
+        assert ["first", "second"] == await payloads(system, "batches/b-7")
+
+    def cli(*args):
+        return trio.to_thread.run_sync(lambda: run_in_process(["--journal", str(path), *args]))
+
+    listed = await cli("mail", "batches/b-7")
+    assert listed.stdout.startswith("batches/b-7 (suspended, incarnation 2): 2 unread"), listed
+    done = await cli("mail", "batches/b-7", "--drop", str(first.id), "--incarnation", "1")
+    assert 1 == done.returncode and "it is incarnation 2 now" in done.stderr, done
+    done = await cli("mail", "batches/b-7", "--drop", "1", "--incarnation", "2")
+    assert 0 == done.returncode, done
+    async with actors.open_system(LMDBJournal(path), processes=PROCESSES) as system:
+        dropped = [(d.message.payload, d.incarnation) for d in await system.dropped("batches/b-7")]
+        assert [("first", 2)] == dropped
