@@ -122,11 +122,12 @@ _REPLACEABLE = frozenset({"failed", "cancelled"})
 _RACED = _protocol.START_RACED | {"state"}
 
 
-def refusal(address: str, plan: ForkPlan, to: str | None) -> str | None:
+def refusal(address: str, plan: ForkPlan, to: str | None, *, doing: str = "fork") -> str | None:
     """Why ``plan`` cannot go ahead (short of the replay check, which needs
-    the code), as a message that says what to do instead; None if it can."""
+    the code), as a message that says what to do instead; None if it can.
+    ``doing``: what the message says cannot be done (a retry's is a fork)."""
     row = plan.source
-    cannot = f"cannot fork {address!r}"
+    cannot = f"cannot {doing} {address!r}"
     status = row.status
     if row.record.parent:
         return (
@@ -174,8 +175,8 @@ def refusal(address: str, plan: ForkPlan, to: str | None) -> str | None:
     if plan.live_children:
         child = plan.live_children[0]
         return (
-            f"{cannot}: its child {child.address!r}, made after the fork point, is still "
-            f"{child.status}; cancel it first ('actors cancel {child.address}')"
+            f"{cannot}: its child {child.address!r}, made by the part of its run that runs "
+            f"again, is still {child.status}; cancel it first ('actors cancel {child.address}')"
         )
     if to is not None and to != row.address:
         made = children_named(plan.prefix)

@@ -126,7 +126,7 @@ def refusal(address: str, plan: RetryPlan) -> str | None:
         )
     if status in RETRIED:
         # What a fork from 0 refuses besides (a child of its run still live).
-        return _fork.refusal(address, plan, None)
+        return _fork.refusal(address, plan, None, doing="retry")
     words = STATUS_WORDS.get(status, f"it is {status}")
     only = "only a failed or cancelled instance is retried"
     if status == "completed":
