@@ -320,12 +320,13 @@ async def drop_message(
         await registry.activating.wait_released(iid)
     registry.activating.add(iid)  # its activation waits until the drop is in
     live = dropped = False
-    actor = await _in_memory(system, iid)
+    actor: ActorAPI | None = None
     held: tuple[str, Any] | None = None
     # The ownership the drop is written under, on a shared journal (None:
     # unfenced; a single owner's journal, or an instance no node runs).
     epoch: int | None = None
     try:
+        actor = await _in_memory(system, iid)
         if actor is not None:
             # Invariant: from here the actor in memory takes no message
             # ``message_id``; and what it took before is written before the
