@@ -114,6 +114,20 @@ class Arrivals:
             root.scope.cancel()
         self.actor.wakeup()
 
+    def withhold(self, seq: int) -> tuple[str, Any] | None:
+        """Hold message ``seq`` back from every take while a drop of it is
+        written (`Mailbox.withhold`); it, if it was unread here."""
+        return self.actor.mailbox.withhold(seq)
+
+    def release(self, seq: int, message: tuple[str, Any] | None, *, dropped: bool) -> None:
+        """The drop of message ``seq`` is over (`Mailbox.release`): not
+        written, the message is unread again, and a wait may take it."""
+        actor = self.actor
+        actor.mailbox.release(seq, message, dropped=dropped)
+        if not dropped and message is not None and actor.loaded and not actor.done:
+            self._match_mail()
+            actor.wakeup()
+
     def add_wait(self, wait: fx.Wait[Any]) -> None:
         """Register a live wait and give it a message if one is already here."""
         self.actor.mailbox.add_wait(wait)

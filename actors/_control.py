@@ -119,7 +119,9 @@ class Operations(Protocol):
         to: str | None = ...,
         input: dict[str, Any] | None = ...,
     ) -> Any: ...
-    async def drop_message(self, address: str, message_id: int) -> Any: ...
+    async def drop_message(
+        self, address: str, message_id: int, *, incarnation: int | None = ...
+    ) -> Any: ...
 
 
 # -- frames ---------------------------------------------------------------------------
@@ -471,7 +473,12 @@ async def _drop_message(system: Operations, request: dict[str, Any]) -> dict[str
     message_id = request.get("message_id")
     if isinstance(message_id, bool) or not isinstance(message_id, int):
         raise _BadRequest(f"'message_id' must be a whole number, not {message_id!r}")
-    m = await system.drop_message(_text(request, "address"), message_id)
+    incarnation = request.get("incarnation")
+    if incarnation is not None and (
+        isinstance(incarnation, bool) or not isinstance(incarnation, int)
+    ):
+        raise _BadRequest(f"'incarnation' must be a whole number or absent, not {incarnation!r}")
+    m = await system.drop_message(_text(request, "address"), message_id, incarnation=incarnation)
     return {"id": m.id, "signal": m.signal, "payload": m.payload, "sent": m.sent}
 
 

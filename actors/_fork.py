@@ -17,12 +17,18 @@ What the new incarnation holds, besides the kept log:
   same process: a kept step whose arguments came from the params then does
   not replay, and the replay check refuses the fork); input: the source's,
   or ``input``.
-- mail: the messages the discarded part of the log took are put back, in
-  the order they arrived, ahead of the source's unread messages (copied, the
-  source's asks left out: they were answered when it ended; the runtime's
-  own messages to the source, such as its children's ends, left out), so
-  the new run can take them again. A message dropped to the dead letters is not among
-  them (see `actors._mail`).
+- mail, at the same address: the messages the discarded part of the log
+  took are put back, in the order they arrived, ahead of the source's
+  unread messages (the source's asks left out: they were answered when it
+  ended; the runtime's own messages to the source, such as its children's
+  ends, left out), so the new run can take them again; they move with the
+  address (the source's mailbox goes with the incarnation it replaces), and
+  are numbered anew. A message dropped to the dead letters is not among
+  them, and a drop racing the fork either commits first or is refused (see
+  `fork_txn`, `actors._mail`). To another address (``to``): no mail at all,
+  neither the taken nor the unread messages (the source keeps its own), so
+  that a message is handled by at most one instance; the new incarnation
+  takes what is sent to it.
 - compensations: those the kept steps registered are kept, not yet run; a
   kept step whose compensation already ran (the source failed and
   compensated) refuses the fork, since its outcome was undone: fork from
@@ -55,11 +61,14 @@ written); a ``to`` address that is live or completed, or that the source's
 process does not resolve.
 
 The record the fork replaces (the source, or an ended instance at ``to``)
-is kept in its address's history (``actors show ADDRESS --incarnation N``),
-as a retry keeps it (`actors._retry`).
+is kept in its address's history (``actors show ADDRESS --incarnation N``,
+see `actors._kept`).
 
-The transaction is built here (`fork_txn`), from what `read_for_fork` read,
-for the runtime and the command line alike; `fork` is the runtime's half.
+The transaction is built here (`fork_txn`), from what `read_for_fork`
+(`actors._fork_plan`) read, for the runtime and the command line alike, and for a retry too (a fork
+from effect 0 to the same address that resets only failed children: see
+`actors._retry`); `fork` is the runtime's half, `started` brings in what a
+fork or retry made.
 """
 
 from __future__ import annotations
@@ -67,26 +76,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
 import trio
 
 from storage import (
     STATUS_WORDS,
     TERMINAL_STATUSES,
     InstanceRecord,
-    InstanceRow,
-    Reader,
     encode,
     instance_id,
 )
 from storage.errors import Conflict
 
-from . import _guard, _mail, _protocol, _tracing
+from . import _guard, _protocol, _tracing
+from ._fork_plan import ForkPlan, after_step, fork_point, params_of, read_for_fork
 from ._handles import Handle
 from ._instance import Actor
 from ._interfaces import SystemAPI
-from ._log import LogEntry, children_named
-from ._retry import Kept, _in_doubt, _keep, read_kept, reset
+from ._kept import keep, reset
+from ._log import children_named
 from ._sending import commit_through
 from .errors import InvalidArguments, NotDelivered
 
@@ -102,6 +109,7 @@ __all__ = [
     "read_for_fork",
     "refusal",
     "replay_problem",
+    "started",
 ]
 
 #: The statuses a fork starts from: ended ones.
@@ -111,191 +119,15 @@ FORKED = TERMINAL_STATUSES
 # cancelled (a completed one is never run again, as for a retry).
 _REPLACEABLE = frozenset({"failed", "cancelled"})
 
-_STREAM_BATCH = 1000
 _RACED = _protocol.START_RACED | {"state"}
 
 
-@attrs.frozen
-class ForkPlan:
-    """What a fork read: the source, its last run's log split at the fork
-    point, what is at the target address, the children of the discarded
-    part to reset (children first), the mail to put in the new incarnation's
-    mailbox, and the stream values it keeps."""
-
-    source: InstanceRow
-    from_effect: int
-    prefix: dict[int, LogEntry]
-    suffix: dict[int, LogEntry]
-    target_address: str
-    target_iid: bytes
-    target: InstanceRow | None
-    floor: int
-    kept: tuple[int, list[Kept]]
-    resets: list[tuple[InstanceRow, tuple[int, list[Kept]]]]
-    live_children: list[InstanceRow]
-    mail: list[list[Any]]
-    stream: list[Any]
-    dead: frozenset[int]
-
-    @property
-    def last(self) -> int:
-        """The last position of the source's log (0: empty)."""
-        return max([*self.prefix, *self.suffix], default=0)
-
-
-def after_step(entries: dict[int, LogEntry], name: str) -> int | None:
-    """The fork point just after the first step named ``name`` that has an
-    outcome in ``entries`` (its position: the step is kept, what follows
-    runs again); None if the log has none."""
-    for seq, entry in sorted(entries.items()):
-        if entry.kind == "step" and entry.name == name and entry.is_outcome:
-            return seq
-    return None
-
-
-def params_of(template: str, address: str) -> list[str] | None:
-    """The path params that make ``address`` from ``template``; None if the
-    template cannot make it."""
-    parts, given = template.split("/"), address.split("/")
-    if len(parts) != len(given):
-        return None
-    params = []
-    for part, value in zip(parts, given):
-        if part.startswith(":"):
-            if not value:
-                return None
-            params.append(value)
-        elif part != value:
-            return None
-    return params
-
-
-def read_for_fork(
-    r: Reader, iid: bytes, from_effect: int, to: str | None
-) -> tuple[ForkPlan | None, int]:
-    """The plan of a fork of ``iid`` from ``from_effect`` (to ``to``, or the
-    same address), or None if there is no instance (and then the last
-    incarnation a cleanup removed there, 0 if none). Reads everything a
-    refusal looks at; `refusal` says whether the fork may go ahead.
-
-    Raises:
-        JournalCorrupt: a record it reads does not decode.
-    """
-    row, floor = _protocol.read_for_start(r, iid)
-    if row is None:
-        return None, floor
-    entries = r.entries(iid, row.record.run) if row.status != "corrupt" else {}
-    prefix = {s: e for s, e in entries.items() if s <= from_effect}
-    suffix = {s: e for s, e in entries.items() if s > from_effect}
-    target: InstanceRow | None
-    if to is None or to == row.address:
-        target_address, target_iid, target, target_floor = row.address, iid, row, 0
-    else:
-        target_address, target_iid = to, instance_id(to)
-        target, target_floor = _protocol.read_for_start(r, target_iid)
-    kept = read_kept(r, target_iid) if target is not None else (0, [])
-    resets: list[tuple[InstanceRow, tuple[int, list[Kept]]]] = []
-    live: list[InstanceRow] = []
-    named_before = children_named(prefix)
-    seen = {iid, target_iid}
-    for address in children_named(suffix):
-        if address not in named_before:
-            _descendants(r, address, row.address, resets, live, seen)
-    dead = _mail.dead_ids(r, iid)
-    # The runtime's own messages (children's ends, replies to asks: names
-    # that start with NUL) belong to the source's run, never to the fork's.
-    unread = [_copied(m) for _, m in r.mailbox(iid) if not m[0].startswith("\x00")]
-    mail = _put_back(suffix, dead) + unread
-    return ForkPlan(
-        row,
-        from_effect,
-        prefix,
-        suffix,
-        target_address,
-        target_iid,
-        target,
-        target_floor,
-        kept,
-        resets,
-        live,
-        mail,
-        _kept_stream(r, iid, entries, prefix),
-        dead,
-    ), 0
-
-
-def _descendants(
-    r: Reader,
-    address: str,
-    parent: str,
-    into: list[tuple[InstanceRow, tuple[int, list[Kept]]]],
-    live: list[InstanceRow],
-    seen: set[bytes],
-) -> None:
-    """Add the child at ``address`` (if it is ``parent``'s) to ``into``,
-    after its own descendants; a live one to ``live`` instead."""
-    iid = instance_id(address)
-    if iid in seen:
-        return
-    seen.add(iid)
-    child = r.instance(iid)
-    if child is None or child.record.parent != parent:
-        return
-    if child.status not in TERMINAL_STATUSES:
-        live.append(child)
-        return
-    if child.status != "corrupt":
-        for grandchild in children_named(r.entries(iid, child.record.run)):
-            _descendants(r, grandchild, address, into, live, seen)
-    into.append((child, read_kept(r, iid)))
-
-
-def _put_back(suffix: dict[int, LogEntry], dead: frozenset[int]) -> list[list[Any]]:
-    """The messages the discarded part took, in the order they arrived, as
-    mailbox records (their sent time is not in the log: the fork's own
-    stands in, see `fork_txn`). Children's end messages are left out: the
-    children of the discarded part are reset."""
-    taken = sorted(
-        (entry.message, entry.signal or entry.name, entry.value)
-        for entry in suffix.values()
-        if entry.kind == "wait"
-        and entry.message is not None
-        and entry.is_outcome
-        and entry.message not in dead
-        and not (entry.signal or entry.name).startswith("\x00")
-    )
-    return [[name, value] for _, name, value in taken]
-
-
-def _copied(message: Any) -> list[Any]:
-    """An unread message as the new mailbox holds it: signal, payload, sent
-    time and trace, its ask left out (the source answered it when it ended)."""
-    return list(message[:4])
-
-
-def _kept_stream(
-    r: Reader, iid: bytes, entries: dict[int, LogEntry], prefix: dict[int, LogEntry]
-) -> list[Any]:
-    """The stream values emitted before the fork point. Only the last run
-    emits, one value per emit entry, in order, so the run's values are the
-    stream's last ``emits`` ones."""
-    emits = sum(1 for e in entries.values() if e.kind == "emit")
-    kept_emits = sum(1 for e in prefix.values() if e.kind == "emit")
-    keep = max(0, r.stream_length(iid) - emits + kept_emits)
-    values: list[Any] = []
-    while len(values) < keep:
-        batch = r.stream(iid, len(values), min(_STREAM_BATCH, keep - len(values)))
-        if not batch:
-            break
-        values.extend(v for _, v in batch)
-    return values
-
-
-def refusal(address: str, plan: ForkPlan, to: str | None) -> str | None:
+def refusal(address: str, plan: ForkPlan, to: str | None, *, doing: str = "fork") -> str | None:
     """Why ``plan`` cannot go ahead (short of the replay check, which needs
-    the code), as a message that says what to do instead; None if it can."""
+    the code), as a message that says what to do instead; None if it can.
+    ``doing``: what the message says cannot be done (a retry's is a fork)."""
     row = plan.source
-    cannot = f"cannot fork {address!r}"
+    cannot = f"cannot {doing} {address!r}"
     status = row.status
     if row.record.parent:
         return (
@@ -343,8 +175,8 @@ def refusal(address: str, plan: ForkPlan, to: str | None) -> str | None:
     if plan.live_children:
         child = plan.live_children[0]
         return (
-            f"{cannot}: its child {child.address!r}, made after the fork point, is still "
-            f"{child.status}; cancel it first ('actors cancel {child.address}')"
+            f"{cannot}: its child {child.address!r}, made by the part of its run that runs "
+            f"again, is still {child.status}; cancel it first ('actors cancel {child.address}')"
         )
     if to is not None and to != row.address:
         made = children_named(plan.prefix)
@@ -387,10 +219,14 @@ def fork_txn(
     the module doc.
 
     Invariant: it commits only over what it read (the instance at the
-    target, each reset child and each history row at the version read),
-    else it fails with `Conflict` (a reason in `_protocol.START_RACED`, or
-    ``"state"``) and writes nothing. The source, at another address, is
-    left as it was.
+    target, each reset child, each history row and the source's dead
+    letters at the version read), else it fails with `Conflict` (a reason in
+    `_protocol.START_RACED`, or ``"state"``) and writes nothing. The source,
+    at another address, is left as it was. So a drop and a fork serialize on
+    the instance: a drop that commits first changes the dead letters the
+    fork read (it reads again, and leaves the message out); a fork that
+    commits first makes a new incarnation, which the drop, bound to the one
+    it read, is refused over (see `actors._mail`).
 
     Raises:
         EncodeError: a record or the input holds a value that cannot be stored.
@@ -419,8 +255,10 @@ def fork_txn(
     )
     txn = start.txn
     if plan.target is not None:
-        _keep(txn, plan.target, plan.kept, now)
-    if plan.target_iid != source.iid:
+        keep(txn, plan.target, plan.kept, now)
+    if plan.target_iid == source.iid:
+        txn.expect_state(_protocol.dead_key(source.iid), plan.dead_version)
+    else:
         # The source stays as it is: on condition that it still is.
         txn.require(source.iid, frozenset({source.status}), incarnation=record.incarnation)
     iid = plan.target_iid
@@ -436,6 +274,31 @@ def fork_txn(
 
 
 # -- the runtime's half ----------------------------------------------------------------
+
+
+def in_doubt(system: SystemAPI, iid: bytes) -> None:
+    """A new incarnation's commit whose outcome was not learned: if it is
+    written, it runs once the journal answers."""
+    system.registry.spawn_system_task(system.registry.reload_when_back, iid)
+
+
+async def started(
+    system: SystemAPI, plan: ForkPlan, proc: Any, record: InstanceRecord
+) -> Handle[Any]:
+    """Bring in the new incarnation a fork (or retry) of ``plan`` committed
+    with ``record``; its handle."""
+    for child, _ in plan.resets:
+        system.statuses.changed(child.iid)
+    # Brought in as a start's is, except that it reads what the fork wrote
+    # (its kept log and mail) before it runs, as an instance that mail was
+    # routed to meanwhile does (see `Registry.run_created`).
+    system.registry.routed_absent.add(plan.target_iid)
+    await system.lifecycle.run_started(plan.target_iid, plan.target_address, proc, record)
+    # Handles read the new incarnation from now on, not what was last seen
+    # of the one it replaced (a remote journal's reads are cached).
+    await system.statuses.refresh(plan.target_iid)
+    system.statuses.changed(plan.target_iid)
+    return Handle._create(system, plan.target_iid, plan.target_address, record.incarnation)
 
 
 async def fork(
@@ -552,7 +415,7 @@ async def _fork(
             raise InvalidArguments(not_replayed(address, plan, problem))
         try:
             await commit_through(
-                system.journal, start.txn, lambda _: _in_doubt(system, plan.target_iid)
+                system.journal, start.txn, lambda _: in_doubt(system, plan.target_iid)
             )
         except Conflict as exc:
             if exc.reason not in _RACED:
@@ -560,18 +423,7 @@ async def _fork(
             lost_over = plan.target.record.incarnation if plan.target is not None else 0
             continue
         break
-    for child, _ in plan.resets:
-        system.statuses.changed(child.iid)
-    # Brought in as a start's is, except that it reads what the fork wrote
-    # (its kept log and mail) before it runs, as an instance that mail was
-    # routed to meanwhile does (see `Registry.run_created`).
-    system.registry.routed_absent.add(plan.target_iid)
-    await system.lifecycle.run_started(plan.target_iid, plan.target_address, proc, start.record)
-    # Handles read the new incarnation from now on, not what was last seen
-    # of the one it replaced (a remote journal's reads are cached).
-    await system.statuses.refresh(plan.target_iid)
-    system.statuses.changed(plan.target_iid)
-    return Handle._create(system, plan.target_iid, plan.target_address, start.record.incarnation)
+    return await started(system, plan, proc, start.record)
 
 
 def not_replayed(address: str, plan: ForkPlan, problem: str) -> str:
@@ -581,16 +433,6 @@ def not_replayed(address: str, plan: ForkPlan, problem: str) -> str:
         f"replay on the current code ({problem}); fork from an earlier effect, or deploy "
         "code that matches the history up to the fork point"
     )
-
-
-def fork_point(r: Reader, iid: bytes, name: str) -> int | None:
-    """`after_step` in the last run's log of the instance at ``iid`` (0 when
-    there is no instance or its record does not read: `read_for_fork` then
-    says what is wrong)."""
-    row = r.instance(iid)
-    if row is None or row.status == "corrupt":
-        return 0  # read_for_fork says what is wrong
-    return after_step(r.entries(iid, row.record.run), name)
 
 
 async def replay_problem(

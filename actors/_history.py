@@ -48,10 +48,10 @@ from storage import (
 )
 
 from ._history_values import bad, from_plain, to_plain
+from ._kept import KEPT_INCARNATIONS, Kept, read_kept
 from ._log import children_named
 from ._messages import StoredMessage
 from ._protocol import history_key, key_cursor, key_of
-from ._retry import KEPT_INCARNATIONS, Kept, read_kept
 from .errors import AlreadyStarted, HistoryFormatError, InvalidArguments, NotDelivered
 
 __all__ = [

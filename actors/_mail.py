@@ -23,16 +23,41 @@ message the run took. ``show`` names it. Dropping it (its id) adds it to the
 dead letters, and a fork (`actors._fork`) then leaves it out of the mail it
 puts back, so the forked run never sees it again.
 
-An instance in this system's memory holds its unread mail there too: a
-drop first asks it to leave memory (it does once it is suspended with
-nothing running; one that is running a step is refused, to try again),
-holds its activation while the drop commits, and brings it back after, so
-it reads its mailbox from the journal. On a journal shared by several
-nodes, another node that holds the instance in memory forgets the dropped
-message when it next reads the journal's mailbox (as it does to learn of
-mail sent through other nodes); until then it may still take it. Drop from
-the node that runs the instance, or while it is suspended out of memory,
-to be sure.
+Ids. A message's id is its incarnation's own: a retry or fork of the
+address carries the mail into a new incarnation, numbered anew
+(`Message.incarnation` says which one a listing read). A drop is bound to
+one incarnation: the one given (``incarnation=``), else the first it reads;
+if a retry or fork replaced it meanwhile, the drop is refused (list the
+mail again), never applied to whatever holds that id in the new one.
+
+A drop and a fork (or retry) serialize on the instance: the fork commits
+only over the dead letters it read (`_fork.fork_txn`), so either the drop
+commits first (the fork reads again and does not put the message back) or
+the fork does, and the drop, bound to the replaced incarnation, is refused.
+
+An instance in this system's memory holds its unread mail there too. A
+drop does not wait for it to leave memory (an instance whose mail keeps
+coming may never be idle long): it holds the message back from the actor
+first (`Mailbox.withhold`: no wait takes it, no hand-over or re-read makes
+it unread again), then, if the actor did not hold it unread, waits until
+what the actor wrote before is committed (`Writes.landed`: its ridden
+writes, and its commits in flight), so that the journal read next says
+whether the actor took it; and the instance's activation waits until the
+drop is in. So a message the actor took is refused ("no unread message"),
+and one it did not is never taken after. If the drop is not written, the
+message is unread again.
+
+On a journal shared by several nodes, the node that owns a live instance
+may hold its mail in memory and take the message at any moment, so a drop
+of a live (running or suspended) instance is written only under this
+node's ownership, fenced with its epoch: the epoch of its own actor, or a
+claim the drop makes (`Journal.claim`), which it gets only if no live node
+owns the instance. A drop on a node that does not own it is therefore
+refused ("another node runs it": drop it on that node), and one whose
+ownership was taken over before it committed is refused too (the fence
+fails). An ended instance (a failed one's poison message) is dropped from
+any node. A queued instance is not in any node's memory; its mailbox is
+read when it is admitted.
 """
 
 from __future__ import annotations
@@ -46,7 +71,7 @@ from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
 from storage.errors import Conflict
 
 from . import _guard, _protocol
-from ._interfaces import SystemAPI
+from ._interfaces import ActorAPI, SystemAPI
 from ._log import LogEntry
 from .errors import InvalidArguments, NotDelivered
 
@@ -64,9 +89,6 @@ __all__ = [
     "poison",
 ]
 
-# How long a drop waits, in seconds, for an instance in memory to leave it.
-_LEAVE = 1.0
-
 
 @attrs.frozen
 class Message:
@@ -74,12 +96,15 @@ class Message:
     sequence number (what ``actors show`` prints as ``#id`` and
     `ActorSystem.drop_message` takes), ``signal`` its signal's name,
     ``payload`` what was sent, ``sent`` when (epoch seconds; None if not
-    recorded)."""
+    recorded), ``incarnation`` the incarnation whose mailbox (or log) holds
+    it: ids are an incarnation's own, a retry or fork numbers its mail
+    anew."""
 
     id: int
     signal: str
     payload: Any
     sent: float | None = None
+    incarnation: int | None = None
 
 
 @attrs.frozen
@@ -123,17 +148,19 @@ class DeadLetter:
             and (sent is None or isinstance(sent, (int, float)))
         ):
             return None
-        return cls(Message(mid, signal, value.get("payload"), sent), inc, float(at))
+        return cls(Message(mid, signal, value.get("payload"), sent, inc), inc, float(at))
 
 
-def _message(seq: int, stored: Any) -> Message:
+def _message(seq: int, stored: Any, incarnation: int | None) -> Message:
     sent = stored[2] if len(stored) > 2 and isinstance(stored[2], (int, float)) else None
-    return Message(seq, stored[0], stored[1], sent)
+    return Message(seq, stored[0], stored[1], sent, incarnation)
 
 
 def read_mail(r: Reader, iid: bytes) -> list[Message]:
     """The instance's unread messages, oldest first."""
-    return [_message(seq, stored) for seq, stored in r.mailbox(iid)]
+    row = r.instance(iid)
+    incarnation = None if row is None else row.record.incarnation
+    return [_message(seq, stored, incarnation) for seq, stored in r.mailbox(iid)]
 
 
 def read_dead(r: Reader, iid: bytes) -> tuple[int, list[DeadLetter]]:
@@ -188,7 +215,7 @@ def read_for_drop(r: Reader, iid: bytes, message_id: int) -> DropPlan | None:
     if unread is None and row.status == "failed":
         found = handling(r.entries(iid, row.record.run))
         if found is not None and found[1].id == message_id:
-            handled = found[1]
+            handled = attrs.evolve(found[1], incarnation=row.record.incarnation)
     return DropPlan(row, unread, handled, read_dead(r, iid))
 
 
@@ -251,7 +278,9 @@ async def poison(system: SystemAPI, address: str) -> Message | None:
         if row is None or row.status != "failed":
             return row, None
         found = handling(r.entries(iid, row.record.run))
-        return row, None if found is None else found[1]
+        if found is None:
+            return row, None
+        return row, attrs.evolve(found[1], incarnation=row.record.incarnation)
 
     row, message = await system.journal.read(read)
     if row is None:
@@ -267,7 +296,9 @@ async def dropped(system: SystemAPI, address: str) -> list[DeadLetter]:
     return (await system.journal.read(lambda r: read_dead(r, iid)))[1]
 
 
-async def drop_message(system: SystemAPI, address: str, message_id: int) -> Message:
+async def drop_message(
+    system: SystemAPI, address: str, message_id: int, incarnation: int | None = None
+) -> Message:
     """`ActorSystem.drop_message` (see there)."""
     _guard.refuse("system.drop_message()", "drop a message from outside a process")
     iid = system.router.address_iid(address, "drop_message's address")
@@ -276,10 +307,38 @@ async def drop_message(system: SystemAPI, address: str, message_id: int) -> Mess
             f"drop_message takes a message id (an int >= 1, as system.mail() gives it), not "
             f"{message_id!r}"
         )
-    await _out_of_memory(system, iid, address)
-    system.registry.activating.add(iid)  # its activation waits until the drop is in
-    live = False
+    if incarnation is not None and (
+        isinstance(incarnation, bool) or not isinstance(incarnation, int)
+    ):
+        raise InvalidArguments(
+            f"drop_message(incarnation=...) takes an incarnation number (Message.incarnation) "
+            f"or None, not {incarnation!r}"
+        )
+    registry = system.registry
+    # One at a time with its activation, a cancel or another drop of it here.
+    while iid in registry.activating:
+        await registry.activating.wait_released(iid)
+    registry.activating.add(iid)  # its activation waits until the drop is in
+    live = dropped = False
+    actor: ActorAPI | None = None
+    held: tuple[str, Any] | None = None
+    # The ownership the drop is written under, on a shared journal (None:
+    # unfenced; a single owner's journal, or an instance no node runs).
+    epoch: int | None = None
     try:
+        actor = await _in_memory(system, iid)
+        if actor is not None:
+            # Invariant: from here the actor in memory takes no message
+            # ``message_id``; and what it took before is written before the
+            # journal is read, so the read says whether it was taken.
+            held = actor.arrivals.withhold(message_id)
+            if actor.fenced:
+                epoch = actor.epoch
+            if held is None:
+                # Taken here, or not handed over yet: the journal says which
+                # once the actor's takes are in, ridden or in a commit in
+                # flight (which may not be submitted yet).
+                await actor.writes.landed()
         while True:
             plan = await system.journal.read(lambda r: read_for_drop(r, iid, message_id))
             if plan is None:
@@ -288,37 +347,76 @@ async def drop_message(system: SystemAPI, address: str, message_id: int) -> Mess
                     address=address,
                     reason="unknown",
                 )
+            if incarnation is not None and plan.row.record.incarnation != incarnation:
+                # Ids are an incarnation's own: #id there is another message.
+                raise InvalidArguments(
+                    f"cannot drop message #{message_id} of incarnation {incarnation} of "
+                    f"{address!r}: it is incarnation {plan.row.record.incarnation} now (a fork "
+                    "or retry made it, numbering the mail it carried anew); list its mail "
+                    f"again (system.mail, 'actors mail {address}') and drop by the new id"
+                )
+            incarnation = plan.row.record.incarnation
+            if epoch is None and system.journal.shared and plan.row.status in LIVE_STATUSES:
+                # Invariant: a drop of a live instance is written only while
+                # this node owns it (fenced with its claim): a node that runs
+                # it holds its mail in memory and would take the message. So
+                # the drop claims it, which it may only if no live node owns
+                # it; else it is refused. Once claimed, what an earlier owner
+                # still writes (a take) meets the fence; read again.
+                epoch = await _claim(system, iid, address, message_id)
+                live = True  # this node's now: it runs it once the drop is over
+                continue
             why = drop_refusal(address, plan, message_id)
             if why is not None:
                 raise InvalidArguments(why)
-            live = plan.row.status in LIVE_STATUSES
+            live = live or plan.row.status in LIVE_STATUSES
+            txn = drop_txn(plan, message_id, system.epoch_now())
+            if epoch is not None:
+                txn.fence(iid, epoch)
             try:
-                await system.journal.commit(drop_txn(plan, message_id, system.epoch_now()))
+                await system.journal.commit(txn)
             except Conflict as exc:
+                if exc.reason == "epoch":
+                    raise InvalidArguments(
+                        f"cannot drop message #{message_id} of {address!r}: another node took "
+                        "the instance over meanwhile (it runs there now); drop it on that node"
+                    ) from None
                 if exc.reason not in _protocol.START_RACED | {"state"}:
                     raise
                 continue  # another drop, or a new incarnation: read again
+            dropped = True
             message = plan.unread or plan.handled
             assert message is not None
             return message
     finally:
-        system.registry.activating.discard(iid)
+        if actor is not None:
+            actor.arrivals.release(message_id, held, dropped=dropped)
+        registry.activating.discard(iid)
         if live:
-            system.registry.activate(iid)  # it reads its mailbox again
+            registry.activate(iid)  # on disk meanwhile: it reads its mailbox again
 
 
-async def _out_of_memory(system: SystemAPI, iid: bytes, address: str) -> None:
-    """Have the instance leave this system's memory, or refuse the drop."""
+async def _claim(system: SystemAPI, iid: bytes, address: str, message_id: int) -> int:
+    """Claim the live instance at ``iid`` for the drop (see `drop_message`);
+    its epoch, or `InvalidArguments` if another live node owns it."""
+    epoch = await system.journal.claim(iid)
+    if epoch is None:
+        system.nodes.claimed(iid, None)  # (its mail goes to that node)
+        raise InvalidArguments(
+            f"cannot drop message #{message_id} of {address!r} from this node: another node "
+            "runs it (it owns the instance and its lease is held), and could take the message "
+            "meanwhile; drop it on that node (system.drop_message there, or 'actors mail "
+            f"{address} --drop {message_id}' beside it)"
+        )
+    return epoch
+
+
+async def _in_memory(system: SystemAPI, iid: bytes) -> ActorAPI | None:
+    """The instance's actor in this system's memory, if it runs here; None
+    if it does not (one that is ending is waited for until it has left)."""
     registry = system.registry
-    with trio.move_on_after(_LEAVE):
-        # Invariant: on return it is neither in memory nor being brought in
-        # (the caller marks it as being brought in before any await).
-        while (actor := registry.live.get(iid)) is not None or iid in registry.activating:
-            if actor is not None:
-                actor.request_passivation()
-            await trio.sleep(0.01)
-        return
-    raise InvalidArguments(
-        f"cannot drop a message of {address!r} now: it is running (a step or a child in "
-        "flight); try again once it waits (suspended), or cancel it"
-    )
+    while (actor := registry.live.get(iid)) is not None and actor.done:
+        # Its end is being written: once it has left, the journal says all.
+        with trio.move_on_after(0.05):
+            await system.statuses.event(iid).wait()
+    return actor

@@ -18,6 +18,9 @@ Invariants (kept by every method below):
   the oldest matching message goes to the lowest-numbered wait.
 - ``asks`` holds the ask of each unread message that was asked (see
   `_asks`), by message id; a sent message has none (nothing is kept for it).
+- A message id in ``withheld`` (a drop of it is being written, or was
+  written: see `_mail`) is never unread here: no hand-over or re-read of
+  the journal's mailbox makes it so, and so no wait takes it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def _seq(effect: Effect[Any]) -> int:
 class Mailbox:
     """Unread messages and pending waits of one instance. Owned by its `Actor`."""
 
-    __slots__ = ("messages", "order", "floor", "taken", "waits", "asks")
+    __slots__ = ("messages", "order", "floor", "taken", "waits", "asks", "withheld")
 
     def __init__(self, remember_taken: bool) -> None:
         self.messages: dict[int, tuple[str, Any]] = {}  # unread: seq -> (signal name, payload)
@@ -52,11 +55,16 @@ class Mailbox:
         # unread asked messages: seq -> ask; made at the first (most
         # instances are never asked, and there is one mailbox per live instance)
         self.asks: dict[int, Asker] | None = None
+        # message ids a drop holds back from every take (see `withhold`);
+        # made at the first (few instances ever have a message dropped)
+        self.withheld: set[int] | None = None
 
     def put(self, seq: int, name: str, payload: Any) -> bool:
         """Add message ``seq`` as unread, unless it is unread here or was
         taken already (a late or repeated hand-over): then False."""
         if seq in self.messages or seq <= self.floor:
+            return False
+        if self.withheld is not None and seq in self.withheld:
             return False
         if self.taken is not None and seq in self.taken:
             return False
@@ -84,8 +92,9 @@ class Mailbox:
             if self.asks:
                 self.asks.pop(seq, None)
         added = []
+        withheld = self.withheld or ()
         for seq, stored in unread:
-            if seq not in messages:
+            if seq not in messages and seq not in withheld:
                 message = StoredMessage.from_stored(stored)
                 added.append((seq, message.signal, message.payload))
                 messages[seq] = (message.signal, message.payload)
@@ -93,6 +102,33 @@ class Mailbox:
                     self.remember_ask(seq, message.asker)
         self.order = sorted(messages)
         return added
+
+    def withhold(self, seq: int) -> tuple[str, Any] | None:
+        """Hold message ``seq`` back from every take (a drop of it is being
+        written): out of the unread ones, and never unread here again until
+        `release`. Returns it (signal name, payload) if it was unread here;
+        None if it was taken already, or not handed over yet."""
+        if self.withheld is None:
+            self.withheld = set()
+        self.withheld.add(seq)
+        found = self.messages.pop(seq, None)
+        if found is not None:
+            self.order.remove(seq)
+        return found
+
+    def release(self, seq: int, message: tuple[str, Any] | None, *, dropped: bool) -> None:
+        """The drop of message ``seq`` is over. ``dropped``: it was written,
+        and the message stays held back (a late hand-over of it is refused);
+        else ``message`` (what `withhold` returned) is unread again."""
+        if dropped:
+            if self.asks:
+                self.asks.pop(seq, None)  # never taken, so never answered here
+            return
+        if self.withheld is not None:
+            self.withheld.discard(seq)
+        if message is not None and seq not in self.messages:
+            self.messages[seq] = message
+            bisect.insort(self.order, seq)
 
     def remember_ask(self, seq: int, ask: Asker) -> None:
         """Message ``seq`` (unread) was asked by ``ask``."""

@@ -164,23 +164,34 @@ class Operations:
         the instance."""
         return await _mail.dropped(self, address)
 
-    async def drop_message(self: OperatedSystem, address: str, message_id: int) -> _mail.Message:
+    async def drop_message(
+        self: OperatedSystem, address: str, message_id: int, *, incarnation: int | None = None
+    ) -> _mail.Message:
         """Move an unread message (or the message a failed instance was
         handling when it failed) to the address's dead letters, in one
-        transaction: the instance never takes it, and a fork does not put
-        it back. Kept for `dropped` and ``actors mail --dropped`` until
-        cleanup.
+        transaction: the instance never takes it (on any node: see
+        `actors._mail`), and a fork or retry does not put it back. Kept for
+        `dropped` and ``actors mail --dropped`` until cleanup.
+
+        Args:
+            message_id: the message's id (`Message.id`).
+            incarnation: the incarnation it was listed in
+                (`Message.incarnation`): then refused if the address holds
+                another one now, since a retry or fork numbers the mail it
+                carries anew (without it, the current incarnation's #id).
 
         Returns:
             The message dropped.
 
         Raises:
             InvalidArguments: there is no such unread message (or it was
-                dropped already); or the instance is running a step in this
-                system's memory (try again once it waits).
+                dropped already, or taken meanwhile); or the address holds
+                another incarnation than the one given or first read; or,
+                on a journal shared by several nodes, another live node
+                runs the instance (drop it on that node).
             NotDelivered: no instance at ``address`` (reason ``"unknown"``).
         """
-        return await _mail.drop_message(self, address, message_id)
+        return await _mail.drop_message(self, address, message_id, incarnation)
 
     def query(
         self: OperatedSystem,

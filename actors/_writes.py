@@ -38,7 +38,16 @@ __all__ = ["Writes"]
 class Writes:
     """The journal writes of one live instance (see the module docstring)."""
 
-    __slots__ = ("actor", "_txn", "ticket", "published", "persisted_status")
+    __slots__ = (
+        "actor",
+        "_txn",
+        "ticket",
+        "published",
+        "persisted_status",
+        "_flights",
+        "_flying",
+        "_watch",
+    )
 
     def __init__(self, actor: ActorAPI, persisted_status: str | None) -> None:
         self.actor = actor
@@ -50,6 +59,11 @@ class Writes:
         # made durable, which is what watchers see (`Statuses.snapshot`).
         self.published: tuple[int, Any] | None = None
         self.persisted_status = persisted_status  # as the journal has it (None: unknown)
+        # The barriers' commits in flight, numbered (see `landed`); the set
+        # is made at the first, the event only while someone waits.
+        self._flights = 0
+        self._flying: set[int] | None = None
+        self._watch: trio.Event | None = None
 
     @property
     def txn(self) -> Txn:
@@ -165,6 +179,11 @@ class Writes:
         self._own(pending)
         prior = self.ticket
         self.ticket = None
+        self._flights = flight = self._flights + 1
+        flying = self._flying
+        if flying is None:
+            flying = self._flying = set()
+        flying.add(flight)
         try:
             # It may be written though its outcome is not learned: mail it
             # carried (a child's end notice, a ctx.send) is read again once
@@ -178,9 +197,27 @@ class Writes:
                     ridden.extend(self._txn)
                 self._txn = ridden
             raise
+        finally:
+            flying.discard(flight)
+            watch = self._watch
+            if watch is not None:
+                self._watch = None
+                watch.set()
         if prior is not None:
             await prior.wait()  # already done (submitted earlier); raises its error
         return results[offset:]
+
+    async def landed(self) -> None:
+        """Return once everything the instance wrote before this call has
+        been committed (or has failed): its ridden writes (`settle`) and
+        the commits of barriers in flight, which may not have reached the
+        journal's queue yet (a commit can yield before it submits)."""
+        before = set(self._flying or ())
+        await self.settle()
+        while self._flying and before & self._flying:
+            if self._watch is None:
+                self._watch = trio.Event()
+            await self._watch.wait()
 
     def _own(self, txn: Txn) -> None:
         """Make ``txn`` one of the instance's own writes: they commit in

@@ -3,7 +3,7 @@ share one PostgreSQL schema.
 
 Usage: python tests/multinode_node.py DSN SCHEMA NODE WORKDIR PROCESSES
 
-PROCESSES is a comma-separated subset of ``sink,sleeper,parent,kid,tree`` (the
+PROCESSES is a comma-separated subset of ``sink,sleeper,parent,kid,tree,gate`` (the
 definitions this node registers; a node runs only instances whose process
 it registers). The node is driven by JSON lines on stdin and answers each
 with a JSON line on stdout::
@@ -11,8 +11,12 @@ with a JSON line on stdout::
     {"id": 1, "cmd": "start", "proc": "sink", "params": ["s1"], "input": {}}
     {"id": 1, "ok": true, "result": "sink/s1"}
 
-Commands: ``start``, ``send`` (address, payload, key: a ``work`` signal),
-``keyed`` (address, ids, tasks: a keyed send of each id, its key),
+Commands: ``start``, ``send`` (address, payload, key: a ``work`` signal, or
+the ``signal`` named), ``keyed`` (address, ids, tasks: a keyed send of each
+id, its key), ``mail`` (address: its unread messages, ``[id, signal,
+payload]``), ``drop`` (address, message_id: the message dropped, ``[id,
+payload]``, or ``{"refused": why}``), ``dropped`` (address: the payloads of
+its dead letters),
 ``cancel`` (address), ``load`` (background senders: targets, first, count,
 tasks, pace), ``freeze_in_batch`` (address: SIGSTOP itself while its next
 batch that locks that instance's row holds the lock), ``loaded`` (instances in memory), ``status`` (address: what a
@@ -111,7 +115,22 @@ async def tree(ctx: Context, id: str, *, depth: int, fanout: int) -> None:
     await ctx.receive(work)  # until cancelled
 
 
-PROCESSES = {"sink": sink, "sleeper": sleeper, "parent": parent, "kid": kid, "tree": tree}
+@process("gate/:id")
+async def gate(ctx: Context, id: str) -> None:
+    await ctx.wait(Signal("open"))  # its work waits, unread, until then
+    while True:
+        _signal, payload = await ctx.receive(work)
+        await ctx.step(mark, "G", str(payload["id"]), name="G", retry=OUTLIVE_KILLS)
+
+
+PROCESSES = {
+    "sink": sink,
+    "sleeper": sleeper,
+    "parent": parent,
+    "kid": kid,
+    "tree": tree,
+    "gate": gate,
+}
 
 
 async def _lines(stream: trio.lowlevel.FdStream):
@@ -195,7 +214,8 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
         return handle.id
     if cmd == "send":
         key = request.get("key")
-        await system.send(request["address"], work, request.get("payload"), key=key)
+        signal = Signal(request["signal"]) if "signal" in request else work
+        await system.send(request["address"], signal, request.get("payload"), key=key)
         return None
     if cmd == "keyed":  # one keyed send per id of ids, the id its key, over `tasks` tasks
         ids, tasks = request["ids"], request.get("tasks", 4)
@@ -203,6 +223,16 @@ async def _handle(system: actors.ActorSystem, nursery: trio.Nursery, request: di
             for t in range(tasks):
                 keyed.start_soon(_keyed, system, request["address"], ids[t::tasks])
         return None
+    if cmd == "mail":
+        return [[m.id, m.signal, m.payload] for m in await system.mail(request["address"])]
+    if cmd == "drop":
+        try:
+            m = await system.drop_message(request["address"], request["message_id"])
+        except actors.InvalidArguments as exc:
+            return {"refused": str(exc)}
+        return [m.id, m.payload]
+    if cmd == "dropped":
+        return [d.message.payload for d in await system.dropped(request["address"])]
     if cmd == "cancel":
         return await system.cancel(request["address"])
     if cmd == "freeze_in_batch":  # SIGSTOP this process once a batch holds the address's row

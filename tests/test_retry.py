@@ -403,7 +403,10 @@ async def test_the_cli_retries_offline_and_shows_the_kept_incarnation(tmp_path):
     def cli(*args):  # no system holds the journal now: the command line runs in this process
         return trio.to_thread.run_sync(lambda: run_in_process(["--journal", str(path), *args]))
 
+    # A new input is checked against the process's code, so it takes --import.
     done = await cli("retry", "orders/o-8", "--input", '{"amount": 4}')
+    assert 2 == done.returncode and "pass --import MODULE" in done.stderr
+    done = await cli("--import", __name__, "retry", "orders/o-8", "--input", '{"amount": 4}')
     assert (0, "") == (done.returncode, done.stderr)
     assert done.stdout.startswith(
         "retried orders/o-8 (failed, incarnation 1) as incarnation 2; it runs when a system "

@@ -23,7 +23,6 @@ reads the journal only, and the replay check is the system's, at the fork.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,6 @@ from storage.errors import Conflict, EncodeError, JournalLocked
 from .._admin import (
     MAX_PAYLOAD,
     ForkPlan,
-    ProcessDef,
     fork_point,
     fork_refusal as refusal,
     fork_txn,
@@ -47,7 +45,7 @@ from ._access import journal_dir, reading, writing
 from ._errors import CORRUPT, NOT_FOUND, OK, REFUSED, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import emit
-from ._retry import _input
+from ._retry import _input, definitions
 
 __all__ = ["fork", "add_fork_arguments"]
 
@@ -125,17 +123,6 @@ def _check_usage(args: argparse.Namespace) -> None:
         raise CLIError("--process and --status choose instances when no ADDRESS is given", USAGE)
 
 
-def _definitions(modules: list[str]) -> dict[str, list[ProcessDef[..., Any]]]:
-    """The process definitions the ``--import``ed ``modules`` hold, by template."""
-    found: dict[str, list[ProcessDef[..., Any]]] = {}
-    for name in modules:
-        module = sys.modules.get(name)
-        for value in list(vars(module).values()) if module is not None else []:
-            if isinstance(value, ProcessDef) and value not in found.get(value.template, []):
-                found.setdefault(value.template, []).append(value)
-    return found
-
-
 def _plan(
     r: Reader, address: str, args: argparse.Namespace, path: Path
 ) -> tuple[ForkPlan | None, str | None]:
@@ -195,7 +182,7 @@ async def _direct(
     """Check (and unless ``dry_run`` commit) one fork on a journal no system
     holds: the refusal, or the new incarnation (None on a dry run)."""
     source = plan.source
-    procs = _definitions(imports).get(source.process, [])
+    procs = definitions(imports).get(source.process, [])
     if not procs:
         raise CLIError(
             f"cannot fork {address!r} with no system running without its process's code: pass "

@@ -3,12 +3,16 @@ a message into them (see `actors._mail`).
 
     actors mail orders/o-17              # unread messages, with their ids
     actors mail orders/o-17 --drop 7     # message #7 to the dead letters
+    actors mail orders/o-17 --drop 7 --incarnation 2   # ... if it is still incarnation 2
     actors mail orders/o-17 --dropped    # the dead letters
 
 Reading works beside a running system (read-only). ``--drop`` writes like
 ``send``: directly to a journal no system holds, with the transaction
 `actors._mail.drop_txn` builds for the runtime too, and otherwise through
-the running system's control socket (`ActorSystem.drop_message`).
+the running system's control socket (`ActorSystem.drop_message`). Message
+ids are an incarnation's own (a retry or fork numbers the mail it carries
+anew): the listing names the incarnation, and ``--incarnation N`` refuses
+the drop if the address holds another one by then.
 """
 
 from __future__ import annotations
@@ -49,6 +53,13 @@ def add_mail_arguments(p: argparse.ArgumentParser) -> None:
         "to the dead letters; the instance never takes it",
     )
     p.add_argument(
+        "--incarnation",
+        type=int,
+        metavar="N",
+        help="with --drop: drop only if the address still holds incarnation N (the one "
+        "the listing showed; a retry or fork numbers its mail anew)",
+    )
+    p.add_argument(
         "--dropped", action="store_true", help="list the dead letters (kept until cleanup) instead"
     )
 
@@ -75,6 +86,8 @@ async def mail(args: argparse.Namespace) -> int:
         if args.dropped:
             raise CLIError("--drop and --dropped do not go together", USAGE)
         return await _drop(args, path, address, iid)
+    if args.incarnation is not None:
+        raise CLIError("--incarnation goes with --drop", USAGE)
     async with reading(path) as journal:
         with journal.reader() as r:
             row = find_instance(r, address, path)
@@ -86,6 +99,7 @@ async def mail(args: argparse.Namespace) -> int:
                 doc = {
                     "address": address,
                     "status": row.status,
+                    "incarnation": row.record.incarnation,
                     "unread": [_message(m) for m in read_mail(r, iid)],
                     "handling": None if found is None else _message(found[1]),
                 }
@@ -99,7 +113,10 @@ async def mail(args: argparse.Namespace) -> int:
                     f"incarnation {d['incarnation']})"
                 )
             return "\n".join(lines)
-        lines = [f"{address} ({doc['status']}): {len(doc['unread'])} unread message(s)"]
+        lines = [
+            f"{address} ({doc['status']}, incarnation {doc['incarnation']}): "
+            f"{len(doc['unread'])} unread message(s)"
+        ]
         lines += [_line(m) for m in doc["unread"]]
         if doc["handling"] is not None:
             lines.append("it failed while handling:")
@@ -124,6 +141,13 @@ async def _drop(args: argparse.Namespace, path: Any, address: str, iid: bytes) -
                 raise CLIError(
                     f"no instance at {address!r} in {path}; check the address", NOT_FOUND
                 )
+            now = plan.row.record.incarnation
+            if args.incarnation is not None and args.incarnation != now:
+                raise CLIError(
+                    f"cannot drop message #{args.drop} of incarnation {args.incarnation} of "
+                    f"{address!r}: it is incarnation {now} now (a retry or fork numbered its "
+                    f"mail anew); list it again ('actors mail {address}') and drop by the new id"
+                )
             why = drop_refusal(address, plan, args.drop)
             if why is not None:
                 raise CLIError(why, NOT_FOUND)
@@ -144,6 +168,7 @@ async def _drop(args: argparse.Namespace, path: Any, address: str, iid: bytes) -
             instead="system.drop_message(...)",
             address=address,
             message_id=args.drop,
+            **({} if args.incarnation is None else {"incarnation": args.incarnation}),
         )
     doc = {"address": address, "dropped": dropped, "through_system": held is not None}
 

@@ -2,13 +2,18 @@
 
 ``retry`` writes, like ``send`` and ``cancel``: directly to a journal no
 system holds, with the transaction `actors._retry.retry_txn` builds for the
-runtime too (the new incarnation runs when a system that runs its process
-next opens the journal), and otherwise through the running system's control
-socket, which calls `ActorSystem.retry`. Either way the refusals are read
-here first, so they have the exit codes of a direct write. Written
-directly, a replaced ``--input`` cannot be checked against the process's
-signature (the command line has no process code): one that does not fit
-fails the new incarnation when it runs.
+runtime too (a fork's from effect 0: the new incarnation gets the failed
+run's mail; it runs when a system that runs its process next opens the
+journal), and otherwise through the running system's control socket, which
+calls `ActorSystem.retry`. Either way the refusals are read here first, so
+they have the exit codes of a direct write.
+
+A replaced ``--input`` is checked against the process's signature as
+`ActorSystem.retry` checks it (one that does not fit is refused, exit 2,
+nothing written): through the running system, or with ``--import MODULE``
+for the module that defines the process. With neither, a direct retry with
+``--input`` is refused (exit 2), as a direct ``fork`` without its code is:
+an input the process does not take would leave the new incarnation stuck.
 
 ``show ADDRESS --incarnation N`` prints the record a retry kept of an
 incarnation it replaced (see `actors._retry`), or the instance as ``show``
@@ -31,12 +36,14 @@ from .._admin import (
     KEPT_INCARNATIONS,
     MAX_PAYLOAD,
     Kept,
+    ProcessDef,
     RetryPlan,
     read_for_retry,
     read_kept,
     retry_refusal as refusal,
     retry_txn,
 )
+from ..errors import ActorError
 from ._access import journal_dir, reading, writing
 from ._errors import CORRUPT, NOT_FOUND, OK, USAGE, CLIError
 from ._inspect import show
@@ -44,7 +51,7 @@ from ._remote import owner, through_system
 from ._render import compact, counted, emit, error_text, local_time, relative, zone_name
 from ._resume import resume_parked
 
-__all__ = ["retry", "show_any"]
+__all__ = ["retry", "show_any", "definitions"]
 
 
 def _input(text: str | None) -> dict[str, Any] | None:
@@ -66,6 +73,51 @@ def _input(text: str | None) -> dict[str, Any] | None:
     return value
 
 
+def definitions(modules: list[str]) -> dict[str, list[ProcessDef[..., Any]]]:
+    """The process definitions the ``--import``ed ``modules`` hold, by template."""
+    found: dict[str, list[ProcessDef[..., Any]]] = {}
+    for name in modules:
+        module = sys.modules.get(name)
+        for value in list(vars(module).values()) if module is not None else []:
+            if isinstance(value, ProcessDef) and value not in found.get(value.template, []):
+                found.setdefault(value.template, []).append(value)
+    return found
+
+
+def _check_input(
+    plan: RetryPlan, address: str, new_input: dict[str, Any] | None, imports: list[str]
+) -> None:
+    """Check the new incarnation's input against the process's code, as
+    `ActorSystem.retry` does; a `CLIError` (exit 2) if it does not fit, or
+    if a new input cannot be checked (no ``--import``ed code)."""
+    source = plan.source
+    procs = definitions(imports).get(source.process, [])
+    if len(procs) > 1:
+        names = ", ".join(p.fn.__qualname__ for p in procs)
+        raise CLIError(
+            f"the --import'ed modules define {source.process!r} {len(procs)} times ({names}); "
+            "import only the module with the code the retry runs on",
+            USAGE,
+        )
+    if not procs:
+        if new_input is None:
+            return  # the stored input, which its process took when it started
+        raise CLIError(
+            f"cannot retry {address!r} with a new --input and no system running without its "
+            f"process's code: pass --import MODULE for the module that defines "
+            f"{source.process!r} (the input is checked against it, as system.retry checks "
+            "it), retry through the running system, or leave out --input to keep the stored one",
+            USAGE,
+        )
+    stored = dict(source.record.input or {})
+    try:
+        procs[0].check_input(
+            tuple(source.record.params), stored if new_input is None else new_input
+        )
+    except ActorError as exc:
+        raise CLIError(str(exc), USAGE) from None
+
+
 def _plan(r: Reader, address: str, path: Path) -> RetryPlan:
     """What a retry of ``address`` reads; a `CLIError` if it cannot be retried."""
     plan, floor = read_for_retry(r, instance_id(address))
@@ -76,7 +128,7 @@ def _plan(r: Reader, address: str, path: Path) -> RetryPlan:
             "shows the addresses)",
             NOT_FOUND,
         )
-    if plan.row.status == "corrupt":
+    if plan.source.status == "corrupt":
         raise CLIError(
             f"cannot retry {address!r}: its records are corrupt ('actors show {address}' "
             "says which)",
@@ -100,6 +152,7 @@ async def retry(args: argparse.Namespace) -> int:
         async with writing(path) as journal:
             with journal.reader() as r:
                 plan = _plan(r, args.address, path)
+            _check_input(plan, args.address, new_input, args.imports)
             try:
                 start = retry_txn(plan, input=new_input, now=time.time(), max_payload=MAX_PAYLOAD)
             except EncodeError as exc:
@@ -128,7 +181,7 @@ async def retry(args: argparse.Namespace) -> int:
             **({} if new_input is None else {"input": new_input}),
         )
         incarnation, status = done["incarnation"], done["status"]
-    row = plan.row
+    row = plan.source
     reset = [child.address for child, _ in plan.resets]
     doc = {
         "retried": True,
@@ -138,6 +191,7 @@ async def retry(args: argparse.Namespace) -> int:
         "replaced": {"incarnation": row.record.incarnation, "status": row.status},
         "input_replaced": new_input is not None,
         "reset": reset,
+        "messages": len(plan.mail),
         "through_system": held is not None,
     }
 
@@ -154,6 +208,11 @@ async def retry(args: argparse.Namespace) -> int:
                 "a system that runs its process next opens this journal"
             )
         lines = [text]
+        if plan.mail:
+            lines.append(
+                f"with {counted(len(plan.mail), 'message')} in its mailbox (those the run took, "
+                "then its unread ones)"
+            )
         if reset:
             lines.append(
                 f"and reset its {counted(len(reset), 'failed descendant')}, which its "
