@@ -160,7 +160,13 @@ def _entry_doc(seq: int, entry: LogEntry) -> dict[str, Any]:
         value = getattr(entry, name)
         if name == "hash":
             doc["hash"] = value.hex()
-        elif value is not None and value is not NO_VALUE:
+        elif name == "value":
+            # Invariant: an outcome's value is written whatever it is, None
+            # too (``"value": null``): only a started record has none, and
+            # a reader tells the two apart by the key alone.
+            if value is not NO_VALUE:
+                doc["value"] = to_plain(value)
+        elif value is not None:
             doc[name] = to_plain(value)
     if entry.extra:
         doc["extra"] = to_plain(entry.extra)
