@@ -17,7 +17,8 @@ entries have their fields' full names, values are JSON, and a value JSON
 cannot carry (a tuple, bytes, a datetime, a ``@serializable`` class, ...)
 is an object with one ``"$tag"`` key (see `_history_values`). A reader refuses a
 ``version`` it does not know, with `HistoryFormatError`, rather than
-misreading it.
+misreading it, and a file that fails the checks `start` makes of the same
+things (`_history_checks`: addresses, names, statuses, times, depth).
 
 Importing writes every instance of the file in one transaction, on
 condition that none exists at its address (or, with ``replace``, that each
@@ -47,6 +48,7 @@ from storage import (
     instance_id,
 )
 
+from ._history_checks import MAX_DEPTH, check_document, deep_at, show, too_deep
 from ._history_values import bad, from_plain, to_plain
 from ._log import children_named
 from ._messages import StoredMessage
@@ -232,16 +234,23 @@ def loads(data: bytes) -> History:
             this code does not read (``error.version`` says which).
     """
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = data.decode("utf-8")
+        doc = json.loads(text)
+    except ValueError as exc:  # (not UTF-8, not JSON, an int past Python's digit limit)
         raise HistoryFormatError(
             f"not a history file: it is not JSON ({exc}); a history is what "
             "'python -m actors export ADDRESS' writes"
         ) from None
+    except RecursionError:  # (json recurses per level: found again without recursing)
+        line, column = deep_at(text) or (0, 0)
+        raise bad(
+            f"line {line} column {column}",
+            f"nests more than {MAX_DEPTH} levels deep, more than a history may",
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         found = doc.get("format") if isinstance(doc, dict) else None
         raise HistoryFormatError(
-            f"not a history file: its 'format' is {found!r}, not {FORMAT!r}; a history is "
+            f"not a history file: its 'format' is {show(found)}, not {FORMAT!r}; a history is "
             "what 'python -m actors export ADDRESS' writes"
         )
     version = doc.get("version")
@@ -253,11 +262,16 @@ def loads(data: bytes) -> History:
             else "export it again with this version of trio-actors"
         )
         raise HistoryFormatError(
-            f"the history is format version {version!r}, and this version of trio-actors "
+            f"the history is format version {show(version)}, and this version of trio-actors "
             f"reads version {VERSION} only; {hint}",
             version=version if type(version) is int else None,
         )
-    return _Doc(doc).history()
+    deep = too_deep(doc)
+    if deep is not None:
+        raise bad(deep, f"nests more than {MAX_DEPTH} levels deep, more than a history may")
+    history = _Doc(doc).history()
+    check_document(doc)  # (on what `_Doc` found of the right shapes)
+    return history
 
 
 class _Doc:
@@ -287,7 +301,7 @@ class _Doc:
             raise bad(where, f"has no {name!r}")
         value = doc[name]
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
-            raise bad(f"{where}[{name!r}]", f"is {value!r}")
+            raise bad(f"{where}[{name!r}]", f"is {show(value)}")
         return value
 
     def instance(self, doc: Any, at: str) -> InstanceHistory:
@@ -319,7 +333,9 @@ class _Doc:
         consumers = f(doc, "consumers", dict, at, {})
         for name, position in consumers.items():
             if type(position) is not int or position < 0:
-                raise bad(f"{at}['consumers'][{name!r}]", f"is {position!r}, not a position")
+                raise bad(
+                    f"{at}['consumers'][{show(name)}]", f"is {show(position)}, not a position"
+                )
         keys = f(doc, "send_keys", list, at, [])
         if not all(isinstance(k, str) for k in keys):
             raise bad(f"{at}['send_keys']", "holds a key that is no str")
@@ -436,7 +452,7 @@ def _check_types(fields: dict[str, Any], types: dict[str, tuple[type, ...]], at:
         if allowed is not None and (
             not isinstance(value, allowed) or (type(value) is bool and bool not in allowed)
         ):
-            raise bad(f"{at}[{name!r}]", f"is {value!r}, a {type(value).__name__}")
+            raise bad(f"{at}[{name!r}]", f"is {show(value)}, a {type(value).__name__}")
 
 
 def _tuple(types: Any) -> tuple[Any, ...]:
