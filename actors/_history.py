@@ -48,7 +48,17 @@ from storage import (
     instance_id,
 )
 
-from ._history_checks import MAX_DEPTH, check_document, deep_at, show, too_deep
+from ._history_checks import (
+    ENTRY_TYPES,
+    MAX_DEPTH,
+    RECORD_TYPES,
+    as_tuple,
+    check_document,
+    check_types,
+    deep_at,
+    show,
+    too_deep,
+)
 from ._history_values import bad, from_plain, to_plain
 from ._log import children_named
 from ._messages import StoredMessage
@@ -300,7 +310,9 @@ class _Doc:
                 return default
             raise bad(where, f"has no {name!r}")
         value = doc[name]
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
+        if not isinstance(value, types) or (
+            isinstance(value, bool) and bool not in as_tuple(types)
+        ):
             raise bad(f"{where}[{name!r}]", f"is {show(value)}")
         return value
 
@@ -319,8 +331,8 @@ class _Doc:
                 f(m, "id", int, w),
                 f(m, "signal", str, w),
                 from_plain(m.get("payload"), f"{w}['payload']"),
-                f(m, "sent", (int, float, _N), w, None),
-                f(m, "trace", (str, _N), w, None),
+                f(m, "sent", (int, float, type(None)), w, None),
+                f(m, "trace", (str, type(None)), w, None),
             )
             for i, m in enumerate(f(doc, "mail", list, at))
             if (w := f"{at}['mail'][{i}]")
@@ -372,7 +384,7 @@ class _Doc:
         if unknown:
             raise bad(at, f"has fields no record has: {sorted(unknown)}")
         fields = {name: from_plain(value, f"{at}[{name!r}]") for name, value in doc.items()}
-        _check_types(fields, _RECORD_TYPES, at)
+        check_types(fields, RECORD_TYPES, at)
         try:
             record = InstanceRecord.new(**fields)
             # The journal's own check of every field's type, on the stored form.
@@ -390,73 +402,13 @@ class _Doc:
             for name, value in doc.items()
             if name not in ("effect", "hash")
         }
-        _check_types(fields, _ENTRY_TYPES, at)
+        check_types(fields, ENTRY_TYPES, at)
         try:
             fields["hash"] = bytes.fromhex(self.field(doc, "hash", str, at, ""))
             entry = LogEntry(**fields)
             return seq, LogEntry.from_stored(entry.to_stored())
         except (TypeError, ValueError) as exc:
             raise bad(at, f"is not a log entry ({exc})") from None
-
-
-_N = type(None)
-_NUM = (int, float)
-# The type each field may have, by its name in the file (the journal checks
-# them again, by its own names, on the stored form).
-_RECORD_TYPES: dict[str, tuple[type, ...]] = {
-    "params": (list,),
-    "input": (dict, _N),
-    "run": (int,),
-    "incarnation": (int,),
-    "created": (*_NUM, _N),
-    "updated": (*_NUM, _N),
-    "trace": (str, _N),
-    "parent": (str, _N),
-    "awaited": (bool,),
-    "restart": (str, _N),
-    "restarts": (list,),
-    "error": (dict, _N),
-    "reason": (str, _N),
-    "last_error": (str, _N),
-    "held": (str, _N),
-    "failure": (dict, _N),
-    "failure_end": (str, _N),
-    "stuck": (dict, _N),
-    "abandoned": (bool,),
-    "compensations": (list,),
-    "compensated": (list,),
-    "comp_attempts": (dict,),
-    "exports_version": (int,),
-    "extra": (dict,),
-}
-_ENTRY_TYPES: dict[str, tuple[type, ...]] = {
-    "kind": (str,),
-    "name": (str,),
-    "error": (dict,),
-    "message": (int,),
-    "signal": (str,),
-    "attempt": (int,),
-    "failures": (int,),
-    "closed": (int,),
-    "key": (str,),
-    "due": _NUM,
-    "child": (str,),
-    "ask": (list,),
-    "extra": (dict,),
-}
-
-
-def _check_types(fields: dict[str, Any], types: dict[str, tuple[type, ...]], at: str) -> None:
-    for name, value in fields.items():
-        allowed = types.get(name)
-        if allowed is not None and (
-            not isinstance(value, allowed) or (type(value) is bool and bool not in allowed)
-        ):
-            raise bad(f"{at}[{name!r}]", f"is {show(value)}, a {type(value).__name__}")
-
-
-def _tuple(types: Any) -> tuple[Any, ...]:
-    return types if isinstance(types, tuple) else (types,)
 
 
 # -- reading from a journal ------------------------------------------------------------

@@ -34,7 +34,18 @@ from ._history_values import bad
 from ._process import RESTART_TYPES
 from ._protocol import MAX_KEY_BYTES
 
-__all__ = ["MAX_DEPTH", "IMPORTABLE_STATUSES", "check_document", "deep_at", "too_deep"]
+__all__ = [
+    "MAX_DEPTH",
+    "IMPORTABLE_STATUSES",
+    "RECORD_TYPES",
+    "ENTRY_TYPES",
+    "as_tuple",
+    "check_document",
+    "check_types",
+    "deep_at",
+    "show",
+    "too_deep",
+]
 
 #: How deep a history's JSON may nest, values included (a value nests some
 #: 190 levels below the document's own). The codec carries deeper lists,
@@ -64,6 +75,71 @@ def show(value: Any) -> str:
     """``value``'s repr, cut to a length a one-line message can hold."""
     text = repr(value)
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+# -- shapes ------------------------------------------------------------------------------
+
+
+_N = type(None)
+_NUM = (int, float)
+# The type each field may have, by its name in the file (the journal checks
+# them again, by its own names, on the stored form).
+RECORD_TYPES: dict[str, tuple[type, ...]] = {
+    "params": (list,),
+    "input": (dict, _N),
+    "run": (int,),
+    "incarnation": (int,),
+    "created": (*_NUM, _N),
+    "updated": (*_NUM, _N),
+    "trace": (str, _N),
+    "parent": (str, _N),
+    "awaited": (bool,),
+    "restart": (str, _N),
+    "restarts": (list,),
+    "error": (dict, _N),
+    "reason": (str, _N),
+    "last_error": (str, _N),
+    "held": (str, _N),
+    "failure": (dict, _N),
+    "failure_end": (str, _N),
+    "stuck": (dict, _N),
+    "abandoned": (bool,),
+    "compensations": (list,),
+    "compensated": (list,),
+    "comp_attempts": (dict,),
+    "exports_version": (int,),
+    "extra": (dict,),
+}
+ENTRY_TYPES: dict[str, tuple[type, ...]] = {
+    "kind": (str,),
+    "name": (str,),
+    "error": (dict,),
+    "message": (int,),
+    "signal": (str,),
+    "attempt": (int,),
+    "failures": (int,),
+    "closed": (int,),
+    "key": (str,),
+    "due": _NUM,
+    "child": (str,),
+    "ask": (list,),
+    "extra": (dict,),
+}
+
+
+def check_types(fields: dict[str, Any], types: dict[str, tuple[type, ...]], at: str) -> None:
+    """Each of ``fields`` is of a type ``types`` allows it (a bool only where named)."""
+    for name, value in fields.items():
+        allowed = types.get(name)
+        if allowed is not None and (
+            not isinstance(value, allowed) or (type(value) is bool and bool not in allowed)
+        ):
+            raise bad(f"{at}[{name!r}]", f"is {show(value)}, a {type(value).__name__}")
+
+
+def as_tuple(types: Any) -> tuple[Any, ...]:
+    """``types`` (a type or a tuple of them, as isinstance takes) as a tuple."""
+    return types if isinstance(types, tuple) else (types,)
 
 
 # -- depth -------------------------------------------------------------------------------
