@@ -223,16 +223,38 @@ def _instance_doc(one: InstanceHistory) -> dict[str, Any]:
 
 
 def dumps(history: History) -> bytes:
-    """The history as the bytes of its file (JSON, UTF-8, one line per instance field)."""
+    """The history as the bytes of its file (JSON, UTF-8, one line per instance field).
+
+    Raises:
+        HistoryFormatError: a value nests deeper than a history may
+            (`_history_checks.MAX_DEPTH`), which `loads` would refuse.
+    """
+    instances = []
+    for one in history.instances:
+        try:
+            instances.append(_instance_doc(one))
+        except RecursionError:
+            raise _too_deep_to_export(one.address, "a value") from None
     doc = {
         "format": FORMAT,
         "version": VERSION,
         "exported": history.exported,
         "source": history.source,
         "address": history.address,
-        "instances": [_instance_doc(one) for one in history.instances],
+        "instances": instances,
     }
+    deep = too_deep(doc)
+    if deep is not None:
+        raise _too_deep_to_export(history.instances[0].address, deep)
     return (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def _too_deep_to_export(address: str, where: str) -> HistoryFormatError:
+    return HistoryFormatError(
+        f"cannot export the history of {address!r}: {where} nests more than {MAX_DEPTH} "
+        "levels deep, more than a history file may hold; replay it where it is "
+        "(actors.testing.replay_check), or fork the instance before that value"
+    )
 
 
 def loads(data: bytes) -> History:

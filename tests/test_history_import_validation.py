@@ -204,3 +204,27 @@ def test_the_golden_file_passes_every_check():
     child["address"] = "parcel/p-1"  # not under its parent
     with pytest.raises(actors.HistoryFormatError, match=r"instances\[1\]\['address'\]"):
         _history.loads(json.dumps(doc).encode())
+
+
+@actors.process("deep/:id")
+async def deep_value(ctx: actors.Context, id: str, *, depth: int) -> Any:
+    await ctx.step(nested, depth)
+    await ctx.wait(actors.Signal("never"))
+
+
+@pytest.mark.parametrize("depth", [300, 900])
+async def test_export_of_a_value_too_deep_for_a_history_says_so_in_one_line(
+    depth, tmp_path, capsys, autojump_clock
+):
+    from tests.test_history import cli, lmdb_store
+
+    store = lmdb_store(tmp_path / "production")
+    async with store.open(deep_value) as system:
+        await system.start(deep_value, "d-1", depth=depth)
+        await actors.testing.wait_quiescent(system)
+    capsys.readouterr()
+    assert 1 == await cli(str(tmp_path / "production"), "export", "deep/d-1")
+    out, err = capsys.readouterr()
+    assert "" == out
+    (line,) = err.splitlines()
+    assert "cannot export the history of 'deep/d-1'" in line and "more than 200 levels" in line
