@@ -422,7 +422,9 @@ class Driver:
             found=effect.describe().identity(),
         )
 
-    def _unwritten(self, effect: Effect[Any], entry: LogEntry) -> NonDeterminismError:
+    def unwritten(self, effect: Effect[Any], entry: LogEntry) -> NonDeterminismError:
+        """The error of a started record at ``effect``'s position, of a kind
+        that logs its outcome only (`Effect.logs_start` False)."""
         # A started record of a kind that logs its outcome only: no run of
         # the runtime wrote this log (an import of a damaged history, or
         # one exported by a version that dropped outcomes of None). Run
@@ -473,7 +475,7 @@ class Driver:
             elif leaf.logs_start:
                 started[leaf] = entry
             else:
-                raise self._unwritten(leaf, entry)
+                raise self.unwritten(leaf, entry)
         if composite and isinstance(effect, fx.Composite):
             _settle_tree(effect)
         return started

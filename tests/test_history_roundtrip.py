@@ -12,6 +12,7 @@ and the other instances run.
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import tempfile
 from pathlib import Path
@@ -298,28 +299,45 @@ async def test_every_kind_with_none_round_trips_on_postgresql(request, tmp_path,
 
 @process("senders/:id")
 async def sender(ctx: Context, id: str) -> Any:
-    await ctx.send(ctx.id, note, None)
-    return await ctx.wait(msg)
+    await ctx.send(ctx.id, note, None)  # effect 1
+    await ctx.publish(None)  # 2
+    await ctx.emit(None)  # 3
+    first = await ctx.wait(msg)  # 4: a message without payload
+    ctx.uuid()  # 5
+    await ctx.sleep(1)  # 6: fired
+    return [first, await ctx.wait(msg)]
 
 
+# What each effect's entry without its value reads as: a started record of
+# a kind that writes none.
+UNWRITTEN = {1: "send 'senders/bad'", 2: "publish", 3: "emit", 4: "wait 'msg'", 5: "uuid 'uuid'"}
+
+
+@pytest.mark.parametrize("effect", sorted(UNWRITTEN))
 async def test_an_instance_whose_log_the_runtime_never_wrote_is_held_and_the_rest_run(
-    tmp_path, autojump_clock, caplog
+    effect, tmp_path, autojump_clock, caplog
 ):
     source = MemoryJournal()
     async with open_test_system([sender], journal=source) as system:
         for name in ("bad", "good"):
             await system.start(sender, name)
+            await system.send(f"senders/{name}", msg, None)
+        await actors.testing.wait_quiescent(system)
+        await trio.sleep(2)
         await actors.testing.wait_quiescent(system)
     async with source:
         for name in ("bad", "good"):
             history = await _history.read_history(source, f"senders/{name}")
+            assert 6 == len(history.instances[0].log)
             (tmp_path / f"{name}.history").write_bytes(_history.dumps(history))
-    # As an export that left out outcomes of None wrote it: the send's entry
-    # reads as started. And "running", so the open resumes it at once.
-    doc = (tmp_path / "bad.history").read_text()
-    doc = doc.replace('"status": "suspended"', '"status": "running"')
-    assert '"kind": "send"' in doc and '"value": null' in doc
-    (tmp_path / "bad.history").write_text(doc.replace(',\n       "value": null', ""))
+    # As an export that left out outcomes of None wrote it: the entry reads
+    # as started. And "running", so the open resumes it at once.
+    doc = json.loads((tmp_path / "bad.history").read_text())
+    (bad,) = doc["instances"]
+    bad["status"] = "running"
+    (entry,) = [e for e in bad["runs"][0]["log"] if e["effect"] == effect]
+    del entry["value"]
+    (tmp_path / "bad.history").write_text(json.dumps(doc))
     target = tmp_path / "laptop"
     await import_history(tmp_path / "good.history", LMDBJournal(target))
     await import_history(tmp_path / "bad.history", LMDBJournal(target))
@@ -327,12 +345,13 @@ async def test_an_instance_whose_log_the_runtime_never_wrote_is_held_and_the_res
     caplog.set_level(logging.WARNING, logger="actors")
     async with open_test_system([sender], journal=LMDBJournal(target)) as system:
         await system.send("senders/good", msg, "ok")
-        assert "ok" == await system.get("senders/good").result()
+        assert [None, "ok"] == await system.get("senders/good").result()
         await actors.testing.wait_quiescent(system)
-        bad = system.get("senders/bad")
-        assert "suspended" == bad.status
-        assert bad.stuck is not None and "effect 1" in bad.stuck
-        assert "cannot be replayed" in bad.last_error and "send 'senders/bad'" in bad.last_error
+        held = system.get("senders/bad")
+        assert "suspended" == held.status
+        assert held.stuck is not None and f"effect {effect}" in held.stuck
+        assert "cannot be replayed" in held.last_error
+        assert f"holds {UNWRITTEN[effect]} at position {effect} with no outcome" in held.last_error
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert any("senders/bad" in r.getMessage() for r in warned)
     # Nothing of it ran live again: its one message to itself is the one exported.
