@@ -113,6 +113,8 @@ class Context:
         effect = fx.Recorded(actor.driver.next_seq(), kind)
         entry = actor.driver.logged(effect)
         if entry is not None:
+            if not entry.is_outcome:  # a log the runtime never wrote: held (see Driver.replay)
+                raise actor.driver.unwritten(effect, entry)
             replayed: T = entry.value  # what make() gave, as the codec stored it
             return replayed
         value = make()

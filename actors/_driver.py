@@ -14,6 +14,10 @@ non-determinism checks:
 
 - each effect must match the log entry at its position (kind, name and
   argument hash), else `NonDeterminismError`;
+- a log entry without an outcome (a *started* record) must be of a kind
+  that writes one (`Effect.logs_start`: a step, a timer, a call, an ask);
+  one of another kind is a log the runtime never wrote (an imported history
+  damaged on the way), and holds the instance as a mismatch does;
 - a run that ends (returns or raises) must have consumed its whole log;
 - every effect `Context` handed the process must be awaited (alone or in a
   `first`/`all`/`settled`): one dropped unawaited raises `ContextError` in
@@ -419,6 +423,27 @@ class Driver:
             found=effect.describe().identity(),
         )
 
+    def unwritten(self, effect: Effect[Any], entry: LogEntry) -> NonDeterminismError:
+        """The error of a started record at ``effect``'s position, of a kind
+        that logs its outcome only (`Effect.logs_start` False)."""
+        # A started record of a kind that logs its outcome only: no run of
+        # the runtime wrote this log (an import of a damaged history, or
+        # one exported by a version that dropped outcomes of None). Run
+        # live, the effect would repeat what the history says it did, so
+        # the instance is held as for changed code, not run.
+        return NonDeterminismError(
+            f"instance {self.address!r} cannot be replayed: its log holds {entry.show()} "
+            f"at position {effect.seq} with no outcome, and a {effect.kind} logs only its "
+            "outcome, so the runtime never wrote this log (a history imported from a damaged "
+            "file, or one exported by a version that left out outcomes of None). Export it "
+            "again from the journal it ran in and import that with --replace, or cancel the "
+            "instance. It stays suspended until then.",
+            address=self.address,
+            position=effect.seq,
+            expected=entry.identity(),
+            found=effect.describe().identity(),
+        )
+
     def replay(self, effect: Effect[Any]) -> dict[Effect[Any], LogEntry]:
         """Give every leaf of ``effect`` its logged outcome, if it has one.
 
@@ -448,8 +473,10 @@ class Driver:
             elif entry.error is not None:
                 leaf.done = True
                 leaf.error = error_from_entry(entry)
-            else:
+            elif leaf.logs_start:
                 started[leaf] = entry
+            else:
+                raise self.unwritten(leaf, entry)
         if composite and isinstance(effect, fx.Composite):
             _settle_tree(effect)
         return started

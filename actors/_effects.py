@@ -95,6 +95,11 @@ class Effect(Generic[T]):
     kind = "effect"
     behaviour: ClassVar[type[Behaviour]] = Behaviour  # how it runs live (`runs_live`)
     makes_child: ClassVar[bool] = False  # a call or spawn: its log names a child
+    # Whether its live run logs a *started* record before its outcome (a
+    # step's attempt, a timer's due time, a call's child, an ask sent);
+    # every other kind logs its outcome only, so a started record of one
+    # is a history the runtime never wrote (`Driver.replay` refuses it).
+    logs_start: ClassVar[bool] = False
     made_in: CodeType
     made_at: int
 
@@ -238,6 +243,7 @@ class Call(Wait[T]):
     __slots__ = ("proc", "params", "input", "address", "creating", "queue")
     kind = "call"
     makes_child = True
+    logs_start = True
     replayed = Effect.replayed  # the child's result, as logged (no message of a wait's)
 
     def __init__(
@@ -318,6 +324,7 @@ class Ask(Wait[Any]):
 
     __slots__ = ("address", "signal", "payload", "ask_id")
     kind = "ask"
+    logs_start = True
     replayed = Effect.replayed  # the answer, as logged (no message of a wait's)
 
     def __init__(
@@ -433,6 +440,7 @@ class Timer(Effect[None]):
 
     __slots__ = ("delay", "until", "due")
     kind = "sleep"
+    logs_start = True
 
     def __init__(self, seq: int, hash: bytes, delay: float | None, until: float | None) -> None:
         Effect.__init__(self, seq, "", hash)
@@ -467,6 +475,7 @@ class Step(Effect[T]):
         "at_most_once",
     )
     kind = "step"
+    logs_start = True
 
     def __init__(
         self,

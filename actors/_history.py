@@ -17,7 +17,8 @@ entries have their fields' full names, values are JSON, and a value JSON
 cannot carry (a tuple, bytes, a datetime, a ``@serializable`` class, ...)
 is an object with one ``"$tag"`` key (see `_history_values`). A reader refuses a
 ``version`` it does not know, with `HistoryFormatError`, rather than
-misreading it.
+misreading it, and a file that fails the checks `start` makes of the same
+things (`_history_checks`: addresses, names, statuses, times, depth).
 
 Importing writes every instance of the file in one transaction, on
 condition that none exists at its address (or, with ``replace``, that each
@@ -47,6 +48,17 @@ from storage import (
     instance_id,
 )
 
+from ._history_checks import (
+    ENTRY_TYPES,
+    MAX_DEPTH,
+    RECORD_TYPES,
+    as_tuple,
+    check_document,
+    check_types,
+    deep_at,
+    show,
+    too_deep,
+)
 from ._history_values import bad, from_plain, to_plain
 from ._kept import KEPT_INCARNATIONS, Kept, read_kept
 from ._log import children_named
@@ -160,7 +172,13 @@ def _entry_doc(seq: int, entry: LogEntry) -> dict[str, Any]:
         value = getattr(entry, name)
         if name == "hash":
             doc["hash"] = value.hex()
-        elif value is not None and value is not NO_VALUE:
+        elif name == "value":
+            # Invariant: an outcome's value is written whatever it is, None
+            # too (``"value": null``): only a started record has none, and
+            # a reader tells the two apart by the key alone.
+            if value is not NO_VALUE:
+                doc["value"] = to_plain(value)
+        elif value is not None:
             doc[name] = to_plain(value)
     if entry.extra:
         doc["extra"] = to_plain(entry.extra)
@@ -205,16 +223,38 @@ def _instance_doc(one: InstanceHistory) -> dict[str, Any]:
 
 
 def dumps(history: History) -> bytes:
-    """The history as the bytes of its file (JSON, UTF-8, one line per instance field)."""
+    """The history as the bytes of its file (JSON, UTF-8, one line per instance field).
+
+    Raises:
+        HistoryFormatError: a value nests deeper than a history may
+            (`_history_checks.MAX_DEPTH`), which `loads` would refuse.
+    """
+    instances = []
+    for one in history.instances:
+        try:
+            instances.append(_instance_doc(one))
+        except RecursionError:
+            raise _too_deep_to_export(one.address, "a value") from None
     doc = {
         "format": FORMAT,
         "version": VERSION,
         "exported": history.exported,
         "source": history.source,
         "address": history.address,
-        "instances": [_instance_doc(one) for one in history.instances],
+        "instances": instances,
     }
+    deep = too_deep(doc)
+    if deep is not None:
+        raise _too_deep_to_export(history.instances[0].address, deep)
     return (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def _too_deep_to_export(address: str, where: str) -> HistoryFormatError:
+    return HistoryFormatError(
+        f"cannot export the history of {address!r}: {where} nests more than {MAX_DEPTH} "
+        "levels deep, more than a history file may hold; replay it where it is "
+        "(actors.testing.replay_check), or fork the instance before that value"
+    )
 
 
 def loads(data: bytes) -> History:
@@ -226,16 +266,23 @@ def loads(data: bytes) -> History:
             this code does not read (``error.version`` says which).
     """
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = data.decode("utf-8")
+        doc = json.loads(text)
+    except ValueError as exc:  # (not UTF-8, not JSON, an int past Python's digit limit)
         raise HistoryFormatError(
             f"not a history file: it is not JSON ({exc}); a history is what "
             "'python -m actors export ADDRESS' writes"
         ) from None
+    except RecursionError:  # (json recurses per level: found again without recursing)
+        line, column = deep_at(text) or (0, 0)
+        raise bad(
+            f"line {line} column {column}",
+            f"nests more than {MAX_DEPTH} levels deep, more than a history may",
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         found = doc.get("format") if isinstance(doc, dict) else None
         raise HistoryFormatError(
-            f"not a history file: its 'format' is {found!r}, not {FORMAT!r}; a history is "
+            f"not a history file: its 'format' is {show(found)}, not {FORMAT!r}; a history is "
             "what 'python -m actors export ADDRESS' writes"
         )
     version = doc.get("version")
@@ -247,11 +294,16 @@ def loads(data: bytes) -> History:
             else "export it again with this version of trio-actors"
         )
         raise HistoryFormatError(
-            f"the history is format version {version!r}, and this version of trio-actors "
+            f"the history is format version {show(version)}, and this version of trio-actors "
             f"reads version {VERSION} only; {hint}",
             version=version if type(version) is int else None,
         )
-    return _Doc(doc).history()
+    deep = too_deep(doc)
+    if deep is not None:
+        raise bad(deep, f"nests more than {MAX_DEPTH} levels deep, more than a history may")
+    history = _Doc(doc).history()
+    check_document(doc)  # (on what `_Doc` found of the right shapes)
+    return history
 
 
 class _Doc:
@@ -280,8 +332,10 @@ class _Doc:
                 return default
             raise bad(where, f"has no {name!r}")
         value = doc[name]
-        if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
-            raise bad(f"{where}[{name!r}]", f"is {value!r}")
+        if not isinstance(value, types) or (
+            isinstance(value, bool) and bool not in as_tuple(types)
+        ):
+            raise bad(f"{where}[{name!r}]", f"is {show(value)}")
         return value
 
     def instance(self, doc: Any, at: str) -> InstanceHistory:
@@ -299,8 +353,8 @@ class _Doc:
                 f(m, "id", int, w),
                 f(m, "signal", str, w),
                 from_plain(m.get("payload"), f"{w}['payload']"),
-                f(m, "sent", (int, float, _N), w, None),
-                f(m, "trace", (str, _N), w, None),
+                f(m, "sent", (int, float, type(None)), w, None),
+                f(m, "trace", (str, type(None)), w, None),
             )
             for i, m in enumerate(f(doc, "mail", list, at))
             if (w := f"{at}['mail'][{i}]")
@@ -313,7 +367,9 @@ class _Doc:
         consumers = f(doc, "consumers", dict, at, {})
         for name, position in consumers.items():
             if type(position) is not int or position < 0:
-                raise bad(f"{at}['consumers'][{name!r}]", f"is {position!r}, not a position")
+                raise bad(
+                    f"{at}['consumers'][{show(name)}]", f"is {show(position)}, not a position"
+                )
         keys = f(doc, "send_keys", list, at, [])
         if not all(isinstance(k, str) for k in keys):
             raise bad(f"{at}['send_keys']", "holds a key that is no str")
@@ -350,7 +406,7 @@ class _Doc:
         if unknown:
             raise bad(at, f"has fields no record has: {sorted(unknown)}")
         fields = {name: from_plain(value, f"{at}[{name!r}]") for name, value in doc.items()}
-        _check_types(fields, _RECORD_TYPES, at)
+        check_types(fields, RECORD_TYPES, at)
         try:
             record = InstanceRecord.new(**fields)
             # The journal's own check of every field's type, on the stored form.
@@ -368,73 +424,13 @@ class _Doc:
             for name, value in doc.items()
             if name not in ("effect", "hash")
         }
-        _check_types(fields, _ENTRY_TYPES, at)
+        check_types(fields, ENTRY_TYPES, at)
         try:
             fields["hash"] = bytes.fromhex(self.field(doc, "hash", str, at, ""))
             entry = LogEntry(**fields)
             return seq, LogEntry.from_stored(entry.to_stored())
         except (TypeError, ValueError) as exc:
             raise bad(at, f"is not a log entry ({exc})") from None
-
-
-_N = type(None)
-_NUM = (int, float)
-# The type each field may have, by its name in the file (the journal checks
-# them again, by its own names, on the stored form).
-_RECORD_TYPES: dict[str, tuple[type, ...]] = {
-    "params": (list,),
-    "input": (dict, _N),
-    "run": (int,),
-    "incarnation": (int,),
-    "created": (*_NUM, _N),
-    "updated": (*_NUM, _N),
-    "trace": (str, _N),
-    "parent": (str, _N),
-    "awaited": (bool,),
-    "restart": (str, _N),
-    "restarts": (list,),
-    "error": (dict, _N),
-    "reason": (str, _N),
-    "last_error": (str, _N),
-    "held": (str, _N),
-    "failure": (dict, _N),
-    "failure_end": (str, _N),
-    "stuck": (dict, _N),
-    "abandoned": (bool,),
-    "compensations": (list,),
-    "compensated": (list,),
-    "comp_attempts": (dict,),
-    "exports_version": (int,),
-    "extra": (dict,),
-}
-_ENTRY_TYPES: dict[str, tuple[type, ...]] = {
-    "kind": (str,),
-    "name": (str,),
-    "error": (dict,),
-    "message": (int,),
-    "signal": (str,),
-    "attempt": (int,),
-    "failures": (int,),
-    "closed": (int,),
-    "key": (str,),
-    "due": _NUM,
-    "child": (str,),
-    "ask": (list,),
-    "extra": (dict,),
-}
-
-
-def _check_types(fields: dict[str, Any], types: dict[str, tuple[type, ...]], at: str) -> None:
-    for name, value in fields.items():
-        allowed = types.get(name)
-        if allowed is not None and (
-            not isinstance(value, allowed) or (type(value) is bool and bool not in allowed)
-        ):
-            raise bad(f"{at}[{name!r}]", f"is {value!r}, a {type(value).__name__}")
-
-
-def _tuple(types: Any) -> tuple[Any, ...]:
-    return types if isinstance(types, tuple) else (types,)
 
 
 # -- reading from a journal ------------------------------------------------------------

@@ -293,7 +293,12 @@ async def poison(system: SystemAPI, address: str) -> Message | None:
 async def dropped(system: SystemAPI, address: str) -> list[DeadLetter]:
     """`ActorSystem.dropped` (see there)."""
     iid = system.router.address_iid(address, "dropped's address")
-    return (await system.journal.read(lambda r: read_dead(r, iid)))[1]
+    row, letters = await system.journal.read(lambda r: (r.instance(iid), read_dead(r, iid)[1]))
+    if row is None and not letters:  # (as `mail` says of an address no instance is at)
+        raise NotDelivered(
+            f"no instance at {address!r}; check the address", address=address, reason="unknown"
+        )
+    return letters
 
 
 async def drop_message(

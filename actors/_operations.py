@@ -161,7 +161,11 @@ class Operations:
     async def dropped(self: OperatedSystem, address: str) -> list[_mail.DeadLetter]:
         """The messages dropped from the instances at ``address``
         (`drop_message`), oldest first; kept until the cleanup that removes
-        the instance."""
+        the instance.
+
+        Raises:
+            NotDelivered: no instance at ``address`` (none was, or a cleanup
+                removed it), as `mail` raises."""
         return await _mail.dropped(self, address)
 
     async def drop_message(

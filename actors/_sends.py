@@ -47,7 +47,7 @@ from storage import MAIL_STATUSES, STATUS_WORDS, Txn, digest, encode, instance_i
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
 from . import _effects as fx, _protocol, _tracing
-from ._checks import check_name
+from ._checks import check_many, check_name
 from ._failures import ErrorRecord
 from ._interfaces import ActorAPI
 from ._log import LogEntry
@@ -113,13 +113,15 @@ def new_send_many(actor: ActorAPI, messages: Iterable[Any]) -> fx.SendMany | Non
     nothing to send, nothing recorded).
 
     Raises:
-        InvalidArguments: an item that is not ``(address, Signal, payload)``.
+        InvalidArguments: ``messages`` is not a collection, or an item is
+            not ``(address, Signal, payload)``.
         EncodeError, LimitExceeded: a payload the codec cannot store (a
             note names its position).
     """
     batch: list[tuple[bytes, str, Any]] = []  # (iid, signal name, payload)
     targets: list[tuple[str, bytes]] = []  # (address, iid)
-    for n, item in enumerate(messages):
+    items = check_many(messages, "ctx.send_many", "(address, Signal, payload) tuples")
+    for n, item in enumerate(items):
         if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], Signal)):
             raise InvalidArguments(
                 f"ctx.send_many takes (address, actors.Signal, payload) tuples; item {n} is "

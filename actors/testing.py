@@ -63,6 +63,7 @@ from storage import (
 )
 
 from . import _history
+from ._checks import check_many
 from ._instance import Actor
 from ._open import open_system
 from ._process import ProcessDef
@@ -76,7 +77,7 @@ from ._simulate import (
     simulate,
 )
 from ._system import ActorSystem
-from .errors import InvalidArguments
+from .errors import HistoryFormatError, InvalidArguments
 
 __all__ = [
     "open_test_system",
@@ -257,7 +258,11 @@ async def replay_check(
 
     Returns:
         The problems found; empty if the code matches every history.
+
+    Raises:
+        InvalidArguments: ``processes`` is no collection of ``@process`` definitions.
     """
+    processes = _definitions(processes, "replay_check")
     journal = (
         journal_or_path if isinstance(journal_or_path, Journal) else LMDBJournal(journal_or_path)
     )
@@ -332,11 +337,14 @@ async def replay_history(
         whose params and input its function does not take, is a problem too.
 
     Raises:
-        HistoryFormatError: the file is not a history, is damaged, or is of
-            a format version this code does not read.
-        OSError: the file cannot be read.
+        HistoryFormatError: the file is not a history, is damaged, is of a
+            format version this code does not read, or cannot be read (none
+            there, a directory: the error it met is its ``__cause__``).
+        InvalidArguments: ``path`` is no path, or ``processes`` no
+            collection of ``@process`` definitions.
     """
-    history = _history.loads(await trio.Path(path).read_bytes())
+    processes = _definitions(processes, "replay_history")
+    history = await _read_history_file(path, "replay_history")
     journal = MemoryJournal()  # nothing is read from it: the file holds the history
     await journal.open()
     try:
@@ -397,18 +405,77 @@ async def import_history(
         The addresses imported, the exported instance first.
 
     Raises:
-        HistoryFormatError: the file is not a history this code reads.
+        HistoryFormatError: the file is not a history this code reads, or
+            cannot be read (see `replay_history`).
+        InvalidArguments: ``path`` is no path, or ``journal`` no `Journal`.
         AlreadyStarted: an instance is at one of its addresses (without
             ``replace``); nothing was written.
         JournalLocked: a running system holds ``journal``.
     """
-    history = _history.loads(await trio.Path(path).read_bytes())
+    if not isinstance(journal, Journal):
+        raise InvalidArguments(
+            f"import_history takes the journal to import into (a storage.Journal such as "
+            f"LMDBJournal(path)), not {_shown(journal)}"
+        )
+    history = await _read_history_file(path, "import_history")
     await journal.open()
     try:
         await _history.import_history(journal, history, replace=replace)
     finally:
         await journal.close()
     return [one.address for one in history.instances]
+
+
+async def _read_history_file(path: Any, what: str) -> _history.History:
+    """The history in file ``path``, for ``what`` (the caller's name).
+
+    Raises:
+        InvalidArguments: ``path`` is no str or os.PathLike.
+        HistoryFormatError: the file cannot be read, or holds no history.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise InvalidArguments(
+            f"{what} takes the path of a history file (a str or os.PathLike), not "
+            f"{_shown(path)}; write one with 'python -m actors --journal PATH export ADDRESS "
+            "--output FILE'"
+        )
+    try:
+        data = await trio.Path(path).read_bytes()
+    except FileNotFoundError as exc:
+        raise HistoryFormatError(
+            f"no history file at {os.fspath(path)!r}; check the path, or write one with "
+            "'python -m actors --journal PATH export ADDRESS --output FILE'"
+        ) from exc
+    except IsADirectoryError as exc:
+        raise HistoryFormatError(
+            f"{os.fspath(path)!r} is a directory, not a history file; pass the file that "
+            "'python -m actors export ADDRESS --output FILE' wrote (a journal's directory "
+            "is read by replay_check)"
+        ) from exc
+    except OSError as exc:
+        raise HistoryFormatError(
+            f"cannot read the history file {os.fspath(path)!r} ({exc.strerror or exc}); "
+            "check its permissions, or export it again"
+        ) from exc
+    return _history.loads(data)
+
+
+def _definitions(processes: Any, what: str) -> list[ProcessDef[..., Any]]:
+    """``processes`` as a list, if it is a collection of ``@process`` definitions."""
+    found = check_many(processes, f"{what}'s processes", "@actors.process definitions")
+    for proc in found:
+        if not isinstance(proc, ProcessDef):
+            raise InvalidArguments(
+                f"{what}'s processes are definitions made with @actors.process, and one is "
+                f"{_shown(proc)}; pass the decorated functions"
+            )
+    return found
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{text} (of type {type(value).__qualname__})"
 
 
 async def _replay_one(

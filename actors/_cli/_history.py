@@ -2,7 +2,9 @@
 
 ``export ADDRESS`` prints the history of the instance at ADDRESS and its
 descendants (the format of `actors._history`, documented in
-docs/histories.md) to stdout, or to ``--output FILE``. It reads as ``show``
+docs/histories.md) to stdout, or to ``--output FILE``, which it makes (or
+truncates) with mode 0600 whatever the umask: a history holds every
+payload and result of its instances. It reads as ``show``
 does: read-only, beside a running system too.
 
 ``import FILE`` writes a history's instances into the journal, in one
@@ -24,6 +26,7 @@ it before).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -76,7 +79,7 @@ async def export(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         return OK
     try:
-        Path(args.output).write_bytes(data)
+        _write_private(args.output, data)
     except OSError as exc:
         raise CLIError(f"cannot write {args.output}: {exc}") from None
     print(
@@ -84,6 +87,21 @@ async def export(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return OK
+
+
+def _write_private(name: str, data: bytes) -> None:
+    """Write ``data`` to file ``name``, readable and writable by its owner
+    only (0600), whatever the umask, and whether or not the file was there:
+    a history holds every payload and result of its instances.
+
+    Invariant: the file is 0600 before any byte of ``data`` is in it."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o600)
+    with open(fd, "wb", closefd=True) as file:
+        os.fchmod(fd, 0o600)  # a file that was there keeps its mode through O_CREAT
+        file.write(data)
+
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def _read_file(name: str) -> _admin.History:
