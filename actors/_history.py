@@ -222,8 +222,10 @@ def _instance_doc(one: InstanceHistory) -> dict[str, Any]:
     }
 
 
-def dumps(history: History) -> bytes:
-    """The history as the bytes of its file (JSON, UTF-8, one line per instance field).
+def dumps(history: History, *, ascii_only: bool = False) -> bytes:
+    """The history as the bytes of its file (JSON, UTF-8, one line per instance field;
+    with ``ascii_only``, every character past ASCII written as a JSON escape,
+    for a terminal that would act on control or bidi characters).
 
     Raises:
         HistoryFormatError: a value nests deeper than a history may
@@ -246,7 +248,7 @@ def dumps(history: History) -> bytes:
     deep = too_deep(doc)
     if deep is not None:
         raise _too_deep_to_export(history.instances[0].address, deep)
-    return (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+    return (json.dumps(doc, indent=1, ensure_ascii=ascii_only, allow_nan=False) + "\n").encode()
 
 
 def _too_deep_to_export(address: str, where: str) -> HistoryFormatError:

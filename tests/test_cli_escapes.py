@@ -102,3 +102,56 @@ def strings(doc: object) -> list[str]:
     if isinstance(doc, list):
         return [s for v in doc for s in strings(v)]
     return []
+
+
+def test_export_to_a_terminal_escapes_what_a_terminal_would_act_on(tmp_path):
+    # A terminal gets every character past ASCII as a JSON escape (a C1
+    # control, a bidi override); the JSON still reads back the same.
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    import trio
+
+    import actors
+    from actors._history import loads
+    from storage import LMDBJournal
+
+    @actors.process("notes/:id")
+    async def note(ctx: actors.Context, id: str, *, text: str) -> str:
+        return text
+
+    text = "a\x9b2Jb\u202ec"  # CSI (C1) and RIGHT-TO-LEFT OVERRIDE
+
+    async def make() -> None:
+        async with actors.open_system(LMDBJournal(tmp_path / "j"), [note]) as system:
+            assert text == await (await system.start(note, "n-1", text=text)).result()
+
+    trio.run(make)
+    leader, follower = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(os.getcwd()))
+    done = subprocess.run(
+        [sys.executable, "-m", "actors", "--journal", str(tmp_path / "j"), "export", "notes/n-1"],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=env,
+        timeout=120,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the follower side is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    out = b"".join(chunks)
+    assert 0 == done.returncode, done.stderr
+    assert out.isascii()
+    assert b"\\u009b" in out and b"\\u202e" in out
+    (exported,) = loads(out.replace(b"\r\n", b"\n")).instances  # the tty's line ends
+    assert {"text": text} == exported.record.input

@@ -78,6 +78,12 @@ def test_reading_commands_take_a_postgresql_url_with_options_anywhere(schema):
     assert 0 == cursors.returncode, cursors.stderr
     assert "a stream of 1 value, 0 consumers" in cursors.stdout  # the peek moved nothing
 
+    mail = run_in_process(["mail", "waits/w-1", "--journal", dsn, "--schema", name, "--json"])
+    assert 0 == mail.returncode, mail.stderr
+    assert [("note", {"text": "left unread"})] == [
+        (m["signal"], m["payload"]) for m in json.loads(mail.stdout)["unread"]
+    ]
+
     for command in ("queues", "schedules"):
         done = run_in_process([command, "--journal", dsn, "--schema", name])
         assert (command, 0) == (command, done.returncode), done.stderr
@@ -95,6 +101,7 @@ def test_writing_commands_on_a_postgresql_url_say_where_to_write(schema):
         ["cancel", "waits/w-1"],
         ["tail", "waits/w-1", "--consumer", "ops"],  # it would move the cursor
         ["consumers", "waits/w-1", "--delete", "ops"],
+        ["mail", "waits/w-1", "--drop", "1"],
     ):
         done = run_in_process([*command, "--journal", dsn, "--schema", name])
         assert (command, 2) == (command, done.returncode)

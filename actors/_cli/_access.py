@@ -51,7 +51,7 @@ def journal_dir(args: argparse.Namespace) -> Path:
     if names_postgres(args):
         raise CLIError(
             f"'actors {args.command}' writes, and on a PostgreSQL journal the command line "
-            "only reads (list, show, stats, consumers, tail --peek, queues, schedules, "
+            "only reads (list, show, stats, mail, consumers, tail --peek, queues, schedules, "
             "export) and imports: do this through a node's ActorSystem (send, cancel, retry, "
             "fork, drop_message, resume_compensation, cleanup), which keeps ownership and "
             "fencing, or through the web inspector of an LMDB journal",

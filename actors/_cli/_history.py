@@ -73,11 +73,15 @@ async def export(args: argparse.Namespace) -> int:
                 history = await _admin.read_history(lmdb, args.address)
     except NotDelivered as exc:
         raise CLIError(str(exc), NOT_FOUND) from None
-    data = _admin.dumps(history)
     if args.output is None:
+        # A terminal gets JSON escapes for everything past ASCII (C1 controls,
+        # bidi overrides), as every other command escapes what it prints; a
+        # pipe or a file gets the bytes as they are.
+        data = _admin.dumps(history, ascii_only=sys.stdout.isatty())
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return OK
+    data = _admin.dumps(history)
     try:
         _write_private(args.output, data)
     except OSError as exc:

@@ -34,7 +34,7 @@ from .._admin import (
     read_for_drop,
     read_mail,
 )
-from ._access import find_instance, journal_dir, reading, writing
+from ._access import find_instance, journal_at, journal_dir, reading, writing
 from ._errors import NOT_FOUND, OK, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import compact, emit, local_time
@@ -79,13 +79,13 @@ def _line(m: dict[str, Any]) -> str:
 
 async def mail(args: argparse.Namespace) -> int:
     """``actors mail``: list unread messages or dead letters, or drop one."""
-    path = journal_dir(args)
     address = args.address
     iid = instance_id(address)
     if args.drop is not None:
         if args.dropped:
             raise CLIError("--drop and --dropped do not go together", USAGE)
-        return await _drop(args, path, address, iid)
+        return await _drop(args, journal_dir(args), address, iid)
+    path = journal_at(args)  # a listing reads PostgreSQL too
     if args.incarnation is not None:
         raise CLIError("--incarnation goes with --drop", USAGE)
     async with reading(path) as journal:

@@ -44,7 +44,7 @@ from .._admin import (
     retry_txn,
 )
 from ..errors import ActorError
-from ._access import journal_dir, reading, writing
+from ._access import journal_at, journal_dir, reading, writing
 from ._errors import CORRUPT, NOT_FOUND, OK, USAGE, CLIError
 from ._inspect import show
 from ._remote import owner, through_system
@@ -234,7 +234,7 @@ async def show_any(args: argparse.Namespace) -> int:
     incarnation's kept record."""
     if args.incarnation is None:
         return await show(args)
-    path = journal_dir(args)
+    path = journal_at(args)
     iid = instance_id(args.address)
     async with reading(path) as journal:
         with journal.reader() as r:
