@@ -45,6 +45,7 @@ from storage.errors import EncodeError
 
 from ._effects import end_signal
 from ._failures import ErrorRecord
+from ._identity import index_instance
 from ._messages import Asker, StoredMessage
 from .errors import LimitExceeded
 
@@ -352,6 +353,10 @@ def start_txn(
     else:
         txn.require_absent(iid)
     txn.put_instance_encoded(iid, address=address, process=process, status=status, record=stored)
+    # Invariant: an instance is in the identity index from the transaction
+    # that makes it (see `_identity`), so a signal routed by identity
+    # either reaches it or committed before it.
+    index_instance(txn, iid, process, record.params)
     # The first of the instance's own writes (storage.Chain): acknowledged
     # and then lost ("async"), it takes its run's later writes down with it.
     txn.chain = iid
