@@ -318,7 +318,9 @@ class Context:
             InvalidArguments, EncodeError, LimitExceeded: (at the call) as
                 for `ActorSystem.signal`; nothing is stored.
         """
-        return self._made(_signals.new_signal(self._live(), signal, identity, payload, key))
+        effect = self._made(_signals.new_signal(self._live(), signal, identity, payload, key))
+        # (A kind of send, which gives None; this one gives its count.)
+        return cast("Awaitable[int]", effect)
 
     # -- versioning -------------------------------------------------------------------
 

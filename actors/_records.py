@@ -19,8 +19,7 @@ def _fields(value: Any) -> tuple[str, ...]:
     """`Signal.identity` as given: a tuple of distinct path-param names."""
     if isinstance(value, str) or not isinstance(value, (tuple, list)):
         raise InvalidArguments(
-            f"Signal(identity=...) takes a tuple of field names, like ('order_id',), "
-            f"not {value!r}"
+            f"Signal(identity=...) takes a tuple of field names, like ('order_id',), not {value!r}"
         )
     fields = tuple(value)
     for field in fields:

@@ -140,9 +140,7 @@ def check_identity(signal: Any, identity: Any, what: str) -> tuple[str, ...]:
     return tuple(values)
 
 
-def read_plan(
-    r: Reader, routes: Sequence[Route], values: Sequence[str], key: str | None
-) -> Plan:
+def read_plan(r: Reader, routes: Sequence[Route], values: Sequence[str], key: str | None) -> Plan:
     """The recipients of a signal with identity ``values`` along ``routes``,
     read in one snapshot (see `Plan`); with ``key``, those whose
     incarnation has had it are left out."""

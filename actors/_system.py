@@ -460,7 +460,12 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         return await self.router.send_many(messages)
 
     async def signal(
-        self, signal: Signal, identity: Mapping[str, str], payload: Any = None, *, key: str | None = None
+        self,
+        signal: Signal,
+        identity: Mapping[str, str],
+        payload: Any = None,
+        *,
+        key: str | None = None,
     ) -> int:
         """Put ``signal`` with ``payload`` in the mailbox of every instance
         that listens to it and has the identity given, in one durable commit.

@@ -133,9 +133,11 @@ async def test_ctx_signal_replays_without_signalling_again(make_journal):
             await system.start(parcel, "o-1", "p1")
             await system.start(parcel, "o-1", "p2")
             await system.start(emitter, "e", order_id="o-1")
-            while len(await system.mail("parcels/o-1/p1")) + len(
-                await system.mail("parcels/o-1/p2")
-            ) < 2 and system.get("parcels/o-1/p1").status != "completed":
+            while (
+                len(await system.mail("parcels/o-1/p1")) + len(await system.mail("parcels/o-1/p2"))
+                < 2
+                and system.get("parcels/o-1/p1").status != "completed"
+            ):
                 await trio.sleep(0.01)
         # The emitter replays its signal on reopen (it waits for go).
         async with open_on(make_journal, order, parcel, emitter) as system:
