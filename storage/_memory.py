@@ -342,7 +342,7 @@ class _MemoryReader(Reader):
 
     def states(self, prefix: str, limit: int | None = None) -> list[_states.StateRow]:
         ordered = self._j._state_keys
-        keys = []
+        keys: list[str] = []
         at = bisect.bisect_left(ordered, prefix)
         while at < len(ordered) and ordered[at].startswith(prefix):
             if limit is not None and len(keys) >= limit:
