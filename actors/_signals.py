@@ -140,10 +140,19 @@ def check_identity(signal: Any, identity: Any, what: str) -> tuple[str, ...]:
     return tuple(values)
 
 
-def read_plan(r: Reader, routes: Sequence[Route], values: Sequence[str], key: str | None) -> Plan:
+def read_plan(
+    r: Reader, routes: Sequence[Route], values: Sequence[str], key: str | None, careful: bool
+) -> Plan:
     """The recipients of a signal with identity ``values`` along ``routes``,
     read in one snapshot (see `Plan`); with ``key``, those whose
-    incarnation has had it are left out."""
+    incarnation has had it are left out.
+
+    Not ``careful``, every instance the index names is taken for a
+    recipient without reading its record: the commit's conditions check
+    that each takes mail, as for ``send_many``, and most do (a signal that
+    met ended ones deleted their rows). ``careful``, after a commit refused
+    for a recipient's status, each record is read: those that take no mail
+    are left out, and the rows of those ended for good are deleted."""
     recipients: list[bytes] = []
     generations: list[tuple[str, int]] = []
     stale: list[str] = []
@@ -163,6 +172,10 @@ def read_plan(r: Reader, routes: Sequence[Route], values: Sequence[str], key: st
             ):
                 continue
             iid = bytes.fromhex(row.key[len(prefix) :])
+            if not careful:
+                if cursor is None or r.cursor(iid, cursor) is None:
+                    recipients.append(iid)
+                continue
             try:
                 instance = r.instance(iid)
             except JournalCorrupt:
@@ -274,8 +287,9 @@ class SignalRouter:
         commit: Callable[[Txn, int], Awaitable[list[int]]],
     ) -> int:
         system = self.system
+        careful = False
         while True:
-            plan = await system.journal.read(lambda r: read_plan(r, routes, values, key))
+            plan = await system.journal.read(lambda r: read_plan(r, routes, values, key, careful))
             if not plan.recipients:
                 return 0  # nothing is kept
             txn, notices = signal_txn(
@@ -291,8 +305,11 @@ class SignalRouter:
                 results = await commit(txn, len(plan.recipients))
             except Conflict as exc:
                 if exc.reason in _READ_AGAIN:
+                    # A start since the read, or a recipient that takes no
+                    # mail (now, or since long: its record is read next).
+                    careful = careful or exc.reason != "state"
                     await trio.lowlevel.checkpoint()
-                    continue  # a start or an end since the read: read again
+                    continue
                 raise
             for notice in notices:
                 system.router.route(notice.iid, results[notice.slot], notice.message)

@@ -1,0 +1,149 @@
+"""Signals routed by identity (``system.signal``), against the sends that
+would carry the same messages to known addresses, in the same run.
+
+- a signal fanning out to 1,000 instances of one order, against
+  ``send_many`` of the same 1,000 messages (target: 0.8x);
+- a signal reaching 1 instance among N stored, against ``send`` to its
+  address: routing reads the identity index, so the rate does not fall
+  with N (10,000 by default, 1,000,000 with --full).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import actors
+from actors import Context, Signal, process
+
+from ._kit import _FOREVER, _lmdb, _probe, _repeat_rate, _start_many
+from ._registry import Measurement, Options, Result, at_least, run_measurements, suite
+
+__all__ = ["fan_out_rate", "one_of_many_rate"]
+
+shipped = Signal("orders.shipped", identity=("order_id",))
+_FAN = 1000
+_PAYLOAD = {"carrier": "DHL", "track": "T-1"}
+
+
+@process("parcels/:order_id/:parcel", listens=[shipped])
+async def parcel(ctx: Context, order_id: str, parcel: str) -> None:
+    while True:
+        _probe.seen(await ctx.wait(shipped))
+
+
+@process("accounts/:order_id", listens=[shipped])
+async def account(ctx: Context, order_id: str) -> None:
+    while True:
+        _probe.seen(await ctx.wait(shipped))
+
+
+def _open(directory: Path) -> Any:
+    return actors.open_system(
+        _lmdb(directory), processes=[parcel, account], passivate_after=_FOREVER
+    )
+
+
+def fan_out_rate(directory: Path, seconds: float, *, signal: bool) -> float:
+    """Messages/s stored for 1,000 instances of one order, 1,000 per call:
+    by one ``system.signal`` each (``signal``), or by ``send_many``."""
+
+    async def main() -> float:
+        _probe.reset()
+        async with _open(directory) as system:
+            ids = [f"p{n}" for n in range(_FAN)]
+            async with trio.open_nursery() as nursery:
+                for k in range(100):
+                    nursery.start_soon(_start_parcels, system, ids[k::100])
+            batch = [(f"parcels/o-1/{p}", shipped, _PAYLOAD) for p in ids]
+            sent = [0]
+
+            async def once() -> int:
+                if signal:
+                    reached = await system.signal(shipped, {"order_id": "o-1"}, _PAYLOAD)
+                else:
+                    await system.send_many(batch)
+                    reached = len(batch)
+                # Let the instances keep up, so mailboxes do not grow without bound.
+                while _probe.count < sent[0] - 4 * _FAN:
+                    await trio.sleep(0.001)
+                sent[0] += reached
+                return reached
+
+            return await _repeat_rate(seconds, once, once)
+
+    return trio.run(main)
+
+
+async def _start_parcels(system: actors.ActorSystem, ids: list[str]) -> None:
+    for p in ids:
+        await system.start(parcel, "o-1", p)
+
+
+def one_of_many_rate(directory: Path, seconds: float, *, stored: int, signal: bool) -> float:
+    """Messages/s to one instance among ``stored``, one awaited call at a
+    time, each to another instance: ``system.signal`` by its order id, or
+    ``system.send`` to its address."""
+
+    async def main() -> float:
+        _probe.reset()
+        async with _open(directory) as system:
+            ids = [f"o-{n}" for n in range(stored)]
+            await _start_many(system, account, ids, 1000)
+            n = [0]
+
+            async def once() -> int:
+                order_id = ids[(n[0] * 7919) % stored]
+                n[0] += 1
+                if signal:
+                    await system.signal(shipped, {"order_id": order_id}, _PAYLOAD)
+                else:
+                    await system.send(f"accounts/{order_id}", shipped, _PAYLOAD)
+                return 1
+
+            return await _repeat_rate(seconds, once, once)
+
+    return trio.run(main)
+
+
+@suite("signals")
+def signals_suite(options: Options) -> list[Result]:
+    stored = 1_000_000 if options.full else 10_000
+    many = f"send_many, {_FAN:,} messages"
+    one = f"send -> 1 of {stored:,} stored"
+    return run_measurements(
+        "signals",
+        [
+            Measurement(
+                many,
+                "msgs/s",
+                lambda d, s: fan_out_rate(d, s, signal=False),
+                meaning=f"baseline: send_many of {_FAN:,} messages to {_FAN:,} known addresses",
+            ),
+            Measurement(
+                f"signal -> {_FAN:,} instances",
+                "msgs/s",
+                lambda d, s: fan_out_rate(d, s, signal=True),
+                (many,),
+                at_least(0.8, many),
+                meaning=f"one system.signal reaching the {_FAN:,} parcels of one order",
+            ),
+            Measurement(
+                one,
+                "msgs/s",
+                lambda d, s: one_of_many_rate(d, s, stored=stored, signal=False),
+                meaning="baseline: durable sends, one at a time, to known addresses",
+            ),
+            Measurement(
+                f"signal -> 1 of {stored:,} stored",
+                "msgs/s",
+                lambda d, s: one_of_many_rate(d, s, stored=stored, signal=True),
+                (one,),
+                meaning="system.signal by order id, one at a time: found in the identity "
+                "index, no scan",
+            ),
+        ],
+        options,
+    )
