@@ -17,12 +17,17 @@ Rows, per instance and per path param of its template:
 short whatever the template and the value (LMDB keys are at most 511
 bytes) and keys of one bucket are contiguous.
 
-Invariant: every transaction that makes an instance at an address (a start,
-a child's start, a retry, a fork: `_protocol.start_txn`) writes its rows
-and bumps each of its buckets' generation, so a router that read a bucket
-at generation N and commits on condition that it is still at N (a
-`Txn.expect_state`) cannot miss an instance started in between: the
-commit fails and the router reads again.
+Invariant: every transaction that makes an instance of a process that
+listens to a signal (a start, a child's start, a retry, a fork:
+`_protocol.start_txn`) writes its rows and bumps each of its buckets'
+generation, so a router that read a bucket at generation N and commits on
+condition that it is still at N (a `Txn.expect_state`) cannot miss an
+instance started in between: the commit fails and the router reads again.
+Starts of processes that listen to nothing skip the index (a start costs
+some 50 µs of CPU less without it; retries and forks, which may run where
+the definitions are not known, always write it). So an instance started
+while its process declared no ``listens=`` is not reached once a later
+version of the code adds one: only those started since are.
 
 Rows of an instance that ended stay until a router meets them: it skips
 them, and deletes those of instances that are gone or finished for good

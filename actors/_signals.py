@@ -63,12 +63,17 @@ _READ_AGAIN = frozenset({"state", "status", "missing", "incarnation"})
 @attrs.frozen
 class Route:
     """Where one listening process finds a signal's recipients: the bucket
-    of ``field`` (the signal's first identity field) and the positions in
+    of `field` (the signal's first identity field) and the positions in
     its params of every identity field, in the signal's order."""
 
     template: str
-    field: str
+    identity: tuple[str, ...]
     positions: tuple[int, ...]
+
+    @property
+    def field(self) -> str:
+        """The field whose bucket holds the recipients: the first."""
+        return self.identity[0]
 
 
 @attrs.frozen
@@ -83,13 +88,26 @@ class Plan:
 
 
 def routes_of(procs: Iterable[ProcessDef[..., Any]]) -> dict[str, tuple[Route, ...]]:
-    """The routes of each signal name the processes ``procs`` listen to."""
+    """The routes of each signal name the processes ``procs`` listen to.
+
+    Raises:
+        InvalidArguments: two of them listen to one name with different
+            identity fields.
+    """
     found: dict[str, list[Route]] = {}
+    declared: dict[str, tuple[str, ProcessDef[..., Any]]] = {}
     for proc in procs:
         for signal in proc.listens:
+            first = declared.setdefault(signal.name, (signal.identity, proc))
+            if first[0] != signal.identity:
+                raise InvalidArguments(
+                    f"{first[1].template!r} and {proc.template!r} listen to {signal.name!r} "
+                    f"with different identity fields ({list(first[0])} and "
+                    f"{list(signal.identity)}); declare the signal once and listen to that"
+                )
             positions = tuple(proc.params.index(field) for field in signal.identity)
             found.setdefault(signal.name, []).append(
-                Route(proc.template, signal.identity[0], positions)
+                Route(proc.template, signal.identity, positions)
             )
     return {name: tuple(routes) for name, routes in found.items()}
 
@@ -266,6 +284,12 @@ class SignalRouter:
         routes = self.routes.get(signal.name, ())
         if not routes:
             return 0
+        if routes[0].identity != signal.identity:
+            raise InvalidArguments(
+                f"{signal.name!r} is signalled with the identity fields {list(signal.identity)}, "
+                f"but {routes[0].template!r} listens to it with {list(routes[0].identity)}; "
+                "signal it with the Signal the processes listen to"
+            )
         if key is None:
             return await self._deliver(routes, signal, values, payload, None, commit)
         while (writing := self._keyed.get(key)) is not None:

@@ -284,3 +284,20 @@ async def test_an_instance_started_during_the_routing_gets_the_signal():
         assert 2 == await system.signal(shipped, {"order_id": "o-1"}, "s")
         with trio.fail_after(10):
             assert ["p2", "s"] == await system.get("parcels/o-1/p2").result()
+
+
+async def test_one_signal_name_has_one_identity_in_a_system():
+    other = Signal("orders.shipped", identity=("parcel",))
+
+    @process("boxes/:parcel", listens=[other])
+    async def box(ctx: Context, parcel: str) -> None:
+        pass
+
+    with pytest.raises(actors.InvalidArguments, match="different identity fields"):
+        async with open_test_system([order, box]):
+            pass
+    async with open_test_system([order]) as system:
+        await system.start(order, "o-1")
+        with pytest.raises(actors.InvalidArguments, match="listens to it with"):
+            await system.signal(other, {"parcel": "o-1"})
+        assert [] == await unread(system, "orders/o-1")
