@@ -95,7 +95,7 @@ def routes_of(procs: Iterable[ProcessDef[..., Any]]) -> dict[str, tuple[Route, .
             identity fields.
     """
     found: dict[str, list[Route]] = {}
-    declared: dict[str, tuple[str, ProcessDef[..., Any]]] = {}
+    declared: dict[str, tuple[tuple[str, ...], ProcessDef[..., Any]]] = {}
     for proc in procs:
         for signal in proc.listens:
             first = declared.setdefault(signal.name, (signal.identity, proc))
