@@ -284,12 +284,16 @@ class SignalRouter:
         routes = self.routes.get(signal.name, ())
         if not routes:
             return 0
-        if routes[0].identity != signal.identity:
-            raise InvalidArguments(
-                f"{signal.name!r} is signalled with the identity fields {list(signal.identity)}, "
-                f"but {routes[0].template!r} listens to it with {list(routes[0].identity)}; "
-                "signal it with the Signal the processes listen to"
-            )
+        declared = routes[0].identity
+        if declared != signal.identity:
+            if sorted(declared) != sorted(signal.identity):
+                raise InvalidArguments(
+                    f"{signal.name!r} is signalled with the identity fields "
+                    f"{list(signal.identity)}, but {routes[0].template!r} listens to it with "
+                    f"{list(declared)}; signal it with the Signal the processes listen to"
+                )
+            given = dict(zip(signal.identity, values))  # (the same fields, in another order)
+            values = tuple(given[field] for field in declared)
         if key is None:
             return await self._deliver(routes, signal, values, payload, None, commit)
         while (writing := self._keyed.get(key)) is not None:

@@ -13,7 +13,7 @@ import trio
 import actors
 from actors import Context, Signal, process
 from actors.testing import open_test_system
-from storage import MemoryJournal, instance_id
+from storage import LMDBJournal, MemoryJournal, instance_id
 from tests.runtime_helpers import virtual_wall
 
 shipped = Signal("orders.shipped", identity=("order_id",))
@@ -301,3 +301,50 @@ async def test_one_signal_name_has_one_identity_in_a_system():
         with pytest.raises(actors.InvalidArguments, match="listens to it with"):
             await system.signal(other, {"parcel": "o-1"})
         assert [] == await unread(system, "orders/o-1")
+
+
+@pytest.mark.slow  # the command line runs as a second process, on real time
+async def test_the_cli_signals_through_the_running_system(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    def cli(journal: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        root = Path(__file__).resolve().parent.parent
+        env = dict(os.environ, PYTHONPATH=str(root), TZ="UTC")
+        command = [sys.executable, "-m", "actors", "--journal", str(journal), *args]
+        return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+    # (A short directory: a unix socket's address holds about 100 bytes.)
+    with tempfile.TemporaryDirectory(prefix="sig") as place:
+        journal = Path(place) / "journal"
+        async with actors.open_system(LMDBJournal(journal), processes=[order, parcel]) as system:
+            await system.start(order, "o-1")
+            await system.start(parcel, "o-1", "p1")
+            await system.start(parcel, "o-2", "p1")
+            done = await trio.to_thread.run_sync(
+                cli,
+                journal,
+                "--json",
+                "signal",
+                "orders.shipped",
+                '{"t": 1}',
+                "--identity",
+                "order_id=o-1",
+            )
+            assert (0, "") == (done.returncode, done.stderr)
+            assert 2 == json.loads(done.stdout)["reached"]
+            with trio.fail_after(10):
+                assert {"t": 1} == await system.get("orders/o-1").result()
+            assert [] == await unread(system, "parcels/o-2/p1")
+            done = await trio.to_thread.run_sync(
+                cli, journal, "signal", "orders.shipped", "--identity", "order=o-1"
+            )
+            assert 2 == done.returncode and "listens to it with ['order_id']" in done.stderr
+        done = await trio.to_thread.run_sync(
+            cli, journal, "signal", "orders.shipped", "--identity", "order_id=o-1"
+        )
+        assert 2 == done.returncode and "no system holds" in done.stderr
