@@ -82,13 +82,13 @@ async def signal(args: argparse.Namespace) -> int:
             instead="signal",
             **fields,
         )
+        by = owner(held)
         doc = {"signal": args.signal, "identity": identity, "payload": payload, "reached": reached}
         emit(
             args,
             doc,
             lambda: (
-                f"signalled {args.signal!r} {identity} through {owner(held)}: "
-                f"{reached} instance(s) reached"
+                f"signalled {args.signal!r} {identity} through {by}: {reached} instance(s) reached"
             ),
         )
         return OK
