@@ -1,6 +1,8 @@
 """One fact, many listeners: an order, its parcels and a loyalty account
 react to a single ``orders.shipped`` signal that names only the order."""
 
+import argparse
+
 import trio
 
 from actors import Context, Signal, process
@@ -58,4 +60,6 @@ async def main() -> None:
         print("warehouse unread:", len(await system.mail("warehouse/o-17")))
 
 
-trio.run(main)
+if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__).parse_args()  # only --help: it takes none
+    trio.run(main)
