@@ -312,6 +312,8 @@ class KeysAPI(Protocol):
 class SignalsAPI(Protocol):
     """What the runtime's modules use of the `SignalRouter` (``actors._signals``)."""
 
+    def arrange(self, signal: Signal, values: tuple[str, ...]) -> tuple[str, ...]: ...
+
     async def deliver(
         self,
         signal: Signal,

@@ -40,7 +40,7 @@ import attrs
 import trio
 
 from storage import MAIL_STATUSES, TERMINAL_STATUSES, Reader, Txn, digest, encode
-from storage.errors import Conflict, EncodeError, JournalCorrupt
+from storage.errors import Conflict, JournalCorrupt
 
 from . import _effects as fx, _guard, _protocol, _tracing
 from ._checks import check_name
@@ -51,7 +51,7 @@ from ._process import ProcessDef
 from ._protocol import Notice
 from ._records import Signal
 from ._sending import commit_through
-from .errors import InvalidArguments
+from .errors import InvalidArguments, LimitExceeded
 
 __all__ = ["Route", "Plan", "SignalRouter", "SignalEffect", "check_identity", "new_signal"]
 
@@ -158,6 +158,22 @@ def check_identity(signal: Any, identity: Any, what: str) -> tuple[str, ...]:
     return tuple(values)
 
 
+def check_payload(signal: Signal, payload: Any, max_payload: int) -> None:
+    """Refuse, at the call, a payload no recipient could be sent.
+
+    Raises:
+        EncodeError: the codec cannot carry it (naming the path inside it).
+        LimitExceeded: it encodes to more than ``max_payload`` bytes.
+    """
+    size = len(encode(payload, what="payload"))
+    if size > max_payload:
+        raise LimitExceeded(
+            f"the {signal.name!r} payload encodes to {size} bytes, over the "
+            f"max_payload={max_payload} limit; send a reference (an id or a path) "
+            "instead, or raise open_system(max_payload=...)"
+        )
+
+
 def read_plan(
     r: Reader, routes: Sequence[Route], values: Sequence[str], key: str | None, careful: bool
 ) -> Plan:
@@ -252,6 +268,26 @@ class SignalRouter:
         # time in this system (as `KeyedSends` for sends).
         self._keyed: dict[str, trio.Event] = {}
 
+    def arrange(self, signal: Signal, values: tuple[str, ...]) -> tuple[str, ...]:
+        """``values``, given in ``signal``'s field order, in the order of the
+        fields the listening processes declared (`deliver` takes them so).
+
+        Raises:
+            InvalidArguments: they listen to that name with other fields.
+        """
+        routes = self.routes.get(signal.name)
+        if routes is None or routes[0].identity == signal.identity:
+            return values
+        declared = routes[0].identity
+        if sorted(declared) != sorted(signal.identity):
+            raise InvalidArguments(
+                f"{signal.name!r} is signalled with the identity fields "
+                f"{list(signal.identity)}, but {routes[0].template!r} listens to it with "
+                f"{list(declared)}; signal it with the Signal the processes listen to"
+            )
+        given = dict(zip(signal.identity, values))  # (the same fields, in another order)
+        return tuple(given[field] for field in declared)
+
     async def signal(
         self, signal: Signal, identity: Any, payload: Any = None, *, key: str | None = None
     ) -> int:
@@ -259,11 +295,11 @@ class SignalRouter:
         _guard.refuse(
             "system.signal()", "signal from the process with ctx.signal, which is recorded"
         )
-        values = check_identity(signal, identity, "system.signal")
+        system = self.system
+        values = self.arrange(signal, check_identity(signal, identity, "system.signal"))
         if key is not None:
             _protocol.key_cursor(check_name(key, "signal(key=...)"))
-        encode(payload, what="payload")  # refused at the call, whoever listens
-        system = self.system
+        check_payload(signal, payload, system.max_payload)  # whoever listens
 
         async def commit(txn: Txn, count: int) -> list[int]:
             return await commit_through(system.journal, txn, system.router.sent_in_doubt)
@@ -284,16 +320,6 @@ class SignalRouter:
         routes = self.routes.get(signal.name, ())
         if not routes:
             return 0
-        declared = routes[0].identity
-        if declared != signal.identity:
-            if sorted(declared) != sorted(signal.identity):
-                raise InvalidArguments(
-                    f"{signal.name!r} is signalled with the identity fields "
-                    f"{list(signal.identity)}, but {routes[0].template!r} listens to it with "
-                    f"{list(declared)}; signal it with the Signal the processes listen to"
-                )
-            given = dict(zip(signal.identity, values))  # (the same fields, in another order)
-            values = tuple(given[field] for field in declared)
         if key is None:
             return await self._deliver(routes, signal, values, payload, None, commit)
         while (writing := self._keyed.get(key)) is not None:
@@ -375,18 +401,18 @@ def new_signal(
     """The effect of ``ctx.signal(signal, identity, payload, key=key)``.
 
     Raises:
-        InvalidArguments: see `check_identity`; a key that is not a name.
-        LimitExceeded: a key over `_protocol.MAX_KEY_BYTES`.
+        InvalidArguments: see `check_identity` and `SignalRouter.arrange`; a
+            key that is not a name.
+        LimitExceeded: a key over `_protocol.MAX_KEY_BYTES`, a payload over
+            ``max_payload``.
         EncodeError: a payload the codec cannot carry, naming the path in it.
     """
     values = check_identity(signal, identity, "ctx.signal")
     if key is not None:
         _protocol.key_cursor(check_name(key, "ctx.signal(key=...)"))
-    try:
-        arg_hash = digest([signal.name, list(values), payload, key], what="signal")
-    except EncodeError:
-        encode(payload, what="payload")  # raises with the path inside the payload
-        raise
+    check_payload(signal, payload, actor.system.max_payload)
+    arg_hash = digest([signal.name, list(values), payload, key], what="signal")
+    values = actor.system.signals.arrange(signal, values)
     return SignalEffect(actor.driver.next_seq(), arg_hash, signal, values, payload, key)
 
 

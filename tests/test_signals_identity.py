@@ -206,6 +206,8 @@ async def test_signals_without_identity_and_bad_arguments_are_refused():
             await system.signal("orders.shipped", {"order_id": "o-1"})  # type: ignore[arg-type]
         with pytest.raises(actors.EncodeError):
             await system.signal(shipped, {"order_id": "o-1"}, object())
+        with pytest.raises(actors.LimitExceeded, match="max_payload"):
+            await system.signal(shipped, {"order_id": "nobody"}, "x" * (2 << 20))
         with pytest.raises(actors.InvalidArguments):
             await system.signal(shipped, {"order_id": "o-1"}, key="")
 
@@ -245,12 +247,17 @@ async def test_ctx_signal_is_awaited_alone_and_checks_at_the_call():
             ctx.signal(shipped, {"order": "o"})
         except actors.InvalidArguments as exc:
             refused += " | " + str(exc)
+        try:
+            ctx.signal(Signal("orders.shipped", identity=("parcel",)), {"parcel": "o"})
+        except actors.InvalidArguments as exc:
+            refused += " | " + str(exc)
         return refused
 
-    async with open_test_system([racer]) as system:
+    async with open_test_system([racer, order]) as system:
         with trio.fail_after(10):
             words = await (await system.start(racer, "1")).result()
     assert "await them alone" in words and "unknown 'order'" in words
+    assert "listens to it with ['order_id']" in words
 
 
 class StartsDuringARead(MemoryJournal):
