@@ -355,3 +355,25 @@ async def test_the_cli_signals_through_the_running_system(tmp_path):
             cli, journal, "signal", "orders.shipped", "--identity", "order_id=o-1"
         )
         assert 2 == done.returncode and "no system holds" in done.stderr
+
+
+def test_show_lists_a_ctx_signal_and_the_message_it_left(tmp_path):
+    from tests.cli_runner import run_in_process
+
+    path = tmp_path / "journal"
+
+    async def main() -> None:
+        async with actors.open_system(LMDBJournal(path), processes=[late, emitter]) as system:
+            await system.start(late, "o-1")
+            await system.start(emitter, "e", order_id="o-1")
+            with trio.fail_after(10):
+                while not await system.mail("late/o-1"):
+                    await trio.sleep(0.01)
+
+    trio.run(main)
+    shown = run_in_process(["--journal", str(path), "show", "emitter/e"])
+    assert 0 == shown.returncode, shown.stderr
+    entry = [line.split() for line in shown.stdout.splitlines() if "orders.shipped" in line]
+    assert [["1", "signal", "orders.shipped", "ok:", "1"]] == entry
+    shown = run_in_process(["--journal", str(path), "show", "late/o-1"])
+    assert "orders.shipped" in shown.stdout and "{'by': 'e'}" in shown.stdout.replace('"', "'")
