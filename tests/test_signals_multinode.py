@@ -42,6 +42,11 @@ async def emitter(ctx: Context, name: str, *, order_id: str) -> int:
 
 @pytest.fixture
 def two_nodes(request):
+    return _two_nodes(request)
+
+
+def _two_nodes(request, second=None):
+    """Systems "a" and "b" on one fresh schema; b's journal of class ``second``."""
     if os.environ.get("ACTORS_TEST_POSTGRES", "1") == "0":
         pytest.skip("PostgreSQL tests are off (ACTORS_TEST_POSTGRES=0)")
     pytest.importorskip("psycopg", reason="install the '[postgres]' extra")
@@ -53,7 +58,7 @@ def two_nodes(request):
     @asynccontextmanager
     async def both(processes):
         journal_a = PostgresJournal(dsn, schema=schema, lease_timeout=3.0)
-        journal_b = PostgresJournal(dsn, schema=schema, lease_timeout=3.0)
+        journal_b = (second or PostgresJournal)(dsn, schema=schema, lease_timeout=3.0)
         async with (
             actors.open_system(journal_a, processes=processes, node="a") as a,
             actors.open_system(journal_b, processes=processes, node="b") as b,
@@ -117,3 +122,34 @@ async def test_a_start_racing_a_signal_on_another_node_gets_it_or_started_after(
                 assert started[: len(got)] == got, (n, given, reached)
                 assert set(before_signal) <= set(got)
                 assert [len(got)] == reached
+
+
+async def test_a_start_on_one_node_between_a_signals_read_and_commit_gets_it(request):
+    from storage import PostgresJournal
+
+    class StartsDuringARead(PostgresJournal):
+        """Node b's journal: once armed, a start commits on node a after a
+        read of b's and before b commits what it built on it."""
+
+        between = None
+
+        async def read(self, fn):
+            found = await super().read(fn)
+            between, StartsDuringARead.between = StartsDuringARead.between, None
+            if between is not None:
+                await between()
+            return found
+
+    async with _two_nodes(request, StartsDuringARead)([parcel]) as (a, b):
+        with trio.fail_after(30):
+            await a.start(parcel, "o-1", "p1")
+
+            async def start_on_a() -> None:
+                await a.start(parcel, "o-1", "p2")
+
+            StartsDuringARead.between = start_on_a
+            # p2's start commits (on a) after b read the recipients and
+            # before b commits: b reads again, and p2 gets the signal.
+            assert 2 == await b.signal(shipped, {"order_id": "o-1"}, "s")
+            assert ["s"] == await b.ask("parcels/o-1/p2", seen)
+            assert ["s"] == await b.ask("parcels/o-1/p1", seen)
