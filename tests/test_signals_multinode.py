@@ -1,7 +1,9 @@
 """Signals routed by identity across two nodes on one PostgreSQL schema:
 recipients another node owns get their messages in the signal's commit
 and are woken; an instance started on one node while another signals
-either gets the signal or was started after it (docs/guarantees.md).
+either gets the signal or was started after it (docs/guarantees.md): a
+start on one node that commits between the other's read of the recipients
+and its commit makes that commit fail, and the signal reads again.
 """
 
 from __future__ import annotations
