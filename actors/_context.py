@@ -6,12 +6,12 @@ import datetime as _dt
 import inspect
 import sys
 import uuid as _uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from storage import decode, digest, encode
 
-from . import _asks, _effects as fx, _sends
+from . import _asks, _effects as fx, _sends, _signals
 from ._checks import check_deadline, check_name, check_scope, check_seconds, check_text
 from ._handles import ChildHandle
 from ._interfaces import ActorAPI
@@ -296,6 +296,33 @@ class Context:
         if effect is None:  # (no messages: nothing to send or record)
             return _nothing()
         return self._made(effect)
+
+    def signal(
+        self,
+        signal: Signal,
+        identity: Mapping[str, str],
+        payload: Any = None,
+        *,
+        key: str | None = None,
+    ) -> Awaitable[int]:
+        """Signal every instance that listens to ``signal`` and has
+        ``identity``, as `ActorSystem.signal` does, durably and once.
+
+        The messages are written in one commit with this effect's log
+        entry, which records how many instances they reached: a replay
+        gives that count and signals nothing again. Like a send, it takes
+        effect where it is awaited, never in a race.
+
+        Returns:
+            How many instances it reached (0 when none: nothing is stored).
+
+        Raises:
+            InvalidArguments, EncodeError, LimitExceeded: (at the call) as
+                for `ActorSystem.signal`; nothing is stored.
+        """
+        effect = self._made(_signals.new_signal(self._live(), signal, identity, payload, key))
+        # (A kind of send, which gives None; this one gives its count.)
+        return cast("Awaitable[int]", effect)
 
     # -- versioning -------------------------------------------------------------------
 
@@ -834,12 +861,12 @@ def _check_effects(effects: Any) -> None:
                 "ctx.continue_as_new(...) ends the run, so it races and joins nothing: "
                 "await it alone"
             )
-        if type(effect) is fx.Send or type(effect) is fx.SendMany:
+        if isinstance(effect, fx.Send):  # (SendMany and ctx.signal's too)
             # A send is written with its log entry whatever a race decides,
             # so a replay could pick another winner than the live run did.
             raise InvalidArguments(
-                "ctx.send(...) and ctx.send_many(...) take effect where they are awaited, "
-                "so they race and join nothing: await them alone"
+                "ctx.send(...), ctx.send_many(...) and ctx.signal(...) take effect where "
+                "they are awaited, so they race and join nothing: await them alone"
             )
 
 

@@ -122,6 +122,9 @@ class Operations(Protocol):
     async def drop_message(
         self, address: str, message_id: int, *, incarnation: int | None = ...
     ) -> Any: ...
+    async def signal(
+        self, signal: Signal, identity: Any, payload: Any = None, *, key: str | None = None
+    ) -> int: ...
 
 
 # -- frames ---------------------------------------------------------------------------
@@ -415,6 +418,15 @@ async def _send(system: Operations, request: dict[str, Any]) -> None:
     await system.send(address, Signal(_text(request, "signal")), request.get("payload"), key=key)
 
 
+async def _signal(system: Operations, request: dict[str, Any]) -> int:
+    identity = request.get("identity")
+    if not isinstance(identity, dict) or not identity:
+        raise _BadRequest(f"'identity' must be an object of fields, not {identity!r}")
+    key = _text(request, "key") if "key" in request else None
+    signal = Signal(_text(request, "signal"), identity=tuple(identity))
+    return await system.signal(signal, identity, request.get("payload"), key=key)
+
+
 async def _cancel(system: Operations, request: dict[str, Any]) -> bool:
     compensate = request.get("compensate", False)
     if not isinstance(compensate, bool):
@@ -485,6 +497,7 @@ async def _drop_message(system: Operations, request: dict[str, Any]) -> dict[str
 # The operations, each onto the `ActorSystem` method of the same name.
 OPS: dict[str, Callable[[Operations, dict[str, Any]], Awaitable[Any]]] = {
     "send": _send,
+    "signal": _signal,
     "cancel": _cancel,
     "resume_compensation": _resume,
     "abandon_compensation": _abandon,

@@ -43,6 +43,7 @@ __all__ = [
     "AsksAPI",
     "CorruptionAPI",
     "KeysAPI",
+    "SignalsAPI",
     "NodesAPI",
     "QueuesAPI",
     "TimersAPI",
@@ -311,6 +312,21 @@ class KeysAPI(Protocol):
     ) -> None: ...
 
 
+class SignalsAPI(Protocol):
+    """What the runtime's modules use of the `SignalRouter` (``actors._signals``)."""
+
+    def arrange(self, signal: Signal, values: tuple[str, ...]) -> tuple[str, ...]: ...
+
+    async def deliver(
+        self,
+        signal: Signal,
+        values: tuple[str, ...],
+        payload: Any,
+        key: str | None,
+        commit: Callable[[Txn, int], Awaitable[list[int]]],
+    ) -> int: ...
+
+
 class SystemAPI(Protocol):
     """What the runtime's modules use of `ActorSystem`: its settings, its
     parts and its services."""
@@ -362,6 +378,9 @@ class SystemAPI(Protocol):
 
     @property
     def keys(self) -> KeysAPI: ...
+
+    @property
+    def signals(self) -> SignalsAPI: ...
 
     @property
     def closing(self) -> bool: ...

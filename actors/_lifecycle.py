@@ -380,6 +380,7 @@ class Lifecycle:
                     trace=_tracing.traceparent(self.system),
                     status="running" if queued is None else "queued",
                     encoded_input=encoded_input,
+                    index=bool(proc.listens),
                 )
                 record = start.record
                 if queued is not None:  # not in memory: what handles read

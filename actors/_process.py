@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, get_args
 
 import attrs
 
 from ._checks import check_count, check_seconds
-from ._records import Restart
+from ._records import Restart, Signal
 from .errors import InvalidArguments
 
 __all__ = ["process", "ProcessDef", "OneForOne", "OneForAll", "RestForOne", "RESTART_TYPES"]
@@ -88,6 +88,8 @@ class ProcessDef(Generic[P, R]):
     supervision: _Strategy
     signature: inspect.Signature
     compensate_on_cancel: bool = False
+    # The signals routed by identity that it takes (see `_signals`).
+    listens: tuple[Signal, ...] = ()
     # What input binds at once (see check_input): the keywords the function
     # takes after its path params, those of them without a default, and the
     # names ctx and the path params already bind if it takes **kwargs (else
@@ -154,6 +156,7 @@ def process(
     restart: Restart = "temporary",
     supervision: _Strategy | None = None,
     compensate_on_cancel: bool = False,
+    listens: Iterable[Signal] = (),
 ) -> Callable[[Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]], ProcessDef[P, R]]:
     """Define a process: ``@process("orders/:order_id")`` over
     ``async def order(ctx, order_id, *, amount)``.
@@ -177,11 +180,17 @@ def process(
             ``OneForOne(max_restarts=3, within=5)``).
         compensate_on_cancel: also run the saga compensations of completed
             steps when the instance is cancelled (they always run when it fails).
+        listens: the signals routed by identity (`Signal` with
+            ``identity=``) that its instances take: ``system.signal`` and
+            ``ctx.signal`` put one in the mailbox of each live instance
+            whose path params equal the identity given. Each identity
+            field must be a path param of ``path``.
 
     Raises:
         InvalidArguments: a bad template, a function that is not ``async def``,
-            params that do not match the template, or input parameters that
-            use a reserved keyword name.
+            params that do not match the template, input parameters that
+            use a reserved keyword name, or a listened signal with no
+            identity or an identity field that is not a path param.
     """
     if not isinstance(path, str) or not path or path.startswith("/") or path.endswith("/"):
         raise InvalidArguments(f"process path {path!r} must be like 'orders/:order_id'")
@@ -193,6 +202,7 @@ def process(
         raise InvalidArguments(f"process path {path!r} repeats a param name")
     if restart not in RESTART_TYPES:
         raise InvalidArguments(f"restart must be one of {RESTART_TYPES}, not {restart!r}")
+    heard = _listens(path, names, listens)
 
     def define(fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> ProcessDef[P, R]:
         if not inspect.iscoroutinefunction(fn):
@@ -224,10 +234,49 @@ def process(
             supervision=supervision if supervision is not None else OneForOne(),
             signature=signature,
             compensate_on_cancel=compensate_on_cancel,
+            listens=heard,
             keywords=_keywords(signature, len(names)),
         )
 
     return define
+
+
+def _listens(path: str, names: tuple[str, ...], listens: Any) -> tuple[Signal, ...]:
+    """``@process(path, listens=...)`` checked: signals with an identity
+    whose every field is a path param of ``path``, each name once."""
+    if isinstance(listens, Signal) or not isinstance(listens, Iterable):
+        raise InvalidArguments(
+            f"@process({path!r}, listens=...) takes a list of signals, like [shipped], "
+            f"not {listens!r}"
+        )
+    heard: dict[str, Signal] = {}
+    for signal in listens:
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(
+                f"@process({path!r}, listens=...) takes actors.Signal objects, not {signal!r}"
+            )
+        if not signal.identity:
+            raise InvalidArguments(
+                f"@process({path!r}) listens to {signal.name!r}, which has no identity "
+                "fields; declare them (Signal(name, identity=('order_id',))) or send it "
+                "to an address with send"
+            )
+        for field in signal.identity:
+            if field not in names:
+                raise InvalidArguments(
+                    f"@process({path!r}) listens to {signal.name!r}, whose identity field "
+                    f"{field!r} is not a path param of {path!r} (its params: "
+                    f"{', '.join(names) or 'none'}); add ':{field}' to the path or listen "
+                    "to another signal"
+                )
+        known = heard.get(signal.name)
+        if known is not None and known.identity != signal.identity:
+            raise InvalidArguments(
+                f"@process({path!r}) listens to two signals named {signal.name!r} with "
+                f"different identities ({known.identity!r}, {signal.identity!r})"
+            )
+        heard[signal.name] = signal
+    return tuple(heard.values())
 
 
 def _keywords(

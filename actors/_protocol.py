@@ -45,6 +45,7 @@ from storage.errors import EncodeError
 
 from ._effects import end_signal
 from ._failures import ErrorRecord
+from ._identity import index_instance
 from ._messages import Asker, StoredMessage
 from .errors import LimitExceeded
 
@@ -318,6 +319,7 @@ def start_txn(
     status: str = "running",
     encoded_input: bytes | None = None,
     fields: dict[str, Any] | None = None,
+    index: bool = True,
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
     ``previous``, or the first after a cleanup that left ``floor``: see
@@ -326,7 +328,8 @@ def start_txn(
     type, ``awaited``, ``restarts`` history). ``encoded_input`` is
     ``input``'s encoding, if the caller made it already; ``fields``, other
     record fields the new incarnation starts with (a fork's kept
-    compensations, see `_fork`).
+    compensations, see `_fork`). ``index``: put it in the identity index
+    (`_identity`), which a process that listens to no signal may skip.
 
     Invariant: an address has one incarnation at a time; a new one replaces
     a cancelled one whole (log, mailbox, timers, stream) and counts on from
@@ -363,6 +366,11 @@ def start_txn(
     else:
         txn.require_absent(iid)
     txn.put_instance_encoded(iid, address=address, process=process, status=status, record=stored)
+    # Invariant: an instance is in the identity index from the transaction
+    # that makes it (see `_identity`), so a signal routed by identity
+    # either reaches it or committed before it.
+    if index:
+        index_instance(txn, iid, process, record.params)
     # The first of the instance's own writes (storage.Chain): acknowledged
     # and then lost ("async"), it takes its run's later writes down with it.
     txn.chain = iid

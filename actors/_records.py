@@ -15,11 +15,43 @@ from ._checks import check_name, check_seconds
 from .errors import InvalidArguments
 
 
+def _fields(value: Any) -> tuple[str, ...]:
+    """`Signal.identity` as given: a tuple of distinct path-param names."""
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        raise InvalidArguments(
+            f"Signal(identity=...) takes a tuple of field names, like ('order_id',), not {value!r}"
+        )
+    fields = tuple(value)
+    for field in fields:
+        check_name(field, "a Signal's identity field")
+        if "/" in field or field.startswith(":"):
+            raise InvalidArguments(
+                f"a Signal's identity field is a path param's name (order_id for "
+                f"':order_id'), not {field!r}"
+            )
+    if len(set(fields)) != len(fields):
+        raise InvalidArguments(f"Signal(identity=...) repeats a field: {fields!r}")
+    return fields
+
+
 @attrs.frozen(slots=True)
 class Signal:
-    """A named kind of message. Signals compare equal by name."""
+    """A named kind of message. Signals compare equal by name.
+
+    ``identity`` names the fields a signal routed by identity carries
+    (``Signal("orders.shipped", identity=("order_id",))``): ``system.signal``
+    delivers it to every live instance of each process that listens to it
+    (``@process(..., listens=[...])``) whose path params of those names
+    have the values given. The default, ``()``, is a signal sent to an
+    address (``send``, ``ask``) only.
+
+    Raises:
+        InvalidArguments: a name that is not a non-empty str (or starts
+            with NUL), identity fields that are not distinct non-empty strs.
+    """
 
     name: str = attrs.field()
+    identity: tuple[str, ...] = attrs.field(default=(), eq=False, converter=_fields)
 
     @name.validator
     def _check(self, _: Any, value: str) -> None:
@@ -35,6 +67,7 @@ class Signal:
         """A signal of the runtime's own (names starting with NUL)."""
         signal = object.__new__(cls)
         object.__setattr__(signal, "name", name)
+        object.__setattr__(signal, "identity", ())
         return signal
 
 

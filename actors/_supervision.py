@@ -197,6 +197,7 @@ async def _create_once(
             },
             trace=_tracing.traceparent(system),
             status="running" if effect.queue is None else "queued",
+            index=bool(proc.listens),
         )
         txn, record = start.txn, start.record
         if effect.queue is not None:  # it waits for a slot: the queue's pump starts it

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import random as _random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar, overload
 
 import trio
@@ -25,7 +25,18 @@ import trio
 from storage import Journal
 from storage.errors import JournalCorrupt
 
-from . import _asks, _events, _guard, _joins, _sends, _steps, _streams, _supervision, _tracing
+from . import (
+    _asks,
+    _events,
+    _guard,
+    _joins,
+    _sends,
+    _signals,
+    _steps,
+    _streams,
+    _supervision,
+    _tracing,
+)
 from ._asks import Asks
 from ._compensations import Compensations
 from ._corruption import Corruption
@@ -44,6 +55,7 @@ from ._registry import Registry
 from ._rides import Rides
 from ._schedules import ScheduleCalls, ScheduleService
 from ._sending import Router
+from ._signals import SignalRouter
 from ._stalls import Stalls
 from ._statuses import Statuses
 from ._streams import Stream
@@ -56,7 +68,7 @@ __all__ = ["ActorSystem"]
 # The features that hook into the core: each registers, as it is imported,
 # how its effects run live (`_effects.runs_live`, `_arrivals`) and what it
 # owes when a run ends (`_hooks`); imported here, before any instance runs.
-FEATURES = (_asks, _joins, _sends, _steps, _streams, _supervision)
+FEATURES = (_asks, _joins, _sends, _signals, _steps, _streams, _supervision)
 
 P = ParamSpec("P")  # a process function's parameters after ctx
 R = TypeVar("R")  # its result
@@ -116,6 +128,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.asks = Asks(self)
         self.rides = Rides(journal)
         self.keys = KeyedSends(self)
+        self.signals = SignalRouter(self)
         self.services: tuple[Service, ...] = (self.timers, self.queues, self.schedules)
 
     # -- time ------------------------------------------------------------------
@@ -459,3 +472,43 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
             JournalCorrupt: an addressed instance's records do not decode.
         """
         return await self.router.send_many(messages)
+
+    async def signal(
+        self,
+        signal: Signal,
+        identity: Mapping[str, str],
+        payload: Any = None,
+        *,
+        key: str | None = None,
+    ) -> int:
+        """Put ``signal`` with ``payload`` in the mailbox of every instance
+        that listens to it and has the identity given, in one durable commit.
+
+        The recipients are the instances that exist and have not ended
+        (running, suspended or queued) of every process declared with
+        ``listens=[signal]`` whose path params named by the signal's
+        identity fields equal ``identity``'s values: with
+        ``Signal("orders.shipped", identity=("order_id",))``, ``{"order_id":
+        "o-17"}`` reaches ``orders/o-17`` and every ``parcels/o-17/:parcel``
+        if both listen. They are found through the journal's identity
+        index, never by a scan. Each reads it with ``ctx.wait`` or
+        ``ctx.receive`` as any other message; one that arrives before the
+        instance waits stays in its mailbox. An instance whose start
+        commits concurrently either gets it or was started after it.
+
+        Args:
+            identity: a mapping with exactly the signal's identity fields.
+            key: as for `send`, per recipient: an incarnation that has had
+                the key gets nothing more.
+
+        Returns:
+            How many instances it reached (0 when none: nothing is stored).
+
+        Raises:
+            InvalidArguments: a signal without identity fields, an identity
+                with a field missing or unknown, or a value that is no path
+                param; a key that is not a name. Nothing is stored.
+            EncodeError, LimitExceeded: a payload the codec cannot store, or
+                over ``max_payload``; a key over 200 bytes. Nothing is stored.
+        """
+        return await self.signals.signal(signal, identity, payload, key=key)

@@ -30,6 +30,7 @@ _SUITE_MODULES = (
     "bench.runtime",
     "bench.asks",
     "bench.queues",
+    "bench.signals",
     "bench.postgres",
     "bench.peers",
 )

@@ -3,6 +3,7 @@ users who want no persistence."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,6 +42,9 @@ class MemoryJournal(Journal):
         self._streams: dict[bytes, list[bytes]] = {}
         self._cursors: dict[bytes, dict[str, int]] = {}
         self._states: dict[str, tuple[int, bytes]] = {}  # key -> (version, value)
+        # Invariant: the keys of _states, sorted, so a prefix is a range
+        # (`states` reads the identity index's buckets without a scan).
+        self._state_keys: list[str] = []
 
     async def open(self) -> None:
         if self._open:
@@ -181,9 +185,13 @@ class MemoryJournal(Journal):
             for key in [k for k in self._timers if k[0] == iid]:
                 del self._timers[key]
         elif code == _states.PUT_STATE:
-            self._states[op[1]] = (self._state_version(op[1]) + 1, op[2])
+            key = op[1]
+            if key not in self._states:
+                bisect.insort(self._state_keys, key)
+            self._states[key] = (self._state_version(key) + 1, op[2])
         elif code == _states.DELETE_STATE:
-            self._states.pop(op[1], None)
+            if self._states.pop(op[1], None) is not None:
+                del self._state_keys[bisect.bisect_left(self._state_keys, op[1])]
         else:  # pragma: no cover - a programming error in the runtime
             raise ValueError(f"unknown journal op {code}")
 
@@ -337,7 +345,14 @@ class _MemoryReader(Reader):
         return dict(self._j._cursors.get(iid, {}))
 
     def states(self, prefix: str, limit: int | None = None) -> list[_states.StateRow]:
-        keys = sorted(key for key in self._j._states if key.startswith(prefix))[:limit]
+        ordered = self._j._state_keys
+        keys: list[str] = []
+        at = bisect.bisect_left(ordered, prefix)
+        while at < len(ordered) and ordered[at].startswith(prefix):
+            if limit is not None and len(keys) >= limit:
+                break
+            keys.append(ordered[at])
+            at += 1
         found = []
         for key in keys:
             version, value = self._j._states[key]

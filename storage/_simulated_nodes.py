@@ -87,6 +87,7 @@ _DATA = (
     "_streams",
     "_cursors",
     "_states",
+    "_state_keys",
 )
 
 

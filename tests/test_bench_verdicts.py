@@ -328,7 +328,7 @@ def test_the_default_run_leaves_out_postgres_and_peers(monkeypatch, tmp_path, ca
             _registry.SUITES, name, lambda options, name=name: ran.append(name) or []
         )
     assert 0 == main(["--dir", str(tmp_path)])
-    assert {"journal", "runtime", "ask", "queues"} == set(ran)
+    assert {"journal", "runtime", "ask", "queues", "signals"} == set(ran)
 
 
 def test_peers_pairs_each_of_our_shapes_with_dbos_and_reads_ours_against_it(

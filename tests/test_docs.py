@@ -63,6 +63,16 @@ def test_signals():
     ] == run_example("signals.py")
 
 
+def test_signals_by_identity():
+    assert [
+        "reached 4",
+        "ann earns points for o-17",
+        "order o-17 shipped with DHL: ['parcel p1 delivered (DHL)', 'parcel p2 delivered (DHL)']",
+        "o-18 unread: 0",
+        "warehouse unread: 0",
+    ] == run_example("signals_by_identity.py")
+
+
 def test_asks():
     assert [
         "ask add 5: 5",

@@ -143,6 +143,17 @@ def test_nightly_schedule(tmp_path):
     assert lines[-1].startswith("paused after reports/eu/20")
 
 
+def test_shipping(tmp_path):
+    assert [
+        "shipped o-17: 4 instances reached",
+        "ann earns 10 points for o-17",
+        "closed; opening again",
+        "the shipping service retried: 0 instances reached",
+        "o-17 shipped by DHL; p1 delivered (JD0142), p2 delivered (JD0142)",
+        "warehouse unread: []",
+    ] == run_example("shipping.py", tmp_path / "journal")
+
+
 HELPED = [
     *[("examples", path.name) for path in sorted((ROOT / "examples").glob("*.py"))],
     *[

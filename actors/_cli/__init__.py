@@ -54,6 +54,11 @@ again: at-least-once, as for `ActorSystem.stream`). Ctrl-C stops
 ``--follow`` between polls, never between printing a batch and moving the
 cursor.
 
+``signal`` (a signal routed by identity, see `actors._signals`) goes only
+through a running system: which processes listen to a signal is the
+application's code, which the CLI does not have. With no system running it
+refuses (exit 2) and writes nothing.
+
 Written directly, ``cancel`` also refuses an instance with saga compensations
 pending anywhere in what it would cancel: only the application can run them.
 ``--force`` cancels without compensating (as `ActorSystem.cancel` does for an
@@ -68,7 +73,7 @@ database and key (exit 5).
 
 The package, by concern: `_commands` (arguments, dispatch, exit codes),
 `_access` (opening the journal, finding an instance), `_inspect` (list,
-show, stats), `_write` (send, cancel), `_retry` (retry, show --incarnation),
+show, stats), `_write` (send, cancel), `_retry` (retry, show --incarnation), `_signal` (signal),
 `_repair` (resume-compensation, abandon-compensation, cleanup), `_history`
 (export, import: see docs/histories.md), `_remote`
 (through a running system's control socket), `_tail` (tail, consumers), and

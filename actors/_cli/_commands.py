@@ -25,6 +25,7 @@ from ._mail import add_mail_arguments, mail
 from ._render import escaped_output
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
 from ._retry import retry, show_any
+from ._signal import add_signal_arguments, signal
 from ._tail import consumers, tail
 from ._web import add_web_arguments, web
 from ._write import DEFAULT_REASON, cancel, send
@@ -35,6 +36,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "list": list_instances,
     "show": show_any,
     "send": send,
+    "signal": signal,
     "cancel": cancel,
     "retry": retry,
     "resume-compensation": resume_compensation,
@@ -221,6 +223,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help="an idempotency key: a second send with the same key to the same "
         "incarnation stores nothing",
+    )
+
+    add_signal_arguments(
+        command(
+            "signal",
+            "put a signal in every live instance that listens to it and has the identity "
+            "given (through the running system)",
+        )
     )
 
     p = command(

@@ -195,8 +195,15 @@ class _PostgresReader(Reader):
     def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
         return [
             StateRow(key, version, rd.decode_record(bytes(value), "states", key.encode()))
-            for key, version, value in self._rows(self._sql.states, [prefix, limit])
+            for key, version, value in self._state_rows(prefix, limit)
         ]
+
+    def _state_rows(self, prefix: str, limit: int | None) -> list[Any]:
+        last = ord(prefix[-1]) if prefix else 0x10FFFF
+        if last >= 0x10FFFF or 0xD7FF <= last < 0xE000:  # no next character to bound it
+            return self._rows(self._sql.states, [prefix, limit])
+        upper = prefix[:-1] + chr(last + 1)
+        return self._rows(self._sql.states_range, [prefix, upper, prefix, limit])
 
     def has_records(self, iid: bytes) -> bool:
         return bool(self._one(self._sql.has_records, {"i": iid}))
