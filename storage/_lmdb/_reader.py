@@ -220,6 +220,57 @@ class _LMDBReader(Reader):
             )
         return box
 
+    def mailbox_page(self, iid: bytes, start: int, limit: int) -> tuple[int, list[tuple[int, Any]]]:
+        # The keys are counted (no value is copied); the page's values alone
+        # are decoded.
+        end = _prefix_end(iid)
+        page: list[tuple[int, Any]] = []
+        with self._txn.cursor(db=self._dbs["mail"]) as cur:
+            keys = cur.iternext(values=False) if cur.set_range(iid) else iter(())
+            total = sum(1 for _ in takewhile(lambda k: end is None or k < end, keys))
+            if start < total and limit > 0 and cur.set_range(iid):
+                for _ in range(start):
+                    cur.next()
+                for key, value in cur:
+                    if len(page) >= limit or not key.startswith(iid):
+                        break
+                    seq = _Q.unpack_from(rd.key_size(key, 24, "mail"), 16)[0]
+                    page.append((seq, rd.decode_record(value, "mail", key, self._message)))
+        return total, page
+
+    def listing(self, status: str | None = None, process: str | None = None) -> list[j.Listed]:
+        # One pass over the instances database: the status byte, the header
+        # and the record's "updated" field; no record is checked or built.
+        code = None if status is None else j.STATUS_CODE[status]
+        names = j.STATUS_NAME
+        unpack, decode = msgpack.unpackb, rd.decode_record
+        rows: list[j.Listed] = []
+        with self._txn.cursor(db=self._dbs["instances"]) as cur:
+            for iid, value in cur.iternext():
+                held = value[0] if value else -1  # the status's code
+                if code is not None and held != code:
+                    continue
+                address, proc, updated = None, "?", 0.0
+                try:
+                    hlen = _H.unpack_from(value, 1)[0]
+                    address, proc = unpack(value[3 : 3 + hlen])
+                    updated = decode(value[3 + hlen :], "instances", iid).get("updated")
+                except Exception:  # noqa: BLE001 - listed; reading it says what is wrong
+                    address = address if isinstance(address, str) else _header_address(value)
+                    indexed = self._txn.get(value[:1] + iid, db=self._dbs["status"])
+                    proc = indexed.decode(errors="replace") if indexed is not None else "?"
+                if not isinstance(updated, (int, float)):
+                    updated = 0.0
+                if process is not None and proc != process:
+                    continue
+                name = names.get(held, "unknown")
+                proc = proc if isinstance(proc, str) else "?"
+                rows.append((float(updated), address or f"? {iid.hex()}", iid, name, proc))
+        return rows
+
+    def change_marker(self) -> int | None:
+        return self._txn.id()
+
     def last_message_seq(self, iid: bytes) -> int:
         key = iid + _MAIL_COUNTER
         found = self._txn.get(key, db=self._dbs["counters"])
