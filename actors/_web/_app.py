@@ -78,7 +78,7 @@ from ._pages import (
     problem_page,
     value_body,
 )
-from ._query import BadQuery, InstanceQuery, parse_instance, parse_list, parse_value
+from ._query import MAIL_PER_PAGE, BadQuery, InstanceQuery, parse_instance, parse_list, parse_value
 from ._values import TITLES, ValueGone, read_value
 
 __all__ = ["create_app", "host_allowed", "LOCAL_HOSTS"]
@@ -478,7 +478,8 @@ def _row(r: Reader, address: str) -> InstanceRow:
 def _describe(r: Reader, query: InstanceQuery) -> dict[str, Any]:
     row = _row(r, query.address)
     try:
-        return describe(r, row, mail=((query.mailpage - 1) * query.per, query.per))
+        first = (query.mailpage - 1) * MAIL_PER_PAGE
+        return describe(r, row, mail=(first, MAIL_PER_PAGE))
     except CLIError as exc:  # its log or mailbox does not decode
         raise JournalCorrupt(str(exc), database="", key=b"") from exc
 

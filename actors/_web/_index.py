@@ -2,7 +2,8 @@
 only what it shows, and answer a poll of an unchanged page in O(1).
 
 A `Listing` is every instance of the journal as `Reader.listing` gives it
-(its updated time, address, id, status and process; no record is built),
+(its updated time, address, id, status and process; no record is built,
+and a record unchanged since the last listing is not even decoded again),
 sorted most recently updated first, with the counts by status. One listing
 serves every query of the list page (it filters and pages the sorted rows)
 and every tab: `ListCache` keeps the latest, and reads a new one only when
@@ -29,6 +30,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import attrs
 import trio
@@ -53,10 +55,6 @@ def etag(marker: int | None, salt: str, now: float | None = None) -> str | None:
     return f'"{salt}-{marker}-{span}"'
 
 
-def _sort_key(row: Listed) -> tuple[float, str]:
-    return (-row[0], row[1])
-
-
 @attrs.define
 class Listing:
     """The journal's instances at one snapshot, most recently updated first."""
@@ -73,11 +71,11 @@ class Listing:
     )
 
     @classmethod
-    def read(cls, r: Reader) -> Listing:
-        """The listing of ``r``'s snapshot."""
+    def read(cls, r: Reader, memo: dict[bytes, Any]) -> Listing:
+        """The listing of ``r``'s snapshot, read with ``memo`` (`Reader.listing`)."""
         marker = r.change_marker()
-        rows = r.listing()
-        rows.sort(key=_sort_key)
+        rows = r.listing(memo=memo)
+        rows.sort()
         counts = dict(Counter(row[3] for row in rows))
         return cls(marker, time.monotonic(), rows, counts)
 
@@ -107,6 +105,9 @@ class ListCache:
         self._poll = poll
         self._latest: Listing | None = None
         self._reading = trio.Lock()  # one read of a listing at a time
+        # What `Reader.listing` keeps between reads; only a read holding
+        # `_reading` touches it, and only a journal with markers keeps it.
+        self._memo: dict[bytes, Any] = {}
 
     def _usable(self, marker: int | None) -> Listing | None:
         latest = self._latest
@@ -129,5 +130,7 @@ class ListCache:
         async with self._reading:
             found = self._usable(marker)  # read by the request this one waited for
             if found is None:
-                found = self._latest = await read(Listing.read)
+                memo = self._memo
+                found = await read(lambda r: Listing.read(r, memo))
+                self._latest = found
             return found

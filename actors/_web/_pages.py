@@ -19,7 +19,15 @@ from urllib.parse import urlencode
 from storage import STATUSES, TERMINAL_STATUSES
 
 from .._cli._render import counted, error_text, jsonable, local_time, relative, zone_name
-from ._query import PER_PAGE, InstanceQuery, ListQuery, instance_href, list_href, value_href
+from ._query import (
+    MAIL_PER_PAGE,
+    PER_PAGE,
+    InstanceQuery,
+    ListQuery,
+    instance_href,
+    list_href,
+    value_href,
+)
 
 __all__ = [
     "esc",
@@ -50,11 +58,13 @@ def _json(value: Any) -> str:
 def value_block(value: Any, whole: str | None = None) -> str:
     """A stored value as indented JSON in a ``<pre>``: its first `VALUE_LIMIT`
     characters, and past that a link to ``whole`` (the URL that shows it all)."""
-    text = _json(value)
+    # A long string is cut before it is turned into JSON, not after.
+    text = _json(value[: VALUE_LIMIT + 1] if isinstance(value, str) else value)
     note = ""
     if len(text) > VALUE_LIMIT:
+        size = len(value) if isinstance(value, str) else len(text)
         link = f' <a class="whole" href="{esc(whole)}">show it whole</a>' if whole else ""
-        note = f'<div class="muted cut">(first {VALUE_LIMIT} of {len(text)} characters){link}</div>'
+        note = f'<div class="muted cut">(first {VALUE_LIMIT} of {size} characters){link}</div>'
         text = text[:VALUE_LIMIT]
     return f'<pre class="value">{esc(text)}</pre>{note}'
 
@@ -391,7 +401,7 @@ def instance_fragment(
     unread = counted(doc["mailbox_total"], "unread message")
     out.append(f"<h2>Mailbox: {esc(unread)}{esc(ever)}</h2>")
     drop = "drop" in actions
-    first = (query.mailpage - 1) * query.per  # the position of the page's first message
+    first = (query.mailpage - 1) * MAIL_PER_PAGE  # the position of the page's first message
     mail = [
         [
             esc(m["seq"]),
@@ -494,9 +504,9 @@ def instance_fragment(
 
 def _mail_pager(doc: dict[str, Any], query: InstanceQuery) -> str:
     total = doc["mailbox_total"]
-    if total <= query.per and query.mailpage == 1:
+    if total <= MAIL_PER_PAGE and query.mailpage == 1:
         return ""
-    pages = max(1, math.ceil(total / query.per))
+    pages = max(1, math.ceil(total / MAIL_PER_PAGE))
     pager = [f'<span id="mail-pages">page {query.mailpage} of {pages} of the unread mail</span>']
 
     def to(page: int) -> str:

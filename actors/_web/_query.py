@@ -24,10 +24,12 @@ __all__ = [
     "value_href",
     "PARTS",
     "PER_PAGE",
+    "MAIL_PER_PAGE",
     "MAX_PER_PAGE",
 ]
 
 PER_PAGE = 50  # rows of a list or log page unless ``per`` says otherwise
+MAIL_PER_PAGE = 20  # unread messages on an instance's page (each up to a value's cut)
 MAX_PER_PAGE = 500
 
 
@@ -53,8 +55,8 @@ class ListQuery:
 
 @attrs.frozen
 class InstanceQuery:
-    """Which instance a page shows, and which page of its effect log and of its
-    unread mail (``per`` rows each)."""
+    """Which instance a page shows, which page of its effect log (``per``
+    entries a page) and which of its unread mail (`MAIL_PER_PAGE` a page)."""
 
     address: str
     logpage: int = 1
