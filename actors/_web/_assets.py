@@ -130,7 +130,7 @@ _JS = """\
         });
       })
       .then(function (got) {
-        if (got.status === 304) { stamp("live, unchanged at " + new Date().toLocaleTimeString(), false); return; }
+        if (got.status === 304) { stamp("live, updated " + new Date().toLocaleTimeString(), false); return; }  // still current
         if (!got.ok) { stamp("update failed (HTTP " + got.status + ")", true); return; }
         tag = got.tag;
         if (got.body !== last) {
