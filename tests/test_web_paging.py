@@ -24,6 +24,7 @@ pytest.importorskip("starlette", reason="install the 'web' extra")
 import actors  # noqa: E402
 from actors import Signal, process  # noqa: E402
 from actors._web import create_app  # noqa: E402
+from actors._web._actions import ACTIONS, Runner  # noqa: E402
 from storage import LMDBJournal  # noqa: E402
 from storage._lmdb._reader import _LMDBReader  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
@@ -320,3 +321,14 @@ async def test_the_list_reads_one_listing_for_all_requests_and_pages_until_a_cha
     assert ["inbox/i-3", "inbox/i-7"] == rows(body)
     assert '<span class="badge completed">completed</span>' in body
     assert '<span class="badge all">all <b>7</b></span>' in body
+
+
+async def test_a_drop_of_a_message_past_the_first_page_is_confirmed_with_its_payload(live):
+    _, journal, _ = live
+    app = create_app(journal, source="test", runner=Runner(str(journal.path)), actions=ACTIONS)
+    _, _, body = await call(app, PAGE + "&mailpage=2")
+    there = "/confirm?action=drop&address=inbox%2Fi-1&message=25"
+    assert f'<a class="drop" href="{html.escape(there)}">drop…</a>' in body
+    status, _, body = await call(app, there)
+    assert 200 == status
+    assert "Removes message #25 (&#x27;note&#x27;, payload {&quot;n&quot;: 25" in body

@@ -259,7 +259,8 @@ def create_app(
 
     async def confirm(request: Request) -> Response:
         action, address, fields = wanted(_single(_params(request)))
-        doc = await read(lambda r: _describe(r, InstanceQuery(address=address)))
+        # (All its unread mail: a drop's confirmation names the message it drops.)
+        doc = await read(lambda r: _describe(r, InstanceQuery(address=address), whole=True))
         if doc["status"] not in action.statuses:
             raise _Refused(
                 409,
@@ -475,11 +476,12 @@ def _row(r: Reader, address: str) -> InstanceRow:
     return row
 
 
-def _describe(r: Reader, query: InstanceQuery) -> dict[str, Any]:
+def _describe(r: Reader, query: InstanceQuery, whole: bool = False) -> dict[str, Any]:
+    """`describe` with the page of unread mail ``query`` asks for (all of it if ``whole``)."""
     row = _row(r, query.address)
+    first = (query.mailpage - 1) * MAIL_PER_PAGE
     try:
-        first = (query.mailpage - 1) * MAIL_PER_PAGE
-        return describe(r, row, mail=(first, MAIL_PER_PAGE))
+        return describe(r, row, mail=None if whole else (first, MAIL_PER_PAGE))
     except CLIError as exc:  # its log or mailbox does not decode
         raise JournalCorrupt(str(exc), database="", key=b"") from exc
 
