@@ -7,8 +7,9 @@ of the journal per poll interval at most, however many tabs poll); an
 instance's page reads one page of its unread mail; a value cut on a page is
 read whole by the value page (`_values`). A page carries an ETag from the
 journal's change marker (`_index.etag`): a poll that sends it back while
-nothing changed is answered 304 after reading the marker alone. The app itself never writes: given a read-only `LMDBJournal` or
-`PostgresJournal` it works beside the systems that run on the journal in
+nothing changed is answered 304 after reading the marker alone. The app
+itself never writes: given a read-only `LMDBJournal` or `PostgresJournal`
+it works beside the systems that run on the journal in
 other processes (a PostgreSQL reader's snapshot is its transaction's, so
 each request, and each poll, sees what was committed before it).
 
@@ -19,8 +20,9 @@ POSTs to ``/act``, with the session's token (`_guard`); ``/act`` refuses
 (403) a POST whose Origin is not this inspector or whose token is not the
 session's, then runs the command line's command and shows what it did.
 
-Answers: 200 pages; 304 to a poll of an unchanged page; 400 for a query it cannot act on (unknown status,
-a page that is not a number, an unknown or repeated parameter), or for a
+Answers: 200 pages; 304 to a poll of an unchanged page; 400 for a query it
+cannot act on (unknown status, a page that is not a number, an unknown or
+repeated parameter, a value page's unknown part), or for a
 Host header that is neither an IP address nor a name it was given (so a
 page elsewhere cannot read it through DNS rebinding); 403 for a POST
 refused by `_guard`; 404 for an unknown address or path; 405 for anything
@@ -204,18 +206,15 @@ def create_app(
     async def instance(request: Request) -> Response:
         query = parse_instance(_params(request))
 
-        def look(r: Reader) -> tuple[int | None, dict[str, Any] | None]:
-            marker = r.change_marker()
-            if unchanged(request, marker) is not None:
-                return marker, None
-            return marker, _describe(r, query)
+        def look(r: Reader) -> tuple[str | None, dict[str, Any] | None]:
+            tag = etag(r.change_marker(), salt)
+            if tag is not None and request.headers.get("if-none-match") == tag:
+                return tag, None  # unchanged: nothing else is read
+            return tag, _describe(r, query)
 
-        marker, doc = await read(look)
+        tag, doc = await read(look)
         if doc is None:
-            same = unchanged(request, marker)
-            assert same is not None
-            return same
-        tag = etag(marker, salt)
+            return Response(status_code=304, headers={"etag": tag or ""})
         fragment = instance_fragment(doc, query, allowed)
         if query.partial:
             return answer(fragment, tag)

@@ -43,6 +43,7 @@ from .._cli._inspect import under
 __all__ = ["Listing", "ListCache", "etag", "SPAN"]
 
 SPAN = 10.0  # seconds a validator holds at most: relative times on a page move
+_FILTERS = 16  # filters whose rows a listing keeps worked out
 
 
 def etag(marker: int | None, salt: str, now: float | None = None) -> str | None:
@@ -60,12 +61,12 @@ class Listing:
     """The journal's instances at one snapshot, most recently updated first."""
 
     marker: int | None  # the snapshot's `Reader.change_marker`
-    taken: float  # when it was read (`time.monotonic`)
+    taken: float  # when its read began (`time.monotonic`)
     rows: list[Listed]
     counts: dict[str, int]
     # The rows matching a filter (status, process, prefix), and the processes
     # of the rows the status and prefix keep (the filter form offers them),
-    # worked out once per listing.
+    # worked out once per listing (for the last `_FILTERS` filters asked).
     _found: dict[tuple[str | None, str | None, str | None], tuple[list[Listed], list[str]]] = (
         attrs.field(factory=dict)
     )
@@ -73,11 +74,11 @@ class Listing:
     @classmethod
     def read(cls, r: Reader, memo: dict[bytes, Any]) -> Listing:
         """The listing of ``r``'s snapshot, read with ``memo`` (`Reader.listing`)."""
-        marker = r.change_marker()
+        marker, taken = r.change_marker(), time.monotonic()
         rows = r.listing(memo=memo)
         rows.sort()
         counts = dict(Counter(row[3] for row in rows))
-        return cls(marker, time.monotonic(), rows, counts)
+        return cls(marker, taken, rows, counts)
 
     def matching(
         self, status: str | None, process: str | None, prefix: str | None
@@ -94,6 +95,8 @@ class Listing:
             processes = sorted({row[4] for row in kept})
             if process is not None:
                 kept = [row for row in kept if row[4] == process]
+            if len(self._found) >= _FILTERS:
+                self._found.clear()
             found = self._found[key] = (kept, processes)
         return found
 
@@ -105,8 +108,8 @@ class ListCache:
         self._poll = poll
         self._latest: Listing | None = None
         self._reading = trio.Lock()  # one read of a listing at a time
-        # What `Reader.listing` keeps between reads; only a read holding
-        # `_reading` touches it, and only a journal with markers keeps it.
+        # What `Reader.listing` keeps between reads (a backend may keep
+        # nothing); only a read holding `_reading` touches it.
         self._memo: dict[bytes, Any] = {}
 
     def _usable(self, marker: int | None) -> Listing | None:
