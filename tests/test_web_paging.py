@@ -23,7 +23,7 @@ pytest.importorskip("starlette", reason="install the 'web' extra")
 
 import actors  # noqa: E402
 from actors import Signal, process  # noqa: E402
-from actors._web import create_app  # noqa: E402
+from actors._web import _index, create_app  # noqa: E402
 from actors._web._actions import ACTIONS, Runner  # noqa: E402
 from storage import LMDBJournal  # noqa: E402
 from storage._lmdb._reader import _LMDBReader  # noqa: E402
@@ -332,3 +332,45 @@ async def test_a_drop_of_a_message_past_the_first_page_is_confirmed_with_its_pay
     status, _, body = await call(app, there)
     assert 200 == status
     assert "Removes message #25 (&#x27;note&#x27;, payload {&quot;n&quot;: 25" in body
+
+
+async def test_a_changed_journal_is_listed_again_after_one_poll_interval_at_most(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(_index.time, "monotonic", lambda: clock[0])
+    reads: list[int] = []
+
+    async def read(fn):
+        marker = len(reads) + 1
+        reads.append(marker)
+
+        class Snapshot:
+            def change_marker(self):
+                return marker
+
+            def listing(self, memo):
+                clock[0] += cost  # the read takes this long
+                return []
+
+        return fn(Snapshot())
+
+    cost = 0.5  # an expensive listing: held for the whole poll interval
+    cache = _index.ListCache(poll=2.0)
+    first = await cache.get(1, read)
+    assert first is await cache.get(1, read)  # unchanged
+    clock[0] += 1.0
+    assert first is await cache.get(2, read)  # changed, but read 1.5 s ago
+    clock[0] += 0.5
+    second = await cache.get(2, read)  # 2 s: read again
+    assert (2, [1, 2]) == (second.marker, reads)
+
+    cost = 0.01  # a cheap one: held ten times its cost only
+    cache = _index.ListCache(poll=2.0)
+    reads.clear()
+    first = await cache.get(1, read)
+    clock[0] += 0.05
+    assert first is await cache.get(2, read)
+    clock[0] += 0.05
+    assert first is not await cache.get(2, read)
+    assert [1, 2] == reads
+    # Without a marker (PostgreSQL), each request reads its own.
+    assert 3 == (await cache.get(None, read)).marker

@@ -8,10 +8,11 @@ sorted most recently updated first, with the counts by status. One listing
 serves every query of the list page (it filters and pages the sorted rows)
 and every tab: `ListCache` keeps the latest, and reads a new one only when
 the journal changed since (its `Reader.change_marker` differs) *and* the one
-it has is at least a poll interval old; requests that find it due meanwhile
-wait for the one read under way rather than start their own. So the list
-costs one scan of the journal per poll interval at most, however many tabs
-poll it, and what it shows is never older than one poll interval. A journal
+it has is a poll interval old (or ten times as old as its read took, if
+that is sooner); requests that find it due meanwhile wait for the one read
+under way rather than start their own. So the list costs one scan of the
+journal per poll interval at most, however many tabs poll it, and what it
+shows is never older than one poll interval. A journal
 without a change marker (PostgreSQL) gets no reuse: each request reads its
 own listing, one at a time.
 
@@ -44,6 +45,7 @@ __all__ = ["Listing", "ListCache", "etag", "SPAN"]
 
 SPAN = 10.0  # seconds a validator holds at most: relative times on a page move
 _FILTERS = 16  # filters whose rows a listing keeps worked out
+_HOLD = 10  # a changed journal's listing is read again after this many times its cost
 
 
 def etag(marker: int | None, salt: str, now: float | None = None) -> str | None:
@@ -62,6 +64,7 @@ class Listing:
 
     marker: int | None  # the snapshot's `Reader.change_marker`
     taken: float  # when its read began (`time.monotonic`)
+    cost: float  # how long the read took, in seconds
     rows: list[Listed]
     counts: dict[str, int]
     # The rows matching a filter (status, process, prefix), and the processes
@@ -78,7 +81,7 @@ class Listing:
         rows = r.listing(memo=memo)
         rows.sort()
         counts = dict(Counter(row[3] for row in rows))
-        return cls(marker, taken, rows, counts)
+        return cls(marker, taken, time.monotonic() - taken, rows, counts)
 
     def matching(
         self, status: str | None, process: str | None, prefix: str | None
@@ -117,8 +120,11 @@ class ListCache:
         if latest is None or marker is None:
             return None  # without a marker, each request reads its own
         # Invariant: a listing is shown while it is the journal's current
-        # state, or for one poll interval after it was read.
-        if latest.marker == marker or time.monotonic() - latest.taken < self._poll:
+        # state, or for at most one poll interval after it was read: as
+        # long as that, or ten times what reading it cost if less (a read
+        # of a small journal is not worth showing anything stale for).
+        hold = min(self._poll, _HOLD * latest.cost)
+        if latest.marker == marker or time.monotonic() - latest.taken < hold:
             return latest
         return None
 
