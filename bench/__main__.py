@@ -33,10 +33,11 @@ _SUITE_MODULES = (
     "bench.signals",
     "bench.postgres",
     "bench.peers",
+    "bench.inspector",
 )
-# Suites that run only when named: they need a server (postgres) or another
-# library (peers: DBOS).
-OPT_IN = ("postgres", "peers")
+# Suites that run only when named: they need a server (postgres), another
+# library (peers: DBOS), or build a big journal (inspector).
+OPT_IN = ("postgres", "peers", "inspector")
 
 # (samples per figure, seconds per sample) of the default run and of --full.
 DEFAULT_RUN = (3, 0.3)
@@ -64,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SUITE",
         help=(
             f"suites to run (default: {', '.join(s for s in SUITES if s not in OPT_IN)}; "
-            f"{' and '.join(OPT_IN)} only when named; peers: ours beside DBOS)"
+            f"{', '.join(OPT_IN)} only when named; peers: ours beside DBOS)"
         ),
     )
     parser.add_argument(

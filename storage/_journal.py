@@ -189,6 +189,12 @@ def unwrap(outcome: list[int] | BaseException) -> list[int]:
     return outcome
 
 
+# One instance as `Reader.listing` gives it: (-updated, address, iid, status,
+# process), ``updated`` 0.0 when unknown; so sorted tuples list the most
+# recently updated first, then by address.
+Listed = tuple[float, str, bytes, str, str]
+
+
 class Reader(abc.ABC):
     """A consistent read view of a journal. Never hold one across an ``await``.
 
@@ -241,6 +247,47 @@ class Reader(abc.ABC):
     def mailboxes(self, iids: list[bytes]) -> dict[bytes, list[tuple[int, Any]]]:
         """`mailbox` of each of ``iids`` (a remote journal reads them at once)."""
         return {iid: self.mailbox(iid) for iid in iids}
+
+    def mailbox_page(self, iid: bytes, start: int, limit: int) -> tuple[int, list[tuple[int, Any]]]:
+        """How many unread messages the instance has, and ``limit`` of them
+        from the ``start``-th (0-based), oldest first: a backend that can
+        decodes only those (the inspector pages a mailbox of big messages)."""
+        box = self.mailbox(iid)
+        return len(box), box[start : start + limit]
+
+    def listing(
+        self,
+        status: str | None = None,
+        process: str | None = None,
+        *,
+        memo: dict[bytes, Any] | None = None,
+    ) -> list[Listed]:
+        """Each instance matching the filters as a `Listed` tuple, in no set
+        order (sorted, the tuples list the instances most recently updated
+        first): what a list of instances sorts and pages by, read as cheaply
+        as the backend can. A record that does not decode is listed too (the
+        address its header gives, or ``"? <id>"``, and no updated time):
+        reading it with `instance` says what is wrong.
+
+        ``memo`` is a dict the caller keeps between calls (empty at first; it
+        keeps no reader's snapshot): a backend may keep in it what lets a
+        later call give the same tuple, unread, for a record unchanged since.
+        """
+        broken: list[CorruptRecord] = []
+        rows: list[Listed] = [
+            (-(row.record.updated or 0.0), row.address, row.iid, row.status, row.process)
+            for row in self.instances(status, process, corrupt=broken)
+        ]
+        rows += [
+            (-0.0, c.address or f"? {c.iid.hex()}", c.iid, c.status, c.process) for c in broken
+        ]
+        return rows
+
+    def change_marker(self) -> int | None:
+        """A number that differs between this snapshot and any earlier one
+        that misses a commit this one sees (LMDB: the transaction id), or
+        None when the backend has none (then no read may be reused)."""
+        return None
 
     @abc.abstractmethod
     def last_message_seq(self, iid: bytes) -> int:

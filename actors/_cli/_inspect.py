@@ -52,7 +52,16 @@ from ._render import (
     zone_name,
 )
 
-__all__ = ["list_instances", "list_items", "show", "describe", "stats"]
+__all__ = [
+    "list_instances",
+    "list_items",
+    "list_item",
+    "under",
+    "handling_of",
+    "show",
+    "describe",
+    "stats",
+]
 
 _FAR = 100 * 365 * 86400.0  # past every timer: `stats` counts them all
 
@@ -76,7 +85,7 @@ def _detail(row: InstanceRow) -> str:
     return text.replace(f"instance {row.address!r} ", "").replace(f" (of {row.address!r})", "")
 
 
-def _list_item(row: InstanceRow | CorruptRecord) -> dict[str, Any]:
+def list_item(row: InstanceRow | CorruptRecord) -> dict[str, Any]:
     if isinstance(row, CorruptRecord):
         return {
             "address": row.address or f"? {row.iid.hex()}",
@@ -110,7 +119,7 @@ def list_items(
     broken: list[CorruptRecord] = []
     rows: list[InstanceRow | CorruptRecord] = list(r.instances(status, process, corrupt=broken))
     items = sorted(
-        (_list_item(row) for row in rows + broken if _under(row.address, prefix)),
+        (list_item(row) for row in rows + broken if under(row.address, prefix)),
         key=lambda i: (-(i["updated"] or 0), i["address"]),
     )
     return items, r.count_by_status()
@@ -162,7 +171,7 @@ async def list_instances(args: argparse.Namespace) -> int:
     return OK
 
 
-def _under(address: str | None, prefix: str | None) -> bool:
+def under(address: str | None, prefix: str | None) -> bool:
     """Whether ``address`` is ``prefix`` or below it (``prefix/...``)."""
     if not prefix:
         return True
@@ -284,14 +293,20 @@ def _children(r: Reader, log: dict[int, LogEntry], seen: set[bytes]) -> list[dic
     return nodes
 
 
-def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
+def describe(r: Reader, row: InstanceRow, mail: tuple[int, int] | None = None) -> dict[str, Any]:
     """Everything recorded about the instance of ``row``; for ``show`` and the web
-    inspector. Raises `CLIError` (exit 5) when its log or mailbox does not decode."""
+    inspector. ``mail`` (start, limit) keeps to that page of the unread mail
+    (only its messages are decoded); ``mailbox_total`` counts them all.
+    Raises `CLIError` (exit 5) when its log or mailbox does not decode."""
     iid, record = row.iid, row.record
     run = record.run
     try:
         log = r.log(iid, run)
-        mail = r.mailbox(iid)
+        if mail is None:
+            box = r.mailbox(iid)
+            total = len(box)
+        else:
+            total, box = r.mailbox_page(iid, *mail)
     except JournalCorrupt as exc:
         raise CLIError(f"records of {row.address!r} are corrupt: {exc}", CORRUPT) from None
     length, cursors = r.stream_length(iid), r.cursors(iid)
@@ -311,7 +326,8 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
         "params": record.params,
         "log": [_log_item(seq, entry, ended, armed) for seq, entry in sorted(log.items())],
         "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
-        "mailbox": [_mail_item(seq, message) for seq, message in mail],
+        "mailbox": [_mail_item(seq, message) for seq, message in box],
+        "mailbox_total": total,
         "messages_ever": r.last_message_seq(iid),
         "send_keys": keys,  # the idempotency keys this incarnation had (see send --key)
         "timers": [
@@ -329,7 +345,7 @@ def describe(r: Reader, row: InstanceRow) -> dict[str, Any]:
         "restarts": record.restarts,
         # The message a failed run was handling (its poison, if it crashed on
         # it past its restart limit), and the messages dropped from the address.
-        "handling": _handling(r.entries(iid, run)) if row.status == "failed" else None,
+        "handling": handling_of(r, row),
         "dead_letters": len(read_dead(r, iid)[1]),
         "compensations": _compensations(row),
         "compensations_fate": _compensations_fate(row),
@@ -370,6 +386,11 @@ _SHOWN = (
     "exports",
     "exports_version",
 )
+
+
+def handling_of(r: Reader, row: InstanceRow) -> dict[str, Any] | None:
+    """The message a failed run of ``row``'s instance was handling (see `describe`)."""
+    return _handling(r.entries(row.iid, row.record.run)) if row.status == "failed" else None
 
 
 def _handling(entries: dict[int, LogEntry]) -> dict[str, Any] | None:

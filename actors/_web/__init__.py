@@ -30,8 +30,15 @@ compensation. Each is confirmed on a page that says what will happen, then
 POSTed with the session's token from this origin (`_guard`), done by the
 command line's own command (`_actions`), and logged on ``actors.control``.
 
-The package: `_query` (query strings), `_pages` (HTML), `_assets` (CSS and the
-polling script), `_guard` (session tokens, the Origin check), `_actions`
+It reads only what it shows: the list pages one listing of the journal
+shared by every tab and read again at most once per poll interval after a
+change, an instance's page reads a page of its unread mail, a long value is
+cut with a link to a page that shows it whole, and a poll of an unchanged
+page is answered 304 (`_index`).
+
+The package: `_query` (query strings), `_index` (the shared listing, the
+polls' validators), `_values` (one value read whole), `_pages` (HTML),
+`_assets` (CSS and the polling script), `_guard` (session tokens, the Origin check), `_actions`
 (what each action does and says), `_action_pages` (their HTML), `_app` (the
 starlette app) and `_serve` (hypercorn's trio worker and the ``web``
 command). It needs the ``web`` extra.

@@ -1,9 +1,15 @@
 """The inspector as an ASGI application (starlette) over an open journal.
 
-Each request reads the journal in one `Reader` (one consistent snapshot), in
-a worker thread so a long scan never stalls the server, and renders with
-`_pages`. The app itself never writes: given a read-only `LMDBJournal` or
-`PostgresJournal` it works beside the systems that run on the journal in
+Each request reads the journal in a worker thread, so a long scan never
+stalls the server, and renders with `_pages`; it reads only what it shows.
+The list reads a page of records over the shared `_index.ListCache` (one scan
+of the journal per poll interval at most, however many tabs poll); an
+instance's page reads one page of its unread mail; a value cut on a page is
+read whole by the value page (`_values`). A page carries an ETag from the
+journal's change marker (`_index.etag`): a poll that sends it back while
+nothing changed is answered 304 after reading the marker alone. The app
+itself never writes: given a read-only `LMDBJournal` or `PostgresJournal`
+it works beside the systems that run on the journal in
 other processes (a PostgreSQL reader's snapshot is its transaction's, so
 each request, and each poll, sees what was committed before it).
 
@@ -14,8 +20,9 @@ POSTs to ``/act``, with the session's token (`_guard`); ``/act`` refuses
 (403) a POST whose Origin is not this inspector or whose token is not the
 session's, then runs the command line's command and shows what it did.
 
-Answers: 200 pages; 400 for a query it cannot act on (unknown status,
-a page that is not a number, an unknown or repeated parameter), or for a
+Answers: 200 pages; 304 to a poll of an unchanged page; 400 for a query it
+cannot act on (unknown status, a page that is not a number, an unknown or
+repeated parameter, a value page's unknown part), or for a
 Host header that is neither an IP address nor a name it was given (so a
 page elsewhere cannot read it through DNS rebinding); 403 for a POST
 refused by `_guard`; 404 for an unknown address or path; 405 for anything
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
@@ -46,6 +54,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from storage import (
+    CorruptRecord,
+    InstanceRow,
     Journal,
     JournalCorrupt,
     JournalUnavailable,
@@ -53,15 +63,25 @@ from storage import (
     instance_id,
     lenient_decoding,
 )
+from storage._journal import Listed
 
 from .._cli._errors import CLIError
-from .._cli._inspect import describe, list_items
+from .._cli._inspect import describe, list_item
 from ._action_pages import action_panel, confirm_body, outcome_body
 from ._actions import Action, BadAction, Runner, audit, check_address, check_fields
 from ._assets import ASSETS
 from ._guard import Guard
-from ._pages import instance_fragment, layout, list_filters, list_fragment, problem_page
-from ._query import BadQuery, InstanceQuery, ListQuery, parse_instance, parse_list
+from ._index import ListCache, etag
+from ._pages import (
+    instance_fragment,
+    layout,
+    list_filters,
+    list_fragment,
+    problem_page,
+    value_body,
+)
+from ._query import MAIL_PER_PAGE, BadQuery, InstanceQuery, parse_instance, parse_list, parse_value
+from ._values import TITLES, ValueGone, read_value
 
 __all__ = ["create_app", "host_allowed", "LOCAL_HOSTS"]
 
@@ -144,6 +164,8 @@ def create_app(
     guard = guard or Guard()
     mode = "actions allowed" if allowed else "read-only"
     running = trio.Semaphore(max_actions)
+    listings = ListCache(poll)
+    salt = secrets.token_hex(4)  # another start's validators never match this one's
 
     async def read(fn: Callable[[Reader], T]) -> T:
         def run() -> T:
@@ -152,27 +174,71 @@ def create_app(
 
         return await trio.to_thread.run_sync(run, limiter=limiter)
 
+    def unchanged(request: Request, marker: int | None) -> Response | None:
+        """304 when the request's validator is the page's at ``marker`` now."""
+        tag = etag(marker, salt)
+        if tag is None or request.headers.get("if-none-match") != tag:
+            return None
+        return Response(status_code=304, headers={"etag": tag})
+
+    def answer(body: str, tag: str | None) -> Response:
+        return HTMLResponse(body, headers=None if tag is None else {"etag": tag})
+
     async def instances(request: Request) -> Response:
         query = parse_list(_params(request))
-        items, counts, processes = await read(lambda r: _list(r, query))
-        fragment = list_fragment(query, items, counts)
+        marker = await read(lambda r: r.change_marker())
+        same = unchanged(request, marker)
+        if same is not None:
+            return same
+        listing = await listings.get(marker, read)
+        rows, processes = listing.matching(query.status, query.process, query.prefix)
+        shown = rows[(query.page - 1) * query.per : query.page * query.per]
+        items, now = await read(lambda r: (_page_items(r, shown), r.change_marker()))
+        fragment = list_fragment(query, items, len(rows), listing.counts)
+        # A validator only for a page wholly of the journal's present state.
+        tag = etag(now, salt) if listing.marker == now else None
         if query.partial:
-            return HTMLResponse(fragment)
+            return answer(fragment, tag)
         filters = list_filters(query, processes)
-        return HTMLResponse(
-            layout("instances", source, filters, live=fragment, poll=poll, mode=mode)
-        )
+        page = layout("instances", source, filters, live=fragment, poll=poll, mode=mode, etag=tag)
+        return answer(page, tag)
 
     async def instance(request: Request) -> Response:
         query = parse_instance(_params(request))
-        doc = await read(lambda r: _describe(r, query))
+
+        def look(r: Reader) -> tuple[str | None, dict[str, Any] | None]:
+            tag = etag(r.change_marker(), salt)
+            if tag is not None and request.headers.get("if-none-match") == tag:
+                return tag, None  # unchanged: nothing else is read
+            return tag, _describe(r, query)
+
+        tag, doc = await read(look)
+        if doc is None:
+            return Response(status_code=304, headers={"etag": tag or ""})
         fragment = instance_fragment(doc, query, allowed)
         if query.partial:
-            return HTMLResponse(fragment)
+            return answer(fragment, tag)
         # The panel is outside the polled part, so what is typed in it stays.
         panel = action_panel(doc, allowed) if allowed else ""
-        page = layout(query.address, source, panel, live=fragment, poll=poll, mode=mode)
-        return HTMLResponse(page)
+        page = layout(query.address, source, panel, live=fragment, poll=poll, mode=mode, etag=tag)
+        return answer(page, tag)
+
+    async def value(request: Request) -> Response:
+        query = parse_value(_params(request))
+
+        def look(r: Reader) -> Any:
+            row = _row(r, query.address)
+            try:
+                return read_value(r, row, query)
+            except ValueGone as exc:
+                raise _NotFound(str(exc)) from None
+
+        found = await read(look)
+        title = TITLES[query.part].format(seq=query.seq, at=query.at)
+        body = value_body(query.address, title, found)
+        return HTMLResponse(
+            layout(f"{title}: {query.address}", source, body, live=None, poll=0, mode=mode)
+        )
 
     def wanted(params: Mapping[str, str]) -> tuple[Action, str, dict[str, str]]:
         """The action, address and fields a request names; `_Refused` if not offered."""
@@ -192,7 +258,8 @@ def create_app(
 
     async def confirm(request: Request) -> Response:
         action, address, fields = wanted(_single(_params(request)))
-        doc = await read(lambda r: _describe(r, InstanceQuery(address=address)))
+        # (All its unread mail: a drop's confirmation names the message it drops.)
+        doc = await read(lambda r: _describe(r, InstanceQuery(address=address), whole=True))
         if doc["status"] not in action.statuses:
             raise _Refused(
                 409,
@@ -314,6 +381,7 @@ def create_app(
         routes=[
             Route("/", instances, methods=["GET"]),
             Route("/instance", instance, methods=["GET"]),
+            Route("/value", value, methods=["GET"]),
             Route("/confirm", confirm, methods=["GET"]),
             Route("/act", act, methods=["POST"]),
             Route("/static/{name}", asset, methods=["GET"]),
@@ -377,28 +445,42 @@ def _client(request: Request, trust_proxy: bool) -> str:
     return peer + (f" ({', '.join(said)})" if said else "")
 
 
-def _list(r: Reader, query: ListQuery) -> tuple[list[dict[str, Any]], dict[str, int], list[str]]:
-    """The page's instances, the counts of all, and the processes the filter form offers."""
-    items, counts = list_items(r, query.status, None, query.prefix)
-    processes = sorted({i["process"] for i in items})
-    if query.process is not None:
-        items = [i for i in items if i["process"] == query.process]
-    return items, counts, processes
+def _page_items(r: Reader, rows: list[Listed]) -> list[dict[str, Any]]:
+    """The list's rows for a page of a listing: each record read afresh (one
+    gone since is left out; one that does not decode is listed as such)."""
+    items = []
+    for _, address, iid, status, process in rows:
+        try:
+            row = r.instance(iid)
+        except JournalCorrupt as exc:
+            named = None if address.startswith("? ") else address
+            items.append(list_item(CorruptRecord(iid, named, process, status, exc)))
+            continue
+        if row is not None:
+            items.append(list_item(row))
+    return items
 
 
-def _describe(r: Reader, query: InstanceQuery) -> dict[str, Any]:
+def _row(r: Reader, address: str) -> InstanceRow:
     try:
-        row = r.instance(instance_id(query.address))
+        row = r.instance(instance_id(address))
     except JournalCorrupt as exc:
         raise JournalCorrupt(
-            f"the record of {query.address!r} does not decode: {exc}",
+            f"the record of {address!r} does not decode: {exc}",
             database=exc.database,
             key=exc.key,
         ) from exc
     if row is None:
-        raise _NotFound(f"no instance at {query.address!r}; the list shows the addresses there are")
+        raise _NotFound(f"no instance at {address!r}; the list shows the addresses there are")
+    return row
+
+
+def _describe(r: Reader, query: InstanceQuery, whole: bool = False) -> dict[str, Any]:
+    """`describe` with the page of unread mail ``query`` asks for (all of it if ``whole``)."""
+    row = _row(r, query.address)
+    first = (query.mailpage - 1) * MAIL_PER_PAGE
     try:
-        return describe(r, row)
+        return describe(r, row, mail=None if whole else (first, MAIL_PER_PAGE))
     except CLIError as exc:  # its log or mailbox does not decode
         raise JournalCorrupt(str(exc), database="", key=b"") from exc
 

@@ -2,8 +2,10 @@
 
 Plain CSS and plain JavaScript: no build step, nothing fetched from elsewhere,
 so the page works offline. The script only polls: every few seconds it asks
-the server for the page's ``<main>`` again (the same URL with ``partial=1``)
-and swaps it in when it changed. The server escapes everything it renders, and
+the server for the page's ``<main>`` again (the same URL with ``partial=1``),
+sending the validator of what it shows (``If-None-Match``: the page's
+``live-etag`` meta, then each answer's ETag), and swaps it in when it changed; a
+304 says nothing changed, at the cost of reading the journal's change marker. The server escapes everything it renders, and
 the Content-Security-Policy header allows no inline script, so user data in the
 swapped HTML cannot run.
 """
@@ -100,6 +102,8 @@ _JS = """\
   if (!main || !state) { return; }
   var every = Math.max(200, Number(main.getAttribute("data-poll")) * 1000 || 2000);
   var last = main.innerHTML;
+  var meta = document.querySelector('meta[name="live-etag"]');
+  var tag = meta ? meta.getAttribute("content") : null;  // what the shown part was rendered from
 
   function stamp(text, stale) {
     state.textContent = text;
@@ -117,12 +121,18 @@ _JS = """\
     if (document.hidden) { setTimeout(tick, every); return; }  // a background tab costs nothing
     var url = new URL(window.location.href);
     url.searchParams.set("partial", "1");
-    fetch(url.toString(), { headers: { "Accept": "text/html" }, cache: "no-store" })
+    var headers = { "Accept": "text/html" };
+    if (tag) { headers["If-None-Match"] = tag; }
+    fetch(url.toString(), { headers: headers, cache: "no-store" })
       .then(function (resp) {
-        return resp.text().then(function (body) { return { ok: resp.ok, status: resp.status, body: body }; });
+        return resp.text().then(function (body) {
+          return { ok: resp.ok, status: resp.status, body: body, tag: resp.headers.get("ETag") };
+        });
       })
       .then(function (got) {
+        if (got.status === 304) { stamp("live, updated " + new Date().toLocaleTimeString(), false); return; }  // still current
         if (!got.ok) { stamp("update failed (HTTP " + got.status + ")", true); return; }
+        tag = got.tag;
         if (got.body !== last) {
           var open = openDetails();
           main.innerHTML = got.body;  // escaped by the server; inline script is not allowed

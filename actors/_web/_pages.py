@@ -19,7 +19,15 @@ from urllib.parse import urlencode
 from storage import STATUSES, TERMINAL_STATUSES
 
 from .._cli._render import counted, error_text, jsonable, local_time, relative, zone_name
-from ._query import PER_PAGE, InstanceQuery, ListQuery, instance_href, list_href
+from ._query import (
+    MAIL_PER_PAGE,
+    PER_PAGE,
+    InstanceQuery,
+    ListQuery,
+    instance_href,
+    list_href,
+    value_href,
+)
 
 __all__ = [
     "esc",
@@ -30,9 +38,12 @@ __all__ = [
     "list_filters",
     "instance_fragment",
     "problem_page",
+    "value_body",
 ]
 
-_VALUE_LIMIT = 20_000  # characters of one value shown; the rest is cut with a note
+# Characters of one value a page shows; the rest is cut, with a link to the
+# value page (`value_body`), which shows it whole.
+VALUE_LIMIT = 4_000
 
 
 def esc(value: Any) -> str:
@@ -40,14 +51,31 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def value_block(value: Any) -> str:
-    """A stored value as indented JSON in a ``<pre>``."""
-    text = json.dumps(jsonable(value), indent=2, ensure_ascii=False)
+def _json(value: Any) -> str:
+    return json.dumps(jsonable(value), indent=2, ensure_ascii=False)
+
+
+def value_block(value: Any, whole: str | None = None) -> str:
+    """A stored value as indented JSON in a ``<pre>``: its first `VALUE_LIMIT`
+    characters, and past that a link to ``whole`` (the URL that shows it all)."""
+    # A long string is cut before it is turned into JSON, not after.
+    text = _json(value[: VALUE_LIMIT + 1] if isinstance(value, str) else value)
     note = ""
-    if len(text) > _VALUE_LIMIT:
-        note = f'<div class="muted">(first {_VALUE_LIMIT} of {len(text)} characters)</div>'
-        text = text[:_VALUE_LIMIT]
+    if len(text) > VALUE_LIMIT:
+        size = len(value) if isinstance(value, str) else len(text)
+        link = f' <a class="whole" href="{esc(whole)}">show it whole</a>' if whole else ""
+        note = f'<div class="muted cut">(first {VALUE_LIMIT} of {size} characters){link}</div>'
+        text = text[:VALUE_LIMIT]
     return f'<pre class="value">{esc(text)}</pre>{note}'
+
+
+def value_body(address: str, title: str, value: Any) -> str:
+    """The value page: one stored value of ``address``, whole, escaped."""
+    return (
+        f'<h1 id="address">{esc(address)}</h1><p><a href="{esc(instance_href(address))}">'
+        f'back to its page</a></p><h2>{esc(title)}</h2><pre class="value whole" id="value">'
+        f"{esc(_json(value))}</pre>"
+    )
 
 
 def _badge(status: str, count: int | None = None) -> str:
@@ -62,10 +90,18 @@ def _when(t: float | None, now: float) -> str:
 
 
 def layout(
-    title: str, source: str, body: str, *, live: str | None, poll: float, mode: str = "read-only"
+    title: str,
+    source: str,
+    body: str,
+    *,
+    live: str | None,
+    poll: float,
+    mode: str = "read-only",
+    etag: str | None = None,
 ) -> str:
     """A whole page. ``live`` is the content of the polled ``<main>`` (None:
-    no polling); ``mode`` says in the header whether actions are allowed."""
+    no polling), ``etag`` its validator, which the polling script sends back
+    (`_index`); ``mode`` says in the header whether actions are allowed."""
     controls = main = ""
     if live is not None:
         controls = (
@@ -76,6 +112,7 @@ def layout(
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"{'' if etag is None or live is None else _etag_meta(etag)}"
         f"<title>{esc(title)} · actors inspector</title>"
         '<link rel="stylesheet" href="/static/inspector.css">'
         '<script src="/static/live.js" defer></script></head><body>'
@@ -83,6 +120,10 @@ def layout(
         f'<span class="muted" id="mode">{esc(mode)}</span>{controls}</header>'
         f'<div class="wrap">{body}{main}</div></body></html>'
     )
+
+
+def _etag_meta(etag: str) -> str:
+    return f'<meta name="live-etag" content="{esc(etag)}">'
 
 
 def confirm_href(action: str, address: str, **fields: object) -> str:
@@ -114,8 +155,11 @@ def list_filters(query: ListQuery, processes: list[str]) -> str:
     )
 
 
-def list_fragment(query: ListQuery, items: list[dict[str, Any]], counts: dict[str, int]) -> str:
-    """Counts by status, then one page of the matching instances, most recently updated first."""
+def list_fragment(
+    query: ListQuery, shown: list[dict[str, Any]], matching: int, counts: dict[str, int]
+) -> str:
+    """Counts by status, then ``shown``: the page ``query`` asks for of the
+    ``matching`` instances, most recently updated first."""
     now = time.time()
     total = sum(counts.values())
     chips = [f'<a href="{esc(list_href(query, status=None, page=1))}">{_badge("all", total)}</a>']
@@ -124,8 +168,7 @@ def list_fragment(query: ListQuery, items: list[dict[str, Any]], counts: dict[st
         for s in STATUSES
         if counts.get(s)
     ]
-    pages = max(1, math.ceil(len(items) / query.per))
-    shown = items[(query.page - 1) * query.per : query.page * query.per]
+    pages = max(1, math.ceil(matching / query.per))
     rows = []
     for i in shown:
         address = i["address"]
@@ -147,11 +190,11 @@ def list_fragment(query: ListQuery, items: list[dict[str, Any]], counts: dict[st
             f"<th>updated ({esc(zone_name())})</th><th>created</th><th>detail</th></tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"
         )
-    elif items:
+    elif matching:
         table = f'<p class="muted">no instances on page {query.page}; there are {pages}.</p>'
     else:
         table = '<p class="muted" id="instances">no instances match.</p>'
-    pager = [f"<span>{len(items)} matching · page {query.page} of {pages}</span>"]
+    pager = [f"<span>{matching} matching · page {query.page} of {pages}</span>"]
     if query.page > 1:
         pager.append(f'<a href="{esc(list_href(query, page=query.page - 1))}">← newer</a>')
     if query.page < pages:
@@ -215,12 +258,12 @@ def _error(error: Any, name: str) -> str:
     return out
 
 
-def _whole(item: dict[str, Any]) -> str:
+def _whole(item: dict[str, Any], address: str) -> str:
     """The entry's whole value, or its error with its summary and traceback,
     folded under its outcome line (which cuts a value at 60 characters)."""
     fold = ""
     if "value" in item and len(json.dumps(jsonable(item["value"]), ensure_ascii=False)) > 50:
-        fold = value_block(item["value"])
+        fold = value_block(item["value"], value_href(address, "log", seq=item["seq"]))
     error = item.get("error")
     if isinstance(error, dict):
         if len(error_text(error)) > 60 or error.get("traceback") or error.get("summary"):
@@ -256,7 +299,7 @@ def _log(doc: dict[str, Any], query: InstanceQuery, now: float, fork: bool) -> s
             esc(item["kind"]),
             f'<span class="mono">{esc(item["name"])}</span>',
             esc(item.get("attempt", "")),
-            f"<span{cls}>{esc(item['outcome'])}</span>{_whole(item)}",
+            f"<span{cls}>{esc(item['outcome'])}</span>{_whole(item, doc['address'])}",
             ", ".join(detail),
         ]
         if fork:
@@ -271,7 +314,7 @@ def _log(doc: dict[str, Any], query: InstanceQuery, now: float, fork: bool) -> s
         pager.append(f"<span>{entries} · page {query.logpage} of {pages}</span>")
 
     def to(page: int) -> str:
-        return esc(instance_href(doc["address"], page, query.per))
+        return esc(instance_href(doc["address"], page, query.per, query.mailpage))
 
     if query.logpage > 1:
         pager.append(f'<a href="{to(query.logpage - 1)}">← earlier</a>')
@@ -319,10 +362,13 @@ def instance_fragment(
     out = [f'<h1 id="address">{esc(doc["address"])}</h1>', _facts(facts)]
 
     out.append('<div class="grid"><section><h2>Input</h2>')
-    out.append(value_block({"params": doc["params"], "input": doc["input"]}))
+    address = doc["address"]
+    inputs = {"params": doc["params"], "input": doc["input"]}
+    out.append(value_block(inputs, value_href(address, "input")))
     out.append("</section><section>")
     if doc["status"] == "completed":
-        out.append(f'<h2>Result</h2><div id="result">{value_block(doc["result"])}</div>')
+        result = value_block(doc["result"], value_href(address, "result"))
+        out.append(f'<h2>Result</h2><div id="result">{result}</div>')
     elif doc["error"]:
         out.append(f'<h2>Error</h2><div id="error">{_error(doc["error"], "error")}</div>')
     else:
@@ -352,15 +398,16 @@ def instance_fragment(
     out.append(_log(doc, query, now, "fork" in actions and doc["status"] in TERMINAL_STATUSES))
 
     ever = f" ({doc['messages_ever']} received in all)" if doc["messages_ever"] else ""
-    unread = counted(len(doc["mailbox"]), "unread message")
+    unread = counted(doc["mailbox_total"], "unread message")
     out.append(f"<h2>Mailbox: {esc(unread)}{esc(ever)}</h2>")
     drop = "drop" in actions
+    first = (query.mailpage - 1) * MAIL_PER_PAGE  # the position of the page's first message
     mail = [
         [
             esc(m["seq"]),
             f'<span class="mono">{esc(m["signal"])}</span>',
             _when(m["sent"], now),
-            value_block(m["payload"]),
+            value_block(m["payload"], value_href(address, "mail", seq=m["seq"], at=first + i)),
         ]
         + (
             [
@@ -370,17 +417,20 @@ def instance_fragment(
             if drop
             else []
         )
-        for m in doc["mailbox"]
+        for i, m in enumerate(doc["mailbox"])
     ]
     headers = ["#", "signal", "sent", "payload"] + (["action"] if drop else [])
-    out.append(_table("mailbox", headers, mail, "no unread messages"))
+    empty = "no messages on this page" if doc["mailbox_total"] else "no unread messages"
+    out.append(_table("mailbox", headers, mail, empty))
+    out.append(_mail_pager(doc, query))
     poison = doc.get("handling")  # the message a failed run was handling
     if poison:
         after = f", after {counted(len(doc['restarts']), 'restart')}" if doc["restarts"] else ""
         out.append(
             f'<p class="error" id="handling">failed while handling message '
             f"#{esc(poison['seq'])} {esc(poison['signal'])} (taken at effect "
-            f"#{esc(poison['effect'])}{esc(after)})</p>{value_block(poison['payload'])}"
+            f"#{esc(poison['effect'])}{esc(after)})</p>"
+            f"{value_block(poison['payload'], value_href(address, 'handling'))}"
         )
         if drop:
             there = confirm_href("drop", doc["address"], message=poison["seq"])
@@ -416,7 +466,8 @@ def instance_fragment(
 
     out.append("<h2>Exports</h2>")
     if doc["exports_version"] is not None:
-        out.append(f"<p>version {esc(doc['exports_version'])}</p>{value_block(doc['exports'])}")
+        exports = value_block(doc["exports"], value_href(address, "exports"))
+        out.append(f"<p>version {esc(doc['exports_version'])}</p>{exports}")
     else:
         out.append('<p class="muted">nothing published</p>')
 
@@ -431,9 +482,12 @@ def instance_fragment(
             f'<span class="mono">{esc(c["function"])}</span>',
             esc(c["attempts"]),
             "step may have applied" if c["possibly_applied"] else "",
-            value_block({"args": c["args"], "kwargs": c["kwargs"]}),
+            value_block(
+                {"args": c["args"], "kwargs": c["kwargs"]},
+                value_href(address, "compensation", at=i),
+            ),
         ]
-        for c in comps
+        for i, c in enumerate(comps)
     ]
     out.append(
         _table(
@@ -446,6 +500,23 @@ def instance_fragment(
     if doc["compensation_failure"]:
         out.append(f"<p>stuck on:</p>{_error(doc['compensation_failure'], 'stuck')}")
     return "".join(out)
+
+
+def _mail_pager(doc: dict[str, Any], query: InstanceQuery) -> str:
+    total = doc["mailbox_total"]
+    if total <= MAIL_PER_PAGE and query.mailpage == 1:
+        return ""
+    pages = max(1, math.ceil(total / MAIL_PER_PAGE))
+    pager = [f'<span id="mail-pages">page {query.mailpage} of {pages} of the unread mail</span>']
+
+    def to(page: int) -> str:
+        return esc(instance_href(doc["address"], query.logpage, query.per, page))
+
+    if query.mailpage > 1:
+        pager.append(f'<a href="{to(query.mailpage - 1)}">← older</a>')
+    if query.mailpage < pages:
+        pager.append(f'<a href="{to(query.mailpage + 1)}">newer →</a>')
+    return f'<div class="pager">{"".join(pager)}</div>'
 
 
 # -- problems -----------------------------------------------------------------------

@@ -15,15 +15,21 @@ __all__ = [
     "BadQuery",
     "ListQuery",
     "InstanceQuery",
+    "ValueQuery",
     "parse_list",
     "parse_instance",
+    "parse_value",
     "list_href",
     "instance_href",
+    "value_href",
+    "PARTS",
     "PER_PAGE",
+    "MAIL_PER_PAGE",
     "MAX_PER_PAGE",
 ]
 
 PER_PAGE = 50  # rows of a list or log page unless ``per`` says otherwise
+MAIL_PER_PAGE = 20  # unread messages on an instance's page (each up to a value's cut)
 MAX_PER_PAGE = 500
 
 
@@ -49,12 +55,31 @@ class ListQuery:
 
 @attrs.frozen
 class InstanceQuery:
-    """Which instance a page shows, and which page of its effect log."""
+    """Which instance a page shows, which page of its effect log (``per``
+    entries a page) and which of its unread mail (`MAIL_PER_PAGE` a page)."""
 
     address: str
     logpage: int = 1
     per: int = PER_PAGE
     partial: bool = False
+    mailpage: int = 1
+
+
+# The values of an instance that the value page shows whole, and what names
+# one of them: "mail" the message #seq at position ``at`` of the unread mail
+# (0-based), "log" the entry #seq of the current run's log, "compensation"
+# the ``at``-th registered compensation's arguments.
+PARTS = ("input", "result", "exports", "handling", "mail", "log", "compensation")
+
+
+@attrs.frozen
+class ValueQuery:
+    """One stored value of an instance, to show whole."""
+
+    address: str
+    part: str
+    seq: int | None = None
+    at: int | None = None
 
 
 def _single(params: Mapping[str, Sequence[str]], allowed: Sequence[str]) -> dict[str, str]:
@@ -107,7 +132,7 @@ def parse_list(params: Mapping[str, Sequence[str]]) -> ListQuery:
 
 def parse_instance(params: Mapping[str, Sequence[str]]) -> InstanceQuery:
     """An instance page's query (``address``, ``logpage``, ``per``)."""
-    p = _single(params, ("address", "logpage", "per", "partial"))
+    p = _single(params, ("address", "logpage", "mailpage", "per", "partial"))
     address = p.get("address", "")
     if not address:
         raise BadQuery("address is missing: /instance?address=orders/o-17 shows orders/o-17")
@@ -116,7 +141,40 @@ def parse_instance(params: Mapping[str, Sequence[str]]) -> InstanceQuery:
         logpage=_number(p, "logpage", 1),
         per=_number(p, "per", PER_PAGE, MAX_PER_PAGE),
         partial=_flag(p, "partial"),
+        mailpage=_number(p, "mailpage", 1),
     )
+
+
+def parse_value(params: Mapping[str, Sequence[str]]) -> ValueQuery:
+    """The value page's query (``address``, ``part``, and ``seq`` and ``at``
+    where the part needs them)."""
+    p = _single(params, ("address", "part", "seq", "at"))
+    address = p.get("address", "")
+    if not address:
+        raise BadQuery("address is missing: /value?address=orders/o-17&part=input shows its input")
+    part = p.get("part", "")
+    if part not in PARTS:
+        raise BadQuery(f"part must be one of {', '.join(PARTS)}, not {part!r}")
+    needs = {"mail": ("seq", "at"), "log": ("seq",), "compensation": ("at",)}.get(part, ())
+    for name in ("seq", "at"):
+        if name in needs and not p.get(name):
+            raise BadQuery(f"the {part} part needs {name}")
+        if name not in needs and p.get(name):
+            raise BadQuery(f"the {part} part takes no {name}")
+    return ValueQuery(
+        address=address,
+        part=part,
+        seq=_number(p, "seq", 1) if "seq" in needs else None,
+        at=_index(p, "at") if "at" in needs else None,
+    )
+
+
+def _index(params: dict[str, str], name: str) -> int:
+    """A position counted from 0."""
+    text = params.get(name, "")
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise BadQuery(f"{name} must be a whole number from 0, not {text!r}")
+    return int(text)
 
 
 def list_href(query: ListQuery, **changes: object) -> str:
@@ -136,11 +194,20 @@ def list_href(query: ListQuery, **changes: object) -> str:
     return "/" + (f"?{urlencode(params)}" if params else "")
 
 
-def instance_href(address: str, logpage: int = 1, per: int = PER_PAGE) -> str:
-    """The URL of ``address``'s page (its log at page ``logpage``)."""
+def instance_href(address: str, logpage: int = 1, per: int = PER_PAGE, mailpage: int = 1) -> str:
+    """The URL of ``address``'s page (its log at page ``logpage``, its mail at ``mailpage``)."""
     params: list[tuple[str, object]] = [("address", address)]
     if logpage != 1:
         params.append(("logpage", logpage))
+    if mailpage != 1:
+        params.append(("mailpage", mailpage))
     if per != PER_PAGE:
         params.append(("per", per))
     return "/instance?" + urlencode(params)
+
+
+def value_href(address: str, part: str, *, seq: int | None = None, at: int | None = None) -> str:
+    """The URL of the page that shows one value of ``address`` whole."""
+    params: list[tuple[str, object]] = [("address", address), ("part", part)]
+    params += [(name, n) for name, n in (("seq", seq), ("at", at)) if n is not None]
+    return "/value?" + urlencode(params)

@@ -66,6 +66,11 @@ def _missing_value(iid: bytes, index: int, why: str) -> JournalCorrupt:
     )
 
 
+# `listing` keeps a value of up to this many bytes to compare with the next
+# read of it, and the hash of a longer one.
+_SAME = 256
+
+
 class _LMDBReader(Reader):
     __slots__ = ("_txn", "_dbs", "_entry", "_message")
 
@@ -219,6 +224,81 @@ class _LMDBReader(Reader):
                 f"says fewer messages were sent than the mailbox holds (up to {box[-1][0]})",
             )
         return box
+
+    def mailbox_page(self, iid: bytes, start: int, limit: int) -> tuple[int, list[tuple[int, Any]]]:
+        # The keys are counted (no value is copied); the page's values alone
+        # are decoded.
+        end = _prefix_end(iid)
+        page: list[tuple[int, Any]] = []
+        with self._txn.cursor(db=self._dbs["mail"]) as cur:
+            keys = cur.iternext(values=False) if cur.set_range(iid) else iter(())
+            total = sum(1 for _ in takewhile(lambda k: end is None or k < end, keys))
+            if start < total and limit > 0 and cur.set_range(iid):
+                for _ in range(start):
+                    cur.next()
+                for key, value in cur:
+                    if len(page) >= limit or not key.startswith(iid):
+                        break
+                    seq = _Q.unpack_from(rd.key_size(key, 24, "mail"), 16)[0]
+                    page.append((seq, rd.decode_record(value, "mail", key, self._message)))
+        return total, page
+
+    def listing(
+        self,
+        status: str | None = None,
+        process: str | None = None,
+        *,
+        memo: dict[bytes, Any] | None = None,
+    ) -> list[j.Listed]:
+        # One pass over the instances database: the status byte, the header
+        # and the record's "updated" field; no record is checked or built.
+        # With a memo, a value equal to the one read last time (compared
+        # whole up to _SAME bytes, by its 64-bit hash above) gives last
+        # time's tuple; the memo holds one entry per instance there is.
+        code = None if status is None else j.STATUS_CODE[status]
+        seen: dict[bytes, tuple[bytes | int, j.Listed]] = {} if memo is None else memo
+        rows: list[j.Listed] = []
+        scanned = 0
+        with self._txn.cursor(db=self._dbs["instances"]) as cur:
+            for iid, value in cur.iternext():
+                held = value[0] if value else -1  # the status's code
+                if code is not None and held != code:
+                    continue
+                scanned += 1
+                stamp = value if len(value) <= _SAME else hash(value)
+                known = seen.get(iid)
+                if known is not None and known[0] == stamp:
+                    row = known[1]
+                else:
+                    row = self._listed(iid, value, held)
+                    seen[iid] = (stamp, row)
+                if process is None or row[4] == process:
+                    rows.append(row)
+        if len(seen) > scanned:  # some may be gone: forget those
+            with self._txn.cursor(db=self._dbs["instances"]) as cur:
+                alive = set(cur.iternext(values=False))
+            for iid in [i for i in seen if i not in alive]:
+                del seen[iid]
+        return rows
+
+    def _listed(self, iid: bytes, value: bytes, held: int) -> j.Listed:
+        address, proc, updated = None, "?", 0.0
+        try:
+            hlen = _H.unpack_from(value, 1)[0]
+            address, proc = msgpack.unpackb(value[3 : 3 + hlen])
+            updated = rd.decode_record(value[3 + hlen :], "instances", iid).get("updated")
+        except Exception:  # noqa: BLE001 - listed; reading it says what is wrong
+            address = address if isinstance(address, str) else _header_address(value)
+            indexed = self._txn.get(value[:1] + iid, db=self._dbs["status"])
+            proc = indexed.decode(errors="replace") if indexed is not None else "?"
+        if not isinstance(updated, (int, float)):
+            updated = 0.0
+        name = j.STATUS_NAME.get(held, "unknown")
+        proc = proc if isinstance(proc, str) else "?"
+        return (-float(updated), address or f"? {iid.hex()}", iid, name, proc)
+
+    def change_marker(self) -> int | None:
+        return self._txn.id()
 
     def last_message_seq(self, iid: bytes) -> int:
         key = iid + _MAIL_COUNTER

@@ -143,6 +143,12 @@ class _PostgresReader(Reader):
             for seq, message in self._rows(self._sql.mailbox, [iid])
         ]
 
+    def mailbox_page(self, iid: bytes, start: int, limit: int) -> tuple[int, list[tuple[int, Any]]]:
+        total = self._one(self._sql.mailbox_count, [iid]) or 0
+        rows = self._rows(self._sql.mailbox_page, [iid, max(0, limit), max(0, start)])
+        page = [(seq, rd.decode_record(m, "mail", iid, self._message)) for seq, m in rows]
+        return total, page
+
     def mailboxes(self, iids: list[bytes]) -> dict[bytes, list[tuple[int, Any]]]:
         found: dict[bytes, list[tuple[int, Any]]] = {iid: [] for iid in iids}
         for iid, seq, message in self._rows(self._sql.mailboxes, [iids]):

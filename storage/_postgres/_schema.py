@@ -296,6 +296,10 @@ class _SQL:
         self.log = f"SELECT seq, entry FROM {s}.log WHERE iid = %s AND run = %s ORDER BY seq"
         self.log_runs = f"SELECT DISTINCT run FROM {s}.log WHERE iid = %s ORDER BY run"
         self.mailbox = f"SELECT seq, message FROM {s}.mail WHERE iid = %s ORDER BY seq"
+        self.mailbox_page = (
+            f"SELECT seq, message FROM {s}.mail WHERE iid = %s ORDER BY seq LIMIT %s OFFSET %s"
+        )
+        self.mailbox_count = f"SELECT count(*) FROM {s}.mail WHERE iid = %s"
         self.mailboxes = (
             f"SELECT iid, seq, message FROM {s}.mail WHERE iid = ANY(%s) ORDER BY iid, seq"
         )
