@@ -31,8 +31,16 @@ class Opener:
         return actors.open_system(self.journal(), processes=list(processes), **kw)
 
 
+# Under autojump_clock a wait that nothing will end jumps here at once and
+# fails, instead of hanging the run; no test waits a century of virtual time.
+_NEVER = 100 * 365 * 86400.0
+
+
 async def wait_status(handle, *statuses: str) -> str:
-    async for status in handle.status_changes():
-        if status in statuses:
-            return status
+    with trio.move_on_after(_NEVER) as waited:
+        async for status in handle.status_changes():
+            if status in statuses:
+                return status
+    if waited.cancelled_caught:
+        raise AssertionError(f"{handle.id} never reached {statuses}: it stayed {handle.status}")
     return handle.status
