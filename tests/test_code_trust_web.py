@@ -15,7 +15,7 @@ from actors._web._actions import ACTIONS, Runner  # noqa: E402
 from storage import LMDBJournal  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 from tests.test_code_trust import assert_refused, forged_history, lmdb_store  # noqa: E402
-from tests.test_web_actions import GUARD, post, text_of  # noqa: E402
+from tests.test_web_actions import GUARD, post, text_of, tok  # noqa: E402
 
 
 @pytest.mark.slow  # the action's command line runs in a process of its own, on real time
@@ -30,7 +30,7 @@ async def test_the_inspectors_resume_action_on_a_forged_history_runs_nothing(tmp
         )
         session = GUARD.new_session()
         fields = {"action": "resume-compensation", "address": "trust/o-1"}
-        status, _, body = await post(app, fields, session=session, token=GUARD.token(session))
+        status, _, body = await post(app, fields, session=session, token=tok(session, fields))
     assert 200 == status, body
     assert "resumed trust/o-1" in text_of(body)
     async with laptop.open() as system:
