@@ -321,6 +321,7 @@ def describe(r: Reader, row: InstanceRow, mail: tuple[int, int] | None = None) -
         "id": iid.hex(),
         "run": run,
         "incarnation": record.incarnation,
+        "owner": r.owner(iid),  # the node running it, on a journal nodes share
         **{key: getattr(record, key) for key in _SHOWN},
         "exports_version": record.exports_version or None,  # None: nothing published
         "params": record.params,

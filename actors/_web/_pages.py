@@ -347,6 +347,8 @@ def instance_fragment(
         ),
         ("id", f'<span class="mono">{esc(doc["id"])}</span>'),
     ]
+    if doc.get("owner"):  # a journal that nodes share: the node running it
+        facts.append(("owner node", f'<span id="owner">{esc(doc["owner"])}</span>'))
     if doc["reason"]:
         facts.append(("reason", esc(doc["reason"])))
     if doc["stuck"]:
