@@ -303,6 +303,8 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
             out.extend("    " + line for line in trace.rstrip().splitlines())
         elif trace:
             field("", "(--traceback shows where it was raised)")
+    if doc.get("failed_at"):
+        field("failed at", doc["failed_at"]["label"])
     if doc.get("queued"):
         place = doc["queued"]
         since = place["since"]
