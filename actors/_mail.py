@@ -19,13 +19,17 @@ entry holds it (its id, signal and payload) in the run's log, and the log
 of the run that ended an instance stays with it; so the message an instance
 was handling when it failed — restarted past its restart limit, the last
 restart's — is recorded as it failed, and `handling` finds it: the latest
-message the run took. ``show`` names it. Not when the run failed at a later
-effect that a crash cut short (an ``at_most_once`` step whose attempt the
-process stopped during): nothing the message held failed the run then, and
-dropping it would lose it for nothing; `failed_at` names that effect, the
-run's last entry when it holds an error, for ``show`` and ``mail``. Dropping it (its id) adds it to the
+message the run took. ``show`` names it. Dropping it (its id) adds it to the
 dead letters, and a fork (`actors._fork`) then leaves it out of the mail it
 puts back, so the forked run never sees it again.
+
+Which effect failed a run. `failed_at` is the run's last log entry when it
+holds an error: the effect the run stopped at (a step, a child), which
+``show`` and ``mail`` name. When a crash cut that effect short after the
+run took its latest message (an ``at_most_once`` step the process stopped
+during: its error record counts ``crashed`` attempts), `handling` names no
+message: the crash failed the run whatever the message held, and dropping
+the message would lose it for nothing (retry or fork the instance).
 
 Ids. A message's id is its incarnation's own: a retry or fork of the
 address carries the mail into a new incarnation, numbered anew
@@ -192,7 +196,8 @@ def dead_ids(r: Reader, iid: bytes) -> frozenset[int]:
 @attrs.frozen
 class FailedAt:
     """The effect a failed run stopped at: its log's last entry, which holds
-    an error (a step that failed, a child that failed, ...)."""
+    an error (a step that failed, a child that failed, ...). The process may
+    have caught that error and raised another; the run's error says which."""
 
     seq: int
     kind: str
