@@ -23,6 +23,14 @@ message the run took. ``show`` names it. Dropping it (its id) adds it to the
 dead letters, and a fork (`actors._fork`) then leaves it out of the mail it
 puts back, so the forked run never sees it again.
 
+Which effect failed a run. `failed_at` is the run's last log entry when it
+holds an error: the effect the run stopped at (a step, a child), which
+``show`` and ``mail`` name. When a crash cut that effect short after the
+run took its latest message (an ``at_most_once`` step the process stopped
+during: its error record counts ``crashed`` attempts), `handling` names no
+message: the crash failed the run whatever the message held, and dropping
+the message would lose it for nothing (retry or fork the instance).
+
 Ids. A message's id is its incarnation's own: a retry or fork of the
 address carries the mail into a new incarnation, numbered anew
 (`Message.incarnation` says which one a listing read). A drop is bound to
@@ -80,6 +88,8 @@ __all__ = [
     "DeadLetter",
     "dead_ids",
     "drop_txn",
+    "FailedAt",
+    "failed_at",
     "handling",
     "read_dead",
     "read_mail",
@@ -183,12 +193,58 @@ def dead_ids(r: Reader, iid: bytes) -> frozenset[int]:
     return frozenset(d.message.id for d in read_dead(r, iid)[1] if d.incarnation == inc)
 
 
+@attrs.frozen
+class FailedAt:
+    """The effect a failed run stopped at: its log's last entry, which holds
+    an error (a step that failed, a child that failed, ...). The process may
+    have caught that error and raised another; the run's error says which."""
+
+    seq: int
+    kind: str
+    name: str
+    error: dict[str, Any]
+    #: a crash cut its last attempt short (an ``at_most_once`` step): the
+    #: process stopped during it; its code raised nothing
+    crashed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """What ``show`` and ``mail`` print (``label``) and give as JSON."""
+        label = f"{self.kind} {self.name!r} (effect #{self.seq})"
+        if self.crashed:
+            label += ", cut short by a crash: no message it took failed it"
+        return {
+            "seq": self.seq,
+            "kind": self.kind,
+            "name": self.name,
+            "crashed": self.crashed,
+            "label": label,
+        }
+
+
+def failed_at(entries: dict[int, LogEntry]) -> FailedAt | None:
+    """Where a run stopped, if its last entry is an effect that failed; None
+    otherwise (its code raised, or it did not fail)."""
+    if not entries:
+        return None
+    seq = max(entries)
+    entry = entries[seq]
+    if entry.error is None:
+        return None
+    crashed = entry.error.get("crashed")
+    return FailedAt(seq, entry.kind, entry.name, entry.error, bool(crashed))
+
+
 def handling(entries: dict[int, LogEntry]) -> tuple[int, Message] | None:
     """The message a run was handling when it stopped: the latest its log
     shows it took (by the position of the wait that took it), with that
-    position; None if it took none."""
+    position; None if it took none, or if the run stopped at a later effect
+    that a crash cut short (see `failed_at`): then the crash failed the run,
+    not the message."""
+    end = failed_at(entries)
     for seq, entry in sorted(entries.items(), reverse=True):
         if entry.kind == "wait" and entry.message is not None and entry.is_outcome:
+            if end is not None and end.crashed and end.seq > seq:
+                return None
             return seq, Message(entry.message, entry.signal or entry.name, entry.value)
     return None
 

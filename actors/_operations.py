@@ -150,8 +150,10 @@ class Operations:
         """The message a failed instance was handling when it failed (the
         latest its last run took: for one that crashed past its restart
         limit, the message of the last crash), read from its run's log,
-        which stays with it until cleanup; None if it is not failed or took
-        none. ``actors show`` names it; `drop_message` takes its id.
+        which stays with it until cleanup; None if it is not failed, took
+        none, or failed at a later effect that a crash cut short (an
+        ``at_most_once`` step: the crash failed it, not the message).
+        ``actors show`` names it; `drop_message` takes its id.
 
         Raises:
             NotDelivered: no instance at ``address`` (reason ``"unknown"``).

@@ -283,6 +283,14 @@ class Reader(abc.ABC):
         ]
         return rows
 
+    def owner(self, iid: bytes) -> str | None:
+        """The name of the node that owns the instance now, on a journal that
+        several nodes share (`PostgresJournal`); None where the backend has no
+        owners, the instance has none (no node claimed it, or it ended and
+        was let go), or there is no such instance. What `show` and the
+        inspector print; the owner may change as soon as it is read."""
+        return None
+
     def change_marker(self) -> int | None:
         """A number that differs between this snapshot and any earlier one
         that misses a commit this one sees (LMDB: the transaction id), or

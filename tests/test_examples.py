@@ -154,6 +154,53 @@ def test_shipping(tmp_path):
     ] == run_example("shipping.py", tmp_path / "journal")
 
 
+def test_billing(tmp_path):
+    lines = run_example("billing.py", tmp_path)
+    sections: dict[str, list[str]] = {"start": []}
+    for line in lines:  # within a day, the processes print in no fixed order
+        if line.startswith(("day ", "-- ")):
+            sections[line] = []
+        else:
+            sections[list(sections)[-1]].append(line.strip())
+    assert {
+        "start": [],
+        "day 3:": sorted(
+            [
+                "email to cy: cancelled during the trial; you were not charged",
+                "bank: charged ann 10",  # the trial ended on day 14
+                "email to bob: your card was declined for month 1; please send a new one",
+            ]
+        ),
+        "day 16:": ["bank: charged bob 10"],  # the new card, at once
+        "day 20:": sorted(
+            [
+                "bank: charged ann 20",
+                "bank: charged bob 90",
+                "email to ann: you are on pro now",
+                "email to bob: the upgrade to enterprise failed; we refunded 90",
+            ]
+        ),
+        # the journal was closed on day 30 and opened again: month 2's charges
+        # (days 44 and 46) come from the reopened journal, each made once
+        "day 30:": [],
+        "-- closed; the journal opened again --": ["bank: charged ann 30", "bank: charged bob 10"],
+        "day 50:": sorted(
+            [
+                "email to bob: cancelled; basic runs to the end of month 2",
+                "bank: charged ann 30",
+                "ann: 3 months, ending on pro",
+                "bob: cancelled in month 2 on basic",
+                "cy: cancelled during the trial",
+            ]
+        ),
+        "day 110:": [
+            "ann paid 90, refunded 0",
+            "bob paid 20, refunded 90",
+            "charges made twice: none",
+        ],
+    } == {day: sorted(got) if day != "day 110:" else got for day, got in sections.items()}
+
+
 HELPED = [
     *[("examples", path.name) for path in sorted((ROOT / "examples").glob("*.py"))],
     *[

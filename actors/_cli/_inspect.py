@@ -30,6 +30,7 @@ from .._admin import (
     LogEntry,
     StoredMessage,
     children_named,
+    failed_at,
     handling,
     queue_place,
     read_dead,
@@ -57,6 +58,7 @@ __all__ = [
     "list_items",
     "list_item",
     "under",
+    "failed_at_of",
     "handling_of",
     "show",
     "describe",
@@ -189,6 +191,12 @@ def _log_item(seq: int, entry: dict[str, Any], ended: bool, armed: set[int]) -> 
     item: dict[str, Any] = {"seq": seq, "kind": kind, "name": entry.get("n") or ""}
     if kind == "wait":
         item["name"] = ",".join(signal_label(n) for n in str(item["name"]).split(","))
+        # A receive's entry is stored as a wait (replay matches the kind)
+        # holding the signal it took ("s"), which a wait's never holds: every
+        # version has written it so (replay gives a receive its signal from
+        # it), so the label is right for any journal and costs no write.
+        if "s" in entry:
+            item["kind"] = "receive"
     for field, key in (
         ("attempt", "a"),
         ("failures", "f"),
@@ -321,6 +329,7 @@ def describe(r: Reader, row: InstanceRow, mail: tuple[int, int] | None = None) -
         "id": iid.hex(),
         "run": run,
         "incarnation": record.incarnation,
+        "owner": r.owner(iid),  # the node running it, on a journal nodes share
         **{key: getattr(record, key) for key in _SHOWN},
         "exports_version": record.exports_version or None,  # None: nothing published
         "params": record.params,
@@ -346,6 +355,7 @@ def describe(r: Reader, row: InstanceRow, mail: tuple[int, int] | None = None) -
         # The message a failed run was handling (its poison, if it crashed on
         # it past its restart limit), and the messages dropped from the address.
         "handling": handling_of(r, row),
+        "failed_at": failed_at_of(r, row),
         "dead_letters": len(read_dead(r, iid)[1]),
         "compensations": _compensations(row),
         "compensations_fate": _compensations_fate(row),
@@ -391,6 +401,15 @@ _SHOWN = (
 def handling_of(r: Reader, row: InstanceRow) -> dict[str, Any] | None:
     """The message a failed run of ``row``'s instance was handling (see `describe`)."""
     return _handling(r.entries(row.iid, row.record.run)) if row.status == "failed" else None
+
+
+def failed_at_of(r: Reader, row: InstanceRow) -> dict[str, Any] | None:
+    """The effect a failed run of ``row``'s instance stopped at, if one
+    failed it (`actors._mail.failed_at`), for `describe`."""
+    if row.status != "failed":
+        return None
+    found = failed_at(r.entries(row.iid, row.record.run))
+    return None if found is None else found.as_dict()
 
 
 def _handling(entries: dict[int, LogEntry]) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ from .._admin import (
     Message,
     drop_refusal,
     drop_txn,
+    failed_at,
     handling,
     read_dead,
     read_for_drop,
@@ -95,13 +96,15 @@ async def mail(args: argparse.Namespace) -> int:
                 letters = read_dead(r, iid)[1]
                 doc: dict[str, Any] = {"address": address, "dropped": [_letter(d) for d in letters]}
             else:
-                found = handling(r.entries(iid, row.record.run)) if row.status == "failed" else None
+                entries = r.entries(iid, row.record.run) if row.status == "failed" else {}
+                found, end = handling(entries), failed_at(entries)
                 doc = {
                     "address": address,
                     "status": row.status,
                     "incarnation": row.record.incarnation,
                     "unread": [_message(m) for m in read_mail(r, iid)],
                     "handling": None if found is None else _message(found[1]),
+                    "failed_at": None if end is None else end.as_dict(),
                 }
 
     def render() -> str:
@@ -118,6 +121,8 @@ async def mail(args: argparse.Namespace) -> int:
             f"{len(doc['unread'])} unread message(s)"
         ]
         lines += [_line(m) for m in doc["unread"]]
+        if doc["failed_at"] is not None:
+            lines.append(f"it failed at {doc['failed_at']['label']}")
         if doc["handling"] is not None:
             lines.append("it failed while handling:")
             lines.append(_line(doc["handling"]))

@@ -303,6 +303,8 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
             out.extend("    " + line for line in trace.rstrip().splitlines())
         elif trace:
             field("", "(--traceback shows where it was raised)")
+    if doc.get("failed_at"):
+        field("failed at", doc["failed_at"]["label"])
     if doc.get("queued"):
         place = doc["queued"]
         since = place["since"]
@@ -318,6 +320,8 @@ def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
     if doc["reason"]:
         field("reason", str(doc["reason"]))
     field("run", f"{doc['run']} (incarnation {doc['incarnation']})")
+    if doc.get("owner"):
+        field("owner node", str(doc["owner"]))
     zone = zone_name(doc["created"])
     field("created", f"{local_time(doc['created'])} {zone} ({relative(doc['created'], now)})")
     field("updated", f"{local_time(doc['updated'])} {zone} ({relative(doc['updated'], now)})")

@@ -347,6 +347,8 @@ def instance_fragment(
         ),
         ("id", f'<span class="mono">{esc(doc["id"])}</span>'),
     ]
+    if doc.get("owner"):  # a journal that nodes share: the node running it
+        facts.append(("owner node", f'<span id="owner">{esc(doc["owner"])}</span>'))
     if doc["reason"]:
         facts.append(("reason", esc(doc["reason"])))
     if doc["stuck"]:
@@ -371,6 +373,10 @@ def instance_fragment(
         out.append(f'<h2>Result</h2><div id="result">{result}</div>')
     elif doc["error"]:
         out.append(f'<h2>Error</h2><div id="error">{_error(doc["error"], "error")}</div>')
+        if doc.get("failed_at"):  # the effect that failed the run (see actors._mail.failed_at)
+            out.append(
+                f'<p class="error" id="failed-at">failed at {esc(doc["failed_at"]["label"])}</p>'
+            )
     else:
         out.append('<h2>Result</h2><p class="muted">not finished</p>')
     out.append("</section></div>")

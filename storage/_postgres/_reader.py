@@ -156,6 +156,10 @@ class _PostgresReader(Reader):
             found[iid].append((seq, rd.decode_record(message, "mail", iid, self._message)))
         return found
 
+    def owner(self, iid: bytes) -> str | None:
+        found = self._one(self._sql.owner, [iid])
+        return None if found is None else str(found)
+
     def last_message_seq(self, iid: bytes) -> int:
         return self._one(self._sql.last_message_seq, [iid]) or 0
 

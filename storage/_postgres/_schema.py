@@ -323,6 +323,7 @@ class _SQL:
             "ORDER BY idx"
         )
         self.stream_length = f"SELECT next FROM {s}.counters WHERE iid = %s AND kind = {_STREAM}"
+        self.owner = f"SELECT owner FROM {s}.instances WHERE iid = %s"
         self.last_message_seq = f"SELECT next FROM {s}.counters WHERE iid = %s AND kind = {_MAIL}"
         self.cursors = f"SELECT consumer, position FROM {s}.cursors WHERE iid = %s"
         # Which of these (iid, consumer) cursors exist (Txn.require_no_cursor:
