@@ -36,6 +36,13 @@ FOUND = {
     "parked-with-work": (3, 7),
     "raised-in-nursery": (7, 7),
     "duplicate-send": (3, 7),
+    "retry-lost-mail": (33, 8),
+    "fork-copied-mail": (7, 8),
+    "cleanup-removed-child": (4, 8),
+    "completed-cancelled": (18, 8),
+    "drop-not-withheld": (10, 8),
+    "drop-any-incarnation": (226, 8),
+    "drop-unclaimed": (2, 8),
 }
 WINDOW = 100
 
