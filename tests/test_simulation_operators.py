@@ -21,7 +21,7 @@ from tests.simulation.world import InvariantBroken, Run, World
 
 
 def test_workload_8_is_the_default():
-    assert (8, 8) == (WORKLOAD, LATEST)
+    assert WORKLOAD == 8 and LATEST >= 8
     with pytest.raises(SystemExit):
         main(["--seed", "1", "--workload", str(LATEST + 1)])
 

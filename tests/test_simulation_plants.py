@@ -43,6 +43,8 @@ FOUND = {
     "drop-not-withheld": (10, 8),
     "drop-any-incarnation": (226, 8),
     "drop-unclaimed": (2, 8),
+    "signal-generation": (13, 9),
+    "signal-unlogged": (95, 9),
 }
 WINDOW = 100
 

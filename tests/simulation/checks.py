@@ -78,7 +78,7 @@ from typing import Any
 from actors.testing import TEST_EPOCH, Simulation, replay_check
 from storage import instance_id
 
-from . import operators, processes as p
+from . import operators, processes as p, signals
 from .world import Run, World
 
 _ENDED = {"completed", "failed", "cancelled"}
@@ -112,6 +112,7 @@ async def check(world: World, sim: Simulation) -> None:
     if not lossy:
         _check_sends(world)
         await operators.check(world, sim, rows)
+        signals.check(world.signalled, world.fail)
     _check_instances(world, rows, timers, lossy)
     if not lossy:
         _check_cancels(world, rows)

@@ -282,7 +282,7 @@ PLANTS: dict[str, Plant] = {
     "retry-lost-mail": Plant(
         "actors._fork_plan",
         "read_for_fork",
-        old="unread = [_copied(m) for _, m in r.mailbox(iid) if not m[0].startswith(\"\\x00\")]",
+        old='unread = [_copied(m) for _, m in r.mailbox(iid) if not m[0].startswith("\\x00")]',
         new="unread = []  # planted: the new incarnation's mailbox starts empty",
         aliases=("actors._fork", "actors._retry"),
         what="a retry starts with an empty mailbox: the failed run's unread mail is gone",
@@ -320,7 +320,7 @@ PLANTS: dict[str, Plant] = {
     "completed-cancelled": Plant(
         "actors._handles",
         "Handle._state",
-        old="elif status in (\"unknown\", \"unread\") and self._end is not None:",
+        old='elif status in ("unknown", "unread") and self._end is not None:',
         new="elif False:  # planted: the end it saw is forgotten once removed",
         what="the handle of a completed instance a cleanup removed reports 'cancelled'",
     ),
@@ -354,6 +354,25 @@ PLANTS: dict[str, Plant] = {
         new="if False:  # planted: no claim, no fence",
         what="a drop from a node that does not own the instance is written with no claim",
         nodes=2,
+    ),
+    # Workload 9's, not bugs this project had: the rules of signals routed
+    # by identity (#48). A signal's commit not conditional on the buckets'
+    # generations, so a start between its read and its commit misses it.
+    "signal-generation": Plant(
+        "actors._signals",
+        "signal_txn",
+        old="txn.expect_state(gen, version)",
+        new="pass  # planted: a start meanwhile is not seen",
+        what="a signal commits whatever started since it read its recipients",
+    ),
+    # A ``ctx.signal`` whose messages are written without its log entry, so
+    # each replay of the emitter signals again.
+    "signal-unlogged": Plant(
+        "actors._signals",
+        "_run",
+        old="txn.put_log(actor.iid, actor.run, effect.seq, effect.describe(value=count).to_stored())",
+        new="pass  # planted: the messages are written, the emitter's entry is not",
+        what="a ctx.signal writes its messages without its log entry: each replay signals again",
     ),
 }
 
