@@ -59,6 +59,8 @@ committed, so an acknowledged start may be gone, a take may be taken again
 Workload 8 adds the invariants of an operator's calls (`operators`):
 ``dropped-taken``, ``drop-refused``, ``retry-lost-mail``,
 ``fork-copied-mail``, ``cleanup-removed-child``, ``completed-cancelled``.
+Workload 9 adds those of signals routed by identity (`signals`):
+``signal-missed``, ``signal-stray``, ``signal-twice``, ``signal-count``.
 
 A run that goes past `run.LIMIT` virtual seconds fails as ``hung`` (a
 workload call that never returns: a lost wake-up the end checks cannot see).

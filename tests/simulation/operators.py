@@ -1,4 +1,4 @@
-"""Workload 8: an operator's calls among the clients' (opt-in: ``--workload 8``).
+"""Workload 8 (the default): an operator's calls among the clients'.
 
 The plan adds, after the earlier versions' operations and drawn from a
 stream of its own: inboxes (``inbox/:id``) that hold their mail a while
