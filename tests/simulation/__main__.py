@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         default=WORKLOAD,
         choices=range(1, LATEST + 1),
         metavar="V",
-        help=f"the workload's version (default {WORKLOAD}, {LATEST} only when asked for; a kept "
-        "seed names its own: tests/simulation/run.py WORKLOAD)",
+        help=f"the workload's version (default {WORKLOAD}, up to {LATEST}; a kept seed names "
+        "its own: tests/simulation/run.py WORKLOAD)",
     )
     parser.add_argument("--first", action="store_true", help="stop a sweep at its first failure")
     args = parser.parse_args(argv)
@@ -183,7 +183,7 @@ def _record(path: str, args: argparse.Namespace, commit: str, summary: str) -> N
     when = time.strftime("%Y-%m-%d", time.gmtime())
     with open(path, "a", encoding="utf-8") as out:
         plant = f" plant={args.plant}" if args.plant else ""
-        version = f" workload={args.workload}" if args.workload != WORKLOAD else ""
+        version = f" workload={args.workload}"  # (the default moves on: always named)
         out.write(f"{when} {commit} nodes={args.nodes}{version}{plant} seeds={span} {summary}\n")
 
 

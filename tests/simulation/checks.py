@@ -59,6 +59,8 @@ committed, so an acknowledged start may be gone, a take may be taken again
 Workload 8 adds the invariants of an operator's calls (`operators`):
 ``dropped-taken``, ``drop-refused``, ``retry-lost-mail``,
 ``fork-copied-mail``, ``cleanup-removed-child``, ``completed-cancelled``.
+Workload 9 adds those of signals routed by identity (`signals`):
+``signal-missed``, ``signal-stray``, ``signal-twice``, ``signal-count``.
 
 A run that goes past `run.LIMIT` virtual seconds fails as ``hung`` (a
 workload call that never returns: a lost wake-up the end checks cannot see).
@@ -78,7 +80,7 @@ from typing import Any
 from actors.testing import TEST_EPOCH, Simulation, replay_check
 from storage import instance_id
 
-from . import operators, processes as p
+from . import operators, processes as p, signals
 from .world import Run, World
 
 _ENDED = {"completed", "failed", "cancelled"}
@@ -112,6 +114,7 @@ async def check(world: World, sim: Simulation) -> None:
     if not lossy:
         _check_sends(world)
         await operators.check(world, sim, rows)
+        signals.check(world.signalled, world.fail)
     _check_instances(world, rows, timers, lossy)
     if not lossy:
         _check_cancels(world, rows)

@@ -1,4 +1,4 @@
-"""Workload 8: an operator's calls among the clients' (opt-in: ``--workload 8``).
+"""Workload 8 (the default): an operator's calls among the clients'.
 
 The plan adds, after the earlier versions' operations and drawn from a
 stream of its own: inboxes (``inbox/:id``) that hold their mail a while
@@ -16,7 +16,9 @@ them for the `workload.Driver`; `check` judges them once the run settled:
   renumbered by a retry or fork that began after ``mail`` read it); or a
   second drop of one message that was not refused;
 - ``retry-lost-mail``: an acknowledged message to an inbox that a retry
-  restarted, neither handled, nor dropped, nor unread in its mailbox now
+  restarted, neither handled, nor dropped (in its dead letters: a drop
+  whose outcome its caller was not told counts if it was written), nor
+  unread in its mailbox now
   (``acked-lost`` for an inbox never retried; nothing for one that a
   cleanup removed once it failed);
 - ``fork-copied-mail``: a message handled by an instance at another
@@ -216,6 +218,9 @@ async def check(world: World, sim: Simulation, rows: dict[str, Any]) -> None:
                 )
                 world.fail("dropped-taken", detail)
     unread = await _unread(sim, sorted(set(operated.tried.values())))
+    # A drop whose caller heard no outcome (CommitOutcomeUnknown) may have
+    # been written: the dead letters say which messages were dropped.
+    dead = await _dead(sim, sorted(set(operated.tried.values())))
     for m, address, why, read, refused in operated.refusals:
         repaired = any(read <= at <= refused for at in operated.repairs.get(address, []))
         if "dropped already" in why and m not in operated.dropped:
@@ -225,6 +230,7 @@ async def check(world: World, sim: Simulation, rows: dict[str, Any]) -> None:
             and not repaired
             and m not in taken
             and m not in operated.dropped
+            and m not in dead.get(address, set())
         ):
             if m not in unread.get(address, set()):
                 world.fail(
@@ -234,6 +240,8 @@ async def check(world: World, sim: Simulation, rows: dict[str, Any]) -> None:
     for m, address in sorted(operated.acked.items()):
         if m in taken or m in operated.dropped or m in unread.get(address, set()):
             continue
+        if m in dead.get(address, set()):
+            continue  # dropped by a drop whose caller was not told it was
         if address not in rows:
             continue  # a cleanup removed its failed inbox, unread mail and all
         detail = f"message {m} to {address} was acknowledged; never handled, dropped, nor unread"
@@ -259,4 +267,18 @@ async def _unread(sim: Simulation, addresses: list[str]) -> dict[str, set[str]]:
         except actors.NotDelivered:
             continue
         found[address] = {message.payload["m"] for message in mail if message.signal == "work"}
+    return found
+
+
+async def _dead(sim: Simulation, addresses: list[str]) -> dict[str, set[str]]:
+    """The ids of the ``work`` messages dropped from each inbox (its dead letters)."""
+    found: dict[str, set[str]] = {}
+    for address in addresses:
+        try:
+            letters = await sim.system.dropped(address)
+        except actors.NotDelivered:
+            continue
+        found[address] = {
+            letter.message.payload["m"] for letter in letters if letter.message.signal == "work"
+        }
     return found

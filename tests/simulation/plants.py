@@ -19,7 +19,7 @@ import inspect
 import os
 import textwrap
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import attrs
@@ -39,9 +39,22 @@ class Plant:
     new: str
     what: str  # the bug, as it was
     nodes: int = 1  # the node count the simulation finds it with
+    #: Further patches planted with this one (a bug that lived in two places).
+    also: tuple[Plant, ...] = ()
+    #: Modules that import the function by name (``from .x import f``): their
+    #: name for it is replaced too.
+    aliases: tuple[str, ...] = ()
 
     @contextmanager
     def planted(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            stack.enter_context(self._patched())
+            for other in self.also:
+                stack.enter_context(other.planted())
+            yield
+
+    @contextmanager
+    def _patched(self) -> Iterator[None]:
         module = importlib.import_module(self.module)
         *owner_path, name = self.qualname.split(".")
         owner: Any = module
@@ -64,10 +77,16 @@ class Plant:
         code = compile("\n".join(lines) + "\n", f"<planted {self.qualname}>", "exec")
         exec(code, vars(module), space)  # noqa: S102 - a test's patch of our own source
         setattr(owner, name, space[name])
+        importers = [importlib.import_module(alias) for alias in self.aliases]
+        for importer in importers:
+            assert getattr(importer, name) is real, f"{importer.__name__}.{name} is another"
+            setattr(importer, name, space[name])
         try:
             yield
         finally:
             setattr(owner, name, real)
+            for importer in importers:
+                setattr(importer, name, real)
 
 
 PLANTS: dict[str, Plant] = {
@@ -256,6 +275,104 @@ PLANTS: dict[str, Plant] = {
         old="txn.put_state(floor_key(iid), incarnation)",
         new="pass  # planted: no floor",
         what="a cleanup keeps no floor: a new start repeats the removed incarnation's keys",
+    ),
+    # Workload 8's bugs, fixed after fef4ff8 (seeds.txt's N/w8).
+    # A retry that replaced the mailbox (d27e44f): the failed run's unread
+    # mail was gone.
+    "retry-lost-mail": Plant(
+        "actors._fork_plan",
+        "read_for_fork",
+        old='unread = [_copied(m) for _, m in r.mailbox(iid) if not m[0].startswith("\\x00")]',
+        new="unread = []  # planted: the new incarnation's mailbox starts empty",
+        aliases=("actors._fork", "actors._retry"),
+        what="a retry starts with an empty mailbox: the failed run's unread mail is gone",
+    ),
+    # A fork to another address given the source's mail (d27e44f), taken
+    # messages put back included: the fork took them again.
+    "fork-copied-mail": Plant(
+        "actors._fork_plan",
+        "read_for_fork",
+        old="if target_iid == iid:",
+        new="if True:  # planted: a fork to another address copies the mail",
+        aliases=("actors._fork", "actors._retry"),
+        what="a fork to another address copies the source's mail, taken messages included",
+    ),
+    # A cleanup that removed a finished child on its own age and status
+    # (ebd2d86), though its parent was live and had still to join it.
+    "cleanup-removed-child": Plant(
+        "actors._cleanup",
+        "families",
+        old="verdict = gone[up]",
+        new="verdict = True  # planted: a child goes whatever its parent",
+        what="a cleanup removes a finished child of a live parent",
+        also=(
+            Plant(
+                "actors._protocol",
+                "cleanup_txn",
+                old="txn.require_absent(parent)",
+                new="pass  # planted: the parent may be there",
+                what="(with cleanup-removed-child)",
+            ),
+        ),
+    ),
+    # A handle of a completed instance that a cleanup removed said
+    # "cancelled" (ea16b09): it forgot the end it saw.
+    "completed-cancelled": Plant(
+        "actors._handles",
+        "Handle._state",
+        old='elif status in ("unknown", "unread") and self._end is not None:',
+        new="elif False:  # planted: the end it saw is forgotten once removed",
+        what="the handle of a completed instance a cleanup removed reports 'cancelled'",
+    ),
+    # Not a bug this project had, the one 5984f96 and 3bc1fb9 keep out: a
+    # drop of a message that the actor in memory holds unread does not hold
+    # it back, so the actor takes it after the drop returned.
+    "drop-not-withheld": Plant(
+        "actors._mail",
+        "drop_message",
+        old="held = actor.arrivals.withhold(message_id)",
+        new="held = None  # planted: the actor in memory may still take it",
+        what="a drop does not hold the message back from the actor in memory",
+    ),
+    # A drop refused as "dropped already" by a dead letter of an earlier
+    # incarnation with the same id (3bc1fb9 bound a drop to the
+    # incarnation it read: ids are an incarnation's own, and a retry
+    # numbers the mail it carries anew).
+    "drop-any-incarnation": Plant(
+        "actors._mail",
+        "drop_refusal",
+        old="d.message.id == message_id and d.incarnation == plan.row.record.incarnation",
+        new="d.message.id == message_id  # planted: any incarnation's dead letter",
+        what="a drop is refused by a dead letter of an earlier incarnation with that id",
+    ),
+    # Two nodes: a drop of a live instance from a node that does not own it
+    # written with no claim (24e0670), while the owner held its mail.
+    "drop-unclaimed": Plant(
+        "actors._mail",
+        "drop_message",
+        old="if epoch is None and system.journal.shared and plan.row.status in LIVE_STATUSES:",
+        new="if False:  # planted: no claim, no fence",
+        what="a drop from a node that does not own the instance is written with no claim",
+        nodes=2,
+    ),
+    # Workload 9's, not bugs this project had: the rules of signals routed
+    # by identity (#48). A signal's commit not conditional on the buckets'
+    # generations, so a start between its read and its commit misses it.
+    "signal-generation": Plant(
+        "actors._signals",
+        "signal_txn",
+        old="txn.expect_state(gen, version)",
+        new="pass  # planted: a start meanwhile is not seen",
+        what="a signal commits whatever started since it read its recipients",
+    ),
+    # A ``ctx.signal`` whose messages are written without its log entry, so
+    # each replay of the emitter signals again.
+    "signal-unlogged": Plant(
+        "actors._signals",
+        "_run",
+        old="txn.put_log(actor.iid, actor.run, effect.seq, effect.describe(value=count).to_stored())",
+        new="pass  # planted: the messages are written, the emitter's entry is not",
+        what="a ctx.signal writes its messages without its log entry: each replay signals again",
     ),
 }
 

@@ -23,6 +23,7 @@ from actors.testing import Simulation
 
 from . import processes as p
 from .operators import Operators, plan_operators
+from .signals import Signals, plan_signals
 from .world import World
 
 #: Errors a client may meet while the journal fails or the host dies: the
@@ -65,11 +66,12 @@ def plan(
     cleanups: bool = True,
     queued_mail: bool = True,
     operators: bool = False,
+    signals: bool = False,
 ) -> tuple[list[str], list[Op]]:
     """The sinks to start and the operations to run, drawn from ``rng``
     (with the operations each later version adds after them, where its
     flag says so: `_tail`, `_features`, `_rated`, `_cleanups`,
-    `_queued_mail`, `operators.plan_operators`)."""
+    `_queued_mail`, `operators.plan_operators`, `signals.plan_signals`)."""
     sinks = [f"sink/s{i}" for i in range(rng.randint(1, 3))]
     count = rng.randint(25, 60)
     kinds = [k for k, _ in _KINDS]
@@ -131,6 +133,8 @@ def plan(
         ops += _queued_mail(random.Random(f"{drawn}:qmail"))
     if operators:
         ops += plan_operators(random.Random(f"{drawn}:operators"), Op)
+    if signals:
+        ops += plan_signals(random.Random(f"{drawn}:signals"), Op)
     return sinks, ops
 
 
@@ -227,6 +231,7 @@ class Driver:
         self.ops = ops
         self._readers: dict[str, trio.Lock] = {}  # one reader per stream consumer
         self.operators = Operators(world)  # workload 8's operations
+        self.signals = Signals(world.signalled, world)  # workload 9's
 
     async def __call__(self, sim: Simulation) -> None:
         world = self.world
@@ -235,6 +240,7 @@ class Driver:
             sim.on_write(world.admitted)
         sim.on_write(world.removals)
         sim.on_write(world.sends)
+        sim.on_write(world.signalled.written)
         await self._observe(sim)
         for address in self.sinks:  # idempotent: as a client makes sure of its receivers
             await self._start_quietly(sim, p.sink, address.split("/", 1)[1], {})
@@ -276,7 +282,11 @@ class Driver:
 
     async def _run(self, sim: Simulation, op: Op) -> None:
         try:
-            run = getattr(self, f"_op_{op.kind}", None) or getattr(self.operators, f"op_{op.kind}")
+            run = (
+                getattr(self, f"_op_{op.kind}", None)
+                or getattr(self.operators, f"op_{op.kind}", None)
+                or getattr(self.signals, f"op_{op.kind}")
+            )
             await run(sim, **op.args)
         except EXPECTED as exc:
             self.world.note(

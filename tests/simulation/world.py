@@ -21,6 +21,8 @@ from storage import LogEntry, Txn, decode, instance_id
 from storage._states import DELETE_STATE, PUT_STATE
 from storage._txn import APPEND_MESSAGE, DELETE_INSTANCE, PUT_LOG
 
+from .signals import Signalled
+
 #: The payload key naming the sender of an unkeyed ``ctx.send`` whose
 #: deliveries the checker counts (``sent-twice``): each such sender sends
 #: one message per send effect.
@@ -137,6 +139,8 @@ class World:
     send_effects: dict[bytes, set[tuple[int, int]]] = attrs.Factory(dict)
     #: workload 8: operators' calls (retry, fork, mail, drop, join)
     operated: Operated = attrs.Factory(Operated)
+    #: workload 9: listeners and bells, from the transactions written
+    signalled: Signalled = attrs.Factory(Signalled)
     next_op: int = 0  # the workload's progress, across lives
     events: list[str] = attrs.Factory(list)  # what clients saw, for the trace
 
