@@ -10,10 +10,11 @@ action short: the loop does it again, as an operator would, after looking
 at what is there):
 
 - orders, one after another, from the first not acknowledged as ended:
-  ``order/<i>`` spawns ``pay/<i>`` (whose step charges ``charge/<i>``),
+  ``order/<i>`` spawns its child ``pay/<i>`` (at ``order/<i>/pay/<i>``,
+  whose step charges ``charge/<i>``),
   gets mail ``o<i>.1`` (an item), ``o<i>.2`` (a poison message),
   ``o<i>.3`` (an item), then a cleanup runs (``pay/<i>`` is done, its
-  parent waits: it must stay), then ``go``: the order joins ``pay/<i>``,
+  parent waits: it must stay), then ``go``: the order joins its child,
   takes ``o<i>.1``, then fails on ``o<i>.2``. The operator drops the poison
   message (`ActorSystem.poison`, `ActorSystem.drop_message`), retries the
   order (the taken ``o<i>.1`` is put back, the unread ``o<i>.3`` carried),
@@ -207,7 +208,7 @@ async def repair(
 
 
 async def export_import(i: int, journal: str, journal2: str, work: str) -> None:
-    """Export the failed ``order/<i>`` (with ``pay/<i>``) with the command
+    """Export the failed ``order/<i>`` (with its child) with the command
     line, beside the running system, and import it into JOURNAL2."""
     path = os.path.join(work, f"order-{i}.json")
     command = [sys.executable, "-m", "actors", "--journal", journal, "export", f"order/{i}"]
