@@ -297,6 +297,13 @@ class Ends:
             actor.lost = None  # (reloaded as one whose journal was lost)
             actor.system.registry.journal_lost(actor.iid, unavailable)
             return True
+        if actor.lost is not None and _alone(exc, Conflict) is not None:
+            # A write of its own was lost before this one (an "async" start
+            # that met a full journal, say: see `Stalls.write_lost`), so the
+            # journal does not hold what memory does, and a write that
+            # requires it (the record of a cancel begun) is refused: leave
+            # memory and be loaded again from what was committed (`gone`).
+            return True
         lost = _lost_ownership(exc)
         if lost is None:
             return False

@@ -37,6 +37,7 @@ FOUND = {
     "parked-with-work": (3, 7),
     "raised-in-nursery": (7, 7),
     "duplicate-send": (3, 7),
+    "lost-start-cancel": (3746, 8),
     "retry-lost-mail": (33, 8),
     "fork-copied-mail": (7, 8),
     "cleanup-removed-child": (4, 8),

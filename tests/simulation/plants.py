@@ -279,6 +279,16 @@ PLANTS: dict[str, Plant] = {
     # Workload 8's bugs, fixed after fef4ff8 (seeds.txt's N/w8).
     # A retry that replaced the mailbox (d27e44f): the failed run's unread
     # mail was gone.
+    # A cancel's record refused after the instance's own start was lost
+    # (an "async" start that met a full journal): the Conflict took the
+    # system down instead of the instance leaving memory to be reloaded.
+    "lost-start-cancel": Plant(
+        "actors._ends",
+        "Ends.broke",
+        old="if actor.lost is not None and _alone(exc, Conflict) is not None:",
+        new="if False:  # planted: a refused write after a lost one is a bug",
+        what="a cancel begun after the instance's own start was lost takes the system down",
+    ),
     "retry-lost-mail": Plant(
         "actors._fork_plan",
         "read_for_fork",
