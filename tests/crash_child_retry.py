@@ -27,17 +27,13 @@ import trio
 import actors
 from actors import Context, Retry, process
 from storage import LMDBJournal
+from tests.crash_kit import append_line
 
 SIDE = ""
 
 
 def _line(text: str) -> None:
-    fd = os.open(SIDE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (text + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_line(SIDE, text)
 
 
 async def die(amount: int) -> None:

@@ -72,3 +72,15 @@ def acked_ids(acks: Path) -> set[int]:
         for line in acks.read_text().split("\n")[:-1]  # complete lines only
         if line.startswith("S ")
     }
+
+
+def append_line(path: str, text: str) -> None:
+    """Append ``text`` and a newline to the side file ``path`` with one
+    write, synced: a child program's record of a side effect, which a
+    SIGKILL right after cannot lose or cut in half."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (text + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
