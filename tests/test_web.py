@@ -174,8 +174,9 @@ def app(opened, journal):
     return create_app(opened, source=str(journal), poll=1.0)
 
 
-async def call(app, target: str, *, method: str = "GET", host: str = "127.0.0.1"):
-    """One request through the ASGI app: (status, headers, body text)."""
+async def call(app, target: str, *, method: str = "GET", host: str = "127.0.0.1", headers=()):
+    """One request through the ASGI app: (status, headers, body text);
+    ``headers`` are sent besides Host, as ``(name, value)`` bytes."""
     path, _, query = target.partition("?")
     scope = {
         "type": "http",
@@ -187,7 +188,7 @@ async def call(app, target: str, *, method: str = "GET", host: str = "127.0.0.1"
         "raw_path": path.encode(),
         "root_path": "",
         "query_string": query.encode(),
-        "headers": [(b"host", host.encode())],
+        "headers": [(b"host", host.encode()), *headers],
         "client": ("127.0.0.1", 5000),
         "server": ("127.0.0.1", 8080),
     }
@@ -202,8 +203,8 @@ async def call(app, target: str, *, method: str = "GET", host: str = "127.0.0.1"
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    headers = {k.decode().lower(): v.decode() for k, v in start["headers"]}
-    return start["status"], headers, body.decode()
+    answered = {k.decode().lower(): v.decode() for k, v in start["headers"]}
+    return start["status"], answered, body.decode()
 
 
 def rows(body: str) -> list[str]:

@@ -229,34 +229,7 @@ def tag_of(answer: tuple[int, dict, str]) -> str:
 
 async def call_with(app, target: str, tag: str) -> tuple[int, dict, str]:
     """`call` with an If-None-Match header."""
-    path, _, query = target.partition("?")
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": query.encode(),
-        "headers": [(b"host", b"127.0.0.1"), (b"if-none-match", tag.encode())],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8080),
-    }
-    sent: list[dict] = []
-
-    async def receive():
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message):
-        sent.append(message)
-
-    await app(scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    headers = {k.decode().lower(): v.decode() for k, v in start["headers"]}
-    return start["status"], headers, body.decode()
+    return await call(app, target, headers=[(b"if-none-match", tag.encode())])
 
 
 # -- the list: one listing for every request -------------------------------------------
