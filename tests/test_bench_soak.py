@@ -29,7 +29,11 @@ def test_a_short_soak_samples_every_interval_and_judges(tmp_path, capsys):
     document = json.loads(out.read_text())
     samples = [Sample(**s) for s in document["samples"]]
     assert 8 == len(samples)
-    assert [0.25 * (n + 1) for n in range(8)] == pytest.approx([s.at for s in samples], abs=0.2)
+    # One sample per interval, in order, none before its time (how late one
+    # is depends on the machine, not on the soak: no bound on that).
+    times = [s.at for s in samples]
+    assert times == sorted(times)
+    assert all(at >= 0.25 * (n + 1) - 1e-3 for n, at in enumerate(times)), times
     for s in samples:
         assert s.rss_mb > s.anon_mb > 10 and s.fds > 3 and s.journal_mb > 0 and s.objects > 1000
     # Every kind of operation ran: sends, asks, awaited results.
