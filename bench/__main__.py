@@ -1,6 +1,7 @@
 """``python -m bench [SUITE ...] [--full] [--json PATH] [--plot PATH]``: run benchmark suites.
 
-``python -m bench soak --minutes N`` is the soak (`bench.soak`), with its own options.
+``python -m bench soak --minutes N`` is the soak (`bench.soak`), with its own options;
+``python -m bench walk`` counts the calls of the hot flows (`bench.walk`).
 
 The default run takes about a minute: 3 samples of 0.3 s per figure, and the
 smaller N for the figures that build many instances. ``--full`` is the long
@@ -18,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import soak
+from . import soak, walk
 from ._registry import SUITES, Options, Result, progress
 from ._table import format_markdown, format_table, write_json
 from .peers import missing as missing_peer
@@ -131,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["soak"]:  # a run of its own, not a suite of figures
         return soak.main(argv[1:])
+    if argv[:1] == ["walk"]:  # the calls of the hot flows, not a figure of speed
+        return walk.main(argv[1:])
     _load_suites()
     parser = _parser()
     args = parser.parse_args(argv)

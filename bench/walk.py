@@ -1,0 +1,173 @@
+"""The calls each hot flow makes through the runtime: ``python -m bench walk``.
+
+``python -m bench walk [--runs N]``
+
+Runs an LMDB system in a temporary directory and traces (``sys.setprofile``,
+in the trio thread: the journal's writer thread is not counted) three flows:
+
+- ``send -> wait``: one ``system.send`` to an instance waiting in
+  ``ctx.receive``, until that receive has returned in the process;
+- ``start -> result``: one ``system.start`` of a 1-step process, until its
+  ``result()`` has returned;
+- ``ask``: one ``system.ask`` to an instance that answers with
+  ``ctx.reply``, until the answer is back.
+
+For each: the Python calls made in our packages (``actors/``, ``storage/``),
+the modules they ran in, and the *zig-zags*: returns into one of our modules
+that the flow had already left for another (a call that comes back to a
+module it passed through, the sign of a part reaching back into its
+caller). The fewest over the runs is printed (a thread's timing moves a
+flow by a few calls). A measure of the shape of the code, not of its speed:
+compare it before and after a change of structure (docs/design.md keeps the
+table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from types import FrameType
+from typing import Any
+
+import attrs
+import trio
+
+import actors
+from storage import LMDBJournal
+
+GO = actors.Signal("go")
+REQUEST = actors.Signal("request")
+
+# Set by the receiver when its receive has returned: the end of a send's walk.
+_taken: list[trio.Event] = []
+
+
+@actors.process("walk/receiver/:id")
+async def receiver(ctx: actors.Context, id: str) -> None:
+    while True:
+        await ctx.receive(GO)
+        if _taken:
+            _taken.pop().set()
+
+
+@actors.process("walk/one/:id")
+async def one_step(ctx: actors.Context, id: str) -> int:
+    return await ctx.step(lambda: 1, name="one")
+
+
+@actors.process("walk/server/:id")
+async def server(ctx: actors.Context, id: str) -> None:
+    while True:
+        _, payload = await ctx.receive(REQUEST)
+        await ctx.reply(payload)
+
+
+@attrs.frozen(order=True)
+class Walk:
+    """What one flow cost: our calls, our modules, and the zig-zags among
+    them; then every call and module (trio's and the standard library's too)."""
+
+    calls: int
+    modules: int
+    zigzags: int
+    all_calls: int
+    all_modules: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.calls} calls in {self.modules} modules, {self.zigzags} returns to a module "
+            f"already left (all code: {self.all_calls} calls in {self.all_modules} modules)"
+        )
+
+
+def _ours(filename: str) -> bool:
+    return "/actors/" in filename or "/storage/" in filename
+
+
+def _zigzags(events: list[tuple[str, str]]) -> int:
+    """Returns into a module the flow had left for another one of ours: with
+    the stack of our frames, a return whose caller's module differs from the
+    callee's, and was entered before (seen on the stack under another)."""
+    stack: list[str] = []
+    count = 0
+    for event, module in events:
+        if event == "call":
+            stack.append(module)
+        elif stack:
+            left = stack.pop()
+            if stack and stack[-1] != left and stack[-1] in stack[:-1]:
+                count += 1
+    return count
+
+
+async def _traced(run: Callable[[], Awaitable[Any]]) -> Walk:
+    events: list[tuple[str, str]] = []
+    files: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            name = frame.f_code.co_filename
+            files.append(name)
+            if _ours(name):
+                events.append(("call", name))
+        elif event == "return" and _ours(frame.f_code.co_filename):
+            events.append(("return", frame.f_code.co_filename))
+
+    sys.setprofile(profile)
+    try:
+        await run()
+    finally:
+        sys.setprofile(None)
+    ours = [module for event, module in events if event == "call"]
+    return Walk(len(ours), len(set(ours)), _zigzags(events), len(files), len(set(files)))
+
+
+async def measure(runs: int) -> dict[str, Walk]:
+    """The fewest of ``runs`` walks of each flow, by name."""
+    with tempfile.TemporaryDirectory() as directory:
+        async with actors.open_system(
+            LMDBJournal(directory), processes=[receiver, one_step, server]
+        ) as system:
+            await system.start(receiver, "r")
+            await system.start(server, "s")
+            counter = iter(range(1_000_000))
+
+            async def send() -> None:
+                taken = trio.Event()
+                _taken.append(taken)
+                await system.send("walk/receiver/r", GO, 1)
+                await taken.wait()
+
+            async def start() -> None:
+                handle = await system.start(one_step, f"p{next(counter)}")
+                await handle.result()
+
+            async def ask() -> None:
+                await system.ask("walk/server/s", REQUEST, 1)
+
+            flows = {"send -> wait": send, "start -> result": start, "ask": ask}
+            for run in flows.values():  # warm: imports, caches, the first waits
+                for _ in range(20):
+                    await run()
+            return {
+                name: min([await _traced(run) for _ in range(runs)]) for name, run in flows.items()
+            }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench walk", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--runs", type=int, default=5, help="walks of each flow (the fewest is shown)"
+    )
+    options = parser.parse_args(argv)
+    for name, walk in trio.run(measure, options.runs).items():
+        print(f"{name}: {walk}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
