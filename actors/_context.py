@@ -9,7 +9,7 @@ import uuid as _uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
-from storage import decode, digest, encode
+from storage import argument_digests, decode, digest, encode
 
 from . import _asks, _effects as fx, _sends, _signals
 from ._checks import check_deadline, check_name, check_scope, check_seconds, check_text
@@ -514,26 +514,29 @@ class Context:
         step_name = name or getattr(fn, "__qualname__", None) or repr(fn)
         check_text(step_name, "the step's name (pass name=...)")
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
+        # Live, each argument's digest too, of the arguments as they are now
+        # (see storage._digests); a replay leaves them to `Step.describe`.
+        parts = None if actor.driver.replaying else argument_digests(args, kwargs)
         occurrence = actor.driver.occurrence(step_name)
         key = step_key(actor.address, actor.record.incarnation, actor.run, step_name, occurrence)
-        return self._made(
-            fx.Step(
-                actor.driver.next_seq(),
-                step_name,
-                arg_hash,
-                fn,
-                args,
-                kwargs,
-                retry=retry,
-                timeout=timeout,
-                compensate=compensate,
-                validate_input=validate_input,
-                validate_output=validate_output,
-                key=key,
-                thread=thread,
-                at_most_once=at_most_once,
-            )
+        step = fx.Step(
+            actor.driver.next_seq(),
+            step_name,
+            arg_hash,
+            fn,
+            args,
+            kwargs,
+            retry=retry,
+            timeout=timeout,
+            compensate=compensate,
+            validate_input=validate_input,
+            validate_output=validate_output,
+            key=key,
+            thread=thread,
+            at_most_once=at_most_once,
         )
+        step.parts = parts
+        return self._made(step)
 
     # -- children -------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ import attrs
 import trio
 
 from . import _effects as fx, _guard
+from ._differs import differs
 from ._effects import Effect
 from ._failures import ErrorRecord
 from ._log import NO_VALUE, LogEntry
@@ -719,38 +720,3 @@ def _settle_tree(effect: fx.Composite[Any]) -> bool:
         if isinstance(child, fx.Composite) and not child.done:
             _settle_tree(child)
     return effect.settle_from_children()
-
-
-def differs(entry: LogEntry, effect: Effect[Any]) -> str:
-    """What differs between the log entry at a position and the effect the
-    code made there: its kind, its name (a step's name, a signal, a child's
-    address), or, with both the same, its arguments (the log keeps their
-    digest, not their values)."""
-    found = effect.describe()
-    if entry.kind != found.kind:
-        return (
-            f"the log holds {entry.show()}, the code asked for {found.show()} "
-            f"({effect.as_call()}), another kind of effect"
-        )
-    if entry.name != found.name:
-        what = _NAMES.get(entry.kind, "name")
-        return (
-            f"the log holds {entry.show()}, the code asked for {found.show()}: another "
-            f"{what} ({entry.name!r} in the log, {found.name!r} now)"
-        )
-    return (
-        f"the log holds {entry.show()} made with other arguments than the code gives now, "
-        f"{effect.with_arguments()} (the log keeps a digest of the arguments it ran "
-        f"with, {entry.hash.hex() or 'none'}; these give {found.hash.hex() or 'none'})"
-    )
-
-
-# What an effect's name is, by kind, for `differs`.
-_NAMES = {
-    "step": "step name",
-    "wait": "signal",
-    "call": "child address",
-    "spawn": "child address",
-    "join": "child address",
-    "ask": "address",
-}

@@ -16,6 +16,8 @@ from collections.abc import Callable, Generator
 from types import CodeType
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar, cast
 
+from storage import argument_digests
+
 from ._log import LogEntry
 from ._messages import Asker
 from ._records import Outcome, Retry, Signal
@@ -185,6 +187,13 @@ class Effect(Generic[T]):
         says what differs from a log entry (`as_call` unless the kind has
         arguments worth showing)."""
         return self.as_call()
+
+    def arguments(self) -> tuple[str, tuple[Any, ...], dict[str, Any]] | None:
+        """``(head, args, kwargs)``: its hash is the digest of ``[head,
+        list(args), kwargs]``, and its log entry keeps the digests of
+        ``args`` and ``kwargs`` one by one (`LogEntry.parts`,
+        `storage.argument_digests`); None for a kind that keeps none."""
+        return None
 
     def made_where(self) -> str:
         """``file:line`` of the code that made it (``?`` if `Context` did not say)."""
@@ -473,6 +482,7 @@ class Step(Effect[T]):
         "scope",
         "thread",
         "at_most_once",
+        "parts",
     )
     kind = "step"
     logs_start = True
@@ -508,13 +518,25 @@ class Step(Effect[T]):
         self.validate_output = validate_output
         self.key = key
         self.scope: Any = None  # the trio.CancelScope of a live run
+        # Each argument's digest (`LogEntry.parts`): set by `Context` for a
+        # step made live, else left to `describe` (a replay pays nothing).
+        self.parts: list[Any] | None = None
 
     def as_call(self) -> str:
         return f"ctx.step({self.name})"
 
+    def describe(self, **outcome: Any) -> LogEntry:
+        parts = self.parts
+        if parts is None and (self.args or self.kwargs):
+            parts = self.parts = argument_digests(self.args, self.kwargs)
+        return LogEntry.build(self.kind, self.name, self.hash, parts=parts, **outcome)
+
+    def arguments(self) -> tuple[str, tuple[Any, ...], dict[str, Any]] | None:
+        return self.name, self.args, self.kwargs
+
     def with_arguments(self) -> str:
-        shown = [_short(a) for a in self.args]
-        shown += [f"{k}={_short(v)}" for k, v in sorted(self.kwargs.items())]
+        shown = [shorten(a) for a in self.args]
+        shown += [f"{k}={shorten(v)}" for k, v in sorted(self.kwargs.items())]
         return f"ctx.step({', '.join([self.name, *shown])})"
 
 
@@ -677,6 +699,6 @@ _SHORT.maxlist = _SHORT.maxdict = 5
 _SHORT.maxlevel = 2
 
 
-def _short(value: Any) -> str:
+def shorten(value: Any) -> str:
     """``value``'s repr, cut short for a message."""
     return _SHORT.repr(value)

@@ -123,6 +123,7 @@ ENTRY_TYPES: dict[str, tuple[type, ...]] = {
     "due": _NUM,
     "child": (str,),
     "ask": (list,),
+    "parts": (list,),
     "extra": (dict,),
 }
 

@@ -245,7 +245,10 @@ async def test_the_log_a_run_writes_keeps_the_stored_format(tmp_path, autojump_c
         with system.journal.reader() as r:
             stored = r.log(iid, 0)
     [step, wait, sleep] = [stored[seq] for seq in (1, 2, 3)]
-    assert {"k", "n", "h", "a", "f", "c", "key", "v"} == set(step)
+    assert {"k", "n", "h", "a", "f", "c", "key", "v", "p"} == set(step)
+    # Each argument's digest: 4 bytes per positional one, a map of keywords.
+    assert [bytes, dict] == [type(part) for part in step["p"]]
+    assert [4, {}] == [len(step["p"][0]), step["p"][1]]  # one positional argument, 5
     assert ("step", "charge", 1, 0, 0, {"charged": 5}) == (
         step["k"],
         step["n"],
