@@ -9,7 +9,8 @@ import zlib
 
 from hypothesis import given, settings, strategies as st
 
-from actors import Context, Signal, _history, process
+from actors import Context, Signal, process
+from actors._tools import _history
 from storage import EncodeError, LogEntry, MemoryJournal, argument_digests, encode
 from storage._digests import pieces
 from tests import strategies as S

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("starlette", reason="install the 'web' extra")
 
-from actors._web import create_app  # noqa: E402
-from actors._web._actions import ACTIONS, Runner  # noqa: E402
+from actors._tools._web import create_app  # noqa: E402
+from actors._tools._web._actions import ACTIONS, Runner  # noqa: E402
 from storage import LMDBJournal  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 from tests.test_code_trust import assert_refused, forged_history, lmdb_store  # noqa: E402

@@ -109,7 +109,7 @@ async def test_a_system_refuses_a_journal_of_another_format(tmp_path):
 
 
 def test_a_log_entry_round_trips_through_its_stored_map_keeping_unknown_keys():
-    from actors._log import NO_VALUE, LogEntry
+    from actors._kernel._log import NO_VALUE, LogEntry
 
     stored = {
         "k": "step",

@@ -12,7 +12,7 @@ pytest.importorskip("starlette", reason="install the 'web' extra")
 
 import actors  # noqa: E402
 from actors import Context, Signal, process  # noqa: E402
-from actors._web import create_app  # noqa: E402
+from actors._tools._web import create_app  # noqa: E402
 from storage import LMDBJournal, PostgresJournal, instance_id  # noqa: E402
 from tests.cli_runner import run_in_process  # noqa: E402
 from tests.pg import fresh_schema  # noqa: E402

@@ -26,7 +26,7 @@ pytest.importorskip("starlette", reason="install the 'web' extra")
 
 import actors  # noqa: E402
 from actors import Context, Signal, process  # noqa: E402
-from actors._web import create_app  # noqa: E402
+from actors._tools._web import create_app  # noqa: E402
 from storage import LMDBJournal  # noqa: E402
 from tests.cli_runner import run_in_process  # noqa: E402
 from tests.test_web import call  # noqa: E402

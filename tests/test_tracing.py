@@ -19,13 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 
 import actors  # noqa: E402
-from actors import (  # noqa: E402
-    Context,
-    Retry,
-    Signal,
-    _tracing,  # noqa: E402
-    process,
-)
+from actors import Context, Retry, Signal, process
+from actors._kernel import _tracing
 from storage import Txn, instance_id  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 

@@ -29,8 +29,8 @@ pytest.importorskip("hypercorn", reason="install the 'web' extra")
 
 import actors  # noqa: E402
 from actors import Signal, process  # noqa: E402
-from actors._cli._inspect import list_items  # noqa: E402
-from actors._web import create_app  # noqa: E402
+from actors._tools._cli._inspect import list_items  # noqa: E402
+from actors._tools._web import create_app  # noqa: E402
 from storage import LMDBJournal, instance_id  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 
@@ -551,7 +551,7 @@ def test_the_command_refuses_what_it_cannot_serve(journal, tmp_path):
     )
 
     # Without the 'web' extra, the command says what to install.
-    blocked = "import sys; sys.modules['starlette'] = None; from actors._cli import main; sys.exit(main())"
+    blocked = "import sys; sys.modules['starlette'] = None; from actors._tools._cli import main; sys.exit(main())"
     done = subprocess.run(
         [sys.executable, "-c", blocked, "web", "--journal", str(journal)],
         cwd=ROOT,

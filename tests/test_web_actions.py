@@ -29,9 +29,9 @@ pytest.importorskip("starlette", reason="install the 'web' extra")
 
 import actors  # noqa: E402
 from actors import Signal, process  # noqa: E402
-from actors._web import create_app  # noqa: E402
-from actors._web._actions import ACTIONS, Runner  # noqa: E402
-from actors._web._guard import TOKEN_SECONDS, Guard, origin_matches  # noqa: E402
+from actors._tools._web import create_app  # noqa: E402
+from actors._tools._web._actions import ACTIONS, Runner  # noqa: E402
+from actors._tools._web._guard import TOKEN_SECONDS, Guard, origin_matches  # noqa: E402
 from storage import LMDBJournal, instance_id  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402
 

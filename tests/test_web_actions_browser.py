@@ -40,8 +40,8 @@ from starlette.applications import Starlette  # noqa: E402
 from starlette.responses import HTMLResponse, Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from actors._web import create_app, serve_app  # noqa: E402
-from actors._web._actions import ACTIONS, Runner  # noqa: E402
+from actors._tools._web import create_app, serve_app  # noqa: E402
+from actors._tools._web._actions import ACTIONS, Runner  # noqa: E402
 from storage import LMDBJournal, instance_id  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

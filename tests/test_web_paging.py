@@ -23,8 +23,8 @@ pytest.importorskip("starlette", reason="install the 'web' extra")
 
 import actors  # noqa: E402
 from actors import Signal, process  # noqa: E402
-from actors._web import _index, create_app  # noqa: E402
-from actors._web._actions import ACTIONS, Runner  # noqa: E402
+from actors._tools._web import _index, create_app  # noqa: E402
+from actors._tools._web._actions import ACTIONS, Runner  # noqa: E402
 from storage import LMDBJournal  # noqa: E402
 from storage._lmdb._reader import _LMDBReader  # noqa: E402
 from tests.runtime_helpers import wait_status  # noqa: E402

@@ -11,7 +11,7 @@ pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("psycopg", reason="install the 'postgres' extra")
 
 import actors  # noqa: E402
-from actors._web import create_app  # noqa: E402
+from actors._tools._web import create_app  # noqa: E402
 from storage import PostgresJournal  # noqa: E402
 from storage._postgres._reader import _PostgresReader  # noqa: E402
 from tests.pg import fresh_schema  # noqa: E402

@@ -33,8 +33,8 @@ pytest.importorskip("hypercorn", reason="install the 'web' extra")
 psycopg = pytest.importorskip("psycopg", reason="install the 'postgres' extra")
 
 import actors  # noqa: E402
-from actors._cli._inspect import list_items  # noqa: E402
-from actors._web import create_app  # noqa: E402
+from actors._tools._cli._inspect import list_items  # noqa: E402
+from actors._tools._web import create_app  # noqa: E402
 from storage import JournalClosed, JournalCorrupt, PostgresJournal, Txn, instance_id  # noqa: E402
 from storage._postgres import SCHEMA_VERSION  # noqa: E402
 from tests.pg import fresh_schema  # noqa: E402
