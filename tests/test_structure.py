@@ -343,9 +343,9 @@ MAX_LINES = 450
 LONG_MODULES: dict[str, int] = {
     "actors/_actor/_context.py": 878,
     "storage/_postgres/_writer.py": 759,
+    "actors/_kernel/_effects.py": 726,
     "actors/_kernel/_driver.py": 719,
     "storage/_records.py": 719,
-    "actors/_kernel/_effects.py": 704,
     "storage/_lmdb/_writer.py": 662,
     "actors/_tools/_history.py": 634,
     "actors/_kernel/_protocol.py": 600,
@@ -366,9 +366,9 @@ LONG_MODULES: dict[str, int] = {
     "actors/_system/_facade.py": 504,
     "actors/testing.py": 502,
     "storage/_lmdb/_journal.py": 502,
-    "actors/_features/_supervision.py": 485,
     "storage/_txn.py": 484,
     "actors/_system/_mail.py": 483,
+    "actors/_features/_supervision.py": 482,
     "actors/_features/_asks.py": 460,
     "storage/_postgres/_schema.py": 459,
 }
@@ -609,6 +609,20 @@ def test_a_circle_has_no_floors(monkeypatch):
         assert "actors._kernel._driver" in str(exc) and "actors._actor._instance" in str(exc)
     else:
         raise AssertionError("a circle was given floors")
+
+
+def test_no_code_dispatches_on_an_effects_class():
+    # What a kind of effect does is its class's (attributes, methods, its
+    # Behaviour): no module asks "is it a Call?" to decide.
+    dispatch = re.compile(r"\btype\([^)]*\) is (not )?(fx\.|_effects\.)?[A-Z]\w*\b")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "actors").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if dispatch.search(line) and "fx." in line
+    ]
+    assert [] == found
+    assert dispatch.search("if type(effect) is fx.Call:")  # (the pattern finds one)
 
 
 def test_every_leaf_effect_runs_live_by_its_features_behaviour():

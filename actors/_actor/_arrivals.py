@@ -110,8 +110,8 @@ class Arrivals:
         it at the request, as it does a step in a task of its own: it is
         cancelled here (it stays live, unfinished, for `Ends.interrupted`)."""
         root = self.actor.root
-        if type(root) is fx.Step and root.scope is not None:
-            root.scope.cancel()
+        if root is not None:
+            root.cancel_inline()
         self.actor.wakeup()
 
     def withhold(self, seq: int) -> tuple[str, Any] | None:

@@ -520,7 +520,7 @@ class Context:
         parts = None if actor.driver.replaying else argument_digests(args, kwargs)
         occurrence = actor.driver.occurrence(step_name)
         key = step_key(actor.address, actor.record.incarnation, actor.run, step_name, occurrence)
-        step = fx.Step(
+        step: fx.Step[Any] = fx.Step(
             actor.driver.next_seq(),
             step_name,
             arg_hash,
@@ -860,7 +860,7 @@ def _check_effects(effects: Any) -> None:
                 f"ctx.first/all/settled take effects (ctx.wait(...), ctx.sleep(...), "
                 f"ctx.step(...), ...), got {effect!r}"
             )
-        if type(effect) is fx.ContinueAsNew:
+        if effect.ends_run:
             raise InvalidArguments(
                 "ctx.continue_as_new(...) ends the run, so it races and joins nothing: "
                 "await it alone"

@@ -13,7 +13,7 @@ depth first, as a trio nursery does.
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from storage import Txn
 from storage.errors import (
@@ -114,9 +114,9 @@ class Ends:
         kind, detail = interrupt.kind, interrupt.detail
         actor.woken = False
         for leaf in list(actor.live):
-            if type(leaf) is fx.Step and leaf.compensate is not None and kind == "cancel":
+            if kind == "cancel" and leaf.compensable():
                 # Cancelled mid-step: it may have applied, so it is compensated too.
-                _saga.register(actor, leaf, None, possibly_applied=True)
+                _saga.register(actor, cast("fx.Step[Any]", leaf), None, possibly_applied=True)
             actor.abandon(leaf)
         if kind == "corrupt":
             # Its ridden writes are dropped: it stays as last committed, for a

@@ -18,7 +18,7 @@ values consumed since the last durable cursor (at-least-once), never skip one.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import trio
@@ -37,29 +37,49 @@ from ..errors import InvalidArguments, NotDelivered
 _BATCH = 256
 
 
-@fx.runs_live(fx.Emit, fx.Publish)
-class _Writes(fx.Behaviour):
+@fx.runs_live(fx.Emit)
+class _Emits(fx.Behaviour):
     @staticmethod
-    def start(actor: ActorAPI, effect: fx.Emit | fx.Publish, started: LogEntry | None) -> None:
-        actor.start_task(_write, effect)
+    def start(actor: ActorAPI, effect: fx.Emit, started: LogEntry | None) -> None:
+        actor.start_task(_write, effect, _stage_emit)
 
-    # abandon: nothing; an emit or publish that lost a race still completes its write
+    # abandon: nothing; an emit that lost a race still completes its write
 
 
-async def _write(actor: ActorAPI, effect: fx.Emit | fx.Publish) -> None:
+@fx.runs_live(fx.Publish)
+class _Publishes(fx.Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, effect: fx.Publish, started: LogEntry | None) -> None:
+        actor.start_task(_write, effect, _stage_publish)
+
+    # abandon: nothing; a publish that lost a race still completes its write
+
+
+def _stage_emit(actor: ActorAPI, effect: fx.Emit, txn: Txn) -> Callable[[], None] | None:
+    txn.append_stream(actor.iid, effect.payload)
+    return None
+
+
+def _stage_publish(actor: ActorAPI, effect: fx.Publish, txn: Txn) -> Callable[[], None]:
+    # Watchers get the stored exports, never the process's own object.
+    exports = decode(encode(effect.payload, what="exports"))
+    version = actor.writes.publish(txn, exports)
+    return lambda: actor.writes.published_durably(version, exports)
+
+
+async def _write(
+    actor: ActorAPI, effect: Any, stage: Callable[..., Callable[[], None] | None]
+) -> None:
+    """Write an emit or a publish: ``stage`` puts its own part in the
+    transaction (and says what to do once it is durable), with its log entry."""
     try:
         entry = effect.describe(value=None)
         txn = Txn()
-        if type(effect) is fx.Emit:
-            txn.append_stream(actor.iid, effect.payload)
-        else:
-            # Watchers get the stored exports, never the process's own object.
-            exports = decode(encode(effect.payload, what="exports"))
-            version = actor.writes.publish(txn, exports)
+        durable = stage(actor, effect, txn)
         txn.put_log(actor.iid, actor.run, effect.seq, entry.to_stored())
         await actor.writes.barrier(txn)
-        if type(effect) is fx.Publish:
-            actor.writes.published_durably(version, exports)
+        if durable is not None:
+            durable()
         actor.finish(effect, None, None, None)
         actor.system.statuses.changed(actor.iid)  # wakes consumers and watchers
     finally:

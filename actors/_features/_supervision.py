@@ -55,41 +55,38 @@ RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
 # -- creating children -----------------------------------------------------------
 
 
-_Child = fx.Spawn[Any] | fx.Call[Any]
-
-
 @fx.runs_live(fx.Spawn)
 class _Spawns(fx.Behaviour):
-    @staticmethod
-    def start(actor: ActorAPI, effect: _Child, started: LogEntry | None) -> None:
-        _start_child_effect(actor, effect, started)
+    """A spawn is done once its child exists."""
 
     @staticmethod
-    def abandon(actor: ActorAPI, effect: _Child) -> None:
+    def start(actor: ActorAPI, effect: fx.Spawn[Any], started: LogEntry | None) -> None:
+        actor.start_task(_create, effect)
+
+    @staticmethod
+    def abandon(actor: ActorAPI, effect: fx.Spawn[Any]) -> None:
         _abandon_child_effect(actor, effect)
 
 
 @fx.runs_live(fx.Call)
-class _Calls(_Spawns):
+class _Calls(fx.Behaviour):
     """A call is a spawn whose end it waits for, as a message."""
 
     @staticmethod
-    def abandon(actor: ActorAPI, effect: _Child) -> None:
-        assert type(effect) is fx.Call
+    def start(actor: ActorAPI, effect: fx.Call[Any], started: LogEntry | None) -> None:
+        if started is not None:
+            _await_end(actor, effect)  # created in an earlier activation of this run
+            return
+        actor.start_task(_create, effect)
+
+    @staticmethod
+    def abandon(actor: ActorAPI, effect: fx.Call[Any]) -> None:
         actor.arrivals.remove_wait(effect)
         _abandon_child_effect(actor, effect)
 
     @staticmethod
     def take(actor: ActorAPI, call: fx.Call[Any], signal: Signal, seq: int, payload: Any) -> None:
         actor.finish(call, *end_outcome(call, payload, seq))  # (its child's end message)
-
-
-def _start_child_effect(actor: ActorAPI, effect: fx.Effect[Any], started: LogEntry | None) -> None:
-    """Begin a live call/spawn effect."""
-    if type(effect) is fx.Call and started is not None:
-        _await_end(actor, effect)  # created in an earlier activation of this run
-        return
-    actor.start_task(_create, effect)
 
 
 def _await_end(actor: ActorAPI, call: fx.Call[Any]) -> None:
@@ -134,7 +131,7 @@ async def _create(actor: ActorAPI, effect: Any) -> None:
                 )
                 await system.lifecycle.cancel_iid(instance_id(effect.address), effect.address, why)
                 return
-        if type(effect) is fx.Spawn:
+        if not effect.awaited:  # a spawn is done once its child exists
             actor.finish(effect, ChildHandle._create(system, effect.address), None, None)
         elif ended is not None:  # (its outcome is logged: see _create_once)
             value, error, _ = ended
@@ -171,7 +168,7 @@ async def _create_once(
     address = effect.address
     iid = instance_id(address)
     row, floor = await system.journal.read(lambda r: read_for_start(r, iid))
-    if type(effect) is fx.Spawn:
+    if not effect.awaited:  # a spawn logs its child's address as its value
         entry = effect.describe(value=address)
     else:
         entry = effect.describe(child=address)
@@ -192,7 +189,7 @@ async def _create_once(
             now=system.epoch_now(),
             child={
                 "restart": getattr(effect, "restart", "temporary"),
-                "awaited": type(effect) is fx.Call,
+                "awaited": effect.awaited,
                 "restarts": [],
             },
             trace=_tracing.traceparent(system),
@@ -202,7 +199,7 @@ async def _create_once(
         txn, record = start.txn, start.record
         if effect.queue is not None:  # it waits for a slot: the queue's pump starts it
             system.queues.enqueue(txn, effect.queue[0], iid, address, effect.queue[1])
-    elif row is not None and row.status not in LIVE_STATUSES and type(effect) is fx.Call:
+    elif row is not None and row.status not in LIVE_STATUSES and effect.awaited:
         # Invariant: a call to a child that had ended already is logged with
         # its outcome, never a started record. No end message will come
         # (it went to whoever awaited the child then), so a replay from a

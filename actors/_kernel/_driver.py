@@ -552,13 +552,10 @@ class Driver:
                 if self.fresh is effect:  # made, then awaited at once: the usual case
                     self.fresh = None
                 else:
-                    ending = type(effect) is fx.ContinueAsNew
+                    ending = getattr(effect, "ends_run", False)  # (anything may be awaited)
                     throw = self.forgotten(effect, ending)
                     if throw is not None:
                         continue
-            if type(effect) is fx.ContinueAsNew:
-                coro.close()
-                return CONTINUED, effect
             if not isinstance(effect, Effect):
                 throw = ContextError(
                     f"process {self.address!r} awaited {effect!r}, which is not a ctx "
@@ -566,6 +563,9 @@ class Driver:
                     "I/O, ctx.sleep for time, ctx.first/all/settled for concurrency)"
                 )
                 continue
+            if effect.ends_run:
+                coro.close()
+                return CONTINUED, effect
             if effect.done or effect.parent is not None:
                 throw = fx._reused(effect)
                 continue

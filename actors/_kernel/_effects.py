@@ -102,6 +102,10 @@ class Effect(Generic[T]):
     # every other kind logs its outcome only, so a started record of one
     # is a history the runtime never wrote (`Driver.replay` refuses it).
     logs_start: ClassVar[bool] = False
+    # A call (True) or a spawn (False), for a kind that makes a child: a
+    # call's live run lasts until the child's end, a spawn's until it exists.
+    awaited: ClassVar[bool] = False
+    ends_run: ClassVar[bool] = False  # ctx.continue_as_new: awaiting it ends the run
     made_in: CodeType
     made_at: int
 
@@ -178,6 +182,15 @@ class Effect(Generic[T]):
         message it took, ...). Entries are immutable: one is built whole."""
         return LogEntry.build(self.kind, self.name, self.hash, **outcome)
 
+    def compensable(self) -> bool:
+        """Whether a cancel that cuts it short registers its compensation (a
+        step with ``compensate=``: it may have applied)."""
+        return False
+
+    def cancel_inline(self) -> None:
+        """Cancel its run where it runs in the actor's own task (a step
+        awaited alone); other kinds run elsewhere, and are abandoned."""
+
     def as_call(self) -> str:
         """The call that made it, as process code reads: ``ctx.emit(...)``."""
         return f"ctx.{self.kind}({self.name!r})" if self.name else f"ctx.{self.kind}(...)"
@@ -252,6 +265,7 @@ class Call(Wait[T]):
     __slots__ = ("proc", "params", "input", "address", "creating", "queue")
     kind = "call"
     makes_child = True
+    awaited = True
     logs_start = True
     replayed = Effect.replayed  # the child's result, as logged (no message of a wait's)
 
@@ -534,6 +548,13 @@ class Step(Effect[T]):
     def arguments(self) -> tuple[str, tuple[Any, ...], dict[str, Any]] | None:
         return self.name, self.args, self.kwargs
 
+    def compensable(self) -> bool:
+        return self.compensate is not None
+
+    def cancel_inline(self) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+
     def with_arguments(self) -> str:
         shown = [shorten(a) for a in self.args]
         shown += [f"{k}={shorten(v)}" for k, v in sorted(self.kwargs.items())]
@@ -555,6 +576,7 @@ class ContinueAsNew(Effect[NoReturn]):
 
     __slots__ = ("input",)
     kind = "continue_as_new"
+    ends_run = True
 
     def __init__(self, seq: int, input: dict[str, Any]) -> None:
         Effect.__init__(self, seq)
