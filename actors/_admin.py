@@ -41,7 +41,7 @@ from storage import (
 )
 from storage.errors import JournalCorrupt
 
-from . import _asks, _cleanup, _fork, _protocol, _saga
+from . import _asks, _cleanup, _fork, _protocol, _saga, _supervision
 from ._control import ControlUnavailable, Operations, RemoteError, request
 from ._crashes import Parked, read_parked, refuse_input as parked_input_refusal, resume_txn
 from ._effects import END_PREFIX
@@ -120,6 +120,7 @@ __all__ = [
     "uncompensated",
     "compensation_fates",
     "cancel_txn",
+    "ask_cancel_txn",
     "unstick_txn",
     "clean_up",
     "RetryPlan",
@@ -280,6 +281,19 @@ def cancel_txn(r: Reader, plan: list[Cancel]) -> Txn:
     now = time.time()
     txn, _ = _protocol.cancel_txn(plan, now)
     _asks.answer_offline(txn, owed, "cancelled", now)
+    return txn
+
+
+def ask_cancel_txn(iid: bytes, reason: str, *, compensate: bool = False) -> Txn:
+    """The runtime message that asks whichever node runs ``iid`` to cancel
+    it (and its live descendants, children first), as a node asks the
+    owner of an instance another live node runs (`Lifecycle`); an instance
+    no node runs now reads it when a node next loads it, and ends the
+    same way. On a journal nodes share, its commit notifies the owner."""
+    payload: dict[str, Any] = {"reason": reason}
+    if compensate:
+        payload["compensate"] = True
+    txn, _ = _protocol.system_send_txn(iid, _supervision.CANCEL.name, payload, time.time())
     return txn
 
 

@@ -3,7 +3,8 @@
 The reading commands (list, show, stats, queues, schedules) take
 ``--journal postgresql://... --schema NAME``, the options before or after
 the command, and open it read-only (``PostgresJournal(readonly=True)``);
-the writing ones refuse with a message that says where to do it instead.
+most writing ones write as a brief node (tests/test_cli_postgres_writes.py);
+the rest refuse with a message that says where to do it instead.
 """
 
 from __future__ import annotations
@@ -93,19 +94,20 @@ def test_reading_commands_take_a_postgresql_url_with_options_anywhere(schema):
     assert "no instance at 'waits/nobody'" in missing.stderr
 
 
-def test_writing_commands_on_a_postgresql_url_say_where_to_write(schema):
+def test_lmdb_only_writes_on_a_postgresql_url_say_where_to_write(schema):
+    # send, cancel, retry, fork and mail --drop write on PostgreSQL too
+    # (tests/test_cli_postgres_writes.py); these still need LMDB's directory.
     dsn, name = schema
     _populate(dsn, name)
     for command in (
-        ["send", "waits/w-1", "go"],
-        ["cancel", "waits/w-1"],
         ["tail", "waits/w-1", "--consumer", "ops"],  # it would move the cursor
         ["consumers", "waits/w-1", "--delete", "ops"],
-        ["mail", "waits/w-1", "--drop", "1"],
+        ["resume-compensation", "waits/w-1"],
+        ["cleanup", "--older-than", "0"],
     ):
         done = run_in_process([*command, "--journal", dsn, "--schema", name])
         assert (command, 2) == (command, done.returncode)
-        assert "on a PostgreSQL journal the command line only reads" in done.stderr
+        assert "needs an LMDB journal's directory, not a PostgreSQL URL" in done.stderr
         assert "ActorSystem" in done.stderr
     # nothing was written: the instance still waits
     listed = run_in_process(["list", "--journal", dsn, "--schema", name, "--json"])
