@@ -310,9 +310,11 @@ def unstick_txn(op: str, row: InstanceRow) -> Txn:
 async def clean_up(journal: Journal, statuses: list[str], older_than: float) -> int:
     """Remove the instances with one of ``statuses`` last updated more than
     ``older_than`` seconds ago, with what they keep, as
-    `ActorSystem.cleanup` does; how many."""
+    `ActorSystem.cleanup` does; how many. Ages are measured on the
+    journal's clock where nodes share it (PostgreSQL), as the nodes do."""
+    now = await journal.clock()
     with journal.reader() as r:
-        found = _cleanup.families(r, statuses, time.time() - older_than)
+        found = _cleanup.families(r, statuses, (time.time() if now is None else now) - older_than)
     return await _cleanup.remove(journal, found, statuses)
 
 

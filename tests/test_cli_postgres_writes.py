@@ -29,7 +29,8 @@ from tests.runtime_helpers import wait_status  # noqa: E402
 
 go = Signal("go")
 note = Signal("note")
-BROKEN = {"flaky": True}  # whether flaky's step fails (set by the tests)
+shipped = Signal("shipped", identity=("order_id",))
+BROKEN = {"flaky": True, "desk": True}  # whether flaky's step, unbook fail (set by the tests)
 
 
 @process("waits/:id")
@@ -49,12 +50,40 @@ async def flaky(ctx: Context, id: str) -> str:
     return await ctx.step(_check)
 
 
-PROCS = [waiter, flaky]
+def charge(id: str) -> str:
+    return id
+
+
+def unbook(id: str) -> None:
+    if BROKEN["desk"]:
+        raise RuntimeError("the desk is closed")
+
+
+@process("bookings/:id")
+async def booking(ctx: Context, id: str) -> None:
+    await ctx.step(charge, id, compensate=unbook, retry=actors.Retry(attempts=1))
+    raise RuntimeError("no seats")
+
+
+@process("emits/:id")
+async def emitter(ctx: Context, id: str) -> None:
+    for n in range(3):
+        await ctx.emit({"n": n})
+    await ctx.wait(go)
+
+
+@process("orders/:order_id", listens=[shipped])
+async def order(ctx: Context, order_id: str) -> object:
+    _, payload = await ctx.receive(shipped)
+    return payload
+
+
+PROCS = [waiter, flaky, booking, emitter, order]
 
 
 @pytest.fixture
 def schema(request: pytest.FixtureRequest) -> tuple[str, str]:
-    BROKEN["flaky"] = True
+    BROKEN.update(flaky=True, desk=True)
     return fresh_schema(request)
 
 
@@ -238,3 +267,112 @@ async def test_a_drop_is_refused_while_another_node_runs_it_and_done_when_none_d
     assert [] == json.loads(mail.stdout)["unread"]
     letters = await cli(schema, "mail", "waits/w-1", "--dropped", "--json")
     assert [{"n": 1}] == [d["payload"] for d in json.loads(letters.stdout)["dropped"]]
+
+
+async def test_a_tail_moves_its_cursor_beside_the_node_that_runs_it(schema):
+    async with node(*schema, "a") as system:
+        handle = await system.start(emitter, "e-1")
+        await wait_status(handle, "suspended")
+        done = await cli(schema, "tail", "emits/e-1", "--consumer", "ops", "--json")
+        assert (0, "") == (done.returncode, done.stderr)
+        doc = json.loads(done.stdout)
+        assert (False, None, 3) == (doc["read_only"], doc["cursor_before"], doc["cursor_after"])
+        assert [{"n": 0}, {"n": 1}, {"n": 2}] == [v["value"] for v in doc["values"]]
+        again = json.loads(
+            (await cli(schema, "tail", "emits/e-1", "--consumer", "ops", "--json")).stdout
+        )
+        assert (3, []) == (again["cursor_before"], again["values"])  # consumed: not again
+        shown = json.loads((await cli(schema, "consumers", "emits/e-1", "--json")).stdout)
+        assert {"ops": {"cursor": 3, "unread": 0}} == shown["consumers"]
+        deleted = await cli(schema, "consumers", "emits/e-1", "--delete", "ops")
+        assert (0, "") == (deleted.returncode, deleted.stderr)
+        assert "deleted consumer 'ops'" in deleted.stdout
+        shown = json.loads((await cli(schema, "consumers", "emits/e-1", "--json")).stdout)
+        assert {} == shown["consumers"]
+        assert "suspended" == handle.status  # the node that runs it ran on
+
+
+async def test_a_cleanup_on_postgresql_removes_ended_instances_only(schema):
+    await failed_with_no_node(schema, "f-1")
+    async with node(*schema, "a") as system:
+        await wait_status(await system.start(waiter, "w-1"), "suspended")
+        done = await cli(schema, "cleanup", "--older-than", "0", "--json")
+        assert (0, "") == (done.returncode, done.stderr)
+        assert 1 == json.loads(done.stdout)["removed"]
+    listed = json.loads((await cli(schema, "list", "--json")).stdout)["instances"]
+    assert [("waits/w-1", "suspended")] == [(i["address"], i["status"]) for i in listed]
+
+
+async def stuck(system: actors.ActorSystem, id: str) -> None:
+    await wait_status(await system.start(booking, id), "compensation_stuck")
+
+
+async def test_a_resumed_compensation_runs_on_the_live_node_that_owns_it(schema):
+    async with node(*schema, "a") as system:
+        await stuck(system, "b-1")
+        BROKEN["desk"] = False
+        done = await cli(schema, "resume-compensation", "bookings/b-1")
+        assert (0, "") == (done.returncode, done.stderr)
+        assert "resumed bookings/b-1: it is running again, and retries 1 compensation" in (
+            done.stdout
+        )
+        handle = system.get("bookings/b-1")
+        assert handle is not None
+        with trio.fail_after(5):
+            assert "failed" == await wait_status(handle, "failed")  # compensated, then failed
+    shown = json.loads((await cli(schema, "show", "bookings/b-1", "--json")).stdout)
+    assert "failed" == shown["status"]
+
+
+async def test_a_resumed_compensation_with_no_node_running_is_taken_over(schema):
+    async with node(*schema, "a") as system:
+        await stuck(system, "b-1")
+    BROKEN["desk"] = False
+    done = await cli(schema, "resume-compensation", "bookings/b-1")
+    assert (0, "") == (done.returncode, done.stderr)
+    assert "running" == await status_of(schema, "bookings/b-1")
+    async with node(*schema, "b") as system:
+        handle = system.get("bookings/b-1")
+        assert handle is not None
+        with trio.fail_after(5):
+            assert "failed" == await wait_status(handle, "failed")
+
+
+async def test_an_abandoned_compensation_on_postgresql_ends_failed_once(schema):
+    async with node(*schema, "a") as system:
+        await stuck(system, "b-1")
+        done = await cli(schema, "abandon-compensation", "bookings/b-1")
+        assert (0, "") == (done.returncode, done.stderr)
+        assert "abandoned the compensation of bookings/b-1: it has failed" in done.stdout
+        assert "failed" == await status_of(schema, "bookings/b-1")
+        again = await cli(schema, "abandon-compensation", "bookings/b-1")
+        assert 1 == again.returncode
+        assert "it is not stuck compensating" in again.stderr
+
+
+async def test_a_signal_on_postgresql_is_routed_along_the_imported_processes(schema):
+    async with node(*schema, "a") as system:
+        handle = await system.start(order, "o-1")
+        await wait_status(handle, "suspended")
+        args = ["signal", "shipped", '{"by": "cli"}', "--identity", "order_id=o-1"]
+        refused = await cli(schema, *args)
+        assert 2 == refused.returncode
+        assert "no process of the --import'ed modules (none) listens to 'shipped'" in (
+            refused.stderr
+        )
+        done = await cli(schema, *args, "--import", "tests.test_cli_postgres_writes", "--json")
+        assert (0, "") == (done.returncode, done.stderr)
+        assert 1 == json.loads(done.stdout)["reached"]
+        with trio.fail_after(5):
+            assert {"by": "cli"} == await handle.result()
+        nobody = await cli(
+            schema,
+            "signal",
+            "shipped",
+            "--identity",
+            "order_id=o-2",
+            "--import",
+            "tests.test_cli_postgres_writes",
+        )
+        assert (0, "") == (nobody.returncode, nobody.stderr)
+        assert "0 instance(s) reached" in nobody.stdout

@@ -51,19 +51,12 @@ __all__ = [
 
 
 def journal_dir(args: argparse.Namespace) -> Path:
-    """The ``--journal`` directory, if it holds an LMDB journal.
+    """The ``--journal`` directory, if it holds an LMDB journal (callers
+    that also take a PostgreSQL URL go through `journal_at`).
 
     Raises:
-        CLIError: no journal there; or a PostgreSQL URL, which the writing
-            commands that call this do not take (see `journal_at`).
+        CLIError: no journal there.
     """
-    if names_postgres(args):
-        raise CLIError(
-            f"'actors {args.command}' needs an LMDB journal's directory, not a PostgreSQL "
-            "URL: run it on the directory given to LMDBJournal(...), or do it through a "
-            "node's ActorSystem",
-            USAGE,
-        )
     path = Path(args.journal)
     hint = "pass the directory given to LMDBJournal(...)"
     if not path.exists():

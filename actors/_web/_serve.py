@@ -143,9 +143,10 @@ async def web(args: argparse.Namespace) -> int:
     acting = getattr(args, "allow_actions", False)
     if acting and names_postgres(args):
         raise CLIError(
-            "--allow-actions needs an LMDB journal: the actions are the command line's "
-            "commands, which write to LMDB journals; on PostgreSQL act through the "
-            "application (ActorSystem's methods), or drop --allow-actions",
+            "--allow-actions needs an LMDB journal: the inspector's actions run on a "
+            "journal directory; on PostgreSQL act with the command line (actors send, "
+            "cancel, retry, ... --journal URL) or through the application (ActorSystem's "
+            "methods), or drop --allow-actions",
             USAGE,
         )
     if acting and not local and not args.i_understand_anyone_can_act:
