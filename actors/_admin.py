@@ -30,6 +30,8 @@ import random
 import time
 from typing import Any
 
+import trio
+
 from storage import (
     UNFINISHED_STATUSES,
     InstanceRecord,
@@ -39,7 +41,7 @@ from storage import (
     Txn,
     instance_id,
 )
-from storage.errors import JournalCorrupt
+from storage.errors import Conflict, JournalCorrupt
 
 from . import _asks, _cleanup, _fork, _protocol, _saga, _supervision
 from ._control import ControlUnavailable, Operations, RemoteError, request
@@ -82,9 +84,13 @@ from ._retry import (
     retry_txn,
 )
 from ._schedules import tick_text, ticks_after
+from ._signals import READ_AGAIN, Route, read_plan, routes_of, signal_txn
 from ._system import ActorSystem
 
 __all__ = [
+    "Route",
+    "signal_routes",
+    "route_signal",
     "KEY_SEEN",
     # the operations, and asking a running system for them
     "Operations",
@@ -334,3 +340,50 @@ async def replay_problem(
         now=time.time,
     )
     return await _fork.replay_problem(checker, plan, proc, record)
+
+
+def signal_routes(procs: list[ProcessDef[..., Any]], name: str) -> tuple[Route, ...]:
+    """Where the processes ``procs`` that listen to the signal ``name`` find
+    its recipients (none: no process listens).
+
+    Raises:
+        InvalidArguments: two of them listen to it with different fields.
+    """
+    return routes_of(procs).get(name, ())
+
+
+async def route_signal(
+    journal: Journal,
+    routes: tuple[Route, ...],
+    name: str,
+    identity: dict[str, str],
+    payload: Any,
+    key: str | None,
+) -> int:
+    """Write the signal ``name`` (``identity`` has exactly its fields) to its
+    recipients along ``routes``, as `ActorSystem.signal` does: read them
+    through the identity index, one conditional commit, read again if a
+    start or an end raced it. How many it reached (0: nothing stored).
+
+    Raises:
+        Conflict: refused for another reason than a race.
+    """
+    values = tuple(identity[field] for field in routes[0].identity)
+    careful = False
+    while True:
+        with journal.reader() as r:
+            plan = read_plan(r, routes, values, key, careful)
+        if not plan.recipients:
+            return 0
+        txn, _ = signal_txn(
+            plan, name, payload, time.time(), max_payload=MAX_PAYLOAD, trace=None, key=key
+        )
+        try:
+            await journal.commit(txn, durable=True)
+        except Conflict as exc:
+            if exc.reason not in READ_AGAIN:
+                raise
+            careful = careful or exc.reason != "state"
+            await trio.lowlevel.checkpoint()
+            continue
+        return len(plan.recipients)

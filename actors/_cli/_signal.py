@@ -16,16 +16,11 @@ is claimed, and the commit notifies the nodes that run the recipients.
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
-import trio
-
-from storage import Journal
 from storage.errors import Conflict, JournalLocked
 
-from .._admin import MAX_PAYLOAD
-from .._signals import READ_AGAIN, Route, read_plan, routes_of, signal_txn
+from .._admin import Route, route_signal, signal_routes
 from ..errors import ActorError
 from ._access import PostgresAt, journal_at, writing_at
 from ._errors import OK, USAGE, CLIError
@@ -84,7 +79,10 @@ async def signal(args: argparse.Namespace) -> int:
     if isinstance(path, PostgresAt):
         routes = _routes(args, identity)
         async with writing_at(path) as journal:
-            reached = await _route(journal, routes, args.signal, identity, payload, key)
+            try:
+                reached = await route_signal(journal, routes, args.signal, identity, payload, key)
+            except Conflict as exc:
+                raise CLIError(f"not signalled: {exc}; try again") from None
         doc = {"signal": args.signal, "identity": identity, "payload": payload, "reached": reached}
         emit(
             args,
@@ -130,7 +128,7 @@ def _routes(args: argparse.Namespace, identity: dict[str, str]) -> tuple[Route, 
     listen to it; a `CLIError` if none does or ``identity`` has other fields."""
     procs = [p for found in definitions(args.imports).values() for p in found]
     try:
-        routes = routes_of(procs).get(args.signal, ())
+        routes = signal_routes(procs, args.signal)
     except ActorError as exc:
         raise CLIError(str(exc), USAGE) from None
     if not routes:
@@ -147,34 +145,3 @@ def _routes(args: argparse.Namespace, identity: dict[str, str]) -> tuple[Route, 
             USAGE,
         )
     return routes
-
-
-async def _route(
-    journal: Journal,
-    routes: tuple[Route, ...],
-    name: str,
-    identity: dict[str, str],
-    payload: Any,
-    key: str | None,
-) -> int:
-    """Write ``name`` to its recipients as `SignalRouter` does (read, one
-    conditional commit, again if a start or an end raced it); how many."""
-    values = tuple(identity[field] for field in routes[0].identity)
-    careful = False
-    while True:
-        with journal.reader() as r:
-            plan = read_plan(r, routes, values, key, careful)
-        if not plan.recipients:
-            return 0  # nothing is kept
-        txn, _ = signal_txn(
-            plan, name, payload, time.time(), max_payload=MAX_PAYLOAD, trace=None, key=key
-        )
-        try:
-            await journal.commit(txn, durable=True)
-        except Conflict as exc:
-            if exc.reason not in READ_AGAIN:
-                raise CLIError(f"not signalled: {exc}; try again") from None
-            careful = careful or exc.reason != "state"
-            await trio.lowlevel.checkpoint()
-            continue
-        return len(plan.recipients)

@@ -7,8 +7,8 @@ with ``readonly=True`` (no owner lock), PostgreSQL with ``readonly=True``
 (no migration, read-only sessions; the schema must be at this library's
 version), so the inspector runs beside the systems that use the journal.
 
-With ``--allow-actions`` (LMDB journals only: the command line writes to
-no other) the pages offer actions, each done by the command line in a
+With ``--allow-actions`` (LMDB journals only: its runner names a journal
+directory) the pages offer actions, each done by the command line in a
 child process (`_actions`), and each an audit line on the
 ``actors.control`` logger, which the command prints to stderr.
 """
