@@ -197,8 +197,10 @@ async def claim_for_start(journal: Journal, txn: Txn, iid: bytes) -> Claimed:
     """Claim the existing instance ``iid`` for ``txn``, a start over it (a
     retry, a fork, a resume) that makes it live again: fenced with the
     claim; or, when another live node owns it (say the node that ran the
-    failed run), written as that node's instance, which ``txn``'s commit
-    wakes (`Txn.wake`) so that it runs it. Either way the start's
+    failed run), unfenced, and ``txn``'s commit wakes that node
+    (`Txn.wake`), which runs it once this command's lease ends (a start
+    over an ended incarnation makes a new row, this command's). Either
+    way the start's
     compare-and-set decides between two commands racing to write it: one
     commits, the other meets `Conflict`."""
     got = await claim(journal, iid)
