@@ -371,6 +371,7 @@ LONG_MODULES: dict[str, int] = {
     "actors/_features/_supervision.py": 482,
     "actors/_features/_asks.py": 460,
     "storage/_postgres/_schema.py": 459,
+    "actors/_features/_signals.py": 457,
 }
 
 

@@ -53,11 +53,19 @@ from .._kernel._records import Signal
 from ..errors import InvalidArguments, LimitExceeded
 from ._sending import commit_through
 
-__all__ = ["Route", "Plan", "SignalRouter", "SignalEffect", "check_identity", "new_signal"]
+__all__ = [
+    "READ_AGAIN",
+    "Route",
+    "Plan",
+    "SignalRouter",
+    "SignalEffect",
+    "check_identity",
+    "new_signal",
+]
 
 # A commit refused for one of these read what it was built on again: a
 # start in a bucket read (its generation moved), or a recipient that ended.
-_READ_AGAIN = frozenset({"state", "status", "missing", "incarnation"})
+READ_AGAIN = frozenset({"state", "status", "missing", "incarnation"})
 
 
 @attrs.frozen
@@ -358,7 +366,7 @@ class SignalRouter:
             try:
                 results = await commit(txn, len(plan.recipients))
             except Conflict as exc:
-                if exc.reason in _READ_AGAIN:
+                if exc.reason in READ_AGAIN:
                     # A start since the read, or a recipient that takes no
                     # mail (now, or since long: its record is read next).
                     careful = careful or exc.reason != "state"

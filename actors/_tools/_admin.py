@@ -30,6 +30,8 @@ import random
 import time
 from typing import Any
 
+import trio
+
 from storage import (
     UNFINISHED_STATUSES,
     InstanceRecord,
@@ -39,9 +41,9 @@ from storage import (
     Txn,
     instance_id,
 )
-from storage.errors import JournalCorrupt
+from storage.errors import Conflict, JournalCorrupt
 
-from .._features import _asks, _saga
+from .._features import _asks, _saga, _supervision
 from .._features._crashes import (
     Parked,
     read_parked,
@@ -50,6 +52,7 @@ from .._features._crashes import (
 )
 from .._features._queues import queue_place, wait_prefix, waiting_rows
 from .._features._schedules import tick_text, ticks_after
+from .._features._signals import READ_AGAIN, Route, read_plan, routes_of, signal_txn
 from .._kernel import _protocol
 from .._kernel._effects import END_PREFIX
 from .._kernel._failures import error_summary
@@ -92,6 +95,9 @@ from .._system._retry import (
 from ._history import History, dumps, import_history, loads, read_history
 
 __all__ = [
+    "Route",
+    "signal_routes",
+    "route_signal",
     "KEY_SEEN",
     # the operations, and asking a running system for them
     "Operations",
@@ -127,6 +133,7 @@ __all__ = [
     "uncompensated",
     "compensation_fates",
     "cancel_txn",
+    "ask_cancel_txn",
     "unstick_txn",
     "clean_up",
     "RetryPlan",
@@ -290,6 +297,19 @@ def cancel_txn(r: Reader, plan: list[Cancel]) -> Txn:
     return txn
 
 
+def ask_cancel_txn(iid: bytes, reason: str, *, compensate: bool = False) -> Txn:
+    """The runtime message that asks whichever node runs ``iid`` to cancel
+    it (and its live descendants, children first), as a node asks the
+    owner of an instance another live node runs (`Lifecycle`); an instance
+    no node runs now reads it when a node next loads it, and ends the
+    same way. On a journal nodes share, its commit notifies the owner."""
+    payload: dict[str, Any] = {"reason": reason}
+    if compensate:
+        payload["compensate"] = True
+    txn, _ = _protocol.system_send_txn(iid, _supervision.CANCEL.name, payload, time.time())
+    return txn
+
+
 def unstick_txn(op: str, row: InstanceRow) -> Txn:
     """``op`` (``"resume_compensation"`` or ``"abandon_compensation"``) of
     the compensation_stuck instance of ``row``, as the system writes it."""
@@ -303,9 +323,11 @@ def unstick_txn(op: str, row: InstanceRow) -> Txn:
 async def clean_up(journal: Journal, statuses: list[str], older_than: float) -> int:
     """Remove the instances with one of ``statuses`` last updated more than
     ``older_than`` seconds ago, with what they keep, as
-    `ActorSystem.cleanup` does; how many."""
+    `ActorSystem.cleanup` does; how many. Ages are measured on the
+    journal's clock where nodes share it (PostgreSQL), as the nodes do."""
+    now = await journal.clock()
     with journal.reader() as r:
-        found = _cleanup.families(r, statuses, time.time() - older_than)
+        found = _cleanup.families(r, statuses, (time.time() if now is None else now) - older_than)
     return await _cleanup.remove(journal, found, statuses)
 
 
@@ -325,3 +347,50 @@ async def replay_problem(
         now=time.time,
     )
     return await _fork.replay_problem(checker, plan, proc, record)
+
+
+def signal_routes(procs: list[ProcessDef[..., Any]], name: str) -> tuple[Route, ...]:
+    """Where the processes ``procs`` that listen to the signal ``name`` find
+    its recipients (none: no process listens).
+
+    Raises:
+        InvalidArguments: two of them listen to it with different fields.
+    """
+    return routes_of(procs).get(name, ())
+
+
+async def route_signal(
+    journal: Journal,
+    routes: tuple[Route, ...],
+    name: str,
+    identity: dict[str, str],
+    payload: Any,
+    key: str | None,
+) -> int:
+    """Write the signal ``name`` (``identity`` has exactly its fields) to its
+    recipients along ``routes``, as `ActorSystem.signal` does: read them
+    through the identity index, one conditional commit, read again if a
+    start or an end raced it. How many it reached (0: nothing stored).
+
+    Raises:
+        Conflict: refused for another reason than a race.
+    """
+    values = tuple(identity[field] for field in routes[0].identity)
+    careful = False
+    while True:
+        with journal.reader() as r:
+            plan = read_plan(r, routes, values, key, careful)
+        if not plan.recipients:
+            return 0
+        txn, _ = signal_txn(
+            plan, name, payload, time.time(), max_payload=MAX_PAYLOAD, trace=None, key=key
+        )
+        try:
+            await journal.commit(txn, durable=True)
+        except Conflict as exc:
+            if exc.reason not in READ_AGAIN:
+                raise
+            careful = careful or exc.reason != "state"
+            await trio.lowlevel.checkpoint()
+            continue
+        return len(plan.recipients)

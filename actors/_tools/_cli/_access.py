@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -19,6 +22,7 @@ from storage import (
     Journal,
     LMDBJournal,
     Reader,
+    Txn,
     instance_id,
 )
 from storage.errors import JournalCorrupt
@@ -28,7 +32,10 @@ from ._errors import CORRUPT, NOT_FOUND, USAGE, CLIError
 from ._render import local_time
 
 __all__ = [
+    "Claimed",
     "PostgresAt",
+    "claim",
+    "claim_for_start",
     "find_instance",
     "journal_at",
     "journal_dir",
@@ -38,25 +45,18 @@ __all__ = [
     "read_row",
     "reading",
     "writing",
+    "writing_at",
+    "written_at",
 ]
 
 
 def journal_dir(args: argparse.Namespace) -> Path:
-    """The ``--journal`` directory, if it holds an LMDB journal.
+    """The ``--journal`` directory, if it holds an LMDB journal (callers
+    that also take a PostgreSQL URL go through `journal_at`).
 
     Raises:
-        CLIError: no journal there; or a PostgreSQL URL, which the writing
-            commands that call this do not take (see `journal_at`).
+        CLIError: no journal there.
     """
-    if names_postgres(args):
-        raise CLIError(
-            f"'actors {args.command}' writes, and on a PostgreSQL journal the command line "
-            "only reads (list, show, stats, mail, consumers, tail --peek, queues, schedules, "
-            "export) and imports: do this through a node's ActorSystem (send, cancel, retry, "
-            "fork, drop_message, resume_compensation, cleanup), which keeps ownership and "
-            "fencing, or through the web inspector of an LMDB journal",
-            USAGE,
-        )
     path = Path(args.journal)
     hint = "pass the directory given to LMDBJournal(...)"
     if not path.exists():
@@ -80,8 +80,8 @@ class PostgresAt:
 
 
 def journal_at(args: argparse.Namespace) -> Path | PostgresAt:
-    """Where ``--journal`` points, for a reading command: an LMDB journal's
-    directory (checked as `journal_dir` checks it) or a PostgreSQL URL."""
+    """Where ``--journal`` points: an LMDB journal's directory (checked as
+    `journal_dir` checks it) or a PostgreSQL URL."""
     if names_postgres(args):
         return PostgresAt(args.journal, args.schema or "actors")
     return journal_dir(args)
@@ -130,6 +130,94 @@ async def writing(path: Path) -> AsyncIterator[LMDBJournal]:
     finally:
         with trio.CancelScope(shield=True):
             await journal.close()
+
+
+@overload
+def writing_at(where: Path) -> AbstractAsyncContextManager[LMDBJournal]: ...
+@overload
+def writing_at(where: Path | PostgresAt) -> AbstractAsyncContextManager[Journal]: ...
+def writing_at(where: Path | PostgresAt) -> AbstractAsyncContextManager[Journal]:
+    """The journal opened for a write, of either kind.
+
+    LMDB: `writing` (a brief holder of the owner lock; `JournalLocked` when
+    a running system holds it, which the caller then asks through its
+    control socket). PostgreSQL: as a brief node of its own, under a node
+    name no other process uses (`cli_node`) and its own lease, as any node
+    writes: a write to a live instance claims it first (`claim`) and is
+    fenced with that epoch, and once the command ends its lease is given
+    back, so another node's takeover runs what it left live (within the
+    takeover scan's quarter second)."""
+    if isinstance(where, PostgresAt):
+        return _postgres(where.url, where.schema, readonly=False, pool_size=2, node=cli_node())
+    return writing(where)
+
+
+def cli_node() -> str:
+    """A node name for one run of the command line: its host, its pid and
+    random bits, so no two runs (on one host or several) share a lease."""
+    return f"cli-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+@attrs.frozen
+class Claimed:
+    """Who may write to an instance: this command (``epoch`` fences its
+    write; None on a journal with one owner) or, ``owner``, the live node
+    that runs it (the claim was refused)."""
+
+    epoch: int | None
+    owner: str | None = None
+
+    def fence(self, txn: Txn, iid: bytes) -> None:
+        """Fence ``txn`` with the claim's epoch (a no-op without one)."""
+        if self.epoch is not None:
+            txn.fence(iid, self.epoch)
+
+
+async def claim(journal: Journal, iid: bytes) -> Claimed:
+    """Claim the existing instance ``iid`` as a node does before it writes
+    to it (`Journal.claim`): on a journal nodes share, this command owns it
+    from now on (until it ends) unless another live node does. A journal
+    with one owner (LMDB, held by the caller) claims nothing.
+
+    Invariant: two commands that race to write to one instance never both
+    hold it: the second's claim is refused while the first's lease holds,
+    and a write fenced with an epoch that another claim replaced is refused
+    (`Conflict`, reason ``"epoch"``)."""
+    if journal.node is None:
+        return Claimed(None)
+    epoch = await journal.claim(iid)
+    if epoch is not None:
+        return Claimed(epoch)
+    owner = await journal.read(lambda r: r.owner(iid))
+    # (No owner named: no such instance, which a start creates as this node's.)
+    return Claimed(None, owner)
+
+
+async def claim_for_start(journal: Journal, txn: Txn, iid: bytes) -> Claimed:
+    """Claim the existing instance ``iid`` for ``txn``, a start over it (a
+    retry, a fork, a resume) that makes it live again: fenced with the
+    claim; or, when another live node owns it (say the node that ran the
+    failed run), unfenced, and ``txn``'s commit wakes that node
+    (`Txn.wake`), which runs it once this command's lease ends (a start
+    over an ended incarnation makes a new row, this command's). Either
+    way the start's
+    compare-and-set decides between two commands racing to write it: one
+    commits, the other meets `Conflict`."""
+    got = await claim(journal, iid)
+    got.fence(txn, iid)
+    if got.owner is not None:
+        txn.wake(iid, got.owner)
+    return got
+
+
+def written_at(where: Path | PostgresAt) -> str:
+    """How the text of a command that wrote says when the instance takes it up."""
+    if isinstance(where, PostgresAt):
+        return (
+            "it runs on a node that runs its process: at once if one is running (its "
+            "owner is woken, or another node takes it over), else when one opens the journal"
+        )
+    return "it runs when a system that runs its process next opens this journal"
 
 
 def find_instance(r: Reader, address: str, path: Path | PostgresAt) -> InstanceRow:
@@ -219,7 +307,7 @@ async def opening_postgres(
 
 @asynccontextmanager
 async def _postgres(
-    url: str, schema: str, *, readonly: bool, pool_size: int = 1
+    url: str, schema: str, *, readonly: bool, pool_size: int = 1, node: str | None = None
 ) -> AsyncIterator[Journal]:
     try:
         cls = storage.PostgresJournal  # the optional 'postgres' extra
@@ -233,5 +321,12 @@ async def _postgres(
         journal: Journal = cls(url, schema=schema, pool_size=pool_size, readonly=readonly)
     except ValueError as exc:
         raise CLIError(f"--journal/--schema: {exc}", USAGE) from None
-    async with journal:
+    if node is not None:
+        journal.set_node(node)  # a writer: a node of its own (see writing_at)
+        journal.check_shapes = True  # what the runtime would not read is reported corrupt
+    await journal.open()
+    try:
         yield journal
+    finally:
+        with trio.CancelScope(shield=True):
+            await journal.close()

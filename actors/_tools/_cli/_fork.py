@@ -41,7 +41,14 @@ from .._admin import (
     read_for_fork,
     replay_problem,
 )
-from ._access import journal_dir, reading, writing
+from ._access import (
+    PostgresAt,
+    claim_for_start,
+    journal_at,
+    reading,
+    writing_at,
+    written_at,
+)
 from ._errors import CORRUPT, NOT_FOUND, OK, REFUSED, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import emit
@@ -124,7 +131,7 @@ def _check_usage(args: argparse.Namespace) -> None:
 
 
 def _plan(
-    r: Reader, address: str, args: argparse.Namespace, path: Path
+    r: Reader, address: str, args: argparse.Namespace, path: Path | PostgresAt
 ) -> tuple[ForkPlan | None, str | None]:
     """The plan of one fork, or None and why it is refused."""
     iid = instance_id(address)
@@ -211,22 +218,27 @@ async def _direct(
         return not_replayed(address, plan, problem), None
     if dry_run:
         return None, None
+    await claim_for_start(journal, start.txn, plan.target_iid)
     try:
         await journal.commit(start.txn, durable=True)
-    except Conflict as exc:  # pragma: no cover - we hold the journal
-        return f"not forked: {exc}; try again", None
+    except Conflict as exc:  # (a shared journal: another fork or start came first)
+        return (
+            f"not forked: {plan.target_address} changed after it was read (another fork, "
+            f"retry or start of it committed first: {exc}); 'actors show "
+            f"{plan.target_address}' says what it is now"
+        ), None
     return None, start.record.incarnation
 
 
 async def fork(args: argparse.Namespace) -> int:
     """``actors fork``: run ended instances again from a point in their log."""
     _check_usage(args)
-    path = journal_dir(args)
+    path = journal_at(args)
     new_input = _input(args.input)
     done: list[dict[str, Any]] = []
     held: JournalLocked | None = None
     try:
-        async with writing(path) as journal:
+        async with writing_at(path) as journal:
             with journal.reader() as r:
                 addresses = (
                     [args.address] if args.address else [row.address for row in _choose(r, args)]
@@ -244,6 +256,7 @@ async def fork(args: argparse.Namespace) -> int:
     except JournalLocked as exc:
         held = exc
         done = []
+        assert isinstance(path, Path)  # (a running system holds an LMDB journal only)
         async with reading(path) as journal:
             with journal.reader() as r:
                 addresses = (
@@ -310,7 +323,7 @@ async def fork(args: argparse.Namespace) -> int:
         if held is not None and not args.dry_run:
             lines.append(f"(through {owner(held)})")
         elif not args.dry_run and any(d["incarnation_made"] for d in done):
-            lines.append("(they run when a system that runs their process next opens this journal)")
+            lines.append(f"({written_at(path)})")
         return "\n".join(lines)
 
     emit(args, result, render)

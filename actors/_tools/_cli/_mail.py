@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
-from storage import instance_id
+from storage import LIVE_STATUSES, instance_id
 from storage.errors import Conflict, JournalLocked
 
 from .._admin import (
@@ -35,7 +36,7 @@ from .._admin import (
     read_for_drop,
     read_mail,
 )
-from ._access import find_instance, journal_at, journal_dir, reading, writing
+from ._access import Claimed, claim, find_instance, journal_at, reading, writing_at
 from ._errors import NOT_FOUND, OK, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import compact, emit, local_time
@@ -85,7 +86,7 @@ async def mail(args: argparse.Namespace) -> int:
     if args.drop is not None:
         if args.dropped:
             raise CLIError("--drop and --dropped do not go together", USAGE)
-        return await _drop(args, journal_dir(args), address, iid)
+        return await _drop(args, journal_at(args), address, iid)
     path = journal_at(args)  # a listing reads PostgreSQL too
     if args.incarnation is not None:
         raise CLIError("--incarnation goes with --drop", USAGE)
@@ -139,9 +140,26 @@ async def mail(args: argparse.Namespace) -> int:
 async def _drop(args: argparse.Namespace, path: Any, address: str, iid: bytes) -> int:
     held: JournalLocked | None = None
     try:
-        async with writing(path) as journal:
+        async with writing_at(path) as journal:
             with journal.reader() as r:
                 plan = read_for_drop(r, iid, args.drop)
+            got = Claimed(None)
+            if plan is not None and plan.row.status in LIVE_STATUSES:
+                # Invariant (as `ActorSystem.drop_message`'s): a drop of a live
+                # instance is written only under this command's claim, for a
+                # node that runs it holds its mail in memory and would take
+                # the message; a claim refused (another live node runs it)
+                # refuses the drop. What an earlier owner wrote: read again.
+                got = await claim(journal, iid)
+                if got.owner is not None:
+                    raise CLIError(
+                        f"cannot drop message #{args.drop} of {address!r} from the command "
+                        f"line: node {got.owner!r} runs it (it owns the instance and its lease "
+                        "is held), and could take the message meanwhile; drop it through that "
+                        f"node (system.drop_message({address!r}, {args.drop}) there)"
+                    )
+                with journal.reader() as r:
+                    plan = read_for_drop(r, iid, args.drop)
             if plan is None:
                 raise CLIError(
                     f"no instance at {address!r} in {path}; check the address", NOT_FOUND
@@ -156,15 +174,18 @@ async def _drop(args: argparse.Namespace, path: Any, address: str, iid: bytes) -
             why = drop_refusal(address, plan, args.drop)
             if why is not None:
                 raise CLIError(why, NOT_FOUND)
+            txn = drop_txn(plan, args.drop, time.time())
+            got.fence(txn, iid)
             try:
-                await journal.commit(drop_txn(plan, args.drop, time.time()), durable=True)
-            except Conflict as exc:  # pragma: no cover - we hold the journal
+                await journal.commit(txn, durable=True)
+            except Conflict as exc:  # (a shared journal: it was taken, or taken over)
                 raise CLIError(f"not dropped: {exc}; try again") from None
             message = plan.unread or plan.handled
             assert message is not None
             dropped = _message(message)
     except JournalLocked as exc:
         held = exc
+        assert isinstance(path, Path)  # (a running system holds an LMDB journal only)
         dropped = await through_system(
             path,
             held,

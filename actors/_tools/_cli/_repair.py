@@ -5,6 +5,16 @@ Like ``send`` and ``cancel``, each writes directly to a journal no system
 holds (with the transactions of `actors._kernel._protocol`, as the runtime does)
 and otherwise asks the running system through its control socket, which
 calls the `ActorSystem` method of the same name.
+
+On a PostgreSQL journal each writes as a brief node of its own
+(`writing_at`). A stuck compensation is claimed first, as a resume of an
+instance parked on a crash budget is: the node that parked it holds
+nothing of it in memory (it left memory when it got stuck), so a resume
+either runs under this command's claim (another node takes it over once
+the command ends) or, when that node is live and still owns it, wakes
+that node, which runs it; an abandon ends it either way. A cleanup claims
+nothing: it removes only ended instances, each on condition that it is
+as read (`actors._system._cleanup`), as a node's cleanup does.
 """
 
 from __future__ import annotations
@@ -18,7 +28,16 @@ from storage import STATUS_WORDS, TERMINAL_STATUSES, InstanceRow, Reader
 from storage.errors import Conflict, JournalLocked
 
 from .. import _admin
-from ._access import find_instance, journal_dir, reading, writing
+from ._access import (
+    PostgresAt,
+    claim,
+    claim_for_start,
+    find_instance,
+    journal_at,
+    reading,
+    writing_at,
+    written_at,
+)
 from ._errors import OK, CLIError
 from ._remote import owner, through_system
 from ._render import counted, emit, plural
@@ -29,7 +48,7 @@ __all__ = ["resume_compensation", "abandon_compensation", "cleanup", "duration"]
 # -- stuck compensations ----------------------------------------------------------------
 
 
-def _stuck(r: Reader, address: str, path: Path, doing: str) -> InstanceRow:
+def _stuck(r: Reader, address: str, path: Path | PostgresAt, doing: str) -> InstanceRow:
     row = find_instance(r, address, path)
     if row.status != "compensation_stuck":
         words = STATUS_WORDS.get(row.status, f"it is {row.status}")
@@ -45,20 +64,30 @@ async def _unstick(
 ) -> tuple[InstanceRow, JournalLocked | None]:
     """Write ``op`` for the stuck instance at ``args.address``; the row as it
     was, and who did it (None: this process, directly)."""
-    path = journal_dir(args)
+    path = journal_at(args)
     try:
-        async with writing(path) as journal:
+        async with writing_at(path) as journal:
             with journal.reader() as r:
                 row = _stuck(r, args.address, path, doing)
-            try:
-                await journal.commit(_admin.unstick_txn(op, row), durable=True)
-            except Conflict:  # pragma: no cover - we hold the journal
+            txn = _admin.unstick_txn(op, row)
+            if op == "resume_compensation":
+                # Running again: its owner (this command until it ends, or the
+                # live node that owns it, woken) runs it.
+                await claim_for_start(journal, txn, row.iid)
+            else:
+                (await claim(journal, row.iid)).fence(txn, row.iid)
+            try:  # (on condition that it is still stuck: `unstick_txn`)
+                await journal.commit(txn, durable=True)
+            except Conflict:  # (a shared journal: another command or node came first)
                 raise CLIError(
-                    f"cannot {doing} of {args.address!r}: it changed; try again"
+                    f"cannot {doing} of {args.address!r}: it changed after it was read "
+                    f"(another resume or abandon came first); 'actors show {args.address}' "
+                    "says what it is now"
                 ) from None
         return row, None
     except JournalLocked as exc:
         held = exc
+    assert isinstance(path, Path)  # (a running system holds an LMDB journal only)
     async with reading(path) as journal:
         with journal.reader() as r:
             row = _stuck(r, args.address, path, doing)
@@ -78,6 +107,7 @@ async def _unstick(
 async def resume_compensation(args: argparse.Namespace) -> int:
     """``actors resume-compensation``: retry a stuck compensation where it stopped."""
     row, held = await _unstick(args, "resume_compensation", "resume the compensation")
+    where = journal_at(args)
     left = _admin.pending_compensations(row.record)
     doc = {
         "resumed": True,
@@ -90,6 +120,10 @@ async def resume_compensation(args: argparse.Namespace) -> int:
         which = f"{counted(len(left), 'compensation')} to run"
         if held is not None:
             return f"resumed {args.address} through {owner(held)}: it retries now, {which}"
+        if isinstance(where, PostgresAt):
+            return f"resumed {args.address}: it is running again, and retries {which}; " + (
+                written_at(where)
+            )
         return (
             f"resumed {args.address}: it is running again, and retries {which} when a "
             "system that runs its process next opens this journal"
@@ -146,14 +180,15 @@ def span_text(seconds: float) -> str:
 
 async def cleanup(args: argparse.Namespace) -> int:
     """``actors cleanup``: remove finished instances older than ``--older-than``."""
-    path = journal_dir(args)
+    path = journal_at(args)
     statuses = args.status or sorted(TERMINAL_STATUSES)
     held: JournalLocked | None = None
     try:
-        async with writing(path) as journal:
+        async with writing_at(path) as journal:
             removed = await _admin.clean_up(journal, statuses, args.older_than)
     except JournalLocked as exc:
         held = exc
+        assert isinstance(path, Path)  # (a running system holds an LMDB journal only)
         removed = await through_system(
             path,
             held,

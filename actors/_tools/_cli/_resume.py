@@ -20,7 +20,7 @@ from storage import instance_id
 from storage.errors import Conflict, JournalLocked
 
 from .._admin import Parked, parked_input_refusal, read_parked, resume_txn
-from ._access import reading, writing
+from ._access import PostgresAt, claim, reading, writing_at, written_at
 from ._errors import OK, CLIError
 from ._remote import owner, through_system
 from ._render import emit
@@ -29,7 +29,7 @@ __all__ = ["resume_parked"]
 
 
 async def resume_parked(
-    args: argparse.Namespace, path: Path, new_input: dict[str, Any] | None
+    args: argparse.Namespace, path: Path | PostgresAt, new_input: dict[str, Any] | None
 ) -> int | None:
     """Resume the instance at ``args.address`` if a step's crash budget
     parked it, and say so; its exit code, or None if it is not parked so
@@ -37,18 +37,33 @@ async def resume_parked(
     iid = instance_id(args.address)
     locked: JournalLocked | None = None
     try:
-        async with writing(path) as journal:
+        async with writing_at(path) as journal:
             with journal.reader() as r:
                 parked = read_parked(r, iid)
             if parked is None:
                 return None
             _refuse_input(args.address, new_input)
+            txn = resume_txn(parked, time.time())
+            # Live (parked), so perhaps held in the memory of the node that
+            # runs it: written only under this command's claim.
+            got = await claim(journal, iid)
+            if got.owner is not None:
+                raise CLIError(
+                    f"not resumed: node {got.owner!r} runs {args.address} (it owns the "
+                    "instance and its lease is held) and holds it parked in memory; retry "
+                    "it on that node (system.retry there)"
+                )
+            got.fence(txn, iid)
             try:
-                await journal.commit(resume_txn(parked, time.time()), durable=True)
-            except Conflict as exc:  # pragma: no cover - we hold the journal
-                raise CLIError(f"not resumed: {exc}; try again") from None
+                await journal.commit(txn, durable=True)
+            except Conflict as exc:  # (a shared journal: another resume came first)
+                raise CLIError(
+                    f"not resumed: {args.address} changed after it was read ({exc}); "
+                    f"'actors show {args.address}' says what it is now"
+                ) from None
     except JournalLocked as exc:
         locked = exc
+        assert isinstance(path, Path)  # (a running system holds an LMDB journal only)
         async with reading(path) as journal:
             with journal.reader() as r:
                 found: Parked | None = read_parked(r, iid)
@@ -81,7 +96,7 @@ async def resume_parked(
         )
         if locked is not None:
             return f"{text}, through {owner(locked)}"
-        return f"{text}; it runs on when a system that runs its process next opens this journal"
+        return f"{text}; " + written_at(path)
 
     emit(args, doc, render)
     return OK

@@ -44,7 +44,7 @@ from .._admin import (
     retry_refusal as refusal,
     retry_txn,
 )
-from ._access import journal_at, journal_dir, reading, writing
+from ._access import PostgresAt, claim_for_start, journal_at, reading, writing_at, written_at
 from ._errors import CORRUPT, NOT_FOUND, OK, USAGE, CLIError
 from ._inspect import show
 from ._remote import owner, through_system
@@ -118,7 +118,7 @@ def _check_input(
         raise CLIError(str(exc), USAGE) from None
 
 
-def _plan(r: Reader, address: str, path: Path) -> RetryPlan:
+def _plan(r: Reader, address: str, path: Path | PostgresAt) -> RetryPlan:
     """What a retry of ``address`` reads; a `CLIError` if it cannot be retried."""
     plan, floor = read_for_retry(r, instance_id(address))
     if plan is None:
@@ -142,14 +142,14 @@ def _plan(r: Reader, address: str, path: Path) -> RetryPlan:
 
 async def retry(args: argparse.Namespace) -> int:
     """``actors retry``: run a failed (or cancelled) instance again, as a new incarnation."""
-    path = journal_dir(args)
+    path = journal_at(args)
     new_input = _input(args.input)
     resumed = await resume_parked(args, path, new_input)
     if resumed is not None:
         return resumed  # stuck on a crash budget: resumed, not replaced
     held: JournalLocked | None = None
     try:
-        async with writing(path) as journal:
+        async with writing_at(path) as journal:
             with journal.reader() as r:
                 plan = _plan(r, args.address, path)
             _check_input(plan, args.address, new_input, args.imports)
@@ -161,13 +161,19 @@ async def retry(args: argparse.Namespace) -> int:
                     "process has not imported; pass --import MODULE for the module that defines "
                     f"it ({exc})"
                 ) from None
+            await claim_for_start(journal, start.txn, plan.source.iid)
             try:
                 await journal.commit(start.txn, durable=True)
-            except Conflict as exc:  # pragma: no cover - we hold the journal
-                raise CLIError(f"not retried: {exc}; try again") from None
+            except Conflict as exc:  # another retry or start (on a shared journal) came first
+                raise CLIError(
+                    f"not retried: {args.address} changed after it was read (another retry, "
+                    f"fork or start of it committed first: {exc}); 'actors show "
+                    f"{args.address}' says what it is now"
+                ) from None
         incarnation, status = start.record.incarnation, "running"
     except JournalLocked as exc:
         held = exc
+        assert isinstance(path, Path)  # (a running system holds an LMDB journal only)
         async with reading(path) as journal:
             with journal.reader() as r:
                 plan = _plan(r, args.address, path)
@@ -203,9 +209,8 @@ async def retry(args: argparse.Namespace) -> int:
                 f"{incarnation}; it is {status}"
             )
         else:
-            text = (
-                f"retried {args.address} ({was}) as incarnation {incarnation}; it runs when "
-                "a system that runs its process next opens this journal"
+            text = f"retried {args.address} ({was}) as incarnation {incarnation}; " + written_at(
+                path
             )
         lines = [text]
         if plan.mail:

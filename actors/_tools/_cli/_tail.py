@@ -1,6 +1,11 @@
 """``actors tail``: print a stream from a consumer's cursor, and move the
 cursor when no system holds the journal (at-least-once, as
-`ActorSystem.stream`); ``actors consumers``: the cursors, and forgetting one."""
+`ActorSystem.stream`); ``actors consumers``: the cursors, and forgetting one.
+
+On a PostgreSQL journal the cursor is moved (or deleted) as a node's
+stream moves it: a write of the cursor alone, with no claim of the
+instance (its owner never writes consumers' cursors, only the readers do),
+so beside the nodes that run it."""
 
 from __future__ import annotations
 
@@ -8,17 +13,19 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import attrs
 import trio
 
-from storage import TERMINAL_STATUSES, Reader, Txn, instance_id
+from storage import TERMINAL_STATUSES, Journal, Reader, Txn, instance_id
 from storage.errors import JournalLocked
 
 from .._admin import user_cursors
-from ._access import PostgresAt, find_instance, journal_at, journal_dir, reading, writing
+from ._access import PostgresAt, find_instance, journal_at, reading, writing_at
 from ._errors import INTERRUPTED, NOT_FOUND, OK, CLIError, held_error
 from ._render import compact, emit, jsonable, plural, table
 
@@ -97,16 +104,35 @@ async def tail(args: argparse.Namespace) -> int:
 
 
 async def _tail_loop(args: argparse.Namespace, stop: trio.Event) -> int:
-    # Moving the cursor is a write: LMDB only; --peek reads PostgreSQL too.
-    path = journal_at(args) if args.peek else journal_dir(args)
+    path = journal_at(args)
+    if isinstance(path, PostgresAt) and not args.peek:
+        # One brief node for the whole tail, not one per value read.
+        async with writing_at(path) as journal:
+            return await _tail_through(args, stop, path, journal)
+    return await _tail_through(args, stop, path, None)
+
+
+@asynccontextmanager
+async def _writer(path: Path | PostgresAt, held: Journal | None) -> AsyncIterator[Journal]:
+    """``held`` (a PostgreSQL journal opened for the whole tail), else the
+    LMDB journal opened for this one write (`writing_at`)."""
+    if held is not None:
+        yield held
+        return
+    async with writing_at(path) as journal:
+        yield journal
+
+
+async def _tail_through(
+    args: argparse.Namespace, stop: trio.Event, path: Path | PostgresAt, held: Journal | None
+) -> int:
     tail = _Tail(args, path, instance_id(args.address))
     advancing = not args.peek
     first = True
     while not stop.is_set():
-        if advancing and (first or await _tail_has_new(tail)):
-            assert isinstance(path, Path)  # (journal_dir's, when advancing)
+        if advancing and (first or await _tail_has_new(tail, held)):
             try:
-                async with writing(path) as journal:
+                async with _writer(path, held) as journal:
                     with journal.reader() as r:
                         values = tail.read(r, from_cursor=True)
                     tail.show(values)
@@ -166,9 +192,10 @@ async def _tail_loop(args: argparse.Namespace, stop: trio.Event) -> int:
     return OK
 
 
-async def _tail_has_new(tail: _Tail) -> bool:
-    """Peek without the owner lock: are there values past the position?"""
-    async with reading(tail.path) as journal:
+async def _tail_has_new(tail: _Tail, held: Journal | None) -> bool:
+    """Peek without the owner lock (or through ``held``, the PostgreSQL
+    journal the tail writes to): are there values past the position?"""
+    async with reading(tail.path) if held is None else _writer(tail.path, held) as journal:
         with journal.reader() as r:
             row = r.instance(tail.iid)
             tail.status = row.status if row is not None else None
@@ -178,7 +205,7 @@ async def _tail_has_new(tail: _Tail) -> bool:
 
 async def consumers(args: argparse.Namespace) -> int:
     """``actors consumers``: the cursors on an instance's stream (``--delete`` one)."""
-    path = journal_at(args) if args.delete is None else journal_dir(args)
+    path = journal_at(args)
     iid = instance_id(args.address)
     async with reading(path) as journal:
         with journal.reader() as r:
@@ -186,7 +213,6 @@ async def consumers(args: argparse.Namespace) -> int:
             length, cursors = r.stream_length(iid), r.cursors(iid)
     cursors = user_cursors(cursors)
     if args.delete is not None:
-        assert isinstance(path, Path)  # (journal_dir's: a delete writes)
         return await _delete_consumer(args, path, iid, cursors)
     doc: dict[str, Any] = {
         "address": row.address,
@@ -213,7 +239,7 @@ async def consumers(args: argparse.Namespace) -> int:
 
 
 async def _delete_consumer(
-    args: argparse.Namespace, path: Path, iid: bytes, cursors: dict[str, int]
+    args: argparse.Namespace, path: Path | PostgresAt, iid: bytes, cursors: dict[str, int]
 ) -> int:
     name = args.delete
     if name not in cursors:
@@ -222,13 +248,16 @@ async def _delete_consumer(
             f"no consumer {name!r} on {args.address!r} (its consumers: {known})", NOT_FOUND
         )
     try:
-        async with writing(path) as journal:
+        # (On PostgreSQL, a node whose stream has this consumer open keeps
+        # its cursor in memory and writes it back as it reads on.)
+        async with writing_at(path) as journal:
             txn = Txn()
             txn.delete_cursor(iid, name)
             await journal.commit(txn, durable=True)
     except JournalLocked as exc:
         # A running system keeps the cursors of open streams in memory, and
         # would write this one back.
+        assert isinstance(path, Path)  # (a running system holds an LMDB journal only)
         raise held_error(
             path, exc.pid, f"delete consumer {name!r}", "close its stream", served=True
         ) from None

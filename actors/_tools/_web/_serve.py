@@ -7,8 +7,8 @@ with ``readonly=True`` (no owner lock), PostgreSQL with ``readonly=True``
 (no migration, read-only sessions; the schema must be at this library's
 version), so the inspector runs beside the systems that use the journal.
 
-With ``--allow-actions`` (LMDB journals only: the command line writes to
-no other) the pages offer actions, each done by the command line in a
+With ``--allow-actions`` (LMDB journals only: its runner names a journal
+directory) the pages offer actions, each done by the command line in a
 child process (`_actions`), and each an audit line on the
 ``actors.control`` logger, which the command prints to stderr.
 """
@@ -143,9 +143,10 @@ async def web(args: argparse.Namespace) -> int:
     acting = getattr(args, "allow_actions", False)
     if acting and names_postgres(args):
         raise CLIError(
-            "--allow-actions needs an LMDB journal: the actions are the command line's "
-            "commands, which write to LMDB journals; on PostgreSQL act through the "
-            "application (ActorSystem's methods), or drop --allow-actions",
+            "--allow-actions needs an LMDB journal: the inspector's actions run on a "
+            "journal directory; on PostgreSQL act with the command line (actors send, "
+            "cancel, retry, ... --journal URL) or through the application (ActorSystem's "
+            "methods), or drop --allow-actions",
             USAGE,
         )
     if acting and not local and not args.i_understand_anyone_can_act:
