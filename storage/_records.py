@@ -19,6 +19,7 @@ runtime with an AttributeError.
 
 from __future__ import annotations
 
+import functools
 import linecache
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
@@ -181,11 +182,7 @@ class InstanceRecord:
     def params_problem(self, process: str) -> str | None:
         """What is wrong with the path params for ``process`` (one non-empty
         str without "/" per ``:name`` segment), if anything."""
-        wanted = _PARAMS_WANTED.get(process)
-        if wanted is None:
-            wanted = sum(part.startswith(":") for part in process.split("/"))
-            if len(_PARAMS_WANTED) < _SHAPES_KEPT:
-                _PARAMS_WANTED[process] = wanted
+        wanted = _params_wanted(process)
         if len(self.params) != wanted:
             return (
                 f"the record has {len(self.params)} path param(s) where {process!r} takes {wanted}"
@@ -323,8 +320,12 @@ def _write_record_evolve() -> Callable[[InstanceRecord, dict[str, Any]], Instanc
 
 _record_evolve = _write_record_evolve()
 _DEFAULT_RECORD = InstanceRecord()
-# process template -> how many path params it takes (params_problem)
-_PARAMS_WANTED: dict[str, int] = {}
+
+
+@functools.lru_cache(maxsize=64)  # (the templates a journal holds are few; a damaged one's, any)
+def _params_wanted(process: str) -> int:
+    """How many path params the process template ``process`` takes."""
+    return sum(part.startswith(":") for part in process.split("/"))
 
 
 def _write_record_reader(keys: tuple[Any, ...]) -> Callable[[dict[Any, Any]], Any] | None:

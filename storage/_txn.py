@@ -4,6 +4,7 @@ and the check of its preconditions that single-owner journals share."""
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,8 +35,12 @@ __all__ = [
 # checks it; the runtime checks addresses before it builds a transaction.
 MAX_ADDRESS_BYTES = 16 * 1024
 
-# status names -> their codes, for Txn.require
-_CODES: dict[frozenset[str], frozenset[int]] = {}
+
+@functools.cache  # every send requires one of a few sets
+def _codes(statuses: frozenset[str]) -> frozenset[int]:
+    """Status names -> their codes, for Txn.require."""
+    return frozenset(STATUS_CODE[s] for s in statuses)
+
 
 # In a precondition's status codes: "or there is no instance" (no status has
 # this code). `Txn.require_absent` requires exactly this.
@@ -146,9 +151,7 @@ class Txn(StateOps):
         codes = None
         if statuses is not None:
             statuses = frozenset(statuses)  # (no copy of a frozenset)
-            codes = _CODES.get(statuses)  # every send requires one of a few sets
-            if codes is None:
-                codes = _CODES[statuses] = frozenset(STATUS_CODE[s] for s in statuses)
+            codes = _codes(statuses)
         if incarnation is not None:
             self.starts += 1
         self._add_require((iid, codes, incarnation))

@@ -344,8 +344,8 @@ LONG_MODULES: dict[str, int] = {
     "actors/_actor/_context.py": 878,
     "storage/_postgres/_writer.py": 759,
     "actors/_kernel/_effects.py": 726,
-    "actors/_kernel/_driver.py": 719,
-    "storage/_records.py": 719,
+    "storage/_records.py": 720,
+    "actors/_kernel/_driver.py": 717,
     "storage/_lmdb/_writer.py": 662,
     "actors/_tools/_history.py": 634,
     "actors/_kernel/_protocol.py": 600,
@@ -355,18 +355,18 @@ LONG_MODULES: dict[str, int] = {
     "actors/_tools/_cli/_inspect.py": 574,
     "actors/_system/_control.py": 560,
     "storage/_journal.py": 560,
-    "actors/_kernel/_interfaces.py": 556,
-    "actors/_system/_lifecycle.py": 552,
+    "actors/_kernel/_interfaces.py": 558,
+    "actors/_system/_lifecycle.py": 553,
     "storage/_codec.py": 547,
     "actors/_tools/_web/_app.py": 546,
     "actors/_actor/_instance.py": 545,
     "actors/_tools/_web/_pages.py": 542,
     "actors/_tools/_simulate.py": 533,
     "actors/_tools/_web/_actions.py": 530,
-    "actors/_system/_facade.py": 504,
+    "actors/_system/_facade.py": 505,
     "actors/testing.py": 502,
     "storage/_lmdb/_journal.py": 502,
-    "storage/_txn.py": 484,
+    "storage/_txn.py": 487,
     "actors/_system/_mail.py": 483,
     "actors/_features/_supervision.py": 482,
     "actors/_features/_asks.py": 460,
@@ -781,6 +781,180 @@ def test_the_feature_count_sees_each_feature():
     names = _identifiers(ast.parse("d.keys(); scope.cancel(); keys = 1"))
     assert not any(_names(FEATURES[f][1], n) for f in ("keyed sends", "cancel") for n in names)
     assert _names(FEATURES["keyed sends"][1], ".keys")
+
+
+# -- module-level state ---------------------------------------------------------------
+
+# Calls that make a mutable container, by the name called (``weakref.WeakSet()``
+# counts by its last part). (A ``threading.local`` is not one: what it holds is
+# each thread's own, as a run's context is.)
+_CONTAINERS = frozenset(
+    "dict list set bytearray defaultdict OrderedDict Counter deque WeakKeyDictionary "
+    "WeakValueDictionary WeakSet".split()
+)
+# Methods that change a container in place.
+_MUTATORS = frozenset(
+    "append appendleft extend insert add update setdefault pop popitem popleft remove "
+    "discard clear move_to_end sort reverse difference_update intersection_update "
+    "symmetric_difference_update".split()
+)
+# The module-level state a function may change: (module, name) -> why it is
+# process-wide.
+STATE_ALLOWED = {
+    ("storage._codec", "_registry"): "@actors.serializable registers a class for the "
+    "whole process, by design: a value's class is found by its name in any journal",
+    ("storage._codec", "_names"): "(the same registry, by class)",
+    ("storage._codec", "_fields"): "(the same registry: the fields each class stores)",
+    ("storage._codec", "_aliases"): "(the same registry: the fields' old names)",
+    ("storage._codec", "_PACKERS"): "idle packers, scratch buffers reused: what the "
+    "pool holds changes no result (and it is safe across threads)",
+    ("storage._lmdb._journal", "_open_journals"): "a fork of the process is process-wide: "
+    "os.register_at_fork must find every open LMDB environment",
+    ("actors._kernel._hooks", "_RUN_ENDS"): "the features' hooks, registered as their "
+    "modules are imported, never after",
+    ("actors._kernel._hooks", "_DISK_ENDS"): "(the same)",
+}
+
+
+def _mutable_value(value: ast.expr | None) -> bool:
+    if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
+        return True
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name in _CONTAINERS
+    return False
+
+
+def _module_state(tree: ast.Module) -> set[str]:
+    """The names a module binds, at its top level (under an ``if`` or a
+    ``try`` too), to a mutable container."""
+    found: set[str] = set()
+    body = list(tree.body)
+    while body:
+        node = body.pop()
+        if isinstance(node, (ast.If, ast.Try)):
+            body += node.body + node.orelse + getattr(node, "finalbody", [])
+            body += [n for h in getattr(node, "handlers", []) for n in h.body]
+        elif isinstance(node, ast.Assign) and _mutable_value(node.value):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found.add(target.id)
+        elif isinstance(node, ast.AnnAssign) and _mutable_value(node.value):
+            if isinstance(node.target, ast.Name):
+                found.add(node.target.id)
+    return found
+
+
+def _changed_state(modules: dict[str, ast.Module]) -> set[tuple[str, str, str]]:
+    """(module, name, how) of each module-level name that a function
+    rebinds (``global``) or changes in place (an item set or deleted, a
+    mutating method called), by its own name, as ``module.name`` from
+    another module, or through a local alias of either."""
+    state = {name: _module_state(tree) for name, tree in modules.items()}
+    by_short: dict[str, list[str]] = {}
+    for name in modules:
+        by_short.setdefault(name.rpartition(".")[2], []).append(name)
+    found: set[tuple[str, str, str]] = set()
+    for module, tree in modules.items():
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            aliases: dict[str, tuple[str, str]] = {}
+
+            def target(expr: ast.expr, module: str = module) -> tuple[str, str] | None:
+                if isinstance(expr, ast.Name):
+                    if expr.id in aliases:
+                        return aliases[expr.id]
+                    if expr.id in state[module]:
+                        return module, expr.id
+                elif isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+                    for owner in by_short.get(expr.value.id, ()):
+                        if expr.attr in state[owner]:
+                            return owner, expr.attr
+                elif isinstance(expr, ast.Subscript):  # a container it holds
+                    return target(expr.value)
+                return None
+
+            for node in ast.walk(func):
+                if isinstance(node, ast.Global):
+                    found.update((module, name, "global") for name in node.names)
+                elif isinstance(node, ast.Assign):
+                    pairs = [(t, node.value) for t in node.targets]
+                    for t, v in list(pairs):
+                        if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple):
+                            pairs += list(zip(t.elts, v.elts, strict=False))
+                    for t, v in pairs:
+                        if isinstance(t, ast.Name) and (hit := target(v)) is not None:
+                            aliases[t.id] = hit
+                elif isinstance(node, ast.NamedExpr):
+                    if (hit := target(node.value)) is not None:
+                        aliases[node.target.id] = hit
+            for node in ast.walk(func):
+                hit = None
+                if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                    hit, how = target(node.value), "item"
+                elif isinstance(node, ast.AugAssign):
+                    hit, how = target(node.target), "augmented"
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    if node.func.attr in _MUTATORS:
+                        hit, how = target(node.func.value), f".{node.func.attr}()"
+                if hit is not None:
+                    found.add((*hit, how))
+    return found
+
+
+def _parsed() -> dict[str, ast.Module]:
+    return {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
+
+
+def test_no_function_changes_module_level_state():
+    # State lives on the system, its parts, an actor: a module-level table a
+    # function changes is shared by every system of the process (two in one
+    # test, a system and the command line) and outlives each.
+    changed = {(module, name) for module, name, _ in _changed_state(_parsed())}
+    assert sorted(changed - set(STATE_ALLOWED)) == []
+    assert sorted(set(STATE_ALLOWED) - changed) == [], "no longer changed: take it off the list"
+
+
+def test_the_state_scan_finds_changes():
+    source = """
+import weakref
+TABLE = {}
+CACHE: dict = dict()
+SEEN = weakref.WeakSet()
+COUNT = 0
+FIXED = {"a": 1}
+def f(x):
+    TABLE[x] = 1
+def g(x):
+    seen, n = SEEN, 1
+    seen.add(x)
+def h():
+    global COUNT
+    COUNT += 1
+async def k(x):
+    if (c := CACHE) is not None:
+        c.setdefault(x, 1)
+def read(x):
+    return FIXED[x], TABLE.get(x)
+def pool():
+    kept = POOLS[0]
+    kept.append(1)
+POOLS = [[], []]
+"""
+    other = "from . import one\ndef f(x):\n    del one.FIXED[x]\n"
+    found = _changed_state({"p.one": ast.parse(source), "p.two": ast.parse(other)})
+    assert {(m, n) for m, n, _ in found} == {
+        ("p.one", "TABLE"),
+        ("p.one", "SEEN"),
+        ("p.one", "COUNT"),
+        ("p.one", "CACHE"),
+        ("p.one", "FIXED"),
+        ("p.one", "POOLS"),
+    }
+    assert ("p.two", "COUNT", "global") not in found
+    assert ("p.one", "COUNT", "global") in found
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ it (see `Driver.patched`).
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, Literal, Protocol
 
@@ -516,23 +515,22 @@ class Driver:
         Raises `Interrupted` if the host was asked to stop.
         """
         replayed = 0
-        # This thread's slot (a trio run stays in one thread).
-        stepping, thread = _guard.stepping, threading.get_ident()
+        stepping = _guard.stepping  # this thread's (a trio run stays in one thread)
         while True:
             if host.interrupt is not None:
                 raise Interrupted()
             try:
-                # Invariant: _guard.stepping names this instance, in this
+                # Invariant: _guard.stepping.address names this instance, in this
                 # thread, exactly while its code runs (never across an
                 # await of ours).
-                stepping[thread] = self.address
+                stepping.address = self.address
                 try:
                     if throw is not None:
                         effect = coro.throw(throw)
                     else:
                         effect = coro.send(send)
                 finally:
-                    stepping[thread] = None
+                    stepping.address = None
             except StopIteration as stop:
                 if self.fresh is not None:
                     forgotten = self.forgotten(None, ending=True)

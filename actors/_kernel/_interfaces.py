@@ -202,6 +202,7 @@ class LifecycleAPI(Protocol):
 
     creating: dict[bytes, trio.Event]
     cancelling: dict[bytes, trio.Event]
+    retrying: dict[bytes, Any]  # instance id -> the retry of it under way (_retry._Flight)
 
     def deciding(
         self, *iids: bytes, activate: bool = True
@@ -336,6 +337,7 @@ class SystemAPI(Protocol):
     passivate_after: float
     log_debug: bool  # actors._kernel._events.debug_enabled(), read once at open
     tracing: bool  # actors._kernel._tracing.active(), read once at open
+    tracer: Any  # the tracer provider's tracer for "actors" (when tracing), taken at open
     max_payload: int
     step_limiter: trio.CapacityLimiter
     thread_limiter: trio.CapacityLimiter

@@ -54,11 +54,11 @@ __all__ = [
     "loaded",
     "record_crash",
     "step_span",
+    "tracer",
     "traceparent",
 ]
 
 _NULL = contextlib.nullcontext()
-_cached: tuple[Any, Any] = (None, None)  # (provider, its tracer for "actors")
 _inert: tuple[type, ...] = ()
 if _trace is not None:
     _propagator = TraceContextTextMapPropagator()
@@ -70,14 +70,10 @@ def active() -> bool:
     return _trace is not None and not isinstance(_trace.get_tracer_provider(), _inert)
 
 
-def _tracer() -> Any:
-    global _cached
-    provider = _trace.get_tracer_provider()
-    if _cached[0] is not provider:
-        # Held, not keyed by id(): a provider gone and a new one at the same
-        # address must not get the old one's tracer.
-        _cached = (provider, provider.get_tracer("actors"))
-    return _cached[1]
+def tracer() -> Any:
+    """The current tracer provider's tracer for "actors" (when `active`):
+    a system takes it at open, with `active`, and holds it."""
+    return _trace.get_tracer_provider().get_tracer("actors")
 
 
 def traceparent(system: Any) -> str | None:
@@ -103,7 +99,7 @@ def begin_run(actor: Any) -> Any:
     actor's task (its steps' tasks inherit it); pass the result to `end_run`."""
     if not actor.system.tracing:
         return None
-    span = _tracer().start_span(
+    span = actor.system.tracer.start_span(
         f"process {actor.proc.template}",
         context=_context_of(actor.record.trace),
         attributes={"actors.address": actor.address, "actors.run": actor.run},
@@ -137,7 +133,7 @@ def step_span(actor: Any, info: Any) -> Any:
     """A context manager around one attempt (``info``: its `StepInfo`)."""
     if not actor.system.tracing:
         return _NULL
-    return _tracer().start_as_current_span(
+    return actor.system.tracer.start_as_current_span(
         f"step {info.name}",
         attributes={
             "actors.address": actor.address,
@@ -152,7 +148,7 @@ def delivered(actor: Any, seq: int, signal: str, stored: Any) -> None:
     """A message sent with trace context ``stored`` reached ``actor``."""
     if stored is None or not actor.system.tracing:
         return
-    span = _tracer().start_span(
+    span = actor.system.tracer.start_span(
         f"deliver {signal}",
         context=_context_of(stored),
         kind=_trace.SpanKind.CONSUMER,

@@ -94,6 +94,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.passivate_after = passivate_after
         self.log_debug = _events.debug_enabled()  # cached: DEBUG records are on the hot path
         self.tracing = _tracing.active()  # likewise (see _tracing)
+        self.tracer = _tracing.tracer() if self.tracing else None  # the provider's at open
         self.max_payload = max_payload
         self.step_limiter = trio.CapacityLimiter(max_sync_steps)
         # Steps acquire step_limiter themselves (so a queued step's timeout

@@ -58,6 +58,7 @@ class Lifecycle:
         self.journal = system.journal
         self.creating: dict[bytes, trio.Event] = {}  # starts deciding (see start)
         self.cancelling: dict[bytes, trio.Event] = {}  # see cancel_iid
+        self.retrying: dict[bytes, Any] = {}  # the retries under way (see _retry.retry)
 
     async def cancel_iid(
         self, iid: bytes, address: str, reason: str, *, compensate: bool = False

@@ -61,7 +61,6 @@ the new incarnation into memory as a fork does.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import attrs
@@ -193,10 +192,6 @@ class _Flight:
     handle: Handle[Any] | None = None
 
 
-# system -> instance id -> the retry of it under way there
-_FLIGHTS: weakref.WeakKeyDictionary[SystemAPI, dict[bytes, _Flight]] = weakref.WeakKeyDictionary()
-
-
 async def retry(system: SystemAPI, address: str, input: dict[str, Any] | None) -> Handle[Any]:
     """`ActorSystem.retry` (see there)."""
     _guard.refuse(
@@ -210,7 +205,7 @@ async def retry(system: SystemAPI, address: str, input: dict[str, Any] | None) -
     encoded_input = encode(input, what="input") if input else None  # refused before a read
     # Retries of one address at once on this system make one incarnation,
     # and each returns its handle (as two nodes' do: see `_retry`).
-    flights = _FLIGHTS.setdefault(system, {})
+    flights: dict[bytes, _Flight] = system.lifecycle.retrying
     while (flight := flights.get(iid)) is not None:
         await flight.done.wait()
         if flight.handle is not None:
