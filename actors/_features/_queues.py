@@ -159,8 +159,6 @@ class QueueService:
 
     def __init__(self, system: SystemAPI, queues: Iterable[Queue]) -> None:
         self.system = system
-        system.statuses.watch(self.status_changed)
-        system.registry.watch_ends(self.ended)
         self.queues: dict[str, Queue] = {}
         for queue in queues:
             if not isinstance(queue, Queue):
@@ -169,6 +167,10 @@ class QueueService:
                 raise InvalidArguments(f"two queues share the name {queue.name!r}")
             self.queues[queue.name] = queue
         self._events: dict[str, trio.Event] = {name: trio.Event() for name in self.queues}
+        # Invariant: the statuses and the registry call this service for an
+        # instance (`status_changed`, `ended`) exactly while it is in
+        # _holding or _others (see _track): a start that holds no slot
+        # calls no code of queues.
         # iid -> queue name: holders this node started and has not seen end
         self._holding: dict[bytes, str] = {}
         self._ended: dict[str, set[bytes]] = {name: set() for name in self.queues}
@@ -266,6 +268,21 @@ class QueueService:
         await self.system.outages.back()
         self.system.statuses.changed(iid)
         self.poke(name)
+
+    def _track(self, iid: bytes, name: str, mine: bool) -> None:
+        """Note ``iid`` as a holder of queue ``name``'s (started by this node
+        or not), and watch it: its end frees a slot."""
+        (self._holding if mine else self._others)[iid] = name
+        self.system.statuses.watch(iid, self.status_changed)
+        self.system.registry.watch_end(iid, self.ended)
+
+    def _untrack(self, iid: bytes) -> None:
+        """``iid`` holds no slot any more (its release was read)."""
+        self._holding.pop(iid, None)
+        self._others.pop(iid, None)
+        self._known.pop(iid, None)
+        self.system.statuses.unwatch(iid, self.status_changed)
+        self.system.registry.watch_end(iid, None)
 
     def status_changed(self, iid: bytes) -> None:
         """Hook: an instance's status changed; a holder that ended frees a
@@ -376,21 +393,18 @@ class QueueService:
         held = dict(look.state["held"])
         for iid in ended:
             if iid.hex() not in held:  # released already (by another node's round)
-                self._holding.pop(iid, None)
-                self._known.pop(iid, None)
+                self._untrack(iid)
         for iid in [i for i, n in self._others.items() if n == name and i.hex() not in held]:
-            del self._others[iid]  # released already (by another node's round)
+            self._untrack(iid)  # released already (by another node's round)
         for h, status in look.statuses.items():
             iid = bytes.fromhex(h)
             if status not in LIVE_STATUSES:
                 held.pop(h, None)
-                self._holding.pop(iid, None)
-                self._known.pop(iid, None)
-                self._others.pop(iid, None)
-            elif held[h][0] == self.node:
-                self._holding[iid] = name  # started here before: its end pokes
+                self._untrack(iid)
             else:
-                self._others[iid] = name  # its end here (after a takeover) pokes
+                # started here before: its end pokes; or another node's: its
+                # end here (after a takeover) pokes
+                self._track(iid, name, mine=held[h][0] == self.node)
         # Only the starts inside the rate window are kept (none without a rate).
         starts = [
             t for t in look.state["starts"] if queue.rate is not None and t > now - queue.rate.per
@@ -443,7 +457,7 @@ class QueueService:
             self._unsure[name].update(entry.iid for entry, _, _ in chosen)
             raise
         for entry, record, epoch in chosen:
-            self._holding[entry.iid] = name
+            self._track(entry.iid, name, mine=True)
             self.admitted += 1
             system.statuses.changed(entry.iid)
             if record is not None and record.status == "queued":

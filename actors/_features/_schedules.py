@@ -227,9 +227,7 @@ class ScheduleService:
 
     def __init__(self, system: SystemAPI) -> None:
         self.system = system
-        system.statuses.watch(self.status_changed)
         self._wake = trio.Event()
-        self._watched: set[bytes] = set()  # last started instances a buffered tick waits for
         # name -> (version, epoch): a schedule whose tick failed to start
         # waits until then, unless its definition changes meanwhile
         self._failed: dict[str, tuple[int, float]] = {}
@@ -241,9 +239,11 @@ class ScheduleService:
         self._wake.set()
 
     def status_changed(self, iid: bytes) -> None:
-        """Hook: an instance's status changed; a buffered tick may start now."""
-        if iid in self._watched:
-            self._wake.set()
+        """Hook: the status of a last started instance that a buffered tick
+        waits for changed (see `_handle`, which watches it again if it
+        still runs); the tick may start now."""
+        self.system.statuses.unwatch(iid, self.status_changed)
+        self._wake.set()
 
     async def define(
         self,
@@ -432,9 +432,8 @@ class ScheduleService:
                 except JournalCorrupt:  # it will not run again: no overlap with it
                     status = "corrupt"
             live = status in UNFINISHED_STATUSES
-            self._watched.discard(iid)
             if live and spec["overlap"] != "allow":
-                self._watched.add(iid)
+                system.statuses.watch(iid, self.status_changed)
         pending = spec.get("pending")
         if pending is not None and not live:  # the buffered tick starts now
             await self._start_tick(name, version, spec, proc, pending, pending=None)

@@ -239,7 +239,9 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
             raise InvalidArguments(
                 f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
             )
-        queued = self.queues.choose(queue, priority)
+        queued = None  # (a start without a queue= or priority= asks nothing of queues)
+        if queue is not None or type(priority) is not int or priority:
+            queued = self.queues.choose(queue, priority)
         handle, created = await self.lifecycle.start(
             self.registry.definition(proc), params, input, None, queued=queued
         )

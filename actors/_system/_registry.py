@@ -74,7 +74,7 @@ class Registry:
         self._takeover_interval = 0.25 * system.journal.poll_scale
         self.nursery: trio.Nursery | None = None  # the system's (set by open_system)
         self.closing = False
-        self._end_watchers: list[Callable[[bytes, str], None]] = []  # see watch_ends
+        self._end_watchers: dict[bytes, Callable[[bytes, str], None]] = {}  # see watch_end
         self._sweep_parking = Parking()  # see sweep_idle
         self.runner = Runner(system)  # steps the instances waiting without a task
 
@@ -309,18 +309,23 @@ class Registry:
 
     def ended(self, actor: ActorAPI, status: str) -> None:
         self.forget(actor)
-        for hook in self._end_watchers:  # (a queue frees the slot it held)
+        hook = self._end_watchers.get(actor.iid)
+        if hook is not None:  # (a queue frees the slot it held)
             hook(actor.iid, status)
         # Its exports as they are durable: one that left memory with a
         # publish that never landed (a full journal) shows the one before,
         # as its reload will.
         self.system.statuses.keep_end(actor.iid, status, actor.writes.durable_record())
 
-    def watch_ends(self, hook: Callable[[bytes, str], None]) -> None:
-        """Call ``hook(iid, status)`` as each instance that ran here ends
-        (leaves memory with ``status``, durably), before its end is kept
-        for handle reads."""
-        self._end_watchers.append(hook)
+    def watch_end(self, iid: bytes, hook: Callable[[bytes, str], None] | None) -> None:
+        """Call ``hook(iid, status)`` as ``iid``, if it ran here, ends (leaves
+        memory with ``status``, durably), before its end is kept for handle
+        reads; None: no more. One hook an instance: the queue it holds a
+        slot of."""
+        if hook is None:
+            self._end_watchers.pop(iid, None)
+        else:
+            self._end_watchers[iid] = hook
 
     def timer_due(self, iid: bytes, now: float) -> None:
         actor = self.live.get(iid)

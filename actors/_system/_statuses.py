@@ -47,7 +47,7 @@ class Statuses:
         self._seen: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
         # Weakly held (see event): an entry lives as long as someone holds its event.
         self._events: dict[bytes, weakref.ref[trio.Event]] = {}
-        self._watchers: list[Callable[[bytes], None]] = []  # see watch
+        self._watchers: dict[bytes, list[Callable[[bytes], None]]] = {}  # see watch
 
     def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None:
         """The end of ``iid`` that ran here, as kept (`Registry.ended`), if it is
@@ -187,15 +187,29 @@ class Statuses:
         if self._events.get(iid) is ref:
             del self._events[iid]
 
-    def watch(self, hook: Callable[[bytes], None]) -> None:
-        """Call ``hook(iid)`` whenever an instance's status changes (not on
-        its running/suspended turns: see `activity_changed`). The queue and
-        schedule services watch this way, so this part knows neither."""
-        self._watchers.append(hook)
+    def watch(self, iid: bytes, hook: Callable[[bytes], None]) -> None:
+        """Call ``hook(iid)`` whenever the status of ``iid`` changes (not on
+        its running/suspended turns: see `activity_changed`), until
+        `unwatch`. The queue service watches the instances that hold a
+        slot, the schedule service the runs a tick waits for: so this part
+        knows neither, and a change of any other instance calls neither."""
+        hooks = self._watchers.setdefault(iid, [])
+        if hook not in hooks:
+            hooks.append(hook)
+
+    def unwatch(self, iid: bytes, hook: Callable[[bytes], None]) -> None:
+        """Stop calling ``hook`` for ``iid`` (see `watch`)."""
+        hooks = self._watchers.get(iid)
+        if hooks is not None and hook in hooks:
+            hooks.remove(hook)
+            if not hooks:
+                del self._watchers[iid]
 
     def changed(self, iid: bytes) -> None:
-        for hook in self._watchers:
-            hook(iid)
+        hooks = self._watchers.get(iid)
+        if hooks is not None:
+            for hook in list(hooks):  # (a hook may unwatch)
+                hook(iid)
         actor = self.system.registry.live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
