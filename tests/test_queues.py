@@ -281,3 +281,34 @@ async def test_queued_work_of_a_process_this_system_does_not_run_holds_nothing_u
     said = [r.getMessage() for r in caplog.records if "elsewhere/:name" in r.getMessage()]
     assert 1 == len(said), said  # said once, not at every round
     assert RUNNING["max"] == 1
+
+
+async def test_only_the_instances_holding_a_slot_call_the_queue_service(
+    monkeypatch, autojump_clock
+):
+    # Watchers are per instance: a start without a queue calls no code of
+    # queues at its changes and end, and a holder's end still frees its slot.
+    from actors._features._queues import QueueService
+
+    told: list[str] = []
+    status_changed, ended = QueueService.status_changed, QueueService.ended
+
+    def spy_changed(self, iid):
+        told.append("changed")
+        status_changed(self, iid)
+
+    def spy_ended(self, iid, status):
+        told.append("ended")
+        ended(self, iid, status)
+
+    monkeypatch.setattr(QueueService, "status_changed", spy_changed)
+    monkeypatch.setattr(QueueService, "ended", spy_ended)
+    q = Queue("jobs", concurrency=1)
+    async with actors.open_system(MemoryJournal(), processes=[job], queues=[q]) as system:
+        assert await (await system.start(job, "free", seconds=1.0)).result() == "free"
+        assert told == []
+        first = await system.start(job, "a", queue=q, seconds=1.0)
+        second = await system.start(job, "b", queue=q, seconds=1.0)
+        assert await second.result() == "b"  # started once "a" freed the only slot
+        assert await first.result() == "a"
+        assert "ended" in told and "changed" in told
