@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from storage.errors import JournalCorrupt
 
     from .._kernel._interfaces import ActorAPI
-    from .._kernel._messages import StoredMessage
+    from .._kernel._mailbox import StoredMessage
 
 __all__ = ["Arrivals"]
 

@@ -91,7 +91,7 @@ class Actor:
         self.loaded = loaded
         self.epoch = epoch  # ownership epoch every write is fenced with (shared journals)
         self.fenced = system.journal.shared
-        self.mailbox = Mailbox(remember_taken=self.fenced)
+        self.mailbox: Mailbox[fx.Wait[Any]] = Mailbox(remember_taken=self.fenced)
         # ("cancel", reason, compensate) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: Interrupt | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq

@@ -16,7 +16,7 @@ from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 
 from .._kernel import _guard, _protocol, _tracing
 from .._kernel._checks import check_many, check_name, check_seconds
-from .._kernel._messages import Asker
+from .._kernel._mailbox import Asker
 from .._kernel._records import Signal
 from ..errors import InvalidArguments, NotDelivered
 

@@ -20,7 +20,7 @@ from storage import argument_digests
 
 from ..errors import ContextError
 from ._log import LogEntry
-from ._messages import Asker
+from ._mailbox import Asker
 from ._records import Outcome, Retry, Signal
 
 T = TypeVar("T", covariant=True)  # what awaiting the effect gives

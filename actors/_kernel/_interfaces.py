@@ -28,8 +28,7 @@ from ._compensations import Compensations
 from ._driver import Driver, Interrupt
 from ._holds import Holds
 from ._log import LogEntry
-from ._mailbox import Mailbox
-from ._messages import Asker, StoredMessage
+from ._mailbox import Asker, Mailbox, StoredMessage
 from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._records import Queue, Signal
@@ -497,7 +496,7 @@ class ActorAPI(Protocol):
     run: int
     status: str
     driver: Driver
-    mailbox: Mailbox
+    mailbox: Mailbox[fx.Wait[Any]]
     live: set[fx.Effect[Any]]
     children: dict[str, int]
     interrupt: Interrupt | None

@@ -47,7 +47,7 @@ from ..errors import LimitExceeded
 from ._effects import end_signal
 from ._failures import ErrorRecord
 from ._identity import index_instance
-from ._messages import Asker, StoredMessage
+from ._mailbox import Asker, StoredMessage
 
 __all__ = [
     "KEY_PREFIX",

@@ -24,7 +24,7 @@ from storage.errors import JournalUnavailable
 
 from .._kernel import _events
 from .._kernel._interfaces import SystemAPI
-from .._kernel._messages import StoredMessage
+from .._kernel._mailbox import StoredMessage
 
 _ELSEWHERE_KEPT = 100_000  # instances remembered as owned elsewhere, oldest out
 

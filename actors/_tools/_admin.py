@@ -57,7 +57,7 @@ from .._kernel import _protocol
 from .._kernel._effects import END_PREFIX
 from .._kernel._failures import error_summary
 from .._kernel._log import LogEntry, children_named
-from .._kernel._messages import StoredMessage
+from .._kernel._mailbox import StoredMessage
 from .._kernel._process import ProcessDef
 from .._kernel._protocol import KEY_SEEN, Cancel
 from .._kernel._records import Signal

@@ -145,7 +145,7 @@ PLANTS: dict[str, Plant] = {
             if proc is None or row.iid in self.live or row.iid in self.activating:
                 self.activate(row.iid)
                 return
-            from ._messages import StoredMessage  # planted: run from the row read before
+            from .._kernel._mailbox import StoredMessage  # planted: run from the row read before
             with self.journal.reader() as r:
                 mail = r.mailbox(row.iid)
             actor = self.run_created(row.iid, row.address, proc, row.record, epoch)
