@@ -118,7 +118,7 @@ class RunnerAPI(Protocol):
 
 
 class StallsAPI(Protocol):
-    """What the runtime's modules use of `Stalls` (``actors._system._stalls``)."""
+    """What the runtime's modules use of `Stalls` (``actors._system._troubles``)."""
 
     def stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
 
@@ -130,7 +130,7 @@ class StallsAPI(Protocol):
 
 
 class CorruptionAPI(Protocol):
-    """What the runtime's modules use of `Corruption` (``actors._system._corruption``)."""
+    """What the runtime's modules use of `Corruption` (``actors._system._troubles``)."""
 
     def error(self, iid: bytes, address: str) -> JournalCorrupt: ...
 

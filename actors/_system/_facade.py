@@ -44,13 +44,12 @@ from .._kernel._public import NoPublicConstructor
 from .._kernel._records import IfExists, Queue, Signal, StreamFrom
 from .._kernel._rides import Rides
 from ..errors import AlreadyStarted, InvalidArguments
-from ._corruption import Corruption
 from ._lifecycle import Lifecycle
 from ._nodes import NodeView
 from ._operations import Operations
 from ._registry import Registry
-from ._stalls import Stalls
 from ._statuses import Statuses
+from ._troubles import Corruption, Stalls
 from ._upkeep import Upkeep
 
 __all__ = ["ActorSystem"]

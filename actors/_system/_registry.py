@@ -5,7 +5,8 @@ It brings instances into memory and out: activation, reloads after a lost
 journal connection, the idle sweep (passivation), takeover on shared
 journals, shutdown at close; and it runs the system's own tasks. Recovery
 at open is in `_recovery`; instances that stall, lose a write or get stuck
-come back through `_stalls`; corrupt ones are marked by `_corruption`.
+come back through `_troubles.Stalls`; corrupt ones are marked by
+`_troubles.Corruption`.
 """
 
 from __future__ import annotations
