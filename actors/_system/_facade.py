@@ -4,10 +4,10 @@ Each part is made here with what it needs (the system, read through
 `SystemAPI`) and reaches into no other part's state: `Registry` (live
 instances, definitions, activation, passivation, takeover, shutdown),
 `Statuses` (each instance's status as this system knows it), `Corruption`
-(records that do not decode), `Stalls` (instances out of memory on a full
-journal or a lost write), `Router` (`_sending`: send, ask, send_many),
-`Lifecycle` (start, cancel, restart), `Upkeep` (query, cleanup, stuck
-compensations); then the services: timers, queues, schedules, asks, keyed
+and `Stalls` (`_troubles`: records that do not decode; instances out of
+memory on a full journal or a lost write), `Router` (`_sending`: send,
+ask, send_many), `Lifecycle` (start, cancel, restart), `Upkeep`
+(`_operations`: query, cleanup, stuck compensations); then the services: timers, queues, schedules, asks, keyed
 sends, deferred writes, the node view. The operator's calls are in
 `_operations` and the schedules' in `_schedules`: bases that hold no state.
 `open_system` (`_open`) runs a system.
@@ -46,11 +46,10 @@ from .._kernel._rides import Rides
 from ..errors import AlreadyStarted, InvalidArguments
 from ._lifecycle import Lifecycle
 from ._nodes import NodeView
-from ._operations import Operations
+from ._operations import Operations, Upkeep
 from ._registry import Registry
 from ._statuses import Statuses
 from ._troubles import Corruption, Stalls
-from ._upkeep import Upkeep
 
 __all__ = ["ActorSystem"]
 
