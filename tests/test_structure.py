@@ -670,7 +670,7 @@ FEATURES: dict[str, tuple[str, str]] = {
         r"_?asks?|Asks?|Asker|asker|Reply|replies|ask_id_of|answer(_offline)?|no_reply"
         r"|send_reply|unanswered_on_disk|reply_outcome|reply_to",
     ),
-    "keyed sends": ("_features._keys", r"KeyedSends|KEY_PREFIX|legacy_key\w*|keyed|\.keys"),
+    "keyed sends": ("_features._sends", r"KeyedSends|KEY_PREFIX|legacy_key\w*|keyed|\.keys"),
     "queues": (
         "_features._queues",
         r"Queue\w*|_?queues?|queued|queue_\w+|held_key|wait_prefix|index_key"

@@ -107,7 +107,7 @@ class Router:
         key: str | None = None,
     ) -> None:
         if key is not None and not self.journal.shared:
-            # (See _keys: this incarnation has not had the key under KEY_PREFIX.)
+            # (See _sends.KeyedSends: this incarnation has not had the key under KEY_PREFIX.)
             # Journals written before KEY_PREFIX hold keys under the legacy
             # prefix: LMDB ones, as a shared journal (PostgreSQL) refused its
             # NUL. Nothing writes under it now, so one read settles it.

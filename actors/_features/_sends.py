@@ -1,4 +1,5 @@
-"""One-way sends from a process: ``ctx.send`` and ``ctx.send_many``.
+"""One-way sends from a process: ``ctx.send`` and ``ctx.send_many``; and
+the keyed sends of the system and its processes (`KeyedSends`).
 
 A send is an effect (`fx.Send`). Its message is built at the call, as
 `ActorSystem.send` builds one (`_protocol.send_txn`, or `send_many_txn` for
@@ -29,19 +30,37 @@ nothing outside saw it). Replay raises the same `NotDelivered` from the
 entry (`_driver.error_from_entry`) and sends nothing, even to an instance
 started at that address since.
 
-With ``key=``, the rules of ``system.send(..., key=...)`` (see `_keys`):
-a key the receiving incarnation has had stores nothing and the send
-returns normally (its log entry still records that it ran); else the key
-is written with the message. Keyed sends of one key to one instance take
+With ``key=``, the rules of ``system.send(..., key=...)`` (below): a key
+the receiving incarnation has had stores nothing and the send returns
+normally (its log entry still records that it ran); else the key is
+written with the message. Keyed sends of one key to one instance take
 turns with the system's own (`KeyedSends`).
+
+Keyed sends, ``system.send(..., key=K)`` and ``ctx.send(..., key=K)``, and
+`KeyedSends`, a part of `ActorSystem` (``system.keys``) that both go
+through. A keyed send first looks for the key among the incarnation's keys
+(a cursor named ``_protocol.KEY_PREFIX + key``, see `_protocol`); found, it
+stores nothing and returns. Else it writes the message and the key in one
+transaction, on condition that the key is still absent when it commits
+(`storage.Txn.require_no_cursor`, checked under the instance's row lock): a
+send of the same key through another node that committed since makes it
+store nothing and return, as if it had been read. So the key is unique in
+the journal, whatever node sent it. Keyed sends of one key to one instance
+also take turns within a system, so a client that retries while its first
+send is still being written reads the key rather than failing on it.
+
+Keys live as long as the incarnation: continue-as-new and restarts keep
+them (cursors carry over), a new incarnation at the address (after a
+cancel) starts with none, since the start replaces the old one whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
+import trio
 
 from storage import MAIL_STATUSES, STATUS_WORDS, Txn, digest, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
@@ -49,13 +68,13 @@ from storage.errors import Conflict, EncodeError, JournalCorrupt
 from .._kernel import _effects as fx, _protocol, _tracing
 from .._kernel._checks import check_many, check_name
 from .._kernel._failures import ErrorRecord
-from .._kernel._interfaces import ActorAPI
+from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
-from .._kernel._protocol import Notice
+from .._kernel._protocol import KEY_PREFIX, Notice
 from .._kernel._records import Signal
 from ..errors import InvalidArguments, NotDelivered
 
-__all__ = ["new_send", "new_send_many"]
+__all__ = ["KeyedSends", "new_send", "new_send_many"]
 
 
 @attrs.frozen
@@ -290,3 +309,39 @@ def _not_delivered(address: str, status: str | None) -> NotDelivered:
         address=address,
         reason=status,
     )
+
+
+class KeyedSends:
+    """One system's keyed sends in flight, by (instance id, key)."""
+
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self._writing: dict[tuple[bytes, str], trio.Event] = {}
+
+    async def send(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal | None,
+        payload: Any,
+        key: Any,
+        send: Callable[..., Awaitable[None]],
+    ) -> None:
+        """Send unless the incarnation at ``iid`` has had ``key`` already
+        (``send`` writes the message with its key; ``signal`` and ``payload``
+        are passed on to it, None where its transaction holds them)."""
+        key = check_name(key, "send(key=...)")
+        slot = (iid, key)
+        # Invariant: at most one keyed send per (instance, key) reads and writes at a time.
+        while (writing := self._writing.get(slot)) is not None:
+            await writing.wait()
+        self._writing[slot] = done = trio.Event()
+        try:
+            name = KEY_PREFIX + key
+            seen = await self.system.journal.read(lambda r: r.cursor(iid, name))
+            if seen is not None:
+                return  # sent already to this incarnation: nothing more is stored
+            await send(iid, address, signal, payload, key=key)
+        finally:
+            del self._writing[slot]
+            done.set()

@@ -298,7 +298,7 @@ class AsksAPI(Protocol):
 
 
 class KeysAPI(Protocol):
-    """What the runtime's modules use of the `KeyedSends` in flight (``actors._features._keys``)."""
+    """What the runtime's modules use of the `KeyedSends` in flight (``actors._features._sends``)."""
 
     async def send(
         self,

@@ -27,10 +27,10 @@ from storage.errors import JournalCorrupt
 
 from .._features import _asks, _joins, _sends, _signals, _steps, _streams, _supervision
 from .._features._asks import Asks
-from .._features._keys import KeyedSends
 from .._features._queues import QueueService
 from .._features._schedules import ScheduleCalls, ScheduleService
 from .._features._sending import Router
+from .._features._sends import KeyedSends
 from .._features._signals import SignalRouter
 from .._features._streams import Stream
 from .._features._timers import TimerService
