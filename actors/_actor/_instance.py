@@ -28,7 +28,7 @@ from storage import InstanceRecord
 from storage.errors import JournalCorrupt
 
 from .._features import _saga
-from .._kernel import _effects as fx, _events, _tracing
+from .._kernel import _effects as fx, _reports, _tracing
 from .._kernel._driver import WAIT, Driver, Interrupt, Interrupted, Parked, Passivated
 from .._kernel._effects import Effect
 from .._kernel._handles import ChildHandle
@@ -522,7 +522,7 @@ class Actor:
         leaf.value = value
         leaf.error = error
         if self.system.log_debug:
-            _events.effect_done(self.address, leaf.seq, type(leaf).__name__, error)
+            _reports.effect_done(self.address, leaf.seq, type(leaf).__name__, error)
         if entry is not None:
             self.writes.txn.put_log(self.iid, self.run, leaf.seq, entry.to_stored())
         node: Effect[Any] = leaf

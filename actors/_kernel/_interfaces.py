@@ -333,7 +333,7 @@ class SystemAPI(Protocol):
     journal: Journal
     random: random.Random
     passivate_after: float
-    log_debug: bool  # actors._kernel._events.debug_enabled(), read once at open
+    log_debug: bool  # actors._kernel._reports.debug_enabled(), read once at open
     tracing: bool  # actors._kernel._tracing.active(), read once at open
     max_payload: int
     step_limiter: trio.CapacityLimiter

@@ -34,7 +34,7 @@ from .._features._sends import KeyedSends
 from .._features._signals import SignalRouter
 from .._features._streams import Stream
 from .._features._timers import TimerService
-from .._kernel import _events, _guard, _tracing
+from .._kernel import _guard, _reports, _tracing
 from .._kernel._compensations import Compensations
 from .._kernel._handles import Handle
 from .._kernel._interfaces import Service
@@ -90,7 +90,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.compensations = Compensations(compensations)
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
-        self.log_debug = _events.debug_enabled()  # cached: DEBUG records are on the hot path
+        self.log_debug = _reports.debug_enabled()  # cached: DEBUG records are on the hot path
         self.tracing = _tracing.active()  # likewise (see _tracing)
         self.max_payload = max_payload
         self.step_limiter = trio.CapacityLimiter(max_sync_steps)

@@ -25,7 +25,7 @@ import trio
 from storage import Txn
 from storage.errors import JournalCorrupt, JournalFull
 
-from .._kernel import _events
+from .._kernel import _reports
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import ActorAPI, SystemAPI
@@ -50,7 +50,7 @@ class Corruption:
         await self._mark(actor.iid, actor.address, exc)
 
     async def _mark(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
-        _events.corrupt(address, exc)
+        _reports.corrupt(address, exc)
         await self.record(iid, exc)
         self.system.statuses.changed(iid)
 
@@ -182,7 +182,7 @@ class Stalls:
         memory suspended. Said once per reason: mail to it replays it again."""
         if self._said_stuck.get(actor.iid) != held:
             self._said_stuck[actor.iid] = held
-            _events.stuck(actor.address, held, exc)
+            _reports.stuck(actor.address, held, exc)
 
     async def _resume_stalled(self) -> None:
         # One task for every stalled instance, backing off while the journal
