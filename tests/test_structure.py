@@ -282,7 +282,7 @@ def test_the_write_patterns_catch_writes():
 ROOMS = ("_kernel", "_features", "_actor", "_system", "_tools")
 ROOM_DOCS = {
     "_kernel": "effects, the driver that runs a process by hand, the log, records, the mailbox, "
-    "handles, the protocol's transactions",
+    "handles, the journal transactions the runtime writes",
     "_features": "steps, sends, signals, asks, timers, streams, sagas, queues, schedules, "
     "supervision, joins, crashes",
     "_actor": "an instance (Actor) and its parts, the process's ctx",
@@ -348,30 +348,30 @@ LONG_MODULES: dict[str, int] = {
     "storage/_records.py": 719,
     "storage/_lmdb/_writer.py": 662,
     "actors/_tools/_history.py": 634,
-    "actors/_kernel/_protocol.py": 600,
+    "actors/_kernel/_transactions.py": 600,
     "actors/_features/_queues.py": 592,
     "actors/_features/_schedules.py": 584,
     "storage/_simulated.py": 584,
     "actors/_tools/_cli/_inspect.py": 574,
     "actors/_system/_control.py": 560,
     "storage/_journal.py": 560,
-    "actors/_kernel/_interfaces.py": 556,
-    "actors/_system/_lifecycle.py": 552,
+    "actors/_kernel/_interfaces.py": 555,
+    "actors/_system/_lifecycle.py": 554,
     "storage/_codec.py": 547,
     "actors/_tools/_web/_app.py": 546,
     "actors/_actor/_instance.py": 545,
     "actors/_tools/_web/_pages.py": 542,
     "actors/_tools/_simulate.py": 533,
     "actors/_tools/_web/_actions.py": 530,
-    "actors/_system/_facade.py": 504,
+    "actors/_system/_facade.py": 502,
     "actors/testing.py": 502,
     "storage/_lmdb/_journal.py": 502,
+    "actors/_features/_supervision.py": 488,
     "storage/_txn.py": 484,
     "actors/_system/_mail.py": 483,
-    "actors/_features/_supervision.py": 482,
     "actors/_features/_asks.py": 460,
+    "actors/_features/_signals.py": 459,
     "storage/_postgres/_schema.py": 459,
-    "actors/_features/_signals.py": 457,
 }
 
 

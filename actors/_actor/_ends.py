@@ -24,7 +24,7 @@ from storage.errors import (
 )
 
 from .._features import _saga, _supervision as _sup
-from .._kernel import _effects as fx, _hooks, _protocol, _reports
+from .._kernel import _effects as fx, _hooks, _reports, _transactions
 from .._kernel._failures import ErrorRecord, describe_error, error_summary
 from .._kernel._log import children_named
 from ..errors import NonDeterminismError
@@ -179,7 +179,7 @@ class Ends:
         children, actor.children = actor.children, {}
         await _sup.cancel_children(actor.system, children, f"parent {actor.address} {status}")
         timers = actor.arrivals.take_timers()
-        notice = _protocol.end_of_run(
+        notice = _transactions.end_of_run(
             txn,
             actor.iid,
             address=actor.address,
@@ -250,7 +250,7 @@ class Ends:
         actor = self.actor
         timers = actor.arrivals.take_timers()
         record = actor.record.evolve(run=actor.run, updated=actor.system.epoch_now(), **changes)
-        actor.record = _protocol.next_run(
+        actor.record = _transactions.next_run(
             txn,
             actor.iid,
             address=actor.address,

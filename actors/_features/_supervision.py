@@ -36,8 +36,14 @@ from .._kernel._handles import ChildHandle
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry, children_named
 from .._kernel._process import OneForAll, OneForOne, RestForOne
-from .._kernel._protocol import START_RACED, end_payload, read_for_start, start_txn, system_send_txn
 from .._kernel._records import Signal
+from .._kernel._transactions import (
+    START_RACED,
+    end_payload,
+    read_for_start,
+    start_txn,
+    system_send_txn,
+)
 from ..errors import ActorError, ChildFailed
 
 # Errors of the journal itself while a child is created: they go to the

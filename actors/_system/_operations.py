@@ -33,7 +33,7 @@ from storage import (
 )
 
 from .._features import _crashes
-from .._kernel import _protocol
+from .._kernel import _transactions
 from .._kernel._checks import check_many, check_name, check_seconds
 from .._kernel._interfaces import SystemAPI
 from .._kernel._process import ProcessDef
@@ -331,7 +331,7 @@ class Upkeep:
     async def resume_compensation(self, address: str) -> bool:
         """The body of `ActorSystem.resume_compensation`."""
         iid = await self._settle_stuck(
-            address, "resume_compensation", _protocol.resume_compensation_txn
+            address, "resume_compensation", _transactions.resume_compensation_txn
         )
         if iid is None:
             return False
@@ -341,7 +341,7 @@ class Upkeep:
     async def abandon_compensation(self, address: str) -> bool:
         """The body of `ActorSystem.abandon_compensation`."""
         found = await self._settle_stuck(
-            address, "abandon_compensation", _protocol.abandon_compensation_txn
+            address, "abandon_compensation", _transactions.abandon_compensation_txn
         )
         return found is not None
 

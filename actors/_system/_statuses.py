@@ -14,7 +14,7 @@ import trio
 from storage import InstanceRecord, InstanceRow
 from storage.errors import JournalCorrupt
 
-from .._kernel._protocol import floor_of
+from .._kernel._transactions import floor_of
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import SystemAPI

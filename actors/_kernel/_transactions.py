@@ -1,6 +1,6 @@
-"""The write protocol: the journal transactions that change an instance's
-life, built in one place for the runtime (`ActorSystem`) and the command
-line alike.
+"""The journal transactions that change an instance's life, built in one
+place for the runtime (`ActorSystem`) and the command line alike (not named
+"protocol": in `actors` that is a typing Protocol, as in `_interfaces`).
 
 Each builder takes what the caller read (rows, timers) and the time, and
 returns a `storage.Txn` plus what the caller needs once it commits (which
