@@ -20,7 +20,7 @@ from .._features._supervision import CANCEL, ESCALATE, RESTART
 from .._kernel import _effects as fx, _reports, _tracing
 from .._kernel._driver import Interrupt
 from .._kernel._log import LogEntry
-from .._kernel._records import Signal
+from .._kernel._values import Signal
 
 if TYPE_CHECKING:
     from storage.errors import JournalCorrupt

@@ -50,7 +50,7 @@ from .._kernel._hooks import After
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
 from .._kernel._mailbox import Asker, StoredMessage
-from .._kernel._records import Signal
+from .._kernel._values import Signal
 from ..errors import AskTimeout, NotDelivered
 from ._sending import commit_through
 

@@ -41,7 +41,7 @@ from .._kernel import _reports, _tracing
 from .._kernel._effects import Step
 from .._kernel._failures import describe_error, error_summary
 from .._kernel._interfaces import ActorAPI
-from .._kernel._records import Retry
+from .._kernel._values import Retry
 from ._steps import StepInfo, call_once
 
 DEFAULT_RETRY = Retry(attempts=3, backoff=1.0, max_backoff=30.0)

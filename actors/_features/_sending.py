@@ -17,7 +17,7 @@ from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 from .._kernel import _guard, _tracing, _transactions
 from .._kernel._checks import check_many, check_name, check_seconds
 from .._kernel._mailbox import Asker
-from .._kernel._records import Signal
+from .._kernel._values import Signal
 from ..errors import InvalidArguments, NotDelivered
 
 RELOAD_AFTER = 0.1  # seconds between asks that a live instance in doubt passivate

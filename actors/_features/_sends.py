@@ -70,8 +70,8 @@ from .._kernel._checks import check_many, check_name
 from .._kernel._failures import ErrorRecord
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
-from .._kernel._records import Signal
 from .._kernel._transactions import KEY_PREFIX, Notice
+from .._kernel._values import Signal
 from ..errors import InvalidArguments, NotDelivered
 
 __all__ = ["KeyedSends", "new_send", "new_send_many"]

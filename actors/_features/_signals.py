@@ -48,8 +48,8 @@ from .._kernel._identity import bucket, bucket_prefix, generation_key
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
 from .._kernel._process import ProcessDef
-from .._kernel._records import Signal
 from .._kernel._transactions import Notice
+from .._kernel._values import Signal
 from ..errors import InvalidArguments, LimitExceeded
 from ._sending import commit_through
 

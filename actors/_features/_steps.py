@@ -42,7 +42,7 @@ from .._kernel._effects import Behaviour, Step, runs_live
 from .._kernel._failures import ErrorRecord
 from .._kernel._interfaces import ActorAPI
 from .._kernel._log import LogEntry
-from .._kernel._records import CRASHES
+from .._kernel._values import CRASHES
 from ..errors import ActorError, ContextError, StepFailed
 
 __all__ = ["StepInfo", "current_step", "run_step", "step_key"]

@@ -31,7 +31,7 @@ from .._kernel._checks import check_name
 from .._kernel._handles import status_changed
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
-from .._kernel._records import StreamFrom
+from .._kernel._values import StreamFrom
 from ..errors import InvalidArguments, NotDelivered
 
 _BATCH = 256

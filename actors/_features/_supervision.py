@@ -36,7 +36,6 @@ from .._kernel._handles import ChildHandle
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry, children_named
 from .._kernel._process import OneForAll, OneForOne, RestForOne
-from .._kernel._records import Signal
 from .._kernel._transactions import (
     START_RACED,
     end_payload,
@@ -44,6 +43,7 @@ from .._kernel._transactions import (
     start_txn,
     system_send_txn,
 )
+from .._kernel._values import Signal
 from ..errors import ActorError, ChildFailed
 
 # Errors of the journal itself while a child is created: they go to the

@@ -31,8 +31,8 @@ from ._log import LogEntry
 from ._mailbox import Asker, Mailbox, StoredMessage
 from ._outages import JournalWatch
 from ._process import ProcessDef
-from ._records import Queue, Signal
 from ._rides import Rides
+from ._values import Queue, Signal
 
 __all__ = [
     "ActorAPI",

@@ -45,7 +45,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from ._records import Signal
+from ._values import Signal
 
 __all__ = ["Asker", "Mailbox", "StoredMessage"]
 

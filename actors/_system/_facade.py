@@ -41,8 +41,8 @@ from .._kernel._interfaces import Service
 from .._kernel._outages import JournalWatch
 from .._kernel._process import ProcessDef
 from .._kernel._public import NoPublicConstructor
-from .._kernel._records import IfExists, Queue, Signal, StreamFrom
 from .._kernel._rides import Rides
+from .._kernel._values import IfExists, Queue, Signal, StreamFrom
 from ..errors import AlreadyStarted, InvalidArguments
 from ._lifecycle import Lifecycle
 from ._nodes import NodeView

@@ -33,7 +33,7 @@ from .._kernel._checks import check_text
 from .._kernel._handles import Handle
 from .._kernel._log import children_named, read_state
 from .._kernel._process import ProcessDef
-from .._kernel._records import Queue, Signal
+from .._kernel._values import Queue, Signal
 from ..errors import InvalidArguments, LimitExceeded, UnknownProcess
 from ._statuses import state_of
 

@@ -37,7 +37,7 @@ from .._kernel import _transactions
 from .._kernel._checks import check_many, check_name, check_seconds
 from .._kernel._interfaces import SystemAPI
 from .._kernel._process import ProcessDef
-from .._kernel._records import InstanceInfo
+from .._kernel._values import InstanceInfo
 from ..errors import InvalidArguments
 from . import _cleanup, _fork, _mail, _retry
 from ._registry import YIELD_EVERY
@@ -45,7 +45,7 @@ from ._registry import YIELD_EVERY
 if TYPE_CHECKING:
     from .._features._queues import QueueService
     from .._kernel._handles import Handle
-    from .._kernel._records import Queue, QueueInfo
+    from .._kernel._values import Queue, QueueInfo
 
 __all__ = ["OperatedSystem", "Operations", "Upkeep"]
 

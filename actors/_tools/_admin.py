@@ -59,8 +59,8 @@ from .._kernel._failures import error_summary
 from .._kernel._log import LogEntry, children_named
 from .._kernel._mailbox import StoredMessage
 from .._kernel._process import ProcessDef
-from .._kernel._records import Signal
 from .._kernel._transactions import KEY_SEEN, Cancel
+from .._kernel._values import Signal
 from .._system import _cleanup, _fork
 from .._system._control import ControlUnavailable, Operations, RemoteError, request
 from .._system._facade import ActorSystem
