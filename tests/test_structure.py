@@ -471,7 +471,7 @@ def draw(package: str = "actors") -> str:
 # The parts of ActorSystem (see actors/_system/_facade.py): attribute -> (module, class).
 PARTS = {
     "registry": ("_system._registry", "Registry"),
-    "statuses": ("_system._statuses", "Statuses"),
+    "statuses": ("_system._status_watch", "Statuses"),
     "corruption": ("_system._troubles", "Corruption"),
     "stalls": ("_system._troubles", "Stalls"),
     "router": ("_features._sending", "Router"),

@@ -142,7 +142,7 @@ class CorruptionAPI(Protocol):
 
 
 class StatusesAPI(Protocol):
-    """What the runtime's modules use of `Statuses` (``actors._system._statuses``)."""
+    """What the runtime's modules use of `Statuses` (``actors._system._status_watch``)."""
 
     def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None: ...
 

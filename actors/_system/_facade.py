@@ -48,7 +48,7 @@ from ._lifecycle import Lifecycle
 from ._nodes import NodeView
 from ._operations import Operations, Upkeep
 from ._registry import Registry
-from ._statuses import Statuses
+from ._status_watch import Statuses
 from ._troubles import Corruption, Stalls
 
 __all__ = ["ActorSystem"]

@@ -35,7 +35,7 @@ from .._kernel._log import children_named, read_state
 from .._kernel._process import ProcessDef
 from .._kernel._values import Queue, Signal
 from ..errors import InvalidArguments, LimitExceeded, UnknownProcess
-from ._statuses import state_of
+from ._status_watch import state_of
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import ActorAPI, SystemAPI

@@ -1,5 +1,6 @@
 """What the system knows of each instance's status and record, and who
-waits for it to change: `Statuses`, a part of `ActorSystem`."""
+waits for it to change: `Statuses`, a part of `ActorSystem` (the module is
+named for the watching; the status vocabulary is `storage._statuses`)."""
 
 from __future__ import annotations
 
