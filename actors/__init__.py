@@ -29,7 +29,7 @@ from ._kernel._process import (
     process as process,
 )
 from ._kernel._public import name_public_classes as _name_public_classes
-from ._kernel._records import (
+from ._kernel._values import (
     InstanceInfo as InstanceInfo,
     Outcome as Outcome,
     Queue as Queue,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import trio
 
 from actors import Context, Signal, process
-from actors._kernel import _protocol
+from actors._kernel import _transactions
 from storage import instance_id
 
 go = Signal("go")
@@ -27,7 +27,7 @@ async def test_mail_sent_while_an_instance_is_being_created_is_taken_once(any_op
         address = "echo/r"
         iid = instance_id(address)
         # What a start does, cut at its seam: the record is committed ...
-        start = _protocol.start_txn(
+        start = _transactions.start_txn(
             iid,
             address=address,
             process=echo.template,

@@ -1,5 +1,5 @@
 """What the runtime logs under ``actors``: each event of the vocabulary in
-`actors._kernel._events`, at its level, naming the address in the message and
+`actors._kernel._reports`, at its level, naming the address in the message and
 carrying it as ``record.actors_address``; DEBUG records only when enabled."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import trio
 
 import actors
 from actors import Context, OneForOne, Retry, Signal, process
-from actors._kernel import _events
+from actors._kernel import _reports
 from storage import instance_id
 from tests.runtime_helpers import wait_status
 from tests.test_corrupt_records import BAD, _start_all_as_if_crashed_mid_run, damage, echo
@@ -302,18 +302,18 @@ def test_every_event_names_the_address_and_carries_it(caplog):
     caplog.set_level(logging.DEBUG, logger="actors")
     exc = RuntimeError("boom")
     strategy = OneForOne()
-    _events.crashed("a/1", exc, parent=None)
-    _events.crashed("a/1/b/2", exc, parent="a/1")
-    _events.restarting("a/1", count=1, reason="restart 1 after exit", strategy=strategy, delay=0.1)
-    _events.sibling_restarting("a/2", reason="restart: sibling a/1 crashed", strategy=strategy)
-    _events.failed("a/1", "RuntimeError: boom")
-    _events.gave_up("a/1/b/2", parent="a/1", why="RuntimeError('boom')", strategy=strategy)
-    _events.compensation_stuck("a/1", "ConnectionError: no")
-    _events.corrupt("a/1", exc)
-    _events.taken_over("a/1", "node-b", exc)
-    _events.lease_lost("node-b", "a/1")
-    _events.delivered("a/1", 3, "go")
-    _events.effect_done("a/1", 4, "Step", exc)
+    _reports.crashed("a/1", exc, parent=None)
+    _reports.crashed("a/1/b/2", exc, parent="a/1")
+    _reports.restarting("a/1", count=1, reason="restart 1 after exit", strategy=strategy, delay=0.1)
+    _reports.sibling_restarting("a/2", reason="restart: sibling a/1 crashed", strategy=strategy)
+    _reports.failed("a/1", "RuntimeError: boom")
+    _reports.gave_up("a/1/b/2", parent="a/1", why="RuntimeError('boom')", strategy=strategy)
+    _reports.compensation_stuck("a/1", "ConnectionError: no")
+    _reports.corrupt("a/1", exc)
+    _reports.taken_over("a/1", "node-b", exc)
+    _reports.lease_lost("node-b", "a/1")
+    _reports.delivered("a/1", 3, "go")
+    _reports.effect_done("a/1", 4, "Step", exc)
     records = [r for r in caplog.records if r.name.startswith("actors")]
     assert 12 == len(records)
     for record in records:

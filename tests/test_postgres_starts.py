@@ -17,7 +17,7 @@ import pytest
 import trio
 
 import actors
-from actors._kernel import _protocol
+from actors._kernel import _transactions
 from storage import Conflict, InstanceRecord, Txn, instance_id
 from tests.pg import fresh_schema
 
@@ -77,7 +77,7 @@ def nodes(request):
 
 @pytest.fixture
 def spy(monkeypatch):
-    """What starts read first (`_protocol.read_for_start`) and which
+    """What starts read first (`_transactions.read_for_start`) and which
     instances the journals are asked to claim, from now on."""
 
     class Spy:
@@ -93,13 +93,13 @@ def spy(monkeypatch):
 
             monkeypatch.setattr(journal, "claim", counted)
 
-    read = _protocol.read_for_start
+    read = _transactions.read_for_start
 
     def counted_read(r, iid):
         Spy.reads.append(iid)
         return read(r, iid)
 
-    monkeypatch.setattr(_protocol, "read_for_start", counted_read)
+    monkeypatch.setattr(_transactions, "read_for_start", counted_read)
     Spy.reads, Spy.claims = [], []
     return Spy()
 

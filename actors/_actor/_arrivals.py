@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .._features._supervision import CANCEL, ESCALATE, RESTART
-from .._kernel import _effects as fx, _events, _tracing
+from .._kernel import _effects as fx, _reports, _tracing
 from .._kernel._driver import Interrupt
 from .._kernel._log import LogEntry
-from .._kernel._records import Signal
+from .._kernel._values import Signal
 
 if TYPE_CHECKING:
     from storage.errors import JournalCorrupt
 
     from .._kernel._interfaces import ActorAPI
-    from .._kernel._messages import StoredMessage
+    from .._kernel._mailbox import StoredMessage
 
 __all__ = ["Arrivals"]
 
@@ -52,7 +52,7 @@ class Arrivals:
         if message.trace is not None:
             _tracing.delivered(actor, seq, name, message.trace)
         if actor.system.log_debug:
-            _events.delivered(actor.address, seq, name)
+            _reports.delivered(actor.address, seq, name)
         self.receive_system(seq, name, payload)
         if actor.loaded:
             self._match_mail()

@@ -18,7 +18,7 @@ from .._kernel._checks import check_deadline, check_name, check_scope, check_sec
 from .._kernel._handles import ChildHandle
 from .._kernel._interfaces import ActorAPI
 from .._kernel._process import RESTART_TYPES, ProcessDef
-from .._kernel._records import Queue, Restart, Retry, Signal
+from .._kernel._values import Queue, Restart, Retry, Signal
 from ..errors import AskTimeout, ContextError, InvalidArguments
 
 __all__ = ["Context"]

@@ -24,7 +24,7 @@ from storage.errors import (
 )
 
 from .._features import _saga, _supervision as _sup
-from .._kernel import _effects as fx, _events, _hooks, _protocol
+from .._kernel import _effects as fx, _hooks, _reports, _transactions
 from .._kernel._failures import ErrorRecord, describe_error, error_summary
 from .._kernel._log import children_named
 from ..errors import NonDeterminismError
@@ -73,7 +73,7 @@ class Ends:
     async def fail(self, exc: BaseException, txn: Txn | None = None) -> None:
         """The process raised ``exc``: compensate, end failed (or restart)."""
         actor = self.actor
-        _events.crashed(actor.address, exc, parent=actor.record.parent)
+        _reports.crashed(actor.address, exc, parent=actor.record.parent)
         if await _sup.supervise_end(actor, exc):
             return  # restarted instead
         error = describe_error(exc)
@@ -93,7 +93,7 @@ class Ends:
             actor.abandon(leaf)
         outcome = await _saga.compensate(actor, failure, end)
         if outcome == "compensation_stuck":
-            _events.compensation_stuck(actor.address, actor.record.last_error)
+            _reports.compensation_stuck(actor.address, actor.record.last_error)
             actor.done = True
             actor.system.statuses.changed(actor.iid)
             actor.system.registry.forget(actor)
@@ -179,7 +179,7 @@ class Ends:
         children, actor.children = actor.children, {}
         await _sup.cancel_children(actor.system, children, f"parent {actor.address} {status}")
         timers = actor.arrivals.take_timers()
-        notice = _protocol.end_of_run(
+        notice = _transactions.end_of_run(
             txn,
             actor.iid,
             address=actor.address,
@@ -196,7 +196,7 @@ class Ends:
         actor.system.statuses.changed(actor.iid)
         actor.system.registry.ended(actor, status)
         if status == "failed" and not actor.record.parent:
-            _events.failed(actor.address, error_summary(actor.record.error))
+            _reports.failed(actor.address, error_summary(actor.record.error))
         if notice is not None:
             actor.system.router.route(notice.iid, results[notice.slot], notice.message)
         for after in answers:
@@ -204,12 +204,12 @@ class Ends:
 
     async def diverge(self, exc: BaseException, held: str | None = None) -> None:
         """Keep the instance suspended with ``last_error`` and ``held`` (never
-        failed or lost), and say so (see `_events.stuck`). Without ``held``,
+        failed or lost), and say so (see `_reports.stuck`). Without ``held``,
         ``exc`` is what its replay raised; with it, ``exc``'s message is the
         whole ``last_error`` (a step's crash budget spent, see `_steps`)."""
         actor = self.actor
         if held is None:
-            held = _events.held_diverged(exc)
+            held = _reports.held_diverged(exc)
             last_error = f"{type(exc).__name__}: {exc}"
         else:
             last_error = str(exc)
@@ -250,7 +250,7 @@ class Ends:
         actor = self.actor
         timers = actor.arrivals.take_timers()
         record = actor.record.evolve(run=actor.run, updated=actor.system.epoch_now(), **changes)
-        actor.record = _protocol.next_run(
+        actor.record = _transactions.next_run(
             txn,
             actor.iid,
             address=actor.address,
@@ -310,7 +310,7 @@ class Ends:
             return False
         # Another node took the instance over (this one froze past its
         # lease, say): the fence rejected our write; leave it to them.
-        _events.taken_over(actor.address, actor.system.node, lost)
+        _reports.taken_over(actor.address, actor.system.node, lost)
         return True
 
 

@@ -28,7 +28,7 @@ from storage import InstanceRecord
 from storage.errors import JournalCorrupt
 
 from .._features import _saga
-from .._kernel import _effects as fx, _events, _tracing
+from .._kernel import _effects as fx, _reports, _tracing
 from .._kernel._driver import WAIT, Driver, Interrupt, Interrupted, Parked, Passivated
 from .._kernel._effects import Effect
 from .._kernel._handles import ChildHandle
@@ -91,7 +91,7 @@ class Actor:
         self.loaded = loaded
         self.epoch = epoch  # ownership epoch every write is fenced with (shared journals)
         self.fenced = system.journal.shared
-        self.mailbox = Mailbox(remember_taken=self.fenced)
+        self.mailbox: Mailbox[fx.Wait[Any]] = Mailbox(remember_taken=self.fenced)
         # ("cancel", reason, compensate) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: Interrupt | None = None
         self.children: dict[str, int] = {}  # this run's children: address -> seq
@@ -522,7 +522,7 @@ class Actor:
         leaf.value = value
         leaf.error = error
         if self.system.log_debug:
-            _events.effect_done(self.address, leaf.seq, type(leaf).__name__, error)
+            _reports.effect_done(self.address, leaf.seq, type(leaf).__name__, error)
         if entry is not None:
             self.writes.txn.put_log(self.iid, self.run, leaf.seq, entry.to_stored())
         node: Effect[Any] = leaf

@@ -26,7 +26,7 @@ from storage import InstanceRecord, Ticket, Txn
 from storage.errors import Conflict
 
 from .._features._sending import commit_through
-from .._kernel._protocol import START_RACED
+from .._kernel._transactions import START_RACED
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import ActorAPI

@@ -1,7 +1,7 @@
 """Request/reply: `ActorSystem.ask`, ``ctx.ask`` and ``ctx.reply``.
 
 The ask is a mailbox message like any other, with one more element: the
-ask ``[ask id, reply-to address, asker's node]`` (see `_protocol`). Taking
+ask ``[ask id, reply-to address, asker's node]`` (see `_transactions`). Taking
 it with ``receive``/``wait`` records the ask in the wait's log entry, so
 the process knows what it took after a restart as well as before.
 
@@ -44,13 +44,13 @@ import trio
 from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
 from storage.errors import Conflict, JournalClosed
 
-from .._kernel import _effects as fx, _hooks, _protocol
+from .._kernel import _effects as fx, _hooks, _transactions
 from .._kernel._failures import ErrorRecord
 from .._kernel._hooks import After
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
-from .._kernel._messages import Asker, StoredMessage
-from .._kernel._records import Signal
+from .._kernel._mailbox import Asker, StoredMessage
+from .._kernel._values import Signal
 from ..errors import AskTimeout, NotDelivered
 from ._sending import commit_through
 
@@ -244,10 +244,10 @@ def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> 
             # The asker is this system's (or gone with an earlier one): the
             # reply is in the replier's log; nothing more to write.
             return lambda results: system.asks.hand(box, payload)
-        _protocol.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
+        _transactions.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
         txn.wake(box, node)
         return _nothing
-    notice = _protocol.add_message(
+    notice = _transactions.add_message(
         txn, instance_id(reply_to), fx.REPLY_PREFIX + ask_id, payload, system.epoch_now()
     )
     return lambda results: system.router.route(notice.iid, results[notice.slot], notice.message)
@@ -259,7 +259,7 @@ def answer_offline(txn: Txn, asks: Iterable[Asker], status: str, now: float) -> 
     without replying. (A system's asks end with that system.)"""
     for ask in asks:
         if not ask.reply_to.startswith(BOX_PREFIX):
-            _protocol.add_message(
+            _transactions.add_message(
                 txn, instance_id(ask.reply_to), fx.REPLY_PREFIX + ask.ask_id, {"ended": status}, now
             )
 
@@ -403,7 +403,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         # first: the ask must never be sent by a run that a crash rewinds.
         await actor.writes.barrier()
         iid = instance_id(ask.address)
-        txn, notice = _protocol.send_txn(
+        txn, notice = _transactions.send_txn(
             iid,
             ask.signal.name,
             ask.payload,

@@ -3,7 +3,7 @@
 
 A step whose attempts kept being cut short by crashes is not run again past
 its crash budget (``Retry.crashes``, see `_steps`): its instance is kept
-suspended with ``held`` = `_events.held_crashed` and ``last_error`` saying
+suspended with ``held`` = `_reports.held_crashed` and ``last_error`` saying
 why. It has not failed, so a retry does not start a new incarnation (which
 would give the step a new idempotency key and run the whole process again):
 it resumes the same incarnation where it stopped. In one transaction, on
@@ -29,7 +29,7 @@ import trio
 from storage import LIVE_STATUSES, InstanceRow, LogEntry, Txn
 from storage.errors import Conflict
 
-from .._kernel import _events
+from .._kernel import _reports
 from .._kernel._handles import Handle
 from .._kernel._interfaces import SystemAPI
 from ..errors import InvalidArguments
@@ -62,7 +62,7 @@ def read_parked(r: Any, iid: bytes) -> Parked | None:
     """The instance ``iid`` and its run's log, if a step's crash budget
     parked it (reader ``r``); None otherwise."""
     row = r.instance(iid)
-    if row is None or row.status not in LIVE_STATUSES or not _events.is_crashed(row.record.held):
+    if row is None or row.status not in LIVE_STATUSES or not _reports.is_crashed(row.record.held):
         return None
     return row, r.entries(iid, row.record.run)
 

@@ -27,7 +27,7 @@ from .._kernel._failures import ErrorRecord
 from .._kernel._handles import status_changed
 from .._kernel._interfaces import ActorAPI
 from .._kernel._log import LogEntry
-from .._kernel._protocol import end_payload
+from .._kernel._transactions import end_payload
 from ._supervision import end_outcome
 
 __all__: list[str] = []  # the actor runs joins through their behaviour (fx.runs_live)

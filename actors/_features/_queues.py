@@ -62,7 +62,7 @@ from storage.errors import (
 )
 
 from .._kernel._interfaces import SystemAPI
-from .._kernel._records import Queue, QueueInfo
+from .._kernel._values import Queue, QueueInfo
 from ..errors import InvalidArguments
 
 __all__ = ["QueueService"]

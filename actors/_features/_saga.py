@@ -37,11 +37,11 @@ import trio
 
 from storage import InstanceRecord, Txn
 
-from .._kernel import _events, _tracing
+from .._kernel import _reports, _tracing
 from .._kernel._effects import Step
 from .._kernel._failures import describe_error, error_summary
 from .._kernel._interfaces import ActorAPI
-from .._kernel._records import Retry
+from .._kernel._values import Retry
 from ._steps import StepInfo, call_once
 
 DEFAULT_RETRY = Retry(attempts=3, backoff=1.0, max_backoff=30.0)
@@ -106,7 +106,7 @@ def resolve(actor: ActorAPI, comp: dict[str, Any]) -> Callable[..., Any]:
             f"system with the process code that passes it as compensate=), {resume}; "
             "otherwise undo the step by hand and abandon_compensation"
         )
-    _events.compensation_unknown(actor.address, repr(name), why)
+    _reports.compensation_unknown(actor.address, repr(name), why)
     raise LookupError(f"compensation {name!r} is not run: {why}")
 
 

@@ -1,7 +1,8 @@
-"""One-way sends from a process: ``ctx.send`` and ``ctx.send_many``.
+"""One-way sends from a process: ``ctx.send`` and ``ctx.send_many``; and
+the keyed sends of the system and its processes (`KeyedSends`).
 
 A send is an effect (`fx.Send`). Its message is built at the call, as
-`ActorSystem.send` builds one (`_protocol.send_txn`, or `send_many_txn` for
+`ActorSystem.send` builds one (`_transactions.send_txn`, or `send_many_txn` for
 a batch: the message, on condition that the receiver takes mail, live or
 queued), so a payload the codec cannot carry, or one over
 ``max_payload``, raises in the process at the call and nothing is written.
@@ -29,33 +30,51 @@ nothing outside saw it). Replay raises the same `NotDelivered` from the
 entry (`_driver.error_from_entry`) and sends nothing, even to an instance
 started at that address since.
 
-With ``key=``, the rules of ``system.send(..., key=...)`` (see `_keys`):
-a key the receiving incarnation has had stores nothing and the send
-returns normally (its log entry still records that it ran); else the key
-is written with the message. Keyed sends of one key to one instance take
+With ``key=``, the rules of ``system.send(..., key=...)`` (below): a key
+the receiving incarnation has had stores nothing and the send returns
+normally (its log entry still records that it ran); else the key is
+written with the message. Keyed sends of one key to one instance take
 turns with the system's own (`KeyedSends`).
+
+Keyed sends, ``system.send(..., key=K)`` and ``ctx.send(..., key=K)``, and
+`KeyedSends`, a part of `ActorSystem` (``system.keys``) that both go
+through. A keyed send first looks for the key among the incarnation's keys
+(a cursor named ``_transactions.KEY_PREFIX + key``, see `_transactions`); found, it
+stores nothing and returns. Else it writes the message and the key in one
+transaction, on condition that the key is still absent when it commits
+(`storage.Txn.require_no_cursor`, checked under the instance's row lock): a
+send of the same key through another node that committed since makes it
+store nothing and return, as if it had been read. So the key is unique in
+the journal, whatever node sent it. Keyed sends of one key to one instance
+also take turns within a system, so a client that retries while its first
+send is still being written reads the key rather than failing on it.
+
+Keys live as long as the incarnation: continue-as-new and restarts keep
+them (cursors carry over), a new incarnation at the address (after a
+cancel) starts with none, since the start replaces the old one whole.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
+import trio
 
 from storage import MAIL_STATUSES, STATUS_WORDS, Txn, digest, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
-from .._kernel import _effects as fx, _protocol, _tracing
+from .._kernel import _effects as fx, _tracing, _transactions
 from .._kernel._checks import check_many, check_name
 from .._kernel._failures import ErrorRecord
-from .._kernel._interfaces import ActorAPI
+from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
-from .._kernel._protocol import Notice
-from .._kernel._records import Signal
+from .._kernel._transactions import KEY_PREFIX, Notice
+from .._kernel._values import Signal
 from ..errors import InvalidArguments, NotDelivered
 
-__all__ = ["new_send", "new_send_many"]
+__all__ = ["KeyedSends", "new_send", "new_send_many"]
 
 
 @attrs.frozen
@@ -76,7 +95,7 @@ def new_send(actor: ActorAPI, address: Any, signal: Any, payload: Any, key: str 
     Raises:
         InvalidArguments: not a Signal, an address or key that is not a
             name (see `_checks.check_name`).
-        LimitExceeded: a key over `_protocol.MAX_KEY_BYTES`, a payload over
+        LimitExceeded: a key over `_transactions.MAX_KEY_BYTES`, a payload over
             ``max_payload`` (when run live).
         EncodeError: a payload the codec cannot carry, naming the path in it.
     """
@@ -84,7 +103,7 @@ def new_send(actor: ActorAPI, address: Any, signal: Any, payload: Any, key: str 
         raise InvalidArguments(f"ctx.send takes an actors.Signal, not {signal!r}")
     iid = instance_id(check_name(address, "ctx.send's address"))
     if key is not None:
-        _protocol.key_cursor(check_name(key, "ctx.send(key=...)"))  # refused at the call
+        _transactions.key_cursor(check_name(key, "ctx.send(key=...)"))  # refused at the call
     try:
         arg_hash = digest([address, signal.name, payload, key], what="send")
     except EncodeError:
@@ -93,7 +112,7 @@ def new_send(actor: ActorAPI, address: Any, signal: Any, payload: Any, key: str 
     prepared = None
     if _runs_live(actor):
         system = actor.system
-        txn, notice = _protocol.send_txn(
+        txn, notice = _transactions.send_txn(
             iid,
             signal.name,
             payload,
@@ -149,7 +168,7 @@ def new_send_many(actor: ActorAPI, messages: Iterable[Any]) -> fx.SendMany | Non
     prepared = None
     if _runs_live(actor):
         system = actor.system
-        txn, notices = _protocol.send_many_txn(
+        txn, notices = _transactions.send_many_txn(
             batch,
             system.epoch_now(),
             max_payload=system.max_payload,
@@ -193,7 +212,7 @@ async def _run(actor: ActorAPI, send: fx.Send) -> None:
             # Journals written before KEY_PREFIX may hold the key under
             # the legacy prefix (single-owner ones only; see `_sending`).
             if not actor.system.journal.shared:
-                legacy = _protocol.legacy_key_cursor(key)
+                legacy = _transactions.legacy_key_cursor(key)
                 if await actor.system.journal.read(lambda r: r.cursor(iid, legacy)) is not None:
                     _finish_unsent(actor, send)
                     return
@@ -223,7 +242,7 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
     try:
         results = await actor.writes.barrier(txn)
     except Conflict as exc:
-        if exc.reason == _protocol.KEY_SEEN:  # another node sent one with this key first
+        if exc.reason == _transactions.KEY_SEEN:  # another node sent one with this key first
             _finish_unsent(actor, send)
             return
         if exc.reason not in ("missing", "status"):
@@ -290,3 +309,39 @@ def _not_delivered(address: str, status: str | None) -> NotDelivered:
         address=address,
         reason=status,
     )
+
+
+class KeyedSends:
+    """One system's keyed sends in flight, by (instance id, key)."""
+
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self._writing: dict[tuple[bytes, str], trio.Event] = {}
+
+    async def send(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal | None,
+        payload: Any,
+        key: Any,
+        send: Callable[..., Awaitable[None]],
+    ) -> None:
+        """Send unless the incarnation at ``iid`` has had ``key`` already
+        (``send`` writes the message with its key; ``signal`` and ``payload``
+        are passed on to it, None where its transaction holds them)."""
+        key = check_name(key, "send(key=...)")
+        slot = (iid, key)
+        # Invariant: at most one keyed send per (instance, key) reads and writes at a time.
+        while (writing := self._writing.get(slot)) is not None:
+            await writing.wait()
+        self._writing[slot] = done = trio.Event()
+        try:
+            name = KEY_PREFIX + key
+            seen = await self.system.journal.read(lambda r: r.cursor(iid, name))
+            if seen is not None:
+                return  # sent already to this incarnation: nothing more is stored
+            await send(iid, address, signal, payload, key=key)
+        finally:
+            del self._writing[slot]
+            done.set()

@@ -37,12 +37,12 @@ import trio
 from storage import AutojumpHold, Txn, decode, encode
 from storage.errors import Conflict, EncodeError
 
-from .._kernel import _events, _tracing
+from .._kernel import _reports, _tracing
 from .._kernel._effects import Behaviour, Step, runs_live
 from .._kernel._failures import ErrorRecord
 from .._kernel._interfaces import ActorAPI
 from .._kernel._log import LogEntry
-from .._kernel._records import CRASHES
+from .._kernel._values import CRASHES
 from ..errors import ActorError, ContextError, StepFailed
 
 __all__ = ["StepInfo", "current_step", "run_step", "step_key"]
@@ -349,7 +349,7 @@ def _park(actor: ActorAPI, step: Step[Any], crashed: int, budget: int) -> None:
         f"ADDRESS beside the running system): the step runs again under its key "
         f"{step.key!r}. A larger budget: retry=actors.Retry(crashes=...)"
     )
-    actor.arrivals.park(ActorError(summary), _events.held_crashed(step.name))
+    actor.arrivals.park(ActorError(summary), _reports.held_crashed(step.name))
 
 
 def _log_txn(actor: ActorAPI, seq: int, entry: LogEntry) -> Txn:

@@ -31,7 +31,7 @@ from .._kernel._checks import check_name
 from .._kernel._handles import status_changed
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
-from .._kernel._records import StreamFrom
+from .._kernel._values import StreamFrom
 from ..errors import InvalidArguments, NotDelivered
 
 _BATCH = 256
@@ -94,7 +94,7 @@ class Stream:
         if from_ not in ("start", "latest"):
             raise InvalidArguments(f"from_ must be 'start' or 'latest', not {from_!r}")
         # Invariant: a consumer's name holds no control character (check_name),
-        # so it never takes a send key's cursor (`_protocol.KEY_PREFIX` + key).
+        # so it never takes a send key's cursor (`_transactions.KEY_PREFIX` + key).
         check_name(consumer, "the stream's consumer")
         if len(consumer.encode()) > 200:
             raise InvalidArguments(

@@ -30,14 +30,20 @@ import trio
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, InstanceRecord, Txn, instance_id
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalClosed, JournalFull
 
-from .._kernel import _effects as fx, _events, _hooks, _tracing
+from .._kernel import _effects as fx, _hooks, _reports, _tracing
 from .._kernel._failures import ErrorRecord, describe_error, error_summary
 from .._kernel._handles import ChildHandle
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry, children_named
 from .._kernel._process import OneForAll, OneForOne, RestForOne
-from .._kernel._protocol import START_RACED, end_payload, read_for_start, start_txn, system_send_txn
-from .._kernel._records import Signal
+from .._kernel._transactions import (
+    START_RACED,
+    end_payload,
+    read_for_start,
+    start_txn,
+    system_send_txn,
+)
+from .._kernel._values import Signal
 from ..errors import ActorError, ChildFailed
 
 # Errors of the journal itself while a child is created: they go to the
@@ -373,7 +379,7 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
     count = len(record.restarts) + 1
     reason = f"restart {count} after {why}"
     delay = min(RESTART_DELAY_MAX, RESTART_DELAY * 2 ** len(recent))
-    _events.restarting(actor.address, count=count, reason=reason, strategy=strategy, delay=delay)
+    _reports.restarting(actor.address, count=count, reason=reason, strategy=strategy, delay=delay)
     await restart_actor(actor, reason, delay)
     if parent and not isinstance(strategy, OneForOne):
         order = sorted(siblings, key=siblings.__getitem__)
@@ -384,7 +390,7 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
         if isinstance(strategy, (OneForAll, RestForOne)):
             sibling_reason = f"restart: sibling {actor.address} crashed ({why})"
             for address in others:
-                _events.sibling_restarting(address, reason=sibling_reason, strategy=strategy)
+                _reports.sibling_restarting(address, reason=sibling_reason, strategy=strategy)
                 await system.lifecycle.restart_iid(instance_id(address), address, sibling_reason)
     return True
 
@@ -459,7 +465,7 @@ async def escalate(actor: ActorAPI) -> None:
     if actor.ends.escalate_to is None:
         return
     parent, why, strategy = actor.ends.escalate_to
-    _events.gave_up(actor.address, parent=parent, why=why, strategy=strategy)
+    _reports.gave_up(actor.address, parent=parent, why=why, strategy=strategy)
     system = actor.system
     error = dict(describe_error(ChildFailed(f"child {actor.address} failed: {why}")))
     payload = {

@@ -49,7 +49,7 @@ from ._differs import differs
 from ._effects import Effect
 from ._failures import ErrorRecord
 from ._log import NO_VALUE, LogEntry
-from ._messages import Asker
+from ._mailbox import Asker
 
 __all__ = [
     "CONTINUED",

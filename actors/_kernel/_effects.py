@@ -20,8 +20,8 @@ from storage import argument_digests
 
 from ..errors import ContextError
 from ._log import LogEntry
-from ._messages import Asker
-from ._records import Outcome, Retry, Signal
+from ._mailbox import Asker
+from ._values import Outcome, Retry, Signal
 
 T = TypeVar("T", covariant=True)  # what awaiting the effect gives
 B = TypeVar("B", bound="type[Behaviour]")

@@ -19,7 +19,7 @@ bytes) and keys of one bucket are contiguous.
 
 Invariant: every transaction that makes an instance of a process that
 listens to a signal (a start, a child's start, a retry, a fork:
-`_protocol.start_txn`) writes its rows and bumps each of its buckets'
+`_transactions.start_txn`) writes its rows and bumps each of its buckets'
 generation, so a router that read a bucket at generation N and commits on
 condition that it is still at N (a `Txn.expect_state`) cannot miss an
 instance started in between: the commit fails and the router reads again.

@@ -28,12 +28,11 @@ from ._compensations import Compensations
 from ._driver import Driver, Interrupt
 from ._holds import Holds
 from ._log import LogEntry
-from ._mailbox import Mailbox
-from ._messages import Asker, StoredMessage
+from ._mailbox import Asker, Mailbox, StoredMessage
 from ._outages import JournalWatch
 from ._process import ProcessDef
-from ._records import Queue, Signal
 from ._rides import Rides
+from ._values import Queue, Signal
 
 __all__ = [
     "ActorAPI",
@@ -119,7 +118,7 @@ class RunnerAPI(Protocol):
 
 
 class StallsAPI(Protocol):
-    """What the runtime's modules use of `Stalls` (``actors._system._stalls``)."""
+    """What the runtime's modules use of `Stalls` (``actors._system._troubles``)."""
 
     def stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
 
@@ -131,7 +130,7 @@ class StallsAPI(Protocol):
 
 
 class CorruptionAPI(Protocol):
-    """What the runtime's modules use of `Corruption` (``actors._system._corruption``)."""
+    """What the runtime's modules use of `Corruption` (``actors._system._troubles``)."""
 
     def error(self, iid: bytes, address: str) -> JournalCorrupt: ...
 
@@ -143,7 +142,7 @@ class CorruptionAPI(Protocol):
 
 
 class StatusesAPI(Protocol):
-    """What the runtime's modules use of `Statuses` (``actors._system._statuses``)."""
+    """What the runtime's modules use of `Statuses` (``actors._system._status_watch``)."""
 
     def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None: ...
 
@@ -302,7 +301,7 @@ class AsksAPI(Protocol):
 
 
 class KeysAPI(Protocol):
-    """What the runtime's modules use of the `KeyedSends` in flight (``actors._features._keys``)."""
+    """What the runtime's modules use of the `KeyedSends` in flight (``actors._features._sends``)."""
 
     async def send(
         self,
@@ -337,7 +336,7 @@ class SystemAPI(Protocol):
     journal: Journal
     random: random.Random
     passivate_after: float
-    log_debug: bool  # actors._kernel._events.debug_enabled(), read once at open
+    log_debug: bool  # actors._kernel._reports.debug_enabled(), read once at open
     tracing: bool  # actors._kernel._tracing.active(), read once at open
     tracer: Any  # the tracer provider's tracer for "actors" (when tracing), taken at open
     max_payload: int
@@ -501,7 +500,7 @@ class ActorAPI(Protocol):
     run: int
     status: str
     driver: Driver
-    mailbox: Mailbox
+    mailbox: Mailbox[fx.Wait[Any]]
     live: set[fx.Effect[Any]]
     children: dict[str, int]
     interrupt: Interrupt | None

@@ -1,5 +1,8 @@
-"""The mailbox of one live instance: unread messages, in order, and the
-waits that take them.
+"""What a mailbox holds and the mailbox of one live instance.
+
+`StoredMessage` is one message as its sender committed it, and `Asker`
+who asked it (see `_asks`); `Mailbox` holds a live instance's unread
+messages, in order, and the waits that take them.
 
 A message is committed to the journal's mailbox by its sender and handed to
 the live instance (`Mailbox.put`); a wait the process awaits registers here
@@ -21,24 +24,112 @@ Invariants (kept by every method below):
 - A message id in ``withheld`` (a drop of it is being written, or was
   written: see `_mail`) is never unread here: no hand-over or re-read of
   the journal's mailbox makes it so, and so no wait takes it.
+
+Stored forms are positional msgpack arrays, kept as journals have
+always held them; every reader accepts the shorter forms older journals
+hold (no trace, no ask, an ask with no node)::
+
+    message   [signal name, payload, sent at (epoch seconds), traceparent, ask]
+    ask       [ask id, reply-to address, asker's node]
+
+A message stores its traceparent only when it has one or an ask follows
+it (then as None). A log entry keeps the ask its wait took in the ask's
+stored form (`LogEntry.ask`); `Asker.from_stored` reads it there too.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable
-from typing import Any
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
-from ._effects import Effect, Wait
-from ._messages import Asker, StoredMessage
-from ._records import Signal
+import attrs
 
+from ._values import Signal
 
-def _seq(effect: Effect[Any]) -> int:
-    return effect.seq
+__all__ = ["Asker", "Mailbox", "StoredMessage"]
 
 
-class Mailbox:
+@attrs.frozen(slots=True)
+class Asker:
+    """Who asked a message and where its answer goes.
+
+    ``reply_to`` is the asking instance's address, or a system ask's reply
+    box (`_asks.BOX_PREFIX` + ``ask_id``); ``node`` the node of a system
+    asker, None for an instance (its answer goes to its mailbox, wherever
+    it runs).
+    """
+
+    ask_id: str
+    reply_to: str
+    node: str | None = None
+
+    def to_stored(self) -> list[Any]:
+        return [self.ask_id, self.reply_to, self.node]
+
+    @classmethod
+    def from_stored(cls, stored: Sequence[Any]) -> Asker:
+        return cls(stored[0], stored[1], stored[2] if len(stored) > 2 else None)
+
+
+@attrs.frozen(slots=True)
+class StoredMessage:
+    """One message of a mailbox, as its sender committed it."""
+
+    signal: str  # the signal's name
+    payload: Any
+    sent_at: float | None = None  # epoch seconds (None: a stored message without it)
+    trace: str | None = None  # the sender's W3C traceparent (see `_tracing`)
+    asker: Asker | None = None  # None: it was sent, not asked
+
+    def to_stored(self) -> list[Any]:
+        return self.stored(self.signal, self.payload, self.sent_at, self.trace, self.asker)
+
+    @staticmethod
+    def stored(
+        signal: str, payload: Any, sent_at: float | None, trace: str | None, asker: Asker | None
+    ) -> list[Any]:
+        """The stored form of the message of these fields, made with no
+        `StoredMessage` in between (a send's hot path)."""
+        if asker is not None:
+            return [signal, payload, sent_at, trace, asker.to_stored()]
+        if trace is not None:
+            return [signal, payload, sent_at, trace]
+        return [signal, payload, sent_at]
+
+    @classmethod
+    def from_stored(cls, stored: Sequence[Any]) -> StoredMessage:
+        size = len(stored)
+        if size < 4:
+            return cls(stored[0], stored[1], stored[2] if size > 2 else None)
+        ask = stored[4] if size > 4 else None
+        return cls(
+            stored[0],
+            stored[1],
+            stored[2],
+            stored[3],
+            Asker.from_stored(ask) if ask else None,
+        )
+
+
+class Waiting(Protocol):
+    """What the mailbox uses of a wait (`_effects.Wait`, which stands
+    above it: effects name the `Asker` they took)."""
+
+    @property
+    def seq(self) -> int: ...
+
+    def matches(self, name: str) -> Signal | None: ...
+
+
+W = TypeVar("W", bound=Waiting)
+
+
+def _seq(wait: Waiting) -> int:
+    return wait.seq
+
+
+class Mailbox(Generic[W]):
     """Unread messages and pending waits of one instance. Owned by its `Actor`."""
 
     __slots__ = ("messages", "order", "floor", "taken", "waits", "asks", "withheld")
@@ -51,7 +142,7 @@ class Mailbox:
         # mailbox, which can still list a message this activation took but
         # has not committed yet: remember what was taken, so it is not re-read.
         self.taken: set[int] | None = set() if remember_taken else None
-        self.waits: list[Wait[Any]] = []
+        self.waits: list[W] = []
         # unread asked messages: seq -> ask; made at the first (most
         # instances are never asked, and there is one mailbox per live instance)
         self.asks: dict[int, Asker] | None = None
@@ -136,18 +227,16 @@ class Mailbox:
             self.asks = {}
         self.asks[seq] = ask
 
-    def add_wait(self, wait: Wait[Any]) -> None:
+    def add_wait(self, wait: W) -> None:
         """Register a live wait; it takes a message at the next `take_match`."""
         bisect.insort(self.waits, wait, key=_seq)
 
-    def remove_wait(self, wait: Wait[Any]) -> None:
+    def remove_wait(self, wait: W) -> None:
         """Drop a wait that will take nothing (it lost a race, or was abandoned)."""
         if wait in self.waits:
             self.waits.remove(wait)
 
-    def take_match(
-        self, live: Collection[Effect[Any]]
-    ) -> tuple[Wait[Any], Signal, int, Any] | None:
+    def take_match(self, live: Collection[object]) -> tuple[W, Signal, int, Any] | None:
         """Take the oldest message that the lowest-numbered live wait matches.
 
         Returns ``(wait, signal, message seq, payload)`` with both removed

@@ -10,7 +10,7 @@ import attrs
 
 from ..errors import InvalidArguments
 from ._checks import check_count, check_seconds
-from ._records import Restart, Signal
+from ._values import Restart, Signal
 
 __all__ = ["process", "ProcessDef", "OneForOne", "OneForAll", "RestForOne", "RESTART_TYPES"]
 

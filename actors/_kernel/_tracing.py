@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ._messages import StoredMessage
+from ._mailbox import StoredMessage
 
 try:
     from opentelemetry import context as _otel_context, trace as _trace

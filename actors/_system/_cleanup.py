@@ -1,6 +1,6 @@
 """What a cleanup removes, and in which groups: `ActorSystem.cleanup` and
 the command line's ``cleanup`` both choose here, and both write what
-`_protocol.cleanup_txn` builds.
+`_transactions.cleanup_txn` builds.
 
 A cleanup removes finished instances (one of the statuses asked for, last
 updated before a cutoff) with every record they own. A child's end belongs
@@ -38,7 +38,7 @@ import attrs
 from storage import InstanceRow, Journal, Reader, Txn, instance_id
 from storage.errors import Conflict, JournalCorrupt
 
-from .._kernel import _protocol
+from .._kernel import _transactions
 
 __all__ = ["BATCH", "Family", "families", "remove"]
 
@@ -146,10 +146,10 @@ def batches(found: Sequence[Family]) -> Iterator[list[Family]]:
 
 def family_txn(group: Iterable[Family], statuses: Iterable[str]) -> Txn:
     """One transaction that removes every family of ``group`` (see
-    `_protocol.cleanup_txn`), on condition that each root whose parent was
+    `_transactions.cleanup_txn`), on condition that each root whose parent was
     gone still has none."""
     group = list(group)
-    return _protocol.cleanup_txn(  # (looked up at the call: the simulation plants bugs in it)
+    return _transactions.cleanup_txn(  # (looked up at the call: the simulation plants bugs in it)
         [member for family in group for member in family.members],
         statuses,
         absent=[family.absent for family in group if family.absent is not None],

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 
 import trio
 
-from .._kernel._records import Signal
+from .._kernel._values import Signal
 from ..errors import ActorError
 
 __all__ = [

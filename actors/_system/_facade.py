@@ -4,10 +4,10 @@ Each part is made here with what it needs (the system, read through
 `SystemAPI`) and reaches into no other part's state: `Registry` (live
 instances, definitions, activation, passivation, takeover, shutdown),
 `Statuses` (each instance's status as this system knows it), `Corruption`
-(records that do not decode), `Stalls` (instances out of memory on a full
-journal or a lost write), `Router` (`_sending`: send, ask, send_many),
-`Lifecycle` (start, cancel, restart), `Upkeep` (query, cleanup, stuck
-compensations); then the services: timers, queues, schedules, asks, keyed
+and `Stalls` (`_troubles`: records that do not decode; instances out of
+memory on a full journal or a lost write), `Router` (`_sending`: send,
+ask, send_many), `Lifecycle` (start, cancel, restart), `Upkeep`
+(`_operations`: query, cleanup, stuck compensations); then the services: timers, queues, schedules, asks, keyed
 sends, deferred writes, the node view. The operator's calls are in
 `_operations` and the schedules' in `_schedules`: bases that hold no state.
 `open_system` (`_open`) runs a system.
@@ -27,31 +27,29 @@ from storage.errors import JournalCorrupt
 
 from .._features import _asks, _joins, _sends, _signals, _steps, _streams, _supervision
 from .._features._asks import Asks
-from .._features._keys import KeyedSends
 from .._features._queues import QueueService
 from .._features._schedules import ScheduleCalls, ScheduleService
 from .._features._sending import Router
+from .._features._sends import KeyedSends
 from .._features._signals import SignalRouter
 from .._features._streams import Stream
 from .._features._timers import TimerService
-from .._kernel import _events, _guard, _tracing
+from .._kernel import _guard, _reports, _tracing
 from .._kernel._compensations import Compensations
 from .._kernel._handles import Handle
 from .._kernel._interfaces import Service
 from .._kernel._outages import JournalWatch
 from .._kernel._process import ProcessDef
 from .._kernel._public import NoPublicConstructor
-from .._kernel._records import IfExists, Queue, Signal, StreamFrom
 from .._kernel._rides import Rides
+from .._kernel._values import IfExists, Queue, Signal, StreamFrom
 from ..errors import AlreadyStarted, InvalidArguments
-from ._corruption import Corruption
 from ._lifecycle import Lifecycle
 from ._nodes import NodeView
-from ._operations import Operations
+from ._operations import Operations, Upkeep
 from ._registry import Registry
-from ._stalls import Stalls
-from ._statuses import Statuses
-from ._upkeep import Upkeep
+from ._status_watch import Statuses
+from ._troubles import Corruption, Stalls
 
 __all__ = ["ActorSystem"]
 
@@ -92,7 +90,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.compensations = Compensations(compensations)
         self.random = random if random is not None else _random.Random()
         self.passivate_after = passivate_after
-        self.log_debug = _events.debug_enabled()  # cached: DEBUG records are on the hot path
+        self.log_debug = _reports.debug_enabled()  # cached: DEBUG records are on the hot path
         self.tracing = _tracing.active()  # likewise (see _tracing)
         self.tracer = _tracing.tracer() if self.tracing else None  # the provider's at open
         self.max_payload = max_payload

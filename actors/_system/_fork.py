@@ -8,7 +8,7 @@ the log) and runs the rest on the current code. The kept entries are
 replayed, never run again: a payment step before the fork point is not
 charged twice, and its idempotency key stays the one it was recorded with.
 It is a start like any other: one compare-and-set transaction
-(`_protocol.start_txn` with ``previous`` = the row read), so of two forks
+(`_transactions.start_txn` with ``previous`` = the row read), so of two forks
 (or a fork and a start or retry) of one address exactly one commits.
 
 What the new incarnation holds, besides the kept log:
@@ -89,7 +89,7 @@ from storage.errors import Conflict
 
 from .._actor._instance import Actor
 from .._features._sending import commit_through
-from .._kernel import _guard, _protocol, _tracing
+from .._kernel import _guard, _tracing, _transactions
 from .._kernel._handles import Handle
 from .._kernel._interfaces import SystemAPI
 from .._kernel._log import children_named
@@ -119,7 +119,7 @@ FORKED = TERMINAL_STATUSES
 # cancelled (a completed one is never run again, as for a retry).
 _REPLACEABLE = frozenset({"failed", "cancelled"})
 
-_RACED = _protocol.START_RACED | {"state"}
+_RACED = _transactions.START_RACED | {"state"}
 
 
 def refusal(address: str, plan: ForkPlan, to: str | None, *, doing: str = "fork") -> str | None:
@@ -211,7 +211,7 @@ def fork_txn(
     max_payload: int | None = None,
     trace: str | None = None,
     encoded_input: bytes | None = None,
-) -> _protocol.Start:
+) -> _transactions.Start:
     """The fork of ``plan`` (checked by `refusal` and the replay check): a
     new incarnation at the target address, running, whose run 0 holds the
     kept log; the replaced record (if any) kept in the address's history;
@@ -221,7 +221,7 @@ def fork_txn(
     Invariant: it commits only over what it read (the instance at the
     target, each reset child, each history row and the source's dead
     letters at the version read), else it fails with `Conflict` (a reason in
-    `_protocol.START_RACED`, or ``"state"``) and writes nothing. The source,
+    `_transactions.START_RACED`, or ``"state"``) and writes nothing. The source,
     at another address, is left as it was. So a drop and a fork serialize on
     the instance: a drop that commits first changes the dead letters the
     fork read (it reads again, and leaves the message out); a fork that
@@ -238,7 +238,7 @@ def fork_txn(
         params = params_of(source.process, plan.target_address) or []
     keys = {e.key for e in plan.prefix.values() if e.key}
     compensations = [c for c in record.compensations if c.get("id") in keys]
-    start = _protocol.start_txn(
+    start = _transactions.start_txn(
         plan.target_iid,
         address=plan.target_address,
         process=source.process,
@@ -257,7 +257,7 @@ def fork_txn(
     if plan.target is not None:
         keep(txn, plan.target, plan.kept, now)
     if plan.target_iid == source.iid:
-        txn.expect_state(_protocol.dead_key(source.iid), plan.dead_version)
+        txn.expect_state(_transactions.dead_key(source.iid), plan.dead_version)
     else:
         # The source stays as it is: on condition that it still is.
         txn.require(source.iid, frozenset({source.status}), incarnation=record.incarnation)

@@ -13,7 +13,7 @@ import attrs
 
 from storage import TERMINAL_STATUSES, InstanceRow, Reader, instance_id
 
-from .._kernel import _protocol
+from .._kernel import _transactions
 from .._kernel._log import LogEntry, children_named
 from ._kept import Kept, read_kept
 from ._mail import read_dead
@@ -93,7 +93,7 @@ def read_for_fork(
     Raises:
         JournalCorrupt: a record it reads does not decode.
     """
-    row, floor = _protocol.read_for_start(r, iid)
+    row, floor = _transactions.read_for_start(r, iid)
     if row is None:
         return None, floor
     entries = r.entries(iid, row.record.run) if row.status != "corrupt" else {}
@@ -104,7 +104,7 @@ def read_for_fork(
         target_address, target_iid, target, target_floor = row.address, iid, row, 0
     else:
         target_address, target_iid = to, instance_id(to)
-        target, target_floor = _protocol.read_for_start(r, target_iid)
+        target, target_floor = _transactions.read_for_start(r, target_iid)
     kept = read_kept(r, target_iid) if target is not None else (0, [])
     resets: list[tuple[InstanceRow, tuple[int, list[Kept]]]] = []
     live: list[InstanceRow] = []

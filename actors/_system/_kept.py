@@ -1,11 +1,11 @@
 """The records of replaced incarnations: what a retry or a fork keeps of
 the incarnation it replaces, and of each child it resets.
 
-A state row ``history/<id hex>`` (`_protocol.history_key`) holds the `Kept`
+A state row ``history/<id hex>`` (`_transactions.history_key`) holds the `Kept`
 record of each incarnation a retry or fork replaced at that address, the
 latest `KEPT_INCARNATIONS`, written in the transaction that replaces it (on
 condition that the row is at the version read), and removed by the cleanup
-that removes the instance (`_protocol.cleanup_txn`). ``actors show ADDRESS
+that removes the instance (`_transactions.cleanup_txn`). ``actors show ADDRESS
 --incarnation N`` prints one.
 
 A reset child (`reset`) leaves its address with its record kept here and
@@ -22,7 +22,7 @@ import attrs
 
 from storage import InstanceRecord, InstanceRow, Reader, Txn
 
-from .._kernel import _protocol
+from .._kernel import _transactions
 
 __all__ = ["KEPT_INCARNATIONS", "Kept", "keep", "read_kept", "reset"]
 
@@ -77,7 +77,7 @@ def read_kept(r: Reader, iid: bytes) -> tuple[int, list[Kept]]:
     """The version of ``iid``'s history row (0: none) and the records it
     keeps, oldest first. An entry that does not read is left out (the next
     write of the row leaves it out)."""
-    key = _protocol.history_key(iid)
+    key = _transactions.history_key(iid)
     for row in r.states(key, 1):
         if row.key == key:
             value = row.value if isinstance(row.value, list) else []
@@ -90,7 +90,7 @@ def keep(txn: Txn, row: InstanceRow, kept: tuple[int, list[Kept]], now: float) -
     """Into ``txn``: add ``row``'s record to its history (the latest
     `KEPT_INCARNATIONS`), on condition that the row is at the version read."""
     version, entries = kept
-    key = _protocol.history_key(row.iid)
+    key = _transactions.history_key(row.iid)
     entries = [*entries, Kept(row.record.incarnation, row.process, row.status, row.record, now)]
     txn.expect_state(key, version)
     txn.put_state(key, [k.to_stored() for k in entries[-KEPT_INCARNATIONS:]])
@@ -102,5 +102,5 @@ def reset(txn: Txn, child: InstanceRow, kept: tuple[int, list[Kept]], now: float
     there (its parent's call, run again) makes the next incarnation."""
     txn.require(child.iid, frozenset({child.status}), incarnation=child.record.incarnation)
     txn.delete_instance(child.iid)
-    txn.put_state(_protocol.floor_key(child.iid), child.record.incarnation)
+    txn.put_state(_transactions.floor_key(child.iid), child.record.incarnation)
     keep(txn, child, kept, now)

@@ -28,14 +28,14 @@ from storage.errors import Conflict, JournalUnavailable
 from .._features import _saga, _supervision as _sup
 from .._features._queues import waiting_rows
 from .._features._sending import commit_through
-from .._kernel import _hooks, _protocol, _tracing
+from .._kernel import _hooks, _tracing, _transactions
 from .._kernel._checks import check_text
 from .._kernel._handles import Handle
 from .._kernel._log import children_named, read_state
 from .._kernel._process import ProcessDef
-from .._kernel._records import Queue, Signal
+from .._kernel._values import Queue, Signal
 from ..errors import InvalidArguments, LimitExceeded, UnknownProcess
-from ._statuses import state_of
+from ._status_watch import state_of
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import ActorAPI, SystemAPI
@@ -160,8 +160,8 @@ class Lifecycle:
             except Conflict:
                 return False  # it ended meanwhile (or is owned elsewhere now)
         await _sup.cancel_children(self.system, children, f"parent {row.address} cancelled")
-        txn, notices = _protocol.cancel_txn(
-            [_protocol.Cancel(row, timers, reason, fence, compensate=compensating)],
+        txn, notices = _transactions.cancel_txn(
+            [_transactions.Cancel(row, timers, reason, fence, compensate=compensating)],
             self.system.epoch_now(),
         )
         mail = await self.journal.read(lambda r: r.mailbox(iid))
@@ -213,8 +213,8 @@ class Lifecycle:
         it leaves its queue in the same transaction."""
         iid = row.iid
         states = await self.journal.read(lambda r: waiting_rows(r, iid))
-        txn, notices = _protocol.cancel_txn(
-            [_protocol.Cancel(row, (), reason, None, states)], self.system.epoch_now()
+        txn, notices = _transactions.cancel_txn(
+            [_transactions.Cancel(row, (), reason, None, states)], self.system.epoch_now()
         )
         # Unclaimed, so only while it is still queued: once a queue started
         # it, its owner cancels it (the next round of this loop).
@@ -283,7 +283,7 @@ class Lifecycle:
         txn.require(iid, LIVE_STATUSES)
         if self.journal.shared:
             txn.fence(iid, epoch)
-        _protocol.next_run(
+        _transactions.next_run(
             txn,
             iid,
             address=address,
@@ -357,7 +357,9 @@ class Lifecycle:
             row, floor, claimed = None, 0, None
             while True:  # once more each time another start (another node's) commits first
                 if not fresh:
-                    row, floor = await self.journal.read(lambda r: _protocol.read_for_start(r, iid))
+                    row, floor = await self.journal.read(
+                        lambda r: _transactions.read_for_start(r, iid)
+                    )
                 if row is not None and row.address != address:
                     raise InvalidArguments(
                         f"address {address!r} collides with {row.address!r} in the journal"
@@ -367,7 +369,7 @@ class Lifecycle:
                     if message is not None:
                         await self.system.router.send_iid(iid, address, *message)
                     return Handle._create(self.system, iid, address, row.record.incarnation), False
-                start = _protocol.start_txn(
+                start = _transactions.start_txn(
                     iid,
                     address=address,
                     process=proc.template,
@@ -401,7 +403,7 @@ class Lifecycle:
                         lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
                     )
                 except Conflict as exc:
-                    if exc.reason not in (_FRESH_REFUSED if fresh else _protocol.START_RACED):
+                    if exc.reason not in (_FRESH_REFUSED if fresh else _transactions.START_RACED):
                         raise
                     fresh = False  # something is there: read it, as any other start does
                     continue
@@ -413,7 +415,7 @@ class Lifecycle:
                 return Handle._create(self.system, iid, address, record.incarnation), True
             if start.message is not None and results:
                 actor.arrivals.deliver(
-                    results[start.message.slot], _protocol.unpack_message(start.message.message)
+                    results[start.message.slot], _transactions.unpack_message(start.message.message)
                 )
             self.system.statuses.changed(iid)
             return Handle._create(self.system, iid, address, record.incarnation), True
@@ -473,11 +475,11 @@ class Lifecycle:
 
 # `Conflict.reason`s of a fresh start (`_fresh_start`) that found something
 # at its address: an instance, or a cleanup's floor ("state").
-_FRESH_REFUSED = _protocol.START_RACED | {"state"}
+_FRESH_REFUSED = _transactions.START_RACED | {"state"}
 
 
 def _fresh_start(txn: Txn, iid: bytes, journal: Journal) -> int | None:
-    """Make ``txn``, a start over nothing (`_protocol.start_txn` with no
+    """Make ``txn``, a start over nothing (`_transactions.start_txn` with no
     previous instance and floor 0), one that needs no read before it and no
     claim after it: the usual start, of an address never used. Returns the
     index of its claim's epoch in the commit's results (None where a claim
@@ -511,7 +513,7 @@ def _fresh_start(txn: Txn, iid: bytes, journal: Journal) -> int | None:
     there: an "async" journal acknowledges a start that read once it is
     queued, and this one would wait for its commit (`Txn.must_wait`).
     """
-    txn.expect_state(_protocol.floor_key(iid), 0)
+    txn.expect_state(_transactions.floor_key(iid), 0)
     return None if journal.reads_at_once else txn.claim_created(iid)
 
 

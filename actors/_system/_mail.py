@@ -6,11 +6,11 @@ Each message is a `Message`: its id (the mailbox sequence number ``show``
 prints as ``#id``), its signal name and its payload as stored.
 
 Dead letters. ``drop_message`` takes an unread message out of the mailbox
-and adds it to the state row ``dead/<id hex>`` (`_protocol.dead_key`), in
+and adds it to the state row ``dead/<id hex>`` (`_transactions.dead_key`), in
 one transaction, on condition that the instance is still the incarnation
 read (and the row at the version read). ``mail --dropped`` lists them; they
 are kept until the cleanup that removes the instance removes them too
-(`_protocol.cleanup_txn`), across retries and forks of the address, each
+(`_transactions.cleanup_txn`), across retries and forks of the address, each
 naming the incarnation it was dropped from.
 
 The message a run was handling. A process that crashes while handling a
@@ -78,7 +78,7 @@ import trio
 from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
 from storage.errors import Conflict
 
-from .._kernel import _guard, _protocol
+from .._kernel import _guard, _transactions
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
 from ..errors import InvalidArguments, NotDelivered
@@ -176,7 +176,7 @@ def read_mail(r: Reader, iid: bytes) -> list[Message]:
 def read_dead(r: Reader, iid: bytes) -> tuple[int, list[DeadLetter]]:
     """The version of ``iid``'s dead-letter row (0: none) and the letters it
     holds, oldest first."""
-    key = _protocol.dead_key(iid)
+    key = _transactions.dead_key(iid)
     for row in r.states(key, 1):
         if row.key == key:
             value = row.value if isinstance(row.value, list) else []
@@ -303,7 +303,7 @@ def drop_txn(plan: DropPlan, message_id: int, now: float) -> Txn:
     if plan.unread is not None:
         txn.take_message(row.iid, message_id)
     version, letters = plan.dead
-    key = _protocol.dead_key(row.iid)
+    key = _transactions.dead_key(row.iid)
     letters = [*letters, DeadLetter(message, row.record.incarnation, now)]
     txn.expect_state(key, version)
     txn.put_state(key, [d.to_stored() for d in letters])
@@ -442,7 +442,7 @@ async def drop_message(
                         f"cannot drop message #{message_id} of {address!r}: another node took "
                         "the instance over meanwhile (it runs there now); drop it on that node"
                     ) from None
-                if exc.reason not in _protocol.START_RACED | {"state"}:
+                if exc.reason not in _transactions.START_RACED | {"state"}:
                     raise
                 continue  # another drop, or a new incarnation: read again
             dropped = True

@@ -22,9 +22,9 @@ from collections import OrderedDict
 
 from storage.errors import JournalUnavailable
 
-from .._kernel import _events
+from .._kernel import _reports
 from .._kernel._interfaces import SystemAPI
-from .._kernel._messages import StoredMessage
+from .._kernel._mailbox import StoredMessage
 
 _ELSEWHERE_KEPT = 100_000  # instances remembered as owned elsewhere, oldest out
 
@@ -83,7 +83,7 @@ class NodeView:
             lost = [iid for iid in live if self._terms.get(iid, -1) != term]
             self._stale.update(lost)
             for iid in lost:
-                _events.lease_lost(self.journal.node, live[iid].address)
+                _reports.lease_lost(self.journal.node, live[iid].address)
         for iid in list(self._stale):
             actor = live.get(iid)
             if actor is None:

@@ -18,7 +18,7 @@ import trio
 from storage import LIVE_STATUSES, CorruptRecord, InstanceRow, Txn, instance_id
 from storage.errors import Conflict, JournalCorrupt, JournalFull, JournalUnavailable
 
-from .._kernel import _events
+from .._kernel import _reports
 from ._registry import YIELD_EVERY, Registry
 
 __all__ = ["recover"]
@@ -62,7 +62,7 @@ async def recover(registry: Registry) -> None:
 
     found = await registry.journal.read(scan)
     for bad in found.broken:
-        _events.corrupt(bad.address or bad.iid.hex(), bad.error, at_open=True)
+        _reports.corrupt(bad.address or bad.iid.hex(), bad.error, at_open=True)
         await registry.system.corruption.record(bad.iid, bad.error)
     # A child whose parent ended while the system was down is not stranded.
     for iid, address, reason in found.orphans:
@@ -78,14 +78,14 @@ async def recover(registry: Registry) -> None:
     # processes): replayed on this code all the same, each warning again
     # if it is still stuck (see Ends.diverge).
     stuck = Counter(
-        _events.held_kind(held)
+        _reports.held_kind(held)
         for held in found.wanted.values()
-        if held and _events.held_kind(held) != _events.UNREGISTERED
+        if held and _reports.held_kind(held) != _reports.UNREGISTERED
     )
-    stuck[_events.UNREGISTERED] += len(found.unregistered)
+    stuck[_reports.UNREGISTERED] += len(found.unregistered)
     recorded_stuck = sum(stuck.values()) - len(found.unregistered)
     resumed = sum(iid in found.live for iid in found.wanted) - recorded_stuck
-    _events.opened(
+    _reports.opened(
         registry.journal,
         resumed=resumed,
         stuck=stuck,
@@ -109,12 +109,12 @@ async def _hold_unregistered(registry: Registry, rows: list[InstanceRow]) -> Non
         registry.foreign.add(row.iid)
         named[row.process] += 1
         if named[row.process] <= STUCK_NAMED:
-            _events.unregistered(row.address, row.process)
-        held = _events.held_unregistered(row.process)
+            _reports.unregistered(row.address, row.process)
+        held = _reports.held_unregistered(row.process)
         if row.record.held == held:
             continue  # recorded at an earlier open
         record = row.record.evolve(
-            held=held, last_error=_events.unregistered_fix(row.address, row.process)
+            held=held, last_error=_reports.unregistered_fix(row.address, row.process)
         )
         txn.require(row.iid, LIVE_STATUSES)
         txn.put_instance(
@@ -129,7 +129,7 @@ async def _hold_unregistered(registry: Registry, rows: list[InstanceRow]) -> Non
             txn = Txn()
     for process, count in named.items():
         if count > STUCK_NAMED:
-            _events.unregistered_more(process, count - STUCK_NAMED)
+            _reports.unregistered_more(process, count - STUCK_NAMED)
     if txn.ops:
         await _commit_held(registry, txn)
 

@@ -5,7 +5,8 @@ It brings instances into memory and out: activation, reloads after a lost
 journal connection, the idle sweep (passivation), takeover on shared
 journals, shutdown at close; and it runs the system's own tasks. Recovery
 at open is in `_recovery`; instances that stall, lose a write or get stuck
-come back through `_stalls`; corrupt ones are marked by `_corruption`.
+come back through `_troubles.Stalls`; corrupt ones are marked by
+`_troubles.Corruption`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from .._actor._instance import Actor
 from .._actor._runner import Runner
-from .._kernel import _events
+from .._kernel import _reports
 from .._kernel._holds import Holds
 from .._kernel._interfaces import ActorAPI
 from .._kernel._log import LoadedState, read_state
@@ -253,7 +254,7 @@ class Registry:
         try:
             row = await self.journal.read(lambda r: r.instance(iid))
         except JournalCorrupt as exc:
-            _events.corrupt(iid.hex(), exc)
+            _reports.corrupt(iid.hex(), exc)
             await self.system.corruption.record(iid, exc)
             return None
         proc = self._proc_to_run(iid, row)
@@ -276,7 +277,7 @@ class Registry:
         if proc is None:
             if iid not in self.foreign:  # said once (at open, for a local journal)
                 self.foreign.add(iid)
-                _events.unregistered(row.address, row.process)
+                _reports.unregistered(row.address, row.process)
             return None
         if iid in self.live:
             return None  # a concurrent activation won: claiming again would fence it out
@@ -387,7 +388,7 @@ class Registry:
         # Closing is not a cancel: instances stay as they are in the journal
         # and resume on the next open. Submit what they have ridden so far.
         self.closing = True
-        _events.closing(self.journal, live=len(self.live))
+        _reports.closing(self.journal, live=len(self.live))
         for actor in list(self.live.values()):
             if actor.loaded and not actor.done:
                 try:

@@ -22,7 +22,7 @@ fork's:
   run repeats.
 
 It is a start like any other: one compare-and-set transaction
-(`_protocol.start_txn` with ``previous`` = the row read), so of two retries
+(`_transactions.start_txn` with ``previous`` = the row read), so of two retries
 (or a retry and a start or fork) of one address, on one node or several,
 exactly one commits (see "Races" below). It runs at once, not through a
 queue the failed instance may have waited in.
@@ -70,7 +70,7 @@ from storage import STATUS_WORDS, Reader, encode
 from storage.errors import Conflict
 
 from .._features._sending import commit_through
-from .._kernel import _guard, _protocol, _tracing
+from .._kernel import _guard, _tracing, _transactions
 from .._kernel._handles import Handle
 from .._kernel._interfaces import SystemAPI
 from ..errors import InvalidArguments, NotDelivered
@@ -99,7 +99,7 @@ RetryPlan = ForkPlan
 # `Conflict.reason`s of a retry that lost a race: a start's (the instance
 # is not what it read), or a state row's (another retry kept a record
 # first, or a drop changed the dead letters).
-_RACED = _protocol.START_RACED | {"state"}
+_RACED = _transactions.START_RACED | {"state"}
 
 
 def read_for_retry(r: Reader, iid: bytes) -> tuple[RetryPlan | None, int]:
@@ -155,7 +155,7 @@ def retry_txn(
     max_payload: int | None = None,
     trace: str | None = None,
     encoded_input: bytes | None = None,
-) -> _protocol.Start:
+) -> _transactions.Start:
     """The retry of ``plan`` (a failed or cancelled instance, no child's):
     the fork of it from effect 0 (`_fork.fork_txn`): a new incarnation,
     running, with the params it had and ``input`` (None: the input it had)
@@ -165,7 +165,7 @@ def retry_txn(
 
     Invariant: it commits only over what it read (the instance, each reset
     descendant, each history row and the dead letters at the version read),
-    else it fails with `Conflict` (a reason in `_protocol.START_RACED`, or
+    else it fails with `Conflict` (a reason in `_transactions.START_RACED`, or
     ``"state"``) and writes nothing.
 
     Raises:

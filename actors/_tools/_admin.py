@@ -53,14 +53,14 @@ from .._features._crashes import (
 from .._features._queues import queue_place, wait_prefix, waiting_rows
 from .._features._schedules import tick_text, ticks_after
 from .._features._signals import READ_AGAIN, Route, read_plan, routes_of, signal_txn
-from .._kernel import _protocol
+from .._kernel import _transactions
 from .._kernel._effects import END_PREFIX
 from .._kernel._failures import error_summary
 from .._kernel._log import LogEntry, children_named
-from .._kernel._messages import StoredMessage
+from .._kernel._mailbox import StoredMessage
 from .._kernel._process import ProcessDef
-from .._kernel._protocol import KEY_SEEN, Cancel
-from .._kernel._records import Signal
+from .._kernel._transactions import KEY_SEEN, Cancel
+from .._kernel._values import Signal
 from .._system import _cleanup, _fork
 from .._system._control import ControlUnavailable, Operations, RemoteError, request
 from .._system._facade import ActorSystem
@@ -181,12 +181,14 @@ def pending_compensations(record: InstanceRecord) -> list[str]:
 def user_cursors(cursors: dict[str, int]) -> dict[str, int]:
     """An instance's cursors (`Reader.cursors`) without the idempotency
     keys of its keyed sends, which are stored as cursors too."""
-    return {name: pos for name, pos in cursors.items() if not name.startswith(_protocol.KEY_PREFIX)}
+    return {
+        name: pos for name, pos in cursors.items() if not name.startswith(_transactions.KEY_PREFIX)
+    }
 
 
 def sent_keys(cursors: dict[str, int]) -> list[str]:
     """The idempotency keys of the keyed sends its incarnation took, sorted."""
-    prefix = _protocol.KEY_PREFIX
+    prefix = _transactions.KEY_PREFIX
     return sorted(name[len(prefix) :] for name in cursors if name.startswith(prefix))
 
 
@@ -196,7 +198,7 @@ def sent_keys(cursors: dict[str, int]) -> list[str]:
 def key_seen(r: Reader, iid: bytes, key: str) -> int | None:
     """Where a send with idempotency ``key`` to this incarnation of ``iid``
     was stored, or None if none was: a second one stores nothing."""
-    return r.cursor(iid, _protocol.KEY_PREFIX + key)
+    return r.cursor(iid, _transactions.KEY_PREFIX + key)
 
 
 def send_txn(iid: bytes, signal: Signal, payload: Any, key: str | None) -> Txn:
@@ -206,7 +208,7 @@ def send_txn(iid: bytes, signal: Signal, payload: Any, key: str | None) -> Txn:
     Raises:
         EncodeError: a payload the codec cannot store, or over `MAX_PAYLOAD`.
     """
-    txn, _ = _protocol.send_txn(
+    txn, _ = _transactions.send_txn(
         iid, signal.name, payload, time.time(), max_payload=MAX_PAYLOAD, key=key
     )
     return txn
@@ -292,7 +294,7 @@ def cancel_txn(r: Reader, plan: list[Cancel]) -> Txn:
         )
     ]
     now = time.time()
-    txn, _ = _protocol.cancel_txn(plan, now)
+    txn, _ = _transactions.cancel_txn(plan, now)
     _asks.answer_offline(txn, owed, "cancelled", now)
     return txn
 
@@ -306,7 +308,7 @@ def ask_cancel_txn(iid: bytes, reason: str, *, compensate: bool = False) -> Txn:
     payload: dict[str, Any] = {"reason": reason}
     if compensate:
         payload["compensate"] = True
-    txn, _ = _protocol.system_send_txn(iid, _supervision.CANCEL.name, payload, time.time())
+    txn, _ = _transactions.system_send_txn(iid, _supervision.CANCEL.name, payload, time.time())
     return txn
 
 
@@ -314,8 +316,8 @@ def unstick_txn(op: str, row: InstanceRow) -> Txn:
     """``op`` (``"resume_compensation"`` or ``"abandon_compensation"``) of
     the compensation_stuck instance of ``row``, as the system writes it."""
     build = {
-        "resume_compensation": _protocol.resume_compensation_txn,
-        "abandon_compensation": _protocol.abandon_compensation_txn,
+        "resume_compensation": _transactions.resume_compensation_txn,
+        "abandon_compensation": _transactions.abandon_compensation_txn,
     }[op]
     return build(row, time.time())
 

@@ -49,8 +49,8 @@ from storage import (
 )
 
 from .._kernel._log import children_named
-from .._kernel._messages import StoredMessage
-from .._kernel._protocol import history_key, key_cursor, key_of
+from .._kernel._mailbox import StoredMessage
+from .._kernel._transactions import history_key, key_cursor, key_of
 from .._system._kept import KEPT_INCARNATIONS, Kept, read_kept
 from ..errors import AlreadyStarted, HistoryFormatError, InvalidArguments, NotDelivered
 from ._history_checks import (

@@ -145,7 +145,7 @@ PLANTS: dict[str, Plant] = {
             if proc is None or row.iid in self.live or row.iid in self.activating:
                 self.activate(row.iid)
                 return
-            from ._messages import StoredMessage  # planted: run from the row read before
+            from .._kernel._mailbox import StoredMessage  # planted: run from the row read before
             with self.journal.reader() as r:
                 mail = r.mailbox(row.iid)
             actor = self.run_created(row.iid, row.address, proc, row.record, epoch)
@@ -185,7 +185,7 @@ PLANTS: dict[str, Plant] = {
             def then(results):
                 receiver = self.system.registry.live.get(iid)
                 if receiver is not None and not receiver.done:  # planted: the sender's object
-                    aliased = _protocol.StoredMessage(signal.name, payload, None, None, ask)
+                    aliased = _transactions.StoredMessage(signal.name, payload, None, None, ask)
                     receiver.arrivals.deliver(results[0], aliased)
                 else:
                     self.route(iid, results[0], notice.message)
@@ -270,7 +270,7 @@ PLANTS: dict[str, Plant] = {
     # next start at the address begins again at incarnation 1 and its
     # steps' idempotency keys repeat the removed incarnation's (workload 6).
     "cleanup-floor": Plant(
-        "actors._kernel._protocol",
+        "actors._kernel._transactions",
         "cleanup_txn",
         old="txn.put_state(floor_key(iid), incarnation)",
         new="pass  # planted: no floor",
@@ -317,7 +317,7 @@ PLANTS: dict[str, Plant] = {
         what="a cleanup removes a finished child of a live parent",
         also=(
             Plant(
-                "actors._kernel._protocol",
+                "actors._kernel._transactions",
                 "cleanup_txn",
                 old="txn.require_absent(parent)",
                 new="pass  # planted: the parent may be there",

@@ -25,7 +25,7 @@ each read a consistent snapshot.
 Writing (send, cancel, retry, resume-compensation, abandon-compensation,
 cleanup) goes one of two ways. When no system holds the journal, the CLI
 opens it as a system would (taking the owner lock for the milliseconds the
-write takes) and writes with the transactions of `actors._kernel._protocol`, as the
+write takes) and writes with the transactions of `actors._kernel._transactions`, as the
 runtime does: ``send`` requires the instance to be live and appends
 ``[signal, payload, time]`` to its mailbox, where the instance finds it when
 a system next opens the journal; ``cancel`` records the instance and its
@@ -78,7 +78,7 @@ show, stats), `_write` (send, cancel), `_retry` (retry, show --incarnation), `_s
 (export, import: see docs/histories.md), `_remote`
 (through a running system's control socket), `_tail` (tail, consumers), and
 `_render` (JSON and text output). It reaches storage only through the public
-`storage` API, and writes with the transactions of `actors._kernel._protocol`.
+`storage` API, and writes with the transactions of `actors._kernel._transactions`.
 
 Exit codes: 0 done; 1 refused (not live, compensations pending); 2 bad usage;
 3 not found (no journal at the path, no instance at the address); 4 the

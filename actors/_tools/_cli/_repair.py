@@ -2,7 +2,7 @@
 ``cleanup``.
 
 Like ``send`` and ``cancel``, each writes directly to a journal no system
-holds (with the transactions of `actors._kernel._protocol`, as the runtime does)
+holds (with the transactions of `actors._kernel._transactions`, as the runtime does)
 and otherwise asks the running system through its control socket, which
 calls the `ActorSystem` method of the same name.
 

@@ -1,7 +1,7 @@
 """Writing commands: ``send`` and ``cancel``.
 
 To a journal no system holds they write directly, taking the owner lock for
-the moment the write takes, with the transactions of `actors._kernel._protocol`, as
+the moment the write takes, with the transactions of `actors._kernel._transactions`, as
 the runtime does. When a system holds it, they ask that system, through its
 control socket, to do it with its public API (see the package docstring).
 """

@@ -7,7 +7,7 @@ An action is done by the command line itself: the inspector runs
 ``mail --drop``) in a child process, and shows
 what it printed and its exit code. So an action takes the CLI's path
 exactly, refusals included: written directly with the transactions of
-`actors._kernel._protocol` when no system holds the journal, and otherwise through
+`actors._kernel._transactions` when no system holds the journal, and otherwise through
 the running system's control socket (`actors._system._control`). A child process,
 not a call in this one, because LMDB forbids opening one environment twice
 in a process, and the inspector holds the journal open read-only while the

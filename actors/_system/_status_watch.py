@@ -1,5 +1,6 @@
 """What the system knows of each instance's status and record, and who
-waits for it to change: `Statuses`, a part of `ActorSystem`."""
+waits for it to change: `Statuses`, a part of `ActorSystem` (the module is
+named for the watching; the status vocabulary is `storage._statuses`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import trio
 from storage import InstanceRecord, InstanceRow
 from storage.errors import JournalCorrupt
 
-from .._kernel._protocol import floor_of
+from .._kernel._transactions import floor_of
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import SystemAPI

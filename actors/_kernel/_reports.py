@@ -1,5 +1,8 @@
 """What the runtime logs: one function per event, the whole vocabulary here.
 
+(Named for what it is, the runtime's reports to operators; an instance's
+own log, the entries of its effects, is `_log`.)
+
 Records go through stdlib `logging` under the logger ``actors`` (and its
 children ``actors.system``, ``actors.supervision``, ``actors.instance``),
 so ``logging.basicConfig(level=logging.INFO)`` shows them. Each record

@@ -1,6 +1,7 @@
-"""Small public records: `Signal`, `Retry`, `Outcome`, `InstanceInfo` and the
+"""Small public values: `Signal`, `Retry`, `Outcome`, `InstanceInfo` and the
 queue definitions (`Queue`, `Rate`, `QueueInfo`). The error record kept for
-anything that failed is `_failures.ErrorRecord`."""
+anything that failed is `_failures.ErrorRecord`. (Not "records": those are
+the journal's, `storage._records`.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The write protocol: the journal transactions that change an instance's
-life, built in one place for the runtime (`ActorSystem`) and the command
-line alike.
+"""The journal transactions that change an instance's life, built in one
+place for the runtime (`ActorSystem`) and the command line alike (not named
+"protocol": in `actors` that is a typing Protocol, as in `_interfaces`).
 
 Each builder takes what the caller read (rows, timers) and the time, and
 returns a `storage.Txn` plus what the caller needs once it commits (which
@@ -47,7 +47,7 @@ from ..errors import LimitExceeded
 from ._effects import end_signal
 from ._failures import ErrorRecord
 from ._identity import index_instance
-from ._messages import Asker, StoredMessage
+from ._mailbox import Asker, StoredMessage
 
 __all__ = [
     "KEY_PREFIX",
