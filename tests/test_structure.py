@@ -345,7 +345,6 @@ LONG_MODULES: dict[str, int] = {
     "actors/_kernel/_driver.py": 719,
     "storage/_records.py": 719,
     "storage/_lmdb/_writer.py": 662,
-    "actors/_tools/_history.py": 634,
     "actors/_kernel/_protocol.py": 600,
     "actors/_features/_queues.py": 592,
     "actors/_features/_schedules.py": 584,
