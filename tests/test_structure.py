@@ -349,7 +349,6 @@ LONG_MODULES: dict[str, int] = {
     "actors/_features/_queues.py": 592,
     "actors/_features/_schedules.py": 584,
     "storage/_simulated.py": 584,
-    "actors/_tools/_cli/_inspect.py": 574,
     "actors/_system/_control.py": 560,
     "storage/_journal.py": 560,
     "actors/_kernel/_interfaces.py": 556,
