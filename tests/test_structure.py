@@ -357,7 +357,6 @@ LONG_MODULES: dict[str, int] = {
     "actors/_tools/_web/_app.py": 546,
     "actors/_actor/_instance.py": 545,
     "actors/_tools/_web/_pages.py": 542,
-    "actors/_tools/_web/_actions.py": 530,
     "actors/_system/_facade.py": 504,
     "actors/testing.py": 502,
     "storage/_lmdb/_journal.py": 502,
