@@ -74,9 +74,9 @@ from ._tools._simulate import (
     Simulation,
     SimulationHung,
     SimulationReport,
-    _virtual_wall,
     simulate,
 )
+from ._tools._simulation import virtual_wall as _virtual_wall
 from .errors import HistoryFormatError, InvalidArguments
 
 __all__ = [

@@ -2,5 +2,6 @@
 
 One running instance: `Actor` (`_instance`), made of its parts (`_writes`,
 `_arrivals`, `_ends`), stepped by its task or by `_runner`; `_context` is the
-`ctx` a process is given.
+`ctx` a process is given, its families of effects in `_ctx_messages` and
+`_ctx_children`, on `_ctx_core`.
 """

@@ -18,7 +18,7 @@ without recursing, and `deep_at` finds it in text JSON could not parse).
 Each check raises `HistoryFormatError` through `_history_values.bad`: one
 line naming the path in the file (``instances[0]['record']['params'][0]``)
 and what is wrong. The checks read the parsed document, whose shapes
-`_history._Doc` has checked before (a list is a list, a str a str).
+`_history_file._Doc` has checked before (a list is a list, a str a str).
 """
 
 from __future__ import annotations

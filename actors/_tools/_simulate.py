@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import math
 import random as _random
-import uuid as _uuid
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import attrs
 import trio
 import trio.testing
 
@@ -21,146 +18,16 @@ from storage import (
     JournalFaults,
     SimulatedJournal,
     SimulatedNode,
-    Txn,
     WriteLog,
     simulated_nodes,
 )
 
 from .._kernel._process import ProcessDef
-from .._system._facade import ActorSystem
 from .._system._open import open_system
+from ._determinism import Picks, deterministic
+from ._simulation import TEST_EPOCH, Simulation, SimulationHung, SimulationReport, virtual_wall
 
 __all__ = ["TEST_EPOCH", "Simulation", "SimulationHung", "SimulationReport", "simulate"]
-
-#: The wall-clock epoch that virtual time 0 maps to in `open_test_system`.
-TEST_EPOCH = 1_800_000_000.0
-
-
-def _virtual_wall() -> float:
-    return TEST_EPOCH + trio.current_time()
-
-
-@attrs.frozen
-class SimulationReport:
-    """What `simulate` saw: the digest of the run's journal writes, and a trace.
-
-    Two runs of one seed, with the same code and workload, give the same
-    ``digest`` (of every transaction written, byte for byte, in order, and
-    of every fault and crash). ``failure`` is what ended the run early (an
-    invariant a check found broken, or an error of the runtime), or None.
-    ``trace`` holds the last journal commits, faults, crashes and notes;
-    ``schedule`` the names of the last tasks trio's scheduler ran.
-    """
-
-    seed: int
-    digest: str
-    commits: int
-    writes: int
-    crashes: int
-    seconds: float
-    trace: tuple[str, ...]
-    schedule: tuple[str, ...]
-    failure: BaseException | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Whether the run ended without a failure."""
-        return self.failure is None
-
-    def explain(self) -> str:
-        """The failure (if any), then the trace and the last scheduler picks."""
-        lines = [
-            f"seed {self.seed}: {self.commits} commits, {self.writes} transactions written, "
-            f"{self.crashes} crash(es), {self.seconds:.3f} virtual seconds, digest {self.digest}"
-        ]
-        if self.failure is not None:
-            lines.append(f"failure: {type(self.failure).__name__}: {self.failure}")
-        lines.append("last journal events (virtual time, newest last):")
-        lines += [f"  {line}" for line in self.trace]
-        lines.append("last scheduler picks: " + ", ".join(self.schedule))
-        return "\n".join(lines)
-
-
-class Simulation:
-    """What a workload sees of a run of `simulate`.
-
-    ``system`` is the system of the host's current life (a new one after
-    each crash; ``life`` counts them from 0); ``random`` is the workload's
-    own random source, derived from the seed; ``journal`` the
-    `storage.SimulatedJournal` every life shares.
-    """
-
-    def __init__(
-        self,
-        seed: int,
-        journal: SimulatedJournal,
-        clock: trio.testing.MockClock,
-        journals: list[SimulatedJournal] | None = None,
-    ) -> None:
-        self.seed = seed
-        self.random = _random.Random(f"{seed}:workload")
-        self.journal = journal
-        #: every node's journal (one, unless ``simulate(nodes=K)``)
-        self.journals = journals or [journal]
-        self.life = 0
-        self.crashes = 0
-        self._clock = clock
-        self._system: ActorSystem | None = None
-        self._systems: list[ActorSystem | None] = [None] * len(self.journals)
-        self._pick = _random.Random(f"{seed}:nodes")
-
-    @property
-    def system(self) -> ActorSystem:
-        """The running system of this life; with several nodes, one of
-        them, drawn at each use (a client talks to any node).
-
-        Raises:
-            RuntimeError: between lives (no system runs).
-        """
-        if len(self.journals) > 1:
-            up = [system for system in self._systems if system is not None]
-            if up:
-                return self._pick.choice(up)
-        elif self._system is not None:
-            return self._system
-        raise RuntimeError("no system runs now: the host is down between two lives")
-
-    @property
-    def lost_unawaited(self) -> int:
-        """Writes the journals lost after acknowledging them (see
-        `storage.SimulatedJournal.lost_unawaited`)."""
-        return sum(journal.lost_unawaited for journal in self.journals)
-
-    @property
-    def stale_writes(self) -> list[str]:
-        """Writes, with several nodes, to an instance another node owned,
-        not fenced by the writer's claim (`storage.Cluster.stale`): a node
-        that lost an instance (its lease lapsed) wrote to it. None, ever."""
-        cluster = getattr(self.journal, "cluster", None)
-        return list(cluster.stale) if cluster is not None else []
-
-    def on_write(self, watcher: Callable[[Txn], None]) -> None:
-        """Call ``watcher`` with each transaction the journal writes from now
-        on, in order, over every life and node (what a crash loses before it
-        is written is never passed): a check of a history the journal does
-        not keep, such as the times a queue admitted its instances. Adding
-        the same watcher again changes nothing."""
-        watchers = self.journal.log.watchers
-        if watcher not in watchers:
-            watchers.append(watcher)
-
-    def jump(self, seconds: float) -> None:
-        """Move the clock forward by ``seconds`` at once (a clock jump)."""
-        self.journal.log.event(f"clock jumps {seconds:.3f} s")
-        self._clock.jump(seconds)
-
-    def note(self, text: str) -> None:
-        """Add ``text`` to the trace (the digest leaves notes out)."""
-        self.journal.log.note(text)
-
-
-class SimulationHung(Exception):
-    """A simulated run went past its ``limit`` of virtual time."""
 
 
 def simulate(
@@ -259,7 +126,7 @@ def simulate(
         )
         journals = [journal]
     sim = Simulation(seed, journal, clock, journals)
-    picks = _Picks(trace)
+    picks = Picks(trace)
     plan = _random.Random(f"{seed}:crashes")
     failure: BaseException | None = None
     root: list[trio.lowlevel.Task] = []
@@ -307,7 +174,7 @@ def simulate(
             sim.life += 1
             journal.recover()
 
-    with _deterministic(seed, root):
+    with deterministic(seed, root):
         try:
             trio.run(main, clock=clock, instruments=[picks])
         except Exception as exc:  # noqa: BLE001 - reported, with the trace
@@ -343,7 +210,7 @@ async def _live(
                 journal,
                 processes,
                 _random.Random(f"{sim.seed}:system:{sim.life}"),
-                now=_virtual_wall,
+                now=virtual_wall,
                 control=False,
                 **options,
             ) as system:
@@ -411,7 +278,7 @@ async def _cluster(
                             journal,
                             processes,
                             _random.Random(f"{sim.seed}:system:{i}:{life}"),
-                            now=_virtual_wall,
+                            now=virtual_wall,
                             control=False,
                             node=journal.node,
                             **options,
@@ -471,63 +338,3 @@ async def _cluster(
                 over.set()
                 return
             sim.life += 1
-
-
-class _Picks(trio.abc.Instrument):
-    """Keeps the names of the last tasks the scheduler ran."""
-
-    def __init__(self, keep: int) -> None:
-        self.picks: deque[str] = deque(maxlen=keep)
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.picks.append(task.name)
-
-
-@contextmanager
-def _deterministic(seed: int, root: list[trio.lowlevel.Task]) -> Iterator[None]:
-    """Make a trio run (whose root task ``root`` will hold) a function of ``seed``.
-
-    trio shuffles each batch of runnable tasks with ``trio._core._run._r``;
-    with ``_ALLOW_DETERMINISTIC_SCHEDULING`` (what Hypothesis turns on) it
-    sorts the batch by task creation first, so a seeded ``_r`` gives the
-    same order on every run. Worker threads finish when the OS says, so
-    ``trio.to_thread.run_sync`` runs its function inline in that run; and
-    the runtime draws ask ids from ``uuid.uuid4``, which gives seeded values
-    there. Everything is put back afterwards; other trio runs (in other
-    threads) keep the real ones.
-    """
-    run = trio._core._run
-    saved = (run._ALLOW_DETERMINISTIC_SCHEDULING, run._r.getstate())
-    real_run_sync = trio.to_thread.run_sync
-    real_uuid4 = _uuid.uuid4
-    ids = _random.Random(f"{seed}:uuid")
-
-    def ours() -> bool:
-        return (
-            trio.lowlevel.in_trio_run()
-            and bool(root)
-            and (trio.lowlevel.current_root_task() is root[0])
-        )
-
-    async def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if not ours():
-            return await real_run_sync(fn, *args, **kwargs)
-        await trio.lowlevel.checkpoint()
-        return fn(*args)
-
-    def uuid4() -> _uuid.UUID:
-        if not ours():
-            return real_uuid4()
-        return _uuid.UUID(int=ids.getrandbits(128), version=4)
-
-    setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)
-    run._r.seed(f"{seed}:scheduler")
-    setattr(trio.to_thread, "run_sync", run_sync)
-    setattr(_uuid, "uuid4", uuid4)
-    try:
-        yield
-    finally:
-        setattr(_uuid, "uuid4", real_uuid4)
-        setattr(trio.to_thread, "run_sync", real_run_sync)
-        setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", saved[0])
-        run._r.setstate(saved[1])

@@ -37,11 +37,14 @@ cut with a link to a page that shows it whole, and a poll of an unchanged
 page is answered 304 (`_index`).
 
 The package: `_query` (query strings), `_index` (the shared listing, the
-polls' validators), `_values` (one value read whole), `_pages` (HTML),
-`_assets` (CSS and the polling script), `_guard` (session tokens, the Origin check), `_actions`
-(what each action does and says), `_action_pages` (their HTML), `_app` (the
-starlette app) and `_serve` (hypercorn's trio worker and the ``web``
-command). It needs the ``web`` extra.
+polls' validators), `_values` (one value read whole), `_html` (the HTML's
+building blocks and layout), `_list_page` and `_pages` (the list, an
+instance's page, problems), `_assets` (CSS and the polling script),
+`_guard` (session tokens, the Origin check), `_actions` (what each action
+does), `_previews` (what each says will happen), `_action_pages` (their
+HTML), `_requests` (a request's fields, read with limits), `_middleware`
+(the Host check, the security headers), `_app` (the starlette app) and
+`_serve` (hypercorn's trio worker and the ``web`` command). It needs the ``web`` extra.
 """
 
 from ._app import create_app as create_app

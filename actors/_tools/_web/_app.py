@@ -36,22 +36,18 @@ elsewhere.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
-from urllib.parse import parse_qs
 
 import trio
 from starlette.applications import Starlette
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from storage import (
     CorruptRecord,
@@ -72,36 +68,23 @@ from ._actions import Action, BadAction, Runner, audit, check_address, check_fie
 from ._assets import ASSETS
 from ._guard import Guard
 from ._index import ListCache, etag
-from ._pages import instance_fragment, layout, list_filters, list_fragment, problem_page, value_body
+from ._list_page import list_filters, list_fragment
+from ._middleware import (
+    LOCAL_HOSTS as LOCAL_HOSTS,
+    HostCheck,
+    SecurityHeaders,
+    host_allowed as host_allowed,
+)
+from ._pages import instance_fragment, layout, problem_page, value_body
 from ._query import MAIL_PER_PAGE, BadQuery, InstanceQuery, parse_instance, parse_list, parse_value
+from ._requests import Refused, client_of, form_of, params_of, single
 from ._values import TITLES, ValueGone, read_value
 
 __all__ = ["create_app", "host_allowed", "LOCAL_HOSTS"]
 
 T = TypeVar("T")
 
-# Host names a loopback-bound inspector answers besides IP addresses; any
-# other name is refused (400), so a web page elsewhere cannot read it
-# through DNS rebinding.
-LOCAL_HOSTS = ("localhost",)
 
-# A Host header: a name or IPv4 address, or an IPv6 address in brackets; a port.
-_HOST = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::\d*)?")
-
-_HEADERS = {
-    "content-security-policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-    "connect-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; "
-    "frame-ancestors 'none'",
-    "x-content-type-options": "nosniff",
-    # Nothing to other sites; not "no-referrer", under which a browser sends
-    # "Origin: null" with the confirmation's own POST, which `_guard` refuses.
-    "referrer-policy": "same-origin",
-    "cache-control": "no-store",
-}
-
-
-# The most a POST's body may hold: a 1 MiB payload, however it is escaped.
-MAX_FORM = 4 << 20
 MAX_ACTIONS = 4  # actions' commands running at once (each is a Python process)
 
 # HTTP status of the page that shows an action's outcome, by the CLI's exit code.
@@ -110,14 +93,6 @@ _ANSWER = {0: 200, 1: 409, 2: 400, 3: 404, 4: 409, 5: 500, 124: 504}
 
 class _NotFound(LookupError):
     """No instance at the address asked for."""
-
-
-class _Refused(Exception):
-    """A request for an action that is not taken: ``status`` is the HTTP answer."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def create_app(
@@ -178,7 +153,7 @@ def create_app(
         return HTMLResponse(body, headers=None if tag is None else {"etag": tag})
 
     async def instances(request: Request) -> Response:
-        query = parse_list(_params(request))
+        query = parse_list(params_of(request))
         marker = await read(lambda r: r.change_marker())
         same = unchanged(request, marker)
         if same is not None:
@@ -197,7 +172,7 @@ def create_app(
         return answer(page, tag)
 
     async def instance(request: Request) -> Response:
-        query = parse_instance(_params(request))
+        query = parse_instance(params_of(request))
 
         def look(r: Reader) -> tuple[str | None, dict[str, Any] | None]:
             tag = etag(r.change_marker(), salt)
@@ -217,7 +192,7 @@ def create_app(
         return answer(page, tag)
 
     async def value(request: Request) -> Response:
-        query = parse_value(_params(request))
+        query = parse_value(params_of(request))
 
         def look(r: Reader) -> Any:
             row = _row(r, query.address)
@@ -234,27 +209,27 @@ def create_app(
         )
 
     def wanted(params: Mapping[str, str]) -> tuple[Action, str, dict[str, str]]:
-        """The action, address and fields a request names; `_Refused` if not offered."""
+        """The action, address and fields a request names; `Refused` if not offered."""
         if not allowed:
-            raise _Refused(
+            raise Refused(
                 405, "this inspector only reads: start it with --allow-actions to take actions"
             )
         rest = dict(params)
         name, address = rest.pop("action", ""), rest.pop("address", "")
         action = allowed.get(name)
         if action is None:
-            raise _Refused(400, f"unknown action {name!r}; one of {', '.join(allowed)}")
+            raise Refused(400, f"unknown action {name!r}; one of {', '.join(allowed)}")
         try:
             return action, check_address(address), check_fields(action, rest)
         except BadAction as exc:
-            raise _Refused(400, str(exc)) from None
+            raise Refused(400, str(exc)) from None
 
     async def confirm(request: Request) -> Response:
-        action, address, fields = wanted(_single(_params(request)))
+        action, address, fields = wanted(single(params_of(request)))
         # (All its unread mail: a drop's confirmation names the message it drops.)
         doc = await read(lambda r: _describe(r, InstanceQuery(address=address), whole=True))
         if doc["status"] not in action.statuses:
-            raise _Refused(
+            raise Refused(
                 409,
                 f"cannot {action.title.lower()} {address!r}: it is "
                 f"{doc['status']}; the page of the instance shows what applies",
@@ -278,12 +253,12 @@ def create_app(
         return response
 
     async def act(request: Request) -> Response:
-        client = _client(request, trust_proxy)
+        client = client_of(request, trust_proxy)
         form: dict[str, str] = {}
         try:  # every POST refused is an audit line too
             if not allowed:
                 wanted({})  # refused: this inspector only reads
-            form = _single(await _form(request))
+            form = single(await form_of(request))
             token = form.pop("token", None)
             session = guard.session(request.cookies)
             why = guard.refusal(
@@ -293,20 +268,20 @@ def create_app(
                 session=session,
             )
             if why is not None:
-                raise _Refused(403, why)
+                raise Refused(403, why)
             action, address, fields = wanted(form)
             why = guard.redeem(session, token, action.name, address, fields)
             if why is not None:
-                raise _Refused(403, why)
+                raise Refused(403, why)
             try:
                 running.acquire_nowait()
             except trio.WouldBlock:
-                raise _Refused(
+                raise Refused(
                     429,
                     f"refused: {max_actions} actions are running already; wait for one to "
                     "end, then open the instance's page again and confirm from there",
                 ) from None
-        except _Refused as exc:
+        except Refused as exc:
             audit(
                 form.get("action", "?"), form.get("address", "?"), {}, client, "refused", str(exc)
             )
@@ -343,7 +318,7 @@ def create_app(
         return problem(404, "not found", str(exc))
 
     async def on_refused(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, _Refused)
+        assert isinstance(exc, Refused)
         return problem(exc.status, "refused", str(exc))
 
     async def on_corrupt(request: Request, exc: Exception) -> Response:
@@ -382,60 +357,15 @@ def create_app(
         exception_handlers={
             BadQuery: on_bad_query,
             _NotFound: on_not_found,
-            _Refused: on_refused,
+            Refused: on_refused,
             JournalCorrupt: on_corrupt,
             JournalUnavailable: on_unavailable,
             HTTPException: on_http,
             Exception: on_error,
         },
-        middleware=[Middleware(_HostCheck, names=hosts)],
+        middleware=[Middleware(HostCheck, names=hosts)],
     )
-    return _SecurityHeaders(app)
-
-
-def _params(request: Request) -> dict[str, list[str]]:
-    qp = request.query_params
-    return {name: qp.getlist(name) for name in qp.keys()}
-
-
-def _single(params: Mapping[str, list[str]]) -> dict[str, str]:
-    """One value per parameter; a repeated one is refused."""
-    repeated = sorted(name for name, values in params.items() if len(values) != 1)
-    if repeated:
-        raise _Refused(400, f"{', '.join(repeated)} given more than once; give each once")
-    return {name: values[0] for name, values in params.items()}
-
-
-async def _form(request: Request) -> dict[str, list[str]]:
-    """A POST's url-encoded form, of at most `MAX_FORM` bytes."""
-    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if kind != "application/x-www-form-urlencoded":
-        raise _Refused(
-            415, f"an action is a form (application/x-www-form-urlencoded), not {kind!r}"
-        )
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM:
-            raise _Refused(413, f"the form is over {MAX_FORM} bytes")
-    try:
-        return parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _Refused(400, f"the form does not decode: {exc}") from None
-
-
-def _client(request: Request, trust_proxy: bool) -> str:
-    """Who asked, for the audit line: the peer, and, when the inspector is
-    told it stands behind a proxy (``--trust-proxy``), what that proxy says."""
-    peer = request.client.host if request.client is not None else "?"
-    if not trust_proxy:
-        return peer
-    said = [
-        f"{name} {request.headers[name]!r}"
-        for name in ("x-forwarded-user", "x-forwarded-for")
-        if name in request.headers
-    ]
-    return peer + (f" ({', '.join(said)})" if said else "")
+    return SecurityHeaders(app)
 
 
 def _page_items(r: Reader, rows: list[Listed]) -> list[dict[str, Any]]:
@@ -476,71 +406,3 @@ def _describe(r: Reader, query: InstanceQuery, whole: bool = False) -> dict[str,
         return describe(r, row, mail=None if whole else (first, MAIL_PER_PAGE))
     except CLIError as exc:  # its log or mailbox does not decode
         raise JournalCorrupt(str(exc), database="", key=b"") from exc
-
-
-def host_allowed(header: str, names: Sequence[str]) -> bool:
-    """Whether a request with this Host header is answered: its host is an
-    IP address (v4, or v6 in brackets), or one of ``names`` (any case).
-
-    An address is always safe to answer: DNS rebinding needs a name that the
-    attacker's DNS resolves, which the browser then sends as the Host.
-    """
-    found = _HOST.fullmatch(header)
-    if found is None:
-        return False
-    host = found["host"].lower()
-    if host in (name.lower() for name in names):
-        return True
-    try:
-        ipaddress.ip_address(host[1:-1] if host.startswith("[") else host)
-    except ValueError:
-        return False
-    return True
-
-
-class _HostCheck:
-    """Refuses (400) requests whose Host header `host_allowed` refuses."""
-
-    def __init__(self, app: ASGIApp, names: Sequence[str]) -> None:
-        self.app = app
-        self.names = tuple(names)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket"):
-            header = Headers(scope=scope).get("host", "")
-            if not host_allowed(header, self.names):
-                answered = ", ".join(("IP addresses", *self.names))
-                response = PlainTextResponse(
-                    f"refused: the Host {header!r} is not one this inspector answers to "
-                    f"({answered}); open it by its address, or start it with "
-                    "--allow-host NAME",
-                    status_code=400,
-                )
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-class _SecurityHeaders:
-    """Adds `_HEADERS` to every response."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [
-                    (k, v)
-                    for k, v in message.get("headers", [])
-                    if k.decode().lower() not in _HEADERS
-                ]
-                headers += [(k.encode(), v.encode()) for k, v in _HEADERS.items()]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)

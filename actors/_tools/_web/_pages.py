@@ -1,4 +1,5 @@
-"""The inspector's HTML: the instance list, an instance's page, and problem pages.
+"""The inspector's HTML: an instance's page and problem pages (the list is
+`_list_page`'s; the building blocks, the layout included, `_html`'s).
 
 Every value that comes from the journal (addresses, payloads, errors, names)
 is user data and goes through `esc` or `value_block`; nothing else builds
@@ -8,24 +9,28 @@ content is also served alone (``partial=1``) for the polling script.
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import time
 from collections.abc import Collection
 from typing import Any
-from urllib.parse import urlencode
 
-from storage import STATUSES, TERMINAL_STATUSES
+from storage import TERMINAL_STATUSES
 
-from .._cli._render import counted, error_text, jsonable, local_time, relative, zone_name
+from .._cli._render import counted, error_text, jsonable, relative, zone_name
+from ._html import (
+    badge,
+    confirm_href as confirm_href,
+    esc as esc,
+    layout as layout,
+    value_block as value_block,
+    value_body as value_body,
+    when,
+)
 from ._query import (
     MAIL_PER_PAGE,
-    PER_PAGE,
     InstanceQuery,
-    ListQuery,
     instance_href,
-    list_href,
     value_href,
 )
 
@@ -34,175 +39,10 @@ __all__ = [
     "value_block",
     "confirm_href",
     "layout",
-    "list_fragment",
-    "list_filters",
     "instance_fragment",
     "problem_page",
     "value_body",
 ]
-
-# Characters of one value a page shows; the rest is cut, with a link to the
-# value page (`value_body`), which shows it whole.
-VALUE_LIMIT = 4_000
-
-
-def esc(value: Any) -> str:
-    """``value`` as text safe in HTML content and in quoted attributes."""
-    return html.escape(str(value), quote=True)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(jsonable(value), indent=2, ensure_ascii=False)
-
-
-def value_block(value: Any, whole: str | None = None) -> str:
-    """A stored value as indented JSON in a ``<pre>``: its first `VALUE_LIMIT`
-    characters, and past that a link to ``whole`` (the URL that shows it all)."""
-    # A long string is cut before it is turned into JSON, not after.
-    text = _json(value[: VALUE_LIMIT + 1] if isinstance(value, str) else value)
-    note = ""
-    if len(text) > VALUE_LIMIT:
-        size = len(value) if isinstance(value, str) else len(text)
-        link = f' <a class="whole" href="{esc(whole)}">show it whole</a>' if whole else ""
-        note = f'<div class="muted cut">(first {VALUE_LIMIT} of {size} characters){link}</div>'
-        text = text[:VALUE_LIMIT]
-    return f'<pre class="value">{esc(text)}</pre>{note}'
-
-
-def value_body(address: str, title: str, value: Any) -> str:
-    """The value page: one stored value of ``address``, whole, escaped."""
-    return (
-        f'<h1 id="address">{esc(address)}</h1><p><a href="{esc(instance_href(address))}">'
-        f'back to its page</a></p><h2>{esc(title)}</h2><pre class="value whole" id="value">'
-        f"{esc(_json(value))}</pre>"
-    )
-
-
-def _badge(status: str, count: int | None = None) -> str:
-    n = "" if count is None else f" <b>{count}</b>"
-    return f'<span class="badge {esc(status)}">{esc(status)}{n}</span>'
-
-
-def _when(t: float | None, now: float) -> str:
-    if t is None:
-        return '<span class="muted">-</span>'
-    return f'<span title="{esc(relative(t, now))}">{esc(local_time(t))}</span>'
-
-
-def layout(
-    title: str,
-    source: str,
-    body: str,
-    *,
-    live: str | None,
-    poll: float,
-    mode: str = "read-only",
-    etag: str | None = None,
-) -> str:
-    """A whole page. ``live`` is the content of the polled ``<main>`` (None:
-    no polling), ``etag`` its validator, which the polling script sends back
-    (`_index`); ``mode`` says in the header whether actions are allowed."""
-    controls = main = ""
-    if live is not None:
-        controls = (
-            '<span class="live" id="live-state">live</span>'
-            '<label><input type="checkbox" id="pause"> pause</label>'
-        )
-        main = f'<main id="live" data-poll="{poll:g}">{live}</main>'
-    return (
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"{'' if etag is None or live is None else _etag_meta(etag)}"
-        f"<title>{esc(title)} · actors inspector</title>"
-        '<link rel="stylesheet" href="/static/inspector.css">'
-        '<script src="/static/live.js" defer></script></head><body>'
-        f'<header><a href="/">actors inspector</a><span class="source">{esc(source)}</span>'
-        f'<span class="muted" id="mode">{esc(mode)}</span>{controls}</header>'
-        f'<div class="wrap">{body}{main}</div></body></html>'
-    )
-
-
-def _etag_meta(etag: str) -> str:
-    return f'<meta name="live-etag" content="{esc(etag)}">'
-
-
-def confirm_href(action: str, address: str, **fields: object) -> str:
-    """The URL of the page that confirms ``action`` on ``address``."""
-    params = [("action", action), ("address", address), *((k, str(v)) for k, v in fields.items())]
-    return "/confirm?" + urlencode(params)
-
-
-# -- the list -----------------------------------------------------------------------
-
-
-def list_filters(query: ListQuery, processes: list[str]) -> str:
-    """The filter form (outside the polled part, so typing is never interrupted)."""
-    options = ['<option value="">any</option>'] + [
-        f'<option value="{esc(s)}"{" selected" if s == query.status else ""}>{esc(s)}</option>'
-        for s in STATUSES
-    ]
-    known = "".join(f'<option value="{esc(p)}">' for p in processes)
-    per = "" if query.per == PER_PAGE else f'<input type="hidden" name="per" value="{query.per}">'
-    return (
-        '<h1>Instances</h1><form class="filters" method="get" action="/">'
-        f'<label>status<select name="status">{"".join(options)}</select></label>'
-        f'<label>process<input name="process" list="processes" value="{esc(query.process or "")}"'
-        ' placeholder="orders/:id"></label>'
-        f'<datalist id="processes">{known}</datalist>'
-        f'<label>address, and below it<input name="prefix" value="{esc(query.prefix or "")}"'
-        ' placeholder="orders/o-17"></label>'
-        f'{per}<button type="submit">filter</button> <a href="/">clear</a></form>'
-    )
-
-
-def list_fragment(
-    query: ListQuery, shown: list[dict[str, Any]], matching: int, counts: dict[str, int]
-) -> str:
-    """Counts by status, then ``shown``: the page ``query`` asks for of the
-    ``matching`` instances, most recently updated first."""
-    now = time.time()
-    total = sum(counts.values())
-    chips = [f'<a href="{esc(list_href(query, status=None, page=1))}">{_badge("all", total)}</a>']
-    chips += [
-        f'<a href="{esc(list_href(query, status=s, page=1))}">{_badge(s, counts[s])}</a>'
-        for s in STATUSES
-        if counts.get(s)
-    ]
-    pages = max(1, math.ceil(matching / query.per))
-    rows = []
-    for i in shown:
-        address = i["address"]
-        link = (
-            esc(address)
-            if i["corrupt"]
-            else (f'<a href="{esc(instance_href(address))}">{esc(address)}</a>')
-        )
-        rows.append(
-            f'<tr data-address="{esc(address)}"><td class="mono">{link}</td>'
-            f'<td class="mono nowrap">{esc(i["process"])}</td><td>{_badge(i["status"])}</td>'
-            f'<td class="nowrap">{_when(i["updated"], now)}</td>'
-            f'<td class="nowrap">{_when(i["created"], now)}</td>'
-            f'<td class="detail">{esc(i["detail"] or "")}</td></tr>'
-        )
-    if rows:
-        table = (
-            f'<table id="instances"><thead><tr><th>address</th><th>process</th><th>status</th>'
-            f"<th>updated ({esc(zone_name())})</th><th>created</th><th>detail</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>"
-        )
-    elif matching:
-        table = f'<p class="muted">no instances on page {query.page}; there are {pages}.</p>'
-    else:
-        table = '<p class="muted" id="instances">no instances match.</p>'
-    pager = [f"<span>{matching} matching · page {query.page} of {pages}</span>"]
-    if query.page > 1:
-        pager.append(f'<a href="{esc(list_href(query, page=query.page - 1))}">← newer</a>')
-    if query.page < pages:
-        pager.append(f'<a href="{esc(list_href(query, page=query.page + 1))}">older →</a>')
-    return (
-        f'<div class="counts">{"".join(chips)}</div>{table}'
-        f'<div class="pager">{"".join(pager)}</div>'
-    )
 
 
 # -- an instance --------------------------------------------------------------------
@@ -236,7 +76,7 @@ def _tree(nodes: list[dict[str, Any]]) -> str:
             else ""
         )
         items.append(
-            f"<li>{_link(node['address'])} {_badge(node['status'])} "
+            f"<li>{_link(node['address'])} {badge(node['status'])} "
             f'<span class="muted">({esc(node["how"])} #{esc(node["seq"])})</span>{restart}'
             f"{_tree(node['children'])}</li>"
         )
@@ -286,7 +126,7 @@ def _log(doc: dict[str, Any], query: InstanceQuery, now: float, fork: bool) -> s
         if item.get("failures"):
             detail.append(f"{esc(item['failures'])} failed attempt(s)")
         if "due" in item:
-            detail.append(f"due {_when(item['due'], now)} ({esc(relative(item['due'], now))})")
+            detail.append(f"due {when(item['due'], now)} ({esc(relative(item['due'], now))})")
         if "message" in item:
             detail.append(f"message #{esc(item['message'])}")
         if "child" in item:
@@ -334,16 +174,16 @@ def instance_fragment(
     now = time.time()
     zone = zone_name(doc["created"])
     facts = [
-        ("status", _badge(doc["status"])),
+        ("status", badge(doc["status"])),
         ("process", f'<span class="mono">{esc(doc["process"])}</span>'),
         ("run", f"{esc(doc['run'])} (incarnation {esc(doc['incarnation'])})"),
         (
             "created",
-            f"{_when(doc['created'], now)} {esc(zone)} ({esc(relative(doc['created'], now))})",
+            f"{when(doc['created'], now)} {esc(zone)} ({esc(relative(doc['created'], now))})",
         ),
         (
             "updated",
-            f"{_when(doc['updated'], now)} {esc(zone)} ({esc(relative(doc['updated'], now))})",
+            f"{when(doc['updated'], now)} {esc(zone)} ({esc(relative(doc['updated'], now))})",
         ),
         ("id", f'<span class="mono">{esc(doc["id"])}</span>'),
     ]
@@ -398,7 +238,7 @@ def instance_fragment(
     kids = doc["children"]
     sup.append(("children", _tree(kids) if kids else '<span class="muted">none</span>'))
     out.append(_facts(sup))
-    restarts = [[_when(r.get("at"), now), esc(r.get("reason"))] for r in doc["restarts"]]
+    restarts = [[when(r.get("at"), now), esc(r.get("reason"))] for r in doc["restarts"]]
     out.append("<h2>Restart history</h2>")
     out.append(_table("restarts", ["at", "reason"], restarts, "no restarts"))
 
@@ -414,7 +254,7 @@ def instance_fragment(
         [
             esc(m["seq"]),
             f'<span class="mono">{esc(m["signal"])}</span>',
-            _when(m["sent"], now),
+            when(m["sent"], now),
             value_block(m["payload"], value_href(address, "mail", seq=m["seq"], at=first + i)),
         ]
         + (
@@ -455,7 +295,7 @@ def instance_fragment(
     out.append(f"<h2>Timers: {esc(counted(len(doc['timers']), 'timer'))}</h2>")
     timers = [
         [
-            _when(t["due"], now),
+            when(t["due"], now),
             esc(relative(t["due"], now)),
             f"#{esc(t['seq'])}",
             f"left by run {esc(t['run'])}" if t["stale"] else "",

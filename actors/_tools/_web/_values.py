@@ -1,6 +1,6 @@
 """One stored value of an instance, read whole: what the value page
 (``/value?address=...&part=...``) shows when an instance's page cuts a value
-at `_pages.VALUE_LIMIT` characters.
+at `_html.VALUE_LIMIT` characters.
 
 It reads the one value: a message by its position in the unread mail (and
 checks its number, so a message taken meanwhile is not mistaken for the one

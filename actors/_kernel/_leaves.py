@@ -1,0 +1,399 @@
+"""The leaf effects: each has a number, and its outcome is logged under it
+(waits, calls, spawns, joins, asks, replies, sends, timers, steps, ...)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+from storage import argument_digests
+
+from ._effect import Effect, shorten
+from ._log import LogEntry
+from ._mailbox import Asker
+from ._values import Retry, Signal
+
+__all__ = [
+    "END_PREFIX",
+    "REPLY_PREFIX",
+    "Ask",
+    "Call",
+    "ContinueAsNew",
+    "Emit",
+    "Join",
+    "Marker",
+    "Publish",
+    "Recorded",
+    "Reply",
+    "Send",
+    "SendMany",
+    "Spawn",
+    "Step",
+    "Timer",
+    "Wait",
+    "end_signal",
+    "reply_signal",
+]
+
+T = TypeVar("T", covariant=True)  # what awaiting the effect gives
+
+
+class Wait(Effect[T]):
+    """Take the oldest mailbox message whose signal is one of ``signals``."""
+
+    __slots__ = ("signals", "pair")
+    kind = "wait"
+
+    def __init__(self, seq: int, signals: tuple[Signal, ...], pair: bool) -> None:
+        # Effect.__init__, written out: a wake makes one wait per message taken.
+        self.seq = seq
+        self.name = signals[0].name if len(signals) == 1 else ",".join(s.name for s in signals)
+        self.hash = b""
+        self.done = False
+        self.value = None
+        self.error = None
+        self.parent = None
+        self.logged = False
+        self.signals = signals
+        self.pair = pair  # receive() gives (signal, payload); wait() the payload
+
+    def matches(self, name: str) -> Signal | None:
+        for signal in self.signals:
+            if signal.name == name:
+                return signal
+        return None
+
+    def replayed(self, value: Any, entry: LogEntry, driver: Any) -> Any:
+        # The message it took may have been asked: ctx.reply answers that ask.
+        ask = entry.ask
+        driver.took(self.seq, Asker.from_stored(ask) if ask else None)
+        return (self.matches(entry.signal or ""), value) if self.pair else value
+
+    def as_call(self) -> str:
+        names = ", ".join(signal.name for signal in self.signals)
+        return f"ctx.receive({names})" if self.pair else f"ctx.wait({names})"
+
+
+class Call(Wait[T]):
+    """An awaited child: done when the child's end message arrives."""
+
+    __slots__ = ("proc", "params", "input", "address", "creating", "queue")
+    kind = "call"
+    makes_child = True
+    awaited = True
+    logs_start = True
+    replayed = Effect.replayed  # the child's result, as logged (no message of a wait's)
+
+    def __init__(
+        self,
+        seq: int,
+        hash: bytes,
+        proc: Any,
+        params: tuple[str, ...],
+        input: dict[str, Any],
+        address: str,
+    ) -> None:
+        super().__init__(seq, (end_signal(address),), pair=False)
+        self.name = address
+        self.hash = hash
+        self.proc = proc
+        self.params = params
+        self.input = input
+        self.address = address
+        self.creating = False
+        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
+
+    def as_call(self) -> str:
+        return f"ctx.call({self.address!r})"
+
+
+class Spawn(Effect[T]):
+    """A detached, supervised child: done once the child exists (its
+    `ChildHandle` is ``T``)."""
+
+    __slots__ = ("proc", "params", "input", "address", "restart", "creating", "queue")
+    kind = "spawn"
+    makes_child = True
+
+    def replayed(self, value: Any, entry: LogEntry, driver: Any) -> Any:
+        return driver.owner.child_handle(value)  # (``value``: the child's address)
+
+    def __init__(
+        self,
+        seq: int,
+        hash: bytes,
+        proc: Any,
+        params: tuple[str, ...],
+        input: dict[str, Any],
+        address: str,
+        restart: str,
+    ) -> None:
+        Effect.__init__(self, seq, address, hash)
+        self.proc = proc
+        self.params = params
+        self.input = input
+        self.address = address
+        self.restart = restart
+        self.creating = False
+        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
+
+
+class Join(Effect[T]):
+    """``ctx.join``: done when the child at ``address`` (the incarnation
+    ``incarnation``, once known) has ended for good: its result, or
+    `ChildFailed` (see `_joins`)."""
+
+    __slots__ = ("address", "incarnation", "scope")
+    kind = "join"
+
+    def __init__(self, seq: int, hash: bytes, address: str, incarnation: int | None) -> None:
+        Effect.__init__(self, seq, address, hash)
+        self.address = address
+        self.incarnation = incarnation
+        self.scope: Any = None  # the trio.CancelScope of its live wait
+
+    def as_call(self) -> str:
+        return f"ctx.join({self.address!r})"
+
+
+class Ask(Wait[Any]):
+    """``ctx.ask``: send a message that asks (once, recorded), then wait for
+    the reply message its ask id names (see `_asks`)."""
+
+    __slots__ = ("address", "signal", "payload", "ask_id")
+    kind = "ask"
+    logs_start = True
+    replayed = Effect.replayed  # the answer, as logged (no message of a wait's)
+
+    def __init__(
+        self, seq: int, hash: bytes, address: str, signal: Signal, payload: Any, ask_id: str
+    ) -> None:
+        super().__init__(seq, (reply_signal(ask_id),), pair=False)
+        self.name = address
+        self.hash = hash
+        self.address = address
+        self.signal = signal
+        self.payload = payload
+        self.ask_id = ask_id
+
+    def as_call(self) -> str:
+        return f"ctx.ask({self.address!r}, {self.signal.name})"
+
+
+class Reply(Effect[None]):
+    """``ctx.reply``: answer the ask ``ask``, or, with None, record that the
+    message taken was not asked (a no-op)."""
+
+    __slots__ = ("payload", "ask")
+    kind = "reply"
+
+    def __init__(self, seq: int, hash: bytes, payload: Any, ask: Asker | None) -> None:
+        Effect.__init__(self, seq, ask.ask_id if ask is not None else "", hash)
+        self.payload = payload
+        self.ask = ask
+
+    def as_call(self) -> str:
+        return "ctx.reply(...)"
+
+
+class Marker(Effect[Any]):
+    """``ctx.patched``: a patch id recorded where live code first asked for it."""
+
+    __slots__ = ()
+    kind = "patch"
+
+
+class Emit(Effect[None]):
+    """Append a value to the instance's stream (durable before it is visible)."""
+
+    __slots__ = ("payload",)
+    kind = "emit"
+
+    def __init__(self, seq: int, hash: bytes, payload: Any) -> None:
+        Effect.__init__(self, seq, "", hash)
+        self.payload = payload
+
+
+class Publish(Effect[None]):
+    """Replace the instance's exports (durable before watchers see them)."""
+
+    __slots__ = ("payload",)
+    kind = "publish"
+
+    def __init__(self, seq: int, hash: bytes, payload: Any) -> None:
+        Effect.__init__(self, seq, "", hash)
+        self.payload = payload
+
+
+class Send(Effect[None]):
+    """``ctx.send``: a message to another instance's mailbox, written in
+    one transaction with this effect's log entry (see `_sends`)."""
+
+    __slots__ = ("targets", "key", "prepared")
+    kind = "send"
+
+    def __init__(
+        self,
+        seq: int,
+        name: str,
+        hash: bytes,
+        targets: tuple[tuple[str, bytes], ...],
+        key: str | None,
+        prepared: Any,
+    ) -> None:
+        Effect.__init__(self, seq, name, hash)
+        self.targets = targets  # (address, instance id) of each message, in order
+        self.key = key
+        # What `_sends` built at the call for a live run (its transaction);
+        # None when the log answers the effect.
+        self.prepared = prepared
+
+
+class SendMany(Send):
+    """``ctx.send_many``: several messages, all written or none, in one
+    transaction with this effect's log entry."""
+
+    __slots__ = ()
+    kind = "send_many"
+
+
+END_PREFIX = "\x00end "
+
+
+def end_signal(address: str) -> Signal:
+    """The system signal carrying the end of the awaited child at ``address``."""
+    return Signal._system(END_PREFIX + address)
+
+
+REPLY_PREFIX = "\x00reply "
+
+
+def reply_signal(ask_id: str) -> Signal:
+    """The system signal carrying the reply to the ask ``ask_id``."""
+    return Signal._system(REPLY_PREFIX + ask_id)
+
+
+class Timer(Effect[None]):
+    """A durable timer: done when its due time (epoch seconds) passes."""
+
+    __slots__ = ("delay", "until", "due")
+    kind = "sleep"
+    logs_start = True
+
+    def __init__(self, seq: int, hash: bytes, delay: float | None, until: float | None) -> None:
+        Effect.__init__(self, seq, "", hash)
+        self.delay = delay
+        self.until = until
+        self.due: float | None = None
+
+    def as_call(self) -> str:
+        if self.until is None:
+            delay = self.delay
+            shown = int(delay) if delay is not None and delay.is_integer() else delay
+            return f"ctx.sleep({shown!r})"
+        when = _dt.datetime.fromtimestamp(self.until, tz=_dt.timezone.utc)
+        return f"ctx.sleep_until({when.isoformat()})"
+
+
+class Step(Effect[T]):
+    """Run ``fn`` at least once and record its result exactly once."""
+
+    __slots__ = (
+        "fn",
+        "args",
+        "kwargs",
+        "retry",
+        "timeout",
+        "compensate",
+        "validate_input",
+        "validate_output",
+        "key",
+        "scope",
+        "thread",
+        "at_most_once",
+        "parts",
+    )
+    kind = "step"
+    logs_start = True
+
+    def __init__(
+        self,
+        seq: int,
+        name: str,
+        hash: bytes,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        retry: Retry | None,
+        timeout: float | None,
+        compensate: Callable[..., Any] | None,
+        validate_input: Callable[[Any], Any] | None,
+        validate_output: Callable[[Any], Any] | None,
+        key: str,
+        thread: bool = True,
+        at_most_once: bool = False,
+    ) -> None:
+        Effect.__init__(self, seq, name, hash)
+        self.thread = thread
+        self.at_most_once = at_most_once  # a crash fails it (no crash budget)
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.retry = retry
+        self.timeout = timeout
+        self.compensate = compensate
+        self.validate_input = validate_input
+        self.validate_output = validate_output
+        self.key = key
+        self.scope: Any = None  # the trio.CancelScope of a live run
+        # Each argument's digest (`LogEntry.parts`): set by `Context` for a
+        # step made live, else left to `describe` (a replay pays nothing).
+        self.parts: list[Any] | None = None
+
+    def as_call(self) -> str:
+        return f"ctx.step({self.name})"
+
+    def describe(self, **outcome: Any) -> LogEntry:
+        parts = self.parts
+        if parts is None and (self.args or self.kwargs):
+            parts = self.parts = argument_digests(self.args, self.kwargs)
+        return LogEntry.build(self.kind, self.name, self.hash, parts=parts, **outcome)
+
+    def arguments(self) -> tuple[str, tuple[Any, ...], dict[str, Any]] | None:
+        return self.name, self.args, self.kwargs
+
+    def compensable(self) -> bool:
+        return self.compensate is not None
+
+    def cancel_inline(self) -> None:
+        if self.scope is not None:
+            self.scope.cancel()
+
+    def with_arguments(self) -> str:
+        shown = [shorten(a) for a in self.args]
+        shown += [f"{k}={shorten(v)}" for k, v in sorted(self.kwargs.items())]
+        return f"ctx.step({', '.join([self.name, *shown])})"
+
+
+class Recorded(Effect[Any]):
+    """A value computed once and replayed: ``ctx.now()``, ``random()``, ``uuid()``."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, seq: int, kind: str) -> None:
+        Effect.__init__(self, seq, kind)
+        self.kind = kind
+
+
+class ContinueAsNew(Effect[NoReturn]):
+    """End this run and start a fresh one under the same id with new input."""
+
+    __slots__ = ("input",)
+    kind = "continue_as_new"
+    ends_run = True
+
+    def __init__(self, seq: int, input: dict[str, Any]) -> None:
+        Effect.__init__(self, seq)
+        self.input = input
