@@ -23,6 +23,7 @@ class _Holds(Protocol):
 
     def submit_deferred(self) -> None: ...
 
+
 __all__ = ["Batch", "BatchTicket", "LANDED"]
 
 

@@ -83,6 +83,9 @@ class GroupCommit:
     # Whether batches are capped to even out two in flight (see _next_split):
     # worth it where applying a batch overlaps the commit of the one before.
     even_batches = True
+    # Whether a committed batch waits for the next one to be applied before
+    # it is handed back (see _write_loop); else it goes back at once.
+    overlaps = True
     # Whether the handoff times commits (see `Handoff.committing`).
     timed_commits = False
 
@@ -127,13 +130,16 @@ class GroupCommit:
         self._hold = None
         self._handoff = None
 
-    def _start_writer(self, name: str, handoff: Handoff) -> None:
-        """Start the writer thread (from the trio thread, as the journal opens)."""
+    def _start_writer(self, name: str, handoff: Handoff, *, doorbell: bool = True) -> None:
+        """Start the writer thread (from the trio thread, as the journal
+        opens); ``doorbell``: hand batches back through it (else the
+        journal's `_hand_back` does)."""
         self._hold = AutojumpHold.current()
         self._handoff = handoff
         self._closing = False
         self._split_at = NO_SPLIT
-        self._doorbell.open()
+        if doorbell:
+            self._doorbell.open()
         self._writer_thread = threading.Thread(target=self._write_loop, name=name, daemon=True)
         self._writer_thread.start()
 
@@ -371,8 +377,9 @@ class GroupCommit:
         trio thread while this thread's commit is on the disk, with the GIL
         released. Woken while N+1 is applied, they would take the GIL from
         the writer at each put (py-lmdb releases it for each). A journal
-        whose whole write is its commit (PostgreSQL's round trips) applies
-        nothing up front, so N goes back as soon as N+1 is taken.
+        whose whole write is its commit (PostgreSQL's round trips) has
+        nothing to overlap (`overlaps` False): N goes back at once, before
+        N+1 is taken, so N's callers' next writes can still join N+1.
         """
         handoff = self._handoff
         assert handoff is not None
@@ -407,7 +414,10 @@ class GroupCommit:
                         batch.outcomes = _failed(exc, batch)
                 handoff.step()
                 self._applied(batch)
-                committed = batch
+                if self.overlaps:
+                    committed = batch
+                else:
+                    self._hand_back(batch)
         finally:
             self._writer_ended()
 

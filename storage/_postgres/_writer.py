@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 import psycopg.errors
+import trio
 
 from .. import _journal as j
 from .._attempts import InDoubt, InDoubtPolicy, Refused, Retry, run_attempts
@@ -48,9 +49,15 @@ class _Writer(GroupCommit, _Statements):
     """The committer thread, its connection, and the batches it fills."""
 
     # PostgreSQL's whole write is its commit (round trips and the server's
-    # fsync), so nothing overlaps an applied batch and batches are not split;
-    # the handoff times each commit (see `Handoff.committing`).
+    # fsync), so nothing overlaps an applied batch: each goes back as soon as
+    # it is committed, and batches are not split; the handoff times each
+    # commit (see `Handoff.committing`). A batch goes back through the trio
+    # token, whose wake-up lets go of the GIL: the trio thread then runs its
+    # callers, whose next writes join the batch the committer takes next
+    # (through the doorbell, which keeps the GIL, the committer took that
+    # batch first, and 1000 signalling tasks got 25% fewer signals through).
     even_batches = False
+    overlaps = False
     timed_commits = True
 
     def __init__(self, server: _Server, sql: _SQL) -> None:
@@ -58,6 +65,7 @@ class _Writer(GroupCommit, _Statements):
         self._sql = sql
         self._init_group_commit()
         self._conn: psycopg.Connection | None = None  # the committer's; its thread's only
+        self._token: trio.lowlevel.TrioToken | None = None  # hands batches back (see start)
         self.force_savepoints = False  # tests: take the per-transaction SAVEPOINT path
         # Tests: called as fault(moment, conn, txns) at "locked" (the first
         # statement, which takes the row locks, is in the pipeline, its Sync
@@ -84,7 +92,19 @@ class _Writer(GroupCommit, _Statements):
     def start(self, conn: psycopg.Connection, threads: _Threads) -> None:
         """Start committing on ``conn`` (the thread owns it from now on)."""
         self._conn = conn
-        self._start_writer(f"journal-writer {self._server.schema}", threads.handoff)
+        self._token = threads.token
+        name = f"journal-writer {self._server.schema}"
+        self._start_writer(name, threads.handoff, doorbell=False)
+
+    def _hand_back(self, batch: Batch) -> None:
+        try:
+            assert self._token is not None
+            self._token.run_sync_soon(self._finish, batch)
+        except trio.RunFinishedError:  # pragma: no cover - loop already gone
+            self._closing = True  # (nobody is left to finish it)
+            return
+        assert self._handoff is not None
+        self._handoff.handed_back()
 
     async def stop(self) -> None:
         """Commit every pending batch, wake its callers, then end the thread."""
