@@ -2,9 +2,10 @@
 
 - `_journal`: `LMDBJournal`'s lifecycle: the private directory, the owner
   lock and who holds it, opening (read-only too) and closing, read snapshots;
-- `_writer`: group commit: the writer thread, batches, deferred
-  transactions, the "async" window, map growth, and the careful path that
-  isolates a transaction that fails;
+- `_writer`: LMDB's side of group commit (the batching, the writer thread,
+  deferred transactions and the "async" window are the shared
+  `storage._group_commit`): applying a batch, map growth, and the careful
+  path that isolates a transaction that fails;
 - (`storage._handoff`, shared with PostgreSQL: the trio side of the writer
   thread: the doorbell that hands committed batches back, and the watch
   that lends it the GIL;)
@@ -14,10 +15,10 @@
 - `_layout`: the databases, their key packing, and the journal format.
 """
 
-from ._journal import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
-from ._writer import (
+from .._group_commit import (
     ASYNC_WINDOW_SECONDS as ASYNC_WINDOW_SECONDS,
     ASYNC_WINDOW_TXNS as ASYNC_WINDOW_TXNS,
 )
+from ._journal import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
 
 __all__ = ["LMDBJournal", "JournalHolder"]

@@ -1,7 +1,7 @@
 """`_Applier`: turns a `Txn`'s operations into puts and deletes.
 
 One applier works inside one LMDB write transaction, the batch's or a
-nested one (see `_writer._GroupCommit._apply_all`): each operation code of
+nested one (see `_writer._LMDBWriter._apply_all`): each operation code of
 `storage._journal` maps to the keys of `_layout`, keeping the secondary
 indexes (status, the timers' due-time index, the counters) in step with the
 records they index.

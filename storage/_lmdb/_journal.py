@@ -4,7 +4,8 @@ This module holds its lifecycle: the private directory and its permissions,
 the owner lock (one system per journal across processes) and who holds it,
 opening (the format check of `_layout`), read-only opening for inspection,
 closing, and the read snapshots (`_reader`). Writing, group commit and map
-growth are `_writer._GroupCommit`, which `LMDBJournal` inherits.
+growth are `_writer._LMDBWriter` (over the shared
+`storage._group_commit.GroupCommit`), which `LMDBJournal` inherits.
 
 The owner lock is an exclusive ``flock`` on ``owner.lock``. A *brief* holder
 (``LMDBJournal(path, brief=True)``: the command line writing while no
@@ -24,7 +25,6 @@ import os
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,14 +34,13 @@ import attrs
 import lmdb
 import trio
 
-from .._clock import AutojumpHold
-from .._handoff import Doorbell, Handoff
+from .._handoff import Handoff
 from .._journal import Durability, Journal, LostChains, Reader
 from ..errors import JournalClosed, JournalCorrupt, JournalLocked
 from ._applier import _Applier
 from ._layout import _DBS, _FORMAT, _format_mismatch
 from ._reader import _LMDBReader
-from ._writer import _NO_SPLIT, _Batch, _GroupCommit
+from ._writer import _LMDBWriter
 
 __all__ = ["LMDBJournal", "JournalHolder"]
 
@@ -100,7 +99,7 @@ class JournalHolder:
     pid: int | None
 
 
-class LMDBJournal(_GroupCommit, Journal):
+class LMDBJournal(_LMDBWriter, Journal):
     """The durable journal in an LMDB environment at ``path`` (a directory).
 
     A directory it creates is private to its owner (0700, files 0600); an
@@ -167,39 +166,19 @@ class LMDBJournal(_GroupCommit, Journal):
         self._lock_fd: int | None = None
         self._brief_fd: int | None = None  # our share of brief.lock, with ``brief``
         self._forked = False
-        # The lock guards the three fields below; the condition (on the same
-        # lock) wakes the writer thread when a batch starts or on close. The
-        # hot path takes only the plain lock, whose `with` costs no Python frame.
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        # Batches waiting for the writer, oldest first. Invariant: only the
-        # last one still takes transactions.
-        self._pending: deque[_Batch] = deque()
-        self._split_at = _NO_SPLIT  # start a new pending batch at this size
-        self._closing = False
-        self._writer: threading.Thread | None = None
-        # Committed batches, from the writer thread to `_finish` in the trio thread.
-        self._doorbell: Doorbell[_Batch] = Doorbell(self._finish)
+        # Batches, their lock, the writer thread, the doorbell that hands
+        # committed batches back and the "async" window (see GroupCommit).
+        self._init_group_commit()
         # Readers hold this while a read transaction is open; the writer takes
         # it to resize the map (set_mapsize needs no transaction open).
         self._read_lock = threading.Lock()
         # Per thread: the read transaction open there, if any (``txn``), which
         # a reader nested in it shares (see `reader`).
         self._reading = threading.local()
-        self._inflight = 0  # batches submitted and not yet finished (trio thread)
-        # The trio thread's view of the "async" window: transactions queued
-        # and not yet finished, and the batches holding them, oldest first
-        # (finished ones leave from the front).
-        self._uncommitted = 0
-        self._unfinished: deque[_Batch] = deque()
-        self._inline_claimed = False  # a caller is trying the fast path (trio thread)
-        # What `defer` holds back until the next submission (trio thread)
-        self._deferred: list[Any] = []
         self.lost_chains = LostChains()  # chains a write nobody awaited lost (both threads)
-        self._hold: AutojumpHold | None = None
         # Lets the GIL go to the writer thread when a busy trio thread
         # starves it (real clocks only: see `storage._handoff`).
-        self._handoff = Handoff(lambda: self._inflight > 0)
+        self._gil_handoff = Handoff(lambda: self._inflight > 0)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -239,16 +218,9 @@ class LMDBJournal(_GroupCommit, Journal):
         except BaseException:
             self._release()
             raise
-        self._hold = AutojumpHold.current()
-        self._closing = False
-        self._split_at = _NO_SPLIT
-        self._doorbell.open()
-        self._writer = threading.Thread(
-            target=self._write_loop, name=f"journal-writer {self.path}", daemon=True
-        )
-        self._writer.start()
+        self._start_writer(f"journal-writer {self.path}", self._gil_handoff)
         if self._hold is None:  # under a MockClock its looks would move virtual time
-            self._handoff.start()
+            self._gil_handoff.start()
         _open_journals.add(self)
 
     def _make_private_dir(self) -> None:
@@ -435,19 +407,12 @@ class LMDBJournal(_GroupCommit, Journal):
     async def close(self) -> None:
         if self._env is None:
             return
-        if self._deferred and not self._forked:
-            self.submit_deferred()  # drained with the rest below
-        with self._cond:
-            self._closing = True
-            self._cond.notify()
-        if self._writer is not None:  # it drains every pending batch, then stops
-            await trio.to_thread.run_sync(self._writer.join)
-        # Let the batches it handed back be finished before the env goes.
-        while self._inflight:
-            await trio.sleep(0)
-        self._writer = None
-        self._doorbell.close()
-        self._handoff.stop()
+        if self._forked:
+            self._deferred = []  # (the writer thread is the parent's)
+        # Drains every pending batch, deferred ones too, and finishes them
+        # before the env goes.
+        await self._stop_writer()
+        self._gil_handoff.stop()
         _open_journals.discard(self)
         self._release()
 

@@ -4,7 +4,7 @@ The class ties together the pieces of this package, each with one job:
 
 - `_server`: the DSN, connection settings and error messages;
 - `_schema`: the tables, their migrations and every SQL statement;
-- `_writer` and `_plan`: the committer thread and group commit;
+- `_writer`, `_statements` and `_plan`: the committer thread and group commit;
 - `_reader` and `_pool`: reads in one snapshot, on pooled connections;
 - `_leases`: a node's lease, heartbeat, claims and takeovers;
 - `_pump`: notices of mail from other nodes (LISTEN/NOTIFY).

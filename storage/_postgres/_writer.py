@@ -1,45 +1,27 @@
-"""The committer: group commit of the journal's transactions.
+"""The committer: PostgreSQL's side of group commit.
 
-One committer thread owns one connection. Transactions submitted while a
-commit is in flight wait in the next batch; a batch is one database
-transaction and one COMMIT, sent in pipeline mode, and then every caller in
-it is woken by one `trio.Event` set through the trio token. A batch costs at
-most two round trips, however many transactions it holds:
-
-1. one statement locks the rows of the instances named by ``require``
-   (sorted, so nodes take them in one order) and takes mail sequence numbers
-   and stream indexes for the whole batch with one upsert on ``counters``
-   (sorted too; the row locks it holds until COMMIT are what keep writers on
-   any number of nodes from handing out one number twice). Then the
-   preconditions of every transaction are checked in turn against the
-   statuses the earlier ones leave behind; a transaction whose check fails
-   is left out (its numbers are given back) and the rest go on. The same
-   round trip locks the state keys the batch expects at a version
-   (`Txn.expect_state`) and reads their versions, and draws the epochs of
-   the rows it creates and claims (`Txn.claim_created`);
-2. every operation is written with a few statements over arrays (see
-   `_Plan`) that keep each instance's operations in order, then COMMIT.
-
-A batch with no preconditions and no appends skips the first round trip;
-one that writes state rows takes the savepoint path below. If a statement
-fails anyway (say a number out of ``bigint`` range), the
-batch is retried with one SAVEPOINT per transaction, so only the failing
-transaction fails. Savepoints are kept off the common path: each one that
-writes takes a subtransaction id, and past 64 of them in one transaction
-every snapshot on the server gets slower.
+The batching, the tickets, the committer thread and the hand-back of each
+batch to the trio thread are the shared `storage._group_commit.GroupCommit`.
+One committer thread owns one connection; a batch is one database
+transaction and one COMMIT, sent in pipeline mode (its statements are
+`_statements._Statements`), and then every caller in it is woken at once.
+What ``durable`` asks of a batch (an "async" journal's commit that waits
+for the WAL flush) holds for the whole batch it joins.
 
 A lost connection, a deadlock or a serialization failure runs the batch
-again on a new connection, up to `_ATTEMPTS` times. A connection lost after
-COMMIT was sent leaves the outcome in doubt: the transaction's id, taken in
-the transaction, is looked up with ``pg_xact_status`` (`_Writer.committed`).
+again on a new connection, up to `_ATTEMPTS` times (`storage._attempts`).
+A connection lost after COMMIT was sent leaves the outcome in doubt: the
+transaction's id, taken in the transaction, is looked up with
+``pg_xact_status`` (`_Writer.committed`), the in-doubt policy of this
+journal; if the server cannot say, every caller learns
+`CommitOutcomeUnknown`.
 """
 
 from __future__ import annotations
 
-import random
-import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -47,91 +29,43 @@ import psycopg.errors
 import trio
 
 from .. import _journal as j
+from .._attempts import InDoubt, InDoubtPolicy, Refused, Retry, run_attempts
+from .._batch import BatchTicket
+from .._group_commit import Batch, Commit, GroupCommit
 from .._journal import Ticket, Txn
-from .._states import DELETE_STATE, PUT_STATE, check_expects
-from ..errors import (
-    CommitOutcomeUnknown,
-    Conflict,
-    EncodeError,
-    JournalCorrupt,
-    JournalFull,
-    JournalUnavailable,
-)
-from ._plan import (
-    Owned,
-    _check_fences,
-    _columns,
-    _notices,
-    _number,
-    _params,
-    _Plan,
-    _track_owner,
-    _track_status,
-    _watched,
-)
-from ._schema import _MAIL, _SET_COUNTER, _SQL, _STREAM
+from ..errors import CommitOutcomeUnknown, JournalClosed, JournalCorrupt, JournalUnavailable
+from ._failures import _retryable, _session_lost, _txn_error
+from ._schema import _SQL
 from ._server import _rollback, _Server, _Threads
+from ._statements import _Attempt, _Statements, _writes_states
+
+__all__ = ["_ATTEMPTS", "_Attempt", "_Writer"]
 
 _ATTEMPTS = 6  # tries of one batch on a lost connection, deadlock or serialization failure
 _LOOKUP_FOR = 5.0  # seconds to learn the outcome of a COMMIT whose answer was lost
 
 
-class _Batch:
-    """Transactions that commit together, and the one event that wakes them."""
+class _Writer(GroupCommit, _Statements):
+    """The committer thread, its connection, and the batches it fills."""
 
-    __slots__ = ("durable", "event", "outcomes", "txns")
-
-    def __init__(self) -> None:
-        self.txns: list[Txn] = []
-        self.outcomes: list[Any] = []  # per txn: list of results, or an exception
-        self.event = trio.Event()
-        self.durable = False  # wait for the WAL flush even on an "async" journal
-
-
-class _Attempt:
-    """One try at committing a batch: its outcomes once known, and whether the
-    COMMIT was sent (so a lost connection leaves the outcome in doubt)."""
-
-    __slots__ = ("committing", "outcomes", "xid")
-
-    def __init__(self) -> None:
-        self.outcomes: list[Any] | None = None
-        self.committing = False
-        self.xid: int | None = None  # the transaction's id, once the server has told it
-
-
-class _Ticket(Ticket):
-    __slots__ = ("_batch", "_index")
-
-    def __init__(self, batch: _Batch, index: int) -> None:
-        self._batch = batch
-        self._index = index
-
-    @property
-    def done(self) -> bool:
-        return self._batch.event.is_set()
-
-    async def wait(self) -> list[int]:
-        await self._batch.event.wait()
-        outcome: list[int] | BaseException = self._batch.outcomes[self._index]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-
-class _Writer:
-    """The committer thread, its connection, and the batch it is filling."""
+    # PostgreSQL's whole write is its commit (round trips and the server's
+    # fsync), so nothing overlaps an applied batch: each goes back as soon as
+    # it is committed, and batches are not split; the handoff times each
+    # commit (see `Handoff.committing`). A batch goes back through the trio
+    # token, whose wake-up lets go of the GIL: the trio thread then runs its
+    # callers, whose next writes join the batch the committer takes next
+    # (through the doorbell, which keeps the GIL, the committer took that
+    # batch first, and 1000 signalling tasks got 25% fewer signals through).
+    even_batches = False
+    overlaps = False
+    timed_commits = True
 
     def __init__(self, server: _Server, sql: _SQL) -> None:
         self._server = server
         self._sql = sql
-        self._cond = threading.Condition()
-        self._pending: _Batch | None = None  # guarded by _cond
-        self.closing = False  # guarded by _cond
+        self._init_group_commit()
         self._conn: psycopg.Connection | None = None  # the committer's; its thread's only
-        self._thread: threading.Thread | None = None
-        self._threads: _Threads | None = None
-        self.inflight = 0  # batches submitted and not yet finished (trio thread)
+        self._token: trio.lowlevel.TrioToken | None = None  # hands batches back (see start)
         self.force_savepoints = False  # tests: take the per-transaction SAVEPOINT path
         # Tests: called as fault(moment, conn, txns) at "locked" (the first
         # statement, which takes the row locks, is in the pipeline, its Sync
@@ -144,92 +78,67 @@ class _Writer:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        return self._writer_thread is not None
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def inflight(self) -> int:
+        """Batches submitted and not yet finished (trio thread)."""
+        return self._inflight
 
     def start(self, conn: psycopg.Connection, threads: _Threads) -> None:
         """Start committing on ``conn`` (the thread owns it from now on)."""
         self._conn = conn
-        self._threads = threads
-        self.closing = False
-        self._thread = threading.Thread(
-            target=self._write_loop, name=f"journal-writer {self._server.schema}", daemon=True
-        )
-        self._thread.start()
+        self._token = threads.token
+        name = f"journal-writer {self._server.schema}"
+        self._start_writer(name, threads.handoff, doorbell=False)
+
+    def _hand_back(self, batch: Batch) -> None:
+        try:
+            assert self._token is not None
+            self._token.run_sync_soon(self._finish, batch)
+        except trio.RunFinishedError:  # pragma: no cover - loop already gone
+            self._closing = True  # (nobody is left to finish it)
+            return
+        assert self._handoff is not None
+        self._handoff.handed_back()
 
     async def stop(self) -> None:
         """Commit every pending batch, wake its callers, then end the thread."""
-        thread = self._thread
-        with self._cond:
-            self.closing = True
-            self._cond.notify()
-        if thread is not None:
-            # The thread drains every pending batch before it exits.
-            await trio.to_thread.run_sync(thread.join)
-        # Let the finish callbacks the thread queued run first.
-        while self.inflight:
-            await trio.lowlevel.checkpoint()
-        self._thread = None
+        await self._stop_writer()
 
-    def submit(self, txn: Txn, *, durable: bool) -> Ticket:
-        """Put ``txn`` in the next batch (in the trio thread)."""
-        with self._cond:
-            batch = self._pending
-            if batch is None:
-                batch = self._pending = _Batch()
-                self.inflight += 1
-                hold = self._threads.hold if self._threads is not None else None
-                if self.inflight == 1 and self._threads is not None:
-                    if hold is not None:
-                        hold.acquire()
-                    self._threads.handoff.wake()  # writes in flight: it looks again
-                self._cond.notify()
-            batch.txns.append(txn)
-            batch.durable = batch.durable or durable
-            return _Ticket(batch, len(batch.txns) - 1)
+    def submit(self, txn: Txn, *, durable: bool = False) -> Ticket:
+        """Put ``txn`` in the next batch (in the trio thread); ``durable``:
+        that batch waits for the WAL flush even on an "async" journal."""
+        self._check_writable()
+        with self._lock:
+            batch = self._append(txn, None)
+            if durable:  # (under the lock: the committer may take the batch next)
+                batch.durable = True
+            return BatchTicket(batch, len(batch.txns) - 1)
 
-    def _finish(self, batch: _Batch) -> None:
-        # Runs in the trio thread (via the token), once per batch.
-        self.inflight -= 1
-        hold = self._threads.hold if self._threads is not None else None
-        if self.inflight == 0 and hold is not None:
-            hold.release()
-        outcomes = batch.outcomes
-        for index, txn in enumerate(batch.txns):
-            if txn.then is not None and index < len(outcomes):
-                # (Its receiver is handed its message before its committer wakes.)
-                outcomes[index] = txn.hand_on(outcomes[index])
-        batch.event.set()
+    def _check_open(self) -> None:
+        if self._closing:
+            raise JournalClosed(f"{self._server.describe()} is closing; it takes no more writes")
 
-    def _write_loop(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    while self._pending is None and not self.closing:
-                        self._cond.wait()
-                    batch = self._pending
-                    self._pending = None
-                    if batch is None:
-                        return
-                # A batch is a few round trips to the server, each ending by
-                # taking the GIL back: the handoff (see storage._handoff)
-                # counts the write as one step on the server's side, as
-                # LMDB's counts a commit as one on the disk.
-                assert self._threads is not None
-                handoff = self._threads.handoff
-                handoff.committing(timed=True)
-                self.write(batch)
-                handoff.step()
-                try:
-                    self._threads.token.run_sync_soon(self._finish, batch)
-                except trio.RunFinishedError:  # pragma: no cover - loop already gone
-                    return
-                handoff.handed_back()
-        finally:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+    def _tell_lost(self) -> None:
+        pass  # (no write here goes on from one nobody awaited: see Journal.lost_chains)
 
-    def write(self, batch: _Batch) -> None:
+    def _writer_ended(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _apply_batch(self, batch: Batch) -> Commit:
+        # A batch is a few round trips to the server, each ending by taking
+        # the GIL back: the handoff (see storage._handoff) counts the whole
+        # write as one commit, as LMDB's counts one on the disk.
+        return partial(self.write, batch)
+
+    def write(self, batch: Batch) -> None:
         """Commit ``batch`` and set its outcomes; never raises."""
         txns = batch.txns
         durable = batch.durable and self._server.durability == "async"
@@ -237,75 +146,78 @@ class _Writer:
         if not durable and not fenced and not any(t.ops or t.requires or t.expects for t in txns):
             batch.outcomes = [[] for _ in txns]  # a flush: every earlier batch is durable
             return
+        policy = InDoubtPolicy(
+            resolve=partial(self._resolve, txns), unknown=partial(self._unknown, txns)
+        )
+        batch.outcomes = run_attempts(
+            partial(self._attempt, txns, durable), len(txns), attempts=_ATTEMPTS, in_doubt=policy
+        )
+
+    def _attempt(self, txns: list[Txn], durable: bool) -> list[Any]:
+        """One try at committing ``txns``: their outcomes, or what
+        `run_attempts` is to do (see `storage._attempts`)."""
         where = self._server.describe()
-        failure: BaseException | None = None
-        for attempt in range(_ATTEMPTS):
-            if attempt:
-                time.sleep(min(0.02 * 2**attempt, 1.0) * random.uniform(0.5, 1.0))
-            try:
-                conn = self._writer_connection()
-            except JournalUnavailable as exc:
-                failure = exc
-                continue
-            run = _Attempt()
-            try:
-                if not self.force_savepoints and not any(map(_writes_states, txns)):
-                    try:
-                        self._run_batch(conn, txns, durable, run)
-                    except psycopg.Error as exc:
-                        if _retryable(exc) or _session_lost(exc, conn):
-                            raise
-                        # A statement failed: find out which transaction's it was.
-                        _rollback(conn)
-                        run = _Attempt()
-                if run.outcomes is None:
-                    self._run_with_savepoints(conn, txns, durable, run)
-                batch.outcomes = run.outcomes  # type: ignore[assignment]
-                self.commits += 1
-                return
-            except psycopg.Error as exc:
-                if _retryable(exc) and not _session_lost(exc, conn):
-                    # A deadlock with another node, or a serialization failure:
-                    # nothing was committed; run the batch again.
+        try:
+            conn = self._writer_connection()
+        except JournalUnavailable as exc:
+            raise Retry(exc) from None
+        run = _Attempt()
+        try:
+            if not self.force_savepoints and not any(map(_writes_states, txns)):
+                try:
+                    self._run_batch(conn, txns, durable, run)
+                except psycopg.Error as exc:
+                    if _retryable(exc) or _session_lost(exc, conn):
+                        raise
+                    # A statement failed: find out which transaction's it was.
                     _rollback(conn)
-                    failure = JournalUnavailable(f"commit to {where} kept failing: {exc}")
-                    failure.__cause__ = exc
-                    continue
-                if not _session_lost(exc, conn):
-                    _rollback(conn)
-                    failure = _txn_error(exc, where)
-                    break
-                # The session is gone, or in a state nobody knows (psycopg's
-                # "cannot exit pipeline mode while busy" leaves it unbroken):
-                # end it, so a transaction still open on it rolls back.
-                self._drop_connection()
-                failure = self._server.unreachable(exc)
-                failure.__cause__ = exc
-                if run.committing:
-                    # Invariant: a batch whose COMMIT may have been written is
-                    # never run again; only one the server says is not is.
-                    committed = self.committed(run, txns)
-                    if committed:
-                        batch.outcomes = run.outcomes  # type: ignore[assignment]
-                        self.commits += 1
-                        return
-                    if committed is None:
-                        failure = CommitOutcomeUnknown(
-                            f"the connection to {where} was lost after COMMIT was sent "
-                            f"({str(exc).strip()}), and the server could not say whether "
-                            "these transactions were written; read back what they write "
-                            "before writing them again (a blind retry may write them twice)"
-                        )
-                        failure.__cause__ = exc
-                        break
-                # Not committed: the server rolled the transaction back.
-            except Exception as exc:  # a bug here: every caller learns of it
+                    run = _Attempt()
+            if run.outcomes is None:
+                self._run_with_savepoints(conn, txns, durable, run)
+            self.commits += 1
+            return run.outcomes  # type: ignore[return-value]
+        except psycopg.Error as exc:
+            if _retryable(exc) and not _session_lost(exc, conn):
+                # A deadlock with another node, or a serialization failure:
+                # nothing was committed; run the batch again.
                 _rollback(conn)
-                failure = JournalCorrupt(f"commit to {where} failed: {exc!r}", database="", key=b"")
+                failure: Exception = JournalUnavailable(f"commit to {where} kept failing: {exc}")
                 failure.__cause__ = exc
-                break
-        assert failure is not None
-        batch.outcomes = [failure] * len(txns)
+                raise Retry(failure) from None
+            if not _session_lost(exc, conn):
+                _rollback(conn)
+                raise Refused(_txn_error(exc, where)) from None
+            # The session is gone, or in a state nobody knows (psycopg's
+            # "cannot exit pipeline mode while busy" leaves it unbroken):
+            # end it, so a transaction still open on it rolls back.
+            self._drop_connection()
+            failure = self._server.unreachable(exc)
+            failure.__cause__ = exc
+            if run.committing:  # the COMMIT may have been written
+                raise InDoubt(failure, exc, run.outcomes or [], run) from None
+            raise Retry(failure) from None  # the server rolled it back
+        except Exception as exc:  # a bug here: every caller learns of it
+            _rollback(conn)
+            failure = JournalCorrupt(f"commit to {where} failed: {exc!r}", database="", key=b"")
+            failure.__cause__ = exc
+            raise Refused(failure) from None
+
+    def _resolve(self, txns: list[Txn], doubt: InDoubt) -> bool | None:
+        # This journal's in-doubt policy: ask the server (see `committed`).
+        committed = self.committed(doubt.attempt, txns)
+        if committed:
+            self.commits += 1
+        return committed
+
+    def _unknown(self, txns: list[Txn], doubt: InDoubt) -> BaseException:
+        failure = CommitOutcomeUnknown(
+            f"the connection to {self._server.describe()} was lost after COMMIT was sent "
+            f"({str(doubt.cause).strip()}), and the server could not say whether "
+            "these transactions were written; read back what they write "
+            "before writing them again (a blind retry may write them twice)"
+        )
+        failure.__cause__ = doubt.cause
+        return failure
 
     def committed(self, run: _Attempt, txns: list[Txn]) -> bool | None:
         """After the connection was lost during COMMIT: did it commit? None if
@@ -348,412 +260,3 @@ class _Writer:
         self._drop_connection()
         self._conn = self._server.connect()
         return self._conn
-
-    def _run_batch(
-        self, conn: psycopg.Connection, txns: list[Txn], durable: bool, run: _Attempt
-    ) -> None:
-        """The fast path: the whole batch in one pipelined transaction."""
-        sql, node = self._sql, self._server.node
-        outcomes: list[Any] = [None] * len(txns)
-        plan = _Plan()
-        for txn in txns:
-            plan.add(txn.ops)  # as if no precondition fails; redone below if one does
-        required = sorted({iid for t in txns for iid, _, _ in t.requires} | _watched(txns, node))
-        starts, replaced = _starts(txns)
-        # State rows it expects at a version (it writes none: see write).
-        expected = sorted({key for t in txns for key, _ in t.expects})
-        claims = [i for i, t in enumerate(txns) if t.claims is not None]
-        records: dict[bytes, bytes] = {}
-        versions: dict[str, int] = {}
-        claimed: dict[int, int] = dict.fromkeys(claims, 0)  # txn -> its epoch
-        fresh = sorted({c for t in txns for c in t.fresh_cursors})
-        cursors: set[tuple[bytes, str]] = set()  # of ``fresh``, those that exist
-        with conn.pipeline() as pipeline:
-            conn.execute("BEGIN")
-            if durable:
-                conn.execute(sql.durable_commit)
-            totals: dict[tuple[bytes, int], int] = {}
-            if required or plan.wanted or expected:
-                # 1. One round trip: lock the addresses of starts over nothing,
-                # the instances named by preconditions, the state keys
-                # expected, then take sequence numbers for every append (each
-                # in key order, in that order on every path: see _lock_batch).
-                if starts or replaced:  # every start locks its address (see lock_starts)
-                    conn.execute(sql.lock_starts, [sorted({*starts, *replaced})])
-                if expected:
-                    first = conn.execute(
-                        sql.lock_keys_and_allocate, [required, *plan.allocation(), expected]
-                    )
-                else:
-                    first = conn.execute(sql.lock_and_allocate, [required, *plan.allocation()])
-                found = conn.execute(sql.records, [replaced]) if replaced else None
-                # The versions as of the locks (read by a statement of its own,
-                # whose snapshot is taken once they are held).
-                seen = conn.execute(sql.state_versions, [expected]) if expected else None
-                # The cursors it requires absent, as of the locks (each names
-                # an instance locked above: see Txn.require_no_cursor).
-                named = (
-                    conn.execute(sql.cursors_named, [[i for i, _ in fresh], [c for _, c in fresh]])
-                    if fresh
-                    else None
-                )
-                # Epochs for the claims of the rows it creates (see claim_created).
-                drawn = conn.execute(sql.draw_epochs, [len(claims)]) if claims and node else None
-                if self.fault is not None:
-                    self.fault("locked", conn, txns)
-                # A Sync, not just a flush: the server then counts the wait for
-                # our next message as idle in transaction, so a node frozen
-                # here loses these row locks after lease_timeout (see _connect).
-                pipeline.sync()
-                row = first.fetchone()
-                assert row is not None
-                if expected:
-                    row = row[:3] + row[4:]  # (the count of keys locked)
-                xid, locked, statuses, iids, kinds, counts, owners, epochs = row
-                run.xid = int(xid)
-                totals = dict(zip(zip(iids, kinds), counts))
-                if found is not None:
-                    records.update(found.fetchall())
-                if seen is not None:
-                    versions.update(seen.fetchall())
-                if named is not None:
-                    cursors.update((bytes(i), c) for i, c in named.fetchall())
-                if drawn is not None:
-                    claimed.update(zip(claims, (epoch for (epoch,) in drawn.fetchall())))
-            elif any(plan.appends):
-                # Appends after a delete in this batch take no numbers up front,
-                # but a batch that appends must not run twice: learn its id, so
-                # that a COMMIT whose answer is lost can be looked up.
-                first = conn.execute(sql.take_xid)
-                pipeline.sync()
-                run.xid = int(first.fetchone()[0])  # type: ignore[index]
-            elif durable:
-                conn.execute(sql.take_xid)  # so that even an empty commit waits for the WAL
-            # 2. Preconditions, in submission order, against the statuses the
-            # earlier transactions of the batch leave behind.
-            owned: Owned = {}
-            if required or expected:
-                status: dict[bytes, int | None] = dict.fromkeys(required)
-                status.update(zip(locked, statuses))
-                owned = dict.fromkeys(required)
-                owned.update(zip(locked, zip(owners, epochs)))
-                incarnation = _incarnation_of(records)
-                for i, txn in enumerate(txns):
-                    try:
-                        j.check_requires(txn.requires, status.get, incarnation)
-                        if txn.expects:  # (no transaction here changes a version)
-                            check_expects(txn.expects, lambda key: versions.get(key, 0))
-                        if txn.fresh_cursors:
-                            j.check_fresh_cursors(txn.fresh_cursors, _has(cursors))
-                        _check_fences(txn, owned, node)
-                    except Conflict as exc:  # (it takes down nothing else: see Chain)
-                        outcomes[i] = exc
-                        continue
-                    for op in txn.ops:
-                        if op[1] in status:
-                            _track_owner(owned, op, node)
-                            _track_status(status, op)
-                            _track_record(records, op)
-                            if fresh:
-                                _track_cursor(cursors, op)
-            # Before the batch, each counter stood at its total less what we took.
-            before = {key: n - plan.wanted[key] for key, n in totals.items()}
-            if any(outcomes):
-                # Some transactions are out: number the others' appends without
-                # gaps and put each counter back to what they used. Nobody else
-                # saw the over-allocation: we hold the counter rows' locks.
-                taken = plan.wanted
-                plan = _Plan()
-                for i, txn in enumerate(txns):
-                    if outcomes[i] is None:
-                        plan.add(txn.ops)
-                fixes = [
-                    [iid, kind, n + plan.wanted.get((iid, kind), 0)]
-                    for (iid, kind), n in before.items()
-                    if plan.wanted.get((iid, kind), 0) != taken[(iid, kind)]
-                ]
-                if fixes:
-                    conn.execute(sql.write[_SET_COUNTER], _columns(_SET_COUNTER, fixes))
-                missing = [key for key in plan.wanted if key not in before]
-                if missing:  # appends that followed a delete that is out
-                    more = conn.execute(sql.allocate, plan.allocation(missing))
-                    pipeline.sync()  # as above
-                    for iid, kind, n in more.fetchall():
-                        before[(iid, kind)] = n - plan.wanted[(iid, kind)]
-            plan.number(before)
-            # 3. Every write, in order per instance, then one COMMIT.
-            for code, rows in plan.groups():
-                conn.execute(sql.write[code], _columns(code, rows))
-            made = [i for i in claims if outcomes[i] is None]
-            if made and node is not None:
-                conn.execute(
-                    sql.set_epochs, [[txns[i].claims for i in made], [claimed[i] for i in made]]
-                )
-            notices = _notices(txns, outcomes, owned, node, self._server.schema)
-            if notices:  # sent by the server at COMMIT, and only if it commits
-                conn.execute(sql.notify, notices)
-            appends = iter(plan.appends)
-            run.outcomes = [
-                o if o is not None else _results(next(appends), claimed.get(i))
-                for i, o in enumerate(outcomes)
-            ]
-            run.committing = True
-            conn.execute("COMMIT")  # sent, with everything before it, as the pipeline ends
-            if self.fault is not None:
-                self.fault("commit sent", conn, txns)
-        if self.fault is not None:
-            self.fault("commit answered", conn, txns)
-
-    def _claim_created(self, cur: psycopg.Cursor[Any], iid: bytes) -> int:
-        """Claim ``iid``, which the current transaction created (the slow
-        path's `Txn.claim_created`): its new epoch."""
-        if self._server.node is None:
-            return 0  # a single owner (see PostgresJournal.claim)
-        (epoch,) = cur.execute(self._sql.draw_epochs, [1]).fetchone()  # type: ignore[misc]
-        cur.execute(self._sql.set_epochs, [[iid], [epoch]])
-        return int(epoch)
-
-    def _run_with_savepoints(
-        self, conn: psycopg.Connection, txns: list[Txn], durable: bool, run: _Attempt
-    ) -> None:
-        """The slow path: one SAVEPOINT per transaction, so a failing one fails alone."""
-        sql, node = self._sql, self._server.node
-        outcomes: list[Any] = []
-        with conn.cursor() as cur:
-            cur.execute("BEGIN")
-            if durable:
-                cur.execute(sql.durable_commit)
-            run.xid = int(cur.execute(sql.take_xid).fetchone()[0])  # type: ignore[index]
-            _lock_batch(cur, sql, txns, node)
-            if self.fault is not None:
-                self.fault("locked", conn, txns)
-            chain = j.Chain()
-            for txn in txns:
-                broken = chain.refused(txn)  # it builds on one that failed
-                if broken is not None:
-                    outcomes.append(broken)
-                    continue
-                cur.execute("SAVEPOINT txn")
-                try:
-                    watched = _watched([txn], node)
-                    owned: Owned = dict.fromkeys(watched)
-                    if txn.requires or watched:
-                        # Held already (_lock_batch): this reads what the
-                        # earlier transactions of the batch left.
-                        cur.execute(
-                            sql.lock_instances,
-                            [sorted({iid for iid, _, _ in txn.requires} | watched)],
-                        )
-                        rows = cur.fetchall()
-                        found = {row[0]: row[1] for row in rows}
-                        _, replaced = _starts([txn])
-                        records: dict[bytes, bytes] = {}
-                        if replaced:
-                            records.update(cur.execute(sql.records, [replaced]).fetchall())
-                        j.check_requires(txn.requires, found.get, _incarnation_of(records))
-                        if txn.fresh_cursors:
-                            named = cur.execute(
-                                sql.cursors_named,
-                                [
-                                    [i for i, _ in txn.fresh_cursors],
-                                    [c for _, c in txn.fresh_cursors],
-                                ],
-                            ).fetchall()
-                            there = {(bytes(i), c) for i, c in named}
-                            j.check_fresh_cursors(txn.fresh_cursors, _has(there))
-                        owned.update((row[0], (row[2], row[3])) for row in rows if row[0] in owned)
-                        _check_fences(txn, owned, node)
-                    if _has_states(txn):
-                        _check_states(cur, sql, txn)
-                    results: list[int] = []
-                    for op in txn.ops:
-                        params = _params(op)
-                        if op[0] in (j.APPEND_MESSAGE, j.APPEND_STREAM):
-                            kind = _MAIL if op[0] == j.APPEND_MESSAGE else _STREAM
-                            cur.execute(sql.allocate, [[op[1]], [kind], [1]])
-                            params[1] = _number(kind, cur.fetchone()[2])  # type: ignore[index]
-                            results.append(params[1])
-                        cur.execute(sql.write[op[0]], _columns(op[0], [params]))
-                        if op[1] in owned:
-                            _track_owner(owned, op, node)
-                    if txn.claims is not None:
-                        results.append(self._claim_created(cur, txn.claims))
-                    notices = _notices([txn], [None], owned, node, self._server.schema)
-                    if notices:
-                        cur.execute(sql.notify, notices)
-                    cur.execute("RELEASE SAVEPOINT txn")
-                    outcomes.append(results)
-                except Conflict as exc:
-                    cur.execute("ROLLBACK TO SAVEPOINT txn")
-                    outcomes.append(exc)
-                except psycopg.Error as exc:
-                    if _retryable(exc) or _session_lost(exc, conn):
-                        raise
-                    cur.execute("ROLLBACK TO SAVEPOINT txn")
-                    outcomes.append(_txn_error(exc, self._server.describe()))
-                chain.note(txn, outcomes[-1])
-            run.outcomes = outcomes
-            run.committing = True
-            cur.execute("COMMIT")
-        if self.fault is not None:
-            self.fault("commit answered", conn, txns)
-
-
-def _results(appends: list[list[Any]], epoch: int | None) -> list[int]:
-    """A transaction's results: its appends' numbers, then the epoch of its claim, if any."""
-    results = [params[1] for params in appends]
-    if epoch is not None:
-        results.append(epoch)
-    return results
-
-
-def _starts(txns: list[Txn]) -> tuple[list[bytes], list[bytes]]:
-    """The instances ``txns`` start over nothing (`Txn.require_absent`) and
-    those they start over an ended incarnation, each sorted."""
-    absent: set[bytes] = set()
-    replaced: set[bytes] = set()
-    for txn in txns:
-        for iid, codes, incarnation in txn.requires:
-            if codes is not None and j.ABSENT in codes:
-                absent.add(iid)
-            if incarnation is not None:
-                replaced.add(iid)
-    return sorted(absent), sorted(replaced)
-
-
-def _incarnation_of(records: dict[bytes, bytes]) -> Callable[[bytes], int]:
-    return lambda iid: j.stored_incarnation(records[iid], iid)
-
-
-def _has(cursors: set[tuple[bytes, str]]) -> Callable[[bytes, str], bool]:
-    """`check_fresh_cursors`'s question, asked of ``cursors``."""
-    return lambda iid, consumer: (iid, consumer) in cursors
-
-
-def _track_cursor(cursors: set[tuple[bytes, str]], op: tuple[Any, ...]) -> None:
-    """Apply ``op``'s effect on the cursors the batch requires absent."""
-    if op[0] == j.SET_CURSOR:
-        cursors.add((op[1], op[2]))
-    elif op[0] == j.DELETE_CURSOR:
-        cursors.discard((op[1], op[2]))
-    elif op[0] == j.DELETE_INSTANCE:
-        cursors.difference_update([c for c in cursors if c[0] == op[1]])
-
-
-def _track_record(records: dict[bytes, bytes], op: tuple[Any, ...]) -> None:
-    """Apply ``op``'s effect on a record the batch reads (see `_starts`)."""
-    if op[0] == j.PUT_INSTANCE and op[1] in records:
-        records[op[1]] = op[5]
-
-
-def _lock_batch(cur: psycopg.Cursor[Any], sql: _SQL, txns: list[Txn], node: str | None) -> None:
-    """Take every lock the savepoint path's transactions will want, up front
-    and in one global order: the addresses of starts (over nothing, or over
-    an ended incarnation, and of cleanups: see `_SQL.lock_starts`), then the
-    instances' rows, then state keys, then counter rows, each in key order.
-
-    Invariant: every batch, on either path and on every node, takes its
-    locks in this order (the fast path takes the first two, the keys it
-    expects and the counters), so no two committers wait on each other: no
-    deadlocks.
-    """
-    starts, replaced = _starts(txns)
-    if starts or replaced:
-        cur.execute(sql.lock_starts, [sorted({*starts, *replaced})])
-    required = sorted({iid for t in txns for iid, _, _ in t.requires} | _watched(txns, node))
-    if required:
-        cur.execute(sql.lock_instances, [required])
-        cur.fetchall()
-    keys = sorted(
-        {key for t in txns for key, _ in t.expects}
-        | {op[1] for t in txns for op in t.ops if op[0] in (PUT_STATE, DELETE_STATE)}
-    )
-    if keys:
-        cur.execute(sql.lock_states, [keys])
-        cur.fetchall()
-    counters = sorted(
-        {
-            (op[1], _MAIL if op[0] == j.APPEND_MESSAGE else _STREAM)
-            for t in txns
-            for op in t.ops
-            if op[0] in (j.APPEND_MESSAGE, j.APPEND_STREAM)
-        }
-    )
-    if counters:
-        cur.execute(sql.lock_counters, [[k[0] for k in counters], [k[1] for k in counters]])
-
-
-def _writes_states(txn: Txn) -> bool:
-    """Whether ``txn`` writes state rows: such a batch takes the savepoint
-    path (one that only expects versions does not: see `_run_batch`)."""
-    return any(op[0] in (PUT_STATE, DELETE_STATE) for op in txn.ops)
-
-
-def _has_states(txn: Txn) -> bool:
-    """Whether ``txn`` expects or writes state rows: such a batch takes the
-    savepoint path, where each transaction locks its keys before it checks."""
-    return bool(txn.expects) or any(op[0] in (PUT_STATE, DELETE_STATE) for op in txn.ops)
-
-
-def _check_states(cur: psycopg.Cursor[Any], sql: _SQL, txn: Txn) -> None:
-    """Lock the state keys ``txn`` touches (advisory, until the commit), then
-    raise `Conflict` unless each expected version holds."""
-    keys = sorted(
-        {key for key, _ in txn.expects}
-        | {op[1] for op in txn.ops if op[0] in (PUT_STATE, DELETE_STATE)}
-    )
-    cur.execute(sql.lock_states, [keys])
-    cur.fetchall()
-    if txn.expects:
-        cur.execute(sql.state_versions, [[key for key, _ in txn.expects]])
-        versions = dict(cur.fetchall())
-        check_expects(txn.expects, lambda key: versions.get(key, 0))
-
-
-def _txn_error(exc: psycopg.Error, where: str) -> Exception:
-    """What a transaction the database refused fails with."""
-    state = exc.sqlstate or ""
-    if state.startswith(("53", "54")):  # insufficient resources, program limit exceeded
-        error: Exception = JournalFull(
-            f"{where} has no room for this transaction ({exc}); free space on the "
-            "database server, raise its limits, or clean up old instances (system.cleanup)"
-        )
-    elif state.startswith("22"):  # data exception: a value the columns cannot hold
-        error = EncodeError(f"{where} cannot store a value of this transaction: {exc}")
-    elif state == "23505" and exc.diag.table_name in ("mail", "stream"):
-        # A counter handed out a number again: what the number holds stays.
-        table = exc.diag.table_name
-        error = JournalCorrupt(
-            f"a {'message' if table == 'mail' else 'stream value'} in table {table!r} of "
-            f"{where} already exists where a new one was to be written (the instance's "
-            "counter in table 'counters' was damaged or lost); nothing was overwritten",
-            database=table,
-            key=b"",
-        )
-    else:
-        error = JournalCorrupt(f"commit to {where} failed: {exc}", database="", key=b"")
-    error.__cause__ = exc
-    return error
-
-
-# SQLSTATEs of a transaction the server rolled back for its own reasons,
-# which runs again as it is: serialization_failure, deadlock_detected. By
-# code, not class: psycopg files DeadlockDetected under OperationalError.
-_RETRYABLE = frozenset({"40001", "40P01"})
-
-
-def _retryable(exc: psycopg.Error) -> bool:
-    """Whether ``exc`` is a deadlock or serialization failure (see `_RETRYABLE`)."""
-    return exc.sqlstate in _RETRYABLE or isinstance(exc, psycopg.errors.TransactionRollback)
-
-
-def _session_lost(exc: psycopg.Error, conn: psycopg.Connection) -> bool:
-    """Whether ``exc`` leaves the session gone or in an unknown state, rather
-    than being the server's refusal of a statement on a live session."""
-    if conn.broken or conn.closed:
-        return True
-    if isinstance(exc, psycopg.errors.PipelineAborted):
-        return False  # skipped after a statement failed: that failure decides
-    if exc.sqlstate is None:  # raised by the client: "cannot exit pipeline mode while busy"
-        return isinstance(exc, psycopg.OperationalError)
-    return exc.sqlstate.startswith("08") or exc.diag.severity in ("FATAL", "PANIC")

@@ -1,0 +1,454 @@
+"""Group commit, shared by the journals that commit in a writer thread.
+
+One writer thread owns every write (py-lmdb binds a write transaction to
+the thread that began it; psycopg's connection is its thread's only).
+Transactions submitted while a commit is in flight wait in the next batch;
+each batch is applied and committed as one, then handed back to the trio
+thread through a doorbell (`storage._handoff.Doorbell`), where `_finish`
+reschedules each caller with its own outcome: one commit and one wake-up
+of the event loop per batch.
+
+A journal supplies only how a batch is written, as two methods (see
+`GroupCommit`): ``_apply_batch(batch)`` sets ``batch.outcomes`` (one per
+transaction: its results, or the exception it alone fails with) and may
+leave the commit itself to the callable it returns, which the writer calls
+once the batch before it is handed back, so that batch's callers run while
+this one is on the disk or the wire. How a commit whose answer was lost is
+decided is `storage._attempts`.
+
+Invariants kept here:
+
+- order: batches are applied, committed and handed back in the order
+  their transactions were submitted, and within a batch in submission
+  order; what `defer` holds goes before anything submitted after it;
+- isolation: an outcome is per transaction: a transaction that fails
+  (`Conflict`, `JournalFull`, `EncodeError`) fails alone and its batch
+  mates commit, unless the commit itself fails, when each learns why;
+- drain: `_stop_writer` (the journals' ``close``) commits every pending
+  batch, deferred ones included, and wakes their callers before it returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+from outcome import Error, Value
+
+from ._batch import LANDED, Batch, BatchTicket, _Deferred, _Waiter
+from ._clock import AutojumpHold
+from ._handoff import Doorbell, Handoff
+from ._journal import Durability, Settled, Ticket, Txn, unwrap
+from .errors import JournalClosed, JournalCorrupt
+
+__all__ = ["ASYNC_WINDOW_SECONDS", "ASYNC_WINDOW_TXNS", "Batch", "GroupCommit"]
+
+NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
+MIN_SPLIT = 64  # see GroupCommit._next_split
+# "async" durability acknowledges a write once it is queued, but only while
+# fewer than ASYNC_WINDOW_TXNS transactions wait to be committed and the
+# oldest of them was queued less than ASYNC_WINDOW_SECONDS ago; past either
+# bound the caller waits for its own commit. So acknowledged writes that a
+# crash can lose number at most ASYNC_WINDOW_TXNS, and when the disk falls
+# behind, writers slow down to its pace instead of queueing without end.
+ASYNC_WINDOW_TXNS = 1000
+ASYNC_WINDOW_SECONDS = 1.0
+
+# What the writer calls to commit a batch it applied (see GroupCommit).
+Commit = Callable[[], None]
+
+
+class GroupCommit:
+    """Batching, tickets, the writer thread and finishing, for a journal
+    that writes a batch with ``_apply_batch`` (see the module docstring).
+
+    A journal (LMDB's) inherits it, or keeps one (PostgreSQL's committer).
+    It calls `_init_group_commit` in ``__init__``, `_start_writer` as it
+    opens and `_stop_writer` as it closes, and provides:
+
+    - ``_apply_batch(batch) -> Commit | None`` (writer thread): set
+      ``batch.outcomes``, never raise; return what commits it, or None if
+      it is committed already (or failed as a whole);
+    - ``_write_inline(txns) -> outcomes | None`` (trio thread, optional):
+      commit ``txns`` at once, or None to leave them to the writer;
+    - ``_check_open()`` (raise `JournalClosed` saying why), ``_refuse_write``
+      and ``readonly`` (a journal open for reading only), ``_tell_lost``.
+    """
+
+    readonly = False
+    # Whether batches are capped to even out two in flight (see _next_split):
+    # worth it where applying a batch overlaps the commit of the one before.
+    even_batches = True
+    # Whether a committed batch waits for the next one to be applied before
+    # it is handed back (see _write_loop); else it goes back at once.
+    overlaps = True
+    # Whether the handoff times commits (see `Handoff.committing`).
+    timed_commits = False
+
+    _lock: threading.Lock
+    _cond: threading.Condition
+    _pending: deque[Batch]
+    _split_at: int
+    _closing: bool
+    _inflight: int
+    _uncommitted: int
+    _unfinished: deque[Batch]
+    _inline_claimed: bool
+    _deferred: list[tuple[Txn, _Deferred]]
+    _doorbell: Doorbell[Batch]
+    _hold: AutojumpHold | None
+    _handoff: Handoff | None
+    _writer_thread: threading.Thread | None
+
+    def _init_group_commit(self) -> None:
+        # The lock guards _pending, _split_at and _closing; the condition (on
+        # the same lock) wakes the writer thread when a batch starts or on
+        # close. The hot path takes only the plain lock, whose `with` costs
+        # no Python frame.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # Batches waiting for the writer, oldest first. Invariant: only the
+        # last one still takes transactions.
+        self._pending = deque()
+        self._split_at = NO_SPLIT  # start a new pending batch at this size
+        self._closing = False
+        self._writer_thread = None
+        # Committed batches, from the writer thread to `_finish` in the trio thread.
+        self._doorbell = Doorbell(self._finish)
+        self._inflight = 0  # batches submitted and not yet finished (trio thread)
+        # The trio thread's view of the "async" window: transactions queued
+        # and not yet finished, and the batches holding them, oldest first
+        # (finished ones leave from the front).
+        self._uncommitted = 0
+        self._unfinished = deque()
+        self._inline_claimed = False  # a caller is trying the fast path (trio thread)
+        self._deferred = []  # what `defer` holds back until the next submission (trio thread)
+        self._hold = None
+        self._handoff = None
+
+    def _start_writer(self, name: str, handoff: Handoff, *, doorbell: bool = True) -> None:
+        """Start the writer thread (from the trio thread, as the journal
+        opens); ``doorbell``: hand batches back through it (else the
+        journal's `_hand_back` does)."""
+        self._hold = AutojumpHold.current()
+        self._handoff = handoff
+        self._closing = False
+        self._split_at = NO_SPLIT
+        if doorbell:
+            self._doorbell.open()
+        self._writer_thread = threading.Thread(target=self._write_loop, name=name, daemon=True)
+        self._writer_thread.start()
+
+    async def _stop_writer(self) -> None:
+        """Commit everything pending, deferred transactions included, wake
+        its callers, then end the writer thread."""
+        if self._deferred:
+            self.submit_deferred()  # drained with the rest below
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._writer_thread is not None:  # it drains every pending batch, then stops
+            await trio.to_thread.run_sync(self._writer_thread.join)
+        # Let the batches it handed back be finished first.
+        while self._inflight:
+            await trio.sleep(0)
+        self._writer_thread = None
+        self._doorbell.close()
+
+    # -- hooks (see the class docstring) -------------------------------------
+
+    def _apply_batch(self, batch: Batch) -> Commit | None:
+        raise NotImplementedError
+
+    def _write_inline(self, txns: list[Txn]) -> list[Any] | None:
+        return None
+
+    def _refuse_write(self) -> None:
+        raise NotImplementedError
+
+    if TYPE_CHECKING:  # a `Journal`'s (which a journal inheriting this is)
+
+        def _check_open(self) -> object: ...
+
+        def _tell_lost(self) -> None: ...
+
+    def _applied(self, batch: Batch) -> None:
+        """Called by the writer once ``batch`` is committed, before the next
+        batch is applied (which must see what this one lost)."""
+
+    def _writer_ended(self) -> None:
+        """Called in the writer thread as it ends."""
+
+    # -- submitting (trio thread) --------------------------------------------
+    #
+    # Where the time goes, with many writers (see bench/journal.py and
+    # bench/journal_cpu.py): trio's own cost of waking a task and parking it
+    # again (~2 us), the caller building its Txn (~0.6 us), the garbage
+    # collector (~1 us: its runs follow the objects each waiting caller
+    # keeps alive), LMDB copying each leaf page a batch touches (~1-1.5 us
+    # per instance, under the GIL) and writing it out at commit (no GIL).
+    # So the trio thread and the writer thread take turns on the GIL, and
+    # the disk work only overlaps the trio thread's if the writer never
+    # waits for the GIL between applying a batch and committing it (see
+    # `_write_loop`). The Python here is kept to one frame per caller, one
+    # lock round per submission, one reschedule per caller and one object
+    # (`_Waiter`) alive per waiting caller beside its Txn.
+
+    durability: Durability
+
+    async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
+        if self.readonly:
+            self._refuse_write()
+        if not (durable or self.durability == "sync" or txn.must_wait(False)):
+            # "async" durability: queued is enough, within the window (see
+            # ASYNC_WINDOW_TXNS); past it, wait for this commit like "sync".
+            # Still a checkpoint, so a loop of such commits cannot starve
+            # the other tasks.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            if self._uncommitted < ASYNC_WINDOW_TXNS and (
+                not self._unfinished
+                or time.monotonic() - self._unfinished[0].born < ASYNC_WINDOW_SECONDS
+            ):
+                self._enqueue(txn, None)  # (no Ticket: nobody waits for it)
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return []
+        elif self._inflight == 0 and not self._inline_claimed:
+            outcomes = await self._commit_inline(txn)
+            if outcomes is not None:
+                return unwrap(outcomes[0])
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
+        waiter = _Waiter(trio.lowlevel.current_task())
+        self._enqueue(txn, waiter)
+        # Parked without a Ticket or an Event: `_finish` reschedules this task
+        # with its own outcome, which saves an allocation and a frame per call.
+        return await trio.lowlevel.wait_task_rescheduled(waiter)  # type: ignore[no-any-return]
+
+    async def _commit_inline(self, txn: Txn) -> list[Any] | None:
+        """The fast path for an uncontended writer: commit in the trio thread.
+
+        A round trip to the writer thread costs two thread wake-ups, a good
+        part of an fsync. But committing here blocks the event loop for that
+        fsync, so it is only worth it when nobody else is about to write or
+        run. ``tasks_runnable`` alone cannot tell: tasks woken together (all
+        the callers of one batch) run in one scheduler pass and each sees
+        the run queue empty. So the first caller claims the fast path and
+        yields once; whoever commits meanwhile goes to the writer thread, and
+        then so does this caller. Returns None to send it there.
+        """
+        self._inline_claimed = True
+        try:
+            await trio.lowlevel.checkpoint()  # cancellable: nothing is written yet
+        finally:
+            self._inline_claimed = False
+        if self._inflight or trio.lowlevel.current_statistics().tasks_runnable:
+            return None
+        self._check_open()
+        # What defer held back goes first, in this same commit.
+        deferred, self._deferred = self._deferred, []
+        outcomes = self._write_inline([held for held, _ in deferred] + [txn])
+        if outcomes is None:
+            self._deferred[:0] = deferred  # to the writer thread, still first
+            return None
+        for (_, ticket), outcome in zip(deferred, outcomes):
+            ticket.ticket = Settled(outcome)
+        return outcomes[len(deferred) :]
+
+    def defer(self, txn: Txn) -> Ticket:
+        if self.readonly:
+            self._refuse_write()
+        self._check_open()
+        ticket = _Deferred(self)
+        self._deferred.append((txn, ticket))
+        return ticket
+
+    def submit_deferred(self) -> None:
+        if self._deferred:
+            self._check_writable()
+            with self._lock:
+                self._enqueue_deferred()
+
+    def _enqueue_deferred(self) -> None:
+        # (Under the lock.) Invariant: _deferred is empty whenever a batch is
+        # enqueued (every enqueue and inline commit takes it first), so what
+        # it holds was deferred after everything already submitted, and goes
+        # before anything submitted later.
+        deferred, self._deferred = self._deferred, []
+        for txn, ticket in deferred:
+            batch = self._append(txn, None)
+            index = len(batch.txns) - 1
+            ticket.ticket = BatchTicket(batch, index)
+            batch.deferred.append((index, ticket))
+
+    def submit(self, txn: Txn) -> Ticket:
+        if self.readonly:
+            self._refuse_write()
+        batch = self._enqueue(txn, None)
+        # Only the trio thread appends to a batch, so txn is still its last.
+        return BatchTicket(batch, len(batch.txns) - 1)
+
+    def _enqueue(self, txn: Txn, waiter: _Waiter | None) -> Batch:
+        """Add ``txn`` to the batch that takes transactions; return that batch."""
+        self._check_writable()
+        with self._lock:
+            if self._deferred:
+                self._enqueue_deferred()  # first, into the same batch
+            return self._append(txn, waiter)
+
+    def _check_writable(self) -> None:
+        if self._closing:
+            raise JournalClosed("this journal is closing; it takes no more writes")
+
+    def _append(self, txn: Txn, waiter: _Waiter | None) -> Batch:
+        # (Under the lock.)
+        pending = self._pending
+        if pending and len(pending[-1].txns) < self._split_at:
+            batch = pending[-1]
+        else:
+            batch = Batch()
+            pending.append(batch)
+            self._unfinished.append(batch)
+            self._inflight += 1
+            if self._inflight == 1:
+                if self._hold is not None:
+                    self._hold.acquire()
+                if self._handoff is not None:
+                    self._handoff.wake()  # writes in flight: it looks again
+            if len(pending) == 1:
+                self._cond.notify()  # the writer may be idle
+        batch.txns.append(txn)
+        batch.waiters.append(waiter)
+        self._uncommitted += 1
+        return batch
+
+    # -- finishing (trio thread) ---------------------------------------------
+
+    def _finish(self, batch: Batch) -> None:
+        # Runs in the trio thread (from the doorbell), once per batch: one
+        # wake-up of the trio loop serves every caller in the batch.
+        self._inflight -= 1
+        if self._inflight == 0 and self._hold is not None:
+            self._hold.release()
+        batch.finished = True
+        self._uncommitted -= len(batch.txns)
+        outcomes = batch.outcomes
+        for index, txn in enumerate(batch.txns):
+            if txn.then is not None:  # (its receiver runs in the round its sender does)
+                outcomes[index] = txn.hand_on(outcomes[index])
+        # Its tickets need only the outcomes (an instance keeps the ticket of
+        # its last writes while it is suspended): let the transactions and,
+        # below, the waiters go.
+        batch.txns = []
+        for index, deferred in batch.deferred:
+            # A suspended instance keeps its last ticket, and a `BatchTicket`
+            # would keep the whole batch: a settled one keeps its outcome,
+            # or nothing of its own for the usual outcome (no results).
+            outcome = outcomes[index]
+            deferred.ticket = LANDED if outcome == [] else Settled(outcome)
+        batch.deferred = []
+        unfinished = self._unfinished
+        while unfinished and unfinished[0].finished:
+            unfinished.popleft()
+        reschedule = trio.lowlevel.reschedule
+        for waiter, result in zip(batch.waiters, outcomes):
+            if waiter is not None and (task := waiter.task) is not None:
+                failed = isinstance(result, BaseException)
+                reschedule(task, Error(result) if failed else Value(result))
+        batch.waiters = []  # (nor their tasks, which the tickets would keep)
+        if batch.event is not None:
+            batch.event.set()
+        self._tell_lost()
+
+    # -- the writer thread ---------------------------------------------------
+
+    def _write_loop(self) -> None:
+        """The writer thread: apply and commit batches in submission order.
+
+        While batch N+1 is being applied, batch N (committed) waits; it is
+        handed back to trio just before N+1's commit, by the doorbell (see
+        `storage._handoff.Doorbell`), which wakes the trio thread without
+        letting go of the GIL: had the trio thread taken it, to wake N's
+        callers, this thread would wait for it up to a whole switch interval
+        (5 ms) before it could even call commit. So N's callers run in the
+        trio thread while this thread's commit is on the disk, with the GIL
+        released. Woken while N+1 is applied, they would take the GIL from
+        the writer at each put (py-lmdb releases it for each). A journal
+        whose whole write is its commit (PostgreSQL's round trips) has
+        nothing to overlap (`overlaps` False): N goes back at once, before
+        N+1 is taken, so N's callers' next writes can still join N+1.
+        """
+        handoff = self._handoff
+        assert handoff is not None
+        committed: Batch | None = None  # committed, its callers not yet woken
+        try:
+            while True:
+                with self._cond:
+                    while not self._pending and not self._closing and committed is None:
+                        self._cond.wait()
+                    batch = self._pending.popleft() if self._pending else None
+                    if batch is not None and self.even_batches:
+                        self._split_at = self._next_split(batch, committed)
+                handoff.step()
+                if batch is None:
+                    if committed is None:  # closing, and everything is handed back
+                        return
+                    self._hand_back(committed)  # nothing to overlap with
+                    committed = None
+                    continue
+                try:
+                    commit = self._apply_batch(batch)
+                except Exception as exc:  # a bug: every caller learns of it
+                    commit = None
+                    batch.outcomes = _failed(exc, batch)
+                if committed is not None:
+                    self._hand_back(committed)
+                if commit is not None:
+                    handoff.committing(timed=self.timed_commits)
+                    try:
+                        commit()
+                    except Exception as exc:  # (as above; the writer goes on)
+                        batch.outcomes = _failed(exc, batch)
+                handoff.step()
+                self._applied(batch)
+                if self.overlaps:
+                    committed = batch
+                else:
+                    self._hand_back(batch)
+        finally:
+            self._writer_ended()
+
+    def _next_split(self, taken: Batch, committed: Batch | None) -> int:
+        # Called by the writer (holding the lock) as it takes a batch; the
+        # answer caps the size of the batches filled from now on.
+        # With many callers, two batches of equal size overlap best: one is
+        # on the disk while the trio thread wakes the other's callers and
+        # collects their next transactions. Left alone, the split is set by
+        # chance at start-up and stays (700/300 of 1024 callers, say, which
+        # costs a third of the throughput); capping new batches at half of
+        # what is in flight evens it out within two commits. With fewer than
+        # 2 * MIN_SPLIT callers, waking half of them costs less than the
+        # fixed cost of a commit (its fsyncs, ~30 wake-ups' worth), and one
+        # batch is best.
+        in_flight = len(taken.txns) + sum(len(b.txns) for b in self._pending)
+        if committed is not None:
+            in_flight += len(committed.txns)
+        return NO_SPLIT if in_flight < 2 * MIN_SPLIT else (in_flight + 1) // 2
+
+    def _hand_back(self, batch: Batch) -> None:
+        """Have the trio thread `_finish` ``batch`` (committed batches are
+        handed back in the order they were committed)."""
+        self._doorbell.ring(batch)
+        assert self._handoff is not None
+        self._handoff.handed_back()
+
+
+def _failed(exc: Exception, batch: Batch) -> list[Any]:
+    """The outcomes of a batch whose journal raised writing it (a bug: a
+    journal's ``_apply_batch`` and its commit set outcomes, never raise)."""
+    failure = JournalCorrupt(f"commit failed: {exc!r}", database="", key=b"")
+    failure.__cause__ = exc
+    return [failure] * len(batch.txns)
