@@ -124,9 +124,7 @@ class Context:
     def now(self) -> _dt.datetime:
         """The current time (UTC, timezone-aware), recorded: replay gives the same."""
         system = self._actor.system
-        return _dt.datetime.fromtimestamp(
-            self._recorded("now", system.epoch_now), tz=_dt.timezone.utc
-        )
+        return _dt.datetime.fromtimestamp(self._recorded("now", system.epoch_now), tz=_dt.UTC)
 
     def random(self) -> float:
         """A float in [0, 1) from the system's random source, recorded."""

@@ -453,7 +453,7 @@ class Timer(Effect[None]):
             delay = self.delay
             shown = int(delay) if delay is not None and delay.is_integer() else delay
             return f"ctx.sleep({shown!r})"
-        when = _dt.datetime.fromtimestamp(self.until, tz=_dt.timezone.utc)
+        when = _dt.datetime.fromtimestamp(self.until, tz=_dt.UTC)
         return f"ctx.sleep_until({when.isoformat()})"
 
 

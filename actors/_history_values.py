@@ -186,7 +186,7 @@ def _tz(zone: Any) -> _dt.tzinfo | None:
     if isinstance(zone, str):
         return zoneinfo.ZoneInfo(zone)
     if zone == 0:
-        return _dt.timezone.utc
+        return _dt.UTC
     return _dt.timezone(_dt.timedelta(microseconds=zone))
 
 

@@ -116,7 +116,7 @@ def tick_text(epoch: float) -> str:
     with milliseconds when the tick falls between seconds and microseconds
     when it falls between milliseconds."""
     seconds, micros = divmod(_micros(epoch), MICROS)
-    moment = _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc)
+    moment = _dt.datetime.fromtimestamp(seconds, _dt.UTC)
     text = moment.strftime("%Y-%m-%dT%H:%M:%S")
     if micros % 1000:
         return f"{text}.{micros:06d}Z"
@@ -181,7 +181,7 @@ def check_spec(
         raise InvalidArguments("schedule takes one of cron='0 3 * * *' or every=seconds")
     if cron is not None:
         try:
-            cronsim.CronSim(cron, _dt.datetime.now(_dt.timezone.utc))
+            cronsim.CronSim(cron, _dt.datetime.now(_dt.UTC))
         except (cronsim.CronSimError, TypeError, ValueError) as exc:
             raise InvalidArguments(
                 f"cron={cron!r} is not a cron expression ({exc}); e.g. '0 3 * * *' for 03:00 daily"

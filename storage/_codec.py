@@ -212,7 +212,7 @@ def _tz_from(spec: Any) -> _dt.tzinfo | None:
     if isinstance(spec, str):
         return zoneinfo.ZoneInfo(spec)
     if spec == 0:
-        return _dt.timezone.utc
+        return _dt.UTC
     return _dt.timezone(_dt.timedelta(microseconds=spec))
 
 

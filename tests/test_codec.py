@@ -152,7 +152,7 @@ EDGE_VALUES = [
     dt.datetime.min,
     dt.datetime.max,
     dt.datetime(2024, 3, 1, 12, 30, 15, 123456),
-    dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.timezone.utc),
+    dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.UTC),
     dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.timezone(dt.timedelta(hours=-5, minutes=-30))),
     dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.timezone(dt.timedelta(microseconds=1))),
     dt.datetime(2024, 7, 1, 12, 30, tzinfo=PARIS),
@@ -323,7 +323,7 @@ GOLDEN = [
     (decimal.Decimal("1.50"), b"\xd6\t1.50"),
     (uuid.UUID(int=1), b"\xd8\n" + (1).to_bytes(16, "big")),
     (
-        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc),
+        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
         b"\xc7\x17\x05\x93\xb32024-01-02T03:04:05\x00\x00",
     ),
     (dt.time(1, 2), b"\xc7\x0c\x07\x93\xa801:02:00\xc0\x00"),
@@ -389,7 +389,7 @@ class Count(int):
         (collections.OrderedDict(), "collections.OrderedDict"),
         (1 + 2j, "builtins.complex"),
         (range(3), "builtins.range"),
-        (dt.timezone.utc, "datetime.timezone"),
+        (dt.UTC, "datetime.timezone"),
     ],
     ids=lambda v: type(v).__qualname__ if not isinstance(v, str) else v,
 )

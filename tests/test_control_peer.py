@@ -33,14 +33,16 @@ approve = Signal("approve")
 # Binds the socket's path as root (the directory is root's only), then
 # becomes nobody and listens: a listener of another user on that path.
 # It answers {"ok": null} to whatever request arrives, as a thief would.
-FAKE = r"""
+FAKE = (
+    f"NOBODY = {NOBODY}\n"
+    + r"""
 import json, os, socket, struct, sys
 path = sys.argv[1]
 server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 server.bind(path)
 os.chmod(path, 0o777)
-os.setgid(%d)
-os.setuid(%d)
+os.setgid(NOBODY)
+os.setuid(NOBODY)
 server.listen(8)
 print("ready", flush=True)
 while True:
@@ -55,7 +57,8 @@ while True:
         body = json.dumps({"ok": None}).encode()
         conn.sendall(struct.pack(">I", len(body)) + body)
     conn.close()
-""" % (NOBODY, NOBODY)
+"""
+)
 
 
 @process("approvals/:id")
