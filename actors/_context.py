@@ -63,7 +63,7 @@ class Context:
     def params(self) -> dict[str, str]:
         """The path params by name, e.g. ``{"order_id": "o-17"}``."""
         actor = self._actor
-        return dict(zip(actor.proc.params, actor.record.params))
+        return dict(zip(actor.proc.params, actor.record.params, strict=False))
 
     @property
     def replaying(self) -> bool:
@@ -763,7 +763,7 @@ class Context:
             raise
         joined = self._made(fx.All(calls, settled=False), composite=True)
         return self._made(
-            fx.Then(joined, lambda values: dict(zip(keys, values)), "ctx.scope(...)"),
+            fx.Then(joined, lambda values: dict(zip(keys, values, strict=True)), "ctx.scope(...)"),
             composite=True,
         )
 

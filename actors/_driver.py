@@ -367,7 +367,7 @@ class Driver:
         if ending:
             lost = pending
         else:
-            for each, count in zip(pending, _refcounts(pending)):
+            for each, count in zip(pending, _refcounts(pending), strict=False):
                 # A composite is referred to by its children's parent pointers too.
                 own = len(each.children) if isinstance(each, fx.Composite) else 0
                 (lost if count <= _ALONE + own else kept).append(each)

@@ -581,7 +581,7 @@ class First(Composite[tuple[str, Any]]):
     kind = "first"
 
     def settle_from_children(self, child: Effect[Any] | None = None) -> bool:
-        for name, each in zip(self.names or (), self.children):
+        for name, each in zip(self.names or (), self.children, strict=False):
             if each.done if child is None else each is child:
                 self.done = True
                 if each.error is not None:
@@ -592,7 +592,7 @@ class First(Composite[tuple[str, Any]]):
         return False
 
     def as_call(self) -> str:
-        named = zip(self.names or (), self.children)
+        named = zip(self.names or (), self.children, strict=False)
         return f"ctx.first({', '.join(f'{name}={each.as_call()}' for name, each in named)})"
 
 

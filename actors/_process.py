@@ -118,7 +118,7 @@ class ProcessDef(Generic[P, R]):
                 f"process {self.template!r} takes {len(self.params)} path param(s) "
                 f"({names}), got {len(params)}: {params!r}"
             )
-        for name, value in zip(self.params, params):
+        for name, value in zip(self.params, params, strict=True):
             if not isinstance(value, str) or not value or "/" in value:
                 raise InvalidArguments(
                     f"path param {name!r} of {self.template!r} must be a non-empty "

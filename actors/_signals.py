@@ -202,7 +202,7 @@ def read_plan(
             params = row.value
             if not isinstance(params, list) or any(
                 pos >= len(params) or params[pos] != value
-                for pos, value in zip(route.positions, values)
+                for pos, value in zip(route.positions, values, strict=False)
             ):
                 continue
             iid = bytes.fromhex(row.key[len(prefix) :])
@@ -285,7 +285,9 @@ class SignalRouter:
                 f"{list(signal.identity)}, but {routes[0].template!r} listens to it with "
                 f"{list(declared)}; signal it with the Signal the processes listen to"
             )
-        given = dict(zip(signal.identity, values))  # (the same fields, in another order)
+        given = dict(
+            zip(signal.identity, values, strict=False)
+        )  # (the same fields, in another order)
         return tuple(given[field] for field in declared)
 
     async def signal(

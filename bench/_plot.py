@@ -68,7 +68,7 @@ def plot(path: Path, results: Sequence[Result], options: Options) -> None:
         edgecolor="#555555",
         linewidth=0.5,
     )
-    for y, b in zip(ys, bars):
+    for y, b in zip(ys, bars, strict=True):
         if b.noisy:
             axes.barh(
                 y, b.x - 1, left=1.0, color="none", edgecolor="#555555", hatch="///", linewidth=0

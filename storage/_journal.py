@@ -432,7 +432,7 @@ class Journal(abc.ABC):
         """
         return self.submit(txn)
 
-    def submit_deferred(self) -> None:
+    def submit_deferred(self) -> None:  # noqa: B027 - a hook: nothing to do by default
         """Submit what `defer` holds back, now, without waiting."""
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
@@ -542,7 +542,7 @@ class Journal(abc.ABC):
         is the journal's time)."""
         return None
 
-    def on_mail(self, callback: Callable[[bytes], None]) -> None:
+    def on_mail(self, callback: Callable[[bytes], None]) -> None:  # noqa: B027 - a hook, as above
         """Call ``callback(iid)`` in the trio thread whenever another node
         adds a message for an instance this node owns (and, after a lost
         connection, for every owned instance with mail, since notices sent

@@ -474,7 +474,7 @@ class LostChains:
     def note(self, txns: Sequence[Txn], outcomes: Sequence[Any]) -> None:
         """Record the chains ``txns`` lost (by the committing thread, once
         their ``outcomes`` are final and before the next batch is applied)."""
-        for txn, outcome in zip(txns, outcomes):
+        for txn, outcome in zip(txns, outcomes, strict=True):
             if (
                 txn.chain is not None
                 and isinstance(outcome, _LOSING)

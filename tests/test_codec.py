@@ -60,11 +60,11 @@ def assert_same(expected: Any, actual: Any, path: str = "value") -> None:
         )
     elif kind is list or kind is tuple:
         assert (path, len(expected)) == (path, len(actual))
-        for i, (e, a) in enumerate(zip(expected, actual)):
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             assert_same(e, a, f"{path}[{i}]")
     elif kind is dict:
         assert (path, len(expected)) == (path, len(actual))
-        for (ek, ev), (ak, av) in zip(expected.items(), actual.items()):
+        for (ek, ev), (ak, av) in zip(expected.items(), actual.items(), strict=True):
             assert_same(ek, ak, f"{path} key {ek!r}")
             assert_same(ev, av, f"{path}[{ek!r}]")
     elif kind is set or kind is frozenset:

@@ -7,7 +7,7 @@ test_postgres_journal.py.)"""
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any
 
 import attrs
@@ -183,7 +183,7 @@ def test_a_run_s_log_reads_in_one_pass_as_entry_by_entry(maps, cuts):
         joined, bounds = b"".join(values), [0, *accumulate(map(len, values))]
         at = {bounds[-cut % len(bounds)] if cut < 0 else cut % (len(joined) + 1) for cut in cuts}
         ends = sorted(at | {len(joined)})
-        values = [joined[start:end] for start, end in zip([0, *ends], ends)]
+        values = [joined[start:end] for start, end in pairwise([0, *ends])]
     rows = list(enumerate(values, start=1))
 
     def key(seq: int) -> bytes:

@@ -217,7 +217,7 @@ async def test_signal_with_start(opener):
         live = await system.start(echo, "v")
         await system.signal_with_start(echo, "v", signal=go, payload="queued")
         assert await live.result() == "hello v queued"
-        await system.cancel("echo/v") is False
+        assert await system.cancel("echo/v") is False
         await system.start(echo, "c")
         assert await system.cancel("echo/c")
         fresh = await system.signal_with_start(echo, "c", signal=go, payload="again")

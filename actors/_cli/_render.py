@@ -198,7 +198,7 @@ def table(headers: Sequence[str], rows: list[list[str]], indent: str = "") -> li
     last = max(24, total - fixed - 1)
     lines = []
     for cells in [list(headers)] + rows:
-        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths[:-1])]
+        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths[:-1], strict=False)]
         lines.append((indent + "  ".join(padded + [cut(cells[-1], last)])).rstrip())
     return lines
 

@@ -198,8 +198,8 @@ async def cancel(args: argparse.Namespace) -> int:
                     f"the cause and run 'actors resume-compensation {args.address}' to retry "
                     f"it, or 'actors abandon-compensation {args.address}' to end it failed "
                     "without the rest"
-                )
-            raise CLIError(f"nothing to cancel at {args.address!r}: it ended meanwhile")
+                ) from None
+            raise CLIError(f"nothing to cancel at {args.address!r}: it ended meanwhile") from None
         reason = last.record.reason if last is not None else None
         if args.reason != DEFAULT_REASON:
             print(

@@ -189,10 +189,10 @@ class _LMDBReader(Reader):
             rows = list(pairs)
         if not rows:
             return {}  # no log yet (a fresh run)
-        keys, values = zip(*rows)
+        keys, values = zip(*rows, strict=False)
         # _LOG_KEY.unpack refuses a key of another size than the layout's.
         seqs = map(itemgetter(1), map(_LOG_KEY.unpack, keys))
-        return dict(zip(seqs, rd.decode_entries(values)))
+        return dict(zip(seqs, rd.decode_entries(values), strict=True))
 
     def log_runs(self, iid: bytes) -> list[int]:
         runs: list[int] = []

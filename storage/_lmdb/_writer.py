@@ -291,7 +291,7 @@ class _GroupCommit:
         if outcomes is None:
             self._deferred[:0] = deferred  # to the writer thread, still first
             return None
-        for (_, ticket), outcome in zip(deferred, outcomes):
+        for (_, ticket), outcome in zip(deferred, outcomes, strict=False):
             ticket.ticket = Settled(outcome)
         return outcomes[len(deferred) :]
 
@@ -395,7 +395,7 @@ class _GroupCommit:
         while unfinished and unfinished[0].finished:
             unfinished.popleft()
         reschedule = trio.lowlevel.reschedule
-        for waiter, result in zip(batch.waiters, outcomes):
+        for waiter, result in zip(batch.waiters, outcomes, strict=True):
             if waiter is not None and (task := waiter.task) is not None:
                 failed = isinstance(result, BaseException)
                 reschedule(task, Error(result) if failed else Value(result))
@@ -539,7 +539,7 @@ class _GroupCommit:
         # raced for.
         freeing = [
             i
-            for i, (txn, outcome) in enumerate(zip(txns, outcomes))
+            for i, (txn, outcome) in enumerate(zip(txns, outcomes, strict=True))
             if type(outcome) is JournalFull
             and all(
                 op[0] in _FREEING_OPS or (txn.frees and op[0] in _FREES_BESIDE) for op in txn.ops
@@ -547,7 +547,7 @@ class _GroupCommit:
         ]
         if freeing and self._grow(env, into_reserve=True):
             again = self._write([txns[i] for i in freeing], isolate=True)
-            for i, outcome in zip(freeing, again):
+            for i, outcome in zip(freeing, again, strict=True):
                 outcomes[i] = outcome
             try:
                 with self._read_lock:  # keep the reserve for next time (LMDB

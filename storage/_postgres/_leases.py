@@ -318,7 +318,7 @@ class _Lease:
                         for iid in unique:
                             cursors.append(conn.execute(claim, {"me": me, "iid": iid}))
                             pipeline.sync()
-                    for iid, cur in zip(unique, cursors):
+                    for iid, cur in zip(unique, cursors, strict=True):
                         row = cur.fetchone()
                         if row is not None:
                             found[iid] = row[0]
