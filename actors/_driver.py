@@ -633,7 +633,7 @@ class Driver:
                     if not await host.wait_for(what):
                         return
                 elif kind == YIELD:
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
                 elif kind == RAISE:
                     raise what
                 elif kind == CONTINUED:

@@ -48,7 +48,7 @@ async def order_shorter(ctx: Context, id: str) -> str:
 async def order_awaits_trio(ctx: Context, id: str) -> str:
     await ctx.step(_note, 1, name="reserve")
     try:
-        await trio.sleep(0)  # not an effect: the driver throws ContextError in
+        await trio.lowlevel.checkpoint()  # not an effect: the driver throws ContextError in
     except actors.ContextError:
         pass
     await ctx.sleep(6)  # the history has a sleep of 5 here

@@ -63,7 +63,7 @@ def test_lenient_decoding_reaches_the_trio_run_started_inside_it():
     data = _gone_value()
 
     async def main() -> object:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return decode(data)
 
     with storage.lenient_decoding():
