@@ -43,7 +43,7 @@ import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -319,10 +319,8 @@ def _bind(directory: Path) -> tuple[socket.socket, int]:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with _socket_path(directory, temporary) as path:
-            try:
+            with suppress(FileNotFoundError):
                 os.unlink(path)
-            except FileNotFoundError:
-                pass
             sock.bind(path)
         try:
             os.chmod(directory / temporary, 0o600)

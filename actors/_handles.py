@@ -180,9 +180,12 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         status, record = self._state()
         if status == "corrupt":
             raise self._system.corruption.error(self._iid, self._address)
-        if record.incarnation != self._incarnation and self._incarnation:
-            if await self._system.statuses.removed(self._iid, self._incarnation):
-                raise self._removed()
+        if (
+            record.incarnation != self._incarnation
+            and self._incarnation
+            and await self._system.statuses.removed(self._iid, self._incarnation)
+        ):
+            raise self._removed()
         if record.incarnation != self._incarnation or status == "cancelled":
             reason = record.reason or "cancelled"
             if record.incarnation != self._incarnation:

@@ -546,9 +546,12 @@ def read_for_import(r: Reader, history: History) -> ImportPlan:
             present[one.address] = row
         versions[one.address] = read_kept(r, iid)[0]
         parent = one.record.parent
-        if parent is not None and parent not in addresses:
-            if r.instance(instance_id(parent)) is not None:
-                parents.add(parent)
+        if (
+            parent is not None
+            and parent not in addresses
+            and r.instance(instance_id(parent)) is not None
+        ):
+            parents.add(parent)
     return ImportPlan(present, versions, frozenset(parents))
 
 

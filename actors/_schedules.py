@@ -375,10 +375,13 @@ class ScheduleService:
             for row in rows:
                 name = row.key[len("schedule/") :]
                 waiting = self._failed.get(name)
-                if waiting is not None and waiting[0] == row.version:
-                    if waiting[1] > system.epoch_now():
-                        soonest = min(soonest, waiting[1])
-                        continue  # it failed lately and is unchanged: wait it out
+                if (
+                    waiting is not None
+                    and waiting[0] == row.version
+                    and waiting[1] > system.epoch_now()
+                ):
+                    soonest = min(soonest, waiting[1])
+                    continue  # it failed lately and is unchanged: wait it out
                 self._failed.pop(name, None)
                 try:
                     due = await self._handle(name, row.version, row.value)

@@ -288,7 +288,7 @@ class Doorbell(Generic[T]):
                     await trio.lowlevel.wait_readable(read_fd)
                 except trio.ClosedResourceError:
                     return
-                try:
+                try:  # noqa: SIM105 - the wake path: suppress() would cost a context manager a pass
                     os.read(read_fd, 4096)
                 except BlockingIOError:  # drained by an earlier pass
                     pass

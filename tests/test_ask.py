@@ -389,11 +389,10 @@ async def test_asks_still_waiting_when_the_system_closes_get_journal_closed(tmp_
             errors.append(exc)
 
     try:
-        async with trio.open_nursery() as outside:
-            async with opener(counter) as system:
-                await system.start(counter, "z")
-                outside.start_soon(asker, system)
-                await _until_reached("z")
+        async with trio.open_nursery() as outside, opener(counter) as system:
+            await system.start(counter, "z")
+            outside.start_soon(asker, system)
+            await _until_reached("z")
         assert 1 == len(errors) and "closed while an ask of 'counter/z'" in str(errors[0])
     finally:
         HOLD.pop("z", None)

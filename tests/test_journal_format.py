@@ -287,7 +287,7 @@ def test_a_record_is_stored_as_its_fields_away_from_their_defaults(fields, extra
     for key, (name, _) in _READ.items():
         value, default = getattr(record, name), getattr(attrs.fields(InstanceRecord), name).default
         if name in ("run", "incarnation") or (
-            bool(value) if default in ((), _EMPTY) else not value == default
+            bool(value) if default in ((), _EMPTY) else value != default
         ):
             expected[key] = value
     expected.update(extra)

@@ -8,6 +8,7 @@ one document that `_render` prints as JSON or as text.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -517,10 +518,8 @@ async def stats(args: argparse.Namespace) -> int:
             with_mail = list(r.instances_with_mail())
             unread = 0
             for iid in with_mail:
-                try:
+                with contextlib.suppress(JournalCorrupt):
                     unread += len(r.mailbox(iid))
-                except JournalCorrupt:
-                    pass
             due = len(r.due_timers(now, limit=1 << 62))
             timers = len(r.due_timers(now + _FAR, limit=1 << 62))
             next_due = r.next_due(now)

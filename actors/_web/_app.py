@@ -402,7 +402,7 @@ def create_app(
 
 def _params(request: Request) -> dict[str, list[str]]:
     qp = request.query_params
-    return {name: qp.getlist(name) for name in qp.keys()}
+    return {name: qp.getlist(name) for name in qp}
 
 
 def _single(params: Mapping[str, list[str]]) -> dict[str, str]:

@@ -26,7 +26,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -365,10 +365,8 @@ class LMDBJournal(_GroupCommit, Journal):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             holder = ""
-            try:
+            with suppress(OSError):
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            except OSError:
-                pass
             os.close(fd)
             if share is not None:
                 os.close(share)

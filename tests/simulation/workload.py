@@ -12,6 +12,7 @@ acknowledged; that is all the checker trusts.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any
 
@@ -424,10 +425,8 @@ class Driver:
         await sim.system.schedule("ticks", p.tick, every=p.TICK_EVERY, params=("ticks",))
 
     async def _op_poke(self, sim: Simulation, address: str) -> None:
-        try:
+        with contextlib.suppress(actors.NotDelivered):
             await sim.system.send(address, p.poke)
-        except actors.NotDelivered:
-            pass
 
     async def _op_cancel(self, sim: Simulation, address: str) -> None:
         cancelled = await sim.system.cancel(address)
