@@ -84,7 +84,7 @@ from ._retry import (
 from ._schedules import tick_text, ticks_after
 from ._system import ActorSystem
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped by use, a comment heading each group
     "KEY_SEEN",
     # the operations, and asking a running system for them
     "Operations",

@@ -53,15 +53,15 @@ from ._records import Signal
 from .errors import ActorError
 
 __all__ = [
-    "SOCKET_NAME",
-    "MAX_REQUEST",
     "MAX_DEPTH",
-    "READ_TIMEOUT",
+    "MAX_REQUEST",
     "OPS",
+    "READ_TIMEOUT",
+    "SOCKET_NAME",
     "ControlUnavailable",
     "RemoteError",
-    "start",
     "request",
+    "start",
 ]
 
 log = logging.getLogger("actors.control")

@@ -182,18 +182,18 @@ class Driver:
     """The log of an instance's current run and the position in it."""
 
     __slots__ = (
-        "owner",
         "address",
-        "log",
+        "fresh",
         "last",
-        "seq",
+        "log",
         "occurrences",
+        "owner",
+        "patches",
+        "rerun",
+        "seq",
         "taken",
         "taken_seq",
         "unanswered",
-        "patches",
-        "rerun",
-        "fresh",
     )
 
     def __init__(self, owner: Owner, address: str) -> None:

@@ -81,16 +81,16 @@ class Effect(Generic[T]):
     # its outcome is in the log, so replay answers its await at once (set
     # by `Context`; see `__await__`).
     __slots__ = (
-        "seq",
-        "name",
-        "hash",
         "done",
-        "value",
         "error",
-        "parent",
+        "hash",
         "logged",
-        "made_in",
         "made_at",
+        "made_in",
+        "name",
+        "parent",
+        "seq",
+        "value",
     )
     kind = "effect"
     behaviour: ClassVar[type[Behaviour]] = Behaviour  # how it runs live (`runs_live`)
@@ -204,7 +204,7 @@ class Effect(Generic[T]):
 class Wait(Effect[T]):
     """Take the oldest mailbox message whose signal is one of ``signals``."""
 
-    __slots__ = ("signals", "pair")
+    __slots__ = ("pair", "signals")
     kind = "wait"
 
     def __init__(self, seq: int, signals: tuple[Signal, ...], pair: bool) -> None:
@@ -240,7 +240,7 @@ class Wait(Effect[T]):
 class Call(Wait[T]):
     """An awaited child: done when the child's end message arrives."""
 
-    __slots__ = ("proc", "params", "input", "address", "creating", "queue")
+    __slots__ = ("address", "creating", "input", "params", "proc", "queue")
     kind = "call"
     makes_child = True
     logs_start = True
@@ -273,7 +273,7 @@ class Spawn(Effect[T]):
     """A detached, supervised child: done once the child exists (its
     `ChildHandle` is ``T``)."""
 
-    __slots__ = ("proc", "params", "input", "address", "restart", "creating", "queue")
+    __slots__ = ("address", "creating", "input", "params", "proc", "queue", "restart")
     kind = "spawn"
     makes_child = True
 
@@ -322,7 +322,7 @@ class Ask(Wait[Any]):
     """``ctx.ask``: send a message that asks (once, recorded), then wait for
     the reply message its ask id names (see `_asks`)."""
 
-    __slots__ = ("address", "signal", "payload", "ask_id")
+    __slots__ = ("address", "ask_id", "payload", "signal")
     kind = "ask"
     logs_start = True
     replayed = Effect.replayed  # the answer, as logged (no message of a wait's)
@@ -346,7 +346,7 @@ class Reply(Effect[None]):
     """``ctx.reply``: answer the ask ``ask``, or, with None, record that the
     message taken was not asked (a no-op)."""
 
-    __slots__ = ("payload", "ask")
+    __slots__ = ("ask", "payload")
     kind = "reply"
 
     def __init__(self, seq: int, hash: bytes, payload: Any, ask: Asker | None) -> None:
@@ -391,7 +391,7 @@ class Send(Effect[None]):
     """``ctx.send``: a message to another instance's mailbox, written in
     one transaction with this effect's log entry (see `_sends`)."""
 
-    __slots__ = ("targets", "key", "prepared")
+    __slots__ = ("key", "prepared", "targets")
     kind = "send"
 
     def __init__(
@@ -438,7 +438,7 @@ def reply_signal(ask_id: str) -> Signal:
 class Timer(Effect[None]):
     """A durable timer: done when its due time (epoch seconds) passes."""
 
-    __slots__ = ("delay", "until", "due")
+    __slots__ = ("delay", "due", "until")
     kind = "sleep"
     logs_start = True
 
@@ -461,18 +461,18 @@ class Step(Effect[T]):
     """Run ``fn`` at least once and record its result exactly once."""
 
     __slots__ = (
-        "fn",
         "args",
+        "at_most_once",
+        "compensate",
+        "fn",
+        "key",
         "kwargs",
         "retry",
-        "timeout",
-        "compensate",
-        "validate_input",
-        "validate_output",
-        "key",
         "scope",
         "thread",
-        "at_most_once",
+        "timeout",
+        "validate_input",
+        "validate_output",
     )
     kind = "step"
     logs_start = True
@@ -645,7 +645,7 @@ class Then(Composite[T]):
     error passes through unchanged. As any composite, it logs nothing of its
     own, so replay decides it from the child's outcome again."""
 
-    __slots__ = ("fn", "call")
+    __slots__ = ("call", "fn")
     kind = "then"
 
     def __init__(self, child: Effect[Any], fn: Callable[[Any], T], call: str) -> None:

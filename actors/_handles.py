@@ -52,7 +52,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
 
     _made_by = "system.start(...) and system.get(address) give one"
 
-    __slots__ = ("_system", "_iid", "_address", "_incarnation", "_end")
+    __slots__ = ("_address", "_end", "_iid", "_incarnation", "_system")
 
     def __init__(
         self, system: SystemAPI, iid: bytes, address: str, incarnation: int | None

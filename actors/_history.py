@@ -70,17 +70,17 @@ __all__ = [
     "FORMAT",
     "VERSION",
     "History",
+    "ImportPlan",
     "InstanceHistory",
     "Message",
     "Timer",
-    "ImportPlan",
     "dumps",
+    "import_history",
+    "import_txn",
     "loads",
+    "read_for_import",
     "read_from",
     "read_history",
-    "read_for_import",
-    "import_txn",
-    "import_history",
 ]
 
 #: The ``format`` field of every history file.

@@ -35,10 +35,10 @@ from ._process import RESTART_TYPES
 from ._protocol import MAX_KEY_BYTES
 
 __all__ = [
-    "MAX_DEPTH",
-    "IMPORTABLE_STATUSES",
-    "RECORD_TYPES",
     "ENTRY_TYPES",
+    "IMPORTABLE_STATUSES",
+    "MAX_DEPTH",
+    "RECORD_TYPES",
     "as_tuple",
     "check_document",
     "check_types",

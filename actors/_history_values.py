@@ -22,7 +22,7 @@ from storage import Opaque, decode, encode
 
 from .errors import HistoryFormatError
 
-__all__ = ["to_plain", "from_plain", "bad"]
+__all__ = ["bad", "from_plain", "to_plain"]
 
 # The ext type code of ``@serializable`` records in `storage`'s codec
 # (released codes keep their meaning forever: see storage._codec).

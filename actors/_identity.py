@@ -43,8 +43,8 @@ from collections.abc import Sequence
 from storage import Txn
 
 __all__ = [
-    "INDEX_PREFIX",
     "GENERATION_PREFIX",
+    "INDEX_PREFIX",
     "bucket",
     "bucket_prefix",
     "generation_key",

@@ -12,7 +12,7 @@ from ._checks import check_count, check_seconds
 from ._records import Restart, Signal
 from .errors import InvalidArguments
 
-__all__ = ["process", "ProcessDef", "OneForOne", "OneForAll", "RestForOne", "RESTART_TYPES"]
+__all__ = ["RESTART_TYPES", "OneForAll", "OneForOne", "ProcessDef", "RestForOne", "process"]
 
 RESTART_TYPES: tuple[Restart, ...] = get_args(Restart)
 

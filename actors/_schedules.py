@@ -63,7 +63,7 @@ from ._interfaces import SystemAPI
 from ._process import ProcessDef
 from .errors import InvalidArguments
 
-__all__ = ["ScheduleInfo", "ScheduleService", "ScheduleCalls", "OVERLAP_POLICIES"]
+__all__ = ["OVERLAP_POLICIES", "ScheduleCalls", "ScheduleInfo", "ScheduleService"]
 
 OVERLAP_POLICIES = ("skip", "buffer_one", "allow")
 log = logging.getLogger("actors.schedules")

@@ -53,7 +53,7 @@ from ._records import Signal
 from ._sending import commit_through
 from .errors import InvalidArguments, LimitExceeded
 
-__all__ = ["Route", "Plan", "SignalRouter", "SignalEffect", "check_identity", "new_signal"]
+__all__ = ["Plan", "Route", "SignalEffect", "SignalRouter", "check_identity", "new_signal"]
 
 # A commit refused for one of these read what it was built on again: a
 # start in a bucket read (its generation moved), or a recipient that ended.
@@ -379,7 +379,7 @@ class SignalEffect(fx.Send):
     """``ctx.signal``: messages routed by identity, written in one
     transaction with this effect's log entry, whose value is their count."""
 
-    __slots__ = ("signal", "values", "payload")
+    __slots__ = ("payload", "signal", "values")
     kind = "signal"
 
     def __init__(

@@ -184,7 +184,7 @@ async def _sample(path: Path) -> dict[str, float]:
         async def tab() -> None:
             tag = b""
             while not done.is_set():
-                status, headers, _ = await call(app, "/?partial=1", ((b"if-none-match", tag),))
+                _status, headers, _ = await call(app, "/?partial=1", ((b"if-none-match", tag),))
                 tag = headers.get(b"etag", tag)
                 await trio.lowlevel.checkpoint()
 

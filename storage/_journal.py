@@ -74,23 +74,23 @@ from ._txn import (
 from .errors import JournalCorrupt
 
 __all__ = [
-    "Durability",
-    "Journal",
-    "Reader",
-    "Txn",
-    "Ticket",
-    "InstanceRow",
-    "TimerRow",
-    "CorruptRecord",
-    "Status",
-    "STATUSES",
     "LIVE_STATUSES",
     "MAIL_STATUSES",
+    "MAX_ADDRESS_BYTES",
+    "STATUSES",
+    "STATUS_WORDS",
     "TERMINAL_STATUSES",
     "UNFINISHED_STATUSES",
-    "STATUS_WORDS",
+    "CorruptRecord",
+    "Durability",
+    "InstanceRow",
+    "Journal",
+    "Reader",
+    "Status",
+    "Ticket",
+    "TimerRow",
+    "Txn",
     "instance_id",
-    "MAX_ADDRESS_BYTES",
 ]
 
 T = TypeVar("T")

@@ -14,13 +14,13 @@ from .errors import JournalCorrupt
 
 __all__ = [
     "corrupt",
-    "decode_record",
-    "read_instance_record",
-    "read_entry",
-    "read_entries",
     "decode_entries",
-    "number",
+    "decode_record",
     "key_size",
+    "number",
+    "read_entries",
+    "read_entry",
+    "read_instance_record",
 ]
 
 

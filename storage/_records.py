@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-__all__ = ["InstanceRecord", "LogEntry", "NO_VALUE", "RecordShapeError"]
+__all__ = ["NO_VALUE", "InstanceRecord", "LogEntry", "RecordShapeError"]
 
 
 class RecordShapeError(ValueError):

@@ -18,10 +18,10 @@ from ._statuses import STATUS_CODE, STATUS_NAME
 from .errors import Conflict, EncodeError, JournalFull, JournalUnavailable
 
 __all__ = [
-    "Txn",
-    "MAX_ADDRESS_BYTES",
     "ABSENT",
+    "MAX_ADDRESS_BYTES",
     "Chain",
+    "Txn",
     "check_fresh_cursors",
     "check_requires",
     "due_us",

@@ -510,7 +510,7 @@ def test_serializable_default_name_clash_with_another_module(registry: None) -> 
         x: int
         y: int
 
-    with pytest.raises(TypeError, match="'tests.strategies.Point' is already registered"):
+    with pytest.raises(TypeError, match=r"'tests\.strategies\.Point' is already registered"):
         serializable(name="tests.strategies.Point")(Impostor)
 
 

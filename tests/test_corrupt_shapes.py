@@ -374,7 +374,7 @@ def test_a_damaged_instance_is_marked_corrupt_and_shown(base, tmp_path, database
     assert {a: "ok" for a in jd.ADDRESSES if a != address} == {
         a: o for a, o in outcomes.items() if a != address
     }
-    code, out, err = jd.show(path, address)
+    code, _out, err = jd.show(path, address)
     assert 5 == code
     assert "Traceback" not in err and f"database '{database}'" in err and key.hex() in err
 

@@ -83,7 +83,7 @@ async def test_a_newer_format_is_refused_with_upgrade_advice(tmp_path, readonly)
     path = tmp_path / "journal"
     await _journal_with_an_instance(path)
     _set_format(path, b"2")
-    with pytest.raises(JournalCorrupt, match="holds journal format 2.*upgrade the library"):
+    with pytest.raises(JournalCorrupt, match=r"holds journal format 2.*upgrade the library"):
         await LMDBJournal(path, readonly=readonly).open()
     assert b"2" == _get_format(path)
 
@@ -228,7 +228,7 @@ async def _charge(amount: int) -> dict:
 @actors.process("fmt/:id")
 async def formatted(ctx: actors.Context, id: str) -> str:
     await ctx.step(_charge, 5, name="charge")
-    signal, payload = await ctx.receive(go)
+    _signal, payload = await ctx.receive(go)
     await ctx.sleep(10)
     return payload
 

@@ -30,10 +30,10 @@ from tests.pg import fresh_schema
 if os.environ.get("ACTORS_TEST_POSTGRES", "1") == "0":
     pytest.importorskip("psycopg", reason="PostgreSQL tests are off (ACTORS_TEST_POSTGRES=0)")
 
-import psycopg  # noqa: E402 - after the switch above
-from psycopg.conninfo import make_conninfo  # noqa: E402
+import psycopg  # (after the switch above)
+from psycopg.conninfo import make_conninfo
 
-from storage import PostgresJournal  # noqa: E402
+from storage import PostgresJournal
 
 X = instance_id("orders/x")
 ROUNDS = 5

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from typing import ClassVar
 
 import pytest
 import trio
@@ -66,8 +67,9 @@ def spy(monkeypatch):
     instances the journals are asked to claim, from now on."""
 
     class Spy:
-        reads: list[bytes] = []
-        claims: list[bytes] = []
+        # Shared by the class on purpose: a new class per test (this fixture).
+        reads: ClassVar[list[bytes]] = []
+        claims: ClassVar[list[bytes]] = []
 
         def watch(self, journal):
             claim = journal.claim

@@ -249,7 +249,7 @@ async def test_cancel_of_a_passivated_instance(opener):
         await trio.sleep(0.01)
     async with opener(echo) as system:
         assert await system.cancel("echo/p") is True
-        with pytest.raises(actors.ProcessCancelled, match="system.cancel"):
+        with pytest.raises(actors.ProcessCancelled, match=r"system\.cancel"):
             await system.get("echo/p").result()
         with pytest.raises(actors.NotDelivered) as info:
             await system.send("echo/p", go)

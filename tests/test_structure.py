@@ -119,10 +119,10 @@ def _reaches(edges: dict[str, set[str]], start: str, goal: str) -> list[str] | N
         node, path = stack.pop()
         for nxt in sorted(edges.get(node, ())):
             if nxt == goal:
-                return path + [nxt]
+                return [*path, nxt]
             if nxt not in seen:
                 seen.add(nxt)
-                stack.append((nxt, path + [nxt]))
+                stack.append((nxt, [*path, nxt]))
     return None
 
 
@@ -151,7 +151,7 @@ def test_no_runtime_import_cycle():
         for target in sorted(runtime[module]):
             back = _reaches(runtime, target, module)
             if back is not None:
-                cycles.append(" -> ".join([module] + back))
+                cycles.append(" -> ".join([module, *back]))
     assert [] == cycles
 
 

@@ -55,15 +55,15 @@ from ._render import (
 )
 
 __all__ = [
-    "list_instances",
-    "list_items",
-    "list_item",
-    "under",
+    "describe",
     "failed_at_of",
     "handling_of",
+    "list_instances",
+    "list_item",
+    "list_items",
     "show",
-    "describe",
     "stats",
+    "under",
 ]
 
 _FAR = 100 * 365 * 86400.0  # past every timer: `stats` counts them all

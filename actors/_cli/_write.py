@@ -34,7 +34,7 @@ from ._errors import CORRUPT, OK, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import counted, emit, local_time
 
-__all__ = ["send", "cancel", "DEFAULT_REASON"]
+__all__ = ["DEFAULT_REASON", "cancel", "send"]
 
 DEFAULT_REASON = "cancelled from the actors CLI"  # cancel's default --reason
 

@@ -34,10 +34,10 @@ from storage import MAIL_STATUSES, STATUSES, TERMINAL_STATUSES, UNFINISHED_STATU
 from .._cli._render import compact, counted
 
 __all__ = [
-    "Action",
     "ACTIONS",
-    "Outcome",
+    "Action",
     "BadAction",
+    "Outcome",
     "Runner",
     "audit",
     "check_address",

@@ -83,7 +83,7 @@ from ._pages import (
 from ._query import MAIL_PER_PAGE, BadQuery, InstanceQuery, parse_instance, parse_list, parse_value
 from ._values import TITLES, ValueGone, read_value
 
-__all__ = ["create_app", "host_allowed", "LOCAL_HOSTS"]
+__all__ = ["LOCAL_HOSTS", "create_app", "host_allowed"]
 
 T = TypeVar("T")
 

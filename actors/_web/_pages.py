@@ -30,14 +30,14 @@ from ._query import (
 )
 
 __all__ = [
-    "esc",
-    "value_block",
     "confirm_href",
-    "layout",
-    "list_fragment",
-    "list_filters",
+    "esc",
     "instance_fragment",
+    "layout",
+    "list_filters",
+    "list_fragment",
     "problem_page",
+    "value_block",
     "value_body",
 ]
 

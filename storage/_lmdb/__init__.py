@@ -20,4 +20,4 @@ from ._writer import (
     ASYNC_WINDOW_TXNS as ASYNC_WINDOW_TXNS,
 )
 
-__all__ = ["LMDBJournal", "JournalHolder"]
+__all__ = ["JournalHolder", "LMDBJournal"]

@@ -43,7 +43,7 @@ from ._layout import _DBS, _FORMAT, _format_mismatch
 from ._reader import _LMDBReader
 from ._writer import _NO_SPLIT, _Batch, _GroupCommit
 
-__all__ = ["LMDBJournal", "JournalHolder"]
+__all__ = ["JournalHolder", "LMDBJournal"]
 
 _DIR_MODE = 0o700  # see LMDBJournal._make_private_dir
 _FILE_MODE = 0o600
@@ -441,7 +441,7 @@ class LMDBJournal(_GroupCommit, Journal):
         if self._writer is not None:  # it drains every pending batch, then stops
             await trio.to_thread.run_sync(self._writer.join)
         # Let the batches it handed back be finished before the env goes.
-        while self._inflight:  # noqa: ASYNC110 - the tasks that finish them are already scheduled
+        while self._inflight:
             await trio.lowlevel.checkpoint()
         self._writer = None
         self._doorbell.close()

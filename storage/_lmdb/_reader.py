@@ -72,7 +72,7 @@ _SAME = 256
 
 
 class _LMDBReader(Reader):
-    __slots__ = ("_txn", "_dbs", "_entry", "_message")
+    __slots__ = ("_dbs", "_entry", "_message", "_txn")
 
     def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, Any], shapes: bool) -> None:
         self._txn = txn

@@ -88,7 +88,7 @@ class _Batch:
     and ``event`` belong to the trio thread alone.
     """
 
-    __slots__ = ("txns", "waiters", "outcomes", "finished", "event", "born", "deferred")
+    __slots__ = ("born", "deferred", "event", "finished", "outcomes", "txns", "waiters")
 
     def __init__(self) -> None:
         self.born = time.monotonic()  # for the "async" window (see ASYNC_WINDOW_SECONDS)
