@@ -263,7 +263,12 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
 
     async def status_changes(self) -> AsyncIterator[HandleStatus]:
         """Yield the current status, then each new one, ending after a
-        terminal status. A slow reader sees the latest status, not a backlog."""
+        terminal status. A slow reader sees the latest status, not a backlog.
+
+        To leave the loop early (a ``break``, a ``return``, a cancel), wrap
+        it in ``async with contextlib.aclosing(handle.status_changes()) as
+        changes:``; trio finalizes an async generator left open later, with
+        a ResourceWarning."""
         _guard.refuse(
             "handle.status_changes()",
             "to wait for a child, start it with ctx.call (or ctx.spawn, then ctx.wait "

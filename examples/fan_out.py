@@ -13,6 +13,7 @@ Run:  python examples/fan_out.py [JOURNAL_DIR] [ITEMS]
 
 import argparse
 import tempfile
+from contextlib import aclosing
 
 import trio
 
@@ -63,9 +64,10 @@ async def main(path: str, size: int) -> None:
             )
             break
         beat = system.get("batches/b1/heartbeat/hb")
-        async for status in beat.status_changes():
-            if status != "running":  # restarted and waiting again
-                break
+        async with aclosing(beat.status_changes()) as changes:
+            async for status in changes:
+                if status != "running":  # restarted and waiting again
+                    break
         for restart in beat.restarts:
             print(f"{beat.id} was restarted: {restart['reason']}")
         print(f"{beat.id} is {beat.status} after {len(beat.restarts)} restart(s)")

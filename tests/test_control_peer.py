@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import aclosing
 from pathlib import Path
 
 import pytest
@@ -90,9 +91,10 @@ async def cli(journal: Path, *args: str) -> subprocess.CompletedProcess:
 
 async def suspended(system: actors.ActorSystem) -> None:
     handle = await system.start(approval, "a-1")
-    async for status in handle.status_changes():
-        if status == "suspended":
-            return
+    async with aclosing(handle.status_changes()) as changes:
+        async for status in changes:
+            if status == "suspended":
+                return
 
 
 @as_root

@@ -6,6 +6,7 @@ damaged counter numbers again."""
 from __future__ import annotations
 
 import copy
+from contextlib import aclosing
 from pathlib import Path
 
 import attrs
@@ -401,9 +402,10 @@ def test_a_damaged_cursor_or_a_lost_stream_value_marks_its_instance_corrupt(
             # The emitter (live, waiting) is stopped and marked corrupt, as if
             # its run had met the record; calls on it say so.
             with trio.fail_after(10):
-                async for status in system.get(jd.EMITTER).status_changes():
-                    if status == "corrupt":
-                        break
+                async with aclosing(system.get(jd.EMITTER).status_changes()) as changes:
+                    async for status in changes:
+                        if status == "corrupt":
+                            break
             with pytest.raises(JournalCorrupt):
                 await system.send(jd.EMITTER, jd.stop)
             # The other instances work.

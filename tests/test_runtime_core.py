@@ -3,6 +3,8 @@ handles, signal_with_start; durable paths across a close and reopen."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
 import pytest
 import trio
 
@@ -167,8 +169,9 @@ async def test_status_changes_and_get_after_restart(opener):
         seen = []
 
         async def watch():
-            async for status in handle.status_changes():
-                seen.append(status)
+            async with aclosing(handle.status_changes()) as changes:
+                async for status in changes:
+                    seen.append(status)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch)
