@@ -17,19 +17,19 @@ import tomllib as _tomllib
 
 from storage import serializable as serializable
 
-from ._context import Context as Context
-from ._handles import ChildHandle as ChildHandle, Handle as Handle
-from ._mail import DeadLetter as DeadLetter, Message as Message
-from ._open import open_system as open_system
-from ._process import (
+from ._actor._context import Context as Context
+from ._features._schedules import ScheduleInfo as ScheduleInfo
+from ._features._steps import StepInfo as StepInfo, current_step as current_step
+from ._kernel._handles import ChildHandle as ChildHandle, Handle as Handle
+from ._kernel._process import (
     OneForAll as OneForAll,
     OneForOne as OneForOne,
     ProcessDef as ProcessDef,
     RestForOne as RestForOne,
     process as process,
 )
-from ._public import name_public_classes as _name_public_classes
-from ._records import (
+from ._kernel._public import name_public_classes as _name_public_classes
+from ._kernel._records import (
     InstanceInfo as InstanceInfo,
     Outcome as Outcome,
     Queue as Queue,
@@ -38,10 +38,10 @@ from ._records import (
     Retry as Retry,
     Signal as Signal,
 )
-from ._schedules import ScheduleInfo as ScheduleInfo
-from ._service import run_until_signalled as run_until_signalled
-from ._steps import StepInfo as StepInfo, current_step as current_step
-from ._system import ActorSystem as ActorSystem
+from ._system._facade import ActorSystem as ActorSystem
+from ._system._mail import DeadLetter as DeadLetter, Message as Message
+from ._system._open import open_system as open_system
+from ._system._service import run_until_signalled as run_until_signalled
 from .errors import (
     ActorError as ActorError,
     AlreadyStarted as AlreadyStarted,

@@ -1,8 +1,8 @@
-"""``python -m actors`` and the ``actors`` console script: see `actors._cli`."""
+"""``python -m actors`` and the ``actors`` console script: see `actors._tools._cli`."""
 
 import sys
 
-from ._cli import main
+from ._tools._cli import main
 
 __all__ = ["main"]
 

@@ -62,13 +62,14 @@ from storage import (
     instance_id,
 )
 
-from . import _history
-from ._checks import check_many
-from ._instance import Actor
-from ._open import open_system
-from ._process import ProcessDef
-from ._public import name_public_classes
-from ._simulate import (
+from ._actor._instance import Actor
+from ._kernel._checks import check_many
+from ._kernel._process import ProcessDef
+from ._kernel._public import name_public_classes
+from ._system._facade import ActorSystem
+from ._system._open import open_system
+from ._tools import _history
+from ._tools._simulate import (
     TEST_EPOCH,
     Simulation,
     SimulationHung,
@@ -76,7 +77,6 @@ from ._simulate import (
     _virtual_wall,
     simulate,
 )
-from ._system import ActorSystem
 from .errors import HistoryFormatError, InvalidArguments
 
 __all__ = [

@@ -4,7 +4,7 @@
 journal is built per run (durability "async": its fsyncs are not what is
 measured): 50,000 instances of four processes
 and statuses, and one instance with 300 unread messages of 500 KB each. The
-app (`actors._web.create_app`, read-only, as ``actors web`` opens it) is
+app (`actors._tools._web.create_app`, read-only, as ``actors web`` opens it) is
 called directly as an ASGI app, so the figures are the inspector's own work,
 without a socket:
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import trio
 
-from actors._web import create_app
+from actors._tools._web import create_app
 from storage import InstanceRecord, LMDBJournal, Txn, instance_id
 
 from ._registry import Options, Result, Target, at_most, progress, suite

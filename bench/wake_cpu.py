@@ -32,7 +32,7 @@ from typing import Any
 
 import trio
 
-from actors._instance import Actor
+from actors._actor._instance import Actor
 from storage import instance_id
 
 from ._kit import _lmdb, _long_and_short, _open, _passivated, _probe, _until, ping

@@ -16,6 +16,7 @@ from ._codec import (
     lenient_decoding as lenient_decoding,
     serializable as serializable,
 )
+from ._digests import PART_SIZE as PART_SIZE, argument_digests as argument_digests
 from ._journal import (
     LIVE_STATUSES as LIVE_STATUSES,
     MAIL_STATUSES as MAIL_STATUSES,

@@ -416,6 +416,10 @@ class LogEntry:
     due    due time, epoch seconds (timers)
     child  address of the child a call created
     q      the ask a wait took: ``[ask id, reply-to address, asker's node]``
+    p      each argument's digest (steps, calls, spawns with arguments):
+           ``[positional, keywords]``, see `storage.argument_digests`; an entry
+           written before entries kept it has none (messages then name no
+           argument)
     =====  =============================================
     """
 
@@ -433,6 +437,7 @@ class LogEntry:
     due: float | None = None
     child: str | None = None
     ask: list[Any] | None = None
+    parts: list[Any] | None = None
     extra: dict[str, Any] | None = None  # keys of another version, kept as they were
 
     # LogEntry.build(kind, name, hash, **fields): the generated function
@@ -469,6 +474,8 @@ class LogEntry:
             stored["child"] = self.child
         if self.ask is not None:
             stored["q"] = self.ask
+        if self.parts is not None:
+            stored["p"] = self.parts
         if self.extra:
             stored.update(self.extra)
         return stored
@@ -515,7 +522,7 @@ class LogEntry:
             raise RecordShapeError("the log entry has no kind ('k')")
         if args[0] == "sleep" and args[11] is None:
             raise RecordShapeError("the timer's log entry has no due time ('due')")
-        args.append(extra)  # the last field, after the 13 that args holds
+        args.append(extra)  # the last field, after the 15 that args holds
         return cls(*args)
 
     def identity(self) -> dict[str, str]:
@@ -530,9 +537,9 @@ class LogEntry:
 # The stored keys, in the order of LogEntry's fields (from_stored fills
 # positional arguments by these positions), each field's value when its key
 # is absent, and the types a present value may have (None: any).
-_ENTRY_KEYS = ("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child", "q")
+_ENTRY_KEYS = ("k", "n", "h", "v", "e", "m", "s", "a", "f", "c", "key", "due", "child", "q", "p")
 _ENTRY_POSITION = {key: i for i, key in enumerate(_ENTRY_KEYS)}
-_ENTRY_DEFAULTS: list[Any] = ["", "", b"", NO_VALUE] + [None] * 10
+_ENTRY_DEFAULTS: list[Any] = ["", "", b"", NO_VALUE] + [None] * 11
 _ENTRY_TYPES: tuple[tuple[type, ...] | None, ...] = (
     (str,),
     (str, _NONE),
@@ -547,6 +554,7 @@ _ENTRY_TYPES: tuple[tuple[type, ...] | None, ...] = (
     None,
     _NUMBER,
     None,
+    (list,),
     (list,),
 )
 assert [f.name for f in attrs.fields(LogEntry)] == [
@@ -564,6 +572,7 @@ assert [f.name for f in attrs.fields(LogEntry)] == [
     "due",
     "child",
     "ask",
+    "parts",
     "extra",
 ]
 

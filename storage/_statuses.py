@@ -27,7 +27,7 @@ Status = Literal[
     "cancelled",
     "compensation_stuck",
     "corrupt",
-    "queued",  # waiting in a queue for a slot (see actors._queues); not yet run
+    "queued",  # waiting in a queue for a slot (see actors._features._queues); not yet run
 ]
 """An instance's status, as a type: one of `STATUSES`."""
 

@@ -113,7 +113,7 @@ class Txn(StateOps):
     # message to its live receiver): called once, by the journal as soon as
     # it learns the outcome, before it wakes the committer (so the receiver
     # runs in the same scheduling round as the sender), or else by the
-    # committer when its commit returns (`actors._sending.commit_through`).
+    # committer when its commit returns (`actors._features._sending.commit_through`).
     then: Callable[[list[int]], None] | None = None
 
     def __bool__(self) -> bool:

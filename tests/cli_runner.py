@@ -2,7 +2,7 @@
 process is not the point.
 
 A subprocess costs a Python start and the imports (~0.3 s, seconds on a
-loaded machine); `run_in_process` calls `actors._cli.main` with what the
+loaded machine); `run_in_process` calls `actors._tools._cli.main` with what the
 subprocess would have had: the arguments, stdin, ``TZ=UTC``,
 ``COLUMNS=160``, no ``$ACTORS_JOURNAL``, and stdout and stderr captured as
 text (stdout's ``.buffer`` too). It returns the same `CompletedProcess`.
@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from actors._cli import main
+from actors._tools._cli import main
 
 __all__ = ["run_in_process"]
 

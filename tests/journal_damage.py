@@ -30,7 +30,7 @@ import trio.testing
 
 import actors
 from actors import Context, Signal, process
-from actors._cli import main as cli_main
+from actors._tools._cli import main as cli_main
 from storage import JournalCorrupt, LMDBJournal, MemoryJournal, instance_id
 from storage._lmdb._layout import _DBS
 from tests.runtime_helpers import virtual_wall

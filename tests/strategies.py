@@ -264,6 +264,7 @@ _ENTRY_KEYS = [
     "due",
     "child",
     "q",
+    "p",
     "later",
 ]
 _entry_values = st.one_of(

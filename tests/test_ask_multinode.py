@@ -13,7 +13,7 @@ import pytest
 import trio
 
 import actors
-from actors import _asks
+from actors._features import _asks
 from storage import instance_id
 from tests.pg import fresh_schema
 from tests.test_ask import add, client, counter, get, silent

@@ -22,7 +22,7 @@ import trio
 
 import actors
 from actors import Context, Queue, process
-from actors._outages import JournalWatch
+from actors._kernel._outages import JournalWatch
 from storage import MemoryJournal, Txn, instance_id
 from storage._journal import Settled, Ticket
 from storage.errors import (

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import actors
 from actors import Context, Retry, Signal, process
-from actors._checks import MAX_SECONDS
+from actors._kernel._checks import MAX_SECONDS
 from actors.errors import ActorError, EncodeError, InvalidArguments, ProcessFailed
 from storage import MemoryJournal, decode, encode, instance_id
 from storage._codec import MAX_NESTING

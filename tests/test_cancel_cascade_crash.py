@@ -38,7 +38,7 @@ import pytest
 import trio
 
 import actors
-from actors._supervision import CANCEL
+from actors._features._supervision import CANCEL
 from storage import LMDBJournal, MemoryJournal, Txn, instance_id
 from storage._journal import Ticket
 from tests import crash_child_cascade as child

@@ -834,7 +834,7 @@ def test_version_help_and_usage_errors(tmp_path):
 
 
 def test_every_argument_has_help():
-    from actors._cli._commands import _parser
+    from actors._tools._cli._commands import _parser
 
     parser = _parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

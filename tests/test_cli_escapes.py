@@ -115,7 +115,7 @@ def test_export_to_a_terminal_escapes_what_a_terminal_would_act_on(tmp_path):
     import trio
 
     import actors
-    from actors._history import loads
+    from actors._tools._history import loads
     from storage import LMDBJournal
 
     @actors.process("notes/:id")

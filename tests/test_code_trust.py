@@ -23,7 +23,7 @@ import trio
 
 import actors
 from actors import Context, Retry, Signal, process
-from actors._cli import main as cli_main
+from actors._tools._cli import main as cli_main
 from storage import LMDBJournal
 from tests.runtime_helpers import virtual_wall, wait_status
 

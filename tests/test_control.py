@@ -18,7 +18,7 @@ import trio
 
 import actors
 from actors import Signal, process
-from actors._control import MAX_REQUEST, SOCKET_NAME, RemoteError, request
+from actors._system._control import MAX_REQUEST, SOCKET_NAME, RemoteError, request
 from storage import LMDBJournal, MemoryJournal
 
 go = Signal("go")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import trio
 
-from actors import Context, Signal, _protocol, process
+from actors import Context, Signal, process
+from actors._kernel import _protocol
 from storage import instance_id
 
 go = Signal("go")

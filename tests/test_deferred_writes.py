@@ -1,5 +1,5 @@
 """A suspending instance's writes are deferred to the next commit (see
-actors._rides): they reach the journal within the window even when nothing
+actors._kernel._rides): they reach the journal within the window even when nothing
 else is written, go with the next send otherwise, and a crash before either
 only makes replay take the message again."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import trio
 
 from actors import Context, Signal, process
-from actors._rides import WINDOW
+from actors._kernel._rides import WINDOW
 from storage import instance_id
 
 go = Signal("go")

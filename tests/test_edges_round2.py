@@ -28,8 +28,8 @@ import trio
 
 import actors
 from actors import OneForAll, OneForOne, RestForOne, Signal, process
-from actors._cli._access import writing
-from actors._control import SOCKET_NAME
+from actors._system._control import SOCKET_NAME
+from actors._tools._cli._access import writing
 from actors.errors import InvalidArguments
 from storage import JournalLocked, LMDBJournal, MemoryJournal, instance_id
 from storage._lmdb import _journal as lmdb_journal
@@ -136,8 +136,8 @@ def test_web_refuses_other_host_names_on_every_loopback_bind(web_journal, bind):
 
 def test_web_host_names_for_each_kind_of_bind():
     pytest.importorskip("starlette", reason="install the 'web' extra")
-    from actors._web._app import host_allowed
-    from actors._web._serve import host_names
+    from actors._tools._web._app import host_allowed
+    from actors._tools._web._serve import host_names
 
     for bind in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
         names = host_names(bind, [])
@@ -181,7 +181,7 @@ def test_a_restart_count_that_is_not_a_count_is_refused(strategy):
 
 
 def test_check_many_takes_iterables_only():
-    from actors._checks import check_many
+    from actors._kernel._checks import check_many
 
     assert [1, 2] == check_many(iter([1, 2]), "f(xs=...)", "ints")
     assert [] == check_many((), "f(xs=...)", "ints")
@@ -231,7 +231,7 @@ async def test_deeply_nested_json_on_the_control_socket_is_a_bad_request(directo
             got = await _raw(directory, send(depth))
             assert got, f"depth {depth}: the connection was dropped without an answer"
             assert "BadRequest" == json.loads(got[4:])["error"]["type"]
-        from actors._control import MAX_DEPTH
+        from actors._system._control import MAX_DEPTH
 
         for depth in (MAX_DEPTH + 1, 5_000, 100_000):
             error = json.loads((await _raw(directory, send(depth)))[4:])["error"]
@@ -385,7 +385,7 @@ def test_open_system_waits_for_a_command_line_write_in_another_process(tmp_path)
     trio.run(_make, path)
     code = textwrap.dedent(f"""
         import time, trio
-        from actors._cli._access import writing
+        from actors._tools._cli._access import writing
 
         async def main():
             async with writing({str(path)!r}):

@@ -1,4 +1,4 @@
-"""The error record's stored form (actors/_failures.py): any map a journal
+"""The error record's stored form (actors/_kernel/_failures.py): any map a journal
 holds reads back and is written back as it was, what the runtime writes is
 the map it wrote before the record had a class (so journals are unchanged),
 and replay raises from it the exception the process saw."""
@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 import actors
 from actors import Context, process
-from actors._failures import ErrorRecord
+from actors._kernel._failures import ErrorRecord
 from storage import decode, encode
 from tests.runtime_helpers import wait_status
 

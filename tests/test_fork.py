@@ -342,8 +342,8 @@ async def test_fork_inside_an_unfinished_call_is_refused(make_journal):
 
 
 async def test_of_two_forks_read_at_once_one_commits(make_journal):
-    from actors._fork import fork_txn, read_for_fork
-    from actors._protocol import START_RACED
+    from actors._kernel._protocol import START_RACED
+    from actors._system._fork import fork_txn, read_for_fork
     from storage import instance_id
     from storage.errors import Conflict
 

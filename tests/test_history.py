@@ -17,7 +17,7 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from actors._cli import main as cli_main
+from actors._tools._cli import main as cli_main
 from actors.testing import import_history, replay_history
 from storage import LMDBJournal
 from tests.runtime_helpers import virtual_wall, wait_status

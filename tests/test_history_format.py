@@ -23,8 +23,8 @@ import trio
 import trio.testing
 
 import actors
-from actors import _history
-from actors._history_values import from_plain, to_plain
+from actors._tools import _history
+from actors._tools._history_values import from_plain, to_plain
 from actors.testing import import_history, replay_history
 from storage import LMDBJournal, Opaque, encode
 from tests import strategies

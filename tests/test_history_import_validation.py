@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import actors
-from actors import _history
-from actors._cli import main as cli_main
+from actors._tools import _history
+from actors._tools._cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = json.loads((ROOT / "tests" / "history_v1.history").read_text())

@@ -25,7 +25,8 @@ import trio.testing
 from hypothesis import strategies as st
 
 import actors
-from actors import Context, Signal, _history, process
+from actors import Context, Signal, process
+from actors._tools import _history
 from actors.testing import import_history, open_test_system
 from storage import Journal, LMDBJournal, MemoryJournal, encode
 from tests import strategies

@@ -109,7 +109,7 @@ async def test_a_system_refuses_a_journal_of_another_format(tmp_path):
 
 
 def test_a_log_entry_round_trips_through_its_stored_map_keeping_unknown_keys():
-    from actors._log import NO_VALUE, LogEntry
+    from actors._kernel._log import NO_VALUE, LogEntry
 
     stored = {
         "k": "step",
@@ -245,7 +245,10 @@ async def test_the_log_a_run_writes_keeps_the_stored_format(tmp_path, autojump_c
         with system.journal.reader() as r:
             stored = r.log(iid, 0)
     [step, wait, sleep] = [stored[seq] for seq in (1, 2, 3)]
-    assert {"k", "n", "h", "a", "f", "c", "key", "v"} == set(step)
+    assert {"k", "n", "h", "a", "f", "c", "key", "v", "p"} == set(step)
+    # Each argument's digest: 4 bytes per positional one, a map of keywords.
+    assert [bytes, dict] == [type(part) for part in step["p"]]
+    assert [4, {}] == [len(step["p"][0]), step["p"][1]]  # one positional argument, 5
     assert ("step", "charge", 1, 0, 0, {"charged": 5}) == (
         step["k"],
         step["n"],

@@ -1,5 +1,5 @@
 """What the runtime logs under ``actors``: each event of the vocabulary in
-`actors._events`, at its level, naming the address in the message and
+`actors._kernel._events`, at its level, naming the address in the message and
 carrying it as ``record.actors_address``; DEBUG records only when enabled."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 import trio
 
 import actors
-from actors import Context, OneForOne, Retry, Signal, _events, process
+from actors import Context, OneForOne, Retry, Signal, process
+from actors._kernel import _events
 from storage import instance_id
 from tests.runtime_helpers import wait_status
 from tests.test_corrupt_records import BAD, _start_all_as_if_crashed_mid_run, damage, echo

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from actors import Signal
-from actors._effects import Wait
-from actors._mailbox import Mailbox
+from actors._kernel._effects import Wait
+from actors._kernel._mailbox import Mailbox
 
 NAMES = ["a", "b", "c"]
 

@@ -1,4 +1,4 @@
-"""The mailbox record's stored form (actors/_messages.py): every form a
+"""The mailbox record's stored form (actors/_kernel/_messages.py): every form a
 journal holds reads back, and what the runtime writes is what it wrote
 before the record had a class (so journals are unchanged)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from actors._messages import Asker, StoredMessage
+from actors._kernel._messages import Asker, StoredMessage
 from storage import decode, encode
 
 texts = st.text(max_size=20)

@@ -12,7 +12,7 @@ import pytest
 
 import actors
 from actors import Context, Queue, Signal, process
-from actors._checks import check_name, check_text
+from actors._kernel._checks import check_name, check_text
 from storage import instance_id
 from tests.runtime_helpers import virtual_wall
 

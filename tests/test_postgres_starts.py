@@ -4,7 +4,7 @@ other starts (an instance there, a cleanup's floor, a cancelled
 incarnation, a lost lease) still go the way they went.
 
 The commit requires the address absent and its floor row absent, and
-claims the row it creates (see `actors._lifecycle._fresh_start`). These
+claims the row it creates (see `actors._system._lifecycle._fresh_start`). These
 talk to a real server (see tests/pg.py) and run in real time.
 """
 
@@ -18,7 +18,7 @@ import pytest
 import trio
 
 import actors
-from actors import _protocol
+from actors._kernel import _protocol
 from storage import Conflict, InstanceRecord, Txn, instance_id
 from tests.pg import fresh_schema
 
@@ -46,6 +46,21 @@ async def once(ctx: actors.Context, id: str) -> str:
     """One step, an external effect counted in `RAN`."""
     await ctx.step(note, id)
     return id
+
+
+BROKEN = {"now": True}  # whether `flaky`'s step fails
+
+
+def check() -> str:
+    if BROKEN["now"]:
+        raise RuntimeError("broken")
+    return "fixed"
+
+
+@actors.process("pgflaky/:id")
+async def flaky(ctx: actors.Context, id: str) -> str:
+    """One step that fails while `BROKEN` says so."""
+    return await ctx.step(check, retry=actors.Retry(attempts=1))
 
 
 @pytest.fixture
@@ -336,3 +351,30 @@ async def test_a_start_while_the_lease_is_lost_runs_once_it_is_back(nodes, spy):
         await a.send(handle.id, M, "back")
         with trio.fail_after(10):
             assert "back" == await handle.result()
+
+
+@pytest.mark.parametrize("how", ["retry", "fork"])
+async def test_a_retry_or_fork_on_another_node_than_the_failed_runs_runs(nodes, how):
+    # Node a ran it and still owns its row (a live node); b starts the new
+    # run. The start deletes the ended row and makes a new one, which is
+    # the committer's (as any new row): b claims it and runs it, and a,
+    # which holds nothing of it, is not needed.
+    BROKEN["now"] = True
+    async with (
+        actors.open_system(nodes(), processes=[flaky], node="a") as a,
+        actors.open_system(nodes(), processes=[flaky], node="b") as b,
+    ):
+        failed = await a.start(flaky, "f")
+        with trio.fail_after(5):
+            with pytest.raises(actors.ProcessFailed):
+                await failed.result()
+        iid = instance_id("pgflaky/f")
+        assert "a" == await b.journal.read(lambda r: r.owner(iid))
+        BROKEN["now"] = False
+        with trio.fail_after(3):
+            if how == "retry":
+                again = await b.retry("pgflaky/f")
+            else:
+                again = await b.fork("pgflaky/f", from_effect=0)
+            assert "fixed" == await again.result()
+        assert "b" == await b.journal.read(lambda r: r.owner(iid))

@@ -91,7 +91,7 @@ def test_the_cli_lists_queues_schedules_and_queued_instances_and_cancels_one(jou
 
 async def test_the_inspector_shows_queued_instances(journal):
     pytest.importorskip("starlette", reason="install the 'web' extra")
-    from actors._web import create_app
+    from actors._tools._web import create_app
     from tests.test_web import call, rows
 
     async with LMDBJournal(journal, readonly=True) as opened:

@@ -19,7 +19,7 @@ import pytest
 import actors
 import actors.testing
 import storage
-from actors._cli._commands import _parser
+from actors._tools._cli._commands import _parser
 
 ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = (ROOT / "docs" / "api-summary.md").read_text()

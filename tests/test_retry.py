@@ -19,7 +19,7 @@ import trio
 
 import actors
 from actors import Context, Queue, Retry, Signal, process
-from actors._retry import KEPT_INCARNATIONS, read_kept
+from actors._system._retry import KEPT_INCARNATIONS, read_kept
 from storage import LMDBJournal, instance_id
 from tests.cli_runner import run_in_process
 from tests.crash_kit import ROOT, kill_after_acks

@@ -13,7 +13,13 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from actors._protocol import KEY_PREFIX, LEGACY_KEY_PREFIX, MAX_KEY_BYTES, key_cursor, key_of
+from actors._kernel._protocol import (
+    KEY_PREFIX,
+    LEGACY_KEY_PREFIX,
+    MAX_KEY_BYTES,
+    key_cursor,
+    key_of,
+)
 from storage import InstanceRecord, LMDBJournal, MemoryJournal, Txn, instance_id
 from tests.runtime_helpers import virtual_wall
 from tests.test_cli import cli, cli_json, run_cli

@@ -101,7 +101,7 @@ def test_a_plant_whose_snippet_is_gone_says_so() -> None:
 
 
 def test_a_plant_is_lifted_afterwards() -> None:
-    import actors._registry as registry
+    import actors._system._registry as registry
 
     real = registry.Registry.run_created
     with PLANTS["creation-race"].planted():

@@ -46,8 +46,8 @@ def events_alive() -> int:
 def traced(snapshot: tracemalloc.Snapshot) -> int:
     mine = snapshot.filter_traces(
         [
-            tracemalloc.Filter(True, "*actors/_statuses.py"),
-            tracemalloc.Filter(True, "*actors/_handles.py"),
+            tracemalloc.Filter(True, "*actors/_system/_statuses.py"),
+            tracemalloc.Filter(True, "*actors/_kernel/_handles.py"),
             tracemalloc.Filter(True, "*trio/_sync.py"),
             tracemalloc.Filter(True, "<attrs generated*"),
         ]

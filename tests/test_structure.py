@@ -25,7 +25,10 @@ PACKAGES = ("actors", "storage")
 # than a cycle: module -> imported module, with the reason.
 LAZY_ALLOWED = {
     ("storage", "storage._postgres"): "PostgresJournal needs the optional 'postgres' extra",
-    ("actors._cli._web", "actors._web"): "the web inspector needs the optional 'web' extra",
+    (
+        "actors._tools._cli._web",
+        "actors._tools._web",
+    ): "the web inspector needs the optional 'web' extra",
 }
 
 
@@ -134,13 +137,15 @@ def test_the_graph_sees_the_modules_and_their_imports():
     # A guard for the tests below: the parser must find real edges.
     runtime, _, _ = _graph()
     assert {
-        "actors._instance",
-        "actors._mailbox",
-        "actors._driver",
+        "actors._actor._instance",
+        "actors._kernel._mailbox",
+        "actors._kernel._driver",
         "storage._lmdb._journal",
     } <= set(MODULES)
-    assert "actors._mailbox" in runtime["actors._instance"]
-    assert "actors._effects" in runtime["actors._context"]  # "from . import _effects as fx"
+    assert "actors._kernel._mailbox" in runtime["actors._actor._instance"]
+    assert (
+        "actors._kernel._effects" in runtime["actors._actor._context"]
+    )  # "from . import _effects as fx"
     assert "storage._journal" in runtime["storage._lmdb._journal"]
 
 
@@ -200,11 +205,11 @@ def test_storage_never_imports_actors():
 
 
 # The tools outside an application (the command line, the web inspector)
-# reach the runtime through one module, actors._admin; the control socket's
+# reach the runtime through one module, actors._tools._admin; the control socket's
 # server calls the public methods of an Operations (defined in _control).
-TOOL_PACKAGES = ("actors._cli", "actors._web")
-TOOLS_MAY_IMPORT = {"actors._admin", "actors.errors", *TOOL_PACKAGES}
-CONTROL_MAY_IMPORT = {"actors._records", "actors.errors"}
+TOOL_PACKAGES = ("actors._tools._cli", "actors._tools._web")
+TOOLS_MAY_IMPORT = {"actors._tools._admin", "actors.errors", *TOOL_PACKAGES}
+CONTROL_MAY_IMPORT = {"actors._kernel._records", "actors.errors"}
 
 
 def _in(module: str, packages: Iterable[str]) -> bool:
@@ -218,12 +223,12 @@ def test_the_tools_reach_the_runtime_through_the_admin_api():
         if _package(target) == "actors"
         and (
             (_in(module, TOOL_PACKAGES) and not _in(target, TOOLS_MAY_IMPORT))
-            or (module == "actors._control" and target not in CONTROL_MAY_IMPORT)
+            or (module == "actors._system._control" and target not in CONTROL_MAY_IMPORT)
         )
     ]
     assert [] == found
     # ... and the guard sees the tools' imports
-    assert ("actors._cli._write", "actors._admin") in _imports()
+    assert ("actors._tools._cli._write", "actors._tools._admin") in _imports()
 
 
 # The actor's own modules; everyone else calls its methods. (_runner steps
@@ -268,17 +273,141 @@ def test_the_write_patterns_catch_writes():
     assert not any(p.search("if actor.status == 'running':") for p in WRITES)
 
 
+# -- the rooms ---------------------------------------------------------------------
+
+# The rooms of actors/, bottom up: a module imports (at run time, for type
+# checkers, or in a function) only from its own room or rooms below it.
+# `errors` is under them all; the public namespace, `testing` and the
+# command line's entry point stand on top.
+ROOMS = ("_kernel", "_features", "_actor", "_system", "_tools")
+ROOM_DOCS = {
+    "_kernel": "effects, the driver that runs a process by hand, the log, records, the mailbox, "
+    "handles, the protocol's transactions",
+    "_features": "steps, sends, signals, asks, timers, streams, sagas, queues, schedules, "
+    "supervision, joins, crashes",
+    "_actor": "an instance (Actor) and its parts, the process's ctx",
+    "_system": "the ActorSystem facade and its parts, open and recovery, the operations "
+    "(fork, retry, mail, cleanup), nodes, the control socket",
+    "_tools": "the command line, the web inspector, the admin API they go through, "
+    "history files, the simulation",
+}
+
+
+def room_of(module: str) -> str:
+    """The room of a module of actors ("" for the package's top level)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) >= 2 and parts[1] in ROOMS else ""
+
+
+def _rank(module: str) -> int:
+    room = room_of(module)
+    if room:
+        return ROOMS.index(room)
+    return -1 if module == "actors.errors" else len(ROOMS)
+
+
+def test_no_arrow_runs_back_up_between_rooms():
+    found = [
+        f"{module} -> {target}"
+        for module, target in _imports()
+        if _package(module) == _package(target) == "actors" and _rank(target) > _rank(module)
+    ]
+    assert [] == found
+    # ... and every module of actors/ but the public ones is in a room
+    loose = [
+        m
+        for m in MODULES
+        if _package(m) == "actors" and not room_of(m) and m.count(".") and m not in _PUBLIC
+    ]
+    assert [] == loose
+
+
+_PUBLIC = {"actors.errors", "actors.testing", "actors.__main__"}
+
+
+def test_every_module_fits_a_reader():
+    # One concept, one place: no module of ours over MAX_LINES, but the
+    # ones listed, none longer than it was when listed.
+    lengths = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in MODULES.values()
+    }
+    grown = {p: n for p, n in lengths.items() if n > LONG_MODULES.get(p, MAX_LINES)}
+    assert {} == grown, "a module grew past its allowance: split it by job"
+    stale = [p for p, n in LONG_MODULES.items() if lengths.get(p, 0) <= MAX_LINES]
+    assert [] == stale, "split under the limit: take it off LONG_MODULES"
+
+
+MAX_LINES = 450
+# Modules still over MAX_LINES, with their length: each is to be split (the
+# test fails when one grows, or shrinks under the limit and stays listed).
+LONG_MODULES: dict[str, int] = {
+    "actors/_actor/_context.py": 878,
+    "storage/_postgres/_writer.py": 759,
+    "actors/_kernel/_effects.py": 726,
+    "actors/_kernel/_driver.py": 719,
+    "storage/_records.py": 719,
+    "storage/_lmdb/_writer.py": 662,
+    "actors/_tools/_history.py": 634,
+    "actors/_kernel/_protocol.py": 600,
+    "actors/_features/_queues.py": 592,
+    "actors/_features/_schedules.py": 584,
+    "storage/_simulated.py": 584,
+    "actors/_tools/_cli/_inspect.py": 574,
+    "actors/_system/_control.py": 560,
+    "storage/_journal.py": 560,
+    "actors/_kernel/_interfaces.py": 556,
+    "actors/_system/_lifecycle.py": 552,
+    "storage/_codec.py": 547,
+    "actors/_tools/_web/_app.py": 546,
+    "actors/_actor/_instance.py": 545,
+    "actors/_tools/_web/_pages.py": 542,
+    "actors/_tools/_simulate.py": 533,
+    "actors/_tools/_web/_actions.py": 530,
+    "actors/_system/_facade.py": 504,
+    "actors/testing.py": 502,
+    "storage/_lmdb/_journal.py": 502,
+    "storage/_txn.py": 484,
+    "actors/_system/_mail.py": 483,
+    "actors/_features/_supervision.py": 482,
+    "actors/_features/_asks.py": 460,
+    "storage/_postgres/_schema.py": 459,
+    "actors/_features/_signals.py": 457,
+}
+
+
+def draw_rooms() -> str:
+    """The rooms, top down, with what each holds and the rooms it imports."""
+    runtime, _, _ = _graph()
+    lines = [
+        "The rooms of `actors/`, top down: a room imports only from rooms below",
+        "it (`test_no_arrow_runs_back_up_between_rooms`).",
+        "",
+        "```text",
+    ]
+    for room in reversed(ROOMS):
+        members = [m for m in MODULES if room_of(m) == room]
+        below = sorted(
+            {room_of(t) or t for m in members for t in runtime[m] if _package(t) == "actors"}
+            - {room}
+        )
+        lines.append(f"{room:10} {len(members):2} modules  <- {', '.join(below) or '-'}")
+        lines.append(f"{'':10} {ROOM_DOCS[room]}")
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
 # -- the drawing -------------------------------------------------------------------
 
 DRAWING = ROOT / "docs" / "structure.md"
 _DRAWING_HEAD = """# Structure
 
-How the modules of `actors/` import each other, floor by floor: a module
-imports (at run time) only modules on floors below its own, so the graph
-has no circle. Floor 0 imports nothing of `actors`; everything may import
-`storage`, which never imports `actors`. Made from the source by
-`python -m tests.test_structure`; `tests/test_structure.py` fails when it
-differs from the code.
+`actors/` is five rooms on top of each other, and the public modules
+(`actors`, `actors.errors`, `actors.testing`) around them. A room imports
+only from itself and the rooms below it; inside a room, a module imports
+(at run time) only modules on floors below its own, so the graph has no
+circle. Everything may import `storage`, which never imports `actors`.
+Made from the source by `python -m tests.test_structure`;
+`tests/test_structure.py` fails when it differs from the code.
 """
 
 
@@ -303,42 +432,59 @@ def _floors(package: str = "actors") -> dict[str, int]:
 
 
 def draw(package: str = "actors") -> str:
-    """The drawing: the floors top down, then what each module imports."""
+    """The drawing: the rooms top down, each with its floors, then what
+    each module imports."""
     runtime, _, _ = _graph()
     floors = _floors(package)
 
     def short(module: str) -> str:
         return module[len(package) + 1 :] or package
 
-    lines = [_DRAWING_HEAD, "```text"]
-    for floor in range(max(floors.values()), -1, -1):
-        names = sorted(short(m) for m, f in floors.items() if f == floor)
-        lines.append(f"floor {floor:2}  " + "  ".join(names))
+    def local_floors(room: str) -> dict[str, int]:
+        inside = {
+            m: {t for t in runtime[m] if room_of(t) == room} for m in floors if room_of(m) == room
+        }
+        found: dict[str, int] = {}
+        while len(found) < len(inside):
+            for m in sorted(inside):
+                if m not in found and inside[m] <= found.keys():
+                    found[m] = 1 + max((found[t] for t in inside[m]), default=-1)
+        return found
+
+    lines = [_DRAWING_HEAD, draw_rooms(), "Each room's modules, floor by floor:", "", "```text"]
+    outside = sorted(short(m) for m in floors if not room_of(m))
+    lines.append(f"{'(public)':12} {'  '.join(outside)}")
+    for room in reversed(ROOMS):
+        local = local_floors(room)
+        for floor in range(max(local.values()), -1, -1):
+            names = sorted(short(m)[len(room) + 1 :] or "." for m, f in local.items() if f == floor)
+            label = room if floor == max(local.values()) else ""
+            lines.append(f"{label:10} {floor:2} {'  '.join(names)}")
     lines += ["```", "", "What each module imports from `actors` (at run time):", "", "```text"]
-    for module in sorted(floors, key=lambda m: (-floors[m], m)):
+    for module in sorted(floors, key=lambda m: (_rank(m), m), reverse=True):
         targets = sorted(short(t) for t in runtime[module] if _package(t) == package)
-        lines.append(f"{short(module):22} {floors[module]:2}  <- {', '.join(targets) or '-'}")
+        lines.append(f"{short(module):30} <- {', '.join(targets) or '-'}")
     lines += ["```", ""]
     return "\n".join(lines)
 
 
-# The parts of ActorSystem (see actors/_system.py): attribute -> (module, class).
+# The parts of ActorSystem (see actors/_system/_facade.py): attribute -> (module, class).
 PARTS = {
-    "registry": ("_registry", "Registry"),
-    "statuses": ("_statuses", "Statuses"),
-    "corruption": ("_corruption", "Corruption"),
-    "stalls": ("_stalls", "Stalls"),
-    "router": ("_sending", "Router"),
-    "lifecycle": ("_lifecycle", "Lifecycle"),
-    "upkeep": ("_upkeep", "Upkeep"),
+    "registry": ("_system._registry", "Registry"),
+    "statuses": ("_system._statuses", "Statuses"),
+    "corruption": ("_system._corruption", "Corruption"),
+    "stalls": ("_system._stalls", "Stalls"),
+    "router": ("_features._sending", "Router"),
+    "lifecycle": ("_system._lifecycle", "Lifecycle"),
+    "upkeep": ("_system._upkeep", "Upkeep"),
 }
 
 
 # The parts of Actor, made in _instance: part -> (module, class).
 ACTOR_PARTS = {
-    "writes": ("_writes", "Writes"),
-    "arrivals": ("_arrivals", "Arrivals"),
-    "ends": ("_ends", "Ends"),
+    "writes": ("_actor._writes", "Writes"),
+    "arrivals": ("_actor._arrivals", "Arrivals"),
+    "ends": ("_actor._ends", "Ends"),
 }
 
 
@@ -361,7 +507,7 @@ def part_callers(
 
 def draw_parts(root: Path = ROOT) -> str:
     lines = [
-        "Who calls whom: `ActorSystem` (`_system`) is a facade over its parts,",
+        "Who calls whom: `ActorSystem` (`_system._facade`) is a facade over its parts,",
         "each made with the system and reaching the others through it",
         "(`system.registry`, ...); the protocols in `_interfaces` say what",
         "each part offers the rest. Each part, then the modules that call it:",
@@ -380,7 +526,7 @@ def draw_parts(root: Path = ROOT) -> str:
     lines += [
         "```",
         "",
-        "`Actor` (`_instance`) owns three parts in the same way, each made with",
+        "`Actor` (`_actor._instance`) owns three parts in the same way, each made with",
         "the actor (`actor.writes`, ...):",
         "",
         "```text",
@@ -391,11 +537,14 @@ def draw_parts(root: Path = ROOT) -> str:
 
 
 def test_the_parts_are_what_the_system_and_the_actor_make():
-    for owner, parts in (("_system", PARTS), ("_instance", ACTOR_PARTS)):
+    for owner, parts in (("_system/_facade", PARTS), ("_actor/_instance", ACTOR_PARTS)):
         source = (ROOT / "actors" / f"{owner}.py").read_text()
+        room = owner.partition("/")[0]
         for part, (module, cls) in parts.items():
+            here, _, leaf = module.partition(".")
+            where = f".{leaf}" if here == room else f"..{module}"
             assert f"self.{part} = {cls}(self" in source, part
-            assert f"from .{module} import {cls}" in source, part
+            assert f"from {where} import {cls}" in source, part
 
 
 def test_no_protocol_has_private_members():
@@ -438,8 +587,13 @@ def test_no_class_is_assembled_from_three_of_our_bases():
     assert [] == many
 
 
+def drawing() -> str:
+    """docs/structure.md, made from the code."""
+    return draw() + "\n" + draw_parts() + "\n" + draw_features()
+
+
 def test_the_drawing_of_actors_is_the_code():
-    assert draw() + "\n" + draw_parts() + "\n" + draw_features() == DRAWING.read_text(), (
+    assert drawing() == DRAWING.read_text(), (
         "docs/structure.md differs from the import graph: run python -m tests.test_structure"
     )
 
@@ -448,14 +602,28 @@ def test_a_circle_has_no_floors(monkeypatch):
     # A guard: the drawing cannot be made of a graph with a circle.
     runtime, typing_only, lazy = _graph()
     bent = {m: set(t) for m, t in runtime.items()}
-    bent["actors._driver"].add("actors._instance")  # _instance imports _driver
+    bent["actors._kernel._driver"].add("actors._actor._instance")  # _instance imports _driver
     monkeypatch.setitem(globals(), "_graph", lambda: (bent, typing_only, lazy))
     try:
         _floors()
     except ValueError as exc:
-        assert "actors._driver" in str(exc) and "actors._instance" in str(exc)
+        assert "actors._kernel._driver" in str(exc) and "actors._actor._instance" in str(exc)
     else:
         raise AssertionError("a circle was given floors")
+
+
+def test_no_code_dispatches_on_an_effects_class():
+    # What a kind of effect does is its class's (attributes, methods, its
+    # Behaviour): no module asks "is it a Call?" to decide.
+    dispatch = re.compile(r"\btype\([^)]*\) is (not )?(fx\.|_effects\.)?[A-Z]\w*\b")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "actors").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if dispatch.search(line) and "fx." in line
+    ]
+    assert [] == found
+    assert dispatch.search("if type(effect) is fx.Call:")  # (the pattern finds one)
 
 
 def test_every_leaf_effect_runs_live_by_its_features_behaviour():
@@ -463,7 +631,7 @@ def test_every_leaf_effect_runs_live_by_its_features_behaviour():
     # the kind's feature module registers (fx.runs_live); a kind nobody
     # registered would fail only when a process first awaited it.
     import actors  # noqa: F401 - every feature module, imported
-    from actors import _effects as fx
+    from actors._kernel import _effects as fx
 
     def kinds(cls: type) -> list[type]:
         return [cls, *(k for sub in cls.__subclasses__() for k in kinds(sub))]
@@ -498,29 +666,34 @@ def test_importing_the_runtime_imports_no_test_tools():
 # what the tools use of each feature (that they used directly before it).
 FEATURES: dict[str, tuple[str, str]] = {
     "asks": (
-        "_asks",
+        "_features._asks",
         r"_?asks?|Asks?|Asker|asker|Reply|replies|ask_id_of|answer(_offline)?|no_reply"
         r"|send_reply|unanswered_on_disk|reply_outcome|reply_to",
     ),
-    "keyed sends": ("_keys", r"KeyedSends|KEY_PREFIX|legacy_key\w*|keyed|\.keys"),
+    "keyed sends": ("_features._keys", r"KeyedSends|KEY_PREFIX|legacy_key\w*|keyed|\.keys"),
     "queues": (
-        "_queues",
+        "_features._queues",
         r"Queue\w*|_?queues?|queued|queue_\w+|held_key|wait_prefix|index_key"
         r"|waiting_rows|Rate|admitted|_run_admitted",
     ),
-    "schedules": ("_schedules", r"Schedule\w*|_?schedules|schedule_\w+|due_ticks|ticks_after"),
-    "sagas": ("_saga", r"\w*(compensat|Compensat|saga)\w*"),
+    "schedules": (
+        "_features._schedules",
+        r"Schedule\w*|_?schedules|schedule_\w+|due_ticks|ticks_after",
+    ),
+    "sagas": ("_features._saga", r"\w*(compensat|Compensat|saga)\w*"),
     "streams": (
-        "_streams",
+        "_features._streams",
         r"Stream\w*|Emit|Publish|_?emit\w*|_?publish\w*|_?exports?|_?cursors?|Cursor\w*",
     ),
     "patches": ("", r"_?patch(ed|es|_id)?|Marker|deprecate_patch"),
     "cancel": (
-        "_lifecycle",
+        "_system._lifecycle",
         r"Cancels|Cancel|ProcessCancelled|_cancel\w*|cancel_(?!scope|timer)\w+|record_cancel"
         r"|compensate_on_cancel",
     ),
 }
+# The tools outside the runtime and their way in (not counted as feature homes).
+TOOLS_OUTSIDE = ("_tools._cli", "_tools._web", "_tools._admin")
 # Called as methods these names are someone else's (dict.keys, trio's
 # CancelScope.cancel, a journal reader's cursor).
 _CALLED_ELSEWHERE = {"keys", "cancel", "cursor"}
@@ -562,7 +735,7 @@ def feature_modules(root: Path = ROOT) -> dict[str, list[str]]:
     for path in sorted((root / "actors").rglob("*.py")):
         module = ".".join(path.relative_to(root / "actors").with_suffix("").parts)
         # (the package's __init__ only re-exports the public names)
-        if module.split(".")[0] in ("_cli", "_web", "_admin", "__main__", "__init__"):
+        if module in ("__main__", "__init__") or module.startswith(TOOLS_OUTSIDE):
             continue
         tree = ast.parse(path.read_text(), str(path))
         names = _identifiers(tree)
@@ -577,7 +750,7 @@ def feature_modules(root: Path = ROOT) -> dict[str, list[str]]:
             if isinstance(node, ast.ImportFrom)
         }
         for feature, (own, pattern) in FEATURES.items():
-            own_module = own and (module == own or own in imported)
+            own_module = own and (module == own or own.rpartition(".")[2] in imported)
             if own_module or any(_names(pattern, name) for name in names):
                 found[feature].append(module)
     return found
@@ -614,5 +787,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--features"]:  # python -m tests.test_structure --features ROOT
         sys.stdout.write(draw_features(Path(sys.argv[2]) if sys.argv[2:] else ROOT))
     else:
-        DRAWING.write_text(draw() + "\n" + draw_parts() + "\n" + draw_features())
+        DRAWING.write_text(drawing())
         sys.stdout.write(f"wrote {DRAWING.relative_to(ROOT)}\n")

@@ -27,12 +27,12 @@ import trio
 pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("hypercorn", reason="install the 'web' extra")
 
-import actors
-from actors import Signal, process
-from actors._cli._inspect import list_items
-from actors._web import create_app
-from storage import LMDBJournal, instance_id
-from tests.runtime_helpers import wait_status
+import actors  # noqa: E402
+from actors import Signal, process  # noqa: E402
+from actors._tools._cli._inspect import list_items  # noqa: E402
+from actors._tools._web import create_app  # noqa: E402
+from storage import LMDBJournal, instance_id  # noqa: E402
+from tests.runtime_helpers import wait_status  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -493,7 +493,7 @@ def test_the_command_serves_on_127_0_0_1_and_says_so(journal):
         assert 404 == bad.value.code
     finally:
         server.send_signal(signal.SIGINT)
-        _out, err = server.communicate(timeout=30)
+        out, err = server.communicate(timeout=30)
     assert 0 == server.returncode, err  # Ctrl-C stops it gracefully
     assert "Traceback" not in err
 
@@ -551,7 +551,7 @@ def test_the_command_refuses_what_it_cannot_serve(journal, tmp_path):
     )
 
     # Without the 'web' extra, the command says what to install.
-    blocked = "import sys; sys.modules['starlette'] = None; from actors._cli import main; sys.exit(main())"
+    blocked = "import sys; sys.modules['starlette'] = None; from actors._tools._cli import main; sys.exit(main())"
     done = subprocess.run(
         [sys.executable, "-c", blocked, "web", "--journal", str(journal)],
         cwd=ROOT,

@@ -83,7 +83,7 @@ _MIGRATIONS: list[tuple[str, ...]] = [
             value bytea NOT NULL)""",
     ),
     (  # 4: a prefix of state keys is a range, whatever the database's collation
-        # (the identity index's buckets are read by prefix: see actors._identity)
+        # (the identity index's buckets are read by prefix: see actors._kernel._identity)
         'CREATE INDEX states_prefix ON {s}.states ((key COLLATE "C"))',
     ),
 ]

@@ -94,7 +94,7 @@ PLANTS: dict[str, Plant] = {
     # let its instance park without a task, so the work never ran (not a
     # bug we had; the runner that steps parked instances, workload 7).
     "parked-with-work": Plant(
-        "actors._runner",
+        "actors._actor._runner",
         "may_park",
         old="""
             not actor.busy
@@ -111,7 +111,7 @@ PLANTS: dict[str, Plant] = {
     # parked (5a9270b, before it landed): the instance never left memory
     # and was never loaded again.
     "raised-in-nursery": Plant(
-        "actors._instance",
+        "actors._actor._instance",
         "Actor.main",
         old="""
                 if held and self.queued:
@@ -127,7 +127,7 @@ PLANTS: dict[str, Plant] = {
     # the pump then ran it again from the row it read before, and that
     # run's "suspended" went over the completed end.
     "admitted-twice": Plant(
-        "actors._registry",
+        "actors._system._registry",
         "Registry.run_admitted",
         old="""
             if (
@@ -159,7 +159,7 @@ PLANTS: dict[str, Plant] = {
     # asked for an activation that the start held off, and the new actor
     # never read its mailbox.
     "creation-race": Plant(
-        "actors._registry",
+        "actors._system._registry",
         "Registry.run_created",
         old="loaded = iid not in self.routed_absent",
         new="loaded = True  # planted: mail routed meanwhile is never read",
@@ -168,7 +168,7 @@ PLANTS: dict[str, Plant] = {
     # A cancel lost to a racing restart (f65a239): an actor told to cancel
     # as it crashed wrote its restart and left memory; the cancel returned.
     "cancel-restart": Plant(
-        "actors._lifecycle",
+        "actors._system._lifecycle",
         "Lifecycle.cancel_iid",
         old="continue  # it left memory still live (restarted): cancel that",
         new="return actor.status == 'cancelled'  # planted: the restart runs on",
@@ -178,7 +178,7 @@ PLANTS: dict[str, Plant] = {
     # got the sender's own object, so the sender's later mutation changed
     # what the process saw, while its replay reads the stored bytes.
     "aliased-payload": Plant(
-        "actors._sending",
+        "actors._features._sending",
         "Router.send_iid",
         old="txn.then = lambda results: self.route(iid, results[0], notice.message)",
         new="""
@@ -215,7 +215,7 @@ PLANTS: dict[str, Plant] = {
     # A start whose caller was cancelled after its commit (64@2): written
     # 'running', never run here, and never taken over (its node lives).
     "cancelled-start": Plant(
-        "actors._lifecycle",
+        "actors._system._lifecycle",
         "Lifecycle.start",
         old="""
             results = await commit_through(
@@ -231,7 +231,7 @@ PLANTS: dict[str, Plant] = {
     # Not a bug this project had: the fence that keeps a node whose lease
     # lapsed from writing to an instance another node took over.
     "unfenced-barrier": Plant(
-        "actors._writes",
+        "actors._actor._writes",
         "Writes._own",
         old="""
             if actor.fenced:
@@ -244,7 +244,7 @@ PLANTS: dict[str, Plant] = {
     # Not a bug this project had: a round that admits several instances
     # counts one start against the rate (workload 5's rated queue).
     "rate-per-round": Plant(
-        "actors._queues",
+        "actors._features._queues",
         "QueueService._admit",
         old="""
             if queue.rate is not None:
@@ -260,7 +260,7 @@ PLANTS: dict[str, Plant] = {
     # the message but not the sender's log entry, so every replay of the
     # sender reaches the send with no entry and sends it again.
     "duplicate-send": Plant(
-        "actors._sends",
+        "actors._features._sends",
         "_commit",
         old="txn.put_log(actor.iid, actor.run, send.seq, entry.to_stored())",
         new="pass  # planted: the message is written, the sender's entry is not",
@@ -270,7 +270,7 @@ PLANTS: dict[str, Plant] = {
     # next start at the address begins again at incarnation 1 and its
     # steps' idempotency keys repeat the removed incarnation's (workload 6).
     "cleanup-floor": Plant(
-        "actors._protocol",
+        "actors._kernel._protocol",
         "cleanup_txn",
         old="txn.put_state(floor_key(iid), incarnation)",
         new="pass  # planted: no floor",
@@ -283,41 +283,41 @@ PLANTS: dict[str, Plant] = {
     # (an "async" start that met a full journal): the Conflict took the
     # system down instead of the instance leaving memory to be reloaded.
     "lost-start-cancel": Plant(
-        "actors._ends",
+        "actors._actor._ends",
         "Ends.broke",
         old="if actor.lost is not None and _alone(exc, Conflict) is not None:",
         new="if False:  # planted: a refused write after a lost one is a bug",
         what="a cancel begun after the instance's own start was lost takes the system down",
     ),
     "retry-lost-mail": Plant(
-        "actors._fork_plan",
+        "actors._system._fork_plan",
         "read_for_fork",
         old='unread = [_copied(m) for _, m in r.mailbox(iid) if not m[0].startswith("\\x00")]',
         new="unread = []  # planted: the new incarnation's mailbox starts empty",
-        aliases=("actors._fork", "actors._retry"),
+        aliases=("actors._system._fork", "actors._system._retry"),
         what="a retry starts with an empty mailbox: the failed run's unread mail is gone",
     ),
     # A fork to another address given the source's mail (d27e44f), taken
     # messages put back included: the fork took them again.
     "fork-copied-mail": Plant(
-        "actors._fork_plan",
+        "actors._system._fork_plan",
         "read_for_fork",
         old="if target_iid == iid:",
         new="if True:  # planted: a fork to another address copies the mail",
-        aliases=("actors._fork", "actors._retry"),
+        aliases=("actors._system._fork", "actors._system._retry"),
         what="a fork to another address copies the source's mail, taken messages included",
     ),
     # A cleanup that removed a finished child on its own age and status
     # (ebd2d86), though its parent was live and had still to join it.
     "cleanup-removed-child": Plant(
-        "actors._cleanup",
+        "actors._system._cleanup",
         "families",
         old="verdict = gone[up]",
         new="verdict = True  # planted: a child goes whatever its parent",
         what="a cleanup removes a finished child of a live parent",
         also=(
             Plant(
-                "actors._protocol",
+                "actors._kernel._protocol",
                 "cleanup_txn",
                 old="txn.require_absent(parent)",
                 new="pass  # planted: the parent may be there",
@@ -328,7 +328,7 @@ PLANTS: dict[str, Plant] = {
     # A handle of a completed instance that a cleanup removed said
     # "cancelled" (ea16b09): it forgot the end it saw.
     "completed-cancelled": Plant(
-        "actors._handles",
+        "actors._kernel._handles",
         "Handle._state",
         old='elif status in ("unknown", "unread") and self._end is not None:',
         new="elif False:  # planted: the end it saw is forgotten once removed",
@@ -338,7 +338,7 @@ PLANTS: dict[str, Plant] = {
     # drop of a message that the actor in memory holds unread does not hold
     # it back, so the actor takes it after the drop returned.
     "drop-not-withheld": Plant(
-        "actors._mail",
+        "actors._system._mail",
         "drop_message",
         old="held = actor.arrivals.withhold(message_id)",
         new="held = None  # planted: the actor in memory may still take it",
@@ -349,7 +349,7 @@ PLANTS: dict[str, Plant] = {
     # incarnation it read: ids are an incarnation's own, and a retry
     # numbers the mail it carries anew).
     "drop-any-incarnation": Plant(
-        "actors._mail",
+        "actors._system._mail",
         "drop_refusal",
         old="d.message.id == message_id and d.incarnation == plan.row.record.incarnation",
         new="d.message.id == message_id  # planted: any incarnation's dead letter",
@@ -358,7 +358,7 @@ PLANTS: dict[str, Plant] = {
     # Two nodes: a drop of a live instance from a node that does not own it
     # written with no claim (24e0670), while the owner held its mail.
     "drop-unclaimed": Plant(
-        "actors._mail",
+        "actors._system._mail",
         "drop_message",
         old="if epoch is None and system.journal.shared and plan.row.status in LIVE_STATUSES:",
         new="if False:  # planted: no claim, no fence",
@@ -369,7 +369,7 @@ PLANTS: dict[str, Plant] = {
     # by identity (#48). A signal's commit not conditional on the buckets'
     # generations, so a start between its read and its commit misses it.
     "signal-generation": Plant(
-        "actors._signals",
+        "actors._features._signals",
         "signal_txn",
         old="txn.expect_state(gen, version)",
         new="pass  # planted: a start meanwhile is not seen",
@@ -378,7 +378,7 @@ PLANTS: dict[str, Plant] = {
     # A ``ctx.signal`` whose messages are written without its log entry, so
     # each replay of the emitter signals again.
     "signal-unlogged": Plant(
-        "actors._signals",
+        "actors._features._signals",
         "_run",
         old="txn.put_log(actor.iid, actor.run, effect.seq, effect.describe(value=count).to_stored())",
         new="pass  # planted: the messages are written, the emitter's entry is not",

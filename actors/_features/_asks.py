@@ -1,0 +1,460 @@
+"""Request/reply: `ActorSystem.ask`, ``ctx.ask`` and ``ctx.reply``.
+
+The ask is a mailbox message like any other, with one more element: the
+ask ``[ask id, reply-to address, asker's node]`` (see `_protocol`). Taking
+it with ``receive``/``wait`` records the ask in the wait's log entry, so
+the process knows what it took after a restart as well as before.
+
+The reply is an effect in the replier's log. Its log entry and the reply's
+delivery are written in one transaction, so a restart between the take and
+the reply replays the take and runs the reply once, and a restart after the
+reply replays it without sending it again. Where the reply goes depends on
+who asked:
+
+- ``ctx.ask`` (an instance asked): the reply is a system message
+  (``\\x00reply <ask id>``) to the asker's mailbox, which its ``Ask`` effect
+  waits for like any wait; another node's asker is woken by the journal's
+  mail notice, as for any message.
+- `ActorSystem.ask` (a caller outside any instance): the asker's system
+  keeps a waiter per ask. On its own node (and always on a single-owner
+  journal) the reply is handed to that waiter once it is durable in the
+  replier's log; nothing else is written. For an asker on another node, the
+  reply is a message under the ask's own id (``\\x00ask <ask id>``, no
+  instance record) and the commit wakes that node (`storage.Txn.wake`),
+  whose waiter reads it and deletes it.
+
+An instance that ends without replying answers each ask it took and did not
+reply to, and each still unread, with "ended without replying" in the
+transaction that records its end (so does a cancel written on disk, by a
+system or by the CLI); a run that continues as new or is restarted answers
+the asks it took. The asker raises `NotDelivered`. A system asker also reads the instance's
+status every `CHECK_EVERY` seconds while it waits, so an end it was not
+told of (a notice lost with a connection) still ends its wait.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import trio
+
+from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
+from storage.errors import Conflict, JournalClosed
+
+from .._kernel import _effects as fx, _hooks, _protocol
+from .._kernel._failures import ErrorRecord
+from .._kernel._hooks import After
+from .._kernel._interfaces import ActorAPI, SystemAPI
+from .._kernel._log import LogEntry
+from .._kernel._messages import Asker, StoredMessage
+from .._kernel._records import Signal
+from ..errors import AskTimeout, NotDelivered
+from ._sending import commit_through
+
+__all__ = [
+    "BOX_PREFIX",
+    "CHECK_EVERY",
+    "Asks",
+    "answer",
+    "answer_offline",
+    "ask_id_of",
+    "no_reply",
+    "reply_outcome",
+    "unanswered_on_disk",
+]
+
+BOX_PREFIX = "\x00ask "  # the reply-to address of a system ask: BOX_PREFIX + ask id
+CHECK_EVERY = 1.0  # seconds between a system asker's reads of the instance's status
+
+
+def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
+    """The id of ``ctx.ask`` effect ``seq``: unique across incarnations and runs."""
+    return f"{address}#{inc}.{run}.{seq}"
+
+
+class _Pending:
+    """One system ask being waited for."""
+
+    __slots__ = ("event", "handed", "payload", "since")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.payload: dict[str, Any] | None = None  # {"v": value} or {"ended": status}
+        self.since = trio.current_time()
+        self.handed = False  # the payload came by `Asks.hand`: nothing under the box
+
+
+class Asks:
+    """The system's asks in flight (`ActorSystem.ask`), by reply-box id."""
+
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self._pending: dict[bytes, _Pending] = {}
+        # Ask ids: a random prefix of this system's, then a count (unique
+        # across nodes and reopens, without a random draw per ask).
+        self._prefix = uuid.uuid4().hex[:20]
+        self._count = itertools.count(1)
+        self._watching = False  # the watch task runs (see _watch)
+
+    async def ask(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        timeout: float | None,
+        send: Callable[..., Any],
+    ) -> Any:
+        """Send (durably, with ``send``) and wait for the reply; see `ActorSystem.ask`."""
+        ask_id = f"{self._prefix}.{next(self._count)}"
+        box_address = BOX_PREFIX + ask_id
+        box = instance_id(box_address)
+        pending = self._pending[box] = _Pending()
+        if not self._watching and not self.system.closing:
+            self._watching = True
+            self.system.registry.spawn_system_task(self._watch)
+        try:
+            asker = Asker(ask_id, box_address, self.system.node)
+            await send(iid, address, signal, payload, ask=asker)
+            if timeout is None:
+                return _result(await self._wait(pending, box, iid), address)
+            with trio.move_on_after(timeout):
+                return _result(await self._wait(pending, box, iid), address)
+            raise AskTimeout(
+                f"no reply from {address!r} to {signal.name!r} within {timeout} s; the "
+                "message stays in its mailbox (it may still be taken); ask again with the "
+                "same request, or raise timeout=",
+                address=address,
+                timeout=timeout or 0.0,
+            )
+        finally:
+            del self._pending[box]
+            if self.system.journal.shared and not pending.handed:
+                # A reply from another node may sit under the box (or come later).
+                txn = Txn()
+                txn.delete_instance(box)
+                self.system.journal.submit(txn)  # best effort; nothing waits on it
+
+    async def _wait(self, pending: _Pending, box: bytes, iid: bytes) -> dict[str, Any]:
+        shared = self.system.journal.shared
+
+        def read(r: Any) -> tuple[Any, Any]:
+            return (r.mailbox(box) if shared else ()), r.instance(iid)
+
+        while True:
+            await pending.event.wait()  # a reply, or _watch: time to look
+            if pending.payload is not None:
+                return pending.payload
+            pending.event = trio.Event()
+            mail, row = await self.system.journal.read(read)
+            if pending.payload is not None:
+                return pending.payload
+            for _, message in mail:
+                reply = StoredMessage.from_stored(message).payload
+                if isinstance(reply, dict):
+                    return reply
+            if row is None:
+                return {"ended": "unknown"}
+            if row.status not in UNFINISHED_STATUSES:
+                return {"ended": row.status}
+
+    async def _watch(self) -> None:
+        """While asks wait: every `CHECK_EVERY` seconds, wake those waiting
+        that long, to read what the journal says (one task for all of them,
+        rather than a deadline per ask). At the system's close, end every
+        wait with `JournalClosed`."""
+        closed = True
+        try:
+            while self._pending:
+                await trio.sleep(CHECK_EVERY)
+                now = trio.current_time()
+                for pending in list(self._pending.values()):
+                    if now - pending.since >= CHECK_EVERY:
+                        pending.event.set()
+            closed = False
+        finally:
+            self._watching = False
+            if closed:
+                for pending in self._pending.values():
+                    if pending.payload is None:
+                        pending.payload = {"closed": True}
+                        pending.event.set()
+
+    def hand(self, box: bytes, payload: dict[str, Any]) -> None:
+        """A reply to a system ask of this node is durable: give it to its waiter."""
+        pending = self._pending.get(box)
+        if pending is not None and pending.payload is None:
+            pending.payload = decode(encode(payload))  # what was recorded, never the object
+            pending.handed = True
+            pending.event.set()
+
+    def noticed(self, iid: bytes) -> bool:
+        """Another node wrote a reply under ``iid``: True if it is an ask of
+        this node (its waiter reads it), False if ``iid`` is not one."""
+        pending = self._pending.get(iid)
+        if pending is None:
+            return False
+        pending.event.set()
+        return True
+
+
+def _result(payload: dict[str, Any], address: str) -> Any:
+    if "v" in payload:
+        return payload["v"]
+    if "closed" in payload:
+        raise JournalClosed(
+            f"the system closed while an ask of {address!r} waited for its reply; the ask "
+            "stays in the mailbox: ask again once the system is open"
+        )
+    status = payload.get("ended", "ended")
+    raise _ended(address, status)
+
+
+_ENDED_WORDS = {
+    "unknown": "there is no instance there",
+    "continued as new": "the run that took it continued as new",
+    "restarted": "the run that took it was restarted",
+}
+
+
+def _ended(address: str, status: str) -> NotDelivered:
+    words = _ENDED_WORDS.get(status) or STATUS_WORDS.get(status, f"it is {status}")
+    return NotDelivered(
+        f"{address!r} ended without replying to the ask ({words}); its process must "
+        "ctx.reply to each message it takes from ask, or ask another instance",
+        address=address,
+        reason=status,
+    )
+
+
+# -- the replier's side -------------------------------------------------------------
+
+
+def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> After:
+    """Write the answer ``payload`` to ``ask`` into ``txn``; returns what to
+    run once ``txn`` has committed (handing it to a waiter of this node, or
+    routing the message to a live asker)."""
+    ask_id, reply_to, node = ask.ask_id, ask.reply_to, ask.node
+    if reply_to.startswith(BOX_PREFIX):
+        box = instance_id(reply_to)
+        if node is None or node == system.node:
+            # The asker is this system's (or gone with an earlier one): the
+            # reply is in the replier's log; nothing more to write.
+            return lambda results: system.asks.hand(box, payload)
+        _protocol.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
+        txn.wake(box, node)
+        return _nothing
+    notice = _protocol.add_message(
+        txn, instance_id(reply_to), fx.REPLY_PREFIX + ask_id, payload, system.epoch_now()
+    )
+    return lambda results: system.router.route(notice.iid, results[notice.slot], notice.message)
+
+
+def answer_offline(txn: Txn, asks: Iterable[Asker], status: str, now: float) -> None:
+    """Into ``txn``, written with no system running (the CLI): tell each
+    asking instance among ``asks`` that the instance ended ``status``
+    without replying. (A system's asks end with that system.)"""
+    for ask in asks:
+        if not ask.reply_to.startswith(BOX_PREFIX):
+            _protocol.add_message(
+                txn, instance_id(ask.reply_to), fx.REPLY_PREFIX + ask.ask_id, {"ended": status}, now
+            )
+
+
+def _nothing(results: list[int]) -> None:
+    pass
+
+
+@fx.runs_live(fx.Reply)
+class _Replies(fx.Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, reply: fx.Reply, started: LogEntry | None) -> None:
+        """Begin a live ``ctx.reply``: a recorded no-op for a message that
+        was sent, not asked; else the reply is sent (`send_reply`)."""
+        if reply.ask is None:
+            actor.finish(reply, None, None, reply.describe(value=None))  # rides on the next commit
+        elif actor.fenced:
+            # (A fence that fails is a `Conflict`, which no lost write reports:
+            # the reply is awaited, in a task, so the instance hears of it.)
+            actor.start_task(_reply_task, reply)
+        else:
+            _reply_soon(actor, reply)
+
+
+async def _reply_task(actor: ActorAPI, reply: fx.Reply) -> None:
+    try:
+        await send_reply(actor, reply)
+    finally:
+        actor.task_finished()
+
+
+async def send_reply(actor: ActorAPI, reply: fx.Reply) -> None:
+    """Commit the reply's log entry with its answer, then deliver the answer."""
+    txn, after = _reply_txn(actor, reply)
+    # The answer goes to its asker as soon as it commits, before this
+    # task resumes: asker and replier then run in one scheduling round.
+    await actor.writes.barrier(txn, then=after)
+    actor.finish(reply, None)  # its entry is written
+
+
+def _reply_soon(actor: ActorAPI, reply: fx.Reply) -> None:
+    """`send_reply` with no task: the reply's commit is submitted, and the
+    journal, as it commits, hands the answer to its asker and completes the
+    reply (`storage.Txn.then`), which wakes the instance. A commit that
+    fails is a lost write (`Stalls.write_lost`): the instance is loaded
+    again, and its replay takes the ask again and replies again."""
+    txn, after = _reply_txn(actor, reply)
+
+    def then(results: list[int]) -> None:
+        after(results)
+        actor.finish(reply, None)  # its entry is written
+
+    actor.writes.submit(txn, then)
+
+
+def _reply_txn(actor: ActorAPI, reply: fx.Reply) -> tuple[Txn, After]:
+    assert reply.ask is not None
+    entry = reply.describe(value=None)
+    txn = Txn()
+    txn.put_log(actor.iid, actor.run, reply.seq, entry.to_stored())
+    return txn, answer(actor.system, txn, reply.ask, {"v": reply.payload})
+
+
+def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[Asker]) -> list[After]:
+    """Into ``txn`` (the end of ``actor``'s run): "ended without replying"
+    for every ask it took and did not answer, and every ask still ``unread``."""
+    asks = {ask.ask_id: ask for ask in unread}
+    asks.update(actor.driver.unanswered or {})
+    actor.driver.unanswered = None
+    return [answer(actor.system, txn, ask, {"ended": status}) for ask in asks.values()]
+
+
+@_hooks.on_run_end
+def _at_run_end(actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[After]:
+    """Every ask the run took and did not answer, and (with ``unread``, the
+    instance ends) every ask still unread, hears that it ended without a
+    reply."""
+    waiting = actor.mailbox.asks.values() if unread and actor.mailbox.asks else ()
+    if not waiting and not actor.driver.unanswered:
+        return []
+    return no_reply(actor, txn, status, waiting)
+
+
+@_hooks.on_disk_end
+def _at_disk_end(
+    system: SystemAPI,
+    txn: Txn,
+    status: str,
+    log: dict[int, LogEntry],
+    mail: Iterable[tuple[int, Any]],
+) -> list[After]:
+    """`_at_run_end` for an instance ended on disk."""
+    owed = unanswered_on_disk(log, mail)
+    return [answer(system, txn, ask, {"ended": status}) for ask in owed]
+
+
+def unanswered_on_disk(log: dict[int, LogEntry], mail: Iterable[tuple[int, Any]]) -> list[Asker]:
+    """The asks an instance on disk owes an answer: taken in its current
+    run (``log``, `Reader.entries`) without a reply, and unread in its ``mail``."""
+    asks: dict[str, Asker] = {}
+    for _, entry in sorted(log.items()):
+        if entry.kind == "wait" and entry.ask and entry.is_outcome:
+            taken = Asker.from_stored(entry.ask)
+            asks[taken.ask_id] = taken
+        elif entry.kind == "reply" and entry.name:
+            asks.pop(entry.name, None)
+    for _, stored in mail:
+        unread = StoredMessage.from_stored(stored).asker
+        if unread is not None:
+            asks.setdefault(unread.ask_id, unread)
+    return list(asks.values())
+
+
+# -- the asking instance's side ----------------------------------------------------------
+
+
+@fx.runs_live(fx.Ask)
+class _Asks(fx.Behaviour):
+    @staticmethod
+    def start(actor: ActorAPI, ask: fx.Ask, started: LogEntry | None) -> None:
+        """Run a live ``ctx.ask``: send it (once: its log entry rides with
+        the message), then wait for the reply like a wait."""
+        if started is not None:  # sent in an earlier activation of this run
+            actor.arrivals.add_wait(ask)
+            return
+        actor.start_task(_send_ask, ask)
+
+    @staticmethod
+    def abandon(actor: ActorAPI, ask: fx.Ask) -> None:
+        actor.arrivals.remove_wait(ask)  # a late reply stays unread
+
+    @staticmethod
+    def take(actor: ActorAPI, ask: fx.Ask, signal: Signal, seq: int, payload: Any) -> None:
+        actor.finish(ask, *reply_outcome(ask, payload, seq))  # (its reply message)
+
+
+async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
+    system = actor.system
+    try:
+        # What the process did before (a take, a recorded value) is durable
+        # first: the ask must never be sent by a run that a crash rewinds.
+        await actor.writes.barrier()
+        iid = instance_id(ask.address)
+        txn, notice = _protocol.send_txn(
+            iid,
+            ask.signal.name,
+            ask.payload,
+            system.epoch_now(),
+            max_payload=system.max_payload,
+            ask=Asker(ask.ask_id, actor.address),
+        )
+        txn.put_log(actor.iid, actor.run, ask.seq, ask.describe().to_stored())
+        txn.chain = actor.iid  # after its barrier's writes, or not at all (storage.Chain)
+        if actor.fenced:
+            txn.fence(actor.iid, actor.epoch)
+        try:
+            (seq,) = await commit_through(system.journal, txn, system.router.sent_in_doubt)
+        except Conflict as exc:
+            if exc.reason == "epoch":
+                raise
+            error = _not_delivered(ask.address, exc)
+            actor.finish(
+                ask, None, error, ask.describe(error=ErrorRecord.undelivered(error).to_stored())
+            )
+            return
+        system.router.route(iid, seq, notice.message)
+        if ask in actor.live:
+            actor.arrivals.add_wait(ask)
+    finally:
+        actor.task_finished()
+
+
+def _not_delivered(address: str, exc: Conflict) -> NotDelivered:
+    if exc.reason == "missing":
+        return NotDelivered(
+            f"no instance at {address!r} to ask; start one first or check the address",
+            address=address,
+            reason="unknown",
+        )
+    status = exc.status or "finished"
+    return NotDelivered(
+        f"no live instance at {address!r} to ask ({STATUS_WORDS.get(status, status)}); "
+        "start a new one or check the address",
+        address=address,
+        reason=status,
+    )
+
+
+def reply_outcome(
+    ask: fx.Ask, payload: Any, mseq: int
+) -> tuple[Any, BaseException | None, LogEntry]:
+    """What a ``ctx.ask`` gets from its reply message ``mseq``: value, error
+    and the log entry that records it (the take rides with it)."""
+    if isinstance(payload, dict) and "v" in payload:
+        return payload["v"], None, ask.describe(message=mseq, value=payload["v"])
+    status = payload.get("ended", "ended") if isinstance(payload, dict) else "ended"
+    error = _ended(ask.address, status)
+    return None, error, ask.describe(message=mseq, error=ErrorRecord.undelivered(error).to_stored())

@@ -1,0 +1,592 @@
+"""Queues: start many instances without running more than a limit at once.
+
+A `Queue` is registered with ``open_system(..., queues=[...])``. Starting an
+instance with ``queue=`` stores it with the status ``"queued"`` and returns
+its handle at once; a pump task per queue starts queued instances, in
+priority then FIFO order, as slots free.
+
+Everything a limit needs is in the journal, as state rows (`storage._states`):
+
+- ``queue/<name>``: the holders (instances the queue started that may still
+  be live, each with the node that started it) and the recent start times
+  (for the rate limit). Every admission rewrites it with a compare-and-set on
+  its version, in the same transaction that turns the instances from
+  ``queued`` to ``running``; so two nodes (or two pumps) that read the same
+  holders cannot both fill the last slot: one gets `Conflict` and reads again.
+- ``queue-wait/<name>/<priority>/<order>/<id>``: one per waiting instance;
+  the key sorts in start order (priority, then enqueue time and a counter).
+- ``queue-of/<id>``: which waiting row an instance has (for a cancel).
+
+Invariant: an instance counts against its queue's limit from the
+transaction that admits it until it is seen not live (completed, failed,
+cancelled, parked). Holders are released lazily: a local end pokes the pump,
+which reads the holder's status and drops it; holders of other nodes (or of
+an earlier run of this one) are read at every round, and their end here
+(after a takeover) pokes too. So a crash between an end and its release
+holds a slot a little longer, never lets one more in.
+
+On a shared journal a pump also looks again on its own, every
+`POLL_SHARED` seconds while work waits and every `POLL_IDLE_SHARED`
+seconds while none does: what other nodes do (their ends, the work a
+node that died left queued) pokes nobody here.
+
+A round skips the waiting instances of processes this system does not
+register (another node may): they hold up nobody behind them.
+
+A pump rides out a journal that refuses it for a while (full, its disk
+full, its server away): it says so once, tries again with backoff
+(`RETRY_FIRST` doubling to `RETRY_MAX` seconds; after a lost connection,
+once the journal answers reads), and says when it admits again. Nothing
+of a refused admission was written, but for `CommitOutcomeUnknown`: what
+it chose is loaded again at the next round, and runs if it went through.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import trio
+
+from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
+from storage.errors import (
+    CommitOutcomeUnknown,
+    Conflict,
+    JournalCorrupt,
+    JournalFull,
+    JournalUnavailable,
+)
+
+from .._kernel._interfaces import SystemAPI
+from .._kernel._records import Queue, QueueInfo
+from ..errors import InvalidArguments
+
+__all__ = ["QueueService"]
+
+log = logging.getLogger("actors.queues")
+
+POLL_SHARED = 0.2  # seconds between rounds on a shared journal while work waits,
+POLL_IDLE_SHARED = 1.0  # and while none does (a node that dies leaves its queued work)
+RETRY_AFTER_ERROR = 5.0  # seconds before a queue whose state did not read tries again
+RETRY_FIRST = 0.1  # seconds before a pump the journal refused tries again: at first,
+RETRY_MAX = 10.0  # and at most (doubling in between)
+_PRIORITY_BIAS = 1 << 31  # priorities are 32-bit signed ints, stored biased to sort as text
+
+
+def held_key(name: str) -> str:
+    return f"queue/{name}"
+
+
+def wait_prefix(name: str) -> str:
+    return f"queue-wait/{name}/"
+
+
+def index_key(iid: bytes) -> str:
+    return f"queue-of/{iid.hex()}"
+
+
+def _iid_of(key: str) -> bytes:
+    """The instance id at the end of a waiting row's key."""
+    return bytes.fromhex(key.rsplit("/", 1)[1])
+
+
+def waiting_rows(r: Reader, iid: bytes) -> list[str]:
+    """The state rows of a queued instance's place in its queue (empty if it
+    has none): what a cancel of it deletes."""
+    key = index_key(iid)
+    for row in r.states(key):
+        if row.key == key:
+            return [row.value, key]
+    return []
+
+
+def queue_place(r: Reader, iid: bytes) -> dict[str, Any] | None:
+    """Where a queued instance waits: its ``queue``, ``priority`` and the
+    epoch time it was queued (``since``); None if it waits in no queue."""
+    rows = waiting_rows(r, iid)
+    if not rows:
+        return None
+    for row in r.states(rows[0]):
+        if row.key == rows[0]:
+            _, name, priority, _ = row.key.split("/", 3)
+            return {
+                "queue": name,
+                "priority": int(priority) - _PRIORITY_BIAS,
+                "since": row.value["at"],
+            }
+    return None
+
+
+@attrs.frozen
+class _Entry:
+    """A waiting row: its key (which sorts in start order) and its instance."""
+
+    key: str
+    iid: bytes
+
+
+def _read_held(r: Reader, name: str) -> tuple[int, dict[str, Any]]:
+    key = held_key(name)
+    for row in r.states(key):
+        if row.key == key:
+            return row.version, row.value
+    return 0, {"held": {}, "starts": []}
+
+
+@attrs.frozen
+class _Look:
+    """What a round read of its queue, in one read."""
+
+    version: int  # of the queue's state row (0: none yet)
+    state: dict[str, Any]  # its holders and recent starts
+    statuses: dict[str, str | None]  # holders read (hex id -> status; None: gone)
+    room: int  # how many more the limits let start, by what was read
+    # The first waiting rows this system may start, in start order, each with
+    # its record (None: gone, or it does not read).
+    candidates: list[tuple[_Entry, InstanceRow | None]]
+    # Waiting rows met whose process this system does not register: id -> process.
+    foreign: dict[bytes, str]
+
+
+class QueueService:
+    """The queues of one system: enqueueing, the pumps, release on ends."""
+
+    what = "the queue pumps"  # as a `Service`
+
+    def __init__(self, system: SystemAPI, queues: Iterable[Queue]) -> None:
+        self.system = system
+        system.statuses.watch(self.status_changed)
+        system.registry.watch_ends(self.ended)
+        self.queues: dict[str, Queue] = {}
+        for queue in queues:
+            if not isinstance(queue, Queue):
+                raise InvalidArguments(f"queues=[...] takes actors.Queue objects, got {queue!r}")
+            if queue.name in self.queues and self.queues[queue.name] != queue:
+                raise InvalidArguments(f"two queues share the name {queue.name!r}")
+            self.queues[queue.name] = queue
+        self._events: dict[str, trio.Event] = {name: trio.Event() for name in self.queues}
+        # iid -> queue name: holders this node started and has not seen end
+        self._holding: dict[bytes, str] = {}
+        self._ended: dict[str, set[bytes]] = {name: set() for name in self.queues}
+        # holders seen ending here, with their final status: released without a read
+        self._known: dict[bytes, str] = {}
+        # iid -> queue name: live holders of other nodes (or of an earlier run of
+        # this one) as the last round read them; their end here (a takeover) pokes
+        self._others: dict[bytes, str] = {}
+        # admitted by a commit of unknown outcome: loaded again at the next round
+        self._unsure: dict[str, set[bytes]] = {name: set() for name in self.queues}
+        # waiting instances met whose process this system does not register
+        self._foreign: dict[bytes, str] = {}
+        self._said_foreign: set[tuple[str, str]] = set()  # (queue, process) logged
+        self._order = itertools.count()
+        self.admitted = 0  # instances this node started from queues (for tests and benches)
+
+    @property
+    def node(self) -> str:
+        return self.system.journal.node or ""
+
+    def find(self, queue: Queue | str) -> Queue:
+        """The registered queue ``queue`` names.
+
+        Raises:
+            InvalidArguments: it is not registered with this system.
+        """
+        name = queue.name if isinstance(queue, Queue) else queue
+        found = self.queues.get(name) if isinstance(name, str) else None
+        if found is None:
+            known = ", ".join(sorted(self.queues)) or "none"
+            raise InvalidArguments(
+                f"queue {name!r} is not registered with this system (registered: {known}); "
+                "pass it in open_system(journal, queues=[...])"
+            )
+        return found
+
+    def choose(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None:
+        """``(queue, priority)`` of a start's ``queue=`` and ``priority=``
+        arguments, checked; None for a start without a queue.
+
+        Raises:
+            InvalidArguments: an unregistered queue, a priority that is not a
+                32-bit whole number, or a priority without a queue.
+        """
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or not (-_PRIORITY_BIAS <= priority < _PRIORITY_BIAS)
+        ):
+            raise InvalidArguments(
+                f"priority= takes a whole number (lower starts first; default 0), not {priority!r}"
+            )
+        if queue is None:
+            if priority:
+                raise InvalidArguments(
+                    "priority= orders a queue; pass queue= too (a Queue registered with "
+                    "open_system(queues=[...]))"
+                )
+            return None
+        return self.find(queue), priority
+
+    def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None:
+        """Add the waiting entry of a queued instance to ``txn`` (which also
+        writes its record with status ``"queued"``); ``priority`` as checked
+        by `choose`."""
+        now = self.system.epoch_now()
+        order = f"{round(now * 1e6):017d}{next(self._order) % 1_000_000:06d}"
+        key = f"{wait_prefix(queue.name)}{priority + _PRIORITY_BIAS:010d}/{order}/{iid.hex()}"
+        txn.put_state(key, {"address": address, "node": self.node, "at": now})
+        txn.put_state(index_key(iid), key)
+
+    def poke(self, name: str) -> None:
+        """Ask the pump of queue ``name`` for a round."""
+        event = self._events.get(name)
+        if event is not None:
+            event.set()
+
+    async def commit_start(
+        self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str
+    ) -> None:
+        """Commit a start transaction as a queued instance's (its waiting entry added)."""
+        queue, priority = queued
+        self.enqueue(txn, queue, iid, address, priority)
+        # Awaited whatever the durability: the pump poked below reads only
+        # what is committed, and would otherwise miss it until the next poke.
+        try:
+            await self.system.journal.commit(txn, durable=True)
+        except CommitOutcomeUnknown:  # it may be written: the pump looks once it answers
+            self.system.registry.spawn_system_task(self._poke_when_back, queue.name, iid)
+            raise
+        self.system.statuses.changed(iid)
+        self.poke(queue.name)
+
+    async def _poke_when_back(self, name: str, iid: bytes) -> None:
+        await self.system.outages.back()
+        self.system.statuses.changed(iid)
+        self.poke(name)
+
+    def status_changed(self, iid: bytes) -> None:
+        """Hook: an instance's status changed; a holder that ended frees a
+        slot (its status is read from the journal)."""
+        name = self._holding.get(iid) or self._others.get(iid)
+        if name is not None:
+            self._ended[name].add(iid)
+            self.poke(name)
+
+    def ended(self, iid: bytes, status: str) -> None:
+        """Hook: an instance that ran here ended (durably) with ``status``;
+        a holder that is no longer live frees its slot without a read."""
+        name = self._holding.get(iid) or self._others.get(iid)
+        if name is not None and status not in LIVE_STATUSES:
+            self._ended[name].add(iid)
+            if self.system.journal.durability == "async":
+                # Its end was acknowledged, maybe not committed (and an
+                # acknowledged write can still be lost): the pump reads its
+                # status once what is queued has committed, so a lost end
+                # keeps its slot for the run that follows.
+                self.system.registry.spawn_system_task(self._poke_after_flush, name, iid)
+            else:
+                self._known[iid] = status
+                self.poke(name)
+
+    async def _poke_after_flush(self, name: str, iid: bytes) -> None:
+        await self.system.journal.flush()
+        self._ended[name].add(iid)  # (a round meanwhile may have read it still running)
+        self.poke(name)
+
+    async def run(self) -> None:
+        """Run a pump per queue (until the system closes)."""
+        async with trio.open_nursery() as nursery:
+            for queue in self.queues.values():
+                nursery.start_soon(self._pump, queue)
+
+    async def _pump(self, queue: Queue) -> None:
+        name = queue.name
+        refused: Exception | None = None  # what the journal answered while it refuses
+        since = 0.0
+        backoff = RETRY_FIRST
+        while True:
+            self._events[name] = event = trio.Event()
+            try:
+                delay = await self._round(queue)
+            except JournalCorrupt as exc:  # one queue's damaged state stops only that queue
+                log.error(
+                    "queue %r cannot read its state (%s); it tries again in %s s",
+                    name,
+                    exc,
+                    RETRY_AFTER_ERROR,
+                )
+                delay = RETRY_AFTER_ERROR
+            except (JournalFull, JournalUnavailable) as exc:
+                # Nothing of the round was written (see the module docstring for
+                # CommitOutcomeUnknown): try it again later, never end the system.
+                if refused is None:
+                    since = trio.current_time()
+                    log.warning(
+                        "queue %r cannot admit for now (%s: %s); it tries again with backoff",
+                        name,
+                        type(exc).__name__,
+                        exc,
+                    )
+                refused = exc
+                await trio.sleep(backoff)
+                backoff = min(2 * backoff, RETRY_MAX)
+                if isinstance(exc, JournalUnavailable):
+                    await self.system.outages.back()
+                continue
+            if refused is not None:
+                log.warning("queue %r admits again after %.1f s", name, trio.current_time() - since)
+                refused, backoff = None, RETRY_FIRST
+            with trio.move_on_after(delay):
+                await event.wait()
+
+    async def _round(self, queue: Queue) -> float:
+        """Admit what the limits allow; return the seconds until a round
+        could admit more without a poke (inf: only a poke can tell)."""
+        system = self.system
+        name = queue.name
+        while True:
+            if system.closing:
+                return math.inf
+            unsure, self._unsure[name] = self._unsure[name], set()
+            for iid in unsure:  # it runs if its admission went through
+                system.statuses.changed(iid)
+                system.registry.activate(iid)
+            ended, self._ended[name] = self._ended[name], set()
+            try:
+                delay = await self._admit(queue, ended)
+            except BaseException:
+                self._ended[name] |= ended  # read again at the next round
+                raise
+            if delay is not None:
+                return delay
+
+    async def _admit(self, queue: Queue, ended: set[bytes]) -> float | None:
+        """One read and at most one commit of a round: what `_round`
+        returns, or None to read again (some were admitted, or another
+        writer moved first)."""
+        system = self.system
+        name = queue.name
+        shared = system.journal.shared
+        now = system.epoch_now()
+        look = await system.journal.read(lambda r: self._look(r, queue, ended, now))
+        self._note_foreign(name, look.foreign)
+        held = dict(look.state["held"])
+        for iid in ended:
+            if iid.hex() not in held:  # released already (by another node's round)
+                self._holding.pop(iid, None)
+                self._known.pop(iid, None)
+        for iid in [i for i, n in self._others.items() if n == name and i.hex() not in held]:
+            del self._others[iid]  # released already (by another node's round)
+        for h, status in look.statuses.items():
+            iid = bytes.fromhex(h)
+            if status not in LIVE_STATUSES:
+                held.pop(h, None)
+                self._holding.pop(iid, None)
+                self._known.pop(iid, None)
+                self._others.pop(iid, None)
+            elif held[h][0] == self.node:
+                self._holding[iid] = name  # started here before: its end pokes
+            else:
+                self._others[iid] = name  # its end here (after a takeover) pokes
+        # Only the starts inside the rate window are kept (none without a rate).
+        starts = [
+            t for t in look.state["starts"] if queue.rate is not None and t > now - queue.rate.per
+        ]
+        wait_more = math.inf
+        if shared:  # other nodes' ends, and the work of nodes that die, are not told here
+            wait_more = (
+                POLL_SHARED if look.candidates else POLL_IDLE_SHARED
+            ) * system.journal.poll_scale
+        if queue.rate is not None and look.candidates and len(starts) >= queue.rate.count:
+            wait_more = min(wait_more, max(0.0, min(starts) + queue.rate.per - now))
+        changed = held != look.state["held"] or len(starts) != len(look.state["starts"])
+        if look.room <= 0 and not changed:
+            return wait_more
+        chosen: list[tuple[_Entry, InstanceRow | None, int]] = []
+        for entry, record in look.candidates:
+            if len(chosen) >= look.room:
+                break
+            epoch = 0
+            if shared:
+                claimed = await system.journal.claim(entry.iid)
+                system.nodes.claimed(entry.iid, claimed)
+                if claimed is None:
+                    continue  # its node lives and will start it
+                epoch = claimed
+            chosen.append((entry, record, epoch))
+        if not chosen and not changed:
+            return wait_more
+        txn = Txn()
+        txn.expect_state(held_key(name), look.version)
+        for entry, _, epoch in chosen:
+            txn.require(entry.iid, frozenset({"queued"}))
+            if shared:
+                txn.fence(entry.iid, epoch)
+            txn.set_status(entry.iid, "running")
+            txn.delete_state(entry.key)
+            txn.delete_state(index_key(entry.iid))
+            held[entry.iid.hex()] = [self.node, now]
+            if queue.rate is not None:
+                starts.append(now)
+        txn.put_state(held_key(name), {"held": held, "starts": starts})
+        try:
+            await system.journal.commit(txn)
+        except Conflict as exc:
+            self._ended[name] |= ended  # another writer moved first: read again
+            if exc.reason != "state":
+                await self._drop_stale([entry for entry, _, _ in chosen])
+            return None
+        except CommitOutcomeUnknown:
+            self._unsure[name].update(entry.iid for entry, _, _ in chosen)
+            raise
+        for entry, record, epoch in chosen:
+            self._holding[entry.iid] = name
+            self.admitted += 1
+            system.statuses.changed(entry.iid)
+            if record is not None and record.status == "queued":
+                system.registry.run_admitted(record, epoch)
+            else:
+                system.registry.activate(entry.iid)
+        return None if chosen else wait_more
+
+    def _look(self, r: Reader, queue: Queue, ended: set[bytes], now: float) -> _Look:
+        """Read the queue's state, the statuses of the holders whose end is
+        not known here, and its first waiting rows this system may start
+        (off the trio thread on a remote journal: it reads, never writes)."""
+        name = queue.name
+        version, state = _read_held(r, name)
+        held: dict[str, Any] = state["held"]
+        # Which holders to read the status of: those seen ending here, and
+        # those not known to run here (another node's, or started before
+        # this system opened): a local end pokes, theirs cannot.
+        check = [
+            h for h in held if bytes.fromhex(h) in ended or bytes.fromhex(h) not in self._holding
+        ]
+        statuses: dict[str, str | None] = {}
+        for h in check:
+            known = self._known.get(bytes.fromhex(h))
+            if known is not None:
+                statuses[h] = known
+                continue
+            try:
+                found = r.instance(bytes.fromhex(h))
+            except JournalCorrupt:  # it will never run again: its slot is free
+                statuses[h] = "corrupt"
+                continue
+            statuses[h] = None if found is None else found.status
+        room = self._room(queue, state, statuses, now)
+        # As many waiting rows as could start (at least one, to know whether
+        # any waits; a few more on a shared journal, for the ones another
+        # node may take first): a deep queue is not read whole at every
+        # round. Rows of processes this system does not run are passed
+        # over, reading further (up to _SCAN_MAX rows) for the ones it does.
+        want = max(room, 1) + (_SPARE if self.system.journal.shared else 0)
+        procs = self.system.registry.procs
+        foreign: dict[bytes, str] = {}
+        records: dict[bytes, InstanceRow | None] = {}
+        limit = want
+        while True:
+            candidates: list[tuple[_Entry, InstanceRow | None]] = []
+            rows = r.states(wait_prefix(name), limit)
+            for row in rows:
+                if len(candidates) >= want:
+                    break
+                iid = _iid_of(row.key)
+                if iid in self._foreign or iid in foreign:
+                    continue
+                if iid not in records:
+                    try:
+                        records[iid] = r.instance(iid)
+                    except JournalCorrupt:
+                        records[iid] = None  # started the usual way, which marks it corrupt
+                record = records[iid]
+                if record is not None and record.process not in procs:
+                    foreign[iid] = record.process  # another node, which registers it, may
+                    continue
+                candidates.append((_Entry(row.key, iid), record))
+            if len(candidates) >= want or len(rows) < limit or limit >= _SCAN_MAX:
+                return _Look(version, state, statuses, room, candidates, foreign)
+            limit = min(4 * limit, _SCAN_MAX)
+
+    def _note_foreign(self, name: str, foreign: dict[bytes, str]) -> None:
+        """Remember waiting instances this system cannot run (so later
+        rounds pass them without a read) and say so once per process."""
+        if len(self._foreign) + len(foreign) > _FOREIGN_KEPT:
+            self._foreign.clear()  # some may have started elsewhere: read them again
+        self._foreign.update(foreign)
+        for process in sorted(set(foreign.values())):
+            if (name, process) not in self._said_foreign:
+                self._said_foreign.add((name, process))
+                log.warning(
+                    "queue %r: its waiting instances of process %r are left to a node that "
+                    "registers it (this system does not); those behind them start meanwhile",
+                    name,
+                    process,
+                )
+
+    def _room(
+        self, queue: Queue, state: dict[str, Any], statuses: dict[str, str | None], now: float
+    ) -> int:
+        """How many more of ``queue``'s instances the limits let start now,
+        by the holders and starts in ``state`` less the holders ``statuses``
+        shows ended."""
+        live = [h for h in state["held"] if h not in statuses or statuses[h] in LIVE_STATUSES]
+        room = _WANT
+        if queue.concurrency is not None:
+            room = min(room, queue.concurrency - len(live))
+        if queue.per_node is not None:
+            mine = sum(1 for h in live if state["held"][h][0] == self.node)
+            room = min(room, queue.per_node - mine)
+        if queue.rate is not None:
+            recent = sum(1 for t in state["starts"] if t > now - queue.rate.per)
+            room = min(room, queue.rate.count - recent)
+        return max(room, 0)
+
+    async def _drop_stale(self, entries: list[_Entry]) -> None:
+        """Remove the waiting rows of instances no longer queued (cancelled,
+        cleaned up) that an admission met."""
+
+        def read(r: Reader) -> list[_Entry]:
+            stale = []
+            for entry in entries:
+                row = r.instance(entry.iid)
+                if row is None or row.status != "queued":
+                    stale.append(entry)
+            return stale
+
+        stale = await self.system.journal.read(read)
+        if stale:
+            txn = Txn()
+            for entry in stale:
+                txn.delete_state(entry.key)
+                txn.delete_state(index_key(entry.iid))
+            await self.system.journal.commit(txn)
+
+    async def info(self, queue: Queue | str) -> QueueInfo:
+        """The queue's depth, holders and oldest wait, read from the journal."""
+        found = self.find(queue)
+        now = self.system.epoch_now()
+
+        def read(r: Reader) -> tuple[dict[str, Any], list[Any]]:
+            return _read_held(r, found.name)[1], r.states(wait_prefix(found.name))
+
+        state, waiting = await self.system.journal.read(read)
+        oldest = min((row.value["at"] for row in waiting), default=None)
+        return QueueInfo(
+            name=found.name,
+            waiting=len(waiting),
+            running=len(state["held"]),
+            oldest_wait=None if oldest is None else max(0.0, now - oldest),
+            concurrency=found.concurrency,
+            per_node=found.per_node,
+            rate=found.rate,
+        )
+
+
+_WANT = 1000  # waiting rows read per round without a concurrency limit
+_SPARE = 8  # waiting rows read past the free slots on a shared journal
+_SCAN_MAX = 10_000  # waiting rows a round reads at most, passing over others' work
+_FOREIGN_KEPT = 100_000  # waiting instances remembered as others' work

@@ -1,0 +1,298 @@
+"""How messages reach instances: `ActorSystem.send`, `ask` and `send_many`,
+and the hand-over of a committed message to its live instance (or the
+activation of a passivated one). `Router` is a part of `ActorSystem` (see
+`_system`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn, instance_id
+from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
+
+from .._kernel import _guard, _protocol, _tracing
+from .._kernel._checks import check_many, check_name, check_seconds
+from .._kernel._messages import Asker
+from .._kernel._records import Signal
+from ..errors import InvalidArguments, NotDelivered
+
+RELOAD_AFTER = 0.1  # seconds between asks that a live instance in doubt passivate
+
+if TYPE_CHECKING:
+    from .._kernel._interfaces import SystemAPI
+
+__all__ = ["Router", "commit_through"]
+
+_IIDS_KEPT = 4096  # addresses whose instance ids are kept (see Router.address_iid)
+
+
+async def commit_through(
+    journal: Journal, txn: Txn, in_doubt: Callable[[Txn], None], *, durable: bool | None = None
+) -> list[int]:
+    """Commit ``txn``, whose caller must act once it commits: route the mail
+    it adds, run the instance it starts.
+
+    Invariant: what is committed is acted on. If the caller does not learn
+    the outcome (it is cancelled while the commit is in flight, or the
+    outcome is unknown: `CommitOutcomeUnknown`), the transaction may be in
+    the journal all the same, and ``in_doubt(txn)`` is called before the error
+    goes on: it has what follows done from the journal once it answers
+    (`Router.mail_in_doubt` reads a receiver's mailbox again; a start's
+    instance is loaded if it is there). A callback, not a shielded wait: a
+    cancel scope per commit costs a third of the signal path.
+    """
+    await trio.lowlevel.checkpoint_if_cancelled()  # cancelled already: nothing is written
+    try:
+        results = await journal.commit(txn, durable=durable)
+    except (trio.Cancelled, CommitOutcomeUnknown):
+        in_doubt(txn)
+        raise
+    if txn.then is not None:  # the journal did not hand the results on itself
+        outcome = txn.hand_on(results)
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return results
+
+
+class Router:
+    """How messages reach instances: a part of `ActorSystem` (see the module docstring)."""
+
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self.journal = system.journal
+        self.iids: dict[str, bytes] = {}  # see address_iid
+
+    async def send(
+        self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
+    ) -> None:
+        """The body of `ActorSystem.send`."""
+        _guard.refuse(
+            "system.send()",
+            "send from a step (ctx.step) so the send is recorded",
+        )
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
+        iid = self.address_iid(address, "send's address")
+        if key is None:
+            await self.send_iid(iid, address, signal, payload)
+        else:
+            # Refused before anything is read: the same on every journal.
+            _protocol.key_cursor(check_name(key, "send(key=...)"))
+            await self.system.keys.send(iid, address, signal, payload, key, self.send_iid)
+
+    async def ask(
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """The body of `ActorSystem.ask`."""
+        _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
+        iid = self.address_iid(address, "ask's address")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "ask(timeout=...)")
+        return await self.system.asks.ask(iid, address, signal, payload, timeout, self.send_iid)
+
+    async def send_iid(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        *,
+        ask: Asker | None = None,
+        key: str | None = None,
+    ) -> None:
+        if key is not None and not self.journal.shared:
+            # (See _keys: this incarnation has not had the key under KEY_PREFIX.)
+            # Journals written before KEY_PREFIX hold keys under the legacy
+            # prefix: LMDB ones, as a shared journal (PostgreSQL) refused its
+            # NUL. Nothing writes under it now, so one read settles it.
+            legacy = _protocol.legacy_key_cursor(key)
+            if await self.journal.read(lambda r: r.cursor(iid, legacy)) is not None:
+                return  # sent already to this incarnation: nothing more is stored
+        txn, notice = _protocol.send_txn(
+            iid,
+            signal.name,
+            payload,
+            self.system.epoch_now(),
+            max_payload=self.system.max_payload,
+            trace=_tracing.traceparent(self.system) if self.system.tracing else None,
+            ask=ask,
+            key=key,
+        )
+        # Routed by the journal as soon as it commits, before this sender
+        # resumes: sender and receiver then run in one scheduling round.
+        txn.then = lambda results: self.route(iid, results[0], notice.message)
+        try:
+            await commit_through(self.journal, txn, self.sent_in_doubt)
+        except Conflict as exc:
+            if exc.reason == _protocol.KEY_SEEN:
+                return  # another node sent it with this key first: nothing is stored
+            if exc.status == "corrupt" or self.system.statuses.snapshot(iid)[0] == "corrupt":
+                raise self.system.corruption.error(iid, address) from None
+            raise self._not_delivered(address, exc) from None
+        except JournalCorrupt as exc:
+            if exc.database in ("mail", "counters"):  # its mailbox cannot take mail
+                await self.system.corruption.records_damaged(iid, address, exc)
+            raise
+
+    def mail_in_doubt(self, iid: bytes) -> None:
+        """A commit that may have added mail for ``iid`` has an unknown
+        outcome (PostgreSQL: the connection was lost after COMMIT): once the
+        journal answers, bring the instance in (its load reads the mailbox),
+        or have a live one on a shared journal read its mailbox as for a mail
+        notice, so a message that was written is not left unread. A live
+        actor on a journal with one owner cannot tell a message read from
+        the journal from one it took and has not yet recorded: it is
+        passivated once idle and loaded again, which reads what is there."""
+
+        async def look() -> None:
+            await self.system.outages.back()
+            # What was in flight lands first (a cancelled sender's commit
+            # may still be on its way): the read below must see it.
+            await self.journal.flush()
+            actor = self.system.registry.live.get(iid)
+            if actor is not None and actor.fenced:  # it remembers what it took
+                self.system.nodes.mail_noticed(iid)
+                return
+            while actor is not None and self.system.registry.live.get(iid) is actor:
+                actor.request_passivation()  # (when idle: else look again soon)
+                with trio.move_on_after(RELOAD_AFTER):
+                    await self.system.statuses.event(iid).wait()
+            self.system.registry.activate_for_mail(iid)
+
+        self.system.registry.spawn_system_task(look)
+
+    def sent_in_doubt(self, txn: Txn) -> None:
+        """Mail ``txn`` adds may be written (its outcome was not learned):
+        each receiver reads its mailbox again (see `commit_through`)."""
+        for iid in sorted(txn.receivers()):
+            self.mail_in_doubt(iid)
+
+    def route(self, iid: bytes, seq: int, message: bytes) -> None:
+        """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
+
+        ``message`` is the mailbox record as encoded for the journal.
+        Invariant: a live receiver gets the payload decoded from those bytes,
+        never the sender's object, so what it sees is what a replay reads
+        (a tuple stays what the codec makes of it; a sender mutating its
+        dict after ``send`` returns changes nothing)."""
+        actor = self.system.registry.live.get(iid)
+        if actor is not None and not actor.done:
+            actor.arrivals.deliver(seq, _protocol.unpack_message(message))
+        elif not self.system.nodes.owned_elsewhere(iid):
+            # (Owned elsewhere: the commit notified the owner. If that node
+            # dies, the takeover scan finds the instance and its mail.)
+            self.system.registry.activate_for_mail(iid)
+
+    async def send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
+        """Send a runtime message (no liveness check: the receiver decides)."""
+        txn, notice = _protocol.system_send_txn(iid, signal.name, payload, self.system.epoch_now())
+        # Durable: a runtime message (a cancel, an escalation) acts once stored,
+        # and its number is only known then, whatever the journal's durability.
+        (seq,) = await commit_through(self.journal, txn, self.sent_in_doubt, durable=True)
+        self.route(iid, seq, notice.message)
+
+    def mail_noticed(self, iid: bytes) -> None:
+        """Another node wrote mail for ``iid``: a reply to an ask of this
+        system's, or a message for an instance this node owns."""
+        if not self.system.asks.noticed(iid):
+            self.system.nodes.mail_noticed(iid)
+
+    def _not_delivered(self, address: str, exc: Conflict) -> NotDelivered:
+        if exc.reason == "missing":
+            return NotDelivered(
+                f"no instance at {address!r}; start one first (system.start or "
+                "signal_with_start) or check the address",
+                address=address,
+                reason="unknown",
+            )
+        status = exc.status or "finished"
+        words = STATUS_WORDS.get(status, f"it is {status}")
+        return NotDelivered(
+            f"no live instance at {address!r} ({words}); start a new one or check the address",
+            address=address,
+            reason=status,
+        )
+
+    async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
+        """The body of `ActorSystem.send_many`."""
+        _guard.refuse("system.send_many()", "send from a step (ctx.step) so the send is recorded")
+        batch = []
+        addresses: dict[bytes, str] = {}
+        for n, item in enumerate(check_many(messages, "send_many", "(address, signal, payload)")):
+            if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[1], Signal)):
+                raise InvalidArguments(
+                    f"send_many takes (address, actors.Signal, payload) tuples; item {n} is "
+                    f"{item!r}"
+                )
+            try:
+                iid = self.address_iid(item[0], "send_many's address")
+            except InvalidArguments as exc:
+                exc.add_note(f"(item {n} of the batch; none was sent)")
+                raise
+            addresses.setdefault(iid, item[0])
+            batch.append((iid, item[1].name, item[2]))
+        if not batch:
+            return
+        txn, notices = _protocol.send_many_txn(
+            batch,
+            self.system.epoch_now(),
+            max_payload=self.system.max_payload,
+            trace=_tracing.traceparent(self.system),
+        )
+        try:
+            results = await commit_through(self.journal, txn, self.sent_in_doubt)
+        except Conflict as exc:
+            raise await self._first_undeliverable(addresses, exc) from None
+        for notice in notices:
+            self.route(notice.iid, results[notice.slot], notice.message)
+
+    async def _first_undeliverable(self, addresses: dict[bytes, str], exc: Conflict) -> Exception:
+        """The error for a `send_many` that one of its instances refused: the
+        first address (in the batch's order) that is not live now, as read
+        after the refusal."""
+
+        def statuses(r: Any) -> dict[bytes, str]:
+            found = {}
+            for iid in addresses:
+                try:
+                    row = r.instance(iid)
+                except JournalCorrupt:
+                    found[iid] = "corrupt"
+                    continue
+                found[iid] = "missing" if row is None else row.status
+            return found
+
+        for iid, status in (await self.journal.read(statuses)).items():
+            address = addresses[iid]
+            if status == "corrupt":
+                return self.system.corruption.error(iid, address)
+            if status == "missing":
+                return self._not_delivered(address, Conflict("", reason="missing"))
+            if status not in MAIL_STATUSES:
+                return self._not_delivered(address, Conflict("", reason="status", status=status))
+        return NotDelivered(
+            f"an instance addressed by send_many ended while the batch was committed "
+            f"({exc}); nothing was stored: send the batch again",
+            address=next(iter(addresses.values())),
+            reason="finished",
+        )
+
+    def address_iid(self, address: Any, what: str) -> bytes:
+        """The instance id of ``address`` (`InvalidArguments` naming ``what``
+        if it is not a name). Ids of addresses seen lately are kept: a
+        sender that sends to the same few instances pays for the check and
+        the hash once."""
+        iids = self.iids
+        iid = iids.get(address) if type(address) is str else None
+        if iid is None:
+            iid = instance_id(check_name(address, what))
+            if len(iids) >= _IIDS_KEPT:
+                iids.clear()
+            iids[address] = iid
+        return iid

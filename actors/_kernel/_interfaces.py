@@ -1,0 +1,556 @@
+"""What the runtime's parts may ask of the actor and of the system.
+
+`ActorAPI` is the actor's internal API: what steps, sagas, streams,
+supervision and the context call on the live instance they serve (they call
+its methods; its state they only read). `SystemAPI` is what actors, handles,
+timers and streams ask of the system.
+
+They are Protocols so that those modules can name the actor and the system
+without importing `_instance` or `_system`, which import them: the import
+graph of ``actors/`` has no circle (``tests/test_structure.py`` checks it).
+This module imports only modules below all of them.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import trio
+
+from storage import InstanceRecord, InstanceRow, Journal, Txn
+from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
+
+from . import _effects as fx
+from ._compensations import Compensations
+from ._driver import Driver, Interrupt
+from ._holds import Holds
+from ._log import LogEntry
+from ._mailbox import Mailbox
+from ._messages import Asker, StoredMessage
+from ._outages import JournalWatch
+from ._process import ProcessDef
+from ._records import Queue, Signal
+from ._rides import Rides
+
+__all__ = [
+    "ActorAPI",
+    "ArrivalsAPI",
+    "AsksAPI",
+    "CorruptionAPI",
+    "EndsAPI",
+    "KeysAPI",
+    "LifecycleAPI",
+    "NodesAPI",
+    "QueuesAPI",
+    "RegistryAPI",
+    "RouterAPI",
+    "Service",
+    "SignalsAPI",
+    "StallsAPI",
+    "StatusesAPI",
+    "SystemAPI",
+    "TimersAPI",
+    "WritesAPI",
+]
+
+
+class RegistryAPI(Protocol):
+    """What the runtime's modules use of the `Registry` (``actors._system._registry``):
+    the instances in memory, the process definitions, the system's tasks."""
+
+    procs: dict[str, ProcessDef[..., Any]]
+    activating: Holds
+    landing: dict[bytes, trio.Event]
+    routed_absent: set[bytes]
+    nursery: trio.Nursery | None
+    closing: bool
+
+    @property
+    def runner(self) -> RunnerAPI: ...
+
+    @property
+    def live(self) -> Mapping[bytes, ActorAPI]: ...  # read only, outside the registry
+
+    def definition(self, proc: ProcessDef[..., Any] | str) -> ProcessDef[..., Any]: ...
+
+    def spawn_system_task(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+    def run_created(
+        self,
+        iid: bytes,
+        address: str,
+        proc: ProcessDef[..., Any],
+        record: InstanceRecord,
+        epoch: int = 0,
+    ) -> ActorAPI: ...
+
+    def run_admitted(self, row: InstanceRow, epoch: int) -> None: ...
+
+    def activate(self, iid: bytes) -> None: ...
+
+    def activate_for_mail(self, iid: bytes) -> None: ...
+
+    async def activate_later(self, iid: bytes, delay: float) -> None: ...
+
+    async def activate_when_leased(self, iid: bytes) -> None: ...
+
+    async def reload_when_back(self, iid: bytes) -> None: ...
+
+    def journal_lost(self, iid: bytes, exc: JournalUnavailable) -> None: ...
+
+    def forget(self, actor: ActorAPI) -> None: ...
+
+    def watch_ends(self, hook: Callable[[bytes, str], None]) -> None: ...
+
+    def ended(self, actor: ActorAPI, status: str) -> None: ...
+
+    def timer_due(self, iid: bytes, now: float) -> None: ...
+
+    def instance_idle(self) -> None: ...
+
+
+class RunnerAPI(Protocol):
+    """What instances use of the `Runner` (``actors._actor._runner``), a part of the registry."""
+
+    def ready(self, actor: ActorAPI) -> None: ...
+
+
+class StallsAPI(Protocol):
+    """What the runtime's modules use of `Stalls` (``actors._system._stalls``)."""
+
+    def stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
+
+    def write_lost(self, iid: bytes, exc: BaseException) -> None: ...
+
+    def reload_lost(self, iid: bytes) -> None: ...
+
+    def stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None: ...
+
+
+class CorruptionAPI(Protocol):
+    """What the runtime's modules use of `Corruption` (``actors._system._corruption``)."""
+
+    def error(self, iid: bytes, address: str) -> JournalCorrupt: ...
+
+    async def mark(self, actor: ActorAPI, exc: JournalCorrupt) -> None: ...
+
+    async def record(self, iid: bytes, exc: JournalCorrupt) -> None: ...
+
+    async def records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None: ...
+
+
+class StatusesAPI(Protocol):
+    """What the runtime's modules use of `Statuses` (``actors._system._statuses``)."""
+
+    def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None: ...
+
+    def snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
+
+    async def refresh(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
+
+    def remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None: ...
+
+    def keep_end(self, iid: bytes, status: str, record: InstanceRecord) -> None: ...
+
+    def drop_end(self, iid: bytes) -> None: ...
+
+    def forget_reads(self, iid: bytes) -> None: ...
+
+    async def removed(self, iid: bytes, incarnation: int) -> bool: ...
+
+    def event(self, iid: bytes) -> trio.Event: ...
+
+    def changed(self, iid: bytes) -> None: ...
+
+    def activity_changed(self, iid: bytes) -> None: ...
+
+    def watch(self, hook: Callable[[bytes], None]) -> None: ...
+
+
+class RouterAPI(Protocol):
+    """What the runtime's modules use of the `Router` (``actors._features._sending``)."""
+
+    def address_iid(self, address: Any, what: str) -> bytes: ...
+
+    async def send_iid(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        *,
+        ask: Asker | None = None,
+        key: str | None = None,
+    ) -> None: ...
+
+    async def send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None: ...
+
+    def route(self, iid: bytes, seq: int, message: bytes) -> None: ...
+
+    def mail_in_doubt(self, iid: bytes) -> None: ...
+
+    def sent_in_doubt(self, txn: Txn) -> None: ...
+
+    def mail_noticed(self, iid: bytes) -> None: ...
+
+
+class LifecycleAPI(Protocol):
+    """What the runtime's modules use of the `Lifecycle` (``actors._system._lifecycle``)."""
+
+    creating: dict[bytes, trio.Event]
+    cancelling: dict[bytes, trio.Event]
+
+    def deciding(
+        self, *iids: bytes, activate: bool = True
+    ) -> AbstractAsyncContextManager[None]: ...
+
+    async def start(
+        self,
+        proc: ProcessDef[..., Any],
+        params: tuple[Any, ...],
+        input: dict[str, Any],
+        message: tuple[Signal, Any] | None,
+        *,
+        parent: str | None = None,
+        address: str | None = None,
+        queued: tuple[Queue, int] | None = None,
+        extra: Callable[[Txn], None] | None = None,
+    ) -> tuple[object, bool]: ...  # (the Handle, and whether it was created)
+
+    async def run_started(
+        self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord
+    ) -> ActorAPI | None: ...
+
+    async def cancel_iid(
+        self, iid: bytes, address: str, reason: str, *, compensate: bool = False
+    ) -> bool: ...
+
+    async def restart_iid(self, iid: bytes, address: str, reason: str) -> None: ...
+
+
+class Service(Protocol):
+    """A loop of the system's that `open_system` runs, again after each
+    journal outage (`JournalWatch.keep_running`): ``what`` names it."""
+
+    what: str
+
+    async def run(self) -> None: ...
+
+
+class TimersAPI(Protocol):
+    """What the runtime's modules use of the `TimerService` (``actors._features._timers``)."""
+
+    async def run(self) -> None: ...
+
+    def schedule(self, due: float, iid: bytes) -> None: ...
+
+
+class QueuesAPI(Protocol):
+    """What the runtime's modules use of the `QueueService` (``actors._features._queues``)."""
+
+    def choose(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None: ...
+
+    def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None: ...
+
+    def poke(self, name: str) -> None: ...
+
+    async def commit_start(
+        self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str
+    ) -> None: ...
+
+
+class NodesAPI(Protocol):
+    """What the runtime's modules use of the `NodeView` (``actors._system._nodes``)."""
+
+    def claimed(self, iid: bytes, epoch: int | None) -> None: ...
+
+    def running(self, iid: bytes) -> None: ...
+
+    def forgotten(self, iid: bytes) -> None: ...
+
+    def trusted(self, iid: bytes) -> bool: ...
+
+    def owned_elsewhere(self, iid: bytes) -> bool: ...
+
+    def mail_noticed(self, iid: bytes) -> None: ...
+
+    def let_go_of_the_lost(self) -> None: ...
+
+
+class AsksAPI(Protocol):
+    """What the runtime's modules use of the `Asks` in flight (``actors._features._asks``)."""
+
+    async def ask(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        timeout: float | None,
+        send: Callable[..., Any],
+    ) -> Any: ...
+
+    def hand(self, box: bytes, payload: dict[str, Any]) -> None: ...
+
+    def noticed(self, iid: bytes) -> bool: ...
+
+
+class KeysAPI(Protocol):
+    """What the runtime's modules use of the `KeyedSends` in flight (``actors._features._keys``)."""
+
+    async def send(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal | None,
+        payload: Any,
+        key: Any,
+        send: Callable[..., Awaitable[None]],
+    ) -> None: ...
+
+
+class SignalsAPI(Protocol):
+    """What the runtime's modules use of the `SignalRouter` (``actors._features._signals``)."""
+
+    def arrange(self, signal: Signal, values: tuple[str, ...]) -> tuple[str, ...]: ...
+
+    async def deliver(
+        self,
+        signal: Signal,
+        values: tuple[str, ...],
+        payload: Any,
+        key: str | None,
+        commit: Callable[[Txn, int], Awaitable[list[int]]],
+    ) -> int: ...
+
+
+class SystemAPI(Protocol):
+    """What the runtime's modules use of `ActorSystem`: its settings, its
+    parts and its services."""
+
+    journal: Journal
+    random: random.Random
+    passivate_after: float
+    log_debug: bool  # actors._kernel._events.debug_enabled(), read once at open
+    tracing: bool  # actors._kernel._tracing.active(), read once at open
+    max_payload: int
+    step_limiter: trio.CapacityLimiter
+    thread_limiter: trio.CapacityLimiter
+    cursors: dict[tuple[bytes, str], int]  # stream consumers' moves not yet durable
+    outages: JournalWatch
+    rides: Rides  # the timer of deferred writes
+    compensations: Compensations  # the callables a recorded compensation may name
+
+    # The parts (see actors._system._facade).
+    @property
+    def registry(self) -> RegistryAPI: ...
+
+    @property
+    def statuses(self) -> StatusesAPI: ...
+
+    @property
+    def corruption(self) -> CorruptionAPI: ...
+
+    @property
+    def stalls(self) -> StallsAPI: ...
+
+    @property
+    def router(self) -> RouterAPI: ...
+
+    @property
+    def lifecycle(self) -> LifecycleAPI: ...
+
+    # The services.
+    @property
+    def timers(self) -> TimersAPI: ...
+
+    @property
+    def queues(self) -> QueuesAPI: ...
+
+    @property
+    def nodes(self) -> NodesAPI: ...
+
+    @property
+    def asks(self) -> AsksAPI: ...
+
+    @property
+    def keys(self) -> KeysAPI: ...
+
+    @property
+    def signals(self) -> SignalsAPI: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def node(self) -> str | None: ...
+
+    def epoch_now(self) -> float: ...
+
+    def trio_time(self, epoch: float) -> float: ...
+
+    def use_clock(self, epoch: float, at: float) -> float: ...
+
+    async def cancel(self, address: str, *, compensate: bool = False) -> bool: ...
+
+
+class WritesAPI(Protocol):
+    """An actor's journal writes (`_writes.Writes`)."""
+
+    persisted_status: str | None
+    published: tuple[int, Any] | None  # the durable exports while a publish is in flight
+
+    @property
+    def txn(self) -> Txn:
+        """The ridden writes: add to it, they go with the next commit."""
+
+    def flush(self, *, defer: bool = False) -> None: ...
+
+    def drop(self) -> None: ...
+
+    async def barrier(
+        self,
+        txn: Txn | None = None,
+        *,
+        durable: bool | None = None,
+        then: Callable[[list[int]], None] | None = None,
+    ) -> list[int]: ...
+
+    def submit(self, txn: Txn, then: Callable[[list[int]], None]) -> None: ...
+
+    async def settle(self) -> None: ...
+
+    async def landed(self) -> None: ...
+
+    def ride_log(self, seq: int, entry: LogEntry) -> None: ...
+
+    def put_record(self, txn: Txn, status: str, **changes: Any) -> None: ...
+
+    def update_record(self, **changes: Any) -> None: ...
+
+    def publish(self, txn: Txn, exports: Any) -> int: ...
+
+    def published_durably(self, version: int, exports: Any) -> None: ...
+
+    def durable_record(self) -> InstanceRecord: ...
+
+
+class ArrivalsAPI(Protocol):
+    """What reaches an actor from outside (`_arrivals.Arrivals`)."""
+
+    def deliver(self, seq: int, message: StoredMessage) -> None: ...
+
+    def timers_due(self, now: float) -> None: ...
+
+    def add_wait(self, wait: fx.Wait[Any]) -> None: ...
+
+    def remove_wait(self, wait: fx.Wait[Any]) -> None: ...
+
+    def cancel(self, reason: str, *, compensate: bool = False) -> None: ...
+
+    def restart(self, reason: str) -> None: ...
+
+    def corrupted(self, exc: JournalCorrupt) -> None: ...
+
+    def park(self, error: BaseException, held: str) -> None: ...
+
+    def take_timers(self) -> list[tuple[int, int]]: ...
+
+    def took(self, wait: fx.Wait[Any], signal: Signal, mseq: int, payload: Any) -> None: ...
+
+    def start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None: ...
+
+    def stop_timer(self, timer: fx.Timer) -> None: ...
+
+    def drop_timer(self, timer: fx.Timer) -> None: ...
+
+    def withhold(self, seq: int) -> tuple[str, Any] | None: ...
+
+    def release(self, seq: int, message: tuple[str, Any] | None, *, dropped: bool) -> None: ...
+
+
+class EndsAPI(Protocol):
+    """How an actor's run ends (`_ends.Ends`)."""
+
+    escalate_to: tuple[Any, ...] | None
+
+    def escalate_on_end(self, parent: str, why: str, strategy: Any) -> None: ...
+
+    def begin_run(self, txn: Txn, **changes: Any) -> None: ...
+
+
+class ActorAPI(Protocol):
+    """The parts of a live `Actor` that steps, sagas, streams, supervision
+    and the context use: state to read, methods to change it; and its own
+    parts (``writes``, ``arrivals``, ``ends``), which change its state too."""
+
+    # Read only, outside the actor and its parts.
+    system: SystemAPI
+    journal: Journal
+    iid: bytes
+    address: str
+    proc: ProcessDef[..., Any]
+    record: InstanceRecord
+    run: int
+    status: str
+    driver: Driver
+    mailbox: Mailbox
+    live: set[fx.Effect[Any]]
+    children: dict[str, int]
+    interrupt: Interrupt | None
+    root: fx.Effect[Any] | None
+    loaded: bool
+    done: bool
+    woken: bool
+    lost: BaseException | None
+    fenced: bool  # writes are fenced with epoch (a shared journal)
+    epoch: int
+
+    # Its parts.
+    @property
+    def writes(self) -> WritesAPI: ...
+
+    @property
+    def arrivals(self) -> ArrivalsAPI: ...
+
+    @property
+    def ends(self) -> EndsAPI: ...
+
+    def finish(
+        self,
+        leaf: fx.Effect[Any],
+        value: Any = None,
+        error: BaseException | None = None,
+        entry: LogEntry | None = None,
+    ) -> None: ...
+
+    def abandon(self, leaf: fx.Effect[Any]) -> None: ...
+
+    def register_compensation(
+        self, step: fx.Step[Any], result: Any, *, possibly_applied: bool = False
+    ) -> None: ...
+
+    async def replay_for_compensations(self) -> None: ...
+
+    def start_task(
+        self, fn: Callable[..., Awaitable[Any]], effect: fx.Effect[Any], *args: Any
+    ) -> None: ...
+
+    def task_finished(self) -> None: ...
+
+    def add_child(self, address: str, seq: int) -> None: ...
+
+    def become(self, status: str) -> None: ...
+
+    def new_coroutine(self) -> Coroutine[Any, Any, Any]: ...
+
+    def wakeup(self) -> None: ...
+
+    def request_passivation(self) -> None: ...
+
+    def claimed_again(self, epoch: int) -> None: ...
+
+    def write_lost(self, exc: BaseException) -> None: ...

@@ -1,0 +1,504 @@
+"""`ActorSystem`: the public calls, over the parts that do the work.
+
+Each part is made here with what it needs (the system, read through
+`SystemAPI`) and reaches into no other part's state: `Registry` (live
+instances, definitions, activation, passivation, takeover, shutdown),
+`Statuses` (each instance's status as this system knows it), `Corruption`
+(records that do not decode), `Stalls` (instances out of memory on a full
+journal or a lost write), `Router` (`_sending`: send, ask, send_many),
+`Lifecycle` (start, cancel, restart), `Upkeep` (query, cleanup, stuck
+compensations); then the services: timers, queues, schedules, asks, keyed
+sends, deferred writes, the node view. The operator's calls are in
+`_operations` and the schedules' in `_schedules`: bases that hold no state.
+`open_system` (`_open`) runs a system.
+"""
+
+from __future__ import annotations
+
+import math
+import random as _random
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ParamSpec, TypeVar, overload
+
+import trio
+
+from storage import Journal
+from storage.errors import JournalCorrupt
+
+from .._features import _asks, _joins, _sends, _signals, _steps, _streams, _supervision
+from .._features._asks import Asks
+from .._features._keys import KeyedSends
+from .._features._queues import QueueService
+from .._features._schedules import ScheduleCalls, ScheduleService
+from .._features._sending import Router
+from .._features._signals import SignalRouter
+from .._features._streams import Stream
+from .._features._timers import TimerService
+from .._kernel import _events, _guard, _tracing
+from .._kernel._compensations import Compensations
+from .._kernel._handles import Handle
+from .._kernel._interfaces import Service
+from .._kernel._outages import JournalWatch
+from .._kernel._process import ProcessDef
+from .._kernel._public import NoPublicConstructor
+from .._kernel._records import IfExists, Queue, Signal, StreamFrom
+from .._kernel._rides import Rides
+from ..errors import AlreadyStarted, InvalidArguments
+from ._corruption import Corruption
+from ._lifecycle import Lifecycle
+from ._nodes import NodeView
+from ._operations import Operations
+from ._registry import Registry
+from ._stalls import Stalls
+from ._statuses import Statuses
+from ._upkeep import Upkeep
+
+__all__ = ["ActorSystem"]
+
+# The features that hook into the core: each registers, as it is imported,
+# how its effects run live (`_effects.runs_live`, `_arrivals`) and what it
+# owes when a run ends (`_hooks`); imported here, before any instance runs.
+FEATURES = (_asks, _joins, _sends, _signals, _steps, _streams, _supervision)
+
+P = ParamSpec("P")  # a process function's parameters after ctx
+R = TypeVar("R")  # its result
+
+
+class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
+    """The runtime: owns a journal, routes messages, runs live instances.
+
+    Get one from `open_system`; every method is safe to call from any task
+    of the trio run that opened it.
+    """
+
+    _made_by = "open one with `async with actors.open_system(journal, processes=[...])`"
+
+    def __init__(
+        self,
+        journal: Journal,
+        processes: Iterable[ProcessDef[..., Any]],
+        random: _random.Random | None,
+        *,
+        passivate_after: float,
+        max_sync_steps: int,
+        max_payload: int,
+        now: Callable[[], float],
+        queues: Iterable[Queue] = (),
+        compensations: Iterable[Callable[..., Any]] = (),
+    ) -> None:
+        self.journal = journal
+        # Given by the application, and learnt from its compensate= (never
+        # from stored names: see _compensations).
+        self.compensations = Compensations(compensations)
+        self.random = random if random is not None else _random.Random()
+        self.passivate_after = passivate_after
+        self.log_debug = _events.debug_enabled()  # cached: DEBUG records are on the hot path
+        self.tracing = _tracing.active()  # likewise (see _tracing)
+        self.max_payload = max_payload
+        self.step_limiter = trio.CapacityLimiter(max_sync_steps)
+        # Steps acquire step_limiter themselves (so a queued step's timeout
+        # starts only when it runs); abandoned threads still hold this one.
+        self.thread_limiter = trio.CapacityLimiter(math.inf)
+        self._offset = now() - trio.current_time()  # wall clock minus trio's
+        self.cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
+        # The parts (each keeps the system, and reads the others through it).
+        self.registry = Registry(self, processes)
+        self.statuses = Statuses(self)
+        self.corruption = Corruption(self)
+        self.stalls = Stalls(self)
+        self.router = Router(self)
+        self.lifecycle = Lifecycle(self)
+        self.upkeep = Upkeep(self)
+        # The services.
+        self.timers = TimerService(self)
+        self.outages = JournalWatch(journal)
+        self.nodes = NodeView(self)
+        self.queues = QueueService(self, queues)
+        self.schedules = ScheduleService(self)
+        self.asks = Asks(self)
+        self.rides = Rides(journal)
+        self.keys = KeyedSends(self)
+        self.signals = SignalRouter(self)
+        self.services: tuple[Service, ...] = (self.timers, self.queues, self.schedules)
+
+    # -- time ------------------------------------------------------------------
+
+    def epoch_now(self) -> float:
+        """Wall-clock epoch seconds, advancing with trio's clock (so with a MockClock too)."""
+        return trio.current_time() + self._offset
+
+    def trio_time(self, epoch: float) -> float:
+        """The trio clock reading at which epoch time ``epoch`` arrives."""
+        return epoch - self._offset
+
+    def use_clock(self, epoch: float, at: float) -> float:
+        """From now on, epoch time ``epoch`` is trio time ``at`` (the
+        journal's clock: see `_clocks`; called at open, before anything
+        reads the time). Returns how far ahead of it the clock read at
+        open was (seconds)."""
+        skew = at + self._offset - epoch
+        self._offset = epoch - at
+        return skew
+
+    # -- public API ------------------------------------------------------------
+
+    # For type checkers: the handle's result is what the process returns;
+    # without if_exists=, queue= or priority= (a ParamSpec takes no
+    # keywords beside it), the params and input must also fit its function.
+    @overload
+    async def start(
+        self, proc: ProcessDef[P, R], *params: P.args, **input: P.kwargs
+    ) -> Handle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        if_exists: IfExists,
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> Handle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        if_exists: IfExists = "return",
+        queue: Queue | str | None,
+        priority: int = 0,
+        **input: Any,
+    ) -> Handle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        if_exists: IfExists = "return",
+        queue: Queue | str | None = None,
+        priority: int,
+        **input: Any,
+    ) -> Handle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        proc: str,
+        *params: str,
+        if_exists: IfExists = "return",
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> Handle[Any]: ...
+
+    async def start(  # type: ignore[misc]  # @process refuses these keywords as input
+        self,
+        proc: ProcessDef[..., Any] | str,
+        *params: Any,
+        if_exists: IfExists = "return",
+        queue: Queue | str | None = None,
+        priority: int = 0,
+        **input: Any,
+    ) -> Handle[Any]:
+        """Start an instance of ``proc`` at the address its params give.
+
+        A cancelled instance at that address (or none) starts afresh, as a
+        new incarnation. Any other one (running, suspended, completed,
+        failed, compensation_stuck, corrupt) is kept as it is: with
+        ``if_exists="return"`` (the default) its handle is returned, so a
+        retried start is harmless; with ``"error"`` `AlreadyStarted` is
+        raised. Returns once the instance is durably recorded.
+
+        Args:
+            proc: a registered definition, or its path template.
+            *params: fill the template's path params, in order.
+            if_exists: ``"return"`` or ``"error"``, for an instance that is there.
+            queue: a `Queue` registered with ``open_system(queues=...)`` (or
+                its name): the instance is stored ``"queued"`` and starts
+                when the queue's limits allow, in ``priority`` then FIFO order.
+            priority: with ``queue``: lower numbers start first (default 0).
+            **input: the process's keyword input.
+
+        Raises:
+            AlreadyStarted: (``if_exists="error"``) an instance is there;
+                the error names it and its status. Nothing is written.
+            UnknownProcess: ``proc`` is not registered with this system.
+            InvalidArguments: wrong params or input for the process, or a
+                queue that is not registered.
+            EncodeError: input the codec cannot store (nothing is written).
+        """
+        _guard.refuse(
+            "system.start()",
+            "start children with ctx.call or ctx.spawn",
+        )
+        if if_exists not in ("return", "error"):
+            raise InvalidArguments(
+                f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
+            )
+        queued = self.queues.choose(queue, priority)
+        handle, created = await self.lifecycle.start(
+            self.registry.definition(proc), params, input, None, queued=queued
+        )
+        if not created and if_exists == "error":
+            status = handle.status
+            raise AlreadyStarted(
+                f"an instance is already at {handle.id!r} ({status}); use its "
+                "handle (system.get), cancel it to start a new incarnation, or start "
+                "with if_exists='return'",
+                address=handle.id,
+                status=status,
+            )
+        return handle
+
+    @overload
+    async def signal_with_start(
+        self,
+        proc: ProcessDef[..., R],
+        *params: str,
+        signal: Signal,
+        payload: Any = None,
+        **input: Any,
+    ) -> Handle[R]: ...
+
+    @overload
+    async def signal_with_start(
+        self,
+        proc: str,
+        *params: str,
+        signal: Signal,
+        payload: Any = None,
+        **input: Any,
+    ) -> Handle[Any]: ...
+
+    async def signal_with_start(
+        self,
+        proc: ProcessDef[..., Any] | str,
+        *params: str,
+        signal: Signal,
+        payload: Any = None,
+        **input: Any,
+    ) -> Handle[Any]:
+        """Send ``signal`` to the instance, creating it first if it is absent
+        or cancelled, in one transaction.
+
+        Raises:
+            NotDelivered: the instance exists and is finished; nothing stored.
+            UnknownProcess, InvalidArguments, EncodeError: as for `start`.
+        """
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"signal= takes an actors.Signal, not {signal!r}")
+        proc = self.registry.definition(proc)
+        return (await self.lifecycle.start(proc, params, input, (signal, payload)))[0]
+
+    @property
+    def closing(self) -> bool:
+        """True once the system has begun to close (instances stay as they are)."""
+        return self.registry.closing
+
+    @property
+    def node(self) -> str | None:
+        """This system's node name on a shared journal, or None."""
+        return self.journal.node
+
+    def get(self, address: str) -> Handle[Any] | None:
+        """The handle of the instance at ``address``, live, passivated or
+        finished; None if there is none.
+
+        On a remote journal (PostgreSQL) an instance this system holds
+        nothing of in memory is read on the trio thread, one round trip that
+        every task waits for: there, prefer ``await system.lookup(address)``."""
+        iid = self.router.address_iid(address, "get's address")
+        incarnation = self.statuses.held(iid)
+        if incarnation is None:
+            try:
+                with self.journal.reader() as r:
+                    incarnation = self.statuses.found(iid, r.instance(iid))
+            except JournalCorrupt:
+                incarnation = 0  # its handle reads "corrupt"
+        return None if incarnation is None else Handle._create(self, iid, address, incarnation)
+
+    async def lookup(self, address: str) -> Handle[Any] | None:
+        """`get`, reading the journal off the trio thread: the way to find an
+        instance on a remote journal without stalling the other tasks."""
+        iid = self.router.address_iid(address, "lookup's address")
+        incarnation = self.statuses.held(iid)
+        if incarnation is None:
+            try:
+                row = await self.journal.read(lambda r: r.instance(iid))
+            except JournalCorrupt:
+                incarnation = 0
+            else:
+                incarnation = self.statuses.found(iid, row)
+        return None if incarnation is None else Handle._create(self, iid, address, incarnation)
+
+    async def cancel(self, address: str, *, compensate: bool = False) -> bool:
+        """Cancel the instance at ``address`` (and its live children, first).
+
+        A cancel wins over a restart: an instance that crashes as the cancel
+        comes, or is waiting out its restart delay, ends cancelled and does
+        not run again.
+
+        Saga compensations run on a cancel only when asked: by default a
+        cancelled instance's registered compensations never run (they run
+        when it fails). With ``compensate=True`` (or for a process defined
+        with ``compensate_on_cancel=True``) it runs its pending
+        compensations first, newest first, as after a failure: the cancel is
+        recorded before the first one starts, so a restart of the system
+        meanwhile finishes them (each that returned is not run again), and
+        it ends cancelled after the last. Its children are cancelled as usual.
+
+        Args:
+            address: the instance's address.
+            compensate: run its pending compensations before it ends.
+
+        Returns True once it is recorded as cancelled (after its
+        compensations, if it ran them; also when another cancel of it was
+        under way); False if there was nothing live to cancel (it had ended,
+        or ended otherwise meanwhile, e.g. failed past its restart limit),
+        or a compensation gave up and parked it ``compensation_stuck``. A
+        cancelled address can be started afresh.
+
+        Raises:
+            JournalCorrupt: the instance's records do not decode; the error
+                names the database and key of the one that fails.
+            UnknownProcess: ``compensate=True``, and its process is not
+                registered by this system, which cannot run them (nothing is
+                written).
+        """
+        _guard.refuse(
+            "system.cancel()",
+            "cancel from a step (ctx.step), or let the child end with its parent",
+        )
+        iid = self.router.address_iid(address, "cancel's address")
+        if self.statuses.snapshot(iid)[0] == "corrupt":
+            raise self.corruption.error(iid, address)
+        return await self.lifecycle.cancel_iid(
+            iid, address, "cancelled by system.cancel", compensate=compensate
+        )
+
+    def stream(self, address: str, consumer: str, from_: StreamFrom = "start") -> Stream:
+        """The values the instance at ``address`` emitted, from ``consumer``'s
+        durable cursor: ``async with system.stream(a, consumer="c") as s: async for v in s:``.
+
+        A value counts as consumed once the consumer asks for the next one or
+        leaves the block without an exception (``break`` included); leaving
+        with an exception leaves the value it was handling unconsumed.
+        Reconnecting continues right after the last consumed value. A new
+        consumer starts at the beginning, or with ``from_="latest"`` after
+        the values emitted so far. Iteration ends once the instance is
+        finished and every value is read.
+
+        Raises:
+            NotDelivered: (on entering) no instance at that address.
+        """
+        return Stream(self, address, consumer, from_)
+
+    async def send(
+        self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
+    ) -> None:
+        """Persist a message in the mailbox of the instance at ``address``.
+
+        Returns once the message is durable (not once it is processed). A
+        passivated instance is live: the message wakes it.
+
+        With ``key`` (a client's request id, say), a send whose key this
+        incarnation of the instance has had already stores nothing and
+        returns normally, so a retried send is taken once. Keys are kept
+        for the incarnation's life (across continue-as-new, restarts and
+        reopens); a new incarnation after a cancel takes them afresh. A
+        key is a non-empty str of at most 200 bytes of UTF-8 without
+        control characters; it shares no names with stream consumers.
+
+        Raises:
+            NotDelivered: no live instance has that address (unknown, or
+                finished, cancelled, parked); ``reason`` says which. Nothing
+                is stored.
+            EncodeError: a payload the codec cannot store; nothing is stored.
+            InvalidArguments: a key that is not a non-empty str, or holds a
+                control character (NUL included); nothing is stored.
+            LimitExceeded: a key over 200 bytes of UTF-8; nothing is stored.
+            JournalCorrupt: the instance's records do not decode (it is
+                marked ``corrupt``); the error names the database and key.
+        """
+        return await self.router.send(address, signal, payload, key=key)
+
+    async def ask(
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
+        """Send ``signal`` to the instance at ``address`` as an ask and wait
+        for the value its process gives ``ctx.reply`` after taking it.
+
+        The ask is durable before the wait begins, like `send`; the reply is
+        recorded in the replier's log, so a restart of the replier between
+        taking and replying neither loses nor repeats it, and an asker on
+        another node of a shared journal gets it too (see `actors._features._asks`).
+
+        Raises:
+            NotDelivered: no live instance at ``address`` (nothing stored),
+                or it ended without replying (the message says so).
+            AskTimeout: no reply within ``timeout`` seconds of the ask
+                being stored (a `TimeoutError` too); the message stays asked.
+            EncodeError: a payload the codec cannot store; nothing is stored.
+        """
+        return await self.router.ask(address, signal, payload, timeout=timeout)
+
+    async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
+        """Persist many messages, ``(address, signal, payload)`` each, in one
+        durable commit: all of them are stored, or none.
+
+        The cheap way to fan a batch of events out to many instances: one
+        commit (one fsync) for the whole batch. Messages to one address keep
+        their order.
+
+        Raises:
+            NotDelivered: an address has no live instance; it names the
+                first such address and nothing is stored.
+            EncodeError, LimitExceeded: a payload the codec cannot store (a
+                note names its position); nothing is stored.
+            InvalidArguments: an item that is not ``(address, Signal, payload)``.
+            JournalCorrupt: an addressed instance's records do not decode.
+        """
+        return await self.router.send_many(messages)
+
+    async def signal(
+        self,
+        signal: Signal,
+        identity: Mapping[str, str],
+        payload: Any = None,
+        *,
+        key: str | None = None,
+    ) -> int:
+        """Put ``signal`` with ``payload`` in the mailbox of every instance
+        that listens to it and has the identity given, in one durable commit.
+
+        The recipients are the instances that exist and have not ended
+        (running, suspended or queued) of every process declared with
+        ``listens=[signal]`` whose path params named by the signal's
+        identity fields equal ``identity``'s values: with
+        ``Signal("orders.shipped", identity=("order_id",))``, ``{"order_id":
+        "o-17"}`` reaches ``orders/o-17`` and every ``parcels/o-17/:parcel``
+        if both listen. They are found through the journal's identity
+        index, never by a scan. Each reads it with ``ctx.wait`` or
+        ``ctx.receive`` as any other message; one that arrives before the
+        instance waits stays in its mailbox. An instance whose start
+        commits concurrently either gets it or was started after it.
+
+        Args:
+            identity: a mapping with exactly the signal's identity fields.
+            key: as for `send`, per recipient: an incarnation that has had
+                the key gets nothing more.
+
+        Returns:
+            How many instances it reached (0 when none: nothing is stored).
+
+        Raises:
+            InvalidArguments: a signal without identity fields, an identity
+                with a field missing or unknown, or a value that is no path
+                param; a key that is not a name. Nothing is stored.
+            EncodeError, LimitExceeded: a payload the codec cannot store, or
+                over ``max_payload``; a key over 200 bytes. Nothing is stored.
+        """
+        return await self.signals.signal(signal, identity, payload, key=key)

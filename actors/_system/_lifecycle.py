@@ -1,0 +1,552 @@
+"""Starting, cancelling and restarting instances, in memory or on disk, here or on
+another node: the internals behind `ActorSystem.cancel` and supervision's
+restarts.
+
+Invariant (see `Lifecycle.cancel_iid`): a cancel wins over a restart.
+`Lifecycle` is a part of `ActorSystem`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from storage import (
+    LIVE_STATUSES,
+    MAX_ADDRESS_BYTES,
+    UNFINISHED_STATUSES,
+    InstanceRecord,
+    Journal,
+    Txn,
+    encode,
+    instance_id,
+)
+from storage.errors import Conflict, JournalUnavailable
+
+from .._features import _saga, _supervision as _sup
+from .._features._queues import waiting_rows
+from .._features._sending import commit_through
+from .._kernel import _hooks, _protocol, _tracing
+from .._kernel._checks import check_text
+from .._kernel._handles import Handle
+from .._kernel._log import children_named, read_state
+from .._kernel._process import ProcessDef
+from .._kernel._records import Queue, Signal
+from ..errors import InvalidArguments, LimitExceeded, UnknownProcess
+from ._statuses import state_of
+
+if TYPE_CHECKING:
+    from .._kernel._interfaces import ActorAPI, SystemAPI
+
+__all__ = ["Lifecycle"]
+
+# A cancel of an instance another live node owns waits this long for it to
+# end (its owner may be in a long step), and meanwhile tries to claim it
+# this often (times `Journal.poll_scale`), as the takeover scan does: once
+# the owner's lease lapses, the cancel is written here within that time.
+REMOTE_CANCEL_WAIT = 10.0
+REMOTE_CLAIM_EVERY = 0.25
+
+
+class Lifecycle:
+    """Starts, cancels and restarts: a part of `ActorSystem` (see the module docstring)."""
+
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self.journal = system.journal
+        self.creating: dict[bytes, trio.Event] = {}  # starts deciding (see start)
+        self.cancelling: dict[bytes, trio.Event] = {}  # see cancel_iid
+
+    async def cancel_iid(
+        self, iid: bytes, address: str, reason: str, *, compensate: bool = False
+    ) -> bool:
+        # Invariant: a cancel wins over a restart. An actor told to cancel
+        # while it crashes may still write its restart and leave memory
+        # (the next run waits out a delay in Registry.activate_later, or is being
+        # activated); so until an actor ends, whatever it left live on disk
+        # is cancelled in turn, with activations of it held off meanwhile.
+        registry = self.system.registry
+        while True:
+            actor = registry.live.get(iid)
+            if actor is not None and not actor.done:
+                actor.arrivals.cancel(reason, compensate=compensate)
+                while not actor.done and registry.live.get(iid) is actor:
+                    await self.system.statuses.event(iid).wait()
+                if actor.done and actor.status not in LIVE_STATUSES:
+                    return actor.status == "cancelled"
+                continue  # it left memory still live (restarted): cancel that
+            writing = self.cancelling.get(iid)
+            if writing is not None:
+                # Another cancel of it is being written: live when this one
+                # came, it is cancelled once that one is through.
+                await writing.wait()
+                if self.system.statuses.snapshot(iid)[0] == "cancelled":
+                    return True
+                continue
+            creating = self.creating.get(iid)
+            if creating is not None:
+                # A start of it here (or a retry, a fork) is deciding: its
+                # actor runs with the claim that start makes, later than one
+                # made here, so a cancel written on disk meanwhile would be
+                # overwritten as it runs. Let it finish, then cancel what it
+                # brought into memory.
+                await creating.wait()
+                continue
+            landing = registry.landing.get(iid)
+            if landing is not None:
+                # An activation waits for what was in flight ("async"): let
+                # it land, then cancel what it brings into memory.
+                await landing.wait()
+                continue
+            if iid in registry.activating:
+                # An activation is under way (a read or two): let it finish,
+                # then cancel what it brings into memory.
+                await registry.activating.wait_released(iid)
+                continue
+            registry.activating.add(iid)  # activate leaves it alone while this is written
+            self.cancelling[iid] = writing = trio.Event()
+            try:
+                done = await self._cancel_on_disk(iid, address, reason, compensate)
+            except BaseException:
+                # Not cancelled (a full or lost journal): it stays live, and
+                # mail routed to it meanwhile found its activation held off.
+                registry.spawn_system_task(registry.activate_later, iid, 0.0)
+                raise
+            finally:
+                del self.cancelling[iid]
+                registry.activating.discard(iid)
+                writing.set()
+            if done is not None:
+                return done
+            if registry.closing:
+                return False  # it compensates, and ends cancelled, after the next open
+            registry.activate(iid)  # to run its compensations; it ends cancelled after them
+
+    async def _cancel_on_disk(
+        self, iid: bytes, address: str, reason: str, compensate: bool = False
+    ) -> bool | None:
+        """Cancel an instance that is not in memory here (the caller holds
+        off its activation). None: it runs its compensations first, as
+        recorded now (or before), once activated."""
+        row, log, mail, timers, _ = await self.journal.read(lambda r: read_state(r, iid))
+        if row is None or row.status not in UNFINISHED_STATUSES:
+            return False
+        if row.status == "queued":
+            return await self._cancel_queued(row, address, reason, compensate)
+        compensating = self._compensates(row, compensate)
+        epoch = await self.journal.claim(iid)
+        if epoch is None:
+            ended = await self._cancel_remote(iid, address, reason, compensate)
+            if ended is not None:
+                return ended
+            # Its owner is gone and this node took it: cancel it here (what
+            # the owner left, read again; its CANCEL mail is taken with it).
+            return await self._cancel_on_disk(iid, address, reason, compensate)
+        if compensating and row.record.failure is not None:
+            return None  # compensating already: it ends once they have run
+        fence = epoch if self.journal.shared else None
+        # Depth first: its children go before it records its own end; and
+        # before them, that its cancel has begun (unless a CANCEL in its
+        # mailbox says so already): see _supervision's cascade.
+        children = children_named(log)
+        if children and not _sup.cancel_marks(mail):
+            try:
+                await _sup.record_cancel(
+                    self.system, iid, reason, compensate=compensate, epoch=fence
+                )
+            except Conflict:
+                return False  # it ended meanwhile (or is owned elsewhere now)
+        await _sup.cancel_children(self.system, children, f"parent {row.address} cancelled")
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, timers, reason, fence, compensate=compensating)],
+            self.system.epoch_now(),
+        )
+        mail = await self.journal.read(lambda r: r.mailbox(iid))
+        # The cancel it records is the one each CANCEL asked for.
+        for seq in _sup.cancel_marks(mail):
+            txn.take_message(iid, seq)
+        # Every ask it owes an answer hears that it ended without one (one
+        # that compensates first: those its run took; its end, the unread).
+        answers = _hooks.ended_on_disk(
+            self.system, txn, "cancelled", log, () if compensating else mail
+        )
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return False
+        self.system.statuses.changed(iid)
+        for notice in notices:
+            self.system.router.route(notice.iid, results[notice.slot], notice.message)
+        for after in answers:
+            after(results)
+        return None if compensating else True
+
+    def _compensates(self, row: Any, compensate: bool) -> bool:
+        """Whether cancelling the live instance of ``row`` runs its pending
+        saga compensations first: asked for, its process says so
+        (``compensate_on_cancel``), or it is compensating already. Only a
+        system that registers its process can run them.
+
+        Raises:
+            UnknownProcess: they were asked for, but its process is not registered here.
+        """
+        if row.status not in LIVE_STATUSES or not _saga.pending(row.record):
+            return False
+        proc = self.system.registry.procs.get(row.process)
+        if proc is None:
+            if compensate:
+                raise UnknownProcess(
+                    f"cannot run the compensations of {row.address!r} here: its process "
+                    f"{row.process!r} is not registered by this system; pass it in "
+                    "open_system(processes=[...]), or cancel without compensate=True"
+                )
+            return False
+        return compensate or proc.compensate_on_cancel or row.record.failure is not None
+
+    async def _cancel_queued(
+        self, row: Any, address: str, reason: str, compensate: bool = False
+    ) -> bool | None:
+        """Cancel a queued instance: nothing runs it, so no node need own it;
+        it leaves its queue in the same transaction."""
+        iid = row.iid
+        states = await self.journal.read(lambda r: waiting_rows(r, iid))
+        txn, notices = _protocol.cancel_txn(
+            [_protocol.Cancel(row, (), reason, None, states)], self.system.epoch_now()
+        )
+        # Unclaimed, so only while it is still queued: once a queue started
+        # it, its owner cancels it (the next round of this loop).
+        txn.require(iid, frozenset({"queued"}))
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return await self._cancel_on_disk(iid, address, reason, compensate)
+        self.system.statuses.changed(iid)
+        for notice in notices:
+            self.system.router.route(notice.iid, results[notice.slot], notice.message)
+        return True
+
+    async def _cancel_remote(
+        self, iid: bytes, address: str, reason: str, compensate: bool = False
+    ) -> bool | None:
+        """Cancel an instance another live node owns: ask it, and wait (a
+        while) for it to end. None: its owner died or froze meanwhile and
+        this node claimed it (the caller cancels it here, holding off its
+        activation as before: so a node left alone with it never waits for
+        a takeover that its own cancel holds off)."""
+        payload: dict[str, Any] = {"reason": reason}
+        if compensate:
+            payload["compensate"] = True
+        await self.system.router.send_system(iid, address, _sup.CANCEL, payload)
+        claim_every = REMOTE_CLAIM_EVERY * self.journal.poll_scale
+        with trio.move_on_after(REMOTE_CANCEL_WAIT):
+            next_claim = trio.current_time() + claim_every
+            while True:
+                row = await self.journal.read(lambda r: r.instance(iid))
+                if row is None or row.status not in LIVE_STATUSES:
+                    return row is not None and row.status == "cancelled"
+                if trio.current_time() >= next_claim:
+                    # Invariant: a claim succeeds only once the owner's lease
+                    # has lapsed, so the owner cannot be cancelling it too.
+                    if await self.journal.claim(iid) is not None:
+                        return None
+                    next_claim = trio.current_time() + claim_every
+                await trio.sleep(0.02)
+        return False
+
+    async def restart_iid(self, iid: bytes, address: str, reason: str) -> None:
+        """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
+        actor = self.system.registry.live.get(iid)
+        if actor is not None and not actor.done:
+            actor.arrivals.restart(reason)  # a cancel asked of it first wins
+            return
+        if iid in self.cancelling:
+            return  # a cancel of it is being written: it wins
+        row = await self.journal.read(lambda r: r.instance(iid))
+        if row is None or row.status not in LIVE_STATUSES:
+            return
+        # Only its owner writes to it: this node, once it claims it (then
+        # read again: what the last owner wrote), else the live node that
+        # runs it, asked as a cancel is (see _cancel_remote).
+        epoch = await self.journal.claim(iid)
+        if epoch is None:
+            await self.system.router.send_system(iid, address, _sup.RESTART, {"reason": reason})
+            return
+        row, log, _, timers, _ = await self.journal.read(lambda r: read_state(r, iid))
+        if row is None or row.status not in LIVE_STATUSES:
+            return
+        await _sup.cancel_children(self.system, children_named(log), f"{address} is restarting")
+        restarts = _sup.next_restarts(row.record, reason, self.system.epoch_now())
+        txn = Txn()
+        txn.require(iid, LIVE_STATUSES)
+        if self.journal.shared:
+            txn.fence(iid, epoch)
+        _protocol.next_run(
+            txn,
+            iid,
+            address=address,
+            process=row.process,
+            record=row.record.evolve(restarts=restarts, updated=self.system.epoch_now()),
+            timers=[(timer.run, timer.seq) for timer in timers],
+        )
+        # What features owe at the end of the run (its mail: the next run's).
+        answers = _hooks.ended_on_disk(self.system, txn, "restarted", log, ())
+        try:
+            results = await self.journal.commit(txn)
+        except Conflict:
+            return
+        for after in answers:
+            after(results)
+        self.system.statuses.changed(iid)
+        self.system.registry.activate(iid)
+
+    async def start(
+        self,
+        proc: ProcessDef[..., Any],
+        params: tuple[Any, ...],
+        input: dict[str, Any],
+        message: tuple[Signal, Any] | None,
+        *,
+        parent: str | None = None,
+        address: str | None = None,
+        queued: tuple[Queue, int] | None = None,
+        extra: Callable[[Txn], None] | None = None,
+    ) -> tuple[Handle[Any], bool]:
+        for param in params:
+            # ASCII is always valid: only other text pays for the message.
+            if isinstance(param, str) and not (param.isascii() and param.isprintable()):
+                check_text(param, f"a path param of {proc.template!r}")
+        own_address = proc.resolve(*params)
+        address = address or own_address
+        size = len(address.encode())
+        if size > MAX_ADDRESS_BYTES:
+            raise LimitExceeded(
+                f"the address {address[:40]!r}... is {size} bytes, over the limit of "
+                f"{MAX_ADDRESS_BYTES} (storage.MAX_ADDRESS_BYTES); use short ids as path "
+                "params and put the data in the input"
+            )
+        proc.check_input(params, input)
+        encoded_input = encode(input, what="input") if input else None  # refused before a read
+        iid = instance_id(address)
+        registry = self.system.registry
+        while True:
+            actor = registry.live.get(iid)
+            if actor is not None and actor.loaded and not actor.done:
+                if message is not None:
+                    await self.system.router.send_iid(iid, address, *message)
+                return Handle._create(self.system, iid, address, actor.record.incarnation), False
+            waiting = self.creating.get(iid)
+            if waiting is None:
+                break
+            await waiting.wait()
+        async with self.deciding(iid):
+            # The first try reads nothing (see `_fresh_start`): one commit,
+            # which fails if there is anything. (Not where a read is local
+            # and a commit need not be awaited: an "async" LMDB journal
+            # acknowledges a start once it is queued, and a start that did
+            # not read must learn whether its commit found the address free.)
+            fresh = (
+                queued is None
+                and extra is None
+                and (not self.journal.reads_at_once or self.journal.durability == "sync")
+            )
+            term = self.journal.lease_term() if fresh else None
+            fresh = term is not None  # (only under the lease: see _fresh_start)
+            row, floor, claimed = None, 0, None
+            while True:  # once more each time another start (another node's) commits first
+                if not fresh:
+                    row, floor = await self.journal.read(lambda r: _protocol.read_for_start(r, iid))
+                if row is not None and row.address != address:
+                    raise InvalidArguments(
+                        f"address {address!r} collides with {row.address!r} in the journal"
+                    )
+                if row is not None and row.status != "cancelled":
+                    self.system.statuses.remember(iid, state_of(row))
+                    if message is not None:
+                        await self.system.router.send_iid(iid, address, *message)
+                    return Handle._create(self.system, iid, address, row.record.incarnation), False
+                start = _protocol.start_txn(
+                    iid,
+                    address=address,
+                    process=proc.template,
+                    params=params,
+                    input=input,
+                    parent=parent,
+                    previous=row,  # a cancelled one starts afresh
+                    floor=floor,
+                    now=self.system.epoch_now(),
+                    max_payload=self.system.max_payload,
+                    message=None if message is None else (message[0].name, message[1]),
+                    trace=_tracing.traceparent(self.system),
+                    status="running" if queued is None else "queued",
+                    encoded_input=encoded_input,
+                    index=bool(proc.listens),
+                )
+                record = start.record
+                if queued is not None:  # not in memory: what handles read
+                    self.system.statuses.remember(iid, ("queued", record))
+                if extra is not None:  # what the caller records with the start (a schedule's tick)
+                    extra(start.txn)
+                slot = _fresh_start(start.txn, iid, self.journal) if fresh else None
+                try:
+                    if queued is not None:  # it waits for a slot: the queue's pump starts it
+                        await self.system.queues.commit_start(start.txn, queued, iid, address)
+                        return Handle._create(self.system, iid, address, record.incarnation), True
+                    # (If written with its outcome unknown, it runs once the journal answers.)
+                    results = await commit_through(
+                        self.journal,
+                        start.txn,
+                        lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
+                    )
+                except Conflict as exc:
+                    if exc.reason not in (_FRESH_REFUSED if fresh else _protocol.START_RACED):
+                        raise
+                    fresh = False  # something is there: read it, as any other start does
+                    continue
+                if slot is not None and self.journal.lease_term() == term:
+                    claimed = results[slot]  # (else the lease was lost meanwhile: claim it)
+                break
+            actor = await self.run_started(iid, address, proc, record, claimed)
+            if actor is None:
+                return Handle._create(self.system, iid, address, record.incarnation), True
+            if start.message is not None and results:
+                actor.arrivals.deliver(
+                    results[start.message.slot], _protocol.unpack_message(start.message.message)
+                )
+            self.system.statuses.changed(iid)
+            return Handle._create(self.system, iid, address, record.incarnation), True
+
+    def deciding(self, *iids: bytes, activate: bool = True) -> Deciding:
+        """One start of an address at a time on this system (a retry and a
+        fork are starts too): ``async with lifecycle.deciding(iid):`` waits
+        until none is deciding any of ``iids``, then holds them for the
+        block. A cancel waits for the block to end (see `cancel_iid`). After
+        it, with ``activate``, an instance that mail was noticed for
+        meanwhile, and that is not in memory, is activated (see
+        `Registry.activate_for_mail`)."""
+        return Deciding(self.system, self.creating, iids, activate)
+
+    async def run_started(
+        self,
+        iid: bytes,
+        address: str,
+        proc: ProcessDef[..., Any],
+        record: InstanceRecord,
+        claimed: int | None = None,
+    ) -> ActorAPI | None:
+        """Claim and run an instance whose start (or retry) was just
+        committed; None where it runs elsewhere (another node took it over
+        at once) or later (this node's lease is lost: once it is back).
+        ``claimed``: the epoch its start's commit claimed it at, in the
+        lease term that holds now (see `_fresh_start`); no claim then."""
+        if claimed is not None:
+            epoch: int | None = claimed
+        else:
+            try:
+                epoch = await self._claim_written(iid)
+            except JournalUnavailable:  # it is written: it runs once the journal answers
+                self.system.registry.spawn_system_task(self.system.registry.reload_when_back, iid)
+                raise
+        self.system.nodes.claimed(iid, epoch)
+        if epoch is None:
+            if self.journal.lease_term() is None:
+                # No node took it: this one claims nothing while its lease
+                # is lost, and the instance is its own.
+                self.system.registry.spawn_system_task(
+                    self.system.registry.activate_when_leased, iid
+                )
+            return None
+        return self.system.registry.run_created(iid, address, proc, record, epoch)
+
+    async def _claim_written(self, iid: bytes) -> int | None:
+        """Claim ``iid``, whose start is written: shielded where a claim
+        waits (a shared journal), so it runs whatever its caller's
+        cancellation (else a live instance nobody runs until the next open)."""
+        if not self.journal.shared:
+            return await self.journal.claim(iid)  # (at once: this node owns everything)
+        with trio.CancelScope(shield=True):
+            epoch = await self.journal.claim(iid)
+        return epoch
+
+
+# `Conflict.reason`s of a fresh start (`_fresh_start`) that found something
+# at its address: an instance, or a cleanup's floor ("state").
+_FRESH_REFUSED = _protocol.START_RACED | {"state"}
+
+
+def _fresh_start(txn: Txn, iid: bytes, journal: Journal) -> int | None:
+    """Make ``txn``, a start over nothing (`_protocol.start_txn` with no
+    previous instance and floor 0), one that needs no read before it and no
+    claim after it: the usual start, of an address never used. Returns the
+    index of its claim's epoch in the commit's results (None where a claim
+    is not a round trip: ``journal.reads_at_once``).
+
+    Read nothing first: the commit checks what the read would have. Its
+    ``require_absent`` fails (``"exists"``) if an instance is there, and
+    the expectation that the address's floor row is absent (version 0)
+    fails (``"state"``) if a cleanup left one, so a start that commits is
+    the first incarnation, as one that read (None, 0) would make; on a
+    failure the caller reads and starts as usual, over what is there. Two
+    starts of the address, here or on two nodes, are kept apart as any two
+    are: the journal checks both conditions at commit, under the lock of
+    the address (on PostgreSQL: the advisory lock every start and cleanup
+    takes before its row locks, see `_SQL.lock_starts`, then the floor
+    key's lock), so one commits and the other fails, writing nothing.
+
+    Claim nothing after: `Txn.claim_created` makes the committing node the
+    owner at a new epoch in the same commit, drawn as `Journal.claim` draws
+    one (epochs never repeat), so a write fenced with it is refused once
+    another node claims the instance, as after any claim. A node claims
+    only under its lease: the caller does this only while its lease holds,
+    and uses the epoch only if the same term holds after the commit (else
+    it claims as usual, which waits for the lease).
+
+    On a journal that reads at once (LMDB, memory) the read is no round
+    trip, but it is a read transaction in the trio thread, whose every
+    page access lets the writer thread take the GIL: the commit checks
+    what the read would have, in the writer, and the claim after it is
+    free (`Journal.claim` gives 0 at once). Only with "sync" durability
+    there: an "async" journal acknowledges a start that read once it is
+    queued, and this one would wait for its commit (`Txn.must_wait`).
+    """
+    txn.expect_state(_protocol.floor_key(iid), 0)
+    return None if journal.reads_at_once else txn.claim_created(iid)
+
+
+class Deciding:
+    """`Lifecycle.deciding`'s block (a class: a start pays for no async
+    generator)."""
+
+    __slots__ = ("activate", "creating", "done", "iids", "system")
+
+    def __init__(
+        self,
+        system: SystemAPI,
+        creating: dict[bytes, trio.Event],
+        iids: tuple[bytes, ...],
+        activate: bool,
+    ) -> None:
+        self.system, self.creating, self.iids, self.activate = system, creating, iids, activate
+        self.done = trio.Event()
+
+    async def __aenter__(self) -> None:
+        creating = self.creating
+        while True:
+            waiting = next((creating[iid] for iid in self.iids if iid in creating), None)
+            if waiting is None:
+                break
+            await waiting.wait()
+        # Invariant: nothing yields from the check above to this claim.
+        for iid in self.iids:
+            creating[iid] = self.done
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for iid in self.iids:
+            del self.creating[iid]
+        self.done.set()
+        if self.activate:
+            registry = self.system.registry
+            for iid in self.iids:
+                if iid in registry.routed_absent and iid not in registry.live:
+                    registry.activate(iid)

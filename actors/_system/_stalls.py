@@ -1,0 +1,129 @@
+"""Instances that left memory for a cause and come back: `Stalls`, a part
+of `ActorSystem`.
+
+A write that found the journal full (the instance leaves memory suspended
+and is replayed once there may be room, backing off), a write that was
+lost (memory was ahead of the journal: the instance is loaded again from
+what was committed), a replay stuck on changed code (said once per reason).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from storage.errors import JournalFull
+
+from .._kernel import _events
+
+if TYPE_CHECKING:
+    from .._kernel._interfaces import ActorAPI, SystemAPI
+
+__all__ = ["Stalls"]
+
+log = logging.getLogger("actors")
+
+STALL_RETRY_FIRST = 1.0  # seconds; see Stalls._resume_stalled
+STALL_RETRY_MAX = 60.0
+
+
+class Stalls:
+    """Brings back what stalled, lost a write or got stuck (see the module docstring)."""
+
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self._said_stuck: dict[bytes, str] = {}  # see stuck
+        self._stalled_iids: set[bytes] = set()  # see stalled
+        self._resuming = False
+
+    def stalled(self, actor: ActorAPI, exc: JournalFull) -> None:
+        """``actor``'s own write found the journal full (or its disk): it
+        leaves memory suspended with ``last_error``, and is activated again
+        (replayed from what the journal holds) once there may be room."""
+        log.error(
+            "instance %r is suspended until the journal has room: %s",
+            actor.address,
+            exc,
+            extra={"actors_address": actor.address},
+        )
+        # Handle reads see the actor's suspended state with last_error (the
+        # journal could not take it); the next activation drops it (see
+        # Registry._take_in).
+        self.system.statuses.changed(actor.iid)
+        self.system.registry.ended(actor, "suspended")
+        self._resume_later(actor.iid)
+
+    def _resume_later(self, iid: bytes) -> None:
+        """Activate ``iid`` again in the next round of `_resume_stalled`."""
+        self._stalled_iids.add(iid)
+        if not self._resuming:
+            self._resuming = True
+            self.system.registry.spawn_system_task(self._resume_stalled)
+
+    def write_lost(self, iid: bytes, exc: BaseException) -> None:
+        """A write of the instance failed (one nobody waited for: "async"
+        durability's acknowledged writes, deferred ones; or one whose waiter
+        may have gone, cancelled, before it learned): memory is ahead of the
+        journal, and the journal takes none of the instance's
+        writes until it is loaded again (see `storage.LostChains`). A live
+        instance stops at its next suspension or write and is loaded again
+        as one stalled (`stalled`); one already out of memory (ended, say)
+        is brought back from what was committed. As after a crash within
+        the "async" window, the steps since its last committed write may
+        run again."""
+        actor = self.system.registry.live.get(iid)
+        address = iid.hex() if actor is None else actor.address
+        log.error(
+            "a write of instance %s failed (%s: %s); it is loaded again from what the "
+            "journal holds",
+            address,
+            type(exc).__name__,
+            exc,
+            extra={"actors_address": address},
+        )
+        if actor is not None and not actor.done:
+            actor.write_lost(exc)  # it comes back here (reload_lost) as it leaves memory
+        else:
+            self.reload_lost(iid)
+
+    def reload_lost(self, iid: bytes) -> None:
+        """Load ``iid``, out of memory now, again from what the journal
+        holds: a write of its last run was lost (see `write_lost`)."""
+        self.system.statuses.forget_reads(iid)
+        self.system.statuses.changed(iid)
+        self._resume_later(iid)
+
+    def stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None:
+        """``actor``'s replay is stuck (``held``, see `Ends.diverge`): it left
+        memory suspended. Said once per reason: mail to it replays it again."""
+        if self._said_stuck.get(actor.iid) != held:
+            self._said_stuck[actor.iid] = held
+            _events.stuck(actor.address, held, exc)
+
+    async def _resume_stalled(self) -> None:
+        # One task for every stalled instance, backing off while the journal
+        # stays full: each retry replays the instance up to its failed write.
+        # An iid leaves the set only once its activation is under way: an
+        # outage met on the way (this task then runs again, see
+        # JournalWatch.keep_running) must not lose the rest of the round.
+        # Sorted, so that a seed of the simulation replays alike.
+        self._resuming = True
+        delay = STALL_RETRY_FIRST
+        try:
+            while True:
+                await trio.sleep(delay)
+                if not self._stalled_iids:
+                    return  # nothing stalled again since the last round
+                for iid in sorted(self._stalled_iids):
+                    actor = self.system.registry.live.get(iid)
+                    if actor is not None:
+                        if not actor.done:  # back in memory meanwhile (loaded afresh)
+                            self._stalled_iids.discard(iid)
+                        continue  # else still on its way out: the next round
+                    self.system.registry.activate(iid)
+                    self._stalled_iids.discard(iid)
+                delay = min(delay * 2, STALL_RETRY_MAX)
+        finally:
+            self._resuming = False

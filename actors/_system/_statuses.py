@@ -1,0 +1,213 @@
+"""What the system knows of each instance's status and record, and who
+waits for it to change: `Statuses`, a part of `ActorSystem`."""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from storage import InstanceRecord, InstanceRow
+from storage.errors import JournalCorrupt
+
+from .._kernel._protocol import floor_of
+
+if TYPE_CHECKING:
+    from .._kernel._interfaces import SystemAPI
+
+__all__ = ["NO_RECORD", "Statuses", "state_of"]
+
+# What `snapshot` gives for an instance it cannot read: incarnation 0 is
+# none a handle holds, so a handle reads it as replaced.
+NO_RECORD = InstanceRecord(incarnation=0)
+ENDS_KEPT = 10_000  # ended instances whose final state is kept for handle reads
+SEEN_KEPT = 10_000  # instances of a remote journal whose last read state is kept
+
+
+def state_of(row: InstanceRow | None) -> tuple[str, InstanceRecord]:
+    return ("unknown", NO_RECORD) if row is None else (row.status, row.record)
+
+
+class Statuses:
+    """Each instance's status and record as this system knows them, and
+    events for whoever waits for them to change (handles, cancels)."""
+
+    def __init__(self, system: SystemAPI) -> None:
+        self.system = system
+        self.journal = system.journal
+        # Ended instances' final states, kept for handle reads (see Registry.ended).
+        # (An OrderedDict: dropping the oldest of a plain dict, del d[next(iter(d))],
+        # scans the slots emptied before it, ~1.5 us a time at 10k entries.)
+        self._ends: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
+        # A remote journal's instances as last read off the trio thread (see snapshot).
+        self._seen: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
+        # Weakly held (see event): an entry lives as long as someone holds its event.
+        self._events: dict[bytes, weakref.ref[trio.Event]] = {}
+        self._watchers: list[Callable[[bytes], None]] = []  # see watch
+
+    def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None:
+        """The end of ``iid`` that ran here, as kept (`Registry.ended`), if it is
+        still what the journal holds: on a shared journal another node may
+        have started a cancelled address afresh, so only a completion is
+        taken from memory there."""
+        ended = self._ends.get(iid)
+        if ended is not None and self.journal.node is not None and ended[0] != "completed":
+            return None
+        return ended
+
+    def held(self, iid: bytes) -> int | None:
+        """The incarnation of ``iid`` this system holds in memory (loaded,
+        or its end kept), or None: `ActorSystem.get` needs no read then."""
+        actor = self.system.registry.live.get(iid)
+        if actor is not None and actor.loaded:
+            return actor.record.incarnation
+        ended = self.final_end(iid)
+        return None if ended is None else ended[1].incarnation
+
+    def found(self, iid: bytes, row: InstanceRow | None) -> int | None:
+        """What a read of ``iid`` found, remembered (`remember`): its
+        incarnation, or None if there is no instance."""
+        if row is None:
+            return None
+        self.remember(iid, state_of(row))
+        return row.record.incarnation
+
+    def snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]:
+        """The instance's status and record, as this system knows them.
+
+        Invariant: no journal I/O on the trio thread for a remote journal (a
+        read there is a round trip, unbounded when the server is slow, and
+        every task would wait on it): what is not in memory is what the
+        last read off the thread found (`refresh`), or ``"unread"``.
+        A local journal reads at once."""
+        actor = self.system.registry.live.get(iid)
+        if actor is not None and actor.loaded:
+            if self.system.nodes.trusted(iid):
+                return actor.status, actor.writes.durable_record()
+            if not self.journal.reads_at_once:  # its memory may be stale: only a read tells
+                return self._seen.get(iid) or ("unread", NO_RECORD)
+        ended = self.final_end(iid)
+        if ended is not None:
+            return ended
+        if not self.journal.reads_at_once:
+            return self._seen.get(iid) or ("unread", NO_RECORD)
+        try:
+            with self.journal.reader() as r:
+                row = r.instance(iid)
+        except JournalCorrupt:
+            return "corrupt", NO_RECORD
+        state = state_of(row)
+        if actor is not None and not actor.done and actor.record.incarnation > state[1].incarnation:
+            # Its start is submitted and not written yet (an "async" journal
+            # acknowledges first): the journal still shows the incarnation
+            # it replaces, which must not read as this one's end.
+            return "running", actor.record
+        return state
+
+    async def refresh(self, iid: bytes) -> tuple[str, InstanceRecord]:
+        """`snapshot`, reading the journal (off the trio thread) for what
+        is not in memory."""
+        if self.journal.reads_at_once:
+            return self.snapshot(iid)
+        actor = self.system.registry.live.get(iid)
+        if (actor is not None and actor.loaded and self.system.nodes.trusted(iid)) or (
+            self.final_end(iid) is not None
+        ):
+            return self.snapshot(iid)
+        try:
+            row = await self.journal.read(lambda r: r.instance(iid))
+        except JournalCorrupt:
+            state = ("corrupt", NO_RECORD)
+        else:
+            state = state_of(row)
+        self.remember(iid, state)
+        return self.snapshot(iid)  # (it may have come into memory meanwhile)
+
+    def remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None:
+        """Keep what a read off the thread found (remote journals), oldest out."""
+        if self.journal.reads_at_once:
+            return
+        seen = self._seen
+        seen[iid] = state
+        seen.move_to_end(iid)
+        if len(seen) > SEEN_KEPT:
+            seen.popitem(last=False)
+
+    def keep_end(self, iid: bytes, status: str, record: InstanceRecord) -> None:
+        """Keep the final state of what just ended here: it answers handle
+        reads (result(), status) without a journal read each, which on a
+        remote journal is a blocking round trip on the trio thread.
+        Bounded, oldest out."""
+        ends = self._ends
+        ends[iid] = (status, record)
+        if len(ends) > ENDS_KEPT:
+            ends.popitem(last=False)
+
+    def drop_end(self, iid: bytes) -> None:
+        """The end kept of ``iid`` is no longer what the journal holds (a
+        new incarnation, a reload, a cleanup)."""
+        self._ends.pop(iid, None)
+
+    def forget_reads(self, iid: bytes) -> None:
+        """Drop all that is kept of ``iid``: it is loaded afresh."""
+        self._ends.pop(iid, None)
+        self._seen.pop(iid, None)
+
+    async def removed(self, iid: bytes, incarnation: int) -> bool:
+        """Whether ``incarnation`` of ``iid`` was removed from the journal
+        after it ended: a cleanup removed it (or a retry or fork of its
+        parent reset it), leaving its number as the address's floor."""
+        return incarnation == await self.journal.read(lambda r: floor_of(r, iid))
+
+    def event(self, iid: bytes) -> trio.Event:
+        """The event set at the next change of ``iid`` (`activity_changed`);
+        take it before reading the state it guards, then wait on it.
+
+        Invariant: the table holds an instance's event only while someone
+        holds it (a waiter, or a reader about to wait): it is kept weakly,
+        and its entry goes when the last holder drops it. So a read of an
+        instance that has ended (which nothing will change again), a wait
+        given up on, or an instance another node ended keeps nothing here,
+        and memory does not grow with the instances that came and went.
+        """
+        ref = self._events.get(iid)
+        event = None if ref is None else ref()
+        if event is None:
+            event = trio.Event()
+            self._events[iid] = weakref.ref(event, functools.partial(self._dropped, iid))
+        return event
+
+    def _dropped(self, iid: bytes, ref: weakref.ref[trio.Event]) -> None:
+        """Nobody holds the event of ``iid`` any more: drop its entry (unless
+        a newer event took its place)."""
+        if self._events.get(iid) is ref:
+            del self._events[iid]
+
+    def watch(self, hook: Callable[[bytes], None]) -> None:
+        """Call ``hook(iid)`` whenever an instance's status changes (not on
+        its running/suspended turns: see `activity_changed`). The queue and
+        schedule services watch this way, so this part knows neither."""
+        self._watchers.append(hook)
+
+    def changed(self, iid: bytes) -> None:
+        for hook in self._watchers:
+            hook(iid)
+        actor = self.system.registry.live.get(iid)
+        if actor is None or not actor.done:
+            self._ends.pop(iid, None)  # changed by other means than its actor's end
+        self.activity_changed(iid)
+
+    def activity_changed(self, iid: bytes) -> None:
+        """Wake whoever waits on the instance's status event (`event`):
+        it went from running to suspended or back (twice per message it
+        takes), or left memory. The queue and schedule services wait for
+        instances to end, which comes through `changed`; no end of it is
+        cached while it is live."""
+        ref = self._events.pop(iid, None)
+        event = None if ref is None else ref()
+        if event is not None:
+            event.set()
