@@ -83,16 +83,16 @@ class Effect(Generic[T]):
     # its outcome is in the log, so replay answers its await at once (set
     # by `Context`; see `__await__`).
     __slots__ = (
-        "seq",
-        "name",
-        "hash",
         "done",
-        "value",
         "error",
-        "parent",
+        "hash",
         "logged",
-        "made_in",
         "made_at",
+        "made_in",
+        "name",
+        "parent",
+        "seq",
+        "value",
     )
     kind = "effect"
     behaviour: ClassVar[type[Behaviour]] = Behaviour  # how it runs live (`runs_live`)
@@ -226,7 +226,7 @@ class Effect(Generic[T]):
 class Wait(Effect[T]):
     """Take the oldest mailbox message whose signal is one of ``signals``."""
 
-    __slots__ = ("signals", "pair")
+    __slots__ = ("pair", "signals")
     kind = "wait"
 
     def __init__(self, seq: int, signals: tuple[Signal, ...], pair: bool) -> None:
@@ -262,7 +262,7 @@ class Wait(Effect[T]):
 class Call(Wait[T]):
     """An awaited child: done when the child's end message arrives."""
 
-    __slots__ = ("proc", "params", "input", "address", "creating", "queue")
+    __slots__ = ("address", "creating", "input", "params", "proc", "queue")
     kind = "call"
     makes_child = True
     awaited = True
@@ -296,7 +296,7 @@ class Spawn(Effect[T]):
     """A detached, supervised child: done once the child exists (its
     `ChildHandle` is ``T``)."""
 
-    __slots__ = ("proc", "params", "input", "address", "restart", "creating", "queue")
+    __slots__ = ("address", "creating", "input", "params", "proc", "queue", "restart")
     kind = "spawn"
     makes_child = True
 
@@ -345,7 +345,7 @@ class Ask(Wait[Any]):
     """``ctx.ask``: send a message that asks (once, recorded), then wait for
     the reply message its ask id names (see `_asks`)."""
 
-    __slots__ = ("address", "signal", "payload", "ask_id")
+    __slots__ = ("address", "ask_id", "payload", "signal")
     kind = "ask"
     logs_start = True
     replayed = Effect.replayed  # the answer, as logged (no message of a wait's)
@@ -369,7 +369,7 @@ class Reply(Effect[None]):
     """``ctx.reply``: answer the ask ``ask``, or, with None, record that the
     message taken was not asked (a no-op)."""
 
-    __slots__ = ("payload", "ask")
+    __slots__ = ("ask", "payload")
     kind = "reply"
 
     def __init__(self, seq: int, hash: bytes, payload: Any, ask: Asker | None) -> None:
@@ -414,7 +414,7 @@ class Send(Effect[None]):
     """``ctx.send``: a message to another instance's mailbox, written in
     one transaction with this effect's log entry (see `_sends`)."""
 
-    __slots__ = ("targets", "key", "prepared")
+    __slots__ = ("key", "prepared", "targets")
     kind = "send"
 
     def __init__(
@@ -461,7 +461,7 @@ def reply_signal(ask_id: str) -> Signal:
 class Timer(Effect[None]):
     """A durable timer: done when its due time (epoch seconds) passes."""
 
-    __slots__ = ("delay", "until", "due")
+    __slots__ = ("delay", "due", "until")
     kind = "sleep"
     logs_start = True
 
@@ -476,7 +476,7 @@ class Timer(Effect[None]):
             delay = self.delay
             shown = int(delay) if delay is not None and delay.is_integer() else delay
             return f"ctx.sleep({shown!r})"
-        when = _dt.datetime.fromtimestamp(self.until, tz=_dt.timezone.utc)
+        when = _dt.datetime.fromtimestamp(self.until, tz=_dt.UTC)
         return f"ctx.sleep_until({when.isoformat()})"
 
 
@@ -484,19 +484,19 @@ class Step(Effect[T]):
     """Run ``fn`` at least once and record its result exactly once."""
 
     __slots__ = (
-        "fn",
         "args",
-        "kwargs",
-        "retry",
-        "timeout",
+        "at_most_once",
         "compensate",
-        "validate_input",
-        "validate_output",
+        "fn",
         "key",
+        "kwargs",
+        "parts",
+        "retry",
         "scope",
         "thread",
-        "at_most_once",
-        "parts",
+        "timeout",
+        "validate_input",
+        "validate_output",
     )
     kind = "step"
     logs_start = True
@@ -625,7 +625,7 @@ class First(Composite[tuple[str, Any]]):
     kind = "first"
 
     def settle_from_children(self, child: Effect[Any] | None = None) -> bool:
-        for name, each in zip(self.names or (), self.children):
+        for name, each in zip(self.names or (), self.children, strict=False):
             if each.done if child is None else each is child:
                 self.done = True
                 if each.error is not None:
@@ -636,7 +636,7 @@ class First(Composite[tuple[str, Any]]):
         return False
 
     def as_call(self) -> str:
-        named = zip(self.names or (), self.children)
+        named = zip(self.names or (), self.children, strict=False)
         return f"ctx.first({', '.join(f'{name}={each.as_call()}' for name, each in named)})"
 
 
@@ -689,7 +689,7 @@ class Then(Composite[T]):
     error passes through unchanged. As any composite, it logs nothing of its
     own, so replay decides it from the child's outcome again."""
 
-    __slots__ = ("fn", "call")
+    __slots__ = ("call", "fn")
     kind = "then"
 
     def __init__(self, child: Effect[Any], fn: Callable[[Any], T], call: str) -> None:
