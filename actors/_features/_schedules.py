@@ -374,13 +374,9 @@ class ScheduleService:
                 system.registry.activate(self._unsure.pop())  # nothing on disk: nothing to do
             for row in rows:
                 name = row.key[len("schedule/") :]
-                waiting = self._failed.get(name)
-                if (
-                    waiting is not None
-                    and waiting[0] == row.version
-                    and waiting[1] > system.epoch_now()
-                ):
-                    soonest = min(soonest, waiting[1])
+                failed_version, until = self._failed.get(name, (None, 0.0))
+                if failed_version == row.version and until > system.epoch_now():
+                    soonest = min(soonest, until)
                     continue  # it failed lately and is unchanged: wait it out
                 self._failed.pop(name, None)
                 try:

@@ -293,9 +293,7 @@ class SignalRouter:
                 f"{list(signal.identity)}, but {routes[0].template!r} listens to it with "
                 f"{list(declared)}; signal it with the Signal the processes listen to"
             )
-        given = dict(
-            zip(signal.identity, values, strict=False)
-        )  # (the same fields, in another order)
+        given = dict(zip(signal.identity, values, strict=False))  # (same fields, another order)
         return tuple(given[field] for field in declared)
 
     async def signal(

@@ -545,12 +545,9 @@ def read_for_import(r: Reader, history: History) -> ImportPlan:
         if row is not None:
             present[one.address] = row
         versions[one.address] = read_kept(r, iid)[0]
-        parent = one.record.parent
-        if (
-            parent is not None
-            and parent not in addresses
-            and r.instance(instance_id(parent)) is not None
-        ):
+        if (parent := one.record.parent) is None or parent in addresses:
+            continue
+        if r.instance(instance_id(parent)) is not None:
             parents.add(parent)
     return ImportPlan(present, versions, frozenset(parents))
 

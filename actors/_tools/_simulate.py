@@ -520,10 +520,9 @@ def _deterministic(seed: int, root: list[trio.lowlevel.Task]) -> Iterator[None]:
             return real_uuid4()
         return _uuid.UUID(int=ids.getrandbits(128), version=4)
 
-    # setattr: trio declares these Final, or typed otherwise; patched on purpose.
-    setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)  # noqa: B010
+    setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)  # noqa: B010 - Final in trio's types
     run._r.seed(f"{seed}:scheduler")
-    setattr(trio.to_thread, "run_sync", run_sync)  # noqa: B010
+    setattr(trio.to_thread, "run_sync", run_sync)  # noqa: B010 - typed otherwise in trio
     _uuid.uuid4 = uuid4
     try:
         yield

@@ -419,9 +419,7 @@ class _Writer:
                 if named is not None:
                     cursors.update((bytes(i), c) for i, c in named.fetchall())
                 if drawn is not None:
-                    claimed.update(
-                        zip(claims, (epoch for (epoch,) in drawn.fetchall()), strict=True)
-                    )
+                    claimed.update(zip(claims, (e for (e,) in drawn.fetchall()), strict=True))
             elif any(plan.appends):
                 # Appends after a delete in this batch take no numbers up front,
                 # but a batch that appends must not run twice: learn its id, so
