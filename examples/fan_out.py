@@ -57,12 +57,13 @@ async def main(path: str, size: int) -> None:
         if job.status == "completed":
             print(f"batch b1 finished in an earlier run: {await job.result()}")
             return
-        async for exports in job.watch():  # the first publish: the scope is done
-            print(
-                f"scope finished {exports['done']} children in "
-                f"{trio.current_time() - started:.2f} s"
-            )
-            break
+        async with aclosing(job.watch()) as values:
+            async for exports in values:  # the first publish: the scope is done
+                print(
+                    f"scope finished {exports['done']} children in "
+                    f"{trio.current_time() - started:.2f} s"
+                )
+                break
         beat = system.get("batches/b1/heartbeat/hb")
         async with aclosing(beat.status_changes()) as changes:
             async for status in changes:
