@@ -80,18 +80,18 @@ from ._tools._simulation import virtual_wall as _virtual_wall
 from .errors import HistoryFormatError, InvalidArguments
 
 __all__ = [
-    "open_test_system",
-    "wait_quiescent",
-    "replay_check",
-    "replay_history",
-    "import_history",
-    "ReplayProblem",
     "TEST_EPOCH",
-    "simulate",
+    "JournalFaults",
+    "ReplayProblem",
     "Simulation",
     "SimulationHung",
     "SimulationReport",
-    "JournalFaults",
+    "import_history",
+    "open_test_system",
+    "replay_check",
+    "replay_history",
+    "simulate",
+    "wait_quiescent",
 ]
 
 

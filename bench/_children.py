@@ -3,6 +3,7 @@ and supervision trees, streams and sagas."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -196,10 +197,8 @@ def saga_costs(directory: Path, seconds: float, steps: int = 100) -> dict[str, f
                 runs += 1
                 start = time.perf_counter()
                 handle = await system.start(saga, str(runs), n=steps)
-                try:
+                with contextlib.suppress(actors.ProcessFailed):
                     await handle.result()
-                except actors.ProcessFailed:
-                    pass
                 end = time.perf_counter()
                 if runs > 1:  # the first run warms up
                     failed_at = _probe.marks[str(runs)]

@@ -21,11 +21,11 @@ import attrs
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
 
-from ._registry import Options, Result  # noqa: E402
-from ._table import (  # noqa: E402
+from ._registry import Options, Result
+from ._table import (
     format_ratio,
     format_value,
     format_verdict,
@@ -68,7 +68,7 @@ def plot(path: Path, results: Sequence[Result], options: Options) -> None:
         edgecolor="#555555",
         linewidth=0.5,
     )
-    for y, b in zip(ys, bars):
+    for y, b in zip(ys, bars, strict=True):
         if b.noisy:
             axes.barh(
                 y, b.x - 1, left=1.0, color="none", edgecolor="#555555", hatch="///", linewidth=0

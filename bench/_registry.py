@@ -399,4 +399,6 @@ def _elapsed() -> str:
 def _paired_ratio(values: list[float], baseline: list[float]) -> float:
     # The median of round-by-round ratios: each pair was measured seconds
     # apart, so a slow spell of the machine cancels out of the ratio.
-    return statistics.median(v / b if b else float("nan") for v, b in zip(values, baseline))
+    return statistics.median(
+        v / b if b else float("nan") for v, b in zip(values, baseline, strict=True)
+    )

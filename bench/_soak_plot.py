@@ -16,9 +16,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from .soak import Sample, Verdict, describe  # noqa: E402
+from .soak import Sample, Verdict, describe
 
 __all__ = ["plot"]
 

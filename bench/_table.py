@@ -118,7 +118,7 @@ def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
     digits = max((len(n) for n in numbers), default=0)
     rows: list[list[str]] = []
     under: dict[int, list[str]] = {}  # lines that go under a row: meaning, warnings
-    for r, number in zip(results, numbers):
+    for r, number in zip(results, numbers, strict=True):
         baselines = r.baselines()
         target = ""
         if r.target is not None:
@@ -144,7 +144,7 @@ def suite_table(suite: str, results: Sequence[Result]) -> list[str]:
 
     def line(row: list[str]) -> str:
         cells = []
-        for cell, width in zip(row, widths):
+        for cell, width in zip(row, widths, strict=False):
             if len(cell) > width:
                 cell = cell[: width - 1] + "…"
             cells.append(cell.ljust(width))

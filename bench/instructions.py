@@ -124,7 +124,11 @@ def measure(trees: list[Path], figures: list[Figure]) -> dict[str, dict[str, flo
     ordered = sorted(runs, key=str)
     with ThreadPoolExecutor(2) as pool:
         counts = dict(
-            zip(ordered, pool.map(lambda r: count(r[0], r[1], r[2], dict(r[3])), ordered))
+            zip(
+                ordered,
+                pool.map(lambda r: count(r[0], r[1], r[2], dict(r[3])), ordered),
+                strict=True,
+            )
         )
     out: dict[str, dict[str, float]] = {}
     for f in figures:

@@ -184,7 +184,7 @@ class _CpuWindow:
         for name, pids in self.groups.items():
             ticks = sum(after[p] - self.before[p] for p in pids if p in after and p in self.before)
             out[name] = 100.0 * ticks / _TICK / elapsed
-        busy, total = (m1 - m0 for m0, m1 in zip(self.machine0, machine1))
+        busy, total = (m1 - m0 for m0, m1 in zip(self.machine0, machine1, strict=True))
         out["machine"] = 100.0 * (os.cpu_count() or 1) * busy / total if total else float("nan")
         # Everything else on the machine (other programs, kernel threads):
         out["other"] = max(0.0, out["machine"] - out["node A"] - out["node B"] - out["postgres"])
@@ -349,7 +349,7 @@ async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
                     samples[name].append(value)
                     progress(f"postgres: {name} [{round_}/{_REPEATS}] {value:,.0f} {_UNITS[name]}")
 
-                for name, threads in zip(_RAW, (1, _THREADS)):
+                for name, threads in zip(_RAW, (1, _THREADS), strict=True):
                     note(
                         name,
                         await trio.to_thread.run_sync(
@@ -426,7 +426,9 @@ async def _run(dsn: str, schema: str, seconds: float) -> tuple[dict, dict]:
 
 
 def _paired(values: list[float], baseline: list[float]) -> float:
-    return statistics.median(v / b if b else float("nan") for v, b in zip(values, baseline))
+    return statistics.median(
+        v / b if b else float("nan") for v, b in zip(values, baseline, strict=True)
+    )
 
 
 @suite("postgres")

@@ -13,6 +13,7 @@ Run:  python examples/fan_out.py [JOURNAL_DIR] [ITEMS]
 
 import argparse
 import tempfile
+from contextlib import aclosing
 
 import trio
 
@@ -56,16 +57,18 @@ async def main(path: str, size: int) -> None:
         if job.status == "completed":
             print(f"batch b1 finished in an earlier run: {await job.result()}")
             return
-        async for exports in job.watch():  # the first publish: the scope is done
-            print(
-                f"scope finished {exports['done']} children in "
-                f"{trio.current_time() - started:.2f} s"
-            )
-            break
-        beat = system.get("batches/b1/heartbeat/hb")
-        async for status in beat.status_changes():
-            if status != "running":  # restarted and waiting again
+        async with aclosing(job.watch()) as values:
+            async for exports in values:  # the first publish: the scope is done
+                print(
+                    f"scope finished {exports['done']} children in "
+                    f"{trio.current_time() - started:.2f} s"
+                )
                 break
+        beat = system.get("batches/b1/heartbeat/hb")
+        async with aclosing(beat.status_changes()) as changes:
+            async for status in changes:
+                if status != "running":  # restarted and waiting again
+                    break
         for restart in beat.restarts:
             print(f"{beat.id} was restarted: {restart['reason']}")
         print(f"{beat.id} is {beat.status} after {len(beat.restarts)} restart(s)")

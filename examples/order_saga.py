@@ -14,6 +14,7 @@ finished orders are returned as they are.
 
 import argparse
 import tempfile
+from contextlib import aclosing
 
 import trio
 
@@ -66,9 +67,10 @@ async def main(path: str, timeout: float) -> None:
     async with actors.open_system(LMDBJournal(path), processes=[order]) as system:
         print("o-1: start, then approve while it waits")
         first = await system.start(order, "o-1", amount=100, sku="book", within=timeout)
-        async for status in first.status_changes():
-            if status != "running":  # suspended on the race (or already finished)
-                break
+        async with aclosing(first.status_changes()) as changes:
+            async for status in changes:
+                if status != "running":  # suspended on the race (or already finished)
+                    break
         if first.status == "suspended":
             await system.send(first.id, approved, {"by": "ann"})
         print(f"o-1: completed: {await first.result()}")

@@ -11,6 +11,7 @@ replayed, the card is not charged again) and runs the rest on the fixed code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -58,10 +59,8 @@ async def main(path: Path) -> None:
     async with actors.open_system(LMDBJournal(path), processes=[order_v1]) as system:
         handles = [await system.start(order_v1, f"o-{n}", amount=10 + n) for n in range(ORDERS)]
         for handle in handles:
-            try:
+            with contextlib.suppress(actors.ProcessFailed):
                 await handle.result()
-            except actors.ProcessFailed:
-                pass
         failed = [info.id async for info in system.query(status="failed", process=order_v1)]
         print(f"{len(failed)} orders failed; {len(CHARGED)} cards charged")
 

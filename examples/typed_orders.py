@@ -45,7 +45,7 @@ def price_lines(sku: str, qty: int, unit_cents: int) -> list[str]:
 
 async def reserve_stock(sku: str, qty: int) -> str:
     """An async step: awaited in the trio run, its result recorded once."""
-    await trio.sleep(0)
+    await trio.lowlevel.checkpoint()
     return f"reservation-{sku}-{qty}"
 
 

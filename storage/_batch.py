@@ -24,7 +24,7 @@ class _Holds(Protocol):
     def submit_deferred(self) -> None: ...
 
 
-__all__ = ["Batch", "BatchTicket", "LANDED"]
+__all__ = ["LANDED", "Batch", "BatchTicket"]
 
 
 class Batch:
@@ -37,14 +37,14 @@ class Batch:
     """
 
     __slots__ = (
-        "txns",
-        "waiters",
-        "outcomes",
-        "finished",
-        "event",
         "born",
         "deferred",
         "durable",
+        "event",
+        "finished",
+        "outcomes",
+        "txns",
+        "waiters",
     )
 
     def __init__(self) -> None:

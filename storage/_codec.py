@@ -38,7 +38,7 @@ import msgpack
 
 from .errors import EncodeError
 
-__all__ = ["encode", "decode", "digest", "serializable", "Opaque", "lenient_decoding"]
+__all__ = ["Opaque", "decode", "digest", "encode", "lenient_decoding", "serializable"]
 
 # Ext type codes. Invariant: a code, once released, keeps its meaning forever
 # (journals written by older versions must stay readable).
@@ -212,7 +212,7 @@ def _tz_from(spec: Any) -> _dt.tzinfo | None:
     if isinstance(spec, str):
         return zoneinfo.ZoneInfo(spec)
     if spec == 0:
-        return _dt.timezone.utc
+        return _dt.UTC
     return _dt.timezone(_dt.timedelta(microseconds=spec))
 
 

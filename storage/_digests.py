@@ -50,7 +50,10 @@ def argument_digests(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any
         return None
     return [
         b"".join([zlib.crc32(piece).to_bytes(4, "big") for piece in positional]),
-        {key: zlib.crc32(piece).to_bytes(4, "big") for key, piece in zip(kwargs, keywords)},
+        {
+            key: zlib.crc32(piece).to_bytes(4, "big")
+            for key, piece in zip(kwargs, keywords, strict=True)
+        },
     ]
 
 

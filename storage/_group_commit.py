@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
+import trio.lowlevel
 from outcome import Error, Value
 
 from ._batch import LANDED, Batch, BatchTicket, _Deferred, _Waiter
@@ -155,7 +156,7 @@ class GroupCommit:
             await trio.to_thread.run_sync(self._writer_thread.join)
         # Let the batches it handed back be finished first.
         while self._inflight:
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
         self._writer_thread = None
         self._doorbell.close()
 
@@ -254,7 +255,7 @@ class GroupCommit:
         if outcomes is None:
             self._deferred[:0] = deferred  # to the writer thread, still first
             return None
-        for (_, ticket), outcome in zip(deferred, outcomes):
+        for (_, ticket), outcome in zip(deferred, outcomes, strict=False):
             ticket.ticket = Settled(outcome)
         return outcomes[len(deferred) :]
 
@@ -354,7 +355,7 @@ class GroupCommit:
         while unfinished and unfinished[0].finished:
             unfinished.popleft()
         reschedule = trio.lowlevel.reschedule
-        for waiter, result in zip(batch.waiters, outcomes):
+        for waiter, result in zip(batch.waiters, outcomes, strict=True):
             if waiter is not None and (task := waiter.task) is not None:
                 failed = isinstance(result, BaseException)
                 reschedule(task, Error(result) if failed else Value(result))

@@ -59,7 +59,7 @@ import trio
 
 from ._parking import Parking
 
-__all__ = ["Doorbell", "Handoff", "NUDGE_AFTER", "NUDGE_WAIT", "NUDGE_AFTER_MAX"]
+__all__ = ["NUDGE_AFTER", "NUDGE_AFTER_MAX", "NUDGE_WAIT", "Doorbell", "Handoff"]
 
 T = TypeVar("T")
 
@@ -87,17 +87,17 @@ class Handoff:
     """
 
     __slots__ = (
-        "_busy",
-        "_steps",
-        "_on_disk",
-        "_waiting",
-        "_reached",
-        "_idle",
-        "_scope",
         "_began",
+        "_busy",
+        "_idle",
+        "_on_disk",
+        "_reached",
+        "_scope",
+        "_steps",
         "_timed",
-        "usual",
+        "_waiting",
         "nudges",
+        "usual",
     )
 
     def __init__(self, busy: Callable[[], bool]) -> None:
@@ -243,7 +243,7 @@ class Doorbell(Generic[T]):
     while both the trio thread and the GIL wait).
     """
 
-    __slots__ = ("_deliver", "_items", "_fds", "_scope")
+    __slots__ = ("_deliver", "_fds", "_items", "_scope")
 
     def __init__(self, deliver: Callable[[T], None]) -> None:
         self._deliver = deliver
@@ -288,7 +288,7 @@ class Doorbell(Generic[T]):
                     await trio.lowlevel.wait_readable(read_fd)
                 except trio.ClosedResourceError:
                     return
-                try:
+                try:  # noqa: SIM105 - the wake path: suppress() would cost a context manager a pass
                     os.read(read_fd, 4096)
                 except BlockingIOError:  # drained by an earlier pass
                     pass

@@ -74,23 +74,23 @@ from ._txn import (
 from .errors import JournalCorrupt
 
 __all__ = [
-    "Durability",
-    "Journal",
-    "Reader",
-    "Txn",
-    "Ticket",
-    "InstanceRow",
-    "TimerRow",
-    "CorruptRecord",
-    "Status",
-    "STATUSES",
     "LIVE_STATUSES",
     "MAIL_STATUSES",
+    "MAX_ADDRESS_BYTES",
+    "STATUSES",
+    "STATUS_WORDS",
     "TERMINAL_STATUSES",
     "UNFINISHED_STATUSES",
-    "STATUS_WORDS",
+    "CorruptRecord",
+    "Durability",
+    "InstanceRow",
+    "Journal",
+    "Reader",
+    "Status",
+    "Ticket",
+    "TimerRow",
+    "Txn",
     "instance_id",
-    "MAX_ADDRESS_BYTES",
 ]
 
 T = TypeVar("T")
@@ -432,7 +432,7 @@ class Journal(abc.ABC):
         """
         return self.submit(txn)
 
-    def submit_deferred(self) -> None:
+    def submit_deferred(self) -> None:  # noqa: B027 - a hook: nothing to do by default
         """Submit what `defer` holds back, now, without waiting."""
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
@@ -542,7 +542,7 @@ class Journal(abc.ABC):
         is the journal's time)."""
         return None
 
-    def on_mail(self, callback: Callable[[bytes], None]) -> None:
+    def on_mail(self, callback: Callable[[bytes], None]) -> None:  # noqa: B027 - a hook, as above
         """Call ``callback(iid)`` in the trio thread whenever another node
         adds a message for an instance this node owns (and, after a lost
         connection, for every owned instance with mail, since notices sent

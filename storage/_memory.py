@@ -210,7 +210,7 @@ def _mail_key(iid: bytes, seq: int) -> bytes:
 
 
 class _MemoryReader(Reader):
-    __slots__ = ("_j", "_entry", "_message")
+    __slots__ = ("_entry", "_j", "_message")
 
     def __init__(self, journal: MemoryJournal) -> None:
         self._j = journal

@@ -14,13 +14,13 @@ from .errors import JournalCorrupt
 
 __all__ = [
     "corrupt",
-    "decode_record",
-    "read_instance_record",
-    "read_entry",
-    "read_entries",
     "decode_entries",
-    "number",
+    "decode_record",
     "key_size",
+    "number",
+    "read_entries",
+    "read_entry",
+    "read_instance_record",
 ]
 
 
@@ -90,7 +90,9 @@ def read_entries(rows: list[tuple[int, bytes]], key: Callable[[int], bytes]) -> 
     if not rows:
         return {}
     try:
-        return dict(zip([seq for seq, _ in rows], decode_entries([value for _, value in rows])))
+        return dict(
+            zip([seq for seq, _ in rows], decode_entries([value for _, value in rows]), strict=True)
+        )
     except Exception:  # noqa: BLE001 - the checked reading says what it was
         pass
     return {seq: read_entry(value, key(seq)) for seq, value in rows}
@@ -111,7 +113,7 @@ def decode_entries(values: Sequence[bytes]) -> list[LogEntry]:
     tell, readers = unpacker.tell, ENTRY_READERS
     found: list[LogEntry] = []
     append = found.append
-    for stored, end in zip(unpacker, accumulate(map(len, values))):
+    for stored, end in zip(unpacker, accumulate(map(len, values)), strict=False):
         # Invariant: each value holds exactly one encoding: the unpacker
         # stops where the value ends (a value holding two, or part of one,
         # goes the checked way).

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-__all__ = ["InstanceRecord", "LogEntry", "NO_VALUE", "RecordShapeError"]
+__all__ = ["NO_VALUE", "InstanceRecord", "LogEntry", "RecordShapeError"]
 
 
 class RecordShapeError(ValueError):
@@ -659,7 +659,7 @@ def _define_entry_maker(
     """Function ``name`` taking ``params``: ``checks`` (source lines) first,
     then what every maker of entries does: fill an `_UnfrozenEntry` with
     ``values`` (source text, one per field, in order), freeze it, return it."""
-    stores = [f"entry.{field} = {value}" for field, value in zip(_FIELDS, values)]
+    stores = [f"entry.{field} = {value}" for field, value in zip(_FIELDS, values, strict=True)]
     body = ["entry = new(Unfrozen)", *stores, "entry.__class__ = LogEntry", "return entry"]
     scope: dict[str, Any] = {
         "LogEntry": LogEntry,

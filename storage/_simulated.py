@@ -155,7 +155,7 @@ class WriteLog:
         update = self._hash.update
         update(f"batch {self.commits} {_now()!r} {len(txns)}\n".encode())
         parts = []
-        for txn, outcome in zip(txns, outcomes):
+        for txn, outcome in zip(txns, outcomes, strict=True):
             failed = isinstance(outcome, BaseException)
             what = type(outcome).__name__ if failed else f"ok {outcome!r}"
             if not failed or id(txn) in applied:
@@ -400,7 +400,7 @@ class SimulatedJournal(MemoryJournal):
         self.lost_chains.note(txns, outcomes)
         self.lost_unawaited += sum(
             1
-            for txn, outcome in zip(txns, outcomes)
+            for txn, outcome in zip(txns, outcomes, strict=True)
             if txn.unawaited and isinstance(outcome, BaseException)
         )
 
@@ -409,7 +409,7 @@ class SimulatedJournal(MemoryJournal):
         entries = list(entries)
         errors = [self._unavailable() for _ in entries]
         self._count_lost([entry.txn for entry in entries], errors)
-        for entry, error in zip(entries, errors):
+        for entry, error in zip(entries, errors, strict=True):
             entry.settle(error)
         self._tell_lost()
 
@@ -482,7 +482,7 @@ class SimulatedJournal(MemoryJournal):
             self.crash(f"crash after commit {number} was written")
             return
         self._count_lost(txns, outcomes)
-        self._untold += zip(batch, outcomes)
+        self._untold += zip(batch, outcomes, strict=True)
         faults = self.faults
         if not (faults.late and self.random.random() < faults.late):
             self._tell()

@@ -25,7 +25,7 @@ import attrs
 from ._codec import encode
 from .errors import Conflict
 
-__all__ = ["StateRow", "StateOps", "PUT_STATE", "DELETE_STATE", "check_expects", "STATE_PREFIX"]
+__all__ = ["DELETE_STATE", "PUT_STATE", "STATE_PREFIX", "StateOps", "StateRow", "check_expects"]
 
 PUT_STATE = 13  # (op, key, value_bytes)  -- the row's version goes one up
 DELETE_STATE = 14  # (op, key)  -- a missing row is ignored

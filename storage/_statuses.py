@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import Literal, get_args
 
 __all__ = [
-    "Status",
+    "LIVE_STATUSES",
+    "MAIL_STATUSES",
     "STATUSES",
     "STATUS_CODE",
     "STATUS_NAME",
-    "LIVE_STATUSES",
+    "STATUS_WORDS",
     "TERMINAL_STATUSES",
     "UNFINISHED_STATUSES",
-    "MAIL_STATUSES",
-    "STATUS_WORDS",
+    "Status",
 ]
 
 # Invariant: a status's code never changes (codes are stored in journals):

@@ -19,10 +19,10 @@ from ._statuses import STATUS_CODE, STATUS_NAME
 from .errors import Conflict, EncodeError, JournalFull, JournalUnavailable
 
 __all__ = [
-    "Txn",
-    "MAX_ADDRESS_BYTES",
     "ABSENT",
+    "MAX_ADDRESS_BYTES",
     "Chain",
+    "Txn",
     "check_fresh_cursors",
     "check_requires",
     "due_us",
@@ -477,7 +477,7 @@ class LostChains:
     def note(self, txns: Sequence[Txn], outcomes: Sequence[Any]) -> None:
         """Record the chains ``txns`` lost (by the committing thread, once
         their ``outcomes`` are final and before the next batch is applied)."""
-        for txn, outcome in zip(txns, outcomes):
+        for txn, outcome in zip(txns, outcomes, strict=True):
             if (
                 txn.chain is not None
                 and isinstance(outcome, _LOSING)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import aclosing
 from pathlib import Path
 
 # Run as a script from a clean clone: make the repository root importable.
@@ -71,9 +72,10 @@ async def main(path: str, release: str, control: bool) -> None:
         await (await system.start(greet, "ann")).result()
         for id in ("t-1", "t-2"):
             handle = await system.start(trip, id)
-            async for status in handle.status_changes():
-                if status == "compensation_stuck":
-                    break
+            async with aclosing(handle.status_changes()) as changes:
+                async for status in changes:
+                    if status == "compensation_stuck":
+                        break
         print("ready", flush=True)
         await trio.to_thread.run_sync(sys.stdin.read)
 

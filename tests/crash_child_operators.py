@@ -39,6 +39,7 @@ and the sends it is at, and exits.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -214,10 +215,8 @@ async def export_import(i: int, journal: str, journal2: str, work: str) -> None:
     command = [sys.executable, "-m", "actors", "--journal", journal, "export", f"order/{i}"]
     done = await trio.run_process([*command, "--output", path], capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr.decode()
-    try:
+    with contextlib.suppress(actors.AlreadyStarted):  # imported before a kill
         await import_history(path, LMDBJournal(journal2))
-    except actors.AlreadyStarted:  # imported before a kill
-        pass
 
 
 async def run_order(
@@ -331,18 +330,18 @@ async def main(
 ) -> None:
     acks = Acks.open(acks_path)
     paths = (journal, journal2, side, work)
-    async with actors.open_system(LMDBJournal(journal), processes=PROCESSES) as system:
-        async with trio.open_nursery() as nursery:
-            first = first_unsent(acks)
-            nursery.start_soon(
-                sends_and_joins, system, acks, side, first, first if finish else None
-            )
-            i = first_unended(acks)
-            while True:
-                await run_order(system, acks, i, paths)
-                if finish:
-                    break
-                i += 1
+    async with (
+        actors.open_system(LMDBJournal(journal), processes=PROCESSES) as system,
+        trio.open_nursery() as nursery,
+    ):
+        first = first_unsent(acks)
+        nursery.start_soon(sends_and_joins, system, acks, side, first, first if finish else None)
+        i = first_unended(acks)
+        while True:
+            await run_order(system, acks, i, paths)
+            if finish:
+                break
+            i += 1
 
 
 if __name__ == "__main__":

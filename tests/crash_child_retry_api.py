@@ -24,6 +24,8 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
+import contextlib
+
 import trio
 
 import actors
@@ -62,10 +64,8 @@ async def main(journal: str, out: str) -> None:
     async with actors.open_system(LMDBJournal(journal), processes=[job]) as system:
         handle = await system.start(job, "x", fail=True)
         if handle.incarnation == 1:
-            try:
+            with contextlib.suppress(actors.ProcessFailed):
                 await handle.result()
-            except actors.ProcessFailed:
-                pass
             handle = await system.retry("jobs/x", input={"fail": False})
         result = await handle.result()
     with open(out, "w") as f:

@@ -55,6 +55,7 @@ record files, ``nemesis.log``) and is run again with ``--seeds N``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -209,10 +210,8 @@ class NodeProgram:
                 self.proc.kill()
             self.proc.wait()
             if self.proc.stdin is not None:
-                try:
+                with contextlib.suppress(OSError):  # a write of ours was cut off: nothing to flush
                     self.proc.stdin.close()
-                except OSError:
-                    pass  # a write of ours was cut off: nothing to flush
 
     def quit(self, timeout: float = 15.0) -> None:
         """Close the system cleanly (kill it if it does not within ``timeout``)."""
@@ -222,10 +221,8 @@ class NodeProgram:
         if self.alive():
             self.thaw()
             self.post("quit")
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
         self.kill()
 
     def log_tail(self, lines: int = 30) -> str:

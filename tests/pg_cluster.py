@@ -18,6 +18,7 @@ Binaries come from ``ACTORS_TEST_PG_BIN`` or /usr/lib/postgresql/15/bin.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -237,10 +238,8 @@ class PgCluster:
         except ClusterError:
             pid = self.pid()  # our own postmaster: end it by its id
             if pid is not None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -9,6 +9,7 @@ with a server that is down) until ``proxy.start()``.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -87,8 +88,6 @@ class Proxy:
 
 
 def _close(sock: socket.socket) -> None:
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
 import trio
 
 import actors
@@ -38,9 +40,10 @@ _NEVER = 100 * 365 * 86400.0
 
 async def wait_status(handle, *statuses: str) -> str:
     with trio.move_on_after(_NEVER) as waited:
-        async for status in handle.status_changes():
-            if status in statuses:
-                return status
+        async with aclosing(handle.status_changes()) as changes:
+            async for status in changes:
+                if status in statuses:
+                    return status
     if waited.cancelled_caught:
         raise AssertionError(f"{handle.id} never reached {statuses}: it stayed {handle.status}")
     return handle.status

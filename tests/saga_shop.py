@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import aclosing
 
 import trio
 
@@ -71,9 +72,10 @@ async def main(path: str, mode: str) -> None:
                 _note("imported a second copy of this file as tests.saga_shop")
             return
         handle = await system.start(shop, "o1")
-        async for status in handle.status_changes():
-            if status == "suspended":
-                break
+        async with aclosing(handle.status_changes()) as changes:
+            async for status in changes:
+                if status == "suspended":
+                    break
         if mode == "die":
             os.environ["SAGA_SHOP_DIE_IN_RELEASE"] = "1"
             await system.send(handle.id, approval, "no")

@@ -83,7 +83,7 @@ floats = st.floats(allow_nan=False)  # includes inf, -inf and -0.0
 _MAX_OFFSET_US = 24 * 3600 * 10**6 - 1  # datetime.timezone needs |offset| < 1 day
 
 fixed_offsets = st.one_of(
-    st.just(dt.timezone.utc),
+    st.just(dt.UTC),
     st.integers(-_MAX_OFFSET_US, _MAX_OFFSET_US).map(
         lambda us: dt.timezone(dt.timedelta(microseconds=us))
     ),

@@ -35,7 +35,7 @@ def _joined(name: str, args: list, kwargs: dict) -> bytes:
     positional, values = pieces(args, kwargs)
     out = [b"\x93", encode(name), _header(len(args), 0x90, 0xDC, 0xDD), *positional]
     out.append(_header(len(kwargs), 0x80, 0xDE, 0xDF))
-    for key, piece in zip(kwargs, values):
+    for key, piece in zip(kwargs, values, strict=True):
         out += [encode(key), piece]
     return b"".join(out)
 
@@ -51,7 +51,7 @@ def test_the_pieces_are_the_bytes_of_the_whole_encoding(name, args, kwargs):
     positional, values = pieces(args, kwargs)
     assert [
         b"".join(zlib.crc32(p).to_bytes(4, "big") for p in positional),
-        {k: zlib.crc32(v).to_bytes(4, "big") for k, v in zip(kwargs, values)},
+        {k: zlib.crc32(v).to_bytes(4, "big") for k, v in zip(kwargs, values, strict=True)},
     ] == parts
 
 

@@ -153,7 +153,7 @@ async def test_restart_between_take_and_reply_neither_loses_nor_repeats(tmp_path
         assert kinds == await _log_kinds(opener.path, "counter/c")
         async with opener(counter) as system:
             assert 10 == await system.ask("counter/c", get)  # the replies replay, none runs
-        assert kinds + ["wait", "reply"] == await _log_kinds(opener.path, "counter/c")
+        assert [*kinds, "wait", "reply"] == await _log_kinds(opener.path, "counter/c")
     finally:
         HOLD.pop("c", None)
         REACHED.discard("c")
@@ -310,7 +310,7 @@ async def test_ask_payload_and_reply_are_what_was_encoded(any_opener):
 async def test_bad_ask_arguments_say_what_to_do(opener):
     async with opener(counter) as system:
         await system.start(counter, "c")
-        with pytest.raises(actors.InvalidArguments, match="actors.Signal"):
+        with pytest.raises(actors.InvalidArguments, match=r"actors\.Signal"):
             await system.ask("counter/c", "add")  # type: ignore[arg-type]
         with pytest.raises(actors.InvalidArguments):
             await system.ask("counter/c", get, timeout=-1)
@@ -389,11 +389,10 @@ async def test_asks_still_waiting_when_the_system_closes_get_journal_closed(tmp_
             errors.append(exc)
 
     try:
-        async with trio.open_nursery() as outside:
-            async with opener(counter) as system:
-                await system.start(counter, "z")
-                outside.start_soon(asker, system)
-                await _until_reached("z")
+        async with trio.open_nursery() as outside, opener(counter) as system:
+            await system.start(counter, "z")
+            outside.start_soon(asker, system)
+            await _until_reached("z")
         assert 1 == len(errors) and "closed while an ask of 'counter/z'" in str(errors[0])
     finally:
         HOLD.pop("z", None)

@@ -37,9 +37,11 @@ def two_nodes(request, monkeypatch):
     async def both(processes):
         journal_a = PostgresJournal(dsn, schema=schema, lease_timeout=3.0)
         journal_b = PostgresJournal(dsn, schema=schema, lease_timeout=3.0)
-        async with actors.open_system(journal_a, processes=processes, node="a") as a:
-            async with actors.open_system(journal_b, processes=processes, node="b") as b:
-                yield a, b
+        async with (
+            actors.open_system(journal_a, processes=processes, node="a") as a,
+            actors.open_system(journal_b, processes=processes, node="b") as b,
+        ):
+            yield a, b
 
     both.pg = (dsn, schema)  # type: ignore[attr-defined]
     return both

@@ -157,11 +157,10 @@ async def test_a_background_task_that_fails_with_a_group_of_outages_runs_again(
                 "full", [JournalFull("full (test)"), JournalDiskFull("disk (test)")]
             )
 
-    async with journal:
-        async with trio.open_nursery() as nursery:
-            watch = JournalWatch(journal)
-            watch.nursery = nursery
-            await watch.keep_running(task, "the test's service")
+    async with journal, trio.open_nursery() as nursery:
+        watch = JournalWatch(journal)
+        watch.nursery = nursery
+        await watch.keep_running(task, "the test's service")
     assert 3 == len(runs)
     said = [r.getMessage() for r in caplog.records if "the test's service" in r.getMessage()]
     assert 1 == len(said), said  # one streak of trouble: one line
@@ -174,12 +173,11 @@ async def test_a_background_task_that_fails_otherwise_is_not_hidden(autojump_clo
     async def task() -> None:
         raise ExceptionGroup("mixed", [JournalUnavailable("lost (test)"), KeyError("bug")])
 
-    async with journal:
-        async with trio.open_nursery() as nursery:
-            watch = JournalWatch(journal)
-            watch.nursery = nursery
-            with pytest.raises(ExceptionGroup) as caught:
-                await watch.keep_running(task, "the test's service")
+    async with journal, trio.open_nursery() as nursery:
+        watch = JournalWatch(journal)
+        watch.nursery = nursery
+        with pytest.raises(ExceptionGroup) as caught:
+            await watch.keep_running(task, "the test's service")
     assert caught.value.subgroup(KeyError) is not None
 
 

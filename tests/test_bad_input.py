@@ -430,7 +430,7 @@ async def test_sleep_until_the_ends_of_the_calendar(opener, autojump_clock):
         assert "suspended" == longest.status
         past = await system.start(until, "past", when=dt.datetime.min.replace(tzinfo=FAR_EAST))
         assert "woke" == await past.result()
-        last = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+        last = dt.datetime.max.replace(tzinfo=dt.UTC)
         future = await system.start(until, "future", when=last)
         await trio.sleep(86400)
         assert "suspended" == future.status

@@ -103,7 +103,7 @@ def test_run_measurements_pairs_ratios_and_measures_the_targets_baseline(tmp_pat
         ],
         options,
     )
-    ours, raw, theirs = results
+    ours, _raw, theirs = results
     assert (18, (10, 18, 20)) == (ours.value, ours.samples)
     assert {"ours": 0.35} == pytest.approx(dict(theirs.ratios))
     assert "missed" == theirs.verdict
@@ -112,7 +112,7 @@ def test_run_measurements_pairs_ratios_and_measures_the_targets_baseline(tmp_pat
 
 def test_a_target_naming_no_measurement_of_the_suite_is_refused(tmp_path) -> None:
     options = Options(full=False, repeats=1, seconds=0.0, workdir=tmp_path)
-    with pytest.raises(ValueError, match="'trio ping-pong'.*add it to the suite"):
+    with pytest.raises(ValueError, match=r"'trio ping-pong'.*add it to the suite"):
         run_measurements(
             "fake",
             [Measurement("ask", "trips/s", fixed(1), target=at_least(0.5, "trio ping-pong"))],

@@ -97,9 +97,12 @@ def _trees(journal: LMDBJournal, roots: list[str]) -> dict[str, dict[str, str]]:
                 iid = instance_id(address)
                 row = r.instance(iid)
                 status = "absent" if row is None else row.status
-                if status != "cancelled" and address == f"node/{root}":
-                    if any(message[0] == CANCEL.name for _, message in r.mailbox(iid)):
-                        status = "cancelling"
+                if (
+                    status != "cancelled"
+                    and address == f"node/{root}"
+                    and any(message[0] == CANCEL.name for _, message in r.mailbox(iid))
+                ):
+                    status = "cancelling"
                 tree[address] = status
             found[root] = tree
     return found

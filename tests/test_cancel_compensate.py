@@ -85,7 +85,7 @@ async def test_a_plain_cancel_runs_no_compensation(any_opener, autojump_clock, p
         handle = await system.start(order, "o-1", amount=5)
         await wait_status(handle, "suspended")
         assert await handle.cancel()
-        with pytest.raises(actors.ProcessCancelled, match="cancelled by system.cancel"):
+        with pytest.raises(actors.ProcessCancelled, match=r"cancelled by system\.cancel"):
             await handle.result()
     assert ["charge o-1 5", "reserve o-1"] == ledger
 
@@ -99,7 +99,7 @@ async def test_cancel_with_compensate_runs_them_newest_first_then_ends_cancelled
         await wait_status(handle, "suspended")
         assert await system.cancel("orders/o-1", compensate=True)
         assert undone("o-1") == ledger  # done by the time cancel returns
-        with pytest.raises(actors.ProcessCancelled, match="cancelled by system.cancel"):
+        with pytest.raises(actors.ProcessCancelled, match=r"cancelled by system\.cancel"):
             await handle.result()
         other = await system.start(order, "o-2", amount=7)
         await wait_status(other, "suspended")
@@ -129,11 +129,11 @@ async def test_a_close_amid_the_compensations_finishes_them_after_the_reopen_eac
     assert undone("o-1")[:4] == ledger
     held["o-1"].set()
     async with any_opener(order) as system:
-        with pytest.raises(actors.ProcessCancelled, match="cancelled by system.cancel"):
+        with pytest.raises(actors.ProcessCancelled, match=r"cancelled by system\.cancel"):
             await system.get("orders/o-1").result()
     # The release ran once; the refund's interrupted attempt ran again, and
     # returned once.
-    assert undone("o-1")[:4] + ["refund started o-1", "refund o-1 5 ch-o-1"] == ledger
+    assert [*undone("o-1")[:4], "refund started o-1", "refund o-1 5 ch-o-1"] == ledger
 
 
 async def test_a_process_that_compensates_on_cancel_does_so_also_when_passivated(

@@ -75,7 +75,7 @@ async def _steps(round_: int) -> None:
         elif kind == 1 or (kind == 2 and i % 2):
             await trio.testing.wait_all_tasks_blocked()
         else:
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
 
 
 async def test_cancelling_the_parent_wins_over_a_child_restart(any_opener, autojump_clock):

@@ -20,12 +20,12 @@ import trio
 
 pytest.importorskip("psycopg", reason="install the 'postgres' extra")
 
-import actors  # noqa: E402
-from actors import Context, Signal, process  # noqa: E402
-from storage import PostgresJournal  # noqa: E402
-from tests.cli_runner import run_in_process  # noqa: E402
-from tests.pg import fresh_schema  # noqa: E402
-from tests.runtime_helpers import wait_status  # noqa: E402
+import actors
+from actors import Context, Signal, process
+from storage import PostgresJournal
+from tests.cli_runner import run_in_process
+from tests.pg import fresh_schema
+from tests.runtime_helpers import wait_status
 
 go = Signal("go")
 note = Signal("note")
@@ -87,7 +87,7 @@ def schema(request: pytest.FixtureRequest) -> tuple[str, str]:
     return fresh_schema(request)
 
 
-def node(dsn: str, name: str, node: str):  # noqa: ANN201 - an async context manager
+def node(dsn: str, name: str, node: str):
     return actors.open_system(PostgresJournal(dsn, schema=name), PROCS, node=node)
 
 

@@ -219,8 +219,15 @@ async def test_a_forged_stuck_compensation_resumed_by_the_cli_beside_a_running_s
         handle = system.get("trust/o-1")
         done = await trio.to_thread.run_sync(
             lambda: subprocess.run(
-                [sys.executable, "-m", "actors", "--journal", str(tmp_path / "laptop")]
-                + ["resume-compensation", "trust/o-1"],
+                [
+                    sys.executable,
+                    "-m",
+                    "actors",
+                    "--journal",
+                    str(tmp_path / "laptop"),
+                    "resume-compensation",
+                    "trust/o-1",
+                ],
                 env=env,
                 capture_output=True,
                 text=True,

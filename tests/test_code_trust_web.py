@@ -10,12 +10,12 @@ import pytest
 
 pytest.importorskip("starlette", reason="install the 'web' extra")
 
-from actors._tools._web import create_app  # noqa: E402
-from actors._tools._web._actions import ACTIONS, Runner  # noqa: E402
-from storage import LMDBJournal  # noqa: E402
-from tests.runtime_helpers import wait_status  # noqa: E402
-from tests.test_code_trust import assert_refused, forged_history, lmdb_store  # noqa: E402
-from tests.test_web_actions import GUARD, post, text_of, tok  # noqa: E402
+from actors._tools._web import create_app
+from actors._tools._web._actions import ACTIONS, Runner
+from storage import LMDBJournal
+from tests.runtime_helpers import wait_status
+from tests.test_code_trust import assert_refused, forged_history, lmdb_store
+from tests.test_web_actions import GUARD, post, text_of, tok
 
 
 @pytest.mark.slow  # the action's command line runs in a process of its own, on real time

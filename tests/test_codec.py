@@ -60,11 +60,11 @@ def assert_same(expected: Any, actual: Any, path: str = "value") -> None:
         )
     elif kind is list or kind is tuple:
         assert (path, len(expected)) == (path, len(actual))
-        for i, (e, a) in enumerate(zip(expected, actual)):
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
             assert_same(e, a, f"{path}[{i}]")
     elif kind is dict:
         assert (path, len(expected)) == (path, len(actual))
-        for (ek, ev), (ak, av) in zip(expected.items(), actual.items()):
+        for (ek, ev), (ak, av) in zip(expected.items(), actual.items(), strict=True):
             assert_same(ek, ak, f"{path} key {ek!r}")
             assert_same(ev, av, f"{path}[{ek!r}]")
     elif kind is set or kind is frozenset:
@@ -152,7 +152,7 @@ EDGE_VALUES = [
     dt.datetime.min,
     dt.datetime.max,
     dt.datetime(2024, 3, 1, 12, 30, 15, 123456),
-    dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.timezone.utc),
+    dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.UTC),
     dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.timezone(dt.timedelta(hours=-5, minutes=-30))),
     dt.datetime(2024, 3, 1, 12, 30, tzinfo=dt.timezone(dt.timedelta(microseconds=1))),
     dt.datetime(2024, 7, 1, 12, 30, tzinfo=PARIS),
@@ -323,7 +323,7 @@ GOLDEN = [
     (decimal.Decimal("1.50"), b"\xd6\t1.50"),
     (uuid.UUID(int=1), b"\xd8\n" + (1).to_bytes(16, "big")),
     (
-        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc),
+        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
         b"\xc7\x17\x05\x93\xb32024-01-02T03:04:05\x00\x00",
     ),
     (dt.time(1, 2), b"\xc7\x0c\x07\x93\xa801:02:00\xc0\x00"),
@@ -389,7 +389,7 @@ class Count(int):
         (collections.OrderedDict(), "collections.OrderedDict"),
         (1 + 2j, "builtins.complex"),
         (range(3), "builtins.range"),
-        (dt.timezone.utc, "datetime.timezone"),
+        (dt.UTC, "datetime.timezone"),
     ],
     ids=lambda v: type(v).__qualname__ if not isinstance(v, str) else v,
 )
@@ -510,7 +510,7 @@ def test_serializable_default_name_clash_with_another_module(registry: None) -> 
         x: int
         y: int
 
-    with pytest.raises(TypeError, match="'tests.strategies.Point' is already registered"):
+    with pytest.raises(TypeError, match=r"'tests\.strategies\.Point' is already registered"):
         serializable(name="tests.strategies.Point")(Impostor)
 
 

@@ -22,7 +22,7 @@ def _fresh(value: Any) -> bytes:
     try:
         return encode(value)
     finally:
-        for pool, packers in zip(_codec._PACKERS, saved):
+        for pool, packers in zip(_codec._PACKERS, saved, strict=True):
             pool[:] = packers
 
 

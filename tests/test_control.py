@@ -4,6 +4,7 @@ drives it from the command line beside a system in another process)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -153,10 +154,8 @@ async def test_bad_requests_get_an_error_or_a_closed_connection_and_nothing_else
         # Many at once: the system carries on, as does the endpoint (a client
         # past the listen backlog may be refused: its own affair).
         async def flood(data: bytes) -> None:
-            try:
+            with contextlib.suppress(trio.BrokenResourceError, OSError):
                 await _raw(directory, data)
-            except (trio.BrokenResourceError, OSError):
-                pass
 
         async with trio.open_nursery() as nursery:
             for data, _ in BAD * 5:

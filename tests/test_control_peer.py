@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import aclosing
 from pathlib import Path
 
 import pytest
@@ -33,14 +34,16 @@ approve = Signal("approve")
 # Binds the socket's path as root (the directory is root's only), then
 # becomes nobody and listens: a listener of another user on that path.
 # It answers {"ok": null} to whatever request arrives, as a thief would.
-FAKE = r"""
+FAKE = (
+    f"NOBODY = {NOBODY}\n"
+    + r"""
 import json, os, socket, struct, sys
 path = sys.argv[1]
 server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 server.bind(path)
 os.chmod(path, 0o777)
-os.setgid(%d)
-os.setuid(%d)
+os.setgid(NOBODY)
+os.setuid(NOBODY)
 server.listen(8)
 print("ready", flush=True)
 while True:
@@ -55,7 +58,8 @@ while True:
         body = json.dumps({"ok": None}).encode()
         conn.sendall(struct.pack(">I", len(body)) + body)
     conn.close()
-""" % (NOBODY, NOBODY)
+"""
+)
 
 
 @process("approvals/:id")
@@ -87,9 +91,10 @@ async def cli(journal: Path, *args: str) -> subprocess.CompletedProcess:
 
 async def suspended(system: actors.ActorSystem) -> None:
     handle = await system.start(approval, "a-1")
-    async for status in handle.status_changes():
-        if status == "suspended":
-            return
+    async with aclosing(handle.status_changes()) as changes:
+        async for status in changes:
+            if status == "suspended":
+                return
 
 
 @as_root

@@ -6,6 +6,7 @@ damaged counter numbers again."""
 from __future__ import annotations
 
 import copy
+from contextlib import aclosing
 from pathlib import Path
 
 import attrs
@@ -374,7 +375,7 @@ def test_a_damaged_instance_is_marked_corrupt_and_shown(base, tmp_path, database
     assert {a: "ok" for a in jd.ADDRESSES if a != address} == {
         a: o for a, o in outcomes.items() if a != address
     }
-    code, out, err = jd.show(path, address)
+    code, _out, err = jd.show(path, address)
     assert 5 == code
     assert "Traceback" not in err and f"database '{database}'" in err and key.hex() in err
 
@@ -401,9 +402,10 @@ def test_a_damaged_cursor_or_a_lost_stream_value_marks_its_instance_corrupt(
             # The emitter (live, waiting) is stopped and marked corrupt, as if
             # its run had met the record; calls on it say so.
             with trio.fail_after(10):
-                async for status in system.get(jd.EMITTER).status_changes():
-                    if status == "corrupt":
-                        break
+                async with aclosing(system.get(jd.EMITTER).status_changes()) as changes:
+                    async for status in changes:
+                        if status == "corrupt":
+                            break
             with pytest.raises(JournalCorrupt):
                 await system.send(jd.EMITTER, jd.stop)
             # The other instances work.

@@ -258,7 +258,7 @@ async def test_keyed_sends_follow_system_send(make_journal):
             await system.start(inbox, "a")
             await system.send("inbox/a", item, "from outside", key="k3")
             # The second run (after continue-as-new) sends the same keys again.
-            await system.start(keyed, "k", to="inbox/a", sends=sends + [["x", "k3"]])
+            await system.start(keyed, "k", to="inbox/a", sends=[*sends, ["x", "k3"]])
             while ["from outside", "a", "b", "c", "c"] != await system.ask("inbox/a", seen):
                 await trio.sleep(0.01)
             await system.send("inbox/a", item, "a from outside", key="k1")
@@ -359,7 +359,7 @@ async def test_a_sender_on_one_node_reaches_a_receiver_on_another(two_nodes):
             )
             await b.send("outbox/s", go)
             assert 41 == await sender.result()
-            assert payloads + ["last"] == await receiver.result()
+            assert [*payloads, "last"] == await receiver.result()
 
             hoping = await a.start(hopeful, "h", targets=["once/o", "inbox/nowhere"])
             await b.send("hopeful/h", go)
@@ -457,7 +457,7 @@ async def test_a_send_must_be_awaited_alone(any_opener, autojump_clock, how, wor
     async with any_opener(inbox, hasty) as system:
         await system.start(inbox, "c")
         handle = await system.start(hasty, "x", how=how)
-        with pytest.raises(actors.ProcessFailed, match="ContextError|InvalidArguments") as failed:
+        with pytest.raises(actors.ProcessFailed, match=r"ContextError|InvalidArguments") as failed:
             await handle.result()
         assert words in str(failed.value)
         with system.journal.reader() as r:

@@ -36,7 +36,7 @@ async def test_a_suspended_instances_take_reaches_the_journal_within_the_window(
         await system.send("counter/a", go, 1)
         with trio.fail_after(5):
             while seen != [1]:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
         t0 = trio.current_time()  # it suspends now, its take deferred
         # Nothing else is written: the window's timer submits the take. The
         # window is measured on virtual time, which stands still while a
@@ -56,7 +56,7 @@ async def test_deferred_takes_go_with_the_next_sends_and_survive_a_reopen(any_op
             await system.send("counter/a", go, n)
         with trio.fail_after(5):
             while len(seen) < 50:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
     # Closing submitted what was still deferred: every take is durable, so
     # the reopened instance replays the 50 from its log and takes none again.
     async with any_opener(counter) as system:
@@ -64,5 +64,5 @@ async def test_deferred_takes_go_with_the_next_sends_and_survive_a_reopen(any_op
         await system.send("counter/a", go, "after")
         with trio.fail_after(5):
             while seen[-1:] != ["after"]:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
     assert seen == [*range(50), *range(50), "after"]

@@ -18,8 +18,23 @@ texts = st.text(max_size=20)
 values = st.none() | st.booleans() | st.integers() | texts
 stored_maps = st.dictionaries(
     st.sampled_from(
-        ["raise", "child", "type", "message", "traceback", "timeout", "summary", "stage"]
-        + ["crashed", "attempts", "address", "reason", "cause", "code", "z"]
+        [
+            "raise",
+            "child",
+            "type",
+            "message",
+            "traceback",
+            "timeout",
+            "summary",
+            "stage",
+            "crashed",
+            "attempts",
+            "address",
+            "reason",
+            "cause",
+            "code",
+            "z",
+        ]
     )
     | texts,
     values,

@@ -204,7 +204,7 @@ def _making(verb: str):
     makers = {
         "step": lambda ctx: ctx.step(charge, 1),
         "sleep": lambda ctx: ctx.sleep(1.5),
-        "sleep_until": lambda ctx: ctx.sleep_until(dt.datetime(2030, 1, 2, tzinfo=dt.timezone.utc)),
+        "sleep_until": lambda ctx: ctx.sleep_until(dt.datetime(2030, 1, 2, tzinfo=dt.UTC)),
         "wait": lambda ctx: ctx.wait(go),
         "receive": lambda ctx: ctx.receive(go, Signal("stop")),
         "call": lambda ctx: ctx.call(child, "1"),

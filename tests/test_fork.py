@@ -200,7 +200,7 @@ async def test_what_cannot_be_forked_is_refused_with_what_to_do(make_journal):
             await system.fork("orders/o-4", from_effect=5)
         with pytest.raises(actors.InvalidArguments, match="a log position >= 0"):
             await system.fork("orders/o-4", from_effect=-1)
-        with pytest.raises(actors.InvalidArguments, match="one of from_effect= .* or after_step="):
+        with pytest.raises(actors.InvalidArguments, match=r"one of from_effect= .* or after_step="):
             await system.fork("orders/o-4")
         with pytest.raises(actors.InvalidArguments, match="no outcome of a step of that name"):
             await system.fork("orders/o-4", after_step="nope")

@@ -37,7 +37,7 @@ def _fresh():
 
 def charge(order_id: str, amount: int) -> dict:
     CHARGED.append(order_id)
-    return {"charged": amount, "at": dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.timezone.utc)}
+    return {"charged": amount, "at": dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.UTC)}
 
 
 def reserve(order_id: str) -> tuple:

@@ -35,14 +35,14 @@ async def idle(ctx: Context, id: str) -> None:
 
 
 async def test_replay_history_refuses_a_path_that_is_no_history_file(tmp_path):
-    with pytest.raises(actors.HistoryFormatError, match="no history file at .*export") as found:
+    with pytest.raises(actors.HistoryFormatError, match=r"no history file at .*export") as found:
         await replay_history(tmp_path / "absent.history", [idle])
     assert isinstance(found.value.__cause__, FileNotFoundError)
     with pytest.raises(actors.HistoryFormatError, match="is a directory, not a history file"):
         await replay_history(tmp_path, [idle])
     with pytest.raises(actors.InvalidArguments, match=r"path of a history file.*not 5"):
         await replay_history(5, [idle])  # type: ignore[arg-type]
-    with pytest.raises(actors.InvalidArguments, match="@actors.process definitions, not 5"):
+    with pytest.raises(actors.InvalidArguments, match=r"@actors\.process definitions, not 5"):
         await replay_history(GOLDEN, 5)  # type: ignore[arg-type]
     with pytest.raises(actors.InvalidArguments, match="one is 'idle'"):
         await replay_history(GOLDEN, ["idle"])  # type: ignore[list-item]

@@ -47,13 +47,13 @@ def _gone_value() -> bytes:
 
 def test_lenient_decoding_gives_placeholders_only_inside_the_block():
     data = _gone_value()
-    with pytest.raises(ValueError, match="tests.inspection.Gone"):
+    with pytest.raises(ValueError, match=r"tests\.inspection\.Gone"):
         decode(data)
     with storage.lenient_decoding():
         value = decode(data)
     gone = Opaque("tests.inspection.Gone", {"cents": 1250, "tags": ("a",)})
     assert {"total": gone, "n": 1} == value
-    with pytest.raises(ValueError, match="tests.inspection.Gone"):
+    with pytest.raises(ValueError, match=r"tests\.inspection\.Gone"):
         decode(data)  # the block ended
     with pytest.raises(EncodeError):
         encode(value)  # a placeholder can never be written back
@@ -63,7 +63,7 @@ def test_lenient_decoding_reaches_the_trio_run_started_inside_it():
     data = _gone_value()
 
     async def main() -> object:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         return decode(data)
 
     with storage.lenient_decoding():

@@ -115,5 +115,5 @@ async def test_a_parent_waiting_in_join_resumes_after_a_reopen(any_opener, autoj
 
 async def test_join_takes_only_this_runs_children(any_opener, autojump_clock):
     async with any_opener(stranger, kid) as system:
-        with pytest.raises(actors.ProcessFailed, match="ctx.join takes a child this run spawned"):
+        with pytest.raises(actors.ProcessFailed, match=r"ctx\.join takes a child this run spawned"):
             await (await system.start(stranger, "s")).result()

@@ -7,7 +7,7 @@ test_postgres_journal.py.)"""
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from typing import Any
 
 import attrs
@@ -83,7 +83,7 @@ async def test_a_newer_format_is_refused_with_upgrade_advice(tmp_path, readonly)
     path = tmp_path / "journal"
     await _journal_with_an_instance(path)
     _set_format(path, b"2")
-    with pytest.raises(JournalCorrupt, match="holds journal format 2.*upgrade the library"):
+    with pytest.raises(JournalCorrupt, match=r"holds journal format 2.*upgrade the library"):
         await LMDBJournal(path, readonly=readonly).open()
     assert b"2" == _get_format(path)
 
@@ -183,7 +183,7 @@ def test_a_run_s_log_reads_in_one_pass_as_entry_by_entry(maps, cuts):
         joined, bounds = b"".join(values), [0, *accumulate(map(len, values))]
         at = {bounds[-cut % len(bounds)] if cut < 0 else cut % (len(joined) + 1) for cut in cuts}
         ends = sorted(at | {len(joined)})
-        values = [joined[start:end] for start, end in zip([0, *ends], ends)]
+        values = [joined[start:end] for start, end in pairwise([0, *ends])]
     rows = list(enumerate(values, start=1))
 
     def key(seq: int) -> bytes:
@@ -228,7 +228,7 @@ async def _charge(amount: int) -> dict:
 @actors.process("fmt/:id")
 async def formatted(ctx: actors.Context, id: str) -> str:
     await ctx.step(_charge, 5, name="charge")
-    signal, payload = await ctx.receive(go)
+    _signal, payload = await ctx.receive(go)
     await ctx.sleep(10)
     return payload
 
@@ -290,7 +290,7 @@ def test_a_record_is_stored_as_its_fields_away_from_their_defaults(fields, extra
     for key, (name, _) in _READ.items():
         value, default = getattr(record, name), getattr(attrs.fields(InstanceRecord), name).default
         if name in ("run", "incarnation") or (
-            bool(value) if default in ((), _EMPTY) else not value == default
+            bool(value) if default in ((), _EMPTY) else value != default
         ):
             expected[key] = value
     expected.update(extra)

@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -583,10 +583,8 @@ def _trio_thread_on_a_core_of_its_own() -> Iterator[None]:
         yield
     finally:
         for tid, cpus_before in saved.items():
-            try:
+            with suppress(OSError):
                 os.sched_setaffinity(tid, cpus_before)
-            except OSError:
-                pass
 
 
 async def _compute_and_checkpoint(pause: float, stolen: list[float]) -> None:

@@ -148,9 +148,8 @@ async def test_the_doorbell_delivers_in_the_trio_thread_in_the_order_rung():
 
 async def test_a_journal_closes_its_doorbell_and_opens_again(make_lmdb):
     for round_ in range(3):
-        async with make_lmdb() as journal:
-            async with trio.open_nursery() as nursery:
-                for k in range(8):
-                    nursery.start_soon(journal.commit, _append(MAIL[0], [round_, k]))
+        async with make_lmdb() as journal, trio.open_nursery() as nursery:
+            for k in range(8):
+                nursery.start_soon(journal.commit, _append(MAIL[0], [round_, k]))
     async with make_lmdb() as journal:
         assert 24 == len(_mailbox(journal, MAIL[0]))

@@ -193,7 +193,7 @@ async def test_a_compensation_that_gives_up_is_an_error_naming_the_instance(
         assert "compensation_stuck" == await wait_status(handle, "compensation_stuck")
     errors = events(caplog, logging.ERROR)
     assert 1 == len(errors)
-    name, level, address, message = errors[0]
+    name, _level, address, message = errors[0]
     assert ("actors.supervision", "stuck/s1") == (name, address)
     assert message.startswith("instance 'stuck/s1' is parked compensation_stuck: ")
     assert "refund of s1 refused" in message

@@ -894,7 +894,7 @@ def test_cancelling_a_parent_reaches_its_child_on_another_node(cluster):
     wait_for(lambda: cluster.status(kid) == "suspended", 5, "the kid to start")
     a.signal(signal.SIGKILL)
     wait_for(lambda: cluster.owner(kid) == "c", 5, "c to take the kid")
-    (b,) = cluster.start("b", procs="parent,kid")
+    (_b,) = cluster.start("b", procs="parent,kid")
     wait_for(lambda: cluster.owner("parent/p1") == "b", 5, "b to take the parent")
     assert "c" == cluster.owner(kid)
     assert c.call("cancel", address="parent/p1") is True

@@ -128,7 +128,7 @@ def test_a_database_outage_is_ridden_out_and_work_resumes_by_itself(cluster, pro
     wait_for(lambda: len(cluster.handled()) >= 40, 10, "work before the outage")
     proxied.stop()
     down_at = time.monotonic()
-    with pytest.raises(AssertionError, match="JournalUnavailable|CommitOutcomeUnknown"):
+    with pytest.raises(AssertionError, match=r"JournalUnavailable|CommitOutcomeUnknown"):
         a.call("send", address=sinks[0], payload={"id": "during"}, timeout=15)
     assert time.monotonic() - down_at < 10  # a caller learns of the outage, soon
     time.sleep(max(0.0, 3.0 - (time.monotonic() - down_at)))

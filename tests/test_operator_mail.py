@@ -214,7 +214,7 @@ async def test_a_drop_racing_a_fork_or_retry_either_comes_first_or_is_refused(
 
             async def drop(address=address, target=target, got=got):
                 for _ in range(rng.randrange(40)):
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
                 try:
                     got["drop"] = await system.drop_message(
                         address, target.id, incarnation=target.incarnation
@@ -224,7 +224,7 @@ async def test_a_drop_racing_a_fork_or_retry_either_comes_first_or_is_refused(
 
             async def again(address=address, n=n):
                 for _ in range(rng.randrange(40)):
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
                 if n % 2:
                     await system.retry(address)
                 else:
@@ -237,7 +237,7 @@ async def test_a_drop_racing_a_fork_or_retry_either_comes_first_or_is_refused(
                     try:
                         return await system.send(address, item, "late")
                     except actors.NotDelivered:
-                        await trio.sleep(0)
+                        await trio.lowlevel.checkpoint()
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(drop)
@@ -310,7 +310,7 @@ async def test_a_drop_racing_the_takes_of_a_live_instance_is_never_taken(
                 continue
             victim = rng.choice(unread)
             for _ in range(rng.randrange(30)):
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
             try:
                 await system.drop_message("handlers/h-1", victim.id, incarnation=1)
             except actors.InvalidArguments as exc:

@@ -10,14 +10,14 @@ import trio
 pytest.importorskip("psycopg", reason="install the 'postgres' extra")
 pytest.importorskip("starlette", reason="install the 'web' extra")
 
-import actors  # noqa: E402
-from actors import Context, Signal, process  # noqa: E402
-from actors._tools._web import create_app  # noqa: E402
-from storage import LMDBJournal, PostgresJournal, instance_id  # noqa: E402
-from tests.cli_runner import run_in_process  # noqa: E402
-from tests.pg import fresh_schema  # noqa: E402
-from tests.runtime_helpers import wait_status  # noqa: E402
-from tests.test_web import call, href  # noqa: E402
+import actors
+from actors import Context, Signal, process
+from actors._tools._web import create_app
+from storage import LMDBJournal, PostgresJournal, instance_id
+from tests.cli_runner import run_in_process
+from tests.pg import fresh_schema
+from tests.runtime_helpers import wait_status
+from tests.test_web import call, href
 
 go = Signal("go")
 

@@ -16,6 +16,8 @@ import time
 import pytest
 import trio
 
+pytest.importorskip("psycopg", reason="install the 'postgres' extra")
+
 import actors
 from actors import process
 from storage import PostgresJournal

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,13 +26,10 @@ import trio
 from storage import InstanceRecord, Txn, instance_id
 from tests.pg import fresh_schema
 
-if os.environ.get("ACTORS_TEST_POSTGRES", "1") == "0":
-    pytest.importorskip("psycopg", reason="PostgreSQL tests are off (ACTORS_TEST_POSTGRES=0)")
+psycopg = pytest.importorskip("psycopg", reason="install the 'postgres' extra")
+from psycopg.conninfo import make_conninfo
 
-import psycopg  # noqa: E402 - after the switch above
-from psycopg.conninfo import make_conninfo  # noqa: E402
-
-from storage import PostgresJournal  # noqa: E402
+from storage import PostgresJournal
 
 X = instance_id("orders/x")
 ROUNDS = 5

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from typing import ClassVar
 
 import pytest
 import trio
@@ -81,8 +82,9 @@ def spy(monkeypatch):
     instances the journals are asked to claim, from now on."""
 
     class Spy:
-        reads: list[bytes] = []
-        claims: list[bytes] = []
+        # Shared by the class on purpose: a new class per test (this fixture).
+        reads: ClassVar[list[bytes]] = []
+        claims: ClassVar[list[bytes]] = []
 
         def watch(self, journal):
             claim = journal.claim
@@ -129,7 +131,7 @@ async def test_a_commit_claims_the_row_it_creates_at_a_new_epoch(nodes, savepoin
         assert claimed is None
         (txn_x, slot_x), (txn_y, slot_y) = fresh_start(x), fresh_start(y)
         tickets = [journal.submit(txn_x), journal.submit(txn_y)]  # one batch
-        ex, ey = [(await t.wait())[s] for t, s in zip(tickets, (slot_x, slot_y))]
+        ex, ey = [(await t.wait())[s] for t, s in zip(tickets, (slot_x, slot_y), strict=True)]
         assert 0 < ex != ey > 0
         with psycopg.connect(journal.dsn) as conn:
             rows = conn.execute(

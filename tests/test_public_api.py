@@ -57,10 +57,8 @@ def test_every_public_name_has_a_docstring(module):
             undocumented.append(name)
         if inspect.isclass(value):
             for attr, member in vars(value).items():
-                if (
-                    attr.startswith("_")
-                    or not callable(member)
-                    and not isinstance(member, property)
+                if attr.startswith("_") or (
+                    not callable(member) and not isinstance(member, property)
                 ):
                     continue
                 if not (inspect.getdoc(member) or "").strip():

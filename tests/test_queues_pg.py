@@ -56,16 +56,18 @@ async def test_two_nodes_hold_one_global_limit(request):
         return PostgresJournal(dsn, schema=schema, lease_timeout=1.0)
 
     with trio.fail_after(60):
-        async with actors.open_system(journal(), [pgjob], node="a", queues=[q]) as a:
-            async with actors.open_system(journal(), [pgjob], node="b", queues=[q]) as b:
-                handles = []
-                for i in range(12):
-                    handles.append(await a.start(pgjob, f"a{i}", queue=q))
-                    handles.append(await b.start(pgjob, f"b{i}", queue=q))
-                results = [await h.result() for h in handles]
-                info = await a.queue_info(q)
-                assert (info.waiting, info.concurrency) == (0, 3)
-                admitted = (a.queues.admitted, b.queues.admitted)
+        async with (
+            actors.open_system(journal(), [pgjob], node="a", queues=[q]) as a,
+            actors.open_system(journal(), [pgjob], node="b", queues=[q]) as b,
+        ):
+            handles = []
+            for i in range(12):
+                handles.append(await a.start(pgjob, f"a{i}", queue=q))
+                handles.append(await b.start(pgjob, f"b{i}", queue=q))
+            results = [await h.result() for h in handles]
+            info = await a.queue_info(q)
+            assert (info.waiting, info.concurrency) == (0, 3)
+            admitted = (a.queues.admitted, b.queues.admitted)
     assert sorted(results) == sorted([f"a{i}" for i in range(12)] + [f"b{i}" for i in range(12)])
     assert RUNNING["max"] == 3  # both nodes filled the slots, never past the global limit
     assert sum(admitted) == 24 and min(admitted) > 0
@@ -98,17 +100,19 @@ async def test_two_nodes_running_one_schedule_start_each_tick_once(request):
         return PostgresJournal(dsn, schema=schema, lease_timeout=1.0)
 
     with trio.fail_after(60):
-        async with actors.open_system(journal(), [pgtick], node="a") as a:
-            async with actors.open_system(journal(), [pgtick], node="b") as b:
-                await a.schedule("fast", pgtick, every=0.2, overlap="allow", catch_up=100)
-                assert await b.schedule("fast", pgtick, every=0.2, overlap="allow", catch_up=100)
-                await trio.sleep(2.5)
-                await b.pause_schedule("fast")
-                await wait_quiescent(a)  # the ticks in flight have started
-                await wait_quiescent(b)
-                started = sorted([i.id async for i in a.query(process=pgtick)])
-                for address in started:
-                    await a.get(address).result()
+        async with (
+            actors.open_system(journal(), [pgtick], node="a") as a,
+            actors.open_system(journal(), [pgtick], node="b") as b,
+        ):
+            await a.schedule("fast", pgtick, every=0.2, overlap="allow", catch_up=100)
+            assert await b.schedule("fast", pgtick, every=0.2, overlap="allow", catch_up=100)
+            await trio.sleep(2.5)
+            await b.pause_schedule("fast")
+            await wait_quiescent(a)  # the ticks in flight have started
+            await wait_quiescent(b)
+            started = sorted([i.id async for i in a.query(process=pgtick)])
+            for address in started:
+                await a.get(address).result()
     assert len(started) >= 8
     assert len(TICKS) == len(set(TICKS)) == len(started)  # each tick ran once, on one node
 

@@ -247,7 +247,7 @@ async def test_a_child_is_retried_with_its_parent(make_journal):
 async def test_a_cleanup_removes_what_a_retry_kept(make_journal):
     async with actors.open_system(make_journal(), processes=PROCESSES) as system:
         await failed(system, order, "o-6")
-        for n in range(2, KEPT_INCARNATIONS + 4):  # more than are kept
+        for _ in range(2, KEPT_INCARNATIONS + 4):  # more than are kept
             BROKEN.add("o-6")
             with pytest.raises(actors.ProcessFailed):
                 await (await system.retry("orders/o-6")).result()

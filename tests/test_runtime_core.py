@@ -3,6 +3,8 @@ handles, signal_with_start; durable paths across a close and reopen."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
 import pytest
 import trio
 
@@ -167,8 +169,9 @@ async def test_status_changes_and_get_after_restart(opener):
         seen = []
 
         async def watch():
-            async for status in handle.status_changes():
-                seen.append(status)
+            async with aclosing(handle.status_changes()) as changes:
+                async for status in changes:
+                    seen.append(status)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch)
@@ -217,7 +220,7 @@ async def test_signal_with_start(opener):
         live = await system.start(echo, "v")
         await system.signal_with_start(echo, "v", signal=go, payload="queued")
         assert await live.result() == "hello v queued"
-        await system.cancel("echo/v") is False
+        assert await system.cancel("echo/v") is False
         await system.start(echo, "c")
         assert await system.cancel("echo/c")
         fresh = await system.signal_with_start(echo, "c", signal=go, payload="again")
@@ -249,7 +252,7 @@ async def test_cancel_of_a_passivated_instance(opener):
         await trio.sleep(0.01)
     async with opener(echo) as system:
         assert await system.cancel("echo/p") is True
-        with pytest.raises(actors.ProcessCancelled, match="system.cancel"):
+        with pytest.raises(actors.ProcessCancelled, match=r"system\.cancel"):
             await system.get("echo/p").result()
         with pytest.raises(actors.NotDelivered) as info:
             await system.send("echo/p", go)

@@ -345,7 +345,7 @@ async def test_now_random_uuid_are_stable_across_replay(opener, autojump_clock):
     async def rec(ctx: Context, id: str) -> list:
         values = [ctx.now().timestamp(), ctx.random(), str(ctx.uuid())]
         await ctx.wait(ping)
-        return values + [ctx.now().timestamp()]
+        return [*values, ctx.now().timestamp()]
 
     async with opener(rec, passivate_after=0, random=random.Random(5)) as system:
         handle = await system.start(rec, "r")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+from itertools import pairwise
 
 import trio
 
@@ -24,7 +25,7 @@ def _misfits(every: float, base: float) -> list[str]:
     spec = {"every": every}
     wrong: list[str] = []
     ticks = list(itertools.islice(ticks_after(spec, base), TICKS))
-    if any(b <= a for a, b in zip(ticks, ticks[1:])) or ticks[0] <= base:
+    if any(b <= a for a, b in pairwise(ticks)) or ticks[0] <= base:
         wrong.append(f"ticks after {base} not strictly increasing: {ticks[:5]}...")
     last = base
     for tick in ticks:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from datetime import datetime
+from itertools import pairwise
 
 import pytest
 
@@ -63,5 +64,5 @@ def test_every_tick_starts_once_across_sigkills(tmp_path):
     ticks = sorted(keys, key=epoch)
     assert len(ticks) >= 12
     # One unbroken series, 0.25 s apart: none lost across the kills.
-    gaps = {round(epoch(b) - epoch(a), 3) for a, b in zip(ticks, ticks[1:])}
+    gaps = {round(epoch(b) - epoch(a), 3) for a, b in pairwise(ticks)}
     assert gaps == {0.25}, gaps

@@ -117,7 +117,7 @@ async def test_a_bad_key_says_what_to_pass(make_journal):
         with pytest.raises(actors.InvalidArguments, match="must be a str"):
             await system.send("inbox/a", order, 1, key=17)  # type: ignore[arg-type]
         for key in ("a\x00b", "\x00key k", "line\nbreak", "tab\t", "del\x7f", "c1\x85"):
-            with pytest.raises(actors.InvalidArguments, match="control character.*remove it"):
+            with pytest.raises(actors.InvalidArguments, match=r"control character.*remove it"):
                 await system.send("inbox/a", order, "refused", key=key)
         await system.send("inbox/a", order, "printable", key="café ☕ 名前 👩‍💻")
         await system.send("inbox/a", order, "printable again", key="café ☕ 名前 👩‍💻")

@@ -24,12 +24,12 @@ import trio
 
 pytest.importorskip("starlette", reason="install the 'web' extra")
 
-import actors  # noqa: E402
-from actors import Context, Signal, process  # noqa: E402
-from actors._tools._web import create_app  # noqa: E402
-from storage import LMDBJournal  # noqa: E402
-from tests.cli_runner import run_in_process  # noqa: E402
-from tests.test_web import call  # noqa: E402
+import actors
+from actors import Context, Signal, process
+from actors._tools._web import create_app
+from storage import LMDBJournal
+from tests.cli_runner import run_in_process
+from tests.test_web import call
 
 go, more, cancel = Signal("go"), Signal("more"), Signal("cancel")
 

@@ -202,7 +202,7 @@ async def test_signals_without_identity_and_bad_arguments_are_refused():
     async with open_test_system([order]) as system:
         with pytest.raises(actors.InvalidArguments, match="no identity fields"):
             await system.signal(go, {}, "x")
-        with pytest.raises(actors.InvalidArguments, match="takes an actors.Signal"):
+        with pytest.raises(actors.InvalidArguments, match=r"takes an actors\.Signal"):
             await system.signal("orders.shipped", {"order_id": "o-1"})  # type: ignore[arg-type]
         with pytest.raises(actors.EncodeError):
             await system.signal(shipped, {"order_id": "o-1"}, object())
@@ -225,11 +225,13 @@ def test_templates_that_cannot_take_a_listened_signal_are_refused():
     async def fn(ctx: Context, parcel: str) -> None:
         pass
 
-    with pytest.raises(actors.InvalidArguments, match="identity field 'order_id'.*parcels/:parcel"):
+    with pytest.raises(
+        actors.InvalidArguments, match=r"identity field 'order_id'.*parcels/:parcel"
+    ):
         process("parcels/:parcel", listens=[shipped])(fn)
     with pytest.raises(actors.InvalidArguments, match="no identity fields"):
         process("parcels/:parcel", listens=[go])(fn)
-    with pytest.raises(actors.InvalidArguments, match="actors.Signal objects"):
+    with pytest.raises(actors.InvalidArguments, match=r"actors\.Signal objects"):
         process("parcels/:parcel", listens=["orders.shipped"])(fn)  # type: ignore[list-item]
     with pytest.raises(actors.InvalidArguments, match="a list of signals"):
         process("parcels/:parcel", listens=shipped)(fn)  # type: ignore[arg-type]

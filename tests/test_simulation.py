@@ -9,6 +9,7 @@ a seed's run the same here as on a developer's command line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -466,10 +467,8 @@ async def _twenty_appends(journal: SimulatedJournal) -> None:
             if n % 3 == 0:
                 await trio.sleep(0.0001)
         for ticket in tickets:
-            try:
+            with contextlib.suppress(JournalFull):
                 await ticket.wait()
-            except JournalFull:
-                pass
 
 
 # -- the nodes of one simulated store ------------------------------------------------
@@ -652,12 +651,14 @@ async def test_a_consumer_on_one_node_reads_what_an_instance_on_another_emits(au
     from storage import simulated_nodes
 
     a, b = simulated_nodes(random.Random(5), ["a", "b"])
-    async with actors.open_system(a, [ticker], control=False, node="a") as on_a:
-        async with actors.open_system(b, [ticker], control=False, node="b") as on_b:
-            await on_a.start(ticker, "t1", count=4)
-            got = []
-            with trio.fail_after(60):
-                async with on_b.stream("ticker/t1", "reader") as values:
-                    async for value in values:
-                        got.append(value)
-            assert got == [0, 1, 2, 3]
+    async with (
+        actors.open_system(a, [ticker], control=False, node="a") as on_a,
+        actors.open_system(b, [ticker], control=False, node="b") as on_b,
+    ):
+        await on_a.start(ticker, "t1", count=4)
+        got = []
+        with trio.fail_after(60):
+            async with on_b.stream("ticker/t1", "reader") as values:
+                async for value in values:
+                    got.append(value)
+        assert got == [0, 1, 2, 3]

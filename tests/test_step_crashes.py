@@ -269,7 +269,7 @@ async def test_the_command_line_resumes_a_parked_instance_through_the_running_sy
 @pytest.mark.parametrize("crashes", [-1, True, 1.5, "3"])
 def test_a_crash_budget_is_a_whole_number_of_0_or_more(crashes):
     with pytest.raises(
-        actors.InvalidArguments, match="Retry\\(crashes=...\\) takes a whole number"
+        actors.InvalidArguments, match=r"Retry\(crashes=\.\.\.\) takes a whole number"
     ):
         Retry(crashes=crashes)
 

@@ -34,7 +34,7 @@ async def lone(ctx: Context, id: str) -> str:
 
 @process("raced/:id", compensate_on_cancel=True)
 async def raced(ctx: Context, id: str) -> str:
-    which, value = await ctx.first(
+    _which, value = await ctx.first(
         charge=ctx.step(long_charge, id, compensate=refund), stop=ctx.wait(go)
     )
     return str(value)

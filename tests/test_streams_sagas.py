@@ -3,6 +3,8 @@ cleanup, through the public API on LMDB, across close and reopen."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
 import pytest
 import trio
 
@@ -113,8 +115,9 @@ async def test_exports_and_watch(opener):
         seen = []
 
         async def watcher():
-            async for value in handle.watch():
-                seen.append(value)
+            async with aclosing(handle.watch()) as values:
+                async for value in values:
+                    seen.append(value)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watcher)
@@ -130,9 +133,10 @@ async def test_exports_and_watch(opener):
         handle = system.get("board/b")
         assert handle.exports == {"n": 2}  # survives the restart
         first = None
-        async for value in handle.watch():  # a new watcher gets the current value first
-            first = value
-            break
+        async with aclosing(handle.watch()) as values:
+            async for value in values:  # a new watcher gets the current value first
+                first = value
+                break
         assert first == {"n": 2}
 
 

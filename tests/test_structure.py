@@ -122,10 +122,10 @@ def _reaches(edges: dict[str, set[str]], start: str, goal: str) -> list[str] | N
         node, path = stack.pop()
         for nxt in sorted(edges.get(node, ())):
             if nxt == goal:
-                return path + [nxt]
+                return [*path, nxt]
             if nxt not in seen:
                 seen.add(nxt)
-                stack.append((nxt, path + [nxt]))
+                stack.append((nxt, [*path, nxt]))
     return None
 
 
@@ -156,7 +156,7 @@ def test_no_runtime_import_cycle():
         for target in sorted(runtime[module]):
             back = _reaches(runtime, target, module)
             if back is not None:
-                cycles.append(" -> ".join([module] + back))
+                cycles.append(" -> ".join([module, *back]))
     assert [] == cycles
 
 
@@ -346,10 +346,10 @@ LONG_MODULES: dict[str, int] = {
     "actors/_features/_queues.py": 606,
     "actors/_kernel/_transactions.py": 600,
     "storage/_simulated.py": 584,
-    "actors/_features/_schedules.py": 583,
-    "actors/_system/_control.py": 560,
+    "actors/_features/_schedules.py": 582,
     "storage/_journal.py": 560,
     "actors/_kernel/_interfaces.py": 559,
+    "actors/_system/_control.py": 558,
     "actors/_system/_lifecycle.py": 555,
     "storage/_codec.py": 547,
     "actors/_actor/_instance.py": 545,
@@ -358,11 +358,11 @@ LONG_MODULES: dict[str, int] = {
     "actors/_features/_supervision.py": 488,
     "storage/_txn.py": 487,
     "actors/_system/_mail.py": 483,
-    "storage/_lmdb/_journal.py": 467,
+    "storage/_lmdb/_journal.py": 465,
     "actors/_features/_asks.py": 460,
     "actors/_features/_signals.py": 459,
     "storage/_postgres/_schema.py": 459,
-    "storage/_group_commit.py": 454,
+    "storage/_group_commit.py": 455,
 }
 
 
@@ -780,14 +780,43 @@ def test_the_feature_count_sees_each_feature():
 # counts by its last part). (A ``threading.local`` is not one: what it holds is
 # each thread's own, as a run's context is.)
 _CONTAINERS = frozenset(
-    "dict list set bytearray defaultdict OrderedDict Counter deque WeakKeyDictionary "
-    "WeakValueDictionary WeakSet".split()
+    [
+        "dict",
+        "list",
+        "set",
+        "bytearray",
+        "defaultdict",
+        "OrderedDict",
+        "Counter",
+        "deque",
+        "WeakKeyDictionary",
+        "WeakValueDictionary",
+        "WeakSet",
+    ]
 )
 # Methods that change a container in place.
 _MUTATORS = frozenset(
-    "append appendleft extend insert add update setdefault pop popitem popleft remove "
-    "discard clear move_to_end sort reverse difference_update intersection_update "
-    "symmetric_difference_update".split()
+    [
+        "append",
+        "appendleft",
+        "extend",
+        "insert",
+        "add",
+        "update",
+        "setdefault",
+        "pop",
+        "popitem",
+        "popleft",
+        "remove",
+        "discard",
+        "clear",
+        "move_to_end",
+        "sort",
+        "reverse",
+        "difference_update",
+        "intersection_update",
+        "symmetric_difference_update",
+    ]
 )
 # The module-level state a function may change: (module, name) -> why it is
 # process-wide.
@@ -831,9 +860,12 @@ def _module_state(tree: ast.Module) -> set[str]:
             for target in node.targets:
                 if isinstance(target, ast.Name):
                     found.add(target.id)
-        elif isinstance(node, ast.AnnAssign) and _mutable_value(node.value):
-            if isinstance(node.target, ast.Name):
-                found.add(node.target.id)
+        elif (
+            isinstance(node, ast.AnnAssign)
+            and _mutable_value(node.value)
+            and isinstance(node.target, ast.Name)
+        ):
+            found.add(node.target.id)
     return found
 
 
@@ -878,18 +910,20 @@ def _changed_state(modules: dict[str, ast.Module]) -> set[tuple[str, str, str]]:
                     for t, v in pairs:
                         if isinstance(t, ast.Name) and (hit := target(v)) is not None:
                             aliases[t.id] = hit
-                elif isinstance(node, ast.NamedExpr):
-                    if (hit := target(node.value)) is not None:
-                        aliases[node.target.id] = hit
+                elif isinstance(node, ast.NamedExpr) and (hit := target(node.value)) is not None:
+                    aliases[node.target.id] = hit
             for node in ast.walk(func):
                 hit = None
                 if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
                     hit, how = target(node.value), "item"
                 elif isinstance(node, ast.AugAssign):
                     hit, how = target(node.target), "augmented"
-                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                    if node.func.attr in _MUTATORS:
-                        hit, how = target(node.func.value), f".{node.func.attr}()"
+                elif (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _MUTATORS
+                ):
+                    hit, how = target(node.func.value), f".{node.func.attr}()"
                 if hit is not None:
                     found.add((*hit, how))
     return found

@@ -3,6 +3,8 @@ API on LMDB, durable paths across close and reopen."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 import trio
 
@@ -256,7 +258,7 @@ async def test_intensity_limit_escalates_to_the_parent(opener, autojump_clock):
         assert kid.status == "failed"
         assert len(kid.restarts) == 3
         # Restarts backed off: 0.1 s, then 0.2 s (then 0.4 s before the third run).
-        gaps = [b["at"] - a["at"] for a, b in zip(kid.restarts, kid.restarts[1:])]
+        gaps = [b["at"] - a["at"] for a, b in pairwise(kid.restarts)]
         assert gaps == [pytest.approx(0.1, abs=0.02), pytest.approx(0.2, abs=0.02)]
 
 

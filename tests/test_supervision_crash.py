@@ -305,7 +305,7 @@ async def test_sigkill_under_load_keeps_the_supervisor_tree_consistent(tmp_path)
         f"afresh a second time or replayed without their recorded uuid (seed {seed}): "
         f"{[(a, sorted(keys[a]), t) for a, t in list(twice.items())[:5]]}"
     )
-    for address, row in rows.items():
+    for address in rows:
         log = logs[address]
         uuid_entry, step_entry = log.get(1), log.get(2)
         ran = address in keys

@@ -11,18 +11,18 @@ import trio
 
 pytest.importorskip("opentelemetry.sdk")
 
-from opentelemetry import trace  # noqa: E402
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
 
-import actors  # noqa: E402
+import actors
 from actors import Context, Retry, Signal, process
 from actors._kernel import _tracing
-from storage import Txn, instance_id  # noqa: E402
-from tests.runtime_helpers import wait_status  # noqa: E402
+from storage import Txn, instance_id
+from tests.runtime_helpers import wait_status
 
 go = Signal("go")
 attempts: list[int] = []
@@ -169,7 +169,7 @@ async def test_the_stored_context_is_beside_the_payload_in_the_journal(
             await system.send("hold/h", Signal("other"), {"x": 1})
     record, mail = await _stored(opener, "hold/h")
     assert traceparent_of(caller) == record.trace
-    ((seq, message),) = mail
+    ((_seq, message),) = mail
     assert ["other", {"x": 1}] == message[:2]
     assert traceparent_of(sender) == message[3]
 

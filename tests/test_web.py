@@ -27,12 +27,12 @@ import trio
 pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("hypercorn", reason="install the 'web' extra")
 
-import actors  # noqa: E402
-from actors import Signal, process  # noqa: E402
-from actors._tools._cli._inspect import list_items  # noqa: E402
-from actors._tools._web import create_app  # noqa: E402
-from storage import LMDBJournal, instance_id  # noqa: E402
-from tests.runtime_helpers import wait_status  # noqa: E402
+import actors
+from actors import Signal, process
+from actors._tools._cli._inspect import list_items
+from actors._tools._web import create_app
+from storage import LMDBJournal, instance_id
+from tests.runtime_helpers import wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -493,7 +493,7 @@ def test_the_command_serves_on_127_0_0_1_and_says_so(journal):
         assert 404 == bad.value.code
     finally:
         server.send_signal(signal.SIGINT)
-        out, err = server.communicate(timeout=30)
+        _out, err = server.communicate(timeout=30)
     assert 0 == server.returncode, err  # Ctrl-C stops it gracefully
     assert "Traceback" not in err
 

@@ -27,13 +27,13 @@ import trio.testing
 
 pytest.importorskip("starlette", reason="install the 'web' extra")
 
-import actors  # noqa: E402
-from actors import Signal, process  # noqa: E402
-from actors._tools._web import create_app  # noqa: E402
-from actors._tools._web._actions import ACTIONS, Runner  # noqa: E402
-from actors._tools._web._guard import TOKEN_SECONDS, Guard, origin_matches  # noqa: E402
-from storage import LMDBJournal, instance_id  # noqa: E402
-from tests.runtime_helpers import wait_status  # noqa: E402
+import actors
+from actors import Signal, process
+from actors._tools._web import create_app
+from actors._tools._web._actions import ACTIONS, Runner
+from actors._tools._web._guard import TOKEN_SECONDS, Guard, origin_matches
+from storage import LMDBJournal, instance_id
+from tests.runtime_helpers import wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
 go = Signal("go")
@@ -601,7 +601,7 @@ def _web(*args: str, **kw) -> subprocess.Popen:
 
 def test_actions_need_an_lmdb_journal():
     done = _web("--allow-actions", "--journal", "postgresql://nobody@127.0.0.1:1/none")
-    out, err = done.communicate(timeout=60)
+    _out, err = done.communicate(timeout=60)
     assert 2 == done.returncode
     assert "--allow-actions needs an LMDB journal" in err and "drop --allow-actions" in err
 
@@ -637,7 +637,7 @@ def test_the_command_with_actions_says_so_and_offers_them(journal):
         assert 403 == refused.value.code
     finally:
         server.send_signal(signal.SIGINT)
-        out, err = server.communicate(timeout=30)
+        _out, err = server.communicate(timeout=30)
     assert 0 == server.returncode, err
     # The audit line, on stderr: nothing configured logging in the command.
     assert (

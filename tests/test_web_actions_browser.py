@@ -36,13 +36,13 @@ import trio
 pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("hypercorn", reason="install the 'web' extra")
 
-from starlette.applications import Starlette  # noqa: E402
-from starlette.responses import HTMLResponse, Response  # noqa: E402
-from starlette.routing import Route  # noqa: E402
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
 
-from actors._tools._web import create_app, serve_app  # noqa: E402
-from actors._tools._web._actions import ACTIONS, Runner  # noqa: E402
-from storage import LMDBJournal, instance_id  # noqa: E402
+from actors._tools._web import create_app, serve_app
+from actors._tools._web._actions import ACTIONS, Runner
+from storage import LMDBJournal, instance_id
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "build" / "test-output" / "web"

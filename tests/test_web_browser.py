@@ -29,10 +29,10 @@ import trio
 pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("hypercorn", reason="install the 'web' extra")
 
-import storage  # noqa: E402
-from actors._tools._web import create_app, serve_app  # noqa: E402
-from storage import Journal, LMDBJournal  # noqa: E402
-from tests.pg import fresh_schema  # noqa: E402
+import storage
+from actors._tools._web import create_app, serve_app
+from storage import Journal, LMDBJournal
+from tests.pg import fresh_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "build" / "test-output" / "web"

@@ -21,14 +21,14 @@ import trio
 
 pytest.importorskip("starlette", reason="install the 'web' extra")
 
-import actors  # noqa: E402
-from actors import Signal, process  # noqa: E402
-from actors._tools._web import _index, create_app  # noqa: E402
-from actors._tools._web._actions import ACTIONS, Runner  # noqa: E402
-from storage import LMDBJournal  # noqa: E402
-from storage._lmdb._reader import _LMDBReader  # noqa: E402
-from tests.runtime_helpers import wait_status  # noqa: E402
-from tests.test_web import call, rows  # noqa: E402
+import actors
+from actors import Signal, process
+from actors._tools._web import _index, create_app
+from actors._tools._web._actions import ACTIONS, Runner
+from storage import LMDBJournal
+from storage._lmdb._reader import _LMDBReader
+from tests.runtime_helpers import wait_status
+from tests.test_web import call, rows
 
 note, go = Signal("note"), Signal("go")
 
@@ -108,7 +108,7 @@ PAGE = "/instance?address=" + quote("inbox/i-1", safe="")
 
 
 async def test_the_mailbox_is_read_and_shown_a_page_at_a_time(live, monkeypatch):
-    _, journal, app = live
+    _, _journal, app = live
 
     def whole_mailbox(self, iid):
         raise AssertionError("the page read the whole mailbox")
@@ -162,7 +162,7 @@ async def test_a_long_message_is_cut_with_a_link_to_the_whole_of_it(live):
 
 
 async def test_the_input_and_the_result_are_cut_with_links_too(live):
-    system, journal, app = live
+    system, _journal, app = live
     _, _, body = await call(app, PAGE)
     assert "&lt;b&gt;bold&lt;/b&gt;zzz" in body and "z" * (BIG // 2) not in body
     status, _, whole = await call(app, "/value?address=inbox%2Fi-1&part=input")

@@ -10,13 +10,13 @@ import pytest
 pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("psycopg", reason="install the 'postgres' extra")
 
-import actors  # noqa: E402
-from actors._tools._web import create_app  # noqa: E402
-from storage import PostgresJournal  # noqa: E402
-from storage._postgres._reader import _PostgresReader  # noqa: E402
-from tests.pg import fresh_schema  # noqa: E402
-from tests.test_web import call  # noqa: E402
-from tests.test_web_paging import MESSAGES, PAGE, call_with, fill, inbox, seqs  # noqa: E402
+import actors
+from actors._tools._web import create_app
+from storage import PostgresJournal
+from storage._postgres._reader import _PostgresReader
+from tests.pg import fresh_schema
+from tests.test_web import call
+from tests.test_web_paging import MESSAGES, PAGE, call_with, fill, inbox, seqs
 
 
 async def test_on_postgresql_the_mailbox_is_read_a_page_at_a_time_and_polls_render_again(

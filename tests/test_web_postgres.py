@@ -32,15 +32,15 @@ pytest.importorskip("starlette", reason="install the 'web' extra")
 pytest.importorskip("hypercorn", reason="install the 'web' extra")
 psycopg = pytest.importorskip("psycopg", reason="install the 'postgres' extra")
 
-import actors  # noqa: E402
-from actors._tools._cli._inspect import list_items  # noqa: E402
-from actors._tools._web import create_app  # noqa: E402
-from storage import JournalClosed, JournalCorrupt, PostgresJournal, Txn, instance_id  # noqa: E402
-from storage._postgres import SCHEMA_VERSION  # noqa: E402
-from tests.pg import fresh_schema  # noqa: E402
-from tests.pg_proxy import Proxy  # noqa: E402
-from tests.runtime_helpers import wait_status  # noqa: E402
-from tests.test_web import (  # noqa: E402
+import actors
+from actors._tools._cli._inspect import list_items
+from actors._tools._web import create_app
+from storage import JournalClosed, JournalCorrupt, PostgresJournal, Txn, instance_id
+from storage._postgres import SCHEMA_VERSION
+from tests.pg import fresh_schema
+from tests.pg_proxy import Proxy
+from tests.runtime_helpers import wait_status
+from tests.test_web import (
     ROOT,
     approval,
     boom,
@@ -243,7 +243,7 @@ def reader_role(schema: tuple[str, str], running) -> Iterator[str]:
 
 
 async def test_a_role_that_may_only_read_serves_every_page(schema, running, reader_role):
-    dsn, name = schema
+    _dsn, name = schema
     # The role really cannot write: the server refuses it.
     with psycopg.connect(reader_role) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
         conn.execute(f'DELETE FROM "{name}".mail')
@@ -416,6 +416,6 @@ async def test_the_command_serves_a_running_systems_postgresql_journal(schema, r
         assert 404 == bad.value.code
     finally:
         server.send_signal(signal.SIGINT)
-        out, err = await trio.to_thread.run_sync(lambda: server.communicate(timeout=30))
+        _out, err = await trio.to_thread.run_sync(lambda: server.communicate(timeout=30))
     assert 0 == server.returncode, err
     assert "Traceback" not in err

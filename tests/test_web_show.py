@@ -18,11 +18,11 @@ import trio
 
 pytest.importorskip("starlette", reason="install the 'web' extra")
 
-import actors  # noqa: E402
-from actors import Signal, process  # noqa: E402
-from actors._tools._web import create_app  # noqa: E402
-from storage import LMDBJournal, instance_id  # noqa: E402
-from tests.runtime_helpers import wait_status  # noqa: E402
+import actors
+from actors import Signal, process
+from actors._tools._web import create_app
+from storage import LMDBJournal, instance_id
+from tests.runtime_helpers import wait_status
 
 ROOT = Path(__file__).resolve().parent.parent
 

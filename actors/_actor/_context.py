@@ -61,7 +61,7 @@ class Context(MessageEffects, ChildEffects):
     def params(self) -> dict[str, str]:
         """The path params by name, e.g. ``{"order_id": "o-17"}``."""
         actor = self._actor
-        return dict(zip(actor.proc.params, actor.record.params))
+        return dict(zip(actor.proc.params, actor.record.params, strict=False))
 
     @property
     def replaying(self) -> bool:
@@ -93,9 +93,7 @@ class Context(MessageEffects, ChildEffects):
     def now(self) -> _dt.datetime:
         """The current time (UTC, timezone-aware), recorded: replay gives the same."""
         system = self._actor.system
-        return _dt.datetime.fromtimestamp(
-            self._recorded("now", system.epoch_now), tz=_dt.timezone.utc
-        )
+        return _dt.datetime.fromtimestamp(self._recorded("now", system.epoch_now), tz=_dt.UTC)
 
     def random(self) -> float:
         """A float in [0, 1) from the system's random source, recorded."""

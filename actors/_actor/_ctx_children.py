@@ -256,6 +256,6 @@ class ChildEffects(ContextCore):
             raise
         joined = self._made(fx.All(calls, settled=False), composite=True)
         return self._made(
-            fx.Then(joined, lambda values: dict(zip(keys, values)), "ctx.scope(...)"),
+            fx.Then(joined, lambda values: dict(zip(keys, values, strict=True)), "ctx.scope(...)"),
             composite=True,
         )

@@ -52,9 +52,9 @@ class Actor:
     """A live instance. Created and owned by `ActorSystem`."""
 
     __slots__ = tuple(
-        "system journal iid address proc record run ctx driver mailbox live busy status woken "
-        "parked idle_since passivate_requested root loaded epoch fenced interrupt children "
-        "done nursery inline preloaded lost writes arrivals ends held span queued".split()
+        "system journal iid address proc record run ctx driver mailbox live busy "  # noqa: SIM905 - a paragraph, not 34 lines
+        "status woken parked idle_since passivate_requested root loaded epoch fenced interrupt "
+        "children done nursery inline preloaded lost writes arrivals ends held span queued".split()
     )
 
     def __init__(

@@ -67,7 +67,7 @@ class Runner:
     """The instances parked without a task that something woke, and the
     task that steps them: a part of the `Registry`."""
 
-    __slots__ = ("system", "_ready", "_parking", "_running")
+    __slots__ = ("_parking", "_ready", "_running", "system")
 
     def __init__(self, system: SystemAPI) -> None:
         self.system = system

@@ -39,14 +39,14 @@ class Writes:
     """The journal writes of one live instance (see the module docstring)."""
 
     __slots__ = (
-        "actor",
-        "_txn",
-        "ticket",
-        "published",
-        "persisted_status",
         "_flights",
         "_flying",
+        "_txn",
         "_watch",
+        "actor",
+        "persisted_status",
+        "published",
+        "ticket",
     )
 
     def __init__(self, actor: ActorAPI, persisted_status: str | None) -> None:

@@ -78,7 +78,7 @@ def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
 class _Pending:
     """One system ask being waited for."""
 
-    __slots__ = ("event", "payload", "since", "handed")
+    __slots__ = ("event", "handed", "payload", "since")
 
     def __init__(self) -> None:
         self.event = trio.Event()

@@ -162,7 +162,7 @@ async def _run_one(actor: ActorAPI, comp: dict[str, Any]) -> dict[str, Any] | No
             await trio.sleep(retry.delay(failures, actor.system.random.random()))
             continue
         txn = Txn()
-        done = list(actor.record.compensated) + [comp["id"]]
+        done = [*actor.record.compensated, comp["id"]]
         actor.writes.put_record(txn, "running", compensated=done)
         await actor.writes.barrier(txn, durable=True)
         return None

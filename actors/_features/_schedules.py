@@ -63,7 +63,7 @@ from .._kernel._interfaces import SystemAPI
 from .._kernel._process import ProcessDef
 from ..errors import InvalidArguments
 
-__all__ = ["ScheduleInfo", "ScheduleService", "ScheduleCalls", "OVERLAP_POLICIES"]
+__all__ = ["OVERLAP_POLICIES", "ScheduleCalls", "ScheduleInfo", "ScheduleService"]
 
 OVERLAP_POLICIES = ("skip", "buffer_one", "allow")
 log = logging.getLogger("actors.schedules")
@@ -116,7 +116,7 @@ def tick_text(epoch: float) -> str:
     with milliseconds when the tick falls between seconds and microseconds
     when it falls between milliseconds."""
     seconds, micros = divmod(_micros(epoch), MICROS)
-    moment = _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc)
+    moment = _dt.datetime.fromtimestamp(seconds, _dt.UTC)
     text = moment.strftime("%Y-%m-%dT%H:%M:%S")
     if micros % 1000:
         return f"{text}.{micros:06d}Z"
@@ -181,7 +181,7 @@ def check_spec(
         raise InvalidArguments("schedule takes one of cron='0 3 * * *' or every=seconds")
     if cron is not None:
         try:
-            cronsim.CronSim(cron, _dt.datetime.now(_dt.timezone.utc))
+            cronsim.CronSim(cron, _dt.datetime.now(_dt.UTC))
         except (cronsim.CronSimError, TypeError, ValueError) as exc:
             raise InvalidArguments(
                 f"cron={cron!r} is not a cron expression ({exc}); e.g. '0 3 * * *' for 03:00 daily"
@@ -374,11 +374,10 @@ class ScheduleService:
                 system.registry.activate(self._unsure.pop())  # nothing on disk: nothing to do
             for row in rows:
                 name = row.key[len("schedule/") :]
-                waiting = self._failed.get(name)
-                if waiting is not None and waiting[0] == row.version:
-                    if waiting[1] > system.epoch_now():
-                        soonest = min(soonest, waiting[1])
-                        continue  # it failed lately and is unchanged: wait it out
+                failed_version, until = self._failed.get(name, (None, 0.0))
+                if failed_version == row.version and until > system.epoch_now():
+                    soonest = min(soonest, until)
+                    continue  # it failed lately and is unchanged: wait it out
                 self._failed.pop(name, None)
                 try:
                     due = await self._handle(name, row.version, row.value)

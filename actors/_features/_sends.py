@@ -156,9 +156,11 @@ def new_send_many(actor: ActorAPI, messages: Iterable[Any]) -> fx.SendMany | Non
     if not batch:
         return None
     try:
-        arg_hash = digest([[t[0], b[1], b[2]] for t, b in zip(targets, batch)], what="send_many")
+        arg_hash = digest(
+            [[t[0], b[1], b[2]] for t, b in zip(targets, batch, strict=True)], what="send_many"
+        )
     except EncodeError:
-        for n, (_, name, payload) in enumerate(batch):
+        for n, (_, _, payload) in enumerate(batch):
             try:
                 encode(payload, what="payload")
             except EncodeError as exc:
@@ -281,7 +283,9 @@ async def _undelivered(actor: ActorAPI, send: fx.Send, exc: Conflict) -> NotDeli
             found.append(None if row is None else row.status)
         return found
 
-    for (address, _), status in zip(targets, await actor.system.journal.read(statuses)):
+    for (address, _), status in zip(
+        targets, await actor.system.journal.read(statuses), strict=True
+    ):
         if status not in MAIL_STATUSES:
             return _not_delivered(address, status)
     return NotDelivered(

@@ -55,10 +55,10 @@ from ._sending import commit_through
 
 __all__ = [
     "READ_AGAIN",
-    "Route",
     "Plan",
-    "SignalRouter",
+    "Route",
     "SignalEffect",
+    "SignalRouter",
     "check_identity",
     "new_signal",
 ]
@@ -210,7 +210,7 @@ def read_plan(
             params = row.value
             if not isinstance(params, list) or any(
                 pos >= len(params) or params[pos] != value
-                for pos, value in zip(route.positions, values)
+                for pos, value in zip(route.positions, values, strict=False)
             ):
                 continue
             iid = bytes.fromhex(row.key[len(prefix) :])
@@ -295,7 +295,7 @@ class SignalRouter:
                 f"{list(signal.identity)}, but {routes[0].template!r} listens to it with "
                 f"{list(declared)}; signal it with the Signal the processes listen to"
             )
-        given = dict(zip(signal.identity, values))  # (the same fields, in another order)
+        given = dict(zip(signal.identity, values, strict=False))  # (same fields, another order)
         return tuple(given[field] for field in declared)
 
     async def signal(
@@ -387,7 +387,7 @@ class SignalEffect(fx.Send):
     """``ctx.signal``: messages routed by identity, written in one
     transaction with this effect's log entry, whose value is their count."""
 
-    __slots__ = ("signal", "values", "payload")
+    __slots__ = ("payload", "signal", "values")
     kind = "signal"
 
     def __init__(

@@ -61,7 +61,7 @@ class TimerService:
             for iid in due:
                 system.registry.timer_due(iid, now)
             if len(rows) == _PAGE:
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
                 continue
             scanned = self.scanned_until
             journal_next = await journal.read(lambda r: r.next_due(after=scanned))

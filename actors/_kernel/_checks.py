@@ -28,13 +28,13 @@ from ..errors import InvalidArguments, LimitExceeded
 __all__ = [
     "MAX_SCOPE",
     "MAX_SECONDS",
+    "check_count",
+    "check_deadline",
+    "check_many",
+    "check_name",
+    "check_scope",
     "check_seconds",
     "check_text",
-    "check_name",
-    "check_deadline",
-    "check_scope",
-    "check_count",
-    "check_many",
 ]
 
 #: The most children one ``ctx.scope`` starts.

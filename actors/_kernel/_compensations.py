@@ -47,7 +47,7 @@ def qualified(fn: Callable[..., Any]) -> str:
 class Compensations:
     """The callables one system may run as compensations (see the module docstring)."""
 
-    __slots__ = ("_by_name", "_by_file", "_real_paths")
+    __slots__ = ("_by_file", "_by_name", "_real_paths")
 
     def __init__(self, given: Iterable[Callable[..., Any]] = ()) -> None:
         self._by_name: dict[str, Callable[..., Any]] = {}

@@ -25,7 +25,7 @@ class First(Composite[tuple[str, Any]]):
     kind = "first"
 
     def settle_from_children(self, child: Effect[Any] | None = None) -> bool:
-        for name, each in zip(self.names or (), self.children):
+        for name, each in zip(self.names or (), self.children, strict=False):
             if each.done if child is None else each is child:
                 self.done = True
                 if each.error is not None:
@@ -36,7 +36,7 @@ class First(Composite[tuple[str, Any]]):
         return False
 
     def as_call(self) -> str:
-        named = zip(self.names or (), self.children)
+        named = zip(self.names or (), self.children, strict=False)
         return f"ctx.first({', '.join(f'{name}={each.as_call()}' for name, each in named)})"
 
 
@@ -89,7 +89,7 @@ class Then(Composite[T]):
     error passes through unchanged. As any composite, it logs nothing of its
     own, so replay decides it from the child's outcome again."""
 
-    __slots__ = ("fn", "call")
+    __slots__ = ("call", "fn")
     kind = "then"
 
     def __init__(self, child: Effect[Any], fn: Callable[[Any], T], call: str) -> None:

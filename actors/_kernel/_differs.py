@@ -81,7 +81,7 @@ def _arguments_differ(entry: LogEntry, effect: Effect[Any], found: LogEntry) -> 
             f"{_plural(len(then_positional), 'positional argument')} in the log, "
             f"{len(now_positional)} now"
         )
-    for i, (then, digest_now) in enumerate(zip(then_positional, now_positional)):
+    for i, (then, digest_now) in enumerate(zip(then_positional, now_positional, strict=False)):
         if then != digest_now:
             named.append(
                 f"argument {i + 1} (position {i}) differs: the log ran it with a value whose "

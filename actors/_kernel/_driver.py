@@ -179,18 +179,18 @@ class Driver:
     """The log of an instance's current run and the position in it."""
 
     __slots__ = (
-        "owner",
         "address",
-        "log",
+        "fresh",
         "last",
-        "seq",
+        "log",
         "occurrences",
+        "owner",
+        "patches",
+        "rerun",
+        "seq",
         "taken",
         "taken_seq",
         "unanswered",
-        "patches",
-        "rerun",
-        "fresh",
     )
 
     def __init__(self, owner: Owner, address: str) -> None:
@@ -364,7 +364,7 @@ class Driver:
         if ending:
             lost = pending
         else:
-            for each, count in zip(pending, _refcounts(pending)):
+            for each, count in zip(pending, _refcounts(pending), strict=False):
                 # A composite is referred to by its children's parent pointers too.
                 own = len(each.children) if isinstance(each, fx.Composite) else 0
                 (lost if count <= _ALONE + own else kept).append(each)
@@ -629,7 +629,7 @@ class Driver:
                     if not await host.wait_for(what):
                         return
                 elif kind == YIELD:
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
                 elif kind == RAISE:
                     raise what
                 elif kind == CONTINUED:

@@ -75,16 +75,16 @@ class Effect(Generic[T]):
     # its outcome is in the log, so replay answers its await at once (set
     # by `Context`; see `__await__`).
     __slots__ = (
-        "seq",
-        "name",
-        "hash",
         "done",
-        "value",
         "error",
-        "parent",
+        "hash",
         "logged",
-        "made_in",
         "made_at",
+        "made_in",
+        "name",
+        "parent",
+        "seq",
+        "value",
     )
     kind = "effect"
     behaviour: ClassVar[type[Behaviour]] = Behaviour  # how it runs live (`runs_live`)

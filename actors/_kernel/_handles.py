@@ -52,7 +52,7 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
 
     _made_by = "system.start(...) and system.get(address) give one"
 
-    __slots__ = ("_system", "_iid", "_address", "_incarnation", "_end")
+    __slots__ = ("_address", "_end", "_iid", "_incarnation", "_system")
 
     def __init__(
         self, system: SystemAPI, iid: bytes, address: str, incarnation: int | None
@@ -180,9 +180,12 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
         status, record = self._state()
         if status == "corrupt":
             raise self._system.corruption.error(self._iid, self._address)
-        if record.incarnation != self._incarnation and self._incarnation:
-            if await self._system.statuses.removed(self._iid, self._incarnation):
-                raise self._removed()
+        if (
+            record.incarnation != self._incarnation
+            and self._incarnation
+            and await self._system.statuses.removed(self._iid, self._incarnation)
+        ):
+            raise self._removed()
         if record.incarnation != self._incarnation or status == "cancelled":
             reason = record.reason or "cancelled"
             if record.incarnation != self._incarnation:
@@ -260,7 +263,12 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
 
     async def status_changes(self) -> AsyncIterator[HandleStatus]:
         """Yield the current status, then each new one, ending after a
-        terminal status. A slow reader sees the latest status, not a backlog."""
+        terminal status. A slow reader sees the latest status, not a backlog.
+
+        To leave the loop early (a ``break``, a ``return``, a cancel), wrap
+        it in ``async with contextlib.aclosing(handle.status_changes()) as
+        changes:``; trio finalizes an async generator left open later, with
+        a ResourceWarning."""
         _guard.refuse(
             "handle.status_changes()",
             "to wait for a child, start it with ctx.call (or ctx.spawn, then ctx.wait "

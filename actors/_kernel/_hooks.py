@@ -29,7 +29,7 @@ from ._log import LogEntry
 if TYPE_CHECKING:
     from ._interfaces import ActorAPI, SystemAPI
 
-__all__ = ["After", "on_run_end", "on_disk_end", "run_ended", "ended_on_disk"]
+__all__ = ["After", "ended_on_disk", "on_disk_end", "on_run_end", "run_ended"]
 
 After = Callable[[list[int]], None]  # run once the end's transaction commits
 

@@ -43,8 +43,8 @@ from collections.abc import Sequence
 from storage import Txn
 
 __all__ = [
-    "INDEX_PREFIX",
     "GENERATION_PREFIX",
+    "INDEX_PREFIX",
     "bucket",
     "bucket_prefix",
     "generation_key",
@@ -83,7 +83,7 @@ def index_instance(txn: Txn, iid: bytes, template: str, params: Sequence[str]) -
     with ``params``: its index rows, and a new generation of each of its
     buckets (see the module docstring)."""
     stored = list(params)
-    for field, value in zip(param_names(template), params):
+    for field, value in zip(param_names(template), params, strict=False):
         name = bucket(template, field, value)
         txn.put_state(bucket_prefix(name) + iid.hex(), stored)
         txn.put_state(generation_key(name), None)

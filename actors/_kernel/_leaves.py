@@ -42,7 +42,7 @@ T = TypeVar("T", covariant=True)  # what awaiting the effect gives
 class Wait(Effect[T]):
     """Take the oldest mailbox message whose signal is one of ``signals``."""
 
-    __slots__ = ("signals", "pair")
+    __slots__ = ("pair", "signals")
     kind = "wait"
 
     def __init__(self, seq: int, signals: tuple[Signal, ...], pair: bool) -> None:
@@ -78,7 +78,7 @@ class Wait(Effect[T]):
 class Call(Wait[T]):
     """An awaited child: done when the child's end message arrives."""
 
-    __slots__ = ("proc", "params", "input", "address", "creating", "queue")
+    __slots__ = ("address", "creating", "input", "params", "proc", "queue")
     kind = "call"
     makes_child = True
     awaited = True
@@ -112,7 +112,7 @@ class Spawn(Effect[T]):
     """A detached, supervised child: done once the child exists (its
     `ChildHandle` is ``T``)."""
 
-    __slots__ = ("proc", "params", "input", "address", "restart", "creating", "queue")
+    __slots__ = ("address", "creating", "input", "params", "proc", "queue", "restart")
     kind = "spawn"
     makes_child = True
 
@@ -161,7 +161,7 @@ class Ask(Wait[Any]):
     """``ctx.ask``: send a message that asks (once, recorded), then wait for
     the reply message its ask id names (see `_asks`)."""
 
-    __slots__ = ("address", "signal", "payload", "ask_id")
+    __slots__ = ("address", "ask_id", "payload", "signal")
     kind = "ask"
     logs_start = True
     replayed = Effect.replayed  # the answer, as logged (no message of a wait's)
@@ -185,7 +185,7 @@ class Reply(Effect[None]):
     """``ctx.reply``: answer the ask ``ask``, or, with None, record that the
     message taken was not asked (a no-op)."""
 
-    __slots__ = ("payload", "ask")
+    __slots__ = ("ask", "payload")
     kind = "reply"
 
     def __init__(self, seq: int, hash: bytes, payload: Any, ask: Asker | None) -> None:
@@ -230,7 +230,7 @@ class Send(Effect[None]):
     """``ctx.send``: a message to another instance's mailbox, written in
     one transaction with this effect's log entry (see `_sends`)."""
 
-    __slots__ = ("targets", "key", "prepared")
+    __slots__ = ("key", "prepared", "targets")
     kind = "send"
 
     def __init__(
@@ -277,7 +277,7 @@ def reply_signal(ask_id: str) -> Signal:
 class Timer(Effect[None]):
     """A durable timer: done when its due time (epoch seconds) passes."""
 
-    __slots__ = ("delay", "until", "due")
+    __slots__ = ("delay", "due", "until")
     kind = "sleep"
     logs_start = True
 
@@ -292,7 +292,7 @@ class Timer(Effect[None]):
             delay = self.delay
             shown = int(delay) if delay is not None and delay.is_integer() else delay
             return f"ctx.sleep({shown!r})"
-        when = _dt.datetime.fromtimestamp(self.until, tz=_dt.timezone.utc)
+        when = _dt.datetime.fromtimestamp(self.until, tz=_dt.UTC)
         return f"ctx.sleep_until({when.isoformat()})"
 
 
@@ -300,19 +300,19 @@ class Step(Effect[T]):
     """Run ``fn`` at least once and record its result exactly once."""
 
     __slots__ = (
-        "fn",
         "args",
-        "kwargs",
-        "retry",
-        "timeout",
+        "at_most_once",
         "compensate",
-        "validate_input",
-        "validate_output",
+        "fn",
         "key",
+        "kwargs",
+        "parts",
+        "retry",
         "scope",
         "thread",
-        "at_most_once",
-        "parts",
+        "timeout",
+        "validate_input",
+        "validate_output",
     )
     kind = "step"
     logs_start = True

@@ -11,7 +11,7 @@ from typing import Any
 
 from storage import LIVE_STATUSES, NO_VALUE, LogEntry
 
-__all__ = ["LogEntry", "NO_VALUE", "children_named", "LoadedState", "read_state"]
+__all__ = ["NO_VALUE", "LoadedState", "LogEntry", "children_named", "read_state"]
 
 
 def children_named(log: dict[int, LogEntry]) -> dict[str, int]:

@@ -132,7 +132,7 @@ def _seq(wait: Waiting) -> int:
 class Mailbox(Generic[W]):
     """Unread messages and pending waits of one instance. Owned by its `Actor`."""
 
-    __slots__ = ("messages", "order", "floor", "taken", "waits", "asks", "withheld")
+    __slots__ = ("asks", "floor", "messages", "order", "taken", "waits", "withheld")
 
     def __init__(self, remember_taken: bool) -> None:
         self.messages: dict[int, tuple[str, Any]] = {}  # unread: seq -> (signal name, payload)

@@ -12,7 +12,7 @@ from ..errors import InvalidArguments
 from ._checks import check_count, check_seconds
 from ._values import Restart, Signal
 
-__all__ = ["process", "ProcessDef", "OneForOne", "OneForAll", "RestForOne", "RESTART_TYPES"]
+__all__ = ["RESTART_TYPES", "OneForAll", "OneForOne", "ProcessDef", "RestForOne", "process"]
 
 RESTART_TYPES: tuple[Restart, ...] = get_args(Restart)
 
@@ -118,7 +118,7 @@ class ProcessDef(Generic[P, R]):
                 f"process {self.template!r} takes {len(self.params)} path param(s) "
                 f"({names}), got {len(params)}: {params!r}"
             )
-        for name, value in zip(self.params, params):
+        for name, value in zip(self.params, params, strict=True):
             if not isinstance(value, str) or not value or "/" in value:
                 raise InvalidArguments(
                     f"path param {name!r} of {self.template!r} must be a non-empty "

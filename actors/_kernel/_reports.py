@@ -48,8 +48,8 @@ from ._failures import exception_text
 __all__ = [
     "CRASHED",
     "NON_DETERMINISM",
-    "UNREGISTERED",
     "UNFIT_INPUT",
+    "UNREGISTERED",
     "closing",
     "compensation_stuck",
     "compensation_unknown",

@@ -22,7 +22,7 @@ import trio
 
 from storage import Journal, Parking
 
-__all__ = ["Rides", "WINDOW"]
+__all__ = ["WINDOW", "Rides"]
 
 # The longest deferred writes wait for a transaction to go with.
 WINDOW = 0.005
@@ -31,7 +31,7 @@ WINDOW = 0.005
 class Rides:
     """The timer that submits deferred writes nobody took along."""
 
-    __slots__ = ("_journal", "_armed", "_idle")
+    __slots__ = ("_armed", "_idle", "_journal")
 
     def __init__(self, journal: Journal) -> None:
         self._journal = journal

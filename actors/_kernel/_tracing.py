@@ -54,8 +54,8 @@ __all__ = [
     "loaded",
     "record_crash",
     "step_span",
-    "tracer",
     "traceparent",
+    "tracer",
 ]
 
 _NULL = contextlib.nullcontext()

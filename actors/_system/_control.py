@@ -43,7 +43,7 @@ import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable, Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,15 +53,15 @@ from .._kernel._values import Signal
 from ..errors import ActorError
 
 __all__ = [
-    "SOCKET_NAME",
-    "MAX_REQUEST",
     "MAX_DEPTH",
-    "READ_TIMEOUT",
+    "MAX_REQUEST",
     "OPS",
+    "READ_TIMEOUT",
+    "SOCKET_NAME",
     "ControlUnavailable",
     "RemoteError",
-    "start",
     "request",
+    "start",
 ]
 
 log = logging.getLogger("actors.control")
@@ -319,10 +319,8 @@ def _bind(directory: Path) -> tuple[socket.socket, int]:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         with _socket_path(directory, temporary) as path:
-            try:
+            with suppress(FileNotFoundError):
                 os.unlink(path)
-            except FileNotFoundError:
-                pass
             sock.bind(path)
         try:
             os.chmod(directory / temporary, 0o600)

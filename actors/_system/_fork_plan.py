@@ -70,7 +70,7 @@ def params_of(template: str, address: str) -> list[str] | None:
     if len(parts) != len(given):
         return None
     params = []
-    for part, value in zip(parts, given):
+    for part, value in zip(parts, given, strict=True):
         if part.startswith(":"):
             if not value:
                 return None

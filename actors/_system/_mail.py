@@ -84,19 +84,19 @@ from .._kernel._log import LogEntry
 from ..errors import InvalidArguments, NotDelivered
 
 __all__ = [
-    "Message",
     "DeadLetter",
-    "dead_ids",
-    "drop_txn",
     "FailedAt",
+    "Message",
+    "dead_ids",
+    "drop_message",
+    "drop_txn",
+    "dropped",
     "failed_at",
     "handling",
+    "mail",
+    "poison",
     "read_dead",
     "read_mail",
-    "drop_message",
-    "mail",
-    "dropped",
-    "poison",
 ]
 
 

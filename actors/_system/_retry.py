@@ -86,8 +86,8 @@ __all__ = [
     "read_for_retry",
     "read_kept",
     "refusal",
-    "retry_txn",
     "retry",
+    "retry_txn",
 ]
 
 #: The statuses a retry replaces.

@@ -105,12 +105,14 @@ async def run_until_signalled(
             watching.start_soon(_watch, signals, stop, got)
             failure: Exception | None = None
             try:
-                async with open_system(journal, processes, **options) as system:
-                    async with trio.open_nursery() as serving:
-                        if main is not None:
-                            serving.start_soon(_main, main, system)
-                        await stop.wait()
-                        serving.cancel_scope.cancel()
+                async with (
+                    open_system(journal, processes, **options) as system,
+                    trio.open_nursery() as serving,
+                ):
+                    if main is not None:
+                        serving.start_soon(_main, main, system)
+                    await stop.wait()
+                    serving.cancel_scope.cancel()
             except Exception as exc:  # (raised once the watcher is gone, below)
                 failure = exc
             # Closed (or never opened): stop watching. A signal from here on

@@ -94,7 +94,7 @@ from .._system._retry import (
 )
 from ._history import History, dumps, import_history, loads, read_history
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped by use, a comment heading each group
     "Route",
     "signal_routes",
     "route_signal",

@@ -63,14 +63,14 @@ def deterministic(seed: int, root: list[trio.lowlevel.Task]) -> Iterator[None]:
             return real_uuid4()
         return _uuid.UUID(int=ids.getrandbits(128), version=4)
 
-    setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)
+    setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", True)  # noqa: B010 - Final in trio's types
     run._r.seed(f"{seed}:scheduler")
-    setattr(trio.to_thread, "run_sync", run_sync)
-    setattr(_uuid, "uuid4", uuid4)
+    setattr(trio.to_thread, "run_sync", run_sync)  # noqa: B010 - typed otherwise in trio
+    _uuid.uuid4 = uuid4
     try:
         yield
     finally:
-        setattr(_uuid, "uuid4", real_uuid4)
-        setattr(trio.to_thread, "run_sync", real_run_sync)
-        setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", saved[0])
+        _uuid.uuid4 = real_uuid4
+        setattr(trio.to_thread, "run_sync", real_run_sync)  # noqa: B010 - as above
+        setattr(run, "_ALLOW_DETERMINISTIC_SCHEDULING", saved[0])  # noqa: B010 - as above
         run._r.setstate(saved[1])

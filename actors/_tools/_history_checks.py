@@ -35,10 +35,10 @@ from .._kernel._transactions import MAX_KEY_BYTES
 from ._history_values import bad
 
 __all__ = [
-    "MAX_DEPTH",
-    "IMPORTABLE_STATUSES",
-    "RECORD_TYPES",
     "ENTRY_TYPES",
+    "IMPORTABLE_STATUSES",
+    "MAX_DEPTH",
+    "RECORD_TYPES",
     "as_tuple",
     "check_document",
     "check_types",

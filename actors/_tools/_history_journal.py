@@ -27,11 +27,11 @@ from ._history_file import History, InstanceHistory, Message, Timer
 
 __all__ = [
     "ImportPlan",
+    "import_history",
+    "import_txn",
+    "read_for_import",
     "read_from",
     "read_history",
-    "read_for_import",
-    "import_txn",
-    "import_history",
 ]
 
 _STREAM_PAGE = 1000
@@ -148,9 +148,12 @@ def read_for_import(r: Reader, history: History) -> ImportPlan:
             present[one.address] = row
         versions[one.address] = read_kept(r, iid)[0]
         parent = one.record.parent
-        if parent is not None and parent not in addresses:
-            if r.instance(instance_id(parent)) is not None:
-                parents.add(parent)
+        if (
+            parent is not None
+            and parent not in addresses
+            and r.instance(instance_id(parent)) is not None
+        ):
+            parents.add(parent)
     return ImportPlan(present, versions, frozenset(parents))
 
 

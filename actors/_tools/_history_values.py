@@ -22,7 +22,7 @@ from storage import Opaque, decode, encode
 
 from ..errors import HistoryFormatError
 
-__all__ = ["to_plain", "from_plain", "bad"]
+__all__ = ["bad", "from_plain", "to_plain"]
 
 # The ext type code of ``@serializable`` records in `storage`'s codec
 # (released codes keep their meaning forever: see storage._codec).
@@ -186,7 +186,7 @@ def _tz(zone: Any) -> _dt.tzinfo | None:
     if isinstance(zone, str):
         return zoneinfo.ZoneInfo(zone)
     if zone == 0:
-        return _dt.timezone.utc
+        return _dt.UTC
     return _dt.timezone(_dt.timedelta(microseconds=zone))
 
 

@@ -21,4 +21,4 @@ from .._group_commit import (
 )
 from ._journal import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
 
-__all__ = ["LMDBJournal", "JournalHolder"]
+__all__ = ["JournalHolder", "LMDBJournal"]

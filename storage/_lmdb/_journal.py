@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from ._layout import _DBS, _FORMAT, _format_mismatch
 from ._reader import _LMDBReader
 from ._writer import _LMDBWriter
 
-__all__ = ["LMDBJournal", "JournalHolder"]
+__all__ = ["JournalHolder", "LMDBJournal"]
 
 _DIR_MODE = 0o700  # see LMDBJournal._make_private_dir
 _FILE_MODE = 0o600
@@ -337,10 +337,8 @@ class LMDBJournal(_LMDBWriter, Journal):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             holder = ""
-            try:
+            with suppress(OSError):
                 holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            except OSError:
-                pass
             os.close(fd)
             if share is not None:
                 os.close(share)

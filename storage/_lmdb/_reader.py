@@ -72,7 +72,7 @@ _SAME = 256
 
 
 class _LMDBReader(Reader):
-    __slots__ = ("_txn", "_dbs", "_entry", "_message")
+    __slots__ = ("_dbs", "_entry", "_message", "_txn")
 
     def __init__(self, txn: lmdb.Transaction[bytes], dbs: dict[str, Any], shapes: bool) -> None:
         self._txn = txn
@@ -189,10 +189,10 @@ class _LMDBReader(Reader):
             rows = list(pairs)
         if not rows:
             return {}  # no log yet (a fresh run)
-        keys, values = zip(*rows)
+        keys, values = zip(*rows, strict=False)
         # _LOG_KEY.unpack refuses a key of another size than the layout's.
         seqs = map(itemgetter(1), map(_LOG_KEY.unpack, keys))
-        return dict(zip(seqs, rd.decode_entries(values)))
+        return dict(zip(seqs, rd.decode_entries(values), strict=True))
 
     def log_runs(self, iid: bytes) -> list[int]:
         runs: list[int] = []

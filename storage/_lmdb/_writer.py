@@ -167,7 +167,7 @@ class _LMDBWriter(GroupCommit):
         # raced for.
         freeing = [
             i
-            for i, (txn, outcome) in enumerate(zip(txns, outcomes))
+            for i, (txn, outcome) in enumerate(zip(txns, outcomes, strict=True))
             if type(outcome) is JournalFull
             and all(
                 op[0] in _FREEING_OPS or (txn.frees and op[0] in _FREES_BESIDE) for op in txn.ops
@@ -175,7 +175,7 @@ class _LMDBWriter(GroupCommit):
         ]
         if freeing and self._grow(env, into_reserve=True):
             again = self._write([txns[i] for i in freeing], isolate=True)
-            for i, outcome in zip(freeing, again):
+            for i, outcome in zip(freeing, again, strict=True):
                 outcomes[i] = outcome
             try:
                 with self._read_lock:  # keep the reserve for next time (LMDB

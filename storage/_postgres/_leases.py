@@ -21,6 +21,7 @@ instances whose owner's lease is free. Both run on the lease connection.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -233,25 +234,23 @@ class _Lease:
                 if conn is not None and not (conn.closed or conn.broken) and node is not None:
                     key = _node_key(self._server.schema, node)
                     writers = _writer_key(self._server.schema, node)
-                    try:
-                        # Invariant: no session holds a node's writer key while
-                        # its lease is free but one of a process that lost the
-                        # lease (see _end_sessions). The committer has closed
-                        # its connection, but its backend may hold the key a
-                        # moment longer: wait for that (up to this session's
-                        # lock_timeout) before giving the lease back, or a scan
-                        # would end it and report this node lapsed.
+                    # Invariant: no session holds a node's writer key while
+                    # its lease is free but one of a process that lost the
+                    # lease (see _end_sessions). The committer has closed
+                    # its connection, but its backend may hold the key a
+                    # moment longer: wait for that (up to this session's
+                    # lock_timeout) before giving the lease back, or a scan
+                    # would end it and report this node lapsed. A psycopg.Error
+                    # is lock_timeout (an older process's session: scans end
+                    # it), or the connection lost (the lease goes with it).
+                    with contextlib.suppress(psycopg.Error):
                         conn.execute(
                             "SELECT pg_advisory_lock(%s), pg_advisory_unlock(%s)",
                             [writers, writers],
                         )
-                    except psycopg.Error:
-                        pass  # lock_timeout (an older process's session: scans end
-                        # it), or the connection is lost (the lease goes with it)
-                    try:  # at once, rather than when the server notices the session end
+                    # At once, rather than when the server notices the session end.
+                    with contextlib.suppress(psycopg.Error):
                         conn.execute("SELECT pg_advisory_unlock(%s)", [key])
-                    except psycopg.Error:
-                        pass
                 self._drop()
 
         await trio.to_thread.run_sync(release)
@@ -318,7 +317,7 @@ class _Lease:
                         for iid in unique:
                             cursors.append(conn.execute(claim, {"me": me, "iid": iid}))
                             pipeline.sync()
-                    for iid, cur in zip(unique, cursors):
+                    for iid, cur in zip(unique, cursors, strict=True):
                         row = cur.fetchone()
                         if row is not None:
                             found[iid] = row[0]

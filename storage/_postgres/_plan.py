@@ -75,7 +75,7 @@ def _columns(code: int, rows: list[list[Any]]) -> list[list[Any]]:
     if size is not None and len(rows) > 1:
         # Sorted by key, so nodes writing the same rows lock them in one order.
         rows = [row for _, row in sorted({tuple(r[:size]): r for r in rows}.items())]
-    return [list(column) for column in zip(*rows)]
+    return [list(column) for column in zip(*rows, strict=False)]
 
 
 def _number(kind: int, count: int) -> int:
@@ -141,7 +141,7 @@ def _notices(
     if node is None:
         return None
     by_owner: dict[str, set[str]] = {}
-    for txn, outcome in zip(txns, outcomes):
+    for txn, outcome in zip(txns, outcomes, strict=True):
         if outcome is not None:
             continue
         for op in txn.ops:

@@ -27,7 +27,7 @@ _PAGE = 1000  # rows per query when a reader iterates instances
 
 
 class _PostgresReader(Reader):
-    __slots__ = ("_conn", "_pool", "_sql", "_started", "_entry", "_message")
+    __slots__ = ("_conn", "_entry", "_message", "_pool", "_sql", "_started")
 
     def __init__(self, pool: _ReadPool, sql: _SQL, shapes: bool = False) -> None:
         self._pool = pool

@@ -14,6 +14,7 @@ the pool's size at once, and holds an autojump clock still while they run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -49,10 +50,8 @@ def _safe_dsn(dsn: str) -> str:
 
 
 def _rollback(conn: psycopg.Connection) -> None:
-    try:
+    with contextlib.suppress(psycopg.Error):  # a broken connection is replaced by its owner
         conn.rollback()
-    except psycopg.Error:
-        pass  # a broken connection is replaced by its owner
 
 
 class _Server:

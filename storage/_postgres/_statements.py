@@ -142,7 +142,7 @@ class _Statements:
                     row = row[:3] + row[4:]  # (the count of keys locked)
                 xid, locked, statuses, iids, kinds, counts, owners, epochs = row
                 run.xid = int(xid)
-                totals = dict(zip(zip(iids, kinds), counts))
+                totals = dict(zip(zip(iids, kinds, strict=False), counts, strict=False))
                 if found is not None:
                     records.update(found.fetchall())
                 if seen is not None:
@@ -150,7 +150,9 @@ class _Statements:
                 if named is not None:
                     cursors.update((bytes(i), c) for i, c in named.fetchall())
                 if drawn is not None:
-                    claimed.update(zip(claims, (epoch for (epoch,) in drawn.fetchall())))
+                    claimed.update(
+                        zip(claims, (epoch for (epoch,) in drawn.fetchall()), strict=False)
+                    )
             elif any(plan.appends):
                 # Appends after a delete in this batch take no numbers up front,
                 # but a batch that appends must not run twice: learn its id, so
@@ -165,9 +167,9 @@ class _Statements:
             owned: Owned = {}
             if required or expected:
                 status: dict[bytes, int | None] = dict.fromkeys(required)
-                status.update(zip(locked, statuses))
+                status.update(zip(locked, statuses, strict=False))
                 owned = dict.fromkeys(required)
-                owned.update(zip(locked, zip(owners, epochs)))
+                owned.update(zip(locked, zip(owners, epochs, strict=False), strict=False))
                 incarnation = _incarnation_of(records)
                 for i, txn in enumerate(txns):
                     try:

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 [args.workload] * len(args.seeds),
                 chunksize=4,
             )
-        for seed, (ok, line, _) in zip(args.seeds, results):
+        for seed, (ok, line, _) in zip(args.seeds, results, strict=True):
             print(line, flush=True)
             swept += 1
             if not ok:

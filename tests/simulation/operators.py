@@ -231,12 +231,11 @@ async def check(world: World, sim: Simulation, rows: dict[str, Any]) -> None:
             and m not in taken
             and m not in operated.dropped
             and m not in dead.get(address, set())
-        ):
-            if m not in unread.get(address, set()):
-                world.fail(
-                    "drop-refused",
-                    f"a drop of {m} at {address} was refused ({why}); it was never taken",
-                )
+        ) and m not in unread.get(address, set()):
+            world.fail(
+                "drop-refused",
+                f"a drop of {m} at {address} was refused ({why}); it was never taken",
+            )
     for m, address in sorted(operated.acked.items()):
         if m in taken or m in operated.dropped or m in unread.get(address, set()):
             continue

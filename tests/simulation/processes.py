@@ -40,6 +40,7 @@ the same way on every replay of a seed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -196,10 +197,8 @@ async def kid(ctx: Context, id: str, *, seconds: float, crash: int) -> str:
     if ctx.run < crash:
         raise Boom(f"{ctx.id} crashes in run {ctx.run} (a supervised restart follows)")
     parent = ctx.id.rsplit("/kid/", 1)[0]
-    try:
+    with contextlib.suppress(actors.NotDelivered):  # the parent ended first
         await ctx.send(parent, done, {"kid": ctx.id})
-    except actors.NotDelivered:
-        pass  # the parent ended first
     return value
 
 

@@ -202,7 +202,7 @@ def run_seed(seed: int, *, nodes: int = 1, keep: int = 40, workload: int = WORKL
             )
     finally:
         install(None)
-        for logger, (propagate, level) in zip(loggers, saved):
+        for logger, (propagate, level) in zip(loggers, saved, strict=True):
             logger.removeHandler(kept)
             logger.propagate = propagate
             logger.setLevel(level)

@@ -221,7 +221,7 @@ def check(signalled: Signalled, fail: Any) -> None:
         fail("signal-stray", signalled.strays[0])
     for bell, (topic, reached, live) in sorted(signalled.committed.items()):
         for iid in sorted(live - reached):
-            address, status = signalled.status[iid]
+            address, _status = signalled.status[iid]
             detail = f"bell {bell} ({topic}) committed without {address}, a listener then"
             fail("signal-missed", detail)
     for bell, topic, began, returned, count in signalled.rung:

@@ -12,7 +12,9 @@ acknowledged; that is all the checker trusts.
 
 from __future__ import annotations
 
+import contextlib
 import random
+from contextlib import aclosing
 from typing import Any
 
 import attrs
@@ -415,19 +417,20 @@ class Driver:
             return
         last = 0
         with trio.move_on_after(30):
-            async for exports in handle.watch():
-                if exports["done"] < last:  # (judged at the end: "async" may lose a publish)
-                    self.world.backwards.append(f"{address} published {exports} after done={last}")
-                last = exports["done"]
+            async with aclosing(handle.watch()) as values:
+                async for exports in values:
+                    if exports["done"] < last:  # (judged at the end: "async" may lose a publish)
+                        self.world.backwards.append(
+                            f"{address} published {exports} after done={last}"
+                        )
+                    last = exports["done"]
 
     async def _op_schedule(self, sim: Simulation) -> None:
         await sim.system.schedule("ticks", p.tick, every=p.TICK_EVERY, params=("ticks",))
 
     async def _op_poke(self, sim: Simulation, address: str) -> None:
-        try:
+        with contextlib.suppress(actors.NotDelivered):
             await sim.system.send(address, p.poke)
-        except actors.NotDelivered:
-            pass
 
     async def _op_cancel(self, sim: Simulation, address: str) -> None:
         cancelled = await sim.system.cancel(address)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
+    "CORRUPT",
+    "HELD",
+    "INTERRUPTED",
+    "NOT_FOUND",
     "OK",
     "REFUSED",
     "USAGE",
-    "NOT_FOUND",
-    "HELD",
-    "CORRUPT",
-    "INTERRUPTED",
     "CLIError",
     "held_error",
 ]

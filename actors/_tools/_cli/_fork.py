@@ -54,7 +54,7 @@ from ._remote import owner, through_system
 from ._render import emit
 from ._retry import _input, definitions
 
-__all__ = ["fork", "add_fork_arguments"]
+__all__ = ["add_fork_arguments", "fork"]
 
 
 def add_fork_arguments(p: argparse.ArgumentParser) -> None:

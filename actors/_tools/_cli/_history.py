@@ -129,7 +129,7 @@ async def import_(args: argparse.Namespace) -> int:
                 await _admin.import_history(journal, history, replace=args.replace)
         else:
             path = Path(args.journal)
-            created = not path.exists()  # a new journal, made for the import
+            created = not path.exists()  # noqa: ASYNC240 - one stat; a new journal, made for the import
             if not created:
                 path = journal_dir(args)
             try:

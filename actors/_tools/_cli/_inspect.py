@@ -8,6 +8,7 @@ one document that `_render` prints as JSON or as text.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -42,15 +43,15 @@ from ._show import (
 )
 
 __all__ = [
-    "list_instances",
-    "list_items",
-    "list_item",
-    "under",
+    "describe",
     "failed_at_of",
     "handling_of",
+    "list_instances",
+    "list_item",
+    "list_items",
     "show",
-    "describe",
     "stats",
+    "under",
 ]
 
 _FAR = 100 * 365 * 86400.0  # past every timer: `stats` counts them all
@@ -184,10 +185,8 @@ async def stats(args: argparse.Namespace) -> int:
             with_mail = list(r.instances_with_mail())
             unread = 0
             for iid in with_mail:
-                try:
+                with contextlib.suppress(JournalCorrupt):
                     unread += len(r.mailbox(iid))
-                except JournalCorrupt:
-                    pass
             due = len(r.due_timers(now, limit=1 << 62))
             timers = len(r.due_timers(now + _FAR, limit=1 << 62))
             next_due = r.next_due(now)

@@ -41,7 +41,7 @@ from ._errors import NOT_FOUND, OK, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import compact, emit, local_time
 
-__all__ = ["mail", "add_mail_arguments"]
+__all__ = ["add_mail_arguments", "mail"]
 
 
 def add_mail_arguments(p: argparse.ArgumentParser) -> None:

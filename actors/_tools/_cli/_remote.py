@@ -12,7 +12,7 @@ from ...errors import NotDelivered
 from .._admin import ControlUnavailable, RemoteError, request
 from ._errors import CORRUPT, USAGE, CLIError, held_error
 
-__all__ = ["through_system", "owner"]
+__all__ = ["owner", "through_system"]
 
 # Error types the running system may answer with, as the CLI reports them
 # (any other is refused, exit 1).

@@ -35,22 +35,22 @@ from storage import Opaque
 from .._admin import END_PREFIX, error_summary
 
 __all__ = [
+    "compact",
+    "counted",
+    "cut",
+    "emit",
+    "error_text",
     "escape_text",
     "escaped_output",
-    "emit",
     "jsonable",
-    "compact",
-    "cut",
     "local_time",
-    "zone_name",
-    "relative",
-    "table",
-    "signal_label",
-    "error_text",
-    "counted",
     "plural",
-    "size_text",
+    "relative",
     "render_show",
+    "signal_label",
+    "size_text",
+    "table",
+    "zone_name",
 ]
 
 
@@ -197,9 +197,9 @@ def table(headers: Sequence[str], rows: list[list[str]], indent: str = "") -> li
     fixed = len(indent) + sum(w + 2 for w in widths[:-1])
     last = max(24, total - fixed - 1)
     lines = []
-    for cells in [list(headers)] + rows:
-        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths[:-1])]
-        lines.append((indent + "  ".join(padded + [cut(cells[-1], last)])).rstrip())
+    for cells in [list(headers), *rows]:
+        padded = [c.ljust(w) for c, w in zip(cells[:-1], widths[:-1], strict=False)]
+        lines.append((indent + "  ".join([*padded, cut(cells[-1], last)])).rstrip())
     return lines
 
 

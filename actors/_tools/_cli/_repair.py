@@ -42,7 +42,7 @@ from ._errors import OK, CLIError
 from ._remote import owner, through_system
 from ._render import counted, emit, plural
 
-__all__ = ["resume_compensation", "abandon_compensation", "cleanup", "duration"]
+__all__ = ["abandon_compensation", "cleanup", "duration", "resume_compensation"]
 
 
 # -- stuck compensations ----------------------------------------------------------------

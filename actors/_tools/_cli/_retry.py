@@ -51,7 +51,7 @@ from ._remote import owner, through_system
 from ._render import compact, counted, emit, error_text, local_time, relative, zone_name
 from ._resume import resume_parked
 
-__all__ = ["retry", "show_any", "definitions"]
+__all__ = ["definitions", "retry", "show_any"]
 
 
 def _input(text: str | None) -> dict[str, Any] | None:

@@ -39,7 +39,7 @@ from ._render import (
     signal_label,
 )
 
-__all__ = ["show", "describe", "handling_of", "failed_at_of"]
+__all__ = ["describe", "failed_at_of", "handling_of", "show"]
 
 
 def _log_item(seq: int, entry: dict[str, Any], ended: bool, armed: set[int]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from ._access import PostgresAt, find_instance, journal_at, reading, writing_at
 from ._errors import INTERRUPTED, NOT_FOUND, OK, CLIError, held_error
 from ._render import compact, emit, jsonable, plural, table
 
-__all__ = ["tail", "consumers"]
+__all__ = ["consumers", "tail"]
 
 _BATCH = 256  # stream values read per transaction
 

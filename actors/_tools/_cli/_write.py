@@ -45,7 +45,7 @@ from ._errors import CORRUPT, OK, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import counted, emit, local_time
 
-__all__ = ["send", "cancel", "DEFAULT_REASON"]
+__all__ = ["DEFAULT_REASON", "cancel", "send"]
 
 DEFAULT_REASON = "cancelled from the actors CLI"  # cancel's default --reason
 
@@ -186,7 +186,7 @@ async def cancel(args: argparse.Namespace) -> int:
                         f"not cancelled: the instances under {args.address!r} changed while "
                         "the cancel was being prepared; run it again"
                     )
-                plan = [attrs.evolve(c, epoch=k.epoch) for c, k in zip(again, claims)]
+                plan = [attrs.evolve(c, epoch=k.epoch) for c, k in zip(again, claims, strict=True)]
             to_run = (
                 _admin.pending_compensations(root.record)
                 if compensate and root.status in LIVE_STATUSES

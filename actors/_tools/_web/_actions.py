@@ -44,10 +44,10 @@ from ._previews import (
 )
 
 __all__ = [
-    "Action",
     "ACTIONS",
-    "Outcome",
+    "Action",
     "BadAction",
+    "Outcome",
     "Runner",
     "audit",
     "check_address",
@@ -241,9 +241,8 @@ def check_fields(action: Action, fields: Mapping[str, str]) -> dict[str, str]:
         if not out.get("signal", "").strip():
             raise BadAction("signal is missing: give the signal's name, e.g. approved")
         _json(out, "payload")
-    if action.name == "retry" and "input" in out:
-        if not isinstance(_json(out, "input"), dict):
-            raise BadAction("input must be a JSON object of the process's keyword input")
+    if action.name == "retry" and "input" in out and not isinstance(_json(out, "input"), dict):
+        raise BadAction("input must be a JSON object of the process's keyword input")
     return out
 
 

@@ -80,7 +80,7 @@ from ._query import MAIL_PER_PAGE, BadQuery, InstanceQuery, parse_instance, pars
 from ._requests import Refused, client_of, form_of, params_of, single
 from ._values import TITLES, ValueGone, read_value
 
-__all__ = ["create_app", "host_allowed", "LOCAL_HOSTS"]
+__all__ = ["LOCAL_HOSTS", "create_app", "host_allowed"]
 
 T = TypeVar("T")
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-__all__ = ["Guard", "origin_matches", "TOKEN_SECONDS"]
+__all__ = ["TOKEN_SECONDS", "Guard", "origin_matches"]
 
 #: How long a confirmation's token may be used (once): an hour.
 TOKEN_SECONDS = 3600.0

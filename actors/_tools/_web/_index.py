@@ -41,7 +41,7 @@ from storage._journal import Listed
 
 from .._cli._inspect import under
 
-__all__ = ["Listing", "ListCache", "etag", "SPAN"]
+__all__ = ["SPAN", "ListCache", "Listing", "etag"]
 
 SPAN = 10.0  # seconds a validator holds at most: relative times on a page move
 _FILTERS = 16  # filters whose rows a listing keeps worked out

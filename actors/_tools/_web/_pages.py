@@ -35,12 +35,12 @@ from ._query import (
 )
 
 __all__ = [
-    "esc",
-    "value_block",
     "confirm_href",
-    "layout",
+    "esc",
     "instance_fragment",
+    "layout",
     "problem_page",
+    "value_block",
     "value_body",
 ]
 

@@ -13,15 +13,15 @@ from storage import UNFINISHED_STATUSES
 from .._cli._render import compact, counted
 
 __all__ = [
+    "Fields",
+    "abandon_says",
     "cancel_says",
     "compensate_says",
-    "retry_says",
-    "fork_says",
-    "send_says",
     "drop_says",
+    "fork_says",
     "resume_says",
-    "abandon_says",
-    "Fields",
+    "retry_says",
+    "send_says",
 ]
 
 Fields = Mapping[str, str]

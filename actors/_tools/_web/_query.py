@@ -12,20 +12,20 @@ import attrs
 from storage import STATUSES
 
 __all__ = [
-    "BadQuery",
-    "ListQuery",
-    "InstanceQuery",
-    "ValueQuery",
-    "parse_list",
-    "parse_instance",
-    "parse_value",
-    "list_href",
-    "instance_href",
-    "value_href",
-    "PARTS",
-    "PER_PAGE",
     "MAIL_PER_PAGE",
     "MAX_PER_PAGE",
+    "PARTS",
+    "PER_PAGE",
+    "BadQuery",
+    "InstanceQuery",
+    "ListQuery",
+    "ValueQuery",
+    "instance_href",
+    "list_href",
+    "parse_instance",
+    "parse_list",
+    "parse_value",
+    "value_href",
 ]
 
 PER_PAGE = 50  # rows of a list or log page unless ``per`` says otherwise

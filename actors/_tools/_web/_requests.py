@@ -24,7 +24,7 @@ class Refused(Exception):
 
 def params_of(request: Request) -> dict[str, list[str]]:
     qp = request.query_params
-    return {name: qp.getlist(name) for name in qp.keys()}
+    return {name: qp.getlist(name) for name in qp}
 
 
 def single(params: Mapping[str, list[str]]) -> dict[str, str]:

@@ -37,7 +37,7 @@ from .._cli._errors import OK, REFUSED, USAGE, CLIError
 from ._actions import ACTIONS, Runner
 from ._app import LOCAL_HOSTS, create_app
 
-__all__ = ["web", "serve_app", "host_names"]
+__all__ = ["host_names", "serve_app", "web"]
 
 # URLs that name a PostgreSQL journal (libpq's two schemes).
 

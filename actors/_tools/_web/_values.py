@@ -17,7 +17,7 @@ from .._admin import StoredMessage
 from .._cli._inspect import handling_of
 from ._query import ValueQuery
 
-__all__ = ["ValueGone", "read_value", "TITLES"]
+__all__ = ["TITLES", "ValueGone", "read_value"]
 
 # What the value page calls each part (`_query.PARTS`).
 TITLES = {
