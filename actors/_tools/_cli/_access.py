@@ -106,11 +106,8 @@ async def _reading(where: Path | PostgresAt) -> AsyncIterator[Journal]:
         return
     journal = LMDBJournal(where, readonly=True)
     journal.check_shapes = True  # what the runtime would not read is reported corrupt
-    await journal.open()
-    try:
+    async with _opened(journal):
         yield journal
-    finally:
-        await journal.close()
 
 
 @asynccontextmanager
@@ -124,9 +121,17 @@ async def writing(path: Path) -> AsyncIterator[LMDBJournal]:
     """
     journal = LMDBJournal(path, brief=True)
     journal.check_shapes = True  # what the runtime would not read is reported corrupt
+    async with _opened(journal):
+        yield journal
+
+
+@asynccontextmanager
+async def _opened(journal: Journal) -> AsyncIterator[None]:
+    """``journal`` open for the block; closed after it, even when the block
+    is cancelled (the close drains what the command wrote)."""
     await journal.open()
     try:
-        yield journal
+        yield
     finally:
         with trio.CancelScope(shield=True):
             await journal.close()
@@ -324,9 +329,5 @@ async def _postgres(
     if node is not None:
         journal.set_node(node)  # a writer: a node of its own (see writing_at)
         journal.check_shapes = True  # what the runtime would not read is reported corrupt
-    await journal.open()
-    try:
+    async with _opened(journal):
         yield journal
-    finally:
-        with trio.CancelScope(shield=True):
-            await journal.close()
