@@ -26,7 +26,7 @@ from storage import (
 from storage.errors import Conflict, JournalUnavailable
 
 from .._features import _saga, _supervision as _sup
-from .._features._queues import waiting_rows
+from .._features._queue_rows import waiting_rows
 from .._features._sending import commit_through
 from .._kernel import _hooks, _tracing, _transactions
 from .._kernel._checks import check_text
