@@ -344,7 +344,6 @@ LONG_MODULES: dict[str, int] = {
     "storage/_records.py": 720,
     "actors/_kernel/_transactions.py": 600,
     "storage/_simulated.py": 584,
-    "actors/_features/_schedules.py": 583,
     "actors/_system/_control.py": 560,
     "storage/_journal.py": 560,
     "actors/_kernel/_interfaces.py": 559,

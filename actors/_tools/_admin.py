@@ -51,7 +51,7 @@ from .._features._crashes import (
     resume_txn,
 )
 from .._features._queue_rows import queue_place, wait_prefix, waiting_rows
-from .._features._schedules import tick_text, ticks_after
+from .._features._schedule_ticks import tick_text, ticks_after
 from .._features._signals import READ_AGAIN, Route, read_plan, routes_of, signal_txn
 from .._kernel import _transactions
 from .._kernel._effects import END_PREFIX
