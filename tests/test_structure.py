@@ -342,7 +342,6 @@ MAX_LINES = 450
 # test fails when one grows, or shrinks under the limit and stays listed).
 LONG_MODULES: dict[str, int] = {
     "storage/_records.py": 720,
-    "actors/_kernel/_transactions.py": 600,
     "storage/_simulated.py": 584,
     "actors/_system/_control.py": 560,
     "storage/_journal.py": 560,
@@ -352,8 +351,8 @@ LONG_MODULES: dict[str, int] = {
     "actors/_actor/_instance.py": 545,
     "actors/_system/_facade.py": 505,
     "actors/testing.py": 502,
-    "actors/_features/_supervision.py": 488,
     "storage/_txn.py": 487,
+    "actors/_features/_supervision.py": 483,
     "actors/_system/_mail.py": 483,
     "storage/_lmdb/_journal.py": 467,
     "actors/_features/_asks.py": 460,

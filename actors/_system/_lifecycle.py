@@ -28,7 +28,7 @@ from storage.errors import Conflict, JournalUnavailable
 from .._features import _saga, _supervision as _sup
 from .._features._queue_rows import waiting_rows
 from .._features._sending import commit_through
-from .._kernel import _hooks, _tracing, _transactions
+from .._kernel import _hooks, _message_txns, _tracing, _transactions
 from .._kernel._checks import check_text
 from .._kernel._handles import Handle
 from .._kernel._log import children_named, read_state
@@ -415,7 +415,7 @@ class Lifecycle:
                 return Handle._create(self.system, iid, address, record.incarnation), True
             if start.message is not None and results:
                 actor.arrivals.deliver(
-                    results[start.message.slot], _transactions.unpack_message(start.message.message)
+                    results[start.message.slot], _message_txns.unpack_message(start.message.message)
                 )
             self.system.statuses.changed(iid)
             return Handle._create(self.system, iid, address, record.incarnation), True
