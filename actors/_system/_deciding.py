@@ -16,7 +16,7 @@ class Deciding:
     """`Lifecycle.deciding`'s block (a class: a start pays for no async
     generator)."""
 
-    __slots__ = ("system", "creating", "iids", "activate", "done")
+    __slots__ = ("activate", "creating", "done", "iids", "system")
 
     def __init__(
         self,
