@@ -1,7 +1,7 @@
 """`Txn.require_no_cursor` on every journal: of transactions that set one
 cursor on condition that it is absent, one commits, within a batch and
 across batches; the others fail with `Conflict` (reason ``"cursor"``) and
-write nothing. (A send key is such a cursor: see actors._kernel._transactions.send_txn.)
+write nothing. (A send key is such a cursor: see actors._kernel._message_txns.send_txn.)
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import trio
 
 import actors
 from actors import Context, process
-from actors._features._schedules import due_ticks, tick_text, ticks_after
+from actors._features._schedule_ticks import due_ticks, tick_text, ticks_after
 from storage import MemoryJournal, Txn, instance_id
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

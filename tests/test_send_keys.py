@@ -13,7 +13,7 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from actors._kernel._transactions import (
+from actors._kernel._message_txns import (
     KEY_PREFIX,
     LEGACY_KEY_PREFIX,
     MAX_KEY_BYTES,

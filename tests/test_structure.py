@@ -206,10 +206,16 @@ def test_storage_never_imports_actors():
 
 # The tools outside an application (the command line, the web inspector)
 # reach the runtime through one module, actors._tools._admin; the control socket's
-# server calls the public methods of an Operations (defined in _control).
+# server calls the public methods of an Operations (defined in _control), and
+# its frames and socket modules are its own.
 TOOL_PACKAGES = ("actors._tools._cli", "actors._tools._web")
 TOOLS_MAY_IMPORT = {"actors._tools._admin", "actors.errors", *TOOL_PACKAGES}
-CONTROL_MAY_IMPORT = {"actors._kernel._values", "actors.errors"}
+CONTROL_MAY_IMPORT = {
+    "actors._kernel._values",
+    "actors.errors",
+    "actors._system._control_frames",
+    "actors._system._control_socket",
+}
 
 
 def _in(module: str, packages: Iterable[str]) -> bool:
@@ -342,21 +348,15 @@ MAX_LINES = 450
 # test fails when one grows, or shrinks under the limit and stays listed).
 LONG_MODULES: dict[str, int] = {
     "storage/_records.py": 720,
-    "actors/_kernel/_driver.py": 717,
-    "actors/_features/_queues.py": 606,
-    "actors/_kernel/_transactions.py": 600,
     "storage/_simulated.py": 584,
-    "actors/_features/_schedules.py": 582,
     "storage/_journal.py": 560,
     "actors/_kernel/_interfaces.py": 559,
-    "actors/_system/_control.py": 558,
-    "actors/_system/_lifecycle.py": 555,
     "storage/_codec.py": 547,
     "actors/_actor/_instance.py": 545,
     "actors/_system/_facade.py": 505,
     "actors/testing.py": 502,
-    "actors/_features/_supervision.py": 488,
     "storage/_txn.py": 487,
+    "actors/_features/_supervision.py": 483,
     "actors/_system/_mail.py": 483,
     "storage/_lmdb/_journal.py": 465,
     "actors/_features/_asks.py": 460,

@@ -18,7 +18,7 @@ import attrs
 
 from .._features._supervision import CANCEL, ESCALATE, RESTART
 from .._kernel import _effects as fx, _reports, _tracing
-from .._kernel._driver import Interrupt
+from .._kernel._hosts import Interrupt
 from .._kernel._log import LogEntry
 from .._kernel._values import Signal
 

@@ -28,10 +28,10 @@ from storage import InstanceRecord
 from storage.errors import JournalCorrupt
 
 from .._features import _saga
-from .._kernel import _effects as fx, _reports, _tracing
-from .._kernel._driver import WAIT, Driver, Interrupt, Interrupted, Parked, Passivated
+from .._kernel import _driver, _effects as fx, _reports, _tracing
 from .._kernel._effects import Effect
 from .._kernel._handles import ChildHandle
+from .._kernel._hosts import WAIT, Interrupt, Interrupted, Parked, Passivated
 from .._kernel._interfaces import SystemAPI
 from .._kernel._log import LoadedState, LogEntry, read_state
 from .._kernel._mailbox import Mailbox
@@ -76,7 +76,7 @@ class Actor:
         self.record: InstanceRecord = record or _BLANK
         self.run = self.record.run
         self.ctx = Context(self)
-        self.driver = Driver(self, address)
+        self.driver = _driver.Driver(self, address)
         self.live: set[Effect[Any]] = set()  # live leaves
         self.busy = 0
         self.status = "running"

@@ -21,8 +21,9 @@ import trio
 
 from storage import Parking
 
-from .._kernel._driver import RAISE, WAIT, Driver, Host, Interrupt, outcome_of
+from .._kernel._driver import Driver
 from .._kernel._effects import Effect
+from .._kernel._hosts import RAISE, WAIT, Host, Interrupt, outcome_of
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import ActorAPI, SystemAPI

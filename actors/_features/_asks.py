@@ -44,7 +44,7 @@ import trio
 from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
 from storage.errors import Conflict, JournalClosed
 
-from .._kernel import _effects as fx, _hooks, _transactions
+from .._kernel import _effects as fx, _hooks, _message_txns
 from .._kernel._failures import ErrorRecord
 from .._kernel._hooks import After
 from .._kernel._interfaces import ActorAPI, SystemAPI
@@ -244,10 +244,10 @@ def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> 
             # The asker is this system's (or gone with an earlier one): the
             # reply is in the replier's log; nothing more to write.
             return lambda results: system.asks.hand(box, payload)
-        _transactions.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
+        _message_txns.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
         txn.wake(box, node)
         return _nothing
-    notice = _transactions.add_message(
+    notice = _message_txns.add_message(
         txn, instance_id(reply_to), fx.REPLY_PREFIX + ask_id, payload, system.epoch_now()
     )
     return lambda results: system.router.route(notice.iid, results[notice.slot], notice.message)
@@ -259,7 +259,7 @@ def answer_offline(txn: Txn, asks: Iterable[Asker], status: str, now: float) -> 
     without replying. (A system's asks end with that system.)"""
     for ask in asks:
         if not ask.reply_to.startswith(BOX_PREFIX):
-            _transactions.add_message(
+            _message_txns.add_message(
                 txn, instance_id(ask.reply_to), fx.REPLY_PREFIX + ask.ask_id, {"ended": status}, now
             )
 
@@ -403,7 +403,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         # first: the ask must never be sent by a run that a crash rewinds.
         await actor.writes.barrier()
         iid = instance_id(ask.address)
-        txn, notice = _transactions.send_txn(
+        txn, notice = _message_txns.send_txn(
             iid,
             ask.signal.name,
             ask.payload,

@@ -5,17 +5,7 @@ instance with ``queue=`` stores it with the status ``"queued"`` and returns
 its handle at once; a pump task per queue starts queued instances, in
 priority then FIFO order, as slots free.
 
-Everything a limit needs is in the journal, as state rows (`storage._states`):
-
-- ``queue/<name>``: the holders (instances the queue started that may still
-  be live, each with the node that started it) and the recent start times
-  (for the rate limit). Every admission rewrites it with a compare-and-set on
-  its version, in the same transaction that turns the instances from
-  ``queued`` to ``running``; so two nodes (or two pumps) that read the same
-  holders cannot both fill the last slot: one gets `Conflict` and reads again.
-- ``queue-wait/<name>/<priority>/<order>/<id>``: one per waiting instance;
-  the key sorts in start order (priority, then enqueue time and a counter).
-- ``queue-of/<id>``: which waiting row an instance has (for a cancel).
+Everything a limit needs is in the journal, in state rows (`_queue_rows`).
 
 Invariant: an instance counts against its queue's limit from the
 transaction that admits it until it is seen not live (completed, failed,
@@ -47,9 +37,7 @@ import itertools
 import logging
 import math
 from collections.abc import Iterable
-from typing import Any
 
-import attrs
 import trio
 
 from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
@@ -64,6 +52,8 @@ from storage.errors import (
 from .._kernel._interfaces import SystemAPI
 from .._kernel._values import Queue, QueueInfo
 from ..errors import InvalidArguments
+from ._queue_look import read_round
+from ._queue_rows import PRIORITY_BIAS, Entry, held_key, index_key, queue_info, wait_prefix
 
 __all__ = ["QueueService"]
 
@@ -74,82 +64,6 @@ POLL_IDLE_SHARED = 1.0  # and while none does (a node that dies leaves its queue
 RETRY_AFTER_ERROR = 5.0  # seconds before a queue whose state did not read tries again
 RETRY_FIRST = 0.1  # seconds before a pump the journal refused tries again: at first,
 RETRY_MAX = 10.0  # and at most (doubling in between)
-_PRIORITY_BIAS = 1 << 31  # priorities are 32-bit signed ints, stored biased to sort as text
-
-
-def held_key(name: str) -> str:
-    return f"queue/{name}"
-
-
-def wait_prefix(name: str) -> str:
-    return f"queue-wait/{name}/"
-
-
-def index_key(iid: bytes) -> str:
-    return f"queue-of/{iid.hex()}"
-
-
-def _iid_of(key: str) -> bytes:
-    """The instance id at the end of a waiting row's key."""
-    return bytes.fromhex(key.rsplit("/", 1)[1])
-
-
-def waiting_rows(r: Reader, iid: bytes) -> list[str]:
-    """The state rows of a queued instance's place in its queue (empty if it
-    has none): what a cancel of it deletes."""
-    key = index_key(iid)
-    for row in r.states(key):
-        if row.key == key:
-            return [row.value, key]
-    return []
-
-
-def queue_place(r: Reader, iid: bytes) -> dict[str, Any] | None:
-    """Where a queued instance waits: its ``queue``, ``priority`` and the
-    epoch time it was queued (``since``); None if it waits in no queue."""
-    rows = waiting_rows(r, iid)
-    if not rows:
-        return None
-    for row in r.states(rows[0]):
-        if row.key == rows[0]:
-            _, name, priority, _ = row.key.split("/", 3)
-            return {
-                "queue": name,
-                "priority": int(priority) - _PRIORITY_BIAS,
-                "since": row.value["at"],
-            }
-    return None
-
-
-@attrs.frozen
-class _Entry:
-    """A waiting row: its key (which sorts in start order) and its instance."""
-
-    key: str
-    iid: bytes
-
-
-def _read_held(r: Reader, name: str) -> tuple[int, dict[str, Any]]:
-    key = held_key(name)
-    for row in r.states(key):
-        if row.key == key:
-            return row.version, row.value
-    return 0, {"held": {}, "starts": []}
-
-
-@attrs.frozen
-class _Look:
-    """What a round read of its queue, in one read."""
-
-    version: int  # of the queue's state row (0: none yet)
-    state: dict[str, Any]  # its holders and recent starts
-    statuses: dict[str, str | None]  # holders read (hex id -> status; None: gone)
-    room: int  # how many more the limits let start, by what was read
-    # The first waiting rows this system may start, in start order, each with
-    # its record (None: gone, or it does not read).
-    candidates: list[tuple[_Entry, InstanceRow | None]]
-    # Waiting rows met whose process this system does not register: id -> process.
-    foreign: dict[bytes, str]
 
 
 class QueueService:
@@ -218,7 +132,7 @@ class QueueService:
         if (
             isinstance(priority, bool)
             or not isinstance(priority, int)
-            or not (-_PRIORITY_BIAS <= priority < _PRIORITY_BIAS)
+            or not (-PRIORITY_BIAS <= priority < PRIORITY_BIAS)
         ):
             raise InvalidArguments(
                 f"priority= takes a whole number (lower starts first; default 0), not {priority!r}"
@@ -238,7 +152,7 @@ class QueueService:
         by `choose`."""
         now = self.system.epoch_now()
         order = f"{round(now * 1e6):017d}{next(self._order) % 1_000_000:06d}"
-        key = f"{wait_prefix(queue.name)}{priority + _PRIORITY_BIAS:010d}/{order}/{iid.hex()}"
+        key = f"{wait_prefix(queue.name)}{priority + PRIORITY_BIAS:010d}/{order}/{iid.hex()}"
         txn.put_state(key, {"address": address, "node": self.node, "at": now})
         txn.put_state(index_key(iid), key)
 
@@ -388,7 +302,20 @@ class QueueService:
         name = queue.name
         shared = system.journal.shared
         now = system.epoch_now()
-        look = await system.journal.read(lambda r: self._look(r, queue, ended, now))
+        look = await system.journal.read(
+            lambda r: read_round(
+                r,
+                queue,
+                ended,
+                now,
+                node=self.node,
+                shared=shared,
+                procs=system.registry.procs,
+                holding=self._holding,
+                seen_ending=self._known,
+                passed=self._foreign,
+            )
+        )
         self._note_foreign(name, look.foreign)
         held = dict(look.state["held"])
         for iid in ended:
@@ -419,7 +346,7 @@ class QueueService:
         changed = held != look.state["held"] or len(starts) != len(look.state["starts"])
         if look.room <= 0 and not changed:
             return wait_more
-        chosen: list[tuple[_Entry, InstanceRow | None, int]] = []
+        chosen: list[tuple[Entry, InstanceRow | None, int]] = []
         for entry, record in look.candidates:
             if len(chosen) >= look.room:
                 break
@@ -466,65 +393,6 @@ class QueueService:
                 system.registry.activate(entry.iid)
         return None if chosen else wait_more
 
-    def _look(self, r: Reader, queue: Queue, ended: set[bytes], now: float) -> _Look:
-        """Read the queue's state, the statuses of the holders whose end is
-        not known here, and its first waiting rows this system may start
-        (off the trio thread on a remote journal: it reads, never writes)."""
-        name = queue.name
-        version, state = _read_held(r, name)
-        held: dict[str, Any] = state["held"]
-        # Which holders to read the status of: those seen ending here, and
-        # those not known to run here (another node's, or started before
-        # this system opened): a local end pokes, theirs cannot.
-        check = [
-            h for h in held if bytes.fromhex(h) in ended or bytes.fromhex(h) not in self._holding
-        ]
-        statuses: dict[str, str | None] = {}
-        for h in check:
-            known = self._known.get(bytes.fromhex(h))
-            if known is not None:
-                statuses[h] = known
-                continue
-            try:
-                found = r.instance(bytes.fromhex(h))
-            except JournalCorrupt:  # it will never run again: its slot is free
-                statuses[h] = "corrupt"
-                continue
-            statuses[h] = None if found is None else found.status
-        room = self._room(queue, state, statuses, now)
-        # As many waiting rows as could start (at least one, to know whether
-        # any waits; a few more on a shared journal, for the ones another
-        # node may take first): a deep queue is not read whole at every
-        # round. Rows of processes this system does not run are passed
-        # over, reading further (up to _SCAN_MAX rows) for the ones it does.
-        want = max(room, 1) + (_SPARE if self.system.journal.shared else 0)
-        procs = self.system.registry.procs
-        foreign: dict[bytes, str] = {}
-        records: dict[bytes, InstanceRow | None] = {}
-        limit = want
-        while True:
-            candidates: list[tuple[_Entry, InstanceRow | None]] = []
-            rows = r.states(wait_prefix(name), limit)
-            for row in rows:
-                if len(candidates) >= want:
-                    break
-                iid = _iid_of(row.key)
-                if iid in self._foreign or iid in foreign:
-                    continue
-                if iid not in records:
-                    try:
-                        records[iid] = r.instance(iid)
-                    except JournalCorrupt:
-                        records[iid] = None  # started the usual way, which marks it corrupt
-                record = records[iid]
-                if record is not None and record.process not in procs:
-                    foreign[iid] = record.process  # another node, which registers it, may
-                    continue
-                candidates.append((_Entry(row.key, iid), record))
-            if len(candidates) >= want or len(rows) < limit or limit >= _SCAN_MAX:
-                return _Look(version, state, statuses, room, candidates, foreign)
-            limit = min(4 * limit, _SCAN_MAX)
-
     def _note_foreign(self, name: str, foreign: dict[bytes, str]) -> None:
         """Remember waiting instances this system cannot run (so later
         rounds pass them without a read) and say so once per process."""
@@ -541,29 +409,11 @@ class QueueService:
                     process,
                 )
 
-    def _room(
-        self, queue: Queue, state: dict[str, Any], statuses: dict[str, str | None], now: float
-    ) -> int:
-        """How many more of ``queue``'s instances the limits let start now,
-        by the holders and starts in ``state`` less the holders ``statuses``
-        shows ended."""
-        live = [h for h in state["held"] if h not in statuses or statuses[h] in LIVE_STATUSES]
-        room = _WANT
-        if queue.concurrency is not None:
-            room = min(room, queue.concurrency - len(live))
-        if queue.per_node is not None:
-            mine = sum(1 for h in live if state["held"][h][0] == self.node)
-            room = min(room, queue.per_node - mine)
-        if queue.rate is not None:
-            recent = sum(1 for t in state["starts"] if t > now - queue.rate.per)
-            room = min(room, queue.rate.count - recent)
-        return max(room, 0)
-
-    async def _drop_stale(self, entries: list[_Entry]) -> None:
+    async def _drop_stale(self, entries: list[Entry]) -> None:
         """Remove the waiting rows of instances no longer queued (cancelled,
         cleaned up) that an admission met."""
 
-        def read(r: Reader) -> list[_Entry]:
+        def read(r: Reader) -> list[Entry]:
             stale = []
             for entry in entries:
                 row = r.instance(entry.iid)
@@ -583,24 +433,7 @@ class QueueService:
         """The queue's depth, holders and oldest wait, read from the journal."""
         found = self.find(queue)
         now = self.system.epoch_now()
-
-        def read(r: Reader) -> tuple[dict[str, Any], list[Any]]:
-            return _read_held(r, found.name)[1], r.states(wait_prefix(found.name))
-
-        state, waiting = await self.system.journal.read(read)
-        oldest = min((row.value["at"] for row in waiting), default=None)
-        return QueueInfo(
-            name=found.name,
-            waiting=len(waiting),
-            running=len(state["held"]),
-            oldest_wait=None if oldest is None else max(0.0, now - oldest),
-            concurrency=found.concurrency,
-            per_node=found.per_node,
-            rate=found.rate,
-        )
+        return await self.system.journal.read(lambda r: queue_info(r, found, now))
 
 
-_WANT = 1000  # waiting rows read per round without a concurrency limit
-_SPARE = 8  # waiting rows read past the free slots on a shared journal
-_SCAN_MAX = 10_000  # waiting rows a round reads at most, passing over others' work
 _FOREIGN_KEPT = 100_000  # waiting instances remembered as others' work

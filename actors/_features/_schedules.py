@@ -13,19 +13,8 @@ version read (a compare-and-set). So a crash before that commit leaves the
 tick to be handled again, a crash after it leaves it done, and of two nodes
 handling one tick only one commits: a tick never starts twice.
 
-Cron expressions are parsed and iterated by ``cronsim``, in the schedule's
-time zone (``zoneinfo``); interval ticks fall on whole multiples of the
-interval since the Unix epoch, so every node computes the same ones.
-
-Interval ticks are counted in whole microseconds, never in float seconds:
-the interval is taken to its nearest microsecond (``step``) and tick ``n``
-is exactly ``n * step`` microseconds after the epoch. A time compared with
-ticks (the last tick handled, the clock) is first taken to its nearest
-microsecond, exactly (`_micros`), and a tick's float seconds give back that
-tick: a float epoch before the year 2242 is within half a microsecond of
-the time it stands for. So the tick after the last one handled is strictly after it,
-whatever the interval; in floats, ``floor(n * every / every)`` can be
-``n - 1`` and hand the same tick out again.
+Cron expressions and intervals tick as `_schedule_ticks` computes, the
+same on every node.
 
 The scheduler runs under `JournalWatch.keep_running`: when the journal says
 to try again later (full, its disk full, its server away) the scheduler
@@ -41,8 +30,8 @@ import datetime as _dt
 import logging
 import math
 import zoneinfo
-from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
 import attrs
 import cronsim
@@ -62,15 +51,15 @@ from .._kernel._checks import check_name, check_text
 from .._kernel._interfaces import SystemAPI
 from .._kernel._process import ProcessDef
 from ..errors import InvalidArguments
+from ._schedule_ticks import due_ticks, tick_text, ticks_after, to_micros
 
-__all__ = ["OVERLAP_POLICIES", "ScheduleCalls", "ScheduleInfo", "ScheduleService"]
+__all__ = ["OVERLAP_POLICIES", "ScheduleInfo", "ScheduleService"]
 
 OVERLAP_POLICIES = ("skip", "buffer_one", "allow")
 log = logging.getLogger("actors.schedules")
 
 POLL_SHARED = 1.0  # seconds between looks on a shared journal (other nodes' changes)
 RETRY = 60.0  # seconds before a schedule whose tick failed to start tries again
-MICROS = 1_000_000  # interval ticks are counted in whole microseconds
 
 
 @attrs.frozen
@@ -98,74 +87,6 @@ def schedule_key(name: str) -> str:
     return f"schedule/{name}"
 
 
-def _micros(epoch: float) -> int:
-    """``epoch`` seconds as the nearest whole number of microseconds, computed
-    exactly (from the float's ratio of integers, not a float product)."""
-    num, den = float(epoch).as_integer_ratio()
-    return (2 * num * MICROS + den) // (2 * den)
-
-
-def _step(every: float) -> int:
-    """The interval ``every`` in whole microseconds (at least one;
-    `check_spec` refuses intervals shorter than that)."""
-    return max(1, _micros(every))
-
-
-def tick_text(epoch: float) -> str:
-    """A tick's time as its path param: ISO 8601 UTC to the second (``...Z``),
-    with milliseconds when the tick falls between seconds and microseconds
-    when it falls between milliseconds."""
-    seconds, micros = divmod(_micros(epoch), MICROS)
-    moment = _dt.datetime.fromtimestamp(seconds, _dt.UTC)
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
-    if micros % 1000:
-        return f"{text}.{micros:06d}Z"
-    return f"{text}.{micros // 1000:03d}Z" if micros else f"{text}Z"
-
-
-def ticks_after(spec: dict[str, Any], after: float) -> Iterator[float]:
-    """The schedule's tick times (epoch seconds) strictly after ``after``
-    (for an interval, ``after`` taken to the microsecond)."""
-    every = spec.get("every")
-    if every is not None:
-        step = _step(every)
-        # Invariant: n * step > after in microseconds, so the tick handled
-        # last (``after``) is never handed out again.
-        n = _micros(after) // step + 1
-        while True:
-            yield n * step / MICROS  # int / int: the float nearest the tick
-            n += 1
-    zone = zoneinfo.ZoneInfo(spec["timezone"])
-    start = _dt.datetime.fromtimestamp(math.floor(after), zone)
-    for moment in cronsim.CronSim(spec["cron"], start):
-        value = moment.timestamp()
-        if value > after:
-            yield value
-
-
-def due_ticks(spec: dict[str, Any], after: float, now: float, keep: int) -> list[float]:
-    """The latest ``keep`` ticks in ``(after, now]``, oldest first; found from
-    ``now`` backwards, so a long downtime costs no walk over every tick."""
-    every = spec.get("every")
-    if every is not None:
-        step = _step(every)
-        first = _micros(after) // step + 1  # the same count as ticks_after's
-        latest = _micros(now) // step  # a clock at a tick's float has reached it
-        count = max(0, latest - first + 1)
-        return [(latest - k) * step / MICROS for k in reversed(range(min(keep, count)))]
-    zone = zoneinfo.ZoneInfo(spec["timezone"])
-    found: list[float] = []
-    # cronsim's reverse walk gives ticks strictly before its start.
-    for moment in cronsim.CronSim(
-        spec["cron"], _dt.datetime.fromtimestamp(math.floor(now) + 1, zone), reverse=True
-    ):
-        value = moment.timestamp()
-        if value <= after or len(found) >= keep:
-            break
-        found.append(value)
-    return found[::-1]
-
-
 def check_spec(
     proc: ProcessDef[..., Any],
     *,
@@ -190,7 +111,7 @@ def check_spec(
         isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 < every < math.inf
     ):
         raise InvalidArguments(f"every= takes positive seconds, not {every!r}")
-    if every is not None and _micros(every) < 1:
+    if every is not None and to_micros(every) < 1:
         raise InvalidArguments(
             f"every= takes at least 0.000001 seconds (ticks are counted in whole "
             f"microseconds), not {every!r}"
@@ -374,9 +295,13 @@ class ScheduleService:
                 system.registry.activate(self._unsure.pop())  # nothing on disk: nothing to do
             for row in rows:
                 name = row.key[len("schedule/") :]
-                failed_version, until = self._failed.get(name, (None, 0.0))
-                if failed_version == row.version and until > system.epoch_now():
-                    soonest = min(soonest, until)
+                waiting = self._failed.get(name)
+                if (
+                    waiting is not None
+                    and waiting[0] == row.version
+                    and waiting[1] > system.epoch_now()
+                ):
+                    soonest = min(soonest, waiting[1])
                     continue  # it failed lately and is unchanged: wait it out
                 self._failed.pop(name, None)
                 try:
@@ -495,88 +420,3 @@ class ScheduleService:
             txn = Txn()
             record(txn)
             await self.system.journal.commit(txn)
-
-
-class ScheduledSystem(SystemAPI, Protocol):
-    """What `ScheduleCalls` uses of the system: its schedule service."""
-
-    @property
-    def schedules(self) -> ScheduleService: ...
-
-
-class ScheduleCalls:
-    """`ActorSystem`'s calls for schedules: a base holding no state, so that
-    the feature's public calls live with the feature."""
-
-    __slots__ = ()
-
-    async def schedule(
-        self: ScheduledSystem,
-        name: str,
-        proc: ProcessDef[..., Any] | str,
-        *,
-        cron: str | None = None,
-        every: float | None = None,
-        params: Iterable[str] = (),
-        input: dict[str, Any] | None = None,
-        overlap: str = "skip",
-        catch_up: int = 1,
-        timezone: str = "UTC",
-    ) -> ScheduleInfo:
-        """Create (or update) the durable schedule ``name``: at every tick of
-        ``cron`` (in ``timezone``) or every ``every`` seconds, start one
-        instance of ``proc`` whose last path param is the tick's time (ISO
-        8601 UTC, e.g. ``2026-01-01T03:00:00Z``); ``params`` fill the path
-        params before it, ``input`` is its keyword input.
-
-        Idempotent by name: the same call again changes nothing; a changed
-        definition replaces the stored one and keeps the last tick. A tick
-        is started once, across crashes and nodes (see `actors._features._schedules`).
-
-        Args:
-            overlap: what a tick does while the instance of the previous one
-                is unfinished: ``"skip"`` it, ``"buffer_one"`` (start it when
-                that one ends; one tick kept, later ones skipped) or
-                ``"allow"`` (start it anyway).
-            catch_up: after a downtime, how many of the ticks that fell due
-                run (the latest ones, oldest first); 1 or more.
-
-        Raises:
-            UnknownProcess: ``proc`` is not registered.
-            InvalidArguments: a bad cron expression, interval, policy, zone,
-                or params that do not leave exactly the last path param.
-            EncodeError: input the codec cannot store.
-        """
-        return await self.schedules.define(
-            name,
-            proc,
-            cron=cron,
-            every=every,
-            params=params,
-            input=input,
-            overlap=overlap,
-            catch_up=catch_up,
-            timezone=timezone,
-        )
-
-    async def pause_schedule(self: ScheduledSystem, name: str) -> bool:
-        """Stop starting ticks of schedule ``name`` (kept in the journal).
-        Returns False if there is no such schedule."""
-        return await self.schedules.change(name, paused=True)
-
-    async def resume_schedule(self: ScheduledSystem, name: str) -> bool:
-        """Start ticks of a paused schedule again, from the next one due (the
-        ticks while paused are not caught up). False if there is none."""
-        return await self.schedules.change(name, paused=False)
-
-    async def delete_schedule(self: ScheduledSystem, name: str) -> bool:
-        """Remove schedule ``name`` (instances it started are left as they
-        are). False if there was none."""
-        return await self.schedules.change(name, deleted=True)
-
-    async def list_schedules(self: ScheduledSystem) -> list[ScheduleInfo]:
-        """Every schedule in the journal, by name."""
-        return [
-            self.schedules.info(row.key[len("schedule/") :], row.value)
-            for row in await self.schedules.rows()
-        ]

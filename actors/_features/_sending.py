@@ -14,7 +14,7 @@ import trio
 from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn, instance_id
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 
-from .._kernel import _guard, _tracing, _transactions
+from .._kernel import _guard, _message_txns, _tracing
 from .._kernel._checks import check_many, check_name, check_seconds
 from .._kernel._mailbox import Asker
 from .._kernel._values import Signal
@@ -81,7 +81,7 @@ class Router:
             await self.send_iid(iid, address, signal, payload)
         else:
             # Refused before anything is read: the same on every journal.
-            _transactions.key_cursor(check_name(key, "send(key=...)"))
+            _message_txns.key_cursor(check_name(key, "send(key=...)"))
             await self.system.keys.send(iid, address, signal, payload, key, self.send_iid)
 
     async def ask(
@@ -111,10 +111,10 @@ class Router:
             # Journals written before KEY_PREFIX hold keys under the legacy
             # prefix: LMDB ones, as a shared journal (PostgreSQL) refused its
             # NUL. Nothing writes under it now, so one read settles it.
-            legacy = _transactions.legacy_key_cursor(key)
+            legacy = _message_txns.legacy_key_cursor(key)
             if await self.journal.read(lambda r: r.cursor(iid, legacy)) is not None:
                 return  # sent already to this incarnation: nothing more is stored
-        txn, notice = _transactions.send_txn(
+        txn, notice = _message_txns.send_txn(
             iid,
             signal.name,
             payload,
@@ -130,7 +130,7 @@ class Router:
         try:
             await commit_through(self.journal, txn, self.sent_in_doubt)
         except Conflict as exc:
-            if exc.reason == _transactions.KEY_SEEN:
+            if exc.reason == _message_txns.KEY_SEEN:
                 return  # another node sent it with this key first: nothing is stored
             if exc.status == "corrupt" or self.system.statuses.snapshot(iid)[0] == "corrupt":
                 raise self.system.corruption.error(iid, address) from None
@@ -183,7 +183,7 @@ class Router:
         dict after ``send`` returns changes nothing)."""
         actor = self.system.registry.live.get(iid)
         if actor is not None and not actor.done:
-            actor.arrivals.deliver(seq, _transactions.unpack_message(message))
+            actor.arrivals.deliver(seq, _message_txns.unpack_message(message))
         elif not self.system.nodes.owned_elsewhere(iid):
             # (Owned elsewhere: the commit notified the owner. If that node
             # dies, the takeover scan finds the instance and its mail.)
@@ -191,7 +191,7 @@ class Router:
 
     async def send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         """Send a runtime message (no liveness check: the receiver decides)."""
-        txn, notice = _transactions.system_send_txn(
+        txn, notice = _message_txns.system_send_txn(
             iid, signal.name, payload, self.system.epoch_now()
         )
         # Durable: a runtime message (a cancel, an escalation) acts once stored,
@@ -241,7 +241,7 @@ class Router:
             batch.append((iid, item[1].name, item[2]))
         if not batch:
             return
-        txn, notices = _transactions.send_many_txn(
+        txn, notices = _message_txns.send_many_txn(
             batch,
             self.system.epoch_now(),
             max_payload=self.system.max_payload,

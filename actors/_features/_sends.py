@@ -2,7 +2,7 @@
 the keyed sends of the system and its processes (`KeyedSends`).
 
 A send is an effect (`fx.Send`). Its message is built at the call, as
-`ActorSystem.send` builds one (`_transactions.send_txn`, or `send_many_txn` for
+`ActorSystem.send` builds one (`_message_txns.send_txn`, or `send_many_txn` for
 a batch: the message, on condition that the receiver takes mail, live or
 queued), so a payload the codec cannot carry, or one over
 ``max_payload``, raises in the process at the call and nothing is written.
@@ -39,7 +39,7 @@ turns with the system's own (`KeyedSends`).
 Keyed sends, ``system.send(..., key=K)`` and ``ctx.send(..., key=K)``, and
 `KeyedSends`, a part of `ActorSystem` (``system.keys``) that both go
 through. A keyed send first looks for the key among the incarnation's keys
-(a cursor named ``_transactions.KEY_PREFIX + key``, see `_transactions`); found, it
+(a cursor named ``_message_txns.KEY_PREFIX + key``, see `_transactions`); found, it
 stores nothing and returns. Else it writes the message and the key in one
 transaction, on condition that the key is still absent when it commits
 (`storage.Txn.require_no_cursor`, checked under the instance's row lock): a
@@ -65,12 +65,12 @@ import trio
 from storage import MAIL_STATUSES, STATUS_WORDS, Txn, digest, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
-from .._kernel import _effects as fx, _tracing, _transactions
+from .._kernel import _effects as fx, _message_txns, _tracing
 from .._kernel._checks import check_many, check_name
 from .._kernel._failures import ErrorRecord
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
-from .._kernel._transactions import KEY_PREFIX, Notice
+from .._kernel._message_txns import KEY_PREFIX, Notice
 from .._kernel._values import Signal
 from ..errors import InvalidArguments, NotDelivered
 
@@ -95,7 +95,7 @@ def new_send(actor: ActorAPI, address: Any, signal: Any, payload: Any, key: str 
     Raises:
         InvalidArguments: not a Signal, an address or key that is not a
             name (see `_checks.check_name`).
-        LimitExceeded: a key over `_transactions.MAX_KEY_BYTES`, a payload over
+        LimitExceeded: a key over `_message_txns.MAX_KEY_BYTES`, a payload over
             ``max_payload`` (when run live).
         EncodeError: a payload the codec cannot carry, naming the path in it.
     """
@@ -103,7 +103,7 @@ def new_send(actor: ActorAPI, address: Any, signal: Any, payload: Any, key: str 
         raise InvalidArguments(f"ctx.send takes an actors.Signal, not {signal!r}")
     iid = instance_id(check_name(address, "ctx.send's address"))
     if key is not None:
-        _transactions.key_cursor(check_name(key, "ctx.send(key=...)"))  # refused at the call
+        _message_txns.key_cursor(check_name(key, "ctx.send(key=...)"))  # refused at the call
     try:
         arg_hash = digest([address, signal.name, payload, key], what="send")
     except EncodeError:
@@ -112,7 +112,7 @@ def new_send(actor: ActorAPI, address: Any, signal: Any, payload: Any, key: str 
     prepared = None
     if _runs_live(actor):
         system = actor.system
-        txn, notice = _transactions.send_txn(
+        txn, notice = _message_txns.send_txn(
             iid,
             signal.name,
             payload,
@@ -170,7 +170,7 @@ def new_send_many(actor: ActorAPI, messages: Iterable[Any]) -> fx.SendMany | Non
     prepared = None
     if _runs_live(actor):
         system = actor.system
-        txn, notices = _transactions.send_many_txn(
+        txn, notices = _message_txns.send_many_txn(
             batch,
             system.epoch_now(),
             max_payload=system.max_payload,
@@ -214,7 +214,7 @@ async def _run(actor: ActorAPI, send: fx.Send) -> None:
             # Journals written before KEY_PREFIX may hold the key under
             # the legacy prefix (single-owner ones only; see `_sending`).
             if not actor.system.journal.shared:
-                legacy = _transactions.legacy_key_cursor(key)
+                legacy = _message_txns.legacy_key_cursor(key)
                 if await actor.system.journal.read(lambda r: r.cursor(iid, legacy)) is not None:
                     _finish_unsent(actor, send)
                     return
@@ -244,7 +244,7 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
     try:
         results = await actor.writes.barrier(txn)
     except Conflict as exc:
-        if exc.reason == _transactions.KEY_SEEN:  # another node sent one with this key first
+        if exc.reason == _message_txns.KEY_SEEN:  # another node sent one with this key first
             _finish_unsent(actor, send)
             return
         if exc.reason not in ("missing", "status"):

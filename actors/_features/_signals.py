@@ -14,7 +14,7 @@ checked (its other identity fields, its status). The cost of a signal is
 O(listening processes + instances found), whatever else the journal holds.
 
 Writing them reuses the transactions of ``send_many``: the messages
-(`_transactions.add_message`), each on condition that its instance still takes
+(`_message_txns.add_message`), each on condition that its instance still takes
 mail, with a keyed signal's key per recipient (as a keyed ``send`` writes
 it), all in one transaction, on condition that no bucket read has seen a
 start since (`Txn.expect_state` on its generation row). A start that
@@ -42,13 +42,13 @@ import trio
 from storage import MAIL_STATUSES, TERMINAL_STATUSES, Reader, Txn, digest, encode
 from storage.errors import Conflict, JournalCorrupt
 
-from .._kernel import _effects as fx, _guard, _tracing, _transactions
+from .._kernel import _effects as fx, _guard, _message_txns, _tracing
 from .._kernel._checks import check_name
 from .._kernel._identity import bucket, bucket_prefix, generation_key
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
+from .._kernel._message_txns import Notice
 from .._kernel._process import ProcessDef
-from .._kernel._transactions import Notice
 from .._kernel._values import Signal
 from ..errors import InvalidArguments, LimitExceeded
 from ._sending import commit_through
@@ -198,7 +198,7 @@ def read_plan(
     recipients: list[bytes] = []
     generations: list[tuple[str, int]] = []
     stale: list[str] = []
-    cursor = None if key is None else _transactions.key_cursor(key)
+    cursor = None if key is None else _message_txns.key_cursor(key)
     for route in routes:
         name = bucket(route.template, route.field, values[0])
         gen = generation_key(name)
@@ -253,13 +253,13 @@ def signal_txn(
     for iid in plan.recipients:
         txn.require(iid, MAIL_STATUSES)
     notices = [
-        _transactions.add_message(
+        _message_txns.add_message(
             txn, iid, name, payload, now, max_payload=max_payload, trace=trace
         )
         for iid in plan.recipients
     ]
     if key is not None:
-        cursor = _transactions.key_cursor(key)
+        cursor = _message_txns.key_cursor(key)
         for iid in plan.recipients:
             txn.set_cursor(iid, cursor, 0)
     for stale in plan.stale:
@@ -308,7 +308,7 @@ class SignalRouter:
         system = self.system
         values = self.arrange(signal, check_identity(signal, identity, "system.signal"))
         if key is not None:
-            _transactions.key_cursor(check_name(key, "signal(key=...)"))
+            _message_txns.key_cursor(check_name(key, "signal(key=...)"))
         check_payload(signal, payload, system.max_payload)  # whoever listens
 
         async def commit(txn: Txn, count: int) -> list[int]:
@@ -413,13 +413,13 @@ def new_signal(
     Raises:
         InvalidArguments: see `check_identity` and `SignalRouter.arrange`; a
             key that is not a name.
-        LimitExceeded: a key over `_transactions.MAX_KEY_BYTES`, a payload over
+        LimitExceeded: a key over `_message_txns.MAX_KEY_BYTES`, a payload over
             ``max_payload``.
         EncodeError: a payload the codec cannot carry, naming the path in it.
     """
     values = check_identity(signal, identity, "ctx.signal")
     if key is not None:
-        _transactions.key_cursor(check_name(key, "ctx.signal(key=...)"))
+        _message_txns.key_cursor(check_name(key, "ctx.signal(key=...)"))
     check_payload(signal, payload, actor.system.max_payload)
     arg_hash = digest([signal.name, list(values), payload, key], what="signal")
     values = actor.system.signals.arrange(signal, values)

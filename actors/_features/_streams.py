@@ -94,7 +94,7 @@ class Stream:
         if from_ not in ("start", "latest"):
             raise InvalidArguments(f"from_ must be 'start' or 'latest', not {from_!r}")
         # Invariant: a consumer's name holds no control character (check_name),
-        # so it never takes a send key's cursor (`_transactions.KEY_PREFIX` + key).
+        # so it never takes a send key's cursor (`_message_txns.KEY_PREFIX` + key).
         check_name(consumer, "the stream's consumer")
         if len(consumer.encode()) > 200:
             raise InvalidArguments(

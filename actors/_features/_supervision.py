@@ -35,14 +35,9 @@ from .._kernel._failures import ErrorRecord, describe_error, error_summary
 from .._kernel._handles import ChildHandle
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry, children_named
+from .._kernel._message_txns import system_send_txn
 from .._kernel._process import OneForAll, OneForOne, RestForOne
-from .._kernel._transactions import (
-    START_RACED,
-    end_payload,
-    read_for_start,
-    start_txn,
-    system_send_txn,
-)
+from .._kernel._transactions import START_RACED, end_payload, read_for_start, start_txn
 from .._kernel._values import Signal
 from ..errors import ActorError, ChildFailed
 

@@ -11,7 +11,7 @@ consumers, queue, schedule and signal names, send keys, step names) hold no
 NUL and no other control character (Unicode's category Cc: U+0000-U+001F,
 U+007F-U+009F): PostgreSQL's text cannot hold NUL, a control character in a
 name is invisible in every listing, and the runtime names its own records
-with prefixes that start with one (see `_transactions.KEY_PREFIX`), which no
+with prefixes that start with one (see `_message_txns.KEY_PREFIX`), which no
 user's name can then take.
 """
 

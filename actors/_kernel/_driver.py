@@ -22,7 +22,7 @@ non-determinism checks:
 - every effect `Context` handed the process must be awaited (alone or in a
   `first`/`all`/`settled`): one dropped unawaited raises `ContextError` in
   the process at its next effect, one still unawaited when the run returns
-  or continues as new fails it there (see `Driver.made`).
+  or continues as new fails it there (see `Unawaited`).
 
 What ran before. An activation that loads a run which ran before re-runs
 code an earlier activation already ran, up to the first effect replay
@@ -36,134 +36,35 @@ it (see `Driver.patched`).
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Coroutine, Sequence
-from typing import Any, Literal, Protocol
+from collections.abc import Coroutine
+from typing import Any
 
-import attrs
 import trio
 
 from ..errors import ContextError, NonDeterminismError
 from . import _effects as fx, _guard
-from ._differs import differs
+from ._divergence import mismatch, unconsumed, unwritten
 from ._effects import Effect
 from ._failures import ErrorRecord
+from ._hosts import (
+    CONTINUED,
+    ENDED,
+    RAISE,
+    WAIT,
+    YIELD,
+    Host,
+    Interrupted,
+    Owner,
+    Parked,
+    Passivated,
+    outcome_of,
+)
 from ._log import NO_VALUE, LogEntry
 from ._mailbox import Asker
+from ._replay_check import Checker
+from ._unawaited import Unawaited
 
-__all__ = [
-    "CONTINUED",
-    "ENDED",
-    "RAISE",
-    "WAIT",
-    "YIELD",
-    "Driver",
-    "Host",
-    "Interrupted",
-    "Parked",
-    "Passivated",
-    "error_from_entry",
-    "outcome_of",
-]
-
-
-class Passivated(Exception):
-    """The host dropped the instance from memory; nothing more to do."""
-
-
-class Interrupted(Exception):
-    """The instance was cancelled, restarted or escalated to from outside."""
-
-
-class Parked(Exception):  # noqa: N818 - a signal to the driver, not an error
-    """The host parked the instance without a task: it keeps the coroutine
-    (see `Actor.wait_for`), and resumes it once the effect it waits on is done.
-    `Driver.run` sets ``coro``: the coroutine it was running (the run's
-    latest, after a continue-as-new)."""
-
-    coro: Coroutine[Any, Any, Any] | None = None
-
-
-# What `Driver.advance` stopped at (kinds compared by identity).
-WAIT = 1  # an effect begun live and not done: wait for it
-YIELD = 2  # a done effect after a long replay: let others run, then go on
-ENDED = 3  # the run ended: ("complete" | "fail" | "diverge", argument)
-CONTINUED = 4  # the run continues as new
-RAISE = 5  # (only as `Driver.run`'s ``pending``) raise this exception: stepping failed
-
-
-def outcome_of(effect: Effect[Any]) -> tuple[Any, BaseException | None]:
-    """What the process gets for done ``effect``: (value to send, error to throw)."""
-    error = effect.error
-    return (None, error) if error is not None else (effect.value, None)
-
-
-@attrs.frozen(slots=True)
-class Interrupt:
-    """A request from outside that the driver acts on at the instance's next
-    effect (raising `Interrupted` there): the host's ``interrupt``.
-
-    - ``cancel``: ``detail`` is the reason; ``compensate`` asks for the saga's
-      compensations first.
-    - ``restart``: ``detail`` is the reason (a sibling crashed).
-    - ``escalate``: ``detail`` is the ESCALATE payload, ``message`` its
-      mailbox id (taken with the failure it causes).
-    - ``corrupt``: ``detail`` is the `JournalCorrupt` found elsewhere.
-    - ``park``: ``detail`` is ``(error, held)``: keep the instance stuck
-      (`Ends.diverge`), as a step whose crash budget is spent asks.
-    """
-
-    kind: Literal["cancel", "restart", "escalate", "corrupt", "park"]
-    detail: Any
-    compensate: bool = False
-    message: int | None = None
-
-
-class Host(Protocol):
-    """What the driver asks of whoever runs the effects it does not replay."""
-
-    interrupt: Interrupt | None  # not None: stop at the next effect (raise `Interrupted`)
-
-    def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
-        """Start the leaves of ``effect`` that replay left open (called only
-        if it left some: ``effect`` is not done, or ``started`` is not empty)."""
-
-    async def wait_for(self, effect: Effect[Any]) -> bool:
-        """Wait until ``effect`` is done; False to stop driving (nothing more to run)."""
-
-    @property
-    def ends(self) -> RunEnds:
-        """How the run ends."""
-
-
-class RunEnds(Protocol):
-    """How a run a driver runs ends (`Host.ends`)."""
-
-    async def complete(self, value: Any) -> None:
-        """The process returned ``value``."""
-
-    async def fail(self, exc: BaseException) -> None:
-        """The process raised ``exc``."""
-
-    async def diverge(self, exc: NonDeterminismError) -> None:
-        """The code does not match the recorded history."""
-
-    async def continue_as_new(self, effect: fx.ContinueAsNew) -> Coroutine[Any, Any, Any] | None:
-        """Start the next run; its coroutine, or None to stop driving."""
-
-
-class Owner(Protocol):
-    """The instance a driver belongs to: what replaying a logged child effect
-    tells it, and the status its journal row had when its run was loaded."""
-
-    @property
-    def persisted_status(self) -> str | None:
-        """The status the journal holds for the instance (None: not read),
-        as of `Driver.load`."""
-
-    def add_child(self, address: str, seq: int) -> None: ...
-
-    def child_handle(self, address: str) -> Any: ...
+__all__ = ["Driver", "error_from_entry"]
 
 
 def error_from_entry(entry: LogEntry) -> BaseException:
@@ -175,12 +76,11 @@ def error_from_entry(entry: LogEntry) -> BaseException:
 _NO_LOG: dict[int, LogEntry] = {}  # the log of a run that has none (shared, never written)
 
 
-class Driver:
+class Driver(Unawaited):
     """The log of an instance's current run and the position in it."""
 
     __slots__ = (
         "address",
-        "fresh",
         "last",
         "log",
         "occurrences",
@@ -210,11 +110,7 @@ class Driver:
         # from a load of a run that ran before, up to the first effect
         # begun live. A run made in memory never ran before.
         self.rerun = False
-        # Invariant: fresh holds the effects `Context` handed the coroutine
-        # that it has neither awaited nor put in a composite, in the order
-        # made: None, the one such effect (the usual case: made, then
-        # awaited at once, costs no list), or a list.
-        self.fresh: Effect[Any] | list[Effect[Any]] | None = None
+        self.fresh = None  # (see Unawaited)
         self._reset_run_state()
 
     def _reset_run_state(self) -> None:
@@ -306,82 +202,6 @@ class Driver:
         self.seq += 1
         return self.seq
 
-    # -- effects made and not yet awaited --------------------------------------------
-
-    def made(self, effect: Effect[Any]) -> None:
-        """The coroutine was handed ``effect``: it must await it (alone or in
-        a composite) before it returns. One it drops unawaited raises
-        `ContextError` at its next effect (see `forgotten`)."""
-        fresh = self.fresh
-        if fresh is None:
-            self.fresh = effect
-        elif isinstance(fresh, list):
-            fresh.append(effect)
-        else:
-            self.fresh = [fresh, effect]
-
-    def joined(self, composite: fx.Composite[Any]) -> None:
-        """As `made`, for a composite: its children are its to await now."""
-        self.unmade(composite.children)
-        self.made(composite)
-
-    def unmade(self, effects: list[Effect[Any]]) -> None:
-        """Stop tracking ``effects`` (a composite took them, or the process
-        never got them: the call that made them raised half-way)."""
-        fresh = self.fresh
-        if fresh is None or not effects:
-            return
-        if not isinstance(fresh, list):
-            if any(fresh is effect for effect in effects):
-                self.fresh = None
-            return
-        taken = {id(effect) for effect in effects}
-        self._keep([each for each in fresh if id(each) not in taken])
-
-    def _keep(self, effects: list[Effect[Any]]) -> None:
-        self.fresh = None if not effects else effects[0] if len(effects) == 1 else effects
-
-    def forgotten(self, awaited: object, ending: bool) -> ContextError | None:
-        """The coroutine awaits ``awaited`` (None: it returned); the error
-        naming the effects it was handed and will never await, if any.
-
-        Those are the ones nothing refers to any more (the coroutine dropped
-        them: ``ctx.step(charge)`` without ``await``) and, when ``ending``
-        (the run returns or continues as new), all the rest. An effect the
-        coroutine still holds may yet be awaited; so it is kept. Reference
-        counts are deterministic, so replay raises at the same effect."""
-        # Counted below: no reference but the list `pending` may remain here
-        # (so the caller keeps none either).
-        fresh, self.fresh = self.fresh, None
-        pending = [
-            each
-            for each in (fresh if isinstance(fresh, list) else (fresh,))
-            if each is not None and each is not awaited
-        ]
-        del fresh
-        lost: list[Effect[Any]] = []
-        kept: list[Effect[Any]] = []
-        if ending:
-            lost = pending
-        else:
-            for each, count in zip(pending, _refcounts(pending), strict=False):
-                # A composite is referred to by its children's parent pointers too.
-                own = len(each.children) if isinstance(each, fx.Composite) else 0
-                (lost if count <= _ALONE + own else kept).append(each)
-        self._keep(kept)
-        if not lost:
-            return None
-        made = " and ".join(f"{each.as_call()} made at {each.made_where()}" for each in lost)
-        if len(lost) == 1:
-            return ContextError(
-                f"{made} was never awaited, so it never ran: await it, or pass it to "
-                "ctx.first/all/settled"
-            )
-        return ContextError(
-            f"{made} were never awaited, so they never ran: await each, or pass them to "
-            "ctx.first/all/settled"
-        )
-
     def occurrence(self, name: str) -> int:
         """Count one more step called ``name`` in this run: 1 for the first."""
         occurrences = self.occurrences
@@ -404,42 +224,13 @@ class Driver:
         if entry is None:
             return None
         if entry.kind != effect.kind or entry.name != effect.name or entry.hash != effect.hash:
-            raise self._mismatch(effect, entry)
+            raise mismatch(self.address, effect, entry)
         return entry
-
-    def _mismatch(self, effect: Effect[Any], entry: LogEntry) -> NonDeterminismError:
-        return NonDeterminismError(
-            f"instance {self.address!r} replayed a different effect at position "
-            f"{effect.seq}: {differs(entry, effect)}. The code changed in a way that does not "
-            "match this instance's history: deploy code that makes the same effects "
-            "in the same order (add new effects after the existing ones), or cancel "
-            "the instance. It stays suspended until then.",
-            address=self.address,
-            position=effect.seq,
-            expected=entry.identity(),
-            found=effect.describe().identity(),
-        )
 
     def unwritten(self, effect: Effect[Any], entry: LogEntry) -> NonDeterminismError:
         """The error of a started record at ``effect``'s position, of a kind
         that logs its outcome only (`Effect.logs_start` False)."""
-        # A started record of a kind that logs its outcome only: no run of
-        # the runtime wrote this log (an import of a damaged history, or
-        # one exported by a version that dropped outcomes of None). Run
-        # live, the effect would repeat what the history says it did, so
-        # the instance is held as for changed code, not run.
-        return NonDeterminismError(
-            f"instance {self.address!r} cannot be replayed: its log holds {entry.show()} "
-            f"at position {effect.seq} with no outcome, and a {effect.kind} logs only its "
-            "outcome, so the runtime never wrote this log (a history imported from a damaged "
-            "file, or one exported by a version that left out outcomes of None). Export it "
-            "again from the journal it ran in and import that with --replace, or cancel the "
-            "instance. It stays suspended until then.",
-            address=self.address,
-            position=effect.seq,
-            expected=entry.identity(),
-            found=effect.describe().identity(),
-        )
+        return unwritten(self.address, effect, entry)
 
     def replay(self, effect: Effect[Any]) -> dict[Effect[Any], LogEntry]:
         """Give every leaf of ``effect`` its logged outcome, if it has one.
@@ -460,7 +251,7 @@ class Driver:
             if entry is None:
                 continue
             if entry.kind != leaf.kind or entry.name != leaf.name or entry.hash != leaf.hash:
-                raise self._mismatch(leaf, entry)
+                raise mismatch(self.address, leaf, entry)
             if leaf.makes_child:
                 self.owner.add_child(leaf.name, leaf.seq)
             value = entry.value
@@ -480,19 +271,9 @@ class Driver:
 
     def check_consumed(self) -> None:
         """Raise `NonDeterminismError` if the log goes on past the last effect."""
-        extra = [seq for seq in self.log if seq > self.seq]
-        if extra:
-            entry = self.log[min(extra)]
-            raise NonDeterminismError(
-                f"instance {self.address!r} finished replaying at position {self.seq}, but "
-                f"its log goes on with {entry.show()} at position {min(extra)}: the code "
-                "now skips effects its history made; deploy code that matches the "
-                "history, or cancel the instance. It stays suspended until then.",
-                address=self.address,
-                position=min(extra),
-                expected=entry.identity(),
-                found=None,
-            )
+        error = unconsumed(self.address, self.log, self.seq)
+        if error is not None:
+            raise error
 
     # -- the loop ------------------------------------------------------------------
 
@@ -525,10 +306,7 @@ class Driver:
                 # await of ours).
                 stepping.address = self.address
                 try:
-                    if throw is not None:
-                        effect = coro.throw(throw)
-                    else:
-                        effect = coro.send(send)
+                    effect = coro.throw(throw) if throw is not None else coro.send(send)
                 finally:
                     stepping.address = None
             except StopIteration as stop:
@@ -657,57 +435,9 @@ class Driver:
 
         Returns the first mismatch, or None if the code makes the effects
         the log holds, in its order, as far as the history goes."""
-        checker = _Checker(self)
+        checker = Checker(self.check_consumed)
         await self.run(coro, checker)
         return checker.problem
-
-
-class _Checker:
-    """The host of a replay check: runs nothing, stops where the history ends."""
-
-    __slots__ = ("driver", "interrupt", "problem")
-
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
-        self.interrupt: Interrupt | None = None
-        self.problem: NonDeterminismError | None = None
-
-    def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
-        pass
-
-    async def wait_for(self, effect: Effect[Any]) -> bool:
-        return False  # the history ends here: the rest would run live
-
-    @property
-    def ends(self) -> _Checker:
-        return self  # it ends as it checks
-
-    async def complete(self, value: Any) -> None:
-        self._consumed()
-
-    async def fail(self, exc: BaseException) -> None:
-        self._consumed()  # the process failed as recorded
-
-    async def diverge(self, exc: NonDeterminismError) -> None:
-        self.problem = exc
-
-    async def continue_as_new(self, effect: fx.ContinueAsNew) -> None:
-        return None  # the next run has a log of its own
-
-    def _consumed(self) -> None:
-        try:
-            self.driver.check_consumed()
-        except NonDeterminismError as exc:
-            self.problem = exc
-
-
-def _refcounts(objects: Sequence[object]) -> list[int]:
-    return [sys.getrefcount(each) for each in objects]
-
-
-# What `_refcounts` gives for an object only its list refers to: measured
-# through the same code, so it holds for any interpreter that counts references.
-_ALONE = _refcounts([object()])[0]
 
 
 def _settle_tree(effect: fx.Composite[Any]) -> bool:

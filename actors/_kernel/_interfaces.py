@@ -23,9 +23,9 @@ import trio
 from storage import InstanceRecord, InstanceRow, Journal, Txn
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
-from . import _effects as fx
+from . import _effects as fx, _hosts
 from ._compensations import Compensations
-from ._driver import Driver, Interrupt
+from ._driver import Driver
 from ._holds import Holds
 from ._log import LogEntry
 from ._mailbox import Asker, Mailbox, StoredMessage
@@ -503,7 +503,7 @@ class ActorAPI(Protocol):
     mailbox: Mailbox[fx.Wait[Any]]
     live: set[fx.Effect[Any]]
     children: dict[str, int]
-    interrupt: Interrupt | None
+    interrupt: _hosts.Interrupt | None
     root: fx.Effect[Any] | None
     loaded: bool
     done: bool

@@ -37,13 +37,9 @@ but no listener (`ControlUnavailable`) knows no system serves.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import socket
-import struct
 from collections.abc import Awaitable, Callable, Iterable
-from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -51,6 +47,16 @@ import trio
 
 from .._kernel._values import Signal
 from ..errors import ActorError
+from ._control_frames import MAX_DEPTH, MAX_REPLY, MAX_REQUEST, BadRequest, frame, read_frame
+from ._control_socket import (
+    SOCKET_NAME,
+    bind,
+    check_directory,
+    check_server,
+    peer_allowed,
+    remove_socket,
+    socket_path,
+)
 
 __all__ = [
     "MAX_DEPTH",
@@ -66,18 +72,8 @@ __all__ = [
 
 log = logging.getLogger("actors.control")
 
-SOCKET_NAME = "control.sock"
-MAX_REQUEST = 4 << 20  # bytes of JSON: room for a 1 MiB payload however it is escaped
-MAX_REPLY = 1 << 20
-# Levels of JSON arrays and objects a request may nest (the request object
-# itself is one): well within what the decoder's recursion allows, so depth
-# is refused by this rule, never by a RecursionError.
-MAX_DEPTH = 500
 READ_TIMEOUT = 10.0  # seconds a client has to send its whole request
 _CONNECTIONS = 16  # requests served at once; more wait in the listen backlog
-_BACKLOG = 64
-_HEADER = struct.Struct(">I")
-_UNIX_PATH_MAX = 100  # sun_path holds 108 bytes on Linux, 104 on macOS
 
 
 class ControlUnavailable(ActorError, ConnectionError):
@@ -92,10 +88,6 @@ class RemoteError(ActorError):
     def __init__(self, type: str, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.type, self.message, self.reason = type, message, reason
-
-
-class _BadRequest(Exception):
-    """A request the endpoint does not understand; its text says why."""
 
 
 class Operations(Protocol):
@@ -127,150 +119,6 @@ class Operations(Protocol):
     ) -> int: ...
 
 
-# -- frames ---------------------------------------------------------------------------
-
-
-def _frame(doc: dict[str, Any]) -> bytes:
-    body = json.dumps(doc, separators=(",", ":")).encode()  # ASCII: lone surrogates too
-    return _HEADER.pack(len(body)) + body
-
-
-async def _read_exactly(stream: trio.abc.ReceiveStream, n: int) -> bytes | None:
-    """``n`` bytes, or None if the peer closed first (a truncated frame)."""
-    parts, got = [], 0
-    while got < n:
-        chunk = await stream.receive_some(min(n - got, 1 << 16))
-        if not chunk:
-            return None
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
-async def _read_frame(stream: trio.abc.ReceiveStream, cap: int) -> dict[str, Any] | None:
-    """The next frame's JSON object; None when the peer closed mid-frame.
-
-    Raises:
-        _BadRequest: over ``cap`` bytes, not UTF-8 JSON, or not an object.
-    """
-    header = await _read_exactly(stream, _HEADER.size)
-    if header is None:
-        return None
-    (size,) = _HEADER.unpack(header)
-    if size > cap:
-        raise _BadRequest(f"a frame of {size} bytes is over the {cap}-byte cap")
-    body = await _read_exactly(stream, size)
-    if body is None:
-        return None
-    too_deep = _BadRequest(
-        f"the frame nests JSON arrays and objects deeper than a request may (at most "
-        f"{MAX_DEPTH} levels); send a flatter payload"
-    )
-    try:
-        doc = json.loads(body.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise _BadRequest(f"the frame is not UTF-8 JSON ({exc})") from None
-    except RecursionError:
-        raise too_deep from None
-    if not isinstance(doc, dict):
-        raise _BadRequest(f"the frame is JSON {type(doc).__name__}, not an object")
-    if _depth_over(doc, MAX_DEPTH):
-        raise too_deep
-    return doc
-
-
-def _depth_over(doc: Any, limit: int) -> bool:
-    """Whether ``doc`` nests lists and dicts more than ``limit`` levels deep
-    (without recursion: the walk must not fail where the decoder did not)."""
-    level: list[Any] = [doc]
-    for _ in range(limit):
-        level = [
-            inner
-            for outer in level
-            for inner in (outer.values() if isinstance(outer, dict) else outer)
-            if isinstance(inner, (list, dict))
-        ]
-        if not level:
-            return False
-    return True
-
-
-# -- where the socket is ----------------------------------------------------------------
-
-
-@contextmanager
-def _socket_path(directory: Path, name: str = SOCKET_NAME) -> Any:
-    """A path to bind or connect to for ``directory/name``: the path itself,
-    or, past the length a unix socket address holds, the same file reached
-    through an open descriptor of the directory (/proc/self/fd/N/name)."""
-    full = os.fsencode(directory / name)
-    if len(full) < _UNIX_PATH_MAX or not os.path.isdir("/proc/self/fd"):
-        yield full
-        return
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        yield os.fsencode(f"/proc/self/fd/{fd}/{name}")
-    finally:
-        os.close(fd)
-
-
-def _peer_uid(sock: Any) -> int | None:
-    """The uid of the process at the other end of a unix socket (for a
-    server, as it was when it listened); None where the platform does not say."""
-    if not hasattr(socket, "SO_PEERCRED"):
-        return None
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid)
-
-
-def _check_directory(directory: Path) -> int | None:
-    """The uid owning the journal's ``directory`` (the journal's owner),
-    once it is known that no other user can put a socket there; None if
-    the directory cannot be read (connecting then says why).
-
-    Raises:
-        ActorError: another user may write in the directory, so the socket
-            in it may be theirs.
-    """
-    try:
-        info = os.stat(directory)
-    except OSError:
-        return None
-    if info.st_mode & 0o022:
-        raise ActorError(
-            f"refusing the control socket {directory / SOCKET_NAME}: the journal directory "
-            f"{directory} is writable by other users (mode {info.st_mode & 0o7777:o}), so "
-            "the socket may be another user's rather than the running system's; make the "
-            f"directory its owner's only (chmod go-w {directory}), then try again"
-        )
-    return info.st_uid
-
-
-def _check_server(directory: Path, sock: Any, owner: int | None) -> None:
-    """Refuse a server that is not the journal's owner (nor root).
-
-    Raises:
-        ActorError: another user's program listens on the control socket.
-    """
-    uid = _peer_uid(sock)
-    if uid is None or owner is None or uid in (owner, 0):
-        return
-    raise ActorError(
-        f"refusing the control socket {directory / SOCKET_NAME}: it is served by uid {uid}, "
-        f"not by the journal's owner (uid {owner}, who owns {directory}), so it is not the "
-        "running system's and nothing was sent to it; stop that program, remove the "
-        f"socket, and make {directory} its owner's only (chmod 700 {directory})"
-    )
-
-
-def _peer_allowed(sock: trio.socket.SocketType) -> bool:
-    """Whether the peer runs as this process's user (or root); True where
-    the platform does not say (the socket's mode still guards it)."""
-    uid = _peer_uid(sock)
-    return uid is None or uid in (os.getuid(), 0)
-
-
 # -- the server ------------------------------------------------------------------------
 
 
@@ -283,7 +131,7 @@ def start(nursery: trio.Nursery, system: Operations, directory: Path) -> None:
     logged and nothing is served: the system runs on without it.
     """
     try:
-        sock, inode = _bind(directory)
+        sock, inode = bind(directory)
     except OSError as exc:
         log.warning("no control endpoint in %s: %s", directory, exc)
         return
@@ -308,53 +156,19 @@ async def _serve(
                     continue
                 nursery.start_soon(_serve_one, system, stream, slots)
     finally:
-        _remove(directory, inode)
+        remove_socket(directory, inode)
         listener.socket.close()
-
-
-def _bind(directory: Path) -> tuple[socket.socket, int]:
-    # Invariant: the socket is reachable under SOCKET_NAME only once it is
-    # owner-only and listening: it is bound under a private name first.
-    temporary = f".{SOCKET_NAME}.{os.getpid()}"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        with _socket_path(directory, temporary) as path:
-            with suppress(FileNotFoundError):
-                os.unlink(path)
-            sock.bind(path)
-        try:
-            os.chmod(directory / temporary, 0o600)
-            sock.listen(_BACKLOG)
-            # Replaces a socket a killed system left (we hold the owner lock).
-            os.replace(directory / temporary, directory / SOCKET_NAME)
-        except BaseException:
-            os.unlink(directory / temporary)
-            raise
-        return sock, os.stat(directory / SOCKET_NAME).st_ino
-    except BaseException:
-        sock.close()
-        raise
-
-
-def _remove(directory: Path, inode: int) -> None:
-    """Remove our socket file (not one another system has made since)."""
-    path = directory / SOCKET_NAME
-    try:
-        if os.stat(path).st_ino == inode:
-            os.unlink(path)
-    except OSError:
-        pass  # gone already, or the directory with it
 
 
 async def _serve_one(system: Operations, stream: trio.SocketStream, slots: trio.Semaphore) -> None:
     try:
         async with stream:
-            if not _peer_allowed(stream.socket):
+            if not peer_allowed(stream.socket):
                 return
             try:
                 with trio.fail_after(READ_TIMEOUT):
-                    request = await _read_frame(stream, MAX_REQUEST)
-            except _BadRequest as exc:
+                    request = await read_frame(stream, MAX_REQUEST)
+            except BadRequest as exc:
                 await _reply(stream, _error("BadRequest", str(exc)))
                 await _drain(stream)
                 return
@@ -371,7 +185,7 @@ async def _serve_one(system: Operations, stream: trio.SocketStream, slots: trio.
 
 async def _reply(stream: trio.SocketStream, doc: dict[str, Any]) -> None:
     with trio.move_on_after(READ_TIMEOUT):
-        await stream.send_all(_frame(doc))
+        await stream.send_all(frame(doc))
 
 
 async def _drain(stream: trio.SocketStream) -> None:
@@ -395,7 +209,7 @@ async def _answer(system: Operations, request: dict[str, Any]) -> dict[str, Any]
         return _error("BadRequest", f"unknown operation {op!r}; one of {', '.join(OPS)}")
     try:
         return {"ok": await handler(system, request)}
-    except _BadRequest as exc:
+    except BadRequest as exc:
         return _error("BadRequest", str(exc))
     except Exception as exc:  # noqa: BLE001 - every failure goes back to the client
         if not isinstance(exc, ActorError):
@@ -406,7 +220,7 @@ async def _answer(system: Operations, request: dict[str, Any]) -> dict[str, Any]
 def _text(request: dict[str, Any], field: str) -> str:
     value = request.get(field)
     if not isinstance(value, str):
-        raise _BadRequest(f"{field!r} must be a string, not {value!r}")
+        raise BadRequest(f"{field!r} must be a string, not {value!r}")
     return value
 
 
@@ -419,7 +233,7 @@ async def _send(system: Operations, request: dict[str, Any]) -> None:
 async def _signal(system: Operations, request: dict[str, Any]) -> int:
     identity = request.get("identity")
     if not isinstance(identity, dict) or not identity:
-        raise _BadRequest(f"'identity' must be an object of fields, not {identity!r}")
+        raise BadRequest(f"'identity' must be an object of fields, not {identity!r}")
     key = _text(request, "key") if "key" in request else None
     signal = Signal(_text(request, "signal"), identity=tuple(identity))
     return await system.signal(signal, identity, request.get("payload"), key=key)
@@ -428,7 +242,7 @@ async def _signal(system: Operations, request: dict[str, Any]) -> int:
 async def _cancel(system: Operations, request: dict[str, Any]) -> bool:
     compensate = request.get("compensate", False)
     if not isinstance(compensate, bool):
-        raise _BadRequest(f"'compensate' must be true or false, not {compensate!r}")
+        raise BadRequest(f"'compensate' must be true or false, not {compensate!r}")
     return await system.cancel(_text(request, "address"), compensate=compensate)
 
 
@@ -444,16 +258,16 @@ async def _cleanup(system: Operations, request: dict[str, Any]) -> int:
     older_than = request.get("older_than")
     statuses = request.get("statuses")
     if isinstance(older_than, bool) or not isinstance(older_than, (int, float)):
-        raise _BadRequest(f"'older_than' must be a number of seconds, not {older_than!r}")
+        raise BadRequest(f"'older_than' must be a number of seconds, not {older_than!r}")
     if not isinstance(statuses, list) or not all(isinstance(s, str) for s in statuses):
-        raise _BadRequest(f"'statuses' must be a list of strings, not {statuses!r}")
+        raise BadRequest(f"'statuses' must be a list of strings, not {statuses!r}")
     return await system.cleanup(older_than, statuses)
 
 
 async def _retry(system: Operations, request: dict[str, Any]) -> dict[str, Any]:
     input = request.get("input")
     if input is not None and not isinstance(input, dict):
-        raise _BadRequest(f"'input' must be an object of keyword input or null, not {input!r}")
+        raise BadRequest(f"'input' must be an object of keyword input or null, not {input!r}")
     handle = await system.retry(_text(request, "address"), input=input)
     return {"incarnation": handle.incarnation, "status": handle.status}
 
@@ -461,12 +275,12 @@ async def _retry(system: Operations, request: dict[str, Any]) -> dict[str, Any]:
 async def _fork(system: Operations, request: dict[str, Any]) -> dict[str, Any]:
     input = request.get("input")
     if input is not None and not isinstance(input, dict):
-        raise _BadRequest(f"'input' must be an object of keyword input or null, not {input!r}")
+        raise BadRequest(f"'input' must be an object of keyword input or null, not {input!r}")
     from_effect = request.get("from_effect")
     if from_effect is not None and (
         isinstance(from_effect, bool) or not isinstance(from_effect, int)
     ):
-        raise _BadRequest(f"'from_effect' must be a whole number or null, not {from_effect!r}")
+        raise BadRequest(f"'from_effect' must be a whole number or null, not {from_effect!r}")
     after_step = _text(request, "after_step") if request.get("after_step") is not None else None
     to = _text(request, "to") if request.get("to") is not None else None
     handle = await system.fork(
@@ -482,12 +296,12 @@ async def _fork(system: Operations, request: dict[str, Any]) -> dict[str, Any]:
 async def _drop_message(system: Operations, request: dict[str, Any]) -> dict[str, Any]:
     message_id = request.get("message_id")
     if isinstance(message_id, bool) or not isinstance(message_id, int):
-        raise _BadRequest(f"'message_id' must be a whole number, not {message_id!r}")
+        raise BadRequest(f"'message_id' must be a whole number, not {message_id!r}")
     incarnation = request.get("incarnation")
     if incarnation is not None and (
         isinstance(incarnation, bool) or not isinstance(incarnation, int)
     ):
-        raise _BadRequest(f"'incarnation' must be a whole number or absent, not {incarnation!r}")
+        raise BadRequest(f"'incarnation' must be a whole number or absent, not {incarnation!r}")
     m = await system.drop_message(_text(request, "address"), message_id, incarnation=incarnation)
     return {"id": m.id, "signal": m.signal, "payload": m.payload, "sent": m.sent}
 
@@ -520,10 +334,10 @@ async def request(directory: Path, op: str, **fields: Any) -> Any:
     # Invariant: nothing is sent before the server is known to be the
     # journal owner's (a socket another user could have put there may be a
     # listener of theirs, collecting payloads and answering "ok").
-    owner = _check_directory(directory)
+    owner = check_directory(directory)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        with _socket_path(directory) as path:
+        with socket_path(directory) as path:
             try:
                 await sock.connect(path)
             except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -535,15 +349,15 @@ async def request(directory: Path, op: str, **fields: Any) -> Any:
                     f"the control socket {directory / SOCKET_NAME} is its owner's only; run "
                     "this as the user that runs the system"
                 ) from None
-        _check_server(directory, sock, owner)
+        check_server(directory, sock, owner)
     except BaseException:
         sock.close()
         raise
     async with trio.SocketStream(sock) as stream:
         try:
-            await stream.send_all(_frame({"op": op, **fields}))
-            reply = await _read_frame(stream, MAX_REPLY)
-        except (trio.BrokenResourceError, _BadRequest) as exc:
+            await stream.send_all(frame({"op": op, **fields}))
+            reply = await read_frame(stream, MAX_REPLY)
+        except (trio.BrokenResourceError, BadRequest) as exc:
             reply, why = None, str(exc)
         else:
             why = "it closed the connection"

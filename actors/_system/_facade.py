@@ -25,10 +25,10 @@ import trio
 from storage import Journal
 from storage.errors import JournalCorrupt
 
-from .._features import _asks, _joins, _sends, _signals, _steps, _streams, _supervision
+from .._features import _asks, _joins, _schedules, _sends, _signals, _steps, _streams, _supervision
 from .._features._asks import Asks
 from .._features._queues import QueueService
-from .._features._schedules import ScheduleCalls, ScheduleService
+from .._features._schedule_calls import ScheduleCalls
 from .._features._sending import Router
 from .._features._sends import KeyedSends
 from .._features._signals import SignalRouter
@@ -113,7 +113,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
         self.queues = QueueService(self, queues)
-        self.schedules = ScheduleService(self)
+        self.schedules = _schedules.ScheduleService(self)
         self.asks = Asks(self)
         self.rides = Rides(journal)
         self.keys = KeyedSends(self)

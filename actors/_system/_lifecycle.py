@@ -18,7 +18,6 @@ from storage import (
     MAX_ADDRESS_BYTES,
     UNFINISHED_STATUSES,
     InstanceRecord,
-    Journal,
     Txn,
     encode,
     instance_id,
@@ -26,28 +25,24 @@ from storage import (
 from storage.errors import Conflict, JournalUnavailable
 
 from .._features import _saga, _supervision as _sup
-from .._features._queues import waiting_rows
+from .._features._queue_rows import waiting_rows
 from .._features._sending import commit_through
-from .._kernel import _hooks, _tracing, _transactions
+from .._kernel import _hooks, _message_txns, _tracing, _transactions
 from .._kernel._checks import check_text
 from .._kernel._handles import Handle
 from .._kernel._log import children_named, read_state
 from .._kernel._process import ProcessDef
 from .._kernel._values import Queue, Signal
 from ..errors import InvalidArguments, LimitExceeded, UnknownProcess
+from ._deciding import Deciding
+from ._fresh_start import FRESH_REFUSED, fresh_start
+from ._remote_cancel import cancel_remote
 from ._status_watch import state_of
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import ActorAPI, SystemAPI
 
 __all__ = ["Lifecycle"]
-
-# A cancel of an instance another live node owns waits this long for it to
-# end (its owner may be in a long step), and meanwhile tries to claim it
-# this often (times `Journal.poll_scale`), as the takeover scan does: once
-# the owner's lease lapses, the cancel is written here within that time.
-REMOTE_CANCEL_WAIT = 10.0
-REMOTE_CLAIM_EVERY = 0.25
 
 
 class Lifecycle:
@@ -139,7 +134,7 @@ class Lifecycle:
         compensating = self._compensates(row, compensate)
         epoch = await self.journal.claim(iid)
         if epoch is None:
-            ended = await self._cancel_remote(iid, address, reason, compensate)
+            ended = await cancel_remote(self.system, iid, address, reason, compensate)
             if ended is not None:
                 return ended
             # Its owner is gone and this node took it: cancel it here (what
@@ -228,34 +223,6 @@ class Lifecycle:
             self.system.router.route(notice.iid, results[notice.slot], notice.message)
         return True
 
-    async def _cancel_remote(
-        self, iid: bytes, address: str, reason: str, compensate: bool = False
-    ) -> bool | None:
-        """Cancel an instance another live node owns: ask it, and wait (a
-        while) for it to end. None: its owner died or froze meanwhile and
-        this node claimed it (the caller cancels it here, holding off its
-        activation as before: so a node left alone with it never waits for
-        a takeover that its own cancel holds off)."""
-        payload: dict[str, Any] = {"reason": reason}
-        if compensate:
-            payload["compensate"] = True
-        await self.system.router.send_system(iid, address, _sup.CANCEL, payload)
-        claim_every = REMOTE_CLAIM_EVERY * self.journal.poll_scale
-        with trio.move_on_after(REMOTE_CANCEL_WAIT):
-            next_claim = trio.current_time() + claim_every
-            while True:
-                row = await self.journal.read(lambda r: r.instance(iid))
-                if row is None or row.status not in LIVE_STATUSES:
-                    return row is not None and row.status == "cancelled"
-                if trio.current_time() >= next_claim:
-                    # Invariant: a claim succeeds only once the owner's lease
-                    # has lapsed, so the owner cannot be cancelling it too.
-                    if await self.journal.claim(iid) is not None:
-                        return None
-                    next_claim = trio.current_time() + claim_every
-                await trio.sleep(0.02)
-        return False
-
     async def restart_iid(self, iid: bytes, address: str, reason: str) -> None:
         """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
         actor = self.system.registry.live.get(iid)
@@ -269,7 +236,7 @@ class Lifecycle:
             return
         # Only its owner writes to it: this node, once it claims it (then
         # read again: what the last owner wrote), else the live node that
-        # runs it, asked as a cancel is (see _cancel_remote).
+        # runs it, asked as a cancel is (see `cancel_remote`).
         epoch = await self.journal.claim(iid)
         if epoch is None:
             await self.system.router.send_system(iid, address, _sup.RESTART, {"reason": reason})
@@ -342,7 +309,7 @@ class Lifecycle:
                 break
             await waiting.wait()
         async with self.deciding(iid):
-            # The first try reads nothing (see `_fresh_start`): one commit,
+            # The first try reads nothing (see `fresh_start`): one commit,
             # which fails if there is anything. (Not where a read is local
             # and a commit need not be awaited: an "async" LMDB journal
             # acknowledges a start once it is queued, and a start that did
@@ -353,7 +320,7 @@ class Lifecycle:
                 and (not self.journal.reads_at_once or self.journal.durability == "sync")
             )
             term = self.journal.lease_term() if fresh else None
-            fresh = term is not None  # (only under the lease: see _fresh_start)
+            fresh = term is not None  # (only under the lease: see fresh_start)
             row, floor, claimed = None, 0, None
             while True:  # once more each time another start (another node's) commits first
                 if not fresh:
@@ -391,7 +358,7 @@ class Lifecycle:
                     self.system.statuses.remember(iid, ("queued", record))
                 if extra is not None:  # what the caller records with the start (a schedule's tick)
                     extra(start.txn)
-                slot = _fresh_start(start.txn, iid, self.journal) if fresh else None
+                slot = fresh_start(start.txn, iid, self.journal) if fresh else None
                 try:
                     if queued is not None:  # it waits for a slot: the queue's pump starts it
                         await self.system.queues.commit_start(start.txn, queued, iid, address)
@@ -403,7 +370,7 @@ class Lifecycle:
                         lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
                     )
                 except Conflict as exc:
-                    if exc.reason not in (_FRESH_REFUSED if fresh else _transactions.START_RACED):
+                    if exc.reason not in (FRESH_REFUSED if fresh else _transactions.START_RACED):
                         raise
                     fresh = False  # something is there: read it, as any other start does
                     continue
@@ -415,7 +382,7 @@ class Lifecycle:
                 return Handle._create(self.system, iid, address, record.incarnation), True
             if start.message is not None and results:
                 actor.arrivals.deliver(
-                    results[start.message.slot], _transactions.unpack_message(start.message.message)
+                    results[start.message.slot], _message_txns.unpack_message(start.message.message)
                 )
             self.system.statuses.changed(iid)
             return Handle._create(self.system, iid, address, record.incarnation), True
@@ -442,7 +409,7 @@ class Lifecycle:
         committed; None where it runs elsewhere (another node took it over
         at once) or later (this node's lease is lost: once it is back).
         ``claimed``: the epoch its start's commit claimed it at, in the
-        lease term that holds now (see `_fresh_start`); no claim then."""
+        lease term that holds now (see `fresh_start`); no claim then."""
         if claimed is not None:
             epoch: int | None = claimed
         else:
@@ -471,85 +438,3 @@ class Lifecycle:
         with trio.CancelScope(shield=True):
             epoch = await self.journal.claim(iid)
         return epoch
-
-
-# `Conflict.reason`s of a fresh start (`_fresh_start`) that found something
-# at its address: an instance, or a cleanup's floor ("state").
-_FRESH_REFUSED = _transactions.START_RACED | {"state"}
-
-
-def _fresh_start(txn: Txn, iid: bytes, journal: Journal) -> int | None:
-    """Make ``txn``, a start over nothing (`_transactions.start_txn` with no
-    previous instance and floor 0), one that needs no read before it and no
-    claim after it: the usual start, of an address never used. Returns the
-    index of its claim's epoch in the commit's results (None where a claim
-    is not a round trip: ``journal.reads_at_once``).
-
-    Read nothing first: the commit checks what the read would have. Its
-    ``require_absent`` fails (``"exists"``) if an instance is there, and
-    the expectation that the address's floor row is absent (version 0)
-    fails (``"state"``) if a cleanup left one, so a start that commits is
-    the first incarnation, as one that read (None, 0) would make; on a
-    failure the caller reads and starts as usual, over what is there. Two
-    starts of the address, here or on two nodes, are kept apart as any two
-    are: the journal checks both conditions at commit, under the lock of
-    the address (on PostgreSQL: the advisory lock every start and cleanup
-    takes before its row locks, see `_SQL.lock_starts`, then the floor
-    key's lock), so one commits and the other fails, writing nothing.
-
-    Claim nothing after: `Txn.claim_created` makes the committing node the
-    owner at a new epoch in the same commit, drawn as `Journal.claim` draws
-    one (epochs never repeat), so a write fenced with it is refused once
-    another node claims the instance, as after any claim. A node claims
-    only under its lease: the caller does this only while its lease holds,
-    and uses the epoch only if the same term holds after the commit (else
-    it claims as usual, which waits for the lease).
-
-    On a journal that reads at once (LMDB, memory) the read is no round
-    trip, but it is a read transaction in the trio thread, whose every
-    page access lets the writer thread take the GIL: the commit checks
-    what the read would have, in the writer, and the claim after it is
-    free (`Journal.claim` gives 0 at once). Only with "sync" durability
-    there: an "async" journal acknowledges a start that read once it is
-    queued, and this one would wait for its commit (`Txn.must_wait`).
-    """
-    txn.expect_state(_transactions.floor_key(iid), 0)
-    return None if journal.reads_at_once else txn.claim_created(iid)
-
-
-class Deciding:
-    """`Lifecycle.deciding`'s block (a class: a start pays for no async
-    generator)."""
-
-    __slots__ = ("activate", "creating", "done", "iids", "system")
-
-    def __init__(
-        self,
-        system: SystemAPI,
-        creating: dict[bytes, trio.Event],
-        iids: tuple[bytes, ...],
-        activate: bool,
-    ) -> None:
-        self.system, self.creating, self.iids, self.activate = system, creating, iids, activate
-        self.done = trio.Event()
-
-    async def __aenter__(self) -> None:
-        creating = self.creating
-        while True:
-            waiting = next((creating[iid] for iid in self.iids if iid in creating), None)
-            if waiting is None:
-                break
-            await waiting.wait()
-        # Invariant: nothing yields from the check above to this claim.
-        for iid in self.iids:
-            creating[iid] = self.done
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        for iid in self.iids:
-            del self.creating[iid]
-        self.done.set()
-        if self.activate:
-            registry = self.system.registry
-            for iid in self.iids:
-                if iid in registry.routed_absent and iid not in registry.live:
-                    registry.activate(iid)

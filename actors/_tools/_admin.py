@@ -50,16 +50,17 @@ from .._features._crashes import (
     refuse_input as parked_input_refusal,
     resume_txn,
 )
-from .._features._queues import queue_place, wait_prefix, waiting_rows
-from .._features._schedules import tick_text, ticks_after
+from .._features._queue_rows import queue_place, wait_prefix, waiting_rows
+from .._features._schedule_ticks import tick_text, ticks_after
 from .._features._signals import READ_AGAIN, Route, read_plan, routes_of, signal_txn
-from .._kernel import _transactions
+from .._kernel import _message_txns, _transactions
 from .._kernel._effects import END_PREFIX
 from .._kernel._failures import error_summary
 from .._kernel._log import LogEntry, children_named
 from .._kernel._mailbox import StoredMessage
+from .._kernel._message_txns import KEY_SEEN
 from .._kernel._process import ProcessDef
-from .._kernel._transactions import KEY_SEEN, Cancel
+from .._kernel._transactions import Cancel
 from .._kernel._values import Signal
 from .._system import _cleanup, _fork
 from .._system._control import ControlUnavailable, Operations, RemoteError, request
@@ -182,13 +183,13 @@ def user_cursors(cursors: dict[str, int]) -> dict[str, int]:
     """An instance's cursors (`Reader.cursors`) without the idempotency
     keys of its keyed sends, which are stored as cursors too."""
     return {
-        name: pos for name, pos in cursors.items() if not name.startswith(_transactions.KEY_PREFIX)
+        name: pos for name, pos in cursors.items() if not name.startswith(_message_txns.KEY_PREFIX)
     }
 
 
 def sent_keys(cursors: dict[str, int]) -> list[str]:
     """The idempotency keys of the keyed sends its incarnation took, sorted."""
-    prefix = _transactions.KEY_PREFIX
+    prefix = _message_txns.KEY_PREFIX
     return sorted(name[len(prefix) :] for name in cursors if name.startswith(prefix))
 
 
@@ -198,7 +199,7 @@ def sent_keys(cursors: dict[str, int]) -> list[str]:
 def key_seen(r: Reader, iid: bytes, key: str) -> int | None:
     """Where a send with idempotency ``key`` to this incarnation of ``iid``
     was stored, or None if none was: a second one stores nothing."""
-    return r.cursor(iid, _transactions.KEY_PREFIX + key)
+    return r.cursor(iid, _message_txns.KEY_PREFIX + key)
 
 
 def send_txn(iid: bytes, signal: Signal, payload: Any, key: str | None) -> Txn:
@@ -208,7 +209,7 @@ def send_txn(iid: bytes, signal: Signal, payload: Any, key: str | None) -> Txn:
     Raises:
         EncodeError: a payload the codec cannot store, or over `MAX_PAYLOAD`.
     """
-    txn, _ = _transactions.send_txn(
+    txn, _ = _message_txns.send_txn(
         iid, signal.name, payload, time.time(), max_payload=MAX_PAYLOAD, key=key
     )
     return txn
@@ -308,7 +309,7 @@ def ask_cancel_txn(iid: bytes, reason: str, *, compensate: bool = False) -> Txn:
     payload: dict[str, Any] = {"reason": reason}
     if compensate:
         payload["compensate"] = True
-    txn, _ = _transactions.system_send_txn(iid, _supervision.CANCEL.name, payload, time.time())
+    txn, _ = _message_txns.system_send_txn(iid, _supervision.CANCEL.name, payload, time.time())
     return txn
 
 

@@ -30,8 +30,8 @@ from typing import Any
 from storage import MAX_ADDRESS_BYTES, STATUSES
 
 from .._kernel._checks import MAX_SECONDS
+from .._kernel._message_txns import MAX_KEY_BYTES
 from .._kernel._process import RESTART_TYPES
-from .._kernel._transactions import MAX_KEY_BYTES
 from ._history_values import bad
 
 __all__ = [

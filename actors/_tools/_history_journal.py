@@ -20,7 +20,8 @@ from storage import (
 
 from .._kernel._log import children_named
 from .._kernel._mailbox import StoredMessage
-from .._kernel._transactions import history_key, key_cursor, key_of
+from .._kernel._message_txns import key_cursor, key_of
+from .._kernel._transactions import history_key
 from .._system._kept import KEPT_INCARNATIONS, read_kept
 from ..errors import AlreadyStarted, InvalidArguments, NotDelivered
 from ._history_file import History, InstanceHistory, Message, Timer

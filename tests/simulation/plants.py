@@ -185,7 +185,7 @@ PLANTS: dict[str, Plant] = {
             def then(results):
                 receiver = self.system.registry.live.get(iid)
                 if receiver is not None and not receiver.done:  # planted: the sender's object
-                    aliased = _transactions.StoredMessage(signal.name, payload, None, None, ask)
+                    aliased = _message_txns.StoredMessage(signal.name, payload, None, None, ask)
                     receiver.arrivals.deliver(results[0], aliased)
                 else:
                     self.route(iid, results[0], notice.message)
