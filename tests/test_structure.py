@@ -347,7 +347,6 @@ LONG_MODULES: dict[str, int] = {
     "storage/_simulated.py": 584,
     "actors/_features/_schedules.py": 583,
     "actors/_system/_control.py": 560,
-    "storage/_journal.py": 560,
     "actors/_kernel/_interfaces.py": 559,
     "actors/_system/_lifecycle.py": 555,
     "storage/_codec.py": 547,
