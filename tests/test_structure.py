@@ -349,7 +349,6 @@ LONG_MODULES: dict[str, int] = {
     "actors/_system/_control.py": 560,
     "actors/_kernel/_interfaces.py": 559,
     "actors/_system/_lifecycle.py": 555,
-    "storage/_codec.py": 547,
     "actors/_actor/_instance.py": 545,
     "actors/_system/_facade.py": 505,
     "actors/testing.py": 502,
