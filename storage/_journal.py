@@ -34,6 +34,7 @@ from typing import Literal, TypeVar
 
 import trio
 
+from ._chains import Chain as Chain, LostChains as LostChains
 from ._reader import (
     CorruptRecord as CorruptRecord,
     InstanceRow as InstanceRow,
@@ -67,8 +68,6 @@ from ._txn import (
     SET_CURSOR as SET_CURSOR,
     SET_STATUS as SET_STATUS,
     TAKE_MESSAGE as TAKE_MESSAGE,
-    Chain as Chain,
-    LostChains as LostChains,
     Txn as Txn,
     check_fresh_cursors as check_fresh_cursors,
     check_requires as check_requires,

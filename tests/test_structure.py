@@ -353,7 +353,6 @@ LONG_MODULES: dict[str, int] = {
     "actors/_system/_facade.py": 505,
     "actors/testing.py": 502,
     "actors/_features/_supervision.py": 488,
-    "storage/_txn.py": 487,
     "actors/_system/_mail.py": 483,
     "storage/_lmdb/_journal.py": 467,
     "actors/_features/_asks.py": 460,
