@@ -354,7 +354,6 @@ LONG_MODULES: dict[str, int] = {
     "actors/testing.py": 502,
     "actors/_features/_supervision.py": 488,
     "actors/_system/_mail.py": 483,
-    "storage/_lmdb/_journal.py": 467,
     "actors/_features/_asks.py": 460,
     "actors/_features/_signals.py": 459,
     "storage/_postgres/_schema.py": 459,
