@@ -356,7 +356,6 @@ LONG_MODULES: dict[str, int] = {
     "actors/_system/_mail.py": 483,
     "actors/_features/_asks.py": 460,
     "actors/_features/_signals.py": 459,
-    "storage/_postgres/_schema.py": 459,
     "storage/_group_commit.py": 454,
 }
 
