@@ -18,25 +18,30 @@ anything is written. Journals group many concurrent transactions into one
 commit. The status vocabulary is in `_statuses`; both are re-exported here,
 where the backends read them (``_journal.PUT_LOG``, ``STATUS_CODE``, ...).
 
-Reads go through a `Reader` (``with journal.reader() as r:``), a consistent
-snapshot that must not be held across an ``await``. ``await journal.read(fn)``
-runs ``fn(reader)`` without blocking the event loop for a backend whose reads
-are remote.
+Reads go through a `Reader` (in `_reader`, re-exported here with the rows it
+gives): ``with journal.reader() as r:``, a consistent snapshot that must not
+be held across an ``await``. ``await journal.read(fn)`` runs ``fn(reader)``
+without blocking the event loop for a backend whose reads are remote.
 """
 
 from __future__ import annotations
 
 import abc
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
-import attrs
 import trio
 
-from ._records import InstanceRecord, LogEntry
-from ._states import StateRow
+from ._chains import Chain as Chain, LostChains as LostChains
+from ._reader import (
+    CorruptRecord as CorruptRecord,
+    InstanceRow as InstanceRow,
+    Listed as Listed,
+    Reader as Reader,
+    TimerRow as TimerRow,
+)
 from ._statuses import (
     LIVE_STATUSES as LIVE_STATUSES,
     MAIL_STATUSES as MAIL_STATUSES,
@@ -63,15 +68,12 @@ from ._txn import (
     SET_CURSOR as SET_CURSOR,
     SET_STATUS as SET_STATUS,
     TAKE_MESSAGE as TAKE_MESSAGE,
-    Chain as Chain,
-    LostChains as LostChains,
     Txn as Txn,
     check_fresh_cursors as check_fresh_cursors,
     check_requires as check_requires,
     due_us as due_us,
     stored_incarnation as stored_incarnation,
 )
-from .errors import JournalCorrupt
 
 __all__ = [
     "LIVE_STATUSES",
@@ -104,44 +106,6 @@ def instance_id(address: str) -> bytes:
     without coordination, and a collision is as likely as a random UUID's.
     """
     return hashlib.blake2b(address.encode(), digest_size=16).digest()
-
-
-@attrs.frozen(slots=True)
-class InstanceRow:
-    """An instance's record as stored: identity, status and the runtime's snapshot."""
-
-    iid: bytes
-    address: str
-    process: str
-    status: str
-    record: InstanceRecord
-
-
-@attrs.frozen(slots=True)
-class CorruptRecord:
-    """An instance whose record does not decode, as far as what survives tells.
-
-    `Reader.instances` gives these (with ``corrupt=[...]``) instead of
-    stopping at them. ``status`` and ``process`` come from the status index;
-    ``address`` from the record's header when that still reads (else None);
-    ``error`` is the `JournalCorrupt` naming the database and key.
-    """
-
-    iid: bytes
-    address: str | None
-    process: str
-    status: str
-    error: JournalCorrupt
-
-
-@attrs.frozen(slots=True)
-class TimerRow:
-    """A durable timer: effect ``seq`` of run ``run`` of instance ``iid``, due at ``due``."""
-
-    due: float
-    iid: bytes
-    run: int
-    seq: int
 
 
 class Ticket(abc.ABC):
@@ -187,170 +151,6 @@ def unwrap(outcome: list[int] | BaseException) -> list[int]:
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome
-
-
-# One instance as `Reader.listing` gives it: (-updated, address, iid, status,
-# process), ``updated`` 0.0 when unknown; so sorted tuples list the most
-# recently updated first, then by address.
-Listed = tuple[float, str, bytes, str, str]
-
-
-class Reader(abc.ABC):
-    """A consistent read view of a journal. Never hold one across an ``await``.
-
-    A read that meets a damaged record (bytes that do not decode, a number of
-    the wrong size, with `Journal.check_shapes` a value of another shape)
-    raises `JournalCorrupt` naming its database and key.
-    """
-
-    @abc.abstractmethod
-    def instance(self, iid: bytes) -> InstanceRow | None:
-        """The instance's row, or None."""
-
-    @abc.abstractmethod
-    def instances(
-        self,
-        status: str | None = None,
-        process: str | None = None,
-        *,
-        corrupt: list[CorruptRecord] | None = None,
-    ) -> Iterator[InstanceRow]:
-        """Rows matching the filters (None means any), by status then id.
-
-        A record that does not decode raises `JournalCorrupt`, which ends the
-        scan; given a ``corrupt`` list, the scan instead appends a
-        `CorruptRecord` for it there and goes on with the next.
-        """
-
-    @abc.abstractmethod
-    def count_by_status(self) -> dict[str, int]:
-        """How many instances each status has (statuses with none are left out)."""
-
-    @abc.abstractmethod
-    def log(self, iid: bytes, run: int) -> dict[int, Any]:
-        """The effect log of one run: ``{seq: entry}``."""
-
-    @abc.abstractmethod
-    def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
-        """`log`, typed: each entry read and checked in one pass (an entry of
-        the wrong shape is `JournalCorrupt` naming its key, whatever
-        `Journal.check_shapes` says). What the runtime replays from."""
-
-    @abc.abstractmethod
-    def log_runs(self, iid: bytes) -> list[int]:
-        """The runs that have log entries, ascending."""
-
-    @abc.abstractmethod
-    def mailbox(self, iid: bytes) -> list[tuple[int, Any]]:
-        """Unread messages as ``(seq, message)``, oldest first."""
-
-    def mailboxes(self, iids: list[bytes]) -> dict[bytes, list[tuple[int, Any]]]:
-        """`mailbox` of each of ``iids`` (a remote journal reads them at once)."""
-        return {iid: self.mailbox(iid) for iid in iids}
-
-    def mailbox_page(self, iid: bytes, start: int, limit: int) -> tuple[int, list[tuple[int, Any]]]:
-        """How many unread messages the instance has, and ``limit`` of them
-        from the ``start``-th (0-based), oldest first: a backend that can
-        decodes only those (the inspector pages a mailbox of big messages)."""
-        box = self.mailbox(iid)
-        return len(box), box[start : start + limit]
-
-    def listing(
-        self,
-        status: str | None = None,
-        process: str | None = None,
-        *,
-        memo: dict[bytes, Any] | None = None,
-    ) -> list[Listed]:
-        """Each instance matching the filters as a `Listed` tuple, in no set
-        order (sorted, the tuples list the instances most recently updated
-        first): what a list of instances sorts and pages by, read as cheaply
-        as the backend can. A record that does not decode is listed too (the
-        address its header gives, or ``"? <id>"``, and no updated time):
-        reading it with `instance` says what is wrong.
-
-        ``memo`` is a dict the caller keeps between calls (empty at first; it
-        keeps no reader's snapshot): a backend may keep in it what lets a
-        later call give the same tuple, unread, for a record unchanged since.
-        """
-        broken: list[CorruptRecord] = []
-        rows: list[Listed] = [
-            (-(row.record.updated or 0.0), row.address, row.iid, row.status, row.process)
-            for row in self.instances(status, process, corrupt=broken)
-        ]
-        rows += [
-            (-0.0, c.address or f"? {c.iid.hex()}", c.iid, c.status, c.process) for c in broken
-        ]
-        return rows
-
-    def owner(self, iid: bytes) -> str | None:
-        """The name of the node that owns the instance now, on a journal that
-        several nodes share (`PostgresJournal`); None where the backend has no
-        owners, the instance has none (no node claimed it, or it ended and
-        was let go), or there is no such instance. What `show` and the
-        inspector print; the owner may change as soon as it is read."""
-        return None
-
-    def change_marker(self) -> int | None:
-        """A number that differs between this snapshot and any earlier one
-        that misses a commit this one sees (LMDB: the transaction id), or
-        None when the backend has none (then no read may be reused)."""
-        return None
-
-    @abc.abstractmethod
-    def last_message_seq(self, iid: bytes) -> int:
-        """The highest sequence number ever given to a message for that
-        instance (0 if none): messages at or below it that are not unread
-        were taken."""
-
-    @abc.abstractmethod
-    def instances_with_mail(self) -> Iterator[bytes]:
-        """Ids of instances that have unread messages."""
-
-    @abc.abstractmethod
-    def timers(self, iid: bytes) -> list[TimerRow]:
-        """That instance's timers, by due time."""
-
-    @abc.abstractmethod
-    def due_timers(
-        self, now: float, limit: int = 1000, after: float | None = None
-    ) -> list[TimerRow]:
-        """Timers due at or before epoch ``now`` (and strictly after
-        ``after``, if given), earliest first."""
-
-    @abc.abstractmethod
-    def next_due(self, after: float | None = None) -> float | None:
-        """The earliest due time (strictly after ``after``, if given), or None."""
-
-    @abc.abstractmethod
-    def stream(self, iid: bytes, start: int = 0, limit: int = 1000) -> list[tuple[int, Any]]:
-        """Emitted values from index ``start``: ``[(index, value), ...]``.
-
-        Indexes run without a gap; a value missing below the stream's length
-        raises `JournalCorrupt` naming it, so no consumer skips it unawares.
-        """
-
-    @abc.abstractmethod
-    def stream_length(self, iid: bytes) -> int:
-        """How many values the instance has emitted."""
-
-    @abc.abstractmethod
-    def cursors(self, iid: bytes) -> dict[str, int]:
-        """Each consumer's position (index of its next value)."""
-
-    def cursor(self, iid: bytes, consumer: str) -> int | None:
-        """``consumer``'s position in that instance's stream, or None if it has none."""
-        return self.cursors(iid).get(consumer)
-
-    def states(self, prefix: str, limit: int | None = None) -> list[StateRow]:
-        """State rows whose key starts with ``prefix``, by key, at most
-        ``limit`` of them (see `storage._states`)."""
-        raise NotImplementedError(f"{type(self).__name__} keeps no state rows")
-
-    @abc.abstractmethod
-    def has_records(self, iid: bytes) -> bool:
-        """Whether anything at all is stored for that id (record, log, mail,
-        timers, stream or cursors); for checking cleanup."""
 
 
 Durability = Literal["sync", "async"]

@@ -40,8 +40,9 @@ import trio
 
 from . import _journal as j
 from ._journal import Durability, Txn
-from ._simulated import _OP_NAMES, JournalFaults, SimulatedJournal, WriteLog
+from ._simulated import JournalFaults, SimulatedJournal
 from ._statuses import LIVE_STATUSES, STATUS_CODE
+from ._write_log import _OP_NAMES, WriteLog
 from .errors import Conflict
 
 __all__ = ["Cluster", "SimulatedNode", "simulated_nodes"]

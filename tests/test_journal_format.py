@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 import actors
 from storage import InstanceRecord, JournalCorrupt, LMDBJournal, Txn, encode, instance_id
-from storage._records import _EMPTY, _READ, RecordShapeError
+from storage._stored import EMPTY, RECORD_KEYS, RecordShapeError
 from tests import strategies as S
 
 A = instance_id("a")
@@ -287,10 +287,10 @@ def test_a_record_is_stored_as_its_fields_away_from_their_defaults(fields, extra
     # field when it is not its default; unknown fields as they were.
     record = attrs.evolve(InstanceRecord(), **fields, extra=extra)
     expected: dict[str, Any] = {}
-    for key, (name, _) in _READ.items():
+    for key, (name, _) in RECORD_KEYS.items():
         value, default = getattr(record, name), getattr(attrs.fields(InstanceRecord), name).default
         if name in ("run", "incarnation") or (
-            bool(value) if default in ((), _EMPTY) else value != default
+            bool(value) if default in ((), EMPTY) else value != default
         ):
             expected[key] = value
     expected.update(extra)
@@ -298,7 +298,7 @@ def test_a_record_is_stored_as_its_fields_away_from_their_defaults(fields, extra
     assert list(expected) == list(record.to_stored())  # in a stable order
 
 
-_RECORD_KEYS = [*_READ, "zz"]  # the stored keys, and one of another version
+_RECORD_KEYS = [*RECORD_KEYS, "zz"]  # the stored keys, and one of another version
 _STORED_VALUES = st.one_of(
     _RECORD_VALUES,
     st.integers(-1, 2**33),

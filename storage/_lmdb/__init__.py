@@ -19,6 +19,7 @@ from .._group_commit import (
     ASYNC_WINDOW_SECONDS as ASYNC_WINDOW_SECONDS,
     ASYNC_WINDOW_TXNS as ASYNC_WINDOW_TXNS,
 )
-from ._journal import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
+from ._journal import LMDBJournal as LMDBJournal
+from ._locks import JournalHolder as JournalHolder
 
 __all__ = ["JournalHolder", "LMDBJournal"]

@@ -7,30 +7,23 @@ closing, and the read snapshots (`_reader`). Writing, group commit and map
 growth are `_writer._LMDBWriter` (over the shared
 `storage._group_commit.GroupCommit`), which `LMDBJournal` inherits.
 
-The owner lock is an exclusive ``flock`` on ``owner.lock``. A *brief* holder
-(``LMDBJournal(path, brief=True)``: the command line writing while no
-system runs) also holds a shared ``flock`` on ``brief.lock``, taken before
-the owner lock and dropped after it. So an opener that finds the owner lock
-taken can tell a brief holder, which it waits for (up to `LOCK_WAIT`
-seconds), from a system, which it refuses at once: it asks whether
-``brief.lock`` is held, just before and just after its try.
+The owner lock is kept by `_locks`: an opener that finds it taken by a
+brief holder waits for it (up to `LOCK_WAIT` seconds), and refuses a
+system at once.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import logging
 import os
 import threading
 import time
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import attrs
 import lmdb
 import trio
 
@@ -39,20 +32,19 @@ from .._journal import Durability, Journal, LostChains, Reader
 from ..errors import JournalClosed, JournalCorrupt, JournalLocked
 from ._applier import _Applier
 from ._layout import _DBS, _FORMAT, _format_mismatch
+from ._locks import FILE_MODE, JournalHolder, find_holder, take_lock
 from ._reader import _LMDBReader
 from ._writer import _LMDBWriter
 
 __all__ = ["JournalHolder", "LMDBJournal"]
 
 _DIR_MODE = 0o700  # see LMDBJournal._make_private_dir
-_FILE_MODE = 0o600
 _FILES = ("data.mdb", "lock.mdb", "owner.lock", "brief.lock")
 
 #: Seconds `LMDBJournal.open` waits for a brief holder of the owner lock (a
 #: command-line write while no system runs) to finish before it refuses.
 LOCK_WAIT = 5.0
 _LOCK_POLL = 0.02  # seconds between tries while a brief holder has the lock
-_HELD = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)  # flock's "someone has it"
 
 _log = logging.getLogger("storage")
 
@@ -67,36 +59,6 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-def _pid_hint(lock_path: Path) -> int | None:
-    """The pid the owner lock file names, if that process is alive (a hint:
-    the file outlives its writer)."""
-    try:
-        pid = int(lock_path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
-
-
-@attrs.frozen
-class JournalHolder:
-    """Who holds an LMDB journal, as `LMDBJournal.holder` finds it.
-
-    ``held`` is True when a system holds the owner lock now, False when
-    none does, and None when the platform cannot tell without taking the
-    lock (then ``pid`` is only the hint the lock file keeps). ``pid`` is the
-    holder's process id, when known.
-    """
-
-    held: bool | None
-    pid: int | None
 
 
 class LMDBJournal(_LMDBWriter, Journal):
@@ -193,7 +155,7 @@ class LMDBJournal(_LMDBWriter, Journal):
         try:
             self._env = lmdb.open(
                 str(self.path),
-                mode=_FILE_MODE,
+                mode=FILE_MODE,
                 map_size=self.map_size,
                 max_dbs=len(_DBS),
                 metasync=self.durability == "sync",
@@ -227,7 +189,7 @@ class LMDBJournal(_LMDBWriter, Journal):
         # Payloads, inputs and results are the application's data: like
         # PostgreSQL's data directory, a journal is for its owner alone.
         # Invariant: a directory created here is 0700 and the files LMDB and
-        # _take_lock create in it 0600; an existing one is left as it is
+        # take_lock create in it 0600; an existing one is left as it is
         # (it may be shared on purpose), but wider modes are reported.
         if not self.path.exists():
             self.path.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
@@ -296,8 +258,9 @@ class LMDBJournal(_LMDBWriter, Journal):
         """
         deadline = time.monotonic() + LOCK_WAIT
         while True:
-            fd, brief, holder = self._take_lock()
+            fd, share, brief, holder = take_lock(self.path, self.brief)
             if fd is not None:
+                self._brief_fd = share
                 return fd
             pid = int(holder) if holder.isdigit() else None
             by = f" (pid {holder})" if holder else ""
@@ -316,57 +279,6 @@ class LMDBJournal(_LMDBWriter, Journal):
                 )
             await trio.to_thread.run_sync(time.sleep, _LOCK_POLL, abandon_on_cancel=True)
 
-    def _take_lock(self) -> tuple[int | None, bool, str]:
-        """One try at the owner lock: its descriptor (with ``brief``, our
-        share of brief.lock is in ``_brief_fd``), or None, whether a brief
-        holder has it, and the pid its file names."""
-        before = self._brief_held()
-        if self.brief:
-            share = os.open(self.path / "brief.lock", os.O_RDWR | os.O_CREAT, _FILE_MODE)
-            try:
-                fcntl.flock(share, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except OSError as exc:
-                os.close(share)
-                if exc.errno not in _HELD:
-                    raise
-                return None, True, ""  # another opener is asking; try again
-        else:
-            share = None
-        fd = os.open(self.path / "owner.lock", os.O_RDWR | os.O_CREAT, _FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = ""
-            with suppress(OSError):
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            os.close(fd)
-            if share is not None:
-                os.close(share)
-            if exc.errno not in _HELD:
-                raise
-            # Invariant: a brief holder holds brief.lock from before it takes
-            # the owner lock until after it drops it. So if brief.lock was
-            # free both before and after our try, a system held the owner
-            # lock (or a brief holder came and went within those two looks).
-            return None, before or self._brief_held(), holder
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        self._brief_fd = share
-        return fd, False, ""
-
-    def _brief_held(self) -> bool:
-        """Whether a brief holder (or another opener asking) holds brief.lock."""
-        fd = os.open(self.path / "brief.lock", os.O_RDWR | os.O_CREAT, _FILE_MODE)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in _HELD:
-                raise
-            return True
-        finally:
-            os.close(fd)  # closing the fd drops the flock
-        return False
-
     def holder(self) -> JournalHolder:
         """Whether a system (in any process) holds this journal, and its pid.
 
@@ -374,21 +286,7 @@ class LMDBJournal(_LMDBWriter, Journal):
         so it can be asked beside a running system, on an open or a closed
         `LMDBJournal`. A journal this very object holds counts as held.
         """
-        lock_path = self.path / "owner.lock"
-        try:
-            st = lock_path.stat()
-        except OSError:
-            return JournalHolder(False, None)
-        try:
-            locks = Path("/proc/locks").read_text()
-        except OSError:
-            return JournalHolder(None, _pid_hint(lock_path))
-        file = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        for line in locks.splitlines():
-            fields = line.split()  # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:2171344 0 EOF"
-            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == file:
-                return JournalHolder(True, int(fields[4]) if fields[4].isdigit() else None)
-        return JournalHolder(False, None)
+        return find_holder(self.path)
 
     def _release(self) -> None:
         if self._env is not None:
@@ -398,7 +296,7 @@ class LMDBJournal(_LMDBWriter, Journal):
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # closing the fd drops the flock
             self._lock_fd = None
-        if self._brief_fd is not None:  # after the owner lock: see _take_lock
+        if self._brief_fd is not None:  # after the owner lock: see take_lock
             os.close(self._brief_fd)
             self._brief_fd = None
 

@@ -20,7 +20,7 @@ import lmdb
 import msgpack
 
 from .. import _journal as j, _reading as rd, _shapes
-from .._journal import CorruptRecord, InstanceRow, Reader, TimerRow
+from .._reader import CorruptRecord, InstanceRow, Reader, TimerRow
 from .._records import LogEntry
 from .._states import STATE_PREFIX, StateRow
 from ..errors import JournalCorrupt

@@ -14,6 +14,6 @@
 """
 
 from ._journal import PostgresJournal as PostgresJournal
-from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
+from ._migrations import SCHEMA_VERSION as SCHEMA_VERSION
 
 __all__ = ["PostgresJournal"]

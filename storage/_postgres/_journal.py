@@ -34,11 +34,12 @@ import trio
 from .._journal import Durability, Journal, LostChains, Reader, Ticket, Txn
 from ..errors import JournalClosed, JournalLocked
 from ._leases import _Lease
+from ._migrations import migrate
 from ._pool import _ReadPool
 from ._pump import _MailPump
 from ._reader import _PostgresReader
 from ._readonly import open_read_only
-from ._schema import _SQL, _writer_key, migrate
+from ._schema import _SQL, _writer_key
 from ._server import _Server, _Threads
 from ._writer import _Writer
 

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from .. import _journal as j, _reading as rd, _shapes
-from .._journal import InstanceRow, Reader, TimerRow
+from .._reader import InstanceRow, Reader, TimerRow
 from .._records import LogEntry
 from .._states import StateRow
 from ..errors import JournalClosed, JournalCorrupt

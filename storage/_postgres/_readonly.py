@@ -23,8 +23,9 @@ from __future__ import annotations
 import psycopg
 
 from ..errors import JournalCorrupt
+from ._migrations import SCHEMA_VERSION
 from ._pool import _ReadPool
-from ._schema import SCHEMA_VERSION, _quote
+from ._schema import _quote
 from ._server import _rollback, _safe_dsn, _Server
 
 __all__ = ["open_read_only"]

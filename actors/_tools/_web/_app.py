@@ -59,7 +59,7 @@ from storage import (
     instance_id,
     lenient_decoding,
 )
-from storage._journal import Listed
+from storage._reader import Listed
 
 from .._cli._errors import CLIError
 from .._cli._inspect import describe, list_item

@@ -37,7 +37,7 @@ import attrs
 import trio
 
 from storage import Reader
-from storage._journal import Listed
+from storage._reader import Listed
 
 from .._cli._inspect import under
 
