@@ -33,7 +33,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -44,12 +43,11 @@ from ._batch import LANDED, Batch, BatchTicket, _Deferred, _Waiter
 from ._clock import AutojumpHold
 from ._handoff import Doorbell, Handoff
 from ._journal import Durability, Settled, Ticket, Txn, unwrap
-from .errors import JournalClosed, JournalCorrupt
+from ._writer_thread import NO_SPLIT, Commit, WriterThread
+from .errors import JournalClosed
 
-__all__ = ["ASYNC_WINDOW_SECONDS", "ASYNC_WINDOW_TXNS", "Batch", "GroupCommit"]
+__all__ = ["ASYNC_WINDOW_SECONDS", "ASYNC_WINDOW_TXNS", "Batch", "Commit", "GroupCommit"]
 
-NO_SPLIT = 1 << 62  # batch size limit meaning "no limit"
-MIN_SPLIT = 64  # see GroupCommit._next_split
 # "async" durability acknowledges a write once it is queued, but only while
 # fewer than ASYNC_WINDOW_TXNS transactions wait to be committed and the
 # oldest of them was queued less than ASYNC_WINDOW_SECONDS ago; past either
@@ -59,11 +57,8 @@ MIN_SPLIT = 64  # see GroupCommit._next_split
 ASYNC_WINDOW_TXNS = 1000
 ASYNC_WINDOW_SECONDS = 1.0
 
-# What the writer calls to commit a batch it applied (see GroupCommit).
-Commit = Callable[[], None]
 
-
-class GroupCommit:
+class GroupCommit(WriterThread):
     """Batching, tickets, the writer thread and finishing, for a journal
     that writes a batch with ``_apply_batch`` (see the module docstring).
 
@@ -162,9 +157,6 @@ class GroupCommit:
 
     # -- hooks (see the class docstring) -------------------------------------
 
-    def _apply_batch(self, batch: Batch) -> Commit | None:
-        raise NotImplementedError
-
     def _write_inline(self, txns: list[Txn]) -> list[Any] | None:
         return None
 
@@ -176,13 +168,6 @@ class GroupCommit:
         def _check_open(self) -> object: ...
 
         def _tell_lost(self) -> None: ...
-
-    def _applied(self, batch: Batch) -> None:
-        """Called by the writer once ``batch`` is committed, before the next
-        batch is applied (which must see what this one lost)."""
-
-    def _writer_ended(self) -> None:
-        """Called in the writer thread as it ends."""
 
     # -- submitting (trio thread) --------------------------------------------
     #
@@ -363,93 +348,3 @@ class GroupCommit:
         if batch.event is not None:
             batch.event.set()
         self._tell_lost()
-
-    # -- the writer thread ---------------------------------------------------
-
-    def _write_loop(self) -> None:
-        """The writer thread: apply and commit batches in submission order.
-
-        While batch N+1 is being applied, batch N (committed) waits; it is
-        handed back to trio just before N+1's commit, by the doorbell (see
-        `storage._handoff.Doorbell`), which wakes the trio thread without
-        letting go of the GIL: had the trio thread taken it, to wake N's
-        callers, this thread would wait for it up to a whole switch interval
-        (5 ms) before it could even call commit. So N's callers run in the
-        trio thread while this thread's commit is on the disk, with the GIL
-        released. Woken while N+1 is applied, they would take the GIL from
-        the writer at each put (py-lmdb releases it for each). A journal
-        whose whole write is its commit (PostgreSQL's round trips) has
-        nothing to overlap (`overlaps` False): N goes back at once, before
-        N+1 is taken, so N's callers' next writes can still join N+1.
-        """
-        handoff = self._handoff
-        assert handoff is not None
-        committed: Batch | None = None  # committed, its callers not yet woken
-        try:
-            while True:
-                with self._cond:
-                    while not self._pending and not self._closing and committed is None:
-                        self._cond.wait()
-                    batch = self._pending.popleft() if self._pending else None
-                    if batch is not None and self.even_batches:
-                        self._split_at = self._next_split(batch, committed)
-                handoff.step()
-                if batch is None:
-                    if committed is None:  # closing, and everything is handed back
-                        return
-                    self._hand_back(committed)  # nothing to overlap with
-                    committed = None
-                    continue
-                try:
-                    commit = self._apply_batch(batch)
-                except Exception as exc:  # a bug: every caller learns of it
-                    commit = None
-                    batch.outcomes = _failed(exc, batch)
-                if committed is not None:
-                    self._hand_back(committed)
-                if commit is not None:
-                    handoff.committing(timed=self.timed_commits)
-                    try:
-                        commit()
-                    except Exception as exc:  # (as above; the writer goes on)
-                        batch.outcomes = _failed(exc, batch)
-                handoff.step()
-                self._applied(batch)
-                if self.overlaps:
-                    committed = batch
-                else:
-                    self._hand_back(batch)
-        finally:
-            self._writer_ended()
-
-    def _next_split(self, taken: Batch, committed: Batch | None) -> int:
-        # Called by the writer (holding the lock) as it takes a batch; the
-        # answer caps the size of the batches filled from now on.
-        # With many callers, two batches of equal size overlap best: one is
-        # on the disk while the trio thread wakes the other's callers and
-        # collects their next transactions. Left alone, the split is set by
-        # chance at start-up and stays (700/300 of 1024 callers, say, which
-        # costs a third of the throughput); capping new batches at half of
-        # what is in flight evens it out within two commits. With fewer than
-        # 2 * MIN_SPLIT callers, waking half of them costs less than the
-        # fixed cost of a commit (its fsyncs, ~30 wake-ups' worth), and one
-        # batch is best.
-        in_flight = len(taken.txns) + sum(len(b.txns) for b in self._pending)
-        if committed is not None:
-            in_flight += len(committed.txns)
-        return NO_SPLIT if in_flight < 2 * MIN_SPLIT else (in_flight + 1) // 2
-
-    def _hand_back(self, batch: Batch) -> None:
-        """Have the trio thread `_finish` ``batch`` (committed batches are
-        handed back in the order they were committed)."""
-        self._doorbell.ring(batch)
-        assert self._handoff is not None
-        self._handoff.handed_back()
-
-
-def _failed(exc: Exception, batch: Batch) -> list[Any]:
-    """The outcomes of a batch whose journal raised writing it (a bug: a
-    journal's ``_apply_batch`` and its commit set outcomes, never raise)."""
-    failure = JournalCorrupt(f"commit failed: {exc!r}", database="", key=b"")
-    failure.__cause__ = exc
-    return [failure] * len(batch.txns)

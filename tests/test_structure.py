@@ -356,7 +356,6 @@ LONG_MODULES: dict[str, int] = {
     "storage/_simulated.py": 477,
     "actors/_features/_asks.py": 460,
     "actors/_features/_signals.py": 459,
-    "storage/_group_commit.py": 455,
 }
 
 
