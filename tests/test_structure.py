@@ -348,7 +348,6 @@ MAX_LINES = 450
 # test fails when one grows, or shrinks under the limit and stays listed).
 LONG_MODULES: dict[str, int] = {
     "actors/_kernel/_interfaces.py": 559,
-    "actors/_actor/_instance.py": 545,
     "actors/_system/_facade.py": 505,
     "actors/testing.py": 502,
     "actors/_features/_supervision.py": 483,

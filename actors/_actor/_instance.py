@@ -31,30 +31,27 @@ from .._features import _saga
 from .._kernel import _driver, _effects as fx, _reports, _tracing
 from .._kernel._effects import Effect
 from .._kernel._handles import ChildHandle
-from .._kernel._hosts import WAIT, Interrupt, Interrupted, Parked, Passivated
+from .._kernel._hosts import Interrupt, Interrupted, Parked, Passivated
 from .._kernel._interfaces import SystemAPI
 from .._kernel._log import LoadedState, LogEntry, read_state
 from .._kernel._mailbox import Mailbox
 from .._kernel._process import ProcessDef
 from ..errors import InvalidArguments, NonDeterminismError
+from ._activation import BLANK, Activation
 from ._arrivals import Arrivals
 from ._context import Context
 from ._ends import Ends
 from ._runner import NO_TASK, may_park
 from ._writes import Writes
 
-# The record of an actor that has not loaded its own yet (records are
-# frozen: one serves them all).
-_BLANK = InstanceRecord()
 
-
-class Actor:
+class Actor(Activation):
     """A live instance. Created and owned by `ActorSystem`."""
 
+    # (Beside those of `Activation`.)
     __slots__ = tuple(
-        "system journal iid address proc record run ctx driver mailbox live busy "  # noqa: SIM905 - a paragraph, not 34 lines
-        "status woken parked idle_since passivate_requested root loaded epoch fenced interrupt "
-        "children done nursery inline preloaded lost writes arrivals ends held span queued".split()
+        "address proc ctx live woken parked idle_since passivate_requested epoch fenced "  # noqa: SIM905 - a paragraph
+        "children done inline lost".split()
     )
 
     def __init__(
@@ -73,7 +70,7 @@ class Actor:
         self.iid = iid
         self.address = address
         self.proc = proc
-        self.record: InstanceRecord = record or _BLANK
+        self.record: InstanceRecord = record or BLANK
         self.run = self.record.run
         self.ctx = Context(self)
         self.driver = _driver.Driver(self, address)
@@ -119,103 +116,6 @@ class Actor:
 
     # -- lifecycle -----------------------------------------------------------
 
-    async def main(self, pending: tuple[int, Any] | None = None) -> None:
-        """The actor's task: load, replay, run until terminal, passivated, or
-        parked without a task (see `wait_for`); with ``pending``, resume the
-        coroutine it parked with there (`_runner.step`), at that point of
-        `Driver.run`.
-
-        The task opens a nursery only once the run has leaves to run in
-        tasks of their own (a race or a join: see `start_task`). Most runs
-        never do, and a nursery costs a cancel scope and a scheduling round
-        more per activation (a third of a 1-step process's task work)."""
-        if pending is not None and self.held is None:
-            return  # closed meanwhile, with the system (`close_held`)
-        parked = False
-        try:
-            if pending is not None and self.queued:  # leaves the runner began
-                parked = await self._in_nursery(pending)
-            else:
-                if pending is None:
-                    held = await self._start_run()
-                else:
-                    coro, self.held = self.held, None
-                    assert coro is not None
-                    held = await self._drive(coro, pending)
-                if held and self.queued:
-                    # Stopped for a nursery (see `wait_for`), not parked: go
-                    # on in one, from the wait it stopped at. Parked only if
-                    # that run parks (if it raises, the instance is gone).
-                    parked = await self._in_nursery((WAIT, self.root))
-                else:
-                    parked = held
-        except Exception as exc:
-            if not self.ends.broke(exc):
-                raise
-        finally:
-            if not parked:
-                self.gone()
-
-    async def _start_run(self) -> bool:
-        """Load, replay and run the current run; True if it stopped with
-        its coroutine held (see `_drive`)."""
-        if not (self.loaded or await self._load()):
-            return False
-        self.span = _tracing.begin_run(self)
-        failure = self.record.failure
-        if failure is not None:  # resuming a compensation after a crash
-            end = self.record.failure_end or "failed"
-            await self.ends.finish_compensation(failure, end)
-            return False
-        try:
-            coro = self.new_coroutine()
-        except InvalidArguments as exc:
-            # Stored params or input this code does not take: kept suspended
-            # (never failed or lost), as for changed code, until matching
-            # code is deployed.
-            await self.ends.diverge(exc)
-            return False
-        return await self._drive(coro, None)
-
-    async def _in_nursery(self, pending: tuple[int, Any]) -> bool:
-        """Go on from ``pending`` with a nursery for the leaves that run in
-        tasks, those queued first; True if it parked without a task."""
-        coro, self.held = self.held, None
-        assert coro is not None
-        parked = False
-        async with trio.open_nursery() as nursery:
-            self.nursery = nursery
-            try:
-                queued, self.queued = self.queued, None
-                for fn, effect, args in queued or ():
-                    nursery.start_soon(fn, self, effect, *args)
-                parked = await self._drive(coro, pending)
-                if nursery.child_tasks and not parked:  # what it left (abandoned steps, ...)
-                    nursery.cancel_scope.cancel()
-            finally:
-                self.nursery = None
-        return parked
-
-    async def _drive(self, coro: Coroutine[Any, Any, Any], pending: tuple[int, Any] | None) -> bool:
-        """Run ``coro`` by the driver; True if it parked without a task or
-        stopped for a nursery (`wait_for`): either way it is kept in
-        ``held``."""
-        try:
-            await self.driver.run(coro, self, pending)
-        except Passivated:
-            pass
-        except Interrupted:
-            await self.ends.interrupted()
-        except Parked as parked:
-            # Invariant: nothing yields from the park (wait_for) to here, so
-            # whatever wakes it finds the coroutine held.
-            self.held = parked.coro
-            return True
-        if self.queued:  # begun for a race decided without them: they never run
-            self.busy -= len(self.queued)
-            self.queued = None
-        return False
-
     def gone(self) -> None:
         """The instance left memory (ended, passivated, closed or broken)."""
         _tracing.end_run(self.span)
@@ -231,7 +131,7 @@ class Actor:
         # From what is committed now: the journal takes its writes again.
         self.journal.resume_chain(iid)
         state, self.preloaded = self.preloaded, None
-        if state is None and self.record is not _BLANK and self.journal.durability == "async":
+        if state is None and self.record is not BLANK and self.journal.durability == "async":
             # Made from a start just submitted (`Registry.run_created`), which an
             # "async" journal need not have written yet: read after it, or
             # the read finds the address as it was before (none, or the
@@ -391,7 +291,7 @@ class Actor:
                 self.suspend()
                 if not self.woken and not self.passivate_requested and may_park(self):
                     # Its task ends here; the coroutine waits in `held` (see
-                    # `_drive`), and whatever completes the effect has the
+                    # `_activation._drive`), and whatever completes the effect has the
                     # runner step it (`_runner.step`).
                     self.parked = NO_TASK
                     raise Parked()

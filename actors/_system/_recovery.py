@@ -102,7 +102,7 @@ async def _hold_unregistered(registry: Registry, rows: list[InstanceRow]) -> Non
     """Say that the instances of ``rows`` cannot run here (their process
     is not registered), and record it (``held``, ``last_error``) for
     `list`, `show` and handles; a system that registers the process
-    clears it when it runs them (see `Actor._load`)."""
+    clears it when it runs them (see `_activation._load`)."""
     named: Counter[str] = Counter()
     txn = Txn()
     for row in rows:
