@@ -236,7 +236,7 @@ class GroupCommit(WriterThread):
         self._check_open()
         # What defer held back goes first, in this same commit.
         deferred, self._deferred = self._deferred, []
-        outcomes = self._write_inline([held for held, _ in deferred] + [txn])
+        outcomes = self._write_inline([*(held for held, _ in deferred), txn] if deferred else [txn])
         if outcomes is None:
             self._deferred[:0] = deferred  # to the writer thread, still first
             return None

@@ -250,15 +250,16 @@ class _LMDBWriter(GroupCommit):
         apply = _Applier(wtxn, self._handles)
         chain = j.Chain(self.lost_chains)
         for txn in txns:
-            broken = chain.refused(txn)  # it builds on one that failed
-            if broken is not None:
-                outcomes.append(broken)
+            if txn.chain is not None and (broken := chain.refused(txn)) is not None:
+                outcomes.append(broken)  # it builds on one that failed
                 continue
             if txn.requires or txn.expects:
                 try:
                     j.check_requires(txn.requires, apply.status_of, apply.incarnation_of)
-                    check_expects(txn.expects, apply.state_version)
-                    j.check_fresh_cursors(txn.fresh_cursors, apply.has_cursor)
+                    if txn.expects:
+                        check_expects(txn.expects, apply.state_version)
+                    if txn.fresh_cursors:
+                        j.check_fresh_cursors(txn.fresh_cursors, apply.has_cursor)
                 except Conflict as exc:  # (it takes down nothing else: see Chain)
                     outcomes.append(exc)
                     continue
