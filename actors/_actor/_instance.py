@@ -493,7 +493,7 @@ class Actor:
         for leaf in started:
             # Started in an earlier activation, and now never run because the
             # race was decided without it: drop what it left behind.
-            leaf.behaviour.drop(self, leaf)
+            self.system.wiring.behaviours[type(leaf)].drop(self, leaf)
 
     def add_child(self, address: str, seq: int) -> None:
         """Count ``address`` among this run's children (made by effect ``seq``)."""
@@ -505,7 +505,7 @@ class Actor:
 
     def _start_live(self, leaf: Effect[Any], entry: LogEntry | None) -> None:
         self.live.add(leaf)
-        leaf.behaviour.start(self, leaf, entry)
+        self.system.wiring.behaviours[type(leaf)].start(self, leaf, entry)
 
     def finish(
         self,
@@ -542,4 +542,4 @@ class Actor:
     def abandon(self, leaf: Effect[Any]) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
         self.live.discard(leaf)
-        leaf.behaviour.abandon(self, leaf)
+        self.system.wiring.behaviours[type(leaf)].abandon(self, leaf)
