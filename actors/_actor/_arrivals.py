@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .._kernel._interfaces import ActorAPI
     from .._kernel._mailbox import StoredMessage
 
-__all__ = ["Arrivals"]
+__all__ = ["Arrivals", "TimerBehaviour", "WaitBehaviour"]
 
 
 class Arrivals:
@@ -148,7 +148,7 @@ class Arrivals:
             # Taking rides on the next commit, with the wait's log entry:
             # the message leaves the mailbox as it enters the log.
             actor.writes.txn.take_message(actor.iid, mseq)
-            wait.behaviour.take(actor, wait, signal, mseq, payload)
+            actor.system.wiring.behaviours[type(wait)].take(actor, wait, signal, mseq, payload)
 
     def took(self, wait: fx.Wait[Any], signal: Signal, mseq: int, payload: Any) -> None:
         """A wait (``ctx.wait``, ``ctx.receive``) took message ``mseq``."""
@@ -219,8 +219,7 @@ class Arrivals:
         return timers
 
 
-@fx.runs_live(fx.Wait)
-class _Waits(fx.Behaviour):
+class WaitBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, wait: fx.Wait[Any], started: LogEntry | None) -> None:
         actor.arrivals.add_wait(wait)
@@ -234,8 +233,7 @@ class _Waits(fx.Behaviour):
         actor.arrivals.took(wait, signal, seq, payload)
 
 
-@fx.runs_live(fx.Timer)
-class _Timers(fx.Behaviour):
+class TimerBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, timer: fx.Timer, started: LogEntry | None) -> None:
         actor.arrivals.start_timer(timer, started)

@@ -24,7 +24,7 @@ from storage.errors import (
 )
 
 from .._features import _saga, _supervision as _sup
-from .._kernel import _effects as fx, _hooks, _reports, _transactions
+from .._kernel import _effects as fx, _reports, _transactions
 from .._kernel._failures import ErrorRecord, describe_error, error_summary
 from .._kernel._log import children_named
 from ..errors import NonDeterminismError
@@ -189,7 +189,7 @@ class Ends:
             now=actor.system.epoch_now(),
         )
         # What features owe at its end (an ask it did not answer hears so).
-        answers = _hooks.run_ended(actor, txn, status)
+        answers = actor.system.wiring.run_ended(actor, txn, status)
         results = await actor.writes.barrier(txn)
         actor.status = status
         actor.done = True
@@ -231,7 +231,7 @@ class Ends:
         txn = Txn()
         self.begin_run(txn, input=effect.input, last_error=None)
         # (An ask this run took is never answered by the next: it hears so.)
-        answers = _hooks.run_ended(actor, txn, "continued as new", unread=False)
+        answers = actor.system.wiring.run_ended(actor, txn, "continued as new", unread=False)
         # Invariant: the next run starts in memory only once it is recorded.
         # Started on a write still in flight, it would run (and key its steps
         # with its run number) even if the write failed, and the run

@@ -393,7 +393,7 @@ class Actor(Activation):
         for leaf in started:
             # Started in an earlier activation, and now never run because the
             # race was decided without it: drop what it left behind.
-            leaf.behaviour.drop(self, leaf)
+            self.system.wiring.behaviours[type(leaf)].drop(self, leaf)
 
     def add_child(self, address: str, seq: int) -> None:
         """Count ``address`` among this run's children (made by effect ``seq``)."""
@@ -405,7 +405,7 @@ class Actor(Activation):
 
     def _start_live(self, leaf: Effect[Any], entry: LogEntry | None) -> None:
         self.live.add(leaf)
-        leaf.behaviour.start(self, leaf, entry)
+        self.system.wiring.behaviours[type(leaf)].start(self, leaf, entry)
 
     def finish(
         self,
@@ -442,4 +442,4 @@ class Actor(Activation):
     def abandon(self, leaf: Effect[Any]) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
         self.live.discard(leaf)
-        leaf.behaviour.abandon(self, leaf)
+        self.system.wiring.behaviours[type(leaf)].abandon(self, leaf)

@@ -44,7 +44,7 @@ import trio
 from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
 from storage.errors import Conflict, JournalClosed
 
-from .._kernel import _effects as fx, _hooks, _message_txns
+from .._kernel import _effects as fx, _message_txns
 from .._kernel._failures import ErrorRecord
 from .._kernel._hooks import After
 from .._kernel._interfaces import ActorAPI, SystemAPI
@@ -57,10 +57,14 @@ from ._sending import commit_through
 __all__ = [
     "BOX_PREFIX",
     "CHECK_EVERY",
+    "AskBehaviour",
     "Asks",
+    "ReplyBehaviour",
     "answer",
     "answer_offline",
     "ask_id_of",
+    "at_disk_end",
+    "at_run_end",
     "no_reply",
     "reply_outcome",
     "unanswered_on_disk",
@@ -268,8 +272,7 @@ def _nothing(results: list[int]) -> None:
     pass
 
 
-@fx.runs_live(fx.Reply)
-class _Replies(fx.Behaviour):
+class ReplyBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, reply: fx.Reply, started: LogEntry | None) -> None:
         """Begin a live ``ctx.reply``: a recorded no-op for a message that
@@ -332,8 +335,7 @@ def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[Asker]) ->
     return [answer(actor.system, txn, ask, {"ended": status}) for ask in asks.values()]
 
 
-@_hooks.on_run_end
-def _at_run_end(actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[After]:
+def at_run_end(actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[After]:
     """Every ask the run took and did not answer, and (with ``unread``, the
     instance ends) every ask still unread, hears that it ended without a
     reply."""
@@ -343,15 +345,14 @@ def _at_run_end(actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list
     return no_reply(actor, txn, status, waiting)
 
 
-@_hooks.on_disk_end
-def _at_disk_end(
+def at_disk_end(
     system: SystemAPI,
     txn: Txn,
     status: str,
     log: dict[int, LogEntry],
     mail: Iterable[tuple[int, Any]],
 ) -> list[After]:
-    """`_at_run_end` for an instance ended on disk."""
+    """`at_run_end` for an instance ended on disk."""
     owed = unanswered_on_disk(log, mail)
     return [answer(system, txn, ask, {"ended": status}) for ask in owed]
 
@@ -376,8 +377,7 @@ def unanswered_on_disk(log: dict[int, LogEntry], mail: Iterable[tuple[int, Any]]
 # -- the asking instance's side ----------------------------------------------------------
 
 
-@fx.runs_live(fx.Ask)
-class _Asks(fx.Behaviour):
+class AskBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, ask: fx.Ask, started: LogEntry | None) -> None:
         """Run a live ``ctx.ask``: send it (once: its log entry rides with

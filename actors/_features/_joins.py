@@ -30,11 +30,10 @@ from .._kernel._log import LogEntry
 from .._kernel._transactions import end_payload
 from ._supervision import end_outcome
 
-__all__: list[str] = []  # the actor runs joins through their behaviour (fx.runs_live)
+__all__ = ["JoinBehaviour"]  # (the system wires it: `_system._wiring`)
 
 
-@fx.runs_live(fx.Join)
-class _Joins(fx.Behaviour):
+class JoinBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, join: fx.Join[Any], started: LogEntry | None) -> None:
         actor.start_task(_watch, join)

@@ -74,7 +74,7 @@ from .._kernel._message_txns import KEY_PREFIX, Notice
 from .._kernel._values import Signal
 from ..errors import InvalidArguments, NotDelivered
 
-__all__ = ["KeyedSends", "new_send", "new_send_many"]
+__all__ = ["KeyedSends", "SendBehaviour", "new_send", "new_send_many"]
 
 
 @attrs.frozen
@@ -192,8 +192,7 @@ def _runs_live(actor: ActorAPI) -> bool:
 # -- live ------------------------------------------------------------------------------
 
 
-@fx.runs_live(fx.Send)  # (and fx.SendMany, its subclass)
-class _Sends(fx.Behaviour):
+class SendBehaviour(fx.Behaviour):  # (and fx.SendMany's, its subclass)
     @staticmethod
     def start(actor: ActorAPI, send: fx.Send, started: LogEntry | None) -> None:
         actor.start_task(_run, send)

@@ -57,6 +57,7 @@ __all__ = [
     "READ_AGAIN",
     "Plan",
     "Route",
+    "SignalBehaviour",
     "SignalEffect",
     "SignalRouter",
     "check_identity",
@@ -426,8 +427,7 @@ def new_signal(
     return SignalEffect(actor.driver.next_seq(), arg_hash, signal, values, payload, key)
 
 
-@fx.runs_live(SignalEffect)
-class _Signals(fx.Behaviour):
+class SignalBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, effect: SignalEffect, started: LogEntry | None) -> None:
         actor.start_task(_run, effect)

@@ -38,14 +38,14 @@ from storage import AutojumpHold, Txn, decode, encode
 from storage.errors import Conflict, EncodeError
 
 from .._kernel import _reports, _tracing
-from .._kernel._effects import Behaviour, Step, runs_live
+from .._kernel._effects import Behaviour, Step
 from .._kernel._failures import ErrorRecord
 from .._kernel._interfaces import ActorAPI
 from .._kernel._log import LogEntry
 from .._kernel._values import CRASHES
 from ..errors import ActorError, ContextError, StepFailed
 
-__all__ = ["StepInfo", "current_step", "run_step", "step_key"]
+__all__ = ["StepBehaviour", "StepInfo", "current_step", "run_step", "step_key"]
 
 
 @attrs.frozen(slots=True)
@@ -189,8 +189,7 @@ def _call_sync(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return result
 
 
-@runs_live(Step)
-class _Steps(Behaviour):
+class StepBehaviour(Behaviour):
     @staticmethod
     def start(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -> None:
         actor.start_task(run_step, step, started)

@@ -37,8 +37,7 @@ from ..errors import InvalidArguments, NotDelivered
 _BATCH = 256
 
 
-@fx.runs_live(fx.Emit)
-class _Emits(fx.Behaviour):
+class EmitBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, effect: fx.Emit, started: LogEntry | None) -> None:
         actor.start_task(_write, effect, _stage_emit)
@@ -46,8 +45,7 @@ class _Emits(fx.Behaviour):
     # abandon: nothing; an emit that lost a race still completes its write
 
 
-@fx.runs_live(fx.Publish)
-class _Publishes(fx.Behaviour):
+class PublishBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, effect: fx.Publish, started: LogEntry | None) -> None:
         actor.start_task(_write, effect, _stage_publish)

@@ -30,7 +30,7 @@ import trio
 from storage import LIVE_STATUSES, UNFINISHED_STATUSES, InstanceRecord, Txn, instance_id
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalClosed, JournalFull
 
-from .._kernel import _effects as fx, _hooks, _reports, _tracing
+from .._kernel import _effects as fx, _reports, _tracing
 from .._kernel._failures import ErrorRecord, describe_error, error_summary
 from .._kernel._handles import ChildHandle
 from .._kernel._interfaces import ActorAPI, SystemAPI
@@ -56,8 +56,7 @@ RESTART_DELAY, RESTART_DELAY_MAX = 0.1, 5.0
 # -- creating children -----------------------------------------------------------
 
 
-@fx.runs_live(fx.Spawn)
-class _Spawns(fx.Behaviour):
+class SpawnBehaviour(fx.Behaviour):
     """A spawn is done once its child exists."""
 
     @staticmethod
@@ -69,8 +68,7 @@ class _Spawns(fx.Behaviour):
         _abandon_child_effect(actor, effect)
 
 
-@fx.runs_live(fx.Call)
-class _Calls(fx.Behaviour):
+class CallBehaviour(fx.Behaviour):
     """A call is a spawn whose end it waits for, as a message."""
 
     @staticmethod
@@ -398,7 +396,7 @@ async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     restarts = next_restarts(actor.record, reason, system.epoch_now())
     actor.ends.begin_run(txn, restarts=restarts, last_error=None)
     # What features owe at the run's end (the asks it took and did not answer).
-    answers = _hooks.run_ended(actor, txn, "restarted", unread=False)
+    answers = actor.system.wiring.run_ended(actor, txn, "restarted", unread=False)
     results = await actor.writes.barrier(txn)
     for after in answers:
         after(results)

@@ -1,11 +1,12 @@
 """`Effect`: what a process awaits, and `Behaviour`: how a kind of leaf
-effect runs live. The kinds are in `_leaves` and `_composites`; `_effects`
+effect runs live (which runs which kind is wired by the system:
+`_system._wiring`). The kinds are in `_leaves` and `_composites`; `_effects`
 holds them all (what ``fx.`` names)."""
 
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from types import CodeType
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar, cast
 
@@ -13,25 +14,25 @@ from ..errors import ContextError
 from ._log import LogEntry
 from ._values import Signal
 
-__all__ = ["Behaviour", "Composite", "Effect", "runs_live", "shorten"]
+__all__ = ["Behaviour", "Composite", "Effect", "shorten"]
 
 T = TypeVar("T", covariant=True)  # what awaiting the effect gives
-B = TypeVar("B", bound="type[Behaviour]")
 
 
 class Behaviour:
     """How one kind of leaf effect runs live: the actor calls these (see
     `_instance.Actor.begin`), and the module of the effect's feature says
-    what they do, registering a subclass with `runs_live`. So the actor
-    knows no kind of effect, and a new kind is its class, its behaviour and
-    its tests. ``actor`` is the live instance (`_interfaces.ActorAPI`)."""
+    what they do in a subclass, which the system's wiring names for the
+    kind (`_system._wiring`). So the actor knows no kind of effect, and a
+    new kind is its class, its behaviour, its row in the wiring and its
+    tests. ``actor`` is the live instance (`_interfaces.ActorAPI`)."""
 
     @staticmethod
     def start(actor: Any, leaf: Any, started: LogEntry | None) -> None:
         """Begin ``leaf``, which replay left open; ``started`` is the entry
         an earlier activation logged for it as it began (a step's attempt,
         a timer's due time, a call's child), if any."""
-        raise AssertionError(f"{leaf!r} cannot run live: no feature registered its behaviour")
+        raise AssertionError(f"{leaf!r} cannot run live: its behaviour has no start")
 
     @staticmethod
     def abandon(actor: Any, leaf: Any) -> None:
@@ -50,18 +51,6 @@ class Behaviour:
         the mailbox matched to it; the take itself is in the actor's
         ridden writes already."""
         raise AssertionError(f"{wait!r} takes no message: it is no wait")
-
-
-def runs_live(*kinds: type[Effect[Any]]) -> Callable[[B], B]:
-    """Class decorator: ``kinds`` of effect run live as the decorated
-    `Behaviour` says (a feature module's hook into the actor)."""
-
-    def register(behaviour: B) -> B:
-        for kind in kinds:
-            kind.behaviour = behaviour
-        return behaviour
-
-    return register
 
 
 class Effect(Generic[T]):
@@ -87,7 +76,6 @@ class Effect(Generic[T]):
         "value",
     )
     kind = "effect"
-    behaviour: ClassVar[type[Behaviour]] = Behaviour  # how it runs live (`runs_live`)
     makes_child: ClassVar[bool] = False  # a call or spawn: its log names a child
     # Whether its live run logs a *started* record before its outcome (a
     # step's attempt, a timer's due time, a call's child, an ask sent);

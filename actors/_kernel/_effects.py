@@ -7,7 +7,7 @@ the instance's driver (see `_instance`), which answers from the log or runs
 it live. Composites (`First`, `All`) have no number of their own: their
 outcome follows from their children's.
 
-The base (`Effect`, `Composite`, `Behaviour`, `runs_live`) is in `_effect`,
+The base (`Effect`, `Composite`, `Behaviour`) is in `_effect`,
 the kinds in `_leaves` and `_composites`; this module holds them all, the
 namespace the runtime reads them by (``from .._kernel import _effects as fx``).
 """
@@ -20,7 +20,6 @@ from ._effect import (  # (_reused: for the driver, which names it fx._reused)
     Composite as Composite,
     Effect as Effect,
     _reused as _reused,
-    runs_live as runs_live,
     shorten as shorten,
 )
 from ._leaves import (

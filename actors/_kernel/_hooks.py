@@ -1,5 +1,8 @@
 """Named points where a feature hooks into the core, so that the core need
-not know the feature.
+not know the feature, and `Wiring`: the hooks a system is built with.
+
+A leaf effect runs live as its kind's `Behaviour` says (`_effect`); the
+actor finds it in `Wiring.behaviours`, by the effect's class.
 
 A run ends (completed, failed, cancelled, restarted, continued as new):
 whatever a feature owes when it does goes into the end's own transaction,
@@ -7,41 +10,44 @@ so that it is written exactly when the end is. The ask feature answers
 the asks the run took without replying ("ended without a reply"), for
 instance. Two points, one per way a run ends:
 
-- `run_ended`: an actor in memory ends its run (`_ends`, `_supervision`);
-- `ended_on_disk`: an instance not in memory is ended by a write of
+- `Wiring.run_ended`: an actor in memory ends its run (`_ends`, `_supervision`);
+- `Wiring.ended_on_disk`: an instance not in memory is ended by a write of
   another (a cancel or a restart written over the journal, `_lifecycle`).
 
-A feature registers a hook with `on_run_end` or `on_disk_end` when its
-module is imported; the system imports every feature module before any
-instance runs (`_system.FEATURES`). Each hook returns what to run once the
-transaction has committed (with the commit's results).
+Nothing registers itself: the system builds its `Wiring` once, from the
+table in `_system._wiring`, and the runtime reads it as ``system.wiring``,
+so the order of imports cannot change what runs. Each end hook returns what
+to run once the transaction has committed (with the commit's results).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
 
 from storage import Txn
 
+from ._effect import Behaviour, Effect
 from ._log import LogEntry
 
 if TYPE_CHECKING:
     from ._interfaces import ActorAPI, SystemAPI
 
-__all__ = ["After", "ended_on_disk", "on_disk_end", "on_run_end", "run_ended"]
+__all__ = ["After", "DiskEnd", "RunEnd", "Wiring"]
 
 After = Callable[[list[int]], None]  # run once the end's transaction commits
 
 
 class RunEnd(Protocol):
-    """A hook of `run_ended`."""
+    """A hook of `Wiring.run_ended`."""
 
     def __call__(self, actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[After]: ...
 
 
 class DiskEnd(Protocol):
-    """A hook of `ended_on_disk`."""
+    """A hook of `Wiring.ended_on_disk`."""
 
     def __call__(
         self,
@@ -53,40 +59,39 @@ class DiskEnd(Protocol):
     ) -> list[After]: ...
 
 
-# Registered once, at import (static, like `_effects.runs_live`): no per-run state.
-_RUN_ENDS: list[RunEnd] = []
-_DISK_ENDS: list[DiskEnd] = []
+@attrs.frozen
+class Wiring:
+    """The features' hooks into the core, as one system is built with them
+    (`_system._wiring.wire`): read, never changed."""
 
+    # Each kind of leaf effect that runs live -> how: the actor looks a
+    # leaf's class up here as it starts, abandons or drops it, and as a wait
+    # takes a message (a subclass has a row of its own: no MRO walk).
+    behaviours: Mapping[type[Effect[Any]], type[Behaviour]]
+    run_ends: tuple[RunEnd, ...]  # what each feature owes when a live run ends
+    disk_ends: tuple[DiskEnd, ...]  # ... and when a run not in memory does
 
-def on_run_end(hook: RunEnd) -> RunEnd:
-    """Register ``hook`` for `run_ended`."""
-    _RUN_ENDS.append(hook)
-    return hook
+    def run_ended(
+        self, actor: ActorAPI, txn: Txn, status: str, *, unread: bool = True
+    ) -> list[After]:
+        """Into ``txn``, which ends ``actor``'s run ``status``: what each feature
+        owes at that end. With ``unread``, the instance itself ends (its unread
+        mail is never taken); without, only this run does (a restart, a
+        continue-as-new: the next run takes the mail)."""
+        return [
+            after for hook in self.run_ends for after in hook(actor, txn, status, unread=unread)
+        ]
 
-
-def on_disk_end(hook: DiskEnd) -> DiskEnd:
-    """Register ``hook`` for `ended_on_disk`."""
-    _DISK_ENDS.append(hook)
-    return hook
-
-
-def run_ended(actor: ActorAPI, txn: Txn, status: str, *, unread: bool = True) -> list[After]:
-    """Into ``txn``, which ends ``actor``'s run ``status``: what each feature
-    owes at that end. With ``unread``, the instance itself ends (its unread
-    mail is never taken); without, only this run does (a restart, a
-    continue-as-new: the next run takes the mail)."""
-    return [after for hook in _RUN_ENDS for after in hook(actor, txn, status, unread=unread)]
-
-
-def ended_on_disk(
-    system: SystemAPI,
-    txn: Txn,
-    status: str,
-    log: dict[int, LogEntry],
-    mail: Iterable[tuple[int, Any]],
-) -> list[After]:
-    """Into ``txn``, which ends the run of an instance not in memory (its
-    run's ``log`` as stored) ``status``: what each feature owes at that
-    end; ``mail`` is the unread mail the end leaves untaken for good (none
-    if the instance runs on)."""
-    return [after for hook in _DISK_ENDS for after in hook(system, txn, status, log, mail)]
+    def ended_on_disk(
+        self,
+        system: SystemAPI,
+        txn: Txn,
+        status: str,
+        log: dict[int, LogEntry],
+        mail: Iterable[tuple[int, Any]],
+    ) -> list[After]:
+        """Into ``txn``, which ends the run of an instance not in memory (its
+        run's ``log`` as stored) ``status``: what each feature owes at that
+        end; ``mail`` is the unread mail the end leaves untaken for good (none
+        if the instance runs on)."""
+        return [after for hook in self.disk_ends for after in hook(system, txn, status, log, mail)]

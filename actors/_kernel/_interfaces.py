@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -33,6 +33,9 @@ from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._rides import Rides
 from ._values import Queue, Signal
+
+if TYPE_CHECKING:  # (its hooks name these Protocols back)
+    from ._hooks import Wiring
 
 __all__ = [
     "ActorAPI",
@@ -346,6 +349,7 @@ class SystemAPI(Protocol):
     outages: JournalWatch
     rides: Rides  # the timer of deferred writes
     compensations: Compensations  # the callables a recorded compensation may name
+    wiring: Wiring  # the features' hooks, wired as the system was built (`_system._wiring`)
 
     # The parts (see actors._system._facade).
     @property

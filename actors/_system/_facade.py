@@ -10,7 +10,8 @@ ask, send_many), `Lifecycle` (start, cancel, restart), `Upkeep`
 (`_operations`: query, cleanup, stuck compensations); then the services: timers, queues, schedules, asks, keyed
 sends, deferred writes, the node view. The operator's calls are in
 `_operations` and the schedules' in `_schedules`: bases that hold no state.
-`open_system` (`_open`) runs a system.
+The features are wired in first (`_wiring`: how their effects run live,
+what they owe at a run's end). `open_system` (`_open`) runs a system.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import trio
 from storage import Journal
 from storage.errors import JournalCorrupt
 
-from .._features import _asks, _joins, _schedules, _sends, _signals, _steps, _streams, _supervision
+from .._features import _schedules
 from .._features._asks import Asks
 from .._features._queues import QueueService
 from .._features._schedule_calls import ScheduleCalls
@@ -50,13 +51,9 @@ from ._operations import Operations, Upkeep
 from ._registry import Registry
 from ._status_watch import Statuses
 from ._troubles import Corruption, Stalls
+from ._wiring import wire
 
 __all__ = ["ActorSystem"]
-
-# The features that hook into the core: each registers, as it is imported,
-# how its effects run live (`_effects.runs_live`, `_arrivals`) and what it
-# owes when a run ends (`_hooks`); imported here, before any instance runs.
-FEATURES = (_asks, _joins, _sends, _signals, _steps, _streams, _supervision)
 
 P = ParamSpec("P")  # a process function's parameters after ctx
 R = TypeVar("R")  # its result
@@ -100,6 +97,9 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.thread_limiter = trio.CapacityLimiter(math.inf)
         self._offset = now() - trio.current_time()  # wall clock minus trio's
         self.cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
+        # How the features' effects run live and what they owe at a run's end
+        # (`_wiring`): wired here, once, before any instance runs.
+        self.wiring = wire()
         # The parts (each keeps the system, and reads the others through it).
         self.registry = Registry(self, processes)
         self.statuses = Statuses(self)

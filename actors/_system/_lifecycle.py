@@ -27,7 +27,7 @@ from storage.errors import Conflict, JournalUnavailable
 from .._features import _saga, _supervision as _sup
 from .._features._queue_rows import waiting_rows
 from .._features._sending import commit_through
-from .._kernel import _hooks, _message_txns, _tracing, _transactions
+from .._kernel import _message_txns, _tracing, _transactions
 from .._kernel._checks import check_text
 from .._kernel._handles import Handle
 from .._kernel._log import children_named, read_state
@@ -165,7 +165,7 @@ class Lifecycle:
             txn.take_message(iid, seq)
         # Every ask it owes an answer hears that it ended without one (one
         # that compensates first: those its run took; its end, the unread).
-        answers = _hooks.ended_on_disk(
+        answers = self.system.wiring.ended_on_disk(
             self.system, txn, "cancelled", log, () if compensating else mail
         )
         try:
@@ -259,7 +259,7 @@ class Lifecycle:
             timers=[(timer.run, timer.seq) for timer in timers],
         )
         # What features owe at the end of the run (its mail: the next run's).
-        answers = _hooks.ended_on_disk(self.system, txn, "restarted", log, ())
+        answers = self.system.wiring.ended_on_disk(self.system, txn, "restarted", log, ())
         try:
             results = await self.journal.commit(txn)
         except Conflict:
