@@ -348,7 +348,7 @@ MAX_LINES = 450
 # test fails when one grows, or shrinks under the limit and stays listed).
 LONG_MODULES: dict[str, int] = {
     "actors/_kernel/_interfaces.py": 563,
-    "actors/_system/_facade.py": 505,
+    "actors/_system/_facade.py": 473,
     "actors/testing.py": 502,
     "actors/_features/_supervision.py": 483,
     "actors/_system/_mail.py": 483,

@@ -24,7 +24,6 @@ from typing import Any, ParamSpec, TypeVar, overload
 import trio
 
 from storage import Journal
-from storage.errors import JournalCorrupt
 
 from .._features import _schedules
 from .._features._asks import Asks
@@ -303,37 +302,6 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
     def node(self) -> str | None:
         """This system's node name on a shared journal, or None."""
         return self.journal.node
-
-    def get(self, address: str) -> Handle[Any] | None:
-        """The handle of the instance at ``address``, live, passivated or
-        finished; None if there is none.
-
-        On a remote journal (PostgreSQL) an instance this system holds
-        nothing of in memory is read on the trio thread, one round trip that
-        every task waits for: there, prefer ``await system.lookup(address)``."""
-        iid = self.router.address_iid(address, "get's address")
-        incarnation = self.statuses.held(iid)
-        if incarnation is None:
-            try:
-                with self.journal.reader() as r:
-                    incarnation = self.statuses.found(iid, r.instance(iid))
-            except JournalCorrupt:
-                incarnation = 0  # its handle reads "corrupt"
-        return None if incarnation is None else Handle._create(self, iid, address, incarnation)
-
-    async def lookup(self, address: str) -> Handle[Any] | None:
-        """`get`, reading the journal off the trio thread: the way to find an
-        instance on a remote journal without stalling the other tasks."""
-        iid = self.router.address_iid(address, "lookup's address")
-        incarnation = self.statuses.held(iid)
-        if incarnation is None:
-            try:
-                row = await self.journal.read(lambda r: r.instance(iid))
-            except JournalCorrupt:
-                incarnation = 0
-            else:
-                incarnation = self.statuses.found(iid, row)
-        return None if incarnation is None else Handle._create(self, iid, address, incarnation)
 
     async def cancel(self, address: str, *, compensate: bool = False) -> bool:
         """Cancel the instance at ``address`` (and its live children, first).

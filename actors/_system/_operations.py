@@ -1,6 +1,7 @@
 """The calls an operator makes: `Operations`, the part of `ActorSystem`'s
-public methods that reads and repairs instances (query, cleanup, retry,
-fork, a mailbox's messages, stuck compensations, a queue's depth).
+public methods that finds, reads and repairs instances (get, lookup, query,
+cleanup, retry, fork, a mailbox's messages, stuck compensations, a queue's
+depth).
 
 `Operations` holds no state: it is a base of `ActorSystem` that keeps these
 calls and their contracts out of `_system`, so that the facade there holds
@@ -31,20 +32,22 @@ from storage import (
     Txn,
     instance_id,
 )
+from storage.errors import JournalCorrupt
 
 from .._features import _crashes
 from .._kernel import _transactions
 from .._kernel._checks import check_many, check_name, check_seconds
+from .._kernel._handles import Handle
 from .._kernel._interfaces import SystemAPI
 from .._kernel._process import ProcessDef
 from .._kernel._values import InstanceInfo
 from ..errors import InvalidArguments
 from . import _cleanup, _fork, _mail, _retry
 from ._registry import YIELD_EVERY
+from ._status_watch import Statuses
 
 if TYPE_CHECKING:
     from .._features._queues import QueueService
-    from .._kernel._handles import Handle
     from .._kernel._values import Queue, QueueInfo
 
 __all__ = ["OperatedSystem", "Operations", "Upkeep"]
@@ -52,13 +55,16 @@ __all__ = ["OperatedSystem", "Operations", "Upkeep"]
 
 class OperatedSystem(SystemAPI, Protocol):
     """What `Operations` uses of the system: the runtime's view of it, its
-    `Upkeep` part and its queue service."""
+    `Upkeep` part, its queue service and its statuses."""
 
     @property
     def upkeep(self) -> Upkeep: ...
 
     @property
     def queues(self) -> QueueService: ...
+
+    @property
+    def statuses(self) -> Statuses: ...
 
 
 class Operations:
@@ -218,6 +224,37 @@ class Operations:
             NotDelivered: no instance at ``address`` (reason ``"unknown"``).
         """
         return await _mail.drop_message(self, address, message_id, incarnation)
+
+    def get(self: OperatedSystem, address: str) -> Handle[Any] | None:
+        """The handle of the instance at ``address``, live, passivated or
+        finished; None if there is none.
+
+        On a remote journal (PostgreSQL) an instance this system holds
+        nothing of in memory is read on the trio thread, one round trip that
+        every task waits for: there, prefer ``await system.lookup(address)``."""
+        iid = self.router.address_iid(address, "get's address")
+        incarnation = self.statuses.held(iid)
+        if incarnation is None:
+            try:
+                with self.journal.reader() as r:
+                    incarnation = self.statuses.found(iid, r.instance(iid))
+            except JournalCorrupt:
+                incarnation = 0  # its handle reads "corrupt"
+        return None if incarnation is None else Handle._create(self, iid, address, incarnation)
+
+    async def lookup(self: OperatedSystem, address: str) -> Handle[Any] | None:
+        """`get`, reading the journal off the trio thread: the way to find an
+        instance on a remote journal without stalling the other tasks."""
+        iid = self.router.address_iid(address, "lookup's address")
+        incarnation = self.statuses.held(iid)
+        if incarnation is None:
+            try:
+                row = await self.journal.read(lambda r: r.instance(iid))
+            except JournalCorrupt:
+                incarnation = 0
+            else:
+                incarnation = self.statuses.found(iid, row)
+        return None if incarnation is None else Handle._create(self, iid, address, incarnation)
 
     def query(
         self: OperatedSystem,
