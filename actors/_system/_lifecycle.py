@@ -24,7 +24,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalUnavailable
 
-from .._features import _saga, _supervision as _sup
+from .._features import _restarts, _saga, _supervision as _sup
 from .._features._queue_rows import waiting_rows
 from .._features._sending import commit_through
 from .._kernel import _hooks, _message_txns, _tracing, _transactions
@@ -245,7 +245,7 @@ class Lifecycle:
         if row is None or row.status not in LIVE_STATUSES:
             return
         await _sup.cancel_children(self.system, children_named(log), f"{address} is restarting")
-        restarts = _sup.next_restarts(row.record, reason, self.system.epoch_now())
+        restarts = _restarts.next_restarts(row.record, reason, self.system.epoch_now())
         txn = Txn()
         txn.require(iid, LIVE_STATUSES)
         if self.journal.shared:
