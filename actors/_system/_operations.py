@@ -6,7 +6,7 @@ fork, a mailbox's messages, stuck compensations, a queue's depth).
 calls and their contracts out of `_system`, so that the facade there holds
 what an application calls. Each method is typed on `OperatedSystem`, what
 it uses of the system; the work is done by the modules named in each
-(`_retry`, `_fork`, `_mail`) and by the system's `Upkeep` part, below.
+(`_retry`, `_fork`, `_mail`, `_drop`) and by the system's `Upkeep` part, below.
 The command line and the web inspector make the same calls through
 `actors._tools._admin`.
 
@@ -39,7 +39,7 @@ from .._kernel._interfaces import SystemAPI
 from .._kernel._process import ProcessDef
 from .._kernel._values import InstanceInfo
 from ..errors import InvalidArguments
-from . import _cleanup, _fork, _mail, _retry
+from . import _cleanup, _drop, _fork, _mail, _retry
 from ._registry import YIELD_EVERY
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class Operations:
         """Move an unread message (or the message a failed instance was
         handling when it failed) to the address's dead letters, in one
         transaction: the instance never takes it (on any node: see
-        `actors._system._mail`), and a fork or retry does not put it back. Kept for
+        `actors._system._drop`), and a fork or retry does not put it back. Kept for
         `dropped` and ``actors mail --dropped`` until cleanup.
 
         Args:
@@ -217,7 +217,7 @@ class Operations:
                 runs the instance (drop it on that node).
             NotDelivered: no instance at ``address`` (reason ``"unknown"``).
         """
-        return await _mail.drop_message(self, address, message_id, incarnation)
+        return await _drop.drop_message(self, address, message_id, incarnation)
 
     def query(
         self: OperatedSystem,
