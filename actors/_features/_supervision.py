@@ -190,12 +190,12 @@ async def _create_once(
                 "restarts": [],
             },
             trace=_tracing.traceparent(system),
-            status="running" if effect.queue is None else "queued",
+            status="running" if effect.gate is None else effect.gate.status,
             index=bool(proc.listens),
         )
         txn, record = start.txn, start.record
-        if effect.queue is not None:  # it waits for a slot: the queue's pump starts it
-            system.queues.enqueue(txn, effect.queue[0], iid, address, effect.queue[1])
+        if effect.gate is not None:  # it waits behind its gate (a queue's slot) to run
+            effect.gate.hold(txn, iid, address)
     elif row is not None and row.status not in LIVE_STATUSES and effect.awaited:
         # Invariant: a call to a child that had ended already is logged with
         # its outcome, never a started record. No end message will come
@@ -207,9 +207,9 @@ async def _create_once(
     parent.add_child(address, effect.seq)
     txn.put_log(parent.iid, parent.run, effect.seq, entry.to_stored())
     await parent.writes.barrier(txn)
-    if fresh and effect.queue is not None:
+    if fresh and effect.gate is not None:
         system.statuses.changed(iid)
-        system.queues.poke(effect.queue[0].name)
+        effect.gate.committed()
     elif fresh:
         system.registry.run_created(iid, address, proc, record)
         system.statuses.changed(iid)

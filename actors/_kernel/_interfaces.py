@@ -37,15 +37,13 @@ from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._rides import Rides
 from ._services_api import (
-    AsksAPI,
     KeysAPI,
     NodesAPI,
-    QueuesAPI,
     Service,
     SignalsAPI,
     TimersAPI,
 )
-from ._values import Queue, Signal
+from ._values import Signal
 
 __all__ = [
     "ActorAPI",
@@ -231,7 +229,6 @@ class LifecycleAPI(Protocol):
         *,
         parent: str | None = None,
         address: str | None = None,
-        queued: tuple[Queue, int] | None = None,
         extra: Callable[[Txn], None] | None = None,
     ) -> tuple[object, bool]: ...  # (the Handle, and whether it was created)
 
@@ -244,6 +241,32 @@ class LifecycleAPI(Protocol):
     ) -> bool: ...
 
     async def restart_iid(self, iid: bytes, address: str, reason: str) -> None: ...
+
+
+class AsksAPI(Protocol):
+    """What the runtime's modules use of the `Asks` in flight (``actors._features._asks``)."""
+
+    async def ask(
+        self,
+        iid: bytes,
+        address: str,
+        signal: Signal,
+        payload: Any,
+        timeout: float | None,
+        send: Callable[..., Any],
+    ) -> Any: ...
+
+    def hand(self, box: bytes, payload: dict[str, Any]) -> None: ...
+
+    def noticed(self, iid: bytes) -> bool: ...
+
+
+class QueuesAPI(Protocol):
+    """What the runtime's modules use of the `QueueService` (``actors._features._queues``):
+    the place a child's ``queue=`` and ``priority=`` ask for (the queue's
+    own code then keeps the gate its start waits behind)."""
+
+    def choose(self, queue: object, priority: int) -> fx.StartGate | None: ...
 
 
 class SystemAPI(Protocol):

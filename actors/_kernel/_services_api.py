@@ -1,10 +1,12 @@
 """What the runtime's modules may ask of the system's services: the loops
 `open_system` runs (`Service`) and the services' narrow Protocols (timers,
-queues, nodes, asks, keyed sends, signals).
+nodes, keyed sends, signals).
 
-`SystemAPI` (``actors._kernel._interfaces``) hands them out; they are
-Protocols so that the runtime's modules name a service without importing
-its feature module. This module imports only modules below all of them.
+`SystemAPI` (``actors._kernel._interfaces``) hands them out (the asks' and
+the queues' Protocols are beside it there, so that what names those
+features stays in as few modules as it can); they are Protocols so that
+the runtime's modules name a service without importing its feature module.
+This module imports only modules below all of them.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import Any, Protocol
 
 from storage import Txn
 
-from ._values import Queue, Signal
+from ._values import Signal
 
-__all__ = ["AsksAPI", "KeysAPI", "NodesAPI", "QueuesAPI", "Service", "SignalsAPI", "TimersAPI"]
+__all__ = ["KeysAPI", "NodesAPI", "Service", "SignalsAPI", "TimersAPI"]
 
 
 class Service(Protocol):
@@ -36,20 +38,6 @@ class TimersAPI(Protocol):
     def schedule(self, due: float, iid: bytes) -> None: ...
 
 
-class QueuesAPI(Protocol):
-    """What the runtime's modules use of the `QueueService` (``actors._features._queues``)."""
-
-    def choose(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None: ...
-
-    def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None: ...
-
-    def poke(self, name: str) -> None: ...
-
-    async def commit_start(
-        self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str
-    ) -> None: ...
-
-
 class NodesAPI(Protocol):
     """What the runtime's modules use of the `NodeView` (``actors._system._nodes``)."""
 
@@ -66,24 +54,6 @@ class NodesAPI(Protocol):
     def mail_noticed(self, iid: bytes) -> None: ...
 
     def let_go_of_the_lost(self) -> None: ...
-
-
-class AsksAPI(Protocol):
-    """What the runtime's modules use of the `Asks` in flight (``actors._features._asks``)."""
-
-    async def ask(
-        self,
-        iid: bytes,
-        address: str,
-        signal: Signal,
-        payload: Any,
-        timeout: float | None,
-        send: Callable[..., Any],
-    ) -> Any: ...
-
-    def hand(self, box: bytes, payload: dict[str, Any]) -> None: ...
-
-    def noticed(self, iid: bytes) -> bool: ...
 
 
 class KeysAPI(Protocol):

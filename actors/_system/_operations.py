@@ -43,9 +43,9 @@ from . import _cleanup, _drop, _fork, _mail, _retry
 from ._registry import YIELD_EVERY
 
 if TYPE_CHECKING:
+    from .._features._queue_state import Queue, QueueInfo
     from .._features._queues import QueueService
     from .._kernel._handles import Handle
-    from .._kernel._values import Queue, QueueInfo
 
 __all__ = ["OperatedSystem", "Operations", "Upkeep"]
 

@@ -50,7 +50,7 @@ from .._features._crashes import (
     refuse_input as parked_input_refusal,
     resume_txn,
 )
-from .._features._queue_rows import queue_place, wait_prefix, waiting_rows
+from .._features._queue_state import queue_place, wait_prefix, waiting_rows
 from .._features._schedule_ticks import tick_text, ticks_after
 from .._features._signals import READ_AGAIN, Route, read_plan, routes_of, signal_txn
 from .._kernel import _message_txns, _transactions
