@@ -18,6 +18,7 @@ import tomllib as _tomllib
 from storage import serializable as serializable
 
 from ._actor._context import Context as Context
+from ._features._queue_state import Queue as Queue, QueueInfo as QueueInfo, Rate as Rate
 from ._features._schedules import ScheduleInfo as ScheduleInfo
 from ._features._steps import StepInfo as StepInfo, current_step as current_step
 from ._kernel._handles import ChildHandle as ChildHandle, Handle as Handle
@@ -32,9 +33,6 @@ from ._kernel._public import name_public_classes as _name_public_classes
 from ._kernel._values import (
     InstanceInfo as InstanceInfo,
     Outcome as Outcome,
-    Queue as Queue,
-    QueueInfo as QueueInfo,
-    Rate as Rate,
     Retry as Retry,
     Signal as Signal,
 )

@@ -48,7 +48,6 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import attrs
 import trio
 import trio.testing
 
@@ -62,13 +61,20 @@ from storage import (
     instance_id,
 )
 
-from ._actor._instance import Actor
-from ._kernel._checks import check_many
 from ._kernel._process import ProcessDef
 from ._kernel._public import name_public_classes
 from ._system._facade import ActorSystem
 from ._system._open import open_system
 from ._tools import _history
+from ._tools._replaying import (
+    ReplayProblem,
+    check_definitions,
+    checking_system,
+    read_history_file,
+    replay_one,
+    shown,
+    unreplayed,
+)
 from ._tools._simulate import (
     TEST_EPOCH,
     Simulation,
@@ -77,7 +83,7 @@ from ._tools._simulate import (
     simulate,
 )
 from ._tools._simulation import virtual_wall as _virtual_wall
-from .errors import HistoryFormatError, InvalidArguments
+from .errors import InvalidArguments
 
 __all__ = [
     "TEST_EPOCH",
@@ -220,22 +226,6 @@ def _busy(system: ActorSystem) -> str | None:
     return None
 
 
-@attrs.frozen
-class ReplayProblem:
-    """An instance whose recorded history the current code does not match."""
-
-    address: str
-    process: str
-    status: str
-    position: int
-    expected: Any  # what the log holds there (kind, name), or None
-    found: Any  # what the code asked for there, or None (it stopped early)
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.address} ({self.status}) at effect {self.position}: {self.message}"
-
-
 async def replay_check(
     journal_or_path: Journal | str | os.PathLike[str],
     processes: Iterable[ProcessDef[..., Any]],
@@ -262,7 +252,7 @@ async def replay_check(
     Raises:
         InvalidArguments: ``processes`` is no collection of ``@process`` definitions.
     """
-    processes = _definitions(processes, "replay_check")
+    processes = check_definitions(processes, "replay_check")
     journal = (
         journal_or_path if isinstance(journal_or_path, Journal) else LMDBJournal(journal_or_path)
     )
@@ -274,7 +264,7 @@ async def replay_check(
             raise
         owns = False  # a journal object a system here already has open
     try:
-        system = _checking_system(journal, processes)
+        system = checking_system(journal, processes)
         statuses = ["running", "suspended", "compensation_stuck"]
         if include_finished:
             statuses += ["completed", "failed", "cancelled"]
@@ -291,26 +281,13 @@ async def replay_check(
             proc = system.registry.procs.get(row.process)
             if proc is None:
                 continue
-            problem = await _replay_one(system, row, proc, log)
+            problem = await replay_one(system, row, proc, log)
             if problem is not None:
                 problems.append(problem)
         return problems
     finally:
         if owns:
             await journal.close()
-
-
-def _checking_system(journal: Journal, processes: Iterable[ProcessDef[..., Any]]) -> ActorSystem:
-    """The system a replay check builds its actors in: it never runs one."""
-    return ActorSystem._create(
-        journal,
-        processes,
-        _random.Random(0),
-        passivate_after=0,
-        max_sync_steps=1,
-        max_payload=1 << 30,
-        now=_virtual_wall,
-    )
 
 
 async def replay_history(
@@ -343,12 +320,12 @@ async def replay_history(
         InvalidArguments: ``path`` is no path, or ``processes`` no
             collection of ``@process`` definitions.
     """
-    processes = _definitions(processes, "replay_history")
-    history = await _read_history_file(path, "replay_history")
+    processes = check_definitions(processes, "replay_history")
+    history = await read_history_file(path, "replay_history")
     journal = MemoryJournal()  # nothing is read from it: the file holds the history
     await journal.open()
     try:
-        system = _checking_system(journal, processes)
+        system = checking_system(journal, processes)
         problems = []
         for one in history.instances:
             proc = system.registry.procs.get(one.process)
@@ -357,7 +334,7 @@ async def replay_history(
             )
             if proc is None:
                 problems.append(
-                    _unreplayed(
+                    unreplayed(
                         one,
                         f"its process {one.process!r} is not among the processes given; "
                         "pass its definition to check its history",
@@ -365,27 +342,14 @@ async def replay_history(
                 )
                 continue
             try:
-                problem = await _replay_one(system, row, proc, one.log)
+                problem = await replay_one(system, row, proc, one.log)
             except InvalidArguments as exc:  # its params or input do not fit the code
-                problem = _unreplayed(one, str(exc))
+                problem = unreplayed(one, str(exc))
             if problem is not None:
                 problems.append(problem)
         return problems
     finally:
         await journal.close()
-
-
-def _unreplayed(one: _history.InstanceHistory, message: str) -> ReplayProblem:
-    """The problem of a history's instance that could not be replayed at all."""
-    return ReplayProblem(
-        address=one.address,
-        process=one.process,
-        status=one.status,
-        position=0,
-        expected=None,
-        found=None,
-        message=message,
-    )
 
 
 async def import_history(
@@ -415,88 +379,15 @@ async def import_history(
     if not isinstance(journal, Journal):
         raise InvalidArguments(
             f"import_history takes the journal to import into (a storage.Journal such as "
-            f"LMDBJournal(path)), not {_shown(journal)}"
+            f"LMDBJournal(path)), not {shown(journal)}"
         )
-    history = await _read_history_file(path, "import_history")
+    history = await read_history_file(path, "import_history")
     await journal.open()
     try:
         await _history.import_history(journal, history, replace=replace)
     finally:
         await journal.close()
     return [one.address for one in history.instances]
-
-
-async def _read_history_file(path: Any, what: str) -> _history.History:
-    """The history in file ``path``, for ``what`` (the caller's name).
-
-    Raises:
-        InvalidArguments: ``path`` is no str or os.PathLike.
-        HistoryFormatError: the file cannot be read, or holds no history.
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        raise InvalidArguments(
-            f"{what} takes the path of a history file (a str or os.PathLike), not "
-            f"{_shown(path)}; write one with 'python -m actors --journal PATH export ADDRESS "
-            "--output FILE'"
-        )
-    try:
-        data = await trio.Path(path).read_bytes()
-    except FileNotFoundError as exc:
-        raise HistoryFormatError(
-            f"no history file at {os.fspath(path)!r}; check the path, or write one with "
-            "'python -m actors --journal PATH export ADDRESS --output FILE'"
-        ) from exc
-    except IsADirectoryError as exc:
-        raise HistoryFormatError(
-            f"{os.fspath(path)!r} is a directory, not a history file; pass the file that "
-            "'python -m actors export ADDRESS --output FILE' wrote (a journal's directory "
-            "is read by replay_check)"
-        ) from exc
-    except OSError as exc:
-        raise HistoryFormatError(
-            f"cannot read the history file {os.fspath(path)!r} ({exc.strerror or exc}); "
-            "check its permissions, or export it again"
-        ) from exc
-    return _history.loads(data)
-
-
-def _definitions(processes: Any, what: str) -> list[ProcessDef[..., Any]]:
-    """``processes`` as a list, if it is a collection of ``@process`` definitions."""
-    found = check_many(processes, f"{what}'s processes", "@actors.process definitions")
-    for proc in found:
-        if not isinstance(proc, ProcessDef):
-            raise InvalidArguments(
-                f"{what}'s processes are definitions made with @actors.process, and one is "
-                f"{_shown(proc)}; pass the decorated functions"
-            )
-    return found
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    text = text if len(text) <= 60 else text[:57] + "..."
-    return f"{text} (of type {type(value).__qualname__})"
-
-
-async def _replay_one(
-    system: ActorSystem, row: Any, proc: ProcessDef[..., Any], log: dict[int, Any]
-) -> ReplayProblem | None:
-    actor = Actor(system, row.iid, row.address, proc, row.record)
-    exc = await actor.check_history(log)
-    if exc is None:
-        return None
-    return ReplayProblem(
-        address=row.address,
-        process=row.process,
-        status=row.status,
-        position=exc.position,
-        expected=exc.expected,
-        found=exc.found,
-        message=str(exc),
-    )
-
-
-# -- deterministic simulation -----------------------------------------------------
 
 
 name_public_classes(globals(), __name__)

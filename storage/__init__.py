@@ -40,12 +40,8 @@ from ._lmdb import JournalHolder as JournalHolder, LMDBJournal as LMDBJournal
 from ._memory import MemoryJournal as MemoryJournal
 from ._parking import Parking as Parking
 from ._records import NO_VALUE as NO_VALUE, InstanceRecord as InstanceRecord, LogEntry as LogEntry
-from ._simulated import (
-    HostCrashed as HostCrashed,
-    JournalFaults as JournalFaults,
-    SimulatedJournal as SimulatedJournal,
-    WriteLog as WriteLog,
-)
+from ._simulated import SimulatedJournal as SimulatedJournal, WriteLog as WriteLog
+from ._simulated_faults import HostCrashed as HostCrashed, JournalFaults as JournalFaults
 from ._simulated_nodes import SimulatedNode as SimulatedNode, simulated_nodes as simulated_nodes
 from ._states import StateOps as StateOps, StateRow as StateRow
 from .errors import (

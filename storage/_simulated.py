@@ -37,105 +37,22 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import attrs
 import trio
 
 from . import _journal as j
-from ._journal import Durability, Reader, Ticket, Txn, unwrap
+from ._journal import Durability, Reader, Ticket, Txn
 from ._memory import MemoryJournal
+from ._simulated_faults import HostCrashed, JournalFaults
+from ._simulated_tickets import Entry, SimTicket
 from ._write_log import WriteLog
 from .errors import (
     CommitOutcomeUnknown,
-    JournalClosed,
     JournalDiskFull,
     JournalFull,
     JournalUnavailable,
 )
 
-__all__ = ["HostCrashed", "JournalFaults", "SimulatedJournal", "WriteLog"]
-
-
-class HostCrashed(JournalClosed):
-    """The simulated host crashed: what was not committed is gone, and the
-    journal writes nothing more until `SimulatedJournal.recover`."""
-
-
-@attrs.frozen
-class JournalFaults:
-    """How a `SimulatedJournal` commits and how often it fails.
-
-    ``latency`` is the mean of a commit's duration in seconds (drawn from
-    an exponential distribution); the others are the chances per batch of
-    each fault in the module docstring, with the durations of a slow commit
-    and of an outage drawn uniformly from their ranges. ``split`` is the
-    chance that a batch takes only part of the transactions waiting.
-    ``late`` is the chance that a batch's callers hear of its outcome only
-    with the next batch's (or once the committer has nothing else to do),
-    while readers see it at once: LMDB's writer thread tells trio of a
-    commit after it is visible, and tasks that read it may act first.
-    """
-
-    latency: float = 0.0002
-    slow: float = 0.0
-    slow_seconds: tuple[float, float] = (0.2, 3.0)
-    full: float = 0.0
-    disk: float = 0.0
-    unavailable: float = 0.0
-    unknown: float = 0.0
-    outage: float = 0.0
-    outage_seconds: tuple[float, float] = (0.1, 2.0)
-    split: float = 0.2
-    late: float = 0.0
-
-    def quiet(self) -> JournalFaults:
-        """The same timing with no faults: for settling after a run."""
-        return attrs.evolve(self, full=0.0, disk=0.0, unavailable=0.0, unknown=0.0, outage=0.0)
-
-
-class _Entry:
-    """One submitted transaction until its outcome is known."""
-
-    __slots__ = ("done", "event", "held", "outcome", "txn")
-
-    def __init__(self, txn: Txn, held: bool = False) -> None:
-        self.txn = txn
-        self.outcome: Any = None
-        self.done = False
-        self.held = held  # held back by `defer`, not yet submitted
-        self.event: trio.Event | None = None
-
-    def settle(self, outcome: Any) -> None:
-        if self.txn.then is not None:  # handed on before its committer resumes
-            outcome = self.txn.hand_on(outcome)
-        self.outcome = outcome
-        self.done = True
-        self.held = False
-        if self.event is not None:
-            self.event.set()
-
-
-class _SimTicket(Ticket):
-    __slots__ = ("_entry", "_journal")
-
-    def __init__(self, journal: SimulatedJournal, entry: _Entry) -> None:
-        self._journal = journal
-        self._entry = entry
-
-    @property
-    def done(self) -> bool:
-        return self._entry.done
-
-    async def wait(self) -> list[int]:
-        entry = self._entry
-        if entry.held:  # still held back by defer: it goes now
-            self._journal.submit_deferred()
-        if entry.done:
-            await trio.lowlevel.checkpoint()
-        else:
-            if entry.event is None:
-                entry.event = trio.Event()
-            await entry.event.wait()
-        return unwrap(entry.outcome)
+__all__ = ["SimulatedJournal", "WriteLog"]
 
 
 class SimulatedJournal(MemoryJournal):
@@ -174,10 +91,10 @@ class SimulatedJournal(MemoryJournal):
         self.crash_at: int | None = None
         self.crash_after_write = False
         self.crashed = False
-        self._pending: deque[_Entry] = deque()
-        self._held: list[_Entry] = []
-        self._inflight: list[_Entry] = []
-        self._untold: list[tuple[_Entry, Any]] = []  # written; callers not told yet (late)
+        self._pending: deque[Entry] = deque()
+        self._held: list[Entry] = []
+        self._inflight: list[Entry] = []
+        self._untold: list[tuple[Entry, Any]] = []  # written; callers not told yet (late)
         self._wake: trio.Event | None = None
         self._stopped: trio.Event | None = None
         self._closing = False
@@ -246,17 +163,17 @@ class SimulatedJournal(MemoryJournal):
         txn.unawaited = True  # (its ticket may be waited for, later)
         return self._submit(txn)
 
-    def _submit(self, txn: Txn) -> _SimTicket:
-        entry = _Entry(txn)
+    def _submit(self, txn: Txn) -> SimTicket:
+        entry = Entry(txn)
         self._queue(entry)
-        return _SimTicket(self, entry)
+        return SimTicket(entry, self.submit_deferred)
 
     def defer(self, txn: Txn) -> Ticket:
         self._check_writable()
         txn.unawaited = True
-        entry = _Entry(txn, held=True)
+        entry = Entry(txn, held=True)
         self._held.append(entry)
-        return _SimTicket(self, entry)
+        return SimTicket(entry, self.submit_deferred)
 
     def submit_deferred(self) -> None:
         if self._held and not self.crashed:
@@ -272,7 +189,7 @@ class SimulatedJournal(MemoryJournal):
             raise HostCrashed("the simulated host crashed; nothing more is written")
         self._check_open()
 
-    def _queue(self, entry: _Entry) -> None:
+    def _queue(self, entry: Entry) -> None:
         self._check_writable()
         # Invariant (as LMDB's): what defer holds goes before anything
         # submitted after it, in the same batch or an earlier one.
@@ -283,7 +200,7 @@ class SimulatedJournal(MemoryJournal):
         self._admit(entry)
         self._poke()
 
-    def _admit(self, entry: _Entry) -> None:
+    def _admit(self, entry: Entry) -> None:
         if self._down():
             self._fail([entry])
         else:
@@ -297,7 +214,7 @@ class SimulatedJournal(MemoryJournal):
             if txn.unawaited and isinstance(outcome, BaseException)
         )
 
-    def _fail(self, entries: Iterable[_Entry]) -> None:
+    def _fail(self, entries: Iterable[Entry]) -> None:
         """Fail ``entries`` now, as an outage does (before any commit)."""
         entries = list(entries)
         errors = [self._unavailable() for _ in entries]
@@ -360,7 +277,7 @@ class SimulatedJournal(MemoryJournal):
             return self.random.uniform(*faults.slow_seconds)
         return self.random.expovariate(1 / faults.latency) if faults.latency > 0 else 0.0
 
-    def _commit(self, batch: list[_Entry]) -> None:
+    def _commit(self, batch: list[Entry]) -> None:
         number = self.log.commits + 1
         # (>=: with several nodes, another node's batch may take the number)
         if self.crash_at is not None and number >= self.crash_at and not self.crash_after_write:

@@ -40,7 +40,8 @@ import trio
 
 from . import _journal as j
 from ._journal import Durability, Txn
-from ._simulated import JournalFaults, SimulatedJournal
+from ._simulated import SimulatedJournal
+from ._simulated_faults import JournalFaults
 from ._statuses import LIVE_STATUSES, STATUS_CODE
 from ._write_log import _OP_NAMES, WriteLog
 from .errors import Conflict

@@ -49,13 +49,13 @@ class Activation:
         "mailbox",
         "nursery",
         "preloaded",
-        "queued",
         "record",
         "root",
         "run",
         "span",
         "status",
         "system",
+        "tasks_to_start",
         "writes",
     )
 
@@ -74,7 +74,9 @@ class Activation:
     mailbox: Mailbox[fx.Wait[Any]]
     nursery: trio.Nursery | None
     held: Coroutine[Any, Any, Any] | None
-    queued: list[tuple[Callable[..., Awaitable[Any]], fx.Effect[Any], tuple[Any, ...]]] | None
+    tasks_to_start: (
+        list[tuple[Callable[..., Awaitable[Any]], fx.Effect[Any], tuple[Any, ...]]] | None
+    )
     preloaded: LoadedState | None
     writes: Writes
     arrivals: Arrivals
@@ -111,7 +113,7 @@ class Activation:
             return  # closed meanwhile, with the system (`close_held`)
         parked = False
         try:
-            if pending is not None and self.queued:  # leaves the runner began
+            if pending is not None and self.tasks_to_start:  # leaves the runner began
                 parked = await self._in_nursery(pending)
             else:
                 if pending is None:
@@ -120,7 +122,7 @@ class Activation:
                     coro, self.held = self.held, None
                     assert coro is not None
                     held = await self._drive(coro, pending)
-                if held and self.queued:
+                if held and self.tasks_to_start:
                     # Stopped for a nursery (see `wait_for`), not parked: go
                     # on in one, from the wait it stopped at. Parked only if
                     # that run parks (if it raises, the instance is gone).
@@ -157,15 +159,15 @@ class Activation:
 
     async def _in_nursery(self, pending: tuple[int, Any]) -> bool:
         """Go on from ``pending`` with a nursery for the leaves that run in
-        tasks, those queued first; True if it parked without a task."""
+        tasks, those waiting to start first; True if it parked without a task."""
         coro, self.held = self.held, None
         assert coro is not None
         parked = False
         async with trio.open_nursery() as nursery:
             self.nursery = nursery
             try:
-                queued, self.queued = self.queued, None
-                for fn, effect, args in queued or ():
+                to_start, self.tasks_to_start = self.tasks_to_start, None
+                for fn, effect, args in to_start or ():
                     nursery.start_soon(fn, self, effect, *args)
                 parked = await self._drive(coro, pending)
                 if nursery.child_tasks and not parked:  # what it left (abandoned steps, ...)
@@ -189,7 +191,7 @@ class Activation:
             # whatever wakes it finds the coroutine held.
             self.held = parked.coro
             return True
-        if self.queued:  # begun for a race decided without them: they never run
-            self.busy -= len(self.queued)
-            self.queued = None
+        if self.tasks_to_start:  # begun for a race decided without them: they never run
+            self.busy -= len(self.tasks_to_start)
+            self.tasks_to_start = None
         return False

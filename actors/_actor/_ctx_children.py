@@ -8,11 +8,12 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from storage import digest
 
+from .._features._queue_state import Queue
 from .._kernel import _effects as fx
 from .._kernel._checks import check_scope, check_text
 from .._kernel._handles import ChildHandle
 from .._kernel._process import RESTART_TYPES, ProcessDef
-from .._kernel._values import Queue, Restart
+from .._kernel._values import Restart
 from ..errors import InvalidArguments
 from ._ctx_core import ContextCore
 
@@ -99,12 +100,11 @@ class ChildEffects(ContextCore):
         definition, address, arg_hash = self._child(proc, params, input)
         call: fx.Call[Any]
         call = fx.Call(self._actor.driver.next_seq(), arg_hash, definition, params, input, address)
-        call.queue = self._queue(queue, priority)
+        call.gate = self._queue(queue, priority)
         return self._made(call)
 
-    def _queue(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None:
-        chosen: tuple[Queue, int] | None = self._live().system.queues.choose(queue, priority)
-        return chosen
+    def _queue(self, queue: Queue | str | None, priority: int) -> fx.StartGate | None:
+        return self._live().system.queues.choose(queue, priority)
 
     @overload
     def spawn(
@@ -154,7 +154,7 @@ class ChildEffects(ContextCore):
         spawn: fx.Spawn[ChildHandle[Any]] = fx.Spawn(
             self._actor.driver.next_seq(), arg_hash, definition, params, input, address, restart
         )
-        spawn.queue = self._queue(queue, priority)
+        spawn.gate = self._queue(queue, priority)
         return self._made(spawn)
 
     def join(self, child: ChildHandle[R] | str) -> fx.Join[R]:

@@ -23,7 +23,7 @@ from storage.errors import (
     JournalUnavailable,
 )
 
-from .._features import _saga, _supervision as _sup
+from .._features import _restarts, _saga, _supervision as _sup
 from .._kernel import _effects as fx, _reports, _transactions
 from .._kernel._failures import ErrorRecord, describe_error, error_summary
 from .._kernel._log import children_named
@@ -60,7 +60,7 @@ class Ends:
         except NonDeterminismError as exc:
             await self.diverge(exc)
             return
-        if await _sup.supervise_end(actor, None):
+        if await _restarts.supervise_end(actor, None):
             return  # a permanent instance: restarted
         txn = Txn()
         try:
@@ -74,7 +74,7 @@ class Ends:
         """The process raised ``exc``: compensate, end failed (or restart)."""
         actor = self.actor
         _reports.crashed(actor.address, exc, parent=actor.record.parent)
-        if await _sup.supervise_end(actor, exc):
+        if await _restarts.supervise_end(actor, exc):
             return  # restarted instead
         error = describe_error(exc)
         if _saga.pending(actor.record):
@@ -85,7 +85,7 @@ class Ends:
         txn = txn or Txn()
         actor.writes.put_record(txn, "failed", error=error, last_error=None)
         await self._end("failed", txn)
-        await _sup.escalate(actor)
+        await _restarts.escalate(actor)
 
     async def finish_compensation(self, failure: dict[str, Any], end: str) -> None:
         actor = self.actor
@@ -105,7 +105,7 @@ class Ends:
             actor.writes.put_record(txn, end, last_error=None, failure=None)
         await self._end(end, txn)
         if end == "failed":
-            await _sup.escalate(actor)
+            await _restarts.escalate(actor)
 
     async def interrupted(self) -> None:
         actor = self.actor
@@ -128,7 +128,7 @@ class Ends:
             actor.system.registry.forget(actor)
             return
         if kind == "restart":
-            await _sup.restart_actor(actor, detail, 0.0)
+            await _restarts.restart_actor(actor, detail, 0.0)
             return
         if kind == "park":
             error, held = detail
@@ -138,7 +138,7 @@ class Ends:
             txn = Txn()
             assert interrupt.message is not None
             txn.take_message(actor.iid, interrupt.message)
-            await self.fail(_sup.escalation_error(detail), txn)
+            await self.fail(_restarts.escalation_error(detail), txn)
             return
         # Depth first: the children go before the parent records its own end.
         reason = f"parent {actor.address} cancelled"

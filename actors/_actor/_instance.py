@@ -104,7 +104,7 @@ class Actor(Activation):
         self.held: Coroutine[Any, Any, Any] | None = None
         self.span: Any = None  # the run's trace span (see _tracing.begin_run)
         # Leaves begun while it had no task, for its next task to start.
-        self.queued: (
+        self.tasks_to_start: (
             list[tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]]] | None
         ) = None
         self.preloaded: LoadedState | None = None
@@ -253,7 +253,7 @@ class Actor(Activation):
     async def wait_for(self, effect: Effect[Any]) -> bool:
         """Wait until ``effect`` is done; passivate when the system says so."""
         self.root = effect
-        if self.queued and self.nursery is None:
+        if self.tasks_to_start and self.nursery is None:
             # Leaves to run in tasks, and this task has no nursery: it stops
             # here, holding the coroutine, and goes on from here in one
             # (`main`). (A task that may park never gets here with any.)
@@ -359,9 +359,9 @@ class Actor(Activation):
         elif self.nursery is None:
             # Begun by the runner, or in a task with no nursery yet: the
             # task that waits for it opens one and starts it (`main`).
-            if self.queued is None:
-                self.queued = []
-            self.queued.append((fn, effect, args))
+            if self.tasks_to_start is None:
+                self.tasks_to_start = []
+            self.tasks_to_start.append((fn, effect, args))
         else:
             self.nursery.start_soon(fn, self, effect, *args)
 

@@ -48,7 +48,7 @@ class Waiting(Host, Protocol):
     root: Effect[Any] | None
     interrupt: Interrupt | None
     inline: tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]] | None
-    queued: list[tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]]] | None
+    tasks_to_start: list[tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]]] | None
     done: bool
     nursery: trio.Nursery | None
     held: Coroutine[Any, Any, Any] | None
@@ -161,13 +161,13 @@ def _resume(actor: Waiting, pending: tuple[int, Any]) -> None:
 
 def may_park(actor: Waiting) -> bool:
     """Whether ``actor`` may wait with no task: nothing of it runs (no step,
-    no task left over), nothing is queued to start, no trace span is current
+    no task left over), no task waits to be started, no trace span is current
     in its task (tracing keeps the task), and the system is not closing."""
     nursery = actor.nursery
     return (
         not actor.busy
         and actor.inline is None
-        and not actor.queued
+        and not actor.tasks_to_start
         and (nursery is None or not nursery.child_tasks)
         and actor.span is None
         and actor.system.passivate_after > 0

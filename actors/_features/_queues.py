@@ -5,7 +5,7 @@ instance with ``queue=`` stores it with the status ``"queued"`` and returns
 its handle at once; a pump task per queue starts queued instances, in
 priority then FIFO order, as slots free.
 
-Everything a limit needs is in the journal, in state rows (`_queue_rows`).
+Everything a limit needs is in the journal, in state rows (`_queue_state`).
 
 Invariant: an instance counts against its queue's limit from the
 transaction that admits it until it is seen not live (completed, failed,
@@ -37,10 +37,12 @@ import itertools
 import logging
 import math
 from collections.abc import Iterable
+from typing import ClassVar
 
+import attrs
 import trio
 
-from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
+from storage import LIVE_STATUSES, InstanceRow, Txn
 from storage.errors import (
     CommitOutcomeUnknown,
     Conflict,
@@ -50,12 +52,22 @@ from storage.errors import (
 )
 
 from .._kernel._interfaces import SystemAPI
-from .._kernel._values import Queue, QueueInfo
 from ..errors import InvalidArguments
-from ._queue_look import read_round
-from ._queue_rows import PRIORITY_BIAS, Entry, held_key, index_key, queue_info, wait_prefix
+from ._queue_state import (
+    Entry,
+    Queue,
+    QueueInfo,
+    check_priority,
+    drop_rows_txn,
+    held_key,
+    index_key,
+    put_waiting,
+    queue_info,
+    read_round,
+    stale_entries,
+)
 
-__all__ = ["QueueService"]
+__all__ = ["Queue", "QueueService", "QueuedStart"]
 
 log = logging.getLogger("actors.queues")
 
@@ -105,7 +117,7 @@ class QueueService:
     def node(self) -> str:
         return self.system.journal.node or ""
 
-    def find(self, queue: Queue | str) -> Queue:
+    def find(self, queue: object) -> Queue:
         """The registered queue ``queue`` names.
 
         Raises:
@@ -121,30 +133,17 @@ class QueueService:
             )
         return found
 
-    def choose(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None:
-        """``(queue, priority)`` of a start's ``queue=`` and ``priority=``
-        arguments, checked; None for a start without a queue.
+    def choose(self, queue: object, priority: int) -> QueuedStart | None:
+        """The place a start's ``queue=`` (a registered `Queue` or its name)
+        and ``priority=`` arguments ask for, checked; None for a start
+        without a queue.
 
         Raises:
             InvalidArguments: an unregistered queue, a priority that is not a
                 32-bit whole number, or a priority without a queue.
         """
-        if (
-            isinstance(priority, bool)
-            or not isinstance(priority, int)
-            or not (-PRIORITY_BIAS <= priority < PRIORITY_BIAS)
-        ):
-            raise InvalidArguments(
-                f"priority= takes a whole number (lower starts first; default 0), not {priority!r}"
-            )
-        if queue is None:
-            if priority:
-                raise InvalidArguments(
-                    "priority= orders a queue; pass queue= too (a Queue registered with "
-                    "open_system(queues=[...]))"
-                )
-            return None
-        return self.find(queue), priority
+        check_priority(priority, queued=queue is not None)
+        return None if queue is None else QueuedStart(self, self.find(queue), priority)
 
     def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None:
         """Add the waiting entry of a queued instance to ``txn`` (which also
@@ -152,9 +151,14 @@ class QueueService:
         by `choose`."""
         now = self.system.epoch_now()
         order = f"{round(now * 1e6):017d}{next(self._order) % 1_000_000:06d}"
-        key = f"{wait_prefix(queue.name)}{priority + PRIORITY_BIAS:010d}/{order}/{iid.hex()}"
-        txn.put_state(key, {"address": address, "node": self.node, "at": now})
-        txn.put_state(index_key(iid), key)
+        put_waiting(
+            txn,
+            queue.name,
+            priority,
+            order,
+            iid,
+            {"address": address, "node": self.node, "at": now},
+        )
 
     def poke(self, name: str) -> None:
         """Ask the pump of queue ``name`` for a round."""
@@ -162,23 +166,7 @@ class QueueService:
         if event is not None:
             event.set()
 
-    async def commit_start(
-        self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str
-    ) -> None:
-        """Commit a start transaction as a queued instance's (its waiting entry added)."""
-        queue, priority = queued
-        self.enqueue(txn, queue, iid, address, priority)
-        # Awaited whatever the durability: the pump poked below reads only
-        # what is committed, and would otherwise miss it until the next poke.
-        try:
-            await self.system.journal.commit(txn, durable=True)
-        except CommitOutcomeUnknown:  # it may be written: the pump looks once it answers
-            self.system.registry.spawn_system_task(self._poke_when_back, queue.name, iid)
-            raise
-        self.system.statuses.changed(iid)
-        self.poke(queue.name)
-
-    async def _poke_when_back(self, name: str, iid: bytes) -> None:
+    async def poke_when_back(self, name: str, iid: bytes) -> None:
         await self.system.outages.back()
         self.system.statuses.changed(iid)
         self.poke(name)
@@ -412,22 +400,9 @@ class QueueService:
     async def _drop_stale(self, entries: list[Entry]) -> None:
         """Remove the waiting rows of instances no longer queued (cancelled,
         cleaned up) that an admission met."""
-
-        def read(r: Reader) -> list[Entry]:
-            stale = []
-            for entry in entries:
-                row = r.instance(entry.iid)
-                if row is None or row.status != "queued":
-                    stale.append(entry)
-            return stale
-
-        stale = await self.system.journal.read(read)
+        stale = await self.system.journal.read(lambda r: stale_entries(r, entries))
         if stale:
-            txn = Txn()
-            for entry in stale:
-                txn.delete_state(entry.key)
-                txn.delete_state(index_key(entry.iid))
-            await self.system.journal.commit(txn)
+            await self.system.journal.commit(drop_rows_txn(stale))
 
     async def info(self, queue: Queue | str) -> QueueInfo:
         """The queue's depth, holders and oldest wait, read from the journal."""
@@ -437,3 +412,36 @@ class QueueService:
 
 
 _FOREIGN_KEPT = 100_000  # waiting instances remembered as others' work
+
+
+@attrs.frozen(eq=False)
+class QueuedStart:
+    """A start that waits for a slot of ``queue`` (a `StartGate`): what
+    `QueueService.choose` makes of a start's ``queue=`` and ``priority=``.
+    The instance is stored ``"queued"`` with its waiting row (`hold`), and
+    the queue's pump starts it."""
+
+    service: QueueService
+    queue: Queue
+    priority: int
+    status: ClassVar[str] = "queued"
+
+    def hold(self, txn: Txn, iid: bytes, address: str) -> None:
+        self.service.enqueue(txn, self.queue, iid, address, self.priority)
+
+    def committed(self) -> None:
+        self.service.poke(self.queue.name)
+
+    async def commit(self, txn: Txn, iid: bytes, address: str) -> None:
+        """Commit a start transaction as a queued instance's (its waiting row added)."""
+        self.hold(txn, iid, address)
+        system = self.service.system
+        # Awaited whatever the durability: the pump poked below reads only
+        # what is committed, and would otherwise miss it until the next poke.
+        try:
+            await system.journal.commit(txn, durable=True)
+        except CommitOutcomeUnknown:  # it may be written: the pump looks once it answers
+            system.registry.spawn_system_task(self.service.poke_when_back, self.queue.name, iid)
+            raise
+        system.statuses.changed(iid)
+        self.committed()

@@ -37,6 +37,7 @@ from ._leaves import (
     Send as Send,
     SendMany as SendMany,
     Spawn as Spawn,
+    StartGate as StartGate,
     Step as Step,
     Timer as Timer,
     Wait as Wait,

@@ -8,7 +8,10 @@ timers and streams ask of the system.
 They are Protocols so that those modules can name the actor and the system
 without importing `_instance` or `_system`, which import them: the import
 graph of ``actors/`` has no circle (``tests/test_structure.py`` checks it).
-This module imports only modules below all of them.
+The system's services (``_services_api``) and the actor's own parts
+(``_actor_parts_api``) are described in modules of their own; their
+Protocols are importable from here too. This module imports only modules
+below all of them.
 """
 
 from __future__ import annotations
@@ -24,15 +27,23 @@ from storage import InstanceRecord, InstanceRow, Journal, Txn
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _effects as fx, _hosts
+from ._actor_parts_api import ArrivalsAPI, EndsAPI, WritesAPI
 from ._compensations import Compensations
 from ._driver import Driver
 from ._holds import Holds
 from ._log import LogEntry
-from ._mailbox import Asker, Mailbox, StoredMessage
+from ._mailbox import Asker, Mailbox
 from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._rides import Rides
-from ._values import Queue, Signal
+from ._services_api import (
+    KeysAPI,
+    NodesAPI,
+    Service,
+    SignalsAPI,
+    TimersAPI,
+)
+from ._values import Signal
 
 if TYPE_CHECKING:  # (its hooks name these Protocols back)
     from ._hooks import Wiring
@@ -221,7 +232,6 @@ class LifecycleAPI(Protocol):
         *,
         parent: str | None = None,
         address: str | None = None,
-        queued: tuple[Queue, int] | None = None,
         extra: Callable[[Txn], None] | None = None,
     ) -> tuple[object, bool]: ...  # (the Handle, and whether it was created)
 
@@ -234,55 +244,6 @@ class LifecycleAPI(Protocol):
     ) -> bool: ...
 
     async def restart_iid(self, iid: bytes, address: str, reason: str) -> None: ...
-
-
-class Service(Protocol):
-    """A loop of the system's that `open_system` runs, again after each
-    journal outage (`JournalWatch.keep_running`): ``what`` names it."""
-
-    what: str
-
-    async def run(self) -> None: ...
-
-
-class TimersAPI(Protocol):
-    """What the runtime's modules use of the `TimerService` (``actors._features._timers``)."""
-
-    async def run(self) -> None: ...
-
-    def schedule(self, due: float, iid: bytes) -> None: ...
-
-
-class QueuesAPI(Protocol):
-    """What the runtime's modules use of the `QueueService` (``actors._features._queues``)."""
-
-    def choose(self, queue: Queue | str | None, priority: int) -> tuple[Queue, int] | None: ...
-
-    def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None: ...
-
-    def poke(self, name: str) -> None: ...
-
-    async def commit_start(
-        self, txn: Txn, queued: tuple[Queue, int], iid: bytes, address: str
-    ) -> None: ...
-
-
-class NodesAPI(Protocol):
-    """What the runtime's modules use of the `NodeView` (``actors._system._nodes``)."""
-
-    def claimed(self, iid: bytes, epoch: int | None) -> None: ...
-
-    def running(self, iid: bytes) -> None: ...
-
-    def forgotten(self, iid: bytes) -> None: ...
-
-    def trusted(self, iid: bytes) -> bool: ...
-
-    def owned_elsewhere(self, iid: bytes) -> bool: ...
-
-    def mail_noticed(self, iid: bytes) -> None: ...
-
-    def let_go_of_the_lost(self) -> None: ...
 
 
 class AsksAPI(Protocol):
@@ -303,33 +264,12 @@ class AsksAPI(Protocol):
     def noticed(self, iid: bytes) -> bool: ...
 
 
-class KeysAPI(Protocol):
-    """What the runtime's modules use of the `KeyedSends` in flight (``actors._features._sends``)."""
+class QueuesAPI(Protocol):
+    """What the runtime's modules use of the `QueueService` (``actors._features._queues``):
+    the place a child's ``queue=`` and ``priority=`` ask for (the queue's
+    own code then keeps the gate its start waits behind)."""
 
-    async def send(
-        self,
-        iid: bytes,
-        address: str,
-        signal: Signal | None,
-        payload: Any,
-        key: Any,
-        send: Callable[..., Awaitable[None]],
-    ) -> None: ...
-
-
-class SignalsAPI(Protocol):
-    """What the runtime's modules use of the `SignalRouter` (``actors._features._signals``)."""
-
-    def arrange(self, signal: Signal, values: tuple[str, ...]) -> tuple[str, ...]: ...
-
-    async def deliver(
-        self,
-        signal: Signal,
-        values: tuple[str, ...],
-        payload: Any,
-        key: str | None,
-        commit: Callable[[Txn, int], Awaitable[list[int]]],
-    ) -> int: ...
+    def choose(self, queue: object, priority: int) -> fx.StartGate | None: ...
 
 
 class SystemAPI(Protocol):
@@ -402,91 +342,6 @@ class SystemAPI(Protocol):
     def use_clock(self, epoch: float, at: float) -> float: ...
 
     async def cancel(self, address: str, *, compensate: bool = False) -> bool: ...
-
-
-class WritesAPI(Protocol):
-    """An actor's journal writes (`_writes.Writes`)."""
-
-    persisted_status: str | None
-    published: tuple[int, Any] | None  # the durable exports while a publish is in flight
-
-    @property
-    def txn(self) -> Txn:
-        """The ridden writes: add to it, they go with the next commit."""
-
-    def flush(self, *, defer: bool = False) -> None: ...
-
-    def drop(self) -> None: ...
-
-    async def barrier(
-        self,
-        txn: Txn | None = None,
-        *,
-        durable: bool | None = None,
-        then: Callable[[list[int]], None] | None = None,
-    ) -> list[int]: ...
-
-    def submit(self, txn: Txn, then: Callable[[list[int]], None]) -> None: ...
-
-    async def settle(self) -> None: ...
-
-    async def landed(self) -> None: ...
-
-    def ride_log(self, seq: int, entry: LogEntry) -> None: ...
-
-    def put_record(self, txn: Txn, status: str, **changes: Any) -> None: ...
-
-    def update_record(self, **changes: Any) -> None: ...
-
-    def publish(self, txn: Txn, exports: Any) -> int: ...
-
-    def published_durably(self, version: int, exports: Any) -> None: ...
-
-    def durable_record(self) -> InstanceRecord: ...
-
-
-class ArrivalsAPI(Protocol):
-    """What reaches an actor from outside (`_arrivals.Arrivals`)."""
-
-    def deliver(self, seq: int, message: StoredMessage) -> None: ...
-
-    def timers_due(self, now: float) -> None: ...
-
-    def add_wait(self, wait: fx.Wait[Any]) -> None: ...
-
-    def remove_wait(self, wait: fx.Wait[Any]) -> None: ...
-
-    def cancel(self, reason: str, *, compensate: bool = False) -> None: ...
-
-    def restart(self, reason: str) -> None: ...
-
-    def corrupted(self, exc: JournalCorrupt) -> None: ...
-
-    def park(self, error: BaseException, held: str) -> None: ...
-
-    def take_timers(self) -> list[tuple[int, int]]: ...
-
-    def took(self, wait: fx.Wait[Any], signal: Signal, mseq: int, payload: Any) -> None: ...
-
-    def start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None: ...
-
-    def stop_timer(self, timer: fx.Timer) -> None: ...
-
-    def drop_timer(self, timer: fx.Timer) -> None: ...
-
-    def withhold(self, seq: int) -> tuple[str, Any] | None: ...
-
-    def release(self, seq: int, message: tuple[str, Any] | None, *, dropped: bool) -> None: ...
-
-
-class EndsAPI(Protocol):
-    """How an actor's run ends (`_ends.Ends`)."""
-
-    escalate_to: tuple[Any, ...] | None
-
-    def escalate_on_end(self, parent: str, why: str, strategy: Any) -> None: ...
-
-    def begin_run(self, txn: Txn, **changes: Any) -> None: ...
 
 
 class ActorAPI(Protocol):

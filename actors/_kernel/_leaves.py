@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
-from storage import argument_digests
+from storage import Txn, argument_digests
 
 from ._effect import Effect, shorten
 from ._log import LogEntry
@@ -29,6 +29,7 @@ __all__ = [
     "Send",
     "SendMany",
     "Spawn",
+    "StartGate",
     "Step",
     "Timer",
     "Wait",
@@ -75,10 +76,27 @@ class Wait(Effect[T]):
         return f"ctx.receive({names})" if self.pair else f"ctx.wait({names})"
 
 
+class StartGate(Protocol):
+    """What a new instance's start waits behind before it runs (a slot of
+    a queue: `_features._queues.QueuedStart`). It is stored with ``status``
+    (not "running"), its place added to its start's transaction (`hold`;
+    `commit` adds it and commits), and `committed` follows the commit:
+    whoever keeps the gate starts it when it may."""
+
+    @property
+    def status(self) -> str: ...
+
+    def hold(self, txn: Txn, iid: bytes, address: str) -> None: ...
+
+    def committed(self) -> None: ...
+
+    async def commit(self, txn: Txn, iid: bytes, address: str) -> None: ...
+
+
 class Call(Wait[T]):
     """An awaited child: done when the child's end message arrives."""
 
-    __slots__ = ("address", "creating", "input", "params", "proc", "queue")
+    __slots__ = ("address", "creating", "gate", "input", "params", "proc")
     kind = "call"
     makes_child = True
     awaited = True
@@ -102,7 +120,7 @@ class Call(Wait[T]):
         self.input = input
         self.address = address
         self.creating = False
-        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
+        self.gate: StartGate | None = None  # what the child's start waits behind
 
     def as_call(self) -> str:
         return f"ctx.call({self.address!r})"
@@ -112,7 +130,7 @@ class Spawn(Effect[T]):
     """A detached, supervised child: done once the child exists (its
     `ChildHandle` is ``T``)."""
 
-    __slots__ = ("address", "creating", "input", "params", "proc", "queue", "restart")
+    __slots__ = ("address", "creating", "gate", "input", "params", "proc", "restart")
     kind = "spawn"
     makes_child = True
 
@@ -136,7 +154,7 @@ class Spawn(Effect[T]):
         self.address = address
         self.restart = restart
         self.creating = False
-        self.queue: tuple[Any, int] | None = None  # (Queue, priority): start it queued
+        self.gate: StartGate | None = None  # what the child's start waits behind
 
 
 class Join(Effect[T]):

@@ -76,7 +76,7 @@ class Cancel:
 
     ``epoch`` fences the write on a shared journal (`Journal.claim`); None
     writes unfenced (single-owner journals, the CLI). ``states``: state rows
-    that go with it (a queued instance's waiting entry, see `_queue_rows.waiting_rows`).
+    that go with it (a queued instance's waiting entry, see `_queue_state.waiting_rows`).
     ``compensate``: a live instance with saga compensations pending runs
     them first (see `cancel_txn`); the caller has checked that it has some.
     """

@@ -1,11 +1,10 @@
-"""Small public values: `Signal`, `Retry`, `Outcome`, `InstanceInfo` and the
-queue definitions (`Queue`, `Rate`, `QueueInfo`). The error record kept for
+"""Small public values: `Signal`, `Retry`, `Outcome`, `InstanceInfo` (a
+queue's definition is the queues' own, `_features._queue_state`). The error record kept for
 anything that failed is `_failures.ErrorRecord`. (Not "records": those are
 the journal's, `storage._records`.)"""
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import attrs
@@ -169,88 +168,3 @@ class InstanceInfo:
     created: float | None
     updated: float | None
     last_error: str | None = None
-
-
-def _rate(value: Any) -> Rate | None:
-    if value is None or isinstance(value, Rate):
-        return value
-    if isinstance(value, tuple) and len(value) == 2:
-        return Rate(*value)
-    raise InvalidArguments(
-        f"Queue(rate=...) takes a (count, seconds) pair or an actors.Rate, not {value!r}; "
-        "e.g. rate=(100, 60.0) for at most 100 starts in any 60 seconds"
-    )
-
-
-def _limit(value: Any, what: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArguments(
-            f"Queue({what}=...) takes a whole number, 1 or more, or None, not {value!r}"
-        )
-    return value
-
-
-@attrs.frozen
-class Rate:
-    """At most ``count`` starts in any window of ``per`` seconds."""
-
-    count: int
-    per: float
-
-    def __attrs_post_init__(self) -> None:
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
-            raise InvalidArguments(
-                f"Rate(count=...) takes a whole number, 1 or more, not {self.count!r}"
-            )
-        if (
-            isinstance(self.per, bool)
-            or not isinstance(self.per, (int, float))
-            or not 0 < self.per < math.inf
-        ):
-            raise InvalidArguments(f"Rate(per=...) takes positive seconds, not {self.per!r}")
-
-
-@attrs.frozen
-class Queue:
-    """A named limit on how many instances run at once, and how fast they start.
-
-    Args:
-        name: the queue's name (its state in the journal is keyed by it).
-        concurrency: at most this many of its instances live at once, over
-            every node sharing the journal (None: no limit).
-        per_node: at most this many at once started by each node (None: no limit).
-        rate: at most ``count`` starts in any ``per`` seconds, as a
-            ``(count, per)`` pair or a `Rate`, over every node (None: no limit).
-
-    Raises:
-        InvalidArguments: a name with ``/`` or a limit that is not a positive number.
-    """
-
-    name: str
-    concurrency: int | None = attrs.field(default=None, kw_only=True)
-    per_node: int | None = attrs.field(default=None, kw_only=True)
-    rate: Rate | None = attrs.field(default=None, kw_only=True, converter=_rate)
-
-    def __attrs_post_init__(self) -> None:
-        check_name(self.name, "Queue's name")
-        if "/" in self.name:
-            raise InvalidArguments(f"a queue's name has no '/': {self.name!r}")
-        _limit(self.concurrency, "concurrency")
-        _limit(self.per_node, "per_node")
-
-
-@attrs.frozen
-class QueueInfo:
-    """A queue's state as read from the journal: ``waiting`` instances (its
-    depth), ``running`` (holding a slot), and how long the oldest waiting
-    one has waited (``oldest_wait``, seconds, None with none waiting)."""
-
-    name: str
-    waiting: int
-    running: int
-    oldest_wait: float | None
-    concurrency: int | None
-    per_node: int | None
-    rate: Rate | None

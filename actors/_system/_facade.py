@@ -27,7 +27,7 @@ from storage import Journal
 
 from .._features import _schedules
 from .._features._asks import Asks
-from .._features._queues import QueueService
+from .._features._queues import Queue, QueueService
 from .._features._schedule_calls import ScheduleCalls
 from .._features._sending import Router
 from .._features._sends import KeyedSends
@@ -42,7 +42,7 @@ from .._kernel._outages import JournalWatch
 from .._kernel._process import ProcessDef
 from .._kernel._public import NoPublicConstructor
 from .._kernel._rides import Rides
-from .._kernel._values import IfExists, Queue, Signal, StreamFrom
+from .._kernel._values import IfExists, Signal, StreamFrom
 from ..errors import AlreadyStarted, InvalidArguments
 from ._lifecycle import Lifecycle
 from ._nodes import NodeView

@@ -24,15 +24,16 @@ from storage import (
 )
 from storage.errors import Conflict, JournalUnavailable
 
-from .._features import _saga, _supervision as _sup
-from .._features._queue_rows import waiting_rows
+from .._features import _restarts, _saga, _supervision as _sup
+from .._features._queue_state import waiting_rows
 from .._features._sending import commit_through
 from .._kernel import _message_txns, _tracing, _transactions
 from .._kernel._checks import check_text
+from .._kernel._effects import StartGate
 from .._kernel._handles import Handle
 from .._kernel._log import children_named, read_state
 from .._kernel._process import ProcessDef
-from .._kernel._values import Queue, Signal
+from .._kernel._values import Signal
 from ..errors import InvalidArguments, LimitExceeded, UnknownProcess
 from ._deciding import Deciding
 from ._fresh_start import FRESH_REFUSED, fresh_start
@@ -245,7 +246,7 @@ class Lifecycle:
         if row is None or row.status not in LIVE_STATUSES:
             return
         await _sup.cancel_children(self.system, children_named(log), f"{address} is restarting")
-        restarts = _sup.next_restarts(row.record, reason, self.system.epoch_now())
+        restarts = _restarts.next_restarts(row.record, reason, self.system.epoch_now())
         txn = Txn()
         txn.require(iid, LIVE_STATUSES)
         if self.journal.shared:
@@ -278,7 +279,7 @@ class Lifecycle:
         *,
         parent: str | None = None,
         address: str | None = None,
-        queued: tuple[Queue, int] | None = None,
+        queued: StartGate | None = None,
         extra: Callable[[Txn], None] | None = None,
     ) -> tuple[Handle[Any], bool]:
         for param in params:
@@ -349,19 +350,19 @@ class Lifecycle:
                     max_payload=self.system.max_payload,
                     message=None if message is None else (message[0].name, message[1]),
                     trace=_tracing.traceparent(self.system),
-                    status="running" if queued is None else "queued",
+                    status="running" if queued is None else queued.status,
                     encoded_input=encoded_input,
                     index=bool(proc.listens),
                 )
                 record = start.record
                 if queued is not None:  # not in memory: what handles read
-                    self.system.statuses.remember(iid, ("queued", record))
+                    self.system.statuses.remember(iid, (queued.status, record))
                 if extra is not None:  # what the caller records with the start (a schedule's tick)
                     extra(start.txn)
                 slot = fresh_start(start.txn, iid, self.journal) if fresh else None
                 try:
                     if queued is not None:  # it waits for a slot: the queue's pump starts it
-                        await self.system.queues.commit_start(start.txn, queued, iid, address)
+                        await queued.commit(start.txn, iid, address)
                         return Handle._create(self.system, iid, address, record.incarnation), True
                     # (If written with its outcome unknown, it runs once the journal answers.)
                     results = await commit_through(

@@ -13,9 +13,9 @@ import trio
 
 from storage import Journal, LMDBJournal
 
+from .._features._queue_state import Queue
 from .._kernel._checks import check_seconds
 from .._kernel._process import ProcessDef
-from .._kernel._values import Queue
 from ..errors import InvalidArguments
 from . import _clocks, _control, _recovery
 from ._facade import ActorSystem

@@ -7,7 +7,7 @@ depth).
 calls and their contracts out of `_system`, so that the facade there holds
 what an application calls. Each method is typed on `OperatedSystem`, what
 it uses of the system; the work is done by the modules named in each
-(`_retry`, `_fork`, `_mail`) and by the system's `Upkeep` part, below.
+(`_retry`, `_fork`, `_mail`, `_drop`) and by the system's `Upkeep` part, below.
 The command line and the web inspector make the same calls through
 `actors._tools._admin`.
 
@@ -42,13 +42,13 @@ from .._kernel._interfaces import SystemAPI
 from .._kernel._process import ProcessDef
 from .._kernel._values import InstanceInfo
 from ..errors import InvalidArguments
-from . import _cleanup, _fork, _mail, _retry
+from . import _cleanup, _drop, _fork, _mail, _retry
 from ._registry import YIELD_EVERY
 from ._status_watch import Statuses
 
 if TYPE_CHECKING:
+    from .._features._queue_state import Queue, QueueInfo
     from .._features._queues import QueueService
-    from .._kernel._values import Queue, QueueInfo
 
 __all__ = ["OperatedSystem", "Operations", "Upkeep"]
 
@@ -202,7 +202,7 @@ class Operations:
         """Move an unread message (or the message a failed instance was
         handling when it failed) to the address's dead letters, in one
         transaction: the instance never takes it (on any node: see
-        `actors._system._mail`), and a fork or retry does not put it back. Kept for
+        `actors._system._drop`), and a fork or retry does not put it back. Kept for
         `dropped` and ``actors mail --dropped`` until cleanup.
 
         Args:
@@ -223,7 +223,7 @@ class Operations:
                 runs the instance (drop it on that node).
             NotDelivered: no instance at ``address`` (reason ``"unknown"``).
         """
-        return await _mail.drop_message(self, address, message_id, incarnation)
+        return await _drop.drop_message(self, address, message_id, incarnation)
 
     def get(self: OperatedSystem, address: str) -> Handle[Any] | None:
         """The handle of the instance at ``address``, live, passivated or

@@ -50,7 +50,7 @@ from .._features._crashes import (
     refuse_input as parked_input_refusal,
     resume_txn,
 )
-from .._features._queue_rows import queue_place, wait_prefix, waiting_rows
+from .._features._queue_state import queue_place, wait_prefix, waiting_rows
 from .._features._schedule_ticks import tick_text, ticks_after
 from .._features._signals import READ_AGAIN, Route, read_plan, routes_of, signal_txn
 from .._kernel import _message_txns, _transactions
@@ -64,6 +64,7 @@ from .._kernel._transactions import Cancel
 from .._kernel._values import Signal
 from .._system import _cleanup, _fork
 from .._system._control import ControlUnavailable, Operations, RemoteError, request
+from .._system._drop import drop_refusal, drop_txn, read_for_drop
 from .._system._facade import ActorSystem
 from .._system._fork import (
     ForkPlan,
@@ -73,17 +74,7 @@ from .._system._fork import (
     read_for_fork,
     refusal as fork_refusal,
 )
-from .._system._mail import (
-    DeadLetter,
-    Message,
-    drop_refusal,
-    drop_txn,
-    failed_at,
-    handling,
-    read_dead,
-    read_for_drop,
-    read_mail,
-)
+from .._system._mail import DeadLetter, Message, failed_at, handling, read_dead, read_mail
 from .._system._retry import (
     KEPT_INCARNATIONS,
     Kept,

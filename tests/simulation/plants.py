@@ -338,7 +338,7 @@ PLANTS: dict[str, Plant] = {
     # drop of a message that the actor in memory holds unread does not hold
     # it back, so the actor takes it after the drop returned.
     "drop-not-withheld": Plant(
-        "actors._system._mail",
+        "actors._system._drop",
         "drop_message",
         old="held = actor.arrivals.withhold(message_id)",
         new="held = None  # planted: the actor in memory may still take it",
@@ -349,7 +349,7 @@ PLANTS: dict[str, Plant] = {
     # incarnation it read: ids are an incarnation's own, and a retry
     # numbers the mail it carries anew).
     "drop-any-incarnation": Plant(
-        "actors._system._mail",
+        "actors._system._drop",
         "drop_refusal",
         old="d.message.id == message_id and d.incarnation == plan.row.record.incarnation",
         new="d.message.id == message_id  # planted: any incarnation's dead letter",
@@ -358,7 +358,7 @@ PLANTS: dict[str, Plant] = {
     # Two nodes: a drop of a live instance from a node that does not own it
     # written with no claim (24e0670), while the owner held its mail.
     "drop-unclaimed": Plant(
-        "actors._system._mail",
+        "actors._system._drop",
         "drop_message",
         old="if epoch is None and system.journal.shared and plan.row.status in LIVE_STATUSES:",
         new="if False:  # planted: no claim, no fence",

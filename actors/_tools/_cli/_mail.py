@@ -1,5 +1,6 @@
 """``mail``: an instance's unread messages, its dead letters, and dropping
-a message into them (see `actors._system._mail`).
+a message into them (see `actors._system._mail` and
+`actors._system._drop`).
 
     actors mail orders/o-17              # unread messages, with their ids
     actors mail orders/o-17 --drop 7     # message #7 to the dead letters
@@ -8,7 +9,7 @@ a message into them (see `actors._system._mail`).
 
 Reading works beside a running system (read-only). ``--drop`` writes like
 ``send``: directly to a journal no system holds, with the transaction
-`actors._system._mail.drop_txn` builds for the runtime too, and otherwise through
+`actors._system._drop.drop_txn` builds for the runtime too, and otherwise through
 the running system's control socket (`ActorSystem.drop_message`). Message
 ids are an incarnation's own (a retry or fork numbers the mail it carries
 anew): the listing names the incarnation, and ``--incarnation N`` refuses
