@@ -52,7 +52,7 @@ from .._kernel._log import LogEntry
 from .._kernel._mailbox import Asker, StoredMessage
 from .._kernel._values import Signal
 from ..errors import AskTimeout, NotDelivered
-from ._sending import commit_through
+from ._sending import commit_through, not_delivered, refused_status
 
 __all__ = [
     "BOX_PREFIX",
@@ -420,7 +420,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         except Conflict as exc:
             if exc.reason == "epoch":
                 raise
-            error = _not_delivered(ask.address, exc)
+            error = not_delivered(ask.address, refused_status(exc), doing=" to ask")
             actor.finish(
                 ask, None, error, ask.describe(error=ErrorRecord.undelivered(error).to_stored())
             )
@@ -430,22 +430,6 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
             actor.arrivals.add_wait(ask)
     finally:
         actor.task_finished()
-
-
-def _not_delivered(address: str, exc: Conflict) -> NotDelivered:
-    if exc.reason == "missing":
-        return NotDelivered(
-            f"no instance at {address!r} to ask; start one first or check the address",
-            address=address,
-            reason="unknown",
-        )
-    status = exc.status or "finished"
-    return NotDelivered(
-        f"no live instance at {address!r} to ask ({STATUS_WORDS.get(status, status)}); "
-        "start a new one or check the address",
-        address=address,
-        reason=status,
-    )
 
 
 def reply_outcome(

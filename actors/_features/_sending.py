@@ -25,7 +25,7 @@ RELOAD_AFTER = 0.1  # seconds between asks that a live instance in doubt passiva
 if TYPE_CHECKING:
     from .._kernel._interfaces import SystemAPI
 
-__all__ = ["Router", "commit_through"]
+__all__ = ["Router", "commit_through", "not_delivered", "refused_status"]
 
 _IIDS_KEPT = 4096  # addresses whose instance ids are kept (see Router.address_iid)
 
@@ -134,7 +134,7 @@ class Router:
                 return  # another node sent it with this key first: nothing is stored
             if exc.status == "corrupt" or self.system.statuses.snapshot(iid)[0] == "corrupt":
                 raise self.system.corruption.error(iid, address) from None
-            raise self._not_delivered(address, exc) from None
+            raise not_delivered(address, refused_status(exc)) from None
         except JournalCorrupt as exc:
             if exc.database in ("mail", "counters"):  # its mailbox cannot take mail
                 await self.system.corruption.records_damaged(iid, address, exc)
@@ -205,22 +205,6 @@ class Router:
         if not self.system.asks.noticed(iid):
             self.system.nodes.mail_noticed(iid)
 
-    def _not_delivered(self, address: str, exc: Conflict) -> NotDelivered:
-        if exc.reason == "missing":
-            return NotDelivered(
-                f"no instance at {address!r}; start one first (system.start or "
-                "signal_with_start) or check the address",
-                address=address,
-                reason="unknown",
-            )
-        status = exc.status or "finished"
-        words = STATUS_WORDS.get(status, f"it is {status}")
-        return NotDelivered(
-            f"no live instance at {address!r} ({words}); start a new one or check the address",
-            address=address,
-            reason=status,
-        )
-
     async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
         """The body of `ActorSystem.send_many`."""
         _guard.refuse("system.send_many()", "send from a step (ctx.step) so the send is recorded")
@@ -275,9 +259,9 @@ class Router:
             if status == "corrupt":
                 return self.system.corruption.error(iid, address)
             if status == "missing":
-                return self._not_delivered(address, Conflict("", reason="missing"))
+                return not_delivered(address, None)
             if status not in MAIL_STATUSES:
-                return self._not_delivered(address, Conflict("", reason="status", status=status))
+                return not_delivered(address, status)
         return NotDelivered(
             f"an instance addressed by send_many ended while the batch was committed "
             f"({exc}); nothing was stored: send the batch again",
@@ -298,3 +282,33 @@ class Router:
                 iids.clear()
             iids[address] = iid
         return iid
+
+
+def refused_status(exc: Conflict) -> str | None:
+    """The status of the receiver a message's precondition refused (``exc``):
+    None if there is no instance."""
+    return None if exc.reason == "missing" else exc.status or "finished"
+
+
+def not_delivered(
+    address: str,
+    status: str | None,
+    *,
+    doing: str = "",
+    start: str = "system.start or signal_with_start",
+) -> NotDelivered:
+    """Why a message to ``address`` stored nothing: no instance (``status``
+    None), or one with that status, which takes no mail; ``doing`` says what
+    the message was for (" to ask"), ``start`` how one starts an instance."""
+    if status is None:
+        return NotDelivered(
+            f"no instance at {address!r}{doing}; start one first ({start}) or check the address",
+            address=address,
+            reason="unknown",
+        )
+    words = STATUS_WORDS.get(status, f"it is {status}")
+    return NotDelivered(
+        f"no live instance at {address!r}{doing} ({words}); start a new one or check the address",
+        address=address,
+        reason=status,
+    )

@@ -62,7 +62,7 @@ from typing import Any
 import attrs
 import trio
 
-from storage import MAIL_STATUSES, STATUS_WORDS, Txn, digest, encode, instance_id
+from storage import MAIL_STATUSES, Txn, digest, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
 from .._kernel import _effects as fx, _message_txns, _tracing
@@ -73,6 +73,7 @@ from .._kernel._log import LogEntry
 from .._kernel._message_txns import KEY_PREFIX, Notice
 from .._kernel._values import Signal
 from ..errors import InvalidArguments, NotDelivered
+from ._sending import not_delivered
 
 __all__ = ["KeyedSends", "SendBehaviour", "new_send", "new_send_many"]
 
@@ -268,7 +269,7 @@ async def _undelivered(actor: ActorAPI, send: fx.Send, exc: Conflict) -> NotDeli
     message, from ``exc``; for a batch, the first address (in its order)
     that takes no mail, as read after the refusal."""
     if len(send.targets) == 1:
-        return _not_delivered(send.targets[0][0], exc.status if exc.reason == "status" else None)
+        return _unsent(send.targets[0][0], exc.status if exc.reason == "status" else None)
     targets = send.targets
 
     def statuses(r: Any) -> list[str | None]:
@@ -286,7 +287,7 @@ async def _undelivered(actor: ActorAPI, send: fx.Send, exc: Conflict) -> NotDeli
         targets, await actor.system.journal.read(statuses), strict=True
     ):
         if status not in MAIL_STATUSES:
-            return _not_delivered(address, status)
+            return _unsent(address, status)
     return NotDelivered(
         f"an instance addressed by ctx.send_many ended while the batch was committed "
         f"({exc}); nothing was stored",
@@ -295,22 +296,9 @@ async def _undelivered(actor: ActorAPI, send: fx.Send, exc: Conflict) -> NotDeli
     )
 
 
-def _not_delivered(address: str, status: str | None) -> NotDelivered:
-    """Why a send to ``address`` stored nothing: no instance (``status``
-    None), or one with that status."""
-    if status is None:
-        return NotDelivered(
-            f"no instance at {address!r} to send to; start one first (ctx.spawn, "
-            "ctx.call or system.start) or check the address",
-            address=address,
-            reason="unknown",
-        )
-    words = STATUS_WORDS.get(status, f"it is {status}")
-    return NotDelivered(
-        f"no live instance at {address!r} to send to ({words}); start a new one or check "
-        "the address",
-        address=address,
-        reason=status,
+def _unsent(address: str, status: str | None) -> NotDelivered:
+    return not_delivered(
+        address, status, doing=" to send to", start="ctx.spawn, ctx.call or system.start"
     )
 
 

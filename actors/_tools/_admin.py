@@ -52,7 +52,7 @@ from .._features._crashes import (
 )
 from .._features._queue_state import queue_place, wait_prefix, waiting_rows
 from .._features._schedule_ticks import tick_text, ticks_after
-from .._features._signals import READ_AGAIN, Route, read_plan, routes_of, signal_txn
+from .._features._signal_plans import READ_AGAIN, Route, read_plan, routes_of, signal_txn
 from .._kernel import _message_txns, _transactions
 from .._kernel._effects import END_PREFIX
 from .._kernel._failures import error_summary
