@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from storage import LIVE_STATUSES, InstanceRow, Reader, Txn
-from storage.errors import JournalCorrupt
+from storage.errors import Conflict, JournalCorrupt
 
+from .._kernel import _transactions
 from .._kernel._checks import check_name
 from ..errors import InvalidArguments
+
+if TYPE_CHECKING:
+    from .._kernel._interfaces import SystemAPI
 
 __all__ = [
     "PRIORITY_BIAS",
@@ -37,6 +41,7 @@ __all__ = [
     "Queue",
     "QueueInfo",
     "Rate",
+    "cancel_queued",
     "check_priority",
     "drop_rows_txn",
     "free_slots",
@@ -385,3 +390,24 @@ def free_slots(
         recent = sum(1 for t in state["starts"] if t > now - queue.rate.per)
         room = min(room, queue.rate.count - recent)
     return max(room, 0)
+
+
+async def cancel_queued(system: SystemAPI, row: InstanceRow, reason: str) -> bool:
+    """Cancel the queued instance of ``row``: nothing runs it, so no node
+    need own it; it leaves its queue in the same transaction. False if it
+    is queued no more (a queue started it meanwhile: its owner cancels it)."""
+    iid = row.iid
+    states = await system.journal.read(lambda r: waiting_rows(r, iid))
+    txn, notices = _transactions.cancel_txn(
+        [_transactions.Cancel(row, (), reason, None, states)], system.epoch_now()
+    )
+    # Unclaimed, so only while it is still queued.
+    txn.require(iid, frozenset({"queued"}))
+    try:
+        results = await system.journal.commit(txn)
+    except Conflict:
+        return False
+    system.statuses.changed(iid)
+    for notice in notices:
+        system.router.route(notice.iid, results[notice.slot], notice.message)
+    return True

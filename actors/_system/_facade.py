@@ -43,7 +43,7 @@ from .._kernel._process import ProcessDef
 from .._kernel._public import NoPublicConstructor
 from .._kernel._rides import Rides
 from .._kernel._values import IfExists, Signal, StreamFrom
-from ..errors import AlreadyStarted, InvalidArguments
+from ..errors import InvalidArguments
 from ._lifecycle import Lifecycle
 from ._nodes import NodeView
 from ._operations import Operations, Upkeep
@@ -228,30 +228,8 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
                 queue that is not registered.
             EncodeError: input the codec cannot store (nothing is written).
         """
-        _guard.refuse(
-            "system.start()",
-            "start children with ctx.call or ctx.spawn",
-        )
-        if if_exists not in ("return", "error"):
-            raise InvalidArguments(
-                f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
-            )
-        queued = None  # (a start without a queue= or priority= asks nothing of queues)
-        if queue is not None or type(priority) is not int or priority:
-            queued = self.queues.choose(queue, priority)
-        handle, created = await self.lifecycle.start(
-            self.registry.definition(proc), params, input, None, queued=queued
-        )
-        if not created and if_exists == "error":
-            status = handle.status
-            raise AlreadyStarted(
-                f"an instance is already at {handle.id!r} ({status}); use its "
-                "handle (system.get), cancel it to start a new incarnation, or start "
-                "with if_exists='return'",
-                address=handle.id,
-                status=status,
-            )
-        return handle
+        _guard.refuse("system.start()", "start children with ctx.call or ctx.spawn")
+        return await self.lifecycle.start_public(proc, params, input, if_exists, queue, priority)
 
     @overload
     async def signal_with_start(
@@ -338,8 +316,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
                 written).
         """
         _guard.refuse(
-            "system.cancel()",
-            "cancel from a step (ctx.step), or let the child end with its parent",
+            "system.cancel()", "cancel from a step (ctx.step), or let the child end with its parent"
         )
         iid = self.router.address_iid(address, "cancel's address")
         if self.statuses.snapshot(iid)[0] == "corrupt":

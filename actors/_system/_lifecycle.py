@@ -16,7 +16,6 @@ import trio
 from storage import (
     LIVE_STATUSES,
     MAX_ADDRESS_BYTES,
-    UNFINISHED_STATUSES,
     InstanceRecord,
     Txn,
     encode,
@@ -24,8 +23,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalUnavailable
 
-from .._features import _restarts, _saga, _supervision as _sup
-from .._features._queue_state import waiting_rows
+from .._features import _restarts, _supervision as _sup
 from .._features._sending import commit_through
 from .._kernel import _message_txns, _tracing, _transactions
 from .._kernel._checks import check_text
@@ -34,13 +32,14 @@ from .._kernel._handles import Handle
 from .._kernel._log import children_named, read_state
 from .._kernel._process import ProcessDef
 from .._kernel._values import Signal
-from ..errors import InvalidArguments, LimitExceeded, UnknownProcess
+from ..errors import AlreadyStarted, InvalidArguments, LimitExceeded
 from ._deciding import Deciding
+from ._disk_cancel import cancel_on_disk
 from ._fresh_start import FRESH_REFUSED, fresh_start
-from ._remote_cancel import cancel_remote
 from ._status_watch import state_of
 
 if TYPE_CHECKING:
+    from .._features._queue_state import Queue
     from .._kernel._interfaces import ActorAPI, SystemAPI
 
 __all__ = ["Lifecycle"]
@@ -105,7 +104,7 @@ class Lifecycle:
             registry.activating.add(iid)  # activate leaves it alone while this is written
             self.cancelling[iid] = writing = trio.Event()
             try:
-                done = await self._cancel_on_disk(iid, address, reason, compensate)
+                done = await cancel_on_disk(self.system, iid, address, reason, compensate)
             except BaseException:
                 # Not cancelled (a full or lost journal): it stays live, and
                 # mail routed to it meanwhile found its activation held off.
@@ -120,109 +119,6 @@ class Lifecycle:
             if registry.closing:
                 return False  # it compensates, and ends cancelled, after the next open
             registry.activate(iid)  # to run its compensations; it ends cancelled after them
-
-    async def _cancel_on_disk(
-        self, iid: bytes, address: str, reason: str, compensate: bool = False
-    ) -> bool | None:
-        """Cancel an instance that is not in memory here (the caller holds
-        off its activation). None: it runs its compensations first, as
-        recorded now (or before), once activated."""
-        row, log, mail, timers, _ = await self.journal.read(lambda r: read_state(r, iid))
-        if row is None or row.status not in UNFINISHED_STATUSES:
-            return False
-        if row.status == "queued":
-            return await self._cancel_queued(row, address, reason, compensate)
-        compensating = self._compensates(row, compensate)
-        epoch = await self.journal.claim(iid)
-        if epoch is None:
-            ended = await cancel_remote(self.system, iid, address, reason, compensate)
-            if ended is not None:
-                return ended
-            # Its owner is gone and this node took it: cancel it here (what
-            # the owner left, read again; its CANCEL mail is taken with it).
-            return await self._cancel_on_disk(iid, address, reason, compensate)
-        if compensating and row.record.failure is not None:
-            return None  # compensating already: it ends once they have run
-        fence = epoch if self.journal.shared else None
-        # Depth first: its children go before it records its own end; and
-        # before them, that its cancel has begun (unless a CANCEL in its
-        # mailbox says so already): see _supervision's cascade.
-        children = children_named(log)
-        if children and not _sup.cancel_marks(mail):
-            try:
-                await _sup.record_cancel(
-                    self.system, iid, reason, compensate=compensate, epoch=fence
-                )
-            except Conflict:
-                return False  # it ended meanwhile (or is owned elsewhere now)
-        await _sup.cancel_children(self.system, children, f"parent {row.address} cancelled")
-        txn, notices = _transactions.cancel_txn(
-            [_transactions.Cancel(row, timers, reason, fence, compensate=compensating)],
-            self.system.epoch_now(),
-        )
-        mail = await self.journal.read(lambda r: r.mailbox(iid))
-        # The cancel it records is the one each CANCEL asked for.
-        for seq in _sup.cancel_marks(mail):
-            txn.take_message(iid, seq)
-        # Every ask it owes an answer hears that it ended without one (one
-        # that compensates first: those its run took; its end, the unread).
-        answers = self.system.wiring.ended_on_disk(
-            self.system, txn, "cancelled", log, () if compensating else mail
-        )
-        try:
-            results = await self.journal.commit(txn)
-        except Conflict:
-            return False
-        self.system.statuses.changed(iid)
-        for notice in notices:
-            self.system.router.route(notice.iid, results[notice.slot], notice.message)
-        for after in answers:
-            after(results)
-        return None if compensating else True
-
-    def _compensates(self, row: Any, compensate: bool) -> bool:
-        """Whether cancelling the live instance of ``row`` runs its pending
-        saga compensations first: asked for, its process says so
-        (``compensate_on_cancel``), or it is compensating already. Only a
-        system that registers its process can run them.
-
-        Raises:
-            UnknownProcess: they were asked for, but its process is not registered here.
-        """
-        if row.status not in LIVE_STATUSES or not _saga.pending(row.record):
-            return False
-        proc = self.system.registry.procs.get(row.process)
-        if proc is None:
-            if compensate:
-                raise UnknownProcess(
-                    f"cannot run the compensations of {row.address!r} here: its process "
-                    f"{row.process!r} is not registered by this system; pass it in "
-                    "open_system(processes=[...]), or cancel without compensate=True"
-                )
-            return False
-        return compensate or proc.compensate_on_cancel or row.record.failure is not None
-
-    async def _cancel_queued(
-        self, row: Any, address: str, reason: str, compensate: bool = False
-    ) -> bool | None:
-        """Cancel a queued instance: nothing runs it, so no node need own it;
-        it leaves its queue in the same transaction."""
-        iid = row.iid
-        states = await self.journal.read(lambda r: waiting_rows(r, iid))
-        txn, notices = _transactions.cancel_txn(
-            [_transactions.Cancel(row, (), reason, None, states)], self.system.epoch_now()
-        )
-        # Unclaimed, so only while it is still queued: once a queue started
-        # it, its owner cancels it (the next round of this loop).
-        txn.require(iid, frozenset({"queued"}))
-        try:
-            results = await self.journal.commit(txn)
-        except Conflict:
-            return await self._cancel_on_disk(iid, address, reason, compensate)
-        self.system.statuses.changed(iid)
-        for notice in notices:
-            self.system.router.route(notice.iid, results[notice.slot], notice.message)
-        return True
 
     async def restart_iid(self, iid: bytes, address: str, reason: str) -> None:
         """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
@@ -269,6 +165,36 @@ class Lifecycle:
             after(results)
         self.system.statuses.changed(iid)
         self.system.registry.activate(iid)
+
+    async def start_public(
+        self,
+        proc: ProcessDef[..., Any] | str,
+        params: tuple[Any, ...],
+        input: dict[str, Any],
+        if_exists: str,
+        queue: Queue | str | None,
+        priority: int,
+    ) -> Handle[Any]:
+        """The body of `ActorSystem.start` (its arguments checked here)."""
+        if if_exists not in ("return", "error"):
+            raise InvalidArguments(
+                f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
+            )
+        queued = None  # (a start without a queue= or priority= asks nothing of queues)
+        if queue is not None or type(priority) is not int or priority:
+            queued = self.system.queues.choose(queue, priority)
+        definition = self.system.registry.definition(proc)
+        handle, created = await self.start(definition, params, input, None, queued=queued)
+        if not created and if_exists == "error":
+            status = handle.status
+            raise AlreadyStarted(
+                f"an instance is already at {handle.id!r} ({status}); use its "
+                "handle (system.get), cancel it to start a new incarnation, or start "
+                "with if_exists='return'",
+                address=handle.id,
+                status=status,
+            )
+        return handle
 
     async def start(
         self,
