@@ -976,6 +976,53 @@ POOLS = [[], []]
     assert ("p.one", "COUNT", "global") in found
 
 
+# -- the tests' rooms --------------------------------------------------------------
+
+# tests/ mirrors the layout: a test module lives in the folder of what it
+# tests (tests/README.md is the map), never at tests/ top, which holds the
+# support modules (fixtures, helpers, child programs, the simulation).
+TEST_ROOMS = {
+    "kernel": "actors/_kernel",
+    "features": "actors/_features",
+    "actor": "actors/_actor",
+    "system": "actors/_system",
+    "tools": "actors/_tools and actors.testing",
+    "journals": "storage/ (a folder named storage would shadow it for tests/'s scripts)",
+    "whole": "the whole system under faults: SIGKILLs, several nodes, the nemesis, the simulation",
+    "project": "the repository: structure, public API, typing, docs, examples, benchmarks",
+}
+
+
+def misplaced_tests(tests: Path) -> list[str]:
+    """The test modules under ``tests`` that are not in a room's folder."""
+    return sorted(
+        str(path.relative_to(tests))
+        for path in tests.rglob("test_*.py")
+        if path.parent.parent != tests or path.parent.name not in TEST_ROOMS
+    )
+
+
+def test_every_test_module_lives_in_its_rooms_folder():
+    tests = ROOT / "tests"
+    assert [] == misplaced_tests(tests), "move it into the folder of what it tests"
+    assert [] == [r for r in TEST_ROOMS if not (tests / r / "__init__.py").is_file()]
+    # no folder takes a package's name: a script run from tests/ (a child
+    # program) has tests/ first on sys.path, and would import the folder
+    assert set() == set(TEST_ROOMS) & set(PACKAGES)
+    # every room of actors/ has its folder, and the map names each folder
+    assert set() == {r.lstrip("_") for r in ROOMS} - set(TEST_ROOMS)
+    map_ = (tests / "README.md").read_text()
+    assert [] == [r for r in TEST_ROOMS if f"`tests/{r}/`" not in map_]
+
+
+def test_a_test_module_at_tests_top_is_misplaced(tmp_path):
+    (tmp_path / "kernel" / "deeper").mkdir(parents=True)
+    for name in ("test_top.py", "kernel/test_kept.py", "kernel/deeper/test_deep.py"):
+        (tmp_path / name).touch()
+    (tmp_path / "helpers.py").touch()
+    assert ["kernel/deeper/test_deep.py", "test_top.py"] == misplaced_tests(tmp_path)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--features"]:  # python -m tests.project.test_structure --features ROOT
         sys.stdout.write(draw_features(Path(sys.argv[2]) if sys.argv[2:] else ROOT))
