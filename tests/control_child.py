@@ -1,4 +1,4 @@
-"""Child program for tests/test_cli_control.py: a system on an LMDB journal
+"""Child program for tests/tools/test_cli_control.py: a system on an LMDB journal
 that the ``actors`` command line works beside, through its control socket.
 
 It starts ``approvals/a-1`` and ``approvals/a-2`` (each waits for

@@ -1,4 +1,4 @@
-"""Child program for tests/test_cancel_cascade_crash.py: a tree of 181
+"""Child program for tests/whole/test_cancel_cascade_crash.py: a tree of 181
 instances whose root is cancelled, killed by the test with SIGKILL while
 the cancel cascades.
 

@@ -1,4 +1,4 @@
-"""Child program for tests/test_ctx_send.py: a process sending messages one
+"""Child program for tests/features/test_ctx_send.py: a process sending messages one
 by one with ``ctx.send``, in a program the test kills with SIGKILL.
 
 It opens an LMDB journal and starts (idempotently: an existing instance is

@@ -1,4 +1,4 @@
-"""A program for tests/test_join_mail_crash.py, killed with SIGKILL while it works.
+"""A program for tests/whole/test_join_mail_crash.py, killed with SIGKILL while it works.
 
 Usage: python tests/crash_child_join_mail.py JOURNAL ACKS FIRST
 

@@ -1,4 +1,4 @@
-"""A program for tests/test_operators_crash.py: an operator repairs
+"""A program for tests/whole/test_operators_crash.py: an operator repairs
 instances with the public tools while sends and joins run, and is killed
 with SIGKILL at any moment.
 

@@ -1,4 +1,4 @@
-"""A program for tests/test_queues_crash.py: open the journal at argv[1],
+"""A program for tests/whole/test_queues_crash.py: open the journal at argv[1],
 start 60 jobs through a queue of concurrency 3 (idempotent: a rerun finds
 them), and wait for them all. Each job's step appends ``S <name> <time>``
 when it begins and ``E <name> <time>`` when it ends to the file argv[2]

@@ -1,4 +1,4 @@
-"""Child program for tests/test_retry_crash.py: an at-most-once step that
+"""Child program for tests/whole/test_retry_crash.py: an at-most-once step that
 takes its process down with SIGKILL on every attempt.
 
 It opens an LMDB journal, starts ``crashy/x`` (idempotent: after the first

@@ -1,4 +1,4 @@
-"""Child program for tests/test_retry.py: a retried instance, killed mid-run.
+"""Child program for tests/system/test_retry.py: a retried instance, killed mid-run.
 
 It opens an LMDB journal and starts ``jobs/x`` with ``fail=True`` (a start
 is idempotent: a later run finds the instance there). Its first incarnation

@@ -1,4 +1,4 @@
-"""Child program for tests/test_runtime_crash.py: a system under load that the
+"""Child program for tests/whole/test_runtime_crash.py: a system under load that the
 test kills with SIGKILL at a random moment.
 
 It opens an LMDB journal, makes sure the long-lived ``sink/s`` instance

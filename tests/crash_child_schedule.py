@@ -1,4 +1,4 @@
-"""A program for tests/test_schedules_crash.py: open the journal at argv[1],
+"""A program for tests/whole/test_schedules_crash.py: open the journal at argv[1],
 keep a schedule ticking every 0.25 s (real time), and have each tick's
 instance append ``<tick> <idempotency key>`` to the file argv[2] with one
 write() before it completes. Runs until it is killed."""

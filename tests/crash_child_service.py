@@ -1,4 +1,4 @@
-"""Child program for tests/test_service_signals.py: a service run by
+"""Child program for tests/system/test_service_signals.py: a service run by
 `actors.run_until_signalled`, with a step in flight when it is signalled.
 
 It starts ``job/x`` (idempotent: a later run finds it and resumes it),

@@ -1,4 +1,4 @@
-"""Child program for tests/test_step_crashes_sigkill.py: a step without
+"""Child program for tests/whole/test_step_crashes_sigkill.py: a step without
 ``retry=`` that takes its process down with SIGKILL.
 
 It opens an LMDB journal and starts ``crashy/x`` (idempotent: after the

@@ -1,4 +1,4 @@
-"""Child program for tests/test_supervision_crash.py: a supervisor under load
+"""Child program for tests/whole/test_supervision_crash.py: a supervisor under load
 that the test kills with SIGKILL at a random moment.
 
 It opens an LMDB journal, makes sure the long-lived ``hub/h`` instance

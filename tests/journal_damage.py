@@ -1,6 +1,6 @@
 """A small journal with one instance of each kind of record, ways to damage
 one record of it, and a check that the system copes: the fuzzer in
-tests/test_fuzz_journal.py draws (record, mutation) pairs and runs `check`.
+tests/journals/test_fuzz_journal.py draws (record, mutation) pairs and runs `check`.
 
 The journal holds, after `build`:
 

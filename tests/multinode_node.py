@@ -1,4 +1,4 @@
-"""A node program for tests/test_multinode.py: one of several systems that
+"""A node program for tests/whole/test_multinode.py: one of several systems that
 share one PostgreSQL schema.
 
 Usage: python tests/multinode_node.py DSN SCHEMA NODE WORKDIR PROCESSES

@@ -1,5 +1,5 @@
 """A node program for the fault runs (tests/nemesis.py) and the start races
-between OS processes (tests/test_multinode_starts.py): one of several
+between OS processes (tests/whole/test_multinode_starts.py): one of several
 systems that share one PostgreSQL schema, driven by JSON lines on stdin.
 
 Usage: python tests/nemesis_node.py DSN SCHEMA NODE WORKDIR

@@ -1,4 +1,4 @@
-"""A saga program that tests/test_sagas_edges.py runs both ways: as a script
+"""A saga program that tests/features/test_sagas_edges.py runs both ways: as a script
 (``python tests/saga_shop.py JOURNAL close|die``), where its module is
 ``__main__``, and imported as ``tests.saga_shop`` to finish what the script
 left. Each side effect appends a line to the file $SAGA_SHOP_LEDGER.

@@ -199,7 +199,7 @@ bad_seconds = st.one_of(
     st.floats(min_value=1e13, allow_infinity=False),
 )
 
-# -- damage to a stored journal (tests/test_fuzz_journal.py) ------------------------------
+# -- damage to a stored journal (tests/journals/test_fuzz_journal.py) ------------------------------
 
 # Names of the fields the runtime reads in its records and log entries, so that
 # reshaped values come near the real shapes (a map with a kind of the wrong type)

@@ -7,7 +7,7 @@ timers and streams ask of the system.
 
 They are Protocols so that those modules can name the actor and the system
 without importing `_instance` or `_system`, which import them: the import
-graph of ``actors/`` has no circle (``tests/test_structure.py`` checks it).
+graph of ``actors/`` has no circle (``tests/project/test_structure.py`` checks it).
 The system's services (``_services_api``) and the actor's own parts
 (``_actor_parts_api``) are described in modules of their own; their
 Protocols are importable from here too. This module imports only modules

@@ -4,7 +4,7 @@ inspector (`actors._tools._web`, which reads with the command line's functions a
 acts by running it) and the control socket (`actors._system._control`).
 
 One way in. Those tools import nothing else of the runtime (a test in
-``tests/test_structure.py`` keeps it so): what they rely on is named here,
+``tests/project/test_structure.py`` keeps it so): what they rely on is named here,
 and the modules behind it change freely.
 
 One set of operations, `Operations`, done one of three ways:

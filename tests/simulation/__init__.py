@@ -16,7 +16,7 @@ told and what the step functions really did (`world`).
 The last line is ``seed N ok <digest>`` (exit status 0), the digest being
 that of every journal write of the run, or ``seed N FAILED <invariant>``
 (exit status 1) after the failure's trace. Seeds that found a bug are kept
-in ``seeds.txt`` and run by tests/test_simulation.py.
+in ``seeds.txt`` and run by tests/whole/test_simulation.py.
 """
 
 from .run import Outcome, run_seed

@@ -9,7 +9,7 @@ a plant cannot silently stop planting anything once the code moves on.
 
 ``python -m tests.simulation --plant NAME --seeds 1-500 --first`` sweeps
 until the first seed that fails (the figures in docs/simulation.md);
-tests/test_simulation_plants.py replays each plant's recorded seed.
+tests/whole/test_simulation_plants.py replays each plant's recorded seed.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def effect(tag: str, ident: str) -> str:
     return f"{tag}:{ident}"
 
 
-#: A bug planted on purpose (tests/test_simulation.py shows the checker
+#: A bug planted on purpose (tests/whole/test_simulation.py shows the checker
 #: catches it): "forget-compensation" runs compensations without their entry.
 PLANTED = os.environ.get("ACTORS_SIMULATION_PLANT")
 

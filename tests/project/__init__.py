@@ -1,0 +1,1 @@
+"""The project itself: structure, public API and reference, typing, collection, docs, examples, benchmarks."""
