@@ -10,6 +10,10 @@ async def test_the_walks_count_our_calls_modules_and_zigzags():
         assert walk.all_calls > walk.calls > walk.modules > 1, name
         assert walk.all_modules > walk.modules, name
         assert 0 <= walk.zigzags < walk.calls, name
+        # The profile by module adds up to the flow, one row per module.
+        assert sum(calls for _, calls in walk.by_module) == walk.calls, name
+        assert len(walk.by_module) == walk.modules, name
+        assert all(m.startswith(("actors/", "storage/")) for m, _ in walk.by_module), name
     # Starting a process and running its step goes through more of the
     # runtime than a send does.
     assert found["start -> result"].calls > found["send -> wait"].calls
