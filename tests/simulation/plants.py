@@ -99,7 +99,7 @@ PLANTS: dict[str, Plant] = {
         old="""
             not actor.busy
             and actor.inline is None
-            and not actor.queued
+            and not actor.tasks_to_start
             and (nursery is None or not nursery.child_tasks)
         """,
         new="""
@@ -111,14 +111,14 @@ PLANTS: dict[str, Plant] = {
     # parked (5a9270b, before it landed): the instance never left memory
     # and was never loaded again.
     "raised-in-nursery": Plant(
-        "actors._actor._instance",
-        "Actor.main",
+        "actors._actor._activation",
+        "Activation.main",
         old="""
-                if held and self.queued:
+                if held and self.tasks_to_start:
         """,
         new="""
                 parked = held  # planted: parked until the nursery's run says
-                if held and self.queued:
+                if held and self.tasks_to_start:
         """,
         what="a run that raised in the nursery it stopped for is taken for parked",
     ),
