@@ -34,7 +34,6 @@ from storage import (
 )
 from storage.errors import JournalCorrupt
 
-from .._features import _crashes
 from .._kernel import _transactions
 from .._kernel._checks import check_many, check_name, check_seconds
 from .._kernel._handles import Handle
@@ -85,7 +84,14 @@ class Operations:
 
         A compare-and-set, like every start: of two retries of one
         incarnation (here or on another node) one commits, and the other
-        returns its handle. The replaced incarnation's record is kept for
+        returns its handle. On this system a retry called while another of
+        the same address is under way (from that one's call to its return)
+        waits for it and returns its handle, whatever the journal's speed;
+        if that one raised, it tries on its own. One called after that one
+        returned finds the new incarnation live or ended and is refused, as
+        a retry of any live or completed instance is. Retries at once of an
+        instance stuck on a crash budget resume it once. The replaced
+        incarnation's record is kept for
         ``actors show ADDRESS --incarnation N`` until cleanup; failed
         children it named start afresh when the new run calls them (see
         `actors._system._retry`).
@@ -102,9 +108,6 @@ class Operations:
             UnknownProcess: its process is not registered with this system.
             JournalCorrupt: its records do not decode.
         """
-        resumed = await _crashes.resume_parked(self, address, input)
-        if resumed is not None:
-            return resumed
         return await _retry.retry(self, address, input)
 
     async def fork(

@@ -31,7 +31,10 @@ Races. Of two retries of one incarnation, on one node or several, exactly
 one commits; the other, if it read the same incarnation (it lost at the
 commit), returns the winner's handle; one that reads after the commit
 finds a live (or already ended) instance and is refused as for any. On one
-system, retries of an address that overlap share one outcome. A drop of a
+system, retries of an address that overlap share one outcome: a retry is
+under way (in `Lifecycle.retrying`) from its call to its return, its look
+whether the instance is parked on a crash budget (`_crashes.resume_parked`)
+included, and one that comes meanwhile returns its handle. A drop of a
 message racing a retry either commits first (the retry reads again and
 leaves it out) or is refused (see `_fork.fork_txn`).
 
@@ -69,6 +72,7 @@ import trio
 from storage import STATUS_WORDS, Reader, encode
 from storage.errors import Conflict
 
+from .._features import _crashes
 from .._features._sending import commit_through
 from .._kernel import _guard, _tracing, _transactions
 from .._kernel._handles import Handle
@@ -205,6 +209,10 @@ async def retry(system: SystemAPI, address: str, input: dict[str, Any] | None) -
     encoded_input = encode(input, what="input") if input else None  # refused before a read
     # Retries of one address at once on this system make one incarnation,
     # and each returns its handle (as two nodes' do: see `_retry`).
+    # Invariant: a retry is in `retrying` from its first checkpoint to its
+    # return, its look whether the instance is parked included: a look
+    # outside it (a journal read, slow under load) that ended after
+    # another retry's commit had the second refused, "it is running".
     flights: dict[bytes, _Flight] = system.lifecycle.retrying
     while (flight := flights.get(iid)) is not None:
         await flight.done.wait()
@@ -212,8 +220,10 @@ async def retry(system: SystemAPI, address: str, input: dict[str, Any] | None) -
             return flight.handle
     flights[iid] = flight = _Flight()
     try:
-        async with system.lifecycle.deciding(iid):  # a start of the address
-            flight.handle = await _retry(system, iid, address, input, encoded_input)
+        flight.handle = await _crashes.resume_parked(system, address, input)
+        if flight.handle is None:
+            async with system.lifecycle.deciding(iid):  # a start of the address
+                flight.handle = await _retry(system, iid, address, input, encoded_input)
         return flight.handle
     finally:
         del flights[iid]

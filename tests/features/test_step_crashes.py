@@ -225,6 +225,44 @@ async def _parked_journal(tmp_path: Path) -> Path:
     return STATE["source"]
 
 
+async def test_two_retries_of_a_parked_instance_at_once_resume_it_once(
+    tmp_path, autojump_clock, monkeypatch
+):
+    # The second retry's look (is it parked?) is held until the first has
+    # returned: by then the instance runs again, and the second still gets
+    # the first's handle, not "it is running".
+    from actors._features import _crashes
+
+    journal = await _parked_journal(tmp_path)
+    ran = len(LEDGER)
+    first_back = trio.Event()
+    looks: list[str] = []
+    look = _crashes.resume_parked
+
+    async def slow_look(system: Any, address: str, input: Any) -> Any:
+        looks.append(address)
+        if len(looks) == 2:
+            await first_back.wait()
+        return await look(system, address, input)
+
+    monkeypatch.setattr(_crashes, "resume_parked", slow_look)
+    async with _open(journal) as system:
+        await _settle(system, "pay/x", len(STATE["copies"]))
+        handles: list[Any] = []
+
+        async def one() -> None:
+            handles.append(await system.retry("pay/x"))
+            first_back.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one)
+            nursery.start_soon(one)
+        assert [1, 1] == [h.incarnation for h in handles]  # resumed, not a new incarnation
+        key = "pay/x/1/0/charge/1"
+        assert [key, key] == [await h.result() for h in handles]
+    assert ran + 1 == len(LEDGER)  # the step ran once more, not twice
+
+
 async def test_the_command_line_resumes_a_parked_instance_on_a_closed_journal(
     tmp_path, autojump_clock
 ):

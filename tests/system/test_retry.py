@@ -281,6 +281,43 @@ async def test_two_retries_at_once_make_one_incarnation(make_journal):
         assert 2 == len(KEYS)
 
 
+async def test_a_retry_whose_first_look_is_slow_shares_the_one_under_way(make_journal, monkeypatch):
+    # A retry first looks whether the instance is parked on a crash budget
+    # (then it resumes it): a journal read, slow under load. The second of
+    # two retries begun together is held in that look until the first has
+    # returned: it still belongs to the first's outcome, not refused because
+    # the instance it came to retry "is running" (or "completed") by then.
+    from actors._features import _crashes
+
+    first_back = trio.Event()
+    looks: list[str] = []
+    look = _crashes.resume_parked
+
+    async def slow_look(system, address, input):
+        looks.append(address)
+        if len(looks) == 2:
+            await first_back.wait()
+        return await look(system, address, input)
+
+    monkeypatch.setattr(_crashes, "resume_parked", slow_look)
+    async with actors.open_system(make_journal(), processes=PROCESSES) as system:
+        await failed(system, order, "o-8")
+        handles = []
+
+        async def one():
+            handles.append(await system.retry("orders/o-8"))
+            first_back.set()
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(one)
+                nursery.start_soon(one)
+        assert [2, 2] == [h.incarnation for h in handles]
+        await handles[0].result()
+        assert 1 == len(await kept(system, "orders/o-8"))
+        assert 2 == len(KEYS)
+
+
 # -- two nodes on PostgreSQL ---------------------------------------------------------
 
 N = 30  # addresses retried from both nodes at once
