@@ -47,3 +47,24 @@ async def wait_status(handle, *statuses: str) -> str:
     if waited.cancelled_caught:
         raise AssertionError(f"{handle.id} never reached {statuses}: it stayed {handle.status}")
     return handle.status
+
+
+class ReadsOffTheLoop(MemoryJournal):
+    """A memory journal that reads as a remote one does (`reads_at_once`
+    False: the system caches what it reads), and holds the next read once
+    armed by ``slow`` (setting ``held``) until ``until`` is set, returning
+    what it found at its start."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow = False
+        self.held = trio.Event()
+        self.until = trio.Event()
+
+    async def read(self, fn):
+        found = await super().read(fn)
+        if self.slow:
+            self.slow = False
+            self.held.set()
+            await self.until.wait()
+        return found

@@ -295,8 +295,11 @@ async def started(
     system.registry.routed_absent.add(plan.target_iid)
     await system.lifecycle.run_started(plan.target_iid, plan.target_address, proc, record)
     # Handles read the new incarnation from now on, not what was last seen
-    # of the one it replaced (a remote journal's reads are cached).
-    await system.statuses.refresh(plan.target_iid)
+    # of the one it replaced (a remote journal's reads are cached): what was
+    # just committed. Invariant: nothing waits between the run's start and
+    # this change, as in `Lifecycle.start`. The run may end in any wait, and
+    # a change of an instance not in memory drops the end kept of it.
+    system.statuses.remember(plan.target_iid, ("running", record))
     system.statuses.changed(plan.target_iid)
     return Handle._create(system, plan.target_iid, plan.target_address, record.incarnation)
 

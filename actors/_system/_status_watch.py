@@ -119,13 +119,21 @@ class Statuses:
             self.final_end(iid) is not None
         ):
             return self.snapshot(iid)
+        # Invariant: a read is remembered only if no end of ``iid`` was kept
+        # or dropped while it was under way. A read that began before a run
+        # here ended may have found it running: remembered after that end
+        # (`keep_end` drops what was read before), it would be all that is
+        # left once the end is dropped, and a handle would wait for a change
+        # already made.
+        ended = self._ends.get(iid)
         try:
             row = await self.journal.read(lambda r: r.instance(iid))
         except JournalCorrupt:
             state = ("corrupt", NO_RECORD)
         else:
             state = state_of(row)
-        self.remember(iid, state)
+        if self._ends.get(iid) is ended:
+            self.remember(iid, state)
         return self.snapshot(iid)  # (it may have come into memory meanwhile)
 
     def remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None:
@@ -142,9 +150,12 @@ class Statuses:
         """Keep the final state of what just ended here: it answers handle
         reads (result(), status) without a journal read each, which on a
         remote journal is a blocking round trip on the trio thread.
-        Bounded, oldest out."""
+        Bounded, oldest out. What was read of the instance before (see
+        `remember`) is stale from now on: it goes, so that once this end is
+        dropped too, nothing but a read tells (`refresh`)."""
         ends = self._ends
         ends[iid] = (status, record)
+        self._seen.pop(iid, None)
         if len(ends) > ENDS_KEPT:
             ends.popitem(last=False)
 

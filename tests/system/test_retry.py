@@ -23,6 +23,7 @@ from actors._system._retry import KEPT_INCARNATIONS, read_kept
 from storage import LMDBJournal, instance_id
 from tests.cli_runner import run_in_process
 from tests.crash_kit import ROOT, kill_after_acks
+from tests.runtime_helpers import ReadsOffTheLoop
 from tests.tools.test_cli import read_back, run_cli, run_json
 
 approved = Signal("approved")
@@ -316,6 +317,41 @@ async def test_a_retry_whose_first_look_is_slow_shares_the_one_under_way(make_jo
         await handles[0].result()
         assert 1 == len(await kept(system, "orders/o-8"))
         assert 2 == len(KEYS)
+
+
+async def test_a_retry_whose_run_ends_during_a_status_read_still_answers(monkeypatch):
+    # A status read begun while the new incarnation runs can come back after
+    # that run has ended (a slow round trip): it found "running", and that
+    # must not hide the end kept for handle reads, nor be all that is left
+    # of the instance once that end is dropped; else result() waits for a
+    # change that never comes.
+    from actors._system._registry import Registry
+    from actors._system._status_watch import Statuses
+
+    journal = ReadsOffTheLoop()
+    iid = instance_id("orders/o-9")
+    refresh, ended = Statuses.refresh, Registry.ended
+
+    async def slow_refresh(self, of):
+        journal.slow = of == iid and of in self.system.registry.live  # (its run is under way)
+        try:
+            return await refresh(self, of)
+        finally:
+            journal.slow = False
+
+    def ended_here(self, actor, status):
+        ended(self, actor, status)
+        if actor.iid == iid and status == "completed":
+            journal.until.set()
+
+    monkeypatch.setattr(Statuses, "refresh", slow_refresh)
+    monkeypatch.setattr(Registry, "ended", ended_here)
+    async with actors.open_system(journal, processes=PROCESSES) as system:
+        await failed(system, order, "o-9")
+        handle = await system.retry("orders/o-9")
+        with trio.fail_after(10):
+            assert {"order": "o-9", "amount": 1, "charged": "charged o-9"} == await handle.result()
+        assert "completed" == handle.status
 
 
 # -- two nodes on PostgreSQL ---------------------------------------------------------
