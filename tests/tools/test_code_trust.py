@@ -209,8 +209,11 @@ async def test_a_forked_forged_compensation_runs_nothing(tmp_path, caplog, autoj
 
 @pytest.mark.slow  # a second process: the command line beside the running system
 async def test_a_forged_stuck_compensation_resumed_by_the_cli_beside_a_running_system(
-    tmp_path, caplog, autojump_clock
+    tmp_path, caplog
 ):
+    # On the real clock: the command talks to the system's control socket,
+    # whose read timeout an autojumping clock would spend at once while the
+    # command is still starting (it was refused "broken pipe" under load).
     laptop = lmdb_store(tmp_path / "laptop")
     forged, marker = await forged_history(tmp_path, "compensation_stuck")
     assert 0 == await laptop.cli("import", str(forged))
