@@ -1,6 +1,6 @@
 """The calls each hot flow makes through the runtime: ``python -m bench walk``.
 
-``python -m bench walk [--runs N] [--modules]``
+``python -m bench walk [--runs N] [--modules] [--calls]``
 
 Runs an LMDB system in a temporary directory and traces (``sys.setprofile``,
 in the trio thread: the journal's writer thread is not counted) three flows:
@@ -77,6 +77,8 @@ class Walk:
     all_modules: int
     # Our calls per module, most first (not compared: the fewest walk is the one shown).
     by_module: tuple[tuple[str, int], ...] = attrs.field(default=(), eq=False, order=False)
+    # Every call of ours in order, ``module:function`` (``--calls`` prints them).
+    sequence: tuple[str, ...] = attrs.field(default=(), eq=False, order=False)
 
     def __str__(self) -> str:
         return (
@@ -108,6 +110,7 @@ def _zigzags(events: list[tuple[str, str]]) -> int:
 async def _traced(run: Callable[[], Awaitable[Any]]) -> Walk:
     events: list[tuple[str, str]] = []
     files: list[str] = []
+    sequence: list[str] = []
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
@@ -115,6 +118,7 @@ async def _traced(run: Callable[[], Awaitable[Any]]) -> Walk:
             files.append(name)
             if _ours(name):
                 events.append(("call", name))
+                sequence.append(f"{_short(name)}:{frame.f_code.co_name}")
         elif event == "return" and _ours(frame.f_code.co_filename):
             events.append(("return", frame.f_code.co_filename))
 
@@ -125,7 +129,15 @@ async def _traced(run: Callable[[], Awaitable[Any]]) -> Walk:
         sys.setprofile(None)
     ours = [module for event, module in events if event == "call"]
     by_module = tuple(Counter(_short(module) for module in ours).most_common())
-    return Walk(len(ours), len(set(ours)), _zigzags(events), len(files), len(set(files)), by_module)
+    return Walk(
+        len(ours),
+        len(set(ours)),
+        _zigzags(events),
+        len(files),
+        len(set(files)),
+        by_module,
+        tuple(sequence),
+    )
 
 
 def _short(filename: str) -> str:
@@ -178,12 +190,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modules", action="store_true", help="also print each flow's calls per module"
     )
+    parser.add_argument(
+        "--calls", action="store_true", help="also print each flow's calls in order"
+    )
     options = parser.parse_args(argv)
     for name, walk in trio.run(measure, options.runs).items():
         print(f"{name}: {walk}")
         if options.modules:
             for module, calls in walk.by_module:
                 print(f"    {calls:4d}  {module}")
+        if options.calls:
+            for call in walk.sequence:
+                print(f"    {call}")
     return 0
 
 
