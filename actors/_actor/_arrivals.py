@@ -53,7 +53,8 @@ class Arrivals:
             _tracing.delivered(actor, seq, name, message.trace)
         if actor.system.log_debug:
             _reports.delivered(actor.address, seq, name)
-        self.receive_system(seq, name, payload)
+        if name[:1] == "\x00":  # the runtime's own signals' names (`Signal._system`)
+            self.receive_system(seq, name, payload)
         if actor.loaded:
             self._match_mail()
         actor.wakeup()
@@ -130,8 +131,10 @@ class Arrivals:
 
     def add_wait(self, wait: fx.Wait[Any]) -> None:
         """Register a live wait and give it a message if one is already here."""
-        self.actor.mailbox.add_wait(wait)
-        self._match_mail()
+        mailbox = self.actor.mailbox
+        mailbox.add_wait(wait)
+        if mailbox.messages:  # (else nothing is here to take: most waits)
+            self._match_mail()
 
     def remove_wait(self, wait: fx.Wait[Any]) -> None:
         """Drop a live wait that will take nothing (it lost a race)."""

@@ -198,7 +198,7 @@ class Ends:
         if status == "failed" and not actor.record.parent:
             _reports.failed(actor.address, error_summary(actor.record.error))
         if notice is not None:
-            actor.system.router.route(notice.iid, results[notice.slot], notice.message)
+            actor.system.router.route(notice, results)
         for after in answers:
             after(results)
 

@@ -214,7 +214,10 @@ class Actor(Activation):
         task = self.parked
         if task is not None:
             self.parked = None
-            self._rouse(task)
+            if task is NO_TASK:  # (as `_rouse`, here since it is most wake-ups)
+                self.system.registry.runner.ready(self)
+            else:
+                trio.lowlevel.reschedule(task)
 
     def claimed_again(self, epoch: int) -> None:
         """This node claimed the live instance afresh (its lease had lapsed,
@@ -382,8 +385,9 @@ class Actor(Activation):
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
         """Start the leaves of ``effect`` that replay left open."""
         if not isinstance(effect, fx.Composite):  # a lone leaf (most awaits): no race
-            if not effect.done:
-                self._start_live(effect, started.get(effect))
+            if not effect.done:  # (`_start_live`, inlined for most awaits)
+                self.live.add(effect)
+                self.system.wiring.behaviours[type(effect)].start(self, effect, started.get(effect))
             return
         for leaf in effect.leaves():
             if effect.done:

@@ -128,7 +128,7 @@ def step(actor: Waiting) -> None:
         or actor.interrupt is not None
         or actor.lost is not None
         or actor.passivate_requested
-        or actor.system.closing
+        or actor.system.registry.closing  # (the attribute: a property is a call)
     ):
         _resume(actor, (WAIT, effect))  # (woken stays set: wait_for acts on it)
         return
@@ -171,7 +171,7 @@ def may_park(actor: Waiting) -> bool:
         and (nursery is None or not nursery.child_tasks)
         and actor.span is None
         and actor.system.passivate_after > 0
-        and not actor.system.closing
+        and not actor.system.registry.closing
     )
 
 

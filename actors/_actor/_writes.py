@@ -92,7 +92,8 @@ class Writes:
         """Submit the ridden writes without waiting; with ``defer``, with
         the next transaction anyone submits (the instance suspends: see
         `_rides`)."""
-        self._sync_status()
+        if self.actor.status != self.persisted_status:  # (most suspensions: unchanged)
+            self._sync_status()
         txn = self._txn
         if txn is not None and txn.ops:
             actor = self.actor

@@ -37,6 +37,7 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import trio
@@ -254,7 +255,7 @@ def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> 
     notice = _message_txns.add_message(
         txn, instance_id(reply_to), fx.REPLY_PREFIX + ask_id, payload, system.epoch_now()
     )
-    return lambda results: system.router.route(notice.iid, results[notice.slot], notice.message)
+    return partial(system.router.route, notice)
 
 
 def answer_offline(txn: Txn, asks: Iterable[Asker], status: str, now: float) -> None:
@@ -416,7 +417,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         if actor.fenced:
             txn.fence(actor.iid, actor.epoch)
         try:
-            (seq,) = await commit_through(system.journal, txn, system.router.sent_in_doubt)
+            results = await commit_through(system.journal, txn, system.router.sent_in_doubt)
         except Conflict as exc:
             if exc.reason == "epoch":
                 raise
@@ -425,7 +426,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
                 ask, None, error, ask.describe(error=ErrorRecord.undelivered(error).to_stored())
             )
             return
-        system.router.route(iid, seq, notice.message)
+        system.router.route(notice, results)
         if ask in actor.live:
             actor.arrivals.add_wait(ask)
     finally:

@@ -409,5 +409,5 @@ async def cancel_queued(system: SystemAPI, row: InstanceRow, reason: str) -> boo
         return False
     system.statuses.changed(iid)
     for notice in notices:
-        system.router.route(notice.iid, results[notice.slot], notice.message)
+        system.router.route(notice, results)
     return True

@@ -6,17 +6,19 @@ activation of a passivated one). `Router` is a part of `ActorSystem` (see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn, instance_id
+from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn, decode, instance_id
 from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
 
 from .._kernel import _guard, _message_txns, _tracing
 from .._kernel._checks import check_many, check_name, check_seconds
-from .._kernel._mailbox import Asker
+from .._kernel._mailbox import Asker, StoredMessage
+from .._kernel._message_txns import Notice
 from .._kernel._values import Signal
 from ..errors import InvalidArguments, NotDelivered
 
@@ -66,35 +68,38 @@ class Router:
         self.journal = system.journal
         self.iids: dict[str, bytes] = {}  # see address_iid
 
-    async def send(
+    def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
-    ) -> None:
-        """The body of `ActorSystem.send`."""
-        _guard.refuse(
-            "system.send()",
-            "send from a step (ctx.step) so the send is recorded",
-        )
+    ) -> Awaitable[None]:
+        """The body of `ActorSystem.send`: checks the arguments and returns
+        the send to await. (Not a coroutine itself: every resumption of a
+        coroutine re-enters each frame under it, and a send resumes once per
+        commit.)"""
+        if _guard.stepping.address is not None:
+            _guard.refuse("system.send()", "send from a step (ctx.step) so the send is recorded")
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"send takes an actors.Signal, not {signal!r}")
-        iid = self.address_iid(address, "send's address")
+        iid = self.iids.get(address) if type(address) is str else None
+        if iid is None:
+            iid = self.address_iid(address, "send's address")
         if key is None:
-            await self.send_iid(iid, address, signal, payload)
-        else:
-            # Refused before anything is read: the same on every journal.
-            _message_txns.key_cursor(check_name(key, "send(key=...)"))
-            await self.system.keys.send(iid, address, signal, payload, key, self.send_iid)
+            return self.send_iid(iid, address, signal, payload)
+        # Refused before anything is read: the same on every journal.
+        _message_txns.key_cursor(check_name(key, "send(key=...)"))
+        return self.system.keys.send(iid, address, signal, payload, key, self.send_iid)
 
-    async def ask(
+    def ask(
         self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
-    ) -> Any:
-        """The body of `ActorSystem.ask`."""
+    ) -> Awaitable[Any]:
+        """The body of `ActorSystem.ask`: checks the arguments and returns
+        the ask to await (not a coroutine itself, as `send`)."""
         _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
         iid = self.address_iid(address, "ask's address")
         if timeout is not None:
             timeout = check_seconds(timeout, "ask(timeout=...)")
-        return await self.system.asks.ask(iid, address, signal, payload, timeout, self.send_iid)
+        return self.system.asks.ask(iid, address, signal, payload, timeout, self.send_iid)
 
     async def send_iid(
         self,
@@ -126,7 +131,7 @@ class Router:
         )
         # Routed by the journal as soon as it commits, before this sender
         # resumes: sender and receiver then run in one scheduling round.
-        txn.then = lambda results: self.route(iid, results[0], notice.message)
+        txn.then = partial(self.route, notice)
         try:
             await commit_through(self.journal, txn, self.sent_in_doubt)
         except Conflict as exc:
@@ -173,17 +178,21 @@ class Router:
         for iid in sorted(txn.receivers()):
             self.mail_in_doubt(iid)
 
-    def route(self, iid: bytes, seq: int, message: bytes) -> None:
-        """A message was committed to ``iid``'s mailbox: hand it over, or wake it.
+    def route(self, notice: Notice, results: Sequence[int]) -> None:
+        """The message of ``notice`` was committed (its transaction's
+        results: ``results``) to a mailbox: hand it over, or wake the
+        instance.
 
-        ``message`` is the mailbox record as encoded for the journal.
-        Invariant: a live receiver gets the payload decoded from those bytes,
-        never the sender's object, so what it sees is what a replay reads
-        (a tuple stays what the codec makes of it; a sender mutating its
-        dict after ``send`` returns changes nothing)."""
+        Invariant: a live receiver gets the payload decoded from the bytes
+        the journal stored (``notice.message``), never the sender's object,
+        so what it sees is what a replay reads (a tuple stays what the codec
+        makes of it; a sender mutating its dict after ``send`` returns
+        changes nothing)."""
+        iid = notice.iid
         actor = self.system.registry.live.get(iid)
         if actor is not None and not actor.done:
-            actor.arrivals.deliver(seq, _message_txns.unpack_message(message))
+            message = StoredMessage.from_stored(decode(notice.message))
+            actor.arrivals.deliver(results[notice.slot], message)
         elif not self.system.nodes.owned_elsewhere(iid):
             # (Owned elsewhere: the commit notified the owner. If that node
             # dies, the takeover scan finds the instance and its mail.)
@@ -196,8 +205,8 @@ class Router:
         )
         # Durable: a runtime message (a cancel, an escalation) acts once stored,
         # and its number is only known then, whatever the journal's durability.
-        (seq,) = await commit_through(self.journal, txn, self.sent_in_doubt, durable=True)
-        self.route(iid, seq, notice.message)
+        results = await commit_through(self.journal, txn, self.sent_in_doubt, durable=True)
+        self.route(notice, results)
 
     def mail_noticed(self, iid: bytes) -> None:
         """Another node wrote mail for ``iid``: a reply to an ask of this
@@ -236,7 +245,7 @@ class Router:
         except Conflict as exc:
             raise await self._first_undeliverable(addresses, exc) from None
         for notice in notices:
-            self.route(notice.iid, results[notice.slot], notice.message)
+            self.route(notice, results)
 
     async def _first_undeliverable(self, addresses: dict[bytes, str], exc: Conflict) -> Exception:
         """The error for a `send_many` that one of its instances refused: the

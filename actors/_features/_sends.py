@@ -254,7 +254,7 @@ async def _commit(actor: ActorAPI, send: fx.Send) -> None:
         actor.finish(send, None, error, entry)  # the entry rides on the next commit
         return
     for notice in prepared.notices:
-        actor.system.router.route(notice.iid, results[notice.slot], notice.message)
+        actor.system.router.route(notice, results)
     actor.finish(send, None)  # its entry is written
 
 

@@ -170,7 +170,7 @@ class SignalRouter:
                     continue
                 raise
             for notice in notices:
-                system.router.route(notice.iid, results[notice.slot], notice.message)
+                system.router.route(notice, results)
             return len(notices)
 
 

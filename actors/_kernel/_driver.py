@@ -364,7 +364,9 @@ class Driver(Unawaited):
                     return YIELD, effect
                 continue
             try:
-                started = self.replay(effect)
+                # (One numbered past the log has nothing to replay: the live
+                # effects, most of them. A composite is numbered -1.)
+                started = self.replay(effect) if effect.seq <= self.last else {}
                 if started or not effect.done:  # else replay left nothing to begin
                     self.rerun = False  # where the earlier activation stopped
                     host.begin(effect, started)

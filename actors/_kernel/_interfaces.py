@@ -17,7 +17,7 @@ below all of them.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,6 +33,7 @@ from ._driver import Driver
 from ._holds import Holds
 from ._log import LogEntry
 from ._mailbox import Asker, Mailbox
+from ._message_txns import Notice
 from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._rides import Rides
@@ -203,7 +204,7 @@ class RouterAPI(Protocol):
 
     async def send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None: ...
 
-    def route(self, iid: bytes, seq: int, message: bytes) -> None: ...
+    def route(self, notice: Notice, results: Sequence[int]) -> None: ...
 
     def mail_in_doubt(self, iid: bytes) -> None: ...
 

@@ -229,7 +229,11 @@ class Mailbox(Generic[W]):
 
     def add_wait(self, wait: W) -> None:
         """Register a live wait; it takes a message at the next `take_match`."""
-        bisect.insort(self.waits, wait, key=_seq)
+        waits = self.waits
+        if waits:
+            bisect.insort(waits, wait, key=_seq)
+        else:
+            waits.append(wait)  # (the usual case: one wait at a time)
 
     def remove_wait(self, wait: W) -> None:
         """Drop a wait that will take nothing (it lost a race, or was abandoned)."""

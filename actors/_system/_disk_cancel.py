@@ -116,7 +116,7 @@ async def cancel_on_disk(
         return False
     system.statuses.changed(iid)
     for notice in notices:
-        system.router.route(notice.iid, results[notice.slot], notice.message)
+        system.router.route(notice, results)
     for after in answers:
         after(results)
     return None if compensating else True
