@@ -117,7 +117,10 @@ class Activation:
                 parked = await self._in_nursery(pending)
             else:
                 if pending is None:
-                    held = await self._start_run()
+                    # (Two steps, so that no frame of the preparation stays
+                    # under the driver's: each resumption re-enters them all.)
+                    coro = await self._start_run()
+                    held = coro is not None and await self._drive(coro, None)
                 else:
                     coro, self.held = self.held, None
                     assert coro is not None
@@ -136,26 +139,27 @@ class Activation:
             if not parked:
                 self.gone()
 
-    async def _start_run(self) -> bool:
-        """Load, replay and run the current run; True if it stopped with
-        its coroutine held (see `_drive`)."""
+    async def _start_run(self) -> Coroutine[Any, Any, Any] | None:
+        """Load the instance and begin its current run: the process's
+        coroutine to drive (`_drive`), or None if there is none to (it is
+        gone, or was ended here: a compensation resumed, code that does not
+        take the stored arguments)."""
         if not (self.loaded or await self._load()):
-            return False
+            return None
         self.span = _tracing.begin_run(self)
         failure = self.record.failure
         if failure is not None:  # resuming a compensation after a crash
             end = self.record.failure_end or "failed"
             await self.ends.finish_compensation(failure, end)
-            return False
+            return None
         try:
-            coro = self.new_coroutine()
+            return self.new_coroutine()
         except InvalidArguments as exc:
             # Stored params or input this code does not take: kept suspended
             # (never failed or lost), as for changed code, until matching
             # code is deployed.
             await self.ends.diverge(exc)
-            return False
-        return await self._drive(coro, None)
+            return None
 
     async def _in_nursery(self, pending: tuple[int, Any]) -> bool:
         """Go on from ``pending`` with a nursery for the leaves that run in

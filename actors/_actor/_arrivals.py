@@ -57,7 +57,10 @@ class Arrivals:
             self.receive_system(seq, name, payload)
         if actor.loaded:
             self._match_mail()
-        actor.wakeup()
+        # (Woken already, it waits for nothing more: an instance parks only
+        # while not woken, and whatever wakes it unparks it.)
+        if not actor.woken:
+            actor.wakeup()
 
     def receive_system(self, seq: int, name: str, payload: Any) -> None:
         """Act on message ``seq`` if the runtime sent it (a stop request)."""
@@ -153,20 +156,6 @@ class Arrivals:
             actor.writes.txn.take_message(actor.iid, mseq)
             actor.system.wiring.behaviours[type(wait)].take(actor, wait, signal, mseq, payload)
 
-    def took(self, wait: fx.Wait[Any], signal: Signal, mseq: int, payload: Any) -> None:
-        """A wait (``ctx.wait``, ``ctx.receive``) took message ``mseq``."""
-        actor = self.actor
-        mailbox = actor.mailbox
-        asker = mailbox.asks.pop(mseq, None) if mailbox.asks else None
-        entry = wait.describe(
-            value=payload,
-            message=mseq,
-            signal=signal.name if wait.pair else None,
-            ask=None if asker is None else asker.to_stored(),
-        )
-        actor.driver.took(wait.seq, asker)
-        actor.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
-
     def stop_timer(self, timer: fx.Timer) -> None:
         """A live timer that lost a race: it never fires, and its durable
         timer goes with the next commit."""
@@ -233,7 +222,17 @@ class WaitBehaviour(fx.Behaviour):
 
     @staticmethod
     def take(actor: ActorAPI, wait: fx.Wait[Any], signal: Signal, seq: int, payload: Any) -> None:
-        actor.arrivals.took(wait, signal, seq, payload)
+        """The wait (``ctx.wait``, ``ctx.receive``) took message ``seq``."""
+        mailbox = actor.mailbox
+        asker = mailbox.asks.pop(seq, None) if mailbox.asks else None
+        entry = wait.describe(
+            value=payload,
+            message=seq,
+            signal=signal.name if wait.pair else None,
+            ask=None if asker is None else asker.to_stored(),
+        )
+        actor.driver.took(wait.seq, asker)
+        actor.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
 
 
 class TimerBehaviour(fx.Behaviour):

@@ -54,9 +54,15 @@ class MessageEffects(ContextCore):
         """
         if not signals:
             raise InvalidArguments("ctx.receive needs at least one Signal")
-        check_signals(signals)
+        for signal in signals:
+            if type(signal) is not Signal:  # (a subclass goes the long way too, as in wait)
+                check_signals(signals)
+                break
+        actor = self._actor
+        if actor.done:
+            self._live()  # raises
         effect: fx.Wait[tuple[Signal, Any]]
-        effect = fx.Wait(self._live().driver.next_seq(), signals, True)  # pair=True
+        effect = fx.Wait(actor.driver.next_seq(), signals, True)  # pair=True
         return self._made(effect)
 
     # -- request and reply ------------------------------------------------------------

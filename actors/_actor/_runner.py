@@ -23,7 +23,7 @@ from storage import Parking
 
 from .._kernel._driver import Driver
 from .._kernel._effects import Effect
-from .._kernel._hosts import RAISE, WAIT, Host, Interrupt, outcome_of
+from .._kernel._hosts import RAISE, WAIT, Host, Interrupt
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import ActorAPI, SystemAPI
@@ -136,8 +136,11 @@ def step(actor: Waiting) -> None:
     actor.root = None
     try:
         actor.set_status("running")
-        send, throw = outcome_of(effect)
-        kind, what = actor.driver.advance(coro, actor, send, throw)
+        error = effect.error  # (`outcome_of`, spelled out on the hot path)
+        if error is None:
+            kind, what = actor.driver.advance(coro, actor, effect.value)
+        else:
+            kind, what = actor.driver.advance(coro, actor, None, error)
         if kind == WAIT and may_park(actor):
             actor.root = what
             actor.suspend()

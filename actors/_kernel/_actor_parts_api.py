@@ -17,7 +17,6 @@ from storage.errors import JournalCorrupt
 from . import _effects as fx
 from ._log import LogEntry
 from ._mailbox import StoredMessage
-from ._values import Signal
 
 __all__ = ["ArrivalsAPI", "EndsAPI", "WritesAPI"]
 
@@ -83,8 +82,6 @@ class ArrivalsAPI(Protocol):
     def park(self, error: BaseException, held: str) -> None: ...
 
     def take_timers(self) -> list[tuple[int, int]]: ...
-
-    def took(self, wait: fx.Wait[Any], signal: Signal, mseq: int, payload: Any) -> None: ...
 
     def start_timer(self, timer: fx.Timer, entry: LogEntry | None) -> None: ...
 

@@ -80,7 +80,12 @@ def add_message(
     """
     txn.routed = True  # the caller hands it on by its number
     try:
-        slot = txn.append_message(iid, StoredMessage.stored(name, payload, now, trace, ask))
+        stored = (
+            [name, payload, now]  # (the usual message: `StoredMessage.stored` spelled out)
+            if trace is None and ask is None
+            else StoredMessage.stored(name, payload, now, trace, ask)
+        )
+        slot = txn.append_message(iid, stored)
     except EncodeError:
         encode(payload, what="payload")  # raises with the path inside the payload
         raise
