@@ -118,14 +118,19 @@ class Asks:
         box_address = BOX_PREFIX + ask_id
         box = instance_id(box_address)
         pending = self._pending[box] = _Pending()
-        if not self._watching and not self.system.closing:
+        system = self.system
+        if not self._watching and not system.registry.closing:
             self._watching = True
-            self.system.registry.spawn_system_task(self._watch)
+            system.registry.spawn_system_task(self._watch)
         try:
-            asker = Asker(ask_id, box_address, self.system.node)
+            asker = Asker(ask_id, box_address, system.journal.node)
             await send(iid, address, signal, payload, ask=asker)
             if timeout is None:
-                return _result(await self._wait(pending, box, iid), address)
+                await pending.event.wait()  # (`_wait`'s first wait: most asks need no other)
+                reply = pending.payload
+                if reply is None:
+                    reply = await self._wait(pending, box, iid)
+                return reply["v"] if "v" in reply else _result(reply, address)
             with trio.move_on_after(timeout):
                 return _result(await self._wait(pending, box, iid), address)
             raise AskTimeout(
