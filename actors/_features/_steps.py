@@ -147,7 +147,14 @@ async def call_once(
             with trio.fail_after(timeout):
                 return await fn(*args, **kwargs)
         limiter = actor.system.step_limiter
-        async with limiter:
+        try:
+            # A free token is taken without the checkpoint `acquire` makes:
+            # the thread's own start below is one, and a step's every
+            # suspension resumes each frame of the instance's task.
+            limiter.acquire_nowait()
+        except trio.WouldBlock:
+            await limiter.acquire()
+        try:
             hold = AutojumpHold.current()
             if hold is not None:
                 hold.acquire()
@@ -164,6 +171,8 @@ async def call_once(
             finally:
                 if hold is not None:
                     hold.release()
+        finally:
+            limiter.release()
     finally:
         _current.reset(token)
 
