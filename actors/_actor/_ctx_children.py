@@ -104,7 +104,7 @@ class ChildEffects(ContextCore):
         return self._made(call)
 
     def _queue(self, queue: Queue | str | None, priority: int) -> fx.StartGate | None:
-        return self._live().system.queues.choose(queue, priority)
+        return self._live().system.gates.choose(queue, priority)
 
     @overload
     def spawn(

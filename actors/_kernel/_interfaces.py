@@ -55,10 +55,10 @@ __all__ = [
     "AsksAPI",
     "CorruptionAPI",
     "EndsAPI",
+    "GatesAPI",
     "KeysAPI",
     "LifecycleAPI",
     "NodesAPI",
-    "QueuesAPI",
     "RegistryAPI",
     "RouterAPI",
     "Service",
@@ -265,12 +265,14 @@ class AsksAPI(Protocol):
     def noticed(self, iid: bytes) -> bool: ...
 
 
-class QueuesAPI(Protocol):
-    """What the runtime's modules use of the `QueueService` (``actors._features._queues``):
-    the place a child's ``queue=`` and ``priority=`` ask for (the queue's
-    own code then keeps the gate its start waits behind)."""
+class GatesAPI(Protocol):
+    """Who keeps the gates a start may wait behind (`StartGate`): the
+    system's queue service (``actors._features._queues``), the one
+    feature with gates. ``choose`` gives the gate of what a start or a
+    child's start asked for (the arguments of its ``queue=`` and
+    ``priority=``; None: it runs at once); that feature's code keeps it."""
 
-    def choose(self, queue: object, priority: int) -> fx.StartGate | None: ...
+    def choose(self, where: object, rank: int) -> fx.StartGate | None: ...
 
 
 class SystemAPI(Protocol):
@@ -316,7 +318,7 @@ class SystemAPI(Protocol):
     def timers(self) -> TimersAPI: ...
 
     @property
-    def queues(self) -> QueuesAPI: ...
+    def gates(self) -> GatesAPI: ...
 
     @property
     def nodes(self) -> NodesAPI: ...

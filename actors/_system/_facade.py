@@ -27,6 +27,7 @@ from storage import Journal
 
 from .._features import _schedules
 from .._features._asks import Asks
+from .._features._queue_state import QueueInfo
 from .._features._queues import Queue, QueueService
 from .._features._schedule_calls import ScheduleCalls
 from .._features._sending import Router
@@ -111,7 +112,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.timers = TimerService(self)
         self.outages = JournalWatch(journal)
         self.nodes = NodeView(self)
-        self.queues = QueueService(self, queues)
+        self.queues = self.gates = QueueService(self, queues)  # (its gates: `GatesAPI`)
         self.schedules = _schedules.ScheduleService(self)
         self.asks = Asks(self)
         self.rides = Rides(journal)
@@ -281,49 +282,15 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         """This system's node name on a shared journal, or None."""
         return self.journal.node
 
-    async def cancel(self, address: str, *, compensate: bool = False) -> bool:
-        """Cancel the instance at ``address`` (and its live children, first).
-
-        A cancel wins over a restart: an instance that crashes as the cancel
-        comes, or is waiting out its restart delay, ends cancelled and does
-        not run again.
-
-        Saga compensations run on a cancel only when asked: by default a
-        cancelled instance's registered compensations never run (they run
-        when it fails). With ``compensate=True`` (or for a process defined
-        with ``compensate_on_cancel=True``) it runs its pending
-        compensations first, newest first, as after a failure: the cancel is
-        recorded before the first one starts, so a restart of the system
-        meanwhile finishes them (each that returned is not run again), and
-        it ends cancelled after the last. Its children are cancelled as usual.
-
-        Args:
-            address: the instance's address.
-            compensate: run its pending compensations before it ends.
-
-        Returns True once it is recorded as cancelled (after its
-        compensations, if it ran them; also when another cancel of it was
-        under way); False if there was nothing live to cancel (it had ended,
-        or ended otherwise meanwhile, e.g. failed past its restart limit),
-        or a compensation gave up and parked it ``compensation_stuck``. A
-        cancelled address can be started afresh.
+    async def queue_info(self, queue: Queue | str) -> QueueInfo:
+        """How deep the queue is, how many of its instances hold a slot, and
+        how long its oldest waiting instance has waited (read from the
+        journal, so over every node sharing it).
 
         Raises:
-            JournalCorrupt: the instance's records do not decode; the error
-                names the database and key of the one that fails.
-            UnknownProcess: ``compensate=True``, and its process is not
-                registered by this system, which cannot run them (nothing is
-                written).
+            InvalidArguments: the queue is not registered with this system.
         """
-        _guard.refuse(
-            "system.cancel()", "cancel from a step (ctx.step), or let the child end with its parent"
-        )
-        iid = self.router.address_iid(address, "cancel's address")
-        if self.statuses.snapshot(iid)[0] == "corrupt":
-            raise self.corruption.error(iid, address)
-        return await self.lifecycle.cancel_iid(
-            iid, address, "cancelled by system.cancel", compensate=compensate
-        )
+        return await self.queues.info(queue)
 
     def stream(self, address: str, consumer: str, from_: StreamFrom = "start") -> Stream:
         """The values the instance at ``address`` emitted, from ``consumer``'s

@@ -182,7 +182,7 @@ class Lifecycle:
             )
         queued = None  # (a start without a queue= or priority= asks nothing of queues)
         if queue is not None or type(priority) is not int or priority:
-            queued = self.system.queues.choose(queue, priority)
+            queued = self.system.gates.choose(queue, priority)
         definition = self.system.registry.definition(proc)
         handle, created = await self.start(definition, params, input, None, queued=queued)
         if not created and if_exists == "error":

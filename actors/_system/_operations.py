@@ -1,7 +1,7 @@
 """The calls an operator makes: `Operations`, the part of `ActorSystem`'s
-public methods that finds, reads and repairs instances (get, lookup, query,
-cleanup, retry, fork, a mailbox's messages, stuck compensations, a queue's
-depth).
+public methods that finds, reads, repairs and stops instances (get, lookup,
+query, cleanup, cancel, retry, fork, a mailbox's messages, stuck
+compensations).
 
 `Operations` holds no state: it is a base of `ActorSystem` that keeps these
 calls and their contracts out of `_system`, so that the facade there holds
@@ -19,7 +19,7 @@ The command line and the web inspector make the same calls through
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 import trio
 
@@ -34,7 +34,7 @@ from storage import (
 )
 from storage.errors import JournalCorrupt
 
-from .._kernel import _transactions
+from .._kernel import _guard, _transactions
 from .._kernel._checks import check_many, check_name, check_seconds
 from .._kernel._handles import Handle
 from .._kernel._interfaces import SystemAPI
@@ -45,22 +45,15 @@ from . import _cleanup, _drop, _fork, _mail, _retry
 from ._registry import YIELD_EVERY
 from ._status_watch import Statuses
 
-if TYPE_CHECKING:
-    from .._features._queue_state import Queue, QueueInfo
-    from .._features._queues import QueueService
-
 __all__ = ["OperatedSystem", "Operations", "Upkeep"]
 
 
 class OperatedSystem(SystemAPI, Protocol):
     """What `Operations` uses of the system: the runtime's view of it, its
-    `Upkeep` part, its queue service and its statuses."""
+    `Upkeep` part and its statuses."""
 
     @property
     def upkeep(self) -> Upkeep: ...
-
-    @property
-    def queues(self) -> QueueService: ...
 
     @property
     def statuses(self) -> Statuses: ...
@@ -70,6 +63,50 @@ class Operations:
     """The operator's calls of `ActorSystem` (see the module docstring)."""
 
     __slots__ = ()
+
+    async def cancel(self: OperatedSystem, address: str, *, compensate: bool = False) -> bool:
+        """Cancel the instance at ``address`` (and its live children, first).
+
+        A cancel wins over a restart: an instance that crashes as the cancel
+        comes, or is waiting out its restart delay, ends cancelled and does
+        not run again.
+
+        Saga compensations run on a cancel only when asked: by default a
+        cancelled instance's registered compensations never run (they run
+        when it fails). With ``compensate=True`` (or for a process defined
+        with ``compensate_on_cancel=True``) it runs its pending
+        compensations first, newest first, as after a failure: the cancel is
+        recorded before the first one starts, so a restart of the system
+        meanwhile finishes them (each that returned is not run again), and
+        it ends cancelled after the last. Its children are cancelled as usual.
+
+        Args:
+            address: the instance's address.
+            compensate: run its pending compensations before it ends.
+
+        Returns True once it is recorded as cancelled (after its
+        compensations, if it ran them; also when another cancel of it was
+        under way); False if there was nothing live to cancel (it had ended,
+        or ended otherwise meanwhile, e.g. failed past its restart limit),
+        or a compensation gave up and parked it ``compensation_stuck``. A
+        cancelled address can be started afresh.
+
+        Raises:
+            JournalCorrupt: the instance's records do not decode; the error
+                names the database and key of the one that fails.
+            UnknownProcess: ``compensate=True``, and its process is not
+                registered by this system, which cannot run them (nothing is
+                written).
+        """
+        _guard.refuse(
+            "system.cancel()", "cancel from a step (ctx.step), or let the child end with its parent"
+        )
+        iid = self.router.address_iid(address, "cancel's address")
+        if self.statuses.snapshot(iid)[0] == "corrupt":
+            raise self.corruption.error(iid, address)
+        return await self.lifecycle.cancel_iid(
+            iid, address, "cancelled by system.cancel", compensate=compensate
+        )
 
     async def retry(
         self: OperatedSystem, address: str, *, input: dict[str, Any] | None = None
@@ -309,16 +346,6 @@ class Operations:
                 suspended and parked instances are never cleaned up).
         """
         return await self.upkeep.cleanup(older_than, statuses)
-
-    async def queue_info(self: OperatedSystem, queue: Queue | str) -> QueueInfo:
-        """How deep the queue is, how many of its instances hold a slot, and
-        how long its oldest waiting instance has waited (read from the
-        journal, so over every node sharing it).
-
-        Raises:
-            InvalidArguments: the queue is not registered with this system.
-        """
-        return await self.queues.info(queue)
 
 
 class Upkeep:

@@ -796,11 +796,9 @@ def test_the_feature_count_sees_each_feature():
 QUEUE_MODULES = {
     "_features._queues": "the service, its pumps and a queued start's gate",
     "_features._queue_state": "a queue's definition, its rows and what a round reads",
-    "_system._facade": "start(queue=, priority=) and the service it builds",
+    "_system._facade": "start(queue=, priority=), queue_info and the service it builds",
     "_system._open": "open_system(queues=...)",
-    "_system._operations": "ActorSystem.queue_info",
     "_actor._ctx_children": "ctx.call/spawn/scope(queue=, priority=)",
-    "_kernel._interfaces": "QueuesAPI.choose, which ctx_children reaches through the system",
     "_system._lifecycle": "start(queued=) from the facade; the cancel of a queued instance",
 }
 
