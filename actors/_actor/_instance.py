@@ -333,7 +333,9 @@ class Actor(Activation):
     def set_status(self, status: str) -> None:
         if self.status != status:
             self.status = status
-            self.system.statuses.activity_changed(self.iid)
+            statuses = self.system.statuses
+            if self.iid in statuses.events:  # (else nobody waits to hear it)
+                statuses.activity_changed(self.iid)
 
     @property
     def persisted_status(self) -> str | None:

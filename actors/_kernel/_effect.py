@@ -119,8 +119,8 @@ class Effect(Generic[T]):
     def _answered(self) -> Generator[Effect[Any], Any, T]:
         if not self.done:
             # The driver answers with the value (send) or the error (throw).
-            value: T = yield self
-            return value
+            got: T = yield self
+            return got
         if self.error is not None:
             raise self.error
         value: T = self.value

@@ -177,6 +177,9 @@ class StatusesAPI(Protocol):
 
     def event(self, iid: bytes) -> trio.Event: ...
 
+    @property
+    def events(self) -> Mapping[bytes, object]: ...  # the instances someone waits on
+
     def changed(self, iid: bytes) -> None: ...
 
     def activity_changed(self, iid: bytes) -> None: ...

@@ -46,8 +46,10 @@ class Statuses:
         self._ends: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
         # A remote journal's instances as last read off the trio thread (see snapshot).
         self._seen: OrderedDict[bytes, tuple[str, InstanceRecord]] = OrderedDict()
-        # Weakly held (see event): an entry lives as long as someone holds its event.
-        self._events: dict[bytes, weakref.ref[trio.Event]] = {}
+        # Weakly held (see event): an entry lives as long as someone holds its
+        # event. Read by `Actor.set_status`: an instance nobody watches (most)
+        # changes activity without a call here.
+        self.events: dict[bytes, weakref.ref[trio.Event]] = {}
         self._watchers: dict[bytes, list[Callable[[bytes], None]]] = {}  # see watch
 
     def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None:
@@ -186,18 +188,18 @@ class Statuses:
         given up on, or an instance another node ended keeps nothing here,
         and memory does not grow with the instances that came and went.
         """
-        ref = self._events.get(iid)
+        ref = self.events.get(iid)
         event = None if ref is None else ref()
         if event is None:
             event = trio.Event()
-            self._events[iid] = weakref.ref(event, functools.partial(self._dropped, iid))
+            self.events[iid] = weakref.ref(event, functools.partial(self._dropped, iid))
         return event
 
     def _dropped(self, iid: bytes, ref: weakref.ref[trio.Event]) -> None:
         """Nobody holds the event of ``iid`` any more: drop its entry (unless
         a newer event took its place)."""
-        if self._events.get(iid) is ref:
-            del self._events[iid]
+        if self.events.get(iid) is ref:
+            del self.events[iid]
 
     def watch(self, iid: bytes, hook: Callable[[bytes], None]) -> None:
         """Call ``hook(iid)`` whenever the status of ``iid`` changes (not on
@@ -233,7 +235,7 @@ class Statuses:
         takes), or left memory. The queue and schedule services wait for
         instances to end, which comes through `changed`; no end of it is
         cached while it is live."""
-        ref = self._events.pop(iid, None)
+        ref = self.events.pop(iid, None)
         event = None if ref is None else ref()
         if event is not None:
             event.set()
