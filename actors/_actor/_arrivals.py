@@ -56,7 +56,7 @@ class Arrivals:
         if name[:1] == "\x00":  # the runtime's own signals' names (`Signal._system`)
             self.receive_system(seq, name, payload)
         if actor.loaded:
-            self._match_mail()
+            self.match_mail()
         # (Woken already, it waits for nothing more: an instance parks only
         # while not woken, and whatever wakes it unparks it.)
         if not actor.woken:
@@ -129,7 +129,7 @@ class Arrivals:
         actor = self.actor
         actor.mailbox.release(seq, message, dropped=dropped)
         if not dropped and message is not None and actor.loaded and not actor.done:
-            self._match_mail()
+            self.match_mail()
             actor.wakeup()
 
     def add_wait(self, wait: fx.Wait[Any]) -> None:
@@ -137,13 +137,13 @@ class Arrivals:
         mailbox = self.actor.mailbox
         mailbox.add_wait(wait)
         if mailbox.messages:  # (else nothing is here to take: most waits)
-            self._match_mail()
+            self.match_mail()
 
     def remove_wait(self, wait: fx.Wait[Any]) -> None:
         """Drop a live wait that will take nothing (it lost a race)."""
         self.actor.mailbox.remove_wait(wait)
 
-    def _match_mail(self) -> None:
+    def match_mail(self) -> None:
         actor = self.actor
         mailbox = actor.mailbox
         while mailbox.messages and mailbox.waits:
@@ -214,7 +214,10 @@ class Arrivals:
 class WaitBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, wait: fx.Wait[Any], started: LogEntry | None) -> None:
-        actor.arrivals.add_wait(wait)
+        mailbox = actor.mailbox  # (`Arrivals.add_wait`, written out: every wait comes here)
+        mailbox.add_wait(wait)
+        if mailbox.messages:
+            actor.arrivals.match_mail()
 
     @staticmethod
     def abandon(actor: ActorAPI, wait: fx.Wait[Any]) -> None:

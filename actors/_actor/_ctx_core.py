@@ -54,6 +54,8 @@ class ContextCore:
             effect.logged = True
         if composite:
             driver.joined(cast("fx.Composite[Any]", effect))
+        elif driver.fresh is None:  # (`Unawaited.made`'s usual case, written out)
+            driver.fresh = effect
         else:
             driver.made(effect)
         return effect

@@ -193,8 +193,10 @@ class Asks:
                         pending.payload = {"closed": True}
                         pending.event.set()
 
-    def hand(self, box: bytes, payload: dict[str, Any]) -> None:
-        """A reply to a system ask of this node is durable: give it to its waiter."""
+    def hand(self, box: bytes, payload: dict[str, Any], _: object = None) -> None:
+        """A reply to a system ask of this node is durable: give it to its
+        waiter. (The third argument, a commit's results, is ignored: so it is
+        a transaction's ``then`` as it is.)"""
         pending = self._pending.get(box)
         if pending is not None and pending.payload is None:
             pending.payload = decode(encode(payload))  # what was recorded, never the object
@@ -253,7 +255,7 @@ def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> 
         if node is None or node == system.node:
             # The asker is this system's (or gone with an earlier one): the
             # reply is in the replier's log; nothing more to write.
-            return lambda results: system.asks.hand(box, payload)
+            return partial(system.asks.hand, box, payload)
         _message_txns.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
         txn.wake(box, node)
         return _nothing

@@ -93,10 +93,13 @@ class Router:
     ) -> Awaitable[Any]:
         """The body of `ActorSystem.ask`: checks the arguments and returns
         the ask to await (not a coroutine itself, as `send`)."""
-        _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
+        if _guard.stepping.address is not None:
+            _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
         if not isinstance(signal, Signal):
             raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
-        iid = self.address_iid(address, "ask's address")
+        iid = self.iids.get(address) if type(address) is str else None
+        if iid is None:
+            iid = self.address_iid(address, "ask's address")
         if timeout is not None:
             timeout = check_seconds(timeout, "ask(timeout=...)")
         return self.system.asks.ask(iid, address, signal, payload, timeout, self.send_iid)
