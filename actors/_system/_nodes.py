@@ -52,16 +52,22 @@ class NodeView:
                 self._elsewhere.popitem(last=False)
             return
         self._elsewhere.pop(iid, None)
-        self._terms[iid] = self.journal.lease_term()  # the claim just confirmed it
+        # The claim just confirmed the term. (A single owner's, with no node,
+        # is 0 for good: `Journal.lease_term` is not asked, here and below.)
+        journal = self.journal
+        self._terms[iid] = 0 if journal.node is None else journal.lease_term()
 
     def running(self, iid: bytes) -> None:
         """An instance made on this node starts (a child: no claim of its own)."""
-        self._terms.setdefault(iid, self.journal.lease_term())
+        if iid not in self._terms:  # (claimed just before, as a start's is: noted)
+            journal = self.journal
+            self._terms[iid] = 0 if journal.node is None else journal.lease_term()
 
     def trusted(self, iid: bytes) -> bool:
         """Whether this node's memory of the live instance ``iid`` is current:
         it was claimed in the lease term that holds now."""
-        term = self.journal.lease_term()
+        journal = self.journal
+        term = 0 if journal.node is None else journal.lease_term()
         return term is not None and self._terms.get(iid, -1) == term
 
     def forgotten(self, iid: bytes) -> None:
