@@ -343,9 +343,7 @@ class Lifecycle:
                     claimed = 0  # (`Journal.claim` on a journal that reads at once)
                 break
             if claimed is not None:  # `run_started`, its claim made
-                # (A single owner's term is 0 for good and nothing of it is
-                # owned elsewhere: `run_created` notes it as `claimed` would.)
-                if journal.node is not None:
+                if journal.node is not None:  # (a single owner notes no lease terms: `_nodes`)
                     system.nodes.claimed(iid, claimed)
                 actor = registry.run_created(iid, address, proc, record, claimed)
             else:

@@ -114,7 +114,8 @@ class Registry:
         self.system.statuses.drop_end(iid)
         actor = Actor(self.system, iid, address, proc, record, loaded=loaded, epoch=epoch)
         self.live[iid] = actor
-        self.system.nodes.running(iid)
+        if self.journal.node is not None:  # (a single owner notes no lease terms: `_nodes`)
+            self.system.nodes.running(iid)
         assert self.nursery is not None  # (`_run_actor`, written out: every start passes here)
         self.nursery.start_soon(actor.main, name=f"actor {address}")
         return actor
@@ -309,7 +310,8 @@ class Registry:
             del self.live[iid]
             # A cancel waiting for this actor to leave memory looks again.
             self.system.statuses.activity_changed(iid)
-            self.system.nodes.forgotten(iid)
+            if self.journal.node is not None:  # (a single owner noted no term: `_nodes`)
+                self.system.nodes.forgotten(iid)
 
     def ended(self, actor: ActorAPI, status: str) -> None:
         """``actor`` ended ``status``, durably: it leaves memory, and its end
@@ -317,7 +319,8 @@ class Registry:
         iid = actor.iid
         if self.live.get(iid) is actor:  # (`forget`, but for its wake-up: see below)
             del self.live[iid]
-            self.system.nodes.forgotten(iid)
+            if self.journal.node is not None:  # (a single owner noted no term: `_nodes`)
+                self.system.nodes.forgotten(iid)
         hook = self._end_watchers.get(iid)
         if hook is not None:  # (a queue frees the slot it held)
             hook(iid, status)

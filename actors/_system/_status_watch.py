@@ -91,8 +91,7 @@ class Statuses:
         actor = self.system.registry.live.get(iid)
         journal = self.journal
         if actor is not None and actor.loaded:
-            # A single owner's memory is always current: its lease term is 0
-            # for good, and every live instance is noted in it (`NodeView`).
+            # (A single owner's memory is always current: `NodeView.trusted`.)
             if journal.node is None or self.system.nodes.trusted(iid):
                 return actor.status, actor.writes.durable_record()
             if not self.local:  # its memory may be stale: only a read tells
