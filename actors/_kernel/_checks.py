@@ -151,6 +151,8 @@ def check_text(value: Any, what: str) -> str:
 def check_name(value: Any, what: str) -> str:
     """``value`` if it is a non-empty str that every journal can store as
     text (see `check_text`)."""
+    if isinstance(value, str) and value and value.isascii() and value.isprintable():
+        return value  # (`check_text`'s common case, written out: every ctx.step names one)
     check_text(value, what)
     if not value:
         raise InvalidArguments(f"{what} is empty; pass a non-empty str")

@@ -55,9 +55,11 @@ def unwritten(address: str, effect: Effect[Any], entry: LogEntry) -> NonDetermin
 
 def unconsumed(address: str, log: dict[int, LogEntry], seq: int) -> NonDeterminismError | None:
     """The error of a log that goes on past ``seq``, the last effect run; None if it does not."""
-    extra = [each for each in log if each > seq]
-    if not extra:
+    # (No comprehension: every run's end asks, and a log that ends at ``seq``
+    # answers with no frame of its own.)
+    if not log or max(log) <= seq:
         return None
+    extra = [each for each in log if each > seq]
     entry = log[min(extra)]
     return NonDeterminismError(
         f"instance {address!r} finished replaying at position {seq}, but "

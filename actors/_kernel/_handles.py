@@ -162,22 +162,44 @@ class Handle(Generic[R], metaclass=NoPublicConstructor):
             JournalCorrupt: its records do not decode; it names the database
                 and key of the one that fails.
         """
-        _guard.refuse(
-            "handle.result()",
-            "to wait for a child, start it with ctx.call (or ctx.spawn, then ctx.wait "
-            "for a signal it sends)",
-        )
+        if _guard.stepping.address is not None:  # (process code: refused, saying why)
+            _guard.refuse(
+                "handle.result()",
+                "to wait for a child, start it with ctx.call (or ctx.spawn, then ctx.wait "
+                "for a signal it sends)",
+            )
         # A loop of its own, not `status_changes`: an async generator left
         # before its end is finalized later by trio, in a task of its own.
+        # Each turn reads the state once (`_state`) and, unless what it
+        # reads is settled (as `status` would say it), waits once: usually
+        # one wait, then one read of the end kept (`Statuses.keep_end`).
+        system, iid = self._system, self._iid
+        statuses, journal = system.statuses, system.journal
         while True:
-            event = self._system.statuses.event(self._iid)
-            now = self.status
-            if now == "unknown":  # not read (a remote journal): a change may never come
-                now = await self.refresh()
-            if now in _SETTLED or now == "compensation_stuck":
+            status, record = self._state()
+            event = None
+            if status == "unread":  # not read (a remote journal): a change may never come
+                event = statuses.event(iid)  # (taken first: a change during the read sets it)
+                await statuses.refresh(iid)
+                status, record = self._state()
+            if status != "unread" and (
+                status in _SETTLED
+                or status == "compensation_stuck"
+                or record.incarnation != self._incarnation  # cancelled and replaced
+            ):
                 break
-            await self._changed(event)
-        status, record = self._state()
+            if event is None:
+                # Invariant: nothing yields between the read above and this,
+                # so a change after the read sets the event taken here.
+                event = statuses.event(iid)
+            # (`_changed`, written out: each frame more is resumed at the wake.)
+            if journal.node is None:
+                await event.wait()
+            else:  # another node may run it: its changes wake nobody here
+                with trio.move_on_after(REMOTE_POLL * journal.poll_scale):
+                    await event.wait()
+            if not journal.reads_at_once:  # (a local one's reads are reads)
+                await statuses.refresh(iid)
         if status == "corrupt":
             raise self._system.corruption.error(self._iid, self._address)
         if (

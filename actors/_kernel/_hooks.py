@@ -78,9 +78,12 @@ class Wiring:
         owes at that end. With ``unread``, the instance itself ends (its unread
         mail is never taken); without, only this run does (a restart, a
         continue-as-new: the next run takes the mail)."""
-        return [
-            after for hook in self.run_ends for after in hook(actor, txn, status, unread=unread)
-        ]
+        owed: list[After] = []  # (a loop, not a comprehension: no frame of its own)
+        for hook in self.run_ends:
+            afters = hook(actor, txn, status, unread=unread)
+            if afters:
+                owed.extend(afters)
+        return owed
 
     def ended_on_disk(
         self,

@@ -8,8 +8,10 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, get_args
 
 import attrs
 
-from ..errors import InvalidArguments
-from ._checks import check_count, check_seconds
+from storage import MAX_ADDRESS_BYTES
+
+from ..errors import InvalidArguments, LimitExceeded
+from ._checks import check_count, check_seconds, check_text
 from ._values import Restart, Signal
 
 __all__ = ["RESTART_TYPES", "OneForAll", "OneForOne", "ProcessDef", "RestForOne", "process"]
@@ -125,6 +127,49 @@ class ProcessDef(Generic[P, R]):
                     f"str without '/', got {value!r}"
                 )
         return self.address_format.format(*params)
+
+    def start_address(
+        self, params: tuple[Any, ...], input: dict[str, Any], address: str | None = None
+    ) -> str:
+        """The address a start with ``params`` and ``input`` makes (``address``,
+        if given), once all a start checks holds: the params as `resolve`
+        checks them (their text too), the address's size, then the input
+        as `check_input` does. One call, with `check_input`'s fast path
+        written out: every start makes it.
+
+        Raises:
+            InvalidArguments: wrong params, or input that does not bind.
+            LimitExceeded: the address is over `storage.MAX_ADDRESS_BYTES`.
+        """
+        fits = len(params) == len(self.params)  # (what `resolve` checks)
+        for param in params:
+            if isinstance(param, str):
+                # ASCII is always valid: only other text pays for the message.
+                if not (param.isascii() and param.isprintable()):
+                    check_text(param, f"a path param of {self.template!r}")
+                if not param or "/" in param:
+                    fits = False
+            else:
+                fits = False
+        if not fits:
+            self.resolve(*params)  # (raises, saying why)
+        own = address or self.address_format.format(*params)
+        size = len(own.encode())
+        if size > MAX_ADDRESS_BYTES:
+            raise LimitExceeded(
+                f"the address {own[:40]!r}... is {size} bytes, over the limit of "
+                f"{MAX_ADDRESS_BYTES} (storage.MAX_ADDRESS_BYTES); use short ids as path "
+                "params and put the data in the input"
+            )
+        keywords = self.keywords
+        if keywords is not None and len(params) == len(self.params):
+            taken, required, bound = keywords  # (see check_input)
+            if required.issubset(input) and (
+                taken.issuperset(input) if bound is None else bound.isdisjoint(input)
+            ):
+                return own
+        self.check_input(params, input)
+        return own
 
     def check_input(self, params: tuple[Any, ...], input: dict[str, Any]) -> None:
         """Raise `InvalidArguments` unless ``fn(ctx, *params, **input)`` binds."""

@@ -115,6 +115,7 @@ def start_txn(
     encoded_input: bytes | None = None,
     fields: dict[str, Any] | None = None,
     index: bool = True,
+    fresh: bool = False,
 ) -> Start:
     """Record a new instance (a new incarnation over a cancelled
     ``previous``, or the first after a cleanup that left ``floor``: see
@@ -125,6 +126,9 @@ def start_txn(
     record fields the new incarnation starts with (a fork's kept
     compensations, see `_fork`). ``index``: put it in the identity index
     (`_identity`), which a process that listens to no signal may skip.
+    ``fresh``: a start over nothing that read nothing (see "A fresh start"
+    in `_system._lifecycle`): it also requires the address's floor row
+    absent, so that it commits only as the first incarnation.
 
     Invariant: an address has one incarnation at a time; a new one replaces
     a cancelled one whole (log, mailbox, timers, stream) and counts on from
@@ -160,6 +164,8 @@ def start_txn(
         txn.delete_instance(iid)
     else:
         txn.require_absent(iid)
+        if fresh:  # (the key is `floor_key(iid)`'s, written out: a start pays no call for it)
+            txn.expect_state(f"floor/{iid.hex()}", 0)
     txn.put_instance_encoded(iid, address=address, process=process, status=status, record=stored)
     # Invariant: an instance is in the identity index from the transaction
     # that makes it (see `_identity`), so a signal routed by identity
@@ -225,6 +231,8 @@ def end_of_run(
     """
     for run, seq in timers:
         txn.cancel_timer(iid, run, seq)
+    if not record.parent or not record.awaited:
+        return None  # (`end_notice`'s own check, first: most runs have no parent waiting)
     return end_notice(txn, address, record, status, now)
 
 
@@ -329,7 +337,8 @@ def cleanup_txn(
 
 
 def floor_key(iid: bytes) -> str:
-    """The state row that keeps the last incarnation a cleanup removed at ``iid``."""
+    """The state row that keeps the last incarnation a cleanup removed at
+    ``iid`` (`start_txn` writes the key out for a fresh start)."""
     return f"floor/{iid.hex()}"
 
 

@@ -229,8 +229,8 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
                 queue that is not registered.
             EncodeError: input the codec cannot store (nothing is written).
         """
-        _guard.refuse("system.start()", "start children with ctx.call or ctx.spawn")
-        return await self.lifecycle.start_public(proc, params, input, if_exists, queue, priority)
+        start = self.lifecycle.start_public(proc, params, input, if_exists, queue, priority)
+        return (await start)[0]  # (refused in process code, and checked, as it is made)
 
     @overload
     async def signal_with_start(

@@ -4,18 +4,50 @@ restarts.
 
 Invariant (see `Lifecycle.cancel_iid`): a cancel wins over a restart.
 `Lifecycle` is a part of `ActorSystem`.
+
+A fresh start (`Lifecycle.start`): the usual start, of an address never
+used, made with no read before its commit and, where a claim is a round
+trip, no claim after it.
+
+Read nothing first: the commit checks what the read would have. Its
+``require_absent`` fails (``"exists"``) if an instance is there, and the
+expectation that the address's floor row is absent (version 0; see
+`_transactions.start_txn`'s ``fresh``) fails (``"state"``) if a cleanup
+left one, so a start that commits is the first incarnation, as one that
+read (None, 0) would make; on a failure (`FRESH_REFUSED`) the start reads
+and starts as usual, over what is there. Two starts of the address, here
+or on two nodes, are kept apart as any two are: the journal checks both
+conditions at commit, under the lock of the address (on PostgreSQL: the
+advisory lock every start and cleanup takes before its row locks, see
+`_SQL.lock_starts`, then the floor key's lock), so one commits and the
+other fails, writing nothing.
+
+Claim nothing after: `Txn.claim_created` makes the committing node the
+owner at a new epoch in the same commit, drawn as `Journal.claim` draws one
+(epochs never repeat), so a write fenced with it is refused once another
+node claims the instance, as after any claim. A node claims only under its
+lease: a fresh start is made only while the lease holds, and uses the epoch
+only if the same term holds after the commit (else it claims as usual,
+which waits for the lease).
+
+On a journal that reads at once (LMDB, memory) the read is no round trip,
+but it is a read transaction in the trio thread, whose every page access
+lets the writer thread take the GIL: the commit checks what the read would
+have, in the writer, and the claim after it is free (`Journal.claim` gives
+0 at once, so the start takes 0 without asking). Only with "sync"
+durability there: an "async" journal acknowledges a start that read once
+it is queued, and this one would wait for its commit (`Txn.must_wait`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from storage import (
     LIVE_STATUSES,
-    MAX_ADDRESS_BYTES,
     InstanceRecord,
     Txn,
     encode,
@@ -25,24 +57,26 @@ from storage.errors import Conflict, JournalUnavailable
 
 from .._features import _restarts, _supervision as _sup
 from .._features._sending import commit_through
-from .._kernel import _message_txns, _tracing, _transactions
-from .._kernel._checks import check_text
+from .._kernel import _guard, _message_txns, _tracing, _transactions
 from .._kernel._effects import StartGate
 from .._kernel._handles import Handle
 from .._kernel._log import children_named, read_state
 from .._kernel._process import ProcessDef
 from .._kernel._values import Signal
-from ..errors import AlreadyStarted, InvalidArguments, LimitExceeded
+from ..errors import AlreadyStarted, InvalidArguments
 from ._deciding import Deciding
 from ._disk_cancel import cancel_on_disk
-from ._fresh_start import FRESH_REFUSED, fresh_start
 from ._status_watch import state_of
 
 if TYPE_CHECKING:
     from .._features._queue_state import Queue
     from .._kernel._interfaces import ActorAPI, SystemAPI
 
-__all__ = ["Lifecycle"]
+__all__ = ["FRESH_REFUSED", "Lifecycle"]
+
+# `Conflict.reason`s of a fresh start (see the module docstring) that found
+# something at its address: an instance, or a cleanup's floor ("state").
+FRESH_REFUSED = _transactions.START_RACED | {"state"}
 
 
 class Lifecycle:
@@ -51,6 +85,8 @@ class Lifecycle:
     def __init__(self, system: SystemAPI) -> None:
         self.system = system
         self.journal = system.journal
+        # Whether the journal reads (and claims) at once: fixed by its class.
+        self.local = system.journal.reads_at_once
         self.creating: dict[bytes, trio.Event] = {}  # starts deciding (see start)
         self.cancelling: dict[bytes, trio.Event] = {}  # see cancel_iid
         self.retrying: dict[bytes, Any] = {}  # the retries under way (see _retry.retry)
@@ -166,7 +202,7 @@ class Lifecycle:
         self.system.statuses.changed(iid)
         self.system.registry.activate(iid)
 
-    async def start_public(
+    def start_public(
         self,
         proc: ProcessDef[..., Any] | str,
         params: tuple[Any, ...],
@@ -174,8 +210,12 @@ class Lifecycle:
         if_exists: str,
         queue: Queue | str | None,
         priority: int,
-    ) -> Handle[Any]:
-        """The body of `ActorSystem.start` (its arguments checked here)."""
+    ) -> Coroutine[Any, Any, tuple[Handle[Any], bool]]:
+        """The body of `ActorSystem.start`: its arguments checked here, at
+        once; returns the start to await (`start`), not a frame of its own
+        above it, which each of the start's suspensions would resume."""
+        if _guard.stepping.address is not None:  # (process code: refused, saying why)
+            _guard.refuse("system.start()", "start children with ctx.call or ctx.spawn")
         if if_exists not in ("return", "error"):
             raise InvalidArguments(
                 f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
@@ -183,18 +223,12 @@ class Lifecycle:
         queued = None  # (a start without a queue= or priority= asks nothing of queues)
         if queue is not None or type(priority) is not int or priority:
             queued = self.system.gates.choose(queue, priority)
-        definition = self.system.registry.definition(proc)
-        handle, created = await self.start(definition, params, input, None, queued=queued)
-        if not created and if_exists == "error":
-            status = handle.status
-            raise AlreadyStarted(
-                f"an instance is already at {handle.id!r} ({status}); use its "
-                "handle (system.get), cancel it to start a new incarnation, or start "
-                "with if_exists='return'",
-                address=handle.id,
-                status=status,
-            )
-        return handle
+        registry = self.system.registry
+        # (A registered definition is found at once; `definition` says why not.)
+        definition = registry.procs.get(proc.template if isinstance(proc, ProcessDef) else proc)
+        if definition is None:
+            definition = registry.definition(proc)
+        return self.start(definition, params, input, None, queued=queued, if_exists=if_exists)
 
     async def start(
         self,
@@ -207,62 +241,60 @@ class Lifecycle:
         address: str | None = None,
         queued: StartGate | None = None,
         extra: Callable[[Txn], None] | None = None,
+        if_exists: str = "return",
     ) -> tuple[Handle[Any], bool]:
-        for param in params:
-            # ASCII is always valid: only other text pays for the message.
-            if isinstance(param, str) and not (param.isascii() and param.isprintable()):
-                check_text(param, f"a path param of {proc.template!r}")
-        own_address = proc.resolve(*params)
-        address = address or own_address
-        size = len(address.encode())
-        if size > MAX_ADDRESS_BYTES:
-            raise LimitExceeded(
-                f"the address {address[:40]!r}... is {size} bytes, over the limit of "
-                f"{MAX_ADDRESS_BYTES} (storage.MAX_ADDRESS_BYTES); use short ids as path "
-                "params and put the data in the input"
-            )
-        proc.check_input(params, input)
+        """Start ``proc`` at the address ``params`` give (or ``address``):
+        the instance's handle, and whether this start made it (False: one is
+        there, and with ``if_exists="error"`` `AlreadyStarted` is raised
+        instead)."""
+        address = proc.start_address(params, input, address)
         encoded_input = encode(input, what="input") if input else None  # refused before a read
         iid = instance_id(address)
-        registry = self.system.registry
+        system, journal, creating = self.system, self.journal, self.creating
+        registry = system.registry
         while True:
             actor = registry.live.get(iid)
             if actor is not None and actor.loaded and not actor.done:
                 if message is not None:
-                    await self.system.router.send_iid(iid, address, *message)
-                return Handle._create(self.system, iid, address, actor.record.incarnation), False
-            waiting = self.creating.get(iid)
+                    await system.router.send_iid(iid, address, *message)
+                handle = Handle._create(system, iid, address, actor.record.incarnation)
+                return self._existing(handle, if_exists), False
+            waiting = creating.get(iid)
             if waiting is None:
                 break
             await waiting.wait()
-        async with self.deciding(iid):
-            # The first try reads nothing (see `fresh_start`): one commit,
-            # which fails if there is anything. (Not where a read is local
-            # and a commit need not be awaited: an "async" LMDB journal
+        # `deciding(iid)` written out (the hot path pays no context manager):
+        # Invariant: nothing yields from the check above to this hold, and
+        # the hold goes (in the finally below) however the start ends.
+        creating[iid] = done = trio.Event()
+        try:
+            # The first try reads nothing (a fresh start: see the module
+            # docstring): one commit, which fails if there is anything. (Not where a read is
+            # local and a commit need not be awaited: an "async" LMDB journal
             # acknowledges a start once it is queued, and a start that did
             # not read must learn whether its commit found the address free.)
             fresh = (
                 queued is None
                 and extra is None
-                and (not self.journal.reads_at_once or self.journal.durability == "sync")
+                and (not self.local or journal.durability == "sync")
             )
-            term = self.journal.lease_term() if fresh else None
-            fresh = term is not None  # (only under the lease: see fresh_start)
+            # (Only under the lease: see "A fresh start". A single owner's is 0.)
+            term = (0 if journal.node is None else journal.lease_term()) if fresh else None
+            fresh = term is not None
             row, floor, claimed = None, 0, None
             while True:  # once more each time another start (another node's) commits first
                 if not fresh:
-                    row, floor = await self.journal.read(
-                        lambda r: _transactions.read_for_start(r, iid)
-                    )
+                    row, floor = await journal.read(lambda r: _transactions.read_for_start(r, iid))
                 if row is not None and row.address != address:
                     raise InvalidArguments(
                         f"address {address!r} collides with {row.address!r} in the journal"
                     )
                 if row is not None and row.status != "cancelled":
-                    self.system.statuses.remember(iid, state_of(row))
+                    system.statuses.remember(iid, state_of(row))
                     if message is not None:
-                        await self.system.router.send_iid(iid, address, *message)
-                    return Handle._create(self.system, iid, address, row.record.incarnation), False
+                        await system.router.send_iid(iid, address, *message)
+                    handle = Handle._create(system, iid, address, row.record.incarnation)
+                    return self._existing(handle, if_exists), False
                 start = _transactions.start_txn(
                     iid,
                     address=address,
@@ -272,27 +304,31 @@ class Lifecycle:
                     parent=parent,
                     previous=row,  # a cancelled one starts afresh
                     floor=floor,
-                    now=self.system.epoch_now(),
-                    max_payload=self.system.max_payload,
+                    now=system.epoch_now(),
+                    max_payload=system.max_payload,
                     message=None if message is None else (message[0].name, message[1]),
-                    trace=_tracing.traceparent(self.system),
+                    # (Tracing off, the usual case, costs no call.)
+                    trace=_tracing.traceparent(system) if system.tracing else None,
                     status="running" if queued is None else queued.status,
                     encoded_input=encoded_input,
                     index=bool(proc.listens),
+                    fresh=fresh,
                 )
                 record = start.record
                 if queued is not None:  # not in memory: what handles read
-                    self.system.statuses.remember(iid, (queued.status, record))
+                    system.statuses.remember(iid, (queued.status, record))
                 if extra is not None:  # what the caller records with the start (a schedule's tick)
                     extra(start.txn)
-                slot = fresh_start(start.txn, iid, self.journal) if fresh else None
+                # A fresh start claims in its commit where a claim is a round
+                # trip; on a journal that reads at once a claim is 0, at once.
+                slot = start.txn.claim_created(iid) if fresh and not self.local else None
                 try:
                     if queued is not None:  # it waits for a slot: the queue's pump starts it
                         await queued.commit(start.txn, iid, address)
-                        return Handle._create(self.system, iid, address, record.incarnation), True
+                        return Handle._create(system, iid, address, record.incarnation), True
                     # (If written with its outcome unknown, it runs once the journal answers.)
                     results = await commit_through(
-                        self.journal,
+                        journal,
                         start.txn,
                         lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
                     )
@@ -301,18 +337,46 @@ class Lifecycle:
                         raise
                     fresh = False  # something is there: read it, as any other start does
                     continue
-                if slot is not None and self.journal.lease_term() == term:
+                if slot is not None and journal.lease_term() == term:
                     claimed = results[slot]  # (else the lease was lost meanwhile: claim it)
+                elif self.local:
+                    claimed = 0  # (`Journal.claim` on a journal that reads at once)
                 break
-            actor = await self.run_started(iid, address, proc, record, claimed)
+            if claimed is not None:  # `run_started`, its claim made
+                if journal.node is not None:  # (a single owner notes no lease terms: `_nodes`)
+                    system.nodes.claimed(iid, claimed)
+                actor = registry.run_created(iid, address, proc, record, claimed)
+            else:
+                actor = await self.run_started(iid, address, proc, record)
             if actor is None:
-                return Handle._create(self.system, iid, address, record.incarnation), True
+                return Handle._create(system, iid, address, record.incarnation), True
             if start.message is not None and results:
                 actor.arrivals.deliver(
                     results[start.message.slot], _message_txns.unpack_message(start.message.message)
                 )
-            self.system.statuses.changed(iid)
-            return Handle._create(self.system, iid, address, record.incarnation), True
+            system.statuses.changed(iid)
+            return Handle._create(system, iid, address, record.incarnation), True
+        finally:
+            # (`Deciding.__aexit__` for the one address.)
+            del creating[iid]
+            done.set()
+            if iid in registry.routed_absent and iid not in registry.live:
+                registry.activate(iid)
+
+    @staticmethod
+    def _existing(handle: Handle[Any], if_exists: str) -> Handle[Any]:
+        """The handle of the instance a start found there; `AlreadyStarted`
+        with ``if_exists="error"``."""
+        if if_exists == "error":
+            status = handle.status
+            raise AlreadyStarted(
+                f"an instance is already at {handle.id!r} ({status}); use its "
+                "handle (system.get), cancel it to start a new incarnation, or start "
+                "with if_exists='return'",
+                address=handle.id,
+                status=status,
+            )
+        return handle
 
     def deciding(self, *iids: bytes, activate: bool = True) -> Deciding:
         """One start of an address at a time on this system (a retry and a
@@ -321,7 +385,8 @@ class Lifecycle:
         block. A cancel waits for the block to end (see `cancel_iid`). After
         it, with ``activate``, an instance that mail was noticed for
         meanwhile, and that is not in memory, is activated (see
-        `Registry.activate_for_mail`)."""
+        `Registry.activate_for_mail`). (`start` writes it out for its one
+        address.)"""
         return Deciding(self.system, self.creating, iids, activate)
 
     async def run_started(
@@ -336,12 +401,21 @@ class Lifecycle:
         committed; None where it runs elsewhere (another node took it over
         at once) or later (this node's lease is lost: once it is back).
         ``claimed``: the epoch its start's commit claimed it at, in the
-        lease term that holds now (see `fresh_start`); no claim then."""
+        lease term that holds now (see "A fresh start"); no claim then."""
         if claimed is not None:
             epoch: int | None = claimed
+        elif self.local:
+            epoch = 0  # (`Journal.claim` on a journal that reads at once: 0, at once)
         else:
             try:
-                epoch = await self._claim_written(iid)
+                # Shielded where a claim waits (a shared journal), so it runs
+                # whatever its caller's cancellation (else a live instance
+                # nobody runs until the next open).
+                if not self.journal.shared:
+                    epoch = await self.journal.claim(iid)  # (at once: this node owns everything)
+                else:
+                    with trio.CancelScope(shield=True):
+                        epoch = await self.journal.claim(iid)
             except JournalUnavailable:  # it is written: it runs once the journal answers
                 self.system.registry.spawn_system_task(self.system.registry.reload_when_back, iid)
                 raise
@@ -355,13 +429,3 @@ class Lifecycle:
                 )
             return None
         return self.system.registry.run_created(iid, address, proc, record, epoch)
-
-    async def _claim_written(self, iid: bytes) -> int | None:
-        """Claim ``iid``, whose start is written: shielded where a claim
-        waits (a shared journal), so it runs whatever its caller's
-        cancellation (else a live instance nobody runs until the next open)."""
-        if not self.journal.shared:
-            return await self.journal.claim(iid)  # (at once: this node owns everything)
-        with trio.CancelScope(shield=True):
-            epoch = await self.journal.claim(iid)
-        return epoch

@@ -14,6 +14,11 @@
   this node claims the instance (a takeover) or is told of its mail.
 - *Noticed mail.* Notices that arrive while a mailbox read is in flight
   wait for the next read, which serves them all (`Reader.mailboxes`).
+- *A single owner* (a journal with no node: LMDB, memory, PostgreSQL
+  without ``node=``): its lease term is 0 for good (`Journal.lease_term`)
+  and no other node owns anything, so its memory is always current and
+  nothing is noted: the lease-term methods return at once, and the hot
+  paths (a start, an end) do not call them.
 """
 
 from __future__ import annotations
@@ -46,26 +51,37 @@ class NodeView:
 
     def claimed(self, iid: bytes, epoch: int | None) -> None:
         """A claim of ``iid`` answered ``epoch`` (None: another live node owns it)."""
+        journal = self.journal
+        if journal.node is None:
+            return  # (a single owner: see the module docstring)
         if epoch is None:
             self._elsewhere[iid] = None
             if len(self._elsewhere) > _ELSEWHERE_KEPT:
                 self._elsewhere.popitem(last=False)
             return
         self._elsewhere.pop(iid, None)
-        self._terms[iid] = self.journal.lease_term()  # the claim just confirmed it
+        self._terms[iid] = journal.lease_term()  # the claim just confirmed it
 
     def running(self, iid: bytes) -> None:
         """An instance made on this node starts (a child: no claim of its own)."""
-        self._terms.setdefault(iid, self.journal.lease_term())
+        journal = self.journal
+        if journal.node is not None and iid not in self._terms:  # (claimed: noted)
+            self._terms[iid] = journal.lease_term()
 
     def trusted(self, iid: bytes) -> bool:
         """Whether this node's memory of the live instance ``iid`` is current:
-        it was claimed in the lease term that holds now."""
-        term = self.journal.lease_term()
+        it was claimed in the lease term that holds now (always, for a
+        single owner)."""
+        journal = self.journal
+        if journal.node is None:
+            return True
+        term = journal.lease_term()
         return term is not None and self._terms.get(iid, -1) == term
 
     def forgotten(self, iid: bytes) -> None:
         """The instance left memory."""
+        if self.journal.node is None:
+            return  # (a single owner noted nothing)
         self._terms.pop(iid, None)
         if iid in self._stale:
             self._stale.discard(iid)

@@ -114,8 +114,10 @@ class Registry:
         self.system.statuses.drop_end(iid)
         actor = Actor(self.system, iid, address, proc, record, loaded=loaded, epoch=epoch)
         self.live[iid] = actor
-        self.system.nodes.running(iid)
-        self._run_actor(actor)
+        if self.journal.node is not None:  # (a single owner notes no lease terms: `_nodes`)
+            self.system.nodes.running(iid)
+        assert self.nursery is not None  # (`_run_actor`, written out: every start passes here)
+        self.nursery.start_soon(actor.main, name=f"actor {address}")
         return actor
 
     def _run_actor(self, actor: Actor) -> None:
@@ -302,21 +304,32 @@ class Registry:
         return actor
 
     def forget(self, actor: ActorAPI) -> None:
-        if self.live.get(actor.iid) is actor:
-            del self.live[actor.iid]
+        """``actor`` left memory (if it is still the one in the live table)."""
+        iid = actor.iid
+        if self.live.get(iid) is actor:
+            del self.live[iid]
             # A cancel waiting for this actor to leave memory looks again.
-            self.system.statuses.activity_changed(actor.iid)
-            self.system.nodes.forgotten(actor.iid)
+            self.system.statuses.activity_changed(iid)
+            if self.journal.node is not None:  # (a single owner noted no term: `_nodes`)
+                self.system.nodes.forgotten(iid)
 
     def ended(self, actor: ActorAPI, status: str) -> None:
-        self.forget(actor)
-        hook = self._end_watchers.get(actor.iid)
+        """``actor`` ended ``status``, durably: it leaves memory, and its end
+        is kept for handle reads."""
+        iid = actor.iid
+        if self.live.get(iid) is actor:  # (`forget`, but for its wake-up: see below)
+            del self.live[iid]
+            if self.journal.node is not None:  # (a single owner noted no term: `_nodes`)
+                self.system.nodes.forgotten(iid)
+        hook = self._end_watchers.get(iid)
         if hook is not None:  # (a queue frees the slot it held)
-            hook(actor.iid, status)
+            hook(iid, status)
         # Its exports as they are durable: one that left memory with a
         # publish that never landed (a full journal) shows the one before,
-        # as its reload will.
-        self.system.statuses.keep_end(actor.iid, status, actor.writes.durable_record())
+        # as its reload will. Invariant: whoever waits for it to leave
+        # memory (a cancel) is woken by `keep_end`, as `forget` would have,
+        # once its end is kept (no task runs in between).
+        self.system.statuses.keep_end(iid, status, actor.writes.durable_record())
 
     def watch_end(self, iid: bytes, hook: Callable[[bytes, str], None] | None) -> None:
         """Call ``hook(iid, status)`` as ``iid``, if it ran here, ends (leaves

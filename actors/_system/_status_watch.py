@@ -40,6 +40,9 @@ class Statuses:
     def __init__(self, system: SystemAPI) -> None:
         self.system = system
         self.journal = system.journal
+        # Whether the journal reads at once (fixed by its class): else what
+        # is not in memory is what the last read off the thread found.
+        self.local = system.journal.reads_at_once
         # Ended instances' final states, kept for handle reads (see Registry.ended).
         # (An OrderedDict: dropping the oldest of a plain dict, del d[next(iter(d))],
         # scans the slots emptied before it, ~1.5 us a time at 10k entries.)
@@ -88,15 +91,17 @@ class Statuses:
         last read off the thread found (`refresh`), or ``"unread"``.
         A local journal reads at once."""
         actor = self.system.registry.live.get(iid)
+        journal = self.journal
         if actor is not None and actor.loaded:
-            if self.system.nodes.trusted(iid):
+            # (A single owner's memory is always current: `NodeView.trusted`.)
+            if journal.node is None or self.system.nodes.trusted(iid):
                 return actor.status, actor.writes.durable_record()
-            if not self.journal.reads_at_once:  # its memory may be stale: only a read tells
+            if not self.local:  # its memory may be stale: only a read tells
                 return self._seen.get(iid) or ("unread", NO_RECORD)
-        ended = self.final_end(iid)
-        if ended is not None:
+        ended = self._ends.get(iid)  # (`final_end`, written out: every result() reads it)
+        if ended is not None and (journal.node is None or ended[0] == "completed"):
             return ended
-        if not self.journal.reads_at_once:
+        if not self.local:
             return self._seen.get(iid) or ("unread", NO_RECORD)
         try:
             with self.journal.reader() as r:
@@ -114,7 +119,7 @@ class Statuses:
     async def refresh(self, iid: bytes) -> tuple[str, InstanceRecord]:
         """`snapshot`, reading the journal (off the trio thread) for what
         is not in memory."""
-        if self.journal.reads_at_once:
+        if self.local:
             return self.snapshot(iid)
         actor = self.system.registry.live.get(iid)
         if (actor is not None and actor.loaded and self.system.nodes.trusted(iid)) or (
@@ -140,7 +145,7 @@ class Statuses:
 
     def remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None:
         """Keep what a read off the thread found (remote journals), oldest out."""
-        if self.journal.reads_at_once:
+        if self.local:
             return
         seen = self._seen
         seen[iid] = state
@@ -154,12 +159,18 @@ class Statuses:
         remote journal is a blocking round trip on the trio thread.
         Bounded, oldest out. What was read of the instance before (see
         `remember`) is stale from now on: it goes, so that once this end is
-        dropped too, nothing but a read tells (`refresh`)."""
+        dropped too, nothing but a read tells (`refresh`). Then whoever
+        waits on ``iid`` (`event`) is woken, as by `activity_changed`: it
+        left memory."""
         ends = self._ends
         ends[iid] = (status, record)
         self._seen.pop(iid, None)
         if len(ends) > ENDS_KEPT:
             ends.popitem(last=False)
+        ref = self.events.pop(iid, None)  # (`activity_changed`, written out)
+        event = None if ref is None else ref()
+        if event is not None:
+            event.set()
 
     def drop_end(self, iid: bytes) -> None:
         """The end kept of ``iid`` is no longer what the journal holds (a
@@ -227,7 +238,10 @@ class Statuses:
         actor = self.system.registry.live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
-        self.activity_changed(iid)
+        ref = self.events.pop(iid, None)  # (`activity_changed`, written out: hot)
+        event = None if ref is None else ref()
+        if event is not None:
+            event.set()
 
     def activity_changed(self, iid: bytes) -> None:
         """Wake whoever waits on the instance's status event (`event`):

@@ -4,7 +4,7 @@ other starts (an instance there, a cleanup's floor, a cancelled
 incarnation, a lost lease) still go the way they went.
 
 The commit requires the address absent and its floor row absent, and
-claims the row it creates (see `actors._system._fresh_start.fresh_start`). These
+claims the row it creates (see "A fresh start" in `actors._system._lifecycle`). These
 talk to a real server (see tests/pg.py) and run in real time.
 """
 

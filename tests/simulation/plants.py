@@ -219,12 +219,12 @@ PLANTS: dict[str, Plant] = {
         "Lifecycle.start",
         old="""
             results = await commit_through(
-                self.journal,
+                journal,
                 start.txn,
                 lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
             )
         """,
-        new="results = await self.journal.commit(start.txn)  # planted: no in-doubt path",
+        new="results = await journal.commit(start.txn)  # planted: no in-doubt path",
         what="a start committed as its caller is cancelled is never run",
         nodes=2,
     ),
