@@ -35,7 +35,7 @@ from .._features._sends import KeyedSends
 from .._features._signals import SignalRouter
 from .._features._streams import Stream
 from .._features._timers import TimerService
-from .._kernel import _guard, _reports, _tracing
+from .._kernel import _reports, _tracing
 from .._kernel._compensations import Compensations
 from .._kernel._handles import Handle
 from .._kernel._interfaces import Service
