@@ -146,7 +146,7 @@ class Activation:
         take the stored arguments)."""
         if not (self.loaded or await self._load()):
             return None
-        self.span = _tracing.begin_run(self)
+        self.span = _tracing.begin_run(self) if self.system.tracing else None
         failure = self.record.failure
         if failure is not None:  # resuming a compensation after a crash
             end = self.record.failure_end or "failed"

@@ -274,7 +274,8 @@ class Context(MessageEffects, ChildEffects):
             # on a known function; a step's commits cost hundreds of us.
             actor.system.compensations.learn(compensate)
         step_name = name or getattr(fn, "__qualname__", None) or repr(fn)
-        check_text(step_name, "the step's name (pass name=...)")
+        if name is None:  # (a name= was checked above)
+            check_text(step_name, "the step's name (pass name=...)")
         arg_hash = digest([step_name, list(args), kwargs], what=f"arguments of step {step_name!r}")
         # Live, each argument's digest too, of the arguments as they are now
         # (see storage._digests); a replay leaves them to `Step.describe`.

@@ -177,7 +177,8 @@ class Ends:
         # (A crash in between: the instance is still live, and its replay
         # ends it again; a cancel was recorded first, see interrupted.)
         children, actor.children = actor.children, {}
-        await _sup.cancel_children(actor.system, children, f"parent {actor.address} {status}")
+        if children:  # (most runs have none: no call)
+            await _sup.cancel_children(actor.system, children, f"parent {actor.address} {status}")
         timers = actor.arrivals.take_timers()
         notice = _transactions.end_of_run(
             txn,

@@ -118,11 +118,14 @@ class Actor(Activation):
 
     def gone(self) -> None:
         """The instance left memory (ended, passivated, closed or broken)."""
-        _tracing.end_run(self.span)
-        self.span = None
+        if self.span is not None:
+            _tracing.end_run(self.span)
+            self.span = None
         self.done = True
         self.driver.unload()
-        self.system.registry.forget(self)
+        registry = self.system.registry
+        if registry.live.get(self.iid) is self:  # (else gone from the table already: ended)
+            registry.forget(self)
         if self.lost is not None:  # what it ended or left memory with was lost
             self.system.stalls.reload_lost(self.iid)
 
