@@ -64,7 +64,10 @@ class Actor(Activation):
         *,
         loaded: bool = False,
         epoch: int = 0,
+        written: str | None = None,
     ) -> None:
+        """``written``: the status ``record`` was just written with, if known
+        (a start's "running"), so that its first commit need not write it."""
         self.system = system
         self.journal = system.journal
         self.iid = iid
@@ -110,7 +113,7 @@ class Actor(Activation):
         self.preloaded: LoadedState | None = None
         self.lost: BaseException | None = None  # see write_lost
         # Its parts (see the module docstring).
-        self.writes = Writes(self, "running" if record is None else None)
+        self.writes = Writes(self, "running" if record is None else written)
         self.arrivals = Arrivals(self)
         self.ends = Ends(self)
 

@@ -99,6 +99,7 @@ class RegistryAPI(Protocol):
         proc: ProcessDef[..., Any],
         record: InstanceRecord,
         epoch: int = 0,
+        written: str | None = None,
     ) -> ActorAPI: ...
 
     def run_admitted(self, row: InstanceRow, epoch: int) -> None: ...

@@ -345,7 +345,7 @@ class Lifecycle:
             if claimed is not None:  # `run_started`, its claim made
                 if journal.node is not None:  # (a single owner notes no lease terms: `_nodes`)
                     system.nodes.claimed(iid, claimed)
-                actor = registry.run_created(iid, address, proc, record, claimed)
+                actor = registry.run_created(iid, address, proc, record, claimed, "running")
             else:
                 actor = await self.run_started(iid, address, proc, record)
             if actor is None:
@@ -428,4 +428,4 @@ class Lifecycle:
                     self.system.registry.activate_when_leased, iid
                 )
             return None
-        return self.system.registry.run_created(iid, address, proc, record, epoch)
+        return self.system.registry.run_created(iid, address, proc, record, epoch, "running")

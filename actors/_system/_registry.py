@@ -88,9 +88,11 @@ class Registry:
         proc: ProcessDef[..., Any],
         record: InstanceRecord,
         epoch: int = 0,
+        written: str | None = None,
     ) -> Actor:
         """Run an instance whose record was just written (so nothing to read
-        back, unless mail for it was routed meanwhile).
+        back, unless mail for it was routed meanwhile); ``written``: the
+        status it was written with, if the caller knows it.
 
         Between the commit of the record and this call, a sender can commit
         a message to the instance and find no actor to hand it to: it asks
@@ -112,7 +114,9 @@ class Registry:
         # The end kept of an earlier incarnation (a cancelled one this start
         # replaces) is no longer what the journal holds (see `Statuses.final_end`).
         self.system.statuses.drop_end(iid)
-        actor = Actor(self.system, iid, address, proc, record, loaded=loaded, epoch=epoch)
+        actor = Actor(
+            self.system, iid, address, proc, record, loaded=loaded, epoch=epoch, written=written
+        )
         self.live[iid] = actor
         if self.journal.node is not None:  # (a single owner notes no lease terms: `_nodes`)
             self.system.nodes.running(iid)
