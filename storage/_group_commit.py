@@ -58,9 +58,6 @@ __all__ = ["ASYNC_WINDOW_SECONDS", "ASYNC_WINDOW_TXNS", "Batch", "Commit", "Grou
 ASYNC_WINDOW_TXNS = 1000
 ASYNC_WINDOW_SECONDS = 1.0
 
-# `GroupCommit.commit`: the inline path left this transaction to the writer thread.
-_TO_WRITER: Any = object()
-
 
 class GroupCommit(WriterThread):
     """Batching, tickets, the writer thread and finishing, for a journal
@@ -241,14 +238,37 @@ class GroupCommit(WriterThread):
             finally:
                 self._inline_claimed = False
             if not (self._inflight or trio.lowlevel.current_statistics().tasks_runnable):
-                if self._deferred:
-                    outcome = self._inline_after_deferred(txn)
+                if not self._taking:
+                    self._check_open()  # raises, saying why (before taking what defer held)
+                # What defer held back goes first, in this same commit (a
+                # loop, not a comprehension: no frame of its own).
+                deferred = self._deferred
+                if deferred:
+                    self._deferred = []
+                    txns = []
+                    for held, _ in deferred:
+                        txns.append(held)
+                    txns.append(txn)
                 else:
-                    outcomes = self._write_inline([txn])
-                    outcome = _TO_WRITER if outcomes is None else outcomes[0]
-                if outcome is not _TO_WRITER:
+                    txns = [txn]
+                outcomes = self._write_inline(txns)
+                if outcomes is None:  # to the writer thread, what defer held still first
+                    if deferred:
+                        self._deferred[:0] = deferred
+                else:
+                    for (_, ticket), result in zip(deferred, outcomes, strict=False):
+                        # (as `_finish` settles them: see LANDED)
+                        ticket.ticket = LANDED if result == [] else Settled(result)
+                    outcome = outcomes[-1]
                     if isinstance(outcome, BaseException):  # (`unwrap`, written out)
                         raise outcome
+                    then = txn.then
+                    if then is not None:
+                        # The journal hands the results on itself (see
+                        # `Txn.then`), as `_finish` does: `Txn.hand_on`,
+                        # written out (keep the two in step).
+                        txn.then = None
+                        then(outcome)  # what it raises, its committer gets
                     return outcome  # type: ignore[no-any-return]
         else:
             await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
@@ -273,20 +293,6 @@ class GroupCommit(WriterThread):
             else:
                 self._append(txn, waiter)
         return await trio.lowlevel.wait_task_rescheduled(waiter)  # type: ignore[no-any-return]
-
-    def _inline_after_deferred(self, txn: Txn) -> Any:
-        """Commit what `defer` held back and then ``txn`` in the trio
-        thread, in one commit; ``txn``'s outcome, or `_TO_WRITER` if the
-        journal left them to the writer thread."""
-        # What defer held back goes first, in this same commit.
-        deferred, self._deferred = self._deferred, []
-        outcomes = self._write_inline([*(held for held, _ in deferred), txn])
-        if outcomes is None:
-            self._deferred[:0] = deferred  # to the writer thread, still first
-            return _TO_WRITER
-        for (_, ticket), outcome in zip(deferred, outcomes, strict=False):
-            ticket.ticket = Settled(outcome)
-        return outcomes[-1]
 
     def defer(self, txn: Txn) -> Ticket:
         if self.readonly:
@@ -363,7 +369,16 @@ class GroupCommit(WriterThread):
         if pending and len(pending[-1].txns) < self._split_at:
             batch = pending[-1]
         else:
-            batch = Batch()  # (once per batch, not per transaction)
+            # A new batch: every field of `Batch` is set here.
+            batch = object.__new__(Batch)
+            batch.born = time.monotonic()
+            batch.txns = []
+            batch.waiters = []
+            batch.outcomes = []
+            batch.finished = False
+            batch.event = None
+            batch.deferred = []
+            batch.durable = False
             pending.append(batch)
             self._unfinished.append(batch)
             self._inflight += 1

@@ -130,36 +130,36 @@ class _LMDBWriter(GroupCommit):
         retries them carefully. Raises `JournalClosed` if the journal is
         not open (see `_check_open`).
 
-        A lone transaction, the common case, makes no `Chain` (nothing
-        before it in the commit to build on) and uses the applier kept for
-        this path: the commit is this call and the applier's `apply`.
+        `_apply_all` without isolation, written for this path: the commit is
+        this call and the applier's `apply` per transaction. It makes no
+        `Chain`: without isolation a failure other than `Conflict` (which
+        takes down nothing else) fails the whole commit, so a chain here
+        can only have been lost in an earlier batch (`LostChains`).
         """
         if not self._taking:
             self._check_open()  # raises, saying why
         env = self._env
         assert env is not None  # (`_taking`: see GroupCommit)
-        if len(txns) != 1:
-            try:
-                return self._apply(env, txns, isolate=False)
-            except Exception:
-                return None
-        txn = txns[0]
-        if txn.chain is not None:  # (`Chain.refused`, for a commit of one)
-            failed = self.lost_chains.failed
-            if failed and (broken := failed.get(txn.chain)) is not None:
-                return [broken]  # it builds on one that failed
+        failed = self.lost_chains.failed
         # Invariant: only the trio thread uses this applier, and only here,
         # while no batch is in flight (`GroupCommit.commit` writes inline
         # only then), so the writer thread is not applying meanwhile.
         apply = self._inline_applier
+        outcomes: list[Any] = []
         try:
             with env.begin(write=True) as wtxn:
                 apply.txn = wtxn
-                return [apply.apply(txn)]
-        except Conflict as exc:  # raised before it wrote anything
-            return [exc]
+                for txn in txns:
+                    if failed and txn.chain is not None and txn.chain in failed:
+                        outcomes.append(failed[txn.chain])  # it builds on one that failed
+                        continue
+                    try:
+                        outcomes.append(apply.apply(txn))
+                    except Conflict as exc:  # (raised before it wrote anything)
+                        outcomes.append(exc)
         except Exception:
             return None
+        return outcomes
 
     def _write(self, txns: list[Txn], *, isolate: bool = False) -> list[Any]:
         """The careful path: apply and commit ``txns``, growing the map as
