@@ -73,7 +73,9 @@ class GroupCommit(WriterThread):
     - ``_write_inline(txns) -> outcomes | None`` (trio thread, optional):
       commit ``txns`` at once, or None to leave them to the writer;
     - ``_check_open()`` (raise `JournalClosed` saying why), ``_refuse_write``
-      and ``readonly`` (a journal open for reading only), ``_tell_lost``.
+      and ``readonly`` (a journal open for reading only), ``_tell_lost``
+      (and ``_lost_news``, what it tells, if it can tell anything);
+    - and it clears ``_taking`` when it stops taking writes otherwise.
     """
 
     readonly = False

@@ -166,8 +166,10 @@ class Txn(StateOps):
             codes = _codes(statuses)
         if incarnation is not None:
             self.starts += 1
-        # (`_add_require` written out: every send requires its receiver)
-        if isinstance(self.requires, list):
+        # A list of its own from the first entry (see ``requires``); written
+        # out here and in `require_absent`, not called: every send requires
+        # its receiver, every start its address.
+        if isinstance(self.requires, list):  # (send_many requires thousands)
             self.requires.append((iid, codes, incarnation))
         else:
             self.requires = [(iid, codes, incarnation)]
@@ -182,7 +184,7 @@ class Txn(StateOps):
         one commits and the other learns of the winner, on every journal,
         however many nodes share it."""
         self.starts += 1
-        if isinstance(self.requires, list):  # (as `_add_require`: every start requires)
+        if isinstance(self.requires, list):  # (as in `require`)
             self.requires.append((iid, _ABSENT_ONLY, None))
         else:
             self.requires = [(iid, _ABSENT_ONLY, None)]
@@ -289,7 +291,7 @@ class Txn(StateOps):
         written over another: if the number is taken (a damaged counter),
         the transaction fails alone with `JournalCorrupt`."""
         self.ops.append((APPEND_MESSAGE, iid, encode(message, what="payload")))
-        self.results += 1  # (`_result_slot` written out: every send appends)
+        self.results += 1  # (`_result_slot`, written out: every send appends)
         return self.results - 1
 
     def take_message(self, iid: bytes, seq: int) -> None:

@@ -127,8 +127,7 @@ class _LMDBWriter(GroupCommit):
     def _write_inline(self, txns: list[Txn]) -> list[Any] | None:
         """Commit ``txns`` in the calling (trio) thread; their outcomes, or
         None if that failed (the map is full, say): the writer thread then
-        retries them carefully. Raises `JournalClosed` if the journal is
-        not open (see `_check_open`).
+        retries them carefully.
 
         `_apply_all` without isolation, written for this path: the commit is
         this call and the applier's `apply` per transaction. It makes no
@@ -136,10 +135,8 @@ class _LMDBWriter(GroupCommit):
         takes down nothing else) fails the whole commit, so a chain here
         can only have been lost in an earlier batch (`LostChains`).
         """
-        if not self._taking:
-            self._check_open()  # raises, saying why
         env = self._env
-        assert env is not None  # (`_taking`: see GroupCommit)
+        assert env is not None  # (`GroupCommit.commit` checked it is open)
         failed = self.lost_chains.failed
         # Invariant: only the trio thread uses this applier, and only here,
         # while no batch is in flight (`GroupCommit.commit` writes inline
