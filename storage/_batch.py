@@ -10,7 +10,6 @@ hot path), on a `BatchTicket`, or on a `_Deferred` held back by `defer`.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Protocol
 
 import trio
@@ -47,18 +46,20 @@ class Batch:
         "waiters",
     )
 
-    def __init__(self) -> None:
-        self.born = time.monotonic()  # for the "async" window (see ASYNC_WINDOW_SECONDS)
-        self.txns: list[Txn] = []
-        # Parallel to txns: the caller parked in `GroupCommit.commit` for
-        # that txn, or None (submitted without waiting).
-        self.waiters: list[_Waiter | None] = []
-        self.outcomes: list[Any] = []  # per txn: its results, or the exception it failed with
-        self.finished = False  # set in the trio thread once outcomes are final
-        self.event: trio.Event | None = None  # made only when a `BatchTicket` waits
-        # (index, ticket) of the txns `defer` held back: settled at the finish.
-        self.deferred: list[tuple[int, _Deferred]] = []
-        self.durable = False  # a caller asked for durability past the journal's own
+    # Made by `GroupCommit._append`, which sets every field (no
+    # ``__init__``: a frame less for every batch, which at low load is
+    # every commit that goes through the writer thread).
+    born: float  # time.monotonic() when made: for the "async" window (see ASYNC_WINDOW_SECONDS)
+    txns: list[Txn]
+    # Parallel to txns: the caller parked in `GroupCommit.commit` for that
+    # txn, or None (submitted without waiting).
+    waiters: list[_Waiter | None]
+    outcomes: list[Any]  # per txn: its results, or the exception it failed with
+    finished: bool  # set in the trio thread once outcomes are final
+    event: trio.Event | None  # made only when a `BatchTicket` waits
+    # (index, ticket) of the txns `defer` held back: settled at the finish.
+    deferred: list[tuple[int, _Deferred]]
+    durable: bool  # a caller asked for durability past the journal's own
 
 
 class _Waiter:

@@ -363,10 +363,24 @@ def encode(value: Any, *, what: str = "value") -> bytes:
             type, a str that is not valid Unicode, nesting too deep); the
             message names its path and what to do instead.
     """
+    # `_pack` at depth 0, written out: every stored value comes here, and a
+    # call less per encode is a call less per write (a send encodes its
+    # message, a step its entry; see docs/design.md, "The hot flows").
+    pool = _PACKERS[0]
     try:
-        return _pack(value)
+        packer = pool.pop()  # (the invariant of `_pack`: one packer, one call)
+    except IndexError:
+        packer = msgpack.Packer(
+            default=_DEFAULTS[0], strict_types=True, use_bin_type=True, buf_size=4096
+        )
+    try:
+        packed: bytes = packer.pack(value)  # on error the packer is dropped, not reused
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         error = exc
+    else:
+        if len(packed) <= _KEEP_PACKER_BYTES:
+            pool.append(packer)
+        return packed
     problem = diagnose(value, what, _fields, MAX_NESTING)
     if problem is None:
         # Not found by the walk (an attrs field whose getattr fails, say).
@@ -387,6 +401,9 @@ def decode(data: bytes) -> Any:
             into `JournalCorrupt` naming the record).
     """
     try:
+        # `_unpack` at depth 0, written out (one call per decode, as encode)
+        if _ext_hook is _EXT_HOOK:
+            return msgpack.unpackb(data, ext_hook=_HOOKS[0], strict_map_key=False, raw=False)
         return _unpack(data)
     except ValueError:
         raise

@@ -33,6 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Sized
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -42,7 +43,7 @@ from outcome import Error, Value
 from ._batch import LANDED, Batch, BatchTicket, _Deferred, _Waiter
 from ._clock import AutojumpHold
 from ._handoff import Doorbell, Handoff
-from ._journal import Durability, Settled, Ticket, Txn, unwrap
+from ._journal import Durability, Settled, Ticket, Txn
 from ._writer_thread import NO_SPLIT, Commit, WriterThread
 from .errors import JournalClosed
 
@@ -72,7 +73,9 @@ class GroupCommit(WriterThread):
     - ``_write_inline(txns) -> outcomes | None`` (trio thread, optional):
       commit ``txns`` at once, or None to leave them to the writer;
     - ``_check_open()`` (raise `JournalClosed` saying why), ``_refuse_write``
-      and ``readonly`` (a journal open for reading only), ``_tell_lost``.
+      and ``readonly`` (a journal open for reading only), ``_tell_lost``
+      (and ``_lost_news``, what it tells, if it can tell anything);
+    - and it clears ``_taking`` when it stops taking writes otherwise.
     """
 
     readonly = False
@@ -94,6 +97,8 @@ class GroupCommit(WriterThread):
     _uncommitted: int
     _unfinished: deque[Batch]
     _inline_claimed: bool
+    _taking: bool
+    _lost_news: Sized
     _deferred: list[tuple[Txn, _Deferred]]
     _doorbell: Doorbell[Batch]
     _hold: AutojumpHold | None
@@ -125,6 +130,15 @@ class GroupCommit(WriterThread):
         self._deferred = []  # what `defer` holds back until the next submission (trio thread)
         self._hold = None
         self._handoff = None
+        # Invariant: True only while `_check_writable` (and `_check_open`)
+        # would pass: set as the writer starts, cleared as it stops and by a
+        # journal that stops taking writes otherwise (LMDB's after a fork).
+        # The hot paths read this flag and call those only when it is False.
+        self._taking = False
+        # What `_tell_lost` tells (a journal's ``lost_chains.news``), or an
+        # empty tuple for one that never loses a chain: `_finish` calls
+        # `_tell_lost` only when it holds something.
+        self._lost_news = ()
 
     def _start_writer(self, name: str, handoff: Handoff, *, doorbell: bool = True) -> None:
         """Start the writer thread (from the trio thread, as the journal
@@ -138,6 +152,7 @@ class GroupCommit(WriterThread):
             self._doorbell.open()
         self._writer_thread = threading.Thread(target=self._write_loop, name=name, daemon=True)
         self._writer_thread.start()
+        self._taking = True
 
     async def _stop_writer(self) -> None:
         """Commit everything pending, deferred transactions included, wake
@@ -145,6 +160,7 @@ class GroupCommit(WriterThread):
         if self._deferred:
             self.submit_deferred()  # drained with the rest below
         with self._cond:
+            self._taking = False
             self._closing = True
             self._cond.notify()
         if self._writer_thread is not None:  # it drains every pending batch, then stops
@@ -187,6 +203,11 @@ class GroupCommit(WriterThread):
     durability: Durability
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
+        # One coroutine frame, resumed once: the inline path and the
+        # enqueue are written out here, not awaited or called (each layer of
+        # coroutine costs a call per resumption; see docs/design.md, "The
+        # hot flows, walked"), so an inline LMDB commit is this frame, the
+        # journal's `_write_inline` and its applier's `apply`.
         if self.readonly:
             self._refuse_write()
         if not (durable or self.durability == "sync" or txn.must_wait(False)):
@@ -203,52 +224,89 @@ class GroupCommit(WriterThread):
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return []
         elif self._inflight == 0 and not self._inline_claimed:
-            outcomes = await self._commit_inline(txn)
-            if outcomes is not None:
-                return unwrap(outcomes[0])
+            # The fast path for an uncontended writer: commit in the trio
+            # thread. A round trip to the writer thread costs two thread
+            # wake-ups, a good part of an fsync. But committing here blocks
+            # the event loop for that fsync, so it is only worth it when
+            # nobody else is about to write or run. ``tasks_runnable`` alone
+            # cannot tell: tasks woken together (all the callers of one
+            # batch) run in one scheduler pass and each sees the run queue
+            # empty. So the first caller claims the fast path and yields
+            # once; whoever commits meanwhile goes to the writer thread, and
+            # then so does this caller.
+            self._inline_claimed = True
+            try:
+                await trio.lowlevel.checkpoint()  # cancellable: nothing is written yet
+            finally:
+                self._inline_claimed = False
+            if not (self._inflight or trio.lowlevel.current_statistics().tasks_runnable):
+                if not self._taking:
+                    self._check_open()  # raises, saying why (before taking what defer held)
+                # What defer held back goes first, in this same commit (a
+                # loop, not a comprehension: no frame of its own).
+                deferred = self._deferred
+                if deferred:
+                    self._deferred = []
+                    txns = []
+                    for held, _ in deferred:
+                        txns.append(held)
+                    txns.append(txn)
+                else:
+                    txns = [txn]
+                outcomes = self._write_inline(txns)
+                if outcomes is None:  # to the writer thread, what defer held still first
+                    if deferred:
+                        self._deferred[:0] = deferred
+                else:
+                    for (_, ticket), result in zip(deferred, outcomes, strict=False):
+                        # (as `_finish` settles them: see LANDED)
+                        ticket.ticket = LANDED if result == [] else Settled(result)
+                    outcome = outcomes[-1]
+                    if isinstance(outcome, BaseException):  # (`unwrap`, written out)
+                        raise outcome
+                    then = txn.then
+                    if then is not None:
+                        # The journal hands the results on itself (see
+                        # `Txn.then`), as `_finish` does: `Txn.hand_on`,
+                        # written out (keep the two in step).
+                        txn.then = None
+                        then(outcome)  # what it raises, its committer gets
+                    return outcome  # type: ignore[no-any-return]
         else:
             await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
-        waiter = _Waiter(trio.lowlevel.current_task())
-        self._enqueue(txn, waiter)
-        # Parked without a Ticket or an Event: `_finish` reschedules this task
-        # with its own outcome, which saves an allocation and a frame per call.
+        # Parked without a Ticket or an Event: `_finish` reschedules this
+        # task with its own outcome, which saves an allocation and a frame
+        # per call. (A `_Waiter` made without its ``__init__``: a frame less
+        # per commit; ``task`` is its one field.)
+        waiter = object.__new__(_Waiter)
+        waiter.task = trio.lowlevel.current_task()
+        # `_enqueue`, written out (keep the two in step).
+        if not self._taking:
+            self._check_writable()  # raises, saying why
+        with self._lock:
+            if self._deferred:
+                self._enqueue_deferred()  # first, into the same batch
+            pending = self._pending
+            if pending and len((batch := pending[-1]).txns) < self._split_at:
+                # (`_append`'s joining case, written out: keep them in step)
+                batch.txns.append(txn)
+                batch.waiters.append(waiter)
+                self._uncommitted += 1
+            else:
+                self._append(txn, waiter)
         return await trio.lowlevel.wait_task_rescheduled(waiter)  # type: ignore[no-any-return]
-
-    async def _commit_inline(self, txn: Txn) -> list[Any] | None:
-        """The fast path for an uncontended writer: commit in the trio thread.
-
-        A round trip to the writer thread costs two thread wake-ups, a good
-        part of an fsync. But committing here blocks the event loop for that
-        fsync, so it is only worth it when nobody else is about to write or
-        run. ``tasks_runnable`` alone cannot tell: tasks woken together (all
-        the callers of one batch) run in one scheduler pass and each sees
-        the run queue empty. So the first caller claims the fast path and
-        yields once; whoever commits meanwhile goes to the writer thread, and
-        then so does this caller. Returns None to send it there.
-        """
-        self._inline_claimed = True
-        try:
-            await trio.lowlevel.checkpoint()  # cancellable: nothing is written yet
-        finally:
-            self._inline_claimed = False
-        if self._inflight or trio.lowlevel.current_statistics().tasks_runnable:
-            return None
-        self._check_open()
-        # What defer held back goes first, in this same commit.
-        deferred, self._deferred = self._deferred, []
-        outcomes = self._write_inline([*(held for held, _ in deferred), txn] if deferred else [txn])
-        if outcomes is None:
-            self._deferred[:0] = deferred  # to the writer thread, still first
-            return None
-        for (_, ticket), outcome in zip(deferred, outcomes, strict=False):
-            ticket.ticket = Settled(outcome)
-        return outcomes[len(deferred) :]
 
     def defer(self, txn: Txn) -> Ticket:
         if self.readonly:
             self._refuse_write()
-        self._check_open()
-        ticket = _Deferred(self)
+        if not self._taking:
+            self._check_open()  # raises, saying why
+        # A `_Deferred` made without its ``__init__`` (a frame less per
+        # deferred write: an instance defers one at each suspension); its
+        # two fields are set here.
+        ticket = object.__new__(_Deferred)
+        ticket._group = self
+        ticket.ticket = None
         self._deferred.append((txn, ticket))
         return ticket
 
@@ -273,13 +331,31 @@ class GroupCommit(WriterThread):
     def submit(self, txn: Txn) -> Ticket:
         if self.readonly:
             self._refuse_write()
-        batch = self._enqueue(txn, None)
+        # `_enqueue`, written out (keep the two in step).
+        if not self._taking:
+            self._check_writable()  # raises, saying why
+        with self._lock:
+            if self._deferred:
+                self._enqueue_deferred()  # first, into the same batch
+            pending = self._pending
+            if pending and len((batch := pending[-1]).txns) < self._split_at:
+                # (`_append`'s joining case, written out: keep them in step)
+                batch.txns.append(txn)
+                batch.waiters.append(None)
+                self._uncommitted += 1
+            else:
+                batch = self._append(txn, None)
         # Only the trio thread appends to a batch, so txn is still its last.
-        return BatchTicket(batch, len(batch.txns) - 1)
+        # (A `BatchTicket` made without its ``__init__``: a frame less.)
+        ticket = object.__new__(BatchTicket)
+        ticket._batch = batch
+        ticket._index = len(batch.txns) - 1
+        return ticket
 
     def _enqueue(self, txn: Txn, waiter: _Waiter | None) -> Batch:
         """Add ``txn`` to the batch that takes transactions; return that batch."""
-        self._check_writable()
+        if not self._taking:
+            self._check_writable()  # raises, saying why
         with self._lock:
             if self._deferred:
                 self._enqueue_deferred()  # first, into the same batch
@@ -295,7 +371,16 @@ class GroupCommit(WriterThread):
         if pending and len(pending[-1].txns) < self._split_at:
             batch = pending[-1]
         else:
-            batch = Batch()
+            # A new batch: every field of `Batch` is set here.
+            batch = object.__new__(Batch)
+            batch.born = time.monotonic()
+            batch.txns = []
+            batch.waiters = []
+            batch.outcomes = []
+            batch.finished = False
+            batch.event = None
+            batch.deferred = []
+            batch.durable = False
             pending.append(batch)
             self._unfinished.append(batch)
             self._inflight += 1
@@ -323,8 +408,18 @@ class GroupCommit(WriterThread):
         self._uncommitted -= len(batch.txns)
         outcomes = batch.outcomes
         for index, txn in enumerate(batch.txns):
-            if txn.then is not None:  # (its receiver runs in the round its sender does)
-                outcomes[index] = txn.hand_on(outcomes[index])
+            then = txn.then
+            if then is not None:  # (its receiver runs in the round its sender does)
+                # `Txn.hand_on`, written out (keep the two in step): ``then``
+                # runs once, only with results; what it raises is what its
+                # committer gets (the transaction stays committed).
+                txn.then = None
+                outcome = outcomes[index]
+                if not isinstance(outcome, BaseException):
+                    try:
+                        then(outcome)
+                    except Exception as exc:  # noqa: BLE001 - its committer learns of it
+                        outcomes[index] = exc
         # Its tickets need only the outcomes (an instance keeps the ticket of
         # its last writes while it is suspended): let the transactions and,
         # below, the waiters go.
@@ -347,4 +442,5 @@ class GroupCommit(WriterThread):
         batch.waiters = []  # (nor their tasks, which the tickets would keep)
         if batch.event is not None:
             batch.event.set()
-        self._tell_lost()
+        if self._lost_news:  # (else `_tell_lost` has nothing to tell)
+            self._tell_lost()

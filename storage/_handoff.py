@@ -57,8 +57,6 @@ from typing import Generic, TypeVar
 
 import trio
 
-from ._parking import Parking
-
 __all__ = ["NUDGE_AFTER", "NUDGE_AFTER_MAX", "NUDGE_WAIT", "Doorbell", "Handoff"]
 
 T = TypeVar("T")
@@ -93,6 +91,7 @@ class Handoff:
         "_on_disk",
         "_reached",
         "_scope",
+        "_seen",
         "_steps",
         "_timed",
         "_waiting",
@@ -114,7 +113,10 @@ class Handoff:
         self.usual = 0.0
         self._waiting = False  # the trio thread waits for `_reached`
         self._reached = threading.Event()
-        self._idle = Parking()  # the looking task, while no writes are in flight
+        # While no writes are in flight, the looking task sleeps in this
+        # scope until `wake` sets its deadline (None: it is not idle).
+        self._idle: trio.CancelScope | None = None
+        self._seen = 0  # `_steps` when writes last went in flight (see `wake`)
         self._scope: trio.CancelScope | None = None
         self.nudges = 0  # looks that found nothing done and let the GIL go
 
@@ -155,8 +157,19 @@ class Handoff:
             self._scope = None
 
     def wake(self) -> None:
-        """Writes went in flight: start looking if idle."""
-        self._idle.wake()
+        """Writes went in flight: if idle, look `NUDGE_AFTER` from now.
+
+        The idle task is not woken now only to start a sleep (a resumption
+        of the task in the middle of every write that goes in flight): its
+        idle wait ends at the deadline set here, where its first look
+        falls, with the writer's steps counted from now, as they would be
+        after that sleep.
+        """
+        idle = self._idle
+        if idle is not None:
+            self._idle = None
+            self._seen = self._steps
+            idle.deadline = trio.current_time() + NUDGE_AFTER
 
     async def _look(self) -> None:
         assert self._scope is not None
@@ -164,10 +177,20 @@ class Handoff:
             after = NUDGE_AFTER
             while True:
                 if not self._busy():
-                    await self._idle.park()
+                    # Invariant: no checkpoint between the look at `_busy`
+                    # and the idle wait, so the `wake` of the next writes
+                    # in flight finds this task idle and sets the deadline.
+                    with trio.CancelScope() as idle:
+                        self._idle = idle
+                        try:
+                            await trio.sleep_forever()
+                        finally:
+                            self._idle = None
+                    seen = self._seen
                     after = NUDGE_AFTER
-                seen = self._steps
-                await trio.sleep(after)
+                else:
+                    seen = self._steps
+                    await trio.sleep(after)
                 if not self._busy() or self._steps != seen:
                     after = NUDGE_AFTER
                 elif self._in_usual_commit():

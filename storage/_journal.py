@@ -30,7 +30,7 @@ import abc
 import hashlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import trio
 
@@ -264,15 +264,27 @@ class Journal(abc.ABC):
         with self.reader() as r:
             return fn(r)
 
-    @property
-    def reads_at_once(self) -> bool:
-        """True if `read` and `claim` are this base class's: a read runs at
-        once (``with journal.reader()`` is all it does, without a schedule
-        point) and a claim gives 0, so the runtime may read in a step of its
-        own and claim without asking. A journal that reads in a worker
-        thread overrides `read`, and is False."""
-        cls = type(self)
-        return cls.read is Journal.read and cls.claim is Journal.claim
+    reads_at_once: bool = True
+    """True if `read` and `claim` are this base class's: a read runs at
+    once (``with journal.reader()`` is all it does, without a schedule
+    point) and a claim gives 0, so the runtime may read in a step of its
+    own and claim without asking. A journal that reads in a worker thread
+    overrides `read`, and is False. Worked out once per class (see
+    `__init_subclass__`), unless a class sets it itself."""
+
+    # Whether this class or a base of it (below Journal) sets reads_at_once itself.
+    _reads_at_once_given: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # `reads_at_once` as a plain attribute, not a property the runtime
+        # calls several times per start. Invariant: for a class that does
+        # not set it (nor a base below Journal), it is what the property
+        # was, from the class's own `read` and `claim`.
+        if "reads_at_once" in vars(cls):
+            cls._reads_at_once_given = True
+        elif not cls._reads_at_once_given:
+            cls.reads_at_once = cls.read is Journal.read and cls.claim is Journal.claim
 
     def describe(self) -> str:
         """A short human description for messages and the CLI."""

@@ -12,6 +12,7 @@ between.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import Any
 
 import trio
@@ -27,10 +28,17 @@ class Parking:
     def __init__(self) -> None:
         self._task: trio.lowlevel.Task | None = None
 
-    async def park(self) -> None:
-        """Sleep until `wake` (or a cancellation)."""
+    def park(self) -> Coroutine[Any, Any, None]:
+        """Sleep until `wake` (or a cancellation): ``await parking.park()``.
+
+        Not a coroutine function: it parks the calling task and returns
+        trio's own wait, so waking the task resumes trio's frame and the
+        caller's, not one of ours between them (a frame more for each
+        wake-up of every parked task). Await what it returns at once, in
+        the task that called it.
+        """
         self._task = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        return trio.lowlevel.wait_task_rescheduled(self._abort)  # noqa: ASYNC105 - awaited by the caller
 
     def wake(self) -> None:
         """Wake the parked task, if one is parked."""

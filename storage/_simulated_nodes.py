@@ -112,9 +112,7 @@ class SimulatedNode(SimulatedJournal):
         self.lapsed = False  # the lease lapsed; the node has not noticed (`lapse`)
         self._kept: Callable[[bytes], None] | None = None  # its listener, back at `resume`
 
-    @property
-    def reads_at_once(self) -> bool:
-        return False  # a node claims before it runs an instance, as on PostgreSQL
+    reads_at_once = False  # a node claims before it runs an instance, as on PostgreSQL
 
     def describe(self) -> str:
         return f"SimulatedNode({self.node!r}, durability={self.durability!r})"

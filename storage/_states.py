@@ -42,20 +42,11 @@ class StateRow:
 
 
 class StateOps:
-    """The state operations of `storage.Txn` (a base of it)."""
+    """The state row writes of `storage.Txn` (a base of it); the check,
+    `Txn.expect_state`, is Txn's own, beside the field it fills."""
 
     __slots__ = ()
     ops: list[tuple[Any, ...]]
-    expects: Sequence[tuple[str, int]]
-
-    def _expect(self, key: str, version: int) -> None:  # Txn's: it owns the field
-        raise NotImplementedError
-
-    def expect_state(self, key: str, version: int) -> None:
-        """Fail the whole transaction with `Conflict` (reason ``"state"``)
-        unless state row ``key`` is at ``version`` when it is applied (0: the
-        row must be absent)."""
-        self._expect(key, version)
 
     def put_state(self, key: str, value: Any) -> None:
         """Create or replace state row ``key``; its version goes one up."""

@@ -34,6 +34,21 @@ __all__ = [
 MAX_ADDRESS_BYTES = 16 * 1024
 
 
+def _refuse_sizes(address: str, process: str) -> None:
+    """Raise `EncodeError` for an address or process template over
+    `MAX_ADDRESS_BYTES` (called once one of them is)."""
+    for what, name in (("address", address), ("process template", process)):
+        size = len(name.encode())
+        if size > MAX_ADDRESS_BYTES:
+            raise EncodeError(
+                f"the instance's {what} is {size} bytes, over the journal's limit of "
+                f"{MAX_ADDRESS_BYTES} (MAX_ADDRESS_BYTES); use short ids in addresses "
+                "and put the data in the input",
+                path=what,
+                value_type="str",
+            )
+
+
 @functools.cache  # every send requires one of a few sets
 def _codes(statuses: frozenset[str]) -> frozenset[int]:
     """Status names -> their codes, for Txn.require."""
@@ -72,8 +87,7 @@ class Txn(StateOps):
 
     Every method encodes its values at once, so a bad value raises
     `EncodeError` here and the journal never sees the transaction. The state
-    row operations (`put_state`, `delete_state`, `expect_state`) come from
-    its base `StateOps`.
+    row writes (`put_state`, `delete_state`) come from its base `StateOps`.
     """
 
     ops: list[tuple[Any, ...]] = attrs.field(factory=list)
@@ -86,7 +100,7 @@ class Txn(StateOps):
     # (iid, epoch): this node must still own the instance at that epoch
     fences: Sequence[tuple[bytes, int]] = ()
     results: int = 0  # how many ops give a result (appends)
-    # (state key, version): see `StateOps.expect_state`
+    # (state key, version): see `expect_state`
     expects: Sequence[tuple[str, int]] = ()
     # (iid, consumer): that cursor must not exist (see `require_no_cursor`)
     fresh_cursors: Sequence[tuple[bytes, str]] = ()
@@ -152,7 +166,13 @@ class Txn(StateOps):
             codes = _codes(statuses)
         if incarnation is not None:
             self.starts += 1
-        self._add_require((iid, codes, incarnation))
+        # A list of its own from the first entry (see ``requires``); written
+        # out here and in `require_absent`, not called: every send requires
+        # its receiver, every start its address.
+        if isinstance(self.requires, list):  # (send_many requires thousands)
+            self.requires.append((iid, codes, incarnation))
+        else:
+            self.requires = [(iid, codes, incarnation)]
 
     def require_absent(self, iid: bytes) -> None:
         """Fail the whole transaction with `Conflict` (reason ``"exists"``)
@@ -164,7 +184,10 @@ class Txn(StateOps):
         one commits and the other learns of the winner, on every journal,
         however many nodes share it."""
         self.starts += 1
-        self._add_require((iid, _ABSENT_ONLY, None))
+        if isinstance(self.requires, list):  # (as in `require`)
+            self.requires.append((iid, _ABSENT_ONLY, None))
+        else:
+            self.requires = [(iid, _ABSENT_ONLY, None)]
 
     def must_wait(self, shared: bool) -> bool:
         """Whether a caller must learn this transaction's outcome before it
@@ -198,12 +221,6 @@ class Txn(StateOps):
         self.claims = iid
         return self._result_slot()
 
-    def _add_require(self, entry: tuple[bytes, frozenset[int] | None, int | None]) -> None:
-        if isinstance(self.requires, list):  # (send_many requires thousands)
-            self.requires.append(entry)
-        else:
-            self.requires = [entry]
-
     def require_no_cursor(self, iid: bytes, consumer: str) -> None:
         """Fail the whole transaction with `Conflict` (reason ``"cursor"``)
         if instance ``iid`` has a cursor named ``consumer`` when it is
@@ -234,28 +251,17 @@ class Txn(StateOps):
         Raises:
             EncodeError: the address or template is over `MAX_ADDRESS_BYTES`.
         """
-        self.put_instance_encoded(
-            iid,
-            address=address,
-            process=process,
-            status=status,
-            record=encode(record.to_stored(), what="record"),
-        )
+        if len(address.encode()) > MAX_ADDRESS_BYTES or len(process.encode()) > MAX_ADDRESS_BYTES:
+            _refuse_sizes(address, process)
+        encoded = encode(record.to_stored(), what="record")
+        self.ops.append((PUT_INSTANCE, iid, STATUS_CODE[status], process, address, encoded))
 
     def put_instance_encoded(
         self, iid: bytes, *, address: str, process: str, status: str, record: bytes
     ) -> None:
         """`put_instance` with a record already encoded by `storage.encode`."""
-        for what, name in (("address", address), ("process template", process)):
-            size = len(name.encode())
-            if size > MAX_ADDRESS_BYTES:
-                raise EncodeError(
-                    f"the instance's {what} is {size} bytes, over the journal's limit of "
-                    f"{MAX_ADDRESS_BYTES} (MAX_ADDRESS_BYTES); use short ids in addresses "
-                    "and put the data in the input",
-                    path=what,
-                    value_type="str",
-                )
+        if len(address.encode()) > MAX_ADDRESS_BYTES or len(process.encode()) > MAX_ADDRESS_BYTES:
+            _refuse_sizes(address, process)
         self.ops.append((PUT_INSTANCE, iid, STATUS_CODE[status], process, address, record))
 
     def set_status(self, iid: bytes, status: str) -> None:
@@ -285,7 +291,8 @@ class Txn(StateOps):
         written over another: if the number is taken (a damaged counter),
         the transaction fails alone with `JournalCorrupt`."""
         self.ops.append((APPEND_MESSAGE, iid, encode(message, what="payload")))
-        return self._result_slot()
+        self.results += 1  # (`_result_slot`, written out: every send appends)
+        return self.results - 1
 
     def take_message(self, iid: bytes, seq: int) -> None:
         """Remove message ``seq`` from the mailbox (a missing one is ignored)."""
@@ -302,7 +309,8 @@ class Txn(StateOps):
     def append_stream(self, iid: bytes, value: Any) -> int:
         """Append to the stream; results hold the value's index (from 0)."""
         self.ops.append((APPEND_STREAM, iid, encode(value, what="emitted value")))
-        return self._result_slot()
+        self.results += 1
+        return self.results - 1
 
     def set_cursor(self, iid: bytes, consumer: str, position: int) -> None:
         """Record that ``consumer`` has consumed every value before ``position``."""
@@ -313,7 +321,10 @@ class Txn(StateOps):
         starts afresh, as a new consumer, next time."""
         self.ops.append((DELETE_CURSOR, iid, consumer))
 
-    def _expect(self, key: str, version: int) -> None:
+    def expect_state(self, key: str, version: int) -> None:
+        """Fail the whole transaction with `Conflict` (reason ``"state"``)
+        unless state row ``key`` (see `storage._states`) is at ``version``
+        when it is applied (0: the row must be absent)."""
         self.expects = [*self.expects, (key, version)]
 
     def extend(self, other: Txn) -> int:

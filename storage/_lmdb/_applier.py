@@ -17,6 +17,7 @@ import msgpack
 
 from .. import _reading as rd
 from .._journal import (
+    ABSENT,
     ADD_TIMER,
     APPEND_MESSAGE,
     APPEND_STREAM,
@@ -29,9 +30,13 @@ from .._journal import (
     SET_CURSOR,
     SET_STATUS,
     TAKE_MESSAGE,
+    Txn,
+    check_fresh_cursors,
+    check_requires,
     stored_incarnation,
 )
-from .._states import DELETE_STATE, PUT_STATE, STATE_PREFIX
+from .._states import DELETE_STATE, PUT_STATE, STATE_PREFIX, check_expects
+from ..errors import JournalCorrupt
 from ._layout import _DBS, _H, _MAIL_COUNTER, _Q, _RUN_SEQ, _STREAM_COUNTER
 
 
@@ -40,11 +45,15 @@ class _Applier:
 
     __slots__ = ("txn", *_DBS)  # a database handle each, by its name
 
-    def __init__(self, txn: lmdb.Transaction[bytes], dbs: tuple[Any, ...]) -> None:
+    txn: lmdb.Transaction[bytes]
+
+    def __init__(self, txn: lmdb.Transaction[bytes] | None, dbs: tuple[Any, ...]) -> None:
         # ``dbs``: the handles in slot order (`LMDBJournal._handles`); one
-        # unpacking rather than nine dict lookups, as the inline path makes
-        # an applier per commit.
-        self.txn = txn
+        # unpacking rather than nine dict lookups. ``txn`` None: the inline
+        # path's applier, kept by the journal and given each commit's
+        # transaction in turn.
+        if txn is not None:
+            self.txn = txn
         (
             self.instances,
             self.status,
@@ -100,12 +109,7 @@ class _Applier:
         the number held.
         """
         if not self.txn.put(key, value, db=db, overwrite=False):
-            raise rd.corrupt(
-                database,
-                key,
-                "already exists where a new one was to be written (the instance's counter "
-                "in database 'counters' was damaged or lost); nothing was overwritten",
-            )
+            raise _overwriting(database, key)
 
     def _delete_prefix(self, prefix: bytes, db: Any) -> None:
         with self.txn.cursor(db=db) as cur:
@@ -115,88 +119,147 @@ class _Applier:
                 if not cur.delete():
                     break
 
-    def _set_index(self, iid: bytes, old: int | None, new: int, process: bytes) -> None:
-        txn = self.txn
-        if old is not None and old != new:
-            txn.delete(bytes((old,)) + iid, db=self.status)
-        txn.put(bytes((new,)) + iid, process, db=self.status)
+    def apply(self, txn: Txn, *, checked: bool = False) -> list[int]:
+        """Check ``txn``'s preconditions, then apply its operations; its
+        results (the numbers of its appends). ``checked``: its
+        preconditions were checked already (in the batch's transaction,
+        around this nested one).
 
-    def run(self, ops: list[tuple[Any, ...]]) -> list[int]:
-        txn = self.txn
+        Raises `Conflict` for the first precondition that does not hold,
+        before anything of ``txn`` is written; anything else it raises (a
+        damaged counter's `JournalCorrupt`, a key LMDB refuses, a full
+        map) may come after some of its writes, so its caller drops the
+        LMDB transaction it ran in (see `_writer._LMDBWriter._apply_all`).
+
+        One call per transaction on the inline path (every commit of a
+        lone writer): the common checks, the status index and the mailbox
+        counter are written out here rather than called, and the careful
+        functions of `storage._txn` and `storage._states` run only for a
+        check that does not plainly hold, to say why (or find it does).
+        """
+        wtxn = self.txn
+        get = wtxn.get
+        instances = self.instances
+        if not checked and (txn.requires or txn.expects):
+            careful = False
+            for iid, codes, incarnation in txn.requires:
+                value = get(iid, db=instances)
+                if value is None:  # (`status_of`, written out)
+                    if codes is not None and ABSENT in codes:
+                        continue
+                    careful = True
+                elif incarnation is not None or (
+                    codes is not None and (value[0] if value else 0) not in codes
+                ):
+                    careful = True
+            if careful:
+                check_requires(txn.requires, self.status_of, self.incarnation_of)
+            for key, version in txn.expects:
+                value = get(STATE_PREFIX + key.encode(), db=self.meta)
+                if value is None:  # (`state_version`, written out)
+                    if version != 0:
+                        check_expects(txn.expects, self.state_version)
+                elif len(value) < 8 or int.from_bytes(value[:8], "big") != version:
+                    check_expects(txn.expects, self.state_version)
+            if txn.fresh_cursors:
+                check_fresh_cursors(txn.fresh_cursors, self.has_cursor)
+        status_db = self.status
         results: list[int] = []
-        for op in ops:
+        for op in txn.ops:
             code = op[0]
             if code == PUT_LOG:
                 _, iid, run, seq, entry = op
                 # Positional (dupdata, overwrite, append, db): py-lmdb takes
                 # keywords in a dict made per call, and this is the put of
                 # nearly every commit.
-                txn.put(iid + _RUN_SEQ.pack(run, seq), entry, True, True, False, self.log)
+                wtxn.put(iid + _RUN_SEQ.pack(run, seq), entry, True, True, False, self.log)
             elif code == TAKE_MESSAGE:
-                txn.delete(op[1] + _Q.pack(op[2]), db=self.mail)
+                wtxn.delete(op[1] + _Q.pack(op[2]), db=self.mail)
             elif code == APPEND_MESSAGE:
                 _, iid, message = op
-                seq = self._next(iid, _MAIL_COUNTER) + 1
-                self._append(iid + _Q.pack(seq), message, self.mail, "mail")
+                # `_next` and `_append`, written out (every send): keep in step.
+                key = iid + _MAIL_COUNTER
+                found = get(key, db=self.counters)
+                if found is None:
+                    seq = 1
+                elif len(found) == 8:
+                    seq = int.from_bytes(found, "big") + 1
+                else:
+                    seq = rd.number(found, "counters", key) + 1  # raises, saying why
+                wtxn.put(key, _Q.pack(seq), db=self.counters)
+                key = iid + _Q.pack(seq)
+                if not wtxn.put(key, message, True, False, False, self.mail):  # no overwrite
+                    raise _overwriting("mail", key)  # (the invariant of `_append`)
                 results.append(seq)
             elif code == PUT_INSTANCE:
                 _, iid, status, process, address, record = op
-                old = self.status_of(iid)
+                value = get(iid, db=instances)
                 header = msgpack.packb([address, process])
-                txn.put(
-                    iid,
-                    bytes((status,)) + _H.pack(len(header)) + header + record,
-                    db=self.instances,
+                wtxn.put(
+                    iid, bytes((status,)) + _H.pack(len(header)) + header + record, db=instances
                 )
-                self._set_index(iid, old, status, process.encode())
+                # The status index: the entry under the old status goes.
+                if value is not None and (old := value[0] if value else 0) != status:
+                    wtxn.delete(bytes((old,)) + iid, db=status_db)
+                wtxn.put(bytes((status,)) + iid, process.encode(), db=status_db)
             elif code == SET_STATUS:
                 _, iid, status = op
-                value = txn.get(iid, db=self.instances)
+                value = get(iid, db=instances)
                 if value is not None:
                     # The process comes from the index entry, not the record's
                     # header: marking a broken record corrupt must not need it
                     # to decode.
-                    old = self.status_of(iid)
-                    assert old is not None  # the record was just read
-                    process = txn.get(bytes((old,)) + iid, db=self.status) or b""
-                    txn.put(iid, bytes((status,)) + value[1:], db=self.instances)
-                    self._set_index(iid, old, status, process)
-            elif code == ADD_TIMER:
-                _, iid, run, seq, due = op
-                ident = iid + _RUN_SEQ.pack(run, seq)
-                old_due = txn.get(ident, db=self.timer_ids)
-                if old_due is not None:
-                    txn.delete(old_due + ident, db=self.timers)
-                txn.put(_Q.pack(due) + ident, b"", db=self.timers)
-                txn.put(ident, _Q.pack(due), db=self.timer_ids)
-            elif code == CANCEL_TIMER:
-                ident = op[1] + _RUN_SEQ.pack(op[2], op[3])
-                old_due = txn.get(ident, db=self.timer_ids)
-                if old_due is not None:
-                    txn.delete(old_due + ident, db=self.timers)
-                    txn.delete(ident, db=self.timer_ids)
-            elif code == DROP_LOG:
-                self._delete_prefix(op[1] + struct.pack(">I", op[2]), self.log)
-            elif code == APPEND_STREAM:
-                _, iid, value = op
-                index = self._next(iid, _STREAM_COUNTER)
-                self._append(iid + _Q.pack(index), value, self.stream, "stream")
-                results.append(index)
-            elif code == SET_CURSOR:
-                _, iid, consumer, position = op
-                txn.put(iid + consumer.encode(), _Q.pack(position), db=self.cursors)
-            elif code == DELETE_CURSOR:
-                txn.delete(op[1] + op[2].encode(), db=self.cursors)
-            elif code == DELETE_INSTANCE:
-                self._delete_instance(op[1])
-            elif code == PUT_STATE:
-                version = self.state_version(op[1]) + 1
-                txn.put(STATE_PREFIX + op[1].encode(), _Q.pack(version) + op[2], db=self.meta)
-            elif code == DELETE_STATE:
-                txn.delete(STATE_PREFIX + op[1].encode(), db=self.meta)
-            else:  # pragma: no cover - a programming error in the runtime
-                raise ValueError(f"unknown journal op {code}")
+                    old = value[0] if value else 0  # (`status_of`, written out)
+                    process = get(bytes((old,)) + iid, db=status_db) or b""
+                    wtxn.put(iid, bytes((status,)) + value[1:], db=instances)
+                    if old != status:
+                        wtxn.delete(bytes((old,)) + iid, db=status_db)
+                    wtxn.put(bytes((status,)) + iid, process, db=status_db)
+            else:
+                self._run_rare(op, results)
         return results
+
+    def _run_rare(self, op: tuple[Any, ...], results: list[int]) -> None:
+        """Apply one operation of a kind `apply` does not write out (timers,
+        streams, cursors, state rows, removals), appending its result if it
+        gives one."""
+        txn = self.txn
+        code = op[0]
+        if code == ADD_TIMER:
+            _, iid, run, seq, due = op
+            ident = iid + _RUN_SEQ.pack(run, seq)
+            old_due = txn.get(ident, db=self.timer_ids)
+            if old_due is not None:
+                txn.delete(old_due + ident, db=self.timers)
+            txn.put(_Q.pack(due) + ident, b"", db=self.timers)
+            txn.put(ident, _Q.pack(due), db=self.timer_ids)
+        elif code == CANCEL_TIMER:
+            ident = op[1] + _RUN_SEQ.pack(op[2], op[3])
+            old_due = txn.get(ident, db=self.timer_ids)
+            if old_due is not None:
+                txn.delete(old_due + ident, db=self.timers)
+                txn.delete(ident, db=self.timer_ids)
+        elif code == DROP_LOG:
+            self._delete_prefix(op[1] + struct.pack(">I", op[2]), self.log)
+        elif code == APPEND_STREAM:
+            _, iid, value = op
+            index = self._next(iid, _STREAM_COUNTER)
+            self._append(iid + _Q.pack(index), value, self.stream, "stream")
+            results.append(index)
+        elif code == SET_CURSOR:
+            _, iid, consumer, position = op
+            txn.put(iid + consumer.encode(), _Q.pack(position), db=self.cursors)
+        elif code == DELETE_CURSOR:
+            txn.delete(op[1] + op[2].encode(), db=self.cursors)
+        elif code == DELETE_INSTANCE:
+            self._delete_instance(op[1])
+        elif code == PUT_STATE:
+            version = self.state_version(op[1]) + 1
+            txn.put(STATE_PREFIX + op[1].encode(), _Q.pack(version) + op[2], db=self.meta)
+        elif code == DELETE_STATE:
+            txn.delete(STATE_PREFIX + op[1].encode(), db=self.meta)
+        else:  # pragma: no cover - a programming error in the runtime
+            raise ValueError(f"unknown journal op {code}")
 
     def _delete_instance(self, iid: bytes) -> None:
         txn = self.txn
@@ -212,3 +275,14 @@ class _Applier:
                         break
         for db in (self.log, self.mail, self.stream, self.cursors, self.counters):
             self._delete_prefix(iid, db)
+
+
+def _overwriting(database: str, key: bytes) -> JournalCorrupt:
+    """The error for a new message or stream value whose key is taken (see
+    `_Applier._append`)."""
+    return rd.corrupt(
+        database,
+        key,
+        "already exists where a new one was to be written (the instance's counter "
+        "in database 'counters' was damaged or lost); nothing was overwritten",
+    )

@@ -56,6 +56,7 @@ def _forget_after_fork() -> None:
     # the writer thread belong to the parent.
     for journal in list(_open_journals):
         journal._forked = True
+        journal._taking = False  # (see GroupCommit._taking: it takes no writes here)
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -138,6 +139,7 @@ class LMDBJournal(_LMDBWriter, Journal):
         # a reader nested in it shares (see `reader`).
         self._reading = threading.local()
         self.lost_chains = LostChains()  # chains a write nobody awaited lost (both threads)
+        self._lost_news = self.lost_chains.news  # (what `_finish` looks at: see GroupCommit)
         # Lets the GIL go to the writer thread when a busy trio thread
         # starves it (real clocks only: see `storage._handoff`).
         self._gil_handoff = Handoff(lambda: self._inflight > 0)
@@ -166,6 +168,7 @@ class LMDBJournal(_LMDBWriter, Journal):
             for name in _DBS:
                 self._dbs[name] = self._env.open_db(name.encode())
             self._handles = tuple(self._dbs[name] for name in _Applier.__slots__[1:])
+            self._inline_applier = _Applier(None, self._handles)
             with self._env.begin(write=True, db=self._dbs["meta"]) as txn:
                 found = txn.get(b"format")
                 if found is None:

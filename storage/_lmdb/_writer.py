@@ -70,6 +70,7 @@ class _LMDBWriter(GroupCommit):
     _forked: bool
     _read_lock: threading.Lock
     lost_chains: j.LostChains
+    _inline_applier: _Applier  # (see `_write_inline`; made as the journal opens)
 
     if TYPE_CHECKING:  # defined by LMDBJournal
 
@@ -124,15 +125,38 @@ class _LMDBWriter(GroupCommit):
             batch.outcomes = self._write(batch.txns)
 
     def _write_inline(self, txns: list[Txn]) -> list[Any] | None:
-        """Commit ``txns`` in the calling thread; their outcomes, or None if
-        that failed (the map is full, say): the writer thread then retries
-        them carefully."""
+        """Commit ``txns`` in the calling (trio) thread; their outcomes, or
+        None if that failed (the map is full, say): the writer thread then
+        retries them carefully.
+
+        `_apply_all` without isolation, written for this path: the commit is
+        this call and the applier's `apply` per transaction. It makes no
+        `Chain`: without isolation a failure other than `Conflict` (which
+        takes down nothing else) fails the whole commit, so a chain here
+        can only have been lost in an earlier batch (`LostChains`).
+        """
         env = self._env
-        assert env is not None  # (`_commit_inline` checked it is open)
+        assert env is not None  # (`GroupCommit.commit` checked it is open)
+        failed = self.lost_chains.failed
+        # Invariant: only the trio thread uses this applier, and only here,
+        # while no batch is in flight (`GroupCommit.commit` writes inline
+        # only then), so the writer thread is not applying meanwhile.
+        apply = self._inline_applier
+        outcomes: list[Any] = []
         try:
-            return self._apply(env, txns, isolate=False)
+            with env.begin(write=True) as wtxn:
+                apply.txn = wtxn
+                for txn in txns:
+                    if failed and txn.chain is not None and txn.chain in failed:
+                        outcomes.append(failed[txn.chain])  # it builds on one that failed
+                        continue
+                    try:
+                        outcomes.append(apply.apply(txn))
+                    except Conflict as exc:  # (raised before it wrote anything)
+                        outcomes.append(exc)
         except Exception:
             return None
+        return outcomes
 
     def _write(self, txns: list[Txn], *, isolate: bool = False) -> list[Any]:
         """The careful path: apply and commit ``txns``, growing the map as
@@ -253,7 +277,13 @@ class _LMDBWriter(GroupCommit):
             if txn.chain is not None and (broken := chain.refused(txn)) is not None:
                 outcomes.append(broken)  # it builds on one that failed
                 continue
-            if txn.requires or txn.expects:
+            if not isolate:
+                try:
+                    outcomes.append(apply.apply(txn))
+                except Conflict as exc:  # (raised before it wrote; nothing else fails: see Chain)
+                    outcomes.append(exc)
+                continue
+            if txn.requires or txn.expects:  # checked here, around its nested transaction
                 try:
                     j.check_requires(txn.requires, apply.status_of, apply.incarnation_of)
                     if txn.expects:
@@ -263,12 +293,9 @@ class _LMDBWriter(GroupCommit):
                 except Conflict as exc:  # (it takes down nothing else: see Chain)
                     outcomes.append(exc)
                     continue
-            if not isolate:
-                outcomes.append(apply.run(txn.ops))
-                continue
             child = self._env.begin(write=True, parent=wtxn)  # type: ignore[union-attr]
             try:
-                results = _Applier(child, self._handles).run(txn.ops)
+                results = _Applier(child, self._handles).apply(txn, checked=True)
                 child.commit()
             except lmdb.MapFullError:
                 child.abort()
