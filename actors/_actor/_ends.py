@@ -179,7 +179,7 @@ class Ends:
         children, actor.children = actor.children, {}
         if children:  # (most runs have none: no call)
             await _sup.cancel_children(actor.system, children, f"parent {actor.address} {status}")
-        timers = actor.arrivals.take_timers()
+        timers = actor.arrivals.take_timers() if actor.arrivals.timers else []
         notice = _transactions.end_of_run(
             txn,
             actor.iid,

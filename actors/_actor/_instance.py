@@ -126,9 +126,8 @@ class Actor(Activation):
             self.span = None
         self.done = True
         self.driver.unload()
-        registry = self.system.registry
-        if registry.live.get(self.iid) is self:  # (else gone from the table already: ended)
-            registry.forget(self)
+        if self.system.registry.live.get(self.iid) is self:  # (an end took it out already)
+            self.system.registry.forget(self)
         if self.lost is not None:  # what it ended or left memory with was lost
             self.system.stalls.reload_lost(self.iid)
 
@@ -220,7 +219,7 @@ class Actor(Activation):
         task = self.parked
         if task is not None:
             self.parked = None
-            if task is NO_TASK:  # (as `_rouse`, here since it is most wake-ups)
+            if task is NO_TASK:  # it waits without a task: the runner steps it
                 self.system.registry.runner.ready(self)
             else:
                 trio.lowlevel.reschedule(task)
@@ -245,15 +244,10 @@ class Actor(Activation):
         if task is not None and not self.busy:
             self.passivate_requested = True
             self.parked = None
-            self._rouse(task)
-
-    def _rouse(self, task: Any) -> None:
-        """Resume the instance parked in ``task``: reschedule it, or have the
-        runner step it if it waits without one (`NO_TASK`)."""
-        if task is NO_TASK:
-            self.system.registry.runner.ready(self)
-        else:
-            trio.lowlevel.reschedule(task)
+            if task is NO_TASK:  # (as in `wakeup`)
+                self.system.registry.runner.ready(self)
+            else:
+                trio.lowlevel.reschedule(task)
 
     def _unpark(self, _: Any) -> trio.lowlevel.Abort:
         self.parked = None
@@ -379,7 +373,8 @@ class Actor(Activation):
     def task_finished(self) -> None:
         """A task of `start_task` is done (whatever its outcome)."""
         self.busy -= 1
-        self.wakeup()
+        if not self.woken:  # (else nothing more to wake: see `Arrivals.deliver`)
+            self.wakeup()
 
     def register_compensation(
         self, step: fx.Step[Any], result: Any, *, possibly_applied: bool = False
@@ -392,16 +387,14 @@ class Actor(Activation):
 
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
         """Start the leaves of ``effect`` that replay left open."""
-        if not isinstance(effect, fx.Composite):  # a lone leaf (most awaits): no race
-            if not effect.done:  # (`_start_live`, inlined for most awaits)
-                self.live.add(effect)
-                self.system.wiring.behaviours[type(effect)].start(self, effect, started.get(effect))
-            return
-        for leaf in effect.leaves():
+        composite = isinstance(effect, fx.Composite)  # (else a lone leaf, most awaits: no race)
+        behaviours = self.system.wiring.behaviours
+        for leaf in effect.leaves() if composite else (effect,):
             if effect.done:
                 break
-            if not leaf.done and not leaf.decided_above():
-                self._start_live(leaf, started.pop(leaf, None))
+            if not leaf.done and not (composite and leaf.decided_above()):
+                self.live.add(leaf)
+                behaviours[type(leaf)].start(self, leaf, started.pop(leaf, None))
         for leaf in started:
             # Started in an earlier activation, and now never run because the
             # race was decided without it: drop what it left behind.
@@ -414,10 +407,6 @@ class Actor(Activation):
     def child_handle(self, address: str) -> ChildHandle[Any]:
         """The handle a replayed spawn gives the process."""
         return ChildHandle._create(self.system, address)
-
-    def _start_live(self, leaf: Effect[Any], entry: LogEntry | None) -> None:
-        self.live.add(leaf)
-        self.system.wiring.behaviours[type(leaf)].start(self, leaf, entry)
 
     def finish(
         self,

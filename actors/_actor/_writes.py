@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import InstanceRecord, Ticket, Txn
+from storage import TERMINAL_STATUSES, InstanceRecord, Ticket, Txn
 from storage.errors import Conflict
 
 from .._features._sending import commit_through
@@ -162,9 +162,15 @@ class Writes:
         # could take and submit its own in between, ahead of these: an end
         # committed before the writes of the run it ends, which then set
         # the instance running again.
-        self._sync_status()
-        pending = self.txn
+        persisted = self.persisted_status
+        # (An end in ``txn`` puts the record with its status, over anything
+        # written before it in the same commit: no running status first.)
+        if self.actor.status != persisted and persisted not in TERMINAL_STATUSES:
+            self._sync_status()
+        pending = self._txn
         self._txn = None
+        if pending is None:  # nothing ridden: the caller's own is the commit
+            pending, txn = (Txn(), None) if txn is None else (txn, None)
         # ``txn`` may fail its own preconditions (a child's start that lost a
         # race): the ridden writes are then kept for the next commit, never
         # dropped with it. Copied only for such a ``txn``.

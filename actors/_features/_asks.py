@@ -128,8 +128,7 @@ class Asks:
             if timeout is None:
                 await pending.event.wait()  # (`_wait`'s first wait: most asks need no other)
                 reply = pending.payload
-                if reply is None:
-                    reply = await self._wait(pending, box, iid)
+                reply = reply if reply is not None else await self._wait(pending, box, iid)
                 return reply["v"] if "v" in reply else _result(reply, address)
             with trio.move_on_after(timeout):
                 return _result(await self._wait(pending, box, iid), address)
@@ -195,8 +194,7 @@ class Asks:
 
     def hand(self, box: bytes, payload: dict[str, Any], _: object = None) -> None:
         """A reply to a system ask of this node is durable: give it to its
-        waiter. (The third argument, a commit's results, is ignored: so it is
-        a transaction's ``then`` as it is.)"""
+        waiter. (A transaction's ``then`` as it is: its results are ignored.)"""
         pending = self._pending.get(box)
         if pending is not None and pending.payload is None:
             pending.payload = decode(encode(payload))  # what was recorded, never the object

@@ -279,11 +279,14 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                 # so a replay after a lost write never puts other work at this
                 # step, and one idempotency key names one piece of work.
                 await actor.writes.barrier(_log_txn(actor, step.seq, record), durable=True)
-                await _check_lease(actor)
+                if actor.system.journal.node is not None:  # (a single owner has no lease)
+                    await _check_lease(actor)
                 info = StepInfo(step.key, step.name, attempt, actor.address)
                 timed_out = False
                 try:
-                    with _tracing.step_span(actor, info):
+                    # (Tracing off, the usual case, costs no call.)
+                    tracing = actor.system.tracing
+                    with _tracing.step_span(actor, info) if tracing else _tracing.NO_SPAN:
                         value = await call_once(
                             actor, step.fn, args, kwargs, step.timeout, info, step.thread
                         )
@@ -313,7 +316,8 @@ async def run_step(actor: ActorAPI, step: Step[Any], started: LogEntry | None) -
                     outcome = step.describe(
                         value=value, attempt=attempt, failures=failures, closed=closed, key=step.key
                     )
-                    actor.register_compensation(step, value)
+                    if step.compensate is not None:  # (most steps have none: no call)
+                        actor.register_compensation(step, value)
                     actor.finish(step, value, None, outcome)
                     return
                 in_attempt = False

@@ -65,6 +65,8 @@ class WritesAPI(Protocol):
 class ArrivalsAPI(Protocol):
     """What reaches an actor from outside (`_arrivals.Arrivals`)."""
 
+    timers: dict[int, fx.Timer]  # its live timers, by seq
+
     def deliver(self, seq: int, message: StoredMessage) -> None: ...
 
     def timers_due(self, now: float) -> None: ...

@@ -57,7 +57,6 @@ from ._hosts import (
     Owner,
     Parked,
     Passivated,
-    outcome_of,
 )
 from ._log import NO_VALUE, LogEntry
 from ._mailbox import Asker
@@ -271,11 +270,10 @@ class Driver(Unawaited):
 
     def check_consumed(self) -> None:
         """Raise `NonDeterminismError` if the log goes on past the last effect."""
-        log = self.log
-        if log and max(log) > self.seq:  # (`unconsumed` says so too; most logs end here)
-            error = unconsumed(self.address, log, self.seq)
-            if error is not None:
-                raise error
+        log = self.log  # (most logs end at seq: then `unconsumed` is not called)
+        error = unconsumed(self.address, log, self.seq) if log and max(log) > self.seq else None
+        if error is not None:
+            raise error
 
     # -- the loop ------------------------------------------------------------------
 
@@ -425,7 +423,8 @@ class Driver(Unawaited):
                     method, argument = what
                     await getattr(host.ends, method)(argument)
                     return
-                send, throw = outcome_of(what)
+                throw = what.error  # (`outcome_of`, written out: every effect waited for)
+                send = what.value if throw is None else None
         except Parked as parked:
             kept = True
             parked.coro = coro

@@ -47,6 +47,7 @@ except ImportError:  # the "otel" extra is not installed: tracing is off
     TraceContextTextMapPropagator = None  # type: ignore[assignment,misc]
 
 __all__ = [
+    "NO_SPAN",
     "active",
     "begin_run",
     "delivered",
@@ -58,7 +59,8 @@ __all__ = [
     "tracer",
 ]
 
-_NULL = contextlib.nullcontext()
+#: What `step_span` gives with tracing off (a caller may use it without the call).
+NO_SPAN = contextlib.nullcontext()
 _inert: tuple[type, ...] = ()
 if _trace is not None:
     _propagator = TraceContextTextMapPropagator()
@@ -132,7 +134,7 @@ def record_crash(exc: BaseException, summary: str) -> None:
 def step_span(actor: Any, info: Any) -> Any:
     """A context manager around one attempt (``info``: its `StepInfo`)."""
     if not actor.system.tracing:
-        return _NULL
+        return NO_SPAN
     return actor.system.tracer.start_as_current_span(
         f"step {info.name}",
         attributes={

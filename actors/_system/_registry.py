@@ -90,9 +90,8 @@ class Registry:
         epoch: int = 0,
         written: str | None = None,
     ) -> Actor:
-        """Run an instance whose record was just written (so nothing to read
-        back, unless mail for it was routed meanwhile); ``written``: the
-        status it was written with, if the caller knows it.
+        """Run an instance whose record was just written (with status
+        ``written``, if known): nothing to read back, unless mail was routed.
 
         Between the commit of the record and this call, a sender can commit
         a message to the instance and find no actor to hand it to: it asks
@@ -105,9 +104,8 @@ class Registry:
         existing = self.live.get(iid)
         if existing is not None:
             return existing
-        # Its record is what was just written: the journal takes its writes
-        # afresh (an earlier life in memory of this id, its creation lost
-        # with one of its own writes, left its chain refused: LostChains).
+        # The journal takes its writes afresh (an earlier life of this id in
+        # memory, lost with a write of its own, left its chain refused).
         self.journal.resume_chain(iid)
         loaded = iid not in self.routed_absent
         self.routed_absent.discard(iid)
