@@ -117,7 +117,7 @@ class Writes:
         pending, self._txn = self.txn, None
         offset = pending.extend(txn)
         self._own(pending)
-        pending.then = lambda results: then(results[offset:])
+        pending.then = _from_slot(then, offset)
         self.ticket = actor.journal.submit(pending)
 
     async def settle(self) -> None:
@@ -181,7 +181,7 @@ class Writes:
         # The caller's results, by its own slots: the ridden writes go first.
         offset = 0 if txn is None else pending.extend(txn)
         if then is not None:
-            pending.then = lambda results: then(results[offset:])
+            pending.then = _from_slot(then, offset)
         actor = self.actor
         self._own(pending)
         prior = self.ticket
@@ -289,3 +289,9 @@ class Writes:
         """The write of exports ``version`` landed: watchers may see them."""
         newest = self.actor.record.exports_version
         self.published = None if newest == version else (version, exports)
+
+
+def _from_slot(then: Callable[[list[int]], None], offset: int) -> Callable[[list[int]], None]:
+    """``then``, given the results of a transaction from slot ``offset`` on
+    (its own, after ridden writes that take ``offset`` slots: most take none)."""
+    return then if offset == 0 else lambda results: then(results[offset:])

@@ -180,15 +180,15 @@ PLANTS: dict[str, Plant] = {
     "aliased-payload": Plant(
         "actors._features._sending",
         "Router.send_iid",
-        old="txn.then = lambda results: self.route(iid, results[0], notice.message)",
+        old="txn.then = partial(self.route, notice)",
         new="""
             def then(results):
                 receiver = self.system.registry.live.get(iid)
                 if receiver is not None and not receiver.done:  # planted: the sender's object
-                    aliased = _message_txns.StoredMessage(signal.name, payload, None, None, ask)
+                    aliased = StoredMessage(signal.name, payload, None, None, ask)
                     receiver.arrivals.deliver(results[0], aliased)
                 else:
-                    self.route(iid, results[0], notice.message)
+                    self.route(notice, results)
             txn.then = then
         """,
         what="a live receiver gets the sender's object, not the stored bytes",
