@@ -69,7 +69,6 @@ from ._disk_cancel import cancel_on_disk
 from ._status_watch import state_of
 
 if TYPE_CHECKING:
-    from .._features._queue_state import Queue
     from .._kernel._interfaces import ActorAPI, SystemAPI
 
 __all__ = ["FRESH_REFUSED", "Lifecycle"]
@@ -208,27 +207,29 @@ class Lifecycle:
         params: tuple[Any, ...],
         input: dict[str, Any],
         if_exists: str,
-        queue: Queue | str | None,
-        priority: int,
+        where: object,
+        rank: int,
     ) -> Coroutine[Any, Any, tuple[Handle[Any], bool]]:
         """The body of `ActorSystem.start`: its arguments checked here, at
         once; returns the start to await (`start`), not a frame of its own
-        above it, which each of the start's suspensions would resume."""
+        above it, which each of the start's suspensions would resume.
+        ``where`` and ``rank`` are what the start asked of a gate (its
+        ``queue=`` and ``priority=``: see `GatesAPI`)."""
         if _guard.stepping.address is not None:  # (process code: refused, saying why)
             _guard.refuse("system.start()", "start children with ctx.call or ctx.spawn")
         if if_exists not in ("return", "error"):
             raise InvalidArguments(
                 f"start(if_exists=...) takes 'return' or 'error', not {if_exists!r}"
             )
-        queued = None  # (a start without a queue= or priority= asks nothing of queues)
-        if queue is not None or type(priority) is not int or priority:
-            queued = self.system.gates.choose(queue, priority)
+        gate = None  # (a start that asks for no gate asks nothing of their keeper)
+        if where is not None or type(rank) is not int or rank:
+            gate = self.system.gates.choose(where, rank)
         registry = self.system.registry
         # (A registered definition is found at once; `definition` says why not.)
         definition = registry.procs.get(proc.template if isinstance(proc, ProcessDef) else proc)
         if definition is None:
             definition = registry.definition(proc)
-        return self.start(definition, params, input, None, queued=queued, if_exists=if_exists)
+        return self.start(definition, params, input, None, gate=gate, if_exists=if_exists)
 
     async def start(
         self,
@@ -239,7 +240,7 @@ class Lifecycle:
         *,
         parent: str | None = None,
         address: str | None = None,
-        queued: StartGate | None = None,
+        gate: StartGate | None = None,
         extra: Callable[[Txn], None] | None = None,
         if_exists: str = "return",
     ) -> tuple[Handle[Any], bool]:
@@ -274,9 +275,7 @@ class Lifecycle:
             # acknowledges a start once it is queued, and a start that did
             # not read must learn whether its commit found the address free.)
             fresh = (
-                queued is None
-                and extra is None
-                and (not self.local or journal.durability == "sync")
+                gate is None and extra is None and (not self.local or journal.durability == "sync")
             )
             # (Only under the lease: see "A fresh start". A single owner's is 0.)
             term = (0 if journal.node is None else journal.lease_term()) if fresh else None
@@ -309,22 +308,22 @@ class Lifecycle:
                     message=None if message is None else (message[0].name, message[1]),
                     # (Tracing off, the usual case, costs no call.)
                     trace=_tracing.traceparent(system) if system.tracing else None,
-                    status="running" if queued is None else queued.status,
+                    status="running" if gate is None else gate.status,
                     encoded_input=encoded_input,
                     index=bool(proc.listens),
                     fresh=fresh,
                 )
                 record = start.record
-                if queued is not None:  # not in memory: what handles read
-                    system.statuses.remember(iid, (queued.status, record))
+                if gate is not None:  # not in memory: what handles read
+                    system.statuses.remember(iid, (gate.status, record))
                 if extra is not None:  # what the caller records with the start (a schedule's tick)
                     extra(start.txn)
                 # A fresh start claims in its commit where a claim is a round
                 # trip; on a journal that reads at once a claim is 0, at once.
                 slot = start.txn.claim_created(iid) if fresh and not self.local else None
                 try:
-                    if queued is not None:  # it waits for a slot: the queue's pump starts it
-                        await queued.commit(start.txn, iid, address)
+                    if gate is not None:  # it waits for a slot: the queue's pump starts it
+                        await gate.commit(start.txn, iid, address)
                         return Handle._create(system, iid, address, record.incarnation), True
                     # (If written with its outcome unknown, it runs once the journal answers.)
                     results = await commit_through(

@@ -791,7 +791,7 @@ def test_the_feature_count_sees_each_feature():
 
 
 # The modules that may name the queues' machinery (the target is 5): their
-# own two, and those that cannot do without for now, each with why. A module
+# own two, and the public calls that take a queue, each with why. A module
 # that starts naming queues fails the test; one that stops must leave the list.
 QUEUE_MODULES = {
     "_features._queues": "the service, its pumps and a queued start's gate",
@@ -799,7 +799,6 @@ QUEUE_MODULES = {
     "_system._facade": "start(queue=, priority=), queue_info and the service it builds",
     "_system._open": "open_system(queues=...)",
     "_actor._ctx_children": "ctx.call/spawn/scope(queue=, priority=)",
-    "_system._lifecycle": "start(queued=) from the facade; the cancel of a queued instance",
 }
 
 
