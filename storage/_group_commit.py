@@ -203,11 +203,11 @@ class GroupCommit(WriterThread):
     durability: Durability
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
-        # One coroutine frame, resumed once: the inline path and the
-        # enqueue are written out here, not awaited or called (each layer of
-        # coroutine costs a call per resumption; see docs/design.md, "The
-        # hot flows, walked"), so an inline LMDB commit is this frame, the
-        # journal's `_write_inline` and its applier's `apply`.
+        # One coroutine frame, resumed once: the inline path is written out
+        # here, not awaited (each layer of coroutine costs a call per
+        # resumption; see docs/design.md, "The hot flows, walked"), so an
+        # inline LMDB commit is this frame, the journal's `_write_inline` and
+        # its applier's `apply`; the enqueue for the writer thread is a call.
         if self.readonly:
             self._refuse_write()
         if not (durable or self.durability == "sync" or txn.must_wait(False)):
@@ -280,20 +280,7 @@ class GroupCommit(WriterThread):
         # per commit; ``task`` is its one field.)
         waiter = object.__new__(_Waiter)
         waiter.task = trio.lowlevel.current_task()
-        # `_enqueue`, written out (keep the two in step).
-        if not self._taking:
-            self._check_writable()  # raises, saying why
-        with self._lock:
-            if self._deferred:
-                self._enqueue_deferred()  # first, into the same batch
-            pending = self._pending
-            if pending and len((batch := pending[-1]).txns) < self._split_at:
-                # (`_append`'s joining case, written out: keep them in step)
-                batch.txns.append(txn)
-                batch.waiters.append(waiter)
-                self._uncommitted += 1
-            else:
-                self._append(txn, waiter)
+        self._enqueue(txn, waiter)
         return await trio.lowlevel.wait_task_rescheduled(waiter)  # type: ignore[no-any-return]
 
     def defer(self, txn: Txn) -> Ticket:
@@ -331,20 +318,7 @@ class GroupCommit(WriterThread):
     def submit(self, txn: Txn) -> Ticket:
         if self.readonly:
             self._refuse_write()
-        # `_enqueue`, written out (keep the two in step).
-        if not self._taking:
-            self._check_writable()  # raises, saying why
-        with self._lock:
-            if self._deferred:
-                self._enqueue_deferred()  # first, into the same batch
-            pending = self._pending
-            if pending and len((batch := pending[-1]).txns) < self._split_at:
-                # (`_append`'s joining case, written out: keep them in step)
-                batch.txns.append(txn)
-                batch.waiters.append(None)
-                self._uncommitted += 1
-            else:
-                batch = self._append(txn, None)
+        batch = self._enqueue(txn, None)
         # Only the trio thread appends to a batch, so txn is still its last.
         # (A `BatchTicket` made without its ``__init__``: a frame less.)
         ticket = object.__new__(BatchTicket)
