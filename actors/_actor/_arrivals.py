@@ -134,10 +134,7 @@ class Arrivals:
 
     def add_wait(self, wait: fx.Wait[Any]) -> None:
         """Register a live wait and give it a message if one is already here."""
-        mailbox = self.actor.mailbox
-        mailbox.add_wait(wait)
-        if mailbox.messages:  # (else nothing is here to take: most waits)
-            self.match_mail()
+        WaitBehaviour.start(self.actor, wait, None)
 
     def remove_wait(self, wait: fx.Wait[Any]) -> None:
         """Drop a live wait that will take nothing (it lost a race)."""
@@ -214,9 +211,11 @@ class Arrivals:
 class WaitBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, wait: fx.Wait[Any], started: LogEntry | None) -> None:
-        mailbox = actor.mailbox  # (`Arrivals.add_wait`, written out: every wait comes here)
+        """Register a live wait and give it a message if one is already here
+        (`Arrivals.add_wait` for a wait begun otherwise: an ask's)."""
+        mailbox = actor.mailbox
         mailbox.add_wait(wait)
-        if mailbox.messages:
+        if mailbox.messages:  # (else nothing is here to take: most waits)
             actor.arrivals.match_mail()
 
     @staticmethod

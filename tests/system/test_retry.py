@@ -268,18 +268,27 @@ async def test_a_cleanup_removes_what_a_retry_kept(make_journal):
 async def test_two_retries_at_once_make_one_incarnation(make_journal):
     async with actors.open_system(make_journal(), processes=PROCESSES) as system:
         await failed(system, order, "o-7")
-        handles = []
+        await _two_retries_make_one_incarnation(system, "orders/o-7")
 
-        async def one():
-            handles.append(await system.retry("orders/o-7"))
 
+async def _two_retries_make_one_incarnation(system, address, after=None):
+    """Retry ``address`` twice at once (``after`` is called as each returns):
+    both get the one new incarnation, which runs its step once more."""
+    handles = []
+
+    async def one():
+        handles.append(await system.retry(address))
+        if after is not None:
+            after()
+
+    with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(one)
             nursery.start_soon(one)
-        assert [2, 2] == [h.incarnation for h in handles]
-        await handles[0].result()
-        assert 1 == len(await kept(system, "orders/o-7"))
-        assert 2 == len(KEYS)
+    assert [2, 2] == [h.incarnation for h in handles]
+    await handles[0].result()
+    assert 1 == len(await kept(system, address))
+    assert 2 == len(KEYS)
 
 
 async def test_a_retry_whose_first_look_is_slow_shares_the_one_under_way(make_journal, monkeypatch):
@@ -303,20 +312,7 @@ async def test_a_retry_whose_first_look_is_slow_shares_the_one_under_way(make_jo
     monkeypatch.setattr(_crashes, "resume_parked", slow_look)
     async with actors.open_system(make_journal(), processes=PROCESSES) as system:
         await failed(system, order, "o-8")
-        handles = []
-
-        async def one():
-            handles.append(await system.retry("orders/o-8"))
-            first_back.set()
-
-        with trio.fail_after(20):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(one)
-                nursery.start_soon(one)
-        assert [2, 2] == [h.incarnation for h in handles]
-        await handles[0].result()
-        assert 1 == len(await kept(system, "orders/o-8"))
-        assert 2 == len(KEYS)
+        await _two_retries_make_one_incarnation(system, "orders/o-8", first_back.set)
 
 
 async def test_a_retry_whose_run_ends_during_a_status_read_still_answers(monkeypatch):
