@@ -45,7 +45,7 @@ from ._clock import AutojumpHold
 from ._handoff import Doorbell, Handoff
 from ._journal import Durability, Settled, Ticket, Txn
 from ._writer_thread import NO_SPLIT, Commit, WriterThread
-from .errors import JournalClosed
+from .errors import CommitOutcomeUnknown, JournalClosed
 
 __all__ = ["ASYNC_WINDOW_SECONDS", "ASYNC_WINDOW_TXNS", "Batch", "Commit", "GroupCommit"]
 
@@ -281,7 +281,11 @@ class GroupCommit(WriterThread):
         waiter = object.__new__(_Waiter)
         waiter.task = trio.lowlevel.current_task()
         self._enqueue(txn, waiter)
-        return await trio.lowlevel.wait_task_rescheduled(waiter)  # type: ignore[no-any-return]
+        try:
+            return await trio.lowlevel.wait_task_rescheduled(waiter)  # type: ignore[no-any-return]
+        except (trio.Cancelled, CommitOutcomeUnknown):
+            txn.doubt()  # it may be written all the same (see `Journal.commit`)
+            raise
 
     def defer(self, txn: Txn) -> Ticket:
         if self.readonly:

@@ -74,6 +74,7 @@ from ._txn import (
     due_us as due_us,
     stored_incarnation as stored_incarnation,
 )
+from .errors import CommitOutcomeUnknown
 
 __all__ = [
     "LIVE_STATUSES",
@@ -144,6 +145,22 @@ class Settled(Ticket):
     async def wait(self) -> list[int]:
         await trio.lowlevel.checkpoint()
         return unwrap(self._outcome)
+
+
+async def wait_for(ticket: Ticket, txn: Txn) -> list[int]:
+    """``ticket.wait()`` for the `commit` of ``txn``: doubting it if its
+    outcome is not learned, handing its results on if the journal did not
+    (see `Journal.commit`)."""
+    try:
+        results = await ticket.wait()
+    except (trio.Cancelled, CommitOutcomeUnknown):
+        txn.doubt()
+        raise
+    if txn.then is not None:  # (a journal that settles tickets off the trio thread)
+        outcome = txn.hand_on(results)
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return results
 
 
 def unwrap(outcome: list[int] | BaseException) -> list[int]:
@@ -239,15 +256,23 @@ class Journal(abc.ABC):
         """Submit ``txn`` and wait for it, as the journal's durability says
         (or always until durable, with ``durable=True``).
 
+        Invariant (every journal's `commit` keeps it): what is committed is
+        acted on. ``txn.then`` gets the results before this returns, and if
+        its caller may not learn the outcome (cancelled once ``txn`` may be
+        written, or `CommitOutcomeUnknown`), ``txn.in_doubt`` is called
+        before the error goes on (`Txn.doubt`). Cancelled before anything
+        is submitted, it writes nothing and doubts nothing.
+
         Returns:
             The results of `Txn.append_message` / `Txn.append_stream`.
 
         Raises:
             Conflict, JournalFull: see `Ticket.wait`; nothing was written.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
         ticket = self.submit(txn)
         if durable or self.durability == "sync" or txn.must_wait(self.node is not None):
-            return await ticket.wait()
+            return await wait_for(ticket, txn)
         return []
 
     async def flush(self) -> None:

@@ -23,10 +23,12 @@ __all__ = ["Parking"]
 class Parking:
     """One task's place to sleep until `wake` (call both from the trio thread)."""
 
-    __slots__ = ("_task",)
+    __slots__ = ("task",)
 
     def __init__(self) -> None:
-        self._task: trio.lowlevel.Task | None = None
+        # The task parked here, or None: `wake` does nothing then, so a hot
+        # caller may check this attribute first and save the call.
+        self.task: trio.lowlevel.Task | None = None
 
     def park(self) -> Coroutine[Any, Any, None]:
         """Sleep until `wake` (or a cancellation): ``await parking.park()``.
@@ -37,16 +39,16 @@ class Parking:
         wake-up of every parked task). Await what it returns at once, in
         the task that called it.
         """
-        self._task = trio.lowlevel.current_task()
+        self.task = trio.lowlevel.current_task()
         return trio.lowlevel.wait_task_rescheduled(self._abort)  # noqa: ASYNC105 - awaited by the caller
 
     def wake(self) -> None:
         """Wake the parked task, if one is parked."""
-        task = self._task
+        task = self.task
         if task is not None:
-            self._task = None
+            self.task = None
             trio.lowlevel.reschedule(task)
 
     def _abort(self, _: Any) -> trio.lowlevel.Abort:
-        self._task = None
+        self.task = None
         return trio.lowlevel.Abort.SUCCEEDED

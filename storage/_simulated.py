@@ -226,7 +226,7 @@ class SimulatedJournal(MemoryJournal):
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
         if durable or self.durability == "sync" or txn.must_wait(self.node is not None):
-            return await self._submit(txn).wait()
+            return await j.wait_for(self._submit(txn), txn)
         # "async": queued is enough (and lost if the host dies first).
         txn.unawaited = True
         self._submit(txn)

@@ -129,9 +129,18 @@ class Txn(StateOps):
     # What its committer does with its results once it commits (hand a
     # message to its live receiver): called once, by the journal as soon as
     # it learns the outcome, before it wakes the committer (so the receiver
-    # runs in the same scheduling round as the sender), or else by the
-    # committer when its commit returns (`actors._features._sending.commit_through`).
+    # runs in the same scheduling round as the sender). Every journal's
+    # `commit` and `submit` hands the results on so (`hand_on`).
     then: Callable[[list[int]], None] | None = None
+    # What its committer does if it may never learn the outcome: called
+    # (once, with this transaction) by the journal's `commit` when the
+    # committer is cancelled while the transaction may be written, or the
+    # outcome is unknown (`CommitOutcomeUnknown`), before the error goes on
+    # (`doubt`). It has what follows done from the journal once it answers:
+    # a receiver reads its mailbox again, a started instance is loaded.
+    # A field, not a wrapper around each commit: a coroutine frame per
+    # commit costs two calls of every send and six of every start.
+    in_doubt: Callable[[Txn], None] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.ops)
@@ -149,6 +158,13 @@ class Txn(StateOps):
         except Exception as exc:  # noqa: BLE001 - its committer learns of it, as it would have
             return exc
         return outcome
+
+    def doubt(self) -> None:
+        """Its committer will not learn whether it was written: run
+        ``in_doubt`` (once; see the field). Called by journals' `commit`."""
+        in_doubt, self.in_doubt = self.in_doubt, None
+        if in_doubt is not None:
+            in_doubt(self)
 
     def receivers(self) -> set[bytes]:
         """The instances this transaction appends messages to."""

@@ -319,7 +319,9 @@ class Actor(Activation):
         self.set_status("suspended")
         self.writes.flush(defer=True)
         self.idle_since = trio.current_time()
-        self.system.registry.instance_idle()
+        sweep = self.system.registry.idle_sweep
+        if sweep.task is not None:  # it sleeps while nothing is idle: give it a deadline
+            sweep.wake()
 
     async def _passivate(self) -> None:
         # Invariant: an instance leaves memory only once everything it wrote

@@ -80,7 +80,9 @@ class Runner:
         """Something woke ``actor``, parked without a task: step it soon."""
         self._ready.append(cast(Waiting, actor))  # (the registry makes every actor)
         if self._running:
-            self._parking.wake()
+            parking = self._parking
+            if parking.task is not None:  # (else it is stepping, or about to)
+                parking.wake()
             return
         nursery = self.system.registry.nursery
         assert nursery is not None
@@ -92,14 +94,19 @@ class Runner:
         with none, sleep. A message to a waiting instance so costs no task
         switch of its own, and a thousand woken together cost one."""
         ready = self._ready
+        parking = self._parking
         try:
             while True:
-                if not ready:
-                    await self._parking.park()
-                    continue
                 for _ in range(len(ready)):
                     step(ready.popleft())
-                await trio.lowlevel.checkpoint()
+                # Invariant: nothing yields between this check and parking,
+                # so an instance made ready after it wakes the park. With
+                # none ready, parking is the round's yield (no checkpoint
+                # first, which would resume this frame only to park).
+                if ready:
+                    await trio.lowlevel.checkpoint()
+                else:
+                    await parking.park()
         finally:
             self._running = False
 

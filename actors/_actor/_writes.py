@@ -25,7 +25,6 @@ import trio
 from storage import TERMINAL_STATUSES, InstanceRecord, Ticket, Txn
 from storage.errors import Conflict
 
-from .._features._sending import commit_through
 from .._kernel._transactions import START_RACED
 
 if TYPE_CHECKING:
@@ -67,10 +66,15 @@ class Writes:
 
     @property
     def txn(self) -> Txn:
-        """The ridden writes (see the module docstring); made at the first."""
+        """The ridden writes (see the module docstring); made at the first.
+
+        Invariant: the ridden writes are the instance's own from the start
+        (``chain``, see `_own`), so a suspension's flush fences them only
+        on a shared journal."""
         txn = self._txn
         if txn is None:
             txn = self._txn = Txn()
+            txn.chain = self.actor.iid
         return txn
 
     def _sync_status(self) -> None:
@@ -97,10 +101,13 @@ class Writes:
         txn = self._txn
         if txn is not None and txn.ops:
             actor = self.actor
-            self._own(txn)
+            if actor.fenced:  # (chained already: see `txn`)
+                self._own(txn)
             if defer:
                 self.ticket = actor.journal.defer(txn)
-                actor.system.rides.deferred()
+                rides = actor.system.rides
+                if not rides.armed:  # (armed: they go within its window already)
+                    rides.deferred()
             else:
                 self.ticket = actor.journal.submit(txn)
             self._txn = None
@@ -177,6 +184,7 @@ class Writes:
         ridden = None
         if txn is not None and txn.requires:
             ridden = Txn()
+            ridden.chain = self.actor.iid  # (ridden writes are chained: see `txn`)
             ridden.extend(pending)
         # The caller's results, by its own slots: the ridden writes go first.
         offset = 0 if txn is None else pending.extend(txn)
@@ -194,10 +202,9 @@ class Writes:
         try:
             # It may be written though its outcome is not learned: mail it
             # carried (a child's end notice, a ctx.send) is read again once
-            # the journal answers (see commit_through).
-            results = await commit_through(
-                actor.journal, pending, self._mail_in_doubt, durable=durable
-            )
+            # the journal answers (see `storage.Txn.in_doubt`).
+            pending.in_doubt = self._mail_in_doubt
+            results = await actor.journal.commit(pending, durable=durable)
         except Conflict as exc:
             if ridden is not None and exc.reason in START_RACED:
                 if self._txn is not None:

@@ -53,7 +53,7 @@ from .._kernel._log import LogEntry
 from .._kernel._mailbox import Asker, StoredMessage
 from .._kernel._values import Signal
 from ..errors import AskTimeout, NotDelivered
-from ._sending import commit_through, not_delivered, refused_status
+from ._sending import not_delivered, refused_status
 
 __all__ = [
     "BOX_PREFIX",
@@ -422,7 +422,8 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         if actor.fenced:
             txn.fence(actor.iid, actor.epoch)
         try:
-            results = await commit_through(system.journal, txn, system.router.sent_in_doubt)
+            txn.in_doubt = system.router.sent_in_doubt
+            results = await system.journal.commit(txn)
         except Conflict as exc:
             if exc.reason == "epoch":
                 raise

@@ -6,14 +6,14 @@ activation of a passivated one). `Router` is a part of `ActorSystem` (see
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn, decode, instance_id
-from storage.errors import CommitOutcomeUnknown, Conflict, JournalCorrupt
+from storage import MAIL_STATUSES, STATUS_WORDS, Txn, decode, instance_id
+from storage.errors import Conflict, JournalCorrupt
 
 from .._kernel import _guard, _message_txns, _tracing
 from .._kernel._checks import check_many, check_name, check_seconds
@@ -27,37 +27,9 @@ RELOAD_AFTER = 0.1  # seconds between asks that a live instance in doubt passiva
 if TYPE_CHECKING:
     from .._kernel._interfaces import SystemAPI
 
-__all__ = ["Router", "commit_through", "not_delivered", "refused_status"]
+__all__ = ["Router", "not_delivered", "refused_status"]
 
 _IIDS_KEPT = 4096  # addresses whose instance ids are kept (see Router.address_iid)
-
-
-async def commit_through(
-    journal: Journal, txn: Txn, in_doubt: Callable[[Txn], None], *, durable: bool | None = None
-) -> list[int]:
-    """Commit ``txn``, whose caller must act once it commits: route the mail
-    it adds, run the instance it starts.
-
-    Invariant: what is committed is acted on. If the caller does not learn
-    the outcome (it is cancelled while the commit is in flight, or the
-    outcome is unknown: `CommitOutcomeUnknown`), the transaction may be in
-    the journal all the same, and ``in_doubt(txn)`` is called before the error
-    goes on: it has what follows done from the journal once it answers
-    (`Router.mail_in_doubt` reads a receiver's mailbox again; a start's
-    instance is loaded if it is there). A callback, not a shielded wait: a
-    cancel scope per commit costs a third of the signal path.
-    """
-    await trio.lowlevel.checkpoint_if_cancelled()  # cancelled already: nothing is written
-    try:
-        results = await journal.commit(txn, durable=durable)
-    except (trio.Cancelled, CommitOutcomeUnknown):
-        in_doubt(txn)
-        raise
-    if txn.then is not None:  # the journal did not hand the results on itself
-        outcome = txn.hand_on(results)
-        if isinstance(outcome, BaseException):
-            raise outcome
-    return results
 
 
 class Router:
@@ -135,8 +107,10 @@ class Router:
         # Routed by the journal as soon as it commits, before this sender
         # resumes: sender and receiver then run in one scheduling round.
         txn.then = partial(self.route, notice)
+        # (Its outcome not learned, each receiver reads its mailbox again.)
+        txn.in_doubt = self.sent_in_doubt
         try:
-            await commit_through(self.journal, txn, self.sent_in_doubt)
+            await self.journal.commit(txn)
         except Conflict as exc:
             if exc.reason == _message_txns.KEY_SEEN:
                 return  # another node sent it with this key first: nothing is stored
@@ -177,7 +151,7 @@ class Router:
 
     def sent_in_doubt(self, txn: Txn) -> None:
         """Mail ``txn`` adds may be written (its outcome was not learned):
-        each receiver reads its mailbox again (see `commit_through`)."""
+        each receiver reads its mailbox again (see `storage.Txn.in_doubt`)."""
         for iid in sorted(txn.receivers()):
             self.mail_in_doubt(iid)
 
@@ -208,7 +182,8 @@ class Router:
         )
         # Durable: a runtime message (a cancel, an escalation) acts once stored,
         # and its number is only known then, whatever the journal's durability.
-        results = await commit_through(self.journal, txn, self.sent_in_doubt, durable=True)
+        txn.in_doubt = self.sent_in_doubt
+        results = await self.journal.commit(txn, durable=True)
         self.route(notice, results)
 
     def mail_noticed(self, iid: bytes) -> None:
@@ -243,8 +218,9 @@ class Router:
             max_payload=self.system.max_payload,
             trace=_tracing.traceparent(self.system),
         )
+        txn.in_doubt = self.sent_in_doubt
         try:
-            results = await commit_through(self.journal, txn, self.sent_in_doubt)
+            results = await self.journal.commit(txn)
         except Conflict as exc:
             raise await self._first_undeliverable(addresses, exc) from None
         for notice in notices:

@@ -47,7 +47,6 @@ from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
 from .._kernel._values import Signal
 from ..errors import InvalidArguments
-from ._sending import commit_through
 from ._signal_plans import (
     READ_AGAIN,
     Route,
@@ -106,7 +105,8 @@ class SignalRouter:
         check_payload(signal, payload, system.max_payload)  # whoever listens
 
         async def commit(txn: Txn, count: int) -> list[int]:
-            return await commit_through(system.journal, txn, system.router.sent_in_doubt)
+            txn.in_doubt = system.router.sent_in_doubt
+            return await system.journal.commit(txn)
 
         return await self.deliver(signal, values, payload, key, commit)
 

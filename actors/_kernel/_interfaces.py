@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from storage import InstanceRecord, InstanceRow, Journal, Txn
+from storage import InstanceRecord, InstanceRow, Journal, Parking, Txn
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _effects as fx, _hosts
@@ -81,6 +81,7 @@ class RegistryAPI(Protocol):
     routed_absent: set[bytes]
     nursery: trio.Nursery | None
     closing: bool
+    idle_sweep: Parking  # an instance that parks wakes the idle sweep
 
     @property
     def runner(self) -> RunnerAPI: ...
@@ -123,8 +124,6 @@ class RegistryAPI(Protocol):
     def ended(self, actor: ActorAPI, status: str) -> None: ...
 
     def timer_due(self, iid: bytes, now: float) -> None: ...
-
-    def instance_idle(self) -> None: ...
 
 
 class RunnerAPI(Protocol):

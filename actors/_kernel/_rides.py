@@ -31,26 +31,28 @@ WINDOW = 0.005
 class Rides:
     """The timer that submits deferred writes nobody took along."""
 
-    __slots__ = ("_armed", "_idle", "_journal")
+    __slots__ = ("_idle", "_journal", "armed")
 
     def __init__(self, journal: Journal) -> None:
         self._journal = journal
-        self._armed = False  # writes were deferred since the last submission here
+        # Writes were deferred since the last submission here (`deferred`
+        # does nothing then: a hot caller may check this first).
+        self.armed = False
         self._idle = Parking()  # `run`, while disarmed
 
     def deferred(self) -> None:
         """Writes were just deferred: see that they go within `WINDOW`."""
-        if not self._armed:
-            self._armed = True
+        if not self.armed:
+            self.armed = True
             self._idle.wake()
 
     async def run(self) -> None:
         """The system task: submit deferred writes `WINDOW` after the first."""
         while True:
-            if not self._armed:
+            if not self.armed:
                 # Invariant: parked only while disarmed (deferred() wakes it),
                 # so no deferral goes unnoticed.
                 await self._idle.park()
             await trio.sleep(WINDOW)
-            self._armed = False
+            self.armed = False
             self._journal.submit_deferred()

@@ -88,7 +88,6 @@ from storage import (
 from storage.errors import Conflict
 
 from .._actor._instance import Actor
-from .._features._sending import commit_through
 from .._kernel import _guard, _tracing, _transactions
 from .._kernel._handles import Handle
 from .._kernel._interfaces import SystemAPI
@@ -417,9 +416,8 @@ async def _fork(
         if problem is not None:
             raise InvalidArguments(not_replayed(address, plan, problem))
         try:
-            await commit_through(
-                system.journal, start.txn, lambda _: in_doubt(system, plan.target_iid)
-            )
+            start.txn.in_doubt = lambda _: in_doubt(system, plan.target_iid)
+            await system.journal.commit(start.txn)
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise

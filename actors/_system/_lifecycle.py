@@ -56,7 +56,6 @@ from storage import (
 from storage.errors import Conflict, JournalUnavailable
 
 from .._features import _restarts, _supervision as _sup
-from .._features._sending import commit_through
 from .._kernel import _guard, _message_txns, _tracing, _transactions
 from .._kernel._effects import StartGate
 from .._kernel._handles import Handle
@@ -326,11 +325,10 @@ class Lifecycle:
                         await gate.commit(start.txn, iid, address)
                         return Handle._create(system, iid, address, record.incarnation), True
                     # (If written with its outcome unknown, it runs once the journal answers.)
-                    results = await commit_through(
-                        journal,
-                        start.txn,
-                        lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
+                    start.txn.in_doubt = lambda _: registry.spawn_system_task(
+                        registry.reload_when_back, iid
                     )
+                    results = await journal.commit(start.txn)
                 except Conflict as exc:
                     if exc.reason not in (FRESH_REFUSED if fresh else _transactions.START_RACED):
                         raise

@@ -76,7 +76,9 @@ class Registry:
         self.nursery: trio.Nursery | None = None  # the system's (set by open_system)
         self.closing = False
         self._end_watchers: dict[bytes, Callable[[bytes, str], None]] = {}  # see watch_end
-        self._sweep_parking = Parking()  # see sweep_idle
+        # Where the idle sweep sleeps while nothing is parked: an instance
+        # that parks wakes it (`Actor.suspend`; see sweep_idle).
+        self.idle_sweep = Parking()
         self.runner = Runner(system)  # steps the instances waiting without a task
 
     # -- activation ------------------------------------------------------------
@@ -359,8 +361,8 @@ class Registry:
         cost a cancel scope and a timer entry on every message. It sleeps
         until the earliest due passivation (never waking more than four
         times per ``passivate_after``, however staggered the instances), and
-        with nothing parked it sleeps until an instance parks
-        (`instance_idle`): virtual time under a MockClock jumps straight to
+        with nothing parked it sleeps in `idle_sweep` until an instance
+        parks (`Actor.suspend` wakes it): virtual time under a MockClock jumps straight to
         the next timer instead of stepping through sweeps."""
         if self.system.passivate_after <= 0:
             return  # they passivate at every suspension themselves
@@ -379,15 +381,11 @@ class Registry:
             if earliest == math.inf:
                 # Invariant: the sweep is parked only while nothing is parked,
                 # and no instance can park between the scan and this wait.
-                await self._sweep_parking.park()
+                await self.idle_sweep.park()
                 continue
             # An instance parking meanwhile is due at now + after or later,
             # past this wake-up (earliest + after <= now + after).
             await trio.sleep_until(max(earliest + after, now + granularity))
-
-    def instance_idle(self) -> None:
-        """An instance parked with nothing to do: give the idle sweep a deadline."""
-        self._sweep_parking.wake()
 
     async def take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone,

@@ -73,7 +73,6 @@ from storage import STATUS_WORDS, Reader, encode
 from storage.errors import Conflict
 
 from .._features import _crashes
-from .._features._sending import commit_through
 from .._kernel import _guard, _tracing, _transactions
 from .._kernel._handles import Handle
 from .._kernel._interfaces import SystemAPI
@@ -279,7 +278,8 @@ async def _retry(
             encoded_input=encoded_input,
         )
         try:
-            await commit_through(system.journal, start.txn, lambda _: in_doubt(system, iid))
+            start.txn.in_doubt = lambda _: in_doubt(system, iid)
+            await system.journal.commit(start.txn)
         except Conflict as exc:
             if exc.reason not in _RACED:
                 raise

@@ -31,7 +31,7 @@ from typing import TypeVar
 import psycopg
 import trio
 
-from .._journal import Durability, Journal, LostChains, Reader, Ticket, Txn
+from .._journal import Durability, Journal, LostChains, Reader, Ticket, Txn, wait_for
 from ..errors import JournalClosed, JournalLocked
 from ._leases import _Lease
 from ._migrations import migrate
@@ -369,10 +369,12 @@ class PostgresJournal(Journal):
         self._check_writable()
         if durable and self.durability == "async":
             self._check_open()
-            return await self._writer.submit(txn, durable=True).wait()
+            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
+            return await wait_for(self._writer.submit(txn, durable=True), txn)
         if txn.fences and self.node is not None:  # a precondition, like require
             self._check_open()
-            return await self._writer.submit(txn, durable=bool(durable)).wait()
+            await trio.lowlevel.checkpoint_if_cancelled()
+            return await wait_for(self._writer.submit(txn, durable=bool(durable)), txn)
         return await super().commit(txn, durable=durable)
 
     async def flush(self) -> None:

@@ -479,3 +479,51 @@ async def test_starts_of_one_address_in_one_batch_commit_once(make_journal):
             assert [0] == [m for _, m in r.mailbox(A)]
             assert [0] == [m for _, m in r.mailbox(B)]
             assert {"n": 0} == r.instance(B).record.input
+
+
+async def test_what_a_commit_writes_its_caller_learns_or_is_told_it_may_have(make_journal):
+    """`Journal.commit`'s invariant, under cancels at every point: a
+    transaction that is written either returns to its committer (with its
+    ``then`` run first) or has its ``in_doubt`` called; one cancelled
+    before it is submitted writes nothing and is not doubted."""
+    iids = [instance_id(f"orders/c-{n}") for n in range(42)]
+    returned: set[int] = set()
+    doubted: set[int] = set()
+    handed: set[int] = set()
+
+    async def one(n: int, checkpoints: int | None) -> None:
+        txn = Txn()
+        put(txn, iids[n])
+        txn.append_message(iids[n], n)  # (routed: its caller waits, whatever the durability)
+        txn.routed = True
+        txn.then = lambda results: handed.add(n)
+        txn.in_doubt = lambda t: doubted.add(n)
+        with trio.CancelScope() as scope:
+
+            async def cancel_soon() -> None:
+                for _ in range(checkpoints):
+                    await trio.lowlevel.checkpoint()
+                scope.cancel()
+
+            if checkpoints is None:
+                pass  # never cancelled
+            elif checkpoints < 0:
+                scope.cancel()  # cancelled before it commits
+            else:
+                nursery.start_soon(cancel_soon)
+            await j.commit(txn)
+            returned.add(n)
+
+    async with make_journal() as j:
+        async with trio.open_nursery() as nursery:
+            for n in range(len(iids)):
+                # -1: at once; 0-3: after as many checkpoints; None: never
+                nursery.start_soon(one, n, [-1, 0, 1, 2, 3, None][n % 6])
+        await j.flush()
+        with j.reader() as r:
+            written = {n for n, iid in enumerate(iids) if r.instance(iid) is not None}
+    assert returned <= written  # what returned is written, and was handed on first
+    assert returned <= handed
+    assert written <= returned | doubted  # what is written, its caller knows or was told
+    assert not {n for n in range(0, len(iids), 6)} & (written | doubted)  # cancelled before
+    assert set(range(5, len(iids), 6)) <= returned  # never cancelled

@@ -218,11 +218,10 @@ PLANTS: dict[str, Plant] = {
         "actors._system._lifecycle",
         "Lifecycle.start",
         old="""
-            results = await commit_through(
-                journal,
-                start.txn,
-                lambda _: registry.spawn_system_task(registry.reload_when_back, iid),
+            start.txn.in_doubt = lambda _: registry.spawn_system_task(
+                registry.reload_when_back, iid
             )
+            results = await journal.commit(start.txn)
         """,
         new="results = await journal.commit(start.txn)  # planted: no in-doubt path",
         what="a start committed as its caller is cancelled is never run",

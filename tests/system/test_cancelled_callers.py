@@ -28,7 +28,13 @@ class SlowCommits(MemoryJournal):
         results = await super().commit(txn, durable=durable)
         with trio.CancelScope(shield=True):  # the answer comes late, not never
             await trio.sleep(self.delay)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            await trio.lowlevel.checkpoint_if_cancelled()
+        except trio.Cancelled:
+            # Its caller gave up while the commit was in flight: as every
+            # journal's commit does, it says so (`Journal.commit`).
+            txn.doubt()
+            raise
         return results
 
 
