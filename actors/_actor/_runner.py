@@ -39,7 +39,9 @@ class Waiting(Host, Protocol):
     imports this module)."""
 
     system: SystemAPI
+    iid: bytes
     address: str
+    status: str
     driver: Driver
     busy: int
     woken: bool
@@ -142,7 +144,10 @@ def step(actor: Waiting) -> None:
     actor.woken = False
     actor.root = None
     try:
-        actor.set_status("running")
+        # Running, without `set_status`'s call: its watchers hear of this
+        # step when it suspends (in this same step, with nothing yielding
+        # between) or when it goes on in a task (`_resume`).
+        actor.status = "running"
         error = effect.error  # (`outcome_of`, spelled out on the hot path)
         if error is None:
             kind, what = actor.driver.advance(coro, actor, effect.value)
@@ -162,6 +167,9 @@ def step(actor: Waiting) -> None:
 
 def _resume(actor: Waiting, pending: tuple[int, Any]) -> None:
     """Go on from ``pending`` in a task of the instance's own (`Actor.main`)."""
+    statuses = actor.system.statuses
+    if actor.iid in statuses.events:  # (its running status, unheard: see `step`)
+        statuses.activity_changed(actor.iid)
     registry = actor.system.registry
     if registry.closing or registry.nursery is None:  # it closes with the system
         actor.parked = NO_TASK

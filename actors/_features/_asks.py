@@ -408,9 +408,8 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         # What the process did before (a take, a recorded value) is durable
         # first: the ask must never be sent by a run that a crash rewinds.
         await actor.writes.barrier()
-        iid = instance_id(ask.address)
         txn, notice = _message_txns.send_txn(
-            iid,
+            instance_id(ask.address),
             ask.signal.name,
             ask.payload,
             system.epoch_now(),
@@ -419,10 +418,10 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
         )
         txn.put_log(actor.iid, actor.run, ask.seq, ask.describe().to_stored())
         txn.chain = actor.iid  # after its barrier's writes, or not at all (storage.Chain)
+        txn.in_doubt = system.router.sent_in_doubt
         if actor.fenced:
             txn.fence(actor.iid, actor.epoch)
         try:
-            txn.in_doubt = system.router.sent_in_doubt
             results = await system.journal.commit(txn)
         except Conflict as exc:
             if exc.reason == "epoch":
