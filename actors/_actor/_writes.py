@@ -119,12 +119,11 @@ class Writes:
         loaded again. Only for a journal with one owner: a fence's failure
         is a `Conflict`, which no lost write reports."""
         actor = self.actor
-        assert not actor.fenced
+        assert not actor.fenced  # (so the ridden writes, chained when made, are its own)
         self._sync_status()
         pending, self._txn = self.txn, None
         offset = pending.extend(txn)
-        self._own(pending)
-        pending.then = _from_slot(then, offset)
+        pending.then = then if offset == 0 else _from_slot(then, offset)
         self.ticket = actor.journal.submit(pending)
 
     async def settle(self) -> None:
@@ -189,7 +188,7 @@ class Writes:
         # The caller's results, by its own slots: the ridden writes go first.
         offset = 0 if txn is None else pending.extend(txn)
         if then is not None:
-            pending.then = _from_slot(then, offset)
+            pending.then = then if offset == 0 else _from_slot(then, offset)
         actor = self.actor
         self._own(pending)
         prior = self.ticket
@@ -300,5 +299,6 @@ class Writes:
 
 def _from_slot(then: Callable[[list[int]], None], offset: int) -> Callable[[list[int]], None]:
     """``then``, given the results of a transaction from slot ``offset`` on
-    (its own, after ridden writes that take ``offset`` slots: most take none)."""
+    (its own, after ridden writes that take ``offset`` slots: most take
+    none, and their callers pass ``then`` itself without this call)."""
     return then if offset == 0 else lambda results: then(results[offset:])
