@@ -100,18 +100,25 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         # How the features' effects run live and what they owe at a run's end
         # (`_wiring`): wired here, once, before any instance runs.
         self.wiring = wire()
-        # The parts (each keeps the system, and reads the others through it).
-        self.registry = Registry(self, processes)
-        self.statuses = Statuses(self)
-        self.corruption = Corruption(self)
-        self.stalls = Stalls(self)
+        # The parts: each is handed what it uses (the registry, the router,
+        # the lifecycle and the upkeep keep the system, and read the others
+        # through it).
+        self.registry = registry = Registry(self, processes)
+        self.outages = JournalWatch(journal)
+        # The node view and the statuses use each other: the view, made
+        # first, tells the statuses of a change through the system.
+        self.nodes = NodeView(
+            journal, registry, self.outages, changed=lambda iid: self.statuses.changed(iid)
+        )
+        self.statuses: Statuses = Statuses(journal, registry.live, self.nodes.trusted)
+        statuses = self.statuses
+        self.corruption = Corruption(journal, registry.live, statuses.changed)
+        self.stalls = Stalls(registry, statuses)
         self.router = Router(self)
         self.lifecycle = Lifecycle(self)
         self.upkeep = Upkeep(self)
         # The services.
         self.timers = TimerService(self)
-        self.outages = JournalWatch(journal)
-        self.nodes = NodeView(self)
         self.queues = self.gates = QueueService(self, queues)  # (its gates: `GatesAPI`)
         self.schedules = _schedules.ScheduleService(self)
         self.asks = Asks(self)
