@@ -118,13 +118,20 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.lifecycle = Lifecycle(self)
         self.upkeep = Upkeep(self)
         # The services.
-        self.timers = TimerService(self)
+        self.timers = TimerService(journal, self.epoch_now, self.trio_time, registry.timer_due)
         self.queues = self.gates = QueueService(self, queues)  # (its gates: `GatesAPI`)
         self.schedules = _schedules.ScheduleService(self)
         self.asks = Asks(self)
         self.rides = Rides(journal)
-        self.keys = KeyedSends(self)
-        self.signals = SignalRouter(self)
+        self.keys = KeyedSends(journal)
+        self.signals = SignalRouter(
+            journal,
+            registry.procs.values(),
+            self.router,
+            self.epoch_now,
+            max_payload=max_payload,
+            tracing=self.tracing,
+        )
         self.services: tuple[Service, ...] = (self.timers, self.queues, self.schedules)
 
     # -- time ------------------------------------------------------------------
