@@ -120,7 +120,18 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         # The services.
         self.timers = TimerService(journal, self.epoch_now, self.trio_time, registry.timer_due)
         self.queues = self.gates = QueueService(self, queues)  # (its gates: `GatesAPI`)
-        self.schedules = _schedules.ScheduleService(self)
+        self.schedules = _schedules.ScheduleService(
+            journal,
+            procs=registry.procs,
+            live=registry.live,
+            definition=registry.definition,
+            activate=registry.activate,
+            watch=statuses.watch,
+            unwatch=statuses.unwatch,
+            start_instance=self.lifecycle.start,
+            epoch_now=self.epoch_now,
+            trio_time=self.trio_time,
+        )
         self.asks = Asks(self)
         self.rides = Rides(journal)
         self.keys = KeyedSends(journal)
