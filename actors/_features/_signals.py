@@ -33,7 +33,7 @@ neither, and the replay signals live, once.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -69,10 +69,9 @@ class SignalRouter:
     def __init__(
         self,
         journal: Journal,
-        procs: Iterable[ProcessDef[..., Any]],
+        procs: Mapping[str, ProcessDef[..., Any]],
         router: Router,
         epoch_now: Callable[[], float],
-        *,
         max_payload: int,
         tracing: bool,
     ) -> None:
@@ -81,7 +80,7 @@ class SignalRouter:
         self.epoch_now = epoch_now  # the system's clock (`ActorSystem.epoch_now`)
         self.max_payload = max_payload
         self.tracing = tracing  # (read by `_tracing.traceparent`, as the system's)
-        self.routes = routes_of(procs)
+        self.routes = routes_of(procs.values())
         # Invariant: at most one keyed signal per key reads and writes at a
         # time in this system (as `KeyedSends` for sends).
         self._keyed: dict[str, trio.Event] = {}

@@ -1,17 +1,15 @@
 """`ActorSystem`: the public calls, over the parts that do the work.
 
-Each part is made here with what it needs (the system, read through
-`SystemAPI`) and reaches into no other part's state: `Registry` (live
-instances, definitions, activation, passivation, takeover, shutdown),
-`Statuses` (each instance's status as this system knows it), `Corruption`
-and `Stalls` (`_troubles`: records that do not decode; instances out of
-memory on a full journal or a lost write), `Router` (`_sending`: send,
-ask, send_many), `Lifecycle` (start, cancel, restart), `Upkeep`
-(`_operations`: query, cleanup, stuck compensations); then the services: timers, queues, schedules, asks, keyed
-sends, deferred writes, the node view. The operator's calls are in
-`_operations` and the schedules' in `_schedules`: bases that hold no state.
-The features are wired in first (`_wiring`: how their effects run live,
-what they owe at a run's end). `open_system` (`_open`) runs a system.
+Each part is made here, handed what it uses, and reaches into no other
+part's state: `Registry` (live instances, definitions, activation,
+passivation, takeover, shutdown), `Statuses` (each instance's status as
+this system knows it), `Corruption` and `Stalls` (`_troubles`), `Router`
+(`_sending`: send, ask, send_many), `Lifecycle` (start, cancel, restart),
+`Upkeep` (`_operations`: query, cleanup); then the services: timers,
+queues, schedules, asks, keyed sends, deferred writes, the node view. The
+operator's calls (`_operations`) and the schedules' (`_schedule_calls`)
+are bases holding no state. The features are wired in first (`_wiring`).
+`open_system` (`_open`) runs a system.
 """
 
 from __future__ import annotations
@@ -100,9 +98,9 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         # How the features' effects run live and what they owe at a run's end
         # (`_wiring`): wired here, once, before any instance runs.
         self.wiring = wire()
-        # The parts: each is handed what it uses (the registry, the router,
-        # the lifecycle and the upkeep keep the system, and read the others
-        # through it).
+        # The parts, each handed what it uses: the registry makes the actors,
+        # which hold the whole system; the router, the lifecycle, the upkeep
+        # and the asks read the others through it still (`SystemAPI`).
         self.registry = registry = Registry(self, processes)
         self.outages = JournalWatch(journal)
         # The node view and the statuses use each other: the view, made
@@ -119,7 +117,22 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.upkeep = Upkeep(self)
         # The services.
         self.timers = TimerService(journal, self.epoch_now, self.trio_time, registry.timer_due)
-        self.queues = self.gates = QueueService(self, queues)  # (its gates: `GatesAPI`)
+        self.queues = self.gates = QueueService(  # (its gates: `GatesAPI`)
+            queues,
+            journal,
+            self.outages,
+            self.epoch_now,
+            procs=registry.procs,
+            activate=registry.activate,
+            run_admitted=registry.run_admitted,
+            spawn=registry.spawn_system_task,
+            watch_end=registry.watch_end,
+            closing=lambda: registry.closing,
+            changed=statuses.changed,
+            watch=statuses.watch,
+            unwatch=statuses.unwatch,
+            claimed=self.nodes.claimed,
+        )
         self.schedules = _schedules.ScheduleService(
             journal,
             procs=registry.procs,
@@ -136,12 +149,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.rides = Rides(journal)
         self.keys = KeyedSends(journal)
         self.signals = SignalRouter(
-            journal,
-            registry.procs.values(),
-            self.router,
-            self.epoch_now,
-            max_payload=max_payload,
-            tracing=self.tracing,
+            journal, registry.procs, self.router, self.epoch_now, max_payload, self.tracing
         )
         self.services: tuple[Service, ...] = (self.timers, self.queues, self.schedules)
 
