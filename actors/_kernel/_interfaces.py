@@ -3,7 +3,8 @@
 `ActorAPI` is the actor's internal API: what steps, sagas, streams,
 supervision and the context call on the live instance they serve (they call
 its methods; its state they only read). `SystemAPI` is what actors, handles,
-timers and streams ask of the system.
+streams and the parts made with the system ask of it (a part handed only
+what it uses needs none of the system's Protocols: see ``actors._system._facade``).
 
 They are Protocols so that those modules can name the actor and the system
 without importing `_instance` or `_system`, which import them: the import
