@@ -19,7 +19,7 @@ Everything a limit needs is in the journal, as state rows (`storage._states`):
 from __future__ import annotations
 
 import math
-from collections.abc import Container
+from collections.abc import Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -44,6 +44,7 @@ __all__ = [
     "cancel_queued",
     "check_priority",
     "drop_rows_txn",
+    "find_queue",
     "free_slots",
     "held_key",
     "iid_of",
@@ -53,6 +54,7 @@ __all__ = [
     "queue_place",
     "read_held",
     "read_round",
+    "registered",
     "stale_entries",
     "wait_prefix",
     "waiting_rows",
@@ -150,6 +152,40 @@ class QueueInfo:
 # -- the rows ----------------------------------------------------------------------------
 
 PRIORITY_BIAS = 1 << 31  # priorities are 32-bit signed ints, stored biased to sort as text
+
+
+def registered(queues: Iterable[Queue]) -> dict[str, Queue]:
+    """The queues given to `open_system`, by name.
+
+    Raises:
+        InvalidArguments: one is no `Queue`, or two share a name.
+    """
+    found: dict[str, Queue] = {}
+    for queue in queues:
+        if not isinstance(queue, Queue):
+            raise InvalidArguments(f"queues=[...] takes actors.Queue objects, got {queue!r}")
+        if queue.name in found and found[queue.name] != queue:
+            raise InvalidArguments(f"two queues share the name {queue.name!r}")
+        found[queue.name] = queue
+    return found
+
+
+def find_queue(queues: Mapping[str, Queue], queue: object) -> Queue:
+    """The queue of ``queues`` (the registered ones) that ``queue`` (a
+    `Queue` or its name) names.
+
+    Raises:
+        InvalidArguments: it is not registered with this system.
+    """
+    name = queue.name if isinstance(queue, Queue) else queue
+    found = queues.get(name) if isinstance(name, str) else None
+    if found is None:
+        known = ", ".join(sorted(queues)) or "none"
+        raise InvalidArguments(
+            f"queue {name!r} is not registered with this system (registered: {known}); "
+            "pass it in open_system(journal, queues=[...])"
+        )
+    return found
 
 
 def held_key(name: str) -> str:

@@ -36,13 +36,13 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Iterable
-from typing import ClassVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
 
 import attrs
 import trio
 
-from storage import LIVE_STATUSES, InstanceRow, Txn
+from storage import LIVE_STATUSES, InstanceRow, Journal, Txn
 from storage.errors import (
     CommitOutcomeUnknown,
     Conflict,
@@ -51,19 +51,21 @@ from storage.errors import (
     JournalUnavailable,
 )
 
-from .._kernel._interfaces import SystemAPI
-from ..errors import InvalidArguments
+from .._kernel._outages import JournalWatch
+from .._kernel._process import ProcessDef
 from ._queue_state import (
     Entry,
     Queue,
     QueueInfo,
     check_priority,
     drop_rows_txn,
+    find_queue,
     held_key,
     index_key,
     put_waiting,
     queue_info,
     read_round,
+    registered,
     stale_entries,
 )
 
@@ -83,15 +85,32 @@ class QueueService:
 
     what = "the queue pumps"  # as a `Service`
 
-    def __init__(self, system: SystemAPI, queues: Iterable[Queue]) -> None:
-        self.system = system
-        self.queues: dict[str, Queue] = {}
-        for queue in queues:
-            if not isinstance(queue, Queue):
-                raise InvalidArguments(f"queues=[...] takes actors.Queue objects, got {queue!r}")
-            if queue.name in self.queues and self.queues[queue.name] != queue:
-                raise InvalidArguments(f"two queues share the name {queue.name!r}")
-            self.queues[queue.name] = queue
+    def __init__(
+        self,
+        queues: Iterable[Queue],
+        journal: Journal,
+        outages: JournalWatch,
+        epoch_now: Callable[[], float],
+        *,
+        procs: Mapping[str, ProcessDef[..., Any]],
+        activate: Callable[[bytes], None],
+        run_admitted: Callable[[InstanceRow, int], None],
+        spawn: Callable[..., None],
+        watch_end: Callable[[bytes, Callable[[bytes, str], None] | None], None],
+        closing: Callable[[], bool],
+        changed: Callable[[bytes], None],
+        watch: Callable[[bytes, Callable[[bytes], None]], None],
+        unwatch: Callable[[bytes, Callable[[bytes], None]], None],
+        claimed: Callable[[bytes, int | None], None],
+    ) -> None:
+        self.journal, self.outages, self.epoch_now = journal, outages, epoch_now
+        # The registry's processes and calls (`Registry.activate`, `run_admitted`,
+        # `spawn_system_task`, `watch_end`, its closing), the statuses'
+        # (`Statuses.changed`, `watch`, `unwatch`) and the node view's (`claimed`).
+        self.procs, self.activate, self.run_admitted = procs, activate, run_admitted
+        self.spawn, self.watch_end, self.closing = spawn, watch_end, closing
+        self.changed, self.watch, self.unwatch, self.claimed = changed, watch, unwatch, claimed
+        self.queues = registered(queues)
         self._events: dict[str, trio.Event] = {name: trio.Event() for name in self.queues}
         # Invariant: the statuses and the registry call this service for an
         # instance (`status_changed`, `ended`) exactly while it is in
@@ -115,23 +134,7 @@ class QueueService:
 
     @property
     def node(self) -> str:
-        return self.system.journal.node or ""
-
-    def find(self, queue: object) -> Queue:
-        """The registered queue ``queue`` names.
-
-        Raises:
-            InvalidArguments: it is not registered with this system.
-        """
-        name = queue.name if isinstance(queue, Queue) else queue
-        found = self.queues.get(name) if isinstance(name, str) else None
-        if found is None:
-            known = ", ".join(sorted(self.queues)) or "none"
-            raise InvalidArguments(
-                f"queue {name!r} is not registered with this system (registered: {known}); "
-                "pass it in open_system(journal, queues=[...])"
-            )
-        return found
+        return self.journal.node or ""
 
     def choose(self, queue: object, priority: int) -> QueuedStart | None:
         """The place a start's ``queue=`` (a registered `Queue` or its name)
@@ -143,13 +146,15 @@ class QueueService:
                 32-bit whole number, or a priority without a queue.
         """
         check_priority(priority, queued=queue is not None)
-        return None if queue is None else QueuedStart(self, self.find(queue), priority)
+        return (
+            None if queue is None else QueuedStart(self, find_queue(self.queues, queue), priority)
+        )
 
     def enqueue(self, txn: Txn, queue: Queue, iid: bytes, address: str, priority: int) -> None:
         """Add the waiting entry of a queued instance to ``txn`` (which also
         writes its record with status ``"queued"``); ``priority`` as checked
         by `choose`."""
-        now = self.system.epoch_now()
+        now = self.epoch_now()
         order = f"{round(now * 1e6):017d}{next(self._order) % 1_000_000:06d}"
         put_waiting(
             txn,
@@ -167,24 +172,24 @@ class QueueService:
             event.set()
 
     async def poke_when_back(self, name: str, iid: bytes) -> None:
-        await self.system.outages.back()
-        self.system.statuses.changed(iid)
+        await self.outages.back()
+        self.changed(iid)
         self.poke(name)
 
     def _track(self, iid: bytes, name: str, mine: bool) -> None:
         """Note ``iid`` as a holder of queue ``name``'s (started by this node
         or not), and watch it: its end frees a slot."""
         (self._holding if mine else self._others)[iid] = name
-        self.system.statuses.watch(iid, self.status_changed)
-        self.system.registry.watch_end(iid, self.ended)
+        self.watch(iid, self.status_changed)
+        self.watch_end(iid, self.ended)
 
     def _untrack(self, iid: bytes) -> None:
         """``iid`` holds no slot any more (its release was read)."""
         self._holding.pop(iid, None)
         self._others.pop(iid, None)
         self._known.pop(iid, None)
-        self.system.statuses.unwatch(iid, self.status_changed)
-        self.system.registry.watch_end(iid, None)
+        self.unwatch(iid, self.status_changed)
+        self.watch_end(iid, None)
 
     def status_changed(self, iid: bytes) -> None:
         """Hook: an instance's status changed; a holder that ended frees a
@@ -200,18 +205,18 @@ class QueueService:
         name = self._holding.get(iid) or self._others.get(iid)
         if name is not None and status not in LIVE_STATUSES:
             self._ended[name].add(iid)
-            if self.system.journal.durability == "async":
+            if self.journal.durability == "async":
                 # Its end was acknowledged, maybe not committed (and an
                 # acknowledged write can still be lost): the pump reads its
                 # status once what is queued has committed, so a lost end
                 # keeps its slot for the run that follows.
-                self.system.registry.spawn_system_task(self._poke_after_flush, name, iid)
+                self.spawn(self._poke_after_flush, name, iid)
             else:
                 self._known[iid] = status
                 self.poke(name)
 
     async def _poke_after_flush(self, name: str, iid: bytes) -> None:
-        await self.system.journal.flush()
+        await self.journal.flush()
         self._ended[name].add(iid)  # (a round meanwhile may have read it still running)
         self.poke(name)
 
@@ -253,7 +258,7 @@ class QueueService:
                 await trio.sleep(backoff)
                 backoff = min(2 * backoff, RETRY_MAX)
                 if isinstance(exc, JournalUnavailable):
-                    await self.system.outages.back()
+                    await self.outages.back()
                 continue
             if refused is not None:
                 log.warning("queue %r admits again after %.1f s", name, trio.current_time() - since)
@@ -264,15 +269,14 @@ class QueueService:
     async def _round(self, queue: Queue) -> float:
         """Admit what the limits allow; return the seconds until a round
         could admit more without a poke (inf: only a poke can tell)."""
-        system = self.system
         name = queue.name
         while True:
-            if system.closing:
+            if self.closing():
                 return math.inf
             unsure, self._unsure[name] = self._unsure[name], set()
             for iid in unsure:  # it runs if its admission went through
-                system.statuses.changed(iid)
-                system.registry.activate(iid)
+                self.changed(iid)
+                self.activate(iid)
             ended, self._ended[name] = self._ended[name], set()
             try:
                 delay = await self._admit(queue, ended)
@@ -286,11 +290,10 @@ class QueueService:
         """One read and at most one commit of a round: what `_round`
         returns, or None to read again (some were admitted, or another
         writer moved first)."""
-        system = self.system
         name = queue.name
-        shared = system.journal.shared
-        now = system.epoch_now()
-        look = await system.journal.read(
+        shared = self.journal.shared
+        now = self.epoch_now()
+        look = await self.journal.read(
             lambda r: read_round(
                 r,
                 queue,
@@ -298,7 +301,7 @@ class QueueService:
                 now,
                 node=self.node,
                 shared=shared,
-                procs=system.registry.procs,
+                procs=self.procs,
                 holding=self._holding,
                 seen_ending=self._known,
                 passed=self._foreign,
@@ -328,7 +331,7 @@ class QueueService:
         if shared:  # other nodes' ends, and the work of nodes that die, are not told here
             wait_more = (
                 POLL_SHARED if look.candidates else POLL_IDLE_SHARED
-            ) * system.journal.poll_scale
+            ) * self.journal.poll_scale
         if queue.rate is not None and look.candidates and len(starts) >= queue.rate.count:
             wait_more = min(wait_more, max(0.0, min(starts) + queue.rate.per - now))
         changed = held != look.state["held"] or len(starts) != len(look.state["starts"])
@@ -340,8 +343,8 @@ class QueueService:
                 break
             epoch = 0
             if shared:
-                claimed = await system.journal.claim(entry.iid)
-                system.nodes.claimed(entry.iid, claimed)
+                claimed = await self.journal.claim(entry.iid)
+                self.claimed(entry.iid, claimed)
                 if claimed is None:
                     continue  # its node lives and will start it
                 epoch = claimed
@@ -362,7 +365,7 @@ class QueueService:
                 starts.append(now)
         txn.put_state(held_key(name), {"held": held, "starts": starts})
         try:
-            await system.journal.commit(txn)
+            await self.journal.commit(txn)
         except Conflict as exc:
             self._ended[name] |= ended  # another writer moved first: read again
             if exc.reason != "state":
@@ -374,11 +377,11 @@ class QueueService:
         for entry, record, epoch in chosen:
             self._track(entry.iid, name, mine=True)
             self.admitted += 1
-            system.statuses.changed(entry.iid)
+            self.changed(entry.iid)
             if record is not None and record.status == "queued":
-                system.registry.run_admitted(record, epoch)
+                self.run_admitted(record, epoch)
             else:
-                system.registry.activate(entry.iid)
+                self.activate(entry.iid)
         return None if chosen else wait_more
 
     def _note_foreign(self, name: str, foreign: dict[bytes, str]) -> None:
@@ -400,15 +403,15 @@ class QueueService:
     async def _drop_stale(self, entries: list[Entry]) -> None:
         """Remove the waiting rows of instances no longer queued (cancelled,
         cleaned up) that an admission met."""
-        stale = await self.system.journal.read(lambda r: stale_entries(r, entries))
+        stale = await self.journal.read(lambda r: stale_entries(r, entries))
         if stale:
-            await self.system.journal.commit(drop_rows_txn(stale))
+            await self.journal.commit(drop_rows_txn(stale))
 
     async def info(self, queue: Queue | str) -> QueueInfo:
         """The queue's depth, holders and oldest wait, read from the journal."""
-        found = self.find(queue)
-        now = self.system.epoch_now()
-        return await self.system.journal.read(lambda r: queue_info(r, found, now))
+        found = find_queue(self.queues, queue)
+        now = self.epoch_now()
+        return await self.journal.read(lambda r: queue_info(r, found, now))
 
 
 _FOREIGN_KEPT = 100_000  # waiting instances remembered as others' work
@@ -435,13 +438,13 @@ class QueuedStart:
     async def commit(self, txn: Txn, iid: bytes, address: str) -> None:
         """Commit a start transaction as a queued instance's (its waiting row added)."""
         self.hold(txn, iid, address)
-        system = self.service.system
+        service = self.service
         # Awaited whatever the durability: the pump poked below reads only
         # what is committed, and would otherwise miss it until the next poke.
         try:
-            await system.journal.commit(txn, durable=True)
+            await service.journal.commit(txn, durable=True)
         except CommitOutcomeUnknown:  # it may be written: the pump looks once it answers
-            system.registry.spawn_system_task(self.service.poke_when_back, self.queue.name, iid)
+            service.spawn(service.poke_when_back, self.queue.name, iid)
             raise
-        system.statuses.changed(iid)
+        service.changed(iid)
         self.committed()

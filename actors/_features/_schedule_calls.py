@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from .._kernel._interfaces import SystemAPI
 from .._kernel._process import ProcessDef
 from ._schedules import ScheduleInfo, ScheduleService
 
 __all__ = ["ScheduleCalls"]
 
 
-class ScheduledSystem(SystemAPI, Protocol):
+class ScheduledSystem(Protocol):
     """What `ScheduleCalls` uses of the system: its schedule service."""
 
     @property

@@ -30,14 +30,14 @@ import datetime as _dt
 import logging
 import math
 import zoneinfo
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 import cronsim
 import trio
 
-from storage import UNFINISHED_STATUSES, Txn, encode, instance_id
+from storage import UNFINISHED_STATUSES, Journal, Txn, encode, instance_id
 from storage.errors import (
     ActorError,
     CommitOutcomeUnknown,
@@ -48,7 +48,7 @@ from storage.errors import (
 )
 
 from .._kernel._checks import check_name, check_text
-from .._kernel._interfaces import SystemAPI
+from .._kernel._interfaces import ActorAPI
 from .._kernel._process import ProcessDef
 from ..errors import InvalidArguments
 from ._schedule_ticks import due_ticks, tick_text, ticks_after, to_micros
@@ -146,8 +146,28 @@ class ScheduleService:
 
     what = "the scheduler"  # as a `Service`
 
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        procs: Mapping[str, ProcessDef[..., Any]],
+        live: Mapping[bytes, ActorAPI],
+        definition: Callable[[ProcessDef[..., Any] | str], ProcessDef[..., Any]],
+        activate: Callable[[bytes], None],
+        watch: Callable[[bytes, Callable[[bytes], None]], None],
+        unwatch: Callable[[bytes, Callable[[bytes], None]], None],
+        start_instance: Callable[..., Awaitable[tuple[object, bool]]],
+        epoch_now: Callable[[], float],
+        trio_time: Callable[[float], float],
+    ) -> None:
+        self.journal = journal
+        # Of the registry: the processes, the instances in memory (read
+        # only), `Registry.definition` and `Registry.activate`.
+        self.procs, self.live = procs, live
+        self.definition, self.activate = definition, activate
+        # `Statuses.watch` and `unwatch` (see `status_changed`); `Lifecycle.start`.
+        self.watch, self.unwatch, self.start_instance = watch, unwatch, start_instance
+        self.epoch_now, self.trio_time = epoch_now, trio_time  # the system's clock
         self._wake = trio.Event()
         # name -> (version, epoch): a schedule whose tick failed to start
         # waits until then, unless its definition changes meanwhile
@@ -163,7 +183,7 @@ class ScheduleService:
         """Hook: the status of a last started instance that a buffered tick
         waits for changed (see `_handle`, which watches it again if it
         still runs); the tick may start now."""
-        self.system.statuses.unwatch(iid, self.status_changed)
+        self.unwatch(iid, self.status_changed)
         self._wake.set()
 
     async def define(
@@ -180,7 +200,7 @@ class ScheduleService:
         timezone: str,
     ) -> ScheduleInfo:
         """The body of `ActorSystem.schedule`."""
-        definition = self.system.registry.definition(proc)
+        definition = self.definition(proc)
         check_name(name, "schedule's name")
         given = tuple(params)
         for param in given:
@@ -209,16 +229,16 @@ class ScheduleService:
         return self.info(name, await self.put(name, spec))
 
     async def rows(self) -> list[Any]:
-        return await self.system.journal.read(lambda r: r.states("schedule/"))
+        return await self.journal.read(lambda r: r.states("schedule/"))
 
     async def put(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
         """Create the schedule, or change its definition (keeping its last
         tick and pause state). Idempotent."""
         key = schedule_key(name)
         while True:
-            rows = await self.system.journal.read(lambda r: r.states(key))
+            rows = await self.journal.read(lambda r: r.states(key))
             found = next((row for row in rows if row.key == key), None)
-            now = self.system.epoch_now()
+            now = self.epoch_now()
             if found is None:
                 stored = dict(spec, paused=False, last=now, latest=None, pending=None)
             else:
@@ -229,7 +249,7 @@ class ScheduleService:
             txn.expect_state(key, 0 if found is None else found.version)
             txn.put_state(key, stored)
             try:
-                await self.system.journal.commit(txn)
+                await self.journal.commit(txn)
             except Conflict:
                 continue
             self.poke()
@@ -240,7 +260,7 @@ class ScheduleService:
         Deleting is ``change(name, deleted=True)``."""
         key = schedule_key(name)
         while True:
-            rows = await self.system.journal.read(lambda r: r.states(key))
+            rows = await self.journal.read(lambda r: r.states(key))
             found = next((row for row in rows if row.key == key), None)
             if found is None:
                 return False
@@ -251,10 +271,10 @@ class ScheduleService:
             else:
                 if fields.get("paused") is False and found.value["paused"]:
                     # Resumed: the ticks while paused are not caught up.
-                    fields = dict(fields, last=max(found.value["last"], self.system.epoch_now()))
+                    fields = dict(fields, last=max(found.value["last"], self.epoch_now()))
                 txn.put_state(key, dict(found.value, **fields))
             try:
-                await self.system.journal.commit(txn)
+                await self.journal.commit(txn)
             except Conflict:
                 continue
             self.poke()
@@ -282,7 +302,6 @@ class ScheduleService:
 
     async def run(self) -> None:
         """Start ticks as they fall due, until the system closes."""
-        system = self.system
         while True:
             self._wake = wake = trio.Event()
             soonest = math.inf
@@ -290,16 +309,16 @@ class ScheduleService:
                 rows = await self.rows()
             except JournalCorrupt as exc:
                 log.error("the schedules cannot be read (%s); trying again in %s s", exc, RETRY)
-                rows, soonest = [], system.epoch_now() + RETRY
+                rows, soonest = [], self.epoch_now() + RETRY
             while self._unsure:
-                system.registry.activate(self._unsure.pop())  # nothing on disk: nothing to do
+                self.activate(self._unsure.pop())  # nothing on disk: nothing to do
             for row in rows:
                 name = row.key[len("schedule/") :]
                 waiting = self._failed.get(name)
                 if (
                     waiting is not None
                     and waiting[0] == row.version
-                    and waiting[1] > system.epoch_now()
+                    and waiting[1] > self.epoch_now()
                 ):
                     soonest = min(soonest, waiting[1])
                     continue  # it failed lately and is unchanged: wait it out
@@ -323,41 +342,40 @@ class ScheduleService:
                         RETRY,
                         extra={"actors_schedule": name},
                     )
-                    due = system.epoch_now() + RETRY
+                    due = self.epoch_now() + RETRY
                     self._failed[name] = (row.version, due)
                 soonest = min(soonest, due)
-            if system.journal.shared:
-                soonest = min(soonest, system.epoch_now() + POLL_SHARED * system.journal.poll_scale)
+            if self.journal.shared:
+                soonest = min(soonest, self.epoch_now() + POLL_SHARED * self.journal.poll_scale)
             if soonest == math.inf:
                 await wake.wait()
             else:
-                with trio.move_on_at(system.trio_time(soonest)):
+                with trio.move_on_at(self.trio_time(soonest)):
                     await wake.wait()
 
     async def _handle(self, name: str, version: int, spec: dict[str, Any]) -> float:
         """Start what is due of one schedule; return when to look again
         (epoch seconds; inf: only on a change)."""
-        system = self.system
-        if spec["paused"] or spec["process"] not in system.registry.procs:
+        if spec["paused"] or spec["process"] not in self.procs:
             return math.inf
-        now = system.epoch_now()
-        proc = system.registry.procs[spec["process"]]
+        now = self.epoch_now()
+        proc = self.procs[spec["process"]]
         latest = spec.get("latest")
         live = False
         if latest is not None:
             iid = instance_id(latest)
-            actor = system.registry.live.get(iid)
+            actor = self.live.get(iid)
             if actor is not None and actor.loaded:
                 status = actor.status
             else:  # read off the trio thread: a remote journal's read is a round trip
                 try:
-                    row = await system.journal.read(lambda r: r.instance(iid))
+                    row = await self.journal.read(lambda r: r.instance(iid))
                     status = "unknown" if row is None else row.status
                 except JournalCorrupt:  # it will not run again: no overlap with it
                     status = "corrupt"
             live = status in UNFINISHED_STATUSES
             if live and spec["overlap"] != "allow":
-                system.statuses.watch(iid, self.status_changed)
+                self.watch(iid, self.status_changed)
         pending = spec.get("pending")
         if pending is not None and not live:  # the buffered tick starts now
             await self._start_tick(name, version, spec, proc, pending, pending=None)
@@ -385,7 +403,7 @@ class ScheduleService:
         if last is not None:
             stored["last_tick"] = tick_text(last)
         txn.put_state(key, stored)
-        await self.system.journal.commit(txn)
+        await self.journal.commit(txn)
 
     async def _start_tick(
         self,
@@ -410,7 +428,7 @@ class ScheduleService:
             txn.put_state(key, stored)
 
         try:
-            _, created = await self.system.lifecycle.start(
+            _, created = await self.start_instance(
                 proc, params, dict(spec["input"]), None, extra=record
             )
         except CommitOutcomeUnknown:
@@ -419,4 +437,4 @@ class ScheduleService:
         if not created:  # it exists already (started before a crash): record the tick alone
             txn = Txn()
             record(txn)
-            await self.system.journal.commit(txn)
+            await self.journal.commit(txn)

@@ -62,13 +62,13 @@ from typing import Any
 import attrs
 import trio
 
-from storage import MAIL_STATUSES, Txn, digest, encode, instance_id
+from storage import MAIL_STATUSES, Journal, Txn, digest, encode, instance_id
 from storage.errors import Conflict, EncodeError, JournalCorrupt
 
 from .._kernel import _effects as fx, _message_txns, _tracing
 from .._kernel._checks import check_many, check_name
 from .._kernel._failures import ErrorRecord
-from .._kernel._interfaces import ActorAPI, SystemAPI
+from .._kernel._interfaces import ActorAPI
 from .._kernel._log import LogEntry
 from .._kernel._message_txns import KEY_PREFIX, Notice
 from .._kernel._values import Signal
@@ -305,8 +305,8 @@ def _unsent(address: str, status: str | None) -> NotDelivered:
 class KeyedSends:
     """One system's keyed sends in flight, by (instance id, key)."""
 
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
         self._writing: dict[tuple[bytes, str], trio.Event] = {}
 
     async def send(
@@ -329,7 +329,7 @@ class KeyedSends:
         self._writing[slot] = done = trio.Event()
         try:
             name = KEY_PREFIX + key
-            seen = await self.system.journal.read(lambda r: r.cursor(iid, name))
+            seen = await self.journal.read(lambda r: r.cursor(iid, name))
             if seen is not None:
                 return  # sent already to this incarnation: nothing more is stored
             await send(iid, address, signal, payload, key=key)

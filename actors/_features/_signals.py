@@ -33,20 +33,22 @@ neither, and the replay signals live, once.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import trio
 
-from storage import Txn, digest
+from storage import Journal, Txn, digest
 from storage.errors import Conflict
 
 from .._kernel import _effects as fx, _guard, _message_txns, _tracing
 from .._kernel._checks import check_name
-from .._kernel._interfaces import ActorAPI, SystemAPI
+from .._kernel._interfaces import ActorAPI
 from .._kernel._log import LogEntry
+from .._kernel._process import ProcessDef
 from .._kernel._values import Signal
 from ..errors import InvalidArguments
+from ._sending import Router
 from ._signal_plans import (
     READ_AGAIN,
     Route,
@@ -64,9 +66,21 @@ class SignalRouter:
     """How signals routed by identity reach instances: a part of
     `ActorSystem` (see the module docstring)."""
 
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
-        self.routes = routes_of(system.registry.procs.values())
+    def __init__(
+        self,
+        journal: Journal,
+        procs: Mapping[str, ProcessDef[..., Any]],
+        router: Router,
+        epoch_now: Callable[[], float],
+        max_payload: int,
+        tracing: bool,
+    ) -> None:
+        self.journal = journal
+        self.router = router  # hands what a commit wrote to the instances in memory
+        self.epoch_now = epoch_now  # the system's clock (`ActorSystem.epoch_now`)
+        self.max_payload = max_payload
+        self.tracing = tracing  # (read by `_tracing.traceparent`, as the system's)
+        self.routes = routes_of(procs.values())
         # Invariant: at most one keyed signal per key reads and writes at a
         # time in this system (as `KeyedSends` for sends).
         self._keyed: dict[str, trio.Event] = {}
@@ -98,15 +112,14 @@ class SignalRouter:
         _guard.refuse(
             "system.signal()", "signal from the process with ctx.signal, which is recorded"
         )
-        system = self.system
         values = self.arrange(signal, check_identity(signal, identity, "system.signal"))
         if key is not None:
             _message_txns.key_cursor(check_name(key, "signal(key=...)"))
-        check_payload(signal, payload, system.max_payload)  # whoever listens
+        check_payload(signal, payload, self.max_payload)  # whoever listens
 
         async def commit(txn: Txn, count: int) -> list[int]:
-            txn.in_doubt = system.router.sent_in_doubt
-            return await system.journal.commit(txn)
+            txn.in_doubt = self.router.sent_in_doubt
+            return await self.journal.commit(txn)
 
         return await self.deliver(signal, values, payload, key, commit)
 
@@ -144,19 +157,18 @@ class SignalRouter:
         key: str | None,
         commit: Callable[[Txn, int], Awaitable[list[int]]],
     ) -> int:
-        system = self.system
         careful = False
         while True:
-            plan = await system.journal.read(lambda r: read_plan(r, routes, values, key, careful))
+            plan = await self.journal.read(lambda r: read_plan(r, routes, values, key, careful))
             if not plan.recipients:
                 return 0  # nothing is kept
             txn, notices = signal_txn(
                 plan,
                 signal.name,
                 payload,
-                system.epoch_now(),
-                max_payload=system.max_payload,
-                trace=_tracing.traceparent(system) if system.tracing else None,
+                self.epoch_now(),
+                max_payload=self.max_payload,
+                trace=_tracing.traceparent(self) if self.tracing else None,
                 key=key,
             )
             try:
@@ -170,7 +182,7 @@ class SignalRouter:
                     continue
                 raise
             for notice in notices:
-                system.router.route(notice, results)
+                self.router.route(notice, results)
             return len(notices)
 
 

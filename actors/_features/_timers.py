@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 
 import trio
 
-from .._kernel._interfaces import SystemAPI
+from storage import Journal
 
 _PAGE = 1000
 
@@ -30,8 +31,17 @@ class TimerService:
 
     what = "the timer service"  # as a `Service`
 
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
+    def __init__(
+        self,
+        journal: Journal,
+        epoch_now: Callable[[], float],
+        trio_time: Callable[[float], float],
+        due: Callable[[bytes, float], None],
+    ) -> None:
+        self.journal = journal
+        self.epoch_now = epoch_now  # the system's clock (`ActorSystem.epoch_now`, `trio_time`)
+        self.trio_time = trio_time
+        self.due = due  # `Registry.timer_due`: wakes (or activates) the instance
         self.heap: list[tuple[float, bytes]] = []
         self.poke = trio.Event()
         self.next_wake = math.inf
@@ -44,10 +54,9 @@ class TimerService:
             self.poke.set()
 
     async def run(self) -> None:
-        system = self.system
-        journal = system.journal
+        journal = self.journal
         while True:
-            now = system.epoch_now()
+            now = self.epoch_now()
             # A dict, not a set: instances wake in the order their timers
             # fell due, alike in every process (a simulation seed replays).
             due: dict[bytes, None] = {}
@@ -59,7 +68,7 @@ class TimerService:
             due.update(dict.fromkeys(row.iid for row in rows))
             self.scanned_until = rows[-1].due if len(rows) == _PAGE else now
             for iid in due:
-                system.registry.timer_due(iid, now)
+                self.due(iid, now)
             if len(rows) == _PAGE:
                 await trio.lowlevel.checkpoint()
                 continue
@@ -73,5 +82,5 @@ class TimerService:
             if self.next_wake == math.inf:
                 await self.poke.wait()
             else:
-                with trio.move_on_at(system.trio_time(self.next_wake)):
+                with trio.move_on_at(self.trio_time(self.next_wake)):
                     await self.poke.wait()

@@ -3,7 +3,8 @@
 `ActorAPI` is the actor's internal API: what steps, sagas, streams,
 supervision and the context call on the live instance they serve (they call
 its methods; its state they only read). `SystemAPI` is what actors, handles,
-timers and streams ask of the system.
+streams and the parts made with the system ask of it (a part handed only
+what it uses needs none of the system's Protocols: see ``actors._system._facade``).
 
 They are Protocols so that those modules can name the actor and the system
 without importing `_instance` or `_system`, which import them: the import
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from storage import InstanceRecord, InstanceRow, Journal, Parking, Txn
+from storage import InstanceRecord, Journal, Parking, Txn
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
 
 from . import _effects as fx, _hosts
@@ -103,8 +104,6 @@ class RegistryAPI(Protocol):
         written: str | None = None,
     ) -> ActorAPI: ...
 
-    def run_admitted(self, row: InstanceRow, epoch: int) -> None: ...
-
     def activate(self, iid: bytes) -> None: ...
 
     def activate_for_mail(self, iid: bytes) -> None: ...
@@ -119,11 +118,7 @@ class RegistryAPI(Protocol):
 
     def forget(self, actor: ActorAPI) -> None: ...
 
-    def watch_end(self, iid: bytes, hook: Callable[[bytes, str], None] | None) -> None: ...
-
     def ended(self, actor: ActorAPI, status: str) -> None: ...
-
-    def timer_due(self, iid: bytes, now: float) -> None: ...
 
 
 class RunnerAPI(Protocol):
@@ -136,8 +131,6 @@ class StallsAPI(Protocol):
     """What the runtime's modules use of `Stalls` (``actors._system._troubles``)."""
 
     def stalled(self, actor: ActorAPI, exc: JournalFull) -> None: ...
-
-    def write_lost(self, iid: bytes, exc: BaseException) -> None: ...
 
     def reload_lost(self, iid: bytes) -> None: ...
 
@@ -159,8 +152,6 @@ class CorruptionAPI(Protocol):
 class StatusesAPI(Protocol):
     """What the runtime's modules use of `Statuses` (``actors._system._status_watch``)."""
 
-    def final_end(self, iid: bytes) -> tuple[str, InstanceRecord] | None: ...
-
     def snapshot(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
 
     async def refresh(self, iid: bytes) -> tuple[str, InstanceRecord]: ...
@@ -170,8 +161,6 @@ class StatusesAPI(Protocol):
     def keep_end(self, iid: bytes, status: str, record: InstanceRecord) -> None: ...
 
     def drop_end(self, iid: bytes) -> None: ...
-
-    def forget_reads(self, iid: bytes) -> None: ...
 
     async def removed(self, iid: bytes, incarnation: int) -> bool: ...
 
@@ -183,10 +172,6 @@ class StatusesAPI(Protocol):
     def changed(self, iid: bytes) -> None: ...
 
     def activity_changed(self, iid: bytes) -> None: ...
-
-    def watch(self, iid: bytes, hook: Callable[[bytes], None]) -> None: ...
-
-    def unwatch(self, iid: bytes, hook: Callable[[bytes], None]) -> None: ...
 
 
 class RouterAPI(Protocol):
@@ -226,18 +211,6 @@ class LifecycleAPI(Protocol):
     def deciding(
         self, *iids: bytes, activate: bool = True
     ) -> AbstractAsyncContextManager[None]: ...
-
-    async def start(
-        self,
-        proc: ProcessDef[..., Any],
-        params: tuple[Any, ...],
-        input: dict[str, Any],
-        message: tuple[Signal, Any] | None,
-        *,
-        parent: str | None = None,
-        address: str | None = None,
-        extra: Callable[[Txn], None] | None = None,
-    ) -> tuple[object, bool]: ...  # (the Handle, and whether it was created)
 
     async def run_started(
         self, iid: bytes, address: str, proc: ProcessDef[..., Any], record: InstanceRecord
@@ -343,8 +316,6 @@ class SystemAPI(Protocol):
 
     def epoch_now(self) -> float: ...
 
-    def trio_time(self, epoch: float) -> float: ...
-
     def use_clock(self, epoch: float, at: float) -> float: ...
 
     async def cancel(self, address: str, *, compensate: bool = False) -> bool: ...
@@ -420,5 +391,3 @@ class ActorAPI(Protocol):
     def request_passivation(self) -> None: ...
 
     def claimed_again(self, epoch: int) -> None: ...
-
-    def write_lost(self, exc: BaseException) -> None: ...

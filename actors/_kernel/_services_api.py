@@ -33,8 +33,6 @@ class Service(Protocol):
 class TimersAPI(Protocol):
     """What the runtime's modules use of the `TimerService` (``actors._features._timers``)."""
 
-    async def run(self) -> None: ...
-
     def schedule(self, due: float, iid: bytes) -> None: ...
 
 

@@ -1,17 +1,15 @@
 """`ActorSystem`: the public calls, over the parts that do the work.
 
-Each part is made here with what it needs (the system, read through
-`SystemAPI`) and reaches into no other part's state: `Registry` (live
-instances, definitions, activation, passivation, takeover, shutdown),
-`Statuses` (each instance's status as this system knows it), `Corruption`
-and `Stalls` (`_troubles`: records that do not decode; instances out of
-memory on a full journal or a lost write), `Router` (`_sending`: send,
-ask, send_many), `Lifecycle` (start, cancel, restart), `Upkeep`
-(`_operations`: query, cleanup, stuck compensations); then the services: timers, queues, schedules, asks, keyed
-sends, deferred writes, the node view. The operator's calls are in
-`_operations` and the schedules' in `_schedules`: bases that hold no state.
-The features are wired in first (`_wiring`: how their effects run live,
-what they owe at a run's end). `open_system` (`_open`) runs a system.
+Each part is made here, handed what it uses, and reaches into no other
+part's state: `Registry` (live instances, definitions, activation,
+passivation, takeover, shutdown), `Statuses` (each instance's status as
+this system knows it), `Corruption` and `Stalls` (`_troubles`), `Router`
+(`_sending`: send, ask, send_many), `Lifecycle` (start, cancel, restart),
+`Upkeep` (`_operations`: query, cleanup); then the services: timers,
+queues, schedules, asks, keyed sends, deferred writes, the node view. The
+operator's calls (`_operations`) and the schedules' (`_schedule_calls`)
+are bases holding no state. The features are wired in first (`_wiring`).
+`open_system` (`_open`) runs a system.
 """
 
 from __future__ import annotations
@@ -100,24 +98,59 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         # How the features' effects run live and what they owe at a run's end
         # (`_wiring`): wired here, once, before any instance runs.
         self.wiring = wire()
-        # The parts (each keeps the system, and reads the others through it).
-        self.registry = Registry(self, processes)
-        self.statuses = Statuses(self)
-        self.corruption = Corruption(self)
-        self.stalls = Stalls(self)
+        # The parts, each handed what it uses: the registry makes the actors,
+        # which hold the whole system; the router, the lifecycle, the upkeep
+        # and the asks read the others through it still (`SystemAPI`).
+        self.registry = registry = Registry(self, processes)
+        self.outages = JournalWatch(journal)
+        # The node view and the statuses use each other: the view, made
+        # first, tells the statuses of a change through the system.
+        self.nodes = NodeView(
+            journal, registry, self.outages, changed=lambda iid: self.statuses.changed(iid)
+        )
+        self.statuses: Statuses = Statuses(journal, registry.live, self.nodes.trusted)
+        statuses = self.statuses
+        self.corruption = Corruption(journal, registry.live, statuses.changed)
+        self.stalls = Stalls(registry, statuses)
         self.router = Router(self)
         self.lifecycle = Lifecycle(self)
         self.upkeep = Upkeep(self)
         # The services.
-        self.timers = TimerService(self)
-        self.outages = JournalWatch(journal)
-        self.nodes = NodeView(self)
-        self.queues = self.gates = QueueService(self, queues)  # (its gates: `GatesAPI`)
-        self.schedules = _schedules.ScheduleService(self)
+        self.timers = TimerService(journal, self.epoch_now, self.trio_time, registry.timer_due)
+        self.queues = self.gates = QueueService(  # (its gates: `GatesAPI`)
+            queues,
+            journal,
+            self.outages,
+            self.epoch_now,
+            procs=registry.procs,
+            activate=registry.activate,
+            run_admitted=registry.run_admitted,
+            spawn=registry.spawn_system_task,
+            watch_end=registry.watch_end,
+            closing=lambda: registry.closing,
+            changed=statuses.changed,
+            watch=statuses.watch,
+            unwatch=statuses.unwatch,
+            claimed=self.nodes.claimed,
+        )
+        self.schedules = _schedules.ScheduleService(
+            journal,
+            procs=registry.procs,
+            live=registry.live,
+            definition=registry.definition,
+            activate=registry.activate,
+            watch=statuses.watch,
+            unwatch=statuses.unwatch,
+            start_instance=self.lifecycle.start,
+            epoch_now=self.epoch_now,
+            trio_time=self.trio_time,
+        )
         self.asks = Asks(self)
         self.rides = Rides(journal)
-        self.keys = KeyedSends(self)
-        self.signals = SignalRouter(self)
+        self.keys = KeyedSends(journal)
+        self.signals = SignalRouter(
+            journal, registry.procs, self.router, self.epoch_now, max_payload, self.tracing
+        )
         self.services: tuple[Service, ...] = (self.timers, self.queues, self.schedules)
 
     # -- time ------------------------------------------------------------------

@@ -24,12 +24,18 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from storage import Journal
 from storage.errors import JournalUnavailable
 
 from .._kernel import _reports
-from .._kernel._interfaces import SystemAPI
 from .._kernel._mailbox import StoredMessage
+
+if TYPE_CHECKING:
+    from .._kernel._outages import JournalWatch
+    from ._registry import Registry
 
 _ELSEWHERE_KEPT = 100_000  # instances remembered as owned elsewhere, oldest out
 
@@ -37,9 +43,17 @@ _ELSEWHERE_KEPT = 100_000  # instances remembered as owned elsewhere, oldest out
 class NodeView:
     """One system's view of its lease and of the instances other nodes own."""
 
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
-        self.journal = system.journal
+    def __init__(
+        self,
+        journal: Journal,
+        registry: Registry,
+        outages: JournalWatch,
+        changed: Callable[[bytes], None],
+    ) -> None:
+        self.journal = journal
+        self.registry = registry
+        self.outages = outages
+        self.changed = changed  # `Statuses.changed` (the statuses ask `trusted` of this view)
         self._terms: dict[bytes, int | None] = {}  # live instance -> term claimed in
         self._term_seen: int | None = None
         self._stale: set[bytes] = set()  # claimed in a lost term, still in memory
@@ -85,13 +99,13 @@ class NodeView:
         self._terms.pop(iid, None)
         if iid in self._stale:
             self._stale.discard(iid)
-            self.system.statuses.changed(iid)  # its handles read the journal now
+            self.changed(iid)  # its handles read the journal now
 
     def let_go_of_the_lost(self) -> None:
         """Once the lease is back after a loss, let go of what was claimed
         before it (called now and then by the takeover scan)."""
         term = self.journal.lease_term()
-        live = self.system.registry.live
+        live = self.registry.live
         if term is not None and term != self._term_seen:
             first, self._term_seen = self._term_seen is None, term
             if first:  # the journal has just opened
@@ -117,13 +131,13 @@ class NodeView:
     def mail_noticed(self, iid: bytes) -> None:
         """Another node added mail for ``iid``, which this node owns."""
         self._elsewhere.pop(iid, None)
-        if iid not in self.system.registry.live:
-            self.system.registry.activate_for_mail(iid)  # its load reads the mailbox
+        if iid not in self.registry.live:
+            self.registry.activate_for_mail(iid)  # its load reads the mailbox
             return
         self._noticed[iid] = None
         if not self._reading:
             self._reading = True
-            self.system.registry.spawn_system_task(self._read_noticed)
+            self.registry.spawn_system_task(self._read_noticed)
 
     async def _read_noticed(self) -> None:
         try:
@@ -141,12 +155,12 @@ class NodeView:
             mail = await self.journal.read(lambda r: r.mailboxes(iids))
         except JournalUnavailable:  # the notices are not lost: read once it answers
             self._noticed.update(dict.fromkeys(iids))
-            await self.system.outages.back()
+            await self.outages.back()
             return
         for iid in iids:
-            actor = self.system.registry.live.get(iid)
+            actor = self.registry.live.get(iid)
             if actor is None:
-                self.system.registry.activate_for_mail(iid)
+                self.registry.activate_for_mail(iid)
                 continue
             for seq, message in mail.get(iid, ()):
                 actor.arrivals.deliver(seq, StoredMessage.from_stored(message))

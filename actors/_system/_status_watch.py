@@ -7,18 +7,18 @@ from __future__ import annotations
 import functools
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import trio
 
-from storage import InstanceRecord, InstanceRow
+from storage import InstanceRecord, InstanceRow, Journal
 from storage.errors import JournalCorrupt
 
 from .._kernel._transactions import floor_of
 
 if TYPE_CHECKING:
-    from .._kernel._interfaces import SystemAPI
+    from .._actor._instance import Actor
 
 __all__ = ["NO_RECORD", "Statuses", "state_of"]
 
@@ -37,12 +37,15 @@ class Statuses:
     """Each instance's status and record as this system knows them, and
     events for whoever waits for them to change (handles, cancels)."""
 
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
-        self.journal = system.journal
+    def __init__(
+        self, journal: Journal, live: Mapping[bytes, Actor], trusted: Callable[[bytes], bool]
+    ) -> None:
+        self.journal = journal
+        self.live = live  # the registry's instances in memory (read only here)
+        self.trusted = trusted  # `NodeView.trusted`: whether memory of a live one is current
         # Whether the journal reads at once (fixed by its class): else what
         # is not in memory is what the last read off the thread found.
-        self.local = system.journal.reads_at_once
+        self.local = journal.reads_at_once
         # Ended instances' final states, kept for handle reads (see Registry.ended).
         # (An OrderedDict: dropping the oldest of a plain dict, del d[next(iter(d))],
         # scans the slots emptied before it, ~1.5 us a time at 10k entries.)
@@ -68,7 +71,7 @@ class Statuses:
     def held(self, iid: bytes) -> int | None:
         """The incarnation of ``iid`` this system holds in memory (loaded,
         or its end kept), or None: `ActorSystem.get` needs no read then."""
-        actor = self.system.registry.live.get(iid)
+        actor = self.live.get(iid)
         if actor is not None and actor.loaded:
             return actor.record.incarnation
         ended = self.final_end(iid)
@@ -90,11 +93,11 @@ class Statuses:
         every task would wait on it): what is not in memory is what the
         last read off the thread found (`refresh`), or ``"unread"``.
         A local journal reads at once."""
-        actor = self.system.registry.live.get(iid)
+        actor = self.live.get(iid)
         journal = self.journal
         if actor is not None and actor.loaded:
             # (A single owner's memory is always current: `NodeView.trusted`.)
-            if journal.node is None or self.system.nodes.trusted(iid):
+            if journal.node is None or self.trusted(iid):
                 return actor.status, actor.writes.durable_record()
             if not self.local:  # its memory may be stale: only a read tells
                 return self._seen.get(iid) or ("unread", NO_RECORD)
@@ -121,8 +124,8 @@ class Statuses:
         is not in memory."""
         if self.local:
             return self.snapshot(iid)
-        actor = self.system.registry.live.get(iid)
-        if (actor is not None and actor.loaded and self.system.nodes.trusted(iid)) or (
+        actor = self.live.get(iid)
+        if (actor is not None and actor.loaded and self.trusted(iid)) or (
             self.final_end(iid) is not None
         ):
             return self.snapshot(iid)
@@ -235,7 +238,7 @@ class Statuses:
         if hooks is not None:
             for hook in list(hooks):  # (a hook may unwatch)
                 hook(iid)
-        actor = self.system.registry.live.get(iid)
+        actor = self.live.get(iid)
         if actor is None or not actor.done:
             self._ends.pop(iid, None)  # changed by other means than its actor's end
         ref = self.events.pop(iid, None)  # (`activity_changed`, written out: hot)

@@ -18,17 +18,21 @@ loaded again from what was committed), a replay stuck on changed code
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import trio
 
-from storage import Txn
+from storage import Journal, Txn
 from storage.errors import JournalCorrupt, JournalFull
 
 from .._kernel import _reports
 
 if TYPE_CHECKING:
-    from .._kernel._interfaces import ActorAPI, SystemAPI
+    from .._actor._instance import Actor
+    from .._kernel._interfaces import ActorAPI
+    from ._registry import Registry
+    from ._status_watch import Statuses
 
 __all__ = ["Corruption", "Stalls"]
 
@@ -38,9 +42,12 @@ log = logging.getLogger("actors")
 class Corruption:
     """Marks instances corrupt and says why (see the module docstring)."""
 
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
-        self.journal = system.journal
+    def __init__(
+        self, journal: Journal, live: Mapping[bytes, Actor], changed: Callable[[bytes], None]
+    ) -> None:
+        self.journal = journal
+        self.live = live  # the registry's instances in memory (read only here)
+        self.changed = changed  # `Statuses.changed`: tells an instance's watchers
         # Why each instance marked corrupt in this session is: the record
         # that did not decode (see error).
         self._found: dict[bytes, JournalCorrupt] = {}
@@ -52,7 +59,7 @@ class Corruption:
     async def _mark(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
         _reports.corrupt(address, exc)
         await self.record(iid, exc)
-        self.system.statuses.changed(iid)
+        self.changed(iid)
 
     async def records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None:
         """A record of the instance that its run never reads (a stream value,
@@ -60,7 +67,7 @@ class Corruption:
         instance is marked corrupt all the same, as if its run had met the
         record, so its handles raise instead of waiting on it. A live one stops at its
         next suspension (see `Actor.corrupted`), writing nothing more."""
-        actor = self.system.registry.live.get(iid)
+        actor = self.live.get(iid)
         if actor is not None and not actor.done:
             actor.arrivals.corrupted(exc)
             return
@@ -114,8 +121,9 @@ STALL_RETRY_MAX = 60.0
 class Stalls:
     """Brings back what stalled, lost a write or got stuck (see the module docstring)."""
 
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
+    def __init__(self, registry: Registry, statuses: Statuses) -> None:
+        self.registry = registry
+        self.statuses = statuses
         self._said_stuck: dict[bytes, str] = {}  # see stuck
         self._stalled_iids: set[bytes] = set()  # see stalled
         self._resuming = False
@@ -133,8 +141,8 @@ class Stalls:
         # Handle reads see the actor's suspended state with last_error (the
         # journal could not take it); the next activation drops it (see
         # Registry._take_in).
-        self.system.statuses.changed(actor.iid)
-        self.system.registry.ended(actor, "suspended")
+        self.statuses.changed(actor.iid)
+        self.registry.ended(actor, "suspended")
         self._resume_later(actor.iid)
 
     def _resume_later(self, iid: bytes) -> None:
@@ -142,7 +150,7 @@ class Stalls:
         self._stalled_iids.add(iid)
         if not self._resuming:
             self._resuming = True
-            self.system.registry.spawn_system_task(self._resume_stalled)
+            self.registry.spawn_system_task(self._resume_stalled)
 
     def write_lost(self, iid: bytes, exc: BaseException) -> None:
         """A write of the instance failed (one nobody waited for: "async"
@@ -155,7 +163,7 @@ class Stalls:
         is brought back from what was committed. As after a crash within
         the "async" window, the steps since its last committed write may
         run again."""
-        actor = self.system.registry.live.get(iid)
+        actor = self.registry.live.get(iid)
         address = iid.hex() if actor is None else actor.address
         log.error(
             "a write of instance %s failed (%s: %s); it is loaded again from what the "
@@ -173,8 +181,8 @@ class Stalls:
     def reload_lost(self, iid: bytes) -> None:
         """Load ``iid``, out of memory now, again from what the journal
         holds: a write of its last run was lost (see `write_lost`)."""
-        self.system.statuses.forget_reads(iid)
-        self.system.statuses.changed(iid)
+        self.statuses.forget_reads(iid)
+        self.statuses.changed(iid)
         self._resume_later(iid)
 
     def stuck(self, actor: ActorAPI, held: str, exc: BaseException) -> None:
@@ -199,12 +207,12 @@ class Stalls:
                 if not self._stalled_iids:
                     return  # nothing stalled again since the last round
                 for iid in sorted(self._stalled_iids):
-                    actor = self.system.registry.live.get(iid)
+                    actor = self.registry.live.get(iid)
                     if actor is not None:
                         if not actor.done:  # back in memory meanwhile (loaded afresh)
                             self._stalled_iids.discard(iid)
                         continue  # else still on its way out: the next round
-                    self.system.registry.activate(iid)
+                    self.registry.activate(iid)
                     self._stalled_iids.discard(iid)
                 delay = min(delay * 2, STALL_RETRY_MAX)
         finally:

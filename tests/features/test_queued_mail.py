@@ -148,8 +148,8 @@ async def test_an_admitted_instance_that_mail_ran_and_ended_first_is_not_run_aga
     address = "mailer/m"
     async with actors.open_system(journal(), processes=[mailer], queues=[q]) as system:
         async with trio.open_nursery() as nursery:
-            registry = system.registry
-            run_admitted = registry.run_admitted
+            pumps = system.queues  # (handed `Registry.run_admitted`: the pump's call)
+            run_admitted = pumps.run_admitted
             done = trio.Event()
 
             async def mail_first(row, epoch):
@@ -158,7 +158,7 @@ async def test_an_admitted_instance_that_mail_ran_and_ended_first_is_not_run_aga
                 run_admitted(row, epoch)  # the pump's call, late
                 done.set()
 
-            registry.run_admitted = lambda row, epoch: nursery.start_soon(mail_first, row, epoch)
+            pumps.run_admitted = lambda row, epoch: nursery.start_soon(mail_first, row, epoch)
             with trio.fail_after(60):  # (the bug it guards against hangs)
                 handle = await system.start(mailer, "m", queue=q)
                 assert ["first"] == await handle.result()

@@ -481,10 +481,10 @@ def part_callers(
 
 def draw_parts(root: Path = ROOT) -> str:
     lines = [
-        "Who calls whom: `ActorSystem` (`_system._facade`) is a facade over its parts,",
-        "each made with the system and reaching the others through it",
-        "(`system.registry`, ...); the protocols in `_interfaces` say what",
-        "each part offers the rest. Each part, then the modules that call it:",
+        "Who calls whom: `ActorSystem` (`_system._facade`) is a facade over its parts.",
+        "The statuses and the troubles are handed the parts they call; the others are",
+        "made with the system and reach the rest through it (`system.registry`, ...),",
+        "typed by the protocols in `_interfaces`. Each part, then the modules that call it:",
         "",
         "```text",
     ]
@@ -517,7 +517,7 @@ def test_the_parts_are_what_the_system_and_the_actor_make():
         for part, (module, cls) in parts.items():
             here, _, leaf = module.partition(".")
             where = f".{leaf}" if here == room else f"..{module}"
-            assert f"self.{part} = {cls}(self" in source, part
+            assert re.search(rf"self\.{part}(?:: \w+)? = (?:\w+ = )?{cls}\(", source), part
             assert re.search(rf"^from {re.escape(where)} import .*\b{cls}\b", source, re.M), part
 
 

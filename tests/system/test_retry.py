@@ -329,7 +329,7 @@ async def test_a_retry_whose_run_ends_during_a_status_read_still_answers(monkeyp
     refresh, ended = Statuses.refresh, Registry.ended
 
     async def slow_refresh(self, of):
-        journal.slow = of == iid and of in self.system.registry.live  # (its run is under way)
+        journal.slow = of == iid and of in self.live  # (its run is under way)
         try:
             return await refresh(self, of)
         finally:
