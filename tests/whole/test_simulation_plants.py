@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: once, and a pool of workers costs more to start than that seed to run).
 FOUND = {
     "creation-race": (4, 4),
-    "cancel-restart": (164, 4),
+    "cancel-restart": (30, 4),
     "aliased-payload": (1, 4),
     "redone-commit": (1, 4),
     "cancelled-start": (181, 4),
@@ -46,7 +46,7 @@ FOUND = {
     "drop-any-incarnation": (226, 8),
     "drop-unclaimed": (2, 8),
     "signal-generation": (13, 9),
-    "signal-unlogged": (95, 9),
+    "signal-unlogged": (43, 9),
 }
 WINDOW = 100
 
