@@ -26,10 +26,11 @@ who asked:
 An instance that ends without replying answers each ask it took and did not
 reply to, and each still unread, with "ended without replying" in the
 transaction that records its end (so does a cancel written on disk, by a
-system or by the CLI); a run that continues as new or is restarted answers
-the asks it took. The asker raises `NotDelivered`. A system asker also reads the instance's
-status every `CHECK_EVERY` seconds while it waits, so an end it was not
-told of (a notice lost with a connection) still ends its wait.
+system or by the CLI: `_asks_on_disk`); a run that continues as new or is
+restarted answers the asks it took. The asker raises `NotDelivered`. A
+system asker also reads the instance's status every `CHECK_EVERY` seconds
+while it waits, so an end it was not told of (a notice lost with a
+connection) still ends its wait.
 """
 
 from __future__ import annotations
@@ -62,13 +63,10 @@ __all__ = [
     "Asks",
     "ReplyBehaviour",
     "answer",
-    "answer_offline",
     "ask_id_of",
-    "at_disk_end",
     "at_run_end",
     "no_reply",
     "reply_outcome",
-    "unanswered_on_disk",
 ]
 
 BOX_PREFIX = "\x00ask "  # the reply-to address of a system ask: BOX_PREFIX + ask id
@@ -263,17 +261,6 @@ def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> 
     return partial(system.router.route, notice)
 
 
-def answer_offline(txn: Txn, asks: Iterable[Asker], status: str, now: float) -> None:
-    """Into ``txn``, written with no system running (the CLI): tell each
-    asking instance among ``asks`` that the instance ended ``status``
-    without replying. (A system's asks end with that system.)"""
-    for ask in asks:
-        if not ask.reply_to.startswith(BOX_PREFIX):
-            _message_txns.add_message(
-                txn, instance_id(ask.reply_to), fx.REPLY_PREFIX + ask.ask_id, {"ended": status}, now
-            )
-
-
 def _nothing(results: list[int]) -> None:
     pass
 
@@ -349,35 +336,6 @@ def at_run_end(actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[
     if not waiting and not actor.driver.unanswered:
         return []
     return no_reply(actor, txn, status, waiting)
-
-
-def at_disk_end(
-    system: SystemAPI,
-    txn: Txn,
-    status: str,
-    log: dict[int, LogEntry],
-    mail: Iterable[tuple[int, Any]],
-) -> list[After]:
-    """`at_run_end` for an instance ended on disk."""
-    owed = unanswered_on_disk(log, mail)
-    return [answer(system, txn, ask, {"ended": status}) for ask in owed]
-
-
-def unanswered_on_disk(log: dict[int, LogEntry], mail: Iterable[tuple[int, Any]]) -> list[Asker]:
-    """The asks an instance on disk owes an answer: taken in its current
-    run (``log``, `Reader.entries`) without a reply, and unread in its ``mail``."""
-    asks: dict[str, Asker] = {}
-    for _, entry in sorted(log.items()):
-        if entry.kind == "wait" and entry.ask and entry.is_outcome:
-            taken = Asker.from_stored(entry.ask)
-            asks[taken.ask_id] = taken
-        elif entry.kind == "reply" and entry.name:
-            asks.pop(entry.name, None)
-    for _, stored in mail:
-        unread = StoredMessage.from_stored(stored).asker
-        if unread is not None:
-            asks.setdefault(unread.ask_id, unread)
-    return list(asks.values())
 
 
 # -- the asking instance's side ----------------------------------------------------------
