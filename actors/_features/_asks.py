@@ -91,11 +91,15 @@ class _Pending:
 
 
 class Asks:
-    """The system's asks in flight (`ActorSystem.ask`), by reply-box id."""
+    """The system's asks in flight (`ActorSystem.ask`), by ask id."""
 
     def __init__(self, system: SystemAPI) -> None:
         self.system = system
-        self._pending: dict[bytes, _Pending] = {}
+        self._pending: dict[str, _Pending] = {}  # by ask id
+        # The reply boxes' instance ids, on a shared journal only (another
+        # node's reply is noticed by its box): box -> ask id. On one node a
+        # reply is handed by ask id, and the box's id is never computed.
+        self._boxes: dict[bytes, str] = {}
         # Ask ids: a random prefix of this system's, then a count (unique
         # across nodes and reopens, without a random draw per ask).
         self._prefix = uuid.uuid4().hex[:20]
@@ -114,9 +118,13 @@ class Asks:
         """Send (durably, with ``send``) and wait for the reply; see `ActorSystem.ask`."""
         ask_id = f"{self._prefix}.{next(self._count)}"
         box_address = BOX_PREFIX + ask_id
-        box = instance_id(box_address)
-        pending = self._pending[box] = _Pending()
+        pending = self._pending[ask_id] = _Pending()
         system = self.system
+        shared = system.journal.shared
+        box = b""  # (read by nothing on a journal with one owner)
+        if shared:
+            box = instance_id(box_address)
+            self._boxes[box] = ask_id
         if not self._watching and not system.registry.closing:
             self._watching = True
             system.registry.spawn_system_task(self._watch)
@@ -138,8 +146,10 @@ class Asks:
                 timeout=timeout or 0.0,
             )
         finally:
-            del self._pending[box]
-            if self.system.journal.shared and not pending.handed:
+            del self._pending[ask_id]
+            if shared:
+                del self._boxes[box]
+            if shared and not pending.handed:
                 # A reply from another node may sit under the box (or come later).
                 txn = Txn()
                 txn.delete_instance(box)
@@ -190,10 +200,10 @@ class Asks:
                         pending.payload = {"closed": True}
                         pending.event.set()
 
-    def hand(self, box: bytes, payload: dict[str, Any], _: object = None) -> None:
-        """A reply to a system ask of this node is durable: give it to its
-        waiter. (A transaction's ``then`` as it is: its results are ignored.)"""
-        pending = self._pending.get(box)
+    def hand(self, ask_id: str, payload: dict[str, Any], _: object = None) -> None:
+        """A reply to system ask ``ask_id`` of this node is durable: give it
+        to its waiter. (A transaction's ``then`` as it is: its results are ignored.)"""
+        pending = self._pending.get(ask_id)
         if pending is not None and pending.payload is None:
             pending.payload = decode(encode(payload))  # what was recorded, never the object
             pending.handed = True
@@ -202,7 +212,8 @@ class Asks:
     def noticed(self, iid: bytes) -> bool:
         """Another node wrote a reply under ``iid``: True if it is an ask of
         this node (its waiter reads it), False if ``iid`` is not one."""
-        pending = self._pending.get(iid)
+        ask_id = self._boxes.get(iid)
+        pending = None if ask_id is None else self._pending.get(ask_id)
         if pending is None:
             return False
         pending.event.set()
@@ -247,11 +258,11 @@ def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> 
     routing the message to a live asker)."""
     ask_id, reply_to, node = ask.ask_id, ask.reply_to, ask.node
     if reply_to.startswith(BOX_PREFIX):
-        box = instance_id(reply_to)
         if node is None or node == system.node:
             # The asker is this system's (or gone with an earlier one): the
             # reply is in the replier's log; nothing more to write.
-            return partial(system.asks.hand, box, payload)
+            return partial(system.asks.hand, ask_id, payload)
+        box = instance_id(reply_to)
         _message_txns.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
         txn.wake(box, node)
         return _nothing
