@@ -43,7 +43,7 @@ from typing import Any
 
 import trio
 
-from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
+from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, instance_id
 from storage.errors import Conflict, JournalClosed
 
 from .._kernel import _effects as fx, _message_txns
@@ -202,10 +202,14 @@ class Asks:
 
     def hand(self, ask_id: str, payload: dict[str, Any], _: object = None) -> None:
         """A reply to system ask ``ask_id`` of this node is durable: give it
-        to its waiter. (A transaction's ``then`` as it is: its results are ignored.)"""
+        to its waiter. (A transaction's ``then`` as it is: its results are ignored.)
+
+        ``payload`` is the waiter's own: ``{"v": value}`` with the value a
+        copy decoded from what the replier recorded (`MessageEffects.reply`
+        makes it), never the replier's object; else ``{"ended": status}``."""
         pending = self._pending.get(ask_id)
         if pending is not None and pending.payload is None:
-            pending.payload = decode(encode(payload))  # what was recorded, never the object
+            pending.payload = payload
             pending.handed = True
             pending.event.set()
 
