@@ -71,6 +71,7 @@ __all__ = [
 
 BOX_PREFIX = "\x00ask "  # the reply-to address of a system ask: BOX_PREFIX + ask id
 CHECK_EVERY = 1.0  # seconds between a system asker's reads of the instance's status
+_Done = Callable[[], object] | None  # what `Asks.hand` calls once it has handed a reply
 
 
 def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
@@ -200,9 +201,12 @@ class Asks:
                         pending.payload = {"closed": True}
                         pending.event.set()
 
-    def hand(self, ask_id: str, payload: dict[str, Any], _: object = None) -> None:
+    def hand(
+        self, ask_id: str, payload: dict[str, Any], _: object = None, *, done: _Done = None
+    ) -> None:
         """A reply to system ask ``ask_id`` of this node is durable: give it
-        to its waiter. (A transaction's ``then`` as it is: its results are ignored.)
+        to its waiter, then call ``done`` (the reply is done). (A
+        transaction's ``then`` as it is: its results are ignored.)
 
         ``payload`` is the waiter's own: ``{"v": value}`` with the value a
         copy decoded from what the replier recorded (`MessageEffects.reply`
@@ -212,6 +216,8 @@ class Asks:
             pending.payload = payload
             pending.handed = True
             pending.event.set()
+        if done is not None:
+            done()
 
     def noticed(self, iid: bytes) -> bool:
         """Another node wrote a reply under ``iid``: True if it is an ask of
@@ -284,54 +290,49 @@ class ReplyBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, reply: fx.Reply, started: LogEntry | None) -> None:
         """Begin a live ``ctx.reply``: a recorded no-op for a message that
-        was sent, not asked; else the reply is sent (`send_reply`)."""
-        if reply.ask is None:
+        was sent, not asked; else the reply's log entry is committed with
+        its answer (`answer`), then the answer delivered and the reply done.
+
+        With no fence, with no task: the commit is submitted, and the
+        journal, as it commits, hands the answer to its asker and completes
+        the reply (`storage.Txn.then`), which wakes the instance; asker and
+        replier then run in one scheduling round. A commit that fails is a
+        lost write (`Stalls.write_lost`): the instance is loaded again, and
+        its replay takes the ask again and replies again."""
+        ask = reply.ask
+        if ask is None:
             actor.finish(reply, None, None, reply.describe(value=None))  # rides on the next commit
-        elif actor.fenced:
+            return
+        txn = Txn()
+        txn.put_log(actor.iid, actor.run, reply.seq, reply.describe(value=None).to_stored())
+        answered = {"v": reply.payload}
+        system = actor.system
+        if actor.fenced:
             # (A fence that fails is a `Conflict`, which no lost write reports:
             # the reply is awaited, in a task, so the instance hears of it.)
-            actor.start_task(_reply_task, reply)
+            actor.start_task(_reply_task, reply, txn, answer(system, txn, ask, answered))
+        elif ask.node == system.node and ask.reply_to.startswith(BOX_PREFIX):
+            # (`answer` to a system ask of this node, written out: the reply's hot path.)
+            done = partial(actor.finish, reply, None)  # its entry is written
+            actor.writes.submit(txn, partial(system.asks.hand, ask.ask_id, answered, done=done))
         else:
-            _reply_soon(actor, reply)
+            after = answer(system, txn, ask, answered)
+            actor.writes.submit(txn, partial(_replied, actor, reply, after))
 
 
-async def _reply_task(actor: ActorAPI, reply: fx.Reply) -> None:
-    try:
-        await send_reply(actor, reply)
-    finally:
-        actor.task_finished()
-
-
-async def send_reply(actor: ActorAPI, reply: fx.Reply) -> None:
-    """Commit the reply's log entry with its answer, then deliver the answer."""
-    txn, after = _reply_txn(actor, reply)
-    # The answer goes to its asker as soon as it commits, before this
-    # task resumes: asker and replier then run in one scheduling round.
-    await actor.writes.barrier(txn, then=after)
+def _replied(actor: ActorAPI, reply: fx.Reply, after: After, results: list[int]) -> None:
+    after(results)
     actor.finish(reply, None)  # its entry is written
 
 
-def _reply_soon(actor: ActorAPI, reply: fx.Reply) -> None:
-    """`send_reply` with no task: the reply's commit is submitted, and the
-    journal, as it commits, hands the answer to its asker and completes the
-    reply (`storage.Txn.then`), which wakes the instance. A commit that
-    fails is a lost write (`Stalls.write_lost`): the instance is loaded
-    again, and its replay takes the ask again and replies again."""
-    txn, after = _reply_txn(actor, reply)
-
-    def then(results: list[int]) -> None:
-        after(results)
+async def _reply_task(actor: ActorAPI, reply: fx.Reply, txn: Txn, after: After) -> None:
+    try:
+        # The answer goes to its asker as soon as it commits, before this
+        # task resumes: asker and replier then run in one scheduling round.
+        await actor.writes.barrier(txn, then=after)
         actor.finish(reply, None)  # its entry is written
-
-    actor.writes.submit(txn, then)
-
-
-def _reply_txn(actor: ActorAPI, reply: fx.Reply) -> tuple[Txn, After]:
-    assert reply.ask is not None
-    entry = reply.describe(value=None)
-    txn = Txn()
-    txn.put_log(actor.iid, actor.run, reply.seq, entry.to_stored())
-    return txn, answer(actor.system, txn, reply.ask, {"v": reply.payload})
+    finally:
+        actor.task_finished()
 
 
 def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[Asker]) -> list[After]:
