@@ -80,15 +80,13 @@ def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
 
 
 class _Pending:
-    """One system ask being waited for."""
+    """One system ask being waited for. (No ``__init__``, a call less an
+    ask: `Asks.ask` sets ``event`` and ``since``, the rest start as here.)"""
 
-    __slots__ = ("event", "handed", "payload", "since")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.payload: dict[str, Any] | None = None  # {"v": value} or {"ended": status}
-        self.since = trio.current_time()
-        self.handed = False  # the payload came by `Asks.hand`: nothing under the box
+    event: trio.Event  # set at the reply, or by _watch: time to look
+    since: float  # trio time, when the ask began
+    payload: dict[str, Any] | None = None  # {"v": value} or {"ended": status}
+    handed = False  # the payload came by `Asks.hand`: nothing under the box
 
 
 class Asks:
@@ -120,6 +118,8 @@ class Asks:
         ask_id = f"{self._prefix}.{next(self._count)}"
         box_address = BOX_PREFIX + ask_id
         pending = self._pending[ask_id] = _Pending()
+        pending.event = trio.Event()
+        pending.since = trio.current_time()
         system = self.system
         shared = system.journal.shared
         box = b""  # (read by nothing on a journal with one owner)
