@@ -311,7 +311,7 @@ class ReplyBehaviour(fx.Behaviour):
             # (A fence that fails is a `Conflict`, which no lost write reports:
             # the reply is awaited, in a task, so the instance hears of it.)
             actor.start_task(_reply_task, reply, txn, answer(system, txn, ask, answered))
-        elif ask.node == system.node and ask.reply_to.startswith(BOX_PREFIX):
+        elif ask.reply_to.startswith(BOX_PREFIX) and (ask.node is None or ask.node == system.node):
             # (`answer` to a system ask of this node, written out: the reply's hot path.)
             done = partial(actor.finish, reply, None)  # its entry is written
             actor.writes.submit(txn, partial(system.asks.hand, ask.ask_id, answered, done=done))
