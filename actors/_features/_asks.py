@@ -26,10 +26,11 @@ who asked:
 An instance that ends without replying answers each ask it took and did not
 reply to, and each still unread, with "ended without replying" in the
 transaction that records its end (so does a cancel written on disk, by a
-system or by the CLI); a run that continues as new or is restarted answers
-the asks it took. The asker raises `NotDelivered`. A system asker also reads the instance's
-status every `CHECK_EVERY` seconds while it waits, so an end it was not
-told of (a notice lost with a connection) still ends its wait.
+system or by the CLI: `_asks_on_disk`); a run that continues as new or is
+restarted answers the asks it took. The asker raises `NotDelivered`. A
+system asker also reads the instance's status every `CHECK_EVERY` seconds
+while it waits, so an end it was not told of (a notice lost with a
+connection) still ends its wait.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from typing import Any
 
 import trio
 
-from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, decode, encode, instance_id
+from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, instance_id
 from storage.errors import Conflict, JournalClosed
 
 from .._kernel import _effects as fx, _message_txns
@@ -62,17 +63,15 @@ __all__ = [
     "Asks",
     "ReplyBehaviour",
     "answer",
-    "answer_offline",
     "ask_id_of",
-    "at_disk_end",
     "at_run_end",
     "no_reply",
     "reply_outcome",
-    "unanswered_on_disk",
 ]
 
 BOX_PREFIX = "\x00ask "  # the reply-to address of a system ask: BOX_PREFIX + ask id
 CHECK_EVERY = 1.0  # seconds between a system asker's reads of the instance's status
+_Done = Callable[[], object] | None  # what `Asks.hand` calls once it has handed a reply
 
 
 def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
@@ -81,23 +80,25 @@ def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
 
 
 class _Pending:
-    """One system ask being waited for."""
+    """One system ask being waited for. (No ``__init__``, a call less an
+    ask: `Asks.ask` sets ``event`` and ``since``, the rest start as here.)"""
 
-    __slots__ = ("event", "handed", "payload", "since")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.payload: dict[str, Any] | None = None  # {"v": value} or {"ended": status}
-        self.since = trio.current_time()
-        self.handed = False  # the payload came by `Asks.hand`: nothing under the box
+    event: trio.Event  # set at the reply, or by _watch: time to look
+    since: float  # trio time, when the ask began
+    payload: dict[str, Any] | None = None  # {"v": value} or {"ended": status}
+    handed = False  # the payload came by `Asks.hand`: nothing under the box
 
 
 class Asks:
-    """The system's asks in flight (`ActorSystem.ask`), by reply-box id."""
+    """The system's asks in flight (`ActorSystem.ask`), by ask id."""
 
     def __init__(self, system: SystemAPI) -> None:
         self.system = system
-        self._pending: dict[bytes, _Pending] = {}
+        self._pending: dict[str, _Pending] = {}  # by ask id
+        # The reply boxes' instance ids, on a shared journal only (another
+        # node's reply is noticed by its box): box -> ask id. On one node a
+        # reply is handed by ask id, and the box's id is never computed.
+        self._boxes: dict[bytes, str] = {}
         # Ask ids: a random prefix of this system's, then a count (unique
         # across nodes and reopens, without a random draw per ask).
         self._prefix = uuid.uuid4().hex[:20]
@@ -116,9 +117,15 @@ class Asks:
         """Send (durably, with ``send``) and wait for the reply; see `ActorSystem.ask`."""
         ask_id = f"{self._prefix}.{next(self._count)}"
         box_address = BOX_PREFIX + ask_id
-        box = instance_id(box_address)
-        pending = self._pending[box] = _Pending()
+        pending = self._pending[ask_id] = _Pending()
+        pending.event = trio.Event()
+        pending.since = trio.current_time()
         system = self.system
+        shared = system.journal.shared
+        box = b""  # (read by nothing on a journal with one owner)
+        if shared:
+            box = instance_id(box_address)
+            self._boxes[box] = ask_id
         if not self._watching and not system.registry.closing:
             self._watching = True
             system.registry.spawn_system_task(self._watch)
@@ -140,8 +147,10 @@ class Asks:
                 timeout=timeout or 0.0,
             )
         finally:
-            del self._pending[box]
-            if self.system.journal.shared and not pending.handed:
+            del self._pending[ask_id]
+            if shared:
+                del self._boxes[box]
+            if shared and not pending.handed:
                 # A reply from another node may sit under the box (or come later).
                 txn = Txn()
                 txn.delete_instance(box)
@@ -192,19 +201,29 @@ class Asks:
                         pending.payload = {"closed": True}
                         pending.event.set()
 
-    def hand(self, box: bytes, payload: dict[str, Any], _: object = None) -> None:
-        """A reply to a system ask of this node is durable: give it to its
-        waiter. (A transaction's ``then`` as it is: its results are ignored.)"""
-        pending = self._pending.get(box)
+    def hand(
+        self, ask_id: str, payload: dict[str, Any], _: object = None, *, done: _Done = None
+    ) -> None:
+        """A reply to system ask ``ask_id`` of this node is durable: give it
+        to its waiter, then call ``done`` (the reply is done). (A
+        transaction's ``then`` as it is: its results are ignored.)
+
+        ``payload`` is the waiter's own: ``{"v": value}`` with the value a
+        copy decoded from what the replier recorded (`MessageEffects.reply`
+        makes it), never the replier's object; else ``{"ended": status}``."""
+        pending = self._pending.get(ask_id)
         if pending is not None and pending.payload is None:
-            pending.payload = decode(encode(payload))  # what was recorded, never the object
+            pending.payload = payload
             pending.handed = True
             pending.event.set()
+        if done is not None:
+            done()
 
     def noticed(self, iid: bytes) -> bool:
         """Another node wrote a reply under ``iid``: True if it is an ask of
         this node (its waiter reads it), False if ``iid`` is not one."""
-        pending = self._pending.get(iid)
+        ask_id = self._boxes.get(iid)
+        pending = None if ask_id is None else self._pending.get(ask_id)
         if pending is None:
             return False
         pending.event.set()
@@ -249,11 +268,11 @@ def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> 
     routing the message to a live asker)."""
     ask_id, reply_to, node = ask.ask_id, ask.reply_to, ask.node
     if reply_to.startswith(BOX_PREFIX):
-        box = instance_id(reply_to)
         if node is None or node == system.node:
             # The asker is this system's (or gone with an earlier one): the
             # reply is in the replier's log; nothing more to write.
-            return partial(system.asks.hand, box, payload)
+            return partial(system.asks.hand, ask_id, payload)
+        box = instance_id(reply_to)
         _message_txns.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
         txn.wake(box, node)
         return _nothing
@@ -261,17 +280,6 @@ def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> 
         txn, instance_id(reply_to), fx.REPLY_PREFIX + ask_id, payload, system.epoch_now()
     )
     return partial(system.router.route, notice)
-
-
-def answer_offline(txn: Txn, asks: Iterable[Asker], status: str, now: float) -> None:
-    """Into ``txn``, written with no system running (the CLI): tell each
-    asking instance among ``asks`` that the instance ended ``status``
-    without replying. (A system's asks end with that system.)"""
-    for ask in asks:
-        if not ask.reply_to.startswith(BOX_PREFIX):
-            _message_txns.add_message(
-                txn, instance_id(ask.reply_to), fx.REPLY_PREFIX + ask.ask_id, {"ended": status}, now
-            )
 
 
 def _nothing(results: list[int]) -> None:
@@ -282,54 +290,49 @@ class ReplyBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, reply: fx.Reply, started: LogEntry | None) -> None:
         """Begin a live ``ctx.reply``: a recorded no-op for a message that
-        was sent, not asked; else the reply is sent (`send_reply`)."""
-        if reply.ask is None:
+        was sent, not asked; else the reply's log entry is committed with
+        its answer (`answer`), then the answer delivered and the reply done.
+
+        With no fence, with no task: the commit is submitted, and the
+        journal, as it commits, hands the answer to its asker and completes
+        the reply (`storage.Txn.then`), which wakes the instance; asker and
+        replier then run in one scheduling round. A commit that fails is a
+        lost write (`Stalls.write_lost`): the instance is loaded again, and
+        its replay takes the ask again and replies again."""
+        ask = reply.ask
+        if ask is None:
             actor.finish(reply, None, None, reply.describe(value=None))  # rides on the next commit
-        elif actor.fenced:
+            return
+        txn = Txn()
+        txn.put_log(actor.iid, actor.run, reply.seq, reply.describe(value=None).to_stored())
+        answered = {"v": reply.payload}
+        system = actor.system
+        if actor.fenced:
             # (A fence that fails is a `Conflict`, which no lost write reports:
             # the reply is awaited, in a task, so the instance hears of it.)
-            actor.start_task(_reply_task, reply)
+            actor.start_task(_reply_task, reply, txn, answer(system, txn, ask, answered))
+        elif ask.reply_to.startswith(BOX_PREFIX) and (ask.node is None or ask.node == system.node):
+            # (`answer` to a system ask of this node, written out: the reply's hot path.)
+            done = partial(actor.finish, reply, None)  # its entry is written
+            actor.writes.submit(txn, partial(system.asks.hand, ask.ask_id, answered, done=done))
         else:
-            _reply_soon(actor, reply)
+            after = answer(system, txn, ask, answered)
+            actor.writes.submit(txn, partial(_replied, actor, reply, after))
 
 
-async def _reply_task(actor: ActorAPI, reply: fx.Reply) -> None:
-    try:
-        await send_reply(actor, reply)
-    finally:
-        actor.task_finished()
-
-
-async def send_reply(actor: ActorAPI, reply: fx.Reply) -> None:
-    """Commit the reply's log entry with its answer, then deliver the answer."""
-    txn, after = _reply_txn(actor, reply)
-    # The answer goes to its asker as soon as it commits, before this
-    # task resumes: asker and replier then run in one scheduling round.
-    await actor.writes.barrier(txn, then=after)
+def _replied(actor: ActorAPI, reply: fx.Reply, after: After, results: list[int]) -> None:
+    after(results)
     actor.finish(reply, None)  # its entry is written
 
 
-def _reply_soon(actor: ActorAPI, reply: fx.Reply) -> None:
-    """`send_reply` with no task: the reply's commit is submitted, and the
-    journal, as it commits, hands the answer to its asker and completes the
-    reply (`storage.Txn.then`), which wakes the instance. A commit that
-    fails is a lost write (`Stalls.write_lost`): the instance is loaded
-    again, and its replay takes the ask again and replies again."""
-    txn, after = _reply_txn(actor, reply)
-
-    def then(results: list[int]) -> None:
-        after(results)
+async def _reply_task(actor: ActorAPI, reply: fx.Reply, txn: Txn, after: After) -> None:
+    try:
+        # The answer goes to its asker as soon as it commits, before this
+        # task resumes: asker and replier then run in one scheduling round.
+        await actor.writes.barrier(txn, then=after)
         actor.finish(reply, None)  # its entry is written
-
-    actor.writes.submit(txn, then)
-
-
-def _reply_txn(actor: ActorAPI, reply: fx.Reply) -> tuple[Txn, After]:
-    assert reply.ask is not None
-    entry = reply.describe(value=None)
-    txn = Txn()
-    txn.put_log(actor.iid, actor.run, reply.seq, entry.to_stored())
-    return txn, answer(actor.system, txn, reply.ask, {"v": reply.payload})
+    finally:
+        actor.task_finished()
 
 
 def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[Asker]) -> list[After]:
@@ -349,35 +352,6 @@ def at_run_end(actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[
     if not waiting and not actor.driver.unanswered:
         return []
     return no_reply(actor, txn, status, waiting)
-
-
-def at_disk_end(
-    system: SystemAPI,
-    txn: Txn,
-    status: str,
-    log: dict[int, LogEntry],
-    mail: Iterable[tuple[int, Any]],
-) -> list[After]:
-    """`at_run_end` for an instance ended on disk."""
-    owed = unanswered_on_disk(log, mail)
-    return [answer(system, txn, ask, {"ended": status}) for ask in owed]
-
-
-def unanswered_on_disk(log: dict[int, LogEntry], mail: Iterable[tuple[int, Any]]) -> list[Asker]:
-    """The asks an instance on disk owes an answer: taken in its current
-    run (``log``, `Reader.entries`) without a reply, and unread in its ``mail``."""
-    asks: dict[str, Asker] = {}
-    for _, entry in sorted(log.items()):
-        if entry.kind == "wait" and entry.ask and entry.is_outcome:
-            taken = Asker.from_stored(entry.ask)
-            asks[taken.ask_id] = taken
-        elif entry.kind == "reply" and entry.name:
-            asks.pop(entry.name, None)
-    for _, stored in mail:
-        unread = StoredMessage.from_stored(stored).asker
-        if unread is not None:
-            asks.setdefault(unread.ask_id, unread)
-    return list(asks.values())
 
 
 # -- the asking instance's side ----------------------------------------------------------

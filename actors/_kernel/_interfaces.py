@@ -236,7 +236,14 @@ class AsksAPI(Protocol):
         send: Callable[..., Any],
     ) -> Any: ...
 
-    def hand(self, box: bytes, payload: dict[str, Any], _: object = None) -> None: ...
+    def hand(
+        self,
+        ask_id: str,
+        payload: dict[str, Any],
+        _: object = None,
+        *,
+        done: Callable[[], object] | None = None,
+    ) -> None: ...
 
     def noticed(self, iid: bytes) -> bool: ...
 

@@ -20,7 +20,16 @@ from __future__ import annotations
 from typing import Any
 
 from .._actor._arrivals import TimerBehaviour, WaitBehaviour
-from .._features import _asks, _joins, _sends, _signals, _steps, _streams, _supervision
+from .._features import (
+    _asks,
+    _asks_on_disk,
+    _joins,
+    _sends,
+    _signals,
+    _steps,
+    _streams,
+    _supervision,
+)
 from .._kernel import _effects as fx
 from .._kernel._hooks import DiskEnd, RunEnd, Wiring
 
@@ -43,7 +52,7 @@ LIVE: tuple[tuple[type[fx.Effect[Any]], type[fx.Behaviour]], ...] = (
 )
 
 RUN_ENDS: tuple[RunEnd, ...] = (_asks.at_run_end,)  # the asks it took hear it ended
-DISK_ENDS: tuple[DiskEnd, ...] = (_asks.at_disk_end,)  # (the same, for a run on disk)
+DISK_ENDS: tuple[DiskEnd, ...] = (_asks_on_disk.at_disk_end,)  # (the same, for a run on disk)
 
 
 def wire() -> Wiring:

@@ -8,7 +8,7 @@ import trio
 
 import actors
 from actors import Context, Signal, process
-from storage import LMDBJournal, decode, encode, instance_id
+from storage import LMDBJournal, decode, digest, encode, instance_id
 from tests.runtime_helpers import Opener
 
 add = Signal("add")
@@ -413,3 +413,18 @@ async def test_a_reply_to_a_sent_message_is_recorded_and_replays(tmp_path):
     assert "" == replies[0] and "" != replies[1]  # the no-op, then the answer (its ask id)
     async with opener(counter) as system:  # both replay; the counter goes on
         assert 5 == await system.ask("counter/n", add, 3)
+
+
+async def test_a_reply_records_the_digest_of_its_value(tmp_path):
+    # ctx.reply hashes the one encoding it also copies the answer from:
+    # the hash is `digest`'s, as every journal written before holds it.
+    opener = Opener(tmp_path)
+    async with opener(counter) as system:
+        await system.start(counter, "d")
+        await system.send("counter/d", add, 2)  # a reply to a sent message
+        assert 2 == await system.ask("counter/d", get)  # and one to an ask
+    async with LMDBJournal(opener.path) as journal:
+        with journal.reader() as r:
+            log = r.log(instance_id("counter/d"), 0)
+    hashes = [entry["h"] for _, entry in sorted(log.items()) if entry["k"] == "reply"]
+    assert [digest(2), digest(2)] == hashes
