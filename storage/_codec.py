@@ -423,6 +423,11 @@ def stream_unpacker() -> Any:
     )  # max_buffer_size 0: no limit below unpackb's, which is the value's length
 
 
+# The hash `digest` takes of an encoding: ``hash_encoded(encoded).digest()``
+# for a caller that holds the encoding already (a C call: none of ours).
+hash_encoded = functools.partial(hashlib.blake2b, digest_size=8)
+
+
 def digest(value: Any, *, what: str = "arguments") -> bytes:
     """An 8-byte hash of ``value``'s canonical encoding, stable across processes."""
-    return hashlib.blake2b(encode(value, what=what), digest_size=8).digest()
+    return hash_encoded(encode(value, what=what)).digest()

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Awaitable, Iterable, Mapping
-from hashlib import blake2b
 from typing import Any, cast
 
-from storage import decode, digest, encode
+from storage import decode, digest, encode, hash_encoded
 
 from .._features import _asks, _sends, _signals
 from .._kernel import _effects as fx
@@ -94,7 +93,7 @@ class MessageEffects(ContextCore):
             if unanswered is None or unanswered.pop(ask.ask_id, None) is None:
                 ask = None  # answered already: the first reply stands
         encoded = encode(value, what="reply")
-        arg_hash = blake2b(encoded, digest_size=8).digest()  # = digest(value)
+        arg_hash = hash_encoded(encoded).digest()  # (`digest`, from the one encoding)
         # An answer goes out as a copy decoded from what was hashed, never
         # the process's own object: the asker cannot alias it, and a replay
         # (which has only the hash) cannot tell them apart. (Made here, from
