@@ -13,7 +13,6 @@ from ._codec import (
     decode as decode,
     digest as digest,
     encode as encode,
-    hash_encoded as hash_encoded,
     lenient_decoding as lenient_decoding,
     serializable as serializable,
 )
@@ -107,7 +106,6 @@ __all__ = [
     "decode",
     "digest",
     "encode",
-    "hash_encoded",
     "instance_id",
     "lenient_decoding",
     "serializable",

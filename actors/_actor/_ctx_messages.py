@@ -7,7 +7,8 @@ import datetime as _dt
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, cast
 
-from storage import decode, digest, encode, hash_encoded
+from storage import decode, digest, encode
+from storage._codec import hash_encoded  # (`digest`'s hash: see there)
 
 from .._features import _asks, _sends, _signals
 from .._kernel import _effects as fx
