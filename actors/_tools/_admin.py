@@ -84,7 +84,10 @@ from .._system._retry import (
     refusal as retry_refusal,
     retry_txn,
 )
-from ._history import History, dumps, import_history, loads, read_history
+
+# The history file from its two halves (what `_history` gathers for the tests).
+from ._history_file import History, dumps, loads
+from ._history_journal import import_history, read_history
 
 __all__ = [  # noqa: RUF022 - grouped by use, a comment heading each group
     "Route",
