@@ -85,8 +85,9 @@ from .._system._retry import (
     retry_txn,
 )
 
-# The history file from its two halves (what `_history` gathers for the tests).
-from ._history_file import History, dumps, loads
+# The history file's parts (`_history` gathers them, for `actors.testing`).
+from ._history_document import History
+from ._history_file import dumps, loads
 from ._history_journal import import_history, read_history
 
 __all__ = [  # noqa: RUF022 - grouped by use, a comment heading each group
