@@ -84,7 +84,11 @@ from .._system._retry import (
     refusal as retry_refusal,
     retry_txn,
 )
-from ._history import History, dumps, import_history, loads, read_history
+
+# The history file's parts (`_history` gathers them, for `actors.testing`).
+from ._history_document import History
+from ._history_file import dumps, loads
+from ._history_journal import import_history, read_history
 
 __all__ = [  # noqa: RUF022 - grouped by use, a comment heading each group
     "Route",

@@ -27,22 +27,22 @@ ids in the new journal, in their order (the log never refers to an unread
 one); an asked message is imported as sent (its asker is in the other
 journal).
 
-The file is `_history_file`'s (its document and bytes), reading a journal
-and importing into one `_history_journal`'s; this module holds them all.
+The file's document is `_history_document`'s, its bytes `_history_file`'s,
+reading a journal and importing into one `_history_journal`'s; this module
+holds them all.
 """
 
 from __future__ import annotations
 
-from ._history_file import (
+from ._history_document import (
     FORMAT as FORMAT,
     VERSION as VERSION,
     History as History,
     InstanceHistory as InstanceHistory,
     Message as Message,
     Timer as Timer,
-    dumps as dumps,
-    loads as loads,
 )
+from ._history_file import dumps as dumps, loads as loads
 from ._history_journal import (
     ImportPlan as ImportPlan,
     import_history as import_history,

@@ -1,6 +1,6 @@
-"""A history file: its document (`History`, `InstanceHistory`, `Message`,
-`Timer`) and its bytes (`dumps`, `loads`); `_history` says what the format
-holds, docs/histories.md field by field."""
+"""A history file's bytes: its document (`_history_document`) written as
+JSON (`dumps`) and read back, checked (`loads`); `_history` says what the
+format holds, docs/histories.md field by field."""
 
 from __future__ import annotations
 
@@ -29,72 +29,17 @@ from ._history_checks import (
     show,
     too_deep,
 )
+from ._history_document import (
+    FORMAT,
+    VERSION,
+    History,
+    InstanceHistory,
+    Message,
+    Timer,
+)
 from ._history_values import bad, from_plain, to_plain
 
-__all__ = ["FORMAT", "VERSION", "History", "InstanceHistory", "Message", "Timer", "dumps", "loads"]
-
-#: The ``format`` field of every history file.
-FORMAT = "actors-history"
-#: The version of the format this module writes, and the only one it reads.
-VERSION = 1
-
-
-# -- the document --------------------------------------------------------------------
-
-
-@attrs.frozen
-class Message:
-    """An unread message: its id in the journal it came from, signal name,
-    payload, when it was sent, and the sender's traceparent (or None)."""
-
-    id: int
-    signal: str
-    payload: Any
-    sent: float | None
-    trace: str | None = None
-
-
-@attrs.frozen
-class Timer:
-    """A durable timer: effect ``effect`` of run ``run``, due at epoch ``due``."""
-
-    run: int
-    effect: int
-    due: float
-
-
-@attrs.frozen
-class InstanceHistory:
-    """Everything a history holds of one instance."""
-
-    address: str
-    process: str
-    status: str
-    record: InstanceRecord
-    runs: dict[int, dict[int, LogEntry]]  # run -> effect -> entry
-    mail: list[Message]
-    timers: list[Timer]
-    stream: list[Any]
-    consumers: dict[str, int]
-    send_keys: list[str]
-    incarnations: list[Kept]  # earlier incarnations a retry kept, oldest first
-
-    @property
-    def log(self) -> dict[int, LogEntry]:
-        """The current run's log."""
-        return self.runs.get(self.record.run, {})
-
-
-@attrs.frozen
-class History:
-    """A history file: the exported instance (``address``) first, then its descendants."""
-
-    address: str
-    exported: float
-    source: str
-    instances: list[InstanceHistory]
-    version: int = VERSION
-
+__all__ = ["dumps", "loads"]
 
 _RECORD_FIELDS = [f.name for f in attrs.fields(InstanceRecord) if f.name != "extra"]
 _ENTRY_FIELDS = [f.name for f in attrs.fields(LogEntry) if f.name != "extra"]

@@ -24,7 +24,7 @@ from .._kernel._message_txns import key_cursor, key_of
 from .._kernel._transactions import history_key
 from .._system._kept import KEPT_INCARNATIONS, read_kept
 from ..errors import AlreadyStarted, InvalidArguments, NotDelivered
-from ._history_file import History, InstanceHistory, Message, Timer
+from ._history_document import History, InstanceHistory, Message, Timer
 
 __all__ = [
     "ImportPlan",

@@ -71,13 +71,19 @@ the module that defines them. A record that does not decode is listed as
 its indexes describe it; ``show`` of it reports the `JournalCorrupt` naming
 database and key (exit 5).
 
-The package, by concern: `_commands` (arguments, dispatch, exit codes),
-`_access` (opening the journal, finding an instance), `_inspect` (list,
-show, stats), `_write` (send, cancel), `_retry` (retry, show --incarnation), `_signal` (signal),
-`_repair` (resume-compensation, abandon-compensation, cleanup), `_history`
-(export, import: see docs/histories.md), `_remote`
-(through a running system's control socket), `_tail` (tail, consumers), and
-`_render` (JSON and text output). It reaches storage only through the public
+The package, by concern: `_commands` (arguments, dispatch, exit codes);
+the commands, which import no other command: `_inspect` (list, stats),
+`_show` (show, show --incarnation), `_write` (send, cancel), `_retry` (retry,
+and `_resume` for a parked instance), `_fork` (fork), `_signal` (signal),
+`_mail` (mail), `_flow` (schedules, queues), `_repair` (resume-compensation,
+abandon-compensation, cleanup), `_history` (export, import: see
+docs/histories.md), `_tail` (tail, consumers), `_web` (web); and what they
+share, below them: `_describe` (one instance's document, which the web
+inspector shows too), `_records` (stored errors, signal names, a failed
+run's message, in words), `_arguments` (JSON arguments, ``--import``ed
+definitions), `_remote` (through a running system's control socket),
+`_access` (opening the journal, finding an instance), `_errors` (exit codes)
+and `_render` (JSON and text output). It reaches storage only through the public
 `storage` API, and writes with the transactions of `actors._kernel._transactions`.
 
 Exit codes: 0 done; 1 refused (not live, compensations pending); 2 bad usage;

@@ -1,4 +1,5 @@
-"""Opening the journal for reading or for writing, and finding an instance in it."""
+"""Opening the journal for reading or for writing, and finding an instance
+(or those under an address) in it."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ __all__ = [
     "opening_postgres",
     "read_row",
     "reading",
+    "under",
     "writing",
     "writing_at",
     "written_at",
@@ -331,3 +333,13 @@ async def _postgres(
         journal.check_shapes = True  # what the runtime would not read is reported corrupt
     async with _opened(journal):
         yield journal
+
+
+def under(address: str | None, prefix: str | None) -> bool:
+    """Whether ``address`` is ``prefix`` or below it (``prefix/...``)."""
+    if not prefix:
+        return True
+    if address is None:
+        return False
+    top = prefix.rstrip("/")
+    return address == top or address.startswith(top + "/")

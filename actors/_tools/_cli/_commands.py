@@ -24,7 +24,8 @@ from ._inspect import list_instances, stats
 from ._mail import add_mail_arguments, mail
 from ._render import escaped_output
 from ._repair import abandon_compensation, cleanup, duration, resume_compensation
-from ._retry import retry, show_any
+from ._retry import retry
+from ._show import show_any
 from ._signal import add_signal_arguments, signal
 from ._tail import consumers, tail
 from ._web import add_web_arguments, web

@@ -49,10 +49,10 @@ from ._access import (
     writing_at,
     written_at,
 )
+from ._arguments import definitions, json_input
 from ._errors import CORRUPT, NOT_FOUND, OK, REFUSED, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import emit
-from ._retry import _input, definitions
 
 __all__ = ["add_fork_arguments", "fork"]
 
@@ -234,7 +234,7 @@ async def fork(args: argparse.Namespace) -> int:
     """``actors fork``: run ended instances again from a point in their log."""
     _check_usage(args)
     path = journal_at(args)
-    new_input = _input(args.input)
+    new_input = json_input(args.input)
     done: list[dict[str, Any]] = []
     held: JournalLocked | None = None
     try:

@@ -1,4 +1,4 @@
-"""Reading commands: ``list``, ``show`` (`_show`'s) and ``stats``.
+"""Reading commands: ``list`` and ``stats`` (``show`` is `_show`'s).
 
 Each opens the journal read-only (no owner lock, nothing written), so it
 works beside a system running on the journal in another process, and builds
@@ -23,36 +23,12 @@ from storage import (
 )
 from storage.errors import JournalCorrupt
 
-from ._access import journal_at, reading
+from ._access import journal_at, reading, under
 from ._errors import OK
-from ._render import (
-    emit,
-    error_text,
-    local_time,
-    plural,
-    relative,
-    size_text,
-    table,
-    zone_name,
-)
-from ._show import (
-    describe as describe,
-    failed_at_of as failed_at_of,
-    handling_of as handling_of,
-    show as show,
-)
+from ._records import error_text
+from ._render import emit, local_time, plural, relative, size_text, table, zone_name
 
-__all__ = [
-    "describe",
-    "failed_at_of",
-    "handling_of",
-    "list_instances",
-    "list_item",
-    "list_items",
-    "show",
-    "stats",
-    "under",
-]
+__all__ = ["list_instances", "list_item", "list_items", "stats"]
 
 _FAR = 100 * 365 * 86400.0  # past every timer: `stats` counts them all
 
@@ -160,16 +136,6 @@ async def list_instances(args: argparse.Namespace) -> int:
 
     emit(args, doc, render)
     return OK
-
-
-def under(address: str | None, prefix: str | None) -> bool:
-    """Whether ``address`` is ``prefix`` or below it (``prefix/...``)."""
-    if not prefix:
-        return True
-    if address is None:
-        return False
-    top = prefix.rstrip("/")
-    return address == top or address.startswith(top + "/")
 
 
 # -- stats --------------------------------------------------------------------------

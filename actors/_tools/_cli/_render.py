@@ -32,22 +32,17 @@ import attrs
 
 from storage import Opaque
 
-from .._admin import END_PREFIX, error_summary
-
 __all__ = [
     "compact",
     "counted",
     "cut",
     "emit",
-    "error_text",
     "escape_text",
     "escaped_output",
     "jsonable",
     "local_time",
     "plural",
     "relative",
-    "render_show",
-    "signal_label",
     "size_text",
     "table",
     "zone_name",
@@ -203,24 +198,6 @@ def table(headers: Sequence[str], rows: list[list[str]], indent: str = "") -> li
     return lines
 
 
-def signal_label(name: str) -> str:
-    """A signal name as users read it (system signals in parentheses)."""
-    if name.startswith(END_PREFIX):
-        return f"(end of {name[len(END_PREFIX) :]})"
-    if name.startswith("\x00"):
-        return f"({name[1:]})"
-    return name
-
-
-def error_text(error: Any) -> str:
-    """A stored error record as one line."""
-    if not isinstance(error, dict):
-        return str(error)
-    if "type" in error:
-        return error_summary(error)
-    return str(error.get("summary") or error.get("message") or error)
-
-
 def counted(n: int, one: str, many: str | None = None) -> str:
     """A count in words: "none", "1 timer", "3 timers"."""
     return "none" if n == 0 else f"{n} {one if n == 1 else many or one + 's'}"
@@ -239,181 +216,3 @@ def size_text(n: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"  # pragma: no cover
-
-
-def _log_detail(item: dict[str, Any], now: float) -> str:
-    parts = []
-    if item.get("failures"):
-        parts.append(plural(item["failures"], "failed attempt"))
-    if "due" in item:
-        parts.append(f"due {local_time(item['due'])} ({relative(item['due'], now)})")
-    if "message" in item:
-        parts.append(f"message #{item['message']}")
-    if "key" in item:
-        parts.append(f"key {item['key']}")
-    return ", ".join(parts)
-
-
-def _tree(nodes: list[dict[str, Any]], prefix: str = "  ") -> Iterator[str]:
-    for i, node in enumerate(nodes):
-        last = i == len(nodes) - 1
-        yield f"{prefix}{'└─' if last else '├─'} {node['address']}  {node['status']}  " + (
-            f"({node['how']} #{node['seq']})"
-        )
-        yield from _tree(node["children"], prefix + ("   " if last else "│  "))
-
-
-def _shown(shown: int, total: int, which: str) -> str:
-    return f" (the {which} {shown} shown; --limit 0 for all)" if shown < total else ""
-
-
-def _waiting(waiting: dict[str, Any], now: float) -> list[str]:
-    """What a live instance waits for, as far as the journal knows."""
-    lines = [
-        f"  timer #{t['seq']}, due {local_time(t['due'])} ({relative(t['due'], now)})"
-        for t in waiting["timers"]
-    ]
-    lines += [f"  child {c['address']} to end (call #{c['seq']})" for c in waiting["children"]]
-    # A wait for a signal is logged when a message is taken, not before.
-    unread = waiting["unread_signals"]
-    tail = f" (unread mail: {', '.join(unread)})" if unread else ""
-    lines.append(f"  a signal, perhaps: the journal names one only once it is taken{tail}")
-    return ["", "Waiting for (as far as the journal records):", *lines]
-
-
-def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
-    """The lines of ``actors show`` for the document `show` built."""
-    now = time.time()
-    out = [f"{doc['address']}  ·  {doc['status']}"]
-
-    def field(name: str, value: str) -> None:
-        out.append(f"  {name:<14}{value}")
-
-    field("process", doc["process"])
-    field("params", compact(doc["params"], 200))
-    field("input", compact(doc["input"], 200))
-    if doc["status"] == "completed":
-        field("result", compact(doc["result"], 400))
-    if doc["error"]:
-        field("error", error_text(doc["error"]))
-        if doc["error"].get("summary") and "type" in doc["error"]:
-            field("", str(doc["error"]["summary"]))
-        trace = doc["error"].get("traceback")
-        if trace and traceback:
-            out.extend("    " + line for line in trace.rstrip().splitlines())
-        elif trace:
-            field("", "(--traceback shows where it was raised)")
-    if doc.get("failed_at"):
-        field("failed at", doc["failed_at"]["label"])
-    if doc.get("queued"):
-        place = doc["queued"]
-        since = place["since"]
-        field(
-            "queued in",
-            f"{place['queue']} (priority {place['priority']}) since "
-            f"{local_time(since)} ({relative(since, now)})",
-        )
-    if doc["stuck"]:
-        field("stuck", f"{doc['stuck']} (it runs again once fixed; last error says how)")
-    if doc["last_error"]:
-        field("last error", str(doc["last_error"]))
-    if doc["reason"]:
-        field("reason", str(doc["reason"]))
-    field("run", f"{doc['run']} (incarnation {doc['incarnation']})")
-    if doc.get("owner"):
-        field("owner node", str(doc["owner"]))
-    zone = zone_name(doc["created"])
-    field("created", f"{local_time(doc['created'])} {zone} ({relative(doc['created'], now)})")
-    field("updated", f"{local_time(doc['updated'])} {zone} ({relative(doc['updated'], now)})")
-    if doc["parent"]:
-        how = "awaited by" if doc["awaited"] else "child of"
-        field("parent", f"{how} {doc['parent']} (restart: {doc['restart'] or 'temporary'})")
-    field("id", doc["id"])
-
-    log = doc["log"]
-    out.append("")
-    shown = _shown(len(log), doc["log_entries"], "last")
-    out.append(
-        f"Effect log, run {doc['run']}: {counted(doc['log_entries'], 'entry', 'entries')}{shown}"
-    )
-    if log:
-        rows = [
-            [
-                str(i["seq"]),
-                str(i["kind"]),
-                cut(str(i["name"]), 40),
-                str(i.get("attempt", "")),
-                i["outcome"],
-                _log_detail(i, now),
-            ]
-            for i in log
-        ]
-        cells = [[r[0], r[1], r[2], r[3], cut(r[4], 70), r[5]] for r in rows]
-        out.extend(table(["SEQ", "KIND", "NAME", "ATT", "OUTCOME", "DETAIL"], cells, "  "))
-    if doc["older_runs_in_log"]:
-        out.append(f"  (entries of older runs remain: {doc['older_runs_in_log']})")
-
-    if "waiting" in doc:
-        out.extend(_waiting(doc["waiting"], now))
-
-    out.append("")
-    mail = doc["mailbox"]
-    ever = f" ({doc['messages_ever']} received in all)" if doc["messages_ever"] else ""
-    shown = _shown(len(mail), doc["mailbox_messages"], "first")
-    out.append(f"Mailbox: {counted(doc['mailbox_messages'], 'unread message')}{ever}{shown}")
-    for m in mail:
-        out.append(
-            f"  #{m['seq']:<4} {m['signal']}  sent {local_time(m['sent'])}  {compact(m['payload'], 80)}"
-        )
-
-    poison = doc.get("handling")
-    if poison is not None:
-        crashes = f", after {counted(len(doc['restarts']), 'restart')}" if doc["restarts"] else ""
-        out.append(
-            f"  failed while handling #{poison['seq']} {poison['signal']} (taken at effect "
-            f"#{poison['effect']}{crashes})  {compact(poison['payload'], 80)}"
-        )
-    if doc.get("dead_letters"):
-        out.append(
-            f"  dropped: {counted(doc['dead_letters'], 'message')} ('actors mail "
-            f"{doc['address']} --dropped')"
-        )
-    out.append(f"Timers: {counted(len(doc['timers']), 'timer')}")
-    for t in doc["timers"]:
-        stale = f"  (left by run {t['run']})" if t["stale"] else ""
-        out.append(
-            f"  due {local_time(t['due'])} ({relative(t['due'], now)})  effect #{t['seq']}{stale}"
-        )
-
-    out.append(f"Children: {counted(len(doc['children']), 'child', 'children')}")
-    out.extend(_tree(doc["children"]))
-
-    stream = doc["stream"]
-    consumers = len(stream["consumers"])
-    if stream["length"] or consumers:
-        out.append(
-            f"Stream: {plural(stream['length'], 'value')}, "
-            f"{consumers or 'no'} consumer{'' if consumers == 1 else 's'}"
-        )
-    else:
-        out.append("Stream: none")
-    for name, c in stream["consumers"].items():
-        out.append(f"  {name}: cursor {c['cursor']} ({c['unread']} unread)")
-
-    out.append(f"Restarts: {counted(len(doc['restarts']), 'restart')}")
-    for r in doc["restarts"]:
-        out.append(f"  {local_time(r.get('at'))}  {r.get('reason')}")
-    if doc["exports_version"] is not None:
-        out.append(f"Exports (version {doc['exports_version']}): {compact(doc['exports'], 200)}")
-    comps = doc["compensations"]
-    if comps:
-        out.append(f"Compensations: {len(comps)} — {doc['compensations_fate']}")
-        for c in comps:
-            maybe = ", step may have applied" if c["possibly_applied"] else ""
-            out.append(
-                f"  {c['state']:<10} {c['step']} -> {c['function']}  "
-                f"attempts {c['attempts']}{maybe}"
-            )
-        if doc["compensation_failure"]:
-            out.append(f"  stuck on: {error_text(doc['compensation_failure'])}")
-    return out

@@ -1,6 +1,7 @@
-"""``retry``, and ``show --incarnation N``: the incarnations of an address.
+"""``retry``: run a failed (or cancelled) instance again, as a new incarnation
+of its address (or resume one a step's crash budget parked: `_resume`).
 
-``retry`` writes, like ``send`` and ``cancel``: directly to a journal no
+It writes, like ``send`` and ``cancel``: directly to a journal no
 system holds, with the transaction `actors._system._retry.retry_txn` builds for the
 runtime too (a fork's from effect 0: the new incarnation gets the failed
 run's mail; it runs when a system that runs its process next opens the
@@ -14,74 +15,35 @@ nothing written): through the running system, or with ``--import MODULE``
 for the module that defines the process. With neither, a direct retry with
 ``--input`` is refused (exit 2), as a direct ``fork`` without its code is:
 an input the process does not take would leave the new incarnation stuck.
-
-``show ADDRESS --incarnation N`` prints the record a retry kept of an
-incarnation it replaced (see `actors._system._retry`), or the instance as ``show``
-does when N is the current incarnation.
+(``show --incarnation N`` prints the record a retry kept: `_show`.)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from storage import InstanceRow, Reader, instance_id
+from storage import Reader, instance_id
 from storage.errors import Conflict, EncodeError, JournalLocked
 
 from ...errors import ActorError
 from .._admin import (
-    KEPT_INCARNATIONS,
     MAX_PAYLOAD,
-    Kept,
-    ProcessDef,
     RetryPlan,
     read_for_retry,
-    read_kept,
     retry_refusal as refusal,
     retry_txn,
 )
 from ._access import PostgresAt, claim_for_start, journal_at, reading, writing_at, written_at
+from ._arguments import definitions, json_input
 from ._errors import CORRUPT, NOT_FOUND, OK, USAGE, CLIError
-from ._inspect import show
 from ._remote import owner, through_system
-from ._render import compact, counted, emit, error_text, local_time, relative, zone_name
+from ._render import counted, emit
 from ._resume import resume_parked
 
-__all__ = ["definitions", "retry", "show_any"]
-
-
-def _input(text: str | None) -> dict[str, Any] | None:
-    """``--input``'s JSON object ('-' reads stdin), or None without one."""
-    if text is None:
-        return None
-    if text == "-":
-        text = sys.stdin.read()
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CLIError(
-            f"--input is not JSON ({exc}); quote it for the shell, e.g. '{{\"amount\": 5}}'", USAGE
-        ) from None
-    if not isinstance(value, dict):
-        raise CLIError(
-            f"--input takes a JSON object of the process's keyword input, not {text!r}", USAGE
-        )
-    return value
-
-
-def definitions(modules: list[str]) -> dict[str, list[ProcessDef[..., Any]]]:
-    """The process definitions the ``--import``ed ``modules`` hold, by template."""
-    found: dict[str, list[ProcessDef[..., Any]]] = {}
-    for name in modules:
-        module = sys.modules.get(name)
-        for value in list(vars(module).values()) if module is not None else []:
-            if isinstance(value, ProcessDef) and value not in found.get(value.template, []):
-                found.setdefault(value.template, []).append(value)
-    return found
+__all__ = ["retry"]
 
 
 def _check_input(
@@ -143,7 +105,7 @@ def _plan(r: Reader, address: str, path: Path | PostgresAt) -> RetryPlan:
 async def retry(args: argparse.Namespace) -> int:
     """``actors retry``: run a failed (or cancelled) instance again, as a new incarnation."""
     path = journal_at(args)
-    new_input = _input(args.input)
+    new_input = json_input(args.input)
     resumed = await resume_parked(args, path, new_input)
     if resumed is not None:
         return resumed  # stuck on a crash budget: resumed, not replaced
@@ -232,106 +194,3 @@ async def retry(args: argparse.Namespace) -> int:
 
     emit(args, doc, render)
     return OK
-
-
-async def show_any(args: argparse.Namespace) -> int:
-    """``actors show``: the instance, or with ``--incarnation N`` an earlier
-    incarnation's kept record."""
-    if args.incarnation is None:
-        return await show(args)
-    path = journal_at(args)
-    iid = instance_id(args.address)
-    async with reading(path) as journal:
-        with journal.reader() as r:
-            row: InstanceRow | None = r.instance(iid)
-            _, kept = read_kept(r, iid)
-    if row is not None and row.record.incarnation == args.incarnation:
-        return await show(args)
-    found = next((k for k in kept if k.incarnation == args.incarnation), None)
-    if found is None:
-        current = (
-            f"the current one is {row.record.incarnation}"
-            if row is not None
-            else "no instance is there now"
-        )
-        have = ", ".join(str(k.incarnation) for k in kept) or "none"
-        raise CLIError(
-            f"incarnation {args.incarnation} of {args.address!r} is not kept ({current}; kept: "
-            f"{have}); a retry keeps the record of the incarnation it replaces (the latest "
-            f"{KEPT_INCARNATIONS} of an address) until a cleanup removes the address",
-            NOT_FOUND,
-        )
-    doc = _kept_doc(args.address, found, row)
-    emit(args, doc, lambda: "\n".join(_render_kept(doc, args.traceback)))
-    return OK
-
-
-def _kept_doc(address: str, kept: Kept, row: InstanceRow | None) -> dict[str, Any]:
-    record = kept.record
-    return {
-        "address": address,
-        "process": kept.process,
-        "status": kept.status,
-        "incarnation": kept.incarnation,
-        "kept": True,
-        "replaced": kept.replaced,
-        "current_incarnation": row.record.incarnation if row is not None else None,
-        "run": record.run,
-        "created": record.created,
-        "updated": record.updated,
-        "parent": record.parent,
-        "params": record.params,
-        "input": record.input,
-        "result": record.result,
-        "error": record.error,
-        "reason": record.reason,
-        "last_error": record.last_error,
-        "restarts": record.restarts,
-        "compensations": [
-            {
-                "step": c.get("name"),
-                "state": "done" if c.get("id") in record.compensated else "pending",
-            }
-            for c in record.compensations
-        ],
-    }
-
-
-def _render_kept(doc: dict[str, Any], traceback: bool) -> list[str]:
-    now = time.time()
-    out = [
-        f"{doc['address']}  ·  incarnation {doc['incarnation']}  ·  {doc['status']}  "
-        "(kept: a retry replaced it)"
-    ]
-
-    def field(name: str, value: str) -> None:
-        out.append(f"  {name:<14}{value}")
-
-    field("process", doc["process"])
-    field("params", compact(doc["params"], 200))
-    field("input", compact(doc["input"], 200))
-    if doc["error"]:
-        field("error", error_text(doc["error"]))
-        trace = doc["error"].get("traceback")
-        if trace and traceback:
-            out.extend("    " + line for line in trace.rstrip().splitlines())
-        elif trace:
-            field("", "(--traceback shows where it was raised)")
-    for name in ("reason", "last_error"):
-        if doc[name]:
-            field(name.replace("_", " "), str(doc[name]))
-    field("run", str(doc["run"]))
-    zone = zone_name(doc["created"])
-    for name in ("created", "updated", "replaced"):
-        field(name, f"{local_time(doc[name])} {zone} ({relative(doc[name], now)})")
-    current = doc["current_incarnation"]
-    field("current", f"incarnation {current}" if current is not None else "no instance")
-    out.append(f"Restarts: {counted(len(doc['restarts']), 'restart')}")
-    for r in doc["restarts"]:
-        out.append(f"  {local_time(r.get('at'))}  {r.get('reason')}")
-    if doc["compensations"]:
-        out.append(
-            "Compensations: "
-            + ", ".join(f"{c['step']} ({c['state']})" for c in doc["compensations"])
-        )
-    return out

@@ -1,96 +1,76 @@
-"""The ``show`` command: everything recorded about one instance, as one
-document (`describe`) that `_render` prints as JSON or as text; the web
-inspector's instance page reads the same document."""
+"""The ``show`` command: everything recorded about one instance (the
+document `_describe.describe` builds) as JSON or as text, and with
+``--incarnation N`` the record a retry kept of an incarnation it replaced
+(see `actors._system._retry`), or the instance as plain ``show`` prints it
+when N is the current incarnation."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator
 from typing import Any
 
-from storage import (
-    LIVE_STATUSES,
-    TERMINAL_STATUSES,
-    UNFINISHED_STATUSES,
-    InstanceRow,
-    Reader,
-    instance_id,
-)
-from storage.errors import JournalCorrupt
+from storage import LIVE_STATUSES, UNFINISHED_STATUSES, InstanceRow, instance_id
 
-from .._admin import (
-    LogEntry,
-    StoredMessage,
-    children_named,
-    failed_at,
-    handling,
-    queue_place,
-    read_dead,
-    sent_keys,
-    user_cursors,
-)
+from .._admin import KEPT_INCARNATIONS, Kept, queue_place, read_kept
 from ._access import find_instance, journal_at, reading
-from ._errors import CORRUPT, OK, CLIError
-from ._render import (
-    compact,
-    emit,
-    error_text,
-    render_show,
-    signal_label,
-)
+from ._describe import describe
+from ._errors import NOT_FOUND, OK, CLIError
+from ._records import error_text
+from ._render import compact, counted, cut, emit, local_time, plural, relative, table, zone_name
 
-__all__ = ["describe", "failed_at_of", "handling_of", "show"]
+__all__ = ["render_show", "show", "show_any"]
 
 
-def _log_item(seq: int, entry: dict[str, Any], ended: bool, armed: set[int]) -> dict[str, Any]:
-    kind = entry.get("k")
-    item: dict[str, Any] = {"seq": seq, "kind": kind, "name": entry.get("n") or ""}
-    if kind == "wait":
-        item["name"] = ",".join(signal_label(n) for n in str(item["name"]).split(","))
-        # A receive's entry is stored as a wait (replay matches the kind)
-        # holding the signal it took ("s"), which a wait's never holds: every
-        # version has written it so (replay gives a receive its signal from
-        # it), so the label is right for any journal and costs no write.
-        if "s" in entry:
-            item["kind"] = "receive"
-    for field, key in (
-        ("attempt", "a"),
-        ("failures", "f"),
-        ("key", "key"),
-        ("due", "due"),
-        ("message", "m"),
-        ("child", "child"),
-        ("signal", "s"),
-    ):
-        if key in entry:
-            item[field] = entry[key]
-    if "e" in entry:
-        item["state"], item["error"] = "failed", entry["e"]
-        item["outcome"] = f"failed: {error_text(entry['e'])}"
-    elif "v" in entry:
-        item["state"], item["value"] = "done", entry["v"]
-        item["outcome"] = _done_outcome(kind, entry)
-    elif ended:  # the instance finished first: nothing is pending any more
-        item["state"] = "unfinished"
-        item["outcome"] = {
-            "step": f"attempt {entry.get('a', '?')} started, never finished",
-            "sleep": "not fired (the instance ended first)",
-            "call": "the instance ended first",
-        }.get(kind or "", "never finished")
-    elif kind == "sleep" and seq not in armed:
-        # Invariant: a timer's row is deleted in the transaction that logs
-        # its outcome, or the outcome of the race it lost; so a sleep with
-        # neither an outcome nor a row lost a race, and waits for nothing.
-        item["state"] = "lost"
-        item["outcome"] = "not pending: it lost a race"
-    else:
-        item["state"] = "started"
-        item["outcome"] = {
-            "step": f"attempt {entry.get('a', '?')} started, no outcome yet",
-            "sleep": "pending",
-            "call": "waiting for the child",
-        }.get(kind or "", "started")
-    return item
+async def show(args: argparse.Namespace) -> int:
+    """``actors show``: everything recorded about one instance."""
+    path = journal_at(args)
+    async with reading(path) as journal:
+        with journal.reader() as r:
+            row = find_instance(r, args.address, path)
+            doc = describe(r, row)
+            if row.status == "queued":  # which queue, since when
+                doc["queued"] = queue_place(r, row.iid)
+    if row.status in LIVE_STATUSES:
+        doc["waiting"] = _waiting(doc)
+    doc["log_entries"], doc["mailbox_messages"] = len(doc["log"]), len(doc["mailbox"])
+    if args.limit:  # the latest effects, the oldest messages (taken first)
+        doc["log"], doc["mailbox"] = doc["log"][-args.limit :], doc["mailbox"][: args.limit]
+    emit(args, doc, lambda: "\n".join(render_show(doc, args.traceback)))
+    return OK
+
+
+async def show_any(args: argparse.Namespace) -> int:
+    """``actors show``: the instance, or with ``--incarnation N`` an earlier
+    incarnation's kept record."""
+    if args.incarnation is None:
+        return await show(args)
+    path = journal_at(args)
+    iid = instance_id(args.address)
+    async with reading(path) as journal:
+        with journal.reader() as r:
+            row: InstanceRow | None = r.instance(iid)
+            _, kept = read_kept(r, iid)
+    if row is not None and row.record.incarnation == args.incarnation:
+        return await show(args)
+    found = next((k for k in kept if k.incarnation == args.incarnation), None)
+    if found is None:
+        current = (
+            f"the current one is {row.record.incarnation}"
+            if row is not None
+            else "no instance is there now"
+        )
+        have = ", ".join(str(k.incarnation) for k in kept) or "none"
+        raise CLIError(
+            f"incarnation {args.incarnation} of {args.address!r} is not kept ({current}; kept: "
+            f"{have}); a retry keeps the record of the incarnation it replaces (the latest "
+            f"{KEPT_INCARNATIONS} of an address) until a cleanup removes the address",
+            NOT_FOUND,
+        )
+    doc = _kept_doc(args.address, found, row)
+    emit(args, doc, lambda: "\n".join(_render_kept(doc, args.traceback)))
+    return OK
 
 
 def _waiting(doc: dict[str, Any]) -> dict[str, Any]:
@@ -117,244 +97,250 @@ def _waiting(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _done_outcome(kind: Any, entry: dict[str, Any]) -> str:
-    named = {"sleep": "fired", "spawn": "spawned", "emit": "emitted", "publish": "published"}
-    if kind in named:
-        return named[kind]
-    value = compact(entry["v"], 60)
-    if kind == "call":
-        return f"child completed: {value}"
-    if "s" in entry:
-        return f"got {signal_label(entry['s'])}: {value}"
-    return f"got: {value}" if kind == "wait" else f"ok: {value}"
+def render_show(doc: dict[str, Any], traceback: bool) -> list[str]:
+    """The lines of ``actors show`` for the document `show` built."""
+    now = time.time()
+    out = [f"{doc['address']}  ·  {doc['status']}"]
 
+    def field(name: str, value: str) -> None:
+        out.append(f"  {name:<14}{value}")
 
-def _children(r: Reader, log: dict[int, LogEntry], seen: set[bytes]) -> list[dict[str, Any]]:
-    """The children a run's log names (call/spawn), each with its own, recursively."""
-    nodes = []
-    for address, seq in children_named(log).items():
-        node: dict[str, Any] = {
-            "address": address,
-            "how": log[seq].kind,
-            "seq": seq,
-            "status": "gone",
-            "children": [],
-        }
-        iid = instance_id(address)
-        if iid in seen:
-            node["status"] = "(seen above)"
-        else:
-            seen.add(iid)
-            try:
-                row = r.instance(iid)
-                if row is not None:
-                    node["status"] = row.status
-                    node["restart"] = row.record.restart
-                    node["children"] = _children(r, r.entries(iid, row.record.run), seen)
-            except JournalCorrupt:
-                node["status"] = "corrupt"
-        nodes.append(node)
-    return nodes
+    field("process", doc["process"])
+    field("params", compact(doc["params"], 200))
+    field("input", compact(doc["input"], 200))
+    if doc["status"] == "completed":
+        field("result", compact(doc["result"], 400))
+    if doc["error"]:
+        field("error", error_text(doc["error"]))
+        if doc["error"].get("summary") and "type" in doc["error"]:
+            field("", str(doc["error"]["summary"]))
+        trace = doc["error"].get("traceback")
+        if trace and traceback:
+            out.extend("    " + line for line in trace.rstrip().splitlines())
+        elif trace:
+            field("", "(--traceback shows where it was raised)")
+    if doc.get("failed_at"):
+        field("failed at", doc["failed_at"]["label"])
+    if doc.get("queued"):
+        place = doc["queued"]
+        since = place["since"]
+        field(
+            "queued in",
+            f"{place['queue']} (priority {place['priority']}) since "
+            f"{local_time(since)} ({relative(since, now)})",
+        )
+    if doc["stuck"]:
+        field("stuck", f"{doc['stuck']} (it runs again once fixed; last error says how)")
+    if doc["last_error"]:
+        field("last error", str(doc["last_error"]))
+    if doc["reason"]:
+        field("reason", str(doc["reason"]))
+    field("run", f"{doc['run']} (incarnation {doc['incarnation']})")
+    if doc.get("owner"):
+        field("owner node", str(doc["owner"]))
+    zone = zone_name(doc["created"])
+    field("created", f"{local_time(doc['created'])} {zone} ({relative(doc['created'], now)})")
+    field("updated", f"{local_time(doc['updated'])} {zone} ({relative(doc['updated'], now)})")
+    if doc["parent"]:
+        how = "awaited by" if doc["awaited"] else "child of"
+        field("parent", f"{how} {doc['parent']} (restart: {doc['restart'] or 'temporary'})")
+    field("id", doc["id"])
 
-
-def describe(r: Reader, row: InstanceRow, mail: tuple[int, int] | None = None) -> dict[str, Any]:
-    """Everything recorded about the instance of ``row``; for ``show`` and the web
-    inspector. ``mail`` (start, limit) keeps to that page of the unread mail
-    (only its messages are decoded); ``mailbox_total`` counts them all.
-    Raises `CLIError` (exit 5) when its log or mailbox does not decode."""
-    iid, record = row.iid, row.record
-    run = record.run
-    try:
-        log = r.log(iid, run)
-        if mail is None:
-            box = r.mailbox(iid)
-            total = len(box)
-        else:
-            total, box = r.mailbox_page(iid, *mail)
-    except JournalCorrupt as exc:
-        raise CLIError(f"records of {row.address!r} are corrupt: {exc}", CORRUPT) from None
-    length, cursors = r.stream_length(iid), r.cursors(iid)
-    keys, cursors = sent_keys(cursors), user_cursors(cursors)
-    ended = row.status in TERMINAL_STATUSES
-    timers = r.timers(iid)
-    armed = {t.seq for t in timers if t.run == run}
-    return {
-        "address": row.address,
-        "process": row.process,
-        "status": row.status,
-        "id": iid.hex(),
-        "run": run,
-        "incarnation": record.incarnation,
-        "owner": r.owner(iid),  # the node running it, on a journal nodes share
-        **{key: getattr(record, key) for key in _SHOWN},
-        "exports_version": record.exports_version or None,  # None: nothing published
-        "params": record.params,
-        "log": [_log_item(seq, entry, ended, armed) for seq, entry in sorted(log.items())],
-        "older_runs_in_log": [x for x in r.log_runs(iid) if x != run],
-        "mailbox": [_mail_item(seq, message) for seq, message in box],
-        "mailbox_total": total,
-        "messages_ever": r.last_message_seq(iid),
-        "send_keys": keys,  # the idempotency keys this incarnation had (see send --key)
-        "timers": [
-            {"due": t.due, "run": t.run, "seq": t.seq, "stale": t.run != run} for t in timers
-        ],
-        "children": _children(r, r.entries(iid, run), {iid}),
-        "stream": {
-            "length": length,
-            "consumers": {
-                name: {"cursor": pos, "unread": max(0, length - pos)}
-                for name, pos in sorted(cursors.items())
-            },
-        },
-        "stuck": record.held if row.status in LIVE_STATUSES else None,
-        "restarts": record.restarts,
-        # The message a failed run was handling (its poison, if it crashed on
-        # it past its restart limit), and the messages dropped from the address.
-        "handling": handling_of(r, row),
-        "failed_at": failed_at_of(r, row),
-        "dead_letters": len(read_dead(r, iid)[1]),
-        "compensations": _compensations(row),
-        "compensations_fate": _compensations_fate(row),
-        "compensation_failure": record.stuck,
-    }
-
-
-async def show(args: argparse.Namespace) -> int:
-    """``actors show``: everything recorded about one instance."""
-    path = journal_at(args)
-    async with reading(path) as journal:
-        with journal.reader() as r:
-            row = find_instance(r, args.address, path)
-            doc = describe(r, row)
-            if row.status == "queued":  # which queue, since when
-                doc["queued"] = queue_place(r, row.iid)
-    if row.status in LIVE_STATUSES:
-        doc["waiting"] = _waiting(doc)
-    doc["log_entries"], doc["mailbox_messages"] = len(doc["log"]), len(doc["mailbox"])
-    if args.limit:  # the latest effects, the oldest messages (taken first)
-        doc["log"], doc["mailbox"] = doc["log"][-args.limit :], doc["mailbox"][: args.limit]
-    emit(args, doc, lambda: "\n".join(render_show(doc, args.traceback)))
-    return OK
-
-
-# Record fields `show` passes through as they are.
-_SHOWN = (
-    "created",
-    "updated",
-    "parent",
-    "awaited",
-    "restart",
-    "input",
-    "result",
-    "error",
-    "last_error",
-    "reason",
-    "exports",
-    "exports_version",
-)
-
-
-def handling_of(r: Reader, row: InstanceRow) -> dict[str, Any] | None:
-    """The message a failed run of ``row``'s instance was handling (see `describe`)."""
-    return _handling(r.entries(row.iid, row.record.run)) if row.status == "failed" else None
-
-
-def failed_at_of(r: Reader, row: InstanceRow) -> dict[str, Any] | None:
-    """The effect a failed run of ``row``'s instance stopped at, if one
-    failed it (`actors._system._mail.failed_at`), for `describe`."""
-    if row.status != "failed":
-        return None
-    found = failed_at(r.entries(row.iid, row.record.run))
-    return None if found is None else found.as_dict()
-
-
-def _handling(entries: dict[int, LogEntry]) -> dict[str, Any] | None:
-    found = handling(entries)
-    if found is None:
-        return None
-    effect, m = found
-    return {"seq": m.id, "signal": m.signal, "payload": m.payload, "effect": effect}
-
-
-def _mail_item(seq: int, stored: Any) -> dict[str, Any]:
-    message = StoredMessage.from_stored(stored)
-    return {
-        "seq": seq,
-        "signal": signal_label(message.signal),
-        "payload": message.payload,
-        "sent": message.sent_at,
-    }
-
-
-# What becomes of a compensation that has not run, by the instance's status:
-# "registered" (live: it runs only if the instance fails, or on a cancel
-# that compensates), "to run" (compensating now), "stuck" (the one that gave
-# up) and "waiting" (those after it), "not run" (the instance ended without
-# running it), "abandoned" (an operator ended the instance without it).
-def _unrun_state(row: InstanceRow) -> str:
-    record = row.record
-    if row.status == "compensation_stuck":
-        return "waiting"
-    if row.status in TERMINAL_STATUSES:
-        return "abandoned" if record.abandoned else "not run"
-    return "to run" if record.failure is not None else "registered"
-
-
-def _compensations(row: InstanceRow) -> list[dict[str, Any]]:
-    record = row.record
-    done = set(record.compensated)
-    attempts: Mapping[Any, int] = record.comp_attempts  # looked up by ids that may be None
-    unrun = _unrun_state(row)
-    # Compensations run newest first: the one that gave up is the newest not done.
-    stuck = (
-        next((c.get("id") for c in reversed(record.compensations) if c.get("id") not in done), None)
-        if row.status == "compensation_stuck"
-        else None
+    log = doc["log"]
+    out.append("")
+    shown = _shown(len(log), doc["log_entries"], "last")
+    out.append(
+        f"Effect log, run {doc['run']}: {counted(doc['log_entries'], 'entry', 'entries')}{shown}"
     )
-    return [
-        {
-            "step": c.get("name"),
-            "function": c.get("fn"),
-            "args": c.get("args"),
-            "kwargs": c.get("kwargs"),
-            "step_result": c.get("result"),
-            "state": "done" if c.get("id") in done else "stuck" if c.get("id") == stuck else unrun,
-            "attempts": attempts.get(c.get("id"), 0),
-            "possibly_applied": c.get("possibly_applied"),
-            "key": c.get("id"),
-        }
-        for c in record.compensations
+    if log:
+        rows = [
+            [
+                str(i["seq"]),
+                str(i["kind"]),
+                cut(str(i["name"]), 40),
+                str(i.get("attempt", "")),
+                i["outcome"],
+                _log_detail(i, now),
+            ]
+            for i in log
+        ]
+        cells = [[r[0], r[1], r[2], r[3], cut(r[4], 70), r[5]] for r in rows]
+        out.extend(table(["SEQ", "KIND", "NAME", "ATT", "OUTCOME", "DETAIL"], cells, "  "))
+    if doc["older_runs_in_log"]:
+        out.append(f"  (entries of older runs remain: {doc['older_runs_in_log']})")
+
+    if "waiting" in doc:
+        out.extend(_waiting_lines(doc["waiting"], now))
+
+    out.append("")
+    mail = doc["mailbox"]
+    ever = f" ({doc['messages_ever']} received in all)" if doc["messages_ever"] else ""
+    shown = _shown(len(mail), doc["mailbox_messages"], "first")
+    out.append(f"Mailbox: {counted(doc['mailbox_messages'], 'unread message')}{ever}{shown}")
+    for m in mail:
+        out.append(
+            f"  #{m['seq']:<4} {m['signal']}  sent {local_time(m['sent'])}  {compact(m['payload'], 80)}"
+        )
+
+    poison = doc.get("handling")
+    if poison is not None:
+        crashes = f", after {counted(len(doc['restarts']), 'restart')}" if doc["restarts"] else ""
+        out.append(
+            f"  failed while handling #{poison['seq']} {poison['signal']} (taken at effect "
+            f"#{poison['effect']}{crashes})  {compact(poison['payload'], 80)}"
+        )
+    if doc.get("dead_letters"):
+        out.append(
+            f"  dropped: {counted(doc['dead_letters'], 'message')} ('actors mail "
+            f"{doc['address']} --dropped')"
+        )
+    out.append(f"Timers: {counted(len(doc['timers']), 'timer')}")
+    for t in doc["timers"]:
+        stale = f"  (left by run {t['run']})" if t["stale"] else ""
+        out.append(
+            f"  due {local_time(t['due'])} ({relative(t['due'], now)})  effect #{t['seq']}{stale}"
+        )
+
+    out.append(f"Children: {counted(len(doc['children']), 'child', 'children')}")
+    out.extend(_tree(doc["children"]))
+
+    stream = doc["stream"]
+    consumers = len(stream["consumers"])
+    if stream["length"] or consumers:
+        out.append(
+            f"Stream: {plural(stream['length'], 'value')}, "
+            f"{consumers or 'no'} consumer{'' if consumers == 1 else 's'}"
+        )
+    else:
+        out.append("Stream: none")
+    for name, c in stream["consumers"].items():
+        out.append(f"  {name}: cursor {c['cursor']} ({c['unread']} unread)")
+
+    out.append(f"Restarts: {counted(len(doc['restarts']), 'restart')}")
+    for r in doc["restarts"]:
+        out.append(f"  {local_time(r.get('at'))}  {r.get('reason')}")
+    if doc["exports_version"] is not None:
+        out.append(f"Exports (version {doc['exports_version']}): {compact(doc['exports'], 200)}")
+    comps = doc["compensations"]
+    if comps:
+        out.append(f"Compensations: {len(comps)} — {doc['compensations_fate']}")
+        for c in comps:
+            maybe = ", step may have applied" if c["possibly_applied"] else ""
+            out.append(
+                f"  {c['state']:<10} {c['step']} -> {c['function']}  "
+                f"attempts {c['attempts']}{maybe}"
+            )
+        if doc["compensation_failure"]:
+            out.append(f"  stuck on: {error_text(doc['compensation_failure'])}")
+    return out
+
+
+def _log_detail(item: dict[str, Any], now: float) -> str:
+    parts = []
+    if item.get("failures"):
+        parts.append(plural(item["failures"], "failed attempt"))
+    if "due" in item:
+        parts.append(f"due {local_time(item['due'])} ({relative(item['due'], now)})")
+    if "message" in item:
+        parts.append(f"message #{item['message']}")
+    if "key" in item:
+        parts.append(f"key {item['key']}")
+    return ", ".join(parts)
+
+
+def _tree(nodes: list[dict[str, Any]], prefix: str = "  ") -> Iterator[str]:
+    for i, node in enumerate(nodes):
+        last = i == len(nodes) - 1
+        yield f"{prefix}{'└─' if last else '├─'} {node['address']}  {node['status']}  " + (
+            f"({node['how']} #{node['seq']})"
+        )
+        yield from _tree(node["children"], prefix + ("   " if last else "│  "))
+
+
+def _shown(shown: int, total: int, which: str) -> str:
+    return f" (the {which} {shown} shown; --limit 0 for all)" if shown < total else ""
+
+
+def _waiting_lines(waiting: dict[str, Any], now: float) -> list[str]:
+    """What a live instance waits for, as far as the journal knows."""
+    lines = [
+        f"  timer #{t['seq']}, due {local_time(t['due'])} ({relative(t['due'], now)})"
+        for t in waiting["timers"]
+    ]
+    lines += [f"  child {c['address']} to end (call #{c['seq']})" for c in waiting["children"]]
+    # A wait for a signal is logged when a message is taken, not before.
+    unread = waiting["unread_signals"]
+    tail = f" (unread mail: {', '.join(unread)})" if unread else ""
+    lines.append(f"  a signal, perhaps: the journal names one only once it is taken{tail}")
+    return ["", "Waiting for (as far as the journal records):", *lines]
+
+
+def _kept_doc(address: str, kept: Kept, row: InstanceRow | None) -> dict[str, Any]:
+    record = kept.record
+    return {
+        "address": address,
+        "process": kept.process,
+        "status": kept.status,
+        "incarnation": kept.incarnation,
+        "kept": True,
+        "replaced": kept.replaced,
+        "current_incarnation": row.record.incarnation if row is not None else None,
+        "run": record.run,
+        "created": record.created,
+        "updated": record.updated,
+        "parent": record.parent,
+        "params": record.params,
+        "input": record.input,
+        "result": record.result,
+        "error": record.error,
+        "reason": record.reason,
+        "last_error": record.last_error,
+        "restarts": record.restarts,
+        "compensations": [
+            {
+                "step": c.get("name"),
+                "state": "done" if c.get("id") in record.compensated else "pending",
+            }
+            for c in record.compensations
+        ],
+    }
+
+
+def _render_kept(doc: dict[str, Any], traceback: bool) -> list[str]:
+    now = time.time()
+    out = [
+        f"{doc['address']}  ·  incarnation {doc['incarnation']}  ·  {doc['status']}  "
+        "(kept: a retry replaced it)"
     ]
 
+    def field(name: str, value: str) -> None:
+        out.append(f"  {name:<14}{value}")
 
-def _compensations_fate(row: InstanceRow) -> str | None:
-    """What has become, or will become, of the instance's compensations, in
-    words (None without any): `show` and the web inspector print it."""
-    record = row.record
-    total = len(record.compensations)
-    if not total:
-        return None
-    done = len(set(record.compensated) & {c.get("id") for c in record.compensations})
-    left = total - done
-    after = "the cancel" if record.failure_end == "cancelled" else "the failure"
-    status = row.status
-    if status == "compensation_stuck":
-        return (
-            f"stuck with {done} of {total} run, newest first, after {after}; "
-            "resume-compensation retries it, abandon-compensation ends the instance "
-            "failed without the rest"
+    field("process", doc["process"])
+    field("params", compact(doc["params"], 200))
+    field("input", compact(doc["input"], 200))
+    if doc["error"]:
+        field("error", error_text(doc["error"]))
+        trace = doc["error"].get("traceback")
+        if trace and traceback:
+            out.extend("    " + line for line in trace.rstrip().splitlines())
+        elif trace:
+            field("", "(--traceback shows where it was raised)")
+    for name in ("reason", "last_error"):
+        if doc[name]:
+            field(name.replace("_", " "), str(doc[name]))
+    field("run", str(doc["run"]))
+    zone = zone_name(doc["created"])
+    for name in ("created", "updated", "replaced"):
+        field(name, f"{local_time(doc[name])} {zone} ({relative(doc[name], now)})")
+    current = doc["current_incarnation"]
+    field("current", f"incarnation {current}" if current is not None else "no instance")
+    out.append(f"Restarts: {counted(len(doc['restarts']), 'restart')}")
+    for r in doc["restarts"]:
+        out.append(f"  {local_time(r.get('at'))}  {r.get('reason')}")
+    if doc["compensations"]:
+        out.append(
+            "Compensations: "
+            + ", ".join(f"{c['step']} ({c['state']})" for c in doc["compensations"])
         )
-    if status in LIVE_STATUSES or status == "queued":
-        if record.failure is not None:
-            return f"running after {after}, newest first: {done} done, {left} to run"
-        return "registered; run only if the instance fails (or is cancelled with --compensate)"
-    if not left:
-        ended = {"cancelled": "the cancel", "failed": "the failure"}.get(status, "the end")
-        return f"all run, newest first, after {ended}"
-    if record.abandoned:
-        return f"abandoned by an operator: {left} of {total} never run"
-    ended = {"completed": "completed", "cancelled": "was cancelled"}.get(status, status)
-    ran = f"{done} run, {left} " if done else ""
-    return f"{ran}not run: the instance {ended}" + (
-        " (without --compensate)" if status == "cancelled" else ""
-    )
+    return out

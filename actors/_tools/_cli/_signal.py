@@ -23,11 +23,10 @@ from storage.errors import Conflict, JournalLocked
 from ...errors import ActorError
 from .._admin import Route, route_signal, signal_routes
 from ._access import PostgresAt, journal_at, writing_at
+from ._arguments import definitions, json_payload
 from ._errors import OK, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import emit
-from ._retry import definitions
-from ._write import _payload
 
 __all__ = ["add_signal_arguments", "signal"]
 
@@ -72,7 +71,7 @@ async def signal(args: argparse.Namespace) -> int:
     that listens to it and has the identity given."""
     path = journal_at(args)
     identity = _identity(args.identity)
-    payload = _payload(args.payload)
+    payload = json_payload(args.payload)
     key = args.key
     if key is not None and not key:
         raise CLIError("--key takes a non-empty key, e.g. a request id", USAGE)

@@ -9,10 +9,9 @@ control socket, to do it with its public API (see the package docstring).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import attrs
 import trio
@@ -41,6 +40,7 @@ from ._access import (
     reading,
     writing_at,
 )
+from ._arguments import json_payload
 from ._errors import CORRUPT, OK, USAGE, CLIError
 from ._remote import owner, through_system
 from ._render import counted, emit, local_time
@@ -48,20 +48,6 @@ from ._render import counted, emit, local_time
 __all__ = ["DEFAULT_REASON", "cancel", "send"]
 
 DEFAULT_REASON = "cancelled from the actors CLI"  # cancel's default --reason
-
-
-def _payload(text: str | None) -> Any:
-    if text is None:
-        return None
-    if text == "-":
-        text = sys.stdin.read()
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CLIError(
-            f'the payload is not JSON ({exc}); quote it for the shell, e.g. \'{{"by": "ann"}}\'',
-            USAGE,
-        ) from None
 
 
 async def send(args: argparse.Namespace) -> int:
@@ -77,7 +63,7 @@ async def send(args: argparse.Namespace) -> int:
         raise CLIError(
             f"{args.signal!r} is not a signal name: give a non-empty name", USAGE
         ) from None
-    payload = _payload(args.payload)
+    payload = json_payload(args.payload)
     key = args.key
     if key is not None and not key:
         raise CLIError("--key takes a non-empty key, e.g. a request id", USAGE)

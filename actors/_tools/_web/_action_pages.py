@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._actions import Action, Outcome
-from ._pages import esc
+from ._html import esc
 from ._query import instance_href
 
 __all__ = ["action_panel", "confirm_body", "outcome_body"]

@@ -61,8 +61,9 @@ from storage import (
 )
 from storage._reader import Listed
 
+from .._cli._describe import describe
 from .._cli._errors import CLIError
-from .._cli._inspect import describe, list_item
+from .._cli._inspect import list_item
 from ._action_pages import action_panel, confirm_body, outcome_body
 from ._actions import Action, BadAction, Runner, audit, check_address, check_fields
 from ._assets import ASSETS

@@ -39,7 +39,7 @@ import trio
 from storage import Reader
 from storage._reader import Listed
 
-from .._cli._inspect import under
+from .._cli._access import under
 
 __all__ = ["SPAN", "ListCache", "Listing", "etag"]
 

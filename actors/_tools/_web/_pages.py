@@ -17,7 +17,8 @@ from typing import Any
 
 from storage import TERMINAL_STATUSES
 
-from .._cli._render import counted, error_text, jsonable, relative, zone_name
+from .._cli._records import error_text
+from .._cli._render import counted, jsonable, relative, zone_name
 from ._html import (
     badge,
     confirm_href as confirm_href,

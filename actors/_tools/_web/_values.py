@@ -14,7 +14,7 @@ from typing import Any
 from storage import InstanceRow, Reader
 
 from .._admin import StoredMessage
-from .._cli._inspect import handling_of
+from .._cli._records import handling_of
 from ._query import ValueQuery
 
 __all__ = ["TITLES", "ValueGone", "read_value"]
