@@ -405,6 +405,23 @@ def _floors(package: str = "actors") -> dict[str, int]:
     return floors
 
 
+def _room_floors(room: str, package: str = "actors") -> dict[str, int]:
+    """Each module of ``room`` -> its floor within the room (by its imports
+    of the room's own modules)."""
+    runtime, _, _ = _graph()
+    inside = {
+        m: {t for t in runtime[m] if room_of(t) == room}
+        for m in _floors(package)
+        if room_of(m) == room
+    }
+    found: dict[str, int] = {}
+    while len(found) < len(inside):
+        for m in sorted(inside):
+            if m not in found and inside[m] <= found.keys():
+                found[m] = 1 + max((found[t] for t in inside[m]), default=-1)
+    return found
+
+
 def draw(package: str = "actors") -> str:
     """The drawing: the rooms top down, each with its floors, then what
     each module imports."""
@@ -414,16 +431,7 @@ def draw(package: str = "actors") -> str:
     def short(module: str) -> str:
         return module[len(package) + 1 :] or package
 
-    def local_floors(room: str) -> dict[str, int]:
-        inside = {
-            m: {t for t in runtime[m] if room_of(t) == room} for m in floors if room_of(m) == room
-        }
-        found: dict[str, int] = {}
-        while len(found) < len(inside):
-            for m in sorted(inside):
-                if m not in found and inside[m] <= found.keys():
-                    found[m] = 1 + max((found[t] for t in inside[m]), default=-1)
-        return found
+    local_floors = _room_floors
 
     lines = [_DRAWING_HEAD, draw_rooms(), "Each room's modules, floor by floor:", "", "```text"]
     outside = sorted(short(m) for m in floors if not room_of(m))
@@ -584,6 +592,18 @@ def test_a_circle_has_no_floors(monkeypatch):
         assert "actors._kernel._driver" in str(exc) and "actors._actor._instance" in str(exc)
     else:
         raise AssertionError("a circle was given floors")
+
+
+MOST_FLOORS = 10  # a room's floors (#49: the tools stood on 14)
+
+
+def test_every_room_stands_on_at_most_ten_floors():
+    # A reader finds a module a few imports above its room's floor: a room
+    # that grows taller wants what its modules share moved down.
+    tall = {room: 1 + max(_room_floors(room).values()) for room in ROOMS}
+    assert {} == {room: n for room, n in tall.items() if n > MOST_FLOORS}, (
+        "a room grew past ten floors: move what its modules share down a floor"
+    )
 
 
 def test_no_code_dispatches_on_an_effects_class():
