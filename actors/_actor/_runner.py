@@ -146,7 +146,7 @@ def step(actor: Waiting) -> None:
     try:
         # Running, without `set_status`'s call: its watchers hear of this
         # step when it suspends (in this same step, with nothing yielding
-        # between) or when it goes on in a task (`_resume`).
+        # between) or when it goes on in a task (below).
         actor.status = "running"
         error = effect.error  # (`outcome_of`, spelled out on the hot path)
         if error is None:
@@ -162,14 +162,14 @@ def step(actor: Waiting) -> None:
             # (Woken as it went on: it goes on in a task, which sees that.)
     except Exception as exc:  # noqa: BLE001 - its task raises it where the driver would
         kind, what = RAISE, exc
+    statuses = actor.system.statuses
+    if actor.iid in statuses.events:  # (its running status, unheard so far: see above)
+        statuses.activity_changed(actor.iid)
     _resume(actor, (kind, what))
 
 
 def _resume(actor: Waiting, pending: tuple[int, Any]) -> None:
     """Go on from ``pending`` in a task of the instance's own (`Actor.main`)."""
-    statuses = actor.system.statuses
-    if actor.iid in statuses.events:  # (its running status, unheard: see `step`)
-        statuses.activity_changed(actor.iid)
     registry = actor.system.registry
     if registry.closing or registry.nursery is None:  # it closes with the system
         actor.parked = NO_TASK
