@@ -148,19 +148,14 @@ class Settled(Ticket):
 
 
 async def wait_for(ticket: Ticket, txn: Txn) -> list[int]:
-    """``ticket.wait()`` for the `commit` of ``txn``: doubting it if its
-    outcome is not learned, handing its results on if the journal did not
-    (see `Journal.commit`)."""
+    """``ticket.wait()`` for the `commit` of ``txn``, doubting it if its
+    outcome is not learned (see `Journal.commit`). (Its results were handed
+    on as the ticket settled: every journal does that itself.)"""
     try:
-        results = await ticket.wait()
+        return await ticket.wait()
     except (trio.Cancelled, CommitOutcomeUnknown):
         txn.doubt()
         raise
-    if txn.then is not None:  # (a journal that settles tickets off the trio thread)
-        outcome = txn.hand_on(results)
-        if isinstance(outcome, BaseException):
-            raise outcome
-    return results
 
 
 def unwrap(outcome: list[int] | BaseException) -> list[int]:

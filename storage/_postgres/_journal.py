@@ -367,13 +367,11 @@ class PostgresJournal(Journal):
 
     async def commit(self, txn: Txn, *, durable: bool | None = None) -> list[int]:
         self._check_writable()
-        if durable and self.durability == "async":
+        # Waited for whatever the durability: a durable commit of an "async"
+        # journal, and a fenced one (a precondition, like require).
+        if (durable and self.durability == "async") or (txn.fences and self.node is not None):
             self._check_open()
             await trio.lowlevel.checkpoint_if_cancelled()  # cancelled: write nothing
-            return await wait_for(self._writer.submit(txn, durable=True), txn)
-        if txn.fences and self.node is not None:  # a precondition, like require
-            self._check_open()
-            await trio.lowlevel.checkpoint_if_cancelled()
             return await wait_for(self._writer.submit(txn, durable=bool(durable)), txn)
         return await super().commit(txn, durable=durable)
 
