@@ -91,8 +91,8 @@ class StoredMessage:
     ) -> list[Any]:
         """The stored form of the message of these fields, made with no
         `StoredMessage` in between (a send's hot path)."""
-        if asker is not None:  # (`Asker.to_stored`, written out: an ask's hot path)
-            return [signal, payload, sent_at, trace, [asker.ask_id, asker.reply_to, asker.node]]
+        if asker is not None:
+            return [signal, payload, sent_at, trace, asker.to_stored()]
         if trace is not None:
             return [signal, payload, sent_at, trace]
         return [signal, payload, sent_at]
@@ -108,8 +108,7 @@ class StoredMessage:
             stored[1],
             stored[2],
             stored[3],
-            # (`Asker.from_stored`, written out: an ask's hot path)
-            Asker(ask[0], ask[1], ask[2] if len(ask) > 2 else None) if ask else None,
+            Asker.from_stored(ask) if ask else None,
         )
 
 
