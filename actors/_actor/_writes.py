@@ -299,6 +299,6 @@ class Writes:
 
 def _from_slot(then: Callable[[list[int]], None], offset: int) -> Callable[[list[int]], None]:
     """``then``, given the results of a transaction from slot ``offset`` on
-    (its own, after ridden writes that take ``offset`` slots: most take
-    none, and their callers pass ``then`` itself without this call)."""
-    return then if offset == 0 else lambda results: then(results[offset:])
+    (its own, after ridden writes that take ``offset`` slots; most take
+    none, and their callers pass ``then`` itself)."""
+    return lambda results: then(results[offset:])
