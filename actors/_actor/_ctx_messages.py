@@ -82,17 +82,13 @@ class MessageEffects(ContextCore):
         Raises:
             EncodeError: (at the call) a value the codec cannot store.
         """
-        # (The helpers of a reply's hot path are written out below, one call
-        # each the less: `_live`, `Driver.answered`, `Driver.next_seq`, `digest`.)
         actor = self._actor
         if actor.done:
             self._live()  # raises
         driver = actor.driver
         ask = driver.taken
-        if ask is not None:
-            unanswered = driver.unanswered  # (the asks taken, until answered: see `Driver.took`)
-            if unanswered is None or unanswered.pop(ask.ask_id, None) is None:
-                ask = None  # answered already: the first reply stands
+        if ask is not None and not driver.answered(ask):
+            ask = None  # answered already: the first reply stands
         encoded = encode(value, what="reply")
         arg_hash = hash_encoded(encoded).digest()  # (`digest`, from the one encoding)
         # An answer goes out as a copy decoded from what was hashed, never
@@ -100,8 +96,7 @@ class MessageEffects(ContextCore):
         # (which has only the hash) cannot tell them apart. (Made here, from
         # the one encoding, rather than encoded again as it is handed over.)
         payload = value if ask is None else decode(encoded)
-        driver.seq += 1  # (the next effect's number)
-        return self._made(fx.Reply(driver.seq, arg_hash, payload, ask))
+        return self._made(fx.Reply(driver.next_seq(), arg_hash, payload, ask))
 
     def ask(
         self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None

@@ -118,8 +118,7 @@ class Driver(Unawaited):
         # effect numbers, never by arrival order, so replay decides the same.
         self.taken: Asker | None = None
         self.taken_seq = 0
-        # Asks taken in this run and not replied to, by ask id (see _asks;
-        # `MessageEffects.reply` takes out the one it answers);
+        # Asks taken in this run and not replied to, by ask id (see _asks);
         # and patch id -> what ctx.patched said. Both made when first needed.
         self.unanswered: dict[str, Asker] | None = None
         self.patches: dict[str, bool] | None = None
@@ -158,6 +157,10 @@ class Driver(Unawaited):
             if self.unanswered is None:
                 self.unanswered = {}
             self.unanswered[ask.ask_id] = ask
+
+    def answered(self, ask: Asker) -> bool:
+        """Note that ``ask`` is being answered; False if it was already."""
+        return self.unanswered is not None and self.unanswered.pop(ask.ask_id, None) is not None
 
     def patched(self, patch_id: str) -> bool | None:
         """Whether the history being replayed was recorded with ``patch_id``
