@@ -150,11 +150,11 @@ class Asks:
             del self._pending[ask_id]
             if shared:
                 del self._boxes[box]
-            if shared and not pending.handed:
-                # A reply from another node may sit under the box (or come later).
-                txn = Txn()
-                txn.delete_instance(box)
-                self.system.journal.submit(txn)  # best effort; nothing waits on it
+                if not pending.handed:
+                    # A reply from another node may sit under the box (or come later).
+                    txn = Txn()
+                    txn.delete_instance(box)
+                    self.system.journal.submit(txn)  # best effort; nothing waits on it
 
     async def _wait(self, pending: _Pending, box: bytes, iid: bytes) -> dict[str, Any]:
         shared = self.system.journal.shared
@@ -262,28 +262,41 @@ def _ended(address: str, status: str) -> NotDelivered:
 # -- the replier's side -------------------------------------------------------------
 
 
-def answer(system: SystemAPI, txn: Txn, ask: Asker, payload: dict[str, Any]) -> After:
+def answer(
+    system: SystemAPI,
+    txn: Txn,
+    ask: Asker,
+    payload: dict[str, Any],
+    done: _Done = None,
+) -> After:
     """Write the answer ``payload`` to ``ask`` into ``txn``; returns what to
     run once ``txn`` has committed (handing it to a waiter of this node, or
-    routing the message to a live asker)."""
+    routing the message to a live asker), which calls ``done`` last."""
     ask_id, reply_to, node = ask.ask_id, ask.reply_to, ask.node
     if reply_to.startswith(BOX_PREFIX):
         if node is None or node == system.node:
             # The asker is this system's (or gone with an earlier one): the
-            # reply is in the replier's log; nothing more to write.
-            return partial(system.asks.hand, ask_id, payload)
+            # reply is in the replier's log; nothing more to write. (`hand`
+            # calls ``done`` itself: no frame between, on a reply's hot path.)
+            return partial(system.asks.hand, ask_id, payload, done=done)
         box = instance_id(reply_to)
         _message_txns.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
         txn.wake(box, node)
-        return _nothing
+        return _nothing if done is None else partial(_then, _nothing, done)
     notice = _message_txns.add_message(
         txn, instance_id(reply_to), fx.REPLY_PREFIX + ask_id, payload, system.epoch_now()
     )
-    return partial(system.router.route, notice)
+    after = partial(system.router.route, notice)
+    return after if done is None else partial(_then, after, done)
 
 
 def _nothing(results: list[int]) -> None:
     pass
+
+
+def _then(after: After, done: Callable[[], object], results: list[int]) -> None:
+    after(results)
+    done()
 
 
 class ReplyBehaviour(fx.Behaviour):
@@ -311,18 +324,9 @@ class ReplyBehaviour(fx.Behaviour):
             # (A fence that fails is a `Conflict`, which no lost write reports:
             # the reply is awaited, in a task, so the instance hears of it.)
             actor.start_task(_reply_task, reply, txn, answer(system, txn, ask, answered))
-        elif ask.reply_to.startswith(BOX_PREFIX) and (ask.node is None or ask.node == system.node):
-            # (`answer` to a system ask of this node, written out: the reply's hot path.)
-            done = partial(actor.finish, reply, None)  # its entry is written
-            actor.writes.submit(txn, partial(system.asks.hand, ask.ask_id, answered, done=done))
         else:
-            after = answer(system, txn, ask, answered)
-            actor.writes.submit(txn, partial(_replied, actor, reply, after))
-
-
-def _replied(actor: ActorAPI, reply: fx.Reply, after: After, results: list[int]) -> None:
-    after(results)
-    actor.finish(reply, None)  # its entry is written
+            done = partial(actor.finish, reply, None)  # its entry is written
+            actor.writes.submit(txn, answer(system, txn, ask, answered, done))
 
 
 async def _reply_task(actor: ActorAPI, reply: fx.Reply, txn: Txn, after: After) -> None:
