@@ -39,9 +39,7 @@ class Waiting(Host, Protocol):
     imports this module)."""
 
     system: SystemAPI
-    iid: bytes
     address: str
-    status: str
     driver: Driver
     busy: int
     woken: bool
@@ -144,10 +142,7 @@ def step(actor: Waiting) -> None:
     actor.woken = False
     actor.root = None
     try:
-        # Running, without `set_status`'s call: its watchers hear of this
-        # step when it suspends (in this same step, with nothing yielding
-        # between) or when it goes on in a task (below).
-        actor.status = "running"
+        actor.set_status("running")
         error = effect.error  # (`outcome_of`, spelled out on the hot path)
         if error is None:
             kind, what = actor.driver.advance(coro, actor, effect.value)
@@ -162,9 +157,6 @@ def step(actor: Waiting) -> None:
             # (Woken as it went on: it goes on in a task, which sees that.)
     except Exception as exc:  # noqa: BLE001 - its task raises it where the driver would
         kind, what = RAISE, exc
-    statuses = actor.system.statuses
-    if actor.iid in statuses.events:  # (its running status, unheard so far: see above)
-        statuses.activity_changed(actor.iid)
     _resume(actor, (kind, what))
 
 
