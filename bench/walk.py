@@ -1,6 +1,6 @@
 """The calls each hot flow makes through the runtime: ``python -m bench walk``.
 
-``python -m bench walk [--runs N] [--modules] [--calls]``
+``python -m bench walk [--runs N] [--modules] [--calls] [--time N]``
 
 Runs an LMDB system in a temporary directory and traces (``sys.setprofile``,
 in the trio thread: the journal's writer thread is not counted) three flows:
@@ -19,12 +19,17 @@ module it passed through, the sign of a part reaching back into its
 caller). The fewest over the runs is printed (a thread's timing moves a
 flow by a few calls). A measure of the shape of the code, not of its speed:
 compare it before and after a change of structure (docs/design.md keeps the
-table).
+table). ``--time N`` also runs each flow N times under cProfile and says
+where its CPU time went, by room (`ROOMS`) and by function: a profile of
+the shape the counts describe (cProfile's own cost inflates every call
+alike, so read the shares, not the microseconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import sys
 import tempfile
 from collections import Counter
@@ -140,6 +145,70 @@ async def _traced(run: Callable[[], Awaitable[Any]]) -> Walk:
     )
 
 
+# Where a profiled function's time is counted: the first of these its file's
+# path holds (the rest is Python's builtins and the standard library).
+ROOMS = (
+    ("/actors/_kernel/", "actors: kernel"),
+    ("/actors/_features/", "actors: features"),
+    ("/actors/_actor/", "actors: actor"),
+    ("/actors/_system/", "actors: system"),
+    ("/storage/", "storage"),
+    ("/trio/", "trio"),
+    ("/msgpack/", "msgpack"),
+)
+
+
+@attrs.frozen
+class Profile:
+    """Where ``runs`` runs of one flow spent their time in the trio thread
+    (cProfile's own time of each function: an inline commit's sync to disk
+    counts in LMDB's; the wait for I/O, ``epoll.poll``, apart)."""
+
+    runs: int
+    by_room: tuple[tuple[str, float], ...]  # (room, seconds), most first
+    top: tuple[tuple[str, float], ...]  # (module:function, seconds), most first
+    waiting: float  # seconds in the I/O wait (the writer thread, the timers)
+
+    def lines(self) -> list[str]:
+        total = sum(seconds for _, seconds in self.by_room)
+        each = 1e6 / self.runs
+        lines = [f"  {total * each:.1f} us a run (profiled), {self.waiting * each:.1f} us waiting"]
+        lines += [
+            f"    {seconds / total:6.1%}  {seconds * each:6.1f} us  {room}"
+            for room, seconds in self.by_room
+        ]
+        lines += [
+            f"    {seconds / total:6.1%}  {seconds * each:6.1f} us  {name}"
+            for name, seconds in self.top
+        ]
+        return lines
+
+
+async def _profiled(run: Callable[[], Awaitable[Any]], runs: int) -> Profile:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        for _ in range(runs):
+            await run()
+    finally:
+        profiler.disable()
+    rooms: Counter[str] = Counter()
+    functions: Counter[str] = Counter()
+    waiting = 0.0
+    stats: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    for (filename, _, name), (_, _, own, *_) in stats.items():
+        if "epoll" in name:
+            waiting += own
+            continue
+        if "of 'Transaction'" in name or "of 'Environment'" in name:
+            room = "lmdb (the commit and its sync)"
+        else:
+            room = next((room for part, room in ROOMS if part in filename), "builtins, stdlib")
+        rooms[room] += own
+        functions[f"{_short(filename)}:{name}"] += own
+    return Profile(runs, tuple(rooms.most_common()), tuple(functions.most_common(12)), waiting)
+
+
 def _short(filename: str) -> str:
     """``actors/_actor/_instance.py`` for a file of our packages."""
     for package in ("/actors/", "/storage/"):
@@ -148,8 +217,9 @@ def _short(filename: str) -> str:
     return filename
 
 
-async def measure(runs: int) -> dict[str, Walk]:
-    """The fewest of ``runs`` walks of each flow, by name."""
+async def measure(runs: int, timed: int = 0) -> dict[str, tuple[Walk, Profile | None]]:
+    """The fewest of ``runs`` walks of each flow, by name, and (``timed``
+    runs of each) its profile."""
     with tempfile.TemporaryDirectory() as directory:
         async with actors.open_system(
             LMDBJournal(directory), processes=[receiver, one_step, server]
@@ -176,7 +246,11 @@ async def measure(runs: int) -> dict[str, Walk]:
                 for _ in range(20):
                     await run()
             return {
-                name: min([await _traced(run) for _ in range(runs)]) for name, run in flows.items()
+                name: (
+                    min([await _traced(run) for _ in range(runs)]),
+                    await _profiled(run, timed) if timed else None,
+                )
+                for name, run in flows.items()
             }
 
 
@@ -193,9 +267,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--calls", action="store_true", help="also print each flow's calls in order"
     )
+    parser.add_argument(
+        "--time",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also profile N runs of each flow: its CPU time by room and by function",
+    )
     options = parser.parse_args(argv)
-    for name, walk in trio.run(measure, options.runs).items():
+    for name, (walk, profile) in trio.run(measure, options.runs, options.time).items():
         print(f"{name}: {walk}")
+        if profile is not None:
+            print("\n".join(profile.lines()))
         if options.modules:
             for module, calls in walk.by_module:
                 print(f"    {calls:4d}  {module}")

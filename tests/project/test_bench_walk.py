@@ -4,9 +4,10 @@ from bench.walk import _zigzags, measure
 
 
 async def test_the_walks_count_our_calls_modules_and_zigzags():
-    found = await measure(runs=1)
-    assert set(found) == {"send -> wait", "start -> result", "ask"}
-    for name, walk in found.items():
+    measured = await measure(runs=1, timed=10)
+    assert set(measured) == {"send -> wait", "start -> result", "ask"}
+    found = {name: walk for name, (walk, _) in measured.items()}
+    for name, (walk, profile) in measured.items():
         assert walk.all_calls > walk.calls > walk.modules > 1, name
         assert walk.all_modules > walk.modules, name
         assert 0 <= walk.zigzags < walk.calls, name
@@ -14,6 +15,13 @@ async def test_the_walks_count_our_calls_modules_and_zigzags():
         assert sum(calls for _, calls in walk.by_module) == walk.calls, name
         assert len(walk.by_module) == walk.modules, name
         assert all(m.startswith(("actors/", "storage/")) for m, _ in walk.by_module), name
+        # --time: each flow's time by room, ours among them, most first.
+        assert profile is not None and profile.runs == 10, name
+        rooms = dict(profile.by_room)
+        assert {"storage", "actors: actor", "actors: kernel", "trio"} <= set(rooms), name
+        assert all(seconds >= 0 for seconds in rooms.values()), name
+        assert [s for _, s in profile.by_room] == sorted(rooms.values(), reverse=True), name
+        assert len(profile.lines()) == 1 + len(profile.by_room) + len(profile.top), name
     # Starting a process and running its step goes through more of the
     # runtime than a send does.
     assert found["start -> result"].calls > found["send -> wait"].calls
