@@ -7,6 +7,9 @@ in the trio thread: the journal's writer thread is not counted) three flows:
 
 - ``send -> wait``: one ``system.send`` to an instance waiting in
   ``ctx.receive``, until that receive has returned in the process;
+- ``send -> parked again``: the same send, on until the receiver has
+  parked again: its next ``ctx.receive`` registered, and the flush that
+  writes the take (which rides on the instance's next commit);
 - ``start -> result``: one ``system.start`` of a 1-step process, until its
   ``result()`` has returned;
 - ``ask``: one ``system.ask`` to an instance that answers with
@@ -48,12 +51,17 @@ REQUEST = actors.Signal("request")
 
 # Set by the receiver when its receive has returned: the end of a send's walk.
 _taken: list[trio.Event] = []
+# While a send is walked, what the receiver calls the moment its receive has
+# returned: it notes where in the trace "send -> wait" ends (see `_traced`).
+_returned: list[Callable[[], None]] = []
 
 
 @actors.process("walk/receiver/:id")
 async def receiver(ctx: actors.Context, id: str) -> None:
     while True:
         await ctx.receive(GO)
+        if _returned:
+            _returned[0]()
         if _taken:
             _taken.pop().set()
 
@@ -112,10 +120,16 @@ def _zigzags(events: list[tuple[str, str]]) -> int:
     return count
 
 
-async def _traced(run: Callable[[], Awaitable[Any]]) -> Walk:
+async def _traced(run: Callable[[], Awaitable[Any]], *, to_return: bool = False) -> Walk:
+    """Walk ``run``; ``to_return``: only as far as the receiver's receive
+    returning (``run`` goes on until the receiver has parked again: its
+    next receive, and the flush that writes the take)."""
     events: list[tuple[str, str]] = []
     files: list[str] = []
     sequence: list[str] = []
+    ends: list[tuple[int, int, int]] = []
+    if to_return:
+        _returned.append(lambda: ends.append((len(events), len(files), len(sequence))))
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
@@ -132,6 +146,10 @@ async def _traced(run: Callable[[], Awaitable[Any]]) -> Walk:
         await run()
     finally:
         sys.setprofile(None)
+        _returned.clear()
+    if ends:
+        cut_events, cut_files, cut_sequence = ends[0]
+        del events[cut_events:], files[cut_files:], sequence[cut_sequence:]
     ours = [module for event, module in events if event == "call"]
     by_module = tuple(Counter(_short(module) for module in ours).most_common())
     return Walk(
@@ -241,13 +259,20 @@ async def measure(runs: int, timed: int = 0) -> dict[str, tuple[Walk, Profile | 
             async def ask() -> None:
                 await system.ask("walk/server/s", REQUEST, 1)
 
-            flows = {"send -> wait": send, "start -> result": start, "ask": ask}
+            flows = {
+                "send -> wait": send,
+                "send -> parked again": send,
+                "start -> result": start,
+                "ask": ask,
+            }
             for run in flows.values():  # warm: imports, caches, the first waits
                 for _ in range(20):
                     await run()
             return {
                 name: (
-                    min([await _traced(run) for _ in range(runs)]),
+                    min(
+                        [await _traced(run, to_return=name == "send -> wait") for _ in range(runs)]
+                    ),
                     await _profiled(run, timed) if timed else None,
                 )
                 for name, run in flows.items()

@@ -5,7 +5,7 @@ from bench.walk import _zigzags, measure
 
 async def test_the_walks_count_our_calls_modules_and_zigzags():
     measured = await measure(runs=1, timed=10)
-    assert set(measured) == {"send -> wait", "start -> result", "ask"}
+    assert set(measured) == {"send -> wait", "send -> parked again", "start -> result", "ask"}
     found = {name: walk for name, (walk, _) in measured.items()}
     for name, (walk, profile) in measured.items():
         assert walk.all_calls > walk.calls > walk.modules > 1, name
@@ -23,8 +23,13 @@ async def test_the_walks_count_our_calls_modules_and_zigzags():
         assert [s for _, s in profile.by_room] == sorted(rooms.values(), reverse=True), name
         assert len(profile.lines()) == 1 + len(profile.by_room) + len(profile.top), name
     # Starting a process and running its step goes through more of the
-    # runtime than a send does.
-    assert found["start -> result"].calls > found["send -> wait"].calls
+    # runtime than a send does; a send's walk to the receive's return stops
+    # where the process resumes, short of its walk on to the receiver's next park.
+    assert found["start -> result"].calls > found["send -> parked again"].calls
+    to_return, on = found["send -> wait"], found["send -> parked again"]
+    assert to_return.calls < on.calls
+    assert to_return.sequence[0] == on.sequence[0] == "actors/_system/_facade.py:send"
+    assert to_return.sequence[-1] == "actors/_kernel/_effect.py:send"  # resumes the process
 
 
 def test_a_zigzag_is_a_return_into_a_module_left_before():
