@@ -19,6 +19,7 @@ Two tables, read as they stand, and what the system's services complete:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -34,7 +35,7 @@ from .._features import (
     _supervision,
 )
 from .._kernel import _effects as fx
-from .._kernel._hooks import DiskEnd, RunEnd, Wiring
+from .._kernel._hooks import After, DiskEnd, RunEnd, Wiring
 
 __all__ = ["DISK_ENDS", "LIVE", "RUN_ENDS", "wire"]
 
@@ -54,8 +55,10 @@ LIVE: tuple[tuple[type[fx.Effect[Any]], type[fx.Behaviour]], ...] = (
     (fx.Publish, _streams.PublishBehaviour),
 )
 
-RUN_ENDS: tuple[Any, ...] = (_asks.at_run_end,)  # the asks it took hear it ended
-DISK_ENDS: tuple[Any, ...] = (_asks.at_disk_end,)  # (the same, for a run on disk)
+# (Each takes the service first: `wire` binds it, making a `RunEnd`/`DiskEnd`.)
+_Hook = Callable[..., list[After]]
+RUN_ENDS: tuple[_Hook, ...] = (_asks.at_run_end,)  # the asks it took hear it ended
+DISK_ENDS: tuple[_Hook, ...] = (_asks.at_disk_end,)  # (the same, for a run on disk)
 
 
 def wire(asks: _asks.Asks) -> Wiring:
