@@ -47,8 +47,8 @@ class Arrivals:
         name, payload = message.signal, message.payload
         if actor.done or not actor.mailbox.put(seq, name, payload):
             return
-        if message.asker is not None:
-            actor.mailbox.remember_ask(seq, message.asker)
+        if message.extra is not None:
+            actor.mailbox.keep_extra(seq, message.extra)
         if message.trace is not None:
             _tracing.delivered(actor, seq, name, message.trace)
         if actor.system.log_debug:
@@ -212,7 +212,7 @@ class WaitBehaviour(fx.Behaviour):
     @staticmethod
     def start(actor: ActorAPI, wait: fx.Wait[Any], started: LogEntry | None) -> None:
         """Register a live wait and give it a message if one is already here
-        (`Arrivals.add_wait` for a wait begun otherwise: an ask's)."""
+        (`Arrivals.add_wait` for a wait begun otherwise)."""
         mailbox = actor.mailbox
         mailbox.add_wait(wait)
         if mailbox.messages:  # (else nothing is here to take: most waits)
@@ -225,15 +225,10 @@ class WaitBehaviour(fx.Behaviour):
     @staticmethod
     def take(actor: ActorAPI, wait: fx.Wait[Any], signal: Signal, seq: int, payload: Any) -> None:
         """The wait (``ctx.wait``, ``ctx.receive``) took message ``seq``."""
-        mailbox = actor.mailbox
-        asker = mailbox.asks.pop(seq, None) if mailbox.asks else None
-        entry = wait.describe(
-            value=payload,
-            message=seq,
-            signal=signal.name if wait.pair else None,
-            ask=None if asker is None else asker.to_stored(),
-        )
-        actor.driver.took(wait.seq, asker)
+        extras = actor.mailbox.extras
+        extra = extras.pop(seq, None) if extras else None
+        entry = wait.taking(payload, seq, signal, extra)
+        actor.driver.took(wait.seq, extra)
         actor.finish(wait, (signal, payload) if wait.pair else payload, None, entry)
 
 

@@ -10,7 +10,8 @@ from typing import Any, cast
 from storage import decode, digest, encode
 from storage._codec import hash_encoded  # (`digest`'s hash: see there)
 
-from .._features import _asks, _sends, _signals
+from .._features import _sends, _signals
+from .._features._ask_forms import Ask, Reply, ask_id_of
 from .._kernel import _effects as fx
 from .._kernel._checks import check_deadline, check_name, check_seconds
 from .._kernel._values import Signal
@@ -68,7 +69,7 @@ class MessageEffects(ContextCore):
 
     # -- request and reply ------------------------------------------------------------
 
-    def reply(self, value: Any = None) -> fx.Reply:
+    def reply(self, value: Any = None) -> Reply:
         """An effect that answers the message this process took most recently
         (by ``receive``/``wait``) with ``value``, if it was asked
         (`ActorSystem.ask`, ``ctx.ask``); for a message that was sent, not
@@ -86,8 +87,8 @@ class MessageEffects(ContextCore):
         if actor.done:
             self._live()  # raises
         driver = actor.driver
-        ask = driver.taken
-        if ask is not None and not driver.answered(ask):
+        ask = driver.taken  # (the asker's stored form, the message's extra)
+        if ask is not None and not driver.settle(ask):
             ask = None  # answered already: the first reply stands
         encoded = encode(value, what="reply")
         arg_hash = hash_encoded(encoded).digest()  # (`digest`, from the one encoding)
@@ -96,7 +97,7 @@ class MessageEffects(ContextCore):
         # (which has only the hash) cannot tell them apart. (Made here, from
         # the one encoding, rather than encoded again as it is handed over.)
         payload = value if ask is None else decode(encoded)
-        return self._made(fx.Reply(driver.next_seq(), arg_hash, payload, ask))
+        return self._made(Reply(driver.next_seq(), arg_hash, payload, ask))
 
     def ask(
         self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
@@ -121,9 +122,9 @@ class MessageEffects(ContextCore):
         if timeout is not None:
             timeout = check_seconds(timeout, "ctx.ask(timeout=...)")
         seq = actor.driver.next_seq()
-        ask_id = _asks.ask_id_of(actor.address, actor.record.incarnation, actor.run, seq)
+        ask_id = ask_id_of(actor.address, actor.record.incarnation, actor.run, seq)
         arg_hash = digest([address, signal.name, payload], what=f"payload of ask {signal.name!r}")
-        effect = fx.Ask(seq, arg_hash, address, signal, payload, ask_id)
+        effect = Ask(seq, arg_hash, address, signal, payload, ask_id)
         if timeout is None:
             return self._made(effect)
         within = timeout

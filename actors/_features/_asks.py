@@ -26,11 +26,17 @@ who asked:
 An instance that ends without replying answers each ask it took and did not
 reply to, and each still unread, with "ended without replying" in the
 transaction that records its end (so does a cancel written on disk, by a
-system or by the CLI: `_asks_on_disk`); a run that continues as new or is
-restarted answers the asks it took. The asker raises `NotDelivered`. A
-system asker also reads the instance's status every `CHECK_EVERY` seconds
-while it waits, so an end it was not told of (a notice lost with a
-connection) still ends its wait.
+system, `at_disk_end`, or by the CLI, `_ask_forms.answer_offline`); a run
+that continues as new or is restarted answers the asks it took. The asker
+raises `NotDelivered`. A system asker also reads the instance's status
+every `CHECK_EVERY` seconds while it waits, so an end it was not told of (a
+notice lost with a connection) still ends its wait.
+
+The ask's effects, its asker's stored form (the message's *extra*, which
+the kernel carries unread) and what needs no service are in `_ask_forms`;
+the kernel names no ask. What needs the service is handed it as the
+system is wired (`_system._wiring`): `ReplyBehaviour` is an instance made
+with it, and the run-end hooks are bound to it.
 """
 
 from __future__ import annotations
@@ -43,40 +49,41 @@ from typing import Any
 
 import trio
 
-from storage import STATUS_WORDS, UNFINISHED_STATUSES, Txn, instance_id
+from storage import UNFINISHED_STATUSES, Txn, instance_id
 from storage.errors import Conflict, JournalClosed
 
-from .._kernel import _effects as fx, _message_txns
+from .._kernel import _effects as fx, _guard, _message_txns
+from .._kernel._checks import check_seconds
 from .._kernel._failures import ErrorRecord
 from .._kernel._hooks import After
 from .._kernel._interfaces import ActorAPI, SystemAPI
 from .._kernel._log import LogEntry
-from .._kernel._mailbox import Asker, StoredMessage
+from .._kernel._mailbox import StoredMessage
 from .._kernel._values import Signal
-from ..errors import AskTimeout, NotDelivered
+from ..errors import AskTimeout, InvalidArguments
+from ._ask_forms import (
+    BOX_PREFIX,
+    REPLY_PREFIX,
+    Ask,
+    Reply,
+    ended,
+    reply_outcome,
+    unanswered_on_disk,
+)
 from ._sending import not_delivered, refused_status
 
 __all__ = [
-    "BOX_PREFIX",
     "CHECK_EVERY",
     "AskBehaviour",
     "Asks",
     "ReplyBehaviour",
-    "answer",
-    "ask_id_of",
+    "at_disk_end",
     "at_run_end",
     "no_reply",
-    "reply_outcome",
 ]
 
-BOX_PREFIX = "\x00ask "  # the reply-to address of a system ask: BOX_PREFIX + ask id
 CHECK_EVERY = 1.0  # seconds between a system asker's reads of the instance's status
 _Done = Callable[[], object] | None  # what `Asks.hand` calls once it has handed a reply
-
-
-def ask_id_of(address: str, inc: int, run: int, seq: int) -> str:
-    """The id of ``ctx.ask`` effect ``seq``: unique across incarnations and runs."""
-    return f"{address}#{inc}.{run}.{seq}"
 
 
 class _Pending:
@@ -106,21 +113,24 @@ class Asks:
         self._watching = False  # the watch task runs (see _watch)
 
     async def ask(
-        self,
-        iid: bytes,
-        address: str,
-        signal: Signal,
-        payload: Any,
-        timeout: float | None,
-        send: Callable[..., Any],
+        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
     ) -> Any:
-        """Send (durably, with ``send``) and wait for the reply; see `ActorSystem.ask`."""
+        """The body of `ActorSystem.ask`: check the arguments, send (durably)
+        and wait for the reply."""
+        if _guard.stepping.address is not None:
+            _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
+        if not isinstance(signal, Signal):
+            raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
+        system = self.system
+        router = system.router
+        iid = router.address_iid(address, "ask's address")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "ask(timeout=...)")
         ask_id = f"{self._prefix}.{next(self._count)}"
         box_address = BOX_PREFIX + ask_id
         pending = self._pending[ask_id] = _Pending()
         pending.event = trio.Event()
         pending.since = trio.current_time()
-        system = self.system
         shared = system.journal.shared
         box = b""  # (read by nothing on a journal with one owner)
         if shared:
@@ -130,8 +140,9 @@ class Asks:
             self._watching = True
             system.registry.spawn_system_task(self._watch)
         try:
-            asker = Asker(ask_id, box_address, system.journal.node)
-            await send(iid, address, signal, payload, ask=asker)
+            # (The message's extra: an `Asker`'s stored form, written out.)
+            extra = [ask_id, box_address, system.journal.node]
+            await router.send_iid(iid, address, signal, payload, extra=extra)
             if timeout is None:
                 await pending.event.wait()  # (`_wait`'s first wait: most asks need no other)
                 reply = pending.payload
@@ -229,6 +240,32 @@ class Asks:
         pending.event.set()
         return True
 
+    def answer(
+        self, txn: Txn, ask: list[Any], payload: dict[str, Any], done: _Done = None
+    ) -> After:
+        """Write the answer ``payload`` to asker ``ask`` (its stored form,
+        `_ask_forms.Asker`) into ``txn``; returns what to run once ``txn``
+        has committed (handing it to a waiter of this node, or routing the
+        message to a live asker), which calls ``done`` last."""
+        ask_id, reply_to = ask[0], ask[1]
+        system = self.system
+        if reply_to.startswith(BOX_PREFIX):
+            node = ask[2] if len(ask) > 2 else None
+            if node is None or node == system.node:
+                # The asker is this system's (or gone with an earlier one): the
+                # reply is in the replier's log; nothing more to write. (`hand`
+                # calls ``done`` itself: no frame between, on a reply's hot path.)
+                return partial(self.hand, ask_id, payload, done=done)
+            box = instance_id(reply_to)
+            _message_txns.add_message(txn, box, REPLY_PREFIX + ask_id, payload, system.epoch_now())
+            txn.wake(box, node)
+            return _nothing if done is None else partial(_then, _nothing, done)
+        notice = _message_txns.add_message(
+            txn, instance_id(reply_to), REPLY_PREFIX + ask_id, payload, system.epoch_now()
+        )
+        after = partial(system.router.route, notice)
+        return after if done is None else partial(_then, after, done)
+
 
 def _result(payload: dict[str, Any], address: str) -> Any:
     if "v" in payload:
@@ -239,55 +276,10 @@ def _result(payload: dict[str, Any], address: str) -> Any:
             "stays in the mailbox: ask again once the system is open"
         )
     status = payload.get("ended", "ended")
-    raise _ended(address, status)
-
-
-_ENDED_WORDS = {
-    "unknown": "there is no instance there",
-    "continued as new": "the run that took it continued as new",
-    "restarted": "the run that took it was restarted",
-}
-
-
-def _ended(address: str, status: str) -> NotDelivered:
-    words = _ENDED_WORDS.get(status) or STATUS_WORDS.get(status, f"it is {status}")
-    return NotDelivered(
-        f"{address!r} ended without replying to the ask ({words}); its process must "
-        "ctx.reply to each message it takes from ask, or ask another instance",
-        address=address,
-        reason=status,
-    )
+    raise ended(address, status)
 
 
 # -- the replier's side -------------------------------------------------------------
-
-
-def answer(
-    system: SystemAPI,
-    txn: Txn,
-    ask: Asker,
-    payload: dict[str, Any],
-    done: _Done = None,
-) -> After:
-    """Write the answer ``payload`` to ``ask`` into ``txn``; returns what to
-    run once ``txn`` has committed (handing it to a waiter of this node, or
-    routing the message to a live asker), which calls ``done`` last."""
-    ask_id, reply_to, node = ask.ask_id, ask.reply_to, ask.node
-    if reply_to.startswith(BOX_PREFIX):
-        if node is None or node == system.node:
-            # The asker is this system's (or gone with an earlier one): the
-            # reply is in the replier's log; nothing more to write. (`hand`
-            # calls ``done`` itself: no frame between, on a reply's hot path.)
-            return partial(system.asks.hand, ask_id, payload, done=done)
-        box = instance_id(reply_to)
-        _message_txns.add_message(txn, box, fx.REPLY_PREFIX + ask_id, payload, system.epoch_now())
-        txn.wake(box, node)
-        return _nothing if done is None else partial(_then, _nothing, done)
-    notice = _message_txns.add_message(
-        txn, instance_id(reply_to), fx.REPLY_PREFIX + ask_id, payload, system.epoch_now()
-    )
-    after = partial(system.router.route, notice)
-    return after if done is None else partial(_then, after, done)
 
 
 def _nothing(results: list[int]) -> None:
@@ -300,11 +292,20 @@ def _then(after: After, done: Callable[[], object], results: list[int]) -> None:
 
 
 class ReplyBehaviour(fx.Behaviour):
-    @staticmethod
-    def start(actor: ActorAPI, reply: fx.Reply, started: LogEntry | None) -> None:
+    """How a ``ctx.reply`` runs live: one made per system, with its `Asks`
+    (`_system._wiring`). The actor calls its methods as it calls a class's
+    static ones, ``behaviour.start(actor, leaf, started)``."""
+
+    def __init__(self, asks: Asks) -> None:
+        self.asks = asks
+
+    def start(  # type: ignore[override]  # (an instance's method: see the class)
+        self, actor: ActorAPI, reply: Reply, started: LogEntry | None
+    ) -> None:
         """Begin a live ``ctx.reply``: a recorded no-op for a message that
         was sent, not asked; else the reply's log entry is committed with
-        its answer (`answer`), then the answer delivered and the reply done.
+        its answer (`Asks.answer`), then the answer delivered and the reply
+        done.
 
         With no fence, with no task: the commit is submitted, and the
         journal, as it commits, hands the answer to its asker and completes
@@ -319,17 +320,16 @@ class ReplyBehaviour(fx.Behaviour):
         txn = Txn()
         txn.put_log(actor.iid, actor.run, reply.seq, reply.describe(value=None).to_stored())
         answered = {"v": reply.payload}
-        system = actor.system
         if actor.fenced:
             # (A fence that fails is a `Conflict`, which no lost write reports:
             # the reply is awaited, in a task, so the instance hears of it.)
-            actor.start_task(_reply_task, reply, txn, answer(system, txn, ask, answered))
+            actor.start_task(_reply_task, reply, txn, self.asks.answer(txn, ask, answered))
         else:
             done = partial(actor.finish, reply, None)  # its entry is written
-            actor.writes.submit(txn, answer(system, txn, ask, answered, done))
+            actor.writes.submit(txn, self.asks.answer(txn, ask, answered, done))
 
 
-async def _reply_task(actor: ActorAPI, reply: fx.Reply, txn: Txn, after: After) -> None:
+async def _reply_task(actor: ActorAPI, reply: Reply, txn: Txn, after: After) -> None:
     try:
         # The answer goes to its asker as soon as it commits, before this
         # task resumes: asker and replier then run in one scheduling round.
@@ -339,23 +339,41 @@ async def _reply_task(actor: ActorAPI, reply: fx.Reply, txn: Txn, after: After) 
         actor.task_finished()
 
 
-def no_reply(actor: ActorAPI, txn: Txn, status: str, unread: Iterable[Asker]) -> list[After]:
+def no_reply(
+    asks: Asks, actor: ActorAPI, txn: Txn, status: str, unread: Iterable[list[Any]]
+) -> list[After]:
     """Into ``txn`` (the end of ``actor``'s run): "ended without replying"
-    for every ask it took and did not answer, and every ask still ``unread``."""
-    asks = {ask.ask_id: ask for ask in unread}
-    asks.update(actor.driver.unanswered or {})
-    actor.driver.unanswered = None
-    return [answer(actor.system, txn, ask, {"ended": status}) for ask in asks.values()]
+    for every ask it took and did not answer, and every ask still ``unread``
+    (askers' stored forms, the messages' extras)."""
+    owed = {ask[0]: ask for ask in unread}
+    owed.update(actor.driver.owed or {})
+    actor.driver.owed = None
+    return [asks.answer(txn, ask, {"ended": status}) for ask in owed.values()]
 
 
-def at_run_end(actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[After]:
+def at_run_end(asks: Asks, actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[After]:
     """Every ask the run took and did not answer, and (with ``unread``, the
     instance ends) every ask still unread, hears that it ended without a
-    reply."""
-    waiting = actor.mailbox.asks.values() if unread and actor.mailbox.asks else ()
-    if not waiting and not actor.driver.unanswered:
+    reply. (A run-end hook, bound to ``asks`` by the wiring.)"""
+    extras = actor.mailbox.extras
+    waiting = extras.values() if unread and extras else ()
+    if not waiting and not actor.driver.owed:
         return []
-    return no_reply(actor, txn, status, waiting)
+    return no_reply(asks, actor, txn, status, waiting)
+
+
+def at_disk_end(
+    asks: Asks,
+    system: SystemAPI,
+    txn: Txn,
+    status: str,
+    log: dict[int, LogEntry],
+    mail: Iterable[tuple[int, Any]],
+) -> list[After]:
+    """`at_run_end` for an instance ended on disk (a disk-end hook, bound
+    to ``asks`` by the wiring)."""
+    owed = unanswered_on_disk(log, mail)
+    return [asks.answer(txn, ask, {"ended": status}) for ask in owed]
 
 
 # -- the asking instance's side ----------------------------------------------------------
@@ -363,7 +381,7 @@ def at_run_end(actor: ActorAPI, txn: Txn, status: str, *, unread: bool) -> list[
 
 class AskBehaviour(fx.Behaviour):
     @staticmethod
-    def start(actor: ActorAPI, ask: fx.Ask, started: LogEntry | None) -> None:
+    def start(actor: ActorAPI, ask: Ask, started: LogEntry | None) -> None:
         """Run a live ``ctx.ask``: send it (once: its log entry rides with
         the message), then wait for the reply like a wait."""
         if started is not None:  # sent in an earlier activation of this run
@@ -372,15 +390,15 @@ class AskBehaviour(fx.Behaviour):
         actor.start_task(_send_ask, ask)
 
     @staticmethod
-    def abandon(actor: ActorAPI, ask: fx.Ask) -> None:
+    def abandon(actor: ActorAPI, ask: Ask) -> None:
         actor.arrivals.remove_wait(ask)  # a late reply stays unread
 
     @staticmethod
-    def take(actor: ActorAPI, ask: fx.Ask, signal: Signal, seq: int, payload: Any) -> None:
+    def take(actor: ActorAPI, ask: Ask, signal: Signal, seq: int, payload: Any) -> None:
         actor.finish(ask, *reply_outcome(ask, payload, seq))  # (its reply message)
 
 
-async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
+async def _send_ask(actor: ActorAPI, ask: Ask) -> None:
     system = actor.system
     try:
         # What the process did before (a take, a recorded value) is durable
@@ -392,7 +410,7 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
             ask.payload,
             system.epoch_now(),
             max_payload=system.max_payload,
-            ask=Asker(ask.ask_id, actor.address),
+            extra=[ask.ask_id, actor.address, None],  # (an `Asker`'s stored form)
         )
         txn.put_log(actor.iid, actor.run, ask.seq, ask.describe().to_stored())
         txn.chain = actor.iid  # after its barrier's writes, or not at all (storage.Chain)
@@ -414,15 +432,3 @@ async def _send_ask(actor: ActorAPI, ask: fx.Ask) -> None:
             actor.arrivals.add_wait(ask)
     finally:
         actor.task_finished()
-
-
-def reply_outcome(
-    ask: fx.Ask, payload: Any, mseq: int
-) -> tuple[Any, BaseException | None, LogEntry]:
-    """What a ``ctx.ask`` gets from its reply message ``mseq``: value, error
-    and the log entry that records it (the take rides with it)."""
-    if isinstance(payload, dict) and "v" in payload:
-        return payload["v"], None, ask.describe(message=mseq, value=payload["v"])
-    status = payload.get("ended", "ended") if isinstance(payload, dict) else "ended"
-    error = _ended(ask.address, status)
-    return None, error, ask.describe(message=mseq, error=ErrorRecord.undelivered(error).to_stored())

@@ -1,12 +1,12 @@
-"""How messages reach instances: `ActorSystem.send`, `ask` and `send_many`,
-and the hand-over of a committed message to its live instance (or the
-activation of a passivated one). `Router` is a part of `ActorSystem` (see
-`_system`).
+"""How messages reach instances: `ActorSystem.send` and `send_many`, the
+send of a message with an extra (an ask's: `_asks`), and the hand-over of a
+committed message to its live instance (or the activation of a passivated
+one). `Router` is a part of `ActorSystem` (see `_system`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -16,13 +16,13 @@ from storage import MAIL_STATUSES, STATUS_WORDS, Txn, decode, instance_id
 from storage.errors import Conflict, JournalCorrupt
 
 from .._kernel import _guard, _message_txns, _tracing
-from .._kernel._checks import check_many, check_name, check_seconds
-from .._kernel._mailbox import Asker, StoredMessage
+from .._kernel._checks import check_many, check_name
+from .._kernel._mailbox import StoredMessage
 from .._kernel._message_txns import Notice
 from .._kernel._values import Signal
 from ..errors import InvalidArguments, NotDelivered
 
-RELOAD_AFTER = 0.1  # seconds between asks that a live instance in doubt passivate
+RELOAD_AFTER = 0.1  # seconds between requests that a live instance in doubt passivate
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import SystemAPI
@@ -35,10 +35,13 @@ _IIDS_KEPT = 4096  # addresses whose instance ids are kept (see Router.address_i
 class Router:
     """How messages reach instances: a part of `ActorSystem` (see the module docstring)."""
 
-    def __init__(self, system: SystemAPI) -> None:
+    def __init__(self, system: SystemAPI, claim_mail: Callable[[bytes], bool]) -> None:
         self.system = system
         self.journal = system.journal
         self.iids: dict[str, bytes] = {}  # see address_iid
+        # Mail another node wrote under an instance id: True if a caller of
+        # this system's waits for it (and will read it), not an instance.
+        self.claim_mail = claim_mail
 
     def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
@@ -60,22 +63,6 @@ class Router:
         _message_txns.key_cursor(check_name(key, "send(key=...)"))
         return self.system.keys.send(iid, address, signal, payload, key, self.send_iid)
 
-    def ask(
-        self, address: str, signal: Signal, payload: Any = None, *, timeout: float | None = None
-    ) -> Awaitable[Any]:
-        """The body of `ActorSystem.ask`: checks the arguments and returns
-        the ask to await (not a coroutine itself, as `send`)."""
-        if _guard.stepping.address is not None:
-            _guard.refuse("system.ask()", "ask from the process with ctx.ask, which is recorded")
-        if not isinstance(signal, Signal):
-            raise InvalidArguments(f"ask takes an actors.Signal, not {signal!r}")
-        iid = self.iids.get(address) if type(address) is str else None
-        if iid is None:
-            iid = self.address_iid(address, "ask's address")
-        if timeout is not None:
-            timeout = check_seconds(timeout, "ask(timeout=...)")
-        return self.system.asks.ask(iid, address, signal, payload, timeout, self.send_iid)
-
     async def send_iid(
         self,
         iid: bytes,
@@ -83,9 +70,11 @@ class Router:
         signal: Signal,
         payload: Any,
         *,
-        ask: Asker | None = None,
+        extra: list[Any] | None = None,
         key: str | None = None,
     ) -> None:
+        """Send (durably) to ``iid``; ``extra`` is stored beside the payload
+        (`_mailbox`), ``key`` is `send`'s."""
         if key is not None and not self.journal.shared:
             # (See _sends.KeyedSends: this incarnation has not had the key under KEY_PREFIX.)
             # Journals written before KEY_PREFIX hold keys under the legacy
@@ -101,7 +90,7 @@ class Router:
             self.system.epoch_now(),
             max_payload=self.system.max_payload,
             trace=_tracing.traceparent(self.system) if self.system.tracing else None,
-            ask=ask,
+            extra=extra,
             key=key,
         )
         # Routed by the journal as soon as it commits, before this sender
@@ -187,9 +176,9 @@ class Router:
         self.route(notice, results)
 
     def mail_noticed(self, iid: bytes) -> None:
-        """Another node wrote mail for ``iid``: a reply to an ask of this
-        system's, or a message for an instance this node owns."""
-        if not self.system.asks.noticed(iid):
+        """Another node wrote mail for ``iid``: for a caller of this system's
+        (a reply to its ask), or a message for an instance this node owns."""
+        if not self.claim_mail(iid):
             self.system.nodes.mail_noticed(iid)
 
     async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:

@@ -32,6 +32,9 @@ last entry this stretch is still history, though the log holds nothing of
 it: a pending `wait` writes nothing until it takes a message, so a run
 suspended at its first wait has an empty log. `ctx.patched` decides from
 it (see `Driver.patched`).
+
+Extras (`_mailbox`: a stored list, its first element identifies it): the
+driver keeps the latest wait's (`taken`) and those not settled (`owed`).
 """
 
 from __future__ import annotations
@@ -59,7 +62,6 @@ from ._hosts import (
     Passivated,
 )
 from ._log import NO_VALUE, LogEntry
-from ._mailbox import Asker
 from ._replay_check import Checker
 from ._unawaited import Unawaited
 
@@ -83,13 +85,13 @@ class Driver(Unawaited):
         "last",
         "log",
         "occurrences",
+        "owed",
         "owner",
         "patches",
         "rerun",
         "seq",
         "taken",
         "taken_seq",
-        "unanswered",
     )
 
     def __init__(self, owner: Owner, address: str) -> None:
@@ -113,14 +115,12 @@ class Driver(Unawaited):
         self._reset_run_state()
 
     def _reset_run_state(self) -> None:
-        # What ctx.reply answers: the ask (or None: a plain message) taken by
-        # the highest-numbered wait of this run that took one. Decided by
-        # effect numbers, never by arrival order, so replay decides the same.
-        self.taken: Asker | None = None
+        # The extra (None: none) the highest-numbered wait of this run that took a
+        # message took: by effect numbers, not arrival, so replay decides the same.
+        self.taken: list[Any] | None = None
         self.taken_seq = 0
-        # Asks taken in this run and not replied to, by ask id (see _asks);
-        # and patch id -> what ctx.patched said. Both made when first needed.
-        self.unanswered: dict[str, Asker] | None = None
+        # Extras taken, not settled; patch id -> what ctx.patched said (made when needed).
+        self.owed: dict[Any, list[Any]] | None = None
         self.patches: dict[str, bool] | None = None
 
     def load(self, log: dict[int, LogEntry]) -> None:
@@ -149,18 +149,18 @@ class Driver(Unawaited):
         self.log = _NO_LOG
         self.last = 0
 
-    def took(self, seq: int, ask: Asker | None) -> None:
-        """Wait ``seq`` took a message, asked by ``ask`` (None: sent)."""
+    def took(self, seq: int, extra: list[Any] | None) -> None:
+        """Wait ``seq`` took a message with ``extra`` (None: it had none)."""
         if seq >= self.taken_seq:
-            self.taken, self.taken_seq = ask, seq
-        if ask is not None:
-            if self.unanswered is None:
-                self.unanswered = {}
-            self.unanswered[ask.ask_id] = ask
+            self.taken, self.taken_seq = extra, seq
+        if extra is not None:
+            if self.owed is None:
+                self.owed = {}
+            self.owed[extra[0]] = extra
 
-    def answered(self, ask: Asker) -> bool:
-        """Note that ``ask`` is being answered; False if it was already."""
-        return self.unanswered is not None and self.unanswered.pop(ask.ask_id, None) is not None
+    def settle(self, extra: list[Any]) -> bool:
+        """Note that ``extra`` is being settled; False if it was already."""
+        return self.owed is not None and self.owed.pop(extra[0], None) is not None
 
     def patched(self, patch_id: str) -> bool | None:
         """Whether the history being replayed was recorded with ``patch_id``

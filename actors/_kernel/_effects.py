@@ -24,8 +24,6 @@ from ._effect import (  # (_reused: for the driver, which names it fx._reused)
 )
 from ._leaves import (
     END_PREFIX as END_PREFIX,
-    REPLY_PREFIX as REPLY_PREFIX,
-    Ask as Ask,
     Call as Call,
     ContinueAsNew as ContinueAsNew,
     Emit as Emit,
@@ -33,7 +31,6 @@ from ._leaves import (
     Marker as Marker,
     Publish as Publish,
     Recorded as Recorded,
-    Reply as Reply,
     Send as Send,
     SendMany as SendMany,
     Spawn as Spawn,
@@ -42,5 +39,4 @@ from ._leaves import (
     Timer as Timer,
     Wait as Wait,
     end_signal as end_signal,
-    reply_signal as reply_signal,
 )

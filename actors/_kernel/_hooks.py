@@ -8,7 +8,7 @@ A run ends (completed, failed, cancelled, restarted, continued as new):
 whatever a feature owes when it does goes into the end's own transaction,
 so that it is written exactly when the end is. The ask feature answers
 the asks the run took without replying ("ended without a reply"), for
-instance. Two points, one per way a run ends:
+instance (its hooks bound to its service as the system is wired). Two points, one per way a run ends:
 
 - `Wiring.run_ended`: an actor in memory ends its run (`_ends`, `_supervision`);
 - `Wiring.ended_on_disk`: an instance not in memory is ended by a write of
@@ -66,8 +66,9 @@ class Wiring:
 
     # Each kind of leaf effect that runs live -> how: the actor looks a
     # leaf's class up here as it starts, abandons or drops it, and as a wait
-    # takes a message (a subclass has a row of its own: no MRO walk).
-    behaviours: Mapping[type[Effect[Any]], type[Behaviour]]
+    # takes a message (a subclass has a row of its own: no MRO walk). A
+    # class of static methods, or an instance made with a service it uses.
+    behaviours: Mapping[type[Effect[Any]], Behaviour | type[Behaviour]]
     run_ends: tuple[RunEnd, ...]  # what each feature owes when a live run ends
     disk_ends: tuple[DiskEnd, ...]  # ... and when a run not in memory does
 

@@ -33,7 +33,7 @@ from ._compensations import Compensations
 from ._driver import Driver
 from ._holds import Holds
 from ._log import LogEntry
-from ._mailbox import Asker, Mailbox
+from ._mailbox import Mailbox
 from ._message_txns import Notice
 from ._outages import JournalWatch
 from ._process import ProcessDef
@@ -53,7 +53,6 @@ if TYPE_CHECKING:  # (its hooks name these Protocols back)
 __all__ = [
     "ActorAPI",
     "ArrivalsAPI",
-    "AsksAPI",
     "CorruptionAPI",
     "EndsAPI",
     "GatesAPI",
@@ -186,7 +185,7 @@ class RouterAPI(Protocol):
         signal: Signal,
         payload: Any,
         *,
-        ask: Asker | None = None,
+        extra: list[Any] | None = None,
         key: str | None = None,
     ) -> None: ...
 
@@ -221,31 +220,6 @@ class LifecycleAPI(Protocol):
     ) -> bool: ...
 
     async def restart_iid(self, iid: bytes, address: str, reason: str) -> None: ...
-
-
-class AsksAPI(Protocol):
-    """What the runtime's modules use of the `Asks` in flight (``actors._features._asks``)."""
-
-    async def ask(
-        self,
-        iid: bytes,
-        address: str,
-        signal: Signal,
-        payload: Any,
-        timeout: float | None,
-        send: Callable[..., Any],
-    ) -> Any: ...
-
-    def hand(
-        self,
-        ask_id: str,
-        payload: dict[str, Any],
-        _: object = None,
-        *,
-        done: Callable[[], object] | None = None,
-    ) -> None: ...
-
-    def noticed(self, iid: bytes) -> bool: ...
 
 
 class GatesAPI(Protocol):
@@ -305,9 +279,6 @@ class SystemAPI(Protocol):
 
     @property
     def nodes(self) -> NodesAPI: ...
-
-    @property
-    def asks(self) -> AsksAPI: ...
 
     @property
     def keys(self) -> KeysAPI: ...

@@ -1,5 +1,6 @@
 """The leaf effects: each has a number, and its outcome is logged under it
-(waits, calls, spawns, joins, asks, replies, sends, timers, steps, ...)."""
+(waits, calls, spawns, joins, sends, timers, steps, ...). A feature may
+define kinds of its own on these (the ask's, `_features._ask_forms`)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,10 @@ from storage import Txn, argument_digests
 
 from ._effect import Effect, shorten
 from ._log import LogEntry
-from ._mailbox import Asker
 from ._values import Retry, Signal
 
 __all__ = [
     "END_PREFIX",
-    "REPLY_PREFIX",
-    "Ask",
     "Call",
     "ContinueAsNew",
     "Emit",
@@ -25,7 +23,6 @@ __all__ = [
     "Marker",
     "Publish",
     "Recorded",
-    "Reply",
     "Send",
     "SendMany",
     "Spawn",
@@ -34,7 +31,6 @@ __all__ = [
     "Timer",
     "Wait",
     "end_signal",
-    "reply_signal",
 ]
 
 T = TypeVar("T", covariant=True)  # what awaiting the effect gives
@@ -66,10 +62,23 @@ class Wait(Effect[T]):
         return None
 
     def replayed(self, value: Any, entry: LogEntry, driver: Any) -> Any:
-        # The message it took may have been asked: ctx.reply answers that ask.
-        ask = entry.ask
-        driver.took(self.seq, Asker.from_stored(ask) if ask else None)
+        # The message it took may carry an extra: the driver keeps it (`took`).
+        driver.took(self.seq, entry.ask or None)
         return (self.matches(entry.signal or ""), value) if self.pair else value
+
+    def taking(self, value: Any, message: int, signal: Signal, extra: Any) -> LogEntry:
+        """The entry of this wait's take of message ``message``, which
+        carried ``extra`` (None: none). The extra is kept in storage's
+        `LogEntry.ask`, named when an ask's was the one kind there was."""
+        return LogEntry.build(
+            self.kind,
+            self.name,
+            self.hash,
+            value=value,
+            message=message,
+            signal=signal.name if self.pair else None,
+            ask=extra,
+        )
 
     def as_call(self) -> str:
         names = ", ".join(signal.name for signal in self.signals)
@@ -175,46 +184,6 @@ class Join(Effect[T]):
         return f"ctx.join({self.address!r})"
 
 
-class Ask(Wait[Any]):
-    """``ctx.ask``: send a message that asks (once, recorded), then wait for
-    the reply message its ask id names (see `_asks`)."""
-
-    __slots__ = ("address", "ask_id", "payload", "signal")
-    kind = "ask"
-    logs_start = True
-    replayed = Effect.replayed  # the answer, as logged (no message of a wait's)
-
-    def __init__(
-        self, seq: int, hash: bytes, address: str, signal: Signal, payload: Any, ask_id: str
-    ) -> None:
-        super().__init__(seq, (reply_signal(ask_id),), pair=False)
-        self.name = address
-        self.hash = hash
-        self.address = address
-        self.signal = signal
-        self.payload = payload
-        self.ask_id = ask_id
-
-    def as_call(self) -> str:
-        return f"ctx.ask({self.address!r}, {self.signal.name})"
-
-
-class Reply(Effect[None]):
-    """``ctx.reply``: answer the ask ``ask``, or, with None, record that the
-    message taken was not asked (a no-op)."""
-
-    __slots__ = ("ask", "payload")
-    kind = "reply"
-
-    def __init__(self, seq: int, hash: bytes, payload: Any, ask: Asker | None) -> None:
-        Effect.__init__(self, seq, ask.ask_id if ask is not None else "", hash)
-        self.payload = payload
-        self.ask = ask
-
-    def as_call(self) -> str:
-        return "ctx.reply(...)"
-
-
 class Marker(Effect[Any]):
     """``ctx.patched``: a patch id recorded where live code first asked for it."""
 
@@ -282,14 +251,6 @@ END_PREFIX = "\x00end "
 def end_signal(address: str) -> Signal:
     """The system signal carrying the end of the awaited child at ``address``."""
     return Signal._system(END_PREFIX + address)
-
-
-REPLY_PREFIX = "\x00reply "
-
-
-def reply_signal(ask_id: str) -> Signal:
-    """The system signal carrying the reply to the ask ``ask_id``."""
-    return Signal._system(REPLY_PREFIX + ask_id)
 
 
 class Timer(Effect[None]):

@@ -1,8 +1,13 @@
 """What a mailbox holds and the mailbox of one live instance.
 
-`StoredMessage` is one message as its sender committed it, and `Asker`
-who asked it (see `_asks`); `Mailbox` holds a live instance's unread
-messages, in order, and the waits that take them.
+`StoredMessage` is one message as its sender committed it; `Mailbox` holds
+a live instance's unread messages, in order, and the waits that take them.
+
+A message may carry an *extra*: a value its sender attached beside the
+payload, stored with it, which the kernel carries without reading it (the
+ask feature's ``[ask id, reply-to, node]``, `_features._ask_forms`, is the
+one kind there is). A wait that takes the message records its extra in its
+log entry, and the driver keeps it for the feature (`Driver.took`).
 
 A message is committed to the journal's mailbox by its sender and handed to
 the live instance (`Mailbox.put`); a wait the process awaits registers here
@@ -19,22 +24,22 @@ Invariants (kept by every method below):
   late hand-over of it from its sender is dropped.
 - ``waits`` holds the live waits that have taken nothing yet, by effect seq;
   the oldest matching message goes to the lowest-numbered wait.
-- ``asks`` holds the ask of each unread message that was asked (see
-  `_asks`), by message id; a sent message has none (nothing is kept for it).
+- ``extras`` holds the extra of each unread message that has one, by
+  message id; a message without one has nothing kept for it.
 - A message id in ``withheld`` (a drop of it is being written, or was
   written: see `_mail`) is never unread here: no hand-over or re-read of
   the journal's mailbox makes it so, and so no wait takes it.
 
 Stored forms are positional msgpack arrays, kept as journals have
 always held them; every reader accepts the shorter forms older journals
-hold (no trace, no ask, an ask with no node)::
+hold (no trace, no extra)::
 
-    message   [signal name, payload, sent at (epoch seconds), traceparent, ask]
-    ask       [ask id, reply-to address, asker's node]
+    message   [signal name, payload, sent at (epoch seconds), traceparent, extra]
 
-A message stores its traceparent only when it has one or an ask follows
-it (then as None). A log entry keeps the ask its wait took in the ask's
-stored form (`LogEntry.ask`); `Asker.from_stored` reads it there too.
+A message stores its traceparent only when it has one or an extra follows
+it (then as None). A log entry keeps the extra its wait took as it was
+stored (storage's `LogEntry.ask`, the field's name from when asks were the
+only extras).
 """
 
 from __future__ import annotations
@@ -47,29 +52,7 @@ import attrs
 
 from ._values import Signal
 
-__all__ = ["Asker", "Mailbox", "StoredMessage"]
-
-
-@attrs.frozen(slots=True)
-class Asker:
-    """Who asked a message and where its answer goes.
-
-    ``reply_to`` is the asking instance's address, or a system ask's reply
-    box (`_asks.BOX_PREFIX` + ``ask_id``); ``node`` the node of a system
-    asker, None for an instance (its answer goes to its mailbox, wherever
-    it runs).
-    """
-
-    ask_id: str
-    reply_to: str
-    node: str | None = None
-
-    def to_stored(self) -> list[Any]:
-        return [self.ask_id, self.reply_to, self.node]
-
-    @classmethod
-    def from_stored(cls, stored: Sequence[Any]) -> Asker:
-        return cls(stored[0], stored[1], stored[2] if len(stored) > 2 else None)
+__all__ = ["Mailbox", "StoredMessage"]
 
 
 @attrs.frozen(slots=True)
@@ -80,19 +63,19 @@ class StoredMessage:
     payload: Any
     sent_at: float | None = None  # epoch seconds (None: a stored message without it)
     trace: str | None = None  # the sender's W3C traceparent (see `_tracing`)
-    asker: Asker | None = None  # None: it was sent, not asked
+    extra: Any = None  # its sender's extra, as stored (None: it has none)
 
     def to_stored(self) -> list[Any]:
-        return self.stored(self.signal, self.payload, self.sent_at, self.trace, self.asker)
+        return self.stored(self.signal, self.payload, self.sent_at, self.trace, self.extra)
 
     @staticmethod
     def stored(
-        signal: str, payload: Any, sent_at: float | None, trace: str | None, asker: Asker | None
+        signal: str, payload: Any, sent_at: float | None, trace: str | None, extra: Any
     ) -> list[Any]:
         """The stored form of the message of these fields, made with no
         `StoredMessage` in between (a send's hot path)."""
-        if asker is not None:
-            return [signal, payload, sent_at, trace, asker.to_stored()]
+        if extra is not None:
+            return [signal, payload, sent_at, trace, extra]
         if trace is not None:
             return [signal, payload, sent_at, trace]
         return [signal, payload, sent_at]
@@ -102,19 +85,14 @@ class StoredMessage:
         size = len(stored)
         if size < 4:
             return cls(stored[0], stored[1], stored[2] if size > 2 else None)
-        ask = stored[4] if size > 4 else None
+        # (An empty extra, which no version wrote, reads as none.)
         return cls(
-            stored[0],
-            stored[1],
-            stored[2],
-            stored[3],
-            Asker.from_stored(ask) if ask else None,
+            stored[0], stored[1], stored[2], stored[3], (stored[4] or None) if size > 4 else None
         )
 
 
 class Waiting(Protocol):
-    """What the mailbox uses of a wait (`_effects.Wait`, which stands
-    above it: effects name the `Asker` they took)."""
+    """What the mailbox uses of a wait (`_effects.Wait`, which stands above it)."""
 
     @property
     def seq(self) -> int: ...
@@ -132,7 +110,7 @@ def _seq(wait: Waiting) -> int:
 class Mailbox(Generic[W]):
     """Unread messages and pending waits of one instance. Owned by its `Actor`."""
 
-    __slots__ = ("asks", "floor", "messages", "order", "taken", "waits", "withheld")
+    __slots__ = ("extras", "floor", "messages", "order", "taken", "waits", "withheld")
 
     def __init__(self, remember_taken: bool) -> None:
         self.messages: dict[int, tuple[str, Any]] = {}  # unread: seq -> (signal name, payload)
@@ -143,9 +121,9 @@ class Mailbox(Generic[W]):
         # has not committed yet: remember what was taken, so it is not re-read.
         self.taken: set[int] | None = set() if remember_taken else None
         self.waits: list[W] = []
-        # unread asked messages: seq -> ask; made at the first (most
-        # instances are never asked, and there is one mailbox per live instance)
-        self.asks: dict[int, Asker] | None = None
+        # the extras of unread messages: seq -> extra; made at the first (most
+        # messages have none, and there is one mailbox per live instance)
+        self.extras: dict[int, Any] | None = None
         # message ids a drop holds back from every take (see `withhold`);
         # made at the first (few instances ever have a message dropped)
         self.withheld: set[int] | None = None
@@ -180,8 +158,8 @@ class Mailbox(Generic[W]):
         messages = self.messages
         for seq in [s for s in messages if s <= floor and s not in listed]:
             del messages[seq]
-            if self.asks:
-                self.asks.pop(seq, None)
+            if self.extras:
+                self.extras.pop(seq, None)
         added = []
         withheld = self.withheld or ()
         for seq, stored in unread:
@@ -189,8 +167,8 @@ class Mailbox(Generic[W]):
                 message = StoredMessage.from_stored(stored)
                 added.append((seq, message.signal, message.payload))
                 messages[seq] = (message.signal, message.payload)
-                if message.asker is not None:
-                    self.remember_ask(seq, message.asker)
+                if message.extra is not None:
+                    self.keep_extra(seq, message.extra)
         self.order = sorted(messages)
         return added
 
@@ -212,8 +190,8 @@ class Mailbox(Generic[W]):
         and the message stays held back (a late hand-over of it is refused);
         else ``message`` (what `withhold` returned) is unread again."""
         if dropped:
-            if self.asks:
-                self.asks.pop(seq, None)  # never taken, so never answered here
+            if self.extras:
+                self.extras.pop(seq, None)  # never taken, so never settled here
             return
         if self.withheld is not None:
             self.withheld.discard(seq)
@@ -221,11 +199,11 @@ class Mailbox(Generic[W]):
             self.messages[seq] = message
             bisect.insort(self.order, seq)
 
-    def remember_ask(self, seq: int, ask: Asker) -> None:
-        """Message ``seq`` (unread) was asked by ``ask``."""
-        if self.asks is None:
-            self.asks = {}
-        self.asks[seq] = ask
+    def keep_extra(self, seq: int, extra: Any) -> None:
+        """Message ``seq`` (unread) carries ``extra``."""
+        if self.extras is None:
+            self.extras = {}
+        self.extras[seq] = extra
 
     def add_wait(self, wait: W) -> None:
         """Register a live wait; it takes a message at the next `take_match`."""

@@ -5,8 +5,9 @@ record and send keys they write.
 A message, as stored in a mailbox: ``[signal name, payload, sent at]``
 (epoch seconds), and a 4th element, the sender's W3C traceparent, when it
 was sent inside a trace (see `_tracing`), and a 5th (the 4th then None if
-there is no trace), the ask ``[ask id, reply-to address, asker's node]``,
-when it was asked (see `_asks`); readers ignore what they do not use.
+there is no trace), the sender's extra, when it attached one (see
+`_mailbox`: an ask's, `_features._ask_forms`); readers ignore what they do
+not use.
 
 A send with an idempotency key records the key as a cursor named
 ``KEY_PREFIX + key`` in the same transaction, so the key lives exactly as
@@ -27,7 +28,7 @@ from storage import MAIL_STATUSES, Txn, decode, encode
 from storage.errors import EncodeError
 
 from ..errors import LimitExceeded
-from ._mailbox import Asker, StoredMessage
+from ._mailbox import StoredMessage
 
 __all__ = [
     "KEY_PREFIX",
@@ -68,11 +69,12 @@ def add_message(
     *,
     max_payload: int | None = None,
     trace: str | None = None,
-    ask: Asker | None = None,
+    extra: list[Any] | None = None,
 ) -> Notice:
     """Append a message to ``iid``'s mailbox in ``txn``; returns the notice
     to route once it commits. ``trace``, the sender's W3C traceparent, is
-    stored beside the payload, never in it; so is ``ask`` (`StoredMessage`).
+    stored beside the payload, never in it; so is ``extra``, the sender's
+    (`StoredMessage`), which nothing here reads.
 
     Raises:
         EncodeError: the payload cannot be stored (naming the path inside it).
@@ -82,8 +84,8 @@ def add_message(
     try:
         stored = (
             [name, payload, now]  # (the usual message: `StoredMessage.stored` spelled out)
-            if trace is None and ask is None
-            else StoredMessage.stored(name, payload, now, trace, ask)
+            if trace is None and extra is None
+            else StoredMessage.stored(name, payload, now, trace, extra)
         )
         slot = txn.append_message(iid, stored)
     except EncodeError:
@@ -94,7 +96,7 @@ def add_message(
     # the same message around None (which encodes to one byte). Measured
     # only when the whole message is over it (the payload is never larger).
     if max_payload is not None and len(message) > max_payload:
-        size = len(message) - (len(encode(StoredMessage.stored(name, None, now, trace, ask))) - 1)
+        size = len(message) - (len(encode(StoredMessage.stored(name, None, now, trace, extra))) - 1)
         if size > max_payload:
             raise LimitExceeded(
                 f"the {name!r} payload encodes to {size} bytes, over the "
@@ -169,7 +171,7 @@ def send_txn(
     *,
     max_payload: int,
     trace: str | None = None,
-    ask: Asker | None = None,
+    extra: list[Any] | None = None,
     key: str | None = None,
 ) -> tuple[Txn, Notice]:
     """A user's send: the message, on condition that the instance takes
@@ -180,7 +182,7 @@ def send_txn(
     txn = Txn()
     txn.require(iid, MAIL_STATUSES)
     notice = add_message(
-        txn, iid, name, payload, now, max_payload=max_payload, trace=trace, ask=ask
+        txn, iid, name, payload, now, max_payload=max_payload, trace=trace, extra=extra
     )
     if key is not None:
         # Invariant: a key is stored once per incarnation, on every journal

@@ -96,8 +96,9 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self._offset = now() - trio.current_time()  # wall clock minus trio's
         self.cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
         # How the features' effects run live and what they owe at a run's end
-        # (`_wiring`): wired here, once, before any instance runs.
-        self.wiring = wire()
+        # (`_wiring`), with the services it binds: wired once, before any instance runs.
+        self.asks = asks = Asks(self)
+        self.wiring = wire(asks)
         # The parts, each handed what it uses: the registry makes the actors,
         # which hold the whole system; the router, the lifecycle, the upkeep
         # and the asks read the others through it still (`SystemAPI`).
@@ -112,7 +113,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         statuses = self.statuses
         self.corruption = Corruption(journal, registry.live, statuses.changed)
         self.stalls = Stalls(registry, statuses)
-        self.router = Router(self)
+        self.router = Router(self, asks.noticed)  # (mail noticed: a reply of a caller's?)
         self.lifecycle = Lifecycle(self)
         self.upkeep = Upkeep(self)
         # The services.
@@ -145,7 +146,6 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
             epoch_now=self.epoch_now,
             trio_time=self.trio_time,
         )
-        self.asks = Asks(self)
         self.rides = Rides(journal)
         self.keys = KeyedSends(journal)
         self.signals = SignalRouter(
@@ -389,7 +389,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
                 being stored (a `TimeoutError` too); the message stays asked.
             EncodeError: a payload the codec cannot store; nothing is stored.
         """
-        return await self.router.ask(address, signal, payload, timeout=timeout)
+        return await self.asks.ask(address, signal, payload, timeout=timeout)
 
     async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
         """Persist many messages, ``(address, signal, payload)`` each, in one

@@ -43,7 +43,7 @@ from storage import (
 )
 from storage.errors import Conflict, JournalCorrupt
 
-from .._features import _asks_on_disk, _saga, _supervision
+from .._features import _ask_forms, _saga, _supervision
 from .._features._crashes import (
     Parked,
     read_parked,
@@ -283,7 +283,7 @@ def cancel_txn(r: Reader, plan: list[Cancel]) -> Txn:
     owed = [
         ask
         for c in plan
-        for ask in _asks_on_disk.unanswered_on_disk(
+        for ask in _ask_forms.unanswered_on_disk(
             r.entries(c.row.iid, c.row.record.run),
             # (one that compensates first answers its unread ones as it ends)
             () if c.compensate else r.mailbox(c.row.iid),
@@ -291,7 +291,7 @@ def cancel_txn(r: Reader, plan: list[Cancel]) -> Txn:
     ]
     now = time.time()
     txn, _ = _transactions.cancel_txn(plan, now)
-    _asks_on_disk.answer_offline(txn, owed, "cancelled", now)
+    _ask_forms.answer_offline(txn, owed, "cancelled", now)
     return txn
 
 

@@ -126,6 +126,11 @@ ENTRY_TYPES: dict[str, tuple[type, ...]] = {
     "parts": (list,),
     "extra": (dict,),
 }
+# The list fields of an entry whose elements have a shape: the types at
+# each position, and the words for it.
+ENTRY_LISTS: dict[str, tuple[tuple[tuple[type, ...], ...], str]] = {
+    "ask": (((str,), (str,), (str, _N)), "[ask id, reply-to address, node]"),
+}
 
 
 def check_types(fields: dict[str, Any], types: dict[str, tuple[type, ...]], at: str) -> None:
@@ -298,13 +303,12 @@ def _entry(entry: dict[str, Any], at: str) -> None:
     if entry.get("key") is not None:
         _name(entry["key"], f"{at}['key']")
     _time(entry.get("due"), f"{at}['due']")
-    ask = entry.get("ask")
-    if ask is not None and not (
-        len(ask) == 3
-        and all(isinstance(part, str) for part in ask[:2])
-        and isinstance(ask[2], (str, type(None)))
-    ):
-        raise bad(f"{at}['ask']", f"is {show(ask)}, not [ask id, reply-to address, node]")
+    for name, (shape, words) in ENTRY_LISTS.items():
+        value = entry.get(name)
+        if value is not None and not (
+            len(value) == len(shape) and all(map(isinstance, value, shape))
+        ):
+            raise bad(f"{at}[{name!r}]", f"is {show(value)}, not {words}")
 
 
 # -- names and numbers -------------------------------------------------------------------
