@@ -33,7 +33,7 @@ from ._compensations import Compensations
 from ._driver import Driver
 from ._holds import Holds
 from ._log import LogEntry
-from ._mailbox import Asker, Mailbox
+from ._mailbox import Mailbox
 from ._message_txns import Notice
 from ._outages import JournalWatch
 from ._process import ProcessDef
@@ -78,7 +78,6 @@ class RegistryAPI(Protocol):
 
     procs: dict[str, ProcessDef[..., Any]]
     activating: Holds
-    landing: dict[bytes, trio.Event]
     routed_absent: set[bytes]
     nursery: trio.Nursery | None
     closing: bool
@@ -109,8 +108,6 @@ class RegistryAPI(Protocol):
     def activate_for_mail(self, iid: bytes) -> None: ...
 
     async def activate_later(self, iid: bytes, delay: float) -> None: ...
-
-    async def activate_when_leased(self, iid: bytes) -> None: ...
 
     async def reload_when_back(self, iid: bytes) -> None: ...
 
@@ -158,10 +155,6 @@ class StatusesAPI(Protocol):
 
     def remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None: ...
 
-    def keep_end(self, iid: bytes, status: str, record: InstanceRecord) -> None: ...
-
-    def drop_end(self, iid: bytes) -> None: ...
-
     async def removed(self, iid: bytes, incarnation: int) -> bool: ...
 
     def event(self, iid: bytes) -> trio.Event: ...
@@ -179,17 +172,6 @@ class RouterAPI(Protocol):
 
     def address_iid(self, address: Any, what: str) -> bytes: ...
 
-    async def send_iid(
-        self,
-        iid: bytes,
-        address: str,
-        signal: Signal,
-        payload: Any,
-        *,
-        ask: Asker | None = None,
-        key: str | None = None,
-    ) -> None: ...
-
     async def send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None: ...
 
     def route(self, notice: Notice, results: Sequence[int]) -> None: ...
@@ -204,8 +186,6 @@ class RouterAPI(Protocol):
 class LifecycleAPI(Protocol):
     """What the runtime's modules use of the `Lifecycle` (``actors._system._lifecycle``)."""
 
-    creating: dict[bytes, trio.Event]
-    cancelling: dict[bytes, trio.Event]
     retrying: dict[bytes, Any]  # instance id -> the retry of it under way (_retry._Flight)
 
     def deciding(
