@@ -77,7 +77,6 @@ class RegistryAPI(Protocol):
 
     procs: dict[str, ProcessDef[..., Any]]
     activating: Holds
-    landing: dict[bytes, trio.Event]
     routed_absent: set[bytes]
     nursery: trio.Nursery | None
     closing: bool
@@ -108,8 +107,6 @@ class RegistryAPI(Protocol):
     def activate_for_mail(self, iid: bytes) -> None: ...
 
     async def activate_later(self, iid: bytes, delay: float) -> None: ...
-
-    async def activate_when_leased(self, iid: bytes) -> None: ...
 
     async def reload_when_back(self, iid: bytes) -> None: ...
 
@@ -157,10 +154,6 @@ class StatusesAPI(Protocol):
 
     def remember(self, iid: bytes, state: tuple[str, InstanceRecord]) -> None: ...
 
-    def keep_end(self, iid: bytes, status: str, record: InstanceRecord) -> None: ...
-
-    def drop_end(self, iid: bytes) -> None: ...
-
     async def removed(self, iid: bytes, incarnation: int) -> bool: ...
 
     def event(self, iid: bytes) -> trio.Event: ...
@@ -203,8 +196,6 @@ class RouterAPI(Protocol):
 class LifecycleAPI(Protocol):
     """What the runtime's modules use of the `Lifecycle` (``actors._system._lifecycle``)."""
 
-    creating: dict[bytes, trio.Event]
-    cancelling: dict[bytes, trio.Event]
     retrying: dict[bytes, Any]  # instance id -> the retry of it under way (_retry._Flight)
 
     def deciding(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from .._kernel._interfaces import SystemAPI
+    from ._registry import Registry
 
 __all__ = ["Deciding"]
 
@@ -16,16 +16,16 @@ class Deciding:
     """`Lifecycle.deciding`'s block (a class: a start pays for no async
     generator)."""
 
-    __slots__ = ("activate", "creating", "done", "iids", "system")
+    __slots__ = ("activate", "creating", "done", "iids", "registry")
 
     def __init__(
         self,
-        system: SystemAPI,
+        registry: Registry,
         creating: dict[bytes, trio.Event],
         iids: tuple[bytes, ...],
         activate: bool,
     ) -> None:
-        self.system, self.creating, self.iids, self.activate = system, creating, iids, activate
+        self.registry, self.creating, self.iids, self.activate = registry, creating, iids, activate
         self.done = trio.Event()
 
     async def __aenter__(self) -> None:
@@ -44,7 +44,7 @@ class Deciding:
             del self.creating[iid]
         self.done.set()
         if self.activate:
-            registry = self.system.registry
+            registry = self.registry
             for iid in self.iids:
                 if iid in registry.routed_absent and iid not in registry.live:
                     registry.activate(iid)

@@ -5,7 +5,7 @@ part's state: `Registry` (live instances, definitions, activation,
 passivation, takeover, shutdown), `Statuses` (each instance's status as
 this system knows it), `Corruption` and `Stalls` (`_troubles`), `Router`
 (`_sending`: send, ask, send_many), `Lifecycle` (start, cancel, restart),
-`Upkeep` (`_operations`: query, cleanup); then the services: timers,
+`Upkeep` (`_upkeep`: query, cleanup); then the services: timers,
 queues, schedules, asks, keyed sends, deferred writes, the node view. The
 operator's calls (`_operations`) and the schedules' (`_schedule_calls`)
 are bases holding no state. The features are wired in first (`_wiring`).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import random as _random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar, overload
 
 import trio
@@ -45,10 +45,11 @@ from .._kernel._values import IfExists, Signal, StreamFrom
 from ..errors import InvalidArguments
 from ._lifecycle import Lifecycle
 from ._nodes import NodeView
-from ._operations import Operations, Upkeep
+from ._operations import Operations
 from ._registry import Registry
 from ._status_watch import Statuses
 from ._troubles import Corruption, Stalls
+from ._upkeep import Upkeep
 from ._wiring import wire
 
 __all__ = ["ActorSystem"]
@@ -99,29 +100,37 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         # (`_wiring`), with the services it binds: wired once, before any instance runs.
         self.asks = asks = Asks(self)
         self.wiring = wire(asks)
-        # The parts, each handed what it uses: the registry makes the actors,
-        # which hold the whole system; the router, the lifecycle, the upkeep
-        # and the asks read the others through it still (`SystemAPI`).
-        self.registry = registry = Registry(self, processes)
-        self.outages = JournalWatch(journal)
+        # The parts, each handed what it uses; the registry first, since the
+        # others read its live table or call it. It makes the actors, which
+        # hold the whole system; the router and the asks read the others
+        # through it still (`SystemAPI`).
+        self.outages = outages = JournalWatch(journal)
+        self.registry = registry = Registry(self, processes, journal, outages, passivate_after)
         # The node view and the statuses use each other: the view, made
         # first, tells the statuses of a change through the system.
-        self.nodes = NodeView(
-            journal, registry, self.outages, changed=lambda iid: self.statuses.changed(iid)
+        self.nodes = nodes = NodeView(
+            journal, registry, outages, changed=lambda iid: self.statuses.changed(iid)
         )
-        self.statuses: Statuses = Statuses(journal, registry.live, self.nodes.trusted)
+        self.statuses: Statuses = Statuses(journal, registry.live, nodes.trusted)
         statuses = self.statuses
         self.corruption = Corruption(journal, registry.live, statuses.changed)
         self.stalls = Stalls(registry, statuses)
         self.router = Router(self, asks.noticed)  # (mail noticed: a reply of a caller's?)
-        self.lifecycle = Lifecycle(self)
-        self.upkeep = Upkeep(self)
+        self.upkeep = Upkeep(
+            journal,
+            registry.live,
+            activate=registry.activate,
+            trusted=nodes.trusted,
+            changed=statuses.changed,
+            drop_end=statuses.drop_end,
+            epoch_now=self.epoch_now,
+        )
         # The services.
         self.timers = TimerService(journal, self.epoch_now, self.trio_time, registry.timer_due)
         self.queues = self.gates = QueueService(  # (its gates: `GatesAPI`)
             queues,
             journal,
-            self.outages,
+            outages,
             self.epoch_now,
             procs=registry.procs,
             activate=registry.activate,
@@ -132,8 +141,25 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
             changed=statuses.changed,
             watch=statuses.watch,
             unwatch=statuses.unwatch,
-            claimed=self.nodes.claimed,
+            claimed=nodes.claimed,
         )
+        # (Made after the gates it starts behind.)
+        self.lifecycle = lifecycle = Lifecycle(
+            self,
+            journal,
+            registry,
+            statuses,
+            send_iid=self.router.send_iid,
+            send_system=self.router.send_system,
+            choose=self.queues.choose,
+            claimed=nodes.claimed,
+            ended_on_disk=self.wiring.ended_on_disk,
+            epoch_now=self.epoch_now,
+            max_payload=max_payload,
+            tracing=self.tracing,
+        )
+        # What the registry calls back, made after it (see `Registry.attach`).
+        registry.attach(statuses, nodes, self.corruption.record, lifecycle.creating)
         self.schedules = _schedules.ScheduleService(
             journal,
             procs=registry.procs,
@@ -142,7 +168,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
             activate=registry.activate,
             watch=statuses.watch,
             unwatch=statuses.unwatch,
-            start_instance=self.lifecycle.start,
+            start_instance=lifecycle.start,
             epoch_now=self.epoch_now,
             trio_time=self.trio_time,
         )
@@ -408,43 +434,3 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
             JournalCorrupt: an addressed instance's records do not decode.
         """
         return await self.router.send_many(messages)
-
-    async def signal(
-        self,
-        signal: Signal,
-        identity: Mapping[str, str],
-        payload: Any = None,
-        *,
-        key: str | None = None,
-    ) -> int:
-        """Put ``signal`` with ``payload`` in the mailbox of every instance
-        that listens to it and has the identity given, in one durable commit.
-
-        The recipients are the instances that exist and have not ended
-        (running, suspended or queued) of every process declared with
-        ``listens=[signal]`` whose path params named by the signal's
-        identity fields equal ``identity``'s values: with
-        ``Signal("orders.shipped", identity=("order_id",))``, ``{"order_id":
-        "o-17"}`` reaches ``orders/o-17`` and every ``parcels/o-17/:parcel``
-        if both listen. They are found through the journal's identity
-        index, never by a scan. Each reads it with ``ctx.wait`` or
-        ``ctx.receive`` as any other message; one that arrives before the
-        instance waits stays in its mailbox. An instance whose start
-        commits concurrently either gets it or was started after it.
-
-        Args:
-            identity: a mapping with exactly the signal's identity fields.
-            key: as for `send`, per recipient: an incarnation that has had
-                the key gets nothing more.
-
-        Returns:
-            How many instances it reached (0 when none: nothing is stored).
-
-        Raises:
-            InvalidArguments: a signal without identity fields, an identity
-                with a field missing or unknown, or a value that is no path
-                param; a key that is not a name. Nothing is stored.
-            EncodeError, LimitExceeded: a payload the codec cannot store, or
-                over ``max_payload``; a key over 200 bytes. Nothing is stored.
-        """
-        return await self.signals.signal(signal, identity, payload, key=key)

@@ -41,25 +41,19 @@ it is queued, and this one would wait for its commit (`Txn.must_wait`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import (
-    LIVE_STATUSES,
-    InstanceRecord,
-    Txn,
-    encode,
-    instance_id,
-)
+from storage import LIVE_STATUSES, InstanceRecord, Journal, Txn, encode, instance_id
 from storage.errors import Conflict, JournalUnavailable
 
 from .._features import _restarts, _supervision as _sup
 from .._kernel import _guard, _message_txns, _tracing, _transactions
 from .._kernel._effects import StartGate
 from .._kernel._handles import Handle
-from .._kernel._log import children_named, read_state
+from .._kernel._log import LogEntry, children_named, read_state
 from .._kernel._process import ProcessDef
 from .._kernel._values import Signal
 from ..errors import AlreadyStarted, InvalidArguments
@@ -68,7 +62,14 @@ from ._disk_cancel import cancel_on_disk
 from ._status_watch import state_of
 
 if TYPE_CHECKING:
-    from .._kernel._interfaces import ActorAPI, SystemAPI
+    from .._actor._instance import Actor
+    from .._kernel._hooks import After
+    from .._kernel._interfaces import SystemAPI
+    from ._registry import Registry
+    from ._status_watch import Statuses
+
+    Send = Callable[[bytes, str, Signal, Any], Awaitable[None]]
+    EndedOnDisk = Callable[[SystemAPI, Txn, str, dict[int, LogEntry], Iterable[Any]], list[After]]
 
 __all__ = ["FRESH_REFUSED", "Lifecycle"]
 
@@ -78,13 +79,32 @@ FRESH_REFUSED = _transactions.START_RACED | {"state"}
 
 
 class Lifecycle:
-    """Starts, cancels and restarts: a part of `ActorSystem` (see the module docstring)."""
+    """Starts, cancels and restarts: a part of `ActorSystem` (see the module docstring),
+    handed the parts it uses and the calls it makes of others (see `_facade`)."""
 
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
-        self.journal = system.journal
-        # Whether the journal reads (and claims) at once: fixed by its class.
-        self.local = system.journal.reads_at_once
+    def __init__(
+        self,
+        system: SystemAPI,
+        journal: Journal,
+        registry: Registry,
+        statuses: Statuses,
+        *,
+        send_iid: Send,
+        send_system: Send,
+        choose: Callable[[object, int], StartGate | None],
+        claimed: Callable[[bytes, int | None], None],
+        ended_on_disk: EndedOnDisk,
+        epoch_now: Callable[[], float],
+        max_payload: int,
+        tracing: bool,
+    ) -> None:
+        # (The system: what its handles, and the cancels and hooks it calls, are handed.)
+        self.system, self.journal = system, journal
+        self.registry, self.statuses = registry, statuses
+        self.send_iid, self.send_system, self.choose = send_iid, send_system, choose
+        self.claimed, self.ended_on_disk, self.epoch_now = claimed, ended_on_disk, epoch_now
+        # `local`: whether the journal reads (and claims) at once: fixed by its class.
+        self.max_payload, self.tracing, self.local = max_payload, tracing, journal.reads_at_once
         self.creating: dict[bytes, trio.Event] = {}  # starts deciding (see start)
         self.cancelling: dict[bytes, trio.Event] = {}  # see cancel_iid
         self.retrying: dict[bytes, Any] = {}  # the retries under way (see _retry.retry)
@@ -97,13 +117,13 @@ class Lifecycle:
         # (the next run waits out a delay in Registry.activate_later, or is being
         # activated); so until an actor ends, whatever it left live on disk
         # is cancelled in turn, with activations of it held off meanwhile.
-        registry = self.system.registry
+        registry = self.registry
         while True:
             actor = registry.live.get(iid)
             if actor is not None and not actor.done:
                 actor.arrivals.cancel(reason, compensate=compensate)
                 while not actor.done and registry.live.get(iid) is actor:
-                    await self.system.statuses.event(iid).wait()
+                    await self.statuses.event(iid).wait()
                 if actor.done and actor.status not in LIVE_STATUSES:
                     return actor.status == "cancelled"
                 continue  # it left memory still live (restarted): cancel that
@@ -112,7 +132,7 @@ class Lifecycle:
                 # Another cancel of it is being written: live when this one
                 # came, it is cancelled once that one is through.
                 await writing.wait()
-                if self.system.statuses.snapshot(iid)[0] == "cancelled":
+                if self.statuses.snapshot(iid)[0] == "cancelled":
                     return True
                 continue
             creating = self.creating.get(iid)
@@ -156,7 +176,7 @@ class Lifecycle:
 
     async def restart_iid(self, iid: bytes, address: str, reason: str) -> None:
         """Restart a live instance afresh (a sibling's crash under OneForAll/RestForOne)."""
-        actor = self.system.registry.live.get(iid)
+        actor = self.registry.live.get(iid)
         if actor is not None and not actor.done:
             actor.arrivals.restart(reason)  # a cancel asked of it first wins
             return
@@ -170,13 +190,13 @@ class Lifecycle:
         # runs it, asked as a cancel is (see `cancel_remote`).
         epoch = await self.journal.claim(iid)
         if epoch is None:
-            await self.system.router.send_system(iid, address, _sup.RESTART, {"reason": reason})
+            await self.send_system(iid, address, _sup.RESTART, {"reason": reason})
             return
         row, log, _, timers, _ = await self.journal.read(lambda r: read_state(r, iid))
         if row is None or row.status not in LIVE_STATUSES:
             return
         await _sup.cancel_children(self.system, children_named(log), f"{address} is restarting")
-        restarts = _restarts.next_restarts(row.record, reason, self.system.epoch_now())
+        restarts = _restarts.next_restarts(row.record, reason, self.epoch_now())
         txn = Txn()
         txn.require(iid, LIVE_STATUSES)
         if self.journal.shared:
@@ -186,19 +206,19 @@ class Lifecycle:
             iid,
             address=address,
             process=row.process,
-            record=row.record.evolve(restarts=restarts, updated=self.system.epoch_now()),
+            record=row.record.evolve(restarts=restarts, updated=self.epoch_now()),
             timers=[(timer.run, timer.seq) for timer in timers],
         )
         # What features owe at the end of the run (its mail: the next run's).
-        answers = self.system.wiring.ended_on_disk(self.system, txn, "restarted", log, ())
+        answers = self.ended_on_disk(self.system, txn, "restarted", log, ())
         try:
             results = await self.journal.commit(txn)
         except Conflict:
             return
         for after in answers:
             after(results)
-        self.system.statuses.changed(iid)
-        self.system.registry.activate(iid)
+        self.statuses.changed(iid)
+        self.registry.activate(iid)
 
     def start_public(
         self,
@@ -222,8 +242,8 @@ class Lifecycle:
             )
         gate = None  # (a start that asks for no gate asks nothing of their keeper)
         if where is not None or type(rank) is not int or rank:
-            gate = self.system.gates.choose(where, rank)
-        registry = self.system.registry
+            gate = self.choose(where, rank)
+        registry = self.registry
         # (A registered definition is found at once; `definition` says why not.)
         definition = registry.procs.get(proc.template if isinstance(proc, ProcessDef) else proc)
         if definition is None:
@@ -250,13 +270,13 @@ class Lifecycle:
         address = proc.start_address(params, input, address)
         encoded_input = encode(input, what="input") if input else None  # refused before a read
         iid = instance_id(address)
-        system, journal, creating = self.system, self.journal, self.creating
-        registry = system.registry
+        system, journal = self.system, self.journal
+        creating, registry = self.creating, self.registry
         while True:
             actor = registry.live.get(iid)
             if actor is not None and actor.loaded and not actor.done:
                 if message is not None:
-                    await system.router.send_iid(iid, address, *message)
+                    await self.send_iid(iid, address, *message)
                 handle = Handle._create(system, iid, address, actor.record.incarnation)
                 return self._existing(handle, if_exists), False
             waiting = creating.get(iid)
@@ -288,9 +308,9 @@ class Lifecycle:
                         f"address {address!r} collides with {row.address!r} in the journal"
                     )
                 if row is not None and row.status != "cancelled":
-                    system.statuses.remember(iid, state_of(row))
+                    self.statuses.remember(iid, state_of(row))
                     if message is not None:
-                        await system.router.send_iid(iid, address, *message)
+                        await self.send_iid(iid, address, *message)
                     handle = Handle._create(system, iid, address, row.record.incarnation)
                     return self._existing(handle, if_exists), False
                 start = _transactions.start_txn(
@@ -302,11 +322,11 @@ class Lifecycle:
                     parent=parent,
                     previous=row,  # a cancelled one starts afresh
                     floor=floor,
-                    now=system.epoch_now(),
-                    max_payload=system.max_payload,
+                    now=self.epoch_now(),
+                    max_payload=self.max_payload,
                     message=None if message is None else (message[0].name, message[1]),
                     # (Tracing off, the usual case, costs no call.)
-                    trace=_tracing.traceparent(system) if system.tracing else None,
+                    trace=_tracing.traceparent(system) if self.tracing else None,
                     status="running" if gate is None else gate.status,
                     encoded_input=encoded_input,
                     index=bool(proc.listens),
@@ -314,7 +334,7 @@ class Lifecycle:
                 )
                 record = start.record
                 if gate is not None:  # not in memory: what handles read
-                    system.statuses.remember(iid, (gate.status, record))
+                    self.statuses.remember(iid, (gate.status, record))
                 if extra is not None:  # what the caller records with the start (a schedule's tick)
                     extra(start.txn)
                 # A fresh start claims in its commit where a claim is a round
@@ -341,7 +361,7 @@ class Lifecycle:
                 break
             if claimed is not None:  # `run_started`, its claim made
                 if journal.node is not None:  # (a single owner notes no lease terms: `_nodes`)
-                    system.nodes.claimed(iid, claimed)
+                    self.claimed(iid, claimed)
                 actor = registry.run_created(iid, address, proc, record, claimed, "running")
             else:
                 actor = await self.run_started(iid, address, proc, record)
@@ -351,7 +371,7 @@ class Lifecycle:
                 actor.arrivals.deliver(
                     results[start.message.slot], _message_txns.unpack_message(start.message.message)
                 )
-            system.statuses.changed(iid)
+            self.statuses.changed(iid)
             return Handle._create(system, iid, address, record.incarnation), True
         finally:
             # (`Deciding.__aexit__` for the one address.)
@@ -384,7 +404,7 @@ class Lifecycle:
         meanwhile, and that is not in memory, is activated (see
         `Registry.activate_for_mail`). (`start` writes it out for its one
         address.)"""
-        return Deciding(self.system, self.creating, iids, activate)
+        return Deciding(self.registry, self.creating, iids, activate)
 
     async def run_started(
         self,
@@ -393,7 +413,7 @@ class Lifecycle:
         proc: ProcessDef[..., Any],
         record: InstanceRecord,
         claimed: int | None = None,
-    ) -> ActorAPI | None:
+    ) -> Actor | None:
         """Claim and run an instance whose start (or retry) was just
         committed; None where it runs elsewhere (another node took it over
         at once) or later (this node's lease is lost: once it is back).
@@ -414,15 +434,13 @@ class Lifecycle:
                     with trio.CancelScope(shield=True):
                         epoch = await self.journal.claim(iid)
             except JournalUnavailable:  # it is written: it runs once the journal answers
-                self.system.registry.spawn_system_task(self.system.registry.reload_when_back, iid)
+                self.registry.spawn_system_task(self.registry.reload_when_back, iid)
                 raise
-        self.system.nodes.claimed(iid, epoch)
+        self.claimed(iid, epoch)
         if epoch is None:
             if self.journal.lease_term() is None:
                 # No node took it: this one claims nothing while its lease
                 # is lost, and the instance is its own.
-                self.system.registry.spawn_system_task(
-                    self.system.registry.activate_when_leased, iid
-                )
+                self.registry.spawn_system_task(self.registry.activate_when_leased, iid)
             return None
-        return self.system.registry.run_created(iid, address, proc, record, epoch, "running")
+        return self.registry.run_created(iid, address, proc, record, epoch, "running")

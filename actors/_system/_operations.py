@@ -1,62 +1,51 @@
 """The calls an operator makes: `Operations`, the part of `ActorSystem`'s
 public methods that finds, reads, repairs and stops instances (get, lookup,
 query, cleanup, cancel, retry, fork, a mailbox's messages, stuck
-compensations).
+compensations), and routes a signal by identity (``actors signal`` asks a
+running system for it through the control socket).
 
 `Operations` holds no state: it is a base of `ActorSystem` that keeps these
 calls and their contracts out of `_system`, so that the facade there holds
 what an application calls. Each method is typed on `OperatedSystem`, what
 it uses of the system; the work is done by the modules named in each
-(`_retry`, `_fork`, `_mail`, `_drop`) and by the system's `Upkeep` part, below.
-The command line and the web inspector make the same calls through
-`actors._tools._admin`.
-
-`Upkeep` reads the journal's instances and tidies it: `ActorSystem.query`,
-`cleanup`, and settling stuck compensations. It is a part of `ActorSystem`
-(``system.upkeep``, see `_facade`): what these calls keep between them.
+(`_retry`, `_fork`, `_mail`, `_drop`) and by the system's `Upkeep` part
+(`_upkeep`). The command line and the web inspector make the same calls
+through `actors._tools._admin`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, Protocol, cast
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Protocol
 
-import trio
-
-from storage import (
-    STATUSES,
-    TERMINAL_STATUSES,
-    CorruptRecord,
-    InstanceRow,
-    Status,
-    Txn,
-    instance_id,
-)
+from storage import TERMINAL_STATUSES
 from storage.errors import JournalCorrupt
 
-from .._kernel import _guard, _transactions
-from .._kernel._checks import check_many, check_name, check_seconds
+from .._features._signals import SignalRouter
+from .._kernel import _guard
 from .._kernel._handles import Handle
 from .._kernel._interfaces import SystemAPI
 from .._kernel._process import ProcessDef
-from .._kernel._values import InstanceInfo
-from ..errors import InvalidArguments
-from . import _cleanup, _drop, _fork, _mail, _retry
-from ._registry import YIELD_EVERY
+from .._kernel._values import InstanceInfo, Signal
+from . import _drop, _fork, _mail, _retry
 from ._status_watch import Statuses
+from ._upkeep import Upkeep
 
-__all__ = ["OperatedSystem", "Operations", "Upkeep"]
+__all__ = ["OperatedSystem", "Operations"]
 
 
 class OperatedSystem(SystemAPI, Protocol):
     """What `Operations` uses of the system: the runtime's view of it, its
-    `Upkeep` part and its statuses."""
+    `Upkeep` part, its statuses and its signal router."""
 
     @property
     def upkeep(self) -> Upkeep: ...
 
     @property
     def statuses(self) -> Statuses: ...
+
+    @property
+    def signals(self) -> SignalRouter: ...
 
 
 class Operations:
@@ -347,101 +336,42 @@ class Operations:
         """
         return await self.upkeep.cleanup(older_than, statuses)
 
-
-class Upkeep:
-    """Queries and tidying: a part of `ActorSystem` (see the module docstring)."""
-
-    def __init__(self, system: SystemAPI) -> None:
-        self.system = system
-        self.journal = system.journal
-
-    async def query(
-        self, status: str | None = None, process: ProcessDef[..., Any] | str | None = None
-    ) -> AsyncIterator[InstanceInfo]:
-        """The body of `ActorSystem.query`."""
-        template = None
-        if process is not None:
-            template = process.template if isinstance(process, ProcessDef) else process
-            check_name(template, "query(process=...)")
-        if status is not None and status not in STATUSES:
-            raise InvalidArguments(f"status must be one of {STATUSES}, not {status!r}")
-        broken: list[CorruptRecord] = []  # a record that does not decode hides only itself
-        rows = await self.journal.read(lambda r: list(r.instances(None, template, corrupt=broken)))
-        for bad in broken:
-            if bad.address is not None and status in (None, "corrupt"):
-                yield InstanceInfo(
-                    id=bad.address,
-                    process=bad.process,
-                    status="corrupt",
-                    created=None,
-                    updated=None,
-                    last_error=str(bad.error),
-                )
-        for n, row in enumerate(rows, 1):
-            if n % YIELD_EVERY == 0:
-                await trio.lowlevel.checkpoint()  # a long listing starves no one
-            actor = self.system.registry.live.get(row.iid)
-            mine = actor is not None and actor.loaded and self.system.nodes.trusted(row.iid)
-            current = actor.status if mine else row.status  # type: ignore[union-attr]
-            record = actor.record if mine else row.record  # type: ignore[union-attr]
-            if status is not None and current != status:
-                continue
-            yield InstanceInfo(
-                id=row.address,
-                process=row.process,
-                status=cast(Status, current),  # (one of STATUSES: what was stored)
-                created=record.created,
-                updated=record.updated,
-                last_error=record.last_error,
-            )
-
-    async def resume_compensation(self, address: str) -> bool:
-        """The body of `ActorSystem.resume_compensation`."""
-        iid = await self._settle_stuck(
-            address, "resume_compensation", _transactions.resume_compensation_txn
-        )
-        if iid is None:
-            return False
-        self.system.registry.activate(iid)
-        return True
-
-    async def abandon_compensation(self, address: str) -> bool:
-        """The body of `ActorSystem.abandon_compensation`."""
-        found = await self._settle_stuck(
-            address, "abandon_compensation", _transactions.abandon_compensation_txn
-        )
-        return found is not None
-
-    async def _settle_stuck(
-        self, address: str, call: str, build: Callable[[InstanceRow, float], Txn]
-    ) -> bytes | None:
-        """Commit ``build(row, now)`` for the stuck instance at ``address``;
-        its id, or None if it is not stuck."""
-        iid = instance_id(check_name(address, f"{call}'s address"))
-        row = await self.journal.read(lambda r: r.instance(iid))
-        if row is None or row.status != "compensation_stuck":
-            return None
-        await self.journal.commit(build(row, self.system.epoch_now()), durable=True)
-        self.system.statuses.changed(iid)
-        return iid
-
-    async def cleanup(
-        self,
-        older_than: float,
-        statuses: Iterable[str] = tuple(sorted(TERMINAL_STATUSES)),
+    async def signal(
+        self: OperatedSystem,
+        signal: Signal,
+        identity: Mapping[str, str],
+        payload: Any = None,
+        *,
+        key: str | None = None,
     ) -> int:
-        """The body of `ActorSystem.cleanup`."""
-        wanted = tuple(check_many(statuses, "cleanup(statuses=...)", "status names"))
-        for status in wanted:
-            if status not in TERMINAL_STATUSES:
-                raise InvalidArguments(
-                    f"cleanup removes finished instances only; {status!r} is not one of "
-                    "'completed', 'failed', 'cancelled'"
-                )
-        cutoff = self.system.epoch_now() - check_seconds(older_than, "cleanup(older_than=...)")
+        """Put ``signal`` with ``payload`` in the mailbox of every instance
+        that listens to it and has the identity given, in one durable commit.
 
-        found = await self.journal.read(lambda r: _cleanup.families(r, wanted, cutoff))
-        for family in found:
-            for iid, _ in family.members:
-                self.system.statuses.drop_end(iid)
-        return await _cleanup.remove(self.journal, found, wanted)
+        The recipients are the instances that exist and have not ended
+        (running, suspended or queued) of every process declared with
+        ``listens=[signal]`` whose path params named by the signal's
+        identity fields equal ``identity``'s values: with
+        ``Signal("orders.shipped", identity=("order_id",))``, ``{"order_id":
+        "o-17"}`` reaches ``orders/o-17`` and every ``parcels/o-17/:parcel``
+        if both listen. They are found through the journal's identity
+        index, never by a scan. Each reads it with ``ctx.wait`` or
+        ``ctx.receive`` as any other message; one that arrives before the
+        instance waits stays in its mailbox. An instance whose start
+        commits concurrently either gets it or was started after it.
+
+        Args:
+            identity: a mapping with exactly the signal's identity fields.
+            key: as for `send`, per recipient: an incarnation that has had
+                the key gets nothing more.
+
+        Returns:
+            How many instances it reached (0 when none: nothing is stored).
+
+        Raises:
+            InvalidArguments: a signal without identity fields, an identity
+                with a field missing or unknown, or a value that is no path
+                param; a key that is not a name. Nothing is stored.
+            EncodeError, LimitExceeded: a payload the codec cannot store, or
+                over ``max_payload``; a key over 200 bytes. Nothing is stored.
+        """
+        return await self.signals.signal(signal, identity, payload, key=key)

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Container, Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -23,6 +22,7 @@ from storage import (
     LIVE_STATUSES,
     InstanceRecord,
     InstanceRow,
+    Journal,
     Parking,
 )
 from storage.errors import JournalCorrupt, JournalFull, JournalUnavailable
@@ -35,9 +35,13 @@ from .._kernel._interfaces import ActorAPI
 from .._kernel._log import LoadedState, read_state
 from .._kernel._process import ProcessDef
 from ..errors import InvalidArguments, UnknownProcess
+from . import _idle
 
 if TYPE_CHECKING:
     from .._kernel._interfaces import SystemAPI
+    from .._kernel._outages import JournalWatch
+    from ._nodes import NodeView
+    from ._status_watch import Statuses
 
 log = logging.getLogger("actors")
 
@@ -50,9 +54,16 @@ class Registry:
     """The instances in memory, and the processes that run them: a part of
     `ActorSystem` (see the module docstring)."""
 
-    def __init__(self, system: SystemAPI, processes: Iterable[ProcessDef[..., Any]]) -> None:
-        self.system = system
-        self.journal = system.journal
+    def __init__(
+        self,
+        system: SystemAPI,
+        processes: Iterable[ProcessDef[..., Any]],
+        journal: Journal,
+        outages: JournalWatch,
+        passivate_after: float,
+    ) -> None:
+        self.system = system  # (handed to the actors and the runner it makes)
+        self.journal, self.outages, self.passivate_after = journal, outages, passivate_after
         self.procs: dict[str, ProcessDef[..., Any]] = {}
         for proc in processes:
             if not isinstance(proc, ProcessDef):
@@ -72,7 +83,7 @@ class Registry:
         # Instances mail was routed to while no actor was live (see run_created)
         self.routed_absent: set[bytes] = set()
         self.foreign: set[bytes] = set()  # instances of processes not registered here
-        self._takeover_interval = 0.25 * system.journal.poll_scale
+        self._takeover_interval = 0.25 * journal.poll_scale
         self.nursery: trio.Nursery | None = None  # the system's (set by open_system)
         self.closing = False
         self._end_watchers: dict[bytes, Callable[[bytes, str], None]] = {}  # see watch_end
@@ -80,6 +91,25 @@ class Registry:
         # that parks wakes it (`Actor.suspend`; see sweep_idle).
         self.idle_sweep = Parking()
         self.runner = Runner(system)  # steps the instances waiting without a task
+        # The parts made after it (see attach).
+        self.statuses: Statuses
+        self.nodes: NodeView
+        self._record_corrupt: Callable[[bytes, JournalCorrupt], Awaitable[None]]
+        self._creating: Container[bytes]
+
+    def attach(
+        self,
+        statuses: Statuses,
+        nodes: NodeView,
+        record_corrupt: Callable[[bytes, JournalCorrupt], Awaitable[None]],
+        creating: Container[bytes],
+    ) -> None:
+        """Hand the registry the parts it calls back, made after it (they read
+        its live table): the statuses, the node view, `Corruption.record`, and
+        the addresses whose start is deciding (`Lifecycle.creating`). Called
+        once, as the system is made, before anything runs."""
+        self.statuses, self.nodes = statuses, nodes
+        self._record_corrupt, self._creating = record_corrupt, creating
 
     # -- activation ------------------------------------------------------------
 
@@ -113,13 +143,13 @@ class Registry:
         self.routed_absent.discard(iid)
         # The end kept of an earlier incarnation (a cancelled one this start
         # replaces) is no longer what the journal holds (see `Statuses.final_end`).
-        self.system.statuses.drop_end(iid)
+        self.statuses.drop_end(iid)
         actor = Actor(
             self.system, iid, address, proc, record, loaded=loaded, epoch=epoch, written=written
         )
         self.live[iid] = actor
         if self.journal.node is not None:  # (a single owner notes no lease terms: `_nodes`)
-            self.system.nodes.running(iid)
+            self.nodes.running(iid)
         assert self.nursery is not None  # (`_run_actor`, written out: every start passes here)
         self.nursery.start_soon(actor.main, name=f"actor {address}")
         return actor
@@ -164,7 +194,7 @@ class Registry:
         start is over (see `Lifecycle.start`), never claimed under it (a
         second claim here would fence out the actor the start makes)."""
         self.routed_absent.add(iid)
-        if iid not in self.system.lifecycle.creating:
+        if iid not in self._creating:
             self.activate(iid)
 
     def activate(self, iid: bytes) -> None:
@@ -216,7 +246,7 @@ class Registry:
                 row = state[0]
                 proc = self._proc_to_run(iid, row)
                 if proc is not None:
-                    self.system.nodes.claimed(iid, 0)  # the base claim: 0, at once
+                    self.nodes.claimed(iid, 0)  # the base claim: 0, at once
                     self._run_actor(self._take_in(iid, row, proc, 0, state))
                 return
         self.activating.add(iid)
@@ -237,9 +267,9 @@ class Registry:
 
     async def reload_when_back(self, iid: bytes) -> None:
         await trio.sleep(RELOAD_AFTER)
-        await self.system.outages.back()
+        await self.outages.back()
         await self.journal.flush()  # (a write still in flight lands first)
-        self.system.statuses.changed(iid)  # its handles read what was committed
+        self.statuses.changed(iid)  # its handles read what was committed
         self.activate(iid)
 
     async def _activate_task(self, iid: bytes) -> None:
@@ -261,14 +291,14 @@ class Registry:
             row = await self.journal.read(lambda r: r.instance(iid))
         except JournalCorrupt as exc:
             _reports.corrupt(iid.hex(), exc)
-            await self.system.corruption.record(iid, exc)
+            await self._record_corrupt(iid, exc)
             return None
         proc = self._proc_to_run(iid, row)
         if proc is None:
             return None
         assert row is not None  # an absent row has no process to run
         epoch = await self.journal.claim(iid)
-        self.system.nodes.claimed(iid, epoch)
+        self.nodes.claimed(iid, epoch)
         if epoch is None or iid in self.live:
             return None  # another live node owns it (and was told of its mail)
         return self._take_in(iid, row, proc, epoch, None)
@@ -304,7 +334,7 @@ class Registry:
         if state is not None:
             actor.preload(state)
         self.routed_absent.discard(iid)  # it loads its mailbox (see run_created)
-        self.system.statuses.drop_end(iid)  # a stalled instance's last state (see stalled)
+        self.statuses.drop_end(iid)  # a stalled instance's last state (see stalled)
         return actor
 
     def forget(self, actor: ActorAPI) -> None:
@@ -313,9 +343,9 @@ class Registry:
         if self.live.get(iid) is actor:
             del self.live[iid]
             # A cancel waiting for this actor to leave memory looks again.
-            self.system.statuses.activity_changed(iid)
+            self.statuses.activity_changed(iid)
             if self.journal.node is not None:  # (a single owner noted no term: `_nodes`)
-                self.system.nodes.forgotten(iid)
+                self.nodes.forgotten(iid)
 
     def ended(self, actor: ActorAPI, status: str) -> None:
         """``actor`` ended ``status``, durably: it leaves memory, and its end
@@ -324,7 +354,7 @@ class Registry:
         if self.live.get(iid) is actor:  # (`forget`, but for its wake-up: see below)
             del self.live[iid]
             if self.journal.node is not None:  # (a single owner noted no term: `_nodes`)
-                self.system.nodes.forgotten(iid)
+                self.nodes.forgotten(iid)
         hook = self._end_watchers.get(iid)
         if hook is not None:  # (a queue frees the slot it held)
             hook(iid, status)
@@ -333,7 +363,7 @@ class Registry:
         # as its reload will. Invariant: whoever waits for it to leave
         # memory (a cancel) is woken by `keep_end`, as `forget` would have,
         # once its end is kept (no task runs in between).
-        self.system.statuses.keep_end(iid, status, actor.writes.durable_record())
+        self.statuses.keep_end(iid, status, actor.writes.durable_record())
 
     def watch_end(self, iid: bytes, hook: Callable[[bytes, str], None] | None) -> None:
         """Call ``hook(iid, status)`` as ``iid``, if it ran here, ends (leaves
@@ -355,43 +385,14 @@ class Registry:
     # -- passivation, takeover and shutdown ---------------------------------------------------
 
     async def sweep_idle(self) -> None:
-        """Passivate instances idle for ``passivate_after`` seconds.
-
-        One task for the system rather than a deadline per suspension, which
-        cost a cancel scope and a timer entry on every message. It sleeps
-        until the earliest due passivation (never waking more than four
-        times per ``passivate_after``, however staggered the instances), and
-        with nothing parked it sleeps in `idle_sweep` until an instance
-        parks (`Actor.suspend` wakes it): virtual time under a MockClock jumps straight to
-        the next timer instead of stepping through sweeps."""
-        if self.system.passivate_after <= 0:
-            return  # they passivate at every suspension themselves
-        after = self.system.passivate_after
-        granularity = max(after / 4, 0.01)
-        while True:
-            now = trio.current_time()
-            cutoff = now - after
-            earliest = math.inf
-            for actor in list(self.live.values()):
-                if actor.parked is not None:
-                    if actor.idle_since <= cutoff:
-                        actor.request_passivation()
-                    else:
-                        earliest = min(earliest, actor.idle_since)
-            if earliest == math.inf:
-                # Invariant: the sweep is parked only while nothing is parked,
-                # and no instance can park between the scan and this wait.
-                await self.idle_sweep.park()
-                continue
-            # An instance parking meanwhile is due at now + after or later,
-            # past this wake-up (earliest + after <= now + after).
-            await trio.sleep_until(max(earliest + after, now + granularity))
+        """Passivate instances idle for ``passivate_after`` seconds (see `_idle`)."""
+        await _idle.sweep(self.live, self.passivate_after, self.idle_sweep)
 
     async def take_over(self) -> None:
         """On a shared journal: run the instances of nodes that are gone,
         and let go of those this node may have lost with its lease."""
         while True:
-            self.system.nodes.let_go_of_the_lost()
+            self.nodes.let_go_of_the_lost()
             for iid in await self.journal.orphans():
                 if iid not in self.foreign:
                     self.activate(iid)
@@ -431,7 +432,7 @@ class Registry:
         if self.nursery is not None and not self.closing:
             task = functools.partial(fn, *args)
             self.nursery.start_soon(
-                self.system.outages.keep_running, task, f"the system task {fn.__name__}"
+                self.outages.keep_running, task, f"the system task {fn.__name__}"
             )
 
     async def activate_when_leased(self, iid: bytes) -> None:

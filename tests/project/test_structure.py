@@ -458,7 +458,7 @@ PARTS = {
     "stalls": ("_system._troubles", "Stalls"),
     "router": ("_features._sending", "Router"),
     "lifecycle": ("_system._lifecycle", "Lifecycle"),
-    "upkeep": ("_system._operations", "Upkeep"),
+    "upkeep": ("_system._upkeep", "Upkeep"),
 }
 
 
