@@ -15,7 +15,11 @@ async def test_the_walks_count_our_calls_modules_and_zigzags():
         assert sum(calls for _, calls in walk.by_module) == walk.calls, name
         assert len(walk.by_module) == walk.modules, name
         assert all(m.startswith(("actors/", "storage/")) for m, _ in walk.by_module), name
-        # --time: each flow's time by room, ours among them, most first.
+        # --time: each flow's time by room, ours among them, most first (the
+        # send's profile is its whole run's).
+        if name == "send -> wait":
+            assert profile is None
+            continue
         assert profile is not None and profile.runs == 10, name
         rooms = dict(profile.by_room)
         assert {"storage", "actors: actor", "actors: kernel", "trio"} <= set(rooms), name
@@ -23,12 +27,14 @@ async def test_the_walks_count_our_calls_modules_and_zigzags():
         assert [s for _, s in profile.by_room] == sorted(rooms.values(), reverse=True), name
         assert len(profile.lines()) == 1 + len(profile.by_room) + len(profile.top), name
     # Starting a process and running its step goes through more of the
-    # runtime than a send does; a send's walk to the receive's return stops
-    # where the process resumes, short of its walk on to the receiver's next park.
+    # runtime than a send does; a send's walk to the receive's return is the
+    # beginning of its walk on to the receiver's next park, up to where the
+    # process resumes.
     assert found["start -> result"].calls > found["send -> parked again"].calls
     to_return, on = found["send -> wait"], found["send -> parked again"]
     assert to_return.calls < on.calls
-    assert to_return.sequence[0] == on.sequence[0] == "actors/_system/_facade.py:send"
+    assert to_return.sequence == on.sequence[: to_return.calls]
+    assert to_return.sequence[-1] == "actors/_kernel/_effect.py:send"  # resumes the process
     assert to_return.sequence[-1] == "actors/_kernel/_effect.py:send"  # resumes the process
 
 
