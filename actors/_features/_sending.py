@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import MAIL_STATUSES, STATUS_WORDS, Txn, decode, instance_id
+from storage import MAIL_STATUSES, STATUS_WORDS, Journal, Txn, decode, instance_id
 from storage.errors import Conflict, JournalCorrupt
 
 from .._kernel import _guard, _message_txns, _tracing
@@ -25,7 +25,8 @@ from ..errors import InvalidArguments, NotDelivered
 RELOAD_AFTER = 0.1  # seconds between requests that a live instance in doubt passivate
 
 if TYPE_CHECKING:
-    from .._kernel._interfaces import SystemAPI
+    from .._kernel._interfaces import CorruptionAPI, NodesAPI, RegistryAPI, StatusesAPI
+    from .._kernel._outages import JournalWatch
 
 __all__ = ["Router", "not_delivered", "refused_status"]
 
@@ -35,13 +36,43 @@ _IIDS_KEPT = 4096  # addresses whose instance ids are kept (see Router.address_i
 class Router:
     """How messages reach instances: a part of `ActorSystem` (see the module docstring)."""
 
-    def __init__(self, system: SystemAPI, claim_mail: Callable[[bytes], bool]) -> None:
-        self.system = system
-        self.journal = system.journal
-        self.iids: dict[str, bytes] = {}  # see address_iid
-        # Mail another node wrote under an instance id: True if a caller of
-        # this system's waits for it (and will read it), not an instance.
+    def __init__(
+        self,
+        journal: Journal,
+        registry: RegistryAPI,
+        statuses: StatusesAPI,
+        nodes: NodesAPI,
+        corruption: CorruptionAPI,
+        outages: JournalWatch,
+        epoch_now: Callable[[], float],
+        *,
+        claim_mail: Callable[[bytes], bool],
+        keyed_send: Callable[..., Awaitable[None]],
+        max_payload: int,
+        tracing: bool,
+    ) -> None:
+        """Handed what it uses, as the system is made: the journal; the
+        registry (its live table, where it hands messages, and
+        ``activate_for_mail``, ``spawn_system_task``), the statuses
+        (``snapshot``, ``event``), the node view (``owned_elsewhere``,
+        ``mail_noticed``), the corruption (``error``, ``records_damaged``),
+        the journal watch and the clock; the asks' ``claim_mail`` (mail
+        another node wrote under an instance id: True if a caller of this
+        system's waits for it and will read it, not an instance) and
+        `KeyedSends.send` (``keyed_send``); and the settings."""
+        self.journal = journal
+        self.registry = registry
+        self.live = registry.live  # (on every send: see route)
+        self.statuses = statuses
+        self.nodes = nodes
+        self.corruption = corruption
+        self.outages = outages
+        self.epoch_now = epoch_now
         self.claim_mail = claim_mail
+        self.keyed_send = keyed_send
+        self.max_payload = max_payload
+        self.tracing = tracing  # (read by _tracing.traceparent, handed the router)
+        self.iids: dict[str, bytes] = {}  # see address_iid
 
     def send(
         self, address: str, signal: Signal, payload: Any = None, *, key: str | None = None
@@ -61,7 +92,7 @@ class Router:
             return self.send_iid(iid, address, signal, payload)
         # Refused before anything is read: the same on every journal.
         _message_txns.key_cursor(check_name(key, "send(key=...)"))
-        return self.system.keys.send(iid, address, signal, payload, key, self.send_iid)
+        return self.keyed_send(iid, address, signal, payload, key, self.send_iid)
 
     async def send_iid(
         self,
@@ -87,9 +118,9 @@ class Router:
             iid,
             signal.name,
             payload,
-            self.system.epoch_now(),
-            max_payload=self.system.max_payload,
-            trace=_tracing.traceparent(self.system) if self.system.tracing else None,
+            self.epoch_now(),
+            max_payload=self.max_payload,
+            trace=_tracing.traceparent(self) if self.tracing else None,
             extra=extra,
             key=key,
         )
@@ -103,12 +134,12 @@ class Router:
         except Conflict as exc:
             if exc.reason == _message_txns.KEY_SEEN:
                 return  # another node sent it with this key first: nothing is stored
-            if exc.status == "corrupt" or self.system.statuses.snapshot(iid)[0] == "corrupt":
-                raise self.system.corruption.error(iid, address) from None
+            if exc.status == "corrupt" or self.statuses.snapshot(iid)[0] == "corrupt":
+                raise self.corruption.error(iid, address) from None
             raise not_delivered(address, refused_status(exc)) from None
         except JournalCorrupt as exc:
             if exc.database in ("mail", "counters"):  # its mailbox cannot take mail
-                await self.system.corruption.records_damaged(iid, address, exc)
+                await self.corruption.records_damaged(iid, address, exc)
             raise
 
     def mail_in_doubt(self, iid: bytes) -> None:
@@ -122,21 +153,21 @@ class Router:
         passivated once idle and loaded again, which reads what is there."""
 
         async def look() -> None:
-            await self.system.outages.back()
+            await self.outages.back()
             # What was in flight lands first (a cancelled sender's commit
             # may still be on its way): the read below must see it.
             await self.journal.flush()
-            actor = self.system.registry.live.get(iid)
+            actor = self.live.get(iid)
             if actor is not None and actor.fenced:  # it remembers what it took
-                self.system.nodes.mail_noticed(iid)
+                self.nodes.mail_noticed(iid)
                 return
-            while actor is not None and self.system.registry.live.get(iid) is actor:
+            while actor is not None and self.live.get(iid) is actor:
                 actor.request_passivation()  # (when idle: else look again soon)
                 with trio.move_on_after(RELOAD_AFTER):
-                    await self.system.statuses.event(iid).wait()
-            self.system.registry.activate_for_mail(iid)
+                    await self.statuses.event(iid).wait()
+            self.registry.activate_for_mail(iid)
 
-        self.system.registry.spawn_system_task(look)
+        self.registry.spawn_system_task(look)
 
     def sent_in_doubt(self, txn: Txn) -> None:
         """Mail ``txn`` adds may be written (its outcome was not learned):
@@ -155,20 +186,18 @@ class Router:
         makes of it; a sender mutating its dict after ``send`` returns
         changes nothing)."""
         iid = notice.iid
-        actor = self.system.registry.live.get(iid)
+        actor = self.live.get(iid)
         if actor is not None and not actor.done:
             message = StoredMessage.from_stored(decode(notice.message))
             actor.arrivals.deliver(results[notice.slot], message)
-        elif not self.system.nodes.owned_elsewhere(iid):
+        elif not self.nodes.owned_elsewhere(iid):
             # (Owned elsewhere: the commit notified the owner. If that node
             # dies, the takeover scan finds the instance and its mail.)
-            self.system.registry.activate_for_mail(iid)
+            self.registry.activate_for_mail(iid)
 
     async def send_system(self, iid: bytes, address: str, signal: Signal, payload: Any) -> None:
         """Send a runtime message (no liveness check: the receiver decides)."""
-        txn, notice = _message_txns.system_send_txn(
-            iid, signal.name, payload, self.system.epoch_now()
-        )
+        txn, notice = _message_txns.system_send_txn(iid, signal.name, payload, self.epoch_now())
         # Durable: a runtime message (a cancel, an escalation) acts once stored,
         # and its number is only known then, whatever the journal's durability.
         txn.in_doubt = self.sent_in_doubt
@@ -179,7 +208,7 @@ class Router:
         """Another node wrote mail for ``iid``: for a caller of this system's
         (a reply to its ask), or a message for an instance this node owns."""
         if not self.claim_mail(iid):
-            self.system.nodes.mail_noticed(iid)
+            self.nodes.mail_noticed(iid)
 
     async def send_many(self, messages: Iterable[tuple[str, Signal, Any]]) -> None:
         """The body of `ActorSystem.send_many`."""
@@ -203,9 +232,9 @@ class Router:
             return
         txn, notices = _message_txns.send_many_txn(
             batch,
-            self.system.epoch_now(),
-            max_payload=self.system.max_payload,
-            trace=_tracing.traceparent(self.system),
+            self.epoch_now(),
+            max_payload=self.max_payload,
+            trace=_tracing.traceparent(self),
         )
         txn.in_doubt = self.sent_in_doubt
         try:
@@ -234,7 +263,7 @@ class Router:
         for iid, status in (await self.journal.read(statuses)).items():
             address = addresses[iid]
             if status == "corrupt":
-                return self.system.corruption.error(iid, address)
+                return self.corruption.error(iid, address)
             if status == "missing":
                 return not_delivered(address, None)
             if status not in MAIL_STATUSES:

@@ -102,8 +102,8 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         self.wiring = wire(asks)
         # The parts, each handed what it uses; the registry first, since the
         # others read its live table or call it. It makes the actors, which
-        # hold the whole system; the router and the asks read the others
-        # through it still (`SystemAPI`).
+        # hold the whole system; the asks read the others through it still
+        # (`SystemAPI`).
         self.outages = outages = JournalWatch(journal)
         self.registry = registry = Registry(self, processes, journal, outages, passivate_after)
         # The node view and the statuses use each other: the view, made
@@ -115,7 +115,20 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         statuses = self.statuses
         self.corruption = Corruption(journal, registry.live, statuses.changed)
         self.stalls = Stalls(registry, statuses)
-        self.router = Router(self, asks.noticed)  # (mail noticed: a reply of a caller's?)
+        self.keys = KeyedSends(journal)
+        self.router = Router(
+            journal,
+            registry,
+            statuses,
+            nodes,
+            self.corruption,
+            outages,
+            self.epoch_now,
+            claim_mail=asks.noticed,  # (mail noticed: a reply of a caller's?)
+            keyed_send=self.keys.send,
+            max_payload=max_payload,
+            tracing=self.tracing,
+        )
         self.upkeep = Upkeep(
             journal,
             registry.live,
@@ -173,7 +186,6 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
             trio_time=self.trio_time,
         )
         self.rides = Rides(journal)
-        self.keys = KeyedSends(journal)
         self.signals = SignalRouter(
             journal, registry.procs, self.router, self.epoch_now, max_payload, self.tracing
         )

@@ -115,7 +115,9 @@ async def open_system(
         await _clocks.align(system)  # before anything reads the time
         async with trio.open_nursery() as nursery:
             system.registry.nursery = system.outages.nursery = nursery
-            await _recovery.recover(system.registry)
+            await _recovery.recover(
+                system.registry, system.corruption.record, system.lifecycle.cancel_iid
+            )
             for service in system.services:  # timers, queue pumps, the scheduler
                 run, what = service.run, service.what
                 nursery.start_soon(system.outages.keep_running, run, what, name=f"actors: {what}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -29,7 +30,15 @@ STUCK_NAMED = 20  # instances of one unregistered process named at open; then a 
 HOLD_BATCH = 2_000  # writes per transaction marking instances stuck at open
 
 
-async def recover(registry: Registry) -> None:
+async def recover(
+    registry: Registry,
+    record_corrupt: Callable[[bytes, JournalCorrupt], Awaitable[None]],
+    cancel_iid: Callable[[bytes, str, str], Awaitable[bool]],
+) -> None:
+    """Bring back what the journal holds (see the module docstring):
+    ``record_corrupt`` (`Corruption.record`) marks an instance whose
+    records do not decode, ``cancel_iid`` (`Lifecycle.cancel_iid`) cancels
+    a child whose parent ended."""
     procs = registry.procs
     # On a shared journal another node may run what this one does not register.
     local = not registry.journal.shared
@@ -63,16 +72,16 @@ async def recover(registry: Registry) -> None:
     found = await registry.journal.read(scan)
     for bad in found.broken:
         _reports.corrupt(bad.address or bad.iid.hex(), bad.error, at_open=True)
-        await registry.system.corruption.record(bad.iid, bad.error)
+        await record_corrupt(bad.iid, bad.error)
     # A child whose parent ended while the system was down is not stranded.
     for iid, address, reason in found.orphans:
         try:
-            await registry.system.lifecycle.cancel_iid(iid, address, reason)
+            await cancel_iid(iid, address, reason)
         except (JournalFull, JournalUnavailable) as exc:
             # Never fail the open for it: tried again in the background,
             # with backoff, until the journal takes it.
             log.error("could not cancel %r yet (%s): %s; trying again", address, reason, exc)
-            registry.spawn_system_task(registry.system.lifecycle.cancel_iid, iid, address, reason)
+            registry.spawn_system_task(cancel_iid, iid, address, reason)
     await _hold_unregistered(registry, found.unregistered)
     # Stuck as an earlier run recorded (held by this system's own
     # processes): replayed on this code all the same, each warning again
