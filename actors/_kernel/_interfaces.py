@@ -35,7 +35,6 @@ from ._holds import Holds
 from ._log import LogEntry
 from ._mailbox import Mailbox
 from ._message_txns import Notice
-from ._outages import JournalWatch
 from ._process import ProcessDef
 from ._rides import Rides
 from ._services_api import (
@@ -140,8 +139,6 @@ class CorruptionAPI(Protocol):
 
     async def mark(self, actor: ActorAPI, exc: JournalCorrupt) -> None: ...
 
-    async def record(self, iid: bytes, exc: JournalCorrupt) -> None: ...
-
     async def records_damaged(self, iid: bytes, address: str, exc: JournalCorrupt) -> None: ...
 
 
@@ -190,8 +187,6 @@ class RouterAPI(Protocol):
 
     def sent_in_doubt(self, txn: Txn) -> None: ...
 
-    def mail_noticed(self, iid: bytes) -> None: ...
-
 
 class LifecycleAPI(Protocol):
     """What the runtime's modules use of the `Lifecycle` (``actors._system._lifecycle``)."""
@@ -237,7 +232,6 @@ class SystemAPI(Protocol):
     step_limiter: trio.CapacityLimiter
     thread_limiter: trio.CapacityLimiter
     cursors: dict[tuple[bytes, str], int]  # stream consumers' moves not yet durable
-    outages: JournalWatch
     rides: Rides  # the timer of deferred writes
     compensations: Compensations  # the callables a recorded compensation may name
     wiring: Wiring  # the features' hooks, wired as the system was built (`_system._wiring`)

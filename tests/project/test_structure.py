@@ -490,9 +490,10 @@ def part_callers(
 def draw_parts(root: Path = ROOT) -> str:
     lines = [
         "Who calls whom: `ActorSystem` (`_system._facade`) is a facade over its parts.",
-        "The statuses and the troubles are handed the parts they call; the others are",
-        "made with the system and reach the rest through it (`system.registry`, ...),",
-        "typed by the protocols in `_interfaces`. Each part, then the modules that call it:",
+        "The parts are handed the parts they call as the system is made; the actors,",
+        "the handles, the features and the asks reach them through the system",
+        "(`system.registry`, ...), typed by the protocols in `_interfaces`. Each part,",
+        "then the modules that call it:",
         "",
         "```text",
     ]
