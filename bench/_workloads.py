@@ -16,6 +16,10 @@ Workloads (N operations each):
 - ``create``: N instances that passivate at their first wait.
 - ``wake``: ``create``, then each woken once by a message (counted minus
   ``create``).
+- ``send``: 100 live instances, each sent N/100 messages by a sender of
+  its own (100 senders at once), every message taken.
+- ``many``: the same 100, sent N messages by ``send_many``, 100 a call
+  (one to each), every message taken before the next call.
 - ``cascade``: a tree of N children with N grandchildren each, all waiting;
   with ``CANCEL=1`` in the environment the root is then cancelled and every
   descendant leaves memory (counted minus the run without it).
@@ -37,6 +41,7 @@ from storage import MemoryJournal
 from ._kit import _probe, branch, leaf, ping, root, sink, twig
 
 POLL = float(os.environ.get("POLL", "0.05"))
+_SINKS = 100  # the live instances of ``send`` and ``many``
 
 
 @process("caller/:id")
@@ -99,6 +104,26 @@ async def run(workload: str, n: int) -> None:
                     seen = _probe.expect(i + 1)
                     await system.send(f"sink/{i}", ping, i + 1)
                     await seen.wait()
+    elif workload in ("send", "many"):
+        async with _open() as system:
+            for i in range(_SINKS):
+                await system.start(sink, str(i))
+            per = n // _SINKS
+            if workload == "send":
+
+                async def sender(i: int) -> None:
+                    for _ in range(per):
+                        await system.send(f"sink/{i}", ping, None)
+
+                async with trio.open_nursery() as nursery:
+                    for i in range(_SINKS):
+                        nursery.start_soon(sender, i)
+            elif workload == "many":
+                batch = [(f"sink/{i}", ping, None) for i in range(_SINKS)]
+                for k in range(per):
+                    await system.send_many(batch)
+                    await _until(lambda k=k: _probe.count >= (k + 1) * _SINKS)
+            await _until(lambda: _probe.count >= per * _SINKS)
     elif workload == "cascade":
         async with _open() as system:
             await system.start(root, "r", fanout=n)

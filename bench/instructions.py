@@ -70,6 +70,8 @@ FIGURES = [
     Figure("1-step process", "proc", 150),
     Figure("create passivated", "create", 200),
     Figure("wake passivated", "wake", 200, minus="create"),
+    Figure("send, taken by a live instance", "send", 1000),
+    Figure("send_many, per message taken", "many", 1000),
     # The same tree twice, the second cancelled: the difference per instance.
     Figure("cancel, per instance of a tree", "cascade", 25, {"CANCEL": "1"}, per=25 + 625 + 1),
 ]

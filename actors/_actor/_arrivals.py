@@ -12,6 +12,7 @@ keeps the instance's live timers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -20,13 +21,13 @@ from .._features._supervision import CANCEL, ESCALATE, RESTART
 from .._kernel import _effects as fx, _reports, _tracing
 from .._kernel._hosts import Interrupt
 from .._kernel._log import LogEntry
+from .._kernel._mailbox import StoredMessage
 from .._kernel._values import Signal
 
 if TYPE_CHECKING:
     from storage.errors import JournalCorrupt
 
     from .._kernel._interfaces import ActorAPI
-    from .._kernel._mailbox import StoredMessage
 
 __all__ = ["Arrivals", "TimerBehaviour", "WaitBehaviour"]
 
@@ -41,16 +42,17 @@ class Arrivals:
         self.actor = actor
         self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
 
-    def deliver(self, seq: int, message: StoredMessage) -> None:
-        """Message ``seq`` was committed to this instance's mailbox."""
+    def deliver(self, seq: int, stored: Sequence[Any]) -> None:
+        """Message ``seq`` was committed to this instance's mailbox;
+        ``stored`` is its stored form, as decoded (`StoredMessage.unpacked`)."""
         actor = self.actor
-        name, payload = message.signal, message.payload
+        name, payload, _, trace, extra = StoredMessage.unpacked(stored)
         if actor.done or not actor.mailbox.put(seq, name, payload):
             return
-        if message.extra is not None:
-            actor.mailbox.keep_extra(seq, message.extra)
-        if message.trace is not None:
-            _tracing.delivered(actor, seq, name, message.trace)
+        if extra is not None:
+            actor.mailbox.keep_extra(seq, extra)
+        if trace is not None:
+            _tracing.delivered(actor, seq, name, trace)
         if actor.system.log_debug:
             _reports.delivered(actor.address, seq, name)
         if name[:1] == "\x00":  # the runtime's own signals' names (`Signal._system`)

@@ -318,7 +318,7 @@ class Actor(Activation):
         (with the next commit anyone makes)."""
         self.set_status("suspended")
         self.writes.flush(defer=True)
-        self.idle_since = trio.current_time()
+        self.idle_since = self.system.trio_now()
         sweep = self.system.registry.idle_sweep
         if sweep.task is not None:  # it sleeps while nothing is idle: give it a deadline
             sweep.wake()

@@ -78,7 +78,8 @@ class Runner:
 
     def ready(self, actor: ActorAPI) -> None:
         """Something woke ``actor``, parked without a task: step it soon."""
-        self._ready.append(cast(Waiting, actor))  # (the registry makes every actor)
+        # (A `Waiting`: the registry makes every actor. No cast: a call.)
+        self._ready.append(actor)  # type: ignore[arg-type]
         if self._running:
             parking = self._parking
             if parking.task is not None:  # (else it is stepping, or about to)

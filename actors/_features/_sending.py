@@ -17,7 +17,6 @@ from storage.errors import Conflict, JournalCorrupt
 
 from .._kernel import _guard, _message_txns, _tracing
 from .._kernel._checks import check_many, check_name
-from .._kernel._mailbox import StoredMessage
 from .._kernel._message_txns import Notice
 from .._kernel._values import Signal
 from ..errors import InvalidArguments, NotDelivered
@@ -188,8 +187,7 @@ class Router:
         iid = notice.iid
         actor = self.live.get(iid)
         if actor is not None and not actor.done:
-            message = StoredMessage.from_stored(decode(notice.message))
-            actor.arrivals.deliver(results[notice.slot], message)
+            actor.arrivals.deliver(results[notice.slot], decode(notice.message))
         elif not self.nodes.owned_elsewhere(iid):
             # (Owned elsewhere: the commit notified the owner. If that node
             # dies, the takeover scan finds the instance and its mail.)

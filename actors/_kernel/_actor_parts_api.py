@@ -8,7 +8,7 @@ its run ends (`EndsAPI`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from storage import InstanceRecord, Txn
@@ -16,7 +16,6 @@ from storage.errors import JournalCorrupt
 
 from . import _effects as fx
 from ._log import LogEntry
-from ._mailbox import StoredMessage
 
 __all__ = ["ArrivalsAPI", "EndsAPI", "WritesAPI"]
 
@@ -67,7 +66,7 @@ class ArrivalsAPI(Protocol):
 
     timers: dict[int, fx.Timer]  # its live timers, by seq
 
-    def deliver(self, seq: int, message: StoredMessage) -> None: ...
+    def deliver(self, seq: int, stored: Sequence[Any]) -> None: ...
 
     def timers_due(self, now: float) -> None: ...
 

@@ -82,13 +82,18 @@ class StoredMessage:
 
     @classmethod
     def from_stored(cls, stored: Sequence[Any]) -> StoredMessage:
+        return cls(*cls.unpacked(stored))
+
+    @staticmethod
+    def unpacked(stored: Sequence[Any]) -> tuple[str, Any, float | None, str | None, Any]:
+        """The fields of a message's stored form, with no `StoredMessage`
+        made (a delivery's hot path: a frozen class sets each field
+        through ``object.__setattr__``)."""
         size = len(stored)
         if size < 4:
-            return cls(stored[0], stored[1], stored[2] if size > 2 else None)
+            return stored[0], stored[1], stored[2] if size > 2 else None, None, None
         # (An empty extra, which no version wrote, reads as none.)
-        return cls(
-            stored[0], stored[1], stored[2], stored[3], (stored[4] or None) if size > 4 else None
-        )
+        return stored[0], stored[1], stored[2], stored[3], (stored[4] or None) if size > 4 else None
 
 
 class Waiting(Protocol):

@@ -22,9 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
-from storage import MAIL_STATUSES, Txn, decode, encode
+from storage import MAIL_STATUSES, Txn, encode
 from storage.errors import EncodeError
 
 from ..errors import LimitExceeded
@@ -43,21 +41,29 @@ __all__ = [
     "send_many_txn",
     "send_txn",
     "system_send_txn",
-    "unpack_message",
 ]
 
 
-@attrs.frozen
 class Notice:
     """A message a transaction adds for an instance: hand it to that instance
     (``Router.route``) with ``results[slot]`` once committed.
 
     ``message`` is the mailbox record as encoded for the journal: the only
-    form a receiver is handed, so a live receiver sees what replay reads."""
+    form a receiver is handed, so a live receiver sees what replay reads.
 
-    iid: bytes
-    message: bytes
-    slot: int
+    (A plain class: a send makes one, and a frozen attrs class's
+    ``__init__`` sets each field through ``object.__setattr__``. Nothing
+    changes a notice once made.)"""
+
+    __slots__ = ("iid", "message", "slot")
+
+    def __init__(self, iid: bytes, message: bytes, slot: int) -> None:
+        self.iid = iid
+        self.message = message
+        self.slot = slot
+
+    def __repr__(self) -> str:
+        return f"Notice(iid={self.iid!r}, message={self.message!r}, slot={self.slot})"
 
 
 def add_message(
@@ -104,11 +110,6 @@ def add_message(
                 "path) instead, or raise open_system(max_payload=...)"
             )
     return Notice(iid, message, slot)
-
-
-def unpack_message(message: bytes) -> StoredMessage:
-    """An encoded mailbox record (a `Notice`'s message)."""
-    return StoredMessage.from_stored(decode(message))
 
 
 # A send's idempotency key is a cursor named KEY_PREFIX + key (see the module

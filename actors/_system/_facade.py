@@ -94,7 +94,10 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         # Steps acquire step_limiter themselves (so a queued step's timeout
         # starts only when it runs); abandoned threads still hold this one.
         self.thread_limiter = trio.CapacityLimiter(math.inf)
-        self._offset = now() - trio.current_time()  # wall clock minus trio's
+        # `trio.current_time`, as one call (its clock's) where that is three:
+        # a send and a suspension each read it. (The clock is the run's.)
+        self.trio_now: Callable[[], float] = trio.lowlevel.current_clock().current_time
+        self._offset = now() - self.trio_now()  # wall clock minus trio's
         self.cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable
         # How the features' effects run live and what they owe at a run's end
         # (`_wiring`), with the services it binds: wired once, before any instance runs.
@@ -195,7 +198,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
 
     def epoch_now(self) -> float:
         """Wall-clock epoch seconds, advancing with trio's clock (so with a MockClock too)."""
-        return trio.current_time() + self._offset
+        return self.trio_now() + self._offset
 
     def trio_time(self, epoch: float) -> float:
         """The trio clock reading at which epoch time ``epoch`` arrives."""

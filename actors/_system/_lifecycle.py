@@ -46,11 +46,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from storage import LIVE_STATUSES, InstanceRecord, Journal, Txn, encode, instance_id
+from storage import LIVE_STATUSES, InstanceRecord, Journal, Txn, decode, encode, instance_id
 from storage.errors import Conflict, JournalUnavailable
 
 from .._features import _restarts, _supervision as _sup
-from .._kernel import _guard, _message_txns, _tracing, _transactions
+from .._kernel import _guard, _tracing, _transactions
 from .._kernel._effects import StartGate
 from .._kernel._handles import Handle
 from .._kernel._log import LogEntry, children_named, read_state
@@ -368,9 +368,7 @@ class Lifecycle:
             if actor is None:
                 return Handle._create(system, iid, address, record.incarnation), True
             if start.message is not None and results:
-                actor.arrivals.deliver(
-                    results[start.message.slot], _message_txns.unpack_message(start.message.message)
-                )
+                actor.arrivals.deliver(results[start.message.slot], decode(start.message.message))
             self.statuses.changed(iid)
             return Handle._create(system, iid, address, record.incarnation), True
         finally:

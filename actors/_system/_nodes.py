@@ -31,7 +31,6 @@ from storage import Journal
 from storage.errors import JournalUnavailable
 
 from .._kernel import _reports
-from .._kernel._mailbox import StoredMessage
 
 if TYPE_CHECKING:
     from .._kernel._outages import JournalWatch
@@ -163,4 +162,4 @@ class NodeView:
                 self.registry.activate_for_mail(iid)
                 continue
             for seq, message in mail.get(iid, ()):
-                actor.arrivals.deliver(seq, StoredMessage.from_stored(message))
+                actor.arrivals.deliver(seq, message)  # (its stored form)
