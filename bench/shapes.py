@@ -40,6 +40,7 @@ SHAPES: dict[str, tuple[str, Callable[[Path, float], float]]] = {
     "step1": ("a 1-step process ended", lambda d, s: runtime.process_rate(d, s, steps=1)),
     "step10": ("a 10-step process ended", lambda d, s: runtime.process_rate(d, s, steps=10)),
 }
+_STEPS = {"step1": 1, "step10": 10}
 
 
 def profile(shape: str, seconds: float) -> list[str]:
@@ -58,12 +59,14 @@ def profile(shape: str, seconds: float) -> list[str]:
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     if shape in ("signals", "many"):
         operations = _probe.count
-    else:
-        operations = sum(
+    else:  # each step calls the step function once (the process's own
+        # coroutine counts a call at each resumption)
+        steps = sum(
             calls
             for (filename, _, name), (_, calls, *_) in stats.items()
-            if name == "job" and filename.endswith("_kit.py")
+            if name == "_noop" and filename.endswith("_kit.py")
         )
+        operations = steps // _STEPS[shape]
     calls = sum(called for (_, called, *_) in stats.values())
     folded = fold(profiler, max(operations, 1))
     return [
