@@ -78,9 +78,12 @@ def profile(shape: str, seconds: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.shapes", description=__doc__)
-    parser.add_argument("shapes", nargs="*", choices=[*SHAPES, []], default=list(SHAPES))
+    parser.add_argument("shapes", nargs="*", help=f"of {', '.join(SHAPES)} (default: all)")
     parser.add_argument("--seconds", type=float, default=4.0)
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.shapes) - set(SHAPES))
+    if unknown:
+        parser.error(f"unknown shape(s) {', '.join(unknown)}; choose from {', '.join(SHAPES)}")
     for shape in args.shapes or SHAPES:
         print("\n".join(profile(shape, args.seconds)))
     return 0

@@ -24,3 +24,9 @@ def test_the_command_prints_the_shapes_named(capsys):
     assert main(["step10", "--seconds", "0.3"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("step10: a 10-step process ended")
+
+
+def test_an_unknown_shape_is_refused_naming_the_shapes(capsys):
+    with pytest.raises(SystemExit):
+        main(["signal"])
+    assert "unknown shape(s) signal; choose from signals, many" in capsys.readouterr().err
