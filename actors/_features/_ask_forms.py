@@ -73,11 +73,24 @@ class Asker:
     node: str | None = None
 
     def to_stored(self) -> list[Any]:
-        return [self.ask_id, self.reply_to, self.node]
+        return self.stored(self.ask_id, self.reply_to, self.node)
 
     @classmethod
     def from_stored(cls, stored: Sequence[Any]) -> Asker:
-        return cls(stored[0], stored[1], stored[2] if len(stored) > 2 else None)
+        return cls(*cls.fields(stored))
+
+    @staticmethod
+    def stored(ask_id: str, reply_to: str, node: str | None) -> list[Any]:
+        """The stored form of the asker of these fields, with no `Asker`
+        made (an ask's hot path): the one place that lays it out."""
+        return [ask_id, reply_to, node]
+
+    @staticmethod
+    def fields(stored: Sequence[Any]) -> tuple[str, str, str | None]:
+        """``(ask_id, reply_to, node)`` of a stored form, with no `Asker`
+        made (a reply's hot path). A form written before nodes were kept
+        has two elements: its node reads as None."""
+        return stored[0], stored[1], stored[2] if len(stored) > 2 else None
 
 
 class Ask(fx.Wait[Any]):

@@ -65,6 +65,7 @@ from ._ask_forms import (
     BOX_PREFIX,
     REPLY_PREFIX,
     Ask,
+    Asker,
     Reply,
     ended,
     reply_outcome,
@@ -140,8 +141,7 @@ class Asks:
             self._watching = True
             system.registry.spawn_system_task(self._watch)
         try:
-            # (The message's extra: an `Asker`'s stored form, written out.)
-            extra = [ask_id, box_address, system.journal.node]
+            extra = Asker.stored(ask_id, box_address, system.journal.node)  # the message's extra
             await router.send_iid(iid, address, signal, payload, extra=extra)
             if timeout is None:
                 await pending.event.wait()  # (`_wait`'s first wait: most asks need no other)
@@ -247,10 +247,9 @@ class Asks:
         `_ask_forms.Asker`) into ``txn``; returns what to run once ``txn``
         has committed (handing it to a waiter of this node, or routing the
         message to a live asker), which calls ``done`` last."""
-        ask_id, reply_to = ask[0], ask[1]
+        ask_id, reply_to, node = Asker.fields(ask)
         system = self.system
         if reply_to.startswith(BOX_PREFIX):
-            node = ask[2] if len(ask) > 2 else None
             if node is None or node == system.node:
                 # The asker is this system's (or gone with an earlier one): the
                 # reply is in the replier's log; nothing more to write. (`hand`
@@ -410,7 +409,7 @@ async def _send_ask(actor: ActorAPI, ask: Ask) -> None:
             ask.payload,
             system.epoch_now(),
             max_payload=system.max_payload,
-            extra=[ask.ask_id, actor.address, None],  # (an `Asker`'s stored form)
+            extra=Asker.stored(ask.ask_id, actor.address, None),
         )
         txn.put_log(actor.iid, actor.run, ask.seq, ask.describe().to_stored())
         txn.chain = actor.iid  # after its barrier's writes, or not at all (storage.Chain)
