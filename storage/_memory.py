@@ -266,9 +266,16 @@ class _MemoryReader(Reader):
         }
 
     def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
-        entries = self._j._logs.get(iid, {}).get(run, {})
+        return self.decode_log(iid, run, self.log_rows(iid, run))
+
+    def log_rows(self, iid: bytes, run: int) -> list[tuple[int, bytes]]:
+        return sorted(self._j._logs.get(iid, {}).get(run, {}).items())
+
+    def decode_log(
+        self, iid: bytes, run: int, rows: list[tuple[int, bytes]]
+    ) -> dict[int, LogEntry]:
         prefix = iid + run.to_bytes(4, "big")
-        return rd.read_entries(sorted(entries.items()), lambda seq: prefix + seq.to_bytes(4, "big"))
+        return rd.read_entries(rows, lambda seq: prefix + seq.to_bytes(4, "big"))
 
     def log_runs(self, iid: bytes) -> list[int]:
         return sorted(run for run, entries in self._j._logs.get(iid, {}).items() if entries)

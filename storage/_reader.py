@@ -104,7 +104,27 @@ class Reader(abc.ABC):
     def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
         """`log`, typed: each entry read and checked in one pass (an entry of
         the wrong shape is `JournalCorrupt` naming its key, whatever
-        `Journal.check_shapes` says). What the runtime replays from."""
+        `Journal.check_shapes` says), by seq in ascending order. What the
+        runtime replays from."""
+
+    def log_rows(self, iid: bytes, run: int) -> list[tuple[Any, bytes]]:
+        """The effect log of one run as stored, undecoded: ``(position,
+        bytes)`` per entry, by seq; `log_seq` gives a position's seq. Two
+        reads give equal lists exactly when the log's entries (their seqs
+        and bytes) are equal: what `storage._log_cache.LogCache` checks a
+        decoded log against. One pass, no decoding (a cache hit's whole cost)."""
+        raise NotImplementedError(f"{type(self).__name__} gives no stored log rows")
+
+    def log_seq(self, position: Any) -> int:
+        """The seq of a position `log_rows` gave (by default the position is the seq)."""
+        return int(position)
+
+    def decode_log(
+        self, iid: bytes, run: int, rows: list[tuple[Any, bytes]]
+    ) -> dict[int, LogEntry]:
+        """`entries` of the run, from ``rows`` (what `log_rows` of this
+        reader gave for it): the same entries, the same `JournalCorrupt`."""
+        raise NotImplementedError(f"{type(self).__name__} decodes no stored log rows")
 
     @abc.abstractmethod
     def log_runs(self, iid: bytes) -> list[int]:

@@ -51,7 +51,7 @@ class ContextCore:
         effect.made_at = frame.f_lasti
         driver = self._actor.driver
         if driver.seq <= driver.last:  # (its last leaf's outcome is logged)
-            effect.logged = True
+            effect.logged = driver
         if composite:
             driver.joined(cast("fx.Composite[Any]", effect))
         elif driver.fresh is None:  # (`Unawaited.made`'s usual case, written out)

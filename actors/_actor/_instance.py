@@ -144,7 +144,8 @@ class Actor(Activation):
             await self.journal.flush()
         if state is None:
             try:
-                state = await self.journal.read(lambda r: read_state(r, iid))
+                logs = self.system.registry.logs
+                state = await self.journal.read(lambda r: read_state(r, iid, logs=logs))
             except JournalCorrupt as exc:
                 self.status = "corrupt"
                 await self.system.corruption.mark(self, exc)

@@ -75,6 +75,7 @@ def error_from_entry(entry: LogEntry) -> BaseException:
 
 
 _NO_LOG: dict[int, LogEntry] = {}  # the log of a run that has none (shared, never written)
+_BURST = 2000  # logged effects answered in a row (here or in `Effect.__await__`) at most
 
 
 class Driver(Unawaited):
@@ -82,6 +83,7 @@ class Driver(Unawaited):
 
     __slots__ = (
         "address",
+        "burst",
         "last",
         "log",
         "occurrences",
@@ -112,6 +114,7 @@ class Driver(Unawaited):
         # begun live. A run made in memory never ran before.
         self.rerun = False
         self.fresh = None  # (see Unawaited)
+        self.burst = 0  # logged effects `advance` may still answer in a row (_BURST)
         self._reset_run_state()
 
     def _reset_run_state(self) -> None:
@@ -237,9 +240,7 @@ class Driver(Unawaited):
         Returns the leaves that have only a "started" record. Raises
         `NonDeterminismError` for a leaf that does not match its log entry.
         """
-        # A wake replays every effect of the run through here: `logged` is
-        # inlined, and a lone effect is its own only leaf. Every live effect
-        # comes through here too: one past the log has nothing to look up.
+        # (`logged`, inlined; a live effect, past the log, has nothing to look up.)
         started: dict[Effect[Any], LogEntry] = {}
         composite = isinstance(effect, fx.Composite)
         if not composite and effect.seq > self.last:
@@ -295,7 +296,7 @@ class Driver(Unawaited):
 
         Raises `Interrupted` if the host was asked to stop.
         """
-        replayed = 0
+        self.burst = _BURST
         stepping = _guard.stepping  # this thread's (a trio run stays in one thread)
         while True:
             if host.interrupt is not None:
@@ -345,9 +346,8 @@ class Driver(Unawaited):
             if effect.done or effect.parent is not None:
                 throw = fx._reused(effect)
                 continue
-            # A wake's hot path: a lone effect whose value the log holds,
-            # answered here as `replay` answers it (a composite, numbered
-            # -1, has no entry; anything else goes through `replay`).
+            # A lone effect whose value the log holds, answered as `replay`
+            # would (`Effect.__await__` answers most such before they get here).
             entry = self.log.get(effect.seq)
             if (
                 entry is not None
@@ -359,13 +359,12 @@ class Driver(Unawaited):
             ):
                 effect.done = True
                 send = effect.value = effect.replayed(entry.value, entry, self)
-                replayed += 1
-                if replayed % 2000 == 0:  # a long replay still lets others run
-                    return YIELD, effect
-                continue
+                self.burst -= 1
+                if self.burst > 0:
+                    continue
+                return YIELD, effect  # a long replay still lets others run
             try:
-                # (One numbered past the log has nothing to replay: the live
-                # effects, most of them. A composite is numbered -1.)
+                # (None past the log, the live ones; a composite is numbered -1.)
                 started = self.replay(effect) if effect.seq <= self.last else {}
                 if started or not effect.done:  # else replay left nothing to begin
                     self.rerun = False  # where the earlier activation stopped
@@ -374,8 +373,8 @@ class Driver(Unawaited):
                 return ENDED, ("diverge", exc)
             if not effect.done:
                 return WAIT, effect
-            replayed += 1
-            if replayed % 2000 == 0:  # a long replay still lets others run
+            self.burst -= 1
+            if self.burst <= 0:  # a long replay still lets others run
                 return YIELD, effect
             if effect.error is not None:
                 throw = effect.error

@@ -11,7 +11,7 @@ from types import CodeType
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 from ..errors import ContextError
-from ._log import LogEntry
+from ._log import NO_VALUE, LogEntry
 from ._values import Signal
 
 __all__ = ["Behaviour", "Composite", "Effect", "shorten"]
@@ -61,8 +61,8 @@ class Effect(Generic[T]):
     # made_in, made_at: the code object and instruction offset that made the
     # effect, set by `Context` (never by __init__: a replay pays nothing for
     # them); read only to say where a forgotten effect was made. logged:
-    # its outcome is in the log, so replay answers its await at once (set
-    # by `Context`; see `__await__`).
+    # None, or the driver whose log holds its outcome, so replay answers
+    # its await at once (set by `Context`; see `__await__`).
     __slots__ = (
         "done",
         "error",
@@ -101,10 +101,35 @@ class Effect(Generic[T]):
         self.value: Any = None
         self.error: BaseException | None = None
         self.parent: Composite[Any] | None = None
-        self.logged = False
+        self.logged: Any = None
 
     def __await__(self) -> Generator[Effect[Any], Any, T]:
-        if self.logged:  # answered at once: a generator is the faster await
+        driver = self.logged
+        if driver is not None:  # answered at once: a generator is the faster await
+            # A wake's hot path: the effect just made, awaited alone, whose
+            # value the log holds, is answered here, inside the process's
+            # own step, as `_driver.Driver.advance` would answer it (same
+            # checks, same order; see there), without the round trip out of
+            # the coroutine and back: a replayed effect costs half the calls.
+            # Anything else (a mismatch, a started record, an error, a
+            # child, one awaited twice or late, a burst's end) goes the
+            # driver's way, which says what is wrong.
+            if driver.fresh is self and driver.burst > 0 and self.parent is None:
+                entry = driver.log.get(self.seq)
+                if (
+                    entry is not None
+                    and entry.value is not NO_VALUE
+                    and entry.kind == self.kind
+                    and entry.name == self.name
+                    and entry.hash == self.hash
+                    and not self.done
+                    and not self.makes_child
+                    and not self.ends_run
+                ):
+                    driver.fresh = None  # (awaited at once: `advance`'s usual case)
+                    driver.burst -= 1
+                    self.done = True
+                    self.value = self.replayed(entry.value, entry, driver)
             return self._answered()
         # It may wait long: the effect is its own iterator, for the process
         # holds its await while it waits, and a generator is 200 B more per

@@ -32,7 +32,7 @@ from ._actor_parts_api import ArrivalsAPI, EndsAPI, WritesAPI
 from ._compensations import Compensations
 from ._driver import Driver
 from ._holds import Holds
-from ._log import LogEntry
+from ._log import LogCache, LogEntry
 from ._mailbox import Mailbox
 from ._message_txns import Notice
 from ._process import ProcessDef
@@ -80,6 +80,7 @@ class RegistryAPI(Protocol):
     nursery: trio.Nursery | None
     closing: bool
     idle_sweep: Parking  # an instance that parks wakes the idle sweep
+    logs: LogCache  # the decoded logs of runs read recently (a wake reads through it)
 
     @property
     def runner(self) -> RunnerAPI: ...

@@ -51,7 +51,7 @@ class Wait(Effect[T]):
         self.value = None
         self.error = None
         self.parent = None
-        self.logged = False
+        self.logged = None
         self.signals = signals
         self.pair = pair  # receive() gives (signal, payload); wait() the payload
 

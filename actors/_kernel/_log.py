@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from storage import LIVE_STATUSES, NO_VALUE, LogEntry
+from storage._log_cache import LogCache
 
-__all__ = ["NO_VALUE", "LoadedState", "LogEntry", "children_named", "read_state"]
+__all__ = ["NO_VALUE", "LoadedState", "LogCache", "LogEntry", "children_named", "read_state"]
 
 
 def children_named(log: dict[int, LogEntry]) -> dict[str, int]:
@@ -28,15 +29,20 @@ def children_named(log: dict[int, LogEntry]) -> dict[str, int]:
 LoadedState = tuple[Any, dict[int, LogEntry], list[Any], list[Any], int]
 
 
-def read_state(r: Any, iid: bytes, *, live_only: bool = False) -> LoadedState:
+def read_state(
+    r: Any, iid: bytes, *, live_only: bool = False, logs: LogCache | None = None
+) -> LoadedState:
     """All an instance's run needs from the journal (reader ``r``); with
-    ``live_only``, only the row of one that is not running or suspended."""
+    ``live_only``, only the row of one that is not running or suspended.
+    With ``logs``, the log is decoded only where it is not kept there as it
+    is stored now (the log's dict is then shared: never change it)."""
     row = r.instance(iid)
     if row is None or (live_only and row.status not in LIVE_STATUSES):
         return row, {}, [], [], 0
+    run = row.record.run
     return (
         row,
-        r.entries(iid, row.record.run),
+        r.entries(iid, run) if logs is None else logs.entries(r, iid, run),
         r.mailbox(iid),
         r.timers(iid),
         r.last_message_seq(iid),

@@ -32,7 +32,7 @@ from .._actor._runner import Runner
 from .._kernel import _reports
 from .._kernel._holds import Holds
 from .._kernel._interfaces import ActorAPI
-from .._kernel._log import LoadedState, read_state
+from .._kernel._log import LoadedState, LogCache, read_state
 from .._kernel._process import ProcessDef
 from ..errors import InvalidArguments, UnknownProcess
 from . import _idle
@@ -83,6 +83,7 @@ class Registry:
         # Instances mail was routed to while no actor was live (see run_created)
         self.routed_absent: set[bytes] = set()
         self.foreign: set[bytes] = set()  # instances of processes not registered here
+        self.logs = LogCache()  # decoded logs: a wake decodes what was written since the last
         self._takeover_interval = 0.25 * journal.poll_scale
         self.nursery: trio.Nursery | None = None  # the system's (set by open_system)
         self.closing = False
@@ -236,7 +237,7 @@ class Registry:
             # that does not read goes the task's way, which marks it corrupt.
             try:
                 with self.journal.reader() as r:
-                    state = read_state(r, iid, live_only=True)
+                    state = read_state(r, iid, live_only=True, logs=self.logs)
             except JournalCorrupt:
                 pass
             except JournalUnavailable as exc:  # (an outage: never the caller's error)

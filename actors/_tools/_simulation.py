@@ -115,6 +115,11 @@ class Simulation:
         raise RuntimeError("no system runs now: the host is down between two lives")
 
     @property
+    def systems(self) -> list[ActorSystem]:
+        """Every system running now (one per node that is up)."""
+        return [s for s in (self._system, *self._systems) if s is not None]
+
+    @property
     def lost_unawaited(self) -> int:
         """Writes the journals lost after acknowledging them (see
         `storage.SimulatedJournal.lost_unawaited`)."""

@@ -163,36 +163,43 @@ class _LMDBReader(Reader):
         }
 
     def entries(self, iid: bytes, run: int) -> dict[int, LogEntry]:
-        # A wake reads every entry of the run: one pass of one cursor, each
-        # entry read the fast way; if any of them will not read so, they are
-        # all read again the checked way, which names the damaged one.
-        prefix = iid + struct.pack(">I", run)
-        try:
-            return self._entries_fast(prefix)
-        except Exception:  # noqa: BLE001 - the checked reading says what it was
-            pass
-        return {
-            _RUN_SEQ.unpack_from(rd.key_size(key, 24, "log"), 16)[1]: rd.read_entry(value, key)
-            for key, value in self._scan("log", prefix)
-        }
+        return self.decode_log(iid, run, self.log_rows(iid, run))
 
-    def _entries_fast(self, prefix: bytes) -> dict[int, LogEntry]:
-        # One pass of the cursor (C), then one of `_reading.decode_entries`.
+    def log_rows(self, iid: bytes, run: int) -> list[tuple[bytes, bytes]]:
+        # (key, value) as the cursor gives them, in one pass, in C: the key holds the seq.
+        prefix = iid + struct.pack(">I", run)
         end = _prefix_end(prefix)
         with self._txn.cursor(db=self._dbs["log"]) as cur:
             if not cur.set_range(prefix):
-                return {}
+                return []
             # The pairs whose key sorts below the prefix's end: those that
             # start with the prefix (a tuple (key, value) sorts below (end,)
             # exactly when key < end).
             pairs = cur.iternext() if end is None else takewhile((end,).__gt__, cur.iternext())
-            rows = list(pairs)
+            return list(pairs)
+
+    def log_seq(self, position: Any) -> int:
+        return int(_LOG_KEY.unpack(position)[1])
+
+    def decode_log(
+        self, iid: bytes, run: int, rows: list[tuple[bytes, bytes]]
+    ) -> dict[int, LogEntry]:
+        # A wake reads every entry of the run: each entry read the fast way
+        # (`_reading.decode_entries`); if any of them will not read so, they
+        # are all read again the checked way, which names the damaged one.
         if not rows:
             return {}  # no log yet (a fresh run)
-        keys, values = zip(*rows, strict=False)
-        # _LOG_KEY.unpack refuses a key of another size than the layout's.
-        seqs = map(itemgetter(1), map(_LOG_KEY.unpack, keys))
-        return dict(zip(seqs, rd.decode_entries(values), strict=True))
+        try:
+            keys, values = zip(*rows, strict=False)
+            # _LOG_KEY.unpack refuses a key of another size than the layout's.
+            seqs = map(itemgetter(1), map(_LOG_KEY.unpack, keys))
+            return dict(zip(seqs, rd.decode_entries(values), strict=True))
+        except Exception:  # noqa: BLE001 - the checked reading says what it was
+            pass
+        return {
+            _RUN_SEQ.unpack_from(rd.key_size(key, 24, "log"), 16)[1]: rd.read_entry(value, key)
+            for key, value in rows
+        }
 
     def log_runs(self, iid: bytes) -> list[int]:
         runs: list[int] = []

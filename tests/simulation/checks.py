@@ -55,6 +55,9 @@ committed, so an acknowledged start may be gone, a take may be taken again
   exports only once durable);
 - ``stale-write`` (several nodes): a node wrote to an instance another node
   owned, with no claim of its own (as a node whose lease lapsed could).
+- ``stale-log``: a node's cache of decoded logs (`storage._log_cache`) would
+  answer a wake with a log other than the one its journal holds now (one
+  that another node, a retry or the run itself changed since it was kept).
 
 Workload 8 adds the invariants of an operator's calls (`operators`):
 ``dropped-taken``, ``drop-refused``, ``retry-lost-mail``,
@@ -126,6 +129,7 @@ async def check(world: World, sim: Simulation) -> None:
         detail = f"{world.queue_most} ran at once; the queue allows {p.QUEUE.concurrency}"
         world.fail("queue-limit", detail)
     _check_rate(world)
+    await _check_log_caches(world, sim)
     problems = await replay_check(sim.journal, world.processes, include_finished=True)
     if problems:
         world.fail("replay", "; ".join(str(problem) for problem in problems[:3]))
@@ -316,3 +320,15 @@ def _check_ticks(world: World, rows: dict[str, tuple[Any, list[Any]]]) -> None:
         if row.process == "tick/:name/:at" and row.record.incarnation != 1:
             detail = f"{address} is incarnation {row.record.incarnation}: its tick started again"
             world.fail("tick-doubled", detail)
+
+
+async def _check_log_caches(world: World, sim: Simulation) -> None:
+    for system in sim.systems:
+        logs = system.registry.logs
+        for iid, run in logs.kept():
+
+            def same(r: Any, iid: bytes = iid, run: int = run) -> bool:
+                return bool(logs.entries(r, iid, run) == r.entries(iid, run))
+
+            if not await system.journal.read(same):
+                world.fail("stale-log", f"run {run} of {iid.hex()} on node {system.node}")
