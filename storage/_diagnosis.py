@@ -15,10 +15,12 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["FLATTEN", "diagnose"]
+__all__ = ["FLATTEN", "SCALARS", "diagnose"]
 
 
-_SCALARS = (
+# The types the codec stores as themselves, with nothing inside to walk
+# (and which nothing can change in place: `_log_cache` shares them).
+SCALARS = (
     type(None),
     bool,
     int,
@@ -77,7 +79,7 @@ def diagnose(
                         "UTF-8. Decode bytes with errors='replace' (or pass them as bytes)"
                     ),
                 )
-        elif kind in _SCALARS:
+        elif kind in SCALARS:
             pass  # (an int of any size too: a long one is stored as bytes)
         elif kind is list or kind is dict or kind in _NESTED or kind in records:
             if kind is list or kind is dict:

@@ -35,39 +35,21 @@ per system: a restart starts with none.
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
 import threading
-import uuid
 from collections import OrderedDict
 from typing import Any
 
 import attrs
 
 from . import _reading as rd
+from ._diagnosis import SCALARS
 from ._reader import Reader
 from ._records import NO_VALUE, LogEntry
 
 __all__ = ["LogCache"]
 
 # Values a process cannot change in place: shared between activations.
-_FROZEN = frozenset(
-    {
-        type(None),
-        type(NO_VALUE),
-        bool,
-        int,
-        float,
-        str,
-        bytes,
-        _dt.datetime,
-        _dt.date,
-        _dt.time,
-        _dt.timedelta,
-        decimal.Decimal,
-        uuid.UUID,
-    }
-)
+_FROZEN = frozenset({*SCALARS, type(NO_VALUE)})
 
 
 def _shareable(entry: LogEntry) -> bool:

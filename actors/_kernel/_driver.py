@@ -349,14 +349,7 @@ class Driver(Unawaited):
             # A lone effect whose value the log holds, answered as `replay`
             # would (`Effect.__await__` answers most such before they get here).
             entry = self.log.get(effect.seq)
-            if (
-                entry is not None
-                and entry.value is not NO_VALUE
-                and entry.kind == effect.kind
-                and entry.name == effect.name
-                and entry.hash == effect.hash
-                and not effect.makes_child
-            ):
+            if effect.answered_by(entry):
                 effect.done = True
                 send = effect.value = effect.replayed(entry.value, entry, self)
                 self.burst -= 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 import reprlib
 from collections.abc import Generator
 from types import CodeType
-from typing import Any, ClassVar, Generic, NoReturn, TypeVar
+from typing import Any, ClassVar, Generic, NoReturn, TypeGuard, TypeVar
 
 from ..errors import ContextError
 from ._log import NO_VALUE, LogEntry
@@ -108,24 +108,15 @@ class Effect(Generic[T]):
         if driver is not None:  # answered at once: a generator is the faster await
             # A wake's hot path: the effect just made, awaited alone, whose
             # value the log holds, is answered here, inside the process's
-            # own step, as `_driver.Driver.advance` would answer it (same
-            # checks, same order; see there), without the round trip out of
+            # own step, as `_driver.Driver.advance` would answer it (the
+            # same check, `answered_by`), without the round trip out of
             # the coroutine and back: a replayed effect costs half the calls.
             # Anything else (a mismatch, a started record, an error, a
             # child, one awaited twice or late, a burst's end) goes the
             # driver's way, which says what is wrong.
             if driver.fresh is self and driver.burst > 0 and self.parent is None:
                 entry = driver.log.get(self.seq)
-                if (
-                    entry is not None
-                    and entry.value is not NO_VALUE
-                    and entry.kind == self.kind
-                    and entry.name == self.name
-                    and entry.hash == self.hash
-                    and not self.done
-                    and not self.makes_child
-                    and not self.ends_run
-                ):
+                if not (self.done or self.ends_run) and self.answered_by(entry):
                     driver.fresh = None  # (awaited at once: `advance`'s usual case)
                     driver.burst -= 1
                     self.done = True
@@ -140,6 +131,21 @@ class Effect(Generic[T]):
         # A StopIteration raised per await costs ~0.2 µs more than a
         # generator's return, which a replay of many effects would feel.
         return self  # type: ignore[return-value]  # (no cast: a call per await)
+
+    def answered_by(self, entry: LogEntry | None) -> TypeGuard[LogEntry]:
+        """Whether ``entry``, the log's at this effect's seq, answers it
+        as a replay does: the same kind, name and argument hash, holding a
+        value (an error, a started record or a child goes the driver's
+        longer way). The one place replay's check is written: the driver
+        and `__await__` both ask it."""
+        return (
+            entry is not None
+            and entry.value is not NO_VALUE
+            and entry.kind == self.kind
+            and entry.name == self.name
+            and entry.hash == self.hash
+            and not self.makes_child
+        )
 
     def _answered(self) -> Generator[Effect[Any], Any, T]:
         if not self.done:
