@@ -94,7 +94,8 @@ class Actor(Activation):
         self.mailbox: Mailbox[fx.Wait[Any]] = Mailbox(remember_taken=self.fenced)
         # ("cancel", reason, compensate) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: Interrupt | None = None
-        self.children: dict[str, int] = {}  # this run's children: address -> seq
+        # this run's children: address -> seq; made at the first (most have none)
+        self.children: dict[str, int] | None = None
         # The live work of a leaf awaited alone, for wait_for to run in the
         # actor's own task (see start_task): (fn, effect, more args).
         self.inline: tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]] | None = (
@@ -404,7 +405,10 @@ class Actor(Activation):
 
     def add_child(self, address: str, seq: int) -> None:
         """Count ``address`` among this run's children (made by effect ``seq``)."""
-        self.children.setdefault(address, seq)
+        children = self.children
+        if children is None:
+            children = self.children = {}
+        children.setdefault(address, seq)
 
     def child_handle(self, address: str) -> ChildHandle[Any]:
         """The handle a replayed spawn gives the process."""

@@ -301,7 +301,7 @@ class ActorAPI(Protocol):
     driver: Driver
     mailbox: Mailbox[fx.Wait[Any]]
     live: set[fx.Effect[Any]]
-    children: dict[str, int]
+    children: dict[str, int] | None  # (None: none yet)
     interrupt: _hosts.Interrupt | None
     root: fx.Effect[Any] | None
     loaded: bool
