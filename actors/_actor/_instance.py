@@ -44,6 +44,9 @@ from ._ends import Ends
 from ._runner import NO_TASK, may_park
 from ._writes import Writes
 
+# The most live leaves an actor keeps in a tuple (see ``Actor.live``).
+_FEW_LIVE = 8
+
 
 class Actor(Activation):
     """A live instance. Created and owned by `ActorSystem`."""
@@ -77,7 +80,12 @@ class Actor(Activation):
         self.run = self.record.run
         self.ctx = Context(self)
         self.driver = _driver.Driver(self, address)
-        self.live: set[Effect[Any]] = set()  # live leaves
+        # Live leaves: a tuple while there are few (an instance waiting on
+        # one wait holds a 48-byte tuple, not a 216-byte set), a set past
+        # `_FEW_LIVE` (a scope over many children); only `_add_live` and
+        # `_drop_live` change it. Readers use ``in`` and iterate, as on any
+        # collection.
+        self.live: tuple[Effect[Any], ...] | set[Effect[Any]] = ()
         self.busy = 0
         self.status = "running"
         # Parking: the driver's task, while it waits for something to happen.
@@ -386,6 +394,25 @@ class Actor(Activation):
         if step.compensate is not None and step in self.live:
             _saga.register(self, step, result, possibly_applied=possibly_applied)
 
+    def _add_live(self, leaf: Effect[Any]) -> None:
+        live = self.live
+        if isinstance(live, tuple):
+            if len(live) < _FEW_LIVE:
+                self.live = (*live, leaf)
+                return
+            live = self.live = set(live)
+        live.add(leaf)
+
+    def _drop_live(self, leaf: Effect[Any]) -> None:
+        live = self.live
+        if isinstance(live, tuple):
+            if leaf in live:
+                self.live = tuple(each for each in live if each is not leaf)
+        else:
+            live.discard(leaf)
+            if not live:
+                self.live = ()
+
     # -- beginning effects ------------------------------------------------------
 
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
@@ -396,7 +423,7 @@ class Actor(Activation):
             if effect.done:
                 break
             if not leaf.done and not (composite and leaf.decided_above()):
-                self.live.add(leaf)
+                self._add_live(leaf)
                 behaviours[type(leaf)].start(self, leaf, started.pop(leaf, None))
         for leaf in started:
             # Started in an earlier activation, and now never run because the
@@ -422,9 +449,13 @@ class Actor(Activation):
         entry: LogEntry | None = None,
     ) -> None:
         """Complete a live leaf, log ``entry`` (ridden), and settle parents."""
-        if leaf not in self.live:
+        live = self.live
+        if leaf not in live:
             return  # it lost a race and was abandoned
-        self.live.discard(leaf)
+        if isinstance(live, tuple) and len(live) == 1:
+            self.live = ()  # (the usual case: a lone leaf, `_drop_live` written out)
+        else:
+            self._drop_live(leaf)
         leaf.done = True
         leaf.value = value
         leaf.error = error
@@ -448,5 +479,5 @@ class Actor(Activation):
 
     def abandon(self, leaf: Effect[Any]) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
-        self.live.discard(leaf)
+        self._drop_live(leaf)
         self.system.wiring.behaviours[type(leaf)].abandon(self, leaf)
