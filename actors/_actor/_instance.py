@@ -41,11 +41,9 @@ from ._activation import BLANK, Activation
 from ._arrivals import Arrivals
 from ._context import Context
 from ._ends import Ends
+from ._live import Live, with_leaf, without_leaf
 from ._runner import NO_TASK, may_park
 from ._writes import Writes
-
-# The most live leaves an actor keeps in a tuple (see ``Actor.live``).
-_FEW_LIVE = 8
 
 
 class Actor(Activation):
@@ -80,12 +78,7 @@ class Actor(Activation):
         self.run = self.record.run
         self.ctx = Context(self)
         self.driver = _driver.Driver(self, address)
-        # Live leaves: a tuple while there are few (an instance waiting on
-        # one wait holds a 48-byte tuple, not a 216-byte set), a set past
-        # `_FEW_LIVE` (a scope over many children); only `_add_live` and
-        # `_drop_live` change it. Readers use ``in`` and iterate, as on any
-        # collection.
-        self.live: tuple[Effect[Any], ...] | set[Effect[Any]] = ()
+        self.live: Live = ()  # live leaves (see `_live`)
         self.busy = 0
         self.status = "running"
         # Parking: the driver's task, while it waits for something to happen.
@@ -102,8 +95,7 @@ class Actor(Activation):
         self.mailbox: Mailbox[fx.Wait[Any]] = Mailbox(remember_taken=self.fenced)
         # ("cancel", reason, compensate) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: Interrupt | None = None
-        # this run's children: address -> seq; made at the first (most have none)
-        self.children: dict[str, int] | None = None
+        self.children: dict[str, int] | None = None  # this run's: address -> seq (None: none)
         # The live work of a leaf awaited alone, for wait_for to run in the
         # actor's own task (see start_task): (fn, effect, more args).
         self.inline: tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]] | None = (
@@ -394,25 +386,6 @@ class Actor(Activation):
         if step.compensate is not None and step in self.live:
             _saga.register(self, step, result, possibly_applied=possibly_applied)
 
-    def _add_live(self, leaf: Effect[Any]) -> None:
-        live = self.live
-        if isinstance(live, tuple):
-            if len(live) < _FEW_LIVE:
-                self.live = (*live, leaf)
-                return
-            live = self.live = set(live)
-        live.add(leaf)
-
-    def _drop_live(self, leaf: Effect[Any]) -> None:
-        live = self.live
-        if isinstance(live, tuple):
-            if leaf in live:
-                self.live = tuple(each for each in live if each is not leaf)
-        else:
-            live.discard(leaf)
-            if not live:
-                self.live = ()
-
     # -- beginning effects ------------------------------------------------------
 
     def begin(self, effect: Effect[Any], started: dict[Effect[Any], LogEntry]) -> None:
@@ -423,7 +396,7 @@ class Actor(Activation):
             if effect.done:
                 break
             if not leaf.done and not (composite and leaf.decided_above()):
-                self._add_live(leaf)
+                self.live = with_leaf(self.live, leaf)
                 behaviours[type(leaf)].start(self, leaf, started.pop(leaf, None))
         for leaf in started:
             # Started in an earlier activation, and now never run because the
@@ -432,9 +405,7 @@ class Actor(Activation):
 
     def add_child(self, address: str, seq: int) -> None:
         """Count ``address`` among this run's children (made by effect ``seq``)."""
-        children = self.children
-        if children is None:
-            children = self.children = {}
+        children = self.children = self.children or {}  # (made at the first: most have none)
         children.setdefault(address, seq)
 
     def child_handle(self, address: str) -> ChildHandle[Any]:
@@ -449,13 +420,9 @@ class Actor(Activation):
         entry: LogEntry | None = None,
     ) -> None:
         """Complete a live leaf, log ``entry`` (ridden), and settle parents."""
-        live = self.live
-        if leaf not in live:
+        if leaf not in self.live:
             return  # it lost a race and was abandoned
-        if isinstance(live, tuple) and len(live) == 1:
-            self.live = ()  # (the usual case: a lone leaf, `_drop_live` written out)
-        else:
-            self._drop_live(leaf)
+        self.live = without_leaf(self.live, leaf)
         leaf.done = True
         leaf.value = value
         leaf.error = error
@@ -479,5 +446,5 @@ class Actor(Activation):
 
     def abandon(self, leaf: Effect[Any]) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
-        self._drop_live(leaf)
+        self.live = without_leaf(self.live, leaf)
         self.system.wiring.behaviours[type(leaf)].abandon(self, leaf)
