@@ -161,8 +161,10 @@ class Mailbox(Generic[W]):
         messages = self.messages
         if messages is _NO_MESSAGES:
             self.messages = {seq: message}
-        elif seq > next(reversed(messages)):
-            messages[seq] = message  # the common case: messages arrive in commit order
+        elif not messages or seq > next(reversed(messages)):
+            # The common case: messages arrive in commit order. (A dict
+            # emptied by `withhold` is kept, so it can be empty here.)
+            messages[seq] = message
         else:
             messages[seq] = message
             self.messages = dict(sorted(messages.items()))
