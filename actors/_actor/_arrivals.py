@@ -40,7 +40,9 @@ class Arrivals:
 
     def __init__(self, actor: ActorAPI) -> None:
         self.actor = actor
-        self.timers: dict[int, fx.Timer] = {}  # live timers, by seq
+        # live timers, by seq; made at the first (most instances wait for
+        # messages, and there is one per live instance)
+        self.timers: dict[int, fx.Timer] | None = None
 
     def deliver(self, seq: int, stored: Sequence[Any]) -> None:
         """Message ``seq`` was committed to this instance's mailbox;
@@ -158,7 +160,8 @@ class Arrivals:
     def stop_timer(self, timer: fx.Timer) -> None:
         """A live timer that lost a race: it never fires, and its durable
         timer goes with the next commit."""
-        self.timers.pop(timer.seq, None)
+        if self.timers is not None:
+            self.timers.pop(timer.seq, None)
         self.drop_timer(timer)
 
     def drop_timer(self, timer: fx.Timer) -> None:
@@ -185,7 +188,10 @@ class Arrivals:
             txn.put_log(actor.iid, actor.run, timer.seq, started.to_stored())
             txn.add_timer(actor.iid, actor.run, timer.seq, due)
         timer.due = due
-        self.timers[timer.seq] = timer
+        timers = self.timers
+        if timers is None:
+            timers = self.timers = {}
+        timers[timer.seq] = timer
         if due <= system.epoch_now():
             self._fire(timer)
         else:
@@ -193,11 +199,13 @@ class Arrivals:
 
     def timers_due(self, now: float) -> None:
         """Fire every live timer due at epoch ``now`` (called by the timer service)."""
-        for timer in [t for t in self.timers.values() if t.due is not None and t.due <= now]:
+        timers = self.timers or {}
+        for timer in [t for t in timers.values() if t.due is not None and t.due <= now]:
             self._fire(timer)
 
     def _fire(self, timer: fx.Timer) -> None:
-        self.timers.pop(timer.seq, None)
+        if self.timers is not None:
+            self.timers.pop(timer.seq, None)
         self.drop_timer(timer)
         entry = timer.describe(value=None, due=timer.due)
         self.actor.finish(timer, None, None, entry)
@@ -205,8 +213,8 @@ class Arrivals:
     def take_timers(self) -> list[tuple[int, int]]:
         """(run, seq) of each live timer, which are live no more (the run ends)."""
         run = self.actor.run
-        timers = [(run, seq) for seq in self.timers]
-        self.timers.clear()
+        timers = [(run, seq) for seq in self.timers or ()]
+        self.timers = None
         return timers
 
 

@@ -181,7 +181,8 @@ class ChildEffects(ContextCore):
                 f"ctx.join takes the ChildHandle ctx.spawn gave (or its address), not {child!r}"
             )
         actor = self._live()
-        if address not in actor.children:
+        children = actor.children
+        if children is None or address not in children:
             raise InvalidArguments(
                 f"ctx.join takes a child this run spawned; {address!r} is not one (spawn it "
                 "with ctx.spawn first, or wait for another instance with a signal it sends)"

@@ -144,8 +144,8 @@ class Ends:
         reason = f"parent {actor.address} cancelled"
         # A cancel read at load (a CANCEL in the mailbox of a passivated
         # instance) comes before replay has named the children: the log does.
-        children = {**children_named(actor.driver.log), **actor.children}
-        actor.children = {}
+        children = {**children_named(actor.driver.log), **(actor.children or {})}
+        actor.children = None
         if children and not _sup.cancel_marks(actor.mailbox.messages.items()):
             # Recorded before it cascades (unless a CANCEL brought it, and
             # says so already): a crash amid the cascade leaves it to be
@@ -176,7 +176,7 @@ class Ends:
         # this end is recorded, so whoever sees it sees no live descendants.
         # (A crash in between: the instance is still live, and its replay
         # ends it again; a cancel was recorded first, see interrupted.)
-        children, actor.children = actor.children, {}
+        children, actor.children = actor.children, None
         if children:  # (most runs have none: no call)
             await _sup.cancel_children(actor.system, children, f"parent {actor.address} {status}")
         timers = actor.arrivals.take_timers() if actor.arrivals.timers else []
@@ -225,8 +225,9 @@ class Ends:
     async def continue_as_new(self, effect: fx.ContinueAsNew) -> Coroutine[Any, Any, Any]:
         """End this run and start the next with ``effect.input``; its coroutine."""
         actor = self.actor
-        children, actor.children = actor.children, {}
-        await _sup.cancel_children(actor.system, children, "continued as new")
+        children, actor.children = actor.children, None
+        if children:
+            await _sup.cancel_children(actor.system, children, "continued as new")
         for leaf in list(actor.live):
             actor.abandon(leaf)
         txn = Txn()

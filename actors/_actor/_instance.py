@@ -41,6 +41,7 @@ from ._activation import BLANK, Activation
 from ._arrivals import Arrivals
 from ._context import Context
 from ._ends import Ends
+from ._live import Live, with_leaf, without_leaf
 from ._runner import NO_TASK, may_park
 from ._writes import Writes
 
@@ -77,7 +78,7 @@ class Actor(Activation):
         self.run = self.record.run
         self.ctx = Context(self)
         self.driver = _driver.Driver(self, address)
-        self.live: set[Effect[Any]] = set()  # live leaves
+        self.live: Live = ()  # live leaves (see `_live`)
         self.busy = 0
         self.status = "running"
         # Parking: the driver's task, while it waits for something to happen.
@@ -94,7 +95,7 @@ class Actor(Activation):
         self.mailbox: Mailbox[fx.Wait[Any]] = Mailbox(remember_taken=self.fenced)
         # ("cancel", reason, compensate) | ("restart", reason) | ("escalate", payload, mseq)
         self.interrupt: Interrupt | None = None
-        self.children: dict[str, int] = {}  # this run's children: address -> seq
+        self.children: dict[str, int] | None = None  # this run's: address -> seq (None: none)
         # The live work of a leaf awaited alone, for wait_for to run in the
         # actor's own task (see start_task): (fn, effect, more args).
         self.inline: tuple[Callable[..., Awaitable[Any]], Effect[Any], tuple[Any, ...]] | None = (
@@ -396,7 +397,7 @@ class Actor(Activation):
             if effect.done:
                 break
             if not leaf.done and not (composite and leaf.decided_above()):
-                self.live.add(leaf)
+                self.live = with_leaf(self.live, leaf)
                 behaviours[type(leaf)].start(self, leaf, started.pop(leaf, None))
         for leaf in started:
             # Started in an earlier activation, and now never run because the
@@ -405,7 +406,8 @@ class Actor(Activation):
 
     def add_child(self, address: str, seq: int) -> None:
         """Count ``address`` among this run's children (made by effect ``seq``)."""
-        self.children.setdefault(address, seq)
+        children = self.children = self.children or {}  # (made at the first: most have none)
+        children.setdefault(address, seq)
 
     def child_handle(self, address: str) -> ChildHandle[Any]:
         """The handle a replayed spawn gives the process."""
@@ -421,7 +423,7 @@ class Actor(Activation):
         """Complete a live leaf, log ``entry`` (ridden), and settle parents."""
         if leaf not in self.live:
             return  # it lost a race and was abandoned
-        self.live.discard(leaf)
+        self.live = without_leaf(self.live, leaf)
         leaf.done = True
         leaf.value = value
         leaf.error = error
@@ -445,5 +447,5 @@ class Actor(Activation):
 
     def abandon(self, leaf: Effect[Any]) -> None:
         """Stop a live leaf that lost a race (or whose join failed)."""
-        self.live.discard(leaf)
+        self.live = without_leaf(self.live, leaf)
         self.system.wiring.behaviours[type(leaf)].abandon(self, leaf)

@@ -90,7 +90,7 @@ async def supervise_end(actor: ActorAPI, exc: BaseException | None) -> bool:
 async def restart_actor(actor: ActorAPI, reason: str, delay: float) -> None:
     """End the actor's current run and start it afresh after ``delay`` seconds."""
     system = actor.system
-    await cancel_children(system, dict(actor.children), f"{actor.address} is restarting")
+    await cancel_children(system, dict(actor.children or {}), f"{actor.address} is restarting")
     txn = Txn()
     restarts = next_restarts(actor.record, reason, system.epoch_now())
     actor.ends.begin_run(txn, restarts=restarts, last_error=None)
@@ -115,7 +115,7 @@ async def _parent_view(system: SystemAPI, parent: str) -> tuple[Any, dict[str, i
     iid = instance_id(parent)
     live = system.registry.live.get(iid)
     if live is not None and live.loaded:
-        return live.proc, dict(live.children)
+        return live.proc, dict(live.children or {})
 
     def read(r: Any) -> tuple[Any, dict[int, Any]]:
         row = r.instance(iid)

@@ -64,7 +64,7 @@ class WritesAPI(Protocol):
 class ArrivalsAPI(Protocol):
     """What reaches an actor from outside (`_arrivals.Arrivals`)."""
 
-    timers: dict[int, fx.Timer]  # its live timers, by seq
+    timers: dict[int, fx.Timer] | None  # its live timers, by seq (None: none yet)
 
     def deliver(self, seq: int, stored: Sequence[Any]) -> None: ...
 

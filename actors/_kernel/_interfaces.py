@@ -18,7 +18,7 @@ below all of them.
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -303,8 +303,7 @@ class ActorAPI(Protocol):
     status: str
     driver: Driver
     mailbox: Mailbox[fx.Wait[Any]]
-    live: set[fx.Effect[Any]]
-    children: dict[str, int]
+    children: dict[str, int] | None  # (None: none yet)
     interrupt: _hosts.Interrupt | None
     root: fx.Effect[Any] | None
     loaded: bool
@@ -313,6 +312,11 @@ class ActorAPI(Protocol):
     lost: BaseException | None
     fenced: bool  # writes are fenced with epoch (a shared journal)
     epoch: int
+
+    @property
+    def live(self) -> Collection[fx.Effect[Any]]:
+        """Its live leaves (read only: a tuple or a set, see `Actor.live`)."""
+        ...
 
     # Its parts.
     @property

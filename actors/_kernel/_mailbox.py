@@ -18,12 +18,18 @@ keeps the in-memory side consistent with it.
 Invariants (kept by every method below):
 
 - A message id is in ``messages`` (unread) or taken (in the log), never both.
-- ``order`` holds exactly the keys of ``messages``, ascending: the order the
-  senders' commits gave them.
+- ``messages`` holds its keys ascending (a dict keeps insertion order): the
+  order the senders' commits gave them. So no list of its keys is kept
+  beside it (``order`` reads them), which every live instance would pay for.
 - A message at or below ``floor`` that is not unread was taken already, so a
   late hand-over of it from its sender is dropped.
 - ``waits`` holds the live waits that have taken nothing yet, by effect seq;
   the oldest matching message goes to the lowest-numbered wait.
+- ``messages`` and ``waits`` are the shared empty `_NO_MESSAGES` and
+  `_NO_WAITS` while nothing is in them (they are never written: each write
+  here replaces them first), so an instance that waits with nothing unread
+  holds no dict and only a list of its one wait. Readers outside read them
+  as any dict and list.
 - ``extras`` holds the extra of each unread message that has one, by
   message id; a message without one has nothing kept for it.
 - A message id in ``withheld`` (a drop of it is being written, or was
@@ -112,20 +118,25 @@ def _seq(wait: Waiting) -> int:
     return wait.seq
 
 
+# The contents of an empty mailbox (see the invariants): shared, never written.
+_NO_MESSAGES: dict[int, tuple[str, Any]] = {}
+_NO_WAITS: list[Any] = []
+
+
 class Mailbox(Generic[W]):
     """Unread messages and pending waits of one instance. Owned by its `Actor`."""
 
-    __slots__ = ("extras", "floor", "messages", "order", "taken", "waits", "withheld")
+    __slots__ = ("extras", "floor", "messages", "taken", "waits", "withheld")
 
     def __init__(self, remember_taken: bool) -> None:
-        self.messages: dict[int, tuple[str, Any]] = {}  # unread: seq -> (signal name, payload)
-        self.order: list[int] = []  # the keys of messages, ascending
+        # unread: seq -> (signal name, payload), ascending
+        self.messages: dict[int, tuple[str, Any]] = _NO_MESSAGES
         self.floor = 0  # the highest message seq the journal had when last read
         # On a shared journal, mail also arrives by re-reading the journal's
         # mailbox, which can still list a message this activation took but
         # has not committed yet: remember what was taken, so it is not re-read.
         self.taken: set[int] | None = set() if remember_taken else None
-        self.waits: list[W] = []
+        self.waits: list[W] = _NO_WAITS
         # the extras of unread messages: seq -> extra; made at the first (most
         # messages have none, and there is one mailbox per live instance)
         self.extras: dict[int, Any] | None = None
@@ -142,13 +153,26 @@ class Mailbox(Generic[W]):
             return False
         if self.taken is not None and seq in self.taken:
             return False
-        self.messages[seq] = (name, payload)
-        order = self.order
-        if not order or seq > order[-1]:
-            order.append(seq)  # the common case: messages arrive in commit order
-        else:
-            bisect.insort(order, seq)
+        self._add(seq, (name, payload))
         return True
+
+    @property
+    def order(self) -> list[int]:
+        """The ids of the unread messages, ascending."""
+        return list(self.messages)
+
+    def _add(self, seq: int, message: tuple[str, Any]) -> None:
+        # (seq is not unread here.)
+        messages = self.messages
+        if messages is _NO_MESSAGES:
+            self.messages = {seq: message}
+        elif not messages or seq > next(reversed(messages)):
+            # The common case: messages arrive in commit order. (A dict
+            # emptied by `withhold` is kept, so it can be empty here.)
+            messages[seq] = message
+        else:
+            messages[seq] = message
+            self.messages = dict(sorted(messages.items()))
 
     def reload(self, floor: int, unread: Iterable[tuple[int, Any]]) -> list[tuple[int, str, Any]]:
         """Bring the mailbox in line with what the journal holds.
@@ -160,7 +184,7 @@ class Mailbox(Generic[W]):
         """
         self.floor = floor
         listed = {seq for seq, _ in unread}
-        messages = self.messages
+        messages = dict(self.messages)
         for seq in [s for s in messages if s <= floor and s not in listed]:
             del messages[seq]
             if self.extras:
@@ -174,7 +198,7 @@ class Mailbox(Generic[W]):
                 messages[seq] = (message.signal, message.payload)
                 if message.extra is not None:
                     self.keep_extra(seq, message.extra)
-        self.order = sorted(messages)
+        self.messages = dict(sorted(messages.items())) if messages else _NO_MESSAGES
         return added
 
     def withhold(self, seq: int) -> tuple[str, Any] | None:
@@ -185,10 +209,7 @@ class Mailbox(Generic[W]):
         if self.withheld is None:
             self.withheld = set()
         self.withheld.add(seq)
-        found = self.messages.pop(seq, None)
-        if found is not None:
-            self.order.remove(seq)
-        return found
+        return self.messages.pop(seq, None)  # (the shared empty one: nothing to pop)
 
     def release(self, seq: int, message: tuple[str, Any] | None, *, dropped: bool) -> None:
         """The drop of message ``seq`` is over. ``dropped``: it was written,
@@ -201,8 +222,7 @@ class Mailbox(Generic[W]):
         if self.withheld is not None:
             self.withheld.discard(seq)
         if message is not None and seq not in self.messages:
-            self.messages[seq] = message
-            bisect.insort(self.order, seq)
+            self._add(seq, message)
 
     def keep_extra(self, seq: int, extra: Any) -> None:
         """Message ``seq`` (unread) carries ``extra``."""
@@ -216,12 +236,16 @@ class Mailbox(Generic[W]):
         if waits:
             bisect.insort(waits, wait, key=_seq)
         else:
-            waits.append(wait)  # (the usual case: one wait at a time)
+            self.waits = [wait]  # (the usual case: one wait at a time)
 
     def remove_wait(self, wait: W) -> None:
         """Drop a wait that will take nothing (it lost a race, or was abandoned)."""
-        if wait in self.waits:
-            self.waits.remove(wait)
+        waits = self.waits
+        if wait in waits:
+            if len(waits) == 1:
+                self.waits = _NO_WAITS
+            else:
+                waits.remove(wait)
 
     def take_match(self, live: Collection[object]) -> tuple[W, Signal, int, Any] | None:
         """Take the oldest message that the lowest-numbered live wait matches.
@@ -231,20 +255,26 @@ class Mailbox(Generic[W]):
         ``live`` matches any unread message.
         """
         messages = self.messages
-        if not self.waits or not messages:
+        waits = self.waits
+        if not waits or not messages:
             return None
-        order = self.order
-        for w, wait in enumerate(self.waits):
+        for w, wait in enumerate(waits):
             if wait not in live:
                 continue
-            for i, mseq in enumerate(order):
-                name, payload = messages[mseq]
+            for mseq, (name, payload) in messages.items():
                 signal = wait.matches(name)
                 if signal is None:
                     continue
-                del messages[mseq]
-                del order[i]
-                del self.waits[w]
+                # (Emptied, they go back to the shared empty ones: a dict
+                # keeps its table when its last key is deleted.)
+                if len(messages) == 1:
+                    self.messages = _NO_MESSAGES
+                else:
+                    del messages[mseq]
+                if len(waits) == 1:
+                    self.waits = _NO_WAITS
+                else:
+                    del waits[w]
                 if self.taken is not None:
                     self.taken.add(mseq)
                 return wait, signal, mseq, payload

@@ -102,3 +102,13 @@ def test_a_reload_drops_what_was_taken_meanwhile_and_adds_what_is_new():
     assert not box.put(1, "a", 1)  # a late hand-over of a taken message is dropped
     assert [2, 3] == box.order
     assert box.put(4, "a", 4)
+
+
+def test_a_message_after_the_only_unread_one_was_withheld_is_unread():
+    box = Mailbox(remember_taken=False)
+    box.put(1, "a", 1)
+    assert ("a", 1) == box.withhold(1)  # the mailbox's dict is empty now
+    assert box.put(2, "a", 2)
+    assert [2] == box.order
+    box.release(1, ("a", 1), dropped=False)  # unread again, before 2
+    assert [1, 2] == box.order
