@@ -316,8 +316,7 @@ class Actor(Activation):
         return True
 
     def suspend(self) -> None:
-        """It waits with nothing running: say so, and submit what it wrote
-        (with the next commit anyone makes)."""
+        """It waits with nothing running: say so, and submit its writes (with the next commit)."""
         self.set_status("suspended")
         self.writes.flush(defer=True)
         self.idle_since = self.system.trio_now()

@@ -94,8 +94,7 @@ class ActorSystem(Operations, ScheduleCalls, metaclass=NoPublicConstructor):
         # Steps acquire step_limiter themselves (so a queued step's timeout
         # starts only when it runs); abandoned threads still hold this one.
         self.thread_limiter = trio.CapacityLimiter(math.inf)
-        # `trio.current_time`, as one call (its clock's) where that is three:
-        # a send and a suspension each read it. (The clock is the run's.)
+        # `trio.current_time` in one call (the run's clock's), not three: hot.
         self.trio_now: Callable[[], float] = trio.lowlevel.current_clock().current_time
         self._offset = now() - self.trio_now()  # wall clock minus trio's
         self.cursors: dict[tuple[bytes, str], int] = {}  # consumer moves not yet durable

@@ -19,7 +19,7 @@ def test_every_workload_runs_on_this_tree(workload, monkeypatch):
 def test_a_figure_is_the_difference_of_its_two_runs_per_operation(monkeypatch, tmp_path):
     # A fake count: 1000 instructions to start, then a fixed cost per
     # operation by workload, and a fixed cost for the cancel of a tree.
-    per_op = {"call": 7, "proc": 5, "create": 3, "wake": 3 + 11}
+    per_op = {"call": 7, "proc": 5, "create": 3, "wake": 3 + 11, "send": 17, "many": 19}
 
     def fake(tree, workload, n, env):
         if workload == "cascade":
@@ -34,4 +34,6 @@ def test_a_figure_is_the_difference_of_its_two_runs_per_operation(monkeypatch, t
         "create passivated": 3,
         "wake passivated": 11,
         "cancel, per instance of a tree": 13,
+        "send, taken by a live instance": 17,
+        "send_many, per message taken": 19,
     } == {name: row[str(tmp_path)] for name, row in found.items()}
