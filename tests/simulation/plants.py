@@ -383,6 +383,20 @@ PLANTS: dict[str, Plant] = {
         new="pass  # planted: the messages are written, the emitter's entry is not",
         what="a ctx.signal writes its messages without its log entry: each replay signals again",
     ),
+    # The cache of decoded logs checked by length and last row only (#50,
+    # before it landed): an entry rewritten in the middle of a log (a
+    # started record replaced by its outcome after later effects) was
+    # answered from the cache as it was before.
+    "log-cache-length": Plant(
+        "storage._log_cache",
+        "LogCache.entries",
+        old="hit = kept is not None and len(rows) >= count and rows[:count] == kept.rows",
+        new=(
+            "hit = kept is not None and len(rows) >= count"
+            " and rows[count - 1 : count] == kept.rows[-1:]  # planted: length, last row"
+        ),
+        what="a cached log is checked by its length and last row: a rewritten entry is missed",
+    ),
 }
 
 

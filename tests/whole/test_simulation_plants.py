@@ -47,6 +47,7 @@ FOUND = {
     "drop-unclaimed": (2, 8),
     "signal-generation": (13, 9),
     "signal-unlogged": (43, 9),
+    "log-cache-length": (1, 8),
 }
 WINDOW = 100
 
