@@ -55,8 +55,9 @@ import random
 import shutil
 import tempfile
 import time
+from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,19 @@ from storage import LMDBJournal
 
 from ._table import machine
 
-__all__ = ["Run", "Sample", "SoakOptions", "Verdict", "census", "grown", "judge", "main", "soak"]
+__all__ = [
+    "Quarters",
+    "Run",
+    "Sample",
+    "SoakOptions",
+    "Tally",
+    "Verdict",
+    "census",
+    "grown",
+    "judge",
+    "main",
+    "soak",
+]
 
 ping = Signal("ping")
 question = Signal("question")
@@ -187,19 +200,85 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
 
 
-def judge(samples: Sequence[Sample], latencies: Sequence[Sequence[float]]) -> Verdict:
-    """The verdict on a run: ``latencies[i]`` are the seconds measured up
-    to ``samples[i]``. The run is cut in quarters by sample; the first is
+class Tally:
+    """Latencies pooled in a fixed amount of memory: counts in buckets 1%
+    wide from 1 us to 10,000 s (below and above go to the end ones), each
+    with the largest value it holds, so that `percentile` is the
+    nearest-rank one to within 1% (exactly it when no two values share a
+    bucket). A run keeps two, whatever its length: the bench's own memory
+    must not grow with the run it measures (a list of every latency of a
+    60-minute run is ~0.5 MB a minute, which the memory verdict read as a
+    leak)."""
+
+    LOW, RATIO, BUCKETS = 1e-6, 1.01, 2316  # 1.01 ** 2315 > 1e10
+
+    def __init__(self) -> None:
+        self.counts = array("q", bytes(8 * self.BUCKETS))
+        self.largest = array("d", bytes(8 * self.BUCKETS))
+        self.total = 0
+
+    def add(self, values: Iterable[float]) -> None:
+        low, log_ratio, top = self.LOW, math.log(self.RATIO), self.BUCKETS - 1
+        for value in values:
+            i = 0 if value <= low else min(top, int(math.log(value / low) / log_ratio))
+            self.counts[i] += 1
+            self.largest[i] = max(self.largest[i], value)
+            self.total += 1
+
+    def percentile(self, fraction: float) -> float:
+        """As `percentile` of the values added (nan for none)."""
+        if not self.total:
+            return math.nan
+        rank = min(self.total, max(1, math.ceil(fraction * self.total)))
+        seen = 0
+        for i, n in enumerate(self.counts):
+            seen += n
+            if seen >= rank:
+                return self.largest[i]
+        raise AssertionError("unreachable: the counts add up to the total")
+
+
+class Quarters:
+    """The latencies `judge` reads, pooled as they come: those measured up
+    to the samples of the second quarter of a run of ``count`` samples, and
+    of the last (the first is warm-up; the third is read by nobody)."""
+
+    def __init__(self, count: int) -> None:
+        self.second_samples = range(count // 4, count // 2)
+        self.last_samples = range(count - max(1, count // 4), count)
+        self.second = Tally()
+        self.last = Tally()
+
+    def add(self, index: int, values: Iterable[float]) -> None:
+        """Add the latencies measured up to sample ``index`` (from 0)."""
+        if index in self.second_samples:
+            self.second.add(values)
+        elif index in self.last_samples:
+            self.last.add(values)
+
+    @classmethod
+    def of(cls, latencies: Sequence[Iterable[float]]) -> Quarters:
+        """``latencies[i]`` measured up to sample ``i``, pooled."""
+        quarters = cls(len(latencies))
+        for index, values in enumerate(latencies):
+            quarters.add(index, values)
+        return quarters
+
+
+def judge(samples: Sequence[Sample], latencies: Quarters | Sequence[Sequence[float]]) -> Verdict:
+    """The verdict on a run: its latencies pooled by `Quarters` (as the
+    soak does), or ``latencies[i]`` the seconds measured up to
+    ``samples[i]``. The run is cut in quarters by sample; the first is
     warm-up."""
     n = len(samples)
     if n < 4:
         return Verdict(None, None, None, None, None, None)
-    second = range(n // 4, n // 2)
-    last = range(n - max(1, n // 4), n)
+    pooled = latencies if isinstance(latencies, Quarters) else Quarters.of(latencies)
+    second, last = pooled.second_samples, pooled.last_samples
     warm = samples[n // 4 - 1].anon_mb
     growth = samples[-1].anon_mb / warm - 1
-    p99_second = percentile([v for i in second for v in latencies[i]], 0.99)
-    p99_last = percentile([v for i in last for v in latencies[i]], 0.99)
+    p99_second = pooled.second.percentile(0.99)
+    p99_last = pooled.last.percentile(0.99)
     ratio = p99_last / p99_second if p99_second > 0 else math.nan
     fd_growth = max(samples[i].fds for i in last) - max(samples[i].fds for i in second)
     return Verdict(
@@ -340,11 +419,12 @@ def grown(before: Counter[str], after: Counter[str], most: int = 8) -> list[tupl
 
 @attrs.frozen
 class Run:
-    """What `soak` measured: the samples, the latencies (seconds) measured
-    up to each, and the types of objects that grew after warm-up."""
+    """What `soak` measured: the samples, the latencies (seconds) the
+    verdict reads (pooled: a run keeps no list of them, see `Tally`), and
+    the types of objects that grew after warm-up."""
 
     samples: list[Sample]
-    latencies: list[list[float]]
+    latencies: Quarters
     grown: list[tuple[str, int]]
 
 
@@ -355,8 +435,8 @@ async def soak(options: SoakOptions) -> Run:
     _PROBE.set(probe)
     directory = Path(tempfile.mkdtemp(prefix="bench-soak-", dir=options.workdir))
     samples: list[Sample] = []
-    latencies: list[list[float]] = []
     count = max(1, round(options.seconds / options.interval))
+    latencies = Quarters(count)
     warm: Counter[str] = Counter()
     end: Counter[str] = Counter()
     try:
@@ -373,7 +453,7 @@ async def soak(options: SoakOptions) -> Run:
                     window, probe.latencies = probe.latencies, []
                     counts, load.counts = load.counts, _Counts()
                     samples.append(_sample(trio.current_time() - began, directory, counts, window))
-                    latencies.append(window)
+                    latencies.add(n - 1, window)  # (then the window goes)
                     print(_row(samples[-1]), flush=True)
                     if n == max(1, count // 4):  # the end of warm-up (as `judge` cuts it)
                         warm = census()
